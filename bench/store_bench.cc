@@ -1,0 +1,117 @@
+// bench/store_bench: trials per second through the store alone, the way a
+// worker uses it: lease + 3 reports + complete, from 1 and 4 threads.
+//
+//   store_bench [--sqlite DIR] [--postgresql URL] [--trials N]
+//
+// Prints one line per measurement:
+//   bench=store backend=postgresql threads=4 trials=N seconds=S trials_per_s=X
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/store/store.h"
+
+using namespace hpo::store;
+
+namespace {
+
+int Fail(const hpo::Status& s) {
+  std::fprintf(stderr, "store_bench: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+int RunOne(const std::string& url, const std::string& backend, int threads, int trials) {
+  StoreOptions options;
+  options.pool_size = threads;
+  auto opened = OpenStore(url, options);
+  if (!opened.ok()) return Fail(opened.status());
+  Store& store = **opened;
+  NewExperiment e{"bench", "{}", {}};
+  auto exp = store.CreateExperiment(e);
+  if (!exp.ok()) return Fail(exp.status());
+  std::vector<NewTrial> ts(trials);
+  for (int i = 0; i < trials; ++i) {
+    // 8 parameters, as in the Optuna reference run.
+    ts[i].params_json = "{\"p0\":0.1,\"p1\":0.2,\"p2\":3,\"p3\":\"adam\",\"p4\":0.5,\"p5\":64,"
+                        "\"p6\":1e-4,\"p7\":\"relu\"}";
+  }
+  auto created = store.CreateTrials(exp->id, ts);
+  if (!created.ok()) return Fail(created.status());
+
+  std::fprintf(stderr, "store_bench: %s, %d threads, %d trials...\n", backend.c_str(), threads,
+               trials);
+  std::atomic<int> done{0}, errors{0};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      const std::string owner = "bench-" + std::to_string(t);
+      for (;;) {
+        auto lease = store.LeaseNextTrial({owner, 60'000, exp->id, std::nullopt});
+        if (!lease.ok()) {
+          ++errors;
+          continue;
+        }
+        if (!lease->has_value()) return;
+        const Id id = (*lease)->id;
+        for (int step = 0; step < 3; ++step) {
+          Measurement m;
+          m.step = step;
+          m.metrics_json = "{\"loss\":" + std::to_string(1.0 / (step + 1)) + "}";
+          m.samples_per_sec = 1000;
+          m.system_setting_json = "{\"batch_size\":64,\"threads\":1}";
+          if (!store.ReportMeasurement(id, owner, m, 60'000).ok()) ++errors;
+        }
+        if (!store.FinishTrial(id, owner, {TrialState::kCompleted, "{\"loss\":0.33}", ""}).ok()) {
+          ++errors;
+        }
+        ++done;
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("bench=store backend=%s threads=%d trials=%d seconds=%.3f trials_per_s=%.1f errors=%d\n",
+              backend.c_str(), threads, done.load(), secs, done / secs, errors.load());
+  std::fflush(stdout);
+  return errors == 0 && done == trials ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string sqlite_dir, pg_url;
+  int trials = 2000;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--sqlite" && i + 1 < argc) {
+      sqlite_dir = argv[++i];
+    } else if (a == "--postgresql" && i + 1 < argc) {
+      pg_url = argv[++i];
+    } else if (a == "--trials" && i + 1 < argc) {
+      trials = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: store_bench [--sqlite DIR] [--postgresql URL] [--trials N]\n");
+      return 2;
+    }
+  }
+  if (sqlite_dir.empty() && pg_url.empty()) {
+    std::fprintf(stderr, "store_bench: give --sqlite DIR and/or --postgresql URL\n");
+    return 2;
+  }
+  int rc = 0;
+  for (int threads : {1, 4}) {
+    if (!sqlite_dir.empty()) {
+      const auto path = std::filesystem::path(sqlite_dir) / ("bench-" + std::to_string(threads) + ".db");
+      std::filesystem::remove(path);
+      rc |= RunOne("sqlite://" + path.string(), "sqlite", threads, trials);
+    }
+    if (!pg_url.empty()) rc |= RunOne(pg_url, "postgresql", threads, trials);
+  }
+  return rc;
+}

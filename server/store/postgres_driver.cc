@@ -1,0 +1,196 @@
+// PostgreSQL driver over libpqxx 6.4: one pqxx::connection per SqlConnection,
+// statements prepared once per connection, READ COMMITTED transactions with
+// row locks where SqlStore asks for them ({FOR_UPDATE}, {SKIP_LOCKED}).
+#include <pqxx/pqxx>
+
+#include <cstdio>
+#include <unordered_map>
+
+#include "server/store/sql_driver.h"
+
+namespace hpo::store {
+namespace {
+
+std::string Rewrite(std::string_view sql) {
+  std::string out(sql);
+  auto replace = [&](std::string_view token, std::string_view with) {
+    for (size_t pos; (pos = out.find(token)) != std::string::npos;) out.replace(pos, token.size(), with);
+  };
+  replace("{FOR_UPDATE}", "FOR UPDATE");
+  replace("{SKIP_LOCKED}", "SKIP LOCKED");
+  return out;
+}
+
+// libpq messages may span lines; a log line should not.
+std::string OneLine(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  for (char& c : s) {
+    if (c == '\n' || c == '\t') c = ' ';
+  }
+  return s;
+}
+
+class PostgresConnection final : public SqlConnection {
+ public:
+  PostgresConnection(std::unique_ptr<pqxx::connection> conn, std::string display)
+      : conn_(std::move(conn)), display_(std::move(display)) {}
+
+  void Begin(TxMode) override {
+    Guard([&] { tx_.emplace(*conn_); });
+  }
+  void Commit() override {
+    Guard([&] {
+      tx_->commit();
+      tx_.reset();
+    });
+  }
+  void Rollback() noexcept override {
+    try {
+      if (tx_) tx_->abort();
+    } catch (...) {
+      healthy_ = false;
+    }
+    tx_.reset();
+  }
+  bool healthy() const override { return healthy_ && conn_->is_open(); }
+
+  void ExecScript(std::string_view sql) override {
+    Guard([&] {
+      if (tx_) {
+        tx_->exec(std::string(sql));
+      } else {
+        pqxx::nontransaction n(*conn_);
+        n.exec(std::string(sql));
+      }
+    });
+  }
+
+  SqlRows Query(std::string_view sql, std::initializer_list<SqlValue> params) override {
+    std::vector<std::optional<std::string>> args;
+    args.reserve(params.size());
+    for (const SqlValue& v : params) {
+      if (std::holds_alternative<std::monostate>(v)) {
+        args.emplace_back(std::nullopt);
+      } else if (auto* i = std::get_if<int64_t>(&v)) {
+        args.emplace_back(std::to_string(*i));
+      } else if (auto* d = std::get_if<double>(&v)) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.17g", *d);
+        args.emplace_back(buf);
+      } else {
+        args.emplace_back(std::get<std::string>(v));
+      }
+    }
+    SqlRows rows;
+    Guard([&] {
+      const std::string& name = Prepare(sql);
+      pqxx::result r = tx_->exec_prepared(name, pqxx::prepare::make_dynamic_params(args));
+      rows.reserve(r.size());
+      for (const auto& row : r) {
+        std::vector<SqlValue> cols;
+        cols.reserve(row.size());
+        for (const auto& f : row) {
+          if (f.is_null()) {
+            cols.emplace_back(std::monostate{});
+          } else {
+            cols.emplace_back(std::string(f.c_str(), f.size()));
+          }
+        }
+        rows.emplace_back(std::move(cols));
+      }
+    });
+    return rows;
+  }
+
+ private:
+  const std::string& Prepare(std::string_view sql) {
+    auto it = prepared_.find(sql);
+    if (it != prepared_.end()) return it->second;
+    std::string name = "hpo_" + std::to_string(prepared_.size());
+    conn_->prepare(name, Rewrite(sql));
+    return prepared_.emplace(std::string(sql), std::move(name)).first->second;
+  }
+
+  // Runs f, turning libpqxx exceptions into SqlError with a code the caller
+  // can act on.
+  template <typename F>
+  void Guard(F&& f) {
+    try {
+      f();
+    } catch (const pqxx::broken_connection& e) {
+      healthy_ = false;
+      Throw(Status::Unavailable(display_ + ": connection lost: " + OneLine(e.what())));
+    } catch (const pqxx::in_doubt_error& e) {
+      healthy_ = false;
+      Throw(Status::Unavailable(display_ + ": commit outcome unknown: " + OneLine(e.what())));
+    } catch (const pqxx::unique_violation& e) {
+      Throw(Status::AlreadyExists(display_ + ": " + OneLine(e.what())));
+    } catch (const pqxx::integrity_constraint_violation& e) {
+      Throw(Status::InvalidArgument(display_ + ": " + OneLine(e.what())));
+    } catch (const pqxx::serialization_failure& e) {
+      Throw(Status::Aborted(display_ + ": " + OneLine(e.what())));
+    } catch (const pqxx::deadlock_detected& e) {
+      Throw(Status::Aborted(display_ + ": " + OneLine(e.what())));
+    } catch (const pqxx::sql_error& e) {
+      // Admin shutdown and friends arrive as sql_error with SQLSTATE class 57/08.
+      const std::string state = e.sqlstate();
+      if (state.rfind("57", 0) == 0 || state.rfind("08", 0) == 0) {
+        healthy_ = false;
+        Throw(Status::Unavailable(display_ + ": " + OneLine(e.what())));
+      }
+      Throw(Status::Internal(display_ + ": " + OneLine(e.what())));
+    } catch (const pqxx::failure& e) {
+      healthy_ = false;
+      Throw(Status::Unavailable(display_ + ": " + OneLine(e.what())));
+    }
+  }
+
+  std::unique_ptr<pqxx::connection> conn_;
+  std::string display_;
+  std::optional<pqxx::work> tx_;
+  bool healthy_ = true;
+  std::unordered_map<std::string, std::string, std::hash<std::string_view>, std::equal_to<>>
+      prepared_;
+};
+
+class PostgresDriver final : public SqlDriver {
+ public:
+  PostgresDriver(std::string url, std::string display, int pool_size)
+      : url_(std::move(url)), display_(std::move(display)), pool_size_(pool_size) {}
+
+  std::string_view backend() const override { return "postgresql"; }
+  const std::vector<Migration>& migrations() const override { return PostgresqlMigrations(); }
+  const std::string& display_url() const override { return display_; }
+  int max_connections() const override { return pool_size_; }
+
+  std::unique_ptr<SqlConnection> Connect() override {
+    try {
+      auto conn = std::make_unique<pqxx::connection>(url_);
+      return std::make_unique<PostgresConnection>(std::move(conn), display_);
+    } catch (const pqxx::broken_connection& e) {
+      Throw(Status::Unavailable("cannot connect to " + display_ + ": " + OneLine(e.what())));
+    } catch (const std::exception& e) {
+      // libpq rejects a malformed URI before it tries to connect.
+      Throw(Status::InvalidArgument("cannot use " + display_ + ": " + OneLine(e.what())));
+    }
+  }
+
+  void LockForMigration(SqlConnection& c) override {
+    // Any constant works; all HeteroTune processes on this database agree on it.
+    c.ExecScript("SELECT pg_advisory_xact_lock(7246031)");
+  }
+
+ private:
+  std::string url_;
+  std::string display_;
+  int pool_size_;
+};
+
+}  // namespace
+
+std::unique_ptr<SqlDriver> MakePostgresDriver(std::string url, std::string display_url,
+                                              int pool_size) {
+  return std::make_unique<PostgresDriver>(std::move(url), std::move(display_url), pool_size);
+}
+
+}  // namespace hpo::store

@@ -1,0 +1,94 @@
+// The narrow seam between SqlStore (the store's rules, written once) and a
+// database client library. A driver turns a connection into SQL text in,
+// rows of SqlValues out; it knows nothing of trials or leases.
+//
+// Internal to server/store: drivers and SqlStore report errors by throwing
+// SqlError, which SqlStore converts to a Status at its public boundary.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+#include "server/store/migrations.h"
+
+namespace hpo::store {
+
+// A thrown Status. Never leaves server/store.
+struct SqlError {
+  Status status;
+};
+[[noreturn]] inline void Throw(Status s) { throw SqlError{std::move(s)}; }
+
+// NULL, integer, real or text.
+using SqlValue = std::variant<std::monostate, int64_t, double, std::string>;
+
+inline SqlValue Null() { return std::monostate{}; }
+template <typename T>
+SqlValue Opt(const std::optional<T>& v) {
+  return v ? SqlValue(*v) : Null();
+}
+
+// One result row. Accessors convert (PostgreSQL returns text).
+class SqlRow {
+ public:
+  explicit SqlRow(std::vector<SqlValue> cols) : cols_(std::move(cols)) {}
+  bool IsNull(size_t i) const { return std::holds_alternative<std::monostate>(cols_.at(i)); }
+  int64_t Int(size_t i) const;
+  double Real(size_t i) const;
+  std::string Text(size_t i) const;
+  std::optional<int64_t> OptInt(size_t i) const {
+    return IsNull(i) ? std::nullopt : std::optional<int64_t>(Int(i));
+  }
+  size_t size() const { return cols_.size(); }
+
+ private:
+  std::vector<SqlValue> cols_;
+};
+using SqlRows = std::vector<SqlRow>;
+
+// One open connection. Not thread-safe: SqlStore hands each to one thread at
+// a time. SQL uses $1, $2, ... placeholders and two tokens the driver
+// rewrites for its dialect: {FOR_UPDATE} (row lock, or nothing where writes
+// are serialized anyway) and {SKIP_LOCKED}.
+class SqlConnection {
+ public:
+  enum class TxMode { kRead, kWrite };
+  virtual ~SqlConnection() = default;
+  virtual void Begin(TxMode mode) = 0;
+  virtual void Commit() = 0;
+  virtual void Rollback() noexcept = 0;  // best effort; marks broken on failure
+  virtual SqlRows Query(std::string_view sql, std::initializer_list<SqlValue> params) = 0;
+  // Runs several statements without parameters (migrations).
+  virtual void ExecScript(std::string_view sql) = 0;
+  // False once the connection failed in a way that needs a new one.
+  virtual bool healthy() const = 0;
+};
+
+class SqlDriver {
+ public:
+  virtual ~SqlDriver() = default;
+  virtual std::string_view backend() const = 0;
+  virtual const std::vector<Migration>& migrations() const = 0;
+  virtual const std::string& display_url() const = 0;
+  // Opens a new connection (throws SqlError: Unavailable, DataLoss, ...).
+  virtual std::unique_ptr<SqlConnection> Connect() = 0;
+  // Connections worth keeping open at once.
+  virtual int max_connections() const = 0;
+  // Serializes migrations across processes (advisory lock, exclusive lock);
+  // called inside the migration transaction.
+  virtual void LockForMigration(SqlConnection& c) = 0;
+};
+
+std::unique_ptr<SqlDriver> MakeSqliteDriver(std::string path, std::string display_url,
+                                            int busy_timeout_ms);
+std::unique_ptr<SqlDriver> MakePostgresDriver(std::string url, std::string display_url,
+                                              int pool_size);
+
+}  // namespace hpo::store

@@ -1,0 +1,721 @@
+#include "server/store/sql_store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <set>
+#include <type_traits>
+
+namespace hpo::store {
+namespace {
+
+using TxMode = SqlConnection::TxMode;
+
+constexpr const char* kTrialColumns =
+    "id, experiment_id, space_id, number, params, system_params, state, priority, attempt, "
+    "lease_owner, lease_expires_ms, created_ms, started_ms, finished_ms, updated_ms, "
+    "final_metrics, reason";
+
+TrialState TrialStateOrThrow(const std::string& s) {
+  auto r = ParseTrialState(s);
+  if (!r.ok()) Throw(Status::DataLoss("stored trial has unknown state '" + s + "'"));
+  return *r;
+}
+
+TrialRecord ReadTrial(const SqlRow& r) {
+  TrialRecord t;
+  t.id = r.Int(0);
+  t.experiment_id = r.Int(1);
+  t.space_id = r.OptInt(2);
+  t.number = r.Int(3);
+  t.params_json = r.Text(4);
+  t.system_params_json = r.Text(5);
+  t.state = TrialStateOrThrow(r.Text(6));
+  t.priority = r.Real(7);
+  t.attempt = static_cast<int>(r.Int(8));
+  t.lease_owner = r.Text(9);
+  t.lease_expires_ms = r.OptInt(10);
+  t.created_ms = r.Int(11);
+  t.started_ms = r.OptInt(12);
+  t.finished_ms = r.OptInt(13);
+  t.updated_ms = r.Int(14);
+  t.final_metrics_json = r.Text(15);
+  t.reason = r.Text(16);
+  return t;
+}
+
+constexpr const char* kExperimentColumns =
+    "id, name, spec, state, reason, created_ms, updated_ms, finished_ms";
+
+ExperimentRecord ReadExperiment(const SqlRow& r) {
+  ExperimentRecord e;
+  e.id = r.Int(0);
+  e.name = r.Text(1);
+  e.spec_json = r.Text(2);
+  auto state = ParseExperimentState(r.Text(3));
+  if (!state.ok()) Throw(Status::DataLoss("stored experiment has unknown state '" + r.Text(3) + "'"));
+  e.state = *state;
+  e.reason = r.Text(4);
+  e.created_ms = r.Int(5);
+  e.updated_ms = r.Int(6);
+  e.finished_ms = r.OptInt(7);
+  return e;
+}
+
+SearchSpaceRecord ReadSpace(const SqlRow& r) {
+  return SearchSpaceRecord{r.Int(0), r.Int(1), r.Text(2), r.Text(3)};
+}
+
+std::string TrialName(Id id) { return "trial " + std::to_string(id); }
+
+// Why a conditional update on a trial touched no row, as an error.
+Status ExplainTrialConflict(SqlConnection& c, Id trial_id, const std::string& owner,
+                            std::string_view action) {
+  auto rows = c.Query("SELECT state, lease_owner FROM trials WHERE id = $1", {trial_id});
+  if (rows.empty()) return Status::NotFound(TrialName(trial_id) + " does not exist");
+  const TrialState state = TrialStateOrThrow(rows[0].Text(0));
+  const std::string holder = rows[0].Text(1);
+  std::string msg = "cannot " + std::string(action) + " " + TrialName(trial_id) + ": it is " +
+                    std::string(ToString(state));
+  if (IsFinished(state)) {
+    msg += ", and finished trials are immutable";
+  } else if (state == TrialState::kPending) {
+    msg += " (not leased; its lease may have expired)";
+  } else if (holder != owner) {
+    msg += " under a lease held by '" + holder + "', not '" + owner + "'";
+  }
+  return Status::FailedPrecondition(msg);
+}
+
+bool IsFiniteNonNegative(double v) { return std::isfinite(v) && v >= 0; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Connection pool and transactions
+
+SqlStore::SqlStore(std::unique_ptr<SqlDriver> driver, StoreOptions options)
+    : driver_(std::move(driver)), options_(std::move(options)) {}
+
+TimeMs SqlStore::Now() const {
+  if (options_.clock) return options_.clock();
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::unique_ptr<SqlConnection> SqlStore::Acquire() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return !idle_.empty() || open_ < driver_->max_connections(); });
+  if (!idle_.empty()) {
+    auto c = std::move(idle_.back());
+    idle_.pop_back();
+    return c;
+  }
+  ++open_;
+  lock.unlock();
+  try {
+    return driver_->Connect();
+  } catch (...) {
+    lock.lock();
+    --open_;
+    cv_.notify_one();
+    throw;
+  }
+}
+
+void SqlStore::Release(std::unique_ptr<SqlConnection> c) {
+  std::lock_guard lock(mu_);
+  if (c->healthy()) {
+    idle_.push_back(std::move(c));
+  } else {
+    --open_;  // dropped; the next Acquire reconnects
+  }
+  cv_.notify_one();
+}
+
+template <typename F>
+auto SqlStore::Run(TxMode mode, F&& body) {
+  using T = std::invoke_result_t<F&, SqlConnection&>;
+  using Out = std::conditional_t<std::is_void_v<T>, Status, Result<T>>;
+  for (int attempt = 0;; ++attempt) {
+    std::unique_ptr<SqlConnection> conn;
+    bool committing = false;
+    try {
+      conn = Acquire();
+      conn->Begin(mode);
+      if constexpr (std::is_void_v<T>) {
+        body(*conn);
+        committing = true;
+        conn->Commit();
+        Release(std::move(conn));
+        return Out(Status::OK());
+      } else {
+        T value = body(*conn);
+        committing = true;
+        conn->Commit();
+        Release(std::move(conn));
+        return Out(std::move(value));
+      }
+    } catch (const SqlError& e) {
+      if (conn) {
+        conn->Rollback();
+        Release(std::move(conn));
+      }
+      // A connection that died before COMMIT was sent changed nothing: the
+      // server may have restarted, so try once more on a new connection.
+      if (e.status.IsUnavailable() && !committing && attempt == 0) continue;
+      return Out(e.status);
+    } catch (const std::exception& e) {
+      if (conn) {
+        conn->Rollback();
+        Release(std::move(conn));
+      }
+      return Out(Status::Internal(driver_->display_url() + ": " + e.what()));
+    }
+  }
+}
+
+Result<std::unique_ptr<Store>> SqlStore::Open(std::unique_ptr<SqlDriver> driver,
+                                              StoreOptions options) {
+  std::unique_ptr<SqlStore> store(new SqlStore(std::move(driver), std::move(options)));
+  Status s = store->Run(TxMode::kWrite, [&](SqlConnection& c) { store->Migrate(c); });
+  if (!s.ok()) return s;
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+void SqlStore::Migrate(SqlConnection& c) {
+  driver_->LockForMigration(c);
+  c.ExecScript(
+      "CREATE TABLE IF NOT EXISTS schema_version ("
+      " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_ms BIGINT NOT NULL)");
+  const int current =
+      static_cast<int>(c.Query("SELECT COALESCE(MAX(version), 0) FROM schema_version", {})[0].Int(0));
+  auto pending = PendingMigrations(driver_->migrations(), current, driver_->display_url());
+  if (!pending.ok()) Throw(pending.status());
+  for (const Migration* m : *pending) {
+    try {
+      c.ExecScript(m->sql);
+    } catch (const SqlError& e) {
+      Throw(e.status.WithContext("migration " + std::to_string(m->version) + "_" +
+                                 std::string(m->name) + " failed (nothing was applied)"));
+    }
+    c.Query("INSERT INTO schema_version (version, name, applied_ms) VALUES ($1, $2, $3)",
+            {int64_t{m->version}, std::string(m->name), Now()});
+  }
+}
+
+Result<int> SqlStore::SchemaVersion() {
+  return Run(TxMode::kRead, [&](SqlConnection& c) {
+    return static_cast<int>(
+        c.Query("SELECT COALESCE(MAX(version), 0) FROM schema_version", {})[0].Int(0));
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Experiments
+
+Result<ExperimentRecord> SqlStore::CreateExperiment(const NewExperiment& e) {
+  if (e.name.empty()) return Status::InvalidArgument("experiment name: must not be empty");
+  std::set<std::string> names;
+  for (size_t i = 0; i < e.spaces.size(); ++i) {
+    const auto& name = e.spaces[i].name;
+    if (name.empty()) {
+      return Status::InvalidArgument("spaces[" + std::to_string(i) + "].name: must not be empty");
+    }
+    if (!names.insert(name).second) {
+      return Status::InvalidArgument("spaces[" + std::to_string(i) + "].name: '" + name +
+                                     "' is used by an earlier space");
+    }
+  }
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    const TimeMs now = Now();
+    auto rows = c.Query(
+        "INSERT INTO experiments (name, spec, state, created_ms, updated_ms) "
+        "VALUES ($1, $2, 'running', $3, $3) RETURNING " + std::string(kExperimentColumns),
+        {e.name, e.spec_json, now});
+    ExperimentRecord rec = ReadExperiment(rows.at(0));
+    for (const auto& s : e.spaces) {
+      auto srow = c.Query(
+          "INSERT INTO search_spaces (experiment_id, name, spec) VALUES ($1, $2, $3) "
+          "RETURNING id, experiment_id, name, spec",
+          {rec.id, s.name, s.spec_json});
+      rec.spaces.push_back(ReadSpace(srow.at(0)));
+    }
+    return rec;
+  });
+}
+
+Result<ExperimentRecord> SqlStore::GetExperiment(Id id) {
+  return Run(TxMode::kRead, [&](SqlConnection& c) {
+    auto rows = c.Query(
+        "SELECT " + std::string(kExperimentColumns) + " FROM experiments WHERE id = $1", {id});
+    if (rows.empty()) Throw(Status::NotFound("experiment " + std::to_string(id) + " does not exist"));
+    ExperimentRecord rec = ReadExperiment(rows[0]);
+    for (const auto& r : c.Query("SELECT id, experiment_id, name, spec FROM search_spaces "
+                                 "WHERE experiment_id = $1 ORDER BY id",
+                                 {id})) {
+      rec.spaces.push_back(ReadSpace(r));
+    }
+    return rec;
+  });
+}
+
+Result<std::vector<ExperimentRecord>> SqlStore::ListExperiments(int64_t offset, int64_t limit) {
+  if (offset < 0 || limit < 0) {
+    return Status::InvalidArgument("offset and limit: must not be negative");
+  }
+  return Run(TxMode::kRead, [&](SqlConnection& c) {
+    std::vector<ExperimentRecord> out;
+    for (const auto& r : c.Query("SELECT " + std::string(kExperimentColumns) +
+                                     " FROM experiments ORDER BY id DESC LIMIT $1 OFFSET $2",
+                                 {limit, offset})) {
+      out.push_back(ReadExperiment(r));
+    }
+    if (out.empty()) return out;
+    std::map<Id, ExperimentRecord*> by_id;
+    for (auto& e : out) by_id[e.id] = &e;
+    for (const auto& r : c.Query("SELECT id, experiment_id, name, spec FROM search_spaces "
+                                 "WHERE experiment_id BETWEEN $1 AND $2 ORDER BY id",
+                                 {out.back().id, out.front().id})) {
+      auto it = by_id.find(r.Int(1));
+      if (it != by_id.end()) it->second->spaces.push_back(ReadSpace(r));
+    }
+    return out;
+  });
+}
+
+Status SqlStore::FinishExperiment(Id id, ExperimentState state, std::string_view reason) {
+  if (state == ExperimentState::kRunning) {
+    return Status::InvalidArgument("state: an experiment can only be finished as completed, "
+                                   "cancelled or failed");
+  }
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    const TimeMs now = Now();
+    auto rows = c.Query(
+        "UPDATE experiments SET state = $2, reason = $3, updated_ms = $4, finished_ms = $4 "
+        "WHERE id = $1 AND state = 'running' RETURNING id",
+        {id, std::string(ToString(state)), std::string(reason), now});
+    if (rows.empty()) {
+      auto cur = c.Query("SELECT state FROM experiments WHERE id = $1", {id});
+      if (cur.empty()) Throw(Status::NotFound("experiment " + std::to_string(id) + " does not exist"));
+      Throw(Status::FailedPrecondition("experiment " + std::to_string(id) + " has already ended (" +
+                                       cur[0].Text(0) + ")"));
+    }
+    // Pending trials never start once the experiment ended; cancelling or
+    // failing it also stops the trials in flight (workers see it on their
+    // next report).
+    const std::string why = "experiment " + std::string(ToString(state)) +
+                            (reason.empty() ? "" : ": " + std::string(reason));
+    const bool stop_running = state != ExperimentState::kCompleted;
+    c.Query(
+        "UPDATE trials SET state = 'cancelled', reason = $2, finished_ms = $3, updated_ms = $3, "
+        "lease_expires_ms = NULL "
+        "WHERE experiment_id = $1 AND (state = 'pending' OR (CAST($4 AS INTEGER) = 1 AND state IN ('leased', "
+        "'running')))",
+        {id, why, now, int64_t{stop_running ? 1 : 0}});
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Trials
+
+Result<std::vector<TrialRecord>> SqlStore::CreateTrials(Id experiment_id,
+                                                        const std::vector<NewTrial>& trials) {
+  for (size_t i = 0; i < trials.size(); ++i) {
+    if (!std::isfinite(trials[i].priority)) {
+      return Status::InvalidArgument("trials[" + std::to_string(i) + "].priority: must be finite");
+    }
+  }
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    auto exp = c.Query("SELECT state, next_number FROM experiments WHERE id = $1 {FOR_UPDATE}",
+                       {experiment_id});
+    const std::string name = "experiment " + std::to_string(experiment_id);
+    if (exp.empty()) Throw(Status::NotFound(name + " does not exist"));
+    if (exp[0].Text(0) != "running") {
+      Throw(Status::FailedPrecondition(name + " has ended (" + exp[0].Text(0) +
+                                       "); it takes no new trials"));
+    }
+    int64_t number = exp[0].Int(1);
+    std::set<Id> spaces;
+    for (const auto& r : c.Query("SELECT id FROM search_spaces WHERE experiment_id = $1",
+                                 {experiment_id})) {
+      spaces.insert(r.Int(0));
+    }
+    const TimeMs now = Now();
+    std::vector<TrialRecord> out;
+    out.reserve(trials.size());
+    for (size_t i = 0; i < trials.size(); ++i) {
+      const NewTrial& t = trials[i];
+      if (t.space_id && !spaces.count(*t.space_id)) {
+        Throw(Status::InvalidArgument("trials[" + std::to_string(i) + "].space_id: search space " +
+                                      std::to_string(*t.space_id) + " is not part of " + name));
+      }
+      auto rows = c.Query(
+          "INSERT INTO trials (experiment_id, space_id, number, params, system_params, state, "
+          "priority, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $7) "
+          "RETURNING " + std::string(kTrialColumns),
+          {experiment_id, Opt(t.space_id), number++, t.params_json, t.system_params_json,
+           t.priority, now});
+      out.push_back(ReadTrial(rows.at(0)));
+    }
+    c.Query("UPDATE experiments SET next_number = $2, updated_ms = $3 WHERE id = $1",
+            {experiment_id, number, now});
+    return out;
+  });
+}
+
+Result<TrialRecord> SqlStore::GetTrial(Id id) {
+  return Run(TxMode::kRead, [&](SqlConnection& c) {
+    auto rows = c.Query("SELECT " + std::string(kTrialColumns) + " FROM trials WHERE id = $1", {id});
+    if (rows.empty()) Throw(Status::NotFound(TrialName(id) + " does not exist"));
+    return ReadTrial(rows[0]);
+  });
+}
+
+namespace {
+void RequireExperiment(SqlConnection& c, Id experiment_id) {
+  if (c.Query("SELECT id FROM experiments WHERE id = $1", {experiment_id}).empty()) {
+    Throw(Status::NotFound("experiment " + std::to_string(experiment_id) + " does not exist"));
+  }
+}
+}  // namespace
+
+Result<std::vector<TrialRecord>> SqlStore::ListTrials(Id experiment_id, const TrialFilter& f) {
+  if (f.offset < 0 || f.limit < 0) {
+    return Status::InvalidArgument("offset and limit: must not be negative");
+  }
+  return Run(TxMode::kRead, [&](SqlConnection& c) {
+    RequireExperiment(c, experiment_id);
+    std::vector<TrialRecord> out;
+    SqlValue state = f.state ? SqlValue(std::string(ToString(*f.state))) : Null();
+    for (const auto& r :
+         c.Query("SELECT " + std::string(kTrialColumns) +
+                     " FROM trials WHERE experiment_id = $1"
+                     " AND (CAST(CAST($2 AS INTEGER) AS TEXT) IS NULL OR state = $2)"
+                     " AND (CAST($3 AS BIGINT) IS NULL OR space_id = $3)"
+                     " ORDER BY number LIMIT $4 OFFSET $5",
+                 {experiment_id, state, Opt(f.space_id), f.limit, f.offset})) {
+      out.push_back(ReadTrial(r));
+    }
+    return out;
+  });
+}
+
+Result<TrialCounts> SqlStore::CountTrials(Id experiment_id) {
+  return Run(TxMode::kRead, [&](SqlConnection& c) {
+    RequireExperiment(c, experiment_id);
+    TrialCounts n;
+    for (const auto& r : c.Query("SELECT state, COUNT(*) FROM trials WHERE experiment_id = $1 "
+                                 "GROUP BY state",
+                                 {experiment_id})) {
+      const int64_t k = r.Int(1);
+      switch (TrialStateOrThrow(r.Text(0))) {
+        case TrialState::kPending: n.pending = k; break;
+        case TrialState::kLeased: n.leased = k; break;
+        case TrialState::kRunning: n.running = k; break;
+        case TrialState::kCompleted: n.completed = k; break;
+        case TrialState::kPruned: n.pruned = k; break;
+        case TrialState::kFailed: n.failed = k; break;
+        case TrialState::kCancelled: n.cancelled = k; break;
+      }
+    }
+    return n;
+  });
+}
+
+namespace {
+Status CheckLeaseArgs(const std::string& owner, TimeMs lease_ms) {
+  if (owner.empty()) return Status::InvalidArgument("owner: must not be empty");
+  if (lease_ms <= 0) return Status::InvalidArgument("lease_ms: must be positive");
+  return Status::OK();
+}
+}  // namespace
+
+Result<std::optional<TrialRecord>> SqlStore::LeaseNextTrial(const LeaseRequest& req) {
+  HPO_RETURN_IF_ERROR(CheckLeaseArgs(req.owner, req.lease_ms));
+  return Run(TxMode::kWrite, [&](SqlConnection& c) -> std::optional<TrialRecord> {
+    const TimeMs now = Now();
+    // The inner SELECT locks one pending row and skips rows other leasers
+    // hold, so concurrent leasers get different trials without waiting.
+    auto rows = c.Query(
+        "UPDATE trials SET state = 'leased', lease_owner = $1, lease_expires_ms = $2, "
+        "attempt = attempt + 1, started_ms = COALESCE(started_ms, $3), updated_ms = $3 "
+        "WHERE state = 'pending' AND id = (SELECT id FROM trials WHERE state = 'pending'"
+        " AND (CAST($4 AS BIGINT) IS NULL OR experiment_id = $4)"
+        " AND (CAST($5 AS BIGINT) IS NULL OR space_id = $5)"
+        " ORDER BY priority DESC, id LIMIT 1 {FOR_UPDATE} {SKIP_LOCKED}) "
+        "RETURNING " + std::string(kTrialColumns),
+        {req.owner, now + req.lease_ms, now, Opt(req.experiment_id), Opt(req.space_id)});
+    if (rows.empty()) return std::nullopt;
+    return ReadTrial(rows[0]);
+  });
+}
+
+Result<TrialRecord> SqlStore::LeaseTrial(Id trial_id, const std::string& owner, TimeMs lease_ms) {
+  HPO_RETURN_IF_ERROR(CheckLeaseArgs(owner, lease_ms));
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    const TimeMs now = Now();
+    auto rows = c.Query(
+        "UPDATE trials SET state = 'leased', lease_owner = $1, lease_expires_ms = $2, "
+        "attempt = attempt + 1, started_ms = COALESCE(started_ms, $3), updated_ms = $3 "
+        "WHERE id = $4 AND state = 'pending' RETURNING " + std::string(kTrialColumns),
+        {owner, now + lease_ms, now, trial_id});
+    if (rows.empty()) Throw(ExplainTrialConflict(c, trial_id, owner, "lease"));
+    return ReadTrial(rows[0]);
+  });
+}
+
+Status SqlStore::RenewLease(Id trial_id, const std::string& owner, TimeMs lease_ms) {
+  HPO_RETURN_IF_ERROR(CheckLeaseArgs(owner, lease_ms));
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    const TimeMs now = Now();
+    auto rows = c.Query(
+        "UPDATE trials SET lease_expires_ms = $3, updated_ms = $4 "
+        "WHERE id = $1 AND lease_owner = $2 AND state IN ('leased', 'running') RETURNING id",
+        {trial_id, owner, now + lease_ms, now});
+    if (rows.empty()) Throw(ExplainTrialConflict(c, trial_id, owner, "renew the lease of"));
+  });
+}
+
+Result<std::vector<Id>> SqlStore::ReclaimExpiredLeases(int max_attempts) {
+  if (max_attempts < 1) return Status::InvalidArgument("max_attempts: must be at least 1");
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    const TimeMs now = Now();
+    std::vector<Id> out;
+    auto rows = c.Query(
+        "UPDATE trials SET "
+        " state = CASE WHEN attempt >= CAST($2 AS INTEGER) THEN 'failed' ELSE 'pending' END,"
+        " reason = CASE WHEN attempt >= CAST($2 AS INTEGER) THEN 'lease expired after attempt ' || "
+        "CAST(attempt AS TEXT) || ' of ' || CAST(CAST($2 AS INTEGER) AS TEXT) || ' (last held by ' || lease_owner || ')'"
+        " ELSE reason END,"
+        " finished_ms = CASE WHEN attempt >= CAST($2 AS INTEGER) THEN $1 ELSE NULL END,"
+        " lease_owner = CASE WHEN attempt >= CAST($2 AS INTEGER) THEN lease_owner ELSE '' END,"
+        " lease_expires_ms = NULL, updated_ms = $1 "
+        "WHERE state IN ('leased', 'running') AND lease_expires_ms < $1 RETURNING id, state",
+        {now, int64_t{max_attempts}});
+    for (const auto& r : rows) {
+      out.push_back(r.Int(0));
+      // The dead attempt's curve says nothing about the next one.
+      if (r.Text(1) == "pending") c.Query("DELETE FROM measurements WHERE trial_id = $1", {r.Int(0)});
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  });
+}
+
+Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string& owner,
+                                                 const Measurement& m,
+                                                 std::optional<TimeMs> renew_lease_ms) {
+  if (m.step < 0) return Status::InvalidArgument("step: must not be negative");
+  if (!IsFiniteNonNegative(m.samples_per_sec)) {
+    return Status::InvalidArgument("samples_per_sec: must be a finite number >= 0");
+  }
+  if (renew_lease_ms && *renew_lease_ms <= 0) {
+    return Status::InvalidArgument("renew_lease_ms: must be positive");
+  }
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    const TimeMs now = Now();
+    // Checks ownership and locks the trial row in one statement, so a
+    // concurrent FinishTrial cannot slip between the check and the insert.
+    auto rows = c.Query(
+        "UPDATE trials SET state = 'running', updated_ms = $3,"
+        " lease_expires_ms = COALESCE(CAST($4 AS BIGINT), lease_expires_ms) "
+        "WHERE id = $1 AND lease_owner = $2 AND state IN ('leased', 'running') RETURNING id",
+        {trial_id, owner, now, renew_lease_ms ? SqlValue(now + *renew_lease_ms) : Null()});
+    if (rows.empty()) Throw(ExplainTrialConflict(c, trial_id, owner, "report on"));
+    auto ins = c.Query(
+        "INSERT INTO measurements (trial_id, step, metrics, samples_per_sec, system_setting, "
+        "created_ms) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (trial_id, step) DO NOTHING "
+        "RETURNING step",
+        {trial_id, m.step, m.metrics_json, m.samples_per_sec, m.system_setting_json, now});
+    return ReportResult{!ins.empty(), TrialState::kRunning};
+  });
+}
+
+Result<std::vector<MeasurementRecord>> SqlStore::ListMeasurements(Id trial_id) {
+  return Run(TxMode::kRead, [&](SqlConnection& c) {
+    if (c.Query("SELECT id FROM trials WHERE id = $1", {trial_id}).empty()) {
+      Throw(Status::NotFound(TrialName(trial_id) + " does not exist"));
+    }
+    std::vector<MeasurementRecord> out;
+    for (const auto& r : c.Query("SELECT step, metrics, samples_per_sec, system_setting, "
+                                 "created_ms FROM measurements WHERE trial_id = $1 ORDER BY step",
+                                 {trial_id})) {
+      MeasurementRecord m;
+      m.trial_id = trial_id;
+      m.step = r.Int(0);
+      m.metrics_json = r.Text(1);
+      m.samples_per_sec = r.Real(2);
+      m.system_setting_json = r.Text(3);
+      m.created_ms = r.Int(4);
+      out.push_back(std::move(m));
+    }
+    return out;
+  });
+}
+
+Status SqlStore::FinishTrial(Id trial_id, const std::string& owner, const FinishRequest& f) {
+  if (!IsFinished(f.state)) {
+    return Status::InvalidArgument("state: a trial can only be finished as completed, pruned, "
+                                   "failed or cancelled, not " + std::string(ToString(f.state)));
+  }
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    const TimeMs now = Now();
+    const std::string state(ToString(f.state));
+    // Anyone may cancel a trial nobody runs; only the lease holder may finish
+    // it otherwise (a stale worker must not fail a requeued trial).
+    const bool may_skip_lease = f.state == TrialState::kCancelled;
+    auto rows = c.Query(
+        "UPDATE trials SET state = $3, final_metrics = $4, reason = $5, finished_ms = $6, "
+        "updated_ms = $6, lease_expires_ms = NULL "
+        "WHERE id = $1 AND ((state IN ('leased', 'running') AND lease_owner = $2)"
+        " OR (CAST($7 AS INTEGER) = 1 AND state = 'pending')) RETURNING id",
+        {trial_id, owner, state, f.final_metrics_json, f.reason, now,
+         int64_t{may_skip_lease ? 1 : 0}});
+    if (!rows.empty()) return;
+    auto cur = c.Query("SELECT state FROM trials WHERE id = $1", {trial_id});
+    // The same finish again is a retried call: acknowledge, change nothing.
+    if (!cur.empty() && cur[0].Text(0) == state) return;
+    Throw(ExplainTrialConflict(c, trial_id, owner, "finish"));
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Workers, devices, speed
+
+namespace {
+DeviceRecord ReadDevice(const SqlRow& r) {
+  DeviceRecord d;
+  d.id = r.Int(0);
+  d.worker_id = r.Int(1);
+  d.ordinal = static_cast<int>(r.Int(2));
+  auto kind = ParseDeviceKind(r.Text(3));
+  if (!kind.ok()) Throw(Status::DataLoss("stored device has unknown kind '" + r.Text(3) + "'"));
+  d.kind = *kind;
+  d.name = r.Text(4);
+  d.device_class = r.Text(5);
+  d.cores = r.Real(6);
+  d.memory_bytes = r.Int(7);
+  d.benchmark_gflops = r.Real(8);
+  return d;
+}
+constexpr const char* kDeviceColumns =
+    "id, worker_id, ordinal, kind, name, device_class, cores, memory_bytes, benchmark_gflops";
+}  // namespace
+
+Result<WorkerRecord> SqlStore::RegisterWorker(const NewWorker& w) {
+  if (w.host.empty()) return Status::InvalidArgument("host: must not be empty");
+  std::set<int> ordinals;
+  for (size_t i = 0; i < w.devices.size(); ++i) {
+    const auto& d = w.devices[i];
+    const std::string path = "devices[" + std::to_string(i) + "]";
+    if (d.name.empty()) return Status::InvalidArgument(path + ".name: must not be empty");
+    if (d.device_class.empty()) return Status::InvalidArgument(path + ".device_class: must not be empty");
+    if (!ordinals.insert(d.ordinal).second) {
+      return Status::InvalidArgument(path + ".ordinal: " + std::to_string(d.ordinal) +
+                                     " is used by an earlier device");
+    }
+    if (!IsFiniteNonNegative(d.cores) || !IsFiniteNonNegative(d.benchmark_gflops) ||
+        d.memory_bytes < 0) {
+      return Status::InvalidArgument(path + ": cores, memory_bytes and benchmark_gflops must be "
+                                     "finite and >= 0");
+    }
+  }
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    const TimeMs now = Now();
+    auto rows = c.Query(
+        "INSERT INTO workers (host, labels, registered_ms, last_seen_ms) VALUES ($1, $2, $3, $3) "
+        "RETURNING id",
+        {w.host, w.labels_json, now});
+    WorkerRecord rec{rows.at(0).Int(0), w.host, w.labels_json, now, now, {}};
+    for (const auto& d : w.devices) {
+      auto drow = c.Query(
+          "INSERT INTO devices (worker_id, ordinal, kind, name, device_class, cores, memory_bytes, "
+          "benchmark_gflops) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING " +
+              std::string(kDeviceColumns),
+          {rec.id, int64_t{d.ordinal}, std::string(ToString(d.kind)), d.name, d.device_class,
+           d.cores, d.memory_bytes, d.benchmark_gflops});
+      rec.devices.push_back(ReadDevice(drow.at(0)));
+    }
+    return rec;
+  });
+}
+
+Status SqlStore::TouchWorker(Id worker_id) {
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    if (c.Query("UPDATE workers SET last_seen_ms = $2 WHERE id = $1 RETURNING id",
+                {worker_id, Now()})
+            .empty()) {
+      Throw(Status::NotFound("worker " + std::to_string(worker_id) + " is not registered"));
+    }
+  });
+}
+
+Result<std::vector<WorkerRecord>> SqlStore::ListWorkers() {
+  return Run(TxMode::kRead, [&](SqlConnection& c) {
+    std::vector<WorkerRecord> out;
+    std::map<Id, size_t> index;
+    for (const auto& r : c.Query("SELECT id, host, labels, registered_ms, last_seen_ms "
+                                 "FROM workers ORDER BY id",
+                                 {})) {
+      index[r.Int(0)] = out.size();
+      out.push_back(WorkerRecord{r.Int(0), r.Text(1), r.Text(2), r.Int(3), r.Int(4), {}});
+    }
+    for (const auto& r : c.Query("SELECT " + std::string(kDeviceColumns) +
+                                     " FROM devices ORDER BY worker_id, ordinal",
+                                 {})) {
+      auto d = ReadDevice(r);
+      out[index.at(d.worker_id)].devices.push_back(std::move(d));
+    }
+    return out;
+  });
+}
+
+Result<Id> SqlStore::AddSpeedObservation(const SpeedObservation& o) {
+  if (!IsFiniteNonNegative(o.samples_per_sec)) {
+    return Status::InvalidArgument("samples_per_sec: must be a finite number >= 0");
+  }
+  if (o.workload.empty()) return Status::InvalidArgument("workload: must not be empty");
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    if (c.Query("SELECT id FROM devices WHERE id = $1", {o.device_id}).empty()) {
+      Throw(Status::NotFound("device " + std::to_string(o.device_id) + " is not registered"));
+    }
+    return c
+        .Query("INSERT INTO speed_observations (device_id, device_class, workload, system_setting, "
+               "samples_per_sec, trial_id, observed_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) "
+               "RETURNING id",
+               {o.device_id, o.device_class, o.workload, o.system_setting_json, o.samples_per_sec,
+                Opt(o.trial_id), Now()})
+        .at(0)
+        .Int(0);
+  });
+}
+
+Result<std::vector<SpeedObservationRecord>> SqlStore::ListSpeedObservations(
+    std::string_view workload, int64_t limit) {
+  if (limit < 0) return Status::InvalidArgument("limit: must not be negative");
+  return Run(TxMode::kRead, [&](SqlConnection& c) {
+    std::vector<SpeedObservationRecord> out;
+    for (const auto& r : c.Query(
+             "SELECT id, device_id, device_class, workload, system_setting, samples_per_sec, "
+             "trial_id, observed_ms FROM speed_observations WHERE ($1 = '' OR workload = $1) "
+             "ORDER BY id DESC LIMIT $2",
+             {std::string(workload), limit})) {
+      SpeedObservationRecord o;
+      o.id = r.Int(0);
+      o.device_id = r.Int(1);
+      o.device_class = r.Text(2);
+      o.workload = r.Text(3);
+      o.system_setting_json = r.Text(4);
+      o.samples_per_sec = r.Real(5);
+      o.trial_id = r.OptInt(6);
+      o.observed_ms = r.Int(7);
+      out.push_back(std::move(o));
+    }
+    std::reverse(out.begin(), out.end());  // the newest `limit`, oldest first
+    return out;
+  });
+}
+
+}  // namespace hpo::store

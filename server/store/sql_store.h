@@ -1,0 +1,74 @@
+// SqlStore: the Store rules, written once over a SqlDriver (SQLite or
+// PostgreSQL). See store.h for the contract.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "server/store/sql_driver.h"
+#include "server/store/store.h"
+
+namespace hpo::store {
+
+class SqlStore final : public Store {
+ public:
+  // Connects and applies pending migrations.
+  static Result<std::unique_ptr<Store>> Open(std::unique_ptr<SqlDriver> driver,
+                                             StoreOptions options);
+
+  std::string_view backend() const override { return driver_->backend(); }
+  const std::string& display_url() const override { return driver_->display_url(); }
+  Result<int> SchemaVersion() override;
+
+  Result<ExperimentRecord> CreateExperiment(const NewExperiment& e) override;
+  Result<ExperimentRecord> GetExperiment(Id id) override;
+  Result<std::vector<ExperimentRecord>> ListExperiments(int64_t offset, int64_t limit) override;
+  Status FinishExperiment(Id id, ExperimentState state, std::string_view reason) override;
+
+  Result<std::vector<TrialRecord>> CreateTrials(Id experiment_id,
+                                                const std::vector<NewTrial>& trials) override;
+  Result<TrialRecord> GetTrial(Id id) override;
+  Result<std::vector<TrialRecord>> ListTrials(Id experiment_id, const TrialFilter& filter) override;
+  Result<TrialCounts> CountTrials(Id experiment_id) override;
+  Result<std::optional<TrialRecord>> LeaseNextTrial(const LeaseRequest& req) override;
+  Result<TrialRecord> LeaseTrial(Id trial_id, const std::string& owner, TimeMs lease_ms) override;
+  Status RenewLease(Id trial_id, const std::string& owner, TimeMs lease_ms) override;
+  Result<std::vector<Id>> ReclaimExpiredLeases(int max_attempts) override;
+  Result<ReportResult> ReportMeasurement(Id trial_id, const std::string& owner,
+                                         const Measurement& m,
+                                         std::optional<TimeMs> renew_lease_ms) override;
+  Result<std::vector<MeasurementRecord>> ListMeasurements(Id trial_id) override;
+  Status FinishTrial(Id trial_id, const std::string& owner, const FinishRequest& f) override;
+
+  Result<WorkerRecord> RegisterWorker(const NewWorker& w) override;
+  Status TouchWorker(Id worker_id) override;
+  Result<std::vector<WorkerRecord>> ListWorkers() override;
+  Result<Id> AddSpeedObservation(const SpeedObservation& o) override;
+  Result<std::vector<SpeedObservationRecord>> ListSpeedObservations(std::string_view workload,
+                                                                    int64_t limit) override;
+
+ private:
+  SqlStore(std::unique_ptr<SqlDriver> driver, StoreOptions options);
+
+  // Runs body(connection) in one transaction; converts SqlError and other
+  // exceptions to a Status. Retries once on a fresh connection when the
+  // failure was a lost connection before anything was committed.
+  template <typename F>
+  auto Run(SqlConnection::TxMode mode, F&& body);
+
+  std::unique_ptr<SqlConnection> Acquire();
+  void Release(std::unique_ptr<SqlConnection> c);
+  void Migrate(SqlConnection& c);
+  TimeMs Now() const;
+
+  std::unique_ptr<SqlDriver> driver_;
+  StoreOptions options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<SqlConnection>> idle_;  // GUARDED_BY(mu_)
+  int open_ = 0;                                      // GUARDED_BY(mu_)
+};
+
+}  // namespace hpo::store

@@ -1,0 +1,308 @@
+// The durable store: experiments, search spaces, trials, measurements,
+// workers, devices and speed observations.
+//
+// One interface, two implementations chosen by URL (see OpenStore below):
+//   sqlite:///abs/path/hpo.db, sqlite://./rel.db or a plain path -> SQLite
+//     (the embedded default), sqlite://:memory: for a private in-memory store;
+//   postgresql://user:pass@host:port/db (or postgres://) -> PostgreSQL.
+//
+// Rules every implementation keeps (and tests/store_conformance_test.cc checks
+// on both backends):
+//  * Every call is exactly one transaction: it either commits completely or
+//    changes nothing.
+//  * Thread safety: a Store may be used from any number of threads at once.
+//    Several Store handles (in one process or several) may share one
+//    database; they coordinate through the database only.
+//  * Leasing is a compare-and-set. LeaseNextTrial never hands one pending
+//    trial to two callers, even from two processes on one PostgreSQL
+//    (UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED); on SQLite
+//    write transactions are serialized with BEGIN IMMEDIATE).
+//  * A lease has an expiry. ReclaimExpiredLeases puts a leased/running trial
+//    whose lease expired back to pending (its attempt count already says how
+//    many leases it had), or fails it after `max_attempts` leases.
+//  * Only the lease owner may report on, renew or finish a leased trial (an
+//    ask/tell client holds leases too, under an owner name of its own). A
+//    pending trial may be cancelled by anyone.
+//  * When an expired lease puts a trial back to pending, the measurements of
+//    the dead attempt are deleted with it: the next attempt trains from
+//    scratch and reports its steps anew.
+//  * Reports are idempotent per (trial, step): repeating a step is
+//    acknowledged and changes nothing.
+//  * Finished trials (completed, pruned, failed, cancelled) are immutable:
+//    no report, renew or second finish with another state changes them.
+//    Finishing again with the same state is acknowledged (a retried RPC).
+//  * Durability: a call that returned success survives a crash of the
+//    process and of the machine. PostgreSQL: synchronous_commit as configured
+//    on the server (on by default). SQLite: journal_mode=WAL with
+//    synchronous=FULL, so every commit is fsynced to the WAL before the call
+//    returns (NORMAL would only survive a process crash).
+//  * Start-up applies the versioned migrations in sql/ inside one transaction
+//    and records them in `schema_version`; opening twice is a no-op; a
+//    database whose schema is newer than this binary is refused.
+//
+// Times are milliseconds since the Unix epoch, read from StoreOptions::clock.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace hpo::store {
+
+enum class ExperimentState { kRunning, kCompleted, kCancelled, kFailed };
+enum class TrialState { kPending, kLeased, kRunning, kCompleted, kPruned, kFailed, kCancelled };
+enum class DeviceKind { kCpu, kCuda };
+
+std::string_view ToString(ExperimentState s);
+std::string_view ToString(TrialState s);
+std::string_view ToString(DeviceKind k);
+Result<ExperimentState> ParseExperimentState(std::string_view s);
+Result<TrialState> ParseTrialState(std::string_view s);
+Result<DeviceKind> ParseDeviceKind(std::string_view s);
+
+// Completed, pruned, failed or cancelled.
+bool IsFinished(TrialState s);
+
+using Id = int64_t;
+using TimeMs = int64_t;
+
+struct SearchSpaceRecord {
+  Id id = 0;
+  Id experiment_id = 0;
+  std::string name;
+  std::string spec_json;
+};
+
+struct NewExperiment {
+  std::string name;
+  std::string spec_json;  // the whole experiment spec, as JSON text
+  struct Space {
+    std::string name;
+    std::string spec_json;
+  };
+  std::vector<Space> spaces;
+};
+
+struct ExperimentRecord {
+  Id id = 0;
+  std::string name;
+  std::string spec_json;
+  ExperimentState state = ExperimentState::kRunning;
+  std::string reason;  // why it ended, when it ended
+  TimeMs created_ms = 0;
+  TimeMs updated_ms = 0;
+  std::optional<TimeMs> finished_ms;
+  std::vector<SearchSpaceRecord> spaces;
+};
+
+struct NewTrial {
+  std::optional<Id> space_id;   // none for single-space experiments
+  std::string params_json = "{}";
+  std::string system_params_json = "{}";
+  double priority = 0;  // higher priorities are leased first
+};
+
+struct TrialRecord {
+  Id id = 0;
+  Id experiment_id = 0;
+  std::optional<Id> space_id;
+  int64_t number = 0;  // 0, 1, 2, ... within its experiment
+  std::string params_json;
+  std::string system_params_json;
+  TrialState state = TrialState::kPending;
+  double priority = 0;
+  int attempt = 0;  // how many times it was leased
+  std::string lease_owner;
+  std::optional<TimeMs> lease_expires_ms;
+  TimeMs created_ms = 0;
+  std::optional<TimeMs> started_ms;   // first lease
+  std::optional<TimeMs> finished_ms;
+  TimeMs updated_ms = 0;
+  std::string final_metrics_json;  // empty until finished
+  std::string reason;              // why it failed, was pruned or cancelled
+};
+
+struct Measurement {
+  int64_t step = 0;
+  std::string metrics_json = "{}";  // e.g. {"loss":0.4,"accuracy":0.87}
+  double samples_per_sec = 0;
+  std::string system_setting_json = "{}";  // e.g. {"batch_size":128,"threads":2}
+};
+
+struct MeasurementRecord : Measurement {
+  Id trial_id = 0;
+  TimeMs created_ms = 0;
+};
+
+struct DeviceInfo {
+  int ordinal = 0;  // position within its worker, 0-based
+  DeviceKind kind = DeviceKind::kCpu;
+  std::string name;          // "AMD EPYC 7B13", "NVIDIA H100 80GB HBM3"
+  std::string device_class;  // what placement groups by, e.g. "cpu:AMD EPYC 7B13:x2.0"
+  double cores = 0;          // usable cores (after affinity and cgroup quota)
+  int64_t memory_bytes = 0;
+  double benchmark_gflops = 0;  // the worker's speed benchmark
+};
+
+struct DeviceRecord : DeviceInfo {
+  Id id = 0;
+  Id worker_id = 0;
+};
+
+struct NewWorker {
+  std::string host;
+  std::string labels_json = "{}";
+  std::vector<DeviceInfo> devices;
+};
+
+struct WorkerRecord {
+  Id id = 0;
+  std::string host;
+  std::string labels_json;
+  TimeMs registered_ms = 0;
+  TimeMs last_seen_ms = 0;
+  std::vector<DeviceRecord> devices;
+};
+
+struct SpeedObservation {
+  Id device_id = 0;
+  std::string device_class;
+  std::string workload;  // workload signature, e.g. "fashion-mnist-cnn"
+  std::string system_setting_json = "{}";
+  double samples_per_sec = 0;
+  std::optional<Id> trial_id;
+};
+
+struct SpeedObservationRecord : SpeedObservation {
+  Id id = 0;
+  TimeMs observed_ms = 0;
+};
+
+struct TrialFilter {
+  std::optional<TrialState> state;
+  std::optional<Id> space_id;
+  int64_t offset = 0;
+  int64_t limit = 1000;  // at most this many, ordered by number
+};
+
+struct LeaseRequest {
+  std::string owner;  // who holds the lease, e.g. "worker/12/device/0"; not empty
+  TimeMs lease_ms = 60'000;
+  std::optional<Id> experiment_id;  // any running experiment when unset
+  std::optional<Id> space_id;       // any space when unset
+};
+
+struct ReportResult {
+  bool inserted = false;  // false: this (trial, step) was already recorded
+  TrialState state = TrialState::kRunning;
+};
+
+struct FinishRequest {
+  TrialState state = TrialState::kCompleted;  // must be a finished state
+  std::string final_metrics_json = "{}";
+  std::string reason;
+};
+
+struct TrialCounts {
+  int64_t pending = 0, leased = 0, running = 0, completed = 0, pruned = 0, failed = 0,
+          cancelled = 0;
+  int64_t total() const {
+    return pending + leased + running + completed + pruned + failed + cancelled;
+  }
+};
+
+struct StoreOptions {
+  // Milliseconds since the epoch; the system clock when unset. Tests replace
+  // it to expire leases without waiting.
+  std::function<TimeMs()> clock;
+  // PostgreSQL: connections kept open per Store handle.
+  int pool_size = 8;
+  // SQLite: how long a write waits for another connection's transaction.
+  int busy_timeout_ms = 10'000;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // "sqlite" or "postgresql".
+  virtual std::string_view backend() const = 0;
+  // The URL this store was opened with, password masked.
+  virtual const std::string& display_url() const = 0;
+  // Highest migration version applied.
+  virtual Result<int> SchemaVersion() = 0;
+
+  // Experiments ------------------------------------------------------------
+  // Creates the experiment (state running) and its search spaces together.
+  // InvalidArgument: empty name or duplicated space names.
+  virtual Result<ExperimentRecord> CreateExperiment(const NewExperiment& e) = 0;
+  virtual Result<ExperimentRecord> GetExperiment(Id id) = 0;
+  // Newest first.
+  virtual Result<std::vector<ExperimentRecord>> ListExperiments(int64_t offset,
+                                                                int64_t limit) = 0;
+  // Ends a running experiment. With kCancelled, every pending, leased and
+  // running trial is cancelled in the same transaction.
+  // FailedPrecondition: the experiment has already ended.
+  virtual Status FinishExperiment(Id id, ExperimentState state, std::string_view reason) = 0;
+
+  // Trials -------------------------------------------------------------------
+  // Adds pending trials, numbered after the experiment's existing ones.
+  // FailedPrecondition: the experiment is not running.
+  virtual Result<std::vector<TrialRecord>> CreateTrials(Id experiment_id,
+                                                        const std::vector<NewTrial>& trials) = 0;
+  virtual Result<TrialRecord> GetTrial(Id id) = 0;
+  virtual Result<std::vector<TrialRecord>> ListTrials(Id experiment_id,
+                                                      const TrialFilter& filter) = 0;
+  virtual Result<TrialCounts> CountTrials(Id experiment_id) = 0;
+
+  // Leases the pending trial with the highest priority (then the lowest id)
+  // of a running experiment: pending -> leased, attempt + 1.
+  // Returns nullopt when nothing is pending.
+  virtual Result<std::optional<TrialRecord>> LeaseNextTrial(const LeaseRequest& req) = 0;
+  // Leases one given trial if it is still pending (the scheduler's choice).
+  // FailedPrecondition: it is not pending any more.
+  virtual Result<TrialRecord> LeaseTrial(Id trial_id, const std::string& owner,
+                                         TimeMs lease_ms) = 0;
+  // Extends the lease to now + lease_ms. FailedPrecondition: not the owner
+  // or the trial is no longer leased/running.
+  virtual Status RenewLease(Id trial_id, const std::string& owner, TimeMs lease_ms) = 0;
+  // Returns trials whose lease expired to pending, or fails those leased
+  // `max_attempts` times already (reason says so). Returns the ids touched.
+  virtual Result<std::vector<Id>> ReclaimExpiredLeases(int max_attempts) = 0;
+
+  // Records one step (leased -> running on the first) and, when
+  // renew_lease_ms is set, extends the lease to now + renew_lease_ms (a
+  // report is a heartbeat). Idempotent per (trial, step).
+  // FailedPrecondition: the trial is finished, pending, or leased by someone
+  // else. InvalidArgument: a negative step or samples_per_sec.
+  virtual Result<ReportResult> ReportMeasurement(Id trial_id, const std::string& owner,
+                                                 const Measurement& m,
+                                                 std::optional<TimeMs> renew_lease_ms) = 0;
+  // Ordered by step.
+  virtual Result<std::vector<MeasurementRecord>> ListMeasurements(Id trial_id) = 0;
+  // Ends a trial. See the rules above for repeated calls.
+  virtual Status FinishTrial(Id trial_id, const std::string& owner, const FinishRequest& f) = 0;
+
+  // Workers, devices, speed ----------------------------------------------
+  virtual Result<WorkerRecord> RegisterWorker(const NewWorker& w) = 0;
+  virtual Status TouchWorker(Id worker_id) = 0;  // last_seen = now
+  virtual Result<std::vector<WorkerRecord>> ListWorkers() = 0;
+  virtual Result<Id> AddSpeedObservation(const SpeedObservation& o) = 0;
+  // Observations of one workload (all when empty), oldest first.
+  virtual Result<std::vector<SpeedObservationRecord>> ListSpeedObservations(
+      std::string_view workload, int64_t limit) = 0;
+};
+
+// Opens (and migrates) the store named by `url`. Errors name the URL with
+// its password masked: InvalidArgument for a malformed URL, Unavailable for
+// an unreachable database, DataLoss for a corrupt file, FailedPrecondition for
+// a schema newer than this binary.
+Result<std::unique_ptr<Store>> OpenStore(const std::string& url, StoreOptions options = {});
+
+}  // namespace hpo::store

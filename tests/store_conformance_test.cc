@@ -1,0 +1,545 @@
+// One suite, run unchanged against every store backend (typed tests).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "server/store/store.h"
+#include "tests/store_backends.h"
+
+namespace hpo::store {
+namespace {
+
+using hpo::testing::FakeClock;
+
+template <typename Backend>
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HPO_REQUIRE_BACKEND(Backend);
+    backend_ = std::make_unique<Backend>();
+    store_ = Open();
+  }
+
+  std::unique_ptr<Store> Open() {
+    StoreOptions options;
+    options.clock = clock_.fn();
+    auto s = OpenStore(backend_->url(), options);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+
+  ExperimentRecord MakeExperiment(std::vector<std::string> spaces = {}) {
+    NewExperiment e{"exp", R"({"objective":"loss"})", {}};
+    for (auto& s : spaces) e.spaces.push_back({s, "{}"});
+    auto r = store_->CreateExperiment(e);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return *r;
+  }
+
+  std::vector<TrialRecord> MakeTrials(Id exp, int n, std::vector<double> priorities = {}) {
+    std::vector<NewTrial> ts(n);
+    for (int i = 0; i < n; ++i) {
+      ts[i].params_json = R"({"lr":)" + std::to_string(0.001 * (i + 1)) + "}";
+      if (i < static_cast<int>(priorities.size())) ts[i].priority = priorities[i];
+    }
+    auto r = store_->CreateTrials(exp, ts);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : std::vector<TrialRecord>{};
+  }
+
+  TrialRecord Lease(const std::string& owner, TimeMs lease_ms = 60'000) {
+    auto r = store_->LeaseNextTrial({owner, lease_ms, std::nullopt, std::nullopt});
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r.ok() && r->has_value()) << "nothing to lease";
+    return r.ok() && r->has_value() ? **r : TrialRecord{};
+  }
+
+  Measurement Step(int64_t step, double loss) {
+    Measurement m;
+    m.step = step;
+    m.metrics_json = R"({"loss":)" + std::to_string(loss) + "}";
+    m.samples_per_sec = 1000 + step;
+    m.system_setting_json = R"({"batch_size":64})";
+    return m;
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Store> store_;
+};
+
+using Backends = ::testing::Types<hpo::testing::SqliteBackend, hpo::testing::PostgresBackend>;
+struct BackendNames {
+  template <typename T>
+  static std::string GetName(int) {
+    return T::kName;
+  }
+};
+TYPED_TEST_SUITE(StoreTest, Backends, BackendNames);
+
+// --- migrations --------------------------------------------------------------
+
+TYPED_TEST(StoreTest, MigrationsApplyOnceAndReopenIsANoOp) {
+  auto v1 = this->store_->SchemaVersion();
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_GE(*v1, 1);
+  auto e = this->MakeExperiment();
+  this->store_.reset();
+  auto again = this->Open();
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(*again->SchemaVersion(), *v1);
+  auto got = again->GetExperiment(e.id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->name, "exp");
+}
+
+TYPED_TEST(StoreTest, RefusesASchemaNewerThanTheBinary) {
+  this->store_.reset();
+  this->backend_->Raw("INSERT INTO schema_version (version, name, applied_ms) VALUES (999, 'future', 0)");
+  auto s = OpenStore(this->backend_->url());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("999"), std::string::npos) << s.status();
+  EXPECT_NE(s.status().message().find("newer than this binary"), std::string::npos);
+}
+
+// --- experiments ----------------------------------------------------------------
+
+TYPED_TEST(StoreTest, CreatesExperimentsWithTheirSpaces) {
+  auto e = this->MakeExperiment({"mlp", "cnn"});
+  EXPECT_GT(e.id, 0);
+  EXPECT_EQ(e.state, ExperimentState::kRunning);
+  ASSERT_EQ(e.spaces.size(), 2u);
+  auto got = this->store_->GetExperiment(e.id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->spec_json, R"({"objective":"loss"})");
+  ASSERT_EQ(got->spaces.size(), 2u);
+  EXPECT_EQ(got->spaces[0].name, "mlp");
+  EXPECT_EQ(got->spaces[1].name, "cnn");
+  EXPECT_EQ(got->created_ms, *this->clock_.now);
+}
+
+TYPED_TEST(StoreTest, RejectsBadExperimentsNamingTheField) {
+  auto r = this->store_->CreateExperiment({"", "{}", {}});
+  EXPECT_TRUE(r.status().IsInvalidArgument());
+  r = this->store_->CreateExperiment({"x", "{}", {{"a", "{}"}, {"a", "{}"}}});
+  ASSERT_TRUE(r.status().IsInvalidArgument());
+  EXPECT_NE(r.status().message().find("spaces[1].name"), std::string::npos) << r.status();
+  auto list = this->store_->ListExperiments(0, 10);
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE(list->empty()) << "a rejected experiment left rows behind";
+  EXPECT_TRUE(this->store_->GetExperiment(12345).status().IsNotFound());
+}
+
+TYPED_TEST(StoreTest, ListsExperimentsNewestFirstWithPaging) {
+  std::vector<Id> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(this->MakeExperiment({"s" + std::to_string(i)}).id);
+  auto page = this->store_->ListExperiments(1, 2);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->size(), 2u);
+  EXPECT_EQ((*page)[0].id, ids[3]);
+  EXPECT_EQ((*page)[1].id, ids[2]);
+  ASSERT_EQ((*page)[0].spaces.size(), 1u);
+  EXPECT_EQ((*page)[0].spaces[0].name, "s3");
+}
+
+TYPED_TEST(StoreTest, CancellingAnExperimentCancelsItsUnfinishedTrials) {
+  auto e = this->MakeExperiment();
+  this->MakeTrials(e.id, 3);
+  auto leased = this->Lease("w1");
+  ASSERT_TRUE(this->store_->FinishExperiment(e.id, ExperimentState::kCancelled, "by user").ok());
+  auto counts = this->store_->CountTrials(e.id);
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ(counts->cancelled, 3);
+  EXPECT_EQ(counts->total(), 3);
+  auto t = this->store_->GetTrial(leased.id);
+  EXPECT_EQ(t->reason, "experiment cancelled: by user");
+  // Nothing can be leased or added any more, and it cannot end twice.
+  auto none = this->store_->LeaseNextTrial({"w2", 1000, e.id, std::nullopt});
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  EXPECT_TRUE(this->store_->CreateTrials(e.id, {NewTrial{}}).status().IsFailedPrecondition());
+  EXPECT_TRUE(this->store_->FinishExperiment(e.id, ExperimentState::kCompleted, "").IsFailedPrecondition());
+  EXPECT_TRUE(this->store_->GetExperiment(e.id)->finished_ms.has_value());
+}
+
+TYPED_TEST(StoreTest, CompletingAnExperimentLetsRunningTrialsFinish) {
+  auto e = this->MakeExperiment();
+  this->MakeTrials(e.id, 2);
+  auto running = this->Lease("w1");
+  ASSERT_TRUE(this->store_->FinishExperiment(e.id, ExperimentState::kCompleted, "budget").ok());
+  EXPECT_TRUE(this->store_->FinishTrial(running.id, "w1", {TrialState::kCompleted, "{}", ""}).ok());
+  auto counts = *this->store_->CountTrials(e.id);
+  EXPECT_EQ(counts.completed, 1);
+  EXPECT_EQ(counts.cancelled, 1);
+}
+
+// --- trials and leases -------------------------------------------------------
+
+TYPED_TEST(StoreTest, NumbersTrialsWithinTheirExperiment) {
+  auto a = this->MakeExperiment();
+  auto b = this->MakeExperiment();
+  auto ta = this->MakeTrials(a.id, 2);
+  auto tb = this->MakeTrials(b.id, 1);
+  auto ta2 = this->MakeTrials(a.id, 1);
+  ASSERT_EQ(ta.size(), 2u);
+  EXPECT_EQ(ta[0].number, 0);
+  EXPECT_EQ(ta[1].number, 1);
+  EXPECT_EQ(tb[0].number, 0);
+  EXPECT_EQ(ta2[0].number, 2);
+  EXPECT_EQ(ta[0].state, TrialState::kPending);
+  EXPECT_EQ(ta[0].attempt, 0);
+}
+
+TYPED_TEST(StoreTest, CreateTrialsIsAllOrNothing) {
+  auto e = this->MakeExperiment({"mlp"});
+  auto other = this->MakeExperiment({"cnn"});
+  std::vector<NewTrial> ts(3);
+  ts[0].space_id = e.spaces[0].id;
+  ts[2].space_id = other.spaces[0].id;  // belongs to another experiment
+  auto r = this->store_->CreateTrials(e.id, ts);
+  ASSERT_TRUE(r.status().IsInvalidArgument()) << r.status();
+  EXPECT_NE(r.status().message().find("trials[2].space_id"), std::string::npos) << r.status();
+  EXPECT_EQ(this->store_->CountTrials(e.id)->total(), 0);
+  EXPECT_TRUE(this->store_->CreateTrials(999, {NewTrial{}}).status().IsNotFound());
+}
+
+TYPED_TEST(StoreTest, LeasesByPriorityThenAge) {
+  auto e = this->MakeExperiment();
+  auto ts = this->MakeTrials(e.id, 3, {0, 5, 0});
+  EXPECT_EQ(this->Lease("w").id, ts[1].id);
+  auto first = this->Lease("w");
+  EXPECT_EQ(first.id, ts[0].id);
+  EXPECT_EQ(first.state, TrialState::kLeased);
+  EXPECT_EQ(first.attempt, 1);
+  EXPECT_EQ(first.lease_owner, "w");
+  EXPECT_EQ(*first.lease_expires_ms, *this->clock_.now + 60'000);
+  EXPECT_EQ(this->Lease("w").id, ts[2].id);
+  auto none = this->store_->LeaseNextTrial({"w", 1000, std::nullopt, std::nullopt});
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+}
+
+TYPED_TEST(StoreTest, LeaseFiltersByExperimentAndSpace) {
+  auto a = this->MakeExperiment({"mlp", "cnn"});
+  auto b = this->MakeExperiment();
+  this->MakeTrials(b.id, 1);
+  std::vector<NewTrial> ts(2);
+  ts[0].space_id = a.spaces[0].id;
+  ts[1].space_id = a.spaces[1].id;
+  auto created = *this->store_->CreateTrials(a.id, ts);
+  auto r = this->store_->LeaseNextTrial({"w", 1000, a.id, a.spaces[1].id});
+  ASSERT_TRUE(r.ok() && r->has_value());
+  EXPECT_EQ((*r)->id, created[1].id);
+  r = this->store_->LeaseNextTrial({"w", 1000, a.id, std::nullopt});
+  ASSERT_TRUE(r.ok() && r->has_value());
+  EXPECT_EQ((*r)->id, created[0].id);
+  r = this->store_->LeaseNextTrial({"w", 1000, a.id, std::nullopt});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->has_value()) << "leased a trial of another experiment";
+}
+
+TYPED_TEST(StoreTest, LeasingAGivenTrialIsACompareAndSet) {
+  auto e = this->MakeExperiment();
+  auto ts = this->MakeTrials(e.id, 1);
+  auto r = this->store_->LeaseTrial(ts[0].id, "w1", 1000);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto again = this->store_->LeaseTrial(ts[0].id, "w2", 1000);
+  ASSERT_TRUE(again.status().IsFailedPrecondition());
+  EXPECT_NE(again.status().message().find("leased"), std::string::npos) << again.status();
+  EXPECT_TRUE(this->store_->LeaseTrial(4242, "w1", 1000).status().IsNotFound());
+  EXPECT_TRUE(this->store_->LeaseNextTrial({"", 1000, std::nullopt, std::nullopt}).status().IsInvalidArgument());
+}
+
+TYPED_TEST(StoreTest, ReportsAreIdempotentPerStep) {
+  auto e = this->MakeExperiment();
+  this->MakeTrials(e.id, 1);
+  auto t = this->Lease("w1");
+  auto r = this->store_->ReportMeasurement(t.id, "w1", this->Step(0, 0.9), std::nullopt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->inserted);
+  EXPECT_EQ(this->store_->GetTrial(t.id)->state, TrialState::kRunning);
+  r = this->store_->ReportMeasurement(t.id, "w1", this->Step(0, 0.1), std::nullopt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->inserted);
+  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "w1", this->Step(1, 0.5), std::nullopt).ok());
+  auto ms = this->store_->ListMeasurements(t.id);
+  ASSERT_TRUE(ms.ok());
+  ASSERT_EQ(ms->size(), 2u);
+  EXPECT_EQ((*ms)[0].metrics_json, R"({"loss":0.900000})") << "a repeated step overwrote the first";
+  EXPECT_EQ((*ms)[1].step, 1);
+  EXPECT_DOUBLE_EQ((*ms)[1].samples_per_sec, 1001);
+  EXPECT_EQ((*ms)[1].system_setting_json, R"({"batch_size":64})");
+}
+
+TYPED_TEST(StoreTest, OnlyTheLeaseHolderReports) {
+  auto e = this->MakeExperiment();
+  auto ts = this->MakeTrials(e.id, 2);
+  auto t = this->Lease("w1");
+  auto r = this->store_->ReportMeasurement(t.id, "w2", this->Step(0, 1), std::nullopt);
+  ASSERT_TRUE(r.status().IsFailedPrecondition());
+  EXPECT_NE(r.status().message().find("'w1'"), std::string::npos) << r.status();
+  r = this->store_->ReportMeasurement(ts[1].id, "w1", this->Step(0, 1), std::nullopt);
+  EXPECT_TRUE(r.status().IsFailedPrecondition()) << "reported on a pending trial";
+  EXPECT_TRUE(this->store_->ReportMeasurement(999, "w1", this->Step(0, 1), std::nullopt).status().IsNotFound());
+  Measurement bad = this->Step(-1, 1);
+  EXPECT_TRUE(this->store_->ReportMeasurement(t.id, "w1", bad, std::nullopt).status().IsInvalidArgument());
+  EXPECT_TRUE(this->store_->ListMeasurements(t.id)->empty());
+}
+
+TYPED_TEST(StoreTest, ReportsAndRenewalsExtendTheLease) {
+  auto e = this->MakeExperiment();
+  this->MakeTrials(e.id, 1);
+  auto t = this->Lease("w1", 1000);
+  this->clock_.Advance(800);
+  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "w1", this->Step(0, 1), 1000).ok());
+  this->clock_.Advance(800);
+  ASSERT_TRUE(this->store_->RenewLease(t.id, "w1", 1000).ok());
+  this->clock_.Advance(800);
+  auto reclaimed = this->store_->ReclaimExpiredLeases(3);
+  ASSERT_TRUE(reclaimed.ok());
+  EXPECT_TRUE(reclaimed->empty()) << "a renewed lease was reclaimed";
+  EXPECT_TRUE(this->store_->RenewLease(t.id, "w2", 1000).IsFailedPrecondition());
+}
+
+TYPED_TEST(StoreTest, ExpiredLeasesAreReclaimedThenFailedAfterMaxAttempts) {
+  auto e = this->MakeExperiment();
+  auto ts = this->MakeTrials(e.id, 1);
+  auto t = this->Lease("w1", 1000);
+  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "w1", this->Step(0, 1), std::nullopt).ok());
+  this->clock_.Advance(999);
+  EXPECT_TRUE(this->store_->ReclaimExpiredLeases(2)->empty());
+  this->clock_.Advance(2);
+  auto reclaimed = this->store_->ReclaimExpiredLeases(2);
+  ASSERT_TRUE(reclaimed.ok()) << reclaimed.status();
+  EXPECT_EQ(*reclaimed, std::vector<Id>{t.id});
+  auto back = *this->store_->GetTrial(t.id);
+  EXPECT_EQ(back.state, TrialState::kPending);
+  EXPECT_EQ(back.lease_owner, "");
+  EXPECT_TRUE(this->store_->ListMeasurements(t.id)->empty()) << "the dead attempt's steps remain";
+  // The old holder has lost it.
+  EXPECT_TRUE(this->store_->ReportMeasurement(t.id, "w1", this->Step(1, 1), std::nullopt).status().IsFailedPrecondition());
+  auto second = this->Lease("w2", 1000);
+  EXPECT_EQ(second.id, t.id);
+  EXPECT_EQ(second.attempt, 2);
+  this->clock_.Advance(5000);
+  ASSERT_EQ(*this->store_->ReclaimExpiredLeases(2), std::vector<Id>{t.id});
+  auto failed = *this->store_->GetTrial(t.id);
+  EXPECT_EQ(failed.state, TrialState::kFailed);
+  EXPECT_NE(failed.reason.find("lease expired after attempt 2 of 2"), std::string::npos) << failed.reason;
+  EXPECT_NE(failed.reason.find("w2"), std::string::npos) << failed.reason;
+}
+
+TYPED_TEST(StoreTest, FinishedTrialsAreImmutable) {
+  auto e = this->MakeExperiment();
+  this->MakeTrials(e.id, 1);
+  auto t = this->Lease("w1");
+  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "w1", this->Step(0, 0.5), std::nullopt).ok());
+  ASSERT_TRUE(this->store_->FinishTrial(t.id, "w1", {TrialState::kCompleted, R"({"loss":0.5})", ""}).ok());
+  // A retried Complete is acknowledged; anything else is refused.
+  EXPECT_TRUE(this->store_->FinishTrial(t.id, "w1", {TrialState::kCompleted, R"({"loss":0.1})", ""}).ok());
+  EXPECT_TRUE(this->store_->FinishTrial(t.id, "w1", {TrialState::kFailed, "{}", "x"}).IsFailedPrecondition());
+  EXPECT_TRUE(this->store_->FinishTrial(t.id, "", {TrialState::kCancelled, "{}", "x"}).IsFailedPrecondition());
+  auto r = this->store_->ReportMeasurement(t.id, "w1", this->Step(1, 0.4), std::nullopt);
+  ASSERT_TRUE(r.status().IsFailedPrecondition());
+  EXPECT_NE(r.status().message().find("immutable"), std::string::npos) << r.status();
+  EXPECT_TRUE(this->store_->RenewLease(t.id, "w1", 1000).IsFailedPrecondition());
+  this->clock_.Advance(10'000'000);
+  EXPECT_TRUE(this->store_->ReclaimExpiredLeases(1)->empty());
+  auto got = *this->store_->GetTrial(t.id);
+  EXPECT_EQ(got.state, TrialState::kCompleted);
+  EXPECT_EQ(got.final_metrics_json, R"({"loss":0.5})");
+  EXPECT_EQ(this->store_->ListMeasurements(t.id)->size(), 1u);
+  EXPECT_TRUE(got.finished_ms.has_value());
+}
+
+TYPED_TEST(StoreTest, PendingTrialsCanBeCancelledButNotCompleted) {
+  auto e = this->MakeExperiment();
+  auto ts = this->MakeTrials(e.id, 2);
+  EXPECT_TRUE(this->store_->FinishTrial(ts[0].id, "", {TrialState::kCancelled, "{}", "user"}).ok());
+  EXPECT_TRUE(this->store_->FinishTrial(ts[1].id, "w", {TrialState::kCompleted, "{}", ""}).IsFailedPrecondition());
+  EXPECT_TRUE(this->store_->FinishTrial(ts[1].id, "w", {TrialState::kFailed, "{}", ""}).IsFailedPrecondition());
+  EXPECT_TRUE(this->store_->FinishTrial(ts[1].id, "w", {TrialState::kRunning, "{}", ""}).IsInvalidArgument());
+  EXPECT_TRUE(this->store_->FinishTrial(777, "w", {TrialState::kCancelled, "{}", ""}).IsNotFound());
+  EXPECT_EQ(this->Lease("w").id, ts[1].id);
+}
+
+TYPED_TEST(StoreTest, ListsAndCountsTrialsWithFilters) {
+  auto e = this->MakeExperiment({"mlp", "cnn"});
+  std::vector<NewTrial> ts(6);
+  for (int i = 0; i < 6; ++i) ts[i].space_id = e.spaces[i % 2].id;
+  auto created = *this->store_->CreateTrials(e.id, ts);
+  auto a = this->Lease("w");
+  ASSERT_TRUE(this->store_->FinishTrial(a.id, "w", {TrialState::kPruned, "{}", "median rule"}).ok());
+  this->Lease("w");
+  TrialFilter f;
+  f.state = TrialState::kPending;
+  EXPECT_EQ(this->store_->ListTrials(e.id, f)->size(), 4u);
+  f.space_id = e.spaces[1].id;
+  auto cnn_pending = *this->store_->ListTrials(e.id, f);
+  ASSERT_EQ(cnn_pending.size(), 2u);
+  EXPECT_EQ(cnn_pending[0].number, 3);
+  TrialFilter page;
+  page.offset = 2;
+  page.limit = 3;
+  auto p = *this->store_->ListTrials(e.id, page);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0].number, 2);
+  auto n = *this->store_->CountTrials(e.id);
+  EXPECT_EQ(n.pending, 4);
+  EXPECT_EQ(n.leased, 1);
+  EXPECT_EQ(n.pruned, 1);
+  EXPECT_EQ(n.total(), 6);
+  EXPECT_EQ(this->store_->GetTrial(a.id)->reason, "median rule");
+  EXPECT_TRUE(this->store_->ListTrials(999, {}).status().IsNotFound());
+}
+
+// --- workers, devices, speed ----------------------------------------------------
+
+TYPED_TEST(StoreTest, RegistersWorkersWithDevices) {
+  NewWorker w;
+  w.host = "node-a";
+  w.labels_json = R"({"pool":"gpu"})";
+  w.devices.push_back({0, DeviceKind::kCpu, "AMD EPYC", "cpu:AMD EPYC:x2.0", 2.0, 8 << 30, 55.5});
+  w.devices.push_back({1, DeviceKind::kCuda, "NVIDIA H200", "cuda:NVIDIA H200", 0, int64_t{141} << 30, 60000});
+  auto r = this->store_->RegisterWorker(w);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->devices.size(), 2u);
+  this->clock_.Advance(5000);
+  ASSERT_TRUE(this->store_->TouchWorker(r->id).ok());
+  auto list = *this->store_->ListWorkers();
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].last_seen_ms, list[0].registered_ms + 5000);
+  ASSERT_EQ(list[0].devices.size(), 2u);
+  EXPECT_EQ(list[0].devices[1].kind, DeviceKind::kCuda);
+  EXPECT_EQ(list[0].devices[1].memory_bytes, int64_t{141} << 30);
+  EXPECT_DOUBLE_EQ(list[0].devices[0].benchmark_gflops, 55.5);
+  EXPECT_TRUE(this->store_->TouchWorker(999).IsNotFound());
+
+  NewWorker bad = w;
+  bad.devices[1].ordinal = 0;
+  auto b = this->store_->RegisterWorker(bad);
+  ASSERT_TRUE(b.status().IsInvalidArgument());
+  EXPECT_NE(b.status().message().find("devices[1].ordinal"), std::string::npos) << b.status();
+  EXPECT_EQ(this->store_->ListWorkers()->size(), 1u);
+}
+
+TYPED_TEST(StoreTest, RecordsSpeedObservations) {
+  NewWorker w{"h", "{}", {{0, DeviceKind::kCpu, "cpu", "cpu:x1", 1, 1, 1}}};
+  auto worker = *this->store_->RegisterWorker(w);
+  const Id dev = worker.devices[0].id;
+  for (int i = 0; i < 5; ++i) {
+    SpeedObservation o{dev, "cpu:x1", i % 2 ? "cnn" : "mlp", R"({"threads":1})", 100.0 * i, std::nullopt};
+    ASSERT_TRUE(this->store_->AddSpeedObservation(o).ok());
+  }
+  auto mlp = *this->store_->ListSpeedObservations("mlp", 100);
+  ASSERT_EQ(mlp.size(), 3u);
+  EXPECT_DOUBLE_EQ(mlp[2].samples_per_sec, 400);
+  auto last2 = *this->store_->ListSpeedObservations("", 2);
+  ASSERT_EQ(last2.size(), 2u);
+  EXPECT_LT(last2[0].id, last2[1].id);
+  EXPECT_DOUBLE_EQ(last2[1].samples_per_sec, 400);
+  SpeedObservation bad{999, "x", "mlp", "{}", 1, std::nullopt};
+  EXPECT_TRUE(this->store_->AddSpeedObservation(bad).status().IsNotFound());
+  bad.device_id = dev;
+  bad.samples_per_sec = -1;
+  EXPECT_TRUE(this->store_->AddSpeedObservation(bad).status().IsInvalidArgument());
+}
+
+// --- concurrency and durability ----------------------------------------------------
+
+TYPED_TEST(StoreTest, FourThreadsOnTwoHandlesLeaseEveryTrialExactlyOnce) {
+  constexpr int kTrials = 1000;
+  auto e = this->MakeExperiment();
+  std::vector<NewTrial> ts(kTrials);
+  ASSERT_TRUE(this->store_->CreateTrials(e.id, ts).ok());
+  std::unique_ptr<Store> second = this->Open();
+  ASSERT_NE(second, nullptr);
+  std::mutex mu;
+  std::map<Id, std::string> leased_by;
+  std::vector<std::string> errors;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    Store* handle = i % 2 ? second.get() : this->store_.get();
+    threads.emplace_back([&, handle, i] {
+      const std::string owner = "thread-" + std::to_string(i);
+      for (;;) {
+        auto r = handle->LeaseNextTrial({owner, 60'000, e.id, std::nullopt});
+        std::lock_guard lock(mu);
+        if (!r.ok()) {
+          errors.push_back(r.status().ToString());
+          if (errors.size() > 10) return;
+          continue;
+        }
+        if (!r->has_value()) return;
+        auto [it, fresh] = leased_by.emplace((*r)->id, owner);
+        if (!fresh) errors.push_back("trial " + std::to_string((*r)->id) + " leased by " + it->second + " and " + owner);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  EXPECT_EQ(leased_by.size(), static_cast<size_t>(kTrials));
+  std::map<std::string, int> per_owner;
+  for (auto& [id, owner] : leased_by) per_owner[owner]++;
+  EXPECT_EQ(per_owner.size(), 4u) << "some thread never got a trial";
+  auto n = *this->store_->CountTrials(e.id);
+  EXPECT_EQ(n.leased, kTrials);
+  for (const auto& t : *this->store_->ListTrials(e.id, {std::nullopt, std::nullopt, 0, kTrials})) {
+    ASSERT_EQ(t.attempt, 1) << "trial " << t.id;
+    ASSERT_EQ(t.lease_owner, leased_by[t.id]);
+  }
+}
+
+TYPED_TEST(StoreTest, AnAcknowledgedWriteSurvivesAKilledProcess) {
+  auto e = this->MakeExperiment();
+  auto ts = this->MakeTrials(e.id, 1);
+  const std::string url = this->backend_->url();
+  this->store_.reset();
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The child acknowledges a lease, a report and a completion, tells the
+    // parent, and dies without any clean-up.
+    close(fds[0]);
+    auto s = OpenStore(url);
+    bool ok = s.ok();
+    if (ok) ok = (*s)->LeaseTrial(ts[0].id, "child", 60'000).ok();
+    Measurement m;
+    m.step = 7;
+    m.metrics_json = R"({"accuracy":0.9})";
+    if (ok) ok = (*s)->ReportMeasurement(ts[0].id, "child", m, std::nullopt).ok();
+    if (ok) ok = (*s)->FinishTrial(ts[0].id, "child", {TrialState::kCompleted, R"({"accuracy":0.9})", ""}).ok();
+    const char c = ok ? 'y' : 'n';
+    if (write(fds[1], &c, 1) != 1) _exit(3);
+    raise(SIGKILL);
+    _exit(4);
+  }
+  close(fds[1]);
+  char c = 0;
+  ASSERT_EQ(read(fds[0], &c, 1), 1);
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  ASSERT_EQ(c, 'y') << "the child's writes failed";
+  auto reopened = this->Open();
+  ASSERT_NE(reopened, nullptr);
+  auto t = *reopened->GetTrial(ts[0].id);
+  EXPECT_EQ(t.state, TrialState::kCompleted);
+  EXPECT_EQ(t.final_metrics_json, R"({"accuracy":0.9})");
+  auto ms = *reopened->ListMeasurements(ts[0].id);
+  ASSERT_EQ(ms.size(), 1u);
+  EXPECT_EQ(ms[0].step, 7);
+}
+
+}  // namespace
+}  // namespace hpo::store
