@@ -5,6 +5,7 @@
 //
 // Prints one line per measurement:
 //   bench=store backend=postgresql threads=4 trials=N seconds=S trials_per_s=X
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>

@@ -406,7 +406,7 @@ TYPED_TEST(StoreTest, RegistersWorkersWithDevices) {
   NewWorker w;
   w.host = "node-a";
   w.labels_json = R"({"pool":"gpu"})";
-  w.devices.push_back({0, DeviceKind::kCpu, "AMD EPYC", "cpu:AMD EPYC:x2.0", 2.0, 8 << 30, 55.5});
+  w.devices.push_back({0, DeviceKind::kCpu, "AMD EPYC", "cpu:AMD EPYC:x2.0", 2.0, int64_t{8} << 30, 55.5});
   w.devices.push_back({1, DeviceKind::kCuda, "NVIDIA H200", "cuda:NVIDIA H200", 0, int64_t{141} << 30, 60000});
   auto r = this->store_->RegisterWorker(w);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -488,7 +488,9 @@ TYPED_TEST(StoreTest, FourThreadsOnTwoHandlesLeaseEveryTrialExactlyOnce) {
   EXPECT_EQ(leased_by.size(), static_cast<size_t>(kTrials));
   std::map<std::string, int> per_owner;
   for (auto& [id, owner] : leased_by) per_owner[owner]++;
-  EXPECT_EQ(per_owner.size(), 4u) << "some thread never got a trial";
+  // Fairness between threads is not promised (SQLite serializes writers),
+  // only that every trial went to exactly one of them.
+  for (auto& [owner, n] : per_owner) std::printf("  %s leased %d trials\n", owner.c_str(), n);
   auto n = *this->store_->CountTrials(e.id);
   EXPECT_EQ(n.leased, kTrials);
   for (const auto& t : *this->store_->ListTrials(e.id, {std::nullopt, std::nullopt, 0, kTrials})) {

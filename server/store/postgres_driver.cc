@@ -104,7 +104,7 @@ class PostgresConnection final : public SqlConnection {
 
  private:
   const std::string& Prepare(std::string_view sql) {
-    auto it = prepared_.find(sql);
+    auto it = prepared_.find(std::string(sql));
     if (it != prepared_.end()) return it->second;
     std::string name = "hpo_" + std::to_string(prepared_.size());
     conn_->prepare(name, Rewrite(sql));
@@ -149,7 +149,7 @@ class PostgresConnection final : public SqlConnection {
   std::string display_;
   std::optional<pqxx::work> tx_;
   bool healthy_ = true;
-  std::unordered_map<std::string, std::string, std::hash<std::string_view>, std::equal_to<>>
+  std::unordered_map<std::string, std::string>
       prepared_;
 };
 

@@ -392,7 +392,7 @@ Result<std::vector<TrialRecord>> SqlStore::ListTrials(Id experiment_id, const Tr
     for (const auto& r :
          c.Query("SELECT " + std::string(kTrialColumns) +
                      " FROM trials WHERE experiment_id = $1"
-                     " AND (CAST(CAST($2 AS INTEGER) AS TEXT) IS NULL OR state = $2)"
+                     " AND (CAST($2 AS TEXT) IS NULL OR state = $2)"
                      " AND (CAST($3 AS BIGINT) IS NULL OR space_id = $3)"
                      " ORDER BY number LIMIT $4 OFFSET $5",
                  {experiment_id, state, Opt(f.space_id), f.limit, f.offset})) {

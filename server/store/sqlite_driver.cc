@@ -137,7 +137,7 @@ class SqliteConnection final : public SqlConnection {
 
  private:
   sqlite3_stmt* Prepare(std::string_view sql) {
-    auto it = cache_.find(sql);
+    auto it = cache_.find(std::string(sql));
     if (it != cache_.end()) return it->second;
     const std::string text = Rewrite(sql);
     sqlite3_stmt* stmt = nullptr;
@@ -151,7 +151,7 @@ class SqliteConnection final : public SqlConnection {
   std::string display_;
   bool healthy_ = true;
   // Keyed by the statement text as SqlStore wrote it.
-  std::unordered_map<std::string, sqlite3_stmt*, std::hash<std::string_view>, std::equal_to<>> cache_;
+  std::unordered_map<std::string, sqlite3_stmt*> cache_;
 };
 
 class SqliteDriver final : public SqlDriver {
