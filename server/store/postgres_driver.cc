@@ -35,10 +35,11 @@ class PostgresConnection final : public SqlConnection {
   PostgresConnection(std::unique_ptr<pqxx::connection> conn, std::string display)
       : conn_(std::move(conn)), display_(std::move(display)) {}
 
-  void Begin(TxMode) override {
-    Guard([&] { tx_.emplace(*conn_); });
+  void Begin(TxMode mode) override {
+    if (mode != TxMode::kSingle) Guard([&] { tx_.emplace(*conn_); });
   }
   void Commit() override {
+    if (!tx_) return;  // autocommit: each statement committed itself
     Guard([&] {
       tx_->commit();
       tx_.reset();
@@ -84,7 +85,13 @@ class PostgresConnection final : public SqlConnection {
     SqlRows rows;
     Guard([&] {
       const std::string& name = Prepare(sql);
-      pqxx::result r = tx_->exec_prepared(name, pqxx::prepare::make_dynamic_params(args));
+      pqxx::result r;
+      if (tx_) {
+        r = tx_->exec_prepared(name, pqxx::prepare::make_dynamic_params(args));
+      } else {
+        pqxx::nontransaction n(*conn_);  // sends nothing itself: no BEGIN
+        r = n.exec_prepared(name, pqxx::prepare::make_dynamic_params(args));
+      }
       rows.reserve(r.size());
       for (const auto& row : r) {
         std::vector<SqlValue> cols;
@@ -162,6 +169,7 @@ class PostgresDriver final : public SqlDriver {
   const std::vector<Migration>& migrations() const override { return PostgresqlMigrations(); }
   const std::string& display_url() const override { return display_; }
   int max_connections() const override { return pool_size_; }
+  bool writable_cte() const override { return true; }
 
   std::unique_ptr<SqlConnection> Connect() override {
     try {

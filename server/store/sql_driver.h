@@ -59,7 +59,12 @@ using SqlRows = std::vector<SqlRow>;
 // are serialized anyway) and {SKIP_LOCKED}.
 class SqlConnection {
  public:
-  enum class TxMode { kRead, kWrite };
+  // kRead and kWrite open a transaction (SQLite: BEGIN / BEGIN IMMEDIATE).
+  // kSingle promises the body's effect is one statement, which is atomic on
+  // its own: PostgreSQL then skips BEGIN/COMMIT (one round trip instead of
+  // three); SQLite still uses BEGIN IMMEDIATE. Statements that only explain
+  // why that one statement changed nothing may follow.
+  enum class TxMode { kRead, kWrite, kSingle };
   virtual ~SqlConnection() = default;
   virtual void Begin(TxMode mode) = 0;
   virtual void Commit() = 0;
@@ -81,6 +86,8 @@ class SqlDriver {
   virtual std::unique_ptr<SqlConnection> Connect() = 0;
   // Connections worth keeping open at once.
   virtual int max_connections() const = 0;
+  // Whether INSERT/UPDATE may appear inside WITH (PostgreSQL yes, SQLite no).
+  virtual bool writable_cte() const = 0;
   // Serializes migrations across processes (advisory lock, exclusive lock);
   // called inside the migration transaction.
   virtual void LockForMigration(SqlConnection& c) = 0;

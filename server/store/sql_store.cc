@@ -162,8 +162,10 @@ auto SqlStore::Run(TxMode mode, F&& body) {
         conn->Rollback();
         Release(std::move(conn));
       }
-      // A connection that died before COMMIT was sent changed nothing: the
-      // server may have restarted, so try once more on a new connection.
+      // The connection died (the database may have restarted): try once
+      // more on a new one. Before COMMIT nothing was applied. A single
+      // statement lost in flight may have been applied: every such call is
+      // idempotent except a lease, whose orphan expires and is reclaimed.
       if (e.status.IsUnavailable() && !committing && attempt == 0) continue;
       return Out(e.status);
     } catch (const std::exception& e) {
@@ -366,7 +368,7 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrials(Id experiment_id,
 }
 
 Result<TrialRecord> SqlStore::GetTrial(Id id) {
-  return Run(TxMode::kRead, [&](SqlConnection& c) {
+  return Run(TxMode::kSingle, [&](SqlConnection& c) {
     auto rows = c.Query("SELECT " + std::string(kTrialColumns) + " FROM trials WHERE id = $1", {id});
     if (rows.empty()) Throw(Status::NotFound(TrialName(id) + " does not exist"));
     return ReadTrial(rows[0]);
@@ -434,7 +436,7 @@ Status CheckLeaseArgs(const std::string& owner, TimeMs lease_ms) {
 
 Result<std::optional<TrialRecord>> SqlStore::LeaseNextTrial(const LeaseRequest& req) {
   HPO_RETURN_IF_ERROR(CheckLeaseArgs(req.owner, req.lease_ms));
-  return Run(TxMode::kWrite, [&](SqlConnection& c) -> std::optional<TrialRecord> {
+  return Run(TxMode::kSingle, [&](SqlConnection& c) -> std::optional<TrialRecord> {
     const TimeMs now = Now();
     // The inner SELECT locks one pending row and skips rows other leasers
     // hold, so concurrent leasers get different trials without waiting.
@@ -454,7 +456,7 @@ Result<std::optional<TrialRecord>> SqlStore::LeaseNextTrial(const LeaseRequest& 
 
 Result<TrialRecord> SqlStore::LeaseTrial(Id trial_id, const std::string& owner, TimeMs lease_ms) {
   HPO_RETURN_IF_ERROR(CheckLeaseArgs(owner, lease_ms));
-  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+  return Run(TxMode::kSingle, [&](SqlConnection& c) {
     const TimeMs now = Now();
     auto rows = c.Query(
         "UPDATE trials SET state = 'leased', lease_owner = $1, lease_expires_ms = $2, "
@@ -468,7 +470,7 @@ Result<TrialRecord> SqlStore::LeaseTrial(Id trial_id, const std::string& owner, 
 
 Status SqlStore::RenewLease(Id trial_id, const std::string& owner, TimeMs lease_ms) {
   HPO_RETURN_IF_ERROR(CheckLeaseArgs(owner, lease_ms));
-  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+  return Run(TxMode::kSingle, [&](SqlConnection& c) {
     const TimeMs now = Now();
     auto rows = c.Query(
         "UPDATE trials SET lease_expires_ms = $3, updated_ms = $4 "
@@ -514,16 +516,34 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
   if (renew_lease_ms && *renew_lease_ms <= 0) {
     return Status::InvalidArgument("renew_lease_ms: must be positive");
   }
+  const SqlValue expires = renew_lease_ms ? SqlValue(Now() + *renew_lease_ms) : Null();
+  // The UPDATE checks ownership and locks the trial row, so a concurrent
+  // FinishTrial cannot slip between the check and the insert.
+  constexpr const char* kClaim =
+      "UPDATE trials SET state = 'running', updated_ms = $3,"
+      " lease_expires_ms = COALESCE(CAST($4 AS BIGINT), lease_expires_ms) "
+      "WHERE id = $1 AND lease_owner = $2 AND state IN ('leased', 'running') RETURNING id";
+  if (driver_->writable_cte()) {
+    // One statement, one round trip.
+    return Run(TxMode::kSingle, [&](SqlConnection& c) {
+      auto row = c.Query(std::string("WITH t AS (") + kClaim +
+                             "), ins AS (INSERT INTO measurements (trial_id, step, metrics, "
+                             "samples_per_sec, system_setting, created_ms) "
+                             "SELECT id, $5, $6, $7, $8, $3 FROM t "
+                             "ON CONFLICT (trial_id, step) DO NOTHING RETURNING step) "
+                             "SELECT (SELECT COUNT(*) FROM t), (SELECT COUNT(*) FROM ins)",
+                         {trial_id, owner, Now(), expires, m.step, m.metrics_json,
+                          m.samples_per_sec, m.system_setting_json})
+                     .at(0);
+      if (row.Int(0) == 0) Throw(ExplainTrialConflict(c, trial_id, owner, "report on"));
+      return ReportResult{row.Int(1) == 1, TrialState::kRunning};
+    });
+  }
   return Run(TxMode::kWrite, [&](SqlConnection& c) {
     const TimeMs now = Now();
-    // Checks ownership and locks the trial row in one statement, so a
-    // concurrent FinishTrial cannot slip between the check and the insert.
-    auto rows = c.Query(
-        "UPDATE trials SET state = 'running', updated_ms = $3,"
-        " lease_expires_ms = COALESCE(CAST($4 AS BIGINT), lease_expires_ms) "
-        "WHERE id = $1 AND lease_owner = $2 AND state IN ('leased', 'running') RETURNING id",
-        {trial_id, owner, now, renew_lease_ms ? SqlValue(now + *renew_lease_ms) : Null()});
-    if (rows.empty()) Throw(ExplainTrialConflict(c, trial_id, owner, "report on"));
+    if (c.Query(kClaim, {trial_id, owner, now, expires}).empty()) {
+      Throw(ExplainTrialConflict(c, trial_id, owner, "report on"));
+    }
     auto ins = c.Query(
         "INSERT INTO measurements (trial_id, step, metrics, samples_per_sec, system_setting, "
         "created_ms) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (trial_id, step) DO NOTHING "
@@ -560,7 +580,7 @@ Status SqlStore::FinishTrial(Id trial_id, const std::string& owner, const Finish
     return Status::InvalidArgument("state: a trial can only be finished as completed, pruned, "
                                    "failed or cancelled, not " + std::string(ToString(f.state)));
   }
-  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+  return Run(TxMode::kSingle, [&](SqlConnection& c) {
     const TimeMs now = Now();
     const std::string state(ToString(f.state));
     // Anyone may cancel a trial nobody runs; only the lease holder may finish
@@ -643,7 +663,7 @@ Result<WorkerRecord> SqlStore::RegisterWorker(const NewWorker& w) {
 }
 
 Status SqlStore::TouchWorker(Id worker_id) {
-  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+  return Run(TxMode::kSingle, [&](SqlConnection& c) {
     if (c.Query("UPDATE workers SET last_seen_ms = $2 WHERE id = $1 RETURNING id",
                 {worker_id, Now()})
             .empty()) {

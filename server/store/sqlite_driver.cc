@@ -66,7 +66,7 @@ class SqliteConnection final : public SqlConnection {
   }
 
   void Begin(TxMode mode) override {
-    ExecScript(mode == TxMode::kWrite ? "BEGIN IMMEDIATE" : "BEGIN DEFERRED");
+    ExecScript(mode == TxMode::kRead ? "BEGIN DEFERRED" : "BEGIN IMMEDIATE");
   }
   void Commit() override { ExecScript("COMMIT"); }
   void Rollback() noexcept override {
@@ -165,6 +165,7 @@ class SqliteDriver final : public SqlDriver {
   // One connection: SQLite runs one writer at a time anyway, and ":memory:"
   // is private to its connection.
   int max_connections() const override { return 1; }
+  bool writable_cte() const override { return false; }
 
   std::unique_ptr<SqlConnection> Connect() override {
     sqlite3* db = nullptr;
