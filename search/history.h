@@ -1,0 +1,49 @@
+// The read-only snapshot of one search space's trials that samplers and
+// pruners decide from. The server builds it from the store; tests build it
+// by hand. Objectives are always minimized here: the server negates
+// maximized metrics when it builds the snapshot (see Minimized).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "search/space.h"
+
+namespace hpo::search {
+
+enum class Direction { kMinimize, kMaximize };
+inline double Minimized(Direction d, double v) { return d == Direction::kMaximize ? -v : v; }
+
+enum class TrialStatus {
+  kRunning,    // pending, leased or running: its result is still to come
+  kCompleted,  // `value` holds its final objective
+  kPruned,     // stopped early; `curve` holds what it reached
+  kFailed,     // says nothing about the objective
+};
+
+struct Observation {
+  int64_t number = 0;  // the trial's number in its experiment
+  TrialStatus status = TrialStatus::kRunning;
+  Assignment params;   // internal form, NaN for inactive params
+  std::optional<double> value;  // final objective, minimized (completed trials)
+  // Intermediate objective values (minimized) by step, steps increasing.
+  std::vector<std::pair<int64_t, double>> curve;
+
+  // The last intermediate value at or before `step`, if any.
+  std::optional<double> ValueAt(int64_t step) const;
+  std::optional<int64_t> LastStep() const {
+    return curve.empty() ? std::nullopt : std::optional<int64_t>(curve.back().first);
+  }
+};
+
+struct History {
+  std::vector<Observation> trials;
+
+  int CountCompleted() const;
+  // Completed trials' values, in trial order.
+  std::vector<double> CompletedValues() const;
+};
+
+}  // namespace hpo::search

@@ -1,0 +1,130 @@
+// Early stopping: should a running trial stop now?
+//
+// Call order: each time a trial reports a step, the server builds the
+// space's History (the reporting trial included, with its new point at the
+// end of its curve) and calls ShouldPrune(history, trial). The answer goes
+// back in the report's reply. Pruners keep no state between calls and are
+// deterministic; values are minimized (see history.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "common/status.h"
+#include "search/history.h"
+
+namespace hpo::search {
+
+class Pruner {
+ public:
+  virtual ~Pruner() = default;
+  virtual std::string_view name() const = 0;
+  // REQUIRES: trial.curve is not empty; trial is one of history.trials.
+  virtual bool ShouldPrune(const History& history, const Observation& trial) const = 0;
+};
+
+// Never prunes.
+std::unique_ptr<Pruner> MakeNopPruner();
+
+// ---------------------------------------------------------------------------
+// Early-stopping rules. Each factory checks its options and names the bad
+// field in the error ("reduction_factor: must be > 1"). In every rule `step`
+// is the trial's newest step (the last point of its curve), the other trials
+// are those of `history` with a different number, and failed trials are
+// ignored (they say nothing about the objective). NaN intermediate values of
+// other trials are skipped; a trial whose own value under judgment is NaN is
+// pruned.
+
+// Median stopping (Optuna's MedianPruner).
+struct MedianOptions {
+  // Nothing is pruned until this many trials of the space have completed
+  // (History::CountCompleted), so the median means something.
+  int startup_trials = 5;
+  // Nothing is pruned before this step: early curves are noisy.
+  int64_t warmup_steps = 0;
+  // Judged at most once per window of this many steps after the warm-up.
+  int64_t interval_steps = 1;
+  // At least this many other trials must have reached `step`.
+  int min_trials_at_step = 1;
+};
+
+// Prunes when all of these hold:
+//   CountCompleted() >= startup_trials, and step >= warmup_steps, and
+//   the newest point is the first of its window: with
+//     p = warmup_steps + floor((step - warmup_steps) / interval_steps) * interval_steps,
+//     the previous point of the curve (if any) is at a step < p, and
+//   min(trial's curve values so far) > median{ o.ValueAt(step) : o another
+//     running, completed or pruned trial with o.LastStep() >= step },
+//     where that set has >= min_trials_at_step values (median of an even
+//     count = mean of the two middle values).
+// Unlike Optuna, running and pruned trials count in the median (by their
+// last value at or before `step`), so a space whose trials are mostly still
+// running is not judged against a handful of finished ones only.
+// Errors: startup_trials < 0, warmup_steps < 0, interval_steps < 1,
+// min_trials_at_step < 1.
+Result<std::unique_ptr<Pruner>> MakeMedianPruner(const MedianOptions& options = {});
+
+// Asynchronous successive halving (ASHA; Optuna's SuccessiveHalvingPruner).
+struct AshaOptions {
+  // The step of the lowest rung (before min_early_stopping_rate applies).
+  int64_t min_resource = 1;
+  // eta: each rung is eta times further than the previous and keeps 1/eta.
+  double reduction_factor = 3;
+  // The step at which a trial has had its full budget; rungs at or beyond it
+  // are not judged (stopping a finished trial saves nothing). 0 = unbounded.
+  int64_t max_resource = 0;
+  // s: skips the first s rungs (the Hyperband bracket index).
+  int min_early_stopping_rate = 0;
+  // A rung prunes nothing until at least this many trials (the judged one
+  // included) have reached it. 0 and 1 mean no bootstrap.
+  int bootstrap_count = 0;
+};
+
+// Rung k (k = 0, 1, ...) is at step r_k = ceil(min_resource * eta^(s + k)),
+// judged only if max_resource == 0 or r_k < max_resource. A trial is judged
+// at rung k on the report whose point is its first at or beyond r_k, that is
+// when prev < r_k <= step with prev the step of the previous point (none on
+// the first report); a report that crosses several rungs is judged at each,
+// lowest first. Between rungs nothing is judged.
+// At a rung, v(o) = o.ValueAt(r_k), or o's first value when its curve starts
+// beyond r_k, for the trial and for every other trial with
+// o.LastStep() >= r_k. With n such values (the trial's included), the trial
+// continues iff n < bootstrap_count or
+//   v(trial) <= the m-th smallest value, m = max(1, floor(n / eta)),
+// so the first trial at a rung always continues and ties continue.
+// Errors: min_resource < 1, reduction_factor <= 1 (or not finite),
+// max_resource < 0 or 0 < max_resource < min_resource,
+// min_early_stopping_rate < 0, bootstrap_count < 0.
+Result<std::unique_ptr<Pruner>> MakeAshaPruner(const AshaOptions& options = {});
+
+// Hyperband as brackets of ASHA (Optuna's HyperbandPruner).
+struct HyperbandOptions {
+  int64_t min_resource = 1;
+  // The full budget of a trial, in steps; sets how many brackets there are.
+  int64_t max_resource = 81;
+  double reduction_factor = 3;
+};
+
+// Brackets s = 0..s_max, s_max = floor(log_eta(max_resource / min_resource)).
+// Bracket s is the ASHA rule above with min_early_stopping_rate = s, the same
+// min_resource, eta and max_resource, no bootstrap, and only the trials of
+// bracket s as competitors (so bracket 0 stops hardest and bracket s_max,
+// when eta^s_max * min_resource == max_resource, never stops anything).
+// Bracket sizes follow Hyperband's n = ceil(B/R * eta^s' / (s' + 1)), s' = s_max - s:
+//   w_s = ceil((s_max + 1) * eta^(s_max - s) / (s_max - s + 1)).
+// A trial's bracket depends on its number t only: u = frac(t * (sqrt(5) - 1) / 2),
+// computed exactly as (t * 0x9E3779B97F4A7C15 mod 2^64) / 2^64, and the
+// bracket is the first s with u * sum(w) < w_0 + ... + w_s. This golden-ratio
+// sequence fills the brackets in proportion to w over any run of consecutive
+// numbers, so even the first handful of trials reach several brackets.
+// Errors: min_resource < 1, max_resource < min_resource, reduction_factor <= 1.
+Result<std::unique_ptr<Pruner>> MakeHyperbandPruner(const HyperbandOptions& options = {});
+
+// The bracket (0..s_max) of trial `trial_number`, for display and tests.
+// REQUIRES: MakeHyperbandPruner(options) succeeds.
+int HyperbandBracket(const HyperbandOptions& options, int64_t trial_number);
+// The number of brackets, s_max + 1. REQUIRES: as above.
+int HyperbandBracketCount(const HyperbandOptions& options);
+
+}  // namespace hpo::search

@@ -1,0 +1,36 @@
+// Tree-structured Parzen Estimator, multivariate and conditional-aware.
+//
+// Observations are ranked: completed trials by value, then pruned trials by
+// how far they got (more steps first) and their value there (Optuna's and
+// BOHB's use of partial curves). The best gamma(n) = min(ceil(0.1 n), 25) of
+// them form the "good" set, the rest the "bad" set; running trials (and the
+// earlier suggestions of one batch) join the bad set (the constant liar), so
+// a batch spreads out. Each set is a Parzen mixture: one kernel per
+// observation over all its active parameters jointly (truncated Gaussians in
+// the unit cube for numbers, log-warped for log params; a smoothed one-hot
+// for categoricals) plus a uniform prior component. A parameter a kernel's
+// observation lacks (inactive there) falls back to the prior, so conditional
+// subtrees need no special case. Candidates are drawn from the good mixture;
+// the one maximizing log l(x) - log g(x) wins.
+#pragma once
+
+#include <memory>
+
+#include "search/sampler.h"
+
+namespace hpo::search {
+
+struct TpeOptions {
+  int startup_trials = 10;     // uniform random until this many results
+  int candidates = 24;         // draws from l(x) scored per suggestion
+  double prior_weight = 1.0;   // weight of the uniform prior component
+  double bandwidth_factor = 0.2;  // sigma = f * n^(-1/(d+4)) in the unit cube (Scott's rule)
+  double min_bandwidth = 0.01;
+  int gamma_cap = 25;          // |good| = min(ceil(gamma_fraction * n), gamma_cap)
+  double gamma_fraction = 0.1;
+  bool constant_liar = true;   // running trials count as bad
+};
+
+std::unique_ptr<Sampler> MakeTpeSampler(TpeOptions options = {});
+
+}  // namespace hpo::search
