@@ -24,7 +24,14 @@ class Mixture {
   Mixture(const SearchSpace& space, const std::vector<const Assignment*>& points,
           const std::vector<double>& weights, const TpeOptions& o)
       : space_(space), o_(o) {
-    const int d = std::max(1, space.size());
+    // Scott's rule with d = the dimensions an observation actually has:
+    // counting the params of untaken conditional branches would widen
+    // every kernel for nothing.
+    double active = 0;
+    for (const Assignment* a : points) {
+      for (double v : *a) active += !IsInactive(v);
+    }
+    const double d = points.empty() ? space.size() : std::max(1.0, active / points.size());
     const double n = std::max<double>(1, points.size());
     sigma_ = std::max(o.min_bandwidth, o.bandwidth_factor * std::pow(n, -1.0 / (d + 4)));
     double total = o.prior_weight;
