@@ -114,11 +114,12 @@ struct HyperbandOptions {
 // Bracket sizes follow Hyperband's n = ceil(B/R * eta^s' / (s' + 1)), s' = s_max - s:
 //   w_s = ceil((s_max + 1) * eta^(s_max - s) / (s_max - s + 1)).
 // A trial's bracket depends on its number t only: u = frac(t * (sqrt(5) - 1) / 2),
-// computed exactly as (t * 0x9E3779B97F4A7C15 mod 2^64) / 2^64, and the
+// computed as (t * 0x9E3779B97F4A7C15 mod 2^64) / 2^64 (top 53 bits), and the
 // bracket is the first s with u * sum(w) < w_0 + ... + w_s. This golden-ratio
 // sequence fills the brackets in proportion to w over any run of consecutive
 // numbers, so even the first handful of trials reach several brackets.
-// Errors: min_resource < 1, max_resource < min_resource, reduction_factor <= 1.
+// Errors: min_resource < 1, max_resource < min_resource, reduction_factor <= 1
+// (or not finite, or so close to 1 that there would be over 1000 brackets).
 Result<std::unique_ptr<Pruner>> MakeHyperbandPruner(const HyperbandOptions& options = {});
 
 // The bracket (0..s_max) of trial `trial_number`, for display and tests.
