@@ -15,7 +15,9 @@ double NormalCdf(double z) { return 0.5 * std::erfc(-z / kSqrt2); }
 // One observation's kernel, prepared for fast evaluation.
 struct Kernel {
   std::vector<double> mu;        // unit-cube position per param (NaN: inactive)
-  std::vector<double> log_norm;  // -log(sigma * sqrt(2 pi) * Z) per numeric param
+  std::vector<double> sigma;     // bandwidth per numeric param, in the unit cube
+  std::vector<double> log_norm;  // -log(sigma * sqrt(2 pi) * Z), Z: mass inside [0, 1]
+  std::vector<double> inv2s2;    // 1 / (2 sigma^2)
   double log_weight = 0;
 };
 
@@ -23,40 +25,28 @@ class Mixture {
  public:
   Mixture(const SearchSpace& space, const std::vector<const Assignment*>& points,
           const std::vector<double>& weights, const TpeOptions& o)
-      : space_(space), o_(o) {
-    // Scott's rule with d = the dimensions an observation actually has:
-    // counting the params of untaken conditional branches would widen
-    // every kernel for nothing.
-    double active = 0;
-    for (const Assignment* a : points) {
-      for (double v : *a) active += !IsInactive(v);
-    }
-    const double d = points.empty() ? space.size() : std::max(1.0, active / points.size());
-    const double n = std::max<double>(1, points.size());
-    sigma_ = std::max(o.min_bandwidth, o.bandwidth_factor * std::pow(n, -1.0 / (d + 4)));
+      : space_(space) {
     double total = o.prior_weight;
     for (double w : weights) total += w;
     prior_log_weight_ = std::log(o.prior_weight / total);
+    const size_t d = space.params.size();
+    kernels_.resize(points.size());
     for (size_t k = 0; k < points.size(); ++k) {
-      Kernel kern;
+      Kernel& kern = kernels_[k];
       kern.log_weight = std::log(weights[k] / total);
-      kern.mu.resize(space.params.size());
-      kern.log_norm.resize(space.params.size(), 0);
-      for (int i = 0; i < space.size(); ++i) {
+      kern.mu.assign(d, kInactive);
+      kern.sigma.assign(d, 1);
+      kern.log_norm.assign(d, 0);
+      kern.inv2s2.assign(d, 0.5);
+      for (size_t i = 0; i < d; ++i) {
         const double v = (*points[k])[i];
+        if (IsInactive(v)) continue;
         const Param& p = space.params[i];
-        if (IsInactive(v)) {
-          kern.mu[i] = kInactive;
-        } else if (p.kind == ParamKind::kCategorical) {
-          kern.mu[i] = v;
-        } else {
-          const double mu = p.ToUnit(v);
-          kern.mu[i] = mu;
-          const double z = NormalCdf((1 - mu) / sigma_) - NormalCdf(-mu / sigma_);
-          kern.log_norm[i] = -std::log(sigma_) - kLogSqrt2Pi - std::log(std::max(z, 1e-300));
-        }
+        kern.mu[i] = p.kind == ParamKind::kCategorical ? v : p.ToUnit(v);
       }
-      kernels_.push_back(std::move(kern));
+    }
+    for (size_t i = 0; i < d; ++i) {
+      if (space.params[i].kind != ParamKind::kCategorical) SetBandwidths(static_cast<int>(i), o);
     }
   }
 
@@ -74,7 +64,9 @@ class Mixture {
         a[i] = SampleCategorical(p, static_cast<int>(k->mu[i]), rng);
       } else {
         double u = -1;
-        for (int tries = 0; tries < 64 && (u < 0 || u > 1); ++tries) u = k->mu[i] + sigma_ * rng.Normal();
+        for (int tries = 0; tries < 64 && (u < 0 || u > 1); ++tries) {
+          u = k->mu[i] + k->sigma[i] * rng.Normal();
+        }
         a[i] = p.FromUnit(std::clamp(u, 0.0, 1.0));
       }
     }
@@ -99,7 +91,6 @@ class Mixture {
     }
     double best = prior;
     scratch_.assign(1, prior);
-    const double inv2s2 = 1.0 / (2 * sigma_ * sigma_);
     for (const Kernel& k : kernels_) {
       double lp = k.log_weight;
       for (int i = 0; i < space_.size(); ++i) {
@@ -110,7 +101,7 @@ class Mixture {
           lp += IsInactive(k.mu[i]) ? -std::log(n) : std::log(CategoricalProb(n, a[i] == k.mu[i]));
         } else if (!IsInactive(k.mu[i])) {
           const double dx = unit_[i] - k.mu[i];
-          lp += k.log_norm[i] - dx * dx * inv2s2;
+          lp += k.log_norm[i] - dx * dx * k.inv2s2[i];
         }  // else: the prior's density, 1 in the unit cube
       }
       scratch_.push_back(lp);
@@ -147,9 +138,47 @@ class Mixture {
     return kernels_.empty() ? nullptr : &kernels_.back();
   }
 
+  // Bandwidths of param i. kNeighbor (Optuna's univariate rule, used per
+  // dimension of the joint kernel): the larger gap to the neighbouring
+  // observations, clipped to [1 / min(100, n + 1), 1] ("magic clip"), so
+  // kernels narrow where good points cluster. kScott: one width for all,
+  // f * n^(-1/(d+4)), d = the params an observation has on average.
+  void SetBandwidths(int i, const TpeOptions& o) {
+    std::vector<std::pair<double, size_t>> pos;
+    for (size_t k = 0; k < kernels_.size(); ++k) {
+      if (!IsInactive(kernels_[k].mu[i])) pos.emplace_back(kernels_[k].mu[i], k);
+    }
+    if (pos.empty()) return;
+    std::sort(pos.begin(), pos.end());
+    const size_t n = pos.size();
+    std::vector<double> sig(n);
+    if (o.bandwidth == TpeOptions::Bandwidth::kScott) {
+      double active = 0;
+      for (const auto& k : kernels_) {
+        for (double m : k.mu) active += !IsInactive(m);
+      }
+      const double d = std::max(1.0, active / kernels_.size());
+      std::fill(sig.begin(), sig.end(),
+                std::max(o.min_bandwidth, o.bandwidth_factor * std::pow(static_cast<double>(n), -1.0 / (d + 4))));
+    } else {
+      const double lo = 1.0 / std::min(100.0, n + 1.0);
+      for (size_t j = 0; j < n; ++j) {
+        const double left = j > 0 ? pos[j].first - pos[j - 1].first : 0;
+        const double right = j + 1 < n ? pos[j + 1].first - pos[j].first : 0;
+        sig[j] = std::clamp(n == 1 ? 1.0 : std::max(left, right), std::max(lo, o.min_bandwidth), 1.0);
+      }
+    }
+    for (size_t j = 0; j < n; ++j) {
+      Kernel& kern = kernels_[pos[j].second];
+      const double mu = kern.mu[i], sigma = sig[j];
+      const double z = NormalCdf((1 - mu) / sigma) - NormalCdf(-mu / sigma);
+      kern.sigma[i] = sigma;
+      kern.inv2s2[i] = 1 / (2 * sigma * sigma);
+      kern.log_norm[i] = -std::log(sigma) - kLogSqrt2Pi - std::log(std::max(z, 1e-300));
+    }
+  }
+
   const SearchSpace& space_;
-  const TpeOptions& o_;
-  double sigma_ = 0.2;
   double prior_log_weight_ = 0;
   std::vector<Kernel> kernels_;
   mutable std::vector<double> scratch_, unit_;

@@ -7,8 +7,9 @@
 // earlier suggestions of one batch) join the bad set (the constant liar), so
 // a batch spreads out. Each set is a Parzen mixture: one kernel per
 // observation over all its active parameters jointly (truncated Gaussians in
-// the unit cube for numbers, log-warped for log params; a smoothed one-hot
-// for categoricals) plus a uniform prior component. A parameter a kernel's
+// the unit cube for numbers, log-warped for log params, each as wide as the
+// gap to its neighbours; a smoothed one-hot for categoricals) plus a uniform
+// prior component. A parameter a kernel's
 // observation lacks (inactive there) falls back to the prior, so conditional
 // subtrees need no special case. Candidates are drawn from the good mixture;
 // the one maximizing log l(x) - log g(x) wins.
@@ -24,8 +25,11 @@ struct TpeOptions {
   int startup_trials = 10;     // uniform random until this many results
   int candidates = 24;         // draws from l(x) scored per suggestion
   double prior_weight = 1.0;   // weight of the uniform prior component
-  double bandwidth_factor = 0.2;  // sigma = f * n^(-1/(d+4)) in the unit cube (Scott's rule)
-  double min_bandwidth = 0.01;
+  // How wide each observation's kernel is (see SetBandwidths in tpe.cc).
+  enum class Bandwidth { kNeighbor, kScott };
+  Bandwidth bandwidth = Bandwidth::kNeighbor;
+  double bandwidth_factor = 0.2;  // kScott: sigma = f * n^(-1/(d+4)) in the unit cube
+  double min_bandwidth = 0.001;
   int gamma_cap = 25;          // |good| = min(ceil(gamma_fraction * n), gamma_cap)
   double gamma_fraction = 0.1;
   bool constant_liar = true;   // running trials count as bad

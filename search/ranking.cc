@@ -1,0 +1,99 @@
+#include "search/ranking.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace hpo::search {
+namespace {
+
+double NormalPdf(double z) { return 0.3989422804014327 * std::exp(-0.5 * z * z); }
+double NormalCdf(double z) { return 0.5 * std::erfc(-z / 1.4142135623730951); }
+
+double StdDev(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  double mean = 0;
+  for (double x : v) mean += x;
+  mean /= v.size();
+  double ss = 0;
+  for (double x : v) ss += (x - mean) * (x - mean);
+  return std::sqrt(ss / (v.size() - 1));
+}
+
+}  // namespace
+
+std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
+                                  const std::vector<History>& histories,
+                                  const RankingOptions& o, Rng& rng) {
+  const size_t k = spaces.size();
+  std::vector<SpaceRank> out(k);
+  double max_bits = 0;
+  for (size_t s = 0; s < k; ++s) {
+    out[s].complexity_bits = spaces[s].ComplexityBits();
+    max_bits = std::max(max_bits, out[s].complexity_bits);
+  }
+  std::vector<std::vector<double>> values(k);
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (size_t s = 0; s < k; ++s) {
+    out[s].complexity = max_bits > 0 ? out[s].complexity_bits / max_bits : 0;
+    for (double v : histories[s].CompletedValues()) {
+      if (!std::isfinite(v)) continue;
+      values[s].push_back(v);
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    out[s].results = static_cast<int>(values[s].size());
+  }
+  // Spreads below 1% of the overall range are noise, not certainty.
+  const double floor_u = std::isfinite(hi - lo) && hi > lo ? 0.01 * (hi - lo) : 1e-9;
+
+  double global_best = std::numeric_limits<double>::infinity();
+  for (size_t s = 0; s < k; ++s) {
+    if (out[s].results < o.min_results) continue;
+    const auto& y = values[s];
+    out[s].best = *std::min_element(y.begin(), y.end());
+    global_best = std::min(global_best, out[s].best);
+    Rng boot = rng.Fork(s + 1);
+    std::vector<double> mins(o.bootstrap_samples);
+    for (auto& m : mins) {
+      m = std::numeric_limits<double>::infinity();
+      for (size_t i = 0; i < y.size(); ++i) m = std::min(m, y[boot.Below(y.size())]);
+    }
+    out[s].uncertainty = std::max(StdDev(mins), floor_u);
+  }
+
+  double max_priority = 0;
+  for (size_t s = 0; s < k; ++s) {
+    if (out[s].results < o.min_results) continue;
+    const double sd = out[s].uncertainty * (1 + out[s].complexity);
+    const double z = (global_best - out[s].best) / sd;
+    out[s].priority = std::max(sd * (z * NormalCdf(z) + NormalPdf(z)), 1e-12);
+    max_priority = std::max(max_priority, out[s].priority);
+  }
+  for (size_t s = 0; s < k; ++s) {
+    if (out[s].results < o.min_results) out[s].priority = max_priority > 0 ? max_priority : 1;
+  }
+
+  double total = 0;
+  for (const auto& r : out) total += r.priority;
+  const double floor = std::clamp(o.min_share_fraction, 0.0, 1.0) / k;
+  for (auto& r : out) r.share = floor + (1 - k * floor) * r.priority / total;
+  return out;
+}
+
+int PickSpace(const std::vector<SpaceRank>& ranks, const std::vector<int>& trials_so_far) {
+  int total = 1;
+  for (int n : trials_so_far) total += n;
+  int best = 0;
+  double best_deficit = -std::numeric_limits<double>::infinity();
+  for (size_t s = 0; s < ranks.size(); ++s) {
+    const double deficit = ranks[s].share * total - trials_so_far[s];
+    if (deficit > best_deficit) {
+      best_deficit = deficit;
+      best = static_cast<int>(s);
+    }
+  }
+  return best;
+}
+
+}  // namespace hpo::search

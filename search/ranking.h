@@ -1,0 +1,61 @@
+// Space ranking (SHADHO's idea, with the uncertainty taken from the data):
+// which of an experiment's search spaces deserve the next trials.
+//
+// For each space s, from its completed trials' values y (minimized):
+//   complexity   c_s = bits_s / max_t bits_t, bits = SearchSpace::ComplexityBits
+//                (log2 of the number of configurations; a continuous param
+//                counts as 10 bits)
+//   best         m_s = min y
+//   uncertainty  u_s = the standard deviation of min(y*) over B bootstrap
+//                resamples y* of y (how unsettled the space's best still
+//                is), floored at 1% of the spread of all values
+//   reach        sd_s = u_s * (1 + c_s): a larger space has more room left
+//                to improve than its resamples show
+//   priority     p_s = EI(m_s, sd_s; m*) = sd_s * (z Phi(z) + phi(z)),
+//                z = (m* - m_s) / sd_s, m* = the best value of all spaces:
+//                the expected improvement on the overall best if the
+//                space's best were N(m_s, sd_s^2)
+//   share        f_s = floor + (1 - k floor) p_s / sum_t p_t, with
+//                floor = min_share_fraction / k for k spaces, so no space
+//                starves
+// A space with fewer than `min_results` results is unexplored: it gets the
+// largest priority among the explored ones (or 1 when none is explored),
+// so every space is tried before any is judged.
+//
+// Pure and deterministic: the bootstrap draws from the given Rng.
+#pragma once
+
+#include <vector>
+
+#include "search/history.h"
+#include "search/random.h"
+#include "search/space.h"
+
+namespace hpo::search {
+
+struct RankingOptions {
+  int bootstrap_samples = 200;
+  int min_results = 3;
+  double min_share_fraction = 0.2;  // of the budget, split evenly, that every space keeps
+};
+
+struct SpaceRank {
+  double complexity = 0;   // c_s in [0, 1]
+  double complexity_bits = 0;
+  int results = 0;         // completed trials with a value
+  double best = 0;         // m_s (meaningless when results == 0)
+  double uncertainty = 0;  // u_s
+  double priority = 0;     // p_s
+  double share = 0;        // f_s; the shares add up to 1
+};
+
+// REQUIRES: spaces.size() == histories.size() and not empty.
+std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
+                                  const std::vector<History>& histories,
+                                  const RankingOptions& options, Rng& rng);
+
+// The space the next trial should come from: the one furthest below its
+// share, given how many trials each space has had (lowest index on ties).
+int PickSpace(const std::vector<SpaceRank>& ranks, const std::vector<int>& trials_so_far);
+
+}  // namespace hpo::search

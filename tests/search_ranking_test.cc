@@ -1,0 +1,99 @@
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "bench/objectives.h"
+#include "search/ranking.h"
+
+namespace hpo::search {
+namespace {
+
+History Results(std::vector<double> values) {
+  History h;
+  for (size_t i = 0; i < values.size(); ++i) {
+    h.trials.push_back({static_cast<int64_t>(i), TrialStatus::kCompleted, {0.5}, values[i], {}});
+  }
+  return h;
+}
+
+SearchSpace Box(int dims) { return bench::Box("s" + std::to_string(dims), dims, 0, 1); }
+
+double ShareSum(const std::vector<SpaceRank>& r) {
+  return std::accumulate(r.begin(), r.end(), 0.0, [](double a, const SpaceRank& x) { return a + x.share; });
+}
+
+TEST(SpaceRanking, FavoursTheSpaceLikelierToHoldTheBest) {
+  Rng rng(1);
+  auto r = RankSpaces({Box(2), Box(2)},
+                      {Results({0.10, 0.12, 0.15, 0.30, 0.5}), Results({0.90, 0.95, 1.0, 1.1, 1.2})},
+                      {}, rng);
+  EXPECT_GT(r[0].share, r[1].share);
+  EXPECT_GT(r[0].share, 0.6);
+  EXPECT_NEAR(ShareSum(r), 1.0, 1e-12);
+  EXPECT_GE(r[1].share, 0.2 / 2) << "the floor keeps every space alive";
+  EXPECT_DOUBLE_EQ(r[0].best, 0.10);
+}
+
+TEST(SpaceRanking, UnsettledSpacesRankAboveSettledOnesWithTheSameBest) {
+  // Same best value; space 1's results spread widely, so its best is less
+  // settled and it may still improve.
+  Rng rng(2);
+  auto r = RankSpaces({Box(2), Box(2)},
+                      {Results({0.5, 0.5, 0.5, 0.51, 0.5, 0.5}), Results({0.5, 2.0, 0.9, 3.0, 1.5, 0.7})},
+                      {}, rng);
+  EXPECT_GT(r[1].uncertainty, r[0].uncertainty);
+  EXPECT_GT(r[1].priority, r[0].priority);
+}
+
+TEST(SpaceRanking, LargerSpacesRankAboveSmallerOnesWithTheSameData) {
+  Rng rng(3);
+  const History same = Results({0.3, 0.5, 0.4, 0.9, 0.35});
+  auto r = RankSpaces({Box(1), Box(8)}, {same, same}, {}, rng);
+  EXPECT_LT(r[0].complexity, r[1].complexity);
+  EXPECT_DOUBLE_EQ(r[1].complexity, 1.0);
+  EXPECT_GT(r[1].priority, r[0].priority);
+}
+
+TEST(SpaceRanking, UnexploredSpacesComeFirst) {
+  Rng rng(4);
+  auto r = RankSpaces({Box(2), Box(2), Box(2)},
+                      {Results({0.1, 0.2, 0.3, 0.4}), Results({}), Results({0.5})}, {}, rng);
+  EXPECT_GE(r[1].priority, r[0].priority);
+  EXPECT_GE(r[2].priority, r[0].priority) << "one result is not enough to judge a space";
+  auto none = RankSpaces({Box(2), Box(3)}, {Results({}), Results({})}, {}, rng);
+  EXPECT_DOUBLE_EQ(none[0].share, 0.5);
+}
+
+TEST(SpaceRanking, ChangesAsResultsArrive) {
+  Rng rng(5);
+  History a = Results({1.0, 1.1, 1.2});
+  History b = Results({2.0, 2.1, 2.2});
+  auto before = RankSpaces({Box(2), Box(2)}, {a, b}, {}, rng);
+  b = Results({2.0, 2.1, 2.2, 0.2, 0.3});  // space b finds much better points
+  auto after = RankSpaces({Box(2), Box(2)}, {a, b}, {}, rng);
+  EXPECT_LT(before[1].share, before[0].share);
+  EXPECT_GT(after[1].share, after[0].share);
+}
+
+TEST(SpaceRanking, IsDeterministicForASeed) {
+  const std::vector<History> h = {Results({0.3, 0.6, 0.2, 0.9}), Results({0.25, 0.7, 0.8, 0.4})};
+  Rng a(9), b(9);
+  auto x = RankSpaces({Box(2), Box(3)}, h, {}, a);
+  auto y = RankSpaces({Box(2), Box(3)}, h, {}, b);
+  for (size_t s = 0; s < x.size(); ++s) EXPECT_DOUBLE_EQ(x[s].share, y[s].share);
+}
+
+TEST(SpaceRanking, PickSpaceFollowsTheShares) {
+  std::vector<SpaceRank> ranks(3);
+  ranks[0].share = 0.6;
+  ranks[1].share = 0.3;
+  ranks[2].share = 0.1;
+  std::vector<int> counts(3, 0);
+  for (int i = 0; i < 100; ++i) counts[PickSpace(ranks, counts)]++;
+  EXPECT_NEAR(counts[0], 60, 1);
+  EXPECT_NEAR(counts[1], 30, 1);
+  EXPECT_NEAR(counts[2], 10, 1);
+}
+
+}  // namespace
+}  // namespace hpo::search
