@@ -197,6 +197,45 @@ TYPED_TEST(StoreTest, NumbersTrialsWithinTheirExperiment) {
   EXPECT_EQ(ta[0].attempt, 0);
 }
 
+TYPED_TEST(StoreTest, CreateTrialsUpToABudgetNeverExceedsIt) {
+  auto e = this->MakeExperiment();
+  std::vector<NewTrial> three(3);
+  auto a = this->store_->CreateTrialsUpTo(e.id, three, 5);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->size(), 3u);
+  auto b = this->store_->CreateTrialsUpTo(e.id, three, 5);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(b->size(), 2u);
+  EXPECT_EQ((*b)[1].number, 4);
+  auto c = this->store_->CreateTrialsUpTo(e.id, three, 5);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->empty());
+  EXPECT_EQ(this->store_->CountTrials(e.id)->total(), 5);
+}
+
+TYPED_TEST(StoreTest, ListsAnExperimentsMeasurementsByTrialAndStep) {
+  auto e = this->MakeExperiment();
+  auto other = this->MakeExperiment();
+  this->MakeTrials(e.id, 2);
+  this->MakeTrials(other.id, 1);
+  auto t1 = this->Lease("w");
+  auto t2 = this->Lease("w");
+  auto t3 = this->Lease("w");
+  for (const auto* t : {&t2, &t1, &t3}) {
+    for (int step : {1, 0}) {
+      ASSERT_TRUE(this->store_->ReportMeasurement(t->id, "w", this->Step(step, 1.0 / (step + 1)), std::nullopt).ok());
+    }
+  }
+  auto ms = this->store_->ListExperimentMeasurements(e.id);
+  ASSERT_TRUE(ms.ok()) << ms.status();
+  ASSERT_EQ(ms->size(), 4u);
+  EXPECT_EQ((*ms)[0].trial_id, t1.id);
+  EXPECT_EQ((*ms)[0].step, 0);
+  EXPECT_EQ((*ms)[1].step, 1);
+  EXPECT_EQ((*ms)[3].trial_id, t2.id);
+  EXPECT_TRUE(this->store_->ListExperimentMeasurements(999).status().IsNotFound());
+}
+
 TYPED_TEST(StoreTest, CreateTrialsIsAllOrNothing) {
   auto e = this->MakeExperiment({"mlp"});
   auto other = this->MakeExperiment({"cnn"});

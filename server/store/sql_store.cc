@@ -322,8 +322,9 @@ Status SqlStore::FinishExperiment(Id id, ExperimentState state, std::string_view
 // ---------------------------------------------------------------------------
 // Trials
 
-Result<std::vector<TrialRecord>> SqlStore::CreateTrials(Id experiment_id,
-                                                        const std::vector<NewTrial>& trials) {
+Result<std::vector<TrialRecord>> SqlStore::CreateTrialsUpTo(Id experiment_id,
+                                                            const std::vector<NewTrial>& trials,
+                                                            std::optional<int64_t> max_total) {
   for (size_t i = 0; i < trials.size(); ++i) {
     if (!std::isfinite(trials[i].priority)) {
       return Status::InvalidArgument("trials[" + std::to_string(i) + "].priority: must be finite");
@@ -339,6 +340,8 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrials(Id experiment_id,
                                        "); it takes no new trials"));
     }
     int64_t number = exp[0].Int(1);
+    size_t n = trials.size();
+    if (max_total) n = static_cast<size_t>(std::clamp<int64_t>(*max_total - number, 0, n));
     std::set<Id> spaces;
     for (const auto& r : c.Query("SELECT id FROM search_spaces WHERE experiment_id = $1",
                                  {experiment_id})) {
@@ -346,8 +349,8 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrials(Id experiment_id,
     }
     const TimeMs now = Now();
     std::vector<TrialRecord> out;
-    out.reserve(trials.size());
-    for (size_t i = 0; i < trials.size(); ++i) {
+    out.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
       const NewTrial& t = trials[i];
       if (t.space_id && !spaces.count(*t.space_id)) {
         Throw(Status::InvalidArgument("trials[" + std::to_string(i) + "].space_id: search space " +
@@ -553,23 +556,46 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
   });
 }
 
+namespace {
+constexpr const char* kMeasurementColumns =
+    "trial_id, step, metrics, samples_per_sec, system_setting, created_ms";
+MeasurementRecord ReadMeasurement(const SqlRow& r) {
+  MeasurementRecord m;
+  m.trial_id = r.Int(0);
+  m.step = r.Int(1);
+  m.metrics_json = r.Text(2);
+  m.samples_per_sec = r.Real(3);
+  m.system_setting_json = r.Text(4);
+  m.created_ms = r.Int(5);
+  return m;
+}
+}  // namespace
+
 Result<std::vector<MeasurementRecord>> SqlStore::ListMeasurements(Id trial_id) {
   return Run(TxMode::kRead, [&](SqlConnection& c) {
     if (c.Query("SELECT id FROM trials WHERE id = $1", {trial_id}).empty()) {
       Throw(Status::NotFound(TrialName(trial_id) + " does not exist"));
     }
     std::vector<MeasurementRecord> out;
-    for (const auto& r : c.Query("SELECT step, metrics, samples_per_sec, system_setting, "
-                                 "created_ms FROM measurements WHERE trial_id = $1 ORDER BY step",
+    for (const auto& r : c.Query("SELECT " + std::string(kMeasurementColumns) +
+                                     " FROM measurements WHERE trial_id = $1 ORDER BY step",
                                  {trial_id})) {
-      MeasurementRecord m;
-      m.trial_id = trial_id;
-      m.step = r.Int(0);
-      m.metrics_json = r.Text(1);
-      m.samples_per_sec = r.Real(2);
-      m.system_setting_json = r.Text(3);
-      m.created_ms = r.Int(4);
-      out.push_back(std::move(m));
+      out.push_back(ReadMeasurement(r));
+    }
+    return out;
+  });
+}
+
+Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurements(Id experiment_id) {
+  return Run(TxMode::kRead, [&](SqlConnection& c) {
+    RequireExperiment(c, experiment_id);
+    std::vector<MeasurementRecord> out;
+    for (const auto& r : c.Query("SELECT m.trial_id, m.step, m.metrics, m.samples_per_sec, "
+                                 "m.system_setting, m.created_ms FROM measurements m "
+                                 "JOIN trials t ON t.id = m.trial_id WHERE t.experiment_id = $1 "
+                                 "ORDER BY m.trial_id, m.step",
+                                 {experiment_id})) {
+      out.push_back(ReadMeasurement(r));
     }
     return out;
   });

@@ -27,8 +27,9 @@ class SqlStore final : public Store {
   Result<std::vector<ExperimentRecord>> ListExperiments(int64_t offset, int64_t limit) override;
   Status FinishExperiment(Id id, ExperimentState state, std::string_view reason) override;
 
-  Result<std::vector<TrialRecord>> CreateTrials(Id experiment_id,
-                                                const std::vector<NewTrial>& trials) override;
+  Result<std::vector<TrialRecord>> CreateTrialsUpTo(Id experiment_id,
+                                                    const std::vector<NewTrial>& trials,
+                                                    std::optional<int64_t> max_total) override;
   Result<TrialRecord> GetTrial(Id id) override;
   Result<std::vector<TrialRecord>> ListTrials(Id experiment_id, const TrialFilter& filter) override;
   Result<TrialCounts> CountTrials(Id experiment_id) override;
@@ -40,6 +41,7 @@ class SqlStore final : public Store {
                                          const Measurement& m,
                                          std::optional<TimeMs> renew_lease_ms) override;
   Result<std::vector<MeasurementRecord>> ListMeasurements(Id trial_id) override;
+  Result<std::vector<MeasurementRecord>> ListExperimentMeasurements(Id experiment_id) override;
   Status FinishTrial(Id trial_id, const std::string& owner, const FinishRequest& f) override;
 
   Result<WorkerRecord> RegisterWorker(const NewWorker& w) override;

@@ -254,8 +254,16 @@ class Store {
   // Trials -------------------------------------------------------------------
   // Adds pending trials, numbered after the experiment's existing ones.
   // FailedPrecondition: the experiment is not running.
-  virtual Result<std::vector<TrialRecord>> CreateTrials(Id experiment_id,
-                                                        const std::vector<NewTrial>& trials) = 0;
+  Result<std::vector<TrialRecord>> CreateTrials(Id experiment_id,
+                                                const std::vector<NewTrial>& trials) {
+    return CreateTrialsUpTo(experiment_id, trials, std::nullopt);
+  }
+  // The same, but the experiment never gets more than `max_total` trials:
+  // only the first (max_total - existing) are created (maybe none). The
+  // budget holds even when several servers create trials at once.
+  virtual Result<std::vector<TrialRecord>> CreateTrialsUpTo(Id experiment_id,
+                                                            const std::vector<NewTrial>& trials,
+                                                            std::optional<int64_t> max_total) = 0;
   virtual Result<TrialRecord> GetTrial(Id id) = 0;
   virtual Result<std::vector<TrialRecord>> ListTrials(Id experiment_id,
                                                       const TrialFilter& filter) = 0;
@@ -286,6 +294,8 @@ class Store {
                                                  std::optional<TimeMs> renew_lease_ms) = 0;
   // Ordered by step.
   virtual Result<std::vector<MeasurementRecord>> ListMeasurements(Id trial_id) = 0;
+  // Every measurement of an experiment's trials, ordered by trial, then step.
+  virtual Result<std::vector<MeasurementRecord>> ListExperimentMeasurements(Id experiment_id) = 0;
   // Ends a trial. See the rules above for repeated calls.
   virtual Status FinishTrial(Id trial_id, const std::string& owner, const FinishRequest& f) = 0;
 
