@@ -1,0 +1,424 @@
+#include "server/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "search/gp_sampler.h"
+#include "search/ranking.h"
+#include "search/tpe.h"
+
+namespace hpo::server {
+
+using nlohmann::json;
+using store::Id;
+using store::TrialState;
+
+std::string_view ToString(Decision d) {
+  switch (d) {
+    case Decision::kContinue: return "continue";
+    case Decision::kPrune: return "prune";
+    case Decision::kStop: return "stop";
+  }
+  return "continue";
+}
+
+namespace {
+
+std::unique_ptr<search::Sampler> MakeSampler(const std::string& name) {
+  if (name == "random") return search::MakeRandomSampler();
+  if (name == "gp") return search::MakeGpSampler();
+  return search::MakeTpeSampler();
+}
+
+Result<std::unique_ptr<search::Pruner>> MakePruner(const ExperimentSpec& spec) {
+  const json& o = spec.early_stopping_options;
+  auto num = [&](const char* key, double fallback) { return o.value(key, fallback); };
+  if (spec.early_stopping == "median") {
+    search::MedianOptions m;
+    m.startup_trials = static_cast<int>(num("startup_trials", m.startup_trials));
+    m.warmup_steps = static_cast<int64_t>(num("warmup_steps", m.warmup_steps));
+    m.interval_steps = static_cast<int64_t>(num("interval_steps", m.interval_steps));
+    m.min_trials_at_step = static_cast<int>(num("min_trials_at_step", m.min_trials_at_step));
+    return search::MakeMedianPruner(m);
+  }
+  if (spec.early_stopping == "asha") {
+    search::AshaOptions a;
+    a.min_resource = static_cast<int64_t>(num("min_resource", a.min_resource));
+    a.reduction_factor = num("reduction_factor", a.reduction_factor);
+    a.max_resource = static_cast<int64_t>(num("max_resource", spec.steps_per_trial));
+    a.min_early_stopping_rate = static_cast<int>(num("min_early_stopping_rate", a.min_early_stopping_rate));
+    a.bootstrap_count = static_cast<int>(num("bootstrap_count", a.bootstrap_count));
+    return search::MakeAshaPruner(a);
+  }
+  if (spec.early_stopping == "hyperband") {
+    search::HyperbandOptions h;
+    h.min_resource = static_cast<int64_t>(num("min_resource", h.min_resource));
+    h.max_resource = static_cast<int64_t>(num("max_resource", spec.steps_per_trial));
+    h.reduction_factor = num("reduction_factor", h.reduction_factor);
+    return search::MakeHyperbandPruner(h);
+  }
+  return search::MakeNopPruner();
+}
+
+// Where a trial of each system parameter starts until the scheduler knows
+// better: the middle of its domain (geometric middle for log domains).
+json InitialSystem(const ExperimentSpec& spec) {
+  json out = json::object();
+  for (const auto& p : spec.system) out[p.domain.name] = p.domain.ToJson(p.domain.FromUnit(0.5));
+  return out;
+}
+
+search::TrialStatus SearchStatus(TrialState s) {
+  switch (s) {
+    case TrialState::kCompleted: return search::TrialStatus::kCompleted;
+    case TrialState::kPruned: return search::TrialStatus::kPruned;
+    case TrialState::kFailed:
+    case TrialState::kCancelled: return search::TrialStatus::kFailed;
+    default: return search::TrialStatus::kRunning;
+  }
+}
+
+uint64_t Mix(uint64_t a, uint64_t b) {
+  uint64_t z = a ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2));
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+Engine::Engine(store::Store& store, EngineOptions options) : store_(store), options_(options) {}
+
+std::string Engine::WorkerOwner(Id worker_id) { return "worker/" + std::to_string(worker_id); }
+
+std::optional<double> Engine::Objective(const ExperimentSpec& spec,
+                                        const std::string& metrics_json) const {
+  const json m = json::parse(metrics_json, nullptr, false);
+  if (m.is_discarded() || !m.is_object()) return std::nullopt;
+  auto it = m.find(spec.metric);
+  if (it == m.end() || !it->is_number()) return std::nullopt;
+  const double v = it->get<double>();
+  if (!std::isfinite(v)) return std::nullopt;
+  return search::Minimized(spec.direction, v);
+}
+
+Result<Engine::Cached*> Engine::Load(Id experiment_id) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = cache_.find(experiment_id);
+    if (it != cache_.end()) return it->second.get();
+  }
+  HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.GetExperiment(experiment_id));
+  auto parsed = ParseExperimentSpec(rec.spec_json);
+  if (!parsed.ok()) {
+    return Status::DataLoss("experiment " + std::to_string(experiment_id) +
+                            " has a stored spec this server cannot read: " + parsed.status().message());
+  }
+  auto c = std::make_unique<Cached>();
+  c->spec = std::make_shared<const ExperimentSpec>(std::move(parsed).value());
+  for (const auto& s : rec.spaces) c->space_ids[s.name] = s.id;
+  HPO_ASSIGN_OR_RETURN(c->pruner, MakePruner(*c->spec));
+  std::lock_guard lock(mu_);
+  auto [it, inserted] = cache_.emplace(experiment_id, std::move(c));
+  return it->second.get();
+}
+
+Result<std::shared_ptr<const ExperimentSpec>> Engine::Spec(Id experiment_id) {
+  HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
+  return c->spec;
+}
+
+Result<store::ExperimentRecord> Engine::CreateExperiment(const std::string& spec_text) {
+  HPO_ASSIGN_OR_RETURN(ExperimentSpec spec, ParseExperimentSpec(spec_text));
+  // Options the spec parser cannot judge alone (e.g. ASHA's eta) are
+  // checked here, before anything is written.
+  auto pruner = MakePruner(spec);
+  if (!pruner.ok()) return pruner.status().WithContext("early_stopping");
+  store::NewExperiment e;
+  e.name = spec.name;
+  e.spec_json = spec.source.dump();
+  for (const auto& s : spec.spaces) {
+    json params = spec.source["spaces"][e.spaces.size()];
+    e.spaces.push_back({s.name, params.dump()});
+  }
+  HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.CreateExperiment(e));
+  if (spec.executor != ExperimentSpec::ExecutorKind::kClient) {
+    HPO_ASSIGN_OR_RETURN(Cached * c, Load(rec.id));
+    HPO_RETURN_IF_ERROR(Replenish(rec.id, *c));
+  }
+  return rec;
+}
+
+Status Engine::CancelExperiment(Id id, std::string_view reason) {
+  return store_.FinishExperiment(id, store::ExperimentState::kCancelled, reason);
+}
+
+Result<std::vector<search::History>> Engine::Histories(Id experiment_id, const ExperimentSpec& spec) {
+  HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.GetExperiment(experiment_id));
+  std::map<Id, size_t> space_index;
+  for (size_t i = 0; i < spec.spaces.size(); ++i) {
+    for (const auto& s : rec.spaces) {
+      if (s.name == spec.spaces[i].name) space_index[s.id] = i;
+    }
+  }
+  std::vector<search::History> out(spec.spaces.size());
+  std::map<Id, std::pair<size_t, size_t>> where;  // trial id -> (space, index in its history)
+  for (int64_t offset = 0;; offset += 10'000) {
+    HPO_ASSIGN_OR_RETURN(auto page, store_.ListTrials(experiment_id, {std::nullopt, std::nullopt, offset, 10'000}));
+    for (const auto& t : page) {
+      auto si = t.space_id ? space_index.find(*t.space_id) : space_index.end();
+      if (si == space_index.end()) continue;
+      const search::SearchSpace& space = spec.spaces[si->second];
+      auto params = space.FromJson(json::parse(t.params_json, nullptr, false));
+      if (!params.ok()) continue;  // not this space's shape: it says nothing about it
+      search::Observation o;
+      o.number = t.number;
+      o.status = SearchStatus(t.state);
+      o.params = std::move(params).value();
+      if (t.state == TrialState::kCompleted) o.value = Objective(spec, t.final_metrics_json);
+      where[t.id] = {si->second, out[si->second].trials.size()};
+      out[si->second].trials.push_back(std::move(o));
+    }
+    if (page.size() < 10'000) break;
+  }
+  HPO_ASSIGN_OR_RETURN(auto ms, store_.ListExperimentMeasurements(experiment_id));
+  for (const auto& m : ms) {
+    auto it = where.find(m.trial_id);
+    if (it == where.end()) continue;
+    if (auto v = Objective(spec, m.metrics_json)) {
+      out[it->second.first].trials[it->second.second].curve.emplace_back(m.step, *v);
+    }
+  }
+  // A completed trial that reported steps but no final value counts with its last one.
+  for (auto& h : out) {
+    for (auto& o : h.trials) {
+      if (o.status == search::TrialStatus::kCompleted && !o.value && !o.curve.empty()) {
+        o.value = o.curve.back().second;
+      }
+    }
+  }
+  return out;
+}
+
+Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_id, Cached& c,
+                                                                  int64_t count) {
+  const ExperimentSpec& spec = *c.spec;
+  HPO_ASSIGN_OR_RETURN(auto histories, Histories(experiment_id, spec));
+  size_t total = 0;
+  for (const auto& h : histories) total += h.trials.size();
+  // Deterministic for (seed, experiment, how far it got): a restarted server
+  // suggests what the old one would have.
+  search::Rng rng(Mix(Mix(spec.seed, static_cast<uint64_t>(experiment_id)), total));
+  std::vector<int> per_space_so_far;
+  for (const auto& h : histories) per_space_so_far.push_back(static_cast<int>(h.trials.size()));
+  const auto ranks = search::RankSpaces(spec.spaces, histories, {}, rng);
+  std::vector<int> wanted(spec.spaces.size(), 0);
+  for (int64_t i = 0; i < count; ++i) {
+    const int s = search::PickSpace(ranks, per_space_so_far);
+    ++per_space_so_far[s];
+    ++wanted[s];
+  }
+  auto sampler = MakeSampler(spec.sampler);
+  const json system = InitialSystem(spec);
+  std::vector<store::NewTrial> trials;
+  for (size_t s = 0; s < spec.spaces.size(); ++s) {
+    if (wanted[s] == 0) continue;
+    for (const auto& a : sampler->Suggest(spec.spaces[s], histories[s], wanted[s], rng)) {
+      store::NewTrial t;
+      t.space_id = c.space_ids.at(spec.spaces[s].name);
+      t.params_json = spec.spaces[s].ToJson(a).dump();
+      t.system_params_json = system.dump();
+      t.priority = ranks[s].share;  // higher-priority spaces are leased first
+      trials.push_back(std::move(t));
+    }
+  }
+  return store_.CreateTrialsUpTo(experiment_id, trials, spec.max_trials);
+}
+
+Status Engine::Replenish(Id experiment_id, Cached& c) {
+  std::lock_guard lock(c.replenish_mu);
+  HPO_ASSIGN_OR_RETURN(store::TrialCounts n, store_.CountTrials(experiment_id));
+  const int64_t unfinished = n.pending + n.leased + n.running;
+  const int64_t want = std::min(c.spec->max_parallel - unfinished, c.spec->max_trials - n.total());
+  if (want <= 0) return Status::OK();
+  return CreateSuggestions(experiment_id, c, want).status();
+}
+
+Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id) {
+  HPO_ASSIGN_OR_RETURN(auto experiments, store_.ListExperiments(0, 10'000));
+  std::reverse(experiments.begin(), experiments.end());  // oldest first
+  for (const auto& e : experiments) {
+    if (e.state != store::ExperimentState::kRunning) continue;
+    HPO_ASSIGN_OR_RETURN(Cached * c, Load(e.id));
+    if (c->spec->executor == ExperimentSpec::ExecutorKind::kClient) continue;
+    HPO_RETURN_IF_ERROR(Replenish(e.id, *c));
+    HPO_ASSIGN_OR_RETURN(auto leased, store_.LeaseNextTrial({WorkerOwner(worker_id),
+                                                             options_.worker_lease_ms, e.id,
+                                                             std::nullopt}));
+    if (!leased) continue;
+    Assignment a{*leased, c->spec, ""};
+    for (const auto& [name, id] : c->space_ids) {
+      if (leased->space_id == id) a.space = name;
+    }
+    // Keep the pool full for the next worker.
+    HPO_RETURN_IF_ERROR(Replenish(e.id, *c));
+    return std::optional<Assignment>(std::move(a));
+  }
+  return std::optional<Assignment>();
+}
+
+Result<std::vector<Assignment>> Engine::Suggest(Id experiment_id, int count) {
+  if (count < 1 || count > 1000) return Status::InvalidArgument("count: must be between 1 and 1000");
+  HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
+  if (c->spec->executor != ExperimentSpec::ExecutorKind::kClient) {
+    return Status::FailedPrecondition("experiment " + std::to_string(experiment_id) +
+                                      " runs on workers; only client experiments take suggest calls");
+  }
+  HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.GetExperiment(experiment_id));
+  if (rec.state != store::ExperimentState::kRunning) {
+    return Status::FailedPrecondition("experiment " + std::to_string(experiment_id) + " has ended (" +
+                                      std::string(store::ToString(rec.state)) + ")");
+  }
+  std::vector<store::TrialRecord> created;
+  {
+    std::lock_guard lock(c->replenish_mu);
+    HPO_ASSIGN_OR_RETURN(created, CreateSuggestions(experiment_id, *c, count));
+  }
+  std::vector<Assignment> out;
+  for (const auto& t : created) {
+    HPO_ASSIGN_OR_RETURN(auto leased, store_.LeaseTrial(t.id, kClientOwner, options_.client_lease_ms));
+    Assignment a{leased, c->spec, ""};
+    for (const auto& [name, id] : c->space_ids) {
+      if (leased.space_id == id) a.space = name;
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+Result<Decision> Engine::Report(const TrialReport& r) {
+  HPO_ASSIGN_OR_RETURN(store::TrialRecord trial, store_.GetTrial(r.trial_id));
+  HPO_ASSIGN_OR_RETURN(Cached * c, Load(trial.experiment_id));
+  const ExperimentSpec& spec = *c->spec;
+  if (!r.metrics.is_object()) return Status::InvalidArgument("metrics: must be an object");
+  auto it = r.metrics.find(spec.metric);
+  if (it == r.metrics.end() || !it->is_number() || !std::isfinite(it->get<double>())) {
+    return Status::InvalidArgument("metrics." + spec.metric +
+                                   ": missing or not a finite number (it is the objective)");
+  }
+  HPO_ASSIGN_OR_RETURN(store::ExperimentRecord exp, store_.GetExperiment(trial.experiment_id));
+  if (exp.state != store::ExperimentState::kRunning) {
+    // The experiment ended while this trial ran: stop it.
+    Status s = store_.FinishTrial(r.trial_id, r.owner, {TrialState::kCancelled, r.metrics.dump(),
+                                                        "experiment " + std::string(store::ToString(exp.state))});
+    if (!s.ok() && !s.IsFailedPrecondition()) return s;
+    return Decision::kStop;
+  }
+  store::Measurement m;
+  m.step = r.step;
+  m.metrics_json = r.metrics.dump();
+  m.samples_per_sec = r.samples_per_sec;
+  m.system_setting_json = r.system.dump();
+  const int64_t lease = r.owner == kClientOwner ? options_.client_lease_ms : options_.worker_lease_ms;
+  HPO_ASSIGN_OR_RETURN(auto reported, store_.ReportMeasurement(r.trial_id, r.owner, m, lease));
+  (void)reported;
+
+  // Early stopping on this space's trials, this report included.
+  HPO_ASSIGN_OR_RETURN(auto histories, Histories(trial.experiment_id, spec));
+  for (const auto& h : histories) {
+    for (const auto& o : h.trials) {
+      if (o.number != trial.number || o.curve.empty()) continue;
+      if (!c->pruner->ShouldPrune(h, o)) return Decision::kContinue;
+      const std::string why = "pruned by " + spec.early_stopping + " at step " + std::to_string(r.step);
+      HPO_RETURN_IF_ERROR(store_.FinishTrial(r.trial_id, r.owner, {TrialState::kPruned, r.metrics.dump(), why}));
+      HPO_RETURN_IF_ERROR(MaybeFinish(trial.experiment_id, spec));
+      if (spec.executor != ExperimentSpec::ExecutorKind::kClient) {
+        HPO_RETURN_IF_ERROR(Replenish(trial.experiment_id, *c));
+      }
+      return Decision::kPrune;
+    }
+  }
+  return Decision::kContinue;
+}
+
+Status Engine::Complete(Id trial_id, const std::string& owner, bool failed, const json& final_metrics,
+                        const std::string& reason) {
+  HPO_ASSIGN_OR_RETURN(store::TrialRecord trial, store_.GetTrial(trial_id));
+  HPO_ASSIGN_OR_RETURN(Cached * c, Load(trial.experiment_id));
+  const ExperimentSpec& spec = *c->spec;
+  json metrics = final_metrics.is_object() ? final_metrics : json::object();
+  if (!failed && !metrics.contains(spec.metric)) {
+    // The last report stands in for a missing final value.
+    HPO_ASSIGN_OR_RETURN(auto ms, store_.ListMeasurements(trial_id));
+    if (ms.empty()) {
+      return Status::InvalidArgument("final_metrics." + spec.metric +
+                                     ": missing, and the trial reported no steps to take it from");
+    }
+    json last = json::parse(ms.back().metrics_json, nullptr, false);
+    if (last.is_object() && last.contains(spec.metric)) metrics[spec.metric] = last[spec.metric];
+  }
+  if (!failed && !(metrics[spec.metric].is_number() && std::isfinite(metrics[spec.metric].get<double>()))) {
+    return Status::InvalidArgument("final_metrics." + spec.metric + ": must be a finite number");
+  }
+  HPO_RETURN_IF_ERROR(store_.FinishTrial(
+      trial_id, owner, {failed ? TrialState::kFailed : TrialState::kCompleted, metrics.dump(), reason}));
+  HPO_RETURN_IF_ERROR(MaybeFinish(trial.experiment_id, spec));
+  if (spec.executor != ExperimentSpec::ExecutorKind::kClient) {
+    HPO_ASSIGN_OR_RETURN(store::ExperimentRecord exp, store_.GetExperiment(trial.experiment_id));
+    if (exp.state == store::ExperimentState::kRunning) return Replenish(trial.experiment_id, *c);
+  }
+  return Status::OK();
+}
+
+Status Engine::MaybeFinish(Id experiment_id, const ExperimentSpec& spec) {
+  HPO_ASSIGN_OR_RETURN(store::TrialCounts n, store_.CountTrials(experiment_id));
+  if (n.total() < spec.max_trials || n.pending + n.leased + n.running > 0) return Status::OK();
+  Status s = store_.FinishExperiment(experiment_id, store::ExperimentState::kCompleted,
+                                     "all " + std::to_string(spec.max_trials) + " trials finished");
+  return s.IsFailedPrecondition() ? Status::OK() : s;  // another thread or server got there first
+}
+
+Result<std::optional<store::TrialRecord>> Engine::BestTrial(Id experiment_id) {
+  HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
+  std::optional<store::TrialRecord> best;
+  double best_value = 0;
+  store::TrialFilter f;
+  f.state = TrialState::kCompleted;
+  f.limit = 10'000;
+  for (;; f.offset += f.limit) {
+    HPO_ASSIGN_OR_RETURN(auto page, store_.ListTrials(experiment_id, f));
+    for (auto& t : page) {
+      auto v = Objective(*c->spec, t.final_metrics_json);
+      if (v && (!best || *v < best_value)) {
+        best_value = *v;
+        best = std::move(t);
+      }
+    }
+    if (static_cast<int64_t>(page.size()) < f.limit) break;
+  }
+  return best;
+}
+
+Status Engine::Tick() {
+  HPO_ASSIGN_OR_RETURN(auto reclaimed, store_.ReclaimExpiredLeases(options_.max_attempts));
+  (void)reclaimed;
+  HPO_ASSIGN_OR_RETURN(auto experiments, store_.ListExperiments(0, 10'000));
+  using namespace std::chrono;
+  const int64_t now = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+  for (const auto& e : experiments) {
+    if (e.state != store::ExperimentState::kRunning) continue;
+    HPO_ASSIGN_OR_RETURN(Cached * c, Load(e.id));
+    const ExperimentSpec& spec = *c->spec;
+    if (spec.max_wall_time_s && now - e.created_ms > *spec.max_wall_time_s * 1000) {
+      Status s = store_.FinishExperiment(e.id, store::ExperimentState::kCompleted,
+                                         "wall-time budget of " + std::to_string(*spec.max_wall_time_s) +
+                                             " s reached");
+      if (!s.ok() && !s.IsFailedPrecondition()) return s;
+      continue;
+    }
+    HPO_RETURN_IF_ERROR(MaybeFinish(e.id, spec));
+  }
+  return Status::OK();
+}
+
+}  // namespace hpo::server

@@ -1,0 +1,121 @@
+// The experiment engine: the server's logic, independent of REST and gRPC.
+// It turns specs into experiments, asks search/ what to try (in batches, as
+// many as the experiment may run at once), hands trials to workers and
+// ask/tell clients, asks the early-stopping rule on every report, and ends
+// experiments at their budget.
+//
+// Everything durable lives in the store; the engine caches only what it can
+// rebuild (parsed specs, samplers), so a restarted server - or a second one
+// on the same PostgreSQL - continues where the first left off.
+//
+// Thread-safe: any number of transport threads may call it at once.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "search/history.h"
+#include "search/pruner.h"
+#include "search/sampler.h"
+#include "server/spec.h"
+#include "server/store/store.h"
+
+namespace hpo::server {
+
+struct EngineOptions {
+  int64_t worker_lease_ms = 60'000;         // a worker renews by reporting or heartbeating
+  int64_t client_lease_ms = 24 * 3'600'000;  // ask/tell clients are slower
+  int max_attempts = 3;                      // leases per trial before it fails
+};
+
+enum class Decision { kContinue, kPrune, kStop };
+std::string_view ToString(Decision d);
+
+struct TrialReport {
+  store::Id trial_id = 0;
+  std::string owner;
+  int64_t step = 0;
+  nlohmann::json metrics = nlohmann::json::object();  // must hold the objective metric
+  double samples_per_sec = 0;
+  nlohmann::json system = nlohmann::json::object();   // the system setting this step used
+};
+
+// A trial as handed out, with what is needed to run it.
+struct Assignment {
+  store::TrialRecord trial;
+  std::shared_ptr<const ExperimentSpec> spec;
+  std::string space;  // its search space's name
+};
+
+class Engine {
+ public:
+  explicit Engine(store::Store& store, EngineOptions options = {});
+
+  store::Store& store() { return store_; }
+  const EngineOptions& options() const { return options_; }
+  static std::string WorkerOwner(store::Id worker_id);
+  static constexpr const char* kClientOwner = "client";
+
+  // Experiments ------------------------------------------------------------
+  // Parses and validates the spec (YAML or JSON); InvalidArgument names the
+  // field. Creates the experiment and its first batch of trials.
+  Result<store::ExperimentRecord> CreateExperiment(const std::string& spec_text);
+  Status CancelExperiment(store::Id id, std::string_view reason);
+  Result<std::shared_ptr<const ExperimentSpec>> Spec(store::Id experiment_id);
+  // The completed trial with the best objective, if any.
+  Result<std::optional<store::TrialRecord>> BestTrial(store::Id experiment_id);
+
+  // Trials -----------------------------------------------------------------
+  // For a worker: a trial of the oldest running experiment that has work
+  // for workers (builtin or command executor). nullopt: nothing to do now.
+  Result<std::optional<Assignment>> LeaseForWorker(store::Id worker_id);
+  // For an ask/tell client: `count` new trials, leased to kClientOwner.
+  // FailedPrecondition: not a client experiment, or it has ended.
+  Result<std::vector<Assignment>> Suggest(store::Id experiment_id, int count);
+  // Records a step and answers continue, prune (the trial is now pruned) or
+  // stop (the experiment ended; the trial is now cancelled).
+  Result<Decision> Report(const TrialReport& report);
+  Status Complete(store::Id trial_id, const std::string& owner, bool failed,
+                  const nlohmann::json& final_metrics, const std::string& reason);
+
+  // Housekeeping, called periodically: requeues or fails trials whose lease
+  // expired, ends experiments past their wall time or their trial budget.
+  Status Tick();
+
+  // The trials of one experiment as the search library sees them, one
+  // History per space (in spec order). Public for the dashboard and tests.
+  Result<std::vector<search::History>> Histories(store::Id experiment_id,
+                                                 const ExperimentSpec& spec);
+
+ private:
+  struct Cached {
+    std::shared_ptr<const ExperimentSpec> spec;
+    std::map<std::string, store::Id> space_ids;  // by space name
+    std::unique_ptr<search::Pruner> pruner;
+    std::mutex replenish_mu;  // one batch at a time per experiment
+  };
+  Result<Cached*> Load(store::Id experiment_id);
+  // Creates up to `count` new trials (within the budget) chosen by the
+  // space ranking and the spec's sampler.
+  Result<std::vector<store::TrialRecord>> CreateSuggestions(store::Id experiment_id, Cached& c,
+                                                            int64_t count);
+  // Tops the pending pool up to max_parallel unfinished trials.
+  Status Replenish(store::Id experiment_id, Cached& c);
+  // Ends the experiment when every trial of its budget has finished.
+  Status MaybeFinish(store::Id experiment_id, const ExperimentSpec& spec);
+  std::optional<double> Objective(const ExperimentSpec& spec, const std::string& metrics_json) const;
+
+  store::Store& store_;
+  EngineOptions options_;
+  std::mutex mu_;
+  std::map<store::Id, std::unique_ptr<Cached>> cache_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace hpo::server

@@ -1,0 +1,206 @@
+// The engine against a real (SQLite) store: ask/tell, workers, pruning,
+// budgets, cancellation and restarts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "server/engine.h"
+#include "tests/store_backends.h"
+
+namespace hpo::server {
+namespace {
+
+using nlohmann::json;
+using store::TrialState;
+
+std::string Spec(const std::string& executor, int max_trials, int max_parallel,
+                 const std::string& early_stopping = "none") {
+  return R"({"name": "quad", "objective": {"metric": "loss", "direction": "minimize"},
+    "spaces": [{"name": "a", "params": {"x": {"type": "float", "low": -1, "high": 1}}},
+               {"name": "b", "params": {"y": {"type": "float", "low": 0, "high": 2},
+                                        "k": {"type": "int", "low": 1, "high": 3}}}],
+    "system": {"threads": {"type": "int", "low": 1, "high": 4}},
+    "algorithm": {"sampler": "tpe", "seed": 3},
+    "early_stopping": {"rule": ")" + early_stopping + R"("},
+    "budget": {"max_trials": )" + std::to_string(max_trials) + R"(, "max_parallel": )" +
+         std::to_string(max_parallel) + R"(, "steps_per_trial": 4},
+    "executor": )" + executor + "}";
+}
+const std::string kClient = R"({"client": {}})";
+const std::string kBuiltin = R"({"builtin": {"trainer": "fashion-mnist-mlp"}})";
+
+double Loss(const json& params, int step) {
+  const double base = params.contains("x") ? std::pow(params["x"].get<double>() - 0.3, 2)
+                                           : 0.5 + std::pow(params["y"].get<double>() - 1, 2);
+  return base + 1.0 / (step + 1);
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Open(); }
+  void Open() {
+    engine_.reset();
+    store_.reset();
+    store::StoreOptions o;
+    o.clock = clock_.fn();
+    auto s = store::OpenStore(backend_.url(), o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    store_ = std::move(s).value();
+    engine_ = std::make_unique<Engine>(*store_);
+  }
+  // Runs one leased trial to its end; returns the decision that ended it.
+  Decision RunTrial(const Assignment& a, const std::string& owner, int steps = 4) {
+    const json params = json::parse(a.trial.params_json);
+    for (int step = 0; step < steps; ++step) {
+      TrialReport r{a.trial.id, owner, step, {{"loss", Loss(params, step)}}, 500, {{"threads", 2}}};
+      auto d = engine_->Report(r);
+      EXPECT_TRUE(d.ok()) << d.status();
+      if (!d.ok() || *d != Decision::kContinue) return d.ok() ? *d : Decision::kStop;
+    }
+    EXPECT_TRUE(engine_->Complete(a.trial.id, owner, false, json::object(), "").ok());
+    return Decision::kContinue;
+  }
+
+  testing::FakeClock clock_;
+  testing::SqliteBackend backend_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(EngineTest, AskTellRunsAClientExperimentToItsBudget) {
+  auto e = engine_->CreateExperiment(Spec(kClient, 6, 2));
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(store_->CountTrials(e->id)->total(), 0) << "client experiments wait for suggest calls";
+  int done = 0;
+  while (done < 6) {
+    auto batch = engine_->Suggest(e->id, 4);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    ASSERT_FALSE(batch->empty());
+    for (const auto& a : *batch) {
+      EXPECT_EQ(a.trial.state, TrialState::kLeased);
+      EXPECT_TRUE(a.space == "a" || a.space == "b") << a.space;
+      EXPECT_EQ(json::parse(a.trial.system_params_json)["threads"], 3) << "middle of [1, 4]";
+      RunTrial(a, Engine::kClientOwner);
+      ++done;
+    }
+  }
+  EXPECT_EQ(store_->CountTrials(e->id)->completed, 6);
+  auto exp = store_->GetExperiment(e->id);
+  EXPECT_EQ(exp->state, store::ExperimentState::kCompleted) << exp->reason;
+  auto more = engine_->Suggest(e->id, 1);
+  EXPECT_TRUE(more.status().IsFailedPrecondition());
+  auto best = engine_->BestTrial(e->id);
+  ASSERT_TRUE(best.ok() && best->has_value());
+  EXPECT_EQ((*best)->state, TrialState::kCompleted);
+}
+
+TEST_F(EngineTest, WorkersGetEveryTrialOnceAndTheExperimentEnds) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 12, 3));
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(store_->CountTrials(e->id)->pending, 3) << "the first batch fills max_parallel";
+  std::set<store::Id> seen;
+  for (int i = 0; i < 100; ++i) {
+    auto a = engine_->LeaseForWorker(1 + i % 2);
+    ASSERT_TRUE(a.ok()) << a.status();
+    if (!a->has_value()) break;
+    EXPECT_TRUE(seen.insert((*a)->trial.id).second) << "trial handed out twice";
+    auto n = *store_->CountTrials(e->id);
+    EXPECT_LE(n.pending + n.leased + n.running, 3) << "more than max_parallel unfinished";
+    RunTrial(**a, Engine::WorkerOwner(1 + i % 2));
+  }
+  EXPECT_EQ(seen.size(), 12u);
+  EXPECT_EQ(store_->CountTrials(e->id)->completed, 12);
+  EXPECT_EQ(store_->GetExperiment(e->id)->state, store::ExperimentState::kCompleted);
+}
+
+TEST_F(EngineTest, AshaPrunesBadTrialsDuringReports) {
+  auto e = engine_->CreateExperiment(Spec(kClient, 12, 1, R"(asha", "min_resource": 1, "reduction_factor": "3)"));
+  ASSERT_FALSE(e.ok()) << "a string where a number belongs";
+  e = engine_->CreateExperiment(Spec(kClient, 12, 1, "asha"));
+  ASSERT_TRUE(e.ok()) << e.status();
+  int pruned = 0;
+  for (int i = 0; i < 12; ++i) {
+    auto batch = engine_->Suggest(e->id, 1);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    pruned += RunTrial(batch->at(0), Engine::kClientOwner) == Decision::kPrune;
+  }
+  auto n = *store_->CountTrials(e->id);
+  EXPECT_EQ(n.pruned, pruned);
+  EXPECT_GT(pruned, 0) << "ASHA with eta 3 prunes some of 12 trials";
+  EXPECT_EQ(n.completed + n.pruned, 12);
+}
+
+TEST_F(EngineTest, ReportsNeedTheObjectiveAndStopAfterCancel) {
+  auto e = engine_->CreateExperiment(Spec(kClient, 5, 2));
+  ASSERT_TRUE(e.ok());
+  auto batch = *engine_->Suggest(e->id, 2);
+  auto bad = engine_->Report({batch[0].trial.id, Engine::kClientOwner, 0, {{"acc", 0.5}}, 0, json::object()});
+  ASSERT_TRUE(bad.status().IsInvalidArgument());
+  EXPECT_NE(bad.status().message().find("metrics.loss"), std::string::npos) << bad.status();
+  ASSERT_TRUE(engine_->CancelExperiment(e->id, "user").ok());
+  auto d = engine_->Report({batch[1].trial.id, Engine::kClientOwner, 0, {{"loss", 0.5}}, 0, json::object()});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(*d, Decision::kStop);
+  EXPECT_EQ(store_->GetTrial(batch[1].trial.id)->state, TrialState::kCancelled);
+}
+
+TEST_F(EngineTest, BadSpecsAreRejectedWithTheirPathAndWriteNothing) {
+  auto e = engine_->CreateExperiment(R"({"name": "x", "objective": {"metric": "loss"},
+    "spaces": [{"name": "s", "params": {"lr": {"type": "float", "low": 1, "high": 0}}}],
+    "executor": {"client": {}}})");
+  ASSERT_TRUE(e.status().IsInvalidArgument());
+  EXPECT_NE(e.status().message().find("spaces[0].params.lr.low: must be < high"), std::string::npos);
+  EXPECT_TRUE(store_->ListExperiments(0, 10)->empty());
+}
+
+TEST_F(EngineTest, ARestartedServerContinuesWithoutLosingOrRepeatingTrials) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 10, 2));
+  ASSERT_TRUE(e.ok());
+  std::set<store::Id> seen;
+  for (int i = 0; i < 4; ++i) {
+    auto a = *engine_->LeaseForWorker(1);
+    ASSERT_TRUE(a.has_value());
+    seen.insert(a->trial.id);
+    RunTrial(*a, Engine::WorkerOwner(1));
+  }
+  // One trial is mid-flight when the server stops.
+  auto inflight = *engine_->LeaseForWorker(1);
+  ASSERT_TRUE(inflight.has_value());
+  ASSERT_TRUE(engine_->Report({inflight->trial.id, Engine::WorkerOwner(1), 0, {{"loss", 1.0}}, 1, json::object()}).ok());
+  Open();  // a new store handle and engine: nothing cached survives
+  // The worker finishes its trial against the new server.
+  seen.insert(inflight->trial.id);
+  EXPECT_EQ(RunTrial(*inflight, Engine::WorkerOwner(1)), Decision::kContinue);
+  for (int i = 0; i < 50; ++i) {
+    auto a = engine_->LeaseForWorker(2);
+    ASSERT_TRUE(a.ok()) << a.status();
+    if (!a->has_value()) break;
+    EXPECT_TRUE(seen.insert((*a)->trial.id).second);
+    RunTrial(**a, Engine::WorkerOwner(2));
+  }
+  EXPECT_EQ(seen.size(), 10u);
+  auto n = *store_->CountTrials(e->id);
+  EXPECT_EQ(n.completed, 10);
+  EXPECT_EQ(n.total(), 10);
+  EXPECT_EQ(store_->GetExperiment(e->id)->state, store::ExperimentState::kCompleted);
+}
+
+TEST_F(EngineTest, ExpiredLeasesAreRequeuedByTick) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 3, 1));
+  ASSERT_TRUE(e.ok());
+  auto a = *engine_->LeaseForWorker(1);
+  ASSERT_TRUE(a.has_value());
+  clock_.Advance(engine_->options().worker_lease_ms + 1);
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(store_->GetTrial(a->trial.id)->state, TrialState::kPending);
+  auto again = *engine_->LeaseForWorker(2);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->trial.id, a->trial.id);
+  EXPECT_EQ(again->trial.attempt, 2);
+  auto stale = engine_->Report({a->trial.id, Engine::WorkerOwner(1), 0, {{"loss", 1.0}}, 1, json::object()});
+  EXPECT_TRUE(stale.status().IsFailedPrecondition()) << "the first worker lost its lease";
+}
+
+}  // namespace
+}  // namespace hpo::server
