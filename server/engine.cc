@@ -142,6 +142,7 @@ Result<store::ExperimentRecord> Engine::CreateExperiment(const std::string& spec
     e.spaces.push_back({s.name, params.dump()});
   }
   HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.CreateExperiment(e));
+  Emit("experiment.created", {{"experiment_id", rec.id}, {"name", rec.name}});
   if (spec.executor != ExperimentSpec::ExecutorKind::kClient) {
     HPO_ASSIGN_OR_RETURN(Cached * c, Load(rec.id));
     HPO_RETURN_IF_ERROR(Replenish(rec.id, *c));
@@ -150,7 +151,9 @@ Result<store::ExperimentRecord> Engine::CreateExperiment(const std::string& spec
 }
 
 Status Engine::CancelExperiment(Id id, std::string_view reason) {
-  return store_.FinishExperiment(id, store::ExperimentState::kCancelled, reason);
+  HPO_RETURN_IF_ERROR(store_.FinishExperiment(id, store::ExperimentState::kCancelled, reason));
+  Emit("experiment.finished", {{"experiment_id", id}, {"state", "cancelled"}, {"reason", reason}});
+  return Status::OK();
 }
 
 Result<std::vector<search::History>> Engine::Histories(Id experiment_id, const ExperimentSpec& spec) {
@@ -232,7 +235,11 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
       trials.push_back(std::move(t));
     }
   }
-  return store_.CreateTrialsUpTo(experiment_id, trials, spec.max_trials);
+  HPO_ASSIGN_OR_RETURN(auto created, store_.CreateTrialsUpTo(experiment_id, trials, spec.max_trials));
+  for (const auto& t : created) {
+    Emit("trial.created", {{"experiment_id", experiment_id}, {"trial_id", t.id}, {"number", t.number}});
+  }
+  return created;
 }
 
 Status Engine::Replenish(Id experiment_id, Cached& c) {
@@ -321,7 +328,10 @@ Result<Decision> Engine::Report(const TrialReport& r) {
   m.system_setting_json = r.system.dump();
   const int64_t lease = r.owner == kClientOwner ? options_.client_lease_ms : options_.worker_lease_ms;
   HPO_ASSIGN_OR_RETURN(auto reported, store_.ReportMeasurement(r.trial_id, r.owner, m, lease));
-  (void)reported;
+  if (reported.inserted) {
+    Emit("trial.reported", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
+                            {"step", r.step}, {"metrics", r.metrics}, {"samples_per_sec", r.samples_per_sec}});
+  }
 
   // Early stopping on this space's trials, this report included.
   HPO_ASSIGN_OR_RETURN(auto histories, Histories(trial.experiment_id, spec));
@@ -331,6 +341,8 @@ Result<Decision> Engine::Report(const TrialReport& r) {
       if (!c->pruner->ShouldPrune(h, o)) return Decision::kContinue;
       const std::string why = "pruned by " + spec.early_stopping + " at step " + std::to_string(r.step);
       HPO_RETURN_IF_ERROR(store_.FinishTrial(r.trial_id, r.owner, {TrialState::kPruned, r.metrics.dump(), why}));
+      Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
+                              {"state", "pruned"}, {"reason", why}});
       HPO_RETURN_IF_ERROR(MaybeFinish(trial.experiment_id, spec));
       if (spec.executor != ExperimentSpec::ExecutorKind::kClient) {
         HPO_RETURN_IF_ERROR(Replenish(trial.experiment_id, *c));
@@ -362,6 +374,8 @@ Status Engine::Complete(Id trial_id, const std::string& owner, bool failed, cons
   }
   HPO_RETURN_IF_ERROR(store_.FinishTrial(
       trial_id, owner, {failed ? TrialState::kFailed : TrialState::kCompleted, metrics.dump(), reason}));
+  Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", trial_id},
+                          {"state", failed ? "failed" : "completed"}, {"metrics", metrics}});
   HPO_RETURN_IF_ERROR(MaybeFinish(trial.experiment_id, spec));
   if (spec.executor != ExperimentSpec::ExecutorKind::kClient) {
     HPO_ASSIGN_OR_RETURN(store::ExperimentRecord exp, store_.GetExperiment(trial.experiment_id));
@@ -373,8 +387,11 @@ Status Engine::Complete(Id trial_id, const std::string& owner, bool failed, cons
 Status Engine::MaybeFinish(Id experiment_id, const ExperimentSpec& spec) {
   HPO_ASSIGN_OR_RETURN(store::TrialCounts n, store_.CountTrials(experiment_id));
   if (n.total() < spec.max_trials || n.pending + n.leased + n.running > 0) return Status::OK();
-  Status s = store_.FinishExperiment(experiment_id, store::ExperimentState::kCompleted,
-                                     "all " + std::to_string(spec.max_trials) + " trials finished");
+  const std::string why = "all " + std::to_string(spec.max_trials) + " trials finished";
+  Status s = store_.FinishExperiment(experiment_id, store::ExperimentState::kCompleted, why);
+  if (s.ok()) {
+    Emit("experiment.finished", {{"experiment_id", experiment_id}, {"state", "completed"}, {"reason", why}});
+  }
   return s.IsFailedPrecondition() ? Status::OK() : s;  // another thread or server got there first
 }
 
@@ -410,9 +427,10 @@ Status Engine::Tick() {
     HPO_ASSIGN_OR_RETURN(Cached * c, Load(e.id));
     const ExperimentSpec& spec = *c->spec;
     if (spec.max_wall_time_s && now - e.created_ms > *spec.max_wall_time_s * 1000) {
-      Status s = store_.FinishExperiment(e.id, store::ExperimentState::kCompleted,
-                                         "wall-time budget of " + std::to_string(*spec.max_wall_time_s) +
-                                             " s reached");
+      const std::string why =
+          "wall-time budget of " + std::to_string(*spec.max_wall_time_s) + " s reached";
+      Status s = store_.FinishExperiment(e.id, store::ExperimentState::kCompleted, why);
+      if (s.ok()) Emit("experiment.finished", {{"experiment_id", e.id}, {"state", "completed"}, {"reason", why}});
       if (!s.ok() && !s.IsFailedPrecondition()) return s;
       continue;
     }

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,6 +34,11 @@ struct EngineOptions {
   int64_t worker_lease_ms = 60'000;         // a worker renews by reporting or heartbeating
   int64_t client_lease_ms = 24 * 3'600'000;  // ask/tell clients are slower
   int max_attempts = 3;                      // leases per trial before it fails
+  // Called after each change this engine makes ("experiment.created",
+  // "experiment.finished", "trial.created", "trial.reported",
+  // "trial.finished"), from the calling thread. Changes made by other
+  // servers on the same database are not seen here.
+  std::function<void(std::string type, const nlohmann::json& data)> on_event;
 };
 
 enum class Decision { kContinue, kPrune, kStop };
@@ -111,6 +117,9 @@ class Engine {
   // Ends the experiment when every trial of its budget has finished.
   Status MaybeFinish(store::Id experiment_id, const ExperimentSpec& spec);
   std::optional<double> Objective(const ExperimentSpec& spec, const std::string& metrics_json) const;
+  void Emit(std::string type, nlohmann::json data) const {
+    if (options_.on_event) options_.on_event(std::move(type), data);
+  }
 
   store::Store& store_;
   EngineOptions options_;

@@ -1,0 +1,53 @@
+// In-process publish/subscribe of trial and experiment changes, feeding
+// /api/v1/events (Server-Sent Events). A slow subscriber loses its oldest
+// events rather than slowing publishers; it is told how many it missed.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hpo::server {
+
+struct Event {
+  uint64_t id = 0;
+  std::string type;  // "experiment.created", "trial.reported", ...
+  std::string data;  // JSON text
+};
+
+class EventBus {
+ public:
+  class Subscription {
+   public:
+    // The next event, or nullopt after `timeout` without one.
+    std::optional<Event> Next(std::chrono::milliseconds timeout);
+    // Events dropped because this subscriber fell behind (then reset to 0).
+    uint64_t TakeDropped();
+
+   private:
+    friend class EventBus;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Event> queue_;  // GUARDED_BY(mu_)
+    uint64_t dropped_ = 0;     // GUARDED_BY(mu_)
+    size_t capacity_ = 1024;
+  };
+
+  void Publish(std::string type, const nlohmann::json& data);
+  std::shared_ptr<Subscription> Subscribe(size_t capacity = 1024);
+  size_t subscribers();
+
+ private:
+  std::mutex mu_;
+  uint64_t next_id_ = 1;                                // GUARDED_BY(mu_)
+  std::vector<std::weak_ptr<Subscription>> subs_;        // GUARDED_BY(mu_)
+};
+
+}  // namespace hpo::server
