@@ -26,8 +26,9 @@ void EventBus::Publish(std::string type, const nlohmann::json& data) {
     subs_.erase(std::remove_if(subs_.begin(), subs_.end(),
                                [&](const std::weak_ptr<Subscription>& w) {
                                  auto s = w.lock();
-                                 if (s) live.push_back(std::move(s));
-                                 return !s;
+                                 if (!s) return true;  // its subscriber is gone
+                                 live.push_back(std::move(s));
+                                 return false;
                                }),
                 subs_.end());
   }

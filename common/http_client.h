@@ -1,0 +1,41 @@
+// A minimal blocking HTTP/1.1 client (Boost.Beast) for hpctl and tests:
+// one request per call on a fresh connection, with a timeout.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "common/status.h"
+
+namespace hpo {
+
+struct HttpResult {
+  int status = 0;
+  std::string body;
+  std::map<std::string, std::string> headers;  // lower-cased names
+};
+
+struct HttpClientOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;
+  std::string token;  // sent as "Authorization: Bearer <token>" when set
+  std::chrono::milliseconds timeout{30'000};
+};
+
+// Unavailable when the server cannot be reached (the message names it),
+// DeadlineExceeded on timeout. HTTP error statuses are results, not errors.
+Result<HttpResult> HttpRequestOnce(const HttpClientOptions& options, const std::string& method,
+                                   const std::string& target, const std::string& body = "",
+                                   const std::string& content_type = "application/json");
+
+// Reads a text/event-stream: calls on_event(type, data) for each event until
+// it returns false, the stream ends, or the timeout passes.
+Status ReadEventStream(const HttpClientOptions& options, const std::string& target,
+                       const std::function<bool(const std::string&, const std::string&)>& on_event);
+
+// "host:port" -> options; InvalidArgument naming the text otherwise.
+Result<HttpClientOptions> ParseServerAddress(const std::string& address);
+
+}  // namespace hpo

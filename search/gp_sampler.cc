@@ -1,0 +1,475 @@
+#include "search/gp_sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace hpo::search {
+namespace {
+
+constexpr double kInactiveUnit = 0.5;
+
+bool IsNumeric(const Param& p) { return p.kind != ParamKind::kCategorical; }
+
+// A point while the acquisition is optimized: one value per param, for all of
+// them, active or not: the unit value of a number, the choice index of a
+// categorical. Which ones are active follows from the categorical values, so
+// switching a choice brings back the values its children had.
+using Latent = std::vector<double>;
+
+class Codec {
+ public:
+  Codec(const SearchSpace& space, const GpEncoding& encoding)
+      : space_(space), encoding_(encoding) {}
+
+  std::vector<char> Active(const Latent& z) const {
+    std::vector<char> active(z.size());
+    for (int i = 0; i < space_.size(); ++i) {
+      const Param& p = space_.params[i];
+      active[i] = !p.conditional() ||
+                  (active[p.parent] && static_cast<int>(z[p.parent]) == p.parent_choice);
+    }
+    return active;
+  }
+
+  // The GP features of z, its numbers taken as they are (snapped or not).
+  Eigen::VectorXd Features(const Latent& z) const {
+    Eigen::VectorXd x = Eigen::VectorXd::Zero(encoding_.dims());
+    const std::vector<char> active = Active(z);
+    for (int i = 0; i < space_.size(); ++i) {
+      const Param& p = space_.params[i];
+      if (IsNumeric(p)) {
+        x(encoding_.column(i)) = active[i] ? z[i] : kInactiveUnit;
+      } else if (active[i]) {
+        x(encoding_.column(i) + static_cast<int>(z[i])) = 1;
+      }
+    }
+    return x;
+  }
+
+  Assignment Decode(const Latent& z) const {
+    Assignment a(z.size(), kInactive);
+    const std::vector<char> active = Active(z);
+    for (int i = 0; i < space_.size(); ++i) {
+      if (!active[i]) continue;
+      const Param& p = space_.params[i];
+      a[i] = IsNumeric(p) ? p.FromUnit(z[i]) : z[i];
+    }
+    return a;
+  }
+
+  // Puts every number on its grid (integers, steps), so that Features(z)
+  // is what the decoded assignment encodes to.
+  void Snap(Latent* z) const {
+    for (int i = 0; i < space_.size(); ++i) {
+      const Param& p = space_.params[i];
+      if (IsNumeric(p)) (*z)[i] = std::clamp(p.ToUnit(p.FromUnit((*z)[i])), 0.0, 1.0);
+    }
+  }
+
+  Latent FromAssignment(const Assignment& a) const {
+    Latent z(a.size());
+    for (int i = 0; i < space_.size(); ++i) {
+      const Param& p = space_.params[i];
+      if (IsNumeric(p)) {
+        z[i] = IsInactive(a[i]) ? kInactiveUnit : std::clamp(p.ToUnit(a[i]), 0.0, 1.0);
+      } else {
+        z[i] = IsInactive(a[i]) ? 0 : a[i];
+      }
+    }
+    Snap(&z);
+    return z;
+  }
+
+  Latent Random(Rng& rng) const {
+    Latent z(space_.size());
+    for (int i = 0; i < space_.size(); ++i) {
+      const Param& p = space_.params[i];
+      z[i] = IsNumeric(p) ? rng.Uniform()
+                          : static_cast<double>(rng.Below(std::max(p.num_choices(), 1)));
+    }
+    Snap(&z);
+    return z;
+  }
+
+  const SearchSpace& space() const { return space_; }
+  const GpEncoding& encoding() const { return encoding_; }
+
+ private:
+  const SearchSpace& space_;
+  const GpEncoding& encoding_;
+};
+
+// log EI below `best` under the GP, in the GP's features.
+class Acquisition {
+ public:
+  Acquisition(const GaussianProcess& gp, double best)
+      : gp_(gp), best_(best), var_floor_(1e-12 * gp.target_std() * gp.target_std()) {}
+
+  Eigen::VectorXd Score(const Eigen::MatrixXd& X) const {
+    Eigen::VectorXd mean, var;
+    gp_.Predict(X, &mean, &var);
+    Eigen::VectorXd out(X.rows());
+    for (int i = 0; i < X.rows(); ++i) {
+      out(i) = LogExpectedImprovement(mean(i), std::sqrt(std::max(var(i), var_floor_)), best_);
+    }
+    return out;
+  }
+
+  double Score(const Eigen::VectorXd& x) const { return Score(Eigen::MatrixXd(x.transpose()))(0); }
+
+  double ValueAndGradient(const Eigen::VectorXd& x, Eigen::VectorXd* grad) const {
+    double mean, var;
+    Eigen::VectorXd dmean, dvar;
+    gp_.PredictWithGradient(x, &mean, &var, &dmean, &dvar);
+    const bool floored = var < var_floor_;
+    const double sigma = std::sqrt(std::max(var, var_floor_));
+    const Eigen::VectorXd dsigma =
+        floored ? Eigen::VectorXd::Zero(x.size()) : Eigen::VectorXd(dvar / (2 * sigma));
+    const double z = (best_ - mean) / sigma;
+    double dlogh = 0;
+    const double value = std::log(sigma) + LogH(z, &dlogh);
+    // d/dx [log sigma + log h(z)], z = (best - mean) / sigma.
+    *grad = dsigma / sigma + dlogh * (-dmean / sigma - z * dsigma / sigma);
+    return value;
+  }
+
+ private:
+  const GaussianProcess& gp_;
+  double best_;
+  double var_floor_;
+};
+
+bool Usable(const SearchSpace& space, const Assignment& a) {
+  if (static_cast<int>(a.size()) != space.size()) return false;
+  for (int i = 0; i < space.size(); ++i) {
+    const Param& p = space.params[i];
+    if (IsInactive(a[i])) continue;
+    if (!std::isfinite(a[i])) return false;
+    if (!IsNumeric(p) && (a[i] != std::floor(a[i]) || a[i] < 0 || a[i] >= p.num_choices())) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// What the model is fitted on.
+struct Data {
+  std::vector<const Assignment*> points;
+  std::vector<double> values;
+  std::vector<const Observation*> pending;  // running trials not among `points`
+};
+
+// The rule of "Which values" in gp_sampler.h. `needed` is N.
+Data Collect(const SearchSpace& space, const History& history, int needed) {
+  Data data;
+  std::vector<const Observation*> usable;
+  for (const Observation& t : history.trials) {
+    if (t.status != TrialStatus::kFailed && Usable(space, t.params)) usable.push_back(&t);
+  }
+  for (const Observation* t : usable) {
+    if (t->status == TrialStatus::kCompleted && t->value && std::isfinite(*t->value)) {
+      data.points.push_back(&t->params);
+      data.values.push_back(*t->value);
+    }
+  }
+  std::vector<char> in_model(usable.size(), 0);
+  if (static_cast<int>(data.points.size()) >= needed) {
+    for (size_t i = 0; i < usable.size(); ++i) {
+      in_model[i] = usable[i]->status == TrialStatus::kCompleted;
+    }
+  } else {
+    data.points.clear();
+    data.values.clear();
+    // The furthest step a trial reached; completed trials reached the end.
+    constexpr int64_t kEnd = std::numeric_limits<int64_t>::max();
+    std::vector<int64_t> reached;
+    for (const Observation* t : usable) {
+      if (t->status == TrialStatus::kCompleted) {
+        reached.push_back(kEnd);
+      } else if (!t->curve.empty()) {
+        reached.push_back(t->curve.back().first);
+      }
+    }
+    if (static_cast<int>(reached.size()) >= needed) {
+      std::nth_element(reached.begin(), reached.begin() + (needed - 1), reached.end(),
+                       std::greater<int64_t>());
+      const int64_t step = reached[needed - 1];
+      for (size_t i = 0; i < usable.size(); ++i) {
+        const Observation& t = *usable[i];
+        std::optional<double> v;
+        if (t.status == TrialStatus::kCompleted) {
+          v = t.curve.empty() ? t.value : t.ValueAt(step);
+        } else if (!t.curve.empty() && t.curve.back().first >= step) {
+          v = t.ValueAt(step);
+        }
+        if (v && std::isfinite(*v)) {
+          data.points.push_back(&t.params);
+          data.values.push_back(*v);
+          in_model[i] = 1;
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < usable.size(); ++i) {
+    if (!in_model[i] && usable[i]->status == TrialStatus::kRunning) {
+      data.pending.push_back(usable[i]);
+    }
+  }
+  return data;
+}
+
+// Indices of `values` by increasing value (ties by position).
+std::vector<int> Ranked(const std::vector<double>& values) {
+  std::vector<int> order(values.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return values[a] < values[b]; });
+  return order;
+}
+
+// `count` entries of `ranked` at evenly spaced positions, first and last included.
+std::vector<int> Spread(const std::vector<int>& ranked, int count) {
+  const int n = static_cast<int>(ranked.size());
+  if (n <= count) return ranked;
+  std::vector<int> out;
+  for (int k = 0; k < count; ++k) {
+    const int64_t pos = count == 1 ? 0 : static_cast<int64_t>(k) * (n - 1) / (count - 1);
+    out.push_back(ranked[pos]);
+  }
+  return out;
+}
+
+class GpSampler : public Sampler {
+ public:
+  explicit GpSampler(GpOptions options) : options_(std::move(options)) {}
+
+  std::string_view name() const override { return "gp"; }
+
+  std::vector<Assignment> Suggest(const SearchSpace& space, const History& history, int count,
+                                  Rng& rng) override {
+    std::vector<Assignment> out;
+    if (count <= 0) return out;
+    out.reserve(count);
+    SuggestWithModel(space, history, count, rng, &out);
+    while (static_cast<int>(out.size()) < count) out.push_back(SampleUniform(space, rng));
+    return out;
+  }
+
+ private:
+  // Appends as many suggestions as the model allows (none while starting up
+  // or if the model cannot be built; the caller fills in at random).
+  void SuggestWithModel(const SearchSpace& space, const History& history, int count, Rng& rng,
+                        std::vector<Assignment>* out) const {
+    if (space.size() == 0) return;
+    const int needed = std::max(options_.startup_trials, space.size() + 1);
+    const Data data = Collect(space, history, needed);
+    if (static_cast<int>(data.points.size()) < needed) return;
+
+    const GpEncoding encoding(space);
+    const Codec codec(space, encoding);
+    const std::vector<int> ranked = Ranked(data.values);
+    // The best half, then a spread over the rest.
+    std::vector<int> chosen = ranked;
+    const int max_obs = std::max(options_.max_observations, 2);
+    if (static_cast<int>(ranked.size()) > max_obs) {
+      const int best = max_obs / 2;
+      chosen.assign(ranked.begin(), ranked.begin() + best);
+      const std::vector<int> rest(ranked.begin() + best, ranked.end());
+      for (int i : Spread(rest, max_obs - best)) chosen.push_back(i);
+    }
+    // `chosen` is ordered by value, so evenly spaced positions in it are
+    // evenly spaced ranks.
+    const std::vector<int> fit_set = Spread(chosen, std::max(options_.max_fit_observations, 2));
+
+    auto matrix_of = [&](const std::vector<int>& idx, Eigen::MatrixXd* X, Eigen::VectorXd* y) {
+      X->resize(static_cast<Eigen::Index>(idx.size()), encoding.dims());
+      y->resize(static_cast<Eigen::Index>(idx.size()));
+      for (size_t r = 0; r < idx.size(); ++r) {
+        X->row(r) = encoding.Encode(*data.points[idx[r]]).transpose();
+        (*y)(r) = data.values[idx[r]];
+      }
+    };
+    Eigen::MatrixXd X_fit, X;
+    Eigen::VectorXd y_fit, y;
+    matrix_of(fit_set, &X_fit, &y_fit);
+    Result<GaussianProcess> fitted = GaussianProcess::Fit(X_fit, y_fit, rng, options_.fit);
+    if (!fitted.ok()) return;
+    if (fit_set.size() != chosen.size()) {
+      matrix_of(chosen, &X, &y);
+      fitted = GaussianProcess::WithHyperparameters(X, y, fitted->hyperparameters());
+      if (!fitted.ok()) return;
+    }
+    GaussianProcess& gp = *fitted;
+    const double best = data.values[ranked[0]];
+
+    // Constant liar: a pending point is taken to have scored the best value,
+    // and exactly so (its latent value, not a noisy reading of it): where the
+    // model is confident, a noisy lie would leave the acquisition's peak in
+    // place and the batch would pile up within a hair of one point.
+    std::vector<const Observation*> pending = data.pending;
+    std::stable_sort(
+        pending.begin(), pending.end(),
+        [](const Observation* a, const Observation* b) { return a->number > b->number; });
+    if (static_cast<int>(pending.size()) > options_.max_pending) {
+      pending.resize(std::max(options_.max_pending, 0));
+    }
+    gp.Reserve(gp.num_observations() + static_cast<int>(pending.size()) + count);
+    for (const Observation* t : pending) {
+      if (!gp.AddObservation(encoding.Encode(t->params), best, true).ok()) return;
+    }
+
+    std::vector<Latent> elite;
+    for (int k = 0; k < std::min<int>(5, chosen.size()); ++k) {
+      elite.push_back(codec.FromAssignment(*data.points[chosen[k]]));
+    }
+    const Acquisition acquisition(gp, best);
+    for (int k = 0; k < count; ++k) {
+      const Latent z = Maximize(codec, acquisition, elite, rng);
+      out->push_back(codec.Decode(z));
+      if (k + 1 < count && !gp.AddObservation(codec.Features(z), best, true).ok()) return;
+    }
+  }
+
+  Latent Maximize(const Codec& codec, const Acquisition& acquisition,
+                  const std::vector<Latent>& elite, Rng& rng) const {
+    const SearchSpace& space = codec.space();
+    std::vector<Latent> candidates;
+    const int num_random = std::max(options_.num_candidates, 1);
+    for (int i = 0; i < num_random; ++i) candidates.push_back(codec.Random(rng));
+    // Local moves around the best points, at three scales: exploitation that
+    // uniform points in d dimensions rarely get close enough for.
+    constexpr double kScales[] = {0.01, 0.05, 0.2};
+    const int num_local_moves = elite.empty() ? 0 : num_random / 4;
+    for (int i = 0; i < num_local_moves; ++i) {
+      Latent z = elite[i % elite.size()];
+      const double scale = kScales[(i / elite.size()) % 3];
+      for (int j = 0; j < space.size(); ++j) {
+        const Param& p = space.params[j];
+        if (IsNumeric(p)) {
+          z[j] = std::clamp(z[j] + scale * rng.Normal(), 0.0, 1.0);
+        } else if (rng.Uniform() < 0.1) {
+          z[j] = static_cast<double>(rng.Below(std::max(p.num_choices(), 1)));
+        }
+      }
+      codec.Snap(&z);
+      candidates.push_back(std::move(z));
+    }
+
+    Eigen::MatrixXd X(static_cast<Eigen::Index>(candidates.size()), codec.encoding().dims());
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      X.row(i) = codec.Features(candidates[i]).transpose();
+    }
+    const Eigen::VectorXd scores = acquisition.Score(X);
+    std::vector<int> order(candidates.size());
+    std::iota(order.begin(), order.end(), 0);
+    const int num_refined = std::clamp(options_.num_local, 0, static_cast<int>(order.size()));
+    std::partial_sort(
+        order.begin(), order.begin() + std::max(num_refined, 1), order.end(),
+        [&](int a, int b) { return scores(a) > scores(b) || (scores(a) == scores(b) && a < b); });
+
+    Latent best = candidates[order[0]];
+    double best_score = scores(order[0]);
+    for (int k = 0; k < num_refined; ++k) {
+      Latent z = candidates[order[k]];
+      double score = scores(order[k]);
+      Refine(codec, acquisition, &z, &score);
+      if (score > best_score) {
+        best_score = score;
+        best = std::move(z);
+      }
+    }
+    return best;
+  }
+
+  // Gradient ascent on the active numbers, then each choice of each active
+  // categorical. z stays snapped; it changes only where the score improves.
+  void Refine(const Codec& codec, const Acquisition& acquisition, Latent* z, double* score) const {
+    const SearchSpace& space = codec.space();
+    const GpEncoding& encoding = codec.encoding();
+    std::vector<int> vars;
+    const std::vector<char> active = codec.Active(*z);
+    for (int i = 0; i < space.size(); ++i) {
+      if (active[i] && IsNumeric(space.params[i])) vars.push_back(i);
+    }
+    if (!vars.empty() && options_.local_iterations > 0) {
+      const int n = static_cast<int>(vars.size());
+      Eigen::VectorXd v(n);
+      for (int j = 0; j < n; ++j) v(j) = (*z)[vars[j]];
+      Latent work = *z;
+      auto objective = [&](const Eigen::VectorXd& u, Eigen::VectorXd* grad) {
+        for (int j = 0; j < n; ++j) work[vars[j]] = u(j);
+        Eigen::VectorXd gx;
+        const double value = acquisition.ValueAndGradient(codec.Features(work), &gx);
+        if (!std::isfinite(value)) return std::numeric_limits<double>::infinity();
+        grad->resize(n);
+        for (int j = 0; j < n; ++j) (*grad)(j) = -gx(encoding.column(vars[j]));
+        return -value;
+      };
+      MinimizeInBox(objective, Eigen::VectorXd::Zero(n), Eigen::VectorXd::Ones(n),
+                    options_.local_iterations, 1e-9, &v);
+      for (int j = 0; j < n; ++j) work[vars[j]] = v(j);
+      codec.Snap(&work);
+      const double s = acquisition.Score(codec.Features(work));
+      if (s > *score) {
+        *score = s;
+        *z = std::move(work);
+      }
+    }
+    for (int i = 0; i < space.size(); ++i) {
+      const Param& p = space.params[i];
+      if (IsNumeric(p) || !codec.Active(*z)[i]) continue;
+      const double current = (*z)[i];
+      for (int c = 0; c < p.num_choices(); ++c) {
+        if (c == current) continue;
+        Latent other = *z;
+        other[i] = c;
+        const double s = acquisition.Score(codec.Features(other));
+        if (s > *score) {
+          *score = s;
+          *z = std::move(other);
+        }
+      }
+    }
+  }
+
+  GpOptions options_;
+};
+
+}  // namespace
+
+GpEncoding::GpEncoding(const SearchSpace& space) : space_(&space) {
+  for (const Param& p : space.params) {
+    columns_.push_back(dims_);
+    dims_ += IsNumeric(p) ? 1 : std::max(p.num_choices(), 1);
+  }
+}
+
+Eigen::VectorXd GpEncoding::Encode(const Assignment& a) const {
+  Eigen::VectorXd x = Eigen::VectorXd::Zero(dims_);
+  for (int i = 0; i < space_->size(); ++i) {
+    const Param& p = space_->params[i];
+    if (IsNumeric(p)) {
+      x(columns_[i]) = IsInactive(a[i]) ? kInactiveUnit : std::clamp(p.ToUnit(a[i]), 0.0, 1.0);
+    } else if (!IsInactive(a[i]) && a[i] >= 0 && a[i] < p.num_choices()) {
+      x(columns_[i] + static_cast<int>(a[i])) = 1;
+    }
+  }
+  return x;
+}
+
+Eigen::MatrixXd GpEncoding::EncodeAll(const std::vector<Assignment>& assignments) const {
+  Eigen::MatrixXd X(static_cast<Eigen::Index>(assignments.size()), dims_);
+  for (size_t i = 0; i < assignments.size(); ++i) X.row(i) = Encode(assignments[i]).transpose();
+  return X;
+}
+
+std::unique_ptr<Sampler> MakeGpSampler(GpOptions options) {
+  return std::make_unique<GpSampler>(std::move(options));
+}
+
+}  // namespace hpo::search

@@ -1,0 +1,51 @@
+// The REST API (under /api/v1), health checks, /metrics, /openapi.json and
+// the dashboard's static files, as one HTTP handler over the Engine.
+// Status -> HTTP status conversion happens here and nowhere else.
+//
+// Auth: with a token set, every route except /healthz needs
+// "Authorization: Bearer <token>" (compared in constant time).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "server/engine.h"
+#include "server/events.h"
+#include "server/http/http_server.h"
+#include "server/metrics.h"
+
+namespace hpo::server {
+
+struct ApiOptions {
+  std::string token;     // empty: no auth
+  std::string web_root;  // empty: no dashboard files
+  int max_page = 10'000; // largest page a list call returns
+};
+
+// HTTP status for an error Status (the one place this mapping lives).
+int HttpStatusFor(const Status& s);
+// {"error": {"code": "InvalidArgument", "message": "..."}}
+HttpResponse ErrorResponse(const Status& s);
+// Constant-time comparison (no early exit; length differences included).
+bool SecureEquals(const std::string& a, const std::string& b);
+
+class RestApi {
+ public:
+  RestApi(Engine& engine, EventBus& events, metrics::Registry& metrics, ApiOptions options);
+  HttpResponse Handle(const HttpRequest& req);
+  // The OpenAPI 3 document served at /openapi.json.
+  static const std::string& OpenApi();
+
+ private:
+  HttpResponse Route(const HttpRequest& req);
+  HttpResponse Static(const HttpRequest& req);
+  HttpResponse Events(const HttpRequest& req);
+
+  Engine& engine_;
+  EventBus& events_;
+  metrics::Registry& metrics_;
+  ApiOptions options_;
+  metrics::Histogram* request_seconds_;
+};
+
+}  // namespace hpo::server

@@ -1,0 +1,413 @@
+#include "server/grpc/worker_service.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <charconv>
+#include <cmath>
+#include <exception>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
+#include <utility>
+
+#include "server/grpc/grpc_status.h"
+
+namespace hpo::server {
+
+using nlohmann::json;
+using store::Id;
+
+namespace {
+
+constexpr std::string_view kBearer = "Bearer ";
+
+// Compares without stopping at the first differing byte, so the time taken
+// does not tell a caller how much of a guessed token was right. The loop
+// always runs over the expected length; it depends on the given length only
+// through the bounds check, and that length is the caller's own.
+bool ConstantTimeEquals(std::string_view given, std::string_view expected) {
+  volatile unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    diff = diff | (g ^ static_cast<unsigned char>(expected[i]));
+  }
+  return diff == 0;
+}
+
+// Runs an RPC body after authentication. The catch keeps a bug that throws
+// (e.g. from a JSON library) from terminating the whole server: a sync gRPC
+// handler has no one above it to catch.
+template <typename Body>
+::grpc::Status Serve(const Status& auth, Body&& body) {
+  if (!auth.ok()) return ToGrpcStatus(auth);
+  try {
+    return ToGrpcStatus(body());
+  } catch (const std::exception& e) {
+    return ToGrpcStatus(Status::Internal(std::string("unexpected error: ") + e.what()));
+  }
+}
+
+bool FiniteNonNegative(double v) { return std::isfinite(v) && v >= 0; }
+
+// Usable cores with one decimal, independent of the process locale.
+std::string OneDecimal(double v) {
+  char buf[400];  // enough for any finite double in fixed notation
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::fixed, 1);
+  if (ec != std::errc()) return "?";
+  return std::string(buf, end);
+}
+
+// Placement groups devices by class, so the class comes from what the device
+// is (kind, model, usable cores), never from where it sits in the list: two
+// CPU workers with different core quotas run at different speeds.
+std::string DeviceClass(const store::DeviceInfo& d) {
+  if (d.kind == store::DeviceKind::kCuda) return "cuda:" + d.name;
+  return "cpu:" + d.name + ":x" + OneDecimal(d.cores);
+}
+
+Status ValidateDevice(const hpo::v1::Device& d, const std::string& path) {
+  if (d.name().empty()) return Status::InvalidArgument(path + ".name: must not be empty");
+  if (d.kind() != hpo::v1::DEVICE_KIND_CPU && d.kind() != hpo::v1::DEVICE_KIND_CUDA) {
+    return Status::InvalidArgument(path + ".kind: must be DEVICE_KIND_CPU or DEVICE_KIND_CUDA");
+  }
+  if (d.ordinal() < 0) return Status::InvalidArgument(path + ".ordinal: must be >= 0");
+  if (!FiniteNonNegative(d.cores())) {
+    return Status::InvalidArgument(path + ".cores: must be a finite number >= 0");
+  }
+  if (d.memory_bytes() < 0) return Status::InvalidArgument(path + ".memory_bytes: must be >= 0");
+  if (!FiniteNonNegative(d.benchmark_gflops())) {
+    return Status::InvalidArgument(path + ".benchmark_gflops: must be a finite number >= 0");
+  }
+  return Status::OK();
+}
+
+// The value as a command-line argument: a string as it is (no JSON quotes),
+// anything else as JSON prints it (3, 0.01, true).
+std::string ArgText(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+// Replaces each {name} that `lookup` knows; leaves the others as written.
+// One pass, so a value that itself contains braces is never expanded again.
+template <typename Lookup>
+std::string FillPlaceholders(const std::string& arg, Lookup&& lookup) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < arg.size()) {
+    const size_t open = arg.find('{', pos);
+    const size_t close = open == std::string::npos ? open : arg.find('}', open + 1);
+    if (close == std::string::npos) break;
+    out.append(arg, pos, open - pos);
+    std::optional<std::string> value = lookup(arg.substr(open + 1, close - open - 1));
+    if (value) {
+      out += *value;
+    } else {
+      out.append(arg, open, close - open + 1);
+    }
+    pos = close + 1;
+  }
+  if (pos < arg.size()) out.append(arg, pos, std::string::npos);
+  return out;
+}
+
+// splitmix64's finalizer over both inputs: nearby trial numbers get
+// unrelated seeds.
+uint64_t Mix(uint64_t a, uint64_t b) {
+  uint64_t z = a ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2));
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+Result<json> ParseStoredObject(const std::string& text, Id trial_id, const char* what) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Status::DataLoss("trial " + std::to_string(trial_id) + " has stored " + what +
+                            " that are not a JSON object");
+  }
+  return j;
+}
+
+Status FillTrial(const Assignment& a, hpo::v1::Trial& t) {
+  const ExperimentSpec& spec = *a.spec;
+  const store::TrialRecord& rec = a.trial;
+  HPO_ASSIGN_OR_RETURN(json params, ParseStoredObject(rec.params_json, rec.id, "params"));
+  HPO_ASSIGN_OR_RETURN(json system,
+                       ParseStoredObject(rec.system_params_json, rec.id, "system params"));
+  t.set_trial_id(rec.id);
+  t.set_experiment_id(rec.experiment_id);
+  t.set_space(a.space);
+  t.set_params_json(rec.params_json);
+  auto& values = *t.mutable_system()->mutable_values();
+  for (auto it = system.begin(); it != system.end(); ++it) values[it.key()] = it->dump();
+
+  switch (spec.executor) {
+    case ExperimentSpec::ExecutorKind::kBuiltin: {
+      auto& b = *t.mutable_executor()->mutable_builtin();
+      b.set_trainer(spec.trainer);
+      auto& args = *b.mutable_args();
+      for (auto it = spec.trainer_args.begin(); it != spec.trainer_args.end(); ++it) {
+        args[it.key()] = it->dump();
+      }
+      break;
+    }
+    case ExperimentSpec::ExecutorKind::kCommand: {
+      auto& c = *t.mutable_executor()->mutable_command();
+      auto lookup = [&](const std::string& name) -> std::optional<std::string> {
+        if (name == "trial_id") return std::to_string(rec.id);
+        if (name == "steps") return std::to_string(spec.steps_per_trial);
+        if (auto it = params.find(name); it != params.end()) return ArgText(*it);
+        if (auto it = system.find(name); it != system.end()) return ArgText(*it);
+        return std::nullopt;  // {step}, or a parameter this trial does not have
+      };
+      for (const auto& arg : spec.argv) c.add_argv(FillPlaceholders(arg, lookup));
+      for (const auto& [k, v] : spec.env) (*c.mutable_env())[k] = v;
+      c.set_timeout_ms(spec.timeout_s ? *spec.timeout_s * 1000 : 0);
+      break;
+    }
+    case ExperimentSpec::ExecutorKind::kClient:
+      return Status::Internal("trial " + std::to_string(rec.id) +
+                              " belongs to an ask/tell experiment but was leased to a worker");
+  }
+  t.set_max_steps(spec.steps_per_trial);
+  t.set_attempt(rec.attempt);
+  // Shifted to stay non-negative: trainers often take the seed as a signed
+  // or 32/63-bit value. No attempt in the mix, so a retried trial repeats.
+  t.set_seed(static_cast<int64_t>(Mix(spec.seed, static_cast<uint64_t>(rec.number)) >> 1));
+  t.set_objective_metric(spec.metric);
+  return Status::OK();
+}
+
+// Values are JSON-encoded by the protocol; a worker that sent a bare word
+// ("cuda:0" rather than "\"cuda:0\"") still gets it recorded, as a string.
+json SystemToJson(const hpo::v1::SystemSetting& s) {
+  json out = json::object();
+  for (const auto& [k, v] : s.values()) {
+    json parsed = json::parse(v, nullptr, false);
+    out[k] = parsed.is_discarded() ? json(v) : std::move(parsed);
+  }
+  return out;
+}
+
+json MetricsToJson(const google::protobuf::Map<std::string, double>& m) {
+  json out = json::object();
+  for (const auto& [k, v] : m) out[k] = v;
+  return out;
+}
+
+}  // namespace
+
+WorkerServiceImpl::WorkerServiceImpl(Engine& engine, WorkerServiceOptions options)
+    : engine_(engine),
+      options_(std::move(options)),
+      expected_authorization_(options_.token.empty() ? "" : std::string(kBearer) + options_.token) {
+}
+
+Status WorkerServiceImpl::Authenticate(const ::grpc::ServerContext& context) const {
+  if (expected_authorization_.empty()) return Status::OK();
+  bool ok = false;
+  const auto [begin, end] = context.client_metadata().equal_range("authorization");
+  for (auto it = begin; it != end; ++it) {
+    const std::string_view given(it->second.data(), it->second.size());
+    ok = ConstantTimeEquals(given, expected_authorization_) || ok;
+  }
+  // The same words for a missing and a wrong token: neither says which.
+  if (!ok) return Status::Unauthenticated("missing or invalid bearer token");
+  return Status::OK();
+}
+
+::grpc::Status WorkerServiceImpl::Register(::grpc::ServerContext* context,
+                                           const hpo::v1::RegisterRequest* request,
+                                           hpo::v1::RegisterResponse* response) {
+  return Serve(Authenticate(*context), [&] { return DoRegister(*request, *response); });
+}
+
+::grpc::Status WorkerServiceImpl::Lease(::grpc::ServerContext* context,
+                                        const hpo::v1::LeaseRequest* request,
+                                        hpo::v1::LeaseResponse* response) {
+  return Serve(Authenticate(*context), [&] { return DoLease(*request, *response); });
+}
+
+::grpc::Status WorkerServiceImpl::Report(::grpc::ServerContext* context,
+                                         const hpo::v1::ReportRequest* request,
+                                         hpo::v1::ReportResponse* response) {
+  return Serve(Authenticate(*context), [&] { return DoReport(*request, *response); });
+}
+
+::grpc::Status WorkerServiceImpl::Complete(::grpc::ServerContext* context,
+                                           const hpo::v1::CompleteRequest* request,
+                                           hpo::v1::CompleteResponse* /*response*/) {
+  return Serve(Authenticate(*context), [&] { return DoComplete(*request); });
+}
+
+::grpc::Status WorkerServiceImpl::Heartbeat(::grpc::ServerContext* context,
+                                            const hpo::v1::HeartbeatRequest* request,
+                                            hpo::v1::HeartbeatResponse* response) {
+  return Serve(Authenticate(*context), [&] { return DoHeartbeat(*request, *response); });
+}
+
+Status WorkerServiceImpl::DoRegister(const hpo::v1::RegisterRequest& request,
+                                     hpo::v1::RegisterResponse& response) {
+  if (request.host().empty()) return Status::InvalidArgument("host: must not be empty");
+  if (request.devices().empty()) {
+    return Status::InvalidArgument("devices: must list at least one device");
+  }
+  store::NewWorker w;
+  w.host = request.host();
+  json labels = json::object();
+  for (const auto& [k, v] : request.labels()) labels[k] = v;
+  w.labels_json = labels.dump();
+  std::map<int, int> index_of_ordinal;
+  for (int i = 0; i < request.devices_size(); ++i) {
+    const hpo::v1::Device& d = request.devices(i);
+    const std::string path = "devices[" + std::to_string(i) + "]";
+    HPO_RETURN_IF_ERROR(ValidateDevice(d, path));
+    if (auto [it, inserted] = index_of_ordinal.emplace(d.ordinal(), i); !inserted) {
+      return Status::InvalidArgument(path + ".ordinal: " + std::to_string(d.ordinal()) +
+                                     " is also the ordinal of devices[" +
+                                     std::to_string(it->second) + "]");
+    }
+    store::DeviceInfo info;
+    info.ordinal = d.ordinal();
+    info.kind =
+        d.kind() == hpo::v1::DEVICE_KIND_CUDA ? store::DeviceKind::kCuda : store::DeviceKind::kCpu;
+    info.name = d.name();
+    info.cores = d.cores();
+    info.memory_bytes = d.memory_bytes();
+    info.benchmark_gflops = d.benchmark_gflops();
+    info.device_class = DeviceClass(info);
+    w.devices.push_back(std::move(info));
+  }
+  HPO_ASSIGN_OR_RETURN(store::WorkerRecord rec, engine_.store().RegisterWorker(w));
+  // Matched by ordinal rather than trusting the store to keep list order.
+  std::map<int, Id> device_id_of_ordinal;
+  for (const auto& d : rec.devices) device_id_of_ordinal[d.ordinal] = d.id;
+  response.set_worker_id(rec.id);
+  for (const auto& d : request.devices()) {
+    auto it = device_id_of_ordinal.find(d.ordinal());
+    if (it == device_id_of_ordinal.end()) {
+      return Status::Internal("worker " + std::to_string(rec.id) +
+                              " was stored without its device " + std::to_string(d.ordinal()));
+    }
+    response.add_device_ids(it->second);
+  }
+  response.set_lease_timeout_ms(engine_.options().worker_lease_ms);
+  return Status::OK();
+}
+
+Status WorkerServiceImpl::DoLease(const hpo::v1::LeaseRequest& request,
+                                  hpo::v1::LeaseResponse& response) {
+  const Id worker_id = request.worker_id();
+  // Reads every worker; fine at fleet sizes of hundreds. A GetWorker(id) in
+  // the store would make this one row.
+  HPO_ASSIGN_OR_RETURN(auto workers, engine_.store().ListWorkers());
+  const store::WorkerRecord* worker = nullptr;
+  for (const auto& w : workers) {
+    if (w.id == worker_id) worker = &w;
+  }
+  if (!worker) {
+    return Status::NotFound("worker " + std::to_string(worker_id) + " is not registered");
+  }
+  bool device_found = false;
+  for (const auto& d : worker->devices) device_found = device_found || d.id == request.device_id();
+  if (!device_found) {
+    return Status::NotFound("device " + std::to_string(request.device_id()) +
+                            " is not a device of worker " + std::to_string(worker_id));
+  }
+  HPO_RETURN_IF_ERROR(engine_.store().TouchWorker(worker_id));
+  HPO_ASSIGN_OR_RETURN(std::optional<Assignment> a, engine_.LeaseForWorker(worker_id));
+  if (!a) {
+    response.set_retry_after_ms(options_.retry_after_ms);
+    return Status::OK();
+  }
+  HPO_RETURN_IF_ERROR(FillTrial(*a, *response.mutable_trial()));
+  if (a->trial.lease_expires_ms) response.set_lease_expires_ms(*a->trial.lease_expires_ms);
+  return Status::OK();
+}
+
+Status WorkerServiceImpl::DoReport(const hpo::v1::ReportRequest& request,
+                                   hpo::v1::ReportResponse& response) {
+  TrialReport r;
+  r.trial_id = request.trial_id();
+  r.owner = Engine::WorkerOwner(request.worker_id());
+  r.step = request.step();
+  r.metrics = MetricsToJson(request.metrics());
+  r.samples_per_sec = request.samples_per_sec();
+  r.system = SystemToJson(request.system());
+  HPO_ASSIGN_OR_RETURN(Decision d, engine_.Report(r));
+  switch (d) {
+    case Decision::kContinue:
+      response.set_decision(hpo::v1::DECISION_CONTINUE);
+      break;
+    case Decision::kPrune:
+      response.set_decision(hpo::v1::DECISION_PRUNE);
+      break;
+    case Decision::kStop:
+      response.set_decision(hpo::v1::DECISION_CANCEL);
+      break;
+  }
+  return Status::OK();
+}
+
+Status WorkerServiceImpl::DoComplete(const hpo::v1::CompleteRequest& request) {
+  std::string reason = request.reason();
+  // The output's tail is what a person needs to see why a trial failed; on
+  // success it says nothing the metrics do not.
+  if (request.failed() && !request.log_tail().empty()) {
+    if (!reason.empty()) reason += "\n";
+    reason += request.log_tail();
+  }
+  return engine_.Complete(request.trial_id(), Engine::WorkerOwner(request.worker_id()),
+                          request.failed(), MetricsToJson(request.final_metrics()), reason);
+}
+
+Status WorkerServiceImpl::DoHeartbeat(const hpo::v1::HeartbeatRequest& request,
+                                      hpo::v1::HeartbeatResponse& response) {
+  HPO_RETURN_IF_ERROR(engine_.store().TouchWorker(request.worker_id()));
+  const std::string owner = Engine::WorkerOwner(request.worker_id());
+  for (const Id trial_id : request.trial_ids()) {
+    Status s = engine_.store().RenewLease(trial_id, owner, engine_.options().worker_lease_ms);
+    if (s.ok()) continue;
+    // The trial went on without this worker (pruned, cancelled, lease lost
+    // to expiry, or gone): the worker should stop it, not fail.
+    if (s.IsFailedPrecondition() || s.IsNotFound()) {
+      response.add_stop_trial_ids(trial_id);
+      continue;
+    }
+    return s;  // e.g. the database is unavailable: the worker retries
+  }
+  return Status::OK();
+}
+
+// GrpcServer -------------------------------------------------------------
+
+GrpcServer::GrpcServer(std::unique_ptr<::grpc::Server> server, int port)
+    : server_(std::move(server)), port_(port) {}
+
+GrpcServer::~GrpcServer() { Shutdown(std::chrono::milliseconds(0)); }
+
+Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address,
+                                                      ::grpc::Service* service) {
+  ::grpc::ServerBuilder builder;
+  // gRPC turns SO_REUSEPORT on by default on Linux, so a second server on a
+  // busy port would start and silently take half of the first one's calls.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  int selected_port = 0;
+  builder.AddListeningPort(address, ::grpc::InsecureServerCredentials(), &selected_port);
+  builder.RegisterService(service);
+  std::unique_ptr<::grpc::Server> server = builder.BuildAndStart();
+  if (!server || selected_port == 0) {
+    if (server) server->Shutdown();
+    return Status::Unavailable("cannot listen on \"" + address +
+                               "\": the address is malformed, not local, or in use");
+  }
+  return std::unique_ptr<GrpcServer>(new GrpcServer(std::move(server), selected_port));
+}
+
+void GrpcServer::Shutdown(std::chrono::milliseconds deadline) {
+  std::call_once(shutdown_once_, [&] {
+    server_->Shutdown(std::chrono::system_clock::now() + deadline);
+    server_->Wait();
+  });
+}
+
+}  // namespace hpo::server

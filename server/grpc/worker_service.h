@@ -1,0 +1,117 @@
+// The gRPC transport for workers: hpo.v1.WorkerService (proto/hpo/v1/
+// worker.proto) on top of the Engine, and a small server to run it.
+//
+// All gRPC code of the server sits under server/grpc/; the Engine knows
+// nothing of it. Errors are hpo::Status until the last line of each RPC,
+// where ToGrpcStatus (grpc_status.h) converts them.
+//
+// Include this only where a gRPC server is built (the server's main, tests):
+// it pulls in the generated gRPC headers.
+#pragma once
+
+#include <grpcpp/server.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/status.h"
+#include "hpo/v1/worker.grpc.pb.h"
+#include "server/engine.h"
+
+namespace hpo::server {
+
+struct WorkerServiceOptions {
+  // When non-empty, every RPC needs the metadata "authorization: Bearer
+  // <token>"; otherwise it fails with UNAUTHENTICATED. Never logged or echoed.
+  std::string token;
+  // What Lease answers when there is nothing to run now.
+  int64_t retry_after_ms = 1000;
+};
+
+// The worker protocol's server side. Each RPC:
+//  Register:  validates the worker and its devices (InvalidArgument names the
+//             field, e.g. "devices[1].name: must not be empty"), derives each
+//             device's class from what was reported ("cpu:<name>:x<cores,
+//             1 decimal>" or "cuda:<name>") and stores them.
+//  Lease:     NotFound for an unknown worker or a device not its own; then a
+//             trial with everything needed to run it, or retry_after_ms.
+//             A command's argv has {param}, {trial_id} and {steps} filled in
+//             (strings without JSON quotes, numbers as JSON prints them);
+//             {step} is left for the worker, and a placeholder naming a
+//             parameter this trial does not have (another space's, an
+//             inactive conditional one) is left as written.
+//  Report:    one step; the answer is CONTINUE, PRUNE or CANCEL (the
+//             experiment ended). FailedPrecondition: the lease is not this
+//             worker's any more.
+//  Complete:  ends the trial; a failed trial's log_tail is appended to its
+//             reason.
+//  Heartbeat: renews the worker and the given leases; a trial whose lease
+//             cannot be renewed because it ended or moved on (pruned,
+//             cancelled, lease lost or unknown) is listed in stop_trial_ids.
+//
+// Thread-safe: it holds no mutable state; the Engine is thread-safe.
+class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
+ public:
+  // `engine` must outlive the service.
+  WorkerServiceImpl(Engine& engine, WorkerServiceOptions options);
+
+  ::grpc::Status Register(::grpc::ServerContext* context, const hpo::v1::RegisterRequest* request,
+                          hpo::v1::RegisterResponse* response) override;
+  ::grpc::Status Lease(::grpc::ServerContext* context, const hpo::v1::LeaseRequest* request,
+                       hpo::v1::LeaseResponse* response) override;
+  ::grpc::Status Report(::grpc::ServerContext* context, const hpo::v1::ReportRequest* request,
+                        hpo::v1::ReportResponse* response) override;
+  ::grpc::Status Complete(::grpc::ServerContext* context, const hpo::v1::CompleteRequest* request,
+                          hpo::v1::CompleteResponse* response) override;
+  ::grpc::Status Heartbeat(::grpc::ServerContext* context, const hpo::v1::HeartbeatRequest* request,
+                           hpo::v1::HeartbeatResponse* response) override;
+
+ private:
+  Status Authenticate(const ::grpc::ServerContext& context) const;
+  Status DoRegister(const hpo::v1::RegisterRequest& request, hpo::v1::RegisterResponse& response);
+  Status DoLease(const hpo::v1::LeaseRequest& request, hpo::v1::LeaseResponse& response);
+  Status DoReport(const hpo::v1::ReportRequest& request, hpo::v1::ReportResponse& response);
+  Status DoComplete(const hpo::v1::CompleteRequest& request);
+  Status DoHeartbeat(const hpo::v1::HeartbeatRequest& request,
+                     hpo::v1::HeartbeatResponse& response);
+
+  Engine& engine_;
+  const WorkerServiceOptions options_;
+  const std::string expected_authorization_;  // "Bearer <token>"; empty: no auth
+};
+
+// A running gRPC server for one or more services.
+class GrpcServer {
+ public:
+  // Listens on `address` ("host:port"; port 0 picks a free one, e.g.
+  // "127.0.0.1:0") and starts serving `service`, which must outlive the
+  // server. Unavailable, naming the address, when it cannot listen there
+  // (malformed, in use, not a local address).
+  static Result<std::unique_ptr<GrpcServer>> Start(const std::string& address,
+                                                   ::grpc::Service* service);
+
+  // Shuts down (with no further deadline) unless Shutdown was called.
+  ~GrpcServer();
+  GrpcServer(const GrpcServer&) = delete;
+  GrpcServer& operator=(const GrpcServer&) = delete;
+
+  // The port it listens on (the chosen one when started with port 0).
+  int port() const { return port_; }
+
+  // Stops taking calls, lets calls in flight finish for up to `deadline`,
+  // then cancels the rest, and returns when all are done. Idempotent and
+  // thread-safe (a signal-handling thread may call it while main waits).
+  void Shutdown(std::chrono::milliseconds deadline);
+
+ private:
+  GrpcServer(std::unique_ptr<::grpc::Server> server, int port);
+
+  std::unique_ptr<::grpc::Server> server_;
+  int port_ = 0;
+  std::once_flag shutdown_once_;
+};
+
+}  // namespace hpo::server

@@ -1,0 +1,92 @@
+// The OpenAPI 3 description of the REST API, served at /openapi.json.
+// tests/rest_api_test.cc checks that every route here answers and that
+// every route the server answers is here.
+#include "server/api.h"
+
+namespace hpo::server {
+
+const std::string& RestApi::OpenApi() {
+  static const std::string kDoc = R"json({
+  "openapi": "3.0.3",
+  "info": {"title": "HeteroTune", "version": "1",
+           "description": "Hardware-aware hyperparameter search. Errors are {\"error\": {\"code\", \"message\"}}; with a server token every route but /healthz needs 'Authorization: Bearer <token>'."},
+  "components": {
+    "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+    "schemas": {
+      "Error": {"type": "object", "properties": {"error": {"type": "object", "properties": {
+        "code": {"type": "string"}, "message": {"type": "string"}}}}},
+      "Counts": {"type": "object", "properties": {"pending": {"type": "integer"}, "leased": {"type": "integer"},
+        "running": {"type": "integer"}, "completed": {"type": "integer"}, "pruned": {"type": "integer"},
+        "failed": {"type": "integer"}, "cancelled": {"type": "integer"}, "total": {"type": "integer"}}},
+      "Experiment": {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"},
+        "state": {"type": "string", "enum": ["running", "completed", "cancelled", "failed"]},
+        "reason": {"type": "string"}, "created_ms": {"type": "integer"}, "finished_ms": {"type": "integer", "nullable": true},
+        "spaces": {"type": "array", "items": {"type": "string"}}, "spec": {"type": "object"},
+        "trials": {"$ref": "#/components/schemas/Counts"}}},
+      "Trial": {"type": "object", "properties": {"id": {"type": "integer"}, "experiment_id": {"type": "integer"},
+        "number": {"type": "integer"}, "space": {"type": "string"}, "params": {"type": "object"},
+        "system": {"type": "object"},
+        "state": {"type": "string", "enum": ["pending", "leased", "running", "completed", "pruned", "failed", "cancelled"]},
+        "attempt": {"type": "integer"}, "lease_owner": {"type": "string"},
+        "final_metrics": {"type": "object", "nullable": true}, "reason": {"type": "string"},
+        "measurements": {"type": "array", "items": {"$ref": "#/components/schemas/Measurement"}}}},
+      "Measurement": {"type": "object", "properties": {"step": {"type": "integer"}, "metrics": {"type": "object"},
+        "samples_per_sec": {"type": "number"}, "system": {"type": "object"}, "created_ms": {"type": "integer"}}},
+      "Report": {"type": "object", "required": ["step", "metrics"], "properties": {"step": {"type": "integer"},
+        "metrics": {"type": "object", "additionalProperties": {"type": "number"}},
+        "samples_per_sec": {"type": "number"}, "system": {"type": "object"}}}
+    }
+  },
+  "security": [{"bearer": []}],
+  "paths": {
+    "/healthz": {"get": {"summary": "Liveness (no auth)", "security": [], "responses": {"200": {"description": "ok"}}}},
+    "/readyz": {"get": {"summary": "Readiness: the store answers", "responses": {"200": {"description": "ready"}, "503": {"description": "store unavailable"}}}},
+    "/metrics": {"get": {"summary": "Prometheus text format", "responses": {"200": {"description": "metrics"}}}},
+    "/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3"}}}},
+    "/api/v1/experiments": {
+      "get": {"summary": "List experiments, newest first",
+              "parameters": [{"name": "offset", "in": "query", "schema": {"type": "integer"}}, {"name": "limit", "in": "query", "schema": {"type": "integer"}}],
+              "responses": {"200": {"description": "{experiments: [...]}"}}},
+      "post": {"summary": "Create an experiment from a spec (YAML or JSON body)",
+               "requestBody": {"content": {"application/yaml": {}, "application/json": {}}},
+               "responses": {"201": {"description": "created"}, "400": {"description": "invalid spec; the message names the field path", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}}}},
+    "/api/v1/experiments/{id}": {"get": {"summary": "One experiment with trial counts",
+      "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
+      "responses": {"200": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Experiment"}}}, "description": "experiment"}, "404": {"description": "no such experiment"}}}},
+    "/api/v1/experiments/{id}:cancel": {"post": {"summary": "Cancel: pending and running trials are cancelled",
+      "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
+      "responses": {"200": {"description": "cancelled"}, "409": {"description": "already ended"}}}},
+    "/api/v1/experiments/{id}/trials": {"get": {"summary": "List trials by number",
+      "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}},
+                     {"name": "state", "in": "query", "schema": {"type": "string"}}, {"name": "space", "in": "query", "schema": {"type": "string"}},
+                     {"name": "offset", "in": "query", "schema": {"type": "integer"}}, {"name": "limit", "in": "query", "schema": {"type": "integer"}}],
+      "responses": {"200": {"description": "{trials: [...], offset, limit}"}}}},
+    "/api/v1/experiments/{id}/best": {"get": {"summary": "The best completed trial",
+      "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
+      "responses": {"200": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Trial"}}}, "description": "best trial"}, "404": {"description": "none completed yet"}}}},
+    "/api/v1/experiments/{id}/trials:suggest": {"post": {"summary": "Ask: new trials for a client experiment, leased to the caller",
+      "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
+      "requestBody": {"content": {"application/json": {"schema": {"type": "object", "properties": {"count": {"type": "integer", "minimum": 1, "maximum": 1000}}}}}},
+      "responses": {"200": {"description": "{trials: [...]}"}, "409": {"description": "not a client experiment, or ended"}}}},
+    "/api/v1/trials/{id}": {"get": {"summary": "One trial with its measurements",
+      "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
+      "responses": {"200": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Trial"}}}, "description": "trial"}}}},
+    "/api/v1/trials/{id}/measurements": {"post": {"summary": "Tell one step; idempotent per step",
+      "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
+      "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Report"}}}},
+      "responses": {"200": {"description": "{decision: continue | prune | stop}"}}}},
+    "/api/v1/trials/{id}:complete": {"post": {"summary": "Tell the final metrics (the last step's when omitted)",
+      "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
+      "responses": {"200": {"description": "completed"}}}},
+    "/api/v1/trials/{id}:fail": {"post": {"summary": "The trial failed, with a reason",
+      "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
+      "responses": {"200": {"description": "failed"}}}},
+    "/api/v1/workers": {"get": {"summary": "Workers with their devices", "responses": {"200": {"description": "{workers: [...]}"}}}},
+    "/api/v1/events": {"get": {"summary": "Server-Sent Events: experiment.created, experiment.finished, trial.created, trial.reported, trial.finished (and lagged when events were dropped)",
+      "responses": {"200": {"description": "text/event-stream"}}}}
+  }
+})json";
+  return kDoc;
+}
+
+}  // namespace hpo::server

@@ -1,0 +1,522 @@
+// The gRPC worker service over a real server on 127.0.0.1:0, a real channel
+// and a SQLite store: registration, a worker loop running an experiment to
+// its end, command placeholders, auth, validation, heartbeats and leases.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/engine.h"
+#include "server/grpc/grpc_status.h"
+#include "server/grpc/worker_service.h"
+#include "tests/store_backends.h"
+
+namespace hpo::server {
+namespace {
+
+using nlohmann::json;
+using store::TrialState;
+namespace v1 = hpo::v1;
+
+constexpr const char* kToken = "s3cret-token";
+const std::string kAuth = std::string("Bearer ") + kToken;
+
+std::string Spec(const std::string& executor, int max_trials, int max_parallel) {
+  return R"({"name": "quad", "objective": {"metric": "loss", "direction": "minimize"},
+    "spaces": [{"name": "a", "params": {
+        "x": {"type": "float", "low": -1, "high": 1},
+        "opt": {"type": "categorical", "choices": ["sgd", "adam"]}}}],
+    "system": {"threads": {"type": "int", "low": 1, "high": 4}},
+    "algorithm": {"sampler": "random", "seed": 3},
+    "budget": {"max_trials": )" +
+         std::to_string(max_trials) + R"(, "max_parallel": )" + std::to_string(max_parallel) +
+         R"(, "steps_per_trial": 3},
+    "executor": )" +
+         executor + "}";
+}
+const std::string kBuiltin =
+    R"({"builtin": {"trainer": "fashion-mnist-mlp", "args": {"validation_fraction": 0.1}}})";
+
+class GrpcWorkerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store::StoreOptions o;
+    o.clock = clock_.fn();
+    auto s = store::OpenStore(backend_.url(), o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    store_ = std::move(s).value();
+    engine_ = std::make_unique<Engine>(*store_);
+    WorkerServiceOptions options;
+    options.token = kToken;
+    options.retry_after_ms = 10;
+    service_ = std::make_unique<WorkerServiceImpl>(*engine_, options);
+    auto server = GrpcServer::Start("127.0.0.1:0", service_.get());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(server).value();
+    ASSERT_GT(server_->port(), 0);
+    stub_ = v1::WorkerService::NewStub(Connect(server_->port()));
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown(std::chrono::seconds(1));
+  }
+
+  static std::shared_ptr<::grpc::Channel> Connect(int port) {
+    return ::grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                 ::grpc::InsecureChannelCredentials());
+  }
+
+  // A context with a deadline (a hung server fails the test rather than
+  // hanging it) and the given authorization header ("" sends none).
+  static std::unique_ptr<::grpc::ClientContext> Ctx(const std::string& authorization = kAuth) {
+    auto ctx = std::make_unique<::grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    if (!authorization.empty()) ctx->AddMetadata("authorization", authorization);
+    return ctx;
+  }
+
+  static v1::Device Cpu(int ordinal, const std::string& name, double cores) {
+    v1::Device d;
+    d.set_ordinal(ordinal);
+    d.set_kind(v1::DEVICE_KIND_CPU);
+    d.set_name(name);
+    d.set_cores(cores);
+    d.set_memory_bytes(8ll << 30);
+    d.set_benchmark_gflops(50);
+    return d;
+  }
+  static v1::Device Cuda(int ordinal, const std::string& name) {
+    v1::Device d = Cpu(ordinal, name, 0);
+    d.set_kind(v1::DEVICE_KIND_CUDA);
+    d.set_benchmark_gflops(900);
+    return d;
+  }
+
+  // Registers a one-CPU worker; returns {worker id, device id}.
+  std::pair<int64_t, int64_t> RegisterCpuWorker(const std::string& host) {
+    v1::RegisterRequest req;
+    req.set_host(host);
+    *req.add_devices() = Cpu(0, "Test CPU", 2);
+    v1::RegisterResponse resp;
+    ::grpc::Status s = stub_->Register(Ctx().get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.device_ids_size(), 1);
+    return {resp.worker_id(), resp.device_ids_size() > 0 ? resp.device_ids(0) : 0};
+  }
+
+  ::grpc::Status Lease(int64_t worker, int64_t device, v1::LeaseResponse* resp) {
+    v1::LeaseRequest req;
+    req.set_worker_id(worker);
+    req.set_device_id(device);
+    return stub_->Lease(Ctx().get(), req, resp);
+  }
+
+  ::grpc::Status Report(int64_t worker, int64_t trial, int64_t step, double loss,
+                        v1::ReportResponse* resp) {
+    v1::ReportRequest req;
+    req.set_worker_id(worker);
+    req.set_trial_id(trial);
+    req.set_step(step);
+    (*req.mutable_metrics())["loss"] = loss;
+    (*req.mutable_metrics())["accuracy"] = 1 - loss;
+    req.set_samples_per_sec(1000);
+    (*req.mutable_system()->mutable_values())["threads"] = "2";
+    (*req.mutable_system()->mutable_values())["device"] = "cpu0";  // not JSON: kept as a string
+    return stub_->Report(Ctx().get(), req, resp);
+  }
+
+  testing::FakeClock clock_;
+  testing::SqliteBackend backend_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<WorkerServiceImpl> service_;
+  std::unique_ptr<GrpcServer> server_;  // after service_: stops before the service goes
+  std::unique_ptr<v1::WorkerService::Stub> stub_;
+};
+
+TEST_F(GrpcWorkerServiceTest, RegisterStoresDevicesWithClassesFromWhatWasReported) {
+  v1::RegisterRequest req;
+  req.set_host("node-7");
+  (*req.mutable_labels())["pool"] = "gpu";
+  // The GPU first: classes come from each device's kind, not its position.
+  *req.add_devices() = Cuda(1, "NVIDIA H100 80GB HBM3");
+  *req.add_devices() = Cpu(0, "AMD EPYC 7B13", 2);
+  v1::RegisterResponse resp;
+  ::grpc::Status s = stub_->Register(Ctx().get(), req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_GT(resp.worker_id(), 0);
+  ASSERT_EQ(resp.device_ids_size(), 2);
+  EXPECT_NE(resp.device_ids(0), resp.device_ids(1));
+  EXPECT_EQ(resp.lease_timeout_ms(), engine_->options().worker_lease_ms);
+
+  auto workers = store_->ListWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  ASSERT_EQ(workers->size(), 1u);
+  const store::WorkerRecord& w = workers->at(0);
+  EXPECT_EQ(w.id, resp.worker_id());
+  EXPECT_EQ(w.host, "node-7");
+  EXPECT_EQ(json::parse(w.labels_json), json({{"pool", "gpu"}}));
+  std::map<int64_t, store::DeviceRecord> by_id;
+  for (const auto& d : w.devices) by_id[d.id] = d;
+  ASSERT_EQ(by_id.size(), 2u);
+  const store::DeviceRecord& gpu = by_id.at(resp.device_ids(0));
+  EXPECT_EQ(gpu.kind, store::DeviceKind::kCuda);
+  EXPECT_EQ(gpu.ordinal, 1);
+  EXPECT_EQ(gpu.device_class, "cuda:NVIDIA H100 80GB HBM3");
+  const store::DeviceRecord& cpu = by_id.at(resp.device_ids(1));
+  EXPECT_EQ(cpu.kind, store::DeviceKind::kCpu);
+  EXPECT_EQ(cpu.device_class, "cpu:AMD EPYC 7B13:x2.0");
+  EXPECT_DOUBLE_EQ(cpu.cores, 2);
+  EXPECT_EQ(cpu.memory_bytes, 8ll << 30);
+}
+
+TEST_F(GrpcWorkerServiceTest, BadRegistrationsNameTheFieldAndStoreNothing) {
+  struct Case {
+    std::function<void(v1::RegisterRequest&)> mutate;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::RegisterRequest& r) { r.clear_host(); }, "host: must not be empty"},
+      {[](v1::RegisterRequest& r) { r.clear_devices(); }, "devices: "},
+      {[](v1::RegisterRequest& r) { r.mutable_devices(1)->clear_name(); },
+       "devices[1].name: must not be empty"},
+      {[](v1::RegisterRequest& r) { r.mutable_devices(0)->set_kind(v1::DEVICE_KIND_UNSPECIFIED); },
+       "devices[0].kind: "},
+      {[](v1::RegisterRequest& r) { r.mutable_devices(1)->set_cores(-1); }, "devices[1].cores: "},
+      {[](v1::RegisterRequest& r) { r.mutable_devices(0)->set_memory_bytes(-5); },
+       "devices[0].memory_bytes: "},
+      {[](v1::RegisterRequest& r) { r.mutable_devices(1)->set_benchmark_gflops(-0.5); },
+       "devices[1].benchmark_gflops: "},
+      {[](v1::RegisterRequest& r) { r.mutable_devices(1)->set_ordinal(0); },
+       "devices[1].ordinal: "},
+  };
+  for (const auto& c : cases) {
+    v1::RegisterRequest req;
+    req.set_host("h");
+    *req.add_devices() = Cpu(0, "cpu", 4);
+    *req.add_devices() = Cuda(1, "gpu");
+    c.mutate(req);
+    v1::RegisterResponse resp;
+    ::grpc::Status s = stub_->Register(Ctx().get(), req, &resp);
+    EXPECT_EQ(s.error_code(), ::grpc::StatusCode::INVALID_ARGUMENT) << c.field;
+    EXPECT_NE(s.error_message().find(c.field), std::string::npos)
+        << "want \"" << c.field << "\" in \"" << s.error_message() << "\"";
+  }
+  EXPECT_TRUE(store_->ListWorkers()->empty());
+}
+
+TEST_F(GrpcWorkerServiceTest, TwoWorkersRunABuiltinExperimentToCompletion) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 6, 2));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const int64_t experiment_id = e->id;
+
+  std::mutex mu;
+  std::multiset<int64_t> leased;  // GUARDED_BY(mu)
+  auto worker_loop = [&](const std::string& host) {
+    const auto [worker, device] = RegisterCpuWorker(host);
+    for (int i = 0; i < 2000; ++i) {
+      v1::LeaseResponse lease;
+      ::grpc::Status s = Lease(worker, device, &lease);
+      if (!s.ok()) {
+        ADD_FAILURE() << "lease: " << s.error_message();
+        return;
+      }
+      if (!lease.has_trial()) {
+        EXPECT_EQ(lease.retry_after_ms(), 10);
+        if (store_->GetExperiment(experiment_id)->state != store::ExperimentState::kRunning) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(lease.retry_after_ms()));
+        continue;
+      }
+      const v1::Trial& t = lease.trial();
+      {
+        std::lock_guard lock(mu);
+        leased.insert(t.trial_id());
+      }
+      EXPECT_EQ(t.experiment_id(), experiment_id);
+      EXPECT_EQ(t.space(), "a");
+      EXPECT_EQ(t.objective_metric(), "loss");
+      EXPECT_EQ(t.max_steps(), 3);
+      EXPECT_EQ(t.attempt(), 1);
+      EXPECT_GE(t.seed(), 0);
+      EXPECT_GT(lease.lease_expires_ms(), 0);
+      EXPECT_EQ(t.system().values().at("threads"), "3") << "middle of [1, 4], JSON-encoded";
+      ASSERT_TRUE(t.executor().has_builtin());
+      EXPECT_EQ(t.executor().builtin().trainer(), "fashion-mnist-mlp");
+      EXPECT_EQ(t.executor().builtin().args().at("validation_fraction"), "0.1");
+      const json params = json::parse(t.params_json());
+      const double x = params.at("x").get<double>();
+      bool stopped = false;
+      for (int64_t step = 0; step < t.max_steps() && !stopped; ++step) {
+        v1::ReportResponse rr;
+        s = Report(worker, t.trial_id(), step, (x - 0.3) * (x - 0.3) + 1.0 / (step + 1), &rr);
+        if (!s.ok()) {
+          ADD_FAILURE() << "report: " << s.error_message();
+          return;
+        }
+        EXPECT_EQ(rr.decision(), v1::DECISION_CONTINUE);
+        stopped = rr.decision() != v1::DECISION_CONTINUE;
+      }
+      if (stopped) continue;
+      v1::CompleteRequest done;
+      done.set_worker_id(worker);
+      done.set_trial_id(t.trial_id());
+      v1::CompleteResponse cr;
+      s = stub_->Complete(Ctx().get(), done, &cr);
+      EXPECT_TRUE(s.ok()) << "complete: " << s.error_message();
+    }
+    ADD_FAILURE() << host << " never saw the experiment end";
+  };
+  std::thread a(worker_loop, "node-a"), b(worker_loop, "node-b");
+  a.join();
+  b.join();
+
+  auto exp = store_->GetExperiment(experiment_id);
+  ASSERT_TRUE(exp.ok());
+  EXPECT_EQ(exp->state, store::ExperimentState::kCompleted) << exp->reason;
+  EXPECT_EQ(leased.size(), 6u);
+  EXPECT_EQ(std::set<int64_t>(leased.begin(), leased.end()).size(), 6u) << "a trial ran twice";
+  auto trials = store_->ListTrials(experiment_id, {});
+  ASSERT_TRUE(trials.ok());
+  ASSERT_EQ(trials->size(), 6u);
+  for (const auto& t : *trials) {
+    EXPECT_EQ(t.state, TrialState::kCompleted) << "trial " << t.id << ": " << t.reason;
+    EXPECT_EQ(t.attempt, 1);
+    EXPECT_TRUE(json::parse(t.final_metrics_json).contains("loss")) << t.final_metrics_json;
+    auto ms = store_->ListMeasurements(t.id);
+    ASSERT_TRUE(ms.ok());
+    ASSERT_EQ(ms->size(), 3u);
+    EXPECT_EQ(json::parse(ms->at(0).system_setting_json),
+              json({{"threads", 2}, {"device", "cpu0"}}));
+    EXPECT_DOUBLE_EQ(ms->at(0).samples_per_sec, 1000);
+  }
+}
+
+TEST_F(GrpcWorkerServiceTest, CommandArgvPlaceholdersAreFilled) {
+  auto e = engine_->CreateExperiment(Spec(R"({"command": {
+      "argv": ["python3", "train.py", "--x={x}", "--opt={opt}", "--threads={threads}",
+               "--trial={trial_id}", "--epochs={steps}", "--at={step}", "{x}:{opt}"],
+      "env": {"PYTHONUNBUFFERED": "1"}, "timeout_s": 30}})",
+                                          3, 1));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const auto [worker, device] = RegisterCpuWorker("node");
+  v1::LeaseResponse lease;
+  ::grpc::Status s = Lease(worker, device, &lease);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_TRUE(lease.has_trial());
+  const v1::Trial& t = lease.trial();
+  ASSERT_TRUE(t.executor().has_command());
+  const auto& c = t.executor().command();
+  const json params = json::parse(t.params_json());
+  const std::string x = params.at("x").dump();
+  const std::string opt = params.at("opt").get<std::string>();
+  EXPECT_TRUE(opt == "sgd" || opt == "adam") << opt;
+  const std::vector<std::string> want = {"python3",     "train.py",
+                                         "--x=" + x,    "--opt=" + opt,
+                                         "--threads=3", "--trial=" + std::to_string(t.trial_id()),
+                                         "--epochs=3",
+                                         "--at={step}",  // per step: the worker's to fill
+                                         x + ":" + opt};
+  EXPECT_EQ(std::vector<std::string>(c.argv().begin(), c.argv().end()), want);
+  EXPECT_EQ(c.env().at("PYTHONUNBUFFERED"), "1");
+  EXPECT_EQ(c.timeout_ms(), 30'000);
+}
+
+TEST_F(GrpcWorkerServiceTest, EveryRpcNeedsTheBearerToken) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 2, 1));
+  ASSERT_TRUE(e.ok());
+  v1::RegisterRequest req;
+  req.set_host("h");
+  *req.add_devices() = Cpu(0, "cpu", 1);
+  for (const std::string& bad :
+       {std::string(), std::string("Bearer wrong"), std::string(kToken), kAuth + "x",
+        kAuth.substr(0, kAuth.size() - 1), std::string("Basic ") + kToken}) {
+    v1::RegisterResponse resp;
+    ::grpc::Status s = stub_->Register(Ctx(bad).get(), req, &resp);
+    EXPECT_EQ(s.error_code(), ::grpc::StatusCode::UNAUTHENTICATED) << "'" << bad << "'";
+    EXPECT_EQ(s.error_message(), "missing or invalid bearer token");
+    v1::LeaseRequest lr;
+    v1::LeaseResponse lresp;
+    EXPECT_EQ(stub_->Lease(Ctx(bad).get(), lr, &lresp).error_code(),
+              ::grpc::StatusCode::UNAUTHENTICATED);
+    v1::HeartbeatRequest hr;
+    v1::HeartbeatResponse hresp;
+    EXPECT_EQ(stub_->Heartbeat(Ctx(bad).get(), hr, &hresp).error_code(),
+              ::grpc::StatusCode::UNAUTHENTICATED);
+  }
+  EXPECT_TRUE(store_->ListWorkers()->empty()) << "a refused call wrote something";
+  const auto [worker, device] = RegisterCpuWorker("h");
+  v1::LeaseResponse lease;
+  ::grpc::Status s = Lease(worker, device, &lease);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(lease.has_trial());
+
+  // Without a configured token, no header is needed.
+  WorkerServiceImpl no_auth(*engine_, {});
+  auto server = GrpcServer::Start("127.0.0.1:0", &no_auth);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::WorkerService::NewStub(Connect((*server)->port()));
+  v1::RegisterResponse resp;
+  s = stub->Register(Ctx("").get(), req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  (*server)->Shutdown(std::chrono::seconds(1));
+}
+
+TEST_F(GrpcWorkerServiceTest, HeartbeatTellsTheWorkerToStopTrialsOfACancelledExperiment) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 4, 2));
+  ASSERT_TRUE(e.ok());
+  const auto [worker, device] = RegisterCpuWorker("node");
+  v1::LeaseResponse l1, l2;
+  ASSERT_TRUE(Lease(worker, device, &l1).ok());
+  ASSERT_TRUE(Lease(worker, device, &l2).ok());
+  ASSERT_TRUE(l1.has_trial() && l2.has_trial());
+
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id(worker);
+  hb.add_trial_ids(l1.trial().trial_id());
+  hb.add_trial_ids(l2.trial().trial_id());
+  v1::HeartbeatResponse resp;
+  clock_.Advance(30'000);
+  ::grpc::Status s = stub_->Heartbeat(Ctx().get(), hb, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.stop_trial_ids_size(), 0);
+  EXPECT_EQ(*store_->GetTrial(l1.trial().trial_id())->lease_expires_ms,
+            clock_.fn()() + engine_->options().worker_lease_ms)
+      << "the lease was renewed";
+
+  ASSERT_TRUE(engine_->CancelExperiment(e->id, "user").ok());
+  hb.add_trial_ids(987654);  // unknown: stop it too, rather than fail the heartbeat
+  resp.Clear();
+  s = stub_->Heartbeat(Ctx().get(), hb, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(std::set<int64_t>(resp.stop_trial_ids().begin(), resp.stop_trial_ids().end()),
+            (std::set<int64_t>{l1.trial().trial_id(), l2.trial().trial_id(), 987654}));
+
+  // A report after the cancel says the same.
+  v1::ReportResponse rr;
+  s = Report(worker, l1.trial().trial_id(), 0, 0.5, &rr);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(rr.decision(), v1::DECISION_CANCEL);
+
+  v1::HeartbeatRequest unknown;
+  unknown.set_worker_id(worker + 100);
+  EXPECT_EQ(stub_->Heartbeat(Ctx().get(), unknown, &resp).error_code(),
+            ::grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(GrpcWorkerServiceTest, AReportWithALostLeaseIsRefused) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 3, 1));
+  ASSERT_TRUE(e.ok());
+  const auto [w1, d1] = RegisterCpuWorker("slow");
+  const auto [w2, d2] = RegisterCpuWorker("fast");
+  v1::LeaseResponse first;
+  ASSERT_TRUE(Lease(w1, d1, &first).ok());
+  ASSERT_TRUE(first.has_trial());
+  clock_.Advance(engine_->options().worker_lease_ms + 1);
+  ASSERT_TRUE(engine_->Tick().ok());
+  v1::LeaseResponse second;
+  ASSERT_TRUE(Lease(w2, d2, &second).ok());
+  ASSERT_TRUE(second.has_trial());
+  ASSERT_EQ(second.trial().trial_id(), first.trial().trial_id());
+  EXPECT_EQ(second.trial().attempt(), 2);
+  EXPECT_EQ(second.trial().seed(), first.trial().seed()) << "a retry repeats the same run";
+
+  v1::ReportResponse rr;
+  ::grpc::Status s = Report(w1, first.trial().trial_id(), 0, 0.5, &rr);
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  s = Report(w2, second.trial().trial_id(), 0, 0.5, &rr);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(rr.decision(), v1::DECISION_CONTINUE);
+}
+
+TEST_F(GrpcWorkerServiceTest, LeaseNeedsAKnownWorkerAndOneOfItsDevices) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 3, 1));
+  ASSERT_TRUE(e.ok());
+  const auto [w1, d1] = RegisterCpuWorker("a");
+  const auto [w2, d2] = RegisterCpuWorker("b");
+  v1::LeaseResponse resp;
+  ::grpc::Status s = Lease(w2 + 100, d1, &resp);
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(s.error_message().find("worker " + std::to_string(w2 + 100)), std::string::npos);
+  s = Lease(w1, d2, &resp);
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::NOT_FOUND) << "another worker's device";
+  EXPECT_EQ(store_->CountTrials(e->id)->leased, 0) << "nothing was leased";
+}
+
+TEST_F(GrpcWorkerServiceTest, AFailedTrialKeepsItsReasonAndLogTail) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 3, 1));
+  ASSERT_TRUE(e.ok());
+  const auto [worker, device] = RegisterCpuWorker("node");
+  v1::LeaseResponse lease;
+  ASSERT_TRUE(Lease(worker, device, &lease).ok());
+  ASSERT_TRUE(lease.has_trial());
+  v1::CompleteRequest req;
+  req.set_worker_id(worker);
+  req.set_trial_id(lease.trial().trial_id());
+  req.set_failed(true);
+  req.set_reason("exit status 1");
+  req.set_log_tail("Traceback: CUDA out of memory");
+  v1::CompleteResponse resp;
+  ::grpc::Status s = stub_->Complete(Ctx().get(), req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  auto t = store_->GetTrial(lease.trial().trial_id());
+  EXPECT_EQ(t->state, TrialState::kFailed);
+  EXPECT_NE(t->reason.find("exit status 1"), std::string::npos) << t->reason;
+  EXPECT_NE(t->reason.find("CUDA out of memory"), std::string::npos) << t->reason;
+}
+
+TEST(GrpcServerTest, AnUnusableAddressIsAnErrorNamingIt) {
+  hpo::v1::WorkerService::Service unimplemented;
+  auto bad = GrpcServer::Start("256.0.0.1:notaport", &unimplemented);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("256.0.0.1:notaport"), std::string::npos) << bad.status();
+
+  auto first = GrpcServer::Start("127.0.0.1:0", &unimplemented);
+  ASSERT_TRUE(first.ok()) << first.status();
+  hpo::v1::WorkerService::Service other;
+  const std::string taken = "127.0.0.1:" + std::to_string((*first)->port());
+  auto second = GrpcServer::Start(taken, &other);
+  ASSERT_FALSE(second.ok()) << "two servers on one port";
+  EXPECT_NE(second.status().message().find(taken), std::string::npos) << second.status();
+}
+
+TEST(GrpcStatusTest, EveryCodeRoundTripsWithItsMessage) {
+  const std::vector<std::pair<StatusCode, ::grpc::StatusCode>> pairs = {
+      {StatusCode::kCancelled, ::grpc::StatusCode::CANCELLED},
+      {StatusCode::kInvalidArgument, ::grpc::StatusCode::INVALID_ARGUMENT},
+      {StatusCode::kDeadlineExceeded, ::grpc::StatusCode::DEADLINE_EXCEEDED},
+      {StatusCode::kNotFound, ::grpc::StatusCode::NOT_FOUND},
+      {StatusCode::kAlreadyExists, ::grpc::StatusCode::ALREADY_EXISTS},
+      {StatusCode::kPermissionDenied, ::grpc::StatusCode::PERMISSION_DENIED},
+      {StatusCode::kResourceExhausted, ::grpc::StatusCode::RESOURCE_EXHAUSTED},
+      {StatusCode::kFailedPrecondition, ::grpc::StatusCode::FAILED_PRECONDITION},
+      {StatusCode::kAborted, ::grpc::StatusCode::ABORTED},
+      {StatusCode::kUnimplemented, ::grpc::StatusCode::UNIMPLEMENTED},
+      {StatusCode::kInternal, ::grpc::StatusCode::INTERNAL},
+      {StatusCode::kUnavailable, ::grpc::StatusCode::UNAVAILABLE},
+      {StatusCode::kDataLoss, ::grpc::StatusCode::DATA_LOSS},
+      {StatusCode::kUnauthenticated, ::grpc::StatusCode::UNAUTHENTICATED},
+  };
+  for (const auto& [ours, theirs] : pairs) {
+    const Status s(ours, "trial 7: why");
+    const ::grpc::Status g = ToGrpcStatus(s);
+    EXPECT_EQ(g.error_code(), theirs) << s;
+    EXPECT_EQ(g.error_message(), "trial 7: why");
+    const Status back = FromGrpcStatus(g);
+    EXPECT_EQ(back.code(), ours) << s;
+    EXPECT_EQ(back.message(), "trial 7: why");
+  }
+  EXPECT_TRUE(ToGrpcStatus(Status::OK()).ok());
+  EXPECT_TRUE(FromGrpcStatus(::grpc::Status::OK).ok());
+  EXPECT_EQ(FromGrpcStatus(::grpc::Status(::grpc::StatusCode::UNKNOWN, "?")).code(),
+            StatusCode::kInternal);
+}
+
+}  // namespace
+}  // namespace hpo::server
