@@ -87,7 +87,29 @@ uint64_t Mix(uint64_t a, uint64_t b) {
 
 }  // namespace
 
-Engine::Engine(store::Store& store, EngineOptions options) : store_(store), options_(options) {}
+Engine::Engine(store::Store& store, EngineOptions options) : store_(store), options_(options) {
+  if (auto* m = options_.metrics) {
+    const auto buckets = metrics::ExponentialBuckets(0.0005, 2, 16);
+    suggest_seconds_ = &m->histogram("hpo_suggest_duration_seconds",
+                                     "Time to choose and store a batch of new trials", buckets);
+    report_seconds_ = &m->histogram("hpo_report_duration_seconds",
+                                    "Time to record a step and decide on early stopping", buckets);
+    lease_seconds_ = &m->histogram("hpo_lease_duration_seconds", "Time to answer a worker's lease",
+                                   buckets);
+    leases_granted_ = &m->counter("hpo_leases_total", "Worker lease requests by outcome",
+                                  {{"outcome", "trial"}});
+    leases_empty_ = &m->counter("hpo_leases_total", "Worker lease requests by outcome",
+                                {{"outcome", "none"}});
+  }
+}
+
+namespace {
+// Observes the enclosing call's duration when metrics are on.
+std::optional<metrics::ScopedTimer> TimeIf(metrics::Histogram* h) {
+  if (!h) return std::nullopt;
+  return std::optional<metrics::ScopedTimer>(std::in_place, *h);
+}
+}  // namespace
 
 std::string Engine::WorkerOwner(Id worker_id) { return "worker/" + std::to_string(worker_id); }
 
@@ -205,6 +227,7 @@ Result<std::vector<search::History>> Engine::Histories(Id experiment_id, const E
 
 Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_id, Cached& c,
                                                                   int64_t count) {
+  const auto timer = TimeIf(suggest_seconds_);
   const ExperimentSpec& spec = *c.spec;
   HPO_ASSIGN_OR_RETURN(auto histories, Histories(experiment_id, spec));
   size_t total = 0;
@@ -252,6 +275,7 @@ Status Engine::Replenish(Id experiment_id, Cached& c) {
 }
 
 Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id) {
+  const auto timer = TimeIf(lease_seconds_);
   HPO_ASSIGN_OR_RETURN(auto experiments, store_.ListExperiments(0, 10'000));
   std::reverse(experiments.begin(), experiments.end());  // oldest first
   for (const auto& e : experiments) {
@@ -269,8 +293,10 @@ Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id) {
     }
     // Keep the pool full for the next worker.
     HPO_RETURN_IF_ERROR(Replenish(e.id, *c));
+    if (leases_granted_) leases_granted_->Increment();
     return std::optional<Assignment>(std::move(a));
   }
+  if (leases_empty_) leases_empty_->Increment();
   return std::optional<Assignment>();
 }
 
@@ -304,6 +330,7 @@ Result<std::vector<Assignment>> Engine::Suggest(Id experiment_id, int count) {
 }
 
 Result<Decision> Engine::Report(const TrialReport& r) {
+  const auto timer = TimeIf(report_seconds_);
   HPO_ASSIGN_OR_RETURN(store::TrialRecord trial, store_.GetTrial(r.trial_id));
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(trial.experiment_id));
   const ExperimentSpec& spec = *c->spec;

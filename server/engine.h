@@ -25,6 +25,7 @@
 #include "search/history.h"
 #include "search/pruner.h"
 #include "search/sampler.h"
+#include "server/metrics.h"
 #include "server/spec.h"
 #include "server/store/store.h"
 
@@ -39,6 +40,8 @@ struct EngineOptions {
   // "trial.finished"), from the calling thread. Changes made by other
   // servers on the same database are not seen here.
   std::function<void(std::string type, const nlohmann::json& data)> on_event;
+  // Where suggest/report/lease latencies and counters go (none when null).
+  metrics::Registry* metrics = nullptr;
 };
 
 enum class Decision { kContinue, kPrune, kStop };
@@ -123,6 +126,12 @@ class Engine {
 
   store::Store& store_;
   EngineOptions options_;
+  // Metrics, or null: registered once, updated without locks.
+  metrics::Histogram* suggest_seconds_ = nullptr;
+  metrics::Histogram* report_seconds_ = nullptr;
+  metrics::Histogram* lease_seconds_ = nullptr;
+  metrics::Counter* leases_granted_ = nullptr;
+  metrics::Counter* leases_empty_ = nullptr;
   std::mutex mu_;
   std::map<store::Id, std::unique_ptr<Cached>> cache_;  // GUARDED_BY(mu_)
 };

@@ -1,40 +1,232 @@
-// hpo-server: the HeteroTune server. This first cut opens and migrates the
-// store; REST, gRPC and the experiment loop arrive with issue #4.
+// hpo-server: REST (Boost.Beast), the gRPC worker protocol, /metrics and the
+// dashboard, over one store (SQLite by default, PostgreSQL for fleets).
+//
+// SIGTERM or SIGINT drains: no new connections, in-flight calls finish,
+// then the process exits 0. Everything durable is in the store, so a
+// restarted server continues every experiment where it was.
+#include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <thread>
 
+#include "server/api.h"
+#include "server/grpc/worker_service.h"
 #include "server/store/store.h"
+
+namespace {
+
+using namespace hpo;
+using namespace hpo::server;
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "hpo-server: error: %s\n", message.c_str());
+  return 1;
+}
+
+// "host:port" -> (host, port); port 0 means any free port.
+bool SplitHostPort(const std::string& s, std::string* host, uint16_t* port) {
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  char* end = nullptr;
+  const long p = std::strtol(s.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || p < 0 || p > 65535 || colon + 1 == s.size()) return false;
+  *host = s.substr(0, colon);
+  *port = static_cast<uint16_t>(p);
+  return true;
+}
+
+void RegisterStoreGauges(metrics::Registry& registry, store::Store& store) {
+  registry.gauge_callback("hpo_experiments", "Experiments by state", [&store] {
+    metrics::GaugeSamples out;
+    std::map<std::string, double> n = {{"running", 0}, {"completed", 0}, {"cancelled", 0}, {"failed", 0}};
+    if (auto list = store.ListExperiments(0, 100'000); list.ok()) {
+      for (const auto& e : *list) n[std::string(store::ToString(e.state))] += 1;
+    }
+    for (const auto& [state, v] : n) out.push_back({{{"state", state}}, v});
+    return out;
+  });
+  registry.gauge_callback("hpo_trials", "Trials by state, over all experiments", [&store] {
+    store::TrialCounts sum;
+    if (auto list = store.ListExperiments(0, 100'000); list.ok()) {
+      for (const auto& e : *list) {
+        if (auto n = store.CountTrials(e.id); n.ok()) {
+          sum.pending += n->pending;
+          sum.leased += n->leased;
+          sum.running += n->running;
+          sum.completed += n->completed;
+          sum.pruned += n->pruned;
+          sum.failed += n->failed;
+          sum.cancelled += n->cancelled;
+        }
+      }
+    }
+    return metrics::GaugeSamples{{{{"state", "pending"}}, double(sum.pending)},
+                                 {{{"state", "leased"}}, double(sum.leased)},
+                                 {{{"state", "running"}}, double(sum.running)},
+                                 {{{"state", "completed"}}, double(sum.completed)},
+                                 {{{"state", "pruned"}}, double(sum.pruned)},
+                                 {{{"state", "failed"}}, double(sum.failed)},
+                                 {{{"state", "cancelled"}}, double(sum.cancelled)}};
+  });
+  registry.gauge_callback("hpo_devices", "Registered devices by kind and class", [&store] {
+    std::map<std::pair<std::string, std::string>, double> n;
+    if (auto workers = store.ListWorkers(); workers.ok()) {
+      for (const auto& w : *workers) {
+        for (const auto& d : w.devices) n[{std::string(store::ToString(d.kind)), d.device_class}] += 1;
+      }
+    }
+    metrics::GaugeSamples out;
+    for (const auto& [k, v] : n) out.push_back({{{"kind", k.first}, {"device_class", k.second}}, v});
+    return out;
+  });
+  registry.gauge_callback("hpo_workers", "Registered workers", [&store] {
+    auto workers = store.ListWorkers();
+    return metrics::GaugeSamples{{{}, workers.ok() ? double(workers->size()) : 0.0}};
+  });
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"hpo-server: hardware-aware hyperparameter search server"};
   std::string store_url = "sqlite://./hpo.db";
+  std::string http_address = "127.0.0.1:8080";
+  std::string grpc_address = "127.0.0.1:50051";
+  std::string token;
+  std::string web_root;
+  std::string port_file;
+  std::string log_level = "info";
+  int lease_timeout_s = 60;
+  int max_attempts = 3;
+  int tick_ms = 1000;
   bool migrate_only = false;
   app.add_option("--store", store_url,
                  "store URL: sqlite:///abs/path.db, sqlite://rel.db, a plain path, or "
                  "postgresql://user:pass@host:port/db")
       ->envname("HPO_STORE")
       ->capture_default_str();
+  app.add_option("--http", http_address, "REST, dashboard and /metrics address (port 0: any free port)")
+      ->capture_default_str();
+  app.add_option("--grpc", grpc_address, "worker protocol address (port 0: any free port)")
+      ->capture_default_str();
+  app.add_option("--token", token, "bearer token every call must carry (except /healthz)")
+      ->envname("HPO_TOKEN");
+  app.add_option("--web-root", web_root, "directory of the dashboard's static files");
+  app.add_option("--lease-timeout", lease_timeout_s, "seconds a worker's lease lasts without a report or heartbeat")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  app.add_option("--max-attempts", max_attempts, "leases per trial before it is failed")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  app.add_option("--port-file", port_file, "write {\"http\": PORT, \"grpc\": PORT} here once listening");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   app.add_flag("--migrate-only", migrate_only, "apply schema migrations, print the version, exit");
   CLI11_PARSE(app, argc, argv);
 
-  auto store = hpo::store::OpenStore(store_url);
-  if (!store.ok()) {
-    std::fprintf(stderr, "hpo-server: error: %s\n", store.status().message().c_str());
-    return 1;
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  std::string http_host, grpc_host;
+  uint16_t http_port = 0, grpc_port = 0;
+  if (!SplitHostPort(http_address, &http_host, &http_port)) {
+    return Fail("--http '" + http_address + "' must be HOST:PORT");
   }
-  auto version = (*store)->SchemaVersion();
-  if (!version.ok()) {
-    std::fprintf(stderr, "hpo-server: error: %s\n", version.status().message().c_str());
-    return 1;
+  if (!SplitHostPort(grpc_address, &grpc_host, &grpc_port)) {
+    return Fail("--grpc '" + grpc_address + "' must be HOST:PORT");
   }
-  spdlog::info("store {} ({}) at schema version {}", (*store)->display_url(),
-               (*store)->backend(), *version);
+
+  auto opened = store::OpenStore(store_url);
+  if (!opened.ok()) return Fail(opened.status().message());
+  std::unique_ptr<store::Store> store = std::move(opened).value();
+  auto version = store->SchemaVersion();
+  if (!version.ok()) return Fail(version.status().message());
+  spdlog::info("store {} ({}) at schema version {}", store->display_url(), store->backend(), *version);
   if (migrate_only) return 0;
-  std::fprintf(stderr,
-               "hpo-server: the REST and gRPC services are not part of this build yet "
-               "(issue #4); use --migrate-only to prepare a store\n");
-  return 2;
+
+  // Signals are taken by sigwait below; threads started from here on
+  // inherit the mask and never see them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error code, not a crash
+
+  metrics::Registry registry;
+  EventBus events;
+  EngineOptions engine_options;
+  engine_options.worker_lease_ms = int64_t{lease_timeout_s} * 1000;
+  engine_options.max_attempts = max_attempts;
+  engine_options.metrics = &registry;
+  auto& finished = registry.counter("hpo_trials_finished_total", "Trials finished by this server, by state",
+                                    {{"state", "completed"}});
+  auto& pruned = registry.counter("hpo_trials_finished_total", "Trials finished by this server, by state",
+                                  {{"state", "pruned"}});
+  auto& failed = registry.counter("hpo_trials_finished_total", "Trials finished by this server, by state",
+                                  {{"state", "failed"}});
+  auto& reports = registry.counter("hpo_reports_total", "Steps reported to this server");
+  engine_options.on_event = [&](std::string type, const nlohmann::json& data) {
+    if (type == "trial.reported") reports.Increment();
+    if (type == "trial.finished") {
+      const std::string state = data.value("state", "");
+      if (state == "completed") finished.Increment();
+      if (state == "pruned") pruned.Increment();
+      if (state == "failed") failed.Increment();
+    }
+    events.Publish(std::move(type), data);
+  };
+  RegisterStoreGauges(registry, *store);
+  Engine engine(*store, engine_options);
+  RestApi api(engine, events, registry, ApiOptions{token, web_root});
+
+  HttpServerOptions http_options;
+  http_options.address = http_host;
+  http_options.port = http_port;
+  auto http = HttpServer::Start(http_options, [&api](const HttpRequest& r) { return api.Handle(r); });
+  if (!http.ok()) return Fail(http.status().message());
+  WorkerServiceImpl worker_service(engine, WorkerServiceOptions{token, 1000});
+  auto grpc = GrpcServer::Start(grpc_address, &worker_service);
+  if (!grpc.ok()) return Fail(grpc.status().message());
+  spdlog::info("http listening on {}:{}", http_host, (*http)->port());
+  spdlog::info("grpc listening on {}:{}", grpc_host, (*grpc)->port());
+  if (!token.empty()) spdlog::info("bearer token required on every call but /healthz");
+  if (!port_file.empty()) {
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << nlohmann::json{{"http", (*http)->port()}, {"grpc", (*grpc)->port()}}.dump() << "\n";
+    std::rename(tmp.c_str(), port_file.c_str());  // readers never see half a file
+  }
+
+  // Housekeeping: requeue expired leases, end experiments at their budget.
+  std::mutex tick_mu;
+  std::condition_variable tick_cv;
+  bool stopping = false;
+  std::thread ticker([&] {
+    std::unique_lock lock(tick_mu);
+    while (!tick_cv.wait_for(lock, std::chrono::milliseconds(tick_ms), [&] { return stopping; })) {
+      lock.unlock();
+      Status s = engine.Tick();
+      if (!s.ok()) spdlog::warn("housekeeping: {}", s.ToString());
+      lock.lock();
+    }
+  });
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("{} received: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  {
+    std::lock_guard lock(tick_mu);
+    stopping = true;
+  }
+  tick_cv.notify_all();
+  ticker.join();
+  (*grpc)->Shutdown(std::chrono::milliseconds(5000));
+  (*http)->Shutdown();
+  spdlog::info("stopped");
+  return 0;
 }
