@@ -12,60 +12,70 @@ constexpr double kLogSqrt2Pi = 0.91893853320467274;
 
 double NormalCdf(double z) { return 0.5 * std::erfc(-z / kSqrt2); }
 
-// One observation's kernel, prepared for fast evaluation.
-struct Kernel {
-  std::vector<double> mu;        // unit-cube position per param (NaN: inactive)
-  std::vector<double> sigma;     // bandwidth per numeric param, in the unit cube
-  std::vector<double> log_norm;  // -log(sigma * sqrt(2 pi) * Z), Z: mass inside [0, 1]
-  std::vector<double> inv2s2;    // 1 / (2 sigma^2)
-  double log_weight = 0;
-};
-
+// A Parzen mixture: one kernel per observation plus a uniform prior
+// component. Kernels are stored as flat arrays (kernel-major), since a
+// suggestion scores every candidate against every kernel.
 class Mixture {
  public:
   Mixture(const SearchSpace& space, const std::vector<const Assignment*>& points,
           const std::vector<double>& weights, const TpeOptions& o)
-      : space_(space) {
+      : space_(space), d_(space.params.size()), n_(points.size()) {
     double total = o.prior_weight;
     for (double w : weights) total += w;
     prior_log_weight_ = std::log(o.prior_weight / total);
-    const size_t d = space.params.size();
-    kernels_.resize(points.size());
-    for (size_t k = 0; k < points.size(); ++k) {
-      Kernel& kern = kernels_[k];
-      kern.log_weight = std::log(weights[k] / total);
-      kern.mu.assign(d, kInactive);
-      kern.sigma.assign(d, 1);
-      kern.log_norm.assign(d, 0);
-      kern.inv2s2.assign(d, 0.5);
-      for (size_t i = 0; i < d; ++i) {
+    mu_.assign(n_ * d_, kInactive);
+    sigma_.assign(n_ * d_, 1);
+    log_norm_.assign(n_ * d_, 0);
+    inv2s2_.assign(n_ * d_, 0.5);
+    log_weight_.resize(n_);
+    cumulative_.resize(n_);
+    double acc = o.prior_weight / total;
+    for (size_t k = 0; k < n_; ++k) {
+      log_weight_[k] = std::log(weights[k] / total);
+      acc += weights[k] / total;
+      cumulative_[k] = acc;
+      for (size_t i = 0; i < d_; ++i) {
         const double v = (*points[k])[i];
         if (IsInactive(v)) continue;
         const Param& p = space.params[i];
-        kern.mu[i] = p.kind == ParamKind::kCategorical ? v : p.ToUnit(v);
+        mu_[k * d_ + i] = p.kind == ParamKind::kCategorical ? v : p.ToUnit(v);
       }
     }
-    for (size_t i = 0; i < d; ++i) {
-      if (space.params[i].kind != ParamKind::kCategorical) SetBandwidths(static_cast<int>(i), o);
+    categorical_.resize(d_);
+    log_same_.resize(d_);
+    log_other_.resize(d_);
+    log_uniform_.resize(d_);
+    for (size_t i = 0; i < d_; ++i) {
+      const Param& p = space.params[i];
+      categorical_[i] = p.kind == ParamKind::kCategorical;
+      if (categorical_[i]) {
+        const int n = p.num_choices();
+        log_same_[i] = std::log(CategoricalProb(n, true));
+        log_other_[i] = std::log(CategoricalProb(n, false));
+        log_uniform_[i] = -std::log(n);
+      } else {
+        SetBandwidths(i, o);
+      }
     }
   }
 
   // Draws one assignment: pick a component, then each active param from it
   // (or from the prior where the component lacks that param).
   Assignment Sample(Rng& rng) const {
-    const Kernel* k = PickComponent(rng);
-    Assignment a(space_.params.size(), kInactive);
+    const double* k = PickComponent(rng);
+    const size_t row = k ? static_cast<size_t>(k - mu_.data()) : 0;
+    Assignment a(d_, kInactive);
     for (int i = 0; i < space_.size(); ++i) {
       if (!space_.IsActive(i, a)) continue;
       const Param& p = space_.params[i];
-      if (!k || IsInactive(k->mu[i])) {
+      if (!k || IsInactive(k[i])) {
         a[i] = p.FromUnit(rng.Uniform());
-      } else if (p.kind == ParamKind::kCategorical) {
-        a[i] = SampleCategorical(p, static_cast<int>(k->mu[i]), rng);
+      } else if (categorical_[i]) {
+        a[i] = SampleCategorical(p, static_cast<int>(k[i]), rng);
       } else {
         double u = -1;
         for (int tries = 0; tries < 64 && (u < 0 || u > 1); ++tries) {
-          u = k->mu[i] + k->sigma[i] * rng.Normal();
+          u = k[i] + sigma_[row + i] * rng.Normal();
         }
         a[i] = p.FromUnit(std::clamp(u, 0.0, 1.0));
       }
@@ -73,42 +83,47 @@ class Mixture {
     return a;
   }
 
-  // log density of `a` under the mixture (up to a constant shared by l and g).
+  // log density of `a` under the mixture.
   double LogDensity(const Assignment& a) const {
     // Prior: uniform over the unit cube, 1/k per categorical.
     double prior = prior_log_weight_;
-    for (int i = 0; i < space_.size(); ++i) {
-      if (!IsInactive(a[i]) && space_.params[i].kind == ParamKind::kCategorical) {
-        prior -= std::log(space_.params[i].num_choices());
+    unit_.resize(d_);
+    for (size_t i = 0; i < d_; ++i) {
+      if (IsInactive(a[i])) {
+        unit_[i] = kInactive;
+      } else if (categorical_[i]) {
+        unit_[i] = a[i];
+        prior += log_uniform_[i];
+      } else {
+        unit_[i] = space_.params[i].ToUnit(a[i]);
       }
     }
-    // The candidate's unit-cube coordinates, computed once for all kernels.
-    unit_.resize(a.size());
-    for (int i = 0; i < space_.size(); ++i) {
-      unit_[i] = IsInactive(a[i]) || space_.params[i].kind == ParamKind::kCategorical
-                     ? a[i]
-                     : space_.params[i].ToUnit(a[i]);
-    }
+    scratch_.resize(n_);
     double best = prior;
-    scratch_.assign(1, prior);
-    for (const Kernel& k : kernels_) {
-      double lp = k.log_weight;
-      for (int i = 0; i < space_.size(); ++i) {
-        if (IsInactive(a[i])) continue;
-        const Param& p = space_.params[i];
-        if (p.kind == ParamKind::kCategorical) {
-          const int n = p.num_choices();
-          lp += IsInactive(k.mu[i]) ? -std::log(n) : std::log(CategoricalProb(n, a[i] == k.mu[i]));
-        } else if (!IsInactive(k.mu[i])) {
-          const double dx = unit_[i] - k.mu[i];
-          lp += k.log_norm[i] - dx * dx * k.inv2s2[i];
+    for (size_t k = 0; k < n_; ++k) {
+      const double* mu = &mu_[k * d_];
+      const double* log_norm = &log_norm_[k * d_];
+      const double* inv2s2 = &inv2s2_[k * d_];
+      double lp = log_weight_[k];
+      for (size_t i = 0; i < d_; ++i) {
+        const double x = unit_[i];
+        if (IsInactive(x)) continue;
+        if (categorical_[i]) {
+          lp += IsInactive(mu[i]) ? log_uniform_[i] : (x == mu[i] ? log_same_[i] : log_other_[i]);
+        } else if (!IsInactive(mu[i])) {
+          const double dx = x - mu[i];
+          lp += log_norm[i] - dx * dx * inv2s2[i];
         }  // else: the prior's density, 1 in the unit cube
       }
-      scratch_.push_back(lp);
+      scratch_[k] = lp;
       best = std::max(best, lp);
     }
-    double sum = 0;
-    for (double v : scratch_) sum += std::exp(v - best);
+    // Terms below e^-700 vanish next to the largest (which is 1); skipping
+    // them avoids exp's slow underflow path.
+    double sum = prior - best > -700 ? std::exp(prior - best) : 0;
+    for (double v : scratch_) {
+      if (v - best > -700) sum += std::exp(v - best);
+    }
     return best + std::log(sum);
   }
 
@@ -127,15 +142,13 @@ class Mixture {
     return n - 1;
   }
 
-  const Kernel* PickComponent(Rng& rng) const {
-    double u = rng.Uniform();
-    u -= std::exp(prior_log_weight_);
-    if (u < 0) return nullptr;
-    for (const Kernel& k : kernels_) {
-      u -= std::exp(k.log_weight);
-      if (u < 0) return &k;
-    }
-    return kernels_.empty() ? nullptr : &kernels_.back();
+  // The chosen kernel's row of mu_, or null for the prior.
+  const double* PickComponent(Rng& rng) const {
+    const double u = rng.Uniform();
+    if (n_ == 0 || u < std::exp(prior_log_weight_)) return nullptr;
+    const size_t k = std::min<size_t>(
+        n_ - 1, std::upper_bound(cumulative_.begin(), cumulative_.end(), u) - cumulative_.begin());
+    return &mu_[k * d_];
   }
 
   // Bandwidths of param i. kNeighbor (Optuna's univariate rule, used per
@@ -143,10 +156,10 @@ class Mixture {
   // observations, clipped to [1 / min(100, n + 1), 1] ("magic clip"), so
   // kernels narrow where good points cluster. kScott: one width for all,
   // f * n^(-1/(d+4)), d = the params an observation has on average.
-  void SetBandwidths(int i, const TpeOptions& o) {
+  void SetBandwidths(size_t i, const TpeOptions& o) {
     std::vector<std::pair<double, size_t>> pos;
-    for (size_t k = 0; k < kernels_.size(); ++k) {
-      if (!IsInactive(kernels_[k].mu[i])) pos.emplace_back(kernels_[k].mu[i], k);
+    for (size_t k = 0; k < n_; ++k) {
+      if (!IsInactive(mu_[k * d_ + i])) pos.emplace_back(mu_[k * d_ + i], k);
     }
     if (pos.empty()) return;
     std::sort(pos.begin(), pos.end());
@@ -154,12 +167,11 @@ class Mixture {
     std::vector<double> sig(n);
     if (o.bandwidth == TpeOptions::Bandwidth::kScott) {
       double active = 0;
-      for (const auto& k : kernels_) {
-        for (double m : k.mu) active += !IsInactive(m);
-      }
-      const double d = std::max(1.0, active / kernels_.size());
+      for (double m : mu_) active += !IsInactive(m);
+      const double d = std::max(1.0, active / n_);
       std::fill(sig.begin(), sig.end(),
-                std::max(o.min_bandwidth, o.bandwidth_factor * std::pow(static_cast<double>(n), -1.0 / (d + 4))));
+                std::max(o.min_bandwidth,
+                         o.bandwidth_factor * std::pow(static_cast<double>(n), -1.0 / (d + 4))));
     } else {
       const double lo = 1.0 / std::min(100.0, n + 1.0);
       for (size_t j = 0; j < n; ++j) {
@@ -168,19 +180,33 @@ class Mixture {
         sig[j] = std::clamp(n == 1 ? 1.0 : std::max(left, right), std::max(lo, o.min_bandwidth), 1.0);
       }
     }
+    double last_sigma = -1, log_sigma = 0;
     for (size_t j = 0; j < n; ++j) {
-      Kernel& kern = kernels_[pos[j].second];
-      const double mu = kern.mu[i], sigma = sig[j];
-      const double z = NormalCdf((1 - mu) / sigma) - NormalCdf(-mu / sigma);
-      kern.sigma[i] = sigma;
-      kern.inv2s2[i] = 1 / (2 * sigma * sigma);
-      kern.log_norm[i] = -std::log(sigma) - kLogSqrt2Pi - std::log(std::max(z, 1e-300));
+      const size_t at = pos[j].second * d_ + i;
+      const double mu = mu_[at], sigma = sig[j];
+      if (sigma != last_sigma) {  // many kernels share the clipped width
+        last_sigma = sigma;
+        log_sigma = std::log(sigma);
+      }
+      // Mass inside [0, 1]; 1 to double precision when the kernel sits
+      // more than 8 sigma from both ends, the common case.
+      double log_z = 0;
+      if (mu < 8 * sigma || 1 - mu < 8 * sigma) {
+        log_z = std::log(std::max(NormalCdf((1 - mu) / sigma) - NormalCdf(-mu / sigma), 1e-300));
+      }
+      sigma_[at] = sigma;
+      inv2s2_[at] = 1 / (2 * sigma * sigma);
+      log_norm_[at] = -log_sigma - kLogSqrt2Pi - log_z;
     }
   }
 
   const SearchSpace& space_;
+  size_t d_, n_;
   double prior_log_weight_ = 0;
-  std::vector<Kernel> kernels_;
+  std::vector<double> mu_, sigma_, log_norm_, inv2s2_;  // n_ x d_, kernel-major
+  std::vector<double> log_weight_, cumulative_;        // per kernel
+  std::vector<char> categorical_;                       // per param
+  std::vector<double> log_same_, log_other_, log_uniform_;
   mutable std::vector<double> scratch_, unit_;
 };
 
@@ -245,6 +271,12 @@ class TpeSampler final : public Sampler {
       auto by_number = [](const Ranked* a, const Ranked* b) { return a->number < b->number; };
       std::sort(good.begin(), good.end(), by_number);
       std::sort(bad.begin(), bad.end(), by_number);
+      // g(x) from the newest max_bad_observations only: older ones weigh
+      // little under the recency weights, and scoring against thousands of
+      // kernels would make a suggestion cost tens of milliseconds.
+      if (bad.size() > static_cast<size_t>(o_.max_bad_observations)) {
+        bad.erase(bad.begin(), bad.end() - o_.max_bad_observations);
+      }
       std::vector<const Assignment*> good_pts, bad_pts;
       for (auto* r : good) good_pts.push_back(r->params);
       for (auto* r : bad) bad_pts.push_back(r->params);

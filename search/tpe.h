@@ -33,6 +33,7 @@ struct TpeOptions {
   int gamma_cap = 25;          // |good| = min(ceil(gamma_fraction * n), gamma_cap)
   double gamma_fraction = 0.1;
   bool constant_liar = true;   // running trials count as bad
+  int max_bad_observations = 1000;  // the bad set keeps its newest this many
 };
 
 std::unique_ptr<Sampler> MakeTpeSampler(TpeOptions options = {});
