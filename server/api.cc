@@ -227,13 +227,24 @@ HttpResponse RestApi::Route(const HttpRequest& req) {
   if (seg[0] == "workers" && seg.size() == 1 && m == "GET") {
     auto workers = engine_.store().ListWorkers();
     if (!workers.ok()) return fail(workers.status());
+    // The newest measured speed per (device, workload).
+    auto speeds = engine_.store().ListSpeedObservations("", 5000);
+    if (!speeds.ok()) return fail(speeds.status());
+    std::map<Id, std::map<std::string, const store::SpeedObservationRecord*>> latest;
+    for (const auto& o : *speeds) latest[o.device_id][o.workload] = &o;
     json out = json::array();
     for (const auto& w : *workers) {
       json devices = json::array();
       for (const auto& d : w.devices) {
         devices.push_back({{"id", d.id}, {"ordinal", d.ordinal}, {"kind", store::ToString(d.kind)},
                            {"name", d.name}, {"device_class", d.device_class}, {"cores", d.cores},
-                           {"memory_bytes", d.memory_bytes}, {"benchmark_gflops", d.benchmark_gflops}});
+                           {"memory_bytes", d.memory_bytes}, {"benchmark_gflops", d.benchmark_gflops},
+                           {"measured", json::array()}});
+        for (const auto& [workload, o] : latest[d.id]) {
+          devices.back()["measured"].push_back({{"workload", workload}, {"samples_per_sec", o->samples_per_sec},
+                                                {"system", ParseOr(o->system_setting_json, json::object())},
+                                                {"observed_ms", o->observed_ms}, {"trial_id", Opt(o->trial_id)}});
+        }
       }
       out.push_back({{"id", w.id}, {"host", w.host}, {"labels", ParseOr(w.labels_json, json::object())},
                      {"registered_ms", w.registered_ms}, {"last_seen_ms", w.last_seen_ms},

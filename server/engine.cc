@@ -355,6 +355,17 @@ Result<Decision> Engine::Report(const TrialReport& r) {
   m.system_setting_json = r.system.dump();
   const int64_t lease = r.owner == kClientOwner ? options_.client_lease_ms : options_.worker_lease_ms;
   HPO_ASSIGN_OR_RETURN(auto reported, store_.ReportMeasurement(r.trial_id, r.owner, m, lease));
+  if (reported.inserted && r.device_id && r.samples_per_sec > 0) {
+    HPO_ASSIGN_OR_RETURN(std::string device_class, DeviceClass(*r.device_id));
+    std::string space;
+    for (const auto& [name, id] : c->space_ids) {
+      if (trial.space_id == id) space = name;
+    }
+    HPO_RETURN_IF_ERROR(store_
+                            .AddSpeedObservation({*r.device_id, device_class, Workload(spec, space),
+                                                  r.system.dump(), r.samples_per_sec, r.trial_id})
+                            .status());
+  }
   if (reported.inserted) {
     Emit("trial.reported", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
                             {"step", r.step}, {"metrics", r.metrics}, {"samples_per_sec", r.samples_per_sec}});
@@ -420,6 +431,35 @@ Status Engine::MaybeFinish(Id experiment_id, const ExperimentSpec& spec) {
     Emit("experiment.finished", {{"experiment_id", experiment_id}, {"state", "completed"}, {"reason", why}});
   }
   return s.IsFailedPrecondition() ? Status::OK() : s;  // another thread or server got there first
+}
+
+std::string Engine::Workload(const ExperimentSpec& spec, const std::string& space) {
+  std::string program = "client";
+  if (spec.executor == ExperimentSpec::ExecutorKind::kBuiltin) {
+    program = spec.trainer;
+  } else if (spec.executor == ExperimentSpec::ExecutorKind::kCommand && !spec.argv.empty()) {
+    const auto slash = spec.argv[0].rfind('/');
+    program = spec.argv[0].substr(slash == std::string::npos ? 0 : slash + 1);
+  }
+  return program + "/" + space;
+}
+
+Result<std::string> Engine::DeviceClass(Id device_id) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = device_classes_.find(device_id);
+    if (it != device_classes_.end()) return it->second;
+  }
+  HPO_ASSIGN_OR_RETURN(auto workers, store_.ListWorkers());
+  std::lock_guard lock(mu_);
+  for (const auto& w : workers) {
+    for (const auto& d : w.devices) device_classes_[d.id] = d.device_class;
+  }
+  auto it = device_classes_.find(device_id);
+  if (it == device_classes_.end()) {
+    return Status::NotFound("device " + std::to_string(device_id) + " is not registered");
+  }
+  return it->second;
 }
 
 Result<std::optional<store::TrialRecord>> Engine::BestTrial(Id experiment_id) {

@@ -54,6 +54,9 @@ struct TrialReport {
   nlohmann::json metrics = nlohmann::json::object();  // must hold the objective metric
   double samples_per_sec = 0;
   nlohmann::json system = nlohmann::json::object();   // the system setting this step used
+  // The device it ran on; with samples_per_sec > 0 the step is also a speed
+  // observation for (device class, workload, system setting).
+  std::optional<store::Id> device_id;
 };
 
 // A trial as handed out, with what is needed to run it.
@@ -98,6 +101,10 @@ class Engine {
   // expired, ends experiments past their wall time or their trial budget.
   Status Tick();
 
+  // What a trial's speed is measured against: the trainer (or the
+  // command's program) and the search space, e.g. "fashion-mnist-cnn/cnn".
+  static std::string Workload(const ExperimentSpec& spec, const std::string& space);
+
   // The trials of one experiment as the search library sees them, one
   // History per space (in spec order). Public for the dashboard and tests.
   Result<std::vector<search::History>> Histories(store::Id experiment_id,
@@ -132,8 +139,11 @@ class Engine {
   metrics::Histogram* lease_seconds_ = nullptr;
   metrics::Counter* leases_granted_ = nullptr;
   metrics::Counter* leases_empty_ = nullptr;
+  Result<std::string> DeviceClass(store::Id device_id);
+
   std::mutex mu_;
   std::map<store::Id, std::unique_ptr<Cached>> cache_;  // GUARDED_BY(mu_)
+  std::map<store::Id, std::string> device_classes_;     // GUARDED_BY(mu_)
 };
 
 }  // namespace hpo::server

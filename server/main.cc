@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -85,6 +86,22 @@ void RegisterStoreGauges(metrics::Registry& registry, store::Store& store) {
     for (const auto& [k, v] : n) out.push_back({{{"kind", k.first}, {"device_class", k.second}}, v});
     return out;
   });
+  registry.gauge_callback(
+      "hpo_device_samples_per_second",
+      "Mean measured training speed over the last 20 reports, by device class and workload", [&store] {
+        std::map<std::pair<std::string, std::string>, std::vector<double>> by;
+        if (auto obs = store.ListSpeedObservations("", 5000); obs.ok()) {
+          for (const auto& o : *obs) by[{o.device_class, o.workload}].push_back(o.samples_per_sec);
+        }
+        metrics::GaugeSamples out;
+        for (auto& [key, v] : by) {
+          const size_t n = std::min<size_t>(20, v.size());
+          double sum = 0;
+          for (size_t i = v.size() - n; i < v.size(); ++i) sum += v[i];
+          out.push_back({{{"device_class", key.first}, {"workload", key.second}}, sum / n});
+        }
+        return out;
+      });
   registry.gauge_callback("hpo_workers", "Registered workers", [&store] {
     auto workers = store.ListWorkers();
     return metrics::GaugeSamples{{{}, workers.ok() ? double(workers->size()) : 0.0}};

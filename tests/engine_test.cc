@@ -53,7 +53,7 @@ class EngineTest : public ::testing::Test {
   Decision RunTrial(const Assignment& a, const std::string& owner, int steps = 4) {
     const json params = json::parse(a.trial.params_json);
     for (int step = 0; step < steps; ++step) {
-      TrialReport r{a.trial.id, owner, step, {{"loss", Loss(params, step)}}, 500, {{"threads", 2}}};
+      TrialReport r{a.trial.id, owner, step, {{"loss", Loss(params, step)}}, 500, {{"threads", 2}}, std::nullopt};
       auto d = engine_->Report(r);
       EXPECT_TRUE(d.ok()) << d.status();
       if (!d.ok() || *d != Decision::kContinue) return d.ok() ? *d : Decision::kStop;
@@ -135,11 +135,11 @@ TEST_F(EngineTest, ReportsNeedTheObjectiveAndStopAfterCancel) {
   auto e = engine_->CreateExperiment(Spec(kClient, 5, 2));
   ASSERT_TRUE(e.ok());
   auto batch = *engine_->Suggest(e->id, 2);
-  auto bad = engine_->Report({batch[0].trial.id, Engine::kClientOwner, 0, {{"acc", 0.5}}, 0, json::object()});
+  auto bad = engine_->Report({batch[0].trial.id, Engine::kClientOwner, 0, {{"acc", 0.5}}, 0, json::object(), std::nullopt});
   ASSERT_TRUE(bad.status().IsInvalidArgument());
   EXPECT_NE(bad.status().message().find("metrics.loss"), std::string::npos) << bad.status();
   ASSERT_TRUE(engine_->CancelExperiment(e->id, "user").ok());
-  auto d = engine_->Report({batch[1].trial.id, Engine::kClientOwner, 0, {{"loss", 0.5}}, 0, json::object()});
+  auto d = engine_->Report({batch[1].trial.id, Engine::kClientOwner, 0, {{"loss", 0.5}}, 0, json::object(), std::nullopt});
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(*d, Decision::kStop);
   EXPECT_EQ(store_->GetTrial(batch[1].trial.id)->state, TrialState::kCancelled);
@@ -167,7 +167,7 @@ TEST_F(EngineTest, ARestartedServerContinuesWithoutLosingOrRepeatingTrials) {
   // One trial is mid-flight when the server stops.
   auto inflight = *engine_->LeaseForWorker(1);
   ASSERT_TRUE(inflight.has_value());
-  ASSERT_TRUE(engine_->Report({inflight->trial.id, Engine::WorkerOwner(1), 0, {{"loss", 1.0}}, 1, json::object()}).ok());
+  ASSERT_TRUE(engine_->Report({inflight->trial.id, Engine::WorkerOwner(1), 0, {{"loss", 1.0}}, 1, json::object(), std::nullopt}).ok());
   Open();  // a new store handle and engine: nothing cached survives
   // The worker finishes its trial against the new server.
   seen.insert(inflight->trial.id);
@@ -198,7 +198,7 @@ TEST_F(EngineTest, ExpiredLeasesAreRequeuedByTick) {
   ASSERT_TRUE(again.has_value());
   EXPECT_EQ(again->trial.id, a->trial.id);
   EXPECT_EQ(again->trial.attempt, 2);
-  auto stale = engine_->Report({a->trial.id, Engine::WorkerOwner(1), 0, {{"loss", 1.0}}, 1, json::object()});
+  auto stale = engine_->Report({a->trial.id, Engine::WorkerOwner(1), 0, {{"loss", 1.0}}, 1, json::object(), std::nullopt});
   EXPECT_TRUE(stale.status().IsFailedPrecondition()) << "the first worker lost its lease";
 }
 

@@ -100,7 +100,9 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
     req.set_step(step);
     const double x = json::parse(t.params_json())["x"];
     (*req.mutable_metrics())["loss"] = x * x + 1.0 / (step + 1);
-    req.set_samples_per_sec(100);
+    req.set_samples_per_sec(100 + step);
+    req.set_device_id(registered.device_ids(0));
+    (*req.mutable_system()->mutable_values())["threads"] = "2";
     v1::ReportResponse res;
     grpc::Status s = Worker()->Report(&ctx, req, &res);
     EXPECT_TRUE(s.ok()) << s.error_message();
@@ -166,6 +168,19 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
   EXPECT_NE(m->body.find("hpo_trials{state=\"completed\"} 6"), std::string::npos) << m->body;
   EXPECT_NE(m->body.find("hpo_leases_total{outcome=\"trial\"}"), std::string::npos);
   EXPECT_NE(m->body.find("hpo_report_duration_seconds_bucket"), std::string::npos);
+  EXPECT_NE(m->body.find("hpo_device_samples_per_second{device_class=\"cpu:test cpu:x1.0\",workload=\"fashion-mnist-mlp/a\"}"),
+            std::string::npos)
+      << m->body;
+  // Workers come with their devices' measured speed.
+  auto w = HttpRequestOnce(Http(), "GET", "/api/v1/workers");
+  ASSERT_TRUE(w.ok());
+  json workers = json::parse(w->body)["workers"];
+  ASSERT_EQ(workers.size(), 1u);
+  json measured = workers[0]["devices"][0]["measured"];
+  ASSERT_EQ(measured.size(), 1u) << w->body;
+  EXPECT_EQ(measured[0]["workload"], "fashion-mnist-mlp/a");
+  EXPECT_EQ(measured[0]["system"]["threads"], 2);
+  EXPECT_GE(measured[0]["samples_per_sec"].get<double>(), 100);
 }
 
 TEST_F(ServerE2eTest, BadFlagsAndStoresFailWithOneLine) {

@@ -333,6 +333,7 @@ Status WorkerServiceImpl::DoReport(const hpo::v1::ReportRequest& request,
   r.metrics = MetricsToJson(request.metrics());
   r.samples_per_sec = request.samples_per_sec();
   r.system = SystemToJson(request.system());
+  if (request.device_id() > 0) r.device_id = request.device_id();
   HPO_ASSIGN_OR_RETURN(Decision d, engine_.Report(r));
   switch (d) {
     case Decision::kContinue:
