@@ -1,22 +1,143 @@
-// hpo-worker: leases trials from hpo-server and runs them. This first cut
-// lists the devices LibTorch sees; leasing and training arrive with issue #5.
+// hpo-worker: registers this machine's devices with hpo-server, then leases
+// trials and runs them (built-in LibTorch trainers or the user's program),
+// reporting every epoch. See worker/client.h for the loop and its retries.
+#include <signal.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <cstdio>
 #include <thread>
 
+#include "worker/benchmark.h"
+#include "worker/builtin_trainer.h"
+#include "worker/client.h"
+#include "worker/command_executor.h"
+#include "worker/inventory.h"
+
+namespace {
+
+using namespace hpo;
+using namespace hpo::worker;
+
+std::atomic<int> g_stop{0};
+
+void OnSignal(int) { g_stop.fetch_add(1); }
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "hpo-worker: error: %s\n", message.c_str());
+  return 1;
+}
+
+// The devices to serve: "auto" = the CPU plus every CUDA device LibTorch
+// sees; otherwise "cpu" or "cuda:N".
+Result<std::vector<DeviceSpec>> Inventory(const std::string& which, int threads, double bench_seconds) {
+  HPO_ASSIGN_OR_RETURN(CpuInventory cpu, ReadCpuInventory("/"));
+  std::vector<DeviceSpec> out;
+  const bool cuda = torch::cuda::is_available();
+  const int gpus = cuda ? static_cast<int>(torch::cuda::device_count()) : 0;
+  auto add_cpu = [&] {
+    DeviceSpec d;
+    d.device = "cpu";
+    d.name = cpu.model;
+    d.cores = threads > 0 ? std::min<double>(threads, cpu.usable_cores) : cpu.usable_cores;
+    d.memory_bytes = cpu.memory_bytes;
+    out.push_back(d);
+  };
+  auto add_gpu = [&](int i) {
+    DeviceSpec d;
+    d.device = "cuda:" + std::to_string(i);
+    d.name = "CUDA device " + std::to_string(i);
+    d.cores = 1;
+    out.push_back(d);
+  };
+  if (which == "auto") {
+    add_cpu();
+    for (int i = 0; i < gpus; ++i) add_gpu(i);
+  } else if (which == "cpu") {
+    add_cpu();
+  } else if (which.rfind("cuda:", 0) == 0) {
+    const int i = std::atoi(which.c_str() + 5);
+    if (i < 0 || i >= gpus) {
+      return Status::InvalidArgument("--device " + which + ": LibTorch sees " + std::to_string(gpus) +
+                                     " CUDA device(s)");
+    }
+    add_gpu(i);
+  } else {
+    return Status::InvalidArgument("--device '" + which + "': expected auto, cpu or cuda:N");
+  }
+  for (auto& d : out) {
+    BenchmarkOptions b;
+    b.device = d.device;
+    b.threads = d.device == "cpu" ? static_cast<int>(std::max(1.0, d.cores)) : 0;
+    b.max_seconds = bench_seconds;
+    auto gflops = MeasureGemmGflops(b);
+    if (!gflops.ok()) return gflops.status().WithContext("benchmark on " + d.device);
+    d.benchmark_gflops = *gflops;
+  }
+  return out;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"hpo-worker: runs HeteroTune trials on this machine's CPUs and GPUs"};
+  WorkerOptions options;
+  std::string device = "auto", labels, data_dir = BuiltinOptions().data_dir, log_level = "info";
+  double bench_seconds = 1.0;
   bool list_devices = false;
-  app.add_flag("--list-devices", list_devices, "print the devices LibTorch can use and exit");
+  app.add_option("--server", options.server, "hpo-server's gRPC address, HOST:PORT")
+      ->envname("HPO_SERVER")
+      ->capture_default_str();
+  app.add_option("--token", options.token, "bearer token, when the server has one")->envname("HPO_TOKEN");
+  app.add_option("--device", device, "auto, cpu or cuda:N")->capture_default_str();
+  app.add_option("--threads", options.threads, "intra-op threads per CPU trial (default: usable cores)");
+  app.add_option("--labels", labels, "k=v,k=v reported with the worker");
+  app.add_option("--data-dir", data_dir, "Fashion-MNIST directory")->capture_default_str();
+  app.add_option("--heartbeat-ms", options.heartbeat_ms, "between heartbeats")->capture_default_str();
+  app.add_option("--max-trials", options.max_trials, "exit after this many trials (0: never)");
+  app.add_option("--benchmark-seconds", bench_seconds, "GEMM benchmark time per device")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_flag("--list-devices", list_devices, "print the devices and their benchmark, then exit");
   CLI11_PARSE(app, argc, argv);
-  std::printf("cpu: %u hardware threads, LibTorch intra-op threads %d\n",
-              std::thread::hardware_concurrency(), torch::get_num_threads());
-  const bool cuda = torch::cuda::is_available();
-  std::printf("cuda: %s (%d devices)\n", cuda ? "available" : "not available",
-              cuda ? static_cast<int>(torch::cuda::device_count()) : 0);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  for (size_t start = 0; start < labels.size();) {
+    size_t end = labels.find(',', start);
+    if (end == std::string::npos) end = labels.size();
+    const std::string kv = labels.substr(start, end - start);
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) return Fail("--labels: '" + kv + "' is not key=value");
+    options.labels[kv.substr(0, eq)] = kv.substr(eq + 1);
+    start = end + 1;
+  }
+
+  auto devices = Inventory(device, options.threads, bench_seconds);
+  if (!devices.ok()) return Fail(devices.status().message());
+  for (const auto& d : *devices) {
+    std::printf("%s: %s, %.1f usable cores, %.1f GiB, %.1f GFLOP/s\n", d.device.c_str(), d.name.c_str(),
+                d.cores, d.memory_bytes / 1073741824.0, d.benchmark_gflops);
+  }
+  std::fflush(stdout);
   if (list_devices) return 0;
-  std::fprintf(stderr, "hpo-worker: leasing trials is not part of this build yet (issue #5)\n");
-  return 2;
+  options.devices = *devices;
+
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  Executors executors;
+  BuiltinOptions builtin;
+  builtin.data_dir = data_dir;
+  executors.builtin = MakeBuiltinExecutor(builtin);
+  executors.command = std::make_unique<CommandExecutor>();
+  WorkerClient client(options, std::move(executors));
+  Status s = client.Run(g_stop);
+  if (!s.ok()) return Fail(s.message());
+  spdlog::info("stopped");
+  return 0;
 }

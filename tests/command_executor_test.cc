@@ -1,0 +1,518 @@
+// The command executor against real programs: small shell scripts written
+// into a temporary directory.
+#include "worker/command_executor.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+namespace hpo::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+using Metrics = std::map<std::string, double>;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Records every call; answers with `verdict` (kContinue when unset).
+class FakeReporter : public Reporter {
+ public:
+  struct Call {
+    int64_t step;
+    Metrics metrics;
+    double samples_per_sec;
+    json system;
+    Clock::time_point at;
+  };
+
+  Verdict Report(int64_t step, const Metrics& metrics, double samples_per_sec,
+                 const json& system) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.push_back({step, metrics, samples_per_sec, system, Clock::now()});
+    return verdict ? verdict(calls_.back()) : Verdict::kContinue;
+  }
+  json new_system() const override { return next_system; }
+  bool stop_requested() const override { return stop.load(); }
+
+  std::vector<Call> calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+
+  std::function<Verdict(const Call&)> verdict;
+  json next_system = json::object();
+  std::atomic<bool> stop{false};
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<Call> calls_;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A process that has ended: gone, or a zombie nobody has reaped yet (in a
+// container whose init does not reap, orphans stay zombies).
+bool Ended(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z';
+}
+
+bool EndsWithin(pid_t pid, double seconds) {
+  const auto start = Clock::now();
+  while (SecondsSince(start) < seconds) {
+    if (Ended(pid)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return Ended(pid);
+}
+
+class CommandExecutorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (std::filesystem::temp_directory_path() / "hpo-cmd-test-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  // Writes an executable /bin/sh script and returns its path.
+  std::string Script(const std::string& name, const std::string& body) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
+    ::chmod(path.c_str(), 0755);
+    return path;
+  }
+
+  TrialRun MakeRun(std::vector<std::string> argv) {
+    TrialRun run;
+    run.trial_id = 42;
+    run.experiment_id = 7;
+    run.seed = 1234;
+    run.max_steps = 5;
+    run.argv = std::move(argv);
+    run.timeout_ms = 20000;  // a hang shows as a failure, not as a stuck test
+    return run;
+  }
+
+  CommandExecutor Executor() {
+    CommandExecutor::Options options;
+    options.working_dir = dir_;
+    options.kill_grace = std::chrono::milliseconds(1000);
+    return CommandExecutor(options);
+  }
+
+  std::string dir_;
+};
+
+TEST_F(CommandExecutorTest, ReportsMetricLinesInOrder) {
+  const std::string script = Script("train.sh", R"sh(
+echo "starting"
+echo "hpo: step=1 loss=0.5 accuracy=0.8 samples_per_sec=100 batch_size=64"
+echo "some noise" >&2
+echo '{"step": 2, "loss": 0.4, "threads": 2, "note": "json"}'
+echo "hpo: loss=0.3 precision=bf16"
+echo "hpo: step=x loss=1"
+printf 'hpo: step=10 loss=0.2\r\n'
+printf 'hpo: loss=0.1'
+)sh");
+  TrialRun run = MakeRun({script});
+  run.system = {{"batch_size", 32}, {"threads", 1}, {"precision", "fp32"}};
+  FakeReporter reporter;
+  auto r = Executor().Run(run, reporter);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->stopped);
+
+  const auto calls = reporter.calls();
+  ASSERT_EQ(calls.size(), 5u);
+  EXPECT_EQ(calls[0].step, 1);
+  EXPECT_EQ(calls[0].metrics, (Metrics{{"loss", 0.5}, {"accuracy", 0.8}}));
+  EXPECT_DOUBLE_EQ(calls[0].samples_per_sec, 100);
+  EXPECT_EQ(calls[0].system, (json{{"batch_size", 64}, {"threads", 1}, {"precision", "fp32"}}));
+
+  EXPECT_EQ(calls[1].step, 2);
+  EXPECT_EQ(calls[1].metrics, (Metrics{{"loss", 0.4}}));
+  EXPECT_DOUBLE_EQ(calls[1].samples_per_sec, 0);
+  EXPECT_EQ(calls[1].system, (json{{"batch_size", 32}, {"threads", 2}, {"precision", "fp32"}}));
+
+  EXPECT_EQ(calls[2].step, 3) << "no step: one more than the previous";
+  EXPECT_EQ(calls[2].metrics, (Metrics{{"loss", 0.3}}));
+  EXPECT_EQ(calls[2].system["precision"], "bf16") << "the trial's own system keys are system";
+
+  EXPECT_EQ(calls[3].step, 10);
+  EXPECT_EQ(calls[4].step, 11);
+  EXPECT_EQ(calls[4].metrics, (Metrics{{"loss", 0.1}})) << "a last line without a newline counts";
+
+  EXPECT_EQ(r->final_metrics, (Metrics{{"loss", 0.1}}));
+  EXPECT_NE(r->log_tail.find("starting\n"), std::string::npos) << r->log_tail;
+  EXPECT_NE(r->log_tail.find("some noise"), std::string::npos) << r->log_tail;
+  EXPECT_NE(r->log_tail.find("not a valid metric line: step: 'x'"), std::string::npos)
+      << r->log_tail;
+}
+
+TEST_F(CommandExecutorTest, LinesWithoutTheObjectiveAreNotReported) {
+  const std::string script = Script("train.sh", R"sh(
+echo "hpo: step=1 train_loss=0.9"
+echo "hpo: step=1 val_loss=0.8 train_loss=0.9"
+echo "hpo: step=2 train_loss=0.7"
+echo "hpo: step=2 val_loss=0.6"
+)sh");
+  TrialRun run = MakeRun({script});
+  run.objective_metric = "val_loss";
+  FakeReporter reporter;
+  auto r = Executor().Run(run, reporter);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto calls = reporter.calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].step, 1);
+  EXPECT_EQ(calls[1].step, 2);
+  EXPECT_EQ(r->final_metrics, (Metrics{{"val_loss", 0.6}}));
+  EXPECT_NE(r->log_tail.find("without 'val_loss' are not reported"), std::string::npos);
+}
+
+TEST_F(CommandExecutorTest, SetsTheEnvironment) {
+  const std::string script = Script("env.sh", R"sh(
+{
+  echo "HPO_TRIAL_ID=$HPO_TRIAL_ID"
+  echo "HPO_EXPERIMENT_ID=$HPO_EXPERIMENT_ID"
+  echo "HPO_PARAMS=$HPO_PARAMS"
+  echo "HPO_SYSTEM=$HPO_SYSTEM"
+  echo "HPO_THREADS=$HPO_THREADS"
+  echo "OMP_NUM_THREADS=$OMP_NUM_THREADS"
+  echo "HPO_BATCH_SIZE=$HPO_BATCH_SIZE"
+  echo "HPO_MAX_STEPS=$HPO_MAX_STEPS"
+  echo "HPO_SEED=$HPO_SEED"
+  echo "HPO_DEVICE=$HPO_DEVICE"
+  echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}"
+  echo "MY_VAR=$MY_VAR"
+  echo "PYTHONUNBUFFERED=$PYTHONUNBUFFERED"
+  echo "SYSTEM_FILE=$(cat "$HPO_SYSTEM_FILE")"
+  echo "PWD=$(pwd)"
+  read line; echo "STDIN_EOF=$?"
+  echo "ARGS=$*"
+} > "$1"
+echo "hpo: loss=1 threads=$HPO_THREADS"
+)sh");
+  const std::string out = dir_ + "/env.txt";
+  // argv[0] without a '/' is looked up on PATH.
+  TrialRun run = MakeRun({"sh", script, out, "--lr=0.1"});
+  run.params = {{"lr", 0.1}, {"width", 64}};
+  run.system = {{"batch_size", 128.0}, {"threads", 8}};
+  run.threads = 4;
+  run.env = {{"MY_VAR", "hello world"}, {"HPO_SEED", "overridden by the worker"}};
+  FakeReporter reporter;
+  auto r = Executor().Run(run, reporter);
+  ASSERT_TRUE(r.ok()) << r.status();
+
+  const std::string env = ReadFile(out);
+  const std::string real_dir = std::filesystem::canonical(dir_).string();
+  for (const std::string& expected : std::vector<std::string>{
+           "HPO_TRIAL_ID=42\n",
+           "HPO_EXPERIMENT_ID=7\n",
+           R"(HPO_PARAMS={"lr":0.1,"width":64})" "\n",
+           R"(HPO_SYSTEM={"batch_size":128.0,"threads":8})" "\n",
+           "HPO_THREADS=4\n",  // system.threads, capped by the device's 4
+           "OMP_NUM_THREADS=4\n",
+           "HPO_BATCH_SIZE=128\n",
+           "HPO_MAX_STEPS=5\n",
+           "HPO_SEED=1234\n",
+           "HPO_DEVICE=cpu\n",
+           "CUDA_VISIBLE_DEVICES=\n",  // set and empty: no GPU
+           "MY_VAR=hello world\n",
+           "PYTHONUNBUFFERED=1\n",
+           R"(SYSTEM_FILE={"batch_size":128.0,"threads":8})" "\n",
+           "PWD=" + real_dir + "\n",
+           "STDIN_EOF=1\n",
+           "ARGS=" + out + " --lr=0.1\n",
+       }) {
+    EXPECT_NE(env.find(expected), std::string::npos) << "missing " << expected << "in\n" << env;
+  }
+  ASSERT_EQ(reporter.calls().size(), 1u);
+  EXPECT_EQ(reporter.calls()[0].metrics, (Metrics{{"loss", 1}}));
+}
+
+TEST_F(CommandExecutorTest, GpuDeviceAndThreadsWithoutASystemSetting) {
+  const std::string script = Script("env.sh", R"sh(
+echo "hpo: loss=1 gpu=$CUDA_VISIBLE_DEVICES threads=$HPO_THREADS"
+)sh");
+  TrialRun run = MakeRun({script});
+  run.device = "cuda:3";
+  run.threads = 6;
+  FakeReporter reporter;
+  auto r = Executor().Run(run, reporter);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(reporter.calls().size(), 1u);
+  EXPECT_EQ(reporter.calls()[0].metrics, (Metrics{{"loss", 1}, {"gpu", 3}}));
+  EXPECT_EQ(reporter.calls()[0].system, (json{{"threads", 6}}));
+
+  run.device = "tpu:0";
+  auto bad = Executor().Run(run, reporter);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(bad.status().IsInvalidArgument()) << bad.status();
+}
+
+TEST_F(CommandExecutorTest, ChangeSystemRewritesTheSystemFile) {
+  const std::string script = Script("train.sh", R"sh(
+echo "$HPO_SYSTEM_FILE" > system_path.txt
+echo "hpo: step=1 loss=1 batch_size=$(sed 's/.*"batch_size":\([0-9]*\).*/\1/' "$HPO_SYSTEM_FILE")"
+i=0
+while [ $i -lt 100 ] && ! grep -q 256 "$HPO_SYSTEM_FILE"; do sleep 0.05; i=$((i+1)); done
+cp "$HPO_SYSTEM_FILE" second.json
+echo "hpo: step=2 loss=0.5 batch_size=$(sed 's/.*"batch_size":\([0-9]*\).*/\1/' "$HPO_SYSTEM_FILE")"
+)sh");
+  TrialRun run = MakeRun({script});
+  run.system = {{"batch_size", 64}, {"threads", 2}};
+  FakeReporter reporter;
+  reporter.next_system = {{"batch_size", 256}};
+  reporter.verdict = [](const FakeReporter::Call& c) {
+    return c.step == 1 ? Verdict::kChangeSystem : Verdict::kContinue;
+  };
+  auto r = Executor().Run(run, reporter);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto calls = reporter.calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].system, (json{{"batch_size", 64}, {"threads", 2}}));
+  EXPECT_EQ(calls[1].system, (json{{"batch_size", 256}, {"threads", 2}}))
+      << "the program echoed the setting it read from HPO_SYSTEM_FILE";
+  EXPECT_EQ(json::parse(ReadFile(dir_ + "/second.json")),
+            (json{{"batch_size", 256}, {"threads", 2}}));
+  std::string system_path = ReadFile(dir_ + "/system_path.txt");
+  ASSERT_FALSE(system_path.empty());
+  system_path.pop_back();
+  EXPECT_FALSE(std::filesystem::exists(system_path)) << "the scratch directory is removed";
+}
+
+TEST_F(CommandExecutorTest, NonZeroExitFailsWithTheTail) {
+  const std::string script = Script("fail.sh", R"sh(
+echo "hpo: step=1 loss=1"
+echo "loading data"
+echo "Traceback: something broke" >&2
+exit 3
+)sh");
+  FakeReporter reporter;
+  auto r = Executor().Run(MakeRun({script}), reporter);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsFailedPrecondition()) << r.status();
+  EXPECT_EQ(r.status().message(),
+            "exit status 3; last output:\nhpo: step=1 loss=1\nloading data\n"
+            "Traceback: something broke");
+  EXPECT_EQ(reporter.calls().size(), 1u);
+}
+
+TEST_F(CommandExecutorTest, ACrashFailsNamingTheSignal) {
+  const std::string script = Script("crash.sh", "echo 'about to crash'\nkill -9 $$\n");
+  FakeReporter reporter;
+  auto r = Executor().Run(MakeRun({script}), reporter);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInternal) << r.status();
+  EXPECT_EQ(r.status().message(), "killed by signal 9 (SIGKILL); last output:\nabout to crash");
+}
+
+TEST_F(CommandExecutorTest, ExitZeroWithoutMetricsFails) {
+  const std::string script = Script("quiet.sh", "echo 'Epoch 1: loss 0.5'\n");
+  FakeReporter reporter;
+  TrialRun run = MakeRun({script});
+  run.objective_metric = "loss";
+  auto r = Executor().Run(run, reporter);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsFailedPrecondition()) << r.status();
+  EXPECT_NE(r.status().message().find("without printing a metric line (such as 'hpo: step=1 "
+                                      "loss=0.5'); last output:\nEpoch 1: loss 0.5"),
+            std::string::npos)
+      << r.status();
+}
+
+TEST_F(CommandExecutorTest, TimeoutKillsTheWholeProcessGroup) {
+  const std::string script = Script("hang.sh", R"sh(
+sleep 100 &
+echo $! > background.pid
+echo "hpo: step=1 loss=1"
+sleep 100
+)sh");
+  TrialRun run = MakeRun({script});
+  run.timeout_ms = 1000;
+  FakeReporter reporter;
+  const auto start = Clock::now();
+  auto r = Executor().Run(run, reporter);
+  const double took = SecondsSince(start);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_EQ(r.status().message(), "timed out after 1 s; last output:\nhpo: step=1 loss=1");
+  EXPECT_GE(took, 0.9);
+  EXPECT_LT(took, 4.0);
+  EXPECT_EQ(reporter.calls().size(), 1u);
+
+  const pid_t background = std::stoi(ReadFile(dir_ + "/background.pid"));
+  ASSERT_GT(background, 0);
+  EXPECT_TRUE(EndsWithin(background, 2.0)) << "the background sleep outlived the trial";
+}
+
+TEST_F(CommandExecutorTest, AProgramIgnoringSigtermIsKilled) {
+  const std::string script = Script("stubborn.sh", R"sh(
+trap '' TERM
+sleep 100 &
+echo $! > background.pid
+sleep 100
+)sh");
+  TrialRun run = MakeRun({script});
+  run.timeout_ms = 300;
+  CommandExecutor::Options options;
+  options.working_dir = dir_;
+  options.kill_grace = std::chrono::milliseconds(300);
+  FakeReporter reporter;
+  const auto start = Clock::now();
+  auto r = CommandExecutor(options).Run(run, reporter);
+  const double took = SecondsSince(start);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_EQ(r.status().message(), "timed out after 0.3 s; no output");
+  EXPECT_GE(took, 0.55);
+  EXPECT_LT(took, 3.0);
+  const pid_t background = std::stoi(ReadFile(dir_ + "/background.pid"));
+  EXPECT_TRUE(EndsWithin(background, 2.0));
+}
+
+TEST_F(CommandExecutorTest, StopVerdictEndsTheRunPromptly) {
+  const std::string script = Script("train.sh", R"sh(
+sleep 100 &
+echo $! > background.pid
+echo "hpo: step=1 loss=1"
+echo "hpo: step=2 loss=0.9"
+sleep 100
+)sh");
+  FakeReporter reporter;
+  reporter.verdict = [](const FakeReporter::Call&) { return Verdict::kStop; };
+  auto r = Executor().Run(MakeRun({script}), reporter);
+  const auto end = Clock::now();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->stopped);
+  EXPECT_EQ(r->final_metrics, (Metrics{{"loss", 1}}));
+  const auto calls = reporter.calls();
+  ASSERT_EQ(calls.size(), 1u) << "nothing is reported after a stop";
+  EXPECT_LT(std::chrono::duration<double>(end - calls[0].at).count(), 3.0);
+  const pid_t background = std::stoi(ReadFile(dir_ + "/background.pid"));
+  EXPECT_TRUE(EndsWithin(background, 2.0));
+}
+
+TEST_F(CommandExecutorTest, StopRequestedFromAnotherThread) {
+  const std::string script = Script("train.sh", R"sh(
+echo "hpo: step=1 loss=1"
+sleep 100
+)sh");
+  FakeReporter reporter;
+  std::atomic<int64_t> stop_at_ns{0};
+  std::thread stopper([&] {
+    while (reporter.calls().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    stop_at_ns = Clock::now().time_since_epoch().count();
+    reporter.stop = true;
+  });
+  auto r = Executor().Run(MakeRun({script}), reporter);
+  const auto end = Clock::now();
+  stopper.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->stopped);
+  const Clock::time_point stop_at{Clock::duration(stop_at_ns.load())};
+  EXPECT_LT(std::chrono::duration<double>(end - stop_at).count(), 3.0);
+}
+
+TEST_F(CommandExecutorTest, AStopBeforeTheStartRunsNothing) {
+  const std::string script = Script("train.sh", "touch ran.txt\necho 'hpo: loss=1'\n");
+  FakeReporter reporter;
+  reporter.stop = true;
+  auto r = Executor().Run(MakeRun({script}), reporter);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->stopped);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/ran.txt"));
+}
+
+TEST_F(CommandExecutorTest, HugeOutputDoesNotDeadlockAndTheTailIsBounded) {
+  // 5 MB on standard output without a newline, and 4 MB of lines on standard
+  // error at the same time: a reader that waits on one pipe would hang.
+  const std::string script = Script("loud.sh", R"sh(
+yes 'a line on standard error' | head -n 160000 >&2 &
+head -c 5000000 /dev/zero | tr '\0' 'x'
+echo
+wait
+echo "hpo: step=1 loss=1"
+)sh");
+  FakeReporter reporter;
+  const auto start = Clock::now();
+  auto r = Executor().Run(MakeRun({script}), reporter);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_LT(SecondsSince(start), 10.0);
+  EXPECT_EQ(reporter.calls().size(), 1u);
+  EXPECT_LE(r->log_tail.size(), 16u * 1024);
+  EXPECT_LE(std::count(r->log_tail.begin(), r->log_tail.end(), '\n'), 49);
+  const std::string last = "\nhpo: step=1 loss=1";
+  ASSERT_GE(r->log_tail.size(), last.size());
+  EXPECT_EQ(r->log_tail.substr(r->log_tail.size() - last.size()), last);
+  EXPECT_NE(r->log_tail.find("xxxx [...]\n"), std::string::npos) << "a long line is cut short";
+}
+
+TEST_F(CommandExecutorTest, TheTailIsValidUtf8) {
+  const std::string script = Script("bytes.sh", R"sh(
+printf 'caf\303\251 \377\376 done\n'
+exit 1
+)sh");
+  FakeReporter reporter;
+  auto r = Executor().Run(MakeRun({script}), reporter);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "exit status 1; last output:\ncaf\xC3\xA9 \xEF\xBF\xBD\xEF\xBF\xBD done");
+}
+
+TEST_F(CommandExecutorTest, AProgramThatCannotRunIsInvalidArgument) {
+  const std::string not_executable = dir_ + "/data.txt";
+  std::ofstream(not_executable) << "not a program\n";
+  for (const std::string& program :
+       {std::string("no-such-program-hpo"), dir_ + "/missing.sh", not_executable}) {
+    FakeReporter reporter;
+    auto r = Executor().Run(MakeRun({program, "--lr=1"}), reporter);
+    ASSERT_FALSE(r.ok()) << program;
+    EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
+    EXPECT_NE(r.status().message().find("cannot run '" + program + "'"), std::string::npos)
+        << r.status();
+  }
+  FakeReporter reporter;
+  auto r = Executor().Run(MakeRun({}), reporter);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
+}
+
+TEST_F(CommandExecutorTest, AMissingWorkingDirectoryIsFailedPrecondition) {
+  CommandExecutor::Options options;
+  options.working_dir = dir_ + "/nowhere";
+  FakeReporter reporter;
+  auto r = CommandExecutor(options).Run(MakeRun({"true"}), reporter);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsFailedPrecondition()) << r.status();
+}
+
+}  // namespace
+}  // namespace hpo::worker

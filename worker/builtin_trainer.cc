@@ -1,0 +1,320 @@
+#include "worker/builtin_trainer.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <mutex>
+
+#include "worker/idx.h"
+
+namespace hpo::worker {
+namespace {
+
+using nlohmann::json;
+
+struct Split {
+  torch::Tensor images;  // [N, 1, 28, 28] float, normalized
+  torch::Tensor labels;  // [N] int64
+};
+
+struct Dataset {
+  Split train, test;
+};
+
+Result<Split> LoadSplit(const std::string& dir, const std::string& prefix) {
+  HPO_ASSIGN_OR_RETURN(std::string img_bytes, ReadGzipFile(dir + "/" + prefix + "-images-idx3-ubyte.gz"));
+  HPO_ASSIGN_OR_RETURN(IdxArray img, ParseIdx(img_bytes, prefix + " images"));
+  HPO_ASSIGN_OR_RETURN(std::string lab_bytes, ReadGzipFile(dir + "/" + prefix + "-labels-idx1-ubyte.gz"));
+  HPO_ASSIGN_OR_RETURN(IdxArray lab, ParseIdx(lab_bytes, prefix + " labels"));
+  if (img.dims.size() != 3 || lab.dims.size() != 1 || img.dims[0] != lab.dims[0]) {
+    return Status::DataLoss(dir + ": " + prefix + " images and labels do not match");
+  }
+  const int64_t n = img.dims[0];
+  Split s;
+  // Fashion-MNIST's training-set mean and standard deviation.
+  s.images = torch::from_blob(img.data.data(), {n, 1, img.dims[1], img.dims[2]}, torch::kUInt8)
+                 .to(torch::kFloat32)
+                 .div_(255.0)
+                 .sub_(0.2860)
+                 .div_(0.3530);
+  s.labels = torch::from_blob(lab.data.data(), {n}, torch::kUInt8).to(torch::kInt64);
+  return s;
+}
+
+// Loaded once per process and shared by every trial.
+Result<std::shared_ptr<const Dataset>> LoadDataset(const std::string& dir) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const Dataset>> cache;
+  std::lock_guard lock(mu);
+  auto it = cache.find(dir);
+  if (it != cache.end()) return it->second;
+  auto d = std::make_shared<Dataset>();
+  HPO_ASSIGN_OR_RETURN(d->train, LoadSplit(dir, "train"));
+  HPO_ASSIGN_OR_RETURN(d->test, LoadSplit(dir, "t10k"));
+  cache[dir] = d;
+  return std::shared_ptr<const Dataset>(d);
+}
+
+// Typed access to params with defaults and errors that name the param.
+class Params {
+ public:
+  explicit Params(const json& j) : j_(j) {}
+  Result<double> Num(const char* key, double fallback) const {
+    auto it = j_.find(key);
+    if (it == j_.end()) return fallback;
+    if (it->is_boolean()) return it->get<bool>() ? 1.0 : 0.0;
+    if (!it->is_number()) return Status::InvalidArgument(std::string("params.") + key + ": must be a number");
+    return it->get<double>();
+  }
+  Result<std::string> Str(const char* key, const char* fallback) const {
+    auto it = j_.find(key);
+    if (it == j_.end()) return std::string(fallback);
+    if (!it->is_string()) return Status::InvalidArgument(std::string("params.") + key + ": must be a string");
+    return it->get<std::string>();
+  }
+
+ private:
+  const json& j_;
+};
+
+torch::nn::AnyModule Activation(const std::string& name) {
+  if (name == "gelu") return torch::nn::AnyModule(torch::nn::GELU());
+  if (name == "tanh") return torch::nn::AnyModule(torch::nn::Tanh());
+  return torch::nn::AnyModule(torch::nn::ReLU());
+}
+
+struct ModelConfig {
+  bool cnn = false;
+  int depth = 2, width = 256, conv_layers = 2, channels = 32;
+  double dropout = 0.1;
+  bool batch_norm = false;
+  std::string activation = "relu";
+};
+
+torch::nn::Sequential BuildModel(const ModelConfig& c) {
+  torch::nn::Sequential net;
+  int64_t features = 28 * 28;
+  if (c.cnn) {
+    int64_t in = 1, side = 28;
+    for (int i = 0; i < c.conv_layers; ++i) {
+      const int64_t out = int64_t{c.channels} << i;
+      net->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).padding(1)));
+      if (c.batch_norm) net->push_back(torch::nn::BatchNorm2d(out));
+      net->push_back(Activation(c.activation));
+      net->push_back(torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(2)));
+      in = out;
+      side /= 2;
+    }
+    features = in * side * side;
+  }
+  net->push_back(torch::nn::Flatten());
+  for (int i = 0; i < c.depth; ++i) {
+    net->push_back(torch::nn::Linear(features, c.width));
+    if (c.batch_norm) net->push_back(torch::nn::BatchNorm1d(c.width));
+    net->push_back(Activation(c.activation));
+    if (c.dropout > 0) net->push_back(torch::nn::Dropout(c.dropout));
+    features = c.width;
+  }
+  net->push_back(torch::nn::Linear(features, 10));
+  return net;
+}
+
+// Mean loss and accuracy of `net` on a split, in chunks.
+std::pair<double, double> Evaluate(torch::nn::Sequential& net, const torch::Tensor& x,
+                                   const torch::Tensor& y, const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  net->eval();
+  double loss = 0;
+  int64_t correct = 0;
+  const int64_t n = x.size(0);
+  for (int64_t start = 0; start < n; start += 2000) {
+    const int64_t end = std::min(n, start + 2000);
+    auto xb = x.slice(0, start, end).to(device);
+    auto yb = y.slice(0, start, end).to(device);
+    auto logits = net->forward(xb);
+    loss += torch::nn::functional::cross_entropy(
+                logits, yb, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                .item<double>();
+    correct += logits.argmax(1).eq(yb).sum().item<int64_t>();
+  }
+  net->train();
+  return {loss / n, static_cast<double>(correct) / n};
+}
+
+class BuiltinExecutor final : public Executor {
+ public:
+  explicit BuiltinExecutor(BuiltinOptions o) : options_(std::move(o)) {}
+
+  Result<RunResult> Run(const TrialRun& run, Reporter& reporter) override {
+    if (!IsBuiltinTrainer(run.trainer)) {
+      return Status::InvalidArgument("trainer '" + run.trainer +
+                                     "' is not built in (fashion-mnist-mlp, fashion-mnist-cnn)");
+    }
+    try {
+      return Train(run, reporter);
+    } catch (const c10::Error& e) {
+      return Status::Internal(std::string("LibTorch: ") + e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      return Status::Internal(e.what());
+    }
+  }
+
+ private:
+  Result<RunResult> Train(const TrialRun& run, Reporter& reporter) {
+    const std::string dir = run.trainer_args.value("data_dir", options_.data_dir);
+    HPO_ASSIGN_OR_RETURN(auto data, LoadDataset(dir));
+    const Params p(run.params);
+    ModelConfig mc;
+    mc.cnn = run.trainer == "fashion-mnist-cnn";
+    HPO_ASSIGN_OR_RETURN(double lr, p.Num("lr", 1e-3));
+    HPO_ASSIGN_OR_RETURN(std::string optimizer, p.Str("optimizer", "adam"));
+    HPO_ASSIGN_OR_RETURN(double momentum, p.Num("momentum", 0.9));
+    HPO_ASSIGN_OR_RETURN(double nesterov, p.Num("nesterov", 0));
+    HPO_ASSIGN_OR_RETURN(double weight_decay, p.Num("weight_decay", 0));
+    HPO_ASSIGN_OR_RETURN(double depth, p.Num("depth", 2));
+    HPO_ASSIGN_OR_RETURN(double width, p.Num("width", 256));
+    HPO_ASSIGN_OR_RETURN(mc.dropout, p.Num("dropout", 0.1));
+    HPO_ASSIGN_OR_RETURN(mc.activation, p.Str("activation", "relu"));
+    HPO_ASSIGN_OR_RETURN(double batch_norm, p.Num("batch_norm", 0));
+    HPO_ASSIGN_OR_RETURN(std::string schedule, p.Str("lr_schedule", "constant"));
+    HPO_ASSIGN_OR_RETURN(double conv_layers, p.Num("conv_layers", 2));
+    HPO_ASSIGN_OR_RETURN(double channels, p.Num("channels", 32));
+    mc.depth = static_cast<int>(depth);
+    mc.width = static_cast<int>(width);
+    mc.batch_norm = batch_norm != 0;
+    mc.conv_layers = static_cast<int>(conv_layers);
+    mc.channels = static_cast<int>(channels);
+    if (!(lr > 0) || mc.width < 1 || mc.depth < 0 || mc.dropout < 0 || mc.dropout >= 1 ||
+        mc.conv_layers < 0 || mc.conv_layers > 4 || mc.channels < 1) {
+      return Status::InvalidArgument("params: lr > 0, width >= 1, depth >= 0, 0 <= dropout < 1, "
+                                     "0 <= conv_layers <= 4 and channels >= 1 are required");
+    }
+    if (optimizer != "sgd" && optimizer != "adam" && optimizer != "adamw") {
+      return Status::InvalidArgument("params.optimizer: '" + optimizer + "' is not sgd, adam or adamw");
+    }
+    if (schedule != "constant" && schedule != "cosine" && schedule != "step") {
+      return Status::InvalidArgument("params.lr_schedule: '" + schedule + "' is not constant, cosine or step");
+    }
+
+    json system = run.system;
+    int64_t batch_size = system.value("batch_size", 128);
+    int threads = system.value("threads", run.threads);
+    ApplyThreads(threads, system.value("inter_op_threads", 1));
+    const torch::Device device(run.device);
+
+    torch::manual_seed(run.seed);
+    const double val_fraction = run.trainer_args.value("validation_fraction", 0.1);
+    const int64_t n_all = data->train.images.size(0);
+    const int64_t n_val = std::clamp<int64_t>(static_cast<int64_t>(n_all * val_fraction), 1, n_all - 1);
+    auto perm = torch::randperm(n_all, torch::TensorOptions().dtype(torch::kInt64));
+    auto val_idx = perm.slice(0, 0, n_val);
+    auto train_idx = perm.slice(0, n_val, n_all);
+    // For quick runs (tests, smoke checks): train on a prefix only.
+    const int64_t limit = run.trainer_args.value("max_train_samples", int64_t{0});
+    if (limit > 0 && limit < train_idx.size(0)) train_idx = train_idx.slice(0, 0, limit);
+    auto train_x = data->train.images.index_select(0, train_idx).to(device);
+    auto train_y = data->train.labels.index_select(0, train_idx).to(device);
+    auto val_x = data->train.images.index_select(0, val_idx);
+    auto val_y = data->train.labels.index_select(0, val_idx);
+    const int64_t n_train = train_x.size(0);
+
+    auto net = BuildModel(mc);
+    net->to(device);
+    std::unique_ptr<torch::optim::Optimizer> opt;
+    if (optimizer == "sgd") {
+      opt = std::make_unique<torch::optim::SGD>(
+          net->parameters(),
+          torch::optim::SGDOptions(lr).momentum(momentum).nesterov(nesterov != 0 && momentum > 0).weight_decay(weight_decay));
+    } else if (optimizer == "adamw") {
+      opt = std::make_unique<torch::optim::AdamW>(net->parameters(),
+                                                  torch::optim::AdamWOptions(lr).weight_decay(weight_decay));
+    } else {
+      opt = std::make_unique<torch::optim::Adam>(net->parameters(),
+                                                 torch::optim::AdamOptions(lr).weight_decay(weight_decay));
+    }
+
+    RunResult result;
+    const int64_t epochs = std::max<int64_t>(1, run.max_steps);
+    std::pair<double, double> val{0, 0};
+    for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+      double epoch_lr = lr;
+      if (schedule == "cosine") epoch_lr = lr * 0.5 * (1 + std::cos(M_PI * epoch / epochs));
+      if (schedule == "step") epoch_lr = lr * std::pow(0.1, epoch / std::max<int64_t>(1, epochs / 3));
+      for (auto& group : opt->param_groups()) group.options().set_lr(epoch_lr);
+
+      net->train();
+      auto order = torch::randperm(n_train, torch::TensorOptions().dtype(torch::kInt64).device(device));
+      double train_loss = 0;
+      int64_t batches = 0;
+      const auto start = std::chrono::steady_clock::now();
+      for (int64_t b = 0; b < n_train; b += batch_size) {
+        if (batches % 20 == 0 && reporter.stop_requested()) {
+          result.stopped = true;
+          return result;
+        }
+        auto idx = order.slice(0, b, std::min(n_train, b + batch_size));
+        auto x = train_x.index_select(0, idx);
+        auto y = train_y.index_select(0, idx);
+        opt->zero_grad();
+        auto loss = torch::nn::functional::cross_entropy(net->forward(x), y);
+        loss.backward();
+        opt->step();
+        train_loss += loss.item<double>();
+        ++batches;
+      }
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      val = Evaluate(net, val_x, val_y, device);
+      const double sps = n_train / std::max(seconds, 1e-9);
+      result.final_metrics = {{"accuracy", val.second}, {"loss", val.first},
+                              {"train_loss", train_loss / std::max<int64_t>(1, batches)}};
+      system["batch_size"] = batch_size;
+      system["threads"] = threads > 0 ? threads : torch::get_num_threads();
+      const Verdict v = reporter.Report(epoch + 1, result.final_metrics, sps, system);
+      if (v == Verdict::kStop || reporter.stop_requested()) {
+        result.stopped = true;
+        return result;
+      }
+      if (v == Verdict::kChangeSystem) {
+        const json next = reporter.new_system();
+        batch_size = next.value("batch_size", batch_size);
+        threads = next.value("threads", threads);
+        ApplyThreads(threads, -1);
+      }
+    }
+    const auto test = Evaluate(net, data->test.images, data->test.labels, device);
+    result.final_metrics["test_accuracy"] = test.second;
+    result.final_metrics["test_loss"] = test.first;
+    return result;
+  }
+
+  // Intra-op threads may change any time; inter-op threads only once per
+  // process, before any parallel work (LibTorch refuses later calls).
+  static void ApplyThreads(int threads, int inter_op) {
+    if (threads > 0) torch::set_num_threads(threads);
+    static std::once_flag once;
+    if (inter_op > 0) {
+      std::call_once(once, [&] {
+        try {
+          torch::set_num_interop_threads(inter_op);
+        } catch (const c10::Error&) {
+        }
+      });
+    }
+  }
+
+  BuiltinOptions options_;
+};
+
+}  // namespace
+
+bool IsBuiltinTrainer(const std::string& trainer) {
+  return trainer == "fashion-mnist-mlp" || trainer == "fashion-mnist-cnn";
+}
+
+std::unique_ptr<Executor> MakeBuiltinExecutor(BuiltinOptions options) {
+  return std::make_unique<BuiltinExecutor>(std::move(options));
+}
+
+}  // namespace hpo::worker

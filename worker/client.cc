@@ -1,0 +1,305 @@
+#include "worker/client.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "hpo/v1/worker.grpc.pb.h"
+
+namespace hpo::worker {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+json ParseOrString(const std::string& s) {
+  json j = json::parse(s, nullptr, false);
+  return j.is_discarded() ? json(s) : j;
+}
+
+bool Retryable(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+         s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+}
+
+}  // namespace
+
+struct WorkerClient::Impl {
+  WorkerOptions options;
+  Executors executors;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::WorkerService::Stub> stub;
+  const std::atomic<int>* stop_level = nullptr;
+  int64_t worker_id = 0;
+  std::vector<int64_t> device_ids;
+  std::atomic<int64_t> trials_done{0};
+
+  bool Stopping(int level = 1) const { return stop_level->load() >= level; }
+
+  void Prepare(grpc::ClientContext& ctx, int seconds = 30) const {
+    if (!options.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options.token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+  }
+
+  // Sleeps up to `ms`, waking early when the worker must stop at `level`.
+  void Sleep(int64_t ms, int level = 1) const {
+    const auto until = Clock::now() + std::chrono::milliseconds(ms);
+    while (Clock::now() < until && !Stopping(level)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+
+  // Calls `rpc` until it succeeds, fails for good, or the worker stops.
+  template <typename F>
+  grpc::Status WithRetry(const char* what, F rpc, int level = 2) {
+    int64_t backoff = 500;
+    for (;;) {
+      grpc::Status s = rpc();
+      if (s.ok() || !Retryable(s) || Stopping(level)) return s;
+      spdlog::warn("{}: server unavailable ({}); retrying in {} ms", what, s.error_message(), backoff);
+      Sleep(backoff, level);
+      backoff = std::min<int64_t>(backoff * 2, 30'000);
+    }
+  }
+
+  Status Register() {
+    v1::RegisterRequest req;
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    req.set_host(options.host.empty() ? host : options.host);
+    for (const auto& [k, v] : options.labels) (*req.mutable_labels())[k] = v;
+    for (size_t i = 0; i < options.devices.size(); ++i) {
+      const DeviceSpec& d = options.devices[i];
+      auto* dev = req.add_devices();
+      dev->set_ordinal(static_cast<int>(i));
+      dev->set_kind(d.device.rfind("cuda", 0) == 0 ? v1::DEVICE_KIND_CUDA : v1::DEVICE_KIND_CPU);
+      dev->set_name(d.name);
+      dev->set_cores(d.cores);
+      dev->set_memory_bytes(d.memory_bytes);
+      dev->set_benchmark_gflops(d.benchmark_gflops);
+    }
+    req.set_version("0.1.0");
+    v1::RegisterResponse res;
+    grpc::Status s = WithRetry("register", [&] {
+      grpc::ClientContext ctx;
+      Prepare(ctx);
+      return stub->Register(&ctx, req, &res);
+    }, 1);
+    if (!s.ok()) return Status::Unavailable("register with " + options.server + ": " + s.error_message());
+    worker_id = res.worker_id();
+    device_ids.assign(res.device_ids().begin(), res.device_ids().end());
+    spdlog::info("registered as worker {} with {} device(s)", worker_id, device_ids.size());
+    return Status::OK();
+  }
+
+  TrialRun ToRun(const v1::Trial& t, const DeviceSpec& device) const {
+    TrialRun r;
+    r.trial_id = t.trial_id();
+    r.experiment_id = t.experiment_id();
+    r.attempt = t.attempt();
+    r.seed = static_cast<uint64_t>(t.seed());
+    r.space = t.space();
+    r.params = ParseOrString(t.params_json());
+    for (const auto& [k, v] : t.system().values()) r.system[k] = ParseOrString(v);
+    r.max_steps = t.max_steps();
+    r.objective_metric = t.objective_metric();
+    if (t.executor().has_builtin()) {
+      r.trainer = t.executor().builtin().trainer();
+      for (const auto& [k, v] : t.executor().builtin().args()) r.trainer_args[k] = ParseOrString(v);
+    } else if (t.executor().has_command()) {
+      const auto& c = t.executor().command();
+      r.argv.assign(c.argv().begin(), c.argv().end());
+      for (const auto& [k, v] : c.env()) r.env[k] = v;
+      r.timeout_ms = c.timeout_ms();
+    }
+    r.device = device.device;
+    r.threads = options.threads > 0 ? options.threads : std::max(1, static_cast<int>(device.cores));
+    return r;
+  }
+
+  class GrpcReporter final : public Reporter {
+   public:
+    GrpcReporter(Impl& w, int64_t device_id, int64_t trial_id) : w_(w), device_id_(device_id), trial_id_(trial_id) {}
+    Verdict Report(int64_t step, const std::map<std::string, double>& metrics, double samples_per_sec,
+                   const json& system) override {
+      v1::ReportRequest req;
+      req.set_worker_id(w_.worker_id);
+      req.set_trial_id(trial_id_);
+      req.set_device_id(device_id_);
+      req.set_step(step);
+      for (const auto& [k, v] : metrics) (*req.mutable_metrics())[k] = v;
+      req.set_samples_per_sec(samples_per_sec);
+      for (auto it = system.begin(); it != system.end(); ++it) {
+        (*req.mutable_system()->mutable_values())[it.key()] = it->dump();
+      }
+      v1::ReportResponse res;
+      grpc::Status s = w_.WithRetry("report", [&] {
+        grpc::ClientContext ctx;
+        w_.Prepare(ctx);
+        return w_.stub->Report(&ctx, req, &res);
+      });
+      if (!s.ok()) {
+        // The lease is gone (expired, or the trial ended): nothing more to do.
+        spdlog::warn("trial {}: report refused ({}); stopping it", trial_id_, s.error_message());
+        stop_ = true;
+        return Verdict::kStop;
+      }
+      switch (res.decision()) {
+        case v1::DECISION_PRUNE:
+        case v1::DECISION_CANCEL:
+          stop_ = true;
+          return Verdict::kStop;
+        case v1::DECISION_CHANGE_SYSTEM: {
+          std::lock_guard lock(mu_);
+          new_system_ = json::object();
+          for (const auto& [k, v] : res.new_system().values()) new_system_[k] = ParseOrString(v);
+          return Verdict::kChangeSystem;
+        }
+        default:
+          return Verdict::kContinue;
+      }
+    }
+    json new_system() const override {
+      std::lock_guard lock(mu_);
+      return new_system_;
+    }
+    bool stop_requested() const override { return stop_ || w_.Stopping(2); }
+    void RequestStop() { stop_ = true; }
+    bool stopped_by_server() const { return stop_; }
+
+   private:
+    Impl& w_;
+    int64_t device_id_, trial_id_;
+    std::atomic<bool> stop_{false};
+    mutable std::mutex mu_;
+    json new_system_ = json::object();
+  };
+
+  // Runs one leased trial; returns when it is complete, failed or stopped.
+  void RunTrial(const v1::Trial& t, const DeviceSpec& device, int64_t device_id) {
+    const TrialRun run = ToRun(t, device);
+    spdlog::info("trial {} (experiment {}, space {}, attempt {}) on {}: {}", run.trial_id,
+                 run.experiment_id, run.space, run.attempt, device.device, run.params.dump());
+    Executor* executor = !run.trainer.empty() ? executors.builtin.get() : executors.command.get();
+    GrpcReporter reporter(*this, device_id, run.trial_id);
+
+    // Heartbeats renew the lease during long epochs and bring prunes and
+    // cancels in between reports.
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::thread heartbeat([&] {
+      std::unique_lock lock(mu);
+      while (!cv.wait_for(lock, std::chrono::milliseconds(options.heartbeat_ms), [&] { return done; })) {
+        lock.unlock();
+        v1::HeartbeatRequest req;
+        req.set_worker_id(worker_id);
+        req.add_trial_ids(run.trial_id);
+        v1::HeartbeatResponse res;
+        grpc::ClientContext ctx;
+        Prepare(ctx, 10);
+        if (stub->Heartbeat(&ctx, req, &res).ok()) {
+          for (int64_t id : res.stop_trial_ids()) {
+            if (id == run.trial_id) reporter.RequestStop();
+          }
+        }
+        lock.lock();
+      }
+    });
+    Result<RunResult> result = executor
+                                   ? executor->Run(run, reporter)
+                                   : Result<RunResult>(Status::Unimplemented("no executor for this trial"));
+    {
+      std::lock_guard lock(mu);
+      done = true;
+    }
+    cv.notify_all();
+    heartbeat.join();
+
+    if (result.ok() && result->stopped) {
+      spdlog::info("trial {} stopped", run.trial_id);
+      return;  // pruned, cancelled, or abandoned on shutdown: the server knows
+    }
+    v1::CompleteRequest req;
+    req.set_worker_id(worker_id);
+    req.set_trial_id(run.trial_id);
+    if (result.ok()) {
+      for (const auto& [k, v] : result->final_metrics) (*req.mutable_final_metrics())[k] = v;
+    } else {
+      req.set_failed(true);
+      req.set_reason(result.status().message());
+    }
+    if (result.ok()) req.set_log_tail(result->log_tail);
+    v1::CompleteResponse res;
+    grpc::Status s = WithRetry("complete", [&] {
+      grpc::ClientContext ctx;
+      Prepare(ctx);
+      return stub->Complete(&ctx, req, &res);
+    });
+    if (!s.ok()) {
+      spdlog::warn("trial {}: completion refused: {}", run.trial_id, s.error_message());
+    } else if (result.ok()) {
+      spdlog::info("trial {} completed: {}", run.trial_id, json(result->final_metrics).dump());
+    } else {
+      spdlog::warn("trial {} failed: {}", run.trial_id, result.status().message());
+    }
+  }
+
+  void DeviceLoop(size_t index) {
+    const DeviceSpec& device = options.devices[index];
+    const int64_t device_id = device_ids.at(index);
+    while (!Stopping()) {
+      if (options.max_trials > 0 && trials_done.load() >= options.max_trials) return;
+      v1::LeaseRequest req;
+      req.set_worker_id(worker_id);
+      req.set_device_id(device_id);
+      v1::LeaseResponse res;
+      grpc::Status s = WithRetry("lease", [&] {
+        grpc::ClientContext ctx;
+        Prepare(ctx);
+        return stub->Lease(&ctx, req, &res);
+      }, 1);
+      if (!s.ok()) {
+        if (Stopping()) return;
+        spdlog::error("lease: {}", s.error_message());
+        Sleep(5000);
+        continue;
+      }
+      if (!res.has_trial()) {
+        Sleep(std::max<int64_t>(100, res.retry_after_ms()));
+        continue;
+      }
+      RunTrial(res.trial(), device, device_id);
+      ++trials_done;
+    }
+  }
+};
+
+WorkerClient::WorkerClient(WorkerOptions options, Executors executors) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->executors = std::move(executors);
+}
+
+WorkerClient::~WorkerClient() = default;
+
+Status WorkerClient::Run(const std::atomic<int>& stop_level) {
+  Impl& w = *impl_;
+  if (w.options.devices.empty()) return Status::InvalidArgument("no devices to serve");
+  w.stop_level = &stop_level;
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 500);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 30'000);
+  w.channel = grpc::CreateCustomChannel(w.options.server, grpc::InsecureChannelCredentials(), args);
+  w.stub = v1::WorkerService::NewStub(w.channel);
+  HPO_RETURN_IF_ERROR(w.Register());
+  std::vector<std::thread> loops;
+  for (size_t i = 0; i < w.options.devices.size(); ++i) loops.emplace_back([&w, i] { w.DeviceLoop(i); });
+  for (auto& t : loops) t.join();
+  return Status::OK();
+}
+
+}  // namespace hpo::worker

@@ -1,0 +1,61 @@
+// The worker's loop against hpo-server over gRPC: register the devices,
+// then per device lease a trial, run it with the right executor, report
+// every step (each report renews the lease; a heartbeat thread covers long
+// epochs and learns of prunes and cancels), complete it, repeat.
+//
+// The server going away is expected: every call retries with exponential
+// backoff (0.5 s doubling to 30 s) until it answers or the worker stops.
+// Stopping (SIGTERM): the current trials finish, then the worker exits; a
+// second stop request abandons them (their leases expire and the server
+// hands them out again).
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/executor.h"
+
+namespace hpo::worker {
+
+struct DeviceSpec {
+  std::string device;  // "cpu" or "cuda:N"
+  std::string name;
+  double cores = 0;
+  int64_t memory_bytes = 0;
+  double benchmark_gflops = 0;
+};
+
+struct WorkerOptions {
+  std::string server = "127.0.0.1:50051";
+  std::string token;
+  std::string host;  // reported to the server; the hostname when empty
+  std::map<std::string, std::string> labels;
+  std::vector<DeviceSpec> devices;
+  int threads = 0;             // intra-op threads per CPU trial; 0: the device's cores
+  int64_t heartbeat_ms = 5000;
+  int64_t max_trials = 0;      // stop after this many trials (0: run until stopped)
+};
+
+struct Executors {
+  std::unique_ptr<Executor> builtin;
+  std::unique_ptr<Executor> command;
+};
+
+class WorkerClient {
+ public:
+  WorkerClient(WorkerOptions options, Executors executors);
+  ~WorkerClient();
+  // Runs until stop_level >= 1 and nothing is running, or max_trials are
+  // done. stop_level 2 abandons running trials.
+  Status Run(const std::atomic<int>& stop_level);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hpo::worker

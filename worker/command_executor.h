@@ -1,0 +1,112 @@
+// The command executor: runs the user's own program for a trial (the
+// `executor: {command: {argv: [...]}}` of an experiment spec) and relays the
+// metric lines it prints (see worker/metric_line.h) to the Reporter.
+//
+// The program
+//   - is started from TrialRun::argv; argv[0] without a '/' is looked up on
+//     the PATH of the program's environment (so TrialRun::env may set PATH);
+//     with a '/', a relative argv[0] is relative to the working directory.
+//   - runs in its own process group, in Options::working_dir, with standard
+//     input from /dev/null, default signal dispositions and an empty signal
+//     mask, and no file descriptors of the worker other than 0, 1 and 2.
+//   - gets the worker's environment, over it TrialRun::env, over that:
+//       HPO_TRIAL_ID, HPO_EXPERIMENT_ID, HPO_ATTEMPT, HPO_SEED, HPO_MAX_STEPS,
+//       HPO_OBJECTIVE     the trial's fields
+//       HPO_PARAMS        the hyperparameters, a JSON object
+//       HPO_SYSTEM        the starting system setting, a JSON object
+//       HPO_SYSTEM_FILE   a file holding the current system setting (below)
+//       HPO_DEVICE        TrialRun::device ("cpu" or "cuda:N")
+//       CUDA_VISIBLE_DEVICES  "N" for cuda:N, "" for cpu (hides every GPU)
+//       HPO_THREADS, OMP_NUM_THREADS  system.threads when the system setting
+//                         has it (at most TrialRun::threads when that is > 0),
+//                         else TrialRun::threads when > 0, else unset
+//       HPO_BATCH_SIZE    system.batch_size, when the system setting has it
+//     and PYTHONUNBUFFERED=1 unless either environment sets it, because a
+//     Python program writing to a pipe otherwise holds its metric lines back
+//     until it exits, and no step could be pruned.
+//
+// Standard output and standard error are read as they come; each metric line
+// on standard output is reported (Reporter::Report) with
+//   step: the line's step, or one more than the previous step (the first
+//         line without one is step 1);
+//   samples_per_sec: the line's, or 0;
+//   system: the line's system keys over the starting system setting (the
+//         trial's own system parameter names count as system keys too).
+// Lines without the objective metric (TrialRun::objective_metric, when set)
+// are not reported, as the server would refuse them. A malformed metric line
+// is noted in the log tail and does not fail the trial.
+//
+// Changing the system setting mid-trial (Verdict::kChangeSystem): standard
+// input is /dev/null, so the new setting is written instead, as one JSON
+// object, to the file named by HPO_SYSTEM_FILE (replaced atomically; it
+// starts as the starting setting). A program that supports this re-reads the
+// file each epoch and echoes the setting it used on its metric lines (e.g.
+// `hpo: step=4 loss=0.3 batch_size=256`): reported settings are what the
+// lines say, not what was asked for, so speed is never credited to a setting
+// the program ignored. examples/train_example.py does this.
+//
+// Ending: the run ends when the program exits. It is stopped early when the
+// reporter answers kStop, when Reporter::stop_requested() becomes true
+// (checked at least every 100 ms) or when TrialRun::timeout_ms passes: the
+// process group gets SIGTERM, then SIGKILL after Options::kill_grace. Once the
+// program itself has exited, whatever it left running in its process group is
+// killed (SIGKILL): a trial's processes never outlive the trial.
+//
+// Results:
+//   exit status 0, at least one step reported
+//       -> RunResult{final_metrics = the last reported metrics, log_tail}
+//   stopped (kStop or stop_requested)   -> RunResult{stopped = true, ...}
+//   exit status 0 without a reported step -> FailedPrecondition
+//   exit status N != 0                  -> FailedPrecondition "exit status N"
+//   killed by a signal (a crash)        -> Internal "killed by signal N (...)"
+//   timeout                             -> DeadlineExceeded "timed out after N s"
+//   the program cannot be started       -> InvalidArgument naming argv[0]
+//   bad TrialRun (empty argv, unknown device, bad env name) -> InvalidArgument
+//   working directory missing           -> FailedPrecondition
+// Messages of a run that started end with "; last output:\n" and the log tail.
+// The log tail holds the last Options::tail_lines lines of standard output and
+// standard error, interleaved as read, at most Options::tail_bytes bytes, made
+// valid UTF-8 (invalid bytes become U+FFFD) so it can travel in JSON and
+// protobuf.
+//
+// Thread safety: Run may be called from several threads at once, one trial
+// each. The worker must not reap children it did not start (no
+// waitpid(-1, ...) and no SIGCHLD set to SIG_IGN), or Run loses the exit
+// status and fails with Internal.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "worker/executor.h"
+
+namespace hpo::worker {
+
+class CommandExecutor : public Executor {
+ public:
+  struct Options {
+    // The program's working directory; empty: the worker's own.
+    std::string working_dir;
+    // Where the per-trial directory holding HPO_SYSTEM_FILE is made; empty:
+    // $TMPDIR, else /tmp. It is removed when the run ends.
+    std::string scratch_dir;
+    // Between SIGTERM and SIGKILL when stopping the program.
+    std::chrono::milliseconds kill_grace{2000};
+    // The log tail: at most this many lines and this many bytes.
+    size_t tail_lines = 50;
+    size_t tail_bytes = 16 * 1024;
+  };
+
+  CommandExecutor() : CommandExecutor(Options()) {}
+  explicit CommandExecutor(Options options) : options_(std::move(options)) {}
+
+  Result<RunResult> Run(const TrialRun& run, Reporter& reporter) override;
+
+  const Options& options() const { return options_; }
+
+ private:
+  Options options_;
+};
+
+}  // namespace hpo::worker

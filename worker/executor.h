@@ -1,0 +1,79 @@
+// How hpo-worker runs one trial, whatever runs it (a built-in LibTorch
+// trainer or the user's program): the executor gets a TrialRun and reports
+// every epoch (or step) through a Reporter, which relays to the server and
+// says whether to go on.
+//
+// No LibTorch here: this header is included widely.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace hpo::worker {
+
+// What to run, as leased from the server.
+struct TrialRun {
+  int64_t trial_id = 0;
+  int64_t experiment_id = 0;
+  int attempt = 1;
+  uint64_t seed = 0;
+  std::string space;
+  nlohmann::json params = nlohmann::json::object();  // hyperparameters
+  nlohmann::json system = nlohmann::json::object();  // starting system setting
+  int64_t max_steps = 10;
+  std::string objective_metric;
+  // Builtin trainers:
+  std::string trainer;
+  nlohmann::json trainer_args = nlohmann::json::object();
+  // Command executor:
+  std::vector<std::string> argv;               // placeholders already filled
+  std::map<std::string, std::string> env;
+  int64_t timeout_ms = 0;                      // 0: none
+  // The device to use: "cpu" or "cuda:N".
+  std::string device = "cpu";
+  int threads = 0;                             // 0: all usable cores
+};
+
+enum class Verdict {
+  kContinue,
+  kStop,          // pruned or cancelled: stop within a second, report nothing more
+  kChangeSystem,  // continue with Reporter::new_system() from the next epoch
+};
+
+class Reporter {
+ public:
+  virtual ~Reporter() = default;
+  // One step's metrics (must include the objective), the measured speed and
+  // the system setting it ran with. Blocks until the server answers.
+  virtual Verdict Report(int64_t step, const std::map<std::string, double>& metrics,
+                         double samples_per_sec, const nlohmann::json& system) = 0;
+  // The setting to switch to after kChangeSystem.
+  virtual nlohmann::json new_system() const { return nlohmann::json::object(); }
+  // Set asynchronously (a heartbeat learned the trial was pruned or
+  // cancelled, or the worker is shutting down): executors poll it between
+  // batches and stop promptly.
+  virtual bool stop_requested() const = 0;
+};
+
+// The outcome of a trial run.
+struct RunResult {
+  bool stopped = false;  // ended early by a kStop verdict or stop_requested()
+  std::map<std::string, double> final_metrics;
+  std::string log_tail;  // last lines of output, kept with the trial
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  // Runs the trial to its end. An error Status means the trial failed
+  // (the message is its reason).
+  virtual Result<RunResult> Run(const TrialRun& run, Reporter& reporter) = 0;
+};
+
+}  // namespace hpo::worker
