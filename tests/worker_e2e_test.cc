@@ -1,0 +1,180 @@
+// hpo-worker and hpo-server as real processes: a builtin and a command
+// experiment run to completion; a worker started before its server waits
+// and connects; SIGTERM lets the running trial finish.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include "common/http_client.h"
+#include "tests/server_process.h"
+
+namespace hpo {
+namespace {
+
+using nlohmann::json;
+
+// Starts hpo-worker with `args`; returns its pid. Output goes to `log`.
+pid_t StartWorker(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<std::string> argv = {HPO_WORKER_BIN, "--benchmark-seconds", "0.1", "--heartbeat-ms", "500"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> c;
+    for (auto& a : argv) c.push_back(a.data());
+    c.push_back(nullptr);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execv(c[0], c.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits up to `seconds` for the process to exit; its wait status, or -1.
+int WaitFor(pid_t pid, int seconds) {
+  for (int i = 0; i < seconds * 20; ++i) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class WorkerE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/hpo-worker-e2e-" + std::to_string(getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  json Get(const std::string& target) {
+    HttpClientOptions o;
+    o.port = server_->http_port();
+    auto r = HttpRequestOnce(o, "GET", target);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? json::parse(r->body, nullptr, false) : json();
+  }
+  int64_t Create(const std::string& spec) {
+    HttpClientOptions o;
+    o.port = server_->http_port();
+    auto r = HttpRequestOnce(o, "POST", "/api/v1/experiments", spec);
+    EXPECT_TRUE(r.ok() && r->status == 201) << (r.ok() ? r->body : r.status().ToString());
+    return r.ok() ? json::parse(r->body).value("id", int64_t{0}) : 0;
+  }
+  void StartServer(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"--store", "sqlite://" + dir_ + "/hpo.db"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    server_ = std::make_unique<testing::ServerProcess>(dir_, args);
+    ASSERT_TRUE(server_->Start()) << server_->Log();
+  }
+  std::string Grpc() const { return "127.0.0.1:" + std::to_string(server_->grpc_port()); }
+
+  std::string dir_;
+  std::unique_ptr<testing::ServerProcess> server_;
+};
+
+const char* kBuiltin = R"(
+name: builtin
+objective: {metric: accuracy, direction: maximize}
+spaces:
+  - name: mlp
+    params:
+      lr: {type: float, low: 1.0e-3, high: 1.0e-2, log: true}
+      width: {type: int, low: 32, high: 64}
+system:
+  batch_size: {type: int, low: 64, high: 256, log: true}
+budget: {max_trials: 2, max_parallel: 1, steps_per_trial: 1}
+executor: {builtin: {trainer: fashion-mnist-mlp, args: {max_train_samples: 2000}}}
+)";
+
+TEST_F(WorkerE2eTest, BuiltinTrainerRunsAnExperimentThroughTheServer) {
+  StartServer();
+  const int64_t id = Create(kBuiltin);
+  const std::string log = dir_ + "/worker.log";
+  const pid_t worker = StartWorker({"--server", Grpc(), "--max-trials", "2", "--labels", "pool=cpu,zone=a"}, log);
+  const int status = WaitFor(worker, 120);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Slurp(log);
+  json e = Get("/api/v1/experiments/" + std::to_string(id));
+  EXPECT_EQ(e["state"], "completed") << e.dump() << Slurp(log);
+  EXPECT_EQ(e["trials"]["completed"], 2);
+  json best = Get("/api/v1/experiments/" + std::to_string(id) + "/best");
+  EXPECT_GT(best["final_metrics"]["accuracy"].get<double>(), 0.5);
+  EXPECT_GT(best["final_metrics"]["test_accuracy"].get<double>(), 0.5);
+  json trial = Get("/api/v1/trials/" + std::to_string(best["id"].get<int64_t>()));
+  ASSERT_EQ(trial["measurements"].size(), 1u);
+  EXPECT_GT(trial["measurements"][0]["samples_per_sec"].get<double>(), 0);
+  EXPECT_EQ(trial["measurements"][0]["system"]["batch_size"], trial["system"]["batch_size"]);
+  json workers = Get("/api/v1/workers")["workers"];
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0]["labels"]["pool"], "cpu");
+  EXPECT_GT(workers[0]["devices"][0]["benchmark_gflops"].get<double>(), 0);
+  EXPECT_GT(workers[0]["devices"][0]["cores"].get<double>(), 0);
+  EXPECT_FALSE(workers[0]["devices"][0]["measured"].empty());
+}
+
+TEST_F(WorkerE2eTest, CommandExecutorRunsTheUsersProgram) {
+  StartServer();
+  const std::string script = dir_ + "/train.sh";
+  std::ofstream(script) << "#!/bin/sh\n"
+                           "for step in 1 2 3; do\n"
+                           "  echo \"hpo: step=$step loss=$(echo \"$1 $step\" | awk '{print ($1-0.3)^2 + 1/$2}') samples_per_sec=50\"\n"
+                           "done\n";
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  const int64_t id = Create(R"({"name": "cmd", "objective": {"metric": "loss"},
+      "spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}],
+      "budget": {"max_trials": 3, "max_parallel": 1, "steps_per_trial": 3},
+      "executor": {"command": {"argv": [")" + script + R"(", "{x}"], "timeout_s": 30}}})");
+  const std::string log = dir_ + "/worker.log";
+  const pid_t worker = StartWorker({"--server", Grpc(), "--max-trials", "3"}, log);
+  const int status = WaitFor(worker, 60);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Slurp(log);
+  json e = Get("/api/v1/experiments/" + std::to_string(id));
+  EXPECT_EQ(e["state"], "completed") << e.dump() << Slurp(log);
+  json trials = Get("/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"];
+  ASSERT_EQ(trials.size(), 3u);
+  for (const auto& t : trials) {
+    const double x = t["params"]["x"];
+    EXPECT_NEAR(t["final_metrics"]["loss"].get<double>(), (x - 0.3) * (x - 0.3) + 1.0 / 3, 1e-4) << t.dump();
+  }
+}
+
+TEST_F(WorkerE2eTest, AWorkerWaitsForItsServerAndFinishesItsTrialOnSigterm) {
+  // Reserve a port for the server by starting and stopping one.
+  StartServer();
+  const uint16_t grpc_port = server_->grpc_port();
+  server_->Kill(SIGTERM);
+  const std::string log = dir_ + "/worker.log";
+  const pid_t worker = StartWorker({"--server", "127.0.0.1:" + std::to_string(grpc_port)}, log);
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // it is retrying by now
+  StartServer({"--grpc", "127.0.0.1:" + std::to_string(grpc_port)});
+  std::string spec = kBuiltin;
+  spec.replace(spec.find("max_trials: 2"), 13, "max_trials: 5");
+  spec.replace(spec.find("steps_per_trial: 1"), 18, "steps_per_trial: 3");
+  const int64_t id = Create(spec);
+  // Wait until a trial runs, then ask the worker to stop.
+  for (int i = 0; i < 200 && Get("/api/v1/experiments/" + std::to_string(id))["trials"]["running"] == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  kill(worker, SIGTERM);
+  const int status = WaitFor(worker, 120);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Slurp(log);
+  const std::string out = Slurp(log);
+  EXPECT_NE(out.find("retrying"), std::string::npos) << out;
+  json e = Get("/api/v1/experiments/" + std::to_string(id));
+  EXPECT_EQ(e["trials"]["completed"], 1) << "the running trial finished, no new one started\n" << out;
+  EXPECT_EQ(e["trials"]["running"], 0);
+}
+
+}  // namespace
+}  // namespace hpo
