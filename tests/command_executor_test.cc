@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -103,7 +104,7 @@ class CommandExecutorTest : public ::testing::Test {
 
   // Writes an executable /bin/sh script and returns its path.
   std::string Script(const std::string& name, const std::string& body) {
-    const std::string path = dir_ + "/" + name;
+    std::string path = dir_ + "/" + name;
     std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
     ::chmod(path.c_str(), 0755);
     return path;
@@ -229,28 +230,30 @@ echo "hpo: loss=1 threads=$HPO_THREADS"
   auto r = Executor().Run(run, reporter);
   ASSERT_TRUE(r.ok()) << r.status();
 
-  const std::string env = ReadFile(out);
+  std::set<std::string> lines;
+  std::istringstream env(ReadFile(out));
+  for (std::string line; std::getline(env, line);) lines.insert(line);
   const std::string real_dir = std::filesystem::canonical(dir_).string();
   for (const std::string& expected : std::vector<std::string>{
-           "HPO_TRIAL_ID=42\n",
-           "HPO_EXPERIMENT_ID=7\n",
-           R"(HPO_PARAMS={"lr":0.1,"width":64})" "\n",
-           R"(HPO_SYSTEM={"batch_size":128.0,"threads":8})" "\n",
-           "HPO_THREADS=4\n",  // system.threads, capped by the device's 4
-           "OMP_NUM_THREADS=4\n",
-           "HPO_BATCH_SIZE=128\n",
-           "HPO_MAX_STEPS=5\n",
-           "HPO_SEED=1234\n",
-           "HPO_DEVICE=cpu\n",
-           "CUDA_VISIBLE_DEVICES=\n",  // set and empty: no GPU
-           "MY_VAR=hello world\n",
-           "PYTHONUNBUFFERED=1\n",
-           R"(SYSTEM_FILE={"batch_size":128.0,"threads":8})" "\n",
-           "PWD=" + real_dir + "\n",
-           "STDIN_EOF=1\n",
-           "ARGS=" + out + " --lr=0.1\n",
+           "HPO_TRIAL_ID=42",
+           "HPO_EXPERIMENT_ID=7",
+           R"(HPO_PARAMS={"lr":0.1,"width":64})",
+           R"(HPO_SYSTEM={"batch_size":128.0,"threads":8})",
+           "HPO_THREADS=8",  // the tuned system.threads, not the device's 4
+           "OMP_NUM_THREADS=8",
+           "HPO_BATCH_SIZE=128",
+           "HPO_MAX_STEPS=5",
+           "HPO_SEED=1234",
+           "HPO_DEVICE=cpu",
+           "CUDA_VISIBLE_DEVICES=",  // set and empty: no GPU
+           "MY_VAR=hello world",
+           "PYTHONUNBUFFERED=1",
+           R"(SYSTEM_FILE={"batch_size":128.0,"threads":8})",
+           "PWD=" + real_dir,
+           "STDIN_EOF=1",
+           "ARGS=" + out + " --lr=0.1",
        }) {
-    EXPECT_NE(env.find(expected), std::string::npos) << "missing " << expected << "in\n" << env;
+    EXPECT_TRUE(lines.count(expected)) << "missing " << expected;
   }
   ASSERT_EQ(reporter.calls().size(), 1u);
   EXPECT_EQ(reporter.calls()[0].metrics, (Metrics{{"loss", 1}}));

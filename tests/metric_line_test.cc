@@ -39,7 +39,8 @@ TEST(MetricLine, PrefixedFormDetails) {
 
   m = MustParse("hpo:step=0 loss=-2 threads=4 inter_op_threads=2 device=cuda:1");
   EXPECT_EQ(*m.step, 0);
-  EXPECT_EQ(m.system, (nlohmann::json{{"threads", 4}, {"inter_op_threads", 2}, {"device", "cuda:1"}}));
+  EXPECT_EQ(m.system,
+            (nlohmann::json{{"threads", 4}, {"inter_op_threads", 2}, {"device", "cuda:1"}}));
 }
 
 TEST(MetricLine, TheTrialsOwnSystemKeys) {
@@ -50,9 +51,9 @@ TEST(MetricLine, TheTrialsOwnSystemKeys) {
 }
 
 TEST(MetricLine, JsonForm) {
-  MetricLine m = MustParse(
-      R"({"step": 3, "accuracy": 0.91, "samples_per_sec": 1200, "batch_size": 128,)"
-      R"( "time": "12:00:01", "msg": "epoch done", "extra": {"a": 1}, "ok": true})");
+  MetricLine m =
+      MustParse(R"({"step": 3, "accuracy": 0.91, "samples_per_sec": 1200, "batch_size": 128,)"
+                R"( "time": "12:00:01", "msg": "epoch done", "extra": {"a": 1}, "ok": true})");
   EXPECT_EQ(*m.step, 3);
   EXPECT_EQ(m.metrics, (std::map<std::string, double>{{"accuracy", 0.91}}))
       << "fields that are not numbers are a logger's own and skipped";
@@ -67,9 +68,19 @@ TEST(MetricLine, JsonForm) {
 
 TEST(MetricLine, OrdinaryOutputIsNotAMetricLine) {
   for (const std::string line : {
-           "", "   ", "Epoch 3/10 loss=0.2", "step=3 loss=0.2", "HPO: step=1 loss=2",
-           "# hpo: step=1 loss=2", R"({"loss": 0.2})", R"({"epoch": 3, "loss": 0.2})",
-           "{not json at all}", "[1, 2, 3]", R"("step")", "{", "{\"step\": 1",
+           "",
+           "   ",
+           "Epoch 3/10 loss=0.2",
+           "step=3 loss=0.2",
+           "HPO: step=1 loss=2",
+           "# hpo: step=1 loss=2",
+           R"({"loss": 0.2})",
+           R"({"epoch": 3, "loss": 0.2})",
+           "{not json at all}",
+           "[1, 2, 3]",
+           R"("step")",
+           "{",
+           "{\"step\": 1",
        }) {
     auto r = ParseMetricLine(line);
     ASSERT_TRUE(r.ok()) << line << ": " << r.status();

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -34,8 +36,8 @@ using nlohmann::json;
 
 // Longer lines are cut into pieces: a program printing megabytes without a
 // newline must not grow the worker's memory without bound.
-constexpr size_t kMaxLineBytes = 64 * 1024;
-constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kMaxLineBytes = size_t{64} * 1024;
+constexpr size_t kReadChunk = size_t{64} * 1024;
 // How often stop_requested() and the deadline are checked while the program
 // is quiet; the contract is to stop within about a second.
 constexpr std::chrono::milliseconds kPollInterval{100};
@@ -44,7 +46,7 @@ constexpr std::chrono::milliseconds kPollInterval{100};
 constexpr std::chrono::milliseconds kExitPollInterval{20};
 // After the program exits its pipes are read until empty; this bounds it in
 // case something still writes.
-constexpr size_t kMaxDrainBytes = 16 * 1024 * 1024;
+constexpr size_t kMaxDrainBytes = size_t{16} * 1024 * 1024;
 constexpr std::string_view kNote = "[hpo-worker] ";
 
 // GNU and XSI strerror_r differ in return type; either way this is the text.
@@ -245,9 +247,10 @@ Result<std::string> ResolveProgram(const std::string& name,
     const size_t end = std::min(path.find(':', begin), path.size());
     std::string dir = path.substr(begin, end - begin);
     if (dir.empty()) dir = ".";
-    if (dir.front() != '/' && !working_dir.empty()) dir = working_dir + "/" + dir;
+    // Returned as is: the program is started after the change of directory.
     const std::string candidate = dir + "/" + name;
-    if (IsExecutableFile(candidate)) return candidate;
+    const bool relative = dir.front() != '/' && !working_dir.empty();
+    if (IsExecutableFile(relative ? working_dir + "/" + candidate : candidate)) return candidate;
     if (end == path.size()) break;
     begin = end + 1;
   }
@@ -264,10 +267,9 @@ std::optional<int64_t> PositiveInt(const json& v) {
     n = IntegralDouble(v);
   } else if (v.is_string()) {
     const std::string& s = v.get_ref<const std::string&>();
-    char* end = nullptr;
-    errno = 0;
-    const long long parsed = std::strtoll(s.c_str(), &end, 10);
-    if (!s.empty() && errno == 0 && *end == '\0') n = parsed;
+    int64_t parsed = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), parsed);
+    if (ec == std::errc() && end == s.data() + s.size()) n = parsed;
   }
   if (n && *n >= 1) return n;
   return std::nullopt;
@@ -397,13 +399,12 @@ class CommandRun {
       return Status::InvalidArgument("device '" + device + "': must be cpu or cuda:N");
     }
 
-    // The tuned setting is what speed is measured against, so it wins over
-    // the device's thread count, which only caps it.
+    // The tuned setting wins over the device's thread count: speed is
+    // measured and reported against the setting, so the program must use it.
     std::optional<int64_t> threads;
     if (current_system_.contains("threads")) {
-      threads = PositiveInt(current_system_["threads"]);
+      threads = PositiveInt(current_system_.at("threads"));
       if (!threads) return Status::InvalidArgument("system.threads: must be a positive integer");
-      if (run_.threads > 0) threads = std::min<int64_t>(*threads, run_.threads);
     } else if (run_.threads > 0) {
       threads = run_.threads;
     }
@@ -412,7 +413,7 @@ class CommandRun {
       env_["OMP_NUM_THREADS"] = std::to_string(*threads);
     }
     if (current_system_.contains("batch_size")) {
-      env_["HPO_BATCH_SIZE"] = ScalarText(current_system_["batch_size"]);
+      env_["HPO_BATCH_SIZE"] = ScalarText(current_system_.at("batch_size"));
     }
     return Status::OK();
   }
@@ -428,12 +429,14 @@ class CommandRun {
     Fd err_write(err[1]);
 
     std::vector<char*> argv;
+    argv.reserve(run_.argv.size() + 1);
     for (const auto& arg : run_.argv) argv.push_back(const_cast<char*>(arg.c_str()));
     argv.push_back(nullptr);
     std::vector<std::string> env_strings;
     env_strings.reserve(env_.size());
     for (const auto& [name, value] : env_) env_strings.push_back(name + "=" + value);
     std::vector<char*> envp;
+    envp.reserve(env_strings.size() + 1);
     for (auto& kv : env_strings) envp.push_back(kv.data());
     envp.push_back(nullptr);
 
@@ -458,8 +461,8 @@ class CommandRun {
     // Signal mask and dispositions reset: the worker blocks or ignores
     // signals (SIGTERM for draining, SIGPIPE for sockets) that the program
     // must see as usual.
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setflags(
+        &attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     posix_spawnattr_setpgroup(&attr, 0);
     sigset_t none;
     sigemptyset(&none);
@@ -469,8 +472,7 @@ class CommandRun {
     posix_spawnattr_setsigdefault(&attr, &all);
 
     pid_t pid = -1;
-    const int rc = ::posix_spawn(&pid, program_.c_str(), &actions, &attr, argv.data(),
-                                 envp.data());
+    const int rc = ::posix_spawn(&pid, program_.c_str(), &actions, &attr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
     if (rc != 0) {
@@ -508,8 +510,8 @@ class CommandRun {
       if (n == 0) {
         wait = std::min(wait, std::chrono::duration_cast<Clock::duration>(kExitPollInterval));
       }
-      const auto wait_ms = std::max<int64_t>(
-          0, std::chrono::ceil<std::chrono::milliseconds>(wait).count());
+      const auto wait_ms =
+          std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(wait).count());
       const int ready = ::poll(fds, n, static_cast<int>(wait_ms));
       if (ready < 0 && errno != EINTR) return Status::Internal("poll: " + ErrnoText(errno));
       for (nfds_t i = 0; ready > 0 && i < n; ++i) {
@@ -595,7 +597,10 @@ class CommandRun {
   }
 
   void KillGroup(int sig) {
-    if (pid_ > 0) ::kill(-pid_, sig);  // ESRCH: the group is gone already
+    if (pid_ <= 0) return;
+    ::kill(-pid_, sig);  // ESRCH: the group is gone already
+    // Also the program itself, in case it moved to a group of its own.
+    ::kill(pid_, sig);
   }
 
   // Returns the bytes read; 0 at end of file, on error or when nothing waits.

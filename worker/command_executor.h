@@ -18,8 +18,8 @@
 //       HPO_DEVICE        TrialRun::device ("cpu" or "cuda:N")
 //       CUDA_VISIBLE_DEVICES  "N" for cuda:N, "" for cpu (hides every GPU)
 //       HPO_THREADS, OMP_NUM_THREADS  system.threads when the system setting
-//                         has it (at most TrialRun::threads when that is > 0),
-//                         else TrialRun::threads when > 0, else unset
+//                         has it (the tuned value, which reports are credited
+//                         to), else TrialRun::threads when > 0, else unset
 //       HPO_BATCH_SIZE    system.batch_size, when the system setting has it
 //     and PYTHONUNBUFFERED=1 unless either environment sets it, because a
 //     Python program writing to a pipe otherwise holds its metric lines back
@@ -63,11 +63,17 @@
 //   the program cannot be started       -> InvalidArgument naming argv[0]
 //   bad TrialRun (empty argv, unknown device, bad env name) -> InvalidArgument
 //   working directory missing           -> FailedPrecondition
-// Messages of a run that started end with "; last output:\n" and the log tail.
+// Messages of a run that started end with "; last output:\n" and the log tail
+// (or "; no output").
 // The log tail holds the last Options::tail_lines lines of standard output and
-// standard error, interleaved as read, at most Options::tail_bytes bytes, made
-// valid UTF-8 (invalid bytes become U+FFFD) so it can travel in JSON and
-// protobuf.
+// standard error, interleaved as read, at most Options::tail_bytes bytes (a
+// long line is cut to an eighth of that and marked " [...]"), made valid
+// UTF-8 (invalid bytes become U+FFFD) so it can travel in JSON and protobuf.
+// Notes of the worker's own in it start with "[hpo-worker] ".
+//
+// Reporter::Report is called on Run's thread and blocks it: a slow answer
+// delays the checks above but loses no output (the program blocks on a full
+// pipe meanwhile).
 //
 // Thread safety: Run may be called from several threads at once, one trial
 // each. The worker must not reap children it did not start (no
@@ -78,6 +84,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <utility>
 
 #include "worker/executor.h"
 

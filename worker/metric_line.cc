@@ -252,7 +252,8 @@ Result<std::optional<MetricLine>> ParseJson(std::string_view text,
       }
     }
   }
-  if (out.metrics.empty()) return Status::InvalidArgument("no metrics on a JSON line with \"step\"");
+  if (out.metrics.empty())
+    return Status::InvalidArgument("no metrics on a JSON line with \"step\"");
   return std::optional<MetricLine>(std::move(out));
 }
 
