@@ -36,9 +36,10 @@ struct WorkerClient::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::WorkerService::Stub> stub;
   const std::atomic<int>* stop_level = nullptr;
-  int64_t worker_id = 0;
+  std::atomic<int64_t> worker_id{0};  // changes only when registering again
   std::vector<int64_t> device_ids;
   std::atomic<int64_t> trials_done{0};
+  std::mutex register_mu;  // one re-registration at a time
 
   bool Stopping(int level = 1) const { return stop_level->load() >= level; }
 
@@ -92,7 +93,7 @@ struct WorkerClient::Impl {
     if (!s.ok()) return Status::Unavailable("register with " + options.server + ": " + s.error_message());
     worker_id = res.worker_id();
     device_ids.assign(res.device_ids().begin(), res.device_ids().end());
-    spdlog::info("registered as worker {} with {} device(s)", worker_id, device_ids.size());
+    spdlog::info("registered as worker {} with {} device(s)", worker_id.load(), device_ids.size());
     return Status::OK();
   }
 
@@ -251,9 +252,13 @@ struct WorkerClient::Impl {
 
   void DeviceLoop(size_t index) {
     const DeviceSpec& device = options.devices[index];
-    const int64_t device_id = device_ids.at(index);
     while (!Stopping()) {
       if (options.max_trials > 0 && trials_done.load() >= options.max_trials) return;
+      int64_t device_id;
+      {
+        std::lock_guard lock(register_mu);
+        device_id = device_ids.at(index);
+      }
       v1::LeaseRequest req;
       req.set_worker_id(worker_id);
       req.set_device_id(device_id);
@@ -263,6 +268,15 @@ struct WorkerClient::Impl {
         Prepare(ctx);
         return stub->Lease(&ctx, req, &res);
       }, 1);
+      if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+        // The server lost our registration (a new database): register again.
+        std::lock_guard lock(register_mu);
+        if (worker_id == req.worker_id()) {
+          spdlog::warn("lease: {}; registering again", s.error_message());
+          if (!Register().ok()) return;
+        }
+        continue;
+      }
       if (!s.ok()) {
         if (Stopping()) return;
         spdlog::error("lease: {}", s.error_message());

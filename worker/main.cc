@@ -10,6 +10,10 @@
 #include <cstdio>
 #include <thread>
 
+#ifdef HPO_HAVE_CUDART
+#include <cuda_runtime_api.h>
+#endif
+
 #include "worker/benchmark.h"
 #include "worker/builtin_trainer.h"
 #include "worker/client.h"
@@ -50,6 +54,16 @@ Result<std::vector<DeviceSpec>> Inventory(const std::string& which, int threads,
     d.device = "cuda:" + std::to_string(i);
     d.name = "CUDA device " + std::to_string(i);
     d.cores = 1;
+#ifdef HPO_HAVE_CUDART
+    // Built against the CUDA runtime (the CUDA worker image): real name and
+    // memory. Debian's LibTorch is CPU-only, so plain builds skip this.
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) == cudaSuccess) {
+      d.name = prop.name;
+      d.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+      d.cores = prop.multiProcessorCount;
+    }
+#endif
     out.push_back(d);
   };
   if (which == "auto") {
