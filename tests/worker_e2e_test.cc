@@ -160,19 +160,24 @@ TEST_F(WorkerE2eTest, AWorkerWaitsForItsServerAndFinishesItsTrialOnSigterm) {
   StartServer({"--grpc", "127.0.0.1:" + std::to_string(grpc_port)});
   std::string spec = kBuiltin;
   spec.replace(spec.find("max_trials: 2"), 13, "max_trials: 5");
-  spec.replace(spec.find("steps_per_trial: 1"), 18, "steps_per_trial: 3");
+  spec.replace(spec.find("steps_per_trial: 1"), 18, "steps_per_trial: 4");
+  spec.replace(spec.find("max_train_samples: 2000"), 23, "max_train_samples: 9000");
   const int64_t id = Create(spec);
   // Wait until a trial runs, then ask the worker to stop.
   for (int i = 0; i < 200 && Get("/api/v1/experiments/" + std::to_string(id))["trials"]["running"] == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  // Trials take seconds here, so the one running now is the one SIGTERM
+  // interrupts.
+  const int64_t completed_before = Get("/api/v1/experiments/" + std::to_string(id))["trials"]["completed"];
   kill(worker, SIGTERM);
   const int status = WaitFor(worker, 120);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Slurp(log);
   const std::string out = Slurp(log);
   EXPECT_NE(out.find("retrying"), std::string::npos) << out;
   json e = Get("/api/v1/experiments/" + std::to_string(id));
-  EXPECT_EQ(e["trials"]["completed"], 1) << "the running trial finished, no new one started\n" << out;
+  EXPECT_EQ(e["trials"]["completed"], completed_before + 1)
+      << "the running trial finished, no new one started\n" << out;
   EXPECT_EQ(e["trials"]["running"], 0);
 }
 
