@@ -122,3 +122,23 @@ TEST(BuiltinTrainer, StopsWhenToldAndRejectsBadParams) {
 
 }  // namespace
 }  // namespace hpo::worker
+
+namespace hpo::worker {
+namespace {
+
+TEST(BuiltinTrainer, IsDeterministicForASeed) {
+  auto exec = MakeBuiltinExecutor();
+  TrialRun run = Mlp(1);
+  run.trainer_args = {{"max_train_samples", 3000}};
+  RecordingReporter a, b, c;
+  ASSERT_TRUE(exec->Run(run, a).ok());
+  ASSERT_TRUE(exec->Run(run, b).ok());
+  run.seed = 8;
+  ASSERT_TRUE(exec->Run(run, c).ok());
+  EXPECT_EQ(a.steps[0].metrics.at("loss"), b.steps[0].metrics.at("loss"));
+  EXPECT_EQ(a.steps[0].metrics.at("accuracy"), b.steps[0].metrics.at("accuracy"));
+  EXPECT_NE(a.steps[0].metrics.at("loss"), c.steps[0].metrics.at("loss"));
+}
+
+}  // namespace
+}  // namespace hpo::worker
