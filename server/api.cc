@@ -387,7 +387,10 @@ HttpResponse RestApi::Route(const HttpRequest& req) {
       r.system = body->value("system", json::object());
       auto d = engine_.Report(r);
       if (!d.ok()) return fail(d.status());
-      return Json(200, {{"decision", ToString(*d)}});
+      json out = {{"decision", ToString(d->decision)}};
+      if (d->new_system) out["system"] = *d->new_system;
+      if (!d->reason.empty()) out["reason"] = d->reason;
+      return Json(200, out);
     }
     if (seg.size() == 2 && (p.verb == "complete" || p.verb == "fail") && m == "POST") {
       auto body = Body(req);

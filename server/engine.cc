@@ -7,6 +7,8 @@
 #include "search/gp_sampler.h"
 #include "search/ranking.h"
 #include "search/tpe.h"
+#include "scheduler/cotuner.h"
+#include "scheduler/speed_model.h"
 
 namespace hpo::server {
 
@@ -252,8 +254,14 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
     for (const auto& a : sampler->Suggest(spec.spaces[s], histories[s], wanted[s], rng)) {
       store::NewTrial t;
       t.space_id = c.space_ids.at(spec.spaces[s].name);
-      t.params_json = spec.spaces[s].ToJson(a).dump();
-      t.system_params_json = system.dump();
+      const json params = spec.spaces[s].ToJson(a);
+      t.params_json = params.dump();
+      // A system parameter searched as a hyperparameter runs as sampled.
+      json trial_system = system;
+      for (const auto& p : spec.system) {
+        if (p.affects_accuracy && params.contains(p.domain.name)) trial_system[p.domain.name] = params[p.domain.name];
+      }
+      t.system_params_json = trial_system.dump();
       t.priority = ranks[s].share;  // higher-priority spaces are leased first
       trials.push_back(std::move(t));
     }
@@ -274,7 +282,7 @@ Status Engine::Replenish(Id experiment_id, Cached& c) {
   return CreateSuggestions(experiment_id, c, want).status();
 }
 
-Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id) {
+Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id, std::optional<Id> device_id) {
   const auto timer = TimeIf(lease_seconds_);
   HPO_ASSIGN_OR_RETURN(auto experiments, store_.ListExperiments(0, 10'000));
   std::reverse(experiments.begin(), experiments.end());  // oldest first
@@ -290,6 +298,9 @@ Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id) {
     Assignment a{*leased, c->spec, ""};
     for (const auto& [name, id] : c->space_ids) {
       if (leased->space_id == id) a.space = name;
+    }
+    if (device_id && !c->spec->system.empty()) {
+      HPO_RETURN_IF_ERROR(StartAtBestSetting(*c->spec, *device_id, a));
     }
     // Keep the pool full for the next worker.
     HPO_RETURN_IF_ERROR(Replenish(e.id, *c));
@@ -329,7 +340,7 @@ Result<std::vector<Assignment>> Engine::Suggest(Id experiment_id, int count) {
   return out;
 }
 
-Result<Decision> Engine::Report(const TrialReport& r) {
+Result<ReportReply> Engine::Report(const TrialReport& r) {
   const auto timer = TimeIf(report_seconds_);
   HPO_ASSIGN_OR_RETURN(store::TrialRecord trial, store_.GetTrial(r.trial_id));
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(trial.experiment_id));
@@ -346,7 +357,7 @@ Result<Decision> Engine::Report(const TrialReport& r) {
     Status s = store_.FinishTrial(r.trial_id, r.owner, {TrialState::kCancelled, r.metrics.dump(),
                                                         "experiment " + std::string(store::ToString(exp.state))});
     if (!s.ok() && !s.IsFailedPrecondition()) return s;
-    return Decision::kStop;
+    return ReportReply{Decision::kStop, std::nullopt, "experiment ended"};
   }
   store::Measurement m;
   m.step = r.step;
@@ -376,7 +387,7 @@ Result<Decision> Engine::Report(const TrialReport& r) {
   for (const auto& h : histories) {
     for (const auto& o : h.trials) {
       if (o.number != trial.number || o.curve.empty()) continue;
-      if (!c->pruner->ShouldPrune(h, o)) return Decision::kContinue;
+      if (!c->pruner->ShouldPrune(h, o)) return CoTune(spec, r);
       const std::string why = "pruned by " + spec.early_stopping + " at step " + std::to_string(r.step);
       HPO_RETURN_IF_ERROR(store_.FinishTrial(r.trial_id, r.owner, {TrialState::kPruned, r.metrics.dump(), why}));
       Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
@@ -385,10 +396,59 @@ Result<Decision> Engine::Report(const TrialReport& r) {
       if (spec.executor != ExperimentSpec::ExecutorKind::kClient) {
         HPO_RETURN_IF_ERROR(Replenish(trial.experiment_id, *c));
       }
-      return Decision::kPrune;
+      return ReportReply{Decision::kPrune, std::nullopt, why};
     }
   }
-  return Decision::kContinue;
+  return CoTune(spec, r);
+}
+
+Result<ReportReply> Engine::CoTune(const ExperimentSpec& spec, const TrialReport& r) {
+  ReportReply reply;
+  std::vector<scheduler::SystemDimension> dims;
+  for (const auto& p : spec.system) {
+    if (!p.affects_accuracy) {
+      dims.push_back({p.domain.name, scheduler::CandidateValues(p.domain), p.may_change_mid_trial});
+    }
+  }
+  if (dims.empty() || r.samples_per_sec <= 0) return reply;
+  HPO_ASSIGN_OR_RETURN(auto ms, store_.ListMeasurements(r.trial_id));
+  std::vector<scheduler::EpochSpeed> history;
+  for (const auto& m : ms) {
+    if (m.samples_per_sec > 0) {
+      history.push_back({json::parse(m.system_setting_json, nullptr, false), m.samples_per_sec});
+    }
+  }
+  const auto next = scheduler::NextSetting(dims, history, r.system);
+  if (scheduler::SettingKey(next.setting) != scheduler::SettingKey(r.system)) {
+    reply.new_system = next.setting;
+    reply.reason = next.reason;
+  }
+  return reply;
+}
+
+Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id, Assignment& a) {
+  HPO_ASSIGN_OR_RETURN(std::string device_class, DeviceClass(device_id));
+  const std::string workload = Workload(spec, a.space);
+  HPO_ASSIGN_OR_RETURN(auto observations, store_.ListSpeedObservations(workload, 2000));
+  scheduler::SpeedModel model;
+  for (const auto& o : observations) {
+    const json setting = json::parse(o.system_setting_json, nullptr, false);
+    if (!setting.is_discarded()) {
+      model.Observe(o.device_class, o.workload, scheduler::SettingKey(setting), o.samples_per_sec);
+    }
+  }
+  auto best = model.BestSetting(device_class, workload, 2);
+  if (!best) return Status::OK();
+  // Only the tunable (throughput-only) parameters come from the remembered
+  // best; the rest are the trial's own.
+  json start = json::parse(a.trial.system_params_json, nullptr, false);
+  const json remembered = json::parse(*best, nullptr, false);
+  if (!start.is_object() || !remembered.is_object()) return Status::OK();
+  for (const auto& p : spec.system) {
+    if (!p.affects_accuracy && remembered.contains(p.domain.name)) start[p.domain.name] = remembered[p.domain.name];
+  }
+  a.trial.system_params_json = start.dump();
+  return Status::OK();
 }
 
 Status Engine::Complete(Id trial_id, const std::string& owner, bool failed, const json& final_metrics,

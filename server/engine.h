@@ -59,6 +59,15 @@ struct TrialReport {
   std::optional<store::Id> device_id;
 };
 
+// The answer to a report.
+struct ReportReply {
+  Decision decision = Decision::kContinue;
+  // When set (with kContinue): the system setting the next epoch should use
+  // (co-tuning, see scheduler/cotuner.h).
+  std::optional<nlohmann::json> new_system;
+  std::string reason;  // why: "pruned by asha at step 3", "probe threads=1", ...
+};
+
 // A trial as handed out, with what is needed to run it.
 struct Assignment {
   store::TrialRecord trial;
@@ -87,13 +96,17 @@ class Engine {
   // Trials -----------------------------------------------------------------
   // For a worker: a trial of the oldest running experiment that has work
   // for workers (builtin or command executor). nullopt: nothing to do now.
-  Result<std::optional<Assignment>> LeaseForWorker(store::Id worker_id);
+  // With the device known, the trial starts at the fastest system setting
+  // measured so far for that device class and workload.
+  Result<std::optional<Assignment>> LeaseForWorker(store::Id worker_id,
+                                                   std::optional<store::Id> device_id = std::nullopt);
   // For an ask/tell client: `count` new trials, leased to kClientOwner.
   // FailedPrecondition: not a client experiment, or it has ended.
   Result<std::vector<Assignment>> Suggest(store::Id experiment_id, int count);
-  // Records a step and answers continue, prune (the trial is now pruned) or
-  // stop (the experiment ended; the trial is now cancelled).
-  Result<Decision> Report(const TrialReport& report);
+  // Records a step and answers continue (maybe with a new system setting),
+  // prune (the trial is now pruned) or stop (the experiment ended; the trial
+  // is now cancelled).
+  Result<ReportReply> Report(const TrialReport& report);
   Status Complete(store::Id trial_id, const std::string& owner, bool failed,
                   const nlohmann::json& final_metrics, const std::string& reason);
 
@@ -140,6 +153,11 @@ class Engine {
   metrics::Counter* leases_granted_ = nullptr;
   metrics::Counter* leases_empty_ = nullptr;
   Result<std::string> DeviceClass(store::Id device_id);
+  // Co-tuning after a report: maybe a new system setting for the next epoch.
+  Result<ReportReply> CoTune(const ExperimentSpec& spec, const TrialReport& r);
+  // Overrides the assignment's tunable system parameters with the fastest
+  // setting measured for the device's class and the workload.
+  Status StartAtBestSetting(const ExperimentSpec& spec, store::Id device_id, Assignment& a);
 
   std::mutex mu_;
   std::map<store::Id, std::unique_ptr<Cached>> cache_;  // GUARDED_BY(mu_)

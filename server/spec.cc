@@ -154,7 +154,10 @@ Status ParseSystem(Fields& top, ExperimentSpec& spec) {
     SystemParam p;
     Fields f(*it, path);
     HPO_ASSIGN_OR_RETURN(p.may_change_mid_trial, f.Bool("mutable", true));
-    HPO_ASSIGN_OR_RETURN(p.affects_accuracy, f.Bool("affects_accuracy", false));
+    // A batch size changes what a model learns unless the spec says it
+    // only changes speed; threads and devices never do.
+    const bool batch_like = it.key().find("batch") != std::string::npos;
+    HPO_ASSIGN_OR_RETURN(p.affects_accuracy, f.Bool("affects_accuracy", batch_like));
     domain.erase("mutable");
     domain.erase("affects_accuracy");
     // The same domain grammar as a space parameter.
@@ -305,6 +308,12 @@ Result<ExperimentSpec> ParseExperimentSpec(const json& j) {
   if (!spaces) return Status::InvalidArgument("spaces: missing (a list of named search spaces)");
   HPO_ASSIGN_OR_RETURN(spec.spaces, search::ParseSearchSpaces(*spaces, "spaces"));
   HPO_RETURN_IF_ERROR(ParseSystem(top, spec));
+  // System parameters that change accuracy are searched like hyperparameters
+  // in every space; the rest are co-tuned inside trials.
+  for (const auto& p : spec.system) {
+    if (!p.affects_accuracy) continue;
+    for (auto& space : spec.spaces) space.params.push_back(p.domain);
+  }
   HPO_RETURN_IF_ERROR(ParseAlgorithm(top, spec));
   HPO_RETURN_IF_ERROR(ParseEarlyStopping(top, spec));
   HPO_RETURN_IF_ERROR(ParseBudget(top, spec));

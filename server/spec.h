@@ -15,7 +15,7 @@
 //                     conditional: {sgd: {momentum: {type: float, low: 0, high: 0.99}}}}
 //   system:                          # tuned inside each trial, not by the sampler
 //     batch_size: {type: int, low: 32, high: 512, log: true, affects_accuracy: false}
-//     threads: {type: int, low: 1, high: 4}
+//     threads: {type: int, low: 1, high: 4}    # co-tuned epoch by epoch (PipeTune)
 //   algorithm: {sampler: tpe, seed: 42}          # random | tpe | gp
 //   early_stopping: {rule: asha, min_resource: 1, reduction_factor: 3}
 //                                                # none | median | asha | hyperband
@@ -41,8 +41,11 @@ namespace hpo::server {
 
 struct SystemParam {
   search::Param domain;          // int or float or categorical, as in a space
-  bool may_change_mid_trial = true;  // threads yes; a batch size that changes accuracy no
-  bool affects_accuracy = false;     // when true it is tuned as a hyperparameter instead
+  bool may_change_mid_trial = true;  // "mutable": may the co-tuner change it between epochs
+  // "affects_accuracy": searched as a hyperparameter of every space instead
+  // of co-tuned. Defaults to true for names containing "batch" (a batch size
+  // changes what the model learns unless the spec says otherwise).
+  bool affects_accuracy = false;
 };
 
 struct ExperimentSpec {

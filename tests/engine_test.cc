@@ -56,7 +56,7 @@ class EngineTest : public ::testing::Test {
       TrialReport r{a.trial.id, owner, step, {{"loss", Loss(params, step)}}, 500, {{"threads", 2}}, std::nullopt};
       auto d = engine_->Report(r);
       EXPECT_TRUE(d.ok()) << d.status();
-      if (!d.ok() || *d != Decision::kContinue) return d.ok() ? *d : Decision::kStop;
+      if (!d.ok() || d->decision != Decision::kContinue) return d.ok() ? d->decision : Decision::kStop;
     }
     EXPECT_TRUE(engine_->Complete(a.trial.id, owner, false, json::object(), "").ok());
     return Decision::kContinue;
@@ -141,7 +141,7 @@ TEST_F(EngineTest, ReportsNeedTheObjectiveAndStopAfterCancel) {
   ASSERT_TRUE(engine_->CancelExperiment(e->id, "user").ok());
   auto d = engine_->Report({batch[1].trial.id, Engine::kClientOwner, 0, {{"loss", 0.5}}, 0, json::object(), std::nullopt});
   ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_EQ(*d, Decision::kStop);
+  EXPECT_EQ(d->decision, Decision::kStop);
   EXPECT_EQ(store_->GetTrial(batch[1].trial.id)->state, TrialState::kCancelled);
 }
 
@@ -200,6 +200,57 @@ TEST_F(EngineTest, ExpiredLeasesAreRequeuedByTick) {
   EXPECT_EQ(again->trial.attempt, 2);
   auto stale = engine_->Report({a->trial.id, Engine::WorkerOwner(1), 0, {{"loss", 1.0}}, 1, json::object(), std::nullopt});
   EXPECT_TRUE(stale.status().IsFailedPrecondition()) << "the first worker lost its lease";
+}
+
+}  // namespace
+}  // namespace hpo::server
+
+namespace hpo::server {
+namespace {
+
+TEST_F(EngineTest, CoTunesThreadsInsideTrialsAndRemembersTheWinnerPerDeviceClass) {
+  store::NewWorker w{"host", "{}", {{0, store::DeviceKind::kCpu, "cpu", "cpu:test:x4.0", 4, 1, 10}}};
+  auto worker = store_->RegisterWorker(w);
+  ASSERT_TRUE(worker.ok());
+  const store::Id device = worker->devices[0].id;
+  std::string spec = Spec(kBuiltin, 8, 1);
+  spec.replace(spec.find(R"("steps_per_trial": 4)"), 20, R"("steps_per_trial": 8)");
+  auto e = engine_->CreateExperiment(spec);
+  ASSERT_TRUE(e.ok()) << e.status();
+  // This machine trains fastest with 2 threads.
+  auto speed = [](const json& system) {
+    const int t = system["threads"];
+    return t == 2 ? 3000.0 : t == 1 ? 1800.0 : t == 3 ? 2400.0 : 2000.0;
+  };
+  auto run = [&](const Assignment& a) {
+    json system = json::parse(a.trial.system_params_json);
+    const json first = system;
+    const std::string owner = Engine::WorkerOwner(worker->id);
+    for (int step = 1; step <= 8; ++step) {
+      TrialReport r{a.trial.id, owner, step, {{"loss", 1.0 / step}}, speed(system), system, device};
+      auto reply = engine_->Report(r);
+      EXPECT_TRUE(reply.ok()) << reply.status();
+      if (reply.ok() && reply->new_system) system = *reply->new_system;
+    }
+    EXPECT_TRUE(engine_->Complete(a.trial.id, owner, false, json::object(), "").ok());
+    return std::make_pair(first, system);
+  };
+  auto a = engine_->LeaseForWorker(worker->id, device);
+  ASSERT_TRUE(a.ok() && a->has_value());
+  auto [first, settled] = run(**a);
+  EXPECT_EQ(first["threads"], 3) << "the middle of [1, 4] before anything is known";
+  EXPECT_EQ(settled["threads"], 2) << "co-tuning settles on the fastest setting";
+  // The next trial of the same workload (space) on this device class starts
+  // at the remembered winner; other spaces are other workloads.
+  for (;;) {
+    auto b = engine_->LeaseForWorker(worker->id, device);
+    ASSERT_TRUE(b.ok() && b->has_value()) << "no second trial of space " << (*a)->space;
+    if ((*b)->space == (*a)->space) {
+      EXPECT_EQ(json::parse((*b)->trial.system_params_json)["threads"], 2);
+      break;
+    }
+    run(**b);
+  }
 }
 
 }  // namespace

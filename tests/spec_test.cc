@@ -40,11 +40,14 @@ TEST(ExperimentSpec, ParsesTheDocumentedExample) {
   EXPECT_EQ(s.metric, "accuracy");
   EXPECT_EQ(s.direction, search::Direction::kMaximize);
   ASSERT_EQ(s.spaces.size(), 2u);
-  EXPECT_EQ(s.spaces[0].size(), 4);
+  EXPECT_EQ(s.spaces[0].size(), 5) << "4 params and batch_size, which changes accuracy by default";
+  EXPECT_GE(s.spaces[1].Find("batch_size"), 0);
   EXPECT_DOUBLE_EQ(s.spaces[1].params[s.spaces[1].Find("lr")].low, 1e-4) << "YAML 1e-4 is a number";
   ASSERT_EQ(s.system.size(), 2u);
   EXPECT_FALSE(s.system[0].may_change_mid_trial);
+  EXPECT_TRUE(s.system[0].affects_accuracy);
   EXPECT_TRUE(s.system[1].may_change_mid_trial);
+  EXPECT_FALSE(s.system[1].affects_accuracy) << "threads only change speed";
   EXPECT_EQ(s.sampler, "gp");
   EXPECT_EQ(s.seed, 7u);
   EXPECT_EQ(s.early_stopping, "asha");

@@ -156,7 +156,10 @@ TEST_F(WorkerE2eTest, AWorkerWaitsForItsServerAndFinishesItsTrialOnSigterm) {
   server_->Kill(SIGTERM);
   const std::string log = dir_ + "/worker.log";
   const pid_t worker = StartWorker({"--server", "127.0.0.1:" + std::to_string(grpc_port)}, log);
-  std::this_thread::sleep_for(std::chrono::seconds(2));  // it is retrying by now
+  // Start the server only once the worker has found it missing.
+  for (int i = 0; i < 600 && Slurp(log).find("retrying") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   StartServer({"--grpc", "127.0.0.1:" + std::to_string(grpc_port)});
   std::string spec = kBuiltin;
   spec.replace(spec.find("max_trials: 2"), 13, "max_trials: 5");
@@ -164,7 +167,7 @@ TEST_F(WorkerE2eTest, AWorkerWaitsForItsServerAndFinishesItsTrialOnSigterm) {
   spec.replace(spec.find("max_train_samples: 2000"), 23, "max_train_samples: 9000");
   const int64_t id = Create(spec);
   // Wait until a trial runs, then ask the worker to stop.
-  for (int i = 0; i < 200 && Get("/api/v1/experiments/" + std::to_string(id))["trials"]["running"] == 0; ++i) {
+  for (int i = 0; i < 600 && Get("/api/v1/experiments/" + std::to_string(id))["trials"]["running"] == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   // Trials take seconds here, so the one running now is the one SIGTERM

@@ -314,7 +314,7 @@ Status WorkerServiceImpl::DoLease(const hpo::v1::LeaseRequest& request,
                             " is not a device of worker " + std::to_string(worker_id));
   }
   HPO_RETURN_IF_ERROR(engine_.store().TouchWorker(worker_id));
-  HPO_ASSIGN_OR_RETURN(std::optional<Assignment> a, engine_.LeaseForWorker(worker_id));
+  HPO_ASSIGN_OR_RETURN(std::optional<Assignment> a, engine_.LeaseForWorker(worker_id, request.device_id()));
   if (!a) {
     response.set_retry_after_ms(options_.retry_after_ms);
     return Status::OK();
@@ -334,8 +334,15 @@ Status WorkerServiceImpl::DoReport(const hpo::v1::ReportRequest& request,
   r.samples_per_sec = request.samples_per_sec();
   r.system = SystemToJson(request.system());
   if (request.device_id() > 0) r.device_id = request.device_id();
-  HPO_ASSIGN_OR_RETURN(Decision d, engine_.Report(r));
-  switch (d) {
+  HPO_ASSIGN_OR_RETURN(ReportReply reply, engine_.Report(r));
+  if (reply.decision == Decision::kContinue && reply.new_system) {
+    response.set_decision(hpo::v1::DECISION_CHANGE_SYSTEM);
+    for (auto it = reply.new_system->begin(); it != reply.new_system->end(); ++it) {
+      (*response.mutable_new_system()->mutable_values())[it.key()] = it->dump();
+    }
+    return Status::OK();
+  }
+  switch (reply.decision) {
     case Decision::kContinue:
       response.set_decision(hpo::v1::DECISION_CONTINUE);
       break;

@@ -1,0 +1,103 @@
+#include "scheduler/cotuner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace hpo::scheduler {
+
+using nlohmann::json;
+
+std::string SettingKey(const json& setting) {
+  // nlohmann::json objects keep keys sorted, so dump() is canonical.
+  return setting.dump();
+}
+
+std::vector<json> CandidateValues(const search::Param& p, int max_values) {
+  std::vector<json> out;
+  if (p.kind == search::ParamKind::kCategorical) {
+    out.assign(p.choices.begin(), p.choices.end());
+    return out;
+  }
+  std::vector<double> xs;
+  if (p.log) {
+    for (double x = p.low; x <= p.high * (1 + 1e-9) && static_cast<int>(xs.size()) < max_values; x *= 2) {
+      xs.push_back(p.Snap(x));
+    }
+    if (xs.back() < p.high && static_cast<int>(xs.size()) < max_values) xs.push_back(p.high);
+  } else {
+    const double n = p.Cardinality();
+    const int count = std::isinf(n) ? max_values : static_cast<int>(std::min<double>(n, max_values));
+    for (int i = 0; i < count; ++i) {
+      xs.push_back(p.Snap(count == 1 ? p.low : p.low + (p.high - p.low) * i / (count - 1)));
+    }
+  }
+  xs.erase(std::unique(xs.begin(), xs.end()), xs.end());
+  for (double x : xs) out.push_back(p.ToJson(x));
+  return out;
+}
+
+CoTuneDecision NextSetting(const std::vector<SystemDimension>& dims, const std::vector<EpochSpeed>& history,
+                           const json& start, const CoTuneOptions& o) {
+  if (history.empty()) return {start, false, "no epoch measured yet"};
+
+  // The current phase starts at the last drift: a settled setting whose
+  // speed moved by more than `drift` from its earlier measurement.
+  size_t phase = 0;
+  bool drifted = false;
+  {
+    std::map<std::string, double> seen;
+    for (size_t i = 0; i < history.size(); ++i) {
+      const std::string key = SettingKey(history[i].setting);
+      auto it = seen.find(key);
+      if (it != seen.end() && it->second > 0 &&
+          std::abs(history[i].samples_per_sec - it->second) > o.drift * it->second) {
+        phase = i;
+        drifted = true;
+        seen.clear();
+      }
+      seen[key] = history[i].samples_per_sec;
+    }
+  }
+
+  // What each setting measured in this phase (its latest epoch), and the best.
+  std::map<std::string, double> tried;
+  std::map<std::string, json> settings;
+  for (size_t i = phase; i < history.size(); ++i) {
+    const std::string key = SettingKey(history[i].setting);
+    tried[key] = history[i].samples_per_sec;
+    settings[key] = history[i].setting;
+  }
+  std::string best_key;
+  double best_speed = -1;
+  for (const auto& [key, speed] : tried) {
+    if (speed > best_speed) {
+      best_speed = speed;
+      best_key = key;
+    }
+  }
+  const json& best = settings[best_key];
+
+  if (static_cast<int>(tried.size()) - 1 < o.max_probes) {
+    for (const auto& dim : dims) {
+      if (!dim.may_change_mid_trial || !best.contains(dim.name)) continue;
+      const auto& values = dim.values;
+      auto at = std::find(values.begin(), values.end(), best[dim.name]);
+      if (at == values.end()) continue;
+      const auto index = at - values.begin();
+      for (const long step : {-1L, 1L}) {
+        const long next = index + step;
+        if (next < 0 || next >= static_cast<long>(values.size())) continue;
+        json candidate = best;
+        candidate[dim.name] = values[next];
+        if (!tried.count(SettingKey(candidate))) {
+          return {candidate, true,
+                  std::string(drifted ? "drift; " : "") + "probe " + dim.name + "=" + values[next].dump()};
+        }
+      }
+    }
+  }
+  return {best, false, drifted ? "settled after drift" : "settled"};
+}
+
+}  // namespace hpo::scheduler
