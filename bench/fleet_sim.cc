@@ -186,8 +186,7 @@ class Simulation {
     asha.reduction_factor = 3;
     asha.max_resource = kStepsPerTrial;
     pruner_ = std::move(hpo::search::MakeAshaPruner(asha)).value();
-    const bool tpe_sampler =
-        cfg.sampler == "tpe" || (cfg.sampler == "auto" && cfg.workers <= 1000);
+    const bool tpe_sampler = cfg.sampler == "tpe" || (cfg.sampler == "auto" && cfg.workers <= 1000);
     sampler_ = tpe_sampler ? hpo::search::MakeTpeSampler() : hpo::search::MakeRandomSampler();
     BuildFleet();
   }
@@ -394,8 +393,8 @@ int Simulation::Decide(int device) {
     for (size_t i = 0; i < pool_.size(); ++i) {
       pool_[i].waiting_s = now_ - trials_[pool_trial_[i]].pending_since;
     }
-    const auto d = hpo::scheduler::PlaceTrial({std::to_string(device), ClassName(devices_[device].cls)},
-                                              fleet_, pool_, speeds_);
+    const auto d = hpo::scheduler::PlaceTrial(
+        {std::to_string(device), ClassName(devices_[device].cls)}, fleet_, pool_, speeds_);
     if (d) chosen = static_cast<int>(d->trial_id);
   }
   decision_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -571,8 +570,8 @@ int main(int argc, char** argv) {
         std::printf(
             "bench=fleet workers=%d spread=%g policy=%s seed=%d time_to_target_s=%.1f "
             "utilization=%.3f decision_us=%.2f trials=%d\n",
-            w, cfg.spread, policy.c_str(), seed, r.time_to_target_s, r.utilization,
-            r.decision_us, r.trials);
+            w, cfg.spread, policy.c_str(), seed, r.time_to_target_s, r.utilization, r.decision_us,
+            r.trials);
         std::fflush(stdout);
         ttt.push_back(r.time_to_target_s);
         util.push_back(r.utilization);

@@ -10,7 +10,8 @@ namespace {
 
 // What placement knows about one workload's speeds across the fleet.
 struct WorkloadSpeeds {
-  std::vector<std::pair<std::string, double>> known;  // (class, samples/s)
+  // (class, samples/s) of the fleet's classes with an estimate.
+  std::vector<std::pair<std::string, double>> known;
   std::optional<double> asking;  // the asking class's samples/s
   double q = 0.5;                // the asking device's speed percentile
 };
@@ -51,8 +52,7 @@ std::vector<double> Percentiles(const std::vector<double>& values) {
   if (n < 2) return out;
   std::vector<size_t> order(n);
   for (size_t i = 0; i < n; ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return values[a] < values[b]; });
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return values[a] < values[b]; });
   for (size_t lo = 0; lo < n;) {
     size_t hi = lo;
     while (hi + 1 < n && values[order[hi + 1]] == values[order[lo]]) ++hi;
@@ -72,8 +72,8 @@ double Seconds(const PlacementCandidate& c, double samples_per_sec) {
 }
 
 // Whether cost-aware mode lets the asking class take `c` (see the header).
-bool CostAllows(const PlacementCandidate& c, const AskingDevice& device,
-                const WorkloadSpeeds& ws, const PlacementOptions& options) {
+bool CostAllows(const PlacementCandidate& c, const AskingDevice& device, const WorkloadSpeeds& ws,
+                const PlacementOptions& options) {
   const auto own_price = options.price_per_hour.find(device.device_class);
   if (own_price == options.price_per_hour.end() || !ws.asking) return true;
   if (!(c.samples_per_step > 0)) return true;  // no way to compare work
@@ -130,7 +130,9 @@ std::optional<PlacementDecision> PlaceTrial(const AskingDevice& device, const Fl
   std::vector<double> importance(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) {
     const auto& c = candidates[i];
-    importance[i] = c.space_priority * (1 + std::max(c.level, 0));
+    // A NaN would break the sort's ordering; a broken priority means "unknown".
+    const double priority = std::isfinite(c.space_priority) ? std::max(c.space_priority, 0.0) : 0;
+    importance[i] = priority * (1 + std::max(c.level, 0));
   }
   const std::vector<double> p = Percentiles(importance);
 

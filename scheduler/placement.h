@@ -62,10 +62,10 @@ struct Fleet {
 
 struct PlacementCandidate {
   int64_t trial_id = 0;
-  int space_index = 0;         // for the caller; placement does not read it
-  double space_priority = 1;   // SpaceRank::share of the trial's space
-  int level = 0;               // rung / promotion level, higher = further along
-  std::string workload;        // SpeedModel key
+  int space_index = 0;        // for the caller; placement does not read it
+  double space_priority = 1;  // SpaceRank::share of the trial's space
+  int level = 0;              // rung / promotion level, higher = further along
+  std::string workload;       // SpeedModel key
   int64_t steps_remaining = 0;
   double samples_per_step = 0;  // 0: unknown (no time or cost estimate)
   double waiting_s = 0;         // how long it has been pending

@@ -19,8 +19,8 @@ namespace hpo::scheduler {
 
 struct SpeedEstimate {
   double samples_per_sec = 0;
-  double stddev = 0;         // of the estimate (not of single observations)
-  int observations = 0;      // 0: from the prior only
+  double stddev = 0;     // of the estimate (not of single observations)
+  int observations = 0;  // 0: from the prior only
 };
 
 class SpeedModel {
@@ -48,12 +48,14 @@ class SpeedModel {
   //      GFLOP/s: only the order of classes means anything);
   //   4. nullopt.
   // Non-positive or non-finite benchmarks and observations are ignored.
-  std::optional<SpeedEstimate> Estimate(const std::string& device_class, const std::string& workload,
+  std::optional<SpeedEstimate> Estimate(const std::string& device_class,
+                                        const std::string& workload,
                                         const std::string& setting = "") const;
   // The setting with the highest observed mean for (class, workload), with
   // at least `min_observations` observations; the lexicographically
   // smallest on ties. The empty setting ("whatever setting") never wins.
-  std::optional<std::string> BestSetting(const std::string& device_class, const std::string& workload,
+  std::optional<std::string> BestSetting(const std::string& device_class,
+                                         const std::string& workload,
                                          int min_observations = 1) const;
   // Classes with a benchmark or an observation, sorted.
   std::vector<std::string> DeviceClasses() const;

@@ -284,6 +284,11 @@ class TpeSampler final : public Sampler {
         for (auto* t : running) bad_pts.push_back(&t->params);
         for (auto& b : batch) bad_pts.push_back(&b);
       }
+      // The same cap with thousands of running trials (a large fleet): keep
+      // the newest, which include this batch's own lies.
+      if (bad_pts.size() > static_cast<size_t>(o_.max_bad_observations)) {
+        bad_pts.erase(bad_pts.begin(), bad_pts.end() - o_.max_bad_observations);
+      }
       const Mixture l(space, good_pts, RecencyWeights(good_pts.size()), o_);
       const Mixture g(space, bad_pts, RecencyWeights(bad_pts.size()), o_);
       Assignment best;

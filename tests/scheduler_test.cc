@@ -50,7 +50,7 @@ TEST(SpeedModel, PriorScalesTheBenchmarkByAnotherClasssRatio) {
   m.AddBenchmark("gpu", 2000);
   m.AddBenchmark("other", 50);
   for (int i = 0; i < 5; ++i) m.Observe("cpu", kCnn, "", 300);  // 3 samples per GFLOP
-  m.Observe("other", kMlp, "", 5000);                            // 100 per GFLOP, other workload
+  m.Observe("other", kMlp, "", 5000);                           // 100 per GFLOP, other workload
   const auto e = m.Estimate("gpu", kCnn);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->observations, 0);
@@ -82,7 +82,7 @@ TEST(SpeedModel, BestSettingPicksTheFastest) {
   m.Observe("gpu", kCnn, R"({"batch_size":128})", 2000);
   m.Observe("gpu", kCnn, R"({"batch_size":128})", 2100);
   m.Observe("gpu", kMlp, R"({"batch_size":512})", 99999);  // another workload
-  m.Observe("gpu", kCnn, "", 50000);                        // "whatever" is no setting
+  m.Observe("gpu", kCnn, "", 50000);                       // "whatever" is no setting
   EXPECT_EQ(m.BestSetting("gpu", kCnn), R"({"batch_size":256})");
   EXPECT_EQ(m.BestSetting("gpu", kCnn, 2), R"({"batch_size":128})")
       << "256 has a single observation";

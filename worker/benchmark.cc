@@ -21,8 +21,8 @@ constexpr int64_t kStartSize = 128;
 // memory modest (3 matrices: 192 MiB on CPU, 768 MiB on a GPU).
 constexpr int64_t kMaxCpuSize = 4096;
 constexpr int64_t kMaxCudaSize = 8192;
-// One matmul may take up to this share of the budget, so that a dozen or
-// more repetitions give a median that noise does not move.
+// One matmul may take up to this share of the budget, so that the measured
+// window holds a dozen or more products.
 constexpr double kMaxShareOfBudget = 1.0 / 16;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -80,14 +80,6 @@ class Gemm {
   torch::Tensor a_, b_, c_;
 };
 
-double Median(std::vector<double> values) {
-  const size_t mid = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + mid, values.end());
-  if (values.size() % 2 == 1) return values[mid];
-  const double upper = values[mid];
-  const double lower = *std::max_element(values.begin(), values.begin() + mid);
-  return (lower + upper) / 2;
-}
 
 Result<torch::Device> ParseDevice(const std::string& text) {
   std::optional<torch::Device> device;
@@ -139,19 +131,21 @@ Result<double> Measure(const torch::Device& device, double budget) {
     seconds = gemm.Run();
   }
 
-  // Always at least one measured product, even when sizing used the budget;
-  // then more while the next one (as long as the last) ends before the deadline.
-  std::vector<double> times{seconds};
-  while (Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(times.back())) <=
-         deadline) {
-    times.push_back(gemm.Run());
-  }
-
-  const double median = Median(std::move(times));
-  if (!(median > 0)) return Status::Internal("matmul took no measurable time");
+  // Sustained throughput: all products over the wall time they took, gaps
+  // included. A median of single products would miss what a CPU quota does
+  // (cgroup throttling pauses the process between bursts at full speed),
+  // and the quota is what a trial on this device will live with. At least
+  // one product, then more until the deadline.
+  const Clock::time_point start = Clock::now();
+  int64_t products = 0;
+  do {
+    gemm.Run();
+    ++products;
+  } while (Clock::now() < deadline);
+  const double elapsed = Seconds(Clock::now() - start);
+  if (!(elapsed > 0)) return Status::Internal("matmul took no measurable time");
   const double n = static_cast<double>(gemm.n());
-  return 2 * n * n * n / median / 1e9;
+  return static_cast<double>(products) * 2 * n * n * n / elapsed / 1e9;
 }
 
 }  // namespace
