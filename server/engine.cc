@@ -8,6 +8,7 @@
 #include "search/ranking.h"
 #include "search/tpe.h"
 #include "scheduler/cotuner.h"
+#include "scheduler/placement.h"
 #include "scheduler/speed_model.h"
 
 namespace hpo::server {
@@ -291,9 +292,15 @@ Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id, std::opti
     HPO_ASSIGN_OR_RETURN(Cached * c, Load(e.id));
     if (c->spec->executor == ExperimentSpec::ExecutorKind::kClient) continue;
     HPO_RETURN_IF_ERROR(Replenish(e.id, *c));
-    HPO_ASSIGN_OR_RETURN(auto leased, store_.LeaseNextTrial({WorkerOwner(worker_id),
-                                                             options_.worker_lease_ms, e.id,
-                                                             std::nullopt}));
+    std::optional<store::TrialRecord> leased;
+    if (device_id) {
+      HPO_ASSIGN_OR_RETURN(leased, LeasePlaced(e.id, *c, worker_id, *device_id));
+    }
+    if (!leased) {
+      HPO_ASSIGN_OR_RETURN(leased, store_.LeaseNextTrial({WorkerOwner(worker_id),
+                                                          options_.worker_lease_ms, e.id,
+                                                          std::nullopt}));
+    }
     if (!leased) continue;
     Assignment a{*leased, c->spec, ""};
     for (const auto& [name, id] : c->space_ids) {
@@ -424,6 +431,56 @@ Result<ReportReply> Engine::CoTune(const ExperimentSpec& spec, const TrialReport
     reply.reason = next.reason;
   }
   return reply;
+}
+
+Result<std::optional<store::TrialRecord>> Engine::LeasePlaced(Id experiment_id, Cached& c, Id worker_id,
+                                                               Id device_id) {
+  const ExperimentSpec& spec = *c.spec;
+  store::TrialFilter f;
+  f.state = TrialState::kPending;
+  f.limit = 500;
+  HPO_ASSIGN_OR_RETURN(auto pending, store_.ListTrials(experiment_id, f));
+  if (pending.size() < 2) return std::optional<store::TrialRecord>();  // nothing to choose
+  // The fleet and what is known of its speed: benchmarks as the prior,
+  // reports as observations.
+  HPO_ASSIGN_OR_RETURN(auto workers, store_.ListWorkers());
+  HPO_ASSIGN_OR_RETURN(auto observations, store_.ListSpeedObservations("", 5000));
+  scheduler::Fleet fleet;
+  scheduler::SpeedModel model;
+  std::string asking_class;
+  for (const auto& w : workers) {
+    for (const auto& d : w.devices) {
+      fleet.Add(d.device_class);
+      model.AddBenchmark(d.device_class, d.benchmark_gflops);
+      if (d.id == device_id) asking_class = d.device_class;
+    }
+  }
+  if (asking_class.empty()) return std::optional<store::TrialRecord>();
+  for (const auto& o : observations) model.Observe(o.device_class, o.workload, "", o.samples_per_sec);
+  std::map<Id, std::string> space_names;
+  for (const auto& [name, id] : c.space_ids) space_names[id] = name;
+  using namespace std::chrono;
+  const int64_t now = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+  std::vector<scheduler::PlacementCandidate> candidates;
+  for (const auto& t : pending) {
+    scheduler::PlacementCandidate pc;
+    pc.trial_id = t.id;
+    pc.space_priority = t.priority;  // the space's share when the trial was created
+    pc.level = t.attempt;            // a requeued trial has waited before: favour it
+    pc.workload = Workload(spec, t.space_id ? space_names[*t.space_id] : "");
+    pc.steps_remaining = spec.steps_per_trial;
+    pc.waiting_s = (now - t.created_ms) / 1000.0;
+    candidates.push_back(std::move(pc));
+  }
+  const auto choice = scheduler::PlaceTrial({std::to_string(device_id), asking_class}, fleet, candidates, model);
+  if (!choice) return std::optional<store::TrialRecord>();
+  auto leased = store_.LeaseTrial(choice->trial_id, WorkerOwner(worker_id), options_.worker_lease_ms);
+  // Another worker may have taken it meanwhile; the caller falls back.
+  if (!leased.ok()) {
+    if (leased.status().IsFailedPrecondition()) return std::optional<store::TrialRecord>();
+    return leased.status();
+  }
+  return std::optional<store::TrialRecord>(std::move(leased).value());
 }
 
 Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id, Assignment& a) {

@@ -153,6 +153,11 @@ class Engine {
   metrics::Counter* leases_granted_ = nullptr;
   metrics::Counter* leases_empty_ = nullptr;
   Result<std::string> DeviceClass(store::Id device_id);
+  // Placement (scheduler/placement.h): the pending trial this device should
+  // run given the fleet's measured speeds and the spaces' priorities, leased
+  // to the worker. nullopt: no choice to make, or it was taken meanwhile.
+  Result<std::optional<store::TrialRecord>> LeasePlaced(store::Id experiment_id, Cached& c,
+                                                        store::Id worker_id, store::Id device_id);
   // Co-tuning after a report: maybe a new system setting for the next epoch.
   Result<ReportReply> CoTune(const ExperimentSpec& spec, const TrialReport& r);
   // Overrides the assignment's tunable system parameters with the fastest

@@ -255,3 +255,35 @@ TEST_F(EngineTest, CoTunesThreadsInsideTrialsAndRemembersTheWinnerPerDeviceClass
 
 }  // namespace
 }  // namespace hpo::server
+
+namespace hpo::server {
+namespace {
+
+TEST_F(EngineTest, PlacementGivesFastDevicesTheImportantTrials) {
+  auto fast = store_->RegisterWorker({"fast", "{}", {{0, store::DeviceKind::kCpu, "cpu", "cpu:big:x8.0", 8, 1, 400}}});
+  auto slow = store_->RegisterWorker({"slow", "{}", {{0, store::DeviceKind::kCpu, "cpu", "cpu:small:x1.0", 1, 1, 20}}});
+  ASSERT_TRUE(fast.ok() && slow.ok());
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 10, 2));
+  ASSERT_TRUE(e.ok());
+  // Replace the first batch by two trials of known importance.
+  for (const auto& t : *store_->ListTrials(e->id, {})) {
+    ASSERT_TRUE(store_->FinishTrial(t.id, "", {TrialState::kCancelled, "{}", "test"}).ok());
+  }
+  std::vector<store::NewTrial> trials(2);
+  trials[0].space_id = e->spaces[0].id;
+  trials[0].params_json = R"({"x": 0.1})";
+  trials[0].priority = 0.1;
+  trials[1].space_id = e->spaces[0].id;
+  trials[1].params_json = R"({"x": 0.2})";
+  trials[1].priority = 0.9;
+  auto created = *store_->CreateTrials(e->id, trials);
+  auto slow_gets = engine_->LeaseForWorker(slow->id, slow->devices[0].id);
+  ASSERT_TRUE(slow_gets.ok() && slow_gets->has_value()) << slow_gets.status();
+  EXPECT_EQ((*slow_gets)->trial.id, created[0].id) << "the slow device takes the less important trial";
+  auto fast_gets = engine_->LeaseForWorker(fast->id, fast->devices[0].id);
+  ASSERT_TRUE(fast_gets.ok() && fast_gets->has_value());
+  EXPECT_EQ((*fast_gets)->trial.id, created[1].id);
+}
+
+}  // namespace
+}  // namespace hpo::server
