@@ -2,6 +2,7 @@
 // ports (--port-file), stops it with a signal, and keeps its log.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>

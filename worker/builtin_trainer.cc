@@ -149,10 +149,20 @@ class BuiltinExecutor final : public Executor {
   Result<RunResult> Run(const TrialRun& run, Reporter& reporter) override {
     if (!IsBuiltinTrainer(run.trainer)) {
       return Status::InvalidArgument("trainer '" + run.trainer +
-                                     "' is not built in (fashion-mnist-mlp, fashion-mnist-cnn)");
+                                     "' is not built in (fashion-mnist-mlp, fashion-mnist-cnn, or "
+                                     "fashion-mnist with spaces named mlp and cnn)");
+    }
+    TrialRun resolved = run;
+    if (run.trainer == "fashion-mnist") {
+      // One experiment, two models: the search space names the model.
+      if (run.space != "mlp" && run.space != "cnn") {
+        return Status::InvalidArgument("trainer fashion-mnist: space '" + run.space +
+                                       "' must be named mlp or cnn");
+      }
+      resolved.trainer = "fashion-mnist-" + run.space;
     }
     try {
-      return Train(run, reporter);
+      return Train(resolved, reporter);
     } catch (const c10::Error& e) {
       return Status::Internal(std::string("LibTorch: ") + e.what_without_backtrace());
     } catch (const std::exception& e) {
@@ -310,7 +320,7 @@ class BuiltinExecutor final : public Executor {
 }  // namespace
 
 bool IsBuiltinTrainer(const std::string& trainer) {
-  return trainer == "fashion-mnist-mlp" || trainer == "fashion-mnist-cnn";
+  return trainer == "fashion-mnist" || trainer == "fashion-mnist-mlp" || trainer == "fashion-mnist-cnn";
 }
 
 std::unique_ptr<Executor> MakeBuiltinExecutor(BuiltinOptions options) {

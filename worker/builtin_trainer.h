@@ -1,5 +1,6 @@
 // The built-in LibTorch trainers, "fashion-mnist-mlp" and
-// "fashion-mnist-cnn", on the real Fashion-MNIST data (Debian package
+// "fashion-mnist-cnn" ("fashion-mnist" picks one by the trial's search space,
+// named mlp or cnn), on the real Fashion-MNIST data (Debian package
 // dataset-fashion-mnist). The whole dataset lives in memory as tensors and
 // batches are taken by index, so no per-sample loader sits in the way.
 //
