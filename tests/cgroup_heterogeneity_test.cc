@@ -52,21 +52,11 @@ class CpuCgroup {
 
 // Starts hpo-worker inside `cgroup`.
 pid_t StartWorkerIn(const std::string& cgroup, const std::vector<std::string>& args, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (!CpuCgroup::Write(cgroup + "/cgroup.procs", std::to_string(getpid()))) _exit(126);
-    std::vector<std::string> argv = {HPO_WORKER_BIN, "--benchmark-seconds", "0.5"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> c;
-    for (auto& a : argv) c.push_back(a.data());
-    c.push_back(nullptr);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execv(c[0], c.data());
-    _exit(127);
-  }
-  return pid;
+  std::vector<std::string> argv = {HPO_WORKER_BIN, "--benchmark-seconds", "0.5"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return testing::Spawn(argv, log, [&] {
+    return CpuCgroup::Write(cgroup + "/cgroup.procs", std::to_string(getpid()));
+  });
 }
 
 TEST(CgroupHeterogeneity, ThrottledWorkersReportSlowerDevicesAndSpeeds) {

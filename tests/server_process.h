@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -18,6 +19,25 @@
 #include <vector>
 
 namespace hpo::testing {
+
+// Forks and execs argv[0] with `argv`, stdout and stderr to `log`.
+// `in_child` runs in the child first (e.g. to join a cgroup); false exits 126.
+inline pid_t Spawn(std::vector<std::string> argv, const std::string& log,
+                   const std::function<bool()>& in_child = nullptr) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (in_child && !in_child()) _exit(126);
+    std::vector<char*> c;
+    for (auto& a : argv) c.push_back(a.data());
+    c.push_back(nullptr);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execv(c[0], c.data());
+    _exit(127);
+  }
+  return pid;
+}
 
 class ServerProcess {
  public:
@@ -31,25 +51,15 @@ class ServerProcess {
     const std::string ports = dir_ + "/ports.json";
     std::filesystem::remove(ports);
     log_ = dir_ + "/server-" + std::to_string(++starts_) + ".log";
-    pid_ = fork();
-    if (pid_ == 0) {
-      std::vector<std::string> argv = {HPO_SERVER_BIN, "--port-file", ports};
-      // Free ports unless the test chose its own.
-      for (const char* flag : {"--http", "--grpc"}) {
-        if (std::find(args_.begin(), args_.end(), flag) == args_.end()) {
-          argv.insert(argv.end(), {flag, "127.0.0.1:0"});
-        }
+    std::vector<std::string> argv = {HPO_SERVER_BIN, "--port-file", ports};
+    // Free ports unless the test chose its own.
+    for (const char* flag : {"--http", "--grpc"}) {
+      if (std::find(args_.begin(), args_.end(), flag) == args_.end()) {
+        argv.insert(argv.end(), {flag, "127.0.0.1:0"});
       }
-      argv.insert(argv.end(), args_.begin(), args_.end());
-      std::vector<char*> c;
-      for (auto& a : argv) c.push_back(a.data());
-      c.push_back(nullptr);
-      const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      execv(c[0], c.data());
-      _exit(127);
     }
+    argv.insert(argv.end(), args_.begin(), args_.end());
+    pid_ = Spawn(argv, log_);
     for (int i = 0; i < 400; ++i) {
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {

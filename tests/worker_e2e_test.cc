@@ -14,20 +14,9 @@ using nlohmann::json;
 
 // Starts hpo-worker with `args`; returns its pid. Output goes to `log`.
 pid_t StartWorker(const std::vector<std::string>& args, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    std::vector<std::string> argv = {HPO_WORKER_BIN, "--benchmark-seconds", "0.1", "--heartbeat-ms", "500"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> c;
-    for (auto& a : argv) c.push_back(a.data());
-    c.push_back(nullptr);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execv(c[0], c.data());
-    _exit(127);
-  }
-  return pid;
+  std::vector<std::string> argv = {HPO_WORKER_BIN, "--benchmark-seconds", "0.1", "--heartbeat-ms", "500"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return testing::Spawn(argv, log);
 }
 
 // Waits up to `seconds` for the process to exit; its wait status, or -1.
