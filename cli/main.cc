@@ -383,13 +383,18 @@ int main(int argc, char** argv) {
       json r = Call(o, "GET", "/api/v1/workers");
       std::vector<std::vector<std::string>> rows;
       for (const auto& w : r["workers"]) {
+        std::string running;
+        for (const auto& t : w.value("current_trials", json::array())) {
+          running += (running.empty() ? "" : " ") + Str(t["trial_id"]) + " (" + Str(t["state"]) + ")";
+        }
         for (const auto& d : w["devices"]) {
           std::string speed;
           for (const auto& m : d["measured"]) speed += (speed.empty() ? "" : " ") + Str(m["workload"]) + "=" + Str(m["samples_per_sec"]);
-          rows.push_back({Str(w["id"]), Str(w["host"]), Str(d["device_class"]), Str(d["benchmark_gflops"]), speed});
+          rows.push_back({Str(w["id"]), Str(w["host"]), Str(d["device_class"]), Str(d["benchmark_gflops"]), speed,
+                          running});
         }
       }
-      PrintRows({"worker", "host", "device", "gflops", "samples/s"}, rows, format, r);
+      PrintRows({"worker", "host", "device", "gflops", "samples/s", "current trial"}, rows, format, r);
       return kOk;
     }
     if (logs->parsed()) {

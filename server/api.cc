@@ -232,6 +232,25 @@ HttpResponse RestApi::Route(const HttpRequest& req) {
     if (!speeds.ok()) return fail(speeds.status());
     std::map<Id, std::map<std::string, const store::SpeedObservationRecord*>> latest;
     for (const auto& o : *speeds) latest[o.device_id][o.workload] = &o;
+    // What each worker is running now: leased and running trials of running
+    // experiments, by lease owner.
+    std::map<std::string, json> current;
+    if (auto exps = engine_.store().ListExperiments(0, 10'000); exps.ok()) {
+      for (const auto& e : *exps) {
+        if (e.state != store::ExperimentState::kRunning) continue;
+        for (auto state : {store::TrialState::kLeased, store::TrialState::kRunning}) {
+          store::TrialFilter f;
+          f.state = state;
+          f.limit = 10'000;
+          if (auto ts = engine_.store().ListTrials(e.id, f); ts.ok()) {
+            for (const auto& t : *ts) {
+              current[t.lease_owner].push_back({{"trial_id", t.id}, {"experiment_id", e.id}, {"number", t.number},
+                                                {"state", store::ToString(t.state)}});
+            }
+          }
+        }
+      }
+    }
     json out = json::array();
     for (const auto& w : *workers) {
       json devices = json::array();
@@ -246,9 +265,11 @@ HttpResponse RestApi::Route(const HttpRequest& req) {
                                                 {"observed_ms", o->observed_ms}, {"trial_id", Opt(o->trial_id)}});
         }
       }
+      auto running = current.find(Engine::WorkerOwner(w.id));
       out.push_back({{"id", w.id}, {"host", w.host}, {"labels", ParseOr(w.labels_json, json::object())},
                      {"registered_ms", w.registered_ms}, {"last_seen_ms", w.last_seen_ms},
-                     {"devices", devices}});
+                     {"devices", devices},
+                     {"current_trials", running == current.end() ? json::array() : running->second}});
     }
     return Json(200, {{"workers", out}});
   }

@@ -130,6 +130,14 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
   ASSERT_TRUE(lease(&inflight));
   seen.insert(inflight.trial_id());
   report(inflight, 0);
+  {
+    auto w = HttpRequestOnce(Http(), "GET", "/api/v1/workers");
+    ASSERT_TRUE(w.ok());
+    const json current = json::parse(w->body)["workers"][0]["current_trials"];
+    ASSERT_EQ(current.size(), 1u) << w->body;
+    EXPECT_EQ(current[0]["trial_id"], inflight.trial_id());
+    EXPECT_EQ(current[0]["state"], "running");
+  }
 
   // Drain and restart: SIGTERM exits cleanly and the store keeps everything.
   const int status = server_->Kill(SIGTERM);
