@@ -113,29 +113,8 @@ struct RunResult {
   int trials = 0;
 };
 
-Param Float(const std::string& name, double low, double high, bool log = false) {
-  Param p;
-  p.name = name;
-  p.low = low;
-  p.high = high;
-  p.log = log;
-  return p;
-}
 
-Param Int(const std::string& name, double low, double high, bool log = false) {
-  Param p = Float(name, low, high, log);
-  p.kind = ParamKind::kInt;
-  p.step = 1;
-  return p;
-}
 
-Param Categorical(const std::string& name, std::vector<nlohmann::json> choices) {
-  Param p;
-  p.name = name;
-  p.kind = ParamKind::kCategorical;
-  p.choices = std::move(choices);
-  return p;
-}
 
 // Space 0 ("cnn", good): lr, wd, dropout, width, optimizer {adam, sgd} with
 // momentum under sgd. Space 1 ("mlp", bad): the same plus depth and an
@@ -143,17 +122,17 @@ Param Categorical(const std::string& name, std::vector<nlohmann::json> choices) 
 std::vector<SearchSpace> Spaces() {
   SearchSpace good;
   good.name = "cnn";
-  good.params = {Float("lr", 1e-5, 1, true), Float("wd", 1e-6, 1e-1, true),
-                 Float("dropout", 0, 0.9), Int("width", 16, 1024, true),
-                 Categorical("optimizer", {"adam", "sgd"})};
-  Param momentum = Float("momentum", 0, 0.99);
+  good.params = {Param::Float("lr", 1e-5, 1, true), Param::Float("wd", 1e-6, 1e-1, true),
+                 Param::Float("dropout", 0, 0.9), Param::Int("width", 16, 1024, true),
+                 Param::Categorical("optimizer", {"adam", "sgd"})};
+  Param momentum = Param::Float("momentum", 0, 0.99);
   momentum.parent = 4;
   momentum.parent_choice = 1;
   good.params.push_back(momentum);
   SearchSpace bad = good;
   bad.name = "mlp";
-  bad.params.push_back(Int("depth", 1, 8));
-  bad.params.push_back(Categorical("activation", {"relu", "tanh", "sigmoid"}));
+  bad.params.push_back(Param::Int("depth", 1, 8));
+  bad.params.push_back(Param::Categorical("activation", {"relu", "tanh", "sigmoid"}));
   return {good, bad};
 }
 

@@ -52,6 +52,31 @@ bool ChoiceMatchesKey(const nlohmann::json& choice, const std::string& key) {
 
 // --- Param ------------------------------------------------------------------
 
+Param Param::Float(std::string name, double low, double high, bool log, double step) {
+  Param p;
+  p.name = std::move(name);
+  p.kind = ParamKind::kFloat;
+  p.low = low;
+  p.high = high;
+  p.log = log;
+  p.step = step;
+  return p;
+}
+
+Param Param::Int(std::string name, double low, double high, bool log, double step) {
+  Param p = Float(std::move(name), low, high, log, step);
+  p.kind = ParamKind::kInt;
+  return p;
+}
+
+Param Param::Categorical(std::string name, std::vector<nlohmann::json> choices) {
+  Param p;
+  p.name = std::move(name);
+  p.kind = ParamKind::kCategorical;
+  p.choices = std::move(choices);
+  return p;
+}
+
 double Param::ToUnit(double x) const {
   if (kind == ParamKind::kCategorical) return (x + 0.5) / num_choices();
   double lo, hi;

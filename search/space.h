@@ -43,6 +43,11 @@ struct Param {
   int parent = -1;
   int parent_choice = -1;
 
+  // Named constructors, for code that builds spaces without parsing them.
+  static Param Float(std::string name, double low, double high, bool log = false, double step = 0);
+  static Param Int(std::string name, double low, double high, bool log = false, double step = 1);
+  static Param Categorical(std::string name, std::vector<nlohmann::json> choices);
+
   bool conditional() const { return parent >= 0; }
   int num_choices() const { return static_cast<int>(choices.size()); }
 

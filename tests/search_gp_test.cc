@@ -22,30 +22,8 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-Param Float(const std::string& name, double low, double high, bool log = false, double step = 0) {
-  Param p;
-  p.name = name;
-  p.kind = ParamKind::kFloat;
-  p.low = low;
-  p.high = high;
-  p.log = log;
-  p.step = step;
-  return p;
-}
 
-Param Int(const std::string& name, double low, double high, bool log = false) {
-  Param p = Float(name, low, high, log, 1);
-  p.kind = ParamKind::kInt;
-  return p;
-}
 
-Param Categorical(const std::string& name, std::vector<nlohmann::json> choices) {
-  Param p;
-  p.name = name;
-  p.kind = ParamKind::kCategorical;
-  p.choices = std::move(choices);
-  return p;
-}
 
 Param Under(Param p, int parent, int choice) {
   p.parent = parent;
@@ -76,15 +54,15 @@ bool SameAssignment(const Assignment& a, const Assignment& b) {
 SearchSpace MixedSpace() {
   SearchSpace s;
   s.name = "mixed";
-  s.params.push_back(Float("lr", 1e-5, 1e-1, /*log=*/true));                 // 0
-  s.params.push_back(Float("dropout", 0, 0.5, false, /*step=*/0.05));        // 1
-  s.params.push_back(Int("layers", 1, 6));                                   // 2
-  s.params.push_back(Int("width", 16, 1024, /*log=*/true));                  // 3
-  s.params.push_back(Categorical("optimizer", {"sgd", "adam", "rmsprop"}));  // 4
-  s.params.push_back(Under(Float("momentum", 0, 0.99), 4, 0));               // 5
-  s.params.push_back(Under(Categorical("nesterov", {false, true}), 4, 0));   // 6
-  s.params.push_back(Under(Float("nesterov_damping", 0.1, 1), 6, 1));        // 7
-  s.params.push_back(Under(Float("beta2", 0.9, 0.9999, true), 4, 1));        // 8
+  s.params.push_back(Param::Float("lr", 1e-5, 1e-1, /*log=*/true));                 // 0
+  s.params.push_back(Param::Float("dropout", 0, 0.5, false, /*step=*/0.05));        // 1
+  s.params.push_back(Param::Int("layers", 1, 6));                                   // 2
+  s.params.push_back(Param::Int("width", 16, 1024, /*log=*/true));                  // 3
+  s.params.push_back(Param::Categorical("optimizer", {"sgd", "adam", "rmsprop"}));  // 4
+  s.params.push_back(Under(Param::Float("momentum", 0, 0.99), 4, 0));               // 5
+  s.params.push_back(Under(Param::Categorical("nesterov", {false, true}), 4, 0));   // 6
+  s.params.push_back(Under(Param::Float("nesterov_damping", 0.1, 1), 6, 1));        // 7
+  s.params.push_back(Under(Param::Float("beta2", 0.9, 0.9999, true), 4, 1));        // 8
   return s;
 }
 
@@ -361,7 +339,7 @@ double Quadratic(const Assignment& a) {
 SearchSpace Box(int d, double low, double high) {
   SearchSpace s;
   s.name = "box";
-  for (int i = 0; i < d; ++i) s.params.push_back(Float("x" + std::to_string(i), low, high));
+  for (int i = 0; i < d; ++i) s.params.push_back(Param::Float("x" + std::to_string(i), low, high));
   return s;
 }
 
@@ -489,7 +467,7 @@ void ExpectBeatsRandom(const SearchSpace& space, const std::function<double(cons
 
 TEST(GpSamplerTest, BeatsRandomSearchOnBranin) {
   SearchSpace space;
-  space.params = {Float("x1", -5, 10), Float("x2", 0, 15)};
+  space.params = {Param::Float("x1", -5, 10), Param::Float("x2", 0, 15)};
   ExpectBeatsRandom(space, Branin, 0.397887357729739, 0.1);
 }
 
