@@ -287,6 +287,7 @@ Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id, std::opti
   const auto timer = TimeIf(lease_seconds_);
   HPO_ASSIGN_OR_RETURN(auto experiments, store_.ListExperiments(0, 10'000));
   std::reverse(experiments.begin(), experiments.end());  // oldest first
+  std::optional<FleetView> fleet;  // loaded on first use
   for (const auto& e : experiments) {
     if (e.state != store::ExperimentState::kRunning) continue;
     HPO_ASSIGN_OR_RETURN(Cached * c, Load(e.id));
@@ -294,7 +295,7 @@ Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id, std::opti
     HPO_RETURN_IF_ERROR(Replenish(e.id, *c));
     std::optional<store::TrialRecord> leased;
     if (device_id) {
-      HPO_ASSIGN_OR_RETURN(leased, LeasePlaced(e.id, *c, worker_id, *device_id));
+      HPO_ASSIGN_OR_RETURN(leased, LeasePlaced(e.id, *c, worker_id, *device_id, fleet));
     }
     if (!leased) {
       HPO_ASSIGN_OR_RETURN(leased, store_.LeaseNextTrial({WorkerOwner(worker_id),
@@ -307,7 +308,7 @@ Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id, std::opti
       if (leased->space_id == id) a.space = name;
     }
     if (device_id && !c->spec->system.empty()) {
-      HPO_RETURN_IF_ERROR(StartAtBestSetting(*c->spec, *device_id, a));
+      HPO_RETURN_IF_ERROR(StartAtBestSetting(*c->spec, *device_id, fleet, a));
     }
     // Keep the pool full for the next worker.
     HPO_RETURN_IF_ERROR(Replenish(e.id, *c));
@@ -389,7 +390,9 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
                             {"step", r.step}, {"metrics", r.metrics}, {"samples_per_sec", r.samples_per_sec}});
   }
 
-  // Early stopping on this space's trials, this report included.
+  // Early stopping on this space's trials, this report included. Without a
+  // rule there is nothing to decide, and no reason to read every trial.
+  if (spec.early_stopping == "none") return CoTune(spec, r);
   HPO_ASSIGN_OR_RETURN(auto histories, Histories(trial.experiment_id, spec));
   for (const auto& h : histories) {
     for (const auto& o : h.trials) {
@@ -433,30 +436,38 @@ Result<ReportReply> Engine::CoTune(const ExperimentSpec& spec, const TrialReport
   return reply;
 }
 
+Result<const Engine::FleetView*> Engine::LoadFleet(std::optional<FleetView>& view, Id device_id) {
+  if (view) return &*view;
+  HPO_ASSIGN_OR_RETURN(auto workers, store_.ListWorkers());
+  HPO_ASSIGN_OR_RETURN(auto observations, store_.ListSpeedObservations("", 5000));
+  FleetView v;
+  for (const auto& w : workers) {
+    for (const auto& d : w.devices) {
+      v.fleet.Add(d.device_class);
+      v.model.AddBenchmark(d.device_class, d.benchmark_gflops);
+      if (d.id == device_id) v.device_class = d.device_class;
+    }
+  }
+  for (const auto& o : observations) {
+    const json setting = json::parse(o.system_setting_json, nullptr, false);
+    if (!setting.is_discarded()) {
+      v.model.Observe(o.device_class, o.workload, scheduler::SettingKey(setting), o.samples_per_sec);
+    }
+  }
+  view = std::move(v);
+  return &*view;
+}
+
 Result<std::optional<store::TrialRecord>> Engine::LeasePlaced(Id experiment_id, Cached& c, Id worker_id,
-                                                               Id device_id) {
+                                                               Id device_id, std::optional<FleetView>& view) {
   const ExperimentSpec& spec = *c.spec;
   store::TrialFilter f;
   f.state = TrialState::kPending;
   f.limit = 500;
   HPO_ASSIGN_OR_RETURN(auto pending, store_.ListTrials(experiment_id, f));
   if (pending.size() < 2) return std::optional<store::TrialRecord>();  // nothing to choose
-  // The fleet and what is known of its speed: benchmarks as the prior,
-  // reports as observations.
-  HPO_ASSIGN_OR_RETURN(auto workers, store_.ListWorkers());
-  HPO_ASSIGN_OR_RETURN(auto observations, store_.ListSpeedObservations("", 5000));
-  scheduler::Fleet fleet;
-  scheduler::SpeedModel model;
-  std::string asking_class;
-  for (const auto& w : workers) {
-    for (const auto& d : w.devices) {
-      fleet.Add(d.device_class);
-      model.AddBenchmark(d.device_class, d.benchmark_gflops);
-      if (d.id == device_id) asking_class = d.device_class;
-    }
-  }
-  if (asking_class.empty()) return std::optional<store::TrialRecord>();
-  for (const auto& o : observations) model.Observe(o.device_class, o.workload, "", o.samples_per_sec);
+  HPO_ASSIGN_OR_RETURN(const FleetView* fleet, LoadFleet(view, device_id));
+  if (fleet->device_class.empty()) return std::optional<store::TrialRecord>();
   std::map<Id, std::string> space_names;
   for (const auto& [name, id] : c.space_ids) space_names[id] = name;
   using namespace std::chrono;
@@ -472,7 +483,8 @@ Result<std::optional<store::TrialRecord>> Engine::LeasePlaced(Id experiment_id, 
     pc.waiting_s = (now - t.created_ms) / 1000.0;
     candidates.push_back(std::move(pc));
   }
-  const auto choice = scheduler::PlaceTrial({std::to_string(device_id), asking_class}, fleet, candidates, model);
+  const auto choice = scheduler::PlaceTrial({std::to_string(device_id), fleet->device_class}, fleet->fleet,
+                                            candidates, fleet->model);
   if (!choice) return std::optional<store::TrialRecord>();
   auto leased = store_.LeaseTrial(choice->trial_id, WorkerOwner(worker_id), options_.worker_lease_ms);
   // Another worker may have taken it meanwhile; the caller falls back.
@@ -483,18 +495,11 @@ Result<std::optional<store::TrialRecord>> Engine::LeasePlaced(Id experiment_id, 
   return std::optional<store::TrialRecord>(std::move(leased).value());
 }
 
-Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id, Assignment& a) {
-  HPO_ASSIGN_OR_RETURN(std::string device_class, DeviceClass(device_id));
-  const std::string workload = Workload(spec, a.space);
-  HPO_ASSIGN_OR_RETURN(auto observations, store_.ListSpeedObservations(workload, 2000));
-  scheduler::SpeedModel model;
-  for (const auto& o : observations) {
-    const json setting = json::parse(o.system_setting_json, nullptr, false);
-    if (!setting.is_discarded()) {
-      model.Observe(o.device_class, o.workload, scheduler::SettingKey(setting), o.samples_per_sec);
-    }
-  }
-  auto best = model.BestSetting(device_class, workload, 2);
+Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id, std::optional<FleetView>& view,
+                                  Assignment& a) {
+  HPO_ASSIGN_OR_RETURN(const FleetView* fleet, LoadFleet(view, device_id));
+  if (fleet->device_class.empty()) return Status::OK();
+  auto best = fleet->model.BestSetting(fleet->device_class, Workload(spec, a.space), 2);
   if (!best) return Status::OK();
   // Only the tunable (throughput-only) parameters come from the remembered
   // best; the rest are the trial's own.

@@ -25,6 +25,8 @@
 #include "search/history.h"
 #include "search/pruner.h"
 #include "search/sampler.h"
+#include "scheduler/placement.h"
+#include "scheduler/speed_model.h"
 #include "server/metrics.h"
 #include "server/spec.h"
 #include "server/store/store.h"
@@ -153,16 +155,28 @@ class Engine {
   metrics::Counter* leases_granted_ = nullptr;
   metrics::Counter* leases_empty_ = nullptr;
   Result<std::string> DeviceClass(store::Id device_id);
+  // The fleet as placement and co-tuning see it during one lease: devices
+  // per class, the speed model (benchmarks as the prior, reports by
+  // setting), and the asking device's class (empty: not registered). Read
+  // from the store at most once per lease, and only when needed.
+  struct FleetView {
+    scheduler::Fleet fleet;
+    scheduler::SpeedModel model;
+    std::string device_class;
+  };
+  Result<const FleetView*> LoadFleet(std::optional<FleetView>& view, store::Id device_id);
   // Placement (scheduler/placement.h): the pending trial this device should
   // run given the fleet's measured speeds and the spaces' priorities, leased
   // to the worker. nullopt: no choice to make, or it was taken meanwhile.
   Result<std::optional<store::TrialRecord>> LeasePlaced(store::Id experiment_id, Cached& c,
-                                                        store::Id worker_id, store::Id device_id);
+                                                        store::Id worker_id, store::Id device_id,
+                                                        std::optional<FleetView>& view);
   // Co-tuning after a report: maybe a new system setting for the next epoch.
   Result<ReportReply> CoTune(const ExperimentSpec& spec, const TrialReport& r);
   // Overrides the assignment's tunable system parameters with the fastest
   // setting measured for the device's class and the workload.
-  Status StartAtBestSetting(const ExperimentSpec& spec, store::Id device_id, Assignment& a);
+  Status StartAtBestSetting(const ExperimentSpec& spec, store::Id device_id,
+                            std::optional<FleetView>& view, Assignment& a);
 
   std::mutex mu_;
   std::map<store::Id, std::unique_ptr<Cached>> cache_;  // GUARDED_BY(mu_)
