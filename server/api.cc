@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "server/dashboard.h"
+
 namespace hpo::server {
 
 using nlohmann::json;
@@ -76,6 +78,7 @@ json TrialJson(const store::TrialRecord& t, const std::map<Id, std::string>& spa
             {"params", ParseOr(t.params_json, json::object())},
             {"system", ParseOr(t.system_params_json, json::object())},
             {"state", store::ToString(t.state)},
+            {"priority", t.priority},
             {"attempt", t.attempt},
             {"lease_owner", t.lease_owner},
             {"lease_expires_ms", Opt(t.lease_expires_ms)},
@@ -177,18 +180,35 @@ RestApi::RestApi(Engine& engine, EventBus& events, metrics::Registry& metrics, A
                                          metrics::ExponentialBuckets(0.0005, 2, 14));
 }
 
+bool RestApi::IsDashboardFile(const HttpRequest& req) const {
+  return req.method == "GET" && !options_.web_root.empty() && req.path.rfind("/api/", 0) != 0 &&
+         req.path != "/readyz" && req.path != "/metrics" && req.path != "/openapi.json";
+}
+
+bool RestApi::Authorized(const HttpRequest& req) const {
+  if (options_.token.empty()) return true;
+  // The dashboard's files hold no data, and a browser sends no header when
+  // it opens a page; the data those pages fetch needs the token.
+  if (IsDashboardFile(req)) return true;
+  const std::string auth = req.Header("authorization");
+  const std::string prefix = "Bearer ";
+  if (auth.rfind(prefix, 0) == 0) return SecureEquals(auth.substr(prefix.size()), options_.token);
+  // A browser's EventSource cannot set headers: the event stream (and only
+  // it) also takes the token as ?access_token=.
+  if (req.path == "/api/v1/events") {
+    const auto it = req.query.find("access_token");
+    return it != req.query.end() && SecureEquals(it->second, options_.token);
+  }
+  return false;
+}
+
 HttpResponse RestApi::Handle(const HttpRequest& req) {
   metrics::ScopedTimer timer(*request_seconds_);
   if (req.path == "/healthz") return HttpResponse{200, "text/plain", "ok\n", {}, {}};
-  if (!options_.token.empty()) {
-    const std::string auth = req.Header("authorization");
-    const std::string prefix = "Bearer ";
-    const bool ok = auth.rfind(prefix, 0) == 0 && SecureEquals(auth.substr(prefix.size()), options_.token);
-    if (!ok) {
-      HttpResponse r = ErrorResponse(Status::Unauthenticated("missing or invalid bearer token"));
-      r.headers["WWW-Authenticate"] = "Bearer";
-      return r;
-    }
+  if (!Authorized(req)) {
+    HttpResponse r = ErrorResponse(Status::Unauthenticated("missing or invalid bearer token"));
+    r.headers["WWW-Authenticate"] = "Bearer";
+    return r;
   }
   HttpResponse r = Route(req);
   metrics_
@@ -209,7 +229,7 @@ HttpResponse RestApi::Route(const HttpRequest& req) {
   }
   if (req.path == "/openapi.json") return HttpResponse{200, "application/json", OpenApi(), {}, {}};
   if (req.path.rfind("/api/v1/", 0) != 0) {
-    if (req.method == "GET" && !options_.web_root.empty()) return Static(req);
+    if (IsDashboardFile(req)) return Static(req);
     return ErrorResponse(Status::NotFound("no route for " + req.method + " " + req.path));
   }
 
@@ -326,6 +346,12 @@ HttpResponse RestApi::Route(const HttpRequest& req) {
       if (!*best) return fail(Status::NotFound("experiment " + seg[1] + " has no completed trial yet"));
       return Json(200, TrialJson(**best, SpaceNames(*e)));
     }
+    if (seg.size() == 3 && seg[2] == "measurements" && p.verb.empty() && m == "GET") {
+      return LearningCurves(req, *id);
+    }
+    if (seg.size() == 3 && seg[2] == "system-tuning" && p.verb.empty() && m == "GET") {
+      return SystemTuning(*id);
+    }
     if (seg.size() == 3 && seg[2] == "trials" && p.verb == "suggest" && m == "POST") {
       auto body = Body(req);
       if (!body.ok()) return fail(body.status());
@@ -428,6 +454,32 @@ HttpResponse RestApi::Route(const HttpRequest& req) {
     return no_route();
   }
   return no_route();
+}
+
+HttpResponse RestApi::LearningCurves(const HttpRequest& req, Id experiment_id) {
+  auto spec = engine_.Spec(experiment_id);
+  if (!spec.ok()) return ErrorResponse(spec.status());
+  const auto metric = req.query.find("metric");
+  auto max_points = QueryInt(req, "max_points", 20'000, 1, 1'000'000);
+  if (!max_points.ok()) return ErrorResponse(max_points.status());
+  auto ms = engine_.store().ListExperimentMeasurements(experiment_id);
+  if (!ms.ok()) return ErrorResponse(ms.status());
+  return Json(200, dashboard::LearningCurves(*ms, metric == req.query.end() ? (*spec)->metric : metric->second,
+                                             *max_points));
+}
+
+HttpResponse RestApi::SystemTuning(Id experiment_id) {
+  auto spec = engine_.Spec(experiment_id);
+  if (!spec.ok()) return ErrorResponse(spec.status());
+  std::vector<std::string> workloads;
+  std::vector<store::SpeedObservationRecord> observations;
+  for (const auto& space : (*spec)->spaces) {
+    workloads.push_back(Engine::Workload(**spec, space.name));
+    auto some = engine_.store().ListSpeedObservations(workloads.back(), 5000);
+    if (!some.ok()) return ErrorResponse(some.status());
+    observations.insert(observations.end(), some->begin(), some->end());
+  }
+  return Json(200, dashboard::SystemTuning(observations, workloads, Engine::kMinObservationsToReuseSetting));
 }
 
 HttpResponse RestApi::Events(const HttpRequest&) {

@@ -2,8 +2,10 @@
 // the dashboard's static files, as one HTTP handler over the Engine.
 // Status -> HTTP status conversion happens here and nowhere else.
 //
-// Auth: with a token set, every route except /healthz needs
-// "Authorization: Bearer <token>" (compared in constant time).
+// Auth: with a token set, every route except /healthz and the dashboard's
+// static files needs "Authorization: Bearer <token>"; /api/v1/events also
+// takes it as ?access_token= (a browser's EventSource cannot set headers).
+// Tokens are compared in constant time.
 #pragma once
 
 #include <memory>
@@ -37,9 +39,16 @@ class RestApi {
   static const std::string& OpenApi();
 
  private:
+  // A GET the dashboard's static files answer (a web root is set and the
+  // path is no API, health, metrics or OpenAPI route).
+  bool IsDashboardFile(const HttpRequest& req) const;
+  bool Authorized(const HttpRequest& req) const;
   HttpResponse Route(const HttpRequest& req);
   HttpResponse Static(const HttpRequest& req);
   HttpResponse Events(const HttpRequest& req);
+  // The dashboard's read models (server/dashboard.h).
+  HttpResponse LearningCurves(const HttpRequest& req, store::Id experiment_id);
+  HttpResponse SystemTuning(store::Id experiment_id);
 
   Engine& engine_;
   EventBus& events_;

@@ -499,7 +499,8 @@ Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id, std:
                                   Assignment& a) {
   HPO_ASSIGN_OR_RETURN(const FleetView* fleet, LoadFleet(view, device_id));
   if (fleet->device_class.empty()) return Status::OK();
-  auto best = fleet->model.BestSetting(fleet->device_class, Workload(spec, a.space), 2);
+  auto best = fleet->model.BestSetting(fleet->device_class, Workload(spec, a.space),
+                                       kMinObservationsToReuseSetting);
   if (!best) return Status::OK();
   // Only the tunable (throughput-only) parameters come from the remembered
   // best; the rest are the trial's own.

@@ -85,6 +85,9 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   static std::string WorkerOwner(store::Id worker_id);
   static constexpr const char* kClientOwner = "client";
+  // A trial starts at the fastest system setting measured for its device
+  // class and workload once that setting has this many observations.
+  static constexpr int kMinObservationsToReuseSetting = 2;
 
   // Experiments ------------------------------------------------------------
   // Parses and validates the spec (YAML or JSON); InvalidArgument names the

@@ -9,7 +9,7 @@ const std::string& RestApi::OpenApi() {
   static const std::string kDoc = R"json({
   "openapi": "3.0.3",
   "info": {"title": "HeteroTune", "version": "1",
-           "description": "Hardware-aware hyperparameter search. Errors are {\"error\": {\"code\", \"message\"}}; with a server token every route but /healthz needs 'Authorization: Bearer <token>'."},
+           "description": "Hardware-aware hyperparameter search. Errors are {\"error\": {\"code\", \"message\"}}; with a server token every route but /healthz and the dashboard's static files needs 'Authorization: Bearer <token>' (/api/v1/events also takes ?access_token=, for browsers' EventSource)."},
   "components": {
     "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
     "schemas": {
@@ -26,6 +26,7 @@ const std::string& RestApi::OpenApi() {
       "Trial": {"type": "object", "properties": {"id": {"type": "integer"}, "experiment_id": {"type": "integer"},
         "number": {"type": "integer"}, "space": {"type": "string"}, "params": {"type": "object"},
         "system": {"type": "object"},
+        "priority": {"type": "number", "description": "its search space's share of the budget when the trial was created (search/ranking.h)"},
         "state": {"type": "string", "enum": ["pending", "leased", "running", "completed", "pruned", "failed", "cancelled"]},
         "attempt": {"type": "integer"}, "lease_owner": {"type": "string"},
         "final_metrics": {"type": "object", "nullable": true}, "reason": {"type": "string"},
@@ -64,6 +65,14 @@ const std::string& RestApi::OpenApi() {
     "/api/v1/experiments/{id}/best": {"get": {"summary": "The best completed trial",
       "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
       "responses": {"200": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Trial"}}}, "description": "best trial"}, "404": {"description": "none completed yet"}}}},
+    "/api/v1/experiments/{id}/measurements": {"get": {"summary": "Learning curves: every trial's metric by step, thinned to about max_points points in all (each curve keeps at least its first and last step)",
+      "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}},
+                     {"name": "metric", "in": "query", "schema": {"type": "string"}, "description": "default: the objective's metric"},
+                     {"name": "max_points", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000000, "default": 20000}}],
+      "responses": {"200": {"description": "{metric, points, downsampled, trials: [{trial_id, steps: [...], values: [...]}]}"}, "404": {"description": "no such experiment"}}}},
+    "/api/v1/experiments/{id}/system-tuning": {"get": {"summary": "System-parameter tuning per device class: for each of the experiment's workloads, the settings tried with their mean measured samples/s, and the setting later trials start from",
+      "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
+      "responses": {"200": {"description": "{workloads: [{workload, device_classes: [{device_class, chosen, settings: [{setting, samples_per_sec, observations}]}]}]}"}, "404": {"description": "no such experiment"}}}},
     "/api/v1/experiments/{id}/trials:suggest": {"post": {"summary": "Ask: new trials for a client experiment, leased to the caller",
       "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
       "requestBody": {"content": {"application/json": {"schema": {"type": "object", "properties": {"count": {"type": "integer", "minimum": 1, "maximum": 1000}}}}}},
@@ -83,6 +92,7 @@ const std::string& RestApi::OpenApi() {
       "responses": {"200": {"description": "failed"}}}},
     "/api/v1/workers": {"get": {"summary": "Workers with their devices", "responses": {"200": {"description": "{workers: [...]}"}}}},
     "/api/v1/events": {"get": {"summary": "Server-Sent Events: experiment.created, experiment.finished, trial.created, trial.reported, trial.finished (and lagged when events were dropped)",
+      "parameters": [{"name": "access_token", "in": "query", "schema": {"type": "string"}, "description": "the server token, for clients that cannot send an Authorization header (a browser's EventSource)"}],
       "responses": {"200": {"description": "text/event-stream"}}}}
   }
 })json";

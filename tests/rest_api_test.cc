@@ -9,6 +9,7 @@
 
 #include "common/http_client.h"
 #include "server/api.h"
+#include "server/dashboard.h"
 #include "tests/store_backends.h"
 
 namespace hpo::server {
@@ -183,7 +184,8 @@ TEST_F(RestApiTest, OpenApiDescribesEveryRoute) {
                            "/api/v1/experiments/{id}:cancel", "/api/v1/experiments/{id}/trials",
                            "/api/v1/experiments/{id}/best", "/api/v1/experiments/{id}/trials:suggest",
                            "/api/v1/trials/{id}", "/api/v1/trials/{id}/measurements", "/api/v1/trials/{id}:complete",
-                           "/api/v1/trials/{id}:fail", "/api/v1/workers", "/api/v1/events"}) {
+                           "/api/v1/trials/{id}:fail", "/api/v1/workers", "/api/v1/events",
+                           "/api/v1/experiments/{id}/measurements", "/api/v1/experiments/{id}/system-tuning"}) {
     EXPECT_TRUE(doc["paths"].contains(path)) << path;
   }
   EXPECT_EQ(Call("GET", "/readyz").status, 200);
@@ -233,6 +235,131 @@ TEST_F(RestApiTest, ServesTheWebRootAndNothingOutsideIt) {
     EXPECT_EQ(r.body.find("do not serve"), std::string::npos) << evil;
   }
   std::filesystem::remove_all(root);
+}
+
+TEST_F(RestApiTest, DashboardFilesAndTheEventStreamOpenToABrowser) {
+  const std::string root = ::testing::TempDir() + "/hpo-web-auth-" + std::to_string(getpid());
+  std::filesystem::create_directories(root);
+  std::ofstream(root + "/index.html") << "<html>dashboard</html>";
+  Start("s3cret-token", root);
+  HttpClientOptions browser = client_;
+  browser.token = "";
+  // A page opens without a header; the data behind it stays guarded.
+  EXPECT_EQ(HttpRequestOnce(browser, "GET", "/")->status, 200);
+  EXPECT_EQ(HttpRequestOnce(browser, "GET", "/index.html")->status, 200);
+  EXPECT_EQ(HttpRequestOnce(browser, "GET", "/api/v1/experiments")->status, 401);
+  EXPECT_EQ(HttpRequestOnce(browser, "GET", "/metrics")->status, 401);
+  EXPECT_EQ(HttpRequestOnce(browser, "GET", "/api/v1/experiments?access_token=s3cret-token")->status, 401)
+      << "only the event stream takes the token in the URL";
+  EXPECT_EQ(HttpRequestOnce(browser, "GET", "/api/v1/events?access_token=wrong")->status, 401);
+  bool got = false;
+  std::thread listener([&] {
+    HttpClientOptions o = browser;
+    o.timeout = std::chrono::milliseconds(10'000);
+    Status s = ReadEventStream(o, "/api/v1/events?access_token=s3cret-token",
+                               [&](const std::string& type, const std::string&) {
+                                 got = type == "test.ping";
+                                 return !got;
+                               });
+    EXPECT_TRUE(s.ok()) << s;
+  });
+  for (int i = 0; i < 250 && events_.subscribers() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  events_.Publish("test.ping", json::object());
+  listener.join();
+  EXPECT_TRUE(got);
+  std::filesystem::remove_all(root);
+}
+
+TEST_F(RestApiTest, LearningCurvesAndSystemTuningForTheDashboard) {
+  Start();
+  std::string spec = kClientSpec;
+  spec.replace(spec.find("steps_per_trial: 2"), 18, "steps_per_trial: 10");
+  json created = CallJson("POST", "/api/v1/experiments", 201, spec);
+  const std::string id = std::to_string(created["id"].get<int64_t>());
+  json suggested = CallJson("POST", "/api/v1/experiments/" + id + "/trials:suggest", 200, R"({"count": 3})");
+  ASSERT_EQ(suggested["trials"].size(), 3u);
+  for (const auto& t : suggested["trials"]) {
+    EXPECT_GT(t["priority"].get<double>(), 0) << "the space's share when the trial was created";
+    for (int step = 0; step < 10; ++step) {
+      CallJson("POST", "/api/v1/trials/" + std::to_string(t["id"].get<int64_t>()) + "/measurements", 200,
+               json{{"step", step}, {"metrics", {{"loss", 1.0 / (step + 1)}, {"acc", step * 0.1}}}}.dump());
+    }
+  }
+  json all = CallJson("GET", "/api/v1/experiments/" + id + "/measurements", 200);
+  EXPECT_EQ(all["metric"], "loss");
+  EXPECT_EQ(all["points"], 30);
+  EXPECT_EQ(all["downsampled"], false);
+  ASSERT_EQ(all["trials"].size(), 3u);
+  EXPECT_EQ(all["trials"][0]["trial_id"], suggested["trials"][0]["id"]);
+  EXPECT_DOUBLE_EQ(all["trials"][0]["values"][9].get<double>(), 0.1);
+  // 9 points for 3 trials: 3 per curve, first, middle and last step.
+  json thin = CallJson("GET", "/api/v1/experiments/" + id + "/measurements?metric=acc&max_points=9", 200);
+  EXPECT_EQ(thin["metric"], "acc");
+  EXPECT_EQ(thin["points"], 9);
+  EXPECT_EQ(thin["downsampled"], true);
+  EXPECT_EQ(thin["trials"][2]["steps"], json::parse("[0, 5, 9]"));
+  CallJson("GET", "/api/v1/experiments/" + id + "/measurements?max_points=0", 400);
+  CallJson("GET", "/api/v1/experiments/77/measurements", 404);
+
+  // Speed observations come from workers' reports; write them directly.
+  store::NewWorker w;
+  w.host = "h";
+  store::DeviceInfo device;
+  device.name = "cpu";
+  device.device_class = "cpu:fast";
+  w.devices.push_back(device);
+  auto worker = store_->RegisterWorker(w);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto observe = [&](const std::string& device_class, int threads, double sps) {
+    store::SpeedObservation o;
+    o.device_id = worker->devices[0].id;
+    o.device_class = device_class;
+    o.workload = "client/main";
+    o.system_setting_json = json{{"threads", threads}}.dump();
+    o.samples_per_sec = sps;
+    auto added = store_->AddSpeedObservation(o);
+    ASSERT_TRUE(added.ok()) << added.status();
+  };
+  observe("cpu:fast", 1, 100);
+  observe("cpu:fast", 2, 180);
+  observe("cpu:fast", 2, 220);
+  observe("cpu:fast", 4, 900);  // fastest, but seen once: not reused yet
+  observe("cpu:slow", 1, 50);
+  json tuning = CallJson("GET", "/api/v1/experiments/" + id + "/system-tuning", 200);
+  ASSERT_EQ(tuning["workloads"].size(), 1u);
+  EXPECT_EQ(tuning["workloads"][0]["workload"], "client/main");
+  const json& classes = tuning["workloads"][0]["device_classes"];
+  ASSERT_EQ(classes.size(), 2u);
+  EXPECT_EQ(classes[0]["device_class"], "cpu:fast");
+  EXPECT_EQ(classes[0]["chosen"], json::parse(R"({"threads": 2})"));
+  ASSERT_EQ(classes[0]["settings"].size(), 3u);
+  EXPECT_EQ(classes[0]["settings"][1]["setting"], json::parse(R"({"threads": 2})"));
+  EXPECT_DOUBLE_EQ(classes[0]["settings"][1]["samples_per_sec"].get<double>(), 200);
+  EXPECT_EQ(classes[0]["settings"][1]["observations"], 2);
+  EXPECT_EQ(classes[1]["chosen"], nullptr) << classes.dump();
+}
+
+TEST(DashboardLearningCurves, SkipsStepsWithoutTheMetricAndKeepsEveryTrialsEnds) {
+  std::vector<store::MeasurementRecord> ms;
+  auto add = [&](store::Id trial, int64_t step, const std::string& metrics) {
+    store::MeasurementRecord m;
+    m.trial_id = trial;
+    m.step = step;
+    m.metrics_json = metrics;
+    ms.push_back(m);
+  };
+  for (int step = 0; step < 100; ++step) add(1, step, json{{"loss", step}}.dump());
+  add(2, 0, R"({"acc": 1})");
+  add(2, 1, R"({"loss": "nan"})");
+  add(2, 2, R"({"loss": 7})");
+  json c = dashboard::LearningCurves(ms, "loss", 10);
+  ASSERT_EQ(c["trials"].size(), 2u);
+  EXPECT_EQ(c["trials"][0]["steps"].size(), 5u);
+  EXPECT_EQ(c["trials"][0]["steps"].front(), 0);
+  EXPECT_EQ(c["trials"][0]["steps"].back(), 99);
+  EXPECT_EQ(c["trials"][1]["steps"], json::parse("[2]"));
+  EXPECT_EQ(c["points"], 6);
+  EXPECT_TRUE(dashboard::LearningCurves({}, "loss", 10)["trials"].empty());
 }
 
 }  // namespace
