@@ -1,0 +1,73 @@
+// The dashboard's computations (web/js/analysis.js) under node:test.
+import assert from 'node:assert/strict';
+import test from 'node:test';
+
+import { bestSoFar, fleetUtilization, importance, spaceHistory, tableRows } from '../../web/js/analysis.js';
+
+const trial = (number, state, loss, params = {}, extra = {}) => ({
+  number, state, params, space: 'a', priority: 0.5, final_metrics: loss === null ? null : { loss },
+  started_ms: 1000 * number, finished_ms: 1000 * number + 500, ...extra,
+});
+
+test('best so far follows the direction and skips unfinished and pruned trials', () => {
+  const trials = [trial(0, 'completed', 3), trial(1, 'pruned', 0.1), trial(2, 'completed', 2),
+                  trial(3, 'running', null), trial(4, 'completed', 5)];
+  assert.deepEqual(bestSoFar(trials, 'loss', 'minimize').byTrial, [[0, 3], [2, 2], [4, 2]]);
+  assert.deepEqual(bestSoFar(trials, 'loss', 'maximize').byTrial, [[0, 3], [2, 3], [4, 5]]);
+  assert.deepEqual(bestSoFar(trials, 'loss', 'minimize').byTime.map(([, v]) => v), [3, 2, 2]);
+});
+
+test('importance finds the parameter that drives the objective', () => {
+  const trials = [];
+  for (let i = 0; i < 100; i++) {
+    const x = i / 100;
+    const noise = ((i * 7919) % 100) / 100;  // unrelated to the objective
+    const color = ['red', 'green'][i % 2];   // categorical, no effect
+    trials.push(trial(i, 'completed', 10 * x * x, { x, noise, color }));
+  }
+  const rows = importance(trials, 'loss');
+  assert.equal(rows[0].param, 'x');
+  assert.ok(rows[0].importance > 0.9, `x explains most: ${rows[0].importance}`);
+  for (const r of rows.slice(1)) assert.ok(r.importance < 0.2, `${r.param}: ${r.importance}`);
+  assert.equal(rows.find((r) => r.param === 'color').trials, 100);
+});
+
+test('importance keeps equal values in one bin and leaves out parameters it cannot judge', () => {
+  const trials = [0, 0, 0, 0, 1, 1].map((x, i) => trial(i, 'completed', x, { x, only: i === 0 ? 1 : undefined }));
+  for (const t of trials) if (t.params.only === undefined) delete t.params.only;
+  const rows = importance(trials, 'loss');
+  assert.deepEqual(rows.map((r) => r.param), ['x']);
+  assert.equal(rows[0].importance, 1);
+});
+
+test('space history: priorities as set and shares of trials so far', () => {
+  const trials = [trial(0, 'completed', 1, {}, { space: 'a', priority: 0.5 }),
+                  trial(1, 'completed', 1, {}, { space: 'b', priority: 0.5 }),
+                  trial(2, 'completed', 1, {}, { space: 'a', priority: 0.8 }),
+                  trial(3, 'pending', null, {}, { space: 'a', priority: 0.8 })];
+  const h = spaceHistory(trials, ['a', 'b']);
+  assert.deepEqual(h.a.priority, [[0, 0.5], [2, 0.8], [3, 0.8]]);
+  assert.deepEqual(h.b.share, [[0, 0], [1, 0.5], [2, 1 / 3], [3, 0.25]]);
+  const thinned = spaceHistory(Array.from({ length: 5000 }, (_, i) => trial(i, 'pending', null)), ['a'], 100);
+  assert.ok(thinned.a.share.length <= 101);
+  assert.deepEqual(thinned.a.share.at(-1), [4999, 1]);
+});
+
+test('table rows filter, sort either way, and keep missing values last', () => {
+  const trials = [trial(0, 'completed', 3), trial(1, 'pruned', null), trial(2, 'completed', 1, {}, { space: 'b' })];
+  const by = (o) => tableRows(trials, { metric: 'loss', ...o }).map((t) => t.number);
+  assert.deepEqual(by({ sort: 'objective' }), [2, 0, 1]);
+  assert.deepEqual(by({ sort: 'objective', descending: true }), [0, 2, 1]);
+  assert.deepEqual(by({ state: 'completed' }), [0, 2]);
+  assert.deepEqual(by({ space: 'b' }), [2]);
+});
+
+test('fleet utilization counts one trial per device', () => {
+  const u = fleetUtilization([
+    { id: 1, host: 'a', devices: [{}, {}], current_trials: [{}] },
+    { id: 2, host: 'b', devices: [{}], current_trials: [] },
+  ]);
+  assert.equal(u.devices, 3);
+  assert.equal(u.busy, 1);
+  assert.equal(u.perWorker[0].utilization, 0.5);
+});

@@ -1,0 +1,379 @@
+// The dashboard in real headless Chromium (playwright-core) against a real
+// hpo-server with a token, a real hpo-worker and data made through the API:
+//   * experiments page: table rows and the trials-by-state chart;
+//   * a finished client experiment (3 spaces, steps, pruned trials): every
+//     chart holds data and paints pixels, the table sorts and filters, and a
+//     trial completed over REST shows up live, without a reload;
+//   * a command experiment run by the worker: system-parameter tuning;
+//   * fleet: the worker, its device and measured speed;
+//   * 10,000 trials: the page loads and the table sorts (times printed as
+//     `bench=dashboard ...`, not asserted tightly).
+// Screenshots go to --out. Usage (ctest runs it, see tests/CMakeLists.txt):
+//   node tests/web/dashboard.test.mjs --server build/server/hpo-server \
+//     --worker build/worker/hpo-worker --web-root web --out build/web-screenshots
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { parseArgs } from 'node:util';
+
+const { values: args } = parseArgs({
+  options: {
+    server: { type: 'string' }, worker: { type: 'string' }, 'web-root': { type: 'string' },
+    out: { type: 'string' }, chromium: { type: 'string', default: '/usr/bin/chromium' },
+  },
+});
+for (const required of ['server', 'worker', 'web-root', 'out']) {
+  if (!args[required]) throw new Error(`--${required} is required`);
+}
+
+// playwright-core is a devDependency of the dashboard's package (web/).
+const { chromium } = createRequire(path.resolve(args['web-root'], 'package.json'))('playwright-core');
+
+const TOKEN = 'dashboard-test-token';
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hpo-dashboard-'));
+const children = [];
+let failed = false;
+
+// Whatever happens, the server and worker do not outlive the test.
+process.on('exit', () => {
+  for (const { child } of children) child.kill('SIGKILL');
+});
+
+function log(...xs) {
+  console.log(`[${(process.uptime()).toFixed(1)}s]`, ...xs);
+}
+
+function start(bin, argv, name) {
+  const out = fs.openSync(path.join(dir, `${name}.log`), 'w');
+  const child = spawn(bin, argv, { stdio: ['ignore', out, out] });
+  children.push({ child, name });
+  return child;
+}
+
+async function waitFor(what, fn, timeoutMs = 30000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+// --- the server and the REST client ------------------------------------
+const db = path.join(dir, 'hpo.db');
+start(args.server, ['--store', `sqlite://${db}`, '--http', '127.0.0.1:0', '--grpc', '127.0.0.1:0',
+                    '--port-file', path.join(dir, 'ports.json'), '--web-root', args['web-root'],
+                    '--token', TOKEN, '--lease-timeout', '600'], 'server');
+const ports = await waitFor('the server to listen', () => {
+  try {
+    return JSON.parse(fs.readFileSync(path.join(dir, 'ports.json'), 'utf8'));
+  } catch {
+    return null;
+  }
+});
+const base = `http://127.0.0.1:${ports.http}`;
+
+async function api(method, p, body) {
+  const r = await fetch(base + p, {
+    method, headers: { Authorization: `Bearer ${TOKEN}` }, body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const j = await r.json();
+  if (!r.ok) throw new Error(`${method} ${p}: ${r.status} ${JSON.stringify(j)}`);
+  return j;
+}
+
+// --- data ---------------------------------------------------------------
+// A client experiment over three spaces with per-step reports; the median
+// rule prunes some. The last trial stays open for the live-update check.
+const MIXED_TRIALS = 36;
+const mixed = await api('POST', '/api/v1/experiments', {
+  name: 'mixed-spaces', objective: { metric: 'loss', direction: 'minimize' },
+  spaces: [
+    { name: 'mlp', params: { lr: { type: 'float', low: 1e-4, high: 1, log: true }, width: { type: 'int', low: 8, high: 256 } } },
+    { name: 'cnn', params: { lr: { type: 'float', low: 1e-4, high: 1, log: true },
+                             optimizer: { type: 'categorical', choices: ['sgd', 'adam'] } } },
+    { name: 'linear', params: { l2: { type: 'float', low: 0, high: 1 } } },
+  ],
+  algorithm: { sampler: 'tpe', seed: 3 },
+  early_stopping: { rule: 'median', startup_trials: 4, warmup_steps: 2 },
+  budget: { max_trials: MIXED_TRIALS, max_parallel: 4, steps_per_trial: 8 },
+  executor: { client: {} },
+});
+
+function lossOf(t, step) {
+  const p = t.params;
+  const base = { mlp: Math.abs(Math.log10(p.lr ?? 1) + 2) * 0.3 + 64 / (p.width ?? 64) * 0.05,
+                 cnn: Math.abs(Math.log10(p.lr ?? 1) + 2.5) * 0.25 + (p.optimizer === 'adam' ? 0 : 0.2),
+                 linear: 0.6 + (p.l2 ?? 0) * 0.3 }[t.space];
+  return base + 1 / (step + 1);
+}
+
+async function runTrial(t, { complete = true } = {}) {
+  for (let step = 0; step < 8; step++) {
+    const d = await api('POST', `/api/v1/trials/${t.id}/measurements`,
+                        { step, metrics: { loss: lossOf(t, step) }, samples_per_sec: 100 });
+    if (d.decision !== 'continue') return;
+    if (!complete) return;  // one step: too early for the median rule to prune it
+  }
+  if (complete) await api('POST', `/api/v1/trials/${t.id}:complete`, {});
+}
+
+let open = null;
+for (let made = 0; made < MIXED_TRIALS;) {
+  const { trials } = await api('POST', `/api/v1/experiments/${mixed.id}/trials:suggest`, { count: 4 });
+  for (const t of trials) {
+    made++;
+    if (made === MIXED_TRIALS) {
+      open = t;
+      await runTrial(t, { complete: false });
+    } else {
+      await runTrial(t);
+    }
+  }
+}
+const mixedTrials = (await api('GET', `/api/v1/experiments/${mixed.id}/trials?limit=1000`)).trials;
+const pruned = mixedTrials.filter((t) => t.state === 'pruned').length;
+log(`mixed-spaces: ${mixedTrials.length} trials, ${pruned} pruned`);
+assert.ok(pruned > 0, 'the median rule pruned some trials');
+
+// A command experiment run by a real worker: its program reports
+// samples/s that grow with the co-tuned `threads`, so the server measures
+// each setting per device class.
+const script = path.join(dir, 'train.sh');
+fs.writeFileSync(script, `#!/bin/sh
+for step in 1 2 3 4 5 6; do
+  threads=$(sed -n 's/.*"threads": *\\([0-9]*\\).*/\\1/p' "$HPO_SYSTEM_FILE")
+  echo "hpo: step=$step loss=$(awk "BEGIN{print ($1-0.3)^2 + 1/$step}") samples_per_sec=$((100 * threads + 7 * step)) threads=$threads"
+  sleep 0.05
+done
+`, { mode: 0o755 });
+const tuned = await api('POST', '/api/v1/experiments', {
+  name: 'co-tuned-command', objective: { metric: 'loss' },
+  spaces: [{ name: 'quad', params: { x: { type: 'float', low: 0, high: 1 } } }],
+  system: { threads: { type: 'int', low: 1, high: 4 } },
+  algorithm: { sampler: 'random', seed: 5 },
+  budget: { max_trials: 4, max_parallel: 1, steps_per_trial: 6 },
+  executor: { command: { argv: [script, '{x}'], timeout_s: 60 } },
+});
+start(args.worker, ['--server', `127.0.0.1:${ports.grpc}`, '--token', TOKEN, '--device', 'cpu',
+                    '--labels', 'pool=test', '--benchmark-seconds', '0.2'], 'worker');
+
+// 10,000 trials. Through REST that is 40,000 calls (minutes on 2 cores);
+// this check is about reading them, so they are written straight into the
+// SQLite file, in the schema of sql/sqlite/, in one transaction.
+const BIG = 10000;
+const big = await api('POST', '/api/v1/experiments', {
+  name: 'ten-thousand', objective: { metric: 'loss' },
+  spaces: [{ name: 'a', params: { x: { type: 'float', low: 0, high: 1 }, y: { type: 'int', low: 1, high: 64 } } },
+           { name: 'b', params: { z: { type: 'categorical', choices: ['p', 'q', 'r'] } } }],
+  algorithm: { sampler: 'random', seed: 1 }, budget: { max_trials: BIG, steps_per_trial: 5 },
+  executor: { client: {} },
+});
+execFileSync('sqlite3', [db], {
+  input: `PRAGMA busy_timeout = 10000;
+BEGIN IMMEDIATE;
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ${BIG - 1})
+INSERT INTO trials (experiment_id, space_id, number, params, system_params, state, priority, attempt,
+                    created_ms, started_ms, finished_ms, updated_ms, final_metrics, reason)
+SELECT ${big.id}, (SELECT id FROM search_spaces WHERE experiment_id = ${big.id} AND name = IIF(i % 3 = 0, 'b', 'a')),
+       i,
+       IIF(i % 3 = 0, json_object('z', IIF(i % 2 = 0, 'p', 'q')), json_object('x', (i * 37 % 1000) / 1000.0, 'y', 1 + i % 64)),
+       '{}', IIF(i % 5 = 0, 'pruned', 'completed'), IIF(i % 3 = 0, 0.3, 0.7), 1,
+       1700000000000 + i * 1000, 1700000000000 + i * 1000, 1700000000000 + i * 1000 + 900, 1700000000000 + i * 1000 + 900,
+       json_object('loss', ((i * 37 % 1000) / 1000.0 - 0.3) * ((i * 37 % 1000) / 1000.0 - 0.3) + (i % 7) / 100.0),
+       IIF(i % 5 = 0, 'pruned by median at step 2', '')
+FROM n;
+WITH RECURSIVE s(step) AS (SELECT 0 UNION ALL SELECT step + 1 FROM s WHERE step < 4)
+INSERT INTO measurements (trial_id, step, metrics, created_ms)
+SELECT t.id, s.step, json_object('loss', json_extract(t.final_metrics, '$.loss') + 1.0 / (s.step + 1)), t.finished_ms
+FROM trials t, s WHERE t.experiment_id = ${big.id} AND (t.state = 'completed' OR s.step <= 2);
+UPDATE experiments SET next_number = ${BIG}, state = 'completed', reason = 'budget reached',
+       finished_ms = updated_ms WHERE id = ${big.id};
+COMMIT;
+`,
+});
+log(`ten-thousand: ${BIG} trials written`);
+
+// --- the browser ----------------------------------------------------------
+const browser = await chromium.launch({
+  executablePath: args.chromium, headless: true,
+  args: process.getuid?.() === 0 ? ['--no-sandbox'] : [],
+});
+const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
+const consoleErrors = [];
+page.on('console', (m) => m.type() === 'error' && consoleErrors.push(m.text()));
+page.on('pageerror', (e) => consoleErrors.push(e.message));
+fs.mkdirSync(args.out, { recursive: true });
+
+async function screenshot(name) {
+  const file = path.join(args.out, `${name}.png`);
+  await page.screenshot({ path: file, fullPage: true });
+  log(`screenshot ${path.resolve(file)}`);
+}
+
+// Waits for the page's next completed render (app.js counts them).
+async function rendered(after = 0, timeout = 60000) {
+  await page.waitForFunction((n) => Number(document.getElementById('view').dataset.renders) > n ||
+                                   document.querySelector('#view .error'), after, { timeout });
+  const error = await page.$('#view .error');
+  if (error) throw new Error(`the page shows an error: ${await error.textContent()}\n${consoleErrors.join('\n')}`);
+  return Number(await page.$eval('#view', (v) => v.dataset.renders));
+}
+
+// What each registered chart draws: the data length of every series, and
+// how many of its canvas pixels are painted.
+async function drawn(name) {
+  return page.evaluate((n) => {
+    const c = window.hpoCharts.get(n);
+    if (!c) return null;
+    const series = c.getOption().series.map((s) => (s.data ?? []).length);
+    const canvas = c.getDom().querySelector('canvas');
+    const ctx = canvas.getContext('2d');
+    const { data } = ctx.getImageData(0, 0, canvas.width, canvas.height);
+    let painted = 0;
+    for (let i = 3; i < data.length; i += 4) if (data[i] > 0) painted++;
+    return { series, painted, pixels: canvas.width * canvas.height };
+  }, name);
+}
+
+async function assertChart(name, check) {
+  const d = await drawn(name);
+  assert.ok(d, `chart ${name} exists`);
+  assert.ok(d.painted > 0.002 * d.pixels, `chart ${name} paints pixels: ${d.painted} of ${d.pixels}`);
+  check?.(d.series);
+  log(`chart ${name}: series data ${JSON.stringify(d.series)}, ${d.painted} pixels painted`);
+}
+
+const sum = (xs) => xs.reduce((a, b) => a + b, 0);
+
+try {
+  // The token arrives in the link, is kept, and leaves the address bar.
+  await page.goto(`${base}/?token=${TOKEN}#/`);
+  await rendered();
+  assert.equal(new URL(page.url()).searchParams.get('token'), null);
+  await page.waitForFunction(() => document.getElementById('live').textContent === 'live');
+  assert.equal(await page.$$eval('#experiments tbody tr', (rows) => rows.length), 3);
+  await assertChart('experiments.states', (s) => assert.ok(sum(s) === 7 * 3, 'seven states, three experiments'));
+  await screenshot('experiments');
+
+  // One experiment.
+  await page.evaluate(() => { window.notReloaded = true; });
+  await page.goto(`${base}/#/experiments/${mixed.id}`);
+  await page.evaluate(() => { window.notReloaded = true; });
+  let renders = await rendered();
+  const completed = mixedTrials.filter((t) => t.state === 'completed').length;
+  await assertChart('experiment.bestByTrial', (s) => assert.deepEqual(s, [completed, completed]));
+  await assertChart('experiment.bestByTime', (s) => assert.deepEqual(s, [completed, completed]));
+  await assertChart('experiment.curves', (s) => {
+    assert.equal(s[0] + s[1] + s[2], mixedTrials.length, 'a curve per trial');
+    assert.equal(s[1], pruned, 'pruned curves apart');
+    assert.equal(s[3], pruned, 'a marker where each pruned trial stopped');
+  });
+  const firstSpace = mixedTrials.filter((t) => t.space === 'mlp' && t.state === 'completed').length;
+  await assertChart('experiment.parallel', (s) => assert.deepEqual(s, [firstSpace]));
+  await assertChart('experiment.spaces', (s) => {
+    assert.equal(s.length, 6, 'priority and share per space');
+    assert.ok(s.every((n) => n > 0));
+  });
+  await assertChart('experiment.importance', (s) => assert.ok(s[0] >= 3, 'lr, width, optimizer, l2'));
+  assert.equal(await page.$$eval('#trials tbody tr', (rows) => rows.length), mixedTrials.length);
+
+  // Sort by the objective, both ways; filter by state and by space.
+  const objectiveCells = () => page.$$eval('#trials tbody tr td:nth-child(4)', (tds) => tds.map((td) => td.textContent));
+  await page.click('#trials th[data-sort="objective"]');
+  const ascending = (await objectiveCells()).filter((v) => v !== '–').map(Number);
+  assert.deepEqual(ascending, [...ascending].sort((a, b) => a - b));
+  await page.click('#trials th[data-sort="objective"]');
+  const descending = (await objectiveCells()).filter((v) => v !== '–').map(Number);
+  assert.deepEqual(descending, [...descending].sort((a, b) => b - a));
+  await page.selectOption('#filter-state', 'pruned');
+  assert.equal(await page.$$eval('#trials tbody tr', (rows) => rows.length), pruned);
+  await page.selectOption('#filter-state', '');
+  await page.selectOption('#filter-space', 'linear');
+  const spaces = await page.$$eval('#trials tbody tr td:nth-child(3)', (tds) => tds.map((td) => td.textContent));
+  assert.ok(spaces.length > 0 && spaces.every((s) => s === 'linear'));
+  await page.selectOption('#filter-space', '');
+  await page.selectOption('#parallel-space', 'cnn');
+  await assertChart('experiment.parallel', (s) =>
+    assert.deepEqual(s, [mixedTrials.filter((t) => t.space === 'cnn' && t.state === 'completed').length]));
+
+  // Live: finishing the open trial over REST updates the page in place.
+  const stateOfOpen = () => page.$eval(`#trials tbody tr[data-number="${open.number}"] td:nth-child(2)`,
+                                       (td) => td.textContent);
+  assert.notEqual(await stateOfOpen(), 'completed');
+  const before = await drawn('experiment.bestByTrial');
+  await api('POST', `/api/v1/trials/${open.id}:complete`, {});
+  const t0 = Date.now();
+  await page.waitForFunction((n) => {
+    const row = document.querySelector(`#trials tbody tr[data-number="${n}"] td:nth-child(2)`);
+    return row?.textContent === 'completed';
+  }, open.number, { timeout: 15000 });
+  renders = await rendered(renders);
+  log(`live update shown ${Date.now() - t0} ms after the trial completed`);
+  assert.equal(await page.evaluate(() => window.notReloaded), true, 'no reload');
+  const after = await drawn('experiment.bestByTrial');
+  assert.equal(after.series[0], before.series[0] + 1, 'the completed trial is drawn');
+  await page.waitForFunction(() => document.querySelector('#summary .state')?.textContent === 'completed');
+  await screenshot('experiment');
+
+  // The worker's experiment: system-parameter tuning per device class.
+  await waitFor('the worker to finish the command experiment', async () =>
+    (await api('GET', `/api/v1/experiments/${tuned.id}`)).state !== 'running', 90000);
+  const tuning = await api('GET', `/api/v1/experiments/${tuned.id}/system-tuning`);
+  const settings = tuning.workloads[0].device_classes[0]?.settings ?? [];
+  assert.ok(settings.length >= 2, `several thread counts measured: ${JSON.stringify(tuning)}`);
+  await page.goto(`${base}/#/experiments/${tuned.id}`);
+  await rendered();
+  await assertChart('experiment.tuning', (s) => assert.equal(s[0], settings.length));
+  await assertChart('experiment.curves', (s) => assert.equal(sum(s.slice(0, 3)), 4));
+  await page.locator('#tuning').scrollIntoViewIfNeeded();
+  await screenshot('experiment-system-tuning');
+
+  // Fleet.
+  await page.goto(`${base}/#/fleet`);
+  await rendered();
+  assert.equal(await page.$$eval('#workers tbody tr', (rows) => rows.length), 1);
+  const workerRow = await page.$eval('#workers tbody tr', (tr) => tr.textContent);
+  assert.ok(workerRow.includes('pool=test') && workerRow.includes('train.sh/quad'), workerRow);
+  await assertChart('fleet.speed', (s) => assert.ok(s[0] >= 1 && s[1] >= 1));
+  await assertChart('fleet.utilization', (s) => assert.deepEqual(s, [1]));
+  await screenshot('fleet');
+
+  // 10,000 trials.
+  const loadStart = Date.now();
+  await page.goto(`${base}/#/experiments/${big.id}`);
+  await rendered(0, 120000);
+  const loadMs = Date.now() - loadStart;
+  await assertChart('experiment.curves', (s) => assert.equal(s[0] + s[1], BIG));
+  await assertChart('experiment.bestByTrial', (s) => assert.equal(s[0], BIG - BIG / 5));
+  assert.equal(await page.$$eval('#trials tbody tr', (rows) => rows.length), 50, 'one page of the table');
+  const sortStart = Date.now();
+  await page.click('#trials th[data-sort="objective"]');
+  await page.waitForFunction(() => document.querySelector('#trials th[data-sort="objective"]').textContent.includes('▲'));
+  const sortMs = Date.now() - sortStart;
+  const frameMs = await page.evaluate(() => new Promise((resolve) => {
+    const t = performance.now();
+    requestAnimationFrame(() => resolve(performance.now() - t));
+  }));
+  console.log(`bench=dashboard trials=${BIG} load_ms=${loadMs} sort_ms=${sortMs} next_frame_ms=${frameMs.toFixed(0)}`);
+  assert.ok(loadMs < 90000, `the 10,000-trial page loads within 90 s (${loadMs} ms)`);
+  await screenshot('experiment-10000-trials');
+
+  assert.deepEqual(consoleErrors, [], 'no errors in the browser console');
+  log('ok');
+} catch (e) {
+  failed = true;
+  console.error(e);
+  await screenshot('failure').catch(() => {});
+  for (const { name } of children) {
+    console.error(`--- ${name}.log (tail) ---\n${fs.readFileSync(path.join(dir, `${name}.log`), 'utf8').slice(-3000)}`);
+  }
+} finally {
+  await browser.close();
+  fs.rmSync(dir, { recursive: true, force: true });
+}
+process.exit(failed ? 1 : 0);

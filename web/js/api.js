@@ -1,0 +1,81 @@
+// The REST API as the dashboard uses it: JSON GETs with the bearer token,
+// and the live event stream.
+//
+// The token: a link with ?token=T stores T in localStorage (and drops it from
+// the address bar); the token form does the same. Every fetch sends it as
+// "Authorization: Bearer T". EventSource cannot send headers, so the event
+// stream gets it as ?access_token=T, which hpo-server accepts on that route
+// only.
+
+const TOKEN_KEY = 'heterotune.token';
+
+export class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+export function takeTokenFromUrl() {
+  const url = new URL(location.href);
+  const t = url.searchParams.get('token');
+  if (t === null) return;
+  setToken(t);
+  url.searchParams.delete('token');
+  history.replaceState(null, '', url);
+}
+
+export function setToken(t) {
+  if (t) localStorage.setItem(TOKEN_KEY, t);
+  else localStorage.removeItem(TOKEN_KEY);
+}
+
+function token() {
+  return localStorage.getItem(TOKEN_KEY) || '';
+}
+
+export async function getJson(path) {
+  const headers = {};
+  if (token()) headers.Authorization = `Bearer ${token()}`;
+  const r = await fetch(path, { headers });
+  const body = await r.json().catch(() => null);
+  if (!r.ok) throw new ApiError(r.status, body?.error?.message ?? `${r.status} ${r.statusText}`);
+  return body;
+}
+
+// GET that answers null for a 404 (e.g. "no completed trial yet").
+export async function getJsonOrNull(path) {
+  try {
+    return await getJson(path);
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 404) return null;
+    throw e;
+  }
+}
+
+// Every trial of an experiment, in pages of the server's largest size.
+export async function allTrials(experimentId) {
+  const page = 10000;
+  const out = [];
+  for (let offset = 0; ; offset += page) {
+    const r = await getJson(`/api/v1/experiments/${experimentId}/trials?offset=${offset}&limit=${page}`);
+    out.push(...r.trials);
+    if (r.trials.length < page) return out;
+  }
+}
+
+export const EVENT_TYPES = ['experiment.created', 'experiment.finished', 'trial.created', 'trial.reported',
+                            'trial.finished', 'lagged'];
+
+// Opens /api/v1/events; calls onEvent(type, data) per event and
+// onStatus('on' | 'connecting' | 'off'). EventSource reconnects by itself.
+export function subscribe(onEvent, onStatus) {
+  const url = token() ? `/api/v1/events?access_token=${encodeURIComponent(token())}` : '/api/v1/events';
+  const source = new EventSource(url);
+  source.onopen = () => onStatus('on');
+  source.onerror = () => onStatus(source.readyState === EventSource.CLOSED ? 'off' : 'connecting');
+  for (const type of EVENT_TYPES) {
+    source.addEventListener(type, (e) => onEvent(type, JSON.parse(e.data)));
+  }
+  return source;
+}

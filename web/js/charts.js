@@ -1,0 +1,61 @@
+// Apache ECharts, loaded from the npm package under the web root (pinned by
+// web/package-lock.json; scripts/setup runs `npm ci`). Canvas rendering, so
+// tens of thousands of points stay cheap.
+//
+// Every chart is registered by name in window.hpoCharts (name -> ECharts
+// instance): the browser tests read the drawn series from there, and it is
+// handy in the console.
+import * as echarts from '/node_modules/echarts/dist/echarts.esm.min.mjs';
+
+export { echarts };
+
+const registry = new Map();
+window.hpoCharts = registry;
+
+export const PALETTE = ['#2f6fde', '#e8772e', '#1a9b5c', '#9b59b6', '#d63b5a', '#0f9bb4', '#8c6d1f', '#5b6474'];
+
+// The chart drawn in `el`, created on first use. A page that redrew its
+// markup gets a new instance; the one on the old element is disposed.
+export function chart(el, name) {
+  const old = registry.get(name);
+  if (old && old.getDom() !== el) old.dispose();
+  const c = echarts.getInstanceByDom(el) ?? echarts.init(el, null, { renderer: 'canvas' });
+  registry.set(name, c);
+  return c;
+}
+
+export function disposeCharts() {
+  for (const c of registry.values()) c.dispose();
+  registry.clear();
+}
+
+window.addEventListener('resize', () => {
+  for (const c of registry.values()) c.resize();
+});
+
+export const baseOption = {
+  animation: false,
+  color: PALETTE,
+  grid: { left: 56, right: 24, top: 36, bottom: 40, containLabel: true },
+  tooltip: { trigger: 'item', confine: true },
+};
+
+export function formatNumber(v, digits = 4) {
+  if (v === null || v === undefined || Number.isNaN(v)) return '–';
+  if (typeof v !== 'number') return String(v);
+  if (Number.isInteger(v)) return String(v);
+  const a = Math.abs(v);
+  return a !== 0 && (a < 1e-3 || a >= 1e5) ? v.toExponential(digits - 1) : v.toPrecision(digits).replace(/\.?0+$/, '');
+}
+
+export function formatTime(ms) {
+  return ms ? new Date(ms).toLocaleString() : '–';
+}
+
+export function formatDuration(ms) {
+  if (ms === null || ms === undefined) return '–';
+  const s = ms / 1000;
+  if (s < 60) return `${s.toFixed(1)} s`;
+  if (s < 3600) return `${(s / 60).toFixed(1)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}

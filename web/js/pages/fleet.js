@@ -1,0 +1,112 @@
+// The fleet: workers, their devices, measured samples/s per workload, what
+// each is running now and how busy it is. Workers register and heartbeat
+// over gRPC, which sends no events, so the page is also polled (pollMs).
+import { getJson } from '../api.js';
+import { fleetUtilization } from '../analysis.js';
+import { baseOption, chart, formatNumber, formatTime } from '../charts.js';
+import { html, setHtml } from '../dom.js';
+
+export class FleetPage {
+  constructor(root) {
+    this.root = root;
+    this.pollMs = 10000;
+  }
+
+  wants(type) {
+    return type.startsWith('trial.');
+  }
+
+  async refresh() {
+    const { workers } = await getJson('/api/v1/workers');
+    const use = fleetUtilization(workers);
+    const now = Date.now();
+    setHtml(this.root, html`
+      <div id="fleet">
+        <h1>Fleet</h1>
+        <div class="summary">
+          <div><span class="muted">workers</span><b>${workers.length}</b></div>
+          <div><span class="muted">devices</span><b>${use.devices}</b></div>
+          <div><span class="muted">busy devices</span><b>${use.busy}</b></div>
+          <div><span class="muted">utilization</span><b id="utilization">${Math.round(100 * use.utilization)}%</b></div>
+        </div>
+        ${workers.length === 0 ? html`<p class="muted">No workers registered. Start one:
+          <code>hpo-worker --server HOST:50051</code>.</p>` : html`
+        <div class="grid">
+          <div class="panel"><h2>Measured samples/s per device and workload</h2><div class="chart" id="speed"></div>
+            <p class="note">The newest report of each (device, workload); the GEMM benchmark in GFLOP/s is the
+            prior the scheduler uses until a workload has been measured.</p></div>
+          <div class="panel"><h2>Utilization per worker</h2><div class="chart" id="busy"></div>
+            <p class="note">Devices running a trial over devices (a worker runs one trial per device).</p></div>
+        </div>
+        <div class="panel">
+          <table id="workers">
+            <thead><tr><th>worker</th><th>host</th><th>labels</th><th>last seen</th><th>devices</th>
+              <th>measured samples/s</th><th>current trials</th></tr></thead>
+            <tbody>${workers.map((w) => workerRow(w, now))}</tbody>
+          </table>
+        </div>`}
+      </div>`);
+    if (workers.length) {
+      drawSpeed(workers);
+      drawBusy(use);
+    }
+  }
+}
+
+function workerRow(w, now) {
+  const labels = Object.entries(w.labels).map(([k, v]) => `${k}=${v}`).join(' ');
+  return html`<tr data-worker="${w.id}">
+    <td class="num">${w.id}</td><td>${w.host}</td><td><code>${labels}</code></td>
+    <td title="${formatTime(w.last_seen_ms)}">${Math.max(0, Math.round((now - w.last_seen_ms) / 1000))} s ago</td>
+    <td>${w.devices.map((d) => html`<div>${d.kind} ${d.ordinal}: ${d.name} · ${formatNumber(d.cores, 3)} cores ·
+      ${formatNumber(d.benchmark_gflops, 3)} GFLOP/s<br><span class="muted">${d.device_class}</span></div>`)}</td>
+    <td>${w.devices.flatMap((d) => d.measured.map((m) => html`<div>${m.workload}:
+      <b>${formatNumber(m.samples_per_sec, 4)}</b> <span class="muted">${compact(m.system)}</span></div>`))}</td>
+    <td>${w.current_trials.length === 0 ? html`<span class="muted">idle</span>` : w.current_trials.map((t) =>
+      html`<div><a href="#/experiments/${t.experiment_id}">experiment ${t.experiment_id}</a> trial #${t.number}
+        (${t.state})</div>`)}</td>
+  </tr>`;
+}
+
+function compact(obj) {
+  return Object.entries(obj ?? {}).map(([k, v]) => `${k}=${v}`).join(' ');
+}
+
+function drawSpeed(workers) {
+  const labels = [];
+  const measured = [];
+  const gflops = [];
+  for (const w of workers) {
+    for (const d of w.devices) {
+      const rows = d.measured.length ? d.measured : [null];
+      for (const m of rows) {
+        labels.push(`w${w.id}/${d.kind}${d.ordinal}${m ? ` · ${m.workload}` : ''}`);
+        measured.push(m ? m.samples_per_sec : null);
+        gflops.push(d.benchmark_gflops);
+      }
+    }
+  }
+  chart(document.getElementById('speed'), 'fleet.speed').setOption({
+    ...baseOption,
+    tooltip: { trigger: 'axis', axisPointer: { type: 'shadow' } },
+    legend: { top: 0 },
+    xAxis: [{ type: 'value', name: 'samples/s' }],
+    yAxis: { type: 'category', inverse: true, data: labels },
+    series: [
+      { name: 'measured samples/s', type: 'bar', data: measured },
+      { name: 'benchmark GFLOP/s', type: 'scatter', symbol: 'diamond', symbolSize: 10, data: gflops },
+    ],
+  }, true);
+}
+
+function drawBusy(use) {
+  chart(document.getElementById('busy'), 'fleet.utilization').setOption({
+    ...baseOption,
+    tooltip: { trigger: 'axis', axisPointer: { type: 'shadow' } },
+    xAxis: { type: 'value', min: 0, max: 100, name: '%' },
+    yAxis: { type: 'category', inverse: true, data: use.perWorker.map((w) => `w${w.id} ${w.host}`) },
+    series: [{ type: 'bar', name: 'utilization %', data: use.perWorker.map((w) => Math.round(100 * w.utilization)),
+               label: { show: true, position: 'right',
+                        formatter: (p) => `${use.perWorker[p.dataIndex].busy}/${use.perWorker[p.dataIndex].devices}` } }],
+  }, true);
+}
