@@ -239,16 +239,38 @@ std::string FindBinary(const std::string& name) {
   Fail(kUsage, "cannot find " + name + " next to hpctl (" + self.string() + "); build it first (scripts/setup)");
 }
 
-int Run(const std::string& file, int workers, const std::string& data_dir) {
+// The dashboard's files for the embedded server: `flag` (--web-root or
+// HPO_WEB_ROOT) when given, else web/ two levels above this binary
+// (build/cli/hpctl in a checkout), else web/ of the source tree it was built
+// from. Empty when none holds an index.html.
+std::string FindWebRoot(const std::string& flag) {
+  namespace fs = std::filesystem;
+  if (!flag.empty()) {
+    if (!fs::is_regular_file(fs::path(flag) / "index.html")) {
+      Fail(kUsage, "--web-root " + flag + ": no index.html there (the dashboard is the repository's web/ folder)");
+    }
+    return fs::absolute(flag).string();
+  }
+  const fs::path self = fs::read_symlink("/proc/self/exe").parent_path();
+  for (const fs::path& p : {self.parent_path().parent_path() / "web", fs::path(HPO_SOURCE_WEB_DIR)}) {
+    if (fs::is_regular_file(p / "index.html")) return fs::weakly_canonical(p).string();
+  }
+  return "";
+}
+
+int Run(const std::string& file, int workers, const std::string& data_dir, const std::string& web_root_flag) {
   namespace fs = std::filesystem;
   const std::string spec = ReadFile(file);  // fail early on a missing file
+  const std::string web_root = FindWebRoot(web_root_flag);
   fs::create_directories(data_dir);
   const std::string ports = data_dir + "/ports.json";
   fs::remove(ports);
   Local local;
-  local.Spawn({FindBinary("hpo-server"), "--store", "sqlite://" + fs::absolute(data_dir).string() + "/hpo.db",
-               "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--port-file", ports},
-              data_dir + "/server.log");
+  std::vector<std::string> server = {FindBinary("hpo-server"), "--store",
+                                     "sqlite://" + fs::absolute(data_dir).string() + "/hpo.db", "--http",
+                                     "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--port-file", ports};
+  if (!web_root.empty()) server.insert(server.end(), {"--web-root", web_root});
+  local.Spawn(server, data_dir + "/server.log");
   json p;
   for (int i = 0; i < 200 && !p.is_object(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -265,7 +287,15 @@ int Run(const std::string& file, int workers, const std::string& data_dir) {
   for (int i = 0; i < workers; ++i) {
     local.Spawn({FindBinary("hpo-worker"), "--server", grpc}, data_dir + "/worker-" + std::to_string(i) + ".log");
   }
-  std::cout << "dashboard: http://127.0.0.1:" << o.port << "/  (logs in " << data_dir << ")\n";
+  if (web_root.empty()) {
+    std::cout << "dashboard: none (no web/ folder found; pass --web-root DIR); REST on http://127.0.0.1:" << o.port
+              << "/api/v1  (logs in " << data_dir << ")\n";
+  } else {
+    std::cout << "dashboard: http://127.0.0.1:" << o.port << "/  (logs in " << data_dir << ")\n";
+    if (!fs::exists(fs::path(web_root) / "node_modules" / "echarts")) {
+      std::cout << "  its charts need `npm ci` in " << web_root << " (scripts/setup runs it)\n";
+    }
+  }
   const int rc = Watch(o, id);
   if (rc == kInterrupted) {
     std::cout << "\ninterrupted: cancelling experiment " << id << "\n";
@@ -320,6 +350,9 @@ int main(int argc, char** argv) {
   run->add_option("file", file, "the spec file")->required();
   run->add_option("--workers", workers, "local workers")->check(CLI::Range(1, 64))->capture_default_str();
   run->add_option("--data-dir", data_dir, "where the SQLite store and logs go")->capture_default_str();
+  std::string web_root;
+  run->add_option("--web-root", web_root, "the dashboard's files (default: this checkout's web/)")
+      ->envname("HPO_WEB_ROOT");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -331,7 +364,7 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
 
   try {
-    if (run->parsed()) return Run(file, workers, data_dir);
+    if (run->parsed()) return Run(file, workers, data_dir, web_root);
     auto parsed = hpo::ParseServerAddress(server);
     if (!parsed.ok()) Fail(kUsage, parsed.status().message());
     HttpClientOptions o = *parsed;

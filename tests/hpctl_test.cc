@@ -149,7 +149,8 @@ executor: {builtin: {trainer: fashion-mnist, args: {max_train_samples: 2000}}}
 )";
   Out r = Hpctl("run " + dir + "/tiny.yaml --workers 1 --data-dir " + dir + "/data");
   EXPECT_EQ(r.code, 0) << r.text;
-  EXPECT_NE(r.text.find("dashboard: http://127.0.0.1:"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("dashboard: http://127.0.0.1:"), std::string::npos)
+      << "the embedded server serves this checkout's web/\n" << r.text;
   EXPECT_NE(r.text.find("trials 2/2: 2 completed"), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("best trial"), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("test_accuracy"), std::string::npos) << r.text;
@@ -157,6 +158,17 @@ executor: {builtin: {trainer: fashion-mnist, args: {max_train_samples: 2000}}}
   // Nothing it started is left running.
   // ("dat[a]" keeps pgrep's own shell from matching the pattern.)
   EXPECT_NE(std::system(("pgrep -f '" + dir + "/dat[a]' > /dev/null").c_str()), 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(HpctlRun, RefusesAWebRootWithoutTheDashboard) {
+  const std::string dir = ::testing::TempDir() + "/hpo-hpctl-webroot-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/spec.yaml") << "name: x\n";
+  Out r = Hpctl("run " + dir + "/spec.yaml --web-root " + dir + " --data-dir " + dir + "/data");
+  EXPECT_EQ(r.code, 2) << r.text;
+  EXPECT_NE(r.text.find("--web-root " + dir + ": no index.html there"), std::string::npos) << r.text;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/data")) << "nothing started";
   std::filesystem::remove_all(dir);
 }
 
