@@ -161,6 +161,7 @@ export class ExperimentPage {
         min: objectiveValues.length ? Math.min(...objectiveValues) : 0,
         max: objectiveValues.length ? Math.max(...objectiveValues) : 1,
         inRange: { color: ['#1a9b5c', '#e8c33d', '#c2410c'] },
+        formatter: (v) => formatNumber(v, 3),
         inverse: this.data.direction === 'maximize',
       },
       series: [{ type: 'parallel', name: space, data, progressive: 1000, lineStyle: { width: 1, opacity: 0.4 } }],
@@ -205,7 +206,7 @@ function drawBest({ trials, metric, direction }) {
     legend: { top: 0 },
     xAxis, yAxis: { type: 'value', name: metric, scale: true },
     series: [
-      { name: 'trial', type: 'scatter', large: true, symbolSize: 4, itemStyle: { color: '#9ca3af', opacity: 0.6 },
+      { name: 'trial', type: 'scatter', large: true, symbolSize: done.length > 1000 ? 3 : 6, itemStyle: { color: '#9ca3af', opacity: 0.6 },
         data: done.map((t) => [x(t), objective(t, metric)]) },
       { name: 'best so far', type: 'line', step: 'end', showSymbol: false, lineStyle: { width: 2 }, data: points },
     ],

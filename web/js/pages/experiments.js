@@ -51,7 +51,7 @@ export class ExperimentsPage {
         </div>
       </div>
       <div class="panel" style="margin-top:16px">
-        <h2>Trials by state</h2>
+        <h2>Trials by state, as % of each budget</h2>
         <div class="chart" id="states-chart" style="height:${Math.max(160, 36 * rows.length + 80)}px"></div>
       </div>`}`);
     if (rows.length) drawStates(rows);
@@ -76,17 +76,23 @@ function row(e) {
   </tr>`;
 }
 
+// Each experiment's trials by state, as percentages of its trial budget, so
+// small experiments show next to big ones (the tooltip has the counts).
 function drawStates(rows) {
   const labels = rows.map((e) => `#${e.id} ${e.name}`);
+  const budget = (e) => e.spec?.budget?.max_trials ?? 100;
   chart(document.getElementById('states-chart'), 'experiments.states').setOption({
     ...baseOption,
-    tooltip: { trigger: 'axis', axisPointer: { type: 'shadow' } },
+    tooltip: {
+      trigger: 'axis', axisPointer: { type: 'shadow' },
+      valueFormatter: (v) => `${formatNumber(v, 3)}%`,
+    },
     legend: { top: 0 },
-    xAxis: { type: 'value', name: 'trials' },
+    xAxis: { type: 'value', name: '% of budget', max: (extent) => Math.max(100, extent.max) },
     yAxis: { type: 'category', data: labels, inverse: true },
     series: STATES.map((s, i) => ({
       name: s, type: 'bar', stack: 'trials', color: STATE_COLORS[i],
-      data: rows.map((e) => e.trials?.[s] ?? 0),
+      data: rows.map((e) => (100 * (e.trials?.[s] ?? 0)) / budget(e)),
     })),
   }, true);
 }
