@@ -53,7 +53,9 @@ COPY --from=data /usr/share/datasets/fashion-mnist /usr/share/datasets/fashion-m
 COPY --from=build /src/build/worker/hpo-worker /usr/local/bin/
 COPY examples/train_example.py /opt/heterotune/examples/
 USER hpo
-WORKDIR /home/hpo
+# Command experiments name their program relative to the worker's working
+# directory: examples/command.yaml runs examples/train_example.py from here.
+WORKDIR /opt/heterotune
 ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
 ENTRYPOINT ["hpo-worker"]
 # auto: the CPU plus every GPU the container sees. One worker per GPU:

@@ -12,12 +12,12 @@
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <mutex>
 #include <thread>
 
 #include "server/api.h"
 #include "server/grpc/worker_service.h"
+#include "server/store_gauges.h"
 #include "server/store/store.h"
 
 namespace {
@@ -42,70 +42,21 @@ bool SplitHostPort(const std::string& s, std::string* host, uint16_t* port) {
   return true;
 }
 
-void RegisterStoreGauges(metrics::Registry& registry, store::Store& store) {
-  registry.gauge_callback("hpo_experiments", "Experiments by state", [&store] {
-    metrics::GaugeSamples out;
-    std::map<std::string, double> n = {{"running", 0}, {"completed", 0}, {"cancelled", 0}, {"failed", 0}};
-    if (auto list = store.ListExperiments(0, 100'000); list.ok()) {
-      for (const auto& e : *list) n[std::string(store::ToString(e.state))] += 1;
-    }
-    for (const auto& [state, v] : n) out.push_back({{{"state", state}}, v});
-    return out;
-  });
-  registry.gauge_callback("hpo_trials", "Trials by state, over all experiments", [&store] {
-    store::TrialCounts sum;
-    if (auto list = store.ListExperiments(0, 100'000); list.ok()) {
-      for (const auto& e : *list) {
-        if (auto n = store.CountTrials(e.id); n.ok()) {
-          sum.pending += n->pending;
-          sum.leased += n->leased;
-          sum.running += n->running;
-          sum.completed += n->completed;
-          sum.pruned += n->pruned;
-          sum.failed += n->failed;
-          sum.cancelled += n->cancelled;
-        }
-      }
-    }
-    return metrics::GaugeSamples{{{{"state", "pending"}}, double(sum.pending)},
-                                 {{{"state", "leased"}}, double(sum.leased)},
-                                 {{{"state", "running"}}, double(sum.running)},
-                                 {{{"state", "completed"}}, double(sum.completed)},
-                                 {{{"state", "pruned"}}, double(sum.pruned)},
-                                 {{{"state", "failed"}}, double(sum.failed)},
-                                 {{{"state", "cancelled"}}, double(sum.cancelled)}};
-  });
-  registry.gauge_callback("hpo_devices", "Registered devices by kind and class", [&store] {
-    std::map<std::pair<std::string, std::string>, double> n;
-    if (auto workers = store.ListWorkers(); workers.ok()) {
-      for (const auto& w : *workers) {
-        for (const auto& d : w.devices) n[{std::string(store::ToString(d.kind)), d.device_class}] += 1;
-      }
-    }
-    metrics::GaugeSamples out;
-    for (const auto& [k, v] : n) out.push_back({{{"kind", k.first}, {"device_class", k.second}}, v});
-    return out;
-  });
-  registry.gauge_callback(
-      "hpo_device_samples_per_second",
-      "Mean measured training speed over the last 20 reports, by device class and workload", [&store] {
-        std::map<std::pair<std::string, std::string>, std::vector<double>> by;
-        if (auto obs = store.ListSpeedObservations("", 5000); obs.ok()) {
-          for (const auto& o : *obs) by[{o.device_class, o.workload}].push_back(o.samples_per_sec);
-        }
-        metrics::GaugeSamples out;
-        for (auto& [key, v] : by) {
-          const size_t n = std::min<size_t>(20, v.size());
-          double sum = 0;
-          for (size_t i = v.size() - n; i < v.size(); ++i) sum += v[i];
-          out.push_back({{{"device_class", key.first}, {"workload", key.second}}, sum / n});
-        }
-        return out;
-      });
-  registry.gauge_callback("hpo_workers", "Registered workers", [&store] {
-    auto workers = store.ListWorkers();
-    return metrics::GaugeSamples{{{}, workers.ok() ? double(workers->size()) : 0.0}};
-  });
+// Kubernetes probes and Prometheus scrapers carry no bearer token. /readyz
+// answers without one (it tells only whether the store answers), and so
+// does /metrics when the operator chose --public-metrics; every other
+// route goes to the REST API and its auth.
+HttpResponse HandleHttp(const HttpRequest& r, store::Store& store, const metrics::Registry& registry,
+                      bool public_metrics, RestApi& api) {
+  if (r.method == "GET" && r.path == "/readyz") {
+    auto v = store.SchemaVersion();
+    if (!v.ok()) return ErrorResponse(v.status());
+    return HttpResponse{200, "text/plain", "ready\n", {}, {}};
+  }
+  if (public_metrics && r.method == "GET" && r.path == "/metrics") {
+    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", registry.Render(), {}, {}};
+  }
+  return api.Handle(r);
 }
 
 }  // namespace
@@ -123,6 +74,7 @@ int main(int argc, char** argv) {
   int max_attempts = 3;
   int tick_ms = 1000;
   bool migrate_only = false;
+  bool public_metrics = false;
   app.add_option("--store", store_url,
                  "store URL: sqlite:///abs/path.db, sqlite://rel.db, a plain path, or "
                  "postgresql://user:pass@host:port/db")
@@ -143,6 +95,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--port-file", port_file, "write {\"http\": PORT, \"grpc\": PORT} here once listening");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_flag("--public-metrics", public_metrics,
+               "serve /metrics without the bearer token (for Prometheus; /healthz and /readyz never need it)");
   app.add_flag("--migrate-only", migrate_only, "apply schema migrations, print the version, exit");
   CLI11_PARSE(app, argc, argv);
 
@@ -198,14 +152,16 @@ int main(int argc, char** argv) {
     }
     events.Publish(std::move(type), data);
   };
-  RegisterStoreGauges(registry, *store);
+  RegisterStoreGauges(registry, *store);  // read from the store: every replica agrees
   Engine engine(*store, engine_options);
   RestApi api(engine, events, registry, ApiOptions{token, web_root});
 
   HttpServerOptions http_options;
   http_options.address = http_host;
   http_options.port = http_port;
-  auto http = HttpServer::Start(http_options, [&api](const HttpRequest& r) { return api.Handle(r); });
+  auto http = HttpServer::Start(http_options, [&](const HttpRequest& r) {
+    return HandleHttp(r, *store, registry, public_metrics, api);
+  });
   if (!http.ok()) return Fail(http.status().message());
   WorkerServiceImpl worker_service(engine, WorkerServiceOptions{token, 1000});
   auto grpc = GrpcServer::Start(grpc_address, &worker_service);
