@@ -3,9 +3,15 @@
 //   #/experiments/ID  one experiment
 //   #/fleet           workers and devices
 // kept live by /api/v1/events: an event the current page cares about
-// schedules one refresh (debounced, never two at once), so a burst of
-// reports costs one round of requests, not one per report. A page with
-// pollMs is also refreshed that often (for changes that send no event).
+// schedules one refresh (debounced; one at a time, another after it when
+// events came meanwhile), so a burst of reports costs one round of
+// requests, not one per report. A page with pollMs is also refreshed that
+// often (for changes that send no event).
+//
+// A page is an object with refresh() (fetch and draw; throws on failure),
+// wants(type, data) (does this event change what it shows?) and optionally
+// pollMs. Its constructor gets the element to draw in and a function that
+// refreshes it now (for its own controls, e.g. a pager).
 import { ApiError, setToken, subscribe, takeTokenFromUrl } from './api.js';
 import { disposeCharts } from './charts.js';
 import { html, setHtml } from './dom.js';
@@ -16,37 +22,39 @@ import { FleetPage } from './pages/fleet.js';
 const REFRESH_DEBOUNCE_MS = 700;
 const root = document.getElementById('view');
 let page = null;
-let generation = 0;  // a refresh of an earlier page is dropped
+let generation = 0;  // bumped per page shown; results for an earlier page are dropped
 let poll = null;
 
 function route() {
   const hash = location.hash.replace(/^#/, '') || '/';
   const m = hash.match(/^\/experiments\/(\d+)$/);
-  if (m) return { name: 'experiments', make: () => new ExperimentPage(root, Number(m[1])) };
-  if (hash === '/fleet') return { name: 'fleet', make: () => new FleetPage(root) };
-  return { name: 'experiments', make: () => new ExperimentsPage(root) };
+  if (m) return { nav: 'experiments', make: () => new ExperimentPage(root, Number(m[1]), refreshNow) };
+  if (hash === '/fleet') return { nav: 'fleet', make: () => new FleetPage(root, refreshNow) };
+  return { nav: 'experiments', make: () => new ExperimentsPage(root, refreshNow) };
 }
 
-async function show() {
+function show() {
   const r = route();
-  for (const a of document.querySelectorAll('[data-nav]')) a.classList.toggle('active', a.dataset.nav === r.name);
+  for (const a of document.querySelectorAll('[data-nav]')) a.classList.toggle('active', a.dataset.nav === r.nav);
   disposeCharts();
   clearInterval(poll);
-  page = r.make();
+  clearTimeout(timer);
+  timer = null;
   generation++;
+  page = r.make();
   if (page.pollMs) poll = setInterval(scheduleRefresh, page.pollMs);
   root.dataset.renders = '0';
   setHtml(root, html`<p class="muted">Loading…</p>`);
-  await refresh();
+  refreshNow();
 }
 
-// Refreshes the page; failures are shown in place of it.
+// Refreshes the page; a failure replaces it with the message. The tests
+// wait on root.dataset.renders, the number of completed refreshes.
 async function refresh() {
   const mine = generation;
   try {
     await page.refresh();
-    if (mine !== generation) return;
-    root.dataset.renders = String(Number(root.dataset.renders) + 1);
+    if (mine === generation) root.dataset.renders = String(Number(root.dataset.renders) + 1);
   } catch (e) {
     if (mine !== generation) return;
     if (e instanceof ApiError && e.status === 401) document.getElementById('token-form').hidden = false;
@@ -57,23 +65,33 @@ async function refresh() {
 }
 
 let timer = null;
-let running = null;
-let again = false;
+let inFlight = null;  // the generation whose refresh is running, or null
+let again = false;    // an event came during that refresh
+
+async function refreshNow() {
+  const mine = generation;
+  if (inFlight === mine) {
+    again = true;
+    return;
+  }
+  inFlight = mine;
+  await refresh();
+  if (inFlight === mine) inFlight = null;
+  if (again && mine === generation) {
+    again = false;
+    scheduleRefresh();
+  }
+}
+
 function scheduleRefresh() {
-  if (running) {
+  if (inFlight === generation) {
     again = true;
     return;
   }
   if (timer) return;
-  timer = setTimeout(async () => {
+  timer = setTimeout(() => {
     timer = null;
-    running = refresh();
-    await running;
-    running = null;
-    if (again) {
-      again = false;
-      scheduleRefresh();
-    }
+    refreshNow();
   }, REFRESH_DEBOUNCE_MS);
 }
 

@@ -10,15 +10,10 @@ const STATES = ['completed', 'pruned', 'failed', 'cancelled', 'running', 'leased
 const STATE_COLORS = ['#1a9b5c', '#e8a33d', '#c2410c', '#9ca3af', '#2f6fde', '#7aa7f0', '#d5d9e0'];
 
 export class ExperimentsPage {
-  constructor(root) {
+  constructor(root, refreshNow) {
     this.root = root;
+    this.refreshNow = refreshNow;
     this.offset = 0;
-    this.root.onclick = (e) => {
-      const step = e.target.closest('[data-page]')?.dataset.page;
-      if (!step) return;
-      this.offset = Math.max(0, this.offset + Number(step) * PAGE_SIZE);
-      this.refresh();
-    };
   }
 
   wants(type) {
@@ -54,6 +49,12 @@ export class ExperimentsPage {
         <h2>Trials by state, as % of each budget</h2>
         <div class="chart" id="states-chart" style="height:${Math.max(160, 36 * rows.length + 80)}px"></div>
       </div>`}`);
+    this.root.querySelector('.pager')?.addEventListener('click', (e) => {
+      const step = e.target.closest('[data-page]')?.dataset.page;
+      if (!step) return;
+      this.offset = Math.max(0, this.offset + Number(step) * PAGE_SIZE);
+      this.refreshNow();
+    });
     if (rows.length) drawStates(rows);
   }
 }
