@@ -5,7 +5,8 @@
 //     chart holds data and paints pixels, the table sorts and filters, and a
 //     trial completed over REST shows up live, without a reload;
 //   * a command experiment run by the worker: system-parameter tuning;
-//   * fleet: the worker, its device and measured speed;
+//   * fleet: the worker, its device, measured speed and running trial, and
+//     the trial's end shown live;
 //   * 10,000 trials: the page loads and the table sorts (times printed as
 //     `bench=dashboard ...`, not asserted tightly).
 // Screenshots go to --out. Usage (ctest runs it, see tests/CMakeLists.txt):
@@ -257,7 +258,7 @@ try {
   assert.equal(new URL(page.url()).searchParams.get('token'), null);
   await page.waitForFunction(() => document.getElementById('live').textContent === 'live');
   assert.equal(await page.$$eval('#experiments tbody tr', (rows) => rows.length), 3);
-  await assertChart('experiments.states', (s) => assert.ok(sum(s) === 7 * 3, 'seven states, three experiments'));
+  await assertChart('experiments.states', (s) => assert.deepEqual(s, Array(7).fill(3), 'seven states, three experiments'));
   await screenshot('experiments');
 
   // One experiment.
@@ -333,15 +334,33 @@ try {
   await page.locator('#tuning').scrollIntoViewIfNeeded();
   await screenshot('experiment-system-tuning');
 
-  // Fleet.
+  // Fleet, while the worker runs a slow trial.
+  const slowScript = path.join(dir, 'slow.sh');
+  fs.writeFileSync(slowScript, '#!/bin/sh\nfor step in $(seq 1 600); do echo "hpo: step=$step loss=1"; sleep 0.1; done\n',
+                   { mode: 0o755 });
+  const slow = await api('POST', '/api/v1/experiments', {
+    name: 'slow-command', objective: { metric: 'loss' },
+    spaces: [{ name: 's', params: { x: { type: 'float', low: 0, high: 1 } } }],
+    budget: { max_trials: 1, max_parallel: 1, steps_per_trial: 600 },
+    executor: { command: { argv: [slowScript], timeout_s: 120 } },
+  });
+  await waitFor('the worker to run the slow trial', async () =>
+    (await api('GET', `/api/v1/experiments/${slow.id}`)).trials.running === 1);
   await page.goto(`${base}/#/fleet`);
   await rendered();
   assert.equal(await page.$$eval('#workers tbody tr', (rows) => rows.length), 1);
   const workerRow = await page.$eval('#workers tbody tr', (tr) => tr.textContent);
-  assert.ok(workerRow.includes('pool=test') && workerRow.includes('train.sh/quad'), workerRow);
+  for (const want of ['pool=test', 'train.sh/quad', `experiment ${slow.id}`, 'trial #0']) {
+    assert.ok(workerRow.includes(want), `the worker's row shows ${want}: ${workerRow}`);
+  }
+  assert.equal(await page.textContent('#utilization'), '100%');
   await assertChart('fleet.speed', (s) => assert.ok(s[0] >= 1 && s[1] >= 1));
   await assertChart('fleet.utilization', (s) => assert.deepEqual(s, [1]));
   await screenshot('fleet');
+  await api('POST', `/api/v1/experiments/${slow.id}:cancel`, {});
+  // The cancel ends the trial (an event): the fleet page shows the worker idle.
+  await page.waitForFunction(() => document.getElementById('utilization')?.textContent === '0%', null,
+                             { timeout: 15000 });
 
   // 10,000 trials.
   const loadStart = Date.now();
