@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import test from 'node:test';
 
-import { bestSoFar, fleetUtilization, importance, spaceHistory, tableRows } from '../../web/js/analysis.js';
+import { bestSoFar, bestTrial, fleetUtilization, importance, spaceHistory, tableRows } from '../../web/js/analysis.js';
 
 const trial = (number, state, loss, params = {}, extra = {}) => ({
   number, state, params, space: 'a', priority: 0.5, final_metrics: loss === null ? null : { loss },
@@ -15,6 +15,13 @@ test('best so far follows the direction and skips unfinished and pruned trials',
   assert.deepEqual(bestSoFar(trials, 'loss', 'minimize').byTrial, [[0, 3], [2, 2], [4, 2]]);
   assert.deepEqual(bestSoFar(trials, 'loss', 'maximize').byTrial, [[0, 3], [2, 3], [4, 5]]);
   assert.deepEqual(bestSoFar(trials, 'loss', 'minimize').byTime.map(([, v]) => v), [3, 2, 2]);
+});
+
+test('the best trial is the best completed one', () => {
+  const trials = [trial(0, 'completed', 3), trial(1, 'pruned', 0.1), trial(2, 'completed', 2)];
+  assert.equal(bestTrial(trials, 'loss', 'minimize').number, 2);
+  assert.equal(bestTrial(trials, 'loss', 'maximize').number, 0);
+  assert.equal(bestTrial([trial(0, 'running', null)], 'loss', 'minimize'), null);
 });
 
 test('importance finds the parameter that drives the objective', () => {

@@ -13,6 +13,17 @@ export function better(direction) {
   return direction === 'maximize' ? (a, b) => a > b : (a, b) => a < b;
 }
 
+// The completed trial with the best objective value, or null.
+export function bestTrial(trials, metric, direction) {
+  const isBetter = better(direction);
+  let best = null;
+  for (const t of trials) {
+    const v = t.state === 'completed' ? objective(t, metric) : null;
+    if (v !== null && (best === null || isBetter(v, objective(best, metric)))) best = t;
+  }
+  return best;
+}
+
 // Best-so-far of completed trials, in the order they finished (byTime:
 // [finished_ms, best]) and in trial-number order (byTrial: [number, best]).
 export function bestSoFar(trials, metric, direction) {

@@ -3,7 +3,7 @@
 // per device class, and the trials table. Built once, then updated in place
 // on each refresh so the table's filter, sort and page survive live updates.
 import { allTrials, getJson } from '../api.js';
-import { bestSoFar, duration, FINISHED, importance, objective, spaceHistory, tableRows } from '../analysis.js';
+import { bestSoFar, bestTrial, duration, FINISHED, importance, objective, spaceHistory, tableRows } from '../analysis.js';
 import { baseOption, chart, formatDuration, formatNumber, formatTime, PALETTE } from '../charts.js';
 import { html, setHtml, stateBadge } from '../dom.js';
 
@@ -111,12 +111,7 @@ export class ExperimentPage {
 
   drawSummary() {
     const { exp, trials, metric, direction } = this.data;
-    const isBetter = direction === 'maximize' ? (a, b) => a > b : (a, b) => a < b;
-    let best = null;
-    for (const t of trials) {
-      const v = t.state === 'completed' ? objective(t, metric) : null;
-      if (v !== null && (best === null || isBetter(v, objective(best, metric)))) best = t;
-    }
+    const best = bestTrial(trials, metric, direction);
     const n = exp.trials;
     const budget = exp.spec.budget?.max_trials ?? 100;
     setHtml(this.root.querySelector('#summary'), html`
