@@ -475,6 +475,7 @@ HttpResponse RestApi::SystemTuning(Id experiment_id) {
   std::vector<store::SpeedObservationRecord> observations;
   for (const auto& space : (*spec)->spaces) {
     workloads.push_back(Engine::Workload(**spec, space.name));
+    // The newest 5000 per workload, as many as the engine's speed model reads.
     auto some = engine_.store().ListSpeedObservations(workloads.back(), 5000);
     if (!some.ok()) return ErrorResponse(some.status());
     observations.insert(observations.end(), some->begin(), some->end());

@@ -252,6 +252,16 @@ async function assertChart(name, check) {
 const sum = (xs) => xs.reduce((a, b) => a + b, 0);
 
 try {
+  // Without a token the page asks for one, and works once it has it.
+  const stranger = await browser.newPage();
+  await stranger.goto(`${base}/#/`);
+  await stranger.waitForSelector('#token-form:not([hidden])');
+  assert.match(await stranger.textContent('#view .error'), /bearer token/);
+  await stranger.fill('#token-input', TOKEN);
+  await Promise.all([stranger.waitForNavigation(), stranger.click('#token-form button')]);
+  await stranger.waitForSelector('#experiments tbody tr');
+  await stranger.close();
+
   // The token arrives in the link, is kept, and leaves the address bar.
   await page.goto(`${base}/?token=${TOKEN}#/`);
   await rendered();
