@@ -1,5 +1,7 @@
 #include "search/gp_sampler.h"
 
+#include "search/output_warp.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -105,18 +107,26 @@ class Codec {
   const GpEncoding& encoding_;
 };
 
-// log EI below `best` under the GP, in the GP's features.
+// log EI below `best` under the GP, in the GP's features; -infinity within
+// `min_distance` of an excluded point (pending ones, see GpOptions).
 class Acquisition {
  public:
-  Acquisition(const GaussianProcess& gp, double best)
-      : gp_(gp), best_(best), var_floor_(1e-12 * gp.target_std() * gp.target_std()) {}
+  Acquisition(const GaussianProcess& gp, double best, double min_distance)
+      : gp_(gp),
+        best_(best),
+        var_floor_(1e-12 * gp.target_std() * gp.target_std()),
+        min_distance_sq_(min_distance * min_distance) {}
+
+  void Exclude(const Eigen::VectorXd& x) { excluded_.push_back(x); }
 
   Eigen::VectorXd Score(const Eigen::MatrixXd& X) const {
     Eigen::VectorXd mean, var;
     gp_.Predict(X, &mean, &var);
     Eigen::VectorXd out(X.rows());
     for (int i = 0; i < X.rows(); ++i) {
-      out(i) = LogExpectedImprovement(mean(i), std::sqrt(std::max(var(i), var_floor_)), best_);
+      out(i) = Excluded(X.row(i).transpose())
+                   ? -std::numeric_limits<double>::infinity()
+                   : LogExpectedImprovement(mean(i), std::sqrt(std::max(var(i), var_floor_)), best_);
     }
     return out;
   }
@@ -140,9 +150,18 @@ class Acquisition {
   }
 
  private:
+  bool Excluded(const Eigen::VectorXd& x) const {
+    for (const Eigen::VectorXd& e : excluded_) {
+      if ((x - e).squaredNorm() < min_distance_sq_) return true;
+    }
+    return false;
+  }
+
   const GaussianProcess& gp_;
   double best_;
   double var_floor_;
+  double min_distance_sq_;
+  std::vector<Eigen::VectorXd> excluded_;
 };
 
 bool Usable(const SearchSpace& space, const Assignment& a) {
@@ -267,7 +286,7 @@ class GpSampler : public Sampler {
                         std::vector<Assignment>* out) const {
     if (space.size() == 0) return;
     const int needed = std::max(options_.startup_trials, space.size() + 1);
-    const Data data = Collect(space, history, needed);
+    Data data = Collect(space, history, needed);
     if (static_cast<int>(data.points.size()) < needed) return;
 
     const GpEncoding encoding(space);
@@ -299,6 +318,26 @@ class GpSampler : public Sampler {
     matrix_of(fit_set, &X_fit, &y_fit);
     Result<GaussianProcess> fitted = GaussianProcess::Fit(X_fit, y_fit, rng, options_.fit);
     if (!fitted.ok()) return;
+    if (options_.warp_output) {
+      // The warped model is used if it explains the raw values better: both
+      // likelihoods are taken in the units of y (the warp's and each GP's
+      // standardization enter through their Jacobians).
+      const OutputWarp warp = OutputWarp::Fit(data.values);
+      Eigen::VectorXd w_fit(y_fit.size());
+      double log_jacobian = 0;
+      for (Eigen::Index i = 0; i < y_fit.size(); ++i) {
+        w_fit(i) = warp(y_fit(i));
+        log_jacobian += warp.LogDerivative(y_fit(i));
+      }
+      Result<GaussianProcess> warped = GaussianProcess::Fit(X_fit, w_fit, rng, options_.fit);
+      const double n = static_cast<double>(y_fit.size());
+      if (warped.ok() &&
+          warped->log_marginal_likelihood() - n * std::log(warped->target_std()) + log_jacobian >
+              fitted->log_marginal_likelihood() - n * std::log(fitted->target_std())) {
+        fitted = std::move(warped);
+        data.values = warp.Apply(data.values);
+      }
+    }
     if (fit_set.size() != chosen.size()) {
       matrix_of(chosen, &X, &y);
       fitted = GaussianProcess::WithHyperparameters(X, y, fitted->hyperparameters());
@@ -319,19 +358,24 @@ class GpSampler : public Sampler {
       pending.resize(std::max(options_.max_pending, 0));
     }
     gp.Reserve(gp.num_observations() + static_cast<int>(pending.size()) + count);
+    Acquisition acquisition(gp, best, options_.min_pending_distance);
     for (const Observation* t : pending) {
-      if (!gp.AddObservation(encoding.Encode(t->params), best, true).ok()) return;
+      const Eigen::VectorXd x = encoding.Encode(t->params);
+      if (!gp.AddObservation(x, best, true).ok()) return;
+      acquisition.Exclude(x);
     }
 
     std::vector<Latent> elite;
     for (int k = 0; k < std::min<int>(5, chosen.size()); ++k) {
       elite.push_back(codec.FromAssignment(*data.points[chosen[k]]));
     }
-    const Acquisition acquisition(gp, best);
     for (int k = 0; k < count; ++k) {
       const Latent z = Maximize(codec, acquisition, elite, rng);
       out->push_back(codec.Decode(z));
-      if (k + 1 < count && !gp.AddObservation(codec.Features(z), best, true).ok()) return;
+      if (k + 1 == count) break;
+      const Eigen::VectorXd x = codec.Features(z);
+      if (!gp.AddObservation(x, best, true).ok()) return;
+      acquisition.Exclude(x);
     }
   }
 

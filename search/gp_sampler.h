@@ -17,12 +17,22 @@
 //   reported a curve counts with its final value). With fewer than N of
 //   either, suggestions are uniform random. Failed trials are ignored, and so
 //   are pruned ones once completed trials suffice.
+// - Output warping (warp_output): heavy-tailed values (a loss with a few
+//   diverged runs) make a GP on raw values see the good region as flat. A
+//   second GP is fitted to the values after a Yeo-Johnson warp
+//   (search/output_warp.h), and the model whose marginal likelihood of the
+//   raw values is higher (the warp's Jacobian included) is used. Always
+//   warping (as HEBO does) helped on every smooth bench function but
+//   trapped the conditional one in its easy branch; choosing by likelihood
+//   keeps most of the gain without the trap. It doubles the fitting cost.
 // - Pending points: running trials without a value in the model (the most
 //   recent max_pending of them) and the earlier suggestions of the same call
 //   are fantasized with the constant liar at the best observed value, taken
 //   as the exact latent value (no noise): the variance there collapses and
 //   log EI drops around them, so a batch spreads out even where the model is
-//   confident (a noisy lie would leave the acquisition's peak in place).
+//   confident (a noisy lie would leave the acquisition's peak in place). Where
+//   the model's mean slopes below the lie, log EI can still peak right next
+//   to one, so points within min_pending_distance of them are excluded.
 // - Cost: with more than max_observations values, the GP conditions on the
 //   best half plus evenly spaced ranks of the rest, and its hyperparameters
 //   are fitted on at most max_fit_observations of those (evenly spaced ranks):
@@ -56,6 +66,9 @@ struct GpOptions {
   // Uniform random suggestions until this many observations (or number of
   // params + 1, if larger) exist; see "Which values" above.
   int startup_trials = 10;
+  // Also fit a GP to Yeo-Johnson-warped values (search/output_warp.h) and
+  // use it where it explains the data better (see "Which values").
+  bool warp_output = true;
   // Values the GP conditions on; more are subsampled. The acquisition costs
   // O(n^2) per candidate: 200 keeps a suggestion near 15 ms, 400 takes ~35.
   int max_observations = 200;
@@ -64,6 +77,11 @@ struct GpOptions {
   int max_fit_observations = 64;
   // Running trials fantasized as pending points (the most recent ones).
   int max_pending = 64;
+  // No suggestion within this distance (Euclidean, in the unit-cube
+  // features) of a pending point or an earlier suggestion of the same batch:
+  // where the model is confident, log EI can peak a hair away from a
+  // fantasized point, and that trial would teach nothing new.
+  double min_pending_distance = 0.02;
   // Random points scored per suggestion, and how many of the best are refined.
   int num_candidates = 1000;
   int num_local = 5;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 namespace hpo::search {
 namespace {
@@ -13,8 +14,11 @@ constexpr double kLogSqrt2Pi = 0.91893853320467274;
 double NormalCdf(double z) { return 0.5 * std::erfc(-z / kSqrt2); }
 
 // A Parzen mixture: one kernel per observation plus a uniform prior
-// component. Kernels are stored as flat arrays (kernel-major), since a
-// suggestion scores every candidate against every kernel.
+// component. Kernels are stored parameter-major (all kernels' values of one
+// parameter side by side), since a suggestion scores every candidate against
+// every kernel and the loop over kernels then vectorizes: a kernel that lacks
+// a parameter is stored so that it adds the prior's log density there (0 for
+// a number in the unit cube, -log k for a categorical) without a branch.
 class Mixture {
  public:
   Mixture(const SearchSpace& space, const std::vector<const Assignment*>& points,
@@ -23,10 +27,6 @@ class Mixture {
     double total = o.prior_weight;
     for (double w : weights) total += w;
     prior_log_weight_ = std::log(o.prior_weight / total);
-    mu_.assign(n_ * d_, kInactive);
-    sigma_.assign(n_ * d_, 1);
-    log_norm_.assign(n_ * d_, 0);
-    inv2s2_.assign(n_ * d_, 0.5);
     log_weight_.resize(n_);
     cumulative_.resize(n_);
     double acc = o.prior_weight / total;
@@ -34,48 +34,66 @@ class Mixture {
       log_weight_[k] = std::log(weights[k] / total);
       acc += weights[k] / total;
       cumulative_[k] = acc;
-      for (size_t i = 0; i < d_; ++i) {
-        const double v = (*points[k])[i];
-        if (IsInactive(v)) continue;
-        const Param& p = space.params[i];
-        mu_[k * d_ + i] = p.kind == ParamKind::kCategorical ? v : p.ToUnit(v);
-      }
     }
+    double active = 0;
+    for (const Assignment* a : points) {
+      for (double v : *a) active += !IsInactive(v);
+    }
+    mean_active_params_ = n_ ? active / n_ : 0;
+    // Zeros are what a kernel lacking a number adds: nothing.
+    table_.assign(3 * n_ * d_, 0.0);
+    center_ = table_.data();
+    log_norm_ = center_ + n_ * d_;
+    inv2s2_ = log_norm_ + n_ * d_;
     categorical_.resize(d_);
-    log_same_.resize(d_);
-    log_other_.resize(d_);
     log_uniform_.resize(d_);
+    std::vector<std::pair<double, size_t>> numbers;  // (unit value, kernel)
     for (size_t i = 0; i < d_; ++i) {
       const Param& p = space.params[i];
       categorical_[i] = p.kind == ParamKind::kCategorical;
       if (categorical_[i]) {
+        // log_norm_ holds log P(observed choice), inv2s2_ log P(any other),
+        // both the uniform where the kernel lacks the parameter (center -1).
         const int n = p.num_choices();
-        log_same_[i] = std::log(CategoricalProb(n, true));
-        log_other_[i] = std::log(CategoricalProb(n, false));
         log_uniform_[i] = -std::log(n);
+        for (size_t k = 0; k < n_; ++k) {
+          const double v = (*points[k])[i];
+          const bool has = !IsInactive(v);
+          center_[i * n_ + k] = has ? v : -1;
+          log_norm_[i * n_ + k] = has ? std::log(CategoricalProb(n, true)) : log_uniform_[i];
+          inv2s2_[i * n_ + k] = has ? std::log(CategoricalProb(n, false)) : log_uniform_[i];
+        }
       } else {
-        SetBandwidths(i, o);
+        numbers.clear();
+        for (size_t k = 0; k < n_; ++k) {
+          const double v = (*points[k])[i];
+          if (!IsInactive(v)) numbers.emplace_back(p.ToUnit(v), k);
+        }
+        SetKernels(i, &numbers, o);
       }
     }
   }
+  Mixture(const Mixture&) = delete;
+  Mixture& operator=(const Mixture&) = delete;
 
   // Draws one assignment: pick a component, then each active param from it
   // (or from the prior where the component lacks that param).
   Assignment Sample(Rng& rng) const {
-    const double* k = PickComponent(rng);
-    const size_t row = k ? static_cast<size_t>(k - mu_.data()) : 0;
+    const std::optional<size_t> k = PickComponent(rng);
     Assignment a(d_, kInactive);
     for (int i = 0; i < space_.size(); ++i) {
       if (!space_.IsActive(i, a)) continue;
       const Param& p = space_.params[i];
-      if (!k || IsInactive(k[i])) {
+      const size_t at = k ? i * n_ + *k : 0;
+      if (!k || !Has(i, *k)) {
         a[i] = p.FromUnit(rng.Uniform());
       } else if (categorical_[i]) {
-        a[i] = SampleCategorical(p, static_cast<int>(k[i]), rng);
+        a[i] = SampleCategorical(p, static_cast<int>(center_[at]), rng);
       } else {
+        const double sigma = std::sqrt(0.5 / inv2s2_[at]);
         double u = -1;
         for (int tries = 0; tries < 64 && (u < 0 || u > 1); ++tries) {
-          u = k[i] + sigma_[row + i] * rng.Normal();
+          u = center_[at] + sigma * rng.Normal();
         }
         a[i] = p.FromUnit(std::clamp(u, 0.0, 1.0));
       }
@@ -87,42 +105,33 @@ class Mixture {
   double LogDensity(const Assignment& a) const {
     // Prior: uniform over the unit cube, 1/k per categorical.
     double prior = prior_log_weight_;
-    unit_.resize(d_);
+    lp_.assign(log_weight_.begin(), log_weight_.end());
+    double* lp = lp_.data();
     for (size_t i = 0; i < d_; ++i) {
-      if (IsInactive(a[i])) {
-        unit_[i] = kInactive;
-      } else if (categorical_[i]) {
-        unit_[i] = a[i];
+      if (IsInactive(a[i])) continue;
+      const double* center = &center_[i * n_];
+      const double* log_norm = &log_norm_[i * n_];
+      const double* inv2s2 = &inv2s2_[i * n_];
+      if (categorical_[i]) {
         prior += log_uniform_[i];
+        const double x = a[i];
+        for (size_t k = 0; k < n_; ++k) lp[k] += center[k] == x ? log_norm[k] : inv2s2[k];
       } else {
-        unit_[i] = space_.params[i].ToUnit(a[i]);
+        const double x = space_.params[i].ToUnit(a[i]);
+        for (size_t k = 0; k < n_; ++k) {
+          const double dx = x - center[k];
+          lp[k] += log_norm[k] - dx * dx * inv2s2[k];
+        }
       }
     }
-    scratch_.resize(n_);
     double best = prior;
+    for (size_t k = 0; k < n_; ++k) best = std::max(best, lp[k]);
+    // Terms below e^-40 of the largest (which is 1) change the sum by less
+    // than 1e-14 for any realistic number of kernels; skipping them skips
+    // most calls to exp.
+    double sum = prior - best > -40 ? std::exp(prior - best) : 0;
     for (size_t k = 0; k < n_; ++k) {
-      const double* mu = &mu_[k * d_];
-      const double* log_norm = &log_norm_[k * d_];
-      const double* inv2s2 = &inv2s2_[k * d_];
-      double lp = log_weight_[k];
-      for (size_t i = 0; i < d_; ++i) {
-        const double x = unit_[i];
-        if (IsInactive(x)) continue;
-        if (categorical_[i]) {
-          lp += IsInactive(mu[i]) ? log_uniform_[i] : (x == mu[i] ? log_same_[i] : log_other_[i]);
-        } else if (!IsInactive(mu[i])) {
-          const double dx = x - mu[i];
-          lp += log_norm[i] - dx * dx * inv2s2[i];
-        }  // else: the prior's density, 1 in the unit cube
-      }
-      scratch_[k] = lp;
-      best = std::max(best, lp);
-    }
-    // Terms below e^-700 vanish next to the largest (which is 1); skipping
-    // them avoids exp's slow underflow path.
-    double sum = prior - best > -700 ? std::exp(prior - best) : 0;
-    for (double v : scratch_) {
-      if (v - best > -700) sum += std::exp(v - best);
+      if (lp[k] - best > -40) sum += std::exp(lp[k] - best);
     }
     return best + std::log(sum);
   }
@@ -142,33 +151,33 @@ class Mixture {
     return n - 1;
   }
 
-  // The chosen kernel's row of mu_, or null for the prior.
-  const double* PickComponent(Rng& rng) const {
+  // The chosen kernel, or nothing for the prior.
+  std::optional<size_t> PickComponent(Rng& rng) const {
     const double u = rng.Uniform();
-    if (n_ == 0 || u < std::exp(prior_log_weight_)) return nullptr;
-    const size_t k = std::min<size_t>(
+    if (n_ == 0 || u < std::exp(prior_log_weight_)) return std::nullopt;
+    return std::min<size_t>(
         n_ - 1, std::upper_bound(cumulative_.begin(), cumulative_.end(), u) - cumulative_.begin());
-    return &mu_[k * d_];
   }
 
-  // Bandwidths of param i. kNeighbor (Optuna's univariate rule, used per
-  // dimension of the joint kernel): the larger gap to the neighbouring
-  // observations, clipped to [1 / min(100, n + 1), 1] ("magic clip"), so
-  // kernels narrow where good points cluster. kScott: one width for all,
-  // f * n^(-1/(d+4)), d = the params an observation has on average.
-  void SetBandwidths(size_t i, const TpeOptions& o) {
-    std::vector<std::pair<double, size_t>> pos;
-    for (size_t k = 0; k < n_; ++k) {
-      if (!IsInactive(mu_[k * d_ + i])) pos.emplace_back(mu_[k * d_ + i], k);
-    }
+  // Whether kernel k has param i (an active number always has inv2s2 > 0).
+  bool Has(size_t i, size_t k) const {
+    return categorical_[i] ? center_[i * n_ + k] >= 0 : inv2s2_[i * n_ + k] > 0;
+  }
+
+  // The kernels of number i, at `numbers` (unit value, kernel), sorted here.
+  // Bandwidths: kNeighbor (Optuna's univariate rule, used per dimension of
+  // the joint kernel): the larger gap to the neighbouring observations,
+  // clipped to [1 / min(100, n + 1), 1] ("magic clip"), so kernels narrow
+  // where good points cluster. kScott: one width for all, f * n^(-1/(d+4)),
+  // d = the params an observation has on average.
+  void SetKernels(size_t i, std::vector<std::pair<double, size_t>>* numbers, const TpeOptions& o) {
+    auto& pos = *numbers;
     if (pos.empty()) return;
     std::sort(pos.begin(), pos.end());
     const size_t n = pos.size();
     std::vector<double> sig(n);
     if (o.bandwidth == TpeOptions::Bandwidth::kScott) {
-      double active = 0;
-      for (double m : mu_) active += !IsInactive(m);
-      const double d = std::max(1.0, active / n_);
+      const double d = std::max(1.0, mean_active_params_);
       std::fill(sig.begin(), sig.end(),
                 std::max(o.min_bandwidth,
                          o.bandwidth_factor * std::pow(static_cast<double>(n), -1.0 / (d + 4))));
@@ -182,8 +191,8 @@ class Mixture {
     }
     double last_sigma = -1, log_sigma = 0;
     for (size_t j = 0; j < n; ++j) {
-      const size_t at = pos[j].second * d_ + i;
-      const double mu = mu_[at], sigma = sig[j];
+      const size_t at = i * n_ + pos[j].second;
+      const double mu = pos[j].first, sigma = sig[j];
       if (sigma != last_sigma) {  // many kernels share the clipped width
         last_sigma = sigma;
         log_sigma = std::log(sigma);
@@ -194,7 +203,7 @@ class Mixture {
       if (mu < 8 * sigma || 1 - mu < 8 * sigma) {
         log_z = std::log(std::max(NormalCdf((1 - mu) / sigma) - NormalCdf(-mu / sigma), 1e-300));
       }
-      sigma_[at] = sigma;
+      center_[at] = mu;
       inv2s2_[at] = 1 / (2 * sigma * sigma);
       log_norm_[at] = -log_sigma - kLogSqrt2Pi - log_z;
     }
@@ -203,11 +212,19 @@ class Mixture {
   const SearchSpace& space_;
   size_t d_, n_;
   double prior_log_weight_ = 0;
-  std::vector<double> mu_, sigma_, log_norm_, inv2s2_;  // n_ x d_, kernel-major
-  std::vector<double> log_weight_, cumulative_;        // per kernel
-  std::vector<char> categorical_;                       // per param
-  std::vector<double> log_same_, log_other_, log_uniform_;
-  mutable std::vector<double> scratch_, unit_;
+  double mean_active_params_ = 0;  // per observation
+  // Three d_ x n_ tables, parameter-major, in one allocation: what
+  // LogDensity adds per kernel and param (see the constructor for
+  // categoricals). A number's kernel is N(center, sigma^2) truncated to
+  // [0, 1], with inv2s2 = 1 / (2 sigma^2) and log_norm its log normalizer.
+  std::vector<double> table_;
+  double* center_;
+  double* log_norm_;
+  double* inv2s2_;
+  std::vector<double> log_weight_, cumulative_;  // per kernel
+  std::vector<char> categorical_;                // per param
+  std::vector<double> log_uniform_;
+  mutable std::vector<double> lp_;
 };
 
 // Optuna's default weights: the 25 newest observations weigh 1, older ones
@@ -238,6 +255,7 @@ class TpeSampler final : public Sampler {
     };
     std::vector<Ranked> ranked;
     std::vector<const Observation*> running;
+    ranked.reserve(history.trials.size());
     for (const Observation& t : history.trials) {
       if (t.params.size() != space.params.size()) continue;
       if (t.status == TrialStatus::kCompleted && t.value && std::isfinite(*t.value)) {
@@ -250,47 +268,61 @@ class TpeSampler final : public Sampler {
         running.push_back(&t);
       }
     }
-    std::sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
-      return std::tie(a.tier, a.neg_steps, a.value, a.number) <
-             std::tie(b.tier, b.neg_steps, b.value, b.number);
-    });
+    // Trial order, so that recency weights apply to the right observations
+    // (a history usually comes in this order already).
+    auto by_number = [](const Ranked& a, const Ranked& b) { return a.number < b.number; };
+    if (!std::is_sorted(ranked.begin(), ranked.end(), by_number)) {
+      std::sort(ranked.begin(), ranked.end(), by_number);
+    }
+    // Which are good: the n_good best, found by selection rather than a sort
+    // (this runs on every suggestion, over the whole history).
+    const size_t n = ranked.size();
+    const size_t n_good = std::clamp<size_t>(
+        static_cast<size_t>(std::ceil(o_.gamma_fraction * n)), 1, static_cast<size_t>(o_.gamma_cap));
+    std::vector<char> is_good(n, 0);
+    if (n >= static_cast<size_t>(o_.startup_trials)) {
+      std::vector<uint32_t> order(n);
+      std::iota(order.begin(), order.end(), 0u);
+      auto better = [&](uint32_t a, uint32_t b) {
+        const Ranked &x = ranked[a], &y = ranked[b];
+        return std::tie(x.tier, x.neg_steps, x.value, x.number) <
+               std::tie(y.tier, y.neg_steps, y.value, y.number);
+      };
+      std::nth_element(order.begin(), order.begin() + (n_good - 1), order.end(), better);
+      for (size_t i = 0; i < n_good; ++i) is_good[order[i]] = 1;
+    }
+    std::vector<const Assignment*> good_pts, bad_pts;
+    for (size_t i = 0; i < n; ++i) (is_good[i] ? good_pts : bad_pts).push_back(ranked[i].params);
+    // g(x) from the newest max_bad_observations only: older ones weigh
+    // little under the recency weights, and scoring against thousands of
+    // kernels would make a suggestion cost tens of milliseconds.
+    if (bad_pts.size() > static_cast<size_t>(o_.max_bad_observations)) {
+      bad_pts.erase(bad_pts.begin(), bad_pts.end() - o_.max_bad_observations);
+    }
+    if (o_.constant_liar) {
+      for (auto* t : running) bad_pts.push_back(&t->params);
+    }
 
     std::vector<Assignment> out;
-    std::vector<Assignment> batch;  // this call's earlier suggestions
+    if (n < static_cast<size_t>(o_.startup_trials)) {
+      for (int s = 0; s < count; ++s) out.push_back(SampleUniform(space, rng));
+      return out;
+    }
+    const Mixture l(space, good_pts, RecencyWeights(good_pts.size()), o_);
+    out.reserve(count);  // `bad` below points into it
     for (int s = 0; s < count; ++s) {
-      if (static_cast<int>(ranked.size()) < o_.startup_trials) {
-        out.push_back(SampleUniform(space, rng));
-        continue;
+      // The constant liar: running trials and this call's earlier
+      // suggestions count as bad, so that a batch spreads out. With
+      // thousands of running trials (a large fleet) the same cap keeps the
+      // newest, which include this batch's own lies.
+      std::vector<const Assignment*> bad = bad_pts;
+      if (o_.constant_liar) {
+        for (const Assignment& b : out) bad.push_back(&b);
       }
-      const size_t n = ranked.size();
-      const size_t n_good = std::min<size_t>(
-          static_cast<size_t>(std::ceil(o_.gamma_fraction * n)), static_cast<size_t>(o_.gamma_cap));
-      // Each set in trial order, so recency weights apply to the right ones.
-      std::vector<const Ranked*> good, bad;
-      for (size_t i = 0; i < n; ++i) (i < std::max<size_t>(1, n_good) ? good : bad).push_back(&ranked[i]);
-      auto by_number = [](const Ranked* a, const Ranked* b) { return a->number < b->number; };
-      std::sort(good.begin(), good.end(), by_number);
-      std::sort(bad.begin(), bad.end(), by_number);
-      // g(x) from the newest max_bad_observations only: older ones weigh
-      // little under the recency weights, and scoring against thousands of
-      // kernels would make a suggestion cost tens of milliseconds.
       if (bad.size() > static_cast<size_t>(o_.max_bad_observations)) {
         bad.erase(bad.begin(), bad.end() - o_.max_bad_observations);
       }
-      std::vector<const Assignment*> good_pts, bad_pts;
-      for (auto* r : good) good_pts.push_back(r->params);
-      for (auto* r : bad) bad_pts.push_back(r->params);
-      if (o_.constant_liar) {
-        for (auto* t : running) bad_pts.push_back(&t->params);
-        for (auto& b : batch) bad_pts.push_back(&b);
-      }
-      // The same cap with thousands of running trials (a large fleet): keep
-      // the newest, which include this batch's own lies.
-      if (bad_pts.size() > static_cast<size_t>(o_.max_bad_observations)) {
-        bad_pts.erase(bad_pts.begin(), bad_pts.end() - o_.max_bad_observations);
-      }
-      const Mixture l(space, good_pts, RecencyWeights(good_pts.size()), o_);
-      const Mixture g(space, bad_pts, RecencyWeights(bad_pts.size()), o_);
+      const Mixture g(space, bad, RecencyWeights(bad.size()), o_);
       Assignment best;
       double best_score = -std::numeric_limits<double>::infinity();
       for (int c = 0; c < o_.candidates; ++c) {
@@ -301,7 +333,6 @@ class TpeSampler final : public Sampler {
           best = std::move(a);
         }
       }
-      batch.push_back(best);
       out.push_back(std::move(best));
     }
     return out;
