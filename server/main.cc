@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "server/api.h"
+#include "server/event_relay.h"
 #include "server/grpc/worker_service.h"
 #include "server/store_gauges.h"
 #include "server/store/store.h"
@@ -131,6 +132,9 @@ int main(int argc, char** argv) {
 
   metrics::Registry registry;
   EventBus events;
+  // Events go to this server's subscribers and, on PostgreSQL, to the
+  // other replicas' (and theirs come here).
+  EventRelay relay(*store, events);
   EngineOptions engine_options;
   engine_options.worker_lease_ms = int64_t{lease_timeout_s} * 1000;
   engine_options.max_attempts = max_attempts;
@@ -150,7 +154,7 @@ int main(int argc, char** argv) {
       if (state == "pruned") pruned.Increment();
       if (state == "failed") failed.Increment();
     }
-    events.Publish(std::move(type), data);
+    relay.Publish(std::move(type), data);
   };
   RegisterStoreGauges(registry, *store);  // read from the store: every replica agrees
   Engine engine(*store, engine_options);

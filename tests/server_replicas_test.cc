@@ -4,9 +4,12 @@
 // exactly once (one lease, one measurement, one worker saw it), the
 // experiment must complete, and both replicas' /metrics must report the
 // same totals. Prints a bench line with the wall time; asserts no timing.
+// And live events: a subscriber of one replica sees changes made through
+// the other.
 #include <gtest/gtest.h>
 
 #include <pqxx/pqxx>
+#include <atomic>
 #include <map>
 #include <regex>
 #include <set>
@@ -83,6 +86,14 @@ class ServerReplicasTest : public ::testing::Test {
     return out;
   }
 
+  void StartServers() {
+    for (int i = 0; i < 2; ++i) {
+      servers_.push_back(std::make_unique<testing::ServerProcess>(
+          dir_ + "/server-" + std::to_string(i), std::vector<std::string>{"--store", db_->url()}));
+      ASSERT_TRUE(servers_.back()->Start()) << servers_.back()->Log();
+    }
+  }
+
   std::unique_ptr<testing::PostgresBackend> db_;
   std::string dir_;
   std::vector<std::unique_ptr<testing::ServerProcess>> servers_;
@@ -90,11 +101,7 @@ class ServerReplicasTest : public ::testing::Test {
 };
 
 TEST_F(ServerReplicasTest, TwoServersOnOnePostgresqlRunEveryTrialExactlyOnce) {
-  for (int i = 0; i < 2; ++i) {
-    servers_.push_back(std::make_unique<testing::ServerProcess>(
-        dir_ + "/server-" + std::to_string(i), std::vector<std::string>{"--store", db_->url()}));
-    ASSERT_TRUE(servers_.back()->Start()) << servers_.back()->Log();
-  }
+  ASSERT_NO_FATAL_FAILURE(StartServers());
   const std::string spec = R"({"name": "replicas", "objective": {"metric": "loss"},
       "spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}],
       "algorithm": {"sampler": "random", "seed": 3},
@@ -193,6 +200,42 @@ TEST_F(ServerReplicasTest, TwoServersOnOnePostgresqlRunEveryTrialExactlyOnce) {
   EXPECT_EQ(finished0 + finished1, kTrials);
   EXPECT_GT(finished0, 0);
   EXPECT_GT(finished1, 0);
+}
+
+TEST_F(ServerReplicasTest, EventsMadeThroughOneReplicaReachTheOthersSubscribers) {
+  ASSERT_NO_FATAL_FAILURE(StartServers());
+  // Subscribe on replica 1; create experiments through replica 0 until one
+  // shows up there (the subscription may take a moment to open).
+  std::atomic<bool> seen{false};
+  std::string seen_data;
+  std::thread subscriber([&] {
+    HttpClientOptions o = Http(1);
+    o.timeout = std::chrono::seconds(20);
+    (void)ReadEventStream(o, "/api/v1/events", [&](const std::string& type, const std::string& data) {
+      if (type != "experiment.created") return true;
+      seen_data = data;
+      seen = true;
+      return false;
+    });
+  });
+  const std::string spec = R"({"name": "relayed", "objective": {"metric": "loss"},
+      "spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}],
+      "budget": {"max_trials": 1}, "executor": {"client": {}}})";
+  std::vector<int64_t> created;
+  for (int i = 0; i < 30 && !seen; ++i) {
+    auto r = HttpRequestOnce(Http(0), "POST", "/api/v1/experiments", spec);
+    if (!r.ok() || r->status != 201) {
+      ADD_FAILURE() << (r.ok() ? r->body : r.status().ToString());
+      break;  // the subscriber gives up at its timeout
+    }
+    created.push_back(json::parse(r->body)["id"]);
+    for (int j = 0; j < 10 && !seen; ++j) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  subscriber.join();
+  ASSERT_TRUE(seen) << "replica 1's subscribers never saw an experiment created through replica 0\n"
+                    << servers_[1]->Log();
+  const int64_t id = json::parse(seen_data)["experiment_id"];
+  EXPECT_NE(std::find(created.begin(), created.end(), id), created.end()) << seen_data;
 }
 
 }  // namespace

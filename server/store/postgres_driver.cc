@@ -4,6 +4,7 @@
 #include <pqxx/pqxx>
 
 #include <cstdio>
+#include <deque>
 #include <unordered_map>
 
 #include "server/store/sql_driver.h"
@@ -160,6 +161,56 @@ class PostgresConnection final : public SqlConnection {
       prepared_;
 };
 
+// Every HeteroTune process on a database notifies and listens on this channel.
+constexpr const char* kChangeChannel = "hpo_changes";
+
+// LISTEN on a connection of its own (a pooled one would be handed to other
+// threads between calls).
+class PostgresListener final : public ChangeListener {
+ public:
+  PostgresListener(std::string url, std::string display) : url_(std::move(url)), display_(std::move(display)) {}
+  ~PostgresListener() override {
+    receiver_.reset();  // unregisters from the connection before it closes
+  }
+
+  Result<std::optional<std::string>> Next(std::chrono::milliseconds timeout) override {
+    try {
+      if (conn_ == nullptr) {
+        conn_ = std::make_unique<pqxx::connection>(url_);
+        receiver_ = std::make_unique<Receiver>(*conn_, &queue_);
+      }
+      if (queue_.empty()) {
+        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
+        conn_->await_notification(us / 1'000'000, us % 1'000'000);
+      }
+    } catch (const std::exception& e) {
+      receiver_.reset();
+      conn_.reset();
+      return Status::Unavailable(display_ + ": listening for changes: " + OneLine(e.what()));
+    }
+    if (queue_.empty()) return std::optional<std::string>();
+    std::string payload = std::move(queue_.front());
+    queue_.pop_front();
+    return std::optional<std::string>(std::move(payload));
+  }
+
+ private:
+  class Receiver final : public pqxx::notification_receiver {
+   public:
+    Receiver(pqxx::connection& c, std::deque<std::string>* queue)
+        : pqxx::notification_receiver(c, kChangeChannel), queue_(queue) {}
+    void operator()(const std::string& payload, int) override { queue_->push_back(payload); }
+
+   private:
+    std::deque<std::string>* queue_;
+  };
+
+  const std::string url_, display_;
+  std::unique_ptr<pqxx::connection> conn_;
+  std::unique_ptr<Receiver> receiver_;
+  std::deque<std::string> queue_;  // delivered by await_notification, not yet returned
+};
+
 class PostgresDriver final : public SqlDriver {
  public:
   PostgresDriver(std::string url, std::string display, int pool_size)
@@ -186,6 +237,14 @@ class PostgresDriver final : public SqlDriver {
   void LockForMigration(SqlConnection& c) override {
     // Any constant works; all HeteroTune processes on this database agree on it.
     c.ExecScript("SELECT pg_advisory_xact_lock(7246031)");
+  }
+
+  std::string_view notify_sql() const override {
+    static const std::string sql = std::string("SELECT pg_notify('") + kChangeChannel + "', $1)";
+    return sql;
+  }
+  std::unique_ptr<ChangeListener> Listen() override {
+    return std::make_unique<PostgresListener>(url_, display_);
   }
 
  private:

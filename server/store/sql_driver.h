@@ -17,6 +17,7 @@
 
 #include "common/status.h"
 #include "server/store/migrations.h"
+#include "server/store/store.h"
 
 namespace hpo::store {
 
@@ -91,6 +92,12 @@ class SqlDriver {
   // Serializes migrations across processes (advisory lock, exclusive lock);
   // called inside the migration transaction.
   virtual void LockForMigration(SqlConnection& c) = 0;
+
+  // Change notifications (see Store::NotifyChange). The statement that
+  // sends `$1` as one, or empty when the database has none; and a listener
+  // on its own connection, or null.
+  virtual std::string_view notify_sql() const { return {}; }
+  virtual std::unique_ptr<ChangeListener> Listen() { return nullptr; }
 };
 
 std::unique_ptr<SqlDriver> MakeSqliteDriver(std::string path, std::string display_url,

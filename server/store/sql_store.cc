@@ -764,4 +764,25 @@ Result<std::vector<SpeedObservationRecord>> SqlStore::ListSpeedObservations(
   });
 }
 
+// ---------------------------------------------------------------------------
+// Change notifications
+
+Status SqlStore::NotifyChange(std::string_view payload) {
+  if (payload.size() > kMaxChangePayload) {
+    return Status::InvalidArgument("payload: " + std::to_string(payload.size()) + " bytes, more than the " +
+                                   std::to_string(kMaxChangePayload) + " a notification holds");
+  }
+  const std::string_view sql = driver_->notify_sql();
+  if (sql.empty()) return Status::OK();
+  return Run(TxMode::kSingle, [&](SqlConnection& c) { c.Query(sql, {std::string(payload)}); });
+}
+
+Result<std::unique_ptr<ChangeListener>> SqlStore::ListenForChanges() {
+  auto listener = driver_->Listen();
+  if (listener == nullptr) {
+    return Status::Unimplemented(std::string(driver_->backend()) + " has no change notifications");
+  }
+  return listener;
+}
+
 }  // namespace hpo::store

@@ -48,6 +48,8 @@ class SqlStore final : public Store {
   Status TouchWorker(Id worker_id) override;
   Result<std::vector<WorkerRecord>> ListWorkers() override;
   Result<Id> AddSpeedObservation(const SpeedObservation& o) override;
+  Status NotifyChange(std::string_view payload) override;
+  Result<std::unique_ptr<ChangeListener>> ListenForChanges() override;
   Result<std::vector<SpeedObservationRecord>> ListSpeedObservations(std::string_view workload,
                                                                     int64_t limit) override;
 

@@ -43,6 +43,7 @@
 // Times are milliseconds since the Unix epoch, read from StoreOptions::clock.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -227,6 +228,18 @@ struct StoreOptions {
   int busy_timeout_ms = 10'000;
 };
 
+// Receives the change notifications of every process on the database
+// (Store::NotifyChange), this one's included, in the order they committed.
+// Used by one thread at a time.
+class ChangeListener {
+ public:
+  virtual ~ChangeListener() = default;
+  // The next payload, or nullopt when `timeout` passes without one.
+  // Unavailable when the connection broke: notifications sent until the
+  // next call succeeds (it reconnects) are lost.
+  virtual Result<std::optional<std::string>> Next(std::chrono::milliseconds timeout) = 0;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -307,6 +320,16 @@ class Store {
   // Observations of one workload (all when empty), oldest first.
   virtual Result<std::vector<SpeedObservationRecord>> ListSpeedObservations(
       std::string_view workload, int64_t limit) = 0;
+
+  // Change notifications between the processes sharing this database (the
+  // server replicas' live events). PostgreSQL: NOTIFY/LISTEN, delivered
+  // to every listener once the notifying call returns. SQLite: there is no
+  // second process to tell; NotifyChange does nothing and
+  // ListenForChanges answers Unimplemented.
+  static constexpr size_t kMaxChangePayload = 7900;  // PostgreSQL allows < 8000 bytes
+  // InvalidArgument: a payload over kMaxChangePayload bytes.
+  virtual Status NotifyChange(std::string_view payload) = 0;
+  virtual Result<std::unique_ptr<ChangeListener>> ListenForChanges() = 0;
 };
 
 // Opens (and migrates) the store named by `url`. Errors name the URL with

@@ -1,0 +1,65 @@
+#include "server/event_relay.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <random>
+
+namespace hpo::server {
+namespace {
+
+std::string RandomOrigin() {
+  std::random_device rd;
+  const uint64_t v = (uint64_t{rd()} << 32) ^ rd();
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+EventRelay::EventRelay(store::Store& store, EventBus& bus) : store_(store), bus_(bus), origin_(RandomOrigin()) {
+  auto listener = store_.ListenForChanges();
+  if (!listener.ok()) return;  // Unimplemented: no other replica to hear from
+  listener_ = std::move(listener).value();
+  thread_ = std::thread([this] { Listen(); });
+}
+
+EventRelay::~EventRelay() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void EventRelay::Publish(std::string type, const nlohmann::json& data) {
+  bus_.Publish(type, data);
+  if (!listener_) return;
+  const std::string payload = nlohmann::json{{"origin", origin_}, {"type", type}, {"data", data}}.dump();
+  if (payload.size() > store::Store::kMaxChangePayload) {
+    spdlog::debug("event {} ({} bytes) is too large to relay to other replicas", type, payload.size());
+    return;
+  }
+  if (Status s = store_.NotifyChange(payload); !s.ok()) {
+    spdlog::warn("relaying event {} to other replicas: {}", type, s.ToString());
+  }
+}
+
+void EventRelay::Listen() {
+  bool failing = false;
+  while (!stop_) {
+    auto next = listener_->Next(std::chrono::milliseconds(250));
+    if (!next.ok()) {
+      if (!failing) spdlog::warn("events of other replicas: {}; retrying", next.status().ToString());
+      failing = true;
+      for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    if (failing) spdlog::info("events of other replicas: listening again");
+    failing = false;
+    if (!next->has_value()) continue;
+    const nlohmann::json n = nlohmann::json::parse(**next, nullptr, false);
+    if (!n.is_object() || n.value("origin", "") == origin_ || !n.contains("type")) continue;
+    bus_.Publish(n["type"].get<std::string>(), n.value("data", nlohmann::json::object()));
+  }
+}
+
+}  // namespace hpo::server
