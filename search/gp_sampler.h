@@ -37,7 +37,7 @@
 //   best half plus evenly spaced ranks of the rest, and its hyperparameters
 //   are fitted on at most max_fit_observations of those (evenly spaced ranks):
 //   a fit costs O(m^3) per likelihood evaluation, the acquisition O(m^2) per
-//   candidate, so suggest time stops growing with the history: about 15 ms
+//   candidate, so suggest time stops growing with the history: about 17 ms
 //   for one suggestion with 8 params, at 1,000 or 10,000 observations alike.
 //
 // Acquisition optimizer: num_candidates uniform points plus num_candidates / 4
