@@ -208,6 +208,7 @@ const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
 const consoleErrors = [];
 page.on('console', (m) => m.type() === 'error' && consoleErrors.push(m.text()));
 page.on('pageerror', (e) => consoleErrors.push(e.message));
+fs.rmSync(args.out, { recursive: true, force: true });  // no screenshots of an earlier run
 fs.mkdirSync(args.out, { recursive: true });
 
 async function screenshot(name) {
