@@ -12,6 +12,8 @@ FROM ${DEBIAN_IMAGE} AS build
 WORKDIR /src
 # Packages first, in their own layer: source edits do not reinstall them.
 COPY scripts/ scripts/
+# The dashboard's npm lockfile too: scripts/setup installs its chart library.
+COPY web/package.json web/package-lock.json web/
 RUN scripts/setup --deps-only --component server && rm -rf /var/lib/apt/lists/*
 COPY CMakeLists.txt ./
 COPY cmake/ cmake/
@@ -23,6 +25,7 @@ COPY scheduler/ scheduler/
 COPY server/ server/
 COPY cli/ cli/
 COPY bench/ bench/
+COPY web/ web/
 RUN scripts/setup --no-deps --component server \
  && strip build/server/hpo-server build/cli/hpctl \
  && scripts/runtime-packages build/server/hpo-server build/cli/hpctl > /runtime-packages.txt
@@ -36,6 +39,10 @@ RUN apt-get update -qq \
  && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt \
  && useradd --system --uid 10001 --create-home --home-dir /var/lib/heterotune --shell /usr/sbin/nologin hpo
 COPY --from=build /src/build/server/hpo-server /src/build/cli/hpctl /usr/local/bin/
+# The dashboard: its pages and the one chart-library file they load.
+COPY --from=build /src/web/index.html /src/web/style.css /usr/share/heterotune/web/
+COPY --from=build /src/web/js/ /usr/share/heterotune/web/js/
+COPY --from=build /src/web/node_modules/echarts/dist/echarts.esm.min.mjs /usr/share/heterotune/web/node_modules/echarts/dist/
 USER hpo
 WORKDIR /var/lib/heterotune
 # 8080: REST, dashboard, /metrics, /healthz, /readyz. 50051: the worker protocol.
@@ -46,4 +53,5 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
 ENTRYPOINT ["hpo-server"]
 # An embedded SQLite file by default; a fleet passes --store postgresql://...
 # (or HPO_STORE) instead. Listening on every interface: it runs in a container.
-CMD ["--http", "0.0.0.0:8080", "--grpc", "0.0.0.0:50051", "--store", "sqlite:///var/lib/heterotune/hpo.db"]
+CMD ["--http", "0.0.0.0:8080", "--grpc", "0.0.0.0:50051", "--store", "sqlite:///var/lib/heterotune/hpo.db", \
+     "--web-root", "/usr/share/heterotune/web"]
