@@ -228,8 +228,8 @@ Result<std::vector<search::History>> Engine::Histories(Id experiment_id, const E
   return out;
 }
 
-Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_id, Cached& c,
-                                                                  int64_t count) {
+Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(
+    Id experiment_id, Cached& c, int64_t count, std::optional<int64_t> max_unfinished) {
   const auto timer = TimeIf(suggest_seconds_);
   const ExperimentSpec& spec = *c.spec;
   HPO_ASSIGN_OR_RETURN(auto histories, Histories(experiment_id, spec));
@@ -267,7 +267,8 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
       trials.push_back(std::move(t));
     }
   }
-  HPO_ASSIGN_OR_RETURN(auto created, store_.CreateTrialsUpTo(experiment_id, trials, spec.max_trials));
+  HPO_ASSIGN_OR_RETURN(auto created,
+                       store_.CreateTrialsUpTo(experiment_id, trials, {spec.max_trials, max_unfinished}));
   for (const auto& t : created) {
     Emit("trial.created", {{"experiment_id", experiment_id}, {"trial_id", t.id}, {"number", t.number}});
   }
@@ -280,7 +281,9 @@ Status Engine::Replenish(Id experiment_id, Cached& c) {
   const int64_t unfinished = n.pending + n.leased + n.running;
   const int64_t want = std::min(c.spec->max_parallel - unfinished, c.spec->max_trials - n.total());
   if (want <= 0) return Status::OK();
-  return CreateSuggestions(experiment_id, c, want).status();
+  // The store enforces max_parallel again: another server may be
+  // replenishing the same experiment right now.
+  return CreateSuggestions(experiment_id, c, want, c.spec->max_parallel).status();
 }
 
 Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id, std::optional<Id> device_id) {
@@ -334,7 +337,7 @@ Result<std::vector<Assignment>> Engine::Suggest(Id experiment_id, int count) {
   std::vector<store::TrialRecord> created;
   {
     std::lock_guard lock(c->replenish_mu);
-    HPO_ASSIGN_OR_RETURN(created, CreateSuggestions(experiment_id, *c, count));
+    HPO_ASSIGN_OR_RETURN(created, CreateSuggestions(experiment_id, *c, count, std::nullopt));
   }
   std::vector<Assignment> out;
   for (const auto& t : created) {

@@ -136,10 +136,12 @@ class Engine {
     std::mutex replenish_mu;  // one batch at a time per experiment
   };
   Result<Cached*> Load(store::Id experiment_id);
-  // Creates up to `count` new trials (within the budget) chosen by the
-  // space ranking and the spec's sampler.
+  // Creates up to `count` new trials (within the budget, and leaving at most
+  // `max_unfinished` unfinished if set) chosen by the space ranking and the
+  // spec's sampler.
   Result<std::vector<store::TrialRecord>> CreateSuggestions(store::Id experiment_id, Cached& c,
-                                                            int64_t count);
+                                                            int64_t count,
+                                                            std::optional<int64_t> max_unfinished);
   // Tops the pending pool up to max_parallel unfinished trials.
   Status Replenish(store::Id experiment_id, Cached& c);
   // Ends the experiment when every trial of its budget has finished.

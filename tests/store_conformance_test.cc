@@ -200,17 +200,54 @@ TYPED_TEST(StoreTest, NumbersTrialsWithinTheirExperiment) {
 TYPED_TEST(StoreTest, CreateTrialsUpToABudgetNeverExceedsIt) {
   auto e = this->MakeExperiment();
   std::vector<NewTrial> three(3);
-  auto a = this->store_->CreateTrialsUpTo(e.id, three, 5);
+  auto a = this->store_->CreateTrialsUpTo(e.id, three, {.max_total = 5});
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->size(), 3u);
-  auto b = this->store_->CreateTrialsUpTo(e.id, three, 5);
+  auto b = this->store_->CreateTrialsUpTo(e.id, three, {.max_total = 5});
   ASSERT_TRUE(b.ok()) << b.status();
   ASSERT_EQ(b->size(), 2u);
   EXPECT_EQ((*b)[1].number, 4);
-  auto c = this->store_->CreateTrialsUpTo(e.id, three, 5);
+  auto c = this->store_->CreateTrialsUpTo(e.id, three, {.max_total = 5});
   ASSERT_TRUE(c.ok());
   EXPECT_TRUE(c->empty());
   EXPECT_EQ(this->store_->CountTrials(e.id)->total(), 5);
+}
+
+TYPED_TEST(StoreTest, CreateTrialsUpToKeepsUnfinishedTrialsWithinTheirCap) {
+  // What max_parallel needs when two servers top up one experiment at once.
+  auto e = this->MakeExperiment();
+  const std::vector<NewTrial> four(4);
+  const Store::TrialLimits cap{.max_unfinished = 3};
+  auto a = this->store_->CreateTrialsUpTo(e.id, four, cap);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->size(), 3u);
+  auto none = this->store_->CreateTrialsUpTo(e.id, four, cap);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty()) << "3 pending already";
+  // Leased and running trials count; finished ones free their place.
+  auto t1 = this->Lease("w");
+  auto t2 = this->Lease("w");
+  ASSERT_TRUE(this->store_->FinishTrial(t1.id, "w", FinishRequest{}).ok());
+  auto one = this->store_->CreateTrialsUpTo(e.id, four, cap);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->size(), 1u);
+  const auto n = *this->store_->CountTrials(e.id);
+  EXPECT_EQ(n.pending + n.leased + n.running, 3);
+  EXPECT_EQ(n.total(), 4);
+  (void)t2;
+}
+
+TYPED_TEST(StoreTest, TwoHandlesToppingUpAtOnceNeverExceedTheUnfinishedCap) {
+  auto e = this->MakeExperiment();
+  std::unique_ptr<Store> other = this->Open();
+  const std::vector<NewTrial> eight(8);
+  const Store::TrialLimits cap{.max_unfinished = 8};
+  std::thread t([&] {
+    for (int i = 0; i < 20; ++i) ASSERT_TRUE(other->CreateTrialsUpTo(e.id, eight, cap).ok());
+  });
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(this->store_->CreateTrialsUpTo(e.id, eight, cap).ok());
+  t.join();
+  EXPECT_EQ(this->store_->CountTrials(e.id)->pending, 8);
 }
 
 TYPED_TEST(StoreTest, ListsAnExperimentsMeasurementsByTrialAndStep) {

@@ -324,7 +324,7 @@ Status SqlStore::FinishExperiment(Id id, ExperimentState state, std::string_view
 
 Result<std::vector<TrialRecord>> SqlStore::CreateTrialsUpTo(Id experiment_id,
                                                             const std::vector<NewTrial>& trials,
-                                                            std::optional<int64_t> max_total) {
+                                                            const TrialLimits& limits) {
   for (size_t i = 0; i < trials.size(); ++i) {
     if (!std::isfinite(trials[i].priority)) {
       return Status::InvalidArgument("trials[" + std::to_string(i) + "].priority: must be finite");
@@ -340,8 +340,19 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrialsUpTo(Id experiment_id,
                                        "); it takes no new trials"));
     }
     int64_t number = exp[0].Int(1);
-    size_t n = trials.size();
-    if (max_total) n = static_cast<size_t>(std::clamp<int64_t>(*max_total - number, 0, n));
+    int64_t n = static_cast<int64_t>(trials.size());
+    if (limits.max_total) n = std::clamp<int64_t>(*limits.max_total - number, 0, n);
+    if (limits.max_unfinished && n > 0) {
+      // The experiment's row is locked above: no other server counts or
+      // inserts in between.
+      const int64_t unfinished =
+          c.Query("SELECT COUNT(*) FROM trials WHERE experiment_id = $1 AND "
+                  "state IN ('pending', 'leased', 'running')",
+                  {experiment_id})
+              .at(0)
+              .Int(0);
+      n = std::clamp<int64_t>(*limits.max_unfinished - unfinished, 0, n);
+    }
     std::set<Id> spaces;
     for (const auto& r : c.Query("SELECT id FROM search_spaces WHERE experiment_id = $1",
                                  {experiment_id})) {
@@ -350,7 +361,7 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrialsUpTo(Id experiment_id,
     const TimeMs now = Now();
     std::vector<TrialRecord> out;
     out.reserve(n);
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
       const NewTrial& t = trials[i];
       if (t.space_id && !spaces.count(*t.space_id)) {
         Throw(Status::InvalidArgument("trials[" + std::to_string(i) + "].space_id: search space " +

@@ -29,7 +29,7 @@ class SqlStore final : public Store {
 
   Result<std::vector<TrialRecord>> CreateTrialsUpTo(Id experiment_id,
                                                     const std::vector<NewTrial>& trials,
-                                                    std::optional<int64_t> max_total) override;
+                                                    const TrialLimits& limits) override;
   Result<TrialRecord> GetTrial(Id id) override;
   Result<std::vector<TrialRecord>> ListTrials(Id experiment_id, const TrialFilter& filter) override;
   Result<TrialCounts> CountTrials(Id experiment_id) override;

@@ -269,14 +269,18 @@ class Store {
   // FailedPrecondition: the experiment is not running.
   Result<std::vector<TrialRecord>> CreateTrials(Id experiment_id,
                                                 const std::vector<NewTrial>& trials) {
-    return CreateTrialsUpTo(experiment_id, trials, std::nullopt);
+    return CreateTrialsUpTo(experiment_id, trials, {});
   }
-  // The same, but the experiment never gets more than `max_total` trials:
-  // only the first (max_total - existing) are created (maybe none). The
-  // budget holds even when several servers create trials at once.
+  // The same, but only as many of the first of `trials` as `limits` allow
+  // (maybe none). The limits are checked in the transaction that inserts, so
+  // they hold even when several servers create trials at once.
+  struct TrialLimits {
+    std::optional<int64_t> max_total;       // trials the experiment ever has
+    std::optional<int64_t> max_unfinished;  // pending + leased + running ones
+  };
   virtual Result<std::vector<TrialRecord>> CreateTrialsUpTo(Id experiment_id,
                                                             const std::vector<NewTrial>& trials,
-                                                            std::optional<int64_t> max_total) = 0;
+                                                            const TrialLimits& limits) = 0;
   virtual Result<TrialRecord> GetTrial(Id id) = 0;
   virtual Result<std::vector<TrialRecord>> ListTrials(Id experiment_id,
                                                       const TrialFilter& filter) = 0;
