@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <set>
@@ -504,6 +505,34 @@ TYPED_TEST(StoreTest, RegistersWorkersWithDevices) {
   ASSERT_TRUE(b.status().IsInvalidArgument());
   EXPECT_NE(b.status().message().find("devices[1].ordinal"), std::string::npos) << b.status();
   EXPECT_EQ(this->store_->ListWorkers()->size(), 1u);
+}
+
+// A read sees one snapshot: listing while workers register never shows a
+// worker without its devices, nor devices without their worker (PostgreSQL
+// under READ COMMITTED did, between the two statements of ListWorkers).
+TYPED_TEST(StoreTest, ListingWorkersWhileOthersRegisterSeesWholeWorkers) {
+  std::atomic<bool> done{false};
+  std::thread registrar([&] {
+    for (int i = 0; i < 150; ++i) {
+      NewWorker w;
+      w.host = "node-" + std::to_string(i);
+      w.devices.push_back({0, DeviceKind::kCpu, "cpu", "cpu:cpu:x1.0", 1.0, 1 << 30, 10});
+      w.devices.push_back({1, DeviceKind::kCuda, "gpu", "cuda:gpu", 0, 1 << 30, 1000});
+      EXPECT_TRUE(this->store_->RegisterWorker(w).ok());
+    }
+    done = true;
+  });
+  std::string torn;  // what the first bad list showed
+  for (int lists = 0; !done && torn.empty(); ++lists) {
+    auto list = this->store_->ListWorkers();
+    if (!list.ok()) torn = list.status().ToString() + " after " + std::to_string(lists) + " lists";
+    for (const auto& w : list.ok() ? *list : std::vector<WorkerRecord>{}) {
+      if (w.devices.size() != 2) torn = w.host + " listed with " + std::to_string(w.devices.size()) + " devices";
+    }
+  }
+  registrar.join();
+  EXPECT_EQ(torn, "");
+  EXPECT_EQ(this->store_->ListWorkers()->size(), 150u);
 }
 
 TYPED_TEST(StoreTest, RecordsSpeedObservations) {

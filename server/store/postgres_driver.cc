@@ -1,6 +1,7 @@
 // PostgreSQL driver over libpqxx 6.4: one pqxx::connection per SqlConnection,
-// statements prepared once per connection, READ COMMITTED transactions with
-// row locks where SqlStore asks for them ({FOR_UPDATE}, {SKIP_LOCKED}).
+// statements prepared once per connection, READ COMMITTED write transactions
+// with row locks where SqlStore asks for them ({FOR_UPDATE}, {SKIP_LOCKED}),
+// REPEATABLE READ read-only transactions for reads (one snapshot).
 #include <pqxx/pqxx>
 
 #include <cstdio>
@@ -37,7 +38,21 @@ class PostgresConnection final : public SqlConnection {
       : conn_(std::move(conn)), display_(std::move(display)) {}
 
   void Begin(TxMode mode) override {
-    if (mode != TxMode::kSingle) Guard([&] { tx_.emplace(*conn_); });
+    Guard([&] {
+      switch (mode) {
+        case TxMode::kRead:
+          // One snapshot for every statement: under READ COMMITTED a read of
+          // workers then their devices could see a device whose worker
+          // registered in between (ListWorkers failed with map::at under load).
+          tx_ = std::make_unique<pqxx::transaction<pqxx::repeatable_read, pqxx::read_only>>(*conn_);
+          break;
+        case TxMode::kWrite:
+          tx_ = std::make_unique<pqxx::work>(*conn_);
+          break;
+        case TxMode::kSingle:
+          break;
+      }
+    });
   }
   void Commit() override {
     if (!tx_) return;  // autocommit: each statement committed itself
@@ -155,7 +170,7 @@ class PostgresConnection final : public SqlConnection {
 
   std::unique_ptr<pqxx::connection> conn_;
   std::string display_;
-  std::optional<pqxx::work> tx_;
+  std::unique_ptr<pqxx::dbtransaction> tx_;
   bool healthy_ = true;
   std::unordered_map<std::string, std::string>
       prepared_;

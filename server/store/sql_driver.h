@@ -61,6 +61,8 @@ using SqlRows = std::vector<SqlRow>;
 class SqlConnection {
  public:
   // kRead and kWrite open a transaction (SQLite: BEGIN / BEGIN IMMEDIATE).
+  // kRead bodies only read, and all their statements see one snapshot
+  // (PostgreSQL: REPEATABLE READ, READ ONLY; SQLite's reads already do).
   // kSingle promises the body's effect is one statement, which is atomic on
   // its own: PostgreSQL then skips BEGIN/COMMIT (one round trip instead of
   // three); SQLite still uses BEGIN IMMEDIATE. Statements that only explain
