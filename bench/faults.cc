@@ -1,0 +1,193 @@
+// bench/faults: the fault scenarios of issue #10 at full size against the
+// real hpo-server and hpo-worker binaries (bench/scenarios.h says what each
+// does and checks). One line per scenario and store:
+//
+//   bench=faults scenario=kill_worker store=sqlite kills=50 ... unfinished=0 not_requeued=0
+//   bench=faults scenario=kill_server store=postgresql kills=20 acked_reports=... lost_reports=0
+//   bench=faults scenario=restart_postgres restarts=5 ... unclean_errors=0 hung=0 lost_reports=0
+//   bench=faults scenario=slow_worker store=sqlite ... long_step_attempts=1 paused_max_attempt=1
+//
+// PostgreSQL is a private instance the program starts (initdb under --dir,
+// a free port) and removes. Exit status 1 when a scenario saw a fault it
+// must survive (a stuck or lost trial, a lost report, a hung call).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "bench/harness.h"
+#include "bench/scenarios.h"
+
+namespace {
+
+using namespace hpo;
+using namespace hpo::bench;
+
+std::string Codes(const std::map<std::string, int64_t>& codes) {
+  std::ostringstream out;
+  for (const auto& [code, n] : codes) out << (out.tellp() > 0 ? "," : "") << code << ":" << n;
+  return out.tellp() > 0 ? out.str() : "none";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench/faults: kill workers, kill the server, restart PostgreSQL, pause workers"};
+  std::string scenarios = "kill_worker,kill_server,restart_postgres,slow_worker";
+  std::string stores = "sqlite,postgresql";
+  std::string dir;
+  Setup base;
+  base.server_bin = HPO_SERVER_BIN;
+#ifdef HPO_WORKER_BIN
+  base.worker_bin = HPO_WORKER_BIN;
+#endif
+  WorkerKillOptions wk;
+  ServerKillOptions sk;
+  PostgresRestartOptions pr;
+  SlowWorkerOptions sw;
+  app.add_option("--scenarios", scenarios, "comma-separated")->capture_default_str();
+  app.add_option("--stores", stores, "stores for kill_worker, kill_server, slow_worker")->capture_default_str();
+  app.add_option("--dir", dir, "scratch directory (default: a new one under /tmp, removed on success)");
+  app.add_option("--server-bin", base.server_bin)->capture_default_str();
+  app.add_option("--worker-bin", base.worker_bin)->capture_default_str();
+  app.add_option("--worker-kills", wk.kills)->capture_default_str();
+  app.add_option("--workers", wk.workers, "hpo-worker processes in kill_worker")->capture_default_str();
+  app.add_option("--lease-timeout", wk.lease_timeout_s, "seconds, for kill_worker and slow_worker")
+      ->capture_default_str();
+  app.add_option("--server-kills", sk.kills)->capture_default_str();
+  app.add_option("--pg-restarts", pr.restarts)->capture_default_str();
+  app.add_option("--pauses", sw.pauses, "SIGSTOP/SIGCONT cycles in slow_worker")->capture_default_str();
+  app.add_flag("-v,--verbose", base.verbose, "progress on stderr");
+  CLI11_PARSE(app, argc, argv);
+  sw.lease_timeout_s = wk.lease_timeout_s;
+
+  const bool own_dir = dir.empty();
+  if (own_dir) {
+    char tmpl[] = "/tmp/hpo-faults-XXXXXX";
+    dir = mkdtemp(tmpl);
+  }
+  auto wanted = [](const std::string& list, const std::string& name) {
+    return ("," + list + ",").find("," + name + ",") != std::string::npos;
+  };
+
+  std::unique_ptr<PostgresInstance> pg;
+  int databases = 0;
+  // A Setup for one scenario run: its own directory and an empty store.
+  auto setup_for = [&](const std::string& name, const std::string& store) -> Result<Setup> {
+    Setup s = base;
+    s.dir = dir + "/" + name + "-" + store;
+    std::filesystem::create_directories(s.dir);
+    if (store == "postgresql") {
+      if (!pg) {
+        HPO_ASSIGN_OR_RETURN(pg, PostgresInstance::Create());
+      }
+      const std::string db = "faults_" + std::to_string(++databases);
+      HPO_RETURN_IF_ERROR(pg->CreateDatabase(db));
+      s.store_url = pg->Url(db);
+    }
+    return s;
+  };
+
+  bool survived = true;
+  auto fail = [&](const Status& s) {
+    std::fprintf(stderr, "faults: %s\n", s.ToString().c_str());
+    survived = false;
+  };
+  std::vector<std::string> store_list;
+  for (std::stringstream ss(stores); ss.good();) {
+    std::string s;
+    std::getline(ss, s, ',');
+    if (!s.empty()) store_list.push_back(s);
+  }
+
+  for (const std::string& store : store_list) {
+    if (!wanted(scenarios, "kill_worker")) break;
+    auto setup = setup_for("kill_worker", store);
+    if (!setup.ok()) { fail(setup.status()); continue; }
+    auto r = KillWorkers(*setup, wk);
+    if (!r.ok()) { fail(r.status()); continue; }
+    std::printf(
+        "bench=faults scenario=kill_worker store=%s kills=%d workers=%d lease_timeout_ms=%d trials=%lld "
+        "completed=%lld failed=%lld unfinished=%lld experiment=%s not_requeued=%d requeue_ms_p50=%.0f "
+        "requeue_ms_max=%.0f release_ms_p50=%.0f release_ms_max=%.0f max_attempt=%d\n",
+        store.c_str(), r->kills, wk.workers, wk.lease_timeout_s * 1000, (long long)r->trials,
+        (long long)r->completed, (long long)r->failed, (long long)r->unfinished, r->experiment_state.c_str(),
+        r->not_requeued, Quantile(r->requeue_ms, 0.5), Quantile(r->requeue_ms, 1), Quantile(r->release_ms, 0.5),
+        Quantile(r->release_ms, 1), r->max_attempt);
+    std::fflush(stdout);
+    survived = survived && r->unfinished == 0 && r->not_requeued == 0 && r->kills == wk.kills;
+  }
+
+  for (const std::string& store : store_list) {
+    if (!wanted(scenarios, "kill_server")) break;
+    auto setup = setup_for("kill_server", store);
+    if (!setup.ok()) { fail(setup.status()); continue; }
+    auto r = KillServer(*setup, sk);
+    if (!r.ok()) { fail(r.status()); continue; }
+    std::printf(
+        "bench=faults scenario=kill_server store=%s kills=%d workers=%d acked_reports=%lld lost_reports=%lld "
+        "trials_completed=%lld restart_ms_p50=%.0f restart_ms_max=%.0f recovery_ms_p50=%.0f recovery_ms_max=%.0f "
+        "rpc_errors=%s\n",
+        store.c_str(), r->kills, sk.workers, (long long)r->acked_reports, (long long)r->lost_reports,
+        (long long)r->trials_completed, Quantile(r->restart_ms, 0.5), Quantile(r->restart_ms, 1),
+        Quantile(r->recovery_ms, 0.5), Quantile(r->recovery_ms, 1), Codes(r->rpc_errors).c_str());
+    for (const auto& s : r->lost_samples) std::fprintf(stderr, "faults: lost: %s\n", s.c_str());
+    std::fflush(stdout);
+    survived = survived && r->lost_reports == 0 && r->acked_reports > 0;
+  }
+
+  if (wanted(scenarios, "restart_postgres")) {
+    Setup setup = base;
+    setup.dir = dir + "/restart_postgres";
+    std::filesystem::create_directories(setup.dir);
+    auto r = RestartPostgres(setup, pr);
+    if (!r.ok()) {
+      fail(r.status());
+    } else {
+      std::printf(
+          "bench=faults scenario=restart_postgres restarts=%d recovered=%d workers=%d rest_clients=%d down_ms=%lld "
+          "rpcs=%lld rest_calls=%lld rpc_errors=%s rest_errors=%s unclean_errors=%lld hung=%lld max_rpc_ms=%.0f "
+          "max_rest_ms=%.0f recovery_ms_p50=%.0f recovery_ms_max=%.0f acked_reports=%lld lost_reports=%lld "
+          "server_survived=%d\n",
+          r->restarts, r->recovered, pr.workers, pr.rest_clients, (long long)pr.down.count(), (long long)r->rpcs,
+          (long long)r->rest_calls, Codes(r->rpc_errors).c_str(), Codes(r->rest_errors).c_str(),
+          (long long)r->unclean_errors, (long long)r->hung, r->max_rpc_ms, r->max_rest_ms,
+          Quantile(r->recovery_ms, 0.5), Quantile(r->recovery_ms, 1), (long long)r->acked_reports,
+          (long long)r->lost_reports, r->server_survived ? 1 : 0);
+      // During an outage 503s are expected; the samples matter only when
+      // something else went wrong.
+      if (r->unclean_errors > 0 || r->hung > 0) {
+        for (const auto& s : r->error_samples) std::fprintf(stderr, "faults: REST error: %s\n", s.c_str());
+      }
+      std::fflush(stdout);
+      survived = survived && r->unclean_errors == 0 && r->hung == 0 && r->recovered == r->restarts &&
+                 r->lost_reports == 0 && r->server_survived;
+    }
+  }
+
+  for (const std::string& store : store_list) {
+    if (!wanted(scenarios, "slow_worker")) break;
+    auto setup = setup_for("slow_worker", store);
+    if (!setup.ok()) { fail(setup.status()); continue; }
+    auto r = SlowWorker(*setup, sw);
+    if (!r.ok()) { fail(r.status()); continue; }
+    std::printf(
+        "bench=faults scenario=slow_worker store=%s lease_timeout_ms=%d long_step_ms=%d long_step=%s "
+        "long_step_attempts=%d pauses=%d pause_ms=%.0f paused_trials=%lld paused_completed=%lld "
+        "paused_max_attempt=%d control=%s control_attempts=%d\n",
+        store.c_str(), sw.lease_timeout_s * 1000, 3 * sw.lease_timeout_s * 1000, r->long_step_state.c_str(),
+        r->long_step_attempts, r->pauses, r->pause_ms, (long long)r->paused_trials,
+        (long long)r->paused_completed, r->paused_max_attempt, r->control_state.c_str(), r->control_attempts);
+    std::fflush(stdout);
+    survived = survived && r->long_step_state == "completed" && r->long_step_attempts == 1 &&
+               r->paused_completed == r->paused_trials && r->paused_max_attempt == 1 &&
+               r->control_state == "completed" && r->control_attempts == 2;
+  }
+
+  pg.reset();
+  if (own_dir && survived) std::filesystem::remove_all(dir);
+  if (!survived) std::fprintf(stderr, "faults: logs are in %s\n", dir.c_str());
+  return survived ? 0 : 1;
+}

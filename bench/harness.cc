@@ -1,0 +1,584 @@
+#include "bench/harness.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace hpo::bench {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+double MsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  const size_t k = std::min(v.size() - 1, static_cast<size_t>(std::ceil(q * v.size())) - (q > 0 ? 1 : 0));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Processes -------------------------------------------------------------------
+
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
+  // Everything the child needs is prepared before fork: a multi-threaded
+  // parent's child may only call async-signal-safe functions.
+  std::vector<std::string> args = argv;
+  std::vector<char*> c;
+  for (auto& a : args) c.push_back(a.data());
+  c.push_back(nullptr);
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    execv(c[0], c.data());
+    _exit(127);
+  }
+  if (fd >= 0) ::close(fd);
+  return pid;
+}
+
+std::optional<int> WaitExit(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto until = Clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    if (Clock::now() >= until) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void KillAndReap(pid_t pid) {
+  if (pid <= 0) return;
+  ::kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
+double PeakRssMb(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
+  }
+  return 0;
+}
+
+uint16_t FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  uint16_t port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+// ServerProcess ----------------------------------------------------------------
+
+ServerProcess::ServerProcess(std::string binary, std::string dir, std::vector<std::string> args)
+    : binary_(std::move(binary)), dir_(std::move(dir)), args_(std::move(args)) {}
+
+ServerProcess::~ServerProcess() { Stop(SIGKILL); }
+
+Status ServerProcess::Start() {
+  if (pid_ > 0) return Status::FailedPrecondition("hpo-server is already running");
+  fs::create_directories(dir_);
+  const std::string ports = dir_ + "/ports.json";
+  // A port a killed server held can stay busy for a moment: try again.
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    fs::remove(ports);
+    log_ = dir_ + "/server-" + std::to_string(++starts_) + ".log";
+    std::vector<std::string> argv = {binary_, "--port-file", ports, "--http",
+                                     "127.0.0.1:" + std::to_string(http_port_), "--grpc",
+                                     "127.0.0.1:" + std::to_string(grpc_port_)};
+    argv.insert(argv.end(), args_.begin(), args_.end());
+    pid_ = Spawn(argv, log_);
+    const auto until = Clock::now() + std::chrono::seconds(30);
+    while (Clock::now() < until) {
+      if (auto status = WaitExit(pid_, std::chrono::milliseconds(0))) {
+        pid_ = -1;
+        break;
+      }
+      const json j = json::parse(ReadFile(ports), nullptr, false);
+      if (j.is_object() && j.contains("http")) {
+        http_port_ = j["http"];
+        grpc_port_ = j["grpc"];
+        return Status::OK();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (pid_ > 0) {
+      KillAndReap(pid_);
+      pid_ = -1;
+      return Status::DeadlineExceeded("hpo-server did not listen within 30 s; see " + log_);
+    }
+    if (ReadFile(log_).find("cannot listen") == std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  return Status::Unavailable("hpo-server exited at start-up: " + ReadFile(log_));
+}
+
+int ServerProcess::Stop(int sig) {
+  if (pid_ <= 0) return 0;
+  ::kill(pid_, sig);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return status;
+}
+
+// PostgresInstance ----------------------------------------------------------------
+
+namespace {
+
+// Runs argv (as the postgres user when we are root) and waits; its log
+// becomes the error message when it fails.
+Status RunTool(std::vector<std::string> argv, const std::string& log) {
+  if (geteuid() == 0) argv.insert(argv.begin(), {"/usr/sbin/runuser", "-u", "postgres", "--"});
+  const pid_t pid = Spawn(argv, log);
+  const auto status = WaitExit(pid, std::chrono::seconds(120));
+  if (!status) {
+    KillAndReap(pid);
+    return Status::DeadlineExceeded(argv[geteuid() == 0 ? 4 : 0] + " took over 120 s");
+  }
+  if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
+    return Status::Internal(argv[geteuid() == 0 ? 4 : 0] + " failed: " + ReadFile(log));
+  }
+  return Status::OK();
+}
+
+std::string PostgresBin() {
+  std::vector<fs::path> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/usr/lib/postgresql", ec)) {
+    if (fs::exists(e.path() / "bin" / "initdb")) found.push_back(e.path() / "bin");
+  }
+  if (found.empty()) return "";
+  // Highest major version: "16" sorts after "15" and before nothing else here.
+  std::sort(found.begin(), found.end(), [](const fs::path& a, const fs::path& b) {
+    return std::stoi(a.parent_path().filename()) < std::stoi(b.parent_path().filename());
+  });
+  return found.back().string();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<PostgresInstance>> PostgresInstance::Create() {
+  std::unique_ptr<PostgresInstance> pg(new PostgresInstance);
+  pg->bin_ = PostgresBin();
+  if (pg->bin_.empty()) {
+    return Status::FailedPrecondition("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin");
+  }
+  std::string tmpl = "/tmp/hpo-pg-XXXXXX";
+  if (!mkdtemp(tmpl.data())) return Status::Internal("mkdtemp " + tmpl + " failed");
+  pg->dir_ = tmpl;
+  if (geteuid() == 0) {
+    const passwd* pw = getpwnam("postgres");
+    if (!pw) return Status::FailedPrecondition("running as root, but there is no postgres user");
+    if (::chown(pg->dir_.c_str(), pw->pw_uid, pw->pw_gid) != 0) {
+      return Status::Internal("chown " + pg->dir_ + " to postgres failed");
+    }
+  }
+  HPO_RETURN_IF_ERROR(RunTool({pg->bin_ + "/initdb", "-D", pg->dir_ + "/data", "-U", "postgres",
+                               "--auth=trust", "-E", "UTF8"},
+                              pg->dir_ + "/initdb.log"));
+  pg->port_ = FreePort();
+  HPO_RETURN_IF_ERROR(pg->Start());
+  return pg;
+}
+
+PostgresInstance::~PostgresInstance() {
+  if (started_) (void)PgCtl({"stop", "-m", "immediate"});
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
+Status PostgresInstance::PgCtl(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {bin_ + "/pg_ctl", "-D", dir_ + "/data", "-w", "-t", "60"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunTool(argv, dir_ + "/pg_ctl.log");
+}
+
+Status PostgresInstance::Stop() {
+  HPO_RETURN_IF_ERROR(PgCtl({"stop", "-m", "fast"}));
+  started_ = false;
+  return Status::OK();
+}
+
+Status PostgresInstance::Start() {
+  HPO_RETURN_IF_ERROR(PgCtl({"-l", dir_ + "/postgres.log", "-o",
+                             "-p " + std::to_string(port_) + " -k " + dir_ +
+                                 " -c listen_addresses=127.0.0.1 -c max_connections=300",
+                             "start"}));
+  started_ = true;
+  return Status::OK();
+}
+
+Status PostgresInstance::CreateDatabase(const std::string& name) {
+  return RunTool({bin_ + "/psql", "-h", dir_, "-p", std::to_string(port_), "-U", "postgres", "-d", "postgres",
+                  "-v", "ON_ERROR_STOP=1", "-c", "CREATE DATABASE " + name},
+                 dir_ + "/psql.log");
+}
+
+std::string PostgresInstance::Url(const std::string& db) const {
+  return "postgresql://postgres@127.0.0.1:" + std::to_string(port_) + "/" + db;
+}
+
+// REST ---------------------------------------------------------------------------
+
+Result<json> RestCall(uint16_t port, const std::string& method, const std::string& target,
+                      const std::string& body, std::chrono::milliseconds timeout) {
+  HttpClientOptions o;
+  o.port = port;
+  o.timeout = timeout;
+  auto r = HttpRequestOnce(o, method, target, body);
+  if (!r.ok()) return r.status();
+  if (r->status / 100 != 2) {
+    return Status::Internal(method + " " + target + ": HTTP " + std::to_string(r->status) + ": " + r->body);
+  }
+  json j = json::parse(r->body, nullptr, false);
+  if (j.is_discarded()) return Status::Internal(method + " " + target + ": not JSON: " + r->body);
+  return j;
+}
+
+Result<int64_t> CreateExperiment(uint16_t port, const std::string& spec) {
+  HPO_ASSIGN_OR_RETURN(json j, RestCall(port, "POST", "/api/v1/experiments", spec));
+  return j.value("id", int64_t{0});
+}
+
+// SimWorker ------------------------------------------------------------------------
+
+SimWorker::SimWorker(const std::string& address, std::chrono::milliseconds deadline) : deadline_(deadline) {
+  grpc::ChannelArguments args;
+  // A connection of its own, as a separate worker process would have, and
+  // quick reconnects after a server restart.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  stub_ = v1::WorkerService::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+void SimWorker::Prepare(grpc::ClientContext& ctx) const {
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline_);
+}
+
+grpc::Status SimWorker::Register(const std::string& host) {
+  v1::RegisterRequest req;
+  req.set_host(host);
+  auto* dev = req.add_devices();
+  dev->set_kind(v1::DEVICE_KIND_CPU);
+  dev->set_name("simulated cpu");
+  dev->set_cores(1);
+  dev->set_benchmark_gflops(10);
+  v1::RegisterResponse res;
+  grpc::ClientContext ctx;
+  Prepare(ctx);
+  grpc::Status s = stub_->Register(&ctx, req, &res);
+  if (s.ok()) {
+    worker_id_ = res.worker_id();
+    device_id_ = res.device_ids(0);
+  }
+  return s;
+}
+
+grpc::Status SimWorker::Lease(v1::LeaseResponse* out) {
+  v1::LeaseRequest req;
+  req.set_worker_id(worker_id_);
+  req.set_device_id(device_id_);
+  grpc::ClientContext ctx;
+  Prepare(ctx);
+  return stub_->Lease(&ctx, req, out);
+}
+
+grpc::Status SimWorker::Report(int64_t trial_id, int64_t step, double loss, v1::ReportResponse* out) {
+  v1::ReportRequest req;
+  req.set_worker_id(worker_id_);
+  req.set_device_id(device_id_);
+  req.set_trial_id(trial_id);
+  req.set_step(step);
+  (*req.mutable_metrics())["loss"] = loss;
+  req.set_samples_per_sec(1000);
+  grpc::ClientContext ctx;
+  Prepare(ctx);
+  return stub_->Report(&ctx, req, out);
+}
+
+grpc::Status SimWorker::Complete(int64_t trial_id, double loss) {
+  v1::CompleteRequest req;
+  req.set_worker_id(worker_id_);
+  req.set_trial_id(trial_id);
+  (*req.mutable_final_metrics())["loss"] = loss;
+  v1::CompleteResponse res;
+  grpc::ClientContext ctx;
+  Prepare(ctx);
+  return stub_->Complete(&ctx, req, &res);
+}
+
+grpc::Status SimWorker::Heartbeat(int64_t trial_id, v1::HeartbeatResponse* out) {
+  v1::HeartbeatRequest req;
+  req.set_worker_id(worker_id_);
+  req.add_trial_ids(trial_id);
+  grpc::ClientContext ctx;
+  Prepare(ctx);
+  return stub_->Heartbeat(&ctx, req, out);
+}
+
+double SimLoss(int64_t trial_id, int64_t step) {
+  return static_cast<double>(trial_id) + 1.0 / static_cast<double>(step + 2);
+}
+
+// SimFleet --------------------------------------------------------------------------
+
+namespace {
+
+bool Retryable(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+std::string CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED: return "ABORTED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    default: return "CODE_" + std::to_string(static_cast<int>(code));
+  }
+}
+
+}  // namespace
+
+SimFleet::SimFleet(FleetOptions options) : options_(std::move(options)) {}
+
+SimFleet::~SimFleet() { Stop(); }
+
+void SimFleet::Start() {
+  for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this, i] { Run(i); });
+}
+
+void SimFleet::Stop() {
+  stop_ = true;
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+FleetStats SimFleet::Snapshot() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+bool SimFleet::WaitForReportAfter(Clock::time_point since, std::chrono::milliseconds timeout) const {
+  const auto until = Clock::now() + timeout;
+  while (Clock::now() < until) {
+    {
+      std::lock_guard lock(mu_);
+      if (stats_.last_ok > since) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+grpc::Status SimFleet::Timed(const char* what, const std::function<grpc::Status()>& rpc) {
+  const auto start = Clock::now();
+  grpc::Status s = rpc();
+  const double ms = MsSince(start);
+  std::lock_guard lock(mu_);
+  ++stats_.rpcs;
+  stats_.latency_ms.push_back(ms);
+  if (!s.ok()) {
+    ++stats_.errors[CodeName(s.error_code())];
+    ++stats_.errors_total;
+    stats_.last_error = Clock::now();
+    if (stats_.error_samples.size() < 5) {
+      stats_.error_samples.push_back(std::string(what) + ": " + CodeName(s.error_code()) + ": " + s.error_message());
+    }
+  }
+  return s;
+}
+
+void SimFleet::Acked(int64_t trial_id, int64_t step, double loss) {
+  std::lock_guard lock(mu_);
+  stats_.acked[trial_id][step] = loss;
+  ++stats_.acked_reports;
+  stats_.last_ok = Clock::now();
+}
+
+void SimFleet::Run(int index) {
+  SimWorker w(options_.address, options_.deadline);
+  std::mt19937 rng(static_cast<unsigned>(index));
+  auto pause = [&](std::chrono::milliseconds d) {
+    for (auto until = Clock::now() + d; Clock::now() < until && !stop_;) {
+      std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(d, std::chrono::milliseconds(20)));
+    }
+  };
+  // Calls `rpc` until it returns something other than a retryable error.
+  auto call = [&](const char* what, const std::function<grpc::Status()>& rpc) {
+    for (;;) {
+      grpc::Status s = Timed(what, rpc);
+      if (s.ok() || !Retryable(s) || stop_) return s;
+      pause(options_.retry_pause);
+    }
+  };
+  // Workers start spread over a second, as a fleet's would.
+  pause(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 1000)(rng)));
+  if (!call("register", [&] { return w.Register("sim-" + std::to_string(index)); }).ok()) return;
+  while (!stop_) {
+    v1::LeaseResponse lease;
+    if (!call("lease", [&] { return w.Lease(&lease); }).ok()) {
+      pause(options_.retry_pause);
+      continue;
+    }
+    if (!lease.has_trial()) {
+      pause(std::chrono::milliseconds(std::max<int64_t>(100, lease.retry_after_ms())));
+      continue;
+    }
+    const int64_t trial = lease.trial().trial_id();
+    bool ended = false;
+    for (int64_t step = 0; step < options_.steps && !stop_ && !ended; ++step) {
+      pause(options_.step_time);
+      if (options_.heartbeat) {
+        v1::HeartbeatResponse hb;
+        if (call("heartbeat", [&] { return w.Heartbeat(trial, &hb); }).ok() && hb.stop_trial_ids_size() > 0) break;
+      }
+      const double loss = SimLoss(trial, step);
+      v1::ReportResponse res;
+      grpc::Status s = call("report", [&] { return w.Report(trial, step, loss, &res); });
+      if (!s.ok()) {
+        ended = true;  // refused: the lease is not ours any more
+        break;
+      }
+      Acked(trial, step, loss);
+      if (res.decision() == v1::DECISION_PRUNE || res.decision() == v1::DECISION_CANCEL) ended = true;
+    }
+    if (ended || stop_) continue;
+    if (call("complete", [&] { return w.Complete(trial, SimLoss(trial, options_.steps - 1)); }).ok()) {
+      std::lock_guard lock(mu_);
+      ++stats_.trials_completed;
+    }
+  }
+}
+
+// RestLoad ---------------------------------------------------------------------------
+
+RestLoad::RestLoad(RestLoadOptions options) : options_(std::move(options)) {}
+
+RestLoad::~RestLoad() { Stop(); }
+
+void RestLoad::Start() {
+  for (int i = 0; i < options_.clients; ++i) threads_.emplace_back([this, i] { Run(i); });
+}
+
+void RestLoad::Stop() {
+  stop_ = true;
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+RestStats RestLoad::Snapshot() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void RestLoad::Run(int index) {
+  HttpClientOptions o;
+  o.port = options_.port;
+  o.timeout = options_.timeout;
+  std::mt19937 rng(static_cast<unsigned>(1000 + index));
+  std::vector<int64_t> experiments;
+  // What the dashboard's pages and hpctl read; one call per turn.
+  for (uint64_t turn = static_cast<uint64_t>(index); !stop_; ++turn) {
+    std::string target;
+    const int64_t e = experiments.empty() ? 0 : experiments[rng() % experiments.size()];
+    switch (turn % 7) {
+      case 0: target = "/api/v1/experiments"; break;
+      case 1: target = "/api/v1/workers"; break;
+      case 2: target = "/metrics"; break;
+      default:
+        if (e == 0) {
+          target = "/api/v1/experiments";
+        } else if (turn % 7 == 3) {
+          target = "/api/v1/experiments/" + std::to_string(e);
+        } else if (turn % 7 == 4) {
+          target = "/api/v1/experiments/" + std::to_string(e) + "/trials?limit=50";
+        } else if (turn % 7 == 5) {
+          target = "/api/v1/experiments/" + std::to_string(e) + "/trials?state=completed&limit=50";
+        } else {
+          target = "/api/v1/experiments/" + std::to_string(e) + "/best";
+        }
+    }
+    const auto start = Clock::now();
+    auto r = HttpRequestOnce(o, "GET", target);
+    const double ms = MsSince(start);
+    std::string error;
+    if (!r.ok()) {
+      error = std::string(r.status().code() == StatusCode::kDeadlineExceeded ? "DeadlineExceeded" : "Unreachable") + ": " +
+              r.status().message();
+    } else if (r->status != 200 && !(r->status == 404 && target.find("/best") != std::string::npos)) {
+      // 404 from /best: no completed trial yet, an answer, not an error.
+      error = std::to_string(r->status) + ": " + r->body.substr(0, 200);
+    } else if (target == "/api/v1/experiments") {
+      const json j = json::parse(r->body, nullptr, false);
+      if (j.is_object() && j.contains("experiments")) {
+        experiments.clear();
+        for (const auto& x : j["experiments"]) experiments.push_back(x.value("id", int64_t{0}));
+      }
+    }
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.calls;
+      stats_.latency_ms.push_back(ms);
+      if (!error.empty()) {
+        ++stats_.errors_total;
+        ++stats_.errors[error.substr(0, error.find(':'))];
+        if (stats_.error_samples.size() < 5) stats_.error_samples.push_back(target + " -> " + error);
+      }
+    }
+    if (options_.pause.count() > 0) {
+      for (auto until = Clock::now() + options_.pause; Clock::now() < until && !stop_;) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+  }
+}
+
+}  // namespace hpo::bench

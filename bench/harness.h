@@ -1,0 +1,230 @@
+// What the fault and load runs (bench/faults, bench/load, tests/fault_test)
+// drive: the real hpo-server and hpo-worker binaries as processes that can
+// be killed, stopped and restarted; a private PostgreSQL that can be stopped
+// and started; a REST helper; and simulated workers that speak the gRPC
+// worker protocol directly, so the caller knows exactly which calls the
+// server acknowledged and how long each took.
+//
+// Everything listens on 127.0.0.1 only.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/http_client.h"
+#include "common/status.h"
+#include "hpo/v1/worker.grpc.pb.h"
+
+namespace hpo::bench {
+
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point start);
+// The q-quantile (0..1) of `v` (nearest rank); 0 for an empty vector.
+double Quantile(std::vector<double> v, double q);
+std::string ReadFile(const std::string& path);
+
+// Processes -----------------------------------------------------------------
+
+// Forks and execs argv[0]; stdout and stderr go to `log` (truncated).
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log);
+// Waits up to `timeout` for `pid` to exit; its wait status, or nullopt.
+std::optional<int> WaitExit(pid_t pid, std::chrono::milliseconds timeout);
+// SIGKILL and reap; nothing for pid <= 0.
+void KillAndReap(pid_t pid);
+// The peak resident set (VmHWM in /proc/PID/status) in MiB; 0 if unknown.
+double PeakRssMb(pid_t pid);
+// A port on 127.0.0.1 that was free a moment ago.
+uint16_t FreePort();
+
+// hpo-server as a process. The first Start binds free ports; every later
+// Start binds the same ones, so workers reconnect as they would to a
+// restarted server.
+class ServerProcess {
+ public:
+  // `args` are passed after --http/--grpc/--port-file; logs go to `dir`.
+  ServerProcess(std::string binary, std::string dir, std::vector<std::string> args);
+  ~ServerProcess();  // SIGKILL
+
+  // Starts and waits (up to 30 s) until it listens.
+  Status Start();
+  // Sends `sig` and waits for the exit; returns the wait status.
+  int Stop(int sig);
+  bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+  uint16_t http_port() const { return http_port_; }
+  std::string grpc_address() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
+  // The log of the current (or last) run.
+  std::string log_path() const { return log_; }
+
+ private:
+  std::string binary_, dir_;
+  std::vector<std::string> args_;
+  std::string log_;
+  pid_t pid_ = -1;
+  int starts_ = 0;
+  uint16_t http_port_ = 0, grpc_port_ = 0;
+};
+
+// A PostgreSQL server of its own: initdb in a new /tmp/hpo-pg-XXXXXX (a
+// directory the postgres user can reach), on a free port of 127.0.0.1 with
+// its socket dir inside that dir. As root it runs as the `postgres` user
+// (initdb refuses root). Stop and Start keep the data.
+class PostgresInstance {
+ public:
+  // FailedPrecondition: no PostgreSQL server binaries on this machine.
+  static Result<std::unique_ptr<PostgresInstance>> Create();
+  ~PostgresInstance();  // stops it (immediate) and removes its files
+
+  // pg_ctl stop -m fast: open connections are terminated.
+  Status Stop();
+  // pg_ctl start, waiting until it accepts connections.
+  Status Start();
+  // Creates an empty database (psql over the socket dir).
+  Status CreateDatabase(const std::string& name);
+  // The URL of database `db` (the `postgres` database exists from initdb).
+  std::string Url(const std::string& db = "postgres") const;
+
+ private:
+  PostgresInstance() = default;
+  Status PgCtl(const std::vector<std::string>& args);
+  std::string bin_, dir_;
+  uint16_t port_ = 0;
+  bool started_ = false;
+};
+
+// REST ----------------------------------------------------------------------
+
+// One request on a fresh connection. Ok only for a 2xx answer with a JSON
+// body; otherwise the status says what went wrong (the HTTP status and body,
+// or the transport error).
+Result<nlohmann::json> RestCall(uint16_t port, const std::string& method, const std::string& target,
+                                const std::string& body = "",
+                                std::chrono::milliseconds timeout = std::chrono::seconds(10));
+// Creates an experiment from a JSON or YAML spec; its id.
+Result<int64_t> CreateExperiment(uint16_t port, const std::string& spec);
+
+// Simulated workers ------------------------------------------------------------
+
+// One worker with one CPU device over its own gRPC connection. Every call
+// carries a deadline; none retries.
+class SimWorker {
+ public:
+  SimWorker(const std::string& address, std::chrono::milliseconds deadline);
+  grpc::Status Register(const std::string& host);
+  grpc::Status Lease(v1::LeaseResponse* out);
+  grpc::Status Report(int64_t trial_id, int64_t step, double loss, v1::ReportResponse* out);
+  grpc::Status Complete(int64_t trial_id, double loss);
+  grpc::Status Heartbeat(int64_t trial_id, v1::HeartbeatResponse* out);
+  int64_t worker_id() const { return worker_id_; }
+
+ private:
+  void Prepare(grpc::ClientContext& ctx) const;
+  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  std::chrono::milliseconds deadline_;
+  int64_t worker_id_ = 0, device_id_ = 0;
+};
+
+// The loss a simulated worker reports for (trial, step): distinct per
+// report, so a check can tell one stored measurement from another.
+double SimLoss(int64_t trial_id, int64_t step);
+
+struct FleetOptions {
+  std::string address;   // the server's gRPC address
+  int workers = 8;
+  int steps = 5;         // per trial
+  std::chrono::milliseconds step_time{20};  // sleep before each report
+  bool heartbeat = false;                   // a Heartbeat before each report
+  std::chrono::milliseconds deadline{10'000};  // per RPC
+  std::chrono::milliseconds retry_pause{100};  // after UNAVAILABLE or DEADLINE_EXCEEDED
+};
+
+// What a fleet saw, added over its workers.
+struct FleetStats {
+  int64_t rpcs = 0;
+  std::map<std::string, int64_t> errors;  // by gRPC code name, e.g. "UNAVAILABLE"
+  int64_t errors_total = 0;
+  std::vector<std::string> error_samples;  // the first few failed calls
+  std::vector<double> latency_ms;         // of every RPC
+  int64_t trials_completed = 0;
+  // Every Report the server answered OK: trial -> step -> loss sent.
+  std::map<int64_t, std::map<int64_t, double>> acked;
+  int64_t acked_reports = 0;
+  std::optional<Clock::time_point> last_error;  // when the last failed RPC returned
+  Clock::time_point last_ok{};                 // when the last OK Report returned
+};
+
+// Threads of SimWorkers, each: Register, then Lease -> Report every step ->
+// Complete, forever. A call that fails with UNAVAILABLE or DEADLINE_EXCEEDED
+// is retried after retry_pause (the server may be restarting); a Report or
+// Complete refused otherwise abandons the trial. Every RPC is counted.
+class SimFleet {
+ public:
+  explicit SimFleet(FleetOptions options);
+  ~SimFleet();  // Stop()
+  void Start();
+  // Stops the workers and waits for them (each finishes its current call).
+  void Stop();
+  FleetStats Snapshot() const;
+  // Waits up to `timeout` for an OK Report that returned after `since`.
+  bool WaitForReportAfter(Clock::time_point since, std::chrono::milliseconds timeout) const;
+
+ private:
+  void Run(int index);
+  grpc::Status Timed(const char* what, const std::function<grpc::Status()>& rpc);
+  void Acked(int64_t trial_id, int64_t step, double loss);
+
+  FleetOptions options_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+  mutable std::mutex mu_;
+  FleetStats stats_;  // GUARDED_BY(mu_)
+};
+
+// REST clients reading what a dashboard and hpctl read, in a loop.
+struct RestLoadOptions {
+  uint16_t port = 0;
+  int clients = 2;
+  std::chrono::milliseconds timeout{10'000};
+  std::chrono::milliseconds pause{0};  // between one client's calls
+};
+
+struct RestStats {
+  int64_t calls = 0;
+  std::map<std::string, int64_t> errors;  // "503", "DeadlineExceeded", ...
+  int64_t errors_total = 0;
+  std::vector<double> latency_ms;
+  std::vector<std::string> error_samples;  // the first few error texts
+};
+
+class RestLoad {
+ public:
+  explicit RestLoad(RestLoadOptions options);
+  ~RestLoad();
+  void Start();
+  void Stop();
+  RestStats Snapshot() const;
+
+ private:
+  void Run(int index);
+  RestLoadOptions options_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+  mutable std::mutex mu_;
+  RestStats stats_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace hpo::bench

@@ -1,0 +1,532 @@
+#include "bench/scenarios.h"
+
+#include <signal.h>
+#include <spdlog/fmt/fmt.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <set>
+
+#include "bench/harness.h"
+
+namespace hpo::bench {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+void Progress(const Setup& setup, const std::string& line) {
+  if (setup.verbose) std::fprintf(stderr, "faults: %s\n", line.c_str());
+}
+
+std::string StoreUrl(const Setup& setup) {
+  return setup.store_url.empty() ? "sqlite://" + setup.dir + "/hpo.db" : setup.store_url;
+}
+
+// A command experiment: each trial runs /bin/sh printing one metric line
+// per step after sleeping `step_seconds`.
+std::string CommandSpec(const std::string& name, int max_trials, int max_parallel, int steps,
+                        double step_seconds) {
+  const std::string script = fmt::format(
+      "for s in $(seq 1 {}); do sleep {}; echo \"hpo: step=$s loss={{x}}\"; done", steps, step_seconds);
+  json spec = {
+      {"name", name},
+      {"objective", {{"metric", "loss"}}},
+      {"spaces", {{{"name", "s"}, {"params", {{"x", {{"type", "float"}, {"low", 0}, {"high", 1}}}}}}}},
+      {"algorithm", {{"sampler", "random"}, {"seed", 1}}},
+      {"budget", {{"max_trials", max_trials}, {"max_parallel", max_parallel}, {"steps_per_trial", steps}}},
+      {"executor", {{"command", {{"argv", {"/bin/sh", "-c", script}}, {"timeout_s", 600}}}}}};
+  return spec.dump();
+}
+
+// An experiment for simulated workers (they ignore the executor).
+std::string SimSpec(const std::string& name, int max_trials, int max_parallel, int steps,
+                    const std::string& sampler) {
+  json spec = {
+      {"name", name},
+      {"objective", {{"metric", "loss"}}},
+      {"spaces",
+       {{{"name", "s"},
+         {"params",
+          {{"x", {{"type", "float"}, {"low", 0}, {"high", 1}}},
+           {"y", {{"type", "float"}, {"low", 1e-4}, {"high", 1}, {"log", true}}},
+           {"k", {{"type", "int"}, {"low", 1}, {"high", 8}}}}}}}},
+      {"algorithm", {{"sampler", sampler}, {"seed", 1}}},
+      {"budget", {{"max_trials", max_trials}, {"max_parallel", max_parallel}, {"steps_per_trial", steps}}},
+      {"executor", {{"builtin", {{"trainer", "fashion-mnist-mlp"}}}}}};
+  return spec.dump();
+}
+
+pid_t StartWorker(const Setup& setup, const std::string& grpc, const std::string& label, int heartbeat_ms) {
+  return Spawn({setup.worker_bin, "--server", grpc, "--device", "cpu", "--threads", "1", "--benchmark-seconds",
+                "0.05", "--heartbeat-ms", std::to_string(heartbeat_ms), "--labels", "slot=" + label},
+               setup.dir + "/worker-" + label + ".log");
+}
+
+Result<json> GetTrial(uint16_t port, int64_t id) {
+  return RestCall(port, "GET", "/api/v1/trials/" + std::to_string(id));
+}
+
+Result<std::string> ExperimentState(uint16_t port, int64_t id) {
+  HPO_ASSIGN_OR_RETURN(json e, RestCall(port, "GET", "/api/v1/experiments/" + std::to_string(id)));
+  return e.value("state", "");
+}
+
+// Waits up to `timeout` for the experiment to leave "running".
+Result<std::string> WaitForEnd(uint16_t port, int64_t id, milliseconds timeout) {
+  const auto until = Clock::now() + timeout;
+  for (;;) {
+    HPO_ASSIGN_OR_RETURN(std::string state, ExperimentState(port, id));
+    if (state != "running" || Clock::now() >= until) return state;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+}
+
+Result<json> Trials(uint16_t port, int64_t experiment, const std::string& query = "") {
+  HPO_ASSIGN_OR_RETURN(json j, RestCall(port, "GET",
+                                        "/api/v1/experiments/" + std::to_string(experiment) +
+                                            "/trials?limit=10000" + query));
+  return j["trials"];
+}
+
+// Checks every acknowledged report against the store: (lost, samples).
+Result<std::pair<int64_t, std::vector<std::string>>> CheckAcked(
+    uint16_t port, const std::map<int64_t, std::map<int64_t, double>>& acked) {
+  int64_t lost = 0;
+  std::vector<std::string> samples;
+  for (const auto& [trial, steps] : acked) {
+    HPO_ASSIGN_OR_RETURN(json t, GetTrial(port, trial));
+    std::map<int64_t, double> stored;
+    for (const auto& m : t["measurements"]) {
+      if (m["metrics"].contains("loss")) stored[m["step"].get<int64_t>()] = m["metrics"]["loss"].get<double>();
+    }
+    for (const auto& [step, loss] : steps) {
+      auto it = stored.find(step);
+      if (it != stored.end() && std::abs(it->second - loss) <= 1e-9 * std::max(1.0, std::abs(loss))) continue;
+      ++lost;
+      if (samples.size() < 5) {
+        samples.push_back(fmt::format("trial {} step {}: sent {}, stored {}", trial, step, loss,
+                                      it == stored.end() ? std::string("nothing") : std::to_string(it->second)));
+      }
+    }
+  }
+  return std::make_pair(lost, samples);
+}
+
+}  // namespace
+
+// (a) -------------------------------------------------------------------------------
+
+Result<WorkerKillResult> KillWorkers(const Setup& setup, const WorkerKillOptions& o) {
+  if (setup.worker_bin.empty()) return Status::FailedPrecondition("KillWorkers needs hpo-worker");
+  ServerProcess server(setup.server_bin, setup.dir + "/server",
+                       {"--store", StoreUrl(setup), "--lease-timeout", std::to_string(o.lease_timeout_s)});
+  HPO_RETURN_IF_ERROR(server.Start());
+  const uint16_t port = server.http_port();
+  // Enough trials for the kills to find running ones until the last; each
+  // trial takes at most 3 kills (max attempts) before it fails.
+  HPO_ASSIGN_OR_RETURN(const int64_t id,
+                       CreateExperiment(port, CommandSpec("kill-workers", o.kills + 2 * o.workers, o.workers,
+                                                          o.steps, o.step_ms / 1000.0)));
+
+  std::map<std::string, pid_t> alive;  // by slot label
+  int next_slot = 0;
+  auto spawn = [&] {
+    const std::string slot = std::to_string(next_slot++);
+    alive[slot] = StartWorker(setup, server.grpc_address(), slot, 500);
+  };
+  for (int i = 0; i < o.workers; ++i) spawn();
+
+  struct Killed {
+    int64_t trial;
+    int attempt;
+    Clock::time_point at;
+    bool requeued = false;
+  };
+  std::vector<Killed> outstanding;
+  WorkerKillResult r;
+  std::mt19937 rng(7);
+  const milliseconds trial_time(int64_t{o.steps} * o.step_ms);
+  const milliseconds give_up(int64_t{o.lease_timeout_s} * 3000 + 10'000);
+  auto next_kill = Clock::now();
+  const auto deadline = Clock::now() + seconds(60) + (trial_time + seconds(5)) * o.kills;
+  while ((r.kills < o.kills || !outstanding.empty()) && Clock::now() < deadline) {
+    // Follow the killed trials until their next lease.
+    for (auto it = outstanding.begin(); it != outstanding.end();) {
+      HPO_ASSIGN_OR_RETURN(json t, GetTrial(port, it->trial));
+      const std::string state = t.value("state", "");
+      const int attempt = t.value("attempt", 0);
+      const double ms = MsSince(it->at);
+      if (!it->requeued && (state == "pending" || state == "failed" || attempt > it->attempt)) {
+        it->requeued = true;
+        r.requeue_ms.push_back(ms);
+      }
+      if (attempt > it->attempt || state == "failed") {
+        if (attempt > it->attempt) r.release_ms.push_back(ms);
+        it = outstanding.erase(it);
+      } else if (Clock::now() - it->at > give_up) {
+        ++r.not_requeued;
+        it = outstanding.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (r.kills < o.kills && Clock::now() >= next_kill) {
+      HPO_ASSIGN_OR_RETURN(json workers, RestCall(port, "GET", "/api/v1/workers"));
+      std::vector<std::pair<std::string, json>> candidates;  // (slot, trial) in the middle of a trial
+      for (const auto& w : workers["workers"]) {
+        const std::string slot = w["labels"].value("slot", "");
+        if (!alive.count(slot)) continue;
+        for (const auto& t : w["current_trials"]) {
+          const int64_t trial = t["trial_id"];
+          const bool followed = std::any_of(outstanding.begin(), outstanding.end(),
+                                            [&](const Killed& k) { return k.trial == trial; });
+          if (t.value("state", "") == "running" && !followed) candidates.emplace_back(slot, t);
+        }
+      }
+      if (!candidates.empty()) {
+        const auto& [slot, t] = candidates[rng() % candidates.size()];
+        HPO_ASSIGN_OR_RETURN(json trial, GetTrial(port, t["trial_id"].get<int64_t>()));
+        KillAndReap(alive[slot]);
+        outstanding.push_back({trial["id"].get<int64_t>(), trial.value("attempt", 0), Clock::now()});
+        alive.erase(slot);
+        ++r.kills;
+        Progress(setup, fmt::format("killed worker {} in trial {} (attempt {})", slot,
+                                    outstanding.back().trial, outstanding.back().attempt));
+        spawn();
+        // The next kill lands at another point of some trial.
+        next_kill = Clock::now() + milliseconds(rng() % (trial_time.count() / 2 + 1));
+      } else {
+        HPO_ASSIGN_OR_RETURN(std::string state, ExperimentState(port, id));
+        if (state != "running") break;  // out of trials before the last kill
+      }
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  r.not_requeued += static_cast<int>(outstanding.size());
+
+  HPO_ASSIGN_OR_RETURN(r.experiment_state,
+                       WaitForEnd(port, id, (trial_time + seconds(o.lease_timeout_s)) * (o.kills + 2)));
+  HPO_ASSIGN_OR_RETURN(json trials, Trials(port, id));
+  for (const auto& t : trials) {
+    ++r.trials;
+    const std::string state = t.value("state", "");
+    if (state == "completed") {
+      ++r.completed;
+    } else if (state == "failed") {
+      ++r.failed;
+    } else {
+      ++r.unfinished;
+    }
+    r.max_attempt = std::max(r.max_attempt, t.value("attempt", 0));
+  }
+  for (auto& [slot, pid] : alive) KillAndReap(pid);
+  return r;
+}
+
+// (b) -------------------------------------------------------------------------------
+
+Result<ServerKillResult> KillServer(const Setup& setup, const ServerKillOptions& o) {
+  // A long lease: the restarts must not cost a worker its lease, so every
+  // acknowledged report stays (an expired lease drops its attempt's steps).
+  ServerProcess server(setup.server_bin, setup.dir + "/server",
+                       {"--store", StoreUrl(setup), "--lease-timeout", "600"});
+  HPO_RETURN_IF_ERROR(server.Start());
+  // Room for leases the kills orphan (granted, but the answer was lost).
+  HPO_ASSIGN_OR_RETURN(const int64_t id,
+                       CreateExperiment(server.http_port(),
+                                        SimSpec("kill-server", 1'000'000, 4 * o.workers + 4 * o.kills, 5, "random")));
+  (void)id;
+  FleetOptions fo;
+  fo.address = server.grpc_address();
+  fo.workers = o.workers;
+  fo.deadline = milliseconds(5000);
+  SimFleet fleet(fo);
+  fleet.Start();
+
+  ServerKillResult r;
+  std::mt19937 rng(11);
+  auto restarted = Clock::now();
+  auto kill_and_restart = [&]() -> Status {
+    const auto killed = Clock::now();
+    server.Stop(SIGKILL);
+    HPO_RETURN_IF_ERROR(server.Start());
+    r.restart_ms.push_back(MsSince(killed));
+    restarted = Clock::now();
+    if (fleet.WaitForReportAfter(killed, seconds(30))) r.recovery_ms.push_back(MsSince(killed));
+    return Status::OK();
+  };
+  for (int k = 0; k < o.kills; ++k) {
+    // Let reports flow after the restart, then kill at a random moment.
+    if (!fleet.WaitForReportAfter(restarted, seconds(30))) {
+      return Status::DeadlineExceeded("no report was acknowledged within 30 s of a restart; see " +
+                                      server.log_path());
+    }
+    const auto uptime = std::uniform_int_distribution<int64_t>(o.min_uptime.count(), o.max_uptime.count())(rng);
+    std::this_thread::sleep_for(milliseconds(uptime));
+    HPO_RETURN_IF_ERROR(kill_and_restart());
+    ++r.kills;
+    Progress(setup, fmt::format("server kill {}: back in {:.0f} ms", r.kills, r.restart_ms.back()));
+  }
+  std::this_thread::sleep_for(o.min_uptime);
+  fleet.Stop();
+  // The reports acknowledged last must survive a crash too.
+  server.Stop(SIGKILL);
+  HPO_RETURN_IF_ERROR(server.Start());
+
+  const FleetStats stats = fleet.Snapshot();
+  r.acked_reports = stats.acked_reports;
+  r.trials_completed = stats.trials_completed;
+  r.rpc_errors = stats.errors;
+  HPO_ASSIGN_OR_RETURN(auto lost, CheckAcked(server.http_port(), stats.acked));
+  r.lost_reports = lost.first;
+  r.lost_samples = lost.second;
+  return r;
+}
+
+// (c) -------------------------------------------------------------------------------
+
+Result<PostgresRestartResult> RestartPostgres(const Setup& setup, const PostgresRestartOptions& o) {
+  HPO_ASSIGN_OR_RETURN(auto pg, PostgresInstance::Create());
+  ServerProcess server(setup.server_bin, setup.dir + "/server", {"--store", pg->Url(), "--lease-timeout", "600"});
+  HPO_RETURN_IF_ERROR(server.Start());
+  HPO_ASSIGN_OR_RETURN(const int64_t id, CreateExperiment(server.http_port(),
+                                                          SimSpec("restart-postgres", 1'000'000,
+                                                                  4 * o.workers, 5, "random")));
+  (void)id;
+  FleetOptions fo;
+  fo.address = server.grpc_address();
+  fo.workers = o.workers;
+  fo.deadline = o.bound;
+  fo.heartbeat = true;
+  SimFleet fleet(fo);
+  RestLoadOptions ro;
+  ro.port = server.http_port();
+  ro.clients = o.rest_clients;
+  ro.timeout = o.bound;
+  ro.pause = milliseconds(50);
+  RestLoad rest(ro);
+  fleet.Start();
+  rest.Start();
+
+  PostgresRestartResult r;
+  if (!fleet.WaitForReportAfter(Clock::now(), seconds(30))) {
+    return Status::DeadlineExceeded("no report acknowledged before the first restart; see " + server.log_path());
+  }
+  for (int k = 0; k < o.restarts; ++k) {
+    std::this_thread::sleep_for(o.up);
+    HPO_RETURN_IF_ERROR(pg->Stop());
+    std::this_thread::sleep_for(o.down);
+    HPO_RETURN_IF_ERROR(pg->Start());
+    const auto back = Clock::now();
+    ++r.restarts;
+    if (fleet.WaitForReportAfter(back, o.bound + o.up)) {
+      ++r.recovered;
+      r.recovery_ms.push_back(MsSince(back));
+    }
+    Progress(setup, fmt::format("postgres restart {}: reports again after {:.0f} ms", r.restarts,
+                                r.recovery_ms.empty() ? -1.0 : r.recovery_ms.back()));
+  }
+  std::this_thread::sleep_for(o.up);
+  fleet.Stop();
+  rest.Stop();
+  r.server_survived = !WaitExit(server.pid(), milliseconds(0)).has_value();
+
+  const FleetStats fs = fleet.Snapshot();
+  const RestStats rs = rest.Snapshot();
+  r.rpcs = fs.rpcs;
+  r.rest_calls = rs.calls;
+  r.rpc_errors = fs.errors;
+  r.rest_errors = rs.errors;
+  r.error_samples = rs.error_samples;
+  for (const auto& [code, n] : fs.errors) {
+    if (code == "DEADLINE_EXCEEDED") {
+      r.hung += n;
+    } else if (code != "UNAVAILABLE") {
+      r.unclean_errors += n;
+    }
+  }
+  for (const auto& [kind, n] : rs.errors) {
+    if (kind == "DeadlineExceeded") {
+      r.hung += n;
+    } else if (kind != "503") {
+      r.unclean_errors += n;
+    }
+  }
+  for (double ms : fs.latency_ms) r.max_rpc_ms = std::max(r.max_rpc_ms, ms);
+  for (double ms : rs.latency_ms) r.max_rest_ms = std::max(r.max_rest_ms, ms);
+  r.acked_reports = fs.acked_reports;
+  if (r.server_survived) {
+    HPO_ASSIGN_OR_RETURN(auto lost, CheckAcked(server.http_port(), fs.acked));
+    r.lost_reports = lost.first;
+  }
+  return r;
+}
+
+// (d) -------------------------------------------------------------------------------
+
+Result<SlowWorkerResult> SlowWorker(const Setup& setup, const SlowWorkerOptions& o) {
+  if (setup.worker_bin.empty()) return Status::FailedPrecondition("SlowWorker needs hpo-worker");
+  ServerProcess server(setup.server_bin, setup.dir + "/server",
+                       {"--store", StoreUrl(setup), "--lease-timeout", std::to_string(o.lease_timeout_s)});
+  HPO_RETURN_IF_ERROR(server.Start());
+  const uint16_t port = server.http_port();
+  const milliseconds lease(int64_t{o.lease_timeout_s} * 1000);
+  const pid_t worker = StartWorker(setup, server.grpc_address(), "slow", o.heartbeat_ms);
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      ::kill(pid, SIGCONT);
+      KillAndReap(pid);
+    }
+  } reap{worker};
+  SlowWorkerResult r;
+
+  // One step three lease timeouts long: only heartbeats keep the lease.
+  {
+    json spec = json::parse(CommandSpec("long-step", 1, 1, 2, 0));
+    spec["executor"]["command"]["argv"][2] =
+        fmt::format("sleep {}; echo 'hpo: step=1 loss={{x}}'; echo 'hpo: step=2 loss={{x}}'", 3 * o.lease_timeout_s);
+    HPO_ASSIGN_OR_RETURN(const int64_t id, CreateExperiment(port, spec.dump()));
+    const auto start = Clock::now();
+    HPO_ASSIGN_OR_RETURN(std::string state, WaitForEnd(port, id, 6 * lease + seconds(30)));
+    r.long_step_s = MsSince(start) / 1000;
+    HPO_ASSIGN_OR_RETURN(json trials, Trials(port, id));
+    if (trials.size() == 1) {
+      r.long_step_state = trials[0].value("state", "");
+      r.long_step_attempts = trials[0].value("attempt", 0);
+    }
+    Progress(setup, fmt::format("long step: trial {} after {:.1f} s, attempt {}", r.long_step_state,
+                                r.long_step_s, r.long_step_attempts));
+  }
+
+  // Paused for less than the lease, once per trial, in the middle of it.
+  // The lease was renewed at most one heartbeat before the SIGSTOP.
+  const milliseconds pause = lease - 2 * milliseconds(o.heartbeat_ms);
+  r.pause_ms = static_cast<double>(pause.count());
+  if (o.pauses > 0) {
+    HPO_ASSIGN_OR_RETURN(const int64_t id, CreateExperiment(port, CommandSpec("paused", o.pauses, 1, 4, 0.5)));
+    std::set<int64_t> paused;
+    const auto until = Clock::now() + (pause + seconds(10)) * o.pauses;
+    while (static_cast<int>(paused.size()) < o.pauses && Clock::now() < until) {
+      HPO_ASSIGN_OR_RETURN(json running, Trials(port, id, "&state=running"));
+      if (!running.empty() && !paused.count(running[0]["id"].get<int64_t>())) {
+        paused.insert(running[0]["id"].get<int64_t>());
+        ::kill(worker, SIGSTOP);
+        std::this_thread::sleep_for(pause);
+        ::kill(worker, SIGCONT);
+        ++r.pauses;
+      }
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    HPO_ASSIGN_OR_RETURN(std::string state, WaitForEnd(port, id, seconds(60)));
+    (void)state;
+    HPO_ASSIGN_OR_RETURN(json trials, Trials(port, id));
+    for (const auto& t : trials) {
+      ++r.paused_trials;
+      if (t.value("state", "") == "completed") ++r.paused_completed;
+      r.paused_max_attempt = std::max(r.paused_max_attempt, t.value("attempt", 0));
+    }
+    Progress(setup, fmt::format("{} pauses of {} ms: {}/{} trials completed, max attempt {}", r.pauses,
+                                pause.count(), r.paused_completed, r.paused_trials, r.paused_max_attempt));
+  }
+
+  // The control: stopped until its lease expired and the trial went back
+  // to pending; after SIGCONT the worker learns it lost the lease, and the
+  // trial runs again (attempt 2) to completion.
+  if (o.control) {
+    HPO_ASSIGN_OR_RETURN(const int64_t id, CreateExperiment(port, CommandSpec("control", 1, 1, 4, 0.5)));
+    int64_t trial = 0;
+    for (auto until = Clock::now() + seconds(30); trial == 0 && Clock::now() < until;) {
+      HPO_ASSIGN_OR_RETURN(json running, Trials(port, id, "&state=running"));
+      if (!running.empty()) trial = running[0]["id"];
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    if (trial != 0) {
+      ::kill(worker, SIGSTOP);
+      for (auto until = Clock::now() + 2 * lease + seconds(10); Clock::now() < until;) {
+        HPO_ASSIGN_OR_RETURN(json t, GetTrial(port, trial));
+        if (t.value("state", "") == "pending") break;
+        std::this_thread::sleep_for(milliseconds(100));
+      }
+      ::kill(worker, SIGCONT);
+    }
+    HPO_ASSIGN_OR_RETURN(std::string state, WaitForEnd(port, id, seconds(60)));
+    (void)state;
+    HPO_ASSIGN_OR_RETURN(json trials, Trials(port, id));
+    if (trials.size() == 1) {
+      r.control_state = trials[0].value("state", "");
+      r.control_attempts = trials[0].value("attempt", 0);
+    }
+    Progress(setup, fmt::format("control: trial {} with {} attempts", r.control_state, r.control_attempts));
+  }
+  return r;
+}
+
+// Load --------------------------------------------------------------------------------
+
+Result<LoadResult> RunLoad(const Setup& setup, const LoadOptions& o) {
+  ServerProcess server(setup.server_bin, setup.dir + "/server", {"--store", StoreUrl(setup)});
+  HPO_RETURN_IF_ERROR(server.Start());
+  // Budgets no run reaches: every experiment runs for the whole duration.
+  for (int i = 0; i < o.experiments; ++i) {
+    HPO_ASSIGN_OR_RETURN(const int64_t id,
+                         CreateExperiment(server.http_port(),
+                                          SimSpec("load-" + std::to_string(i), 1'000'000,
+                                                  o.workers / o.experiments + 8, o.steps,
+                                                  i % 2 == 0 ? "tpe" : "random")));
+    (void)id;
+  }
+  FleetOptions fo;
+  fo.address = server.grpc_address();
+  fo.workers = o.workers;
+  fo.steps = o.steps;
+  fo.step_time = o.step_time;
+  fo.heartbeat = true;
+  fo.deadline = o.deadline;
+  SimFleet fleet(fo);
+  RestLoadOptions ro;
+  ro.port = server.http_port();
+  ro.clients = o.rest_clients;
+  ro.timeout = o.deadline;
+  RestLoad rest(ro);
+  fleet.Start();
+  rest.Start();
+  const auto start = Clock::now();
+  while (Clock::now() - start < o.duration) {
+    std::this_thread::sleep_for(seconds(1));
+    if (setup.verbose && std::chrono::duration_cast<seconds>(Clock::now() - start).count() % 30 == 0) {
+      const FleetStats f = fleet.Snapshot();
+      Progress(setup, fmt::format("load: {:.0f} s, {} rpcs ({} errors), rss {:.0f} MiB", MsSince(start) / 1000,
+                                  f.rpcs, f.errors_total, PeakRssMb(server.pid())));
+    }
+  }
+  fleet.Stop();
+  rest.Stop();
+  LoadResult r;
+  r.server_peak_rss_mb = PeakRssMb(server.pid());
+  const FleetStats fs = fleet.Snapshot();
+  const RestStats rs = rest.Snapshot();
+  r.rpcs = fs.rpcs;
+  r.rpc_errors = fs.errors_total;
+  r.rpc_error_codes = fs.errors;
+  r.rpc_error_samples = fs.error_samples;
+  r.rpc_p50_ms = Quantile(fs.latency_ms, 0.5);
+  r.rpc_p99_ms = Quantile(fs.latency_ms, 0.99);
+  r.rpc_max_ms = Quantile(fs.latency_ms, 1.0);
+  r.rest_calls = rs.calls;
+  r.rest_errors = rs.errors_total;
+  r.rest_error_samples = rs.error_samples;
+  r.rest_p50_ms = Quantile(rs.latency_ms, 0.5);
+  r.rest_p99_ms = Quantile(rs.latency_ms, 0.99);
+  r.rest_max_ms = Quantile(rs.latency_ms, 1.0);
+  r.reports = fs.acked_reports;
+  r.trials_completed = fs.trials_completed;
+  return r;
+}
+
+}  // namespace hpo::bench

@@ -1,0 +1,147 @@
+// The fault and load scenarios of issue #10, each one function that runs the
+// real binaries and returns what it observed. bench/faults and bench/load
+// run them at full size and print the figures; tests/fault_test runs small
+// versions and asserts the behaviour (never the timings).
+//
+// Every scenario starts its own hpo-server (and workers, and PostgreSQL
+// where it needs one) under `dir`, and stops them before it returns. A
+// non-OK Result means the harness itself could not run (a binary missing,
+// a server that would not start), not that the system misbehaved: that is
+// in the result's fields.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace hpo::bench {
+
+struct Setup {
+  std::string server_bin;
+  std::string worker_bin;  // hpo-worker; KillWorkers and SlowWorker need it
+  std::string dir;         // scratch space; logs stay there
+  std::string store_url;   // empty: a fresh SQLite file in `dir`
+  bool verbose = false;    // progress lines on stderr
+};
+
+// (a) kill -9 a worker in the middle of a trial, `kills` times; a new
+// worker replaces each. Workers run a command whose steps sleep.
+struct WorkerKillOptions {
+  int kills = 50;
+  int workers = 3;
+  int lease_timeout_s = 3;
+  int steps = 10;  // per trial
+  int step_ms = 300;
+};
+struct WorkerKillResult {
+  int kills = 0;
+  int64_t trials = 0, completed = 0, failed = 0;
+  int64_t unfinished = 0;       // neither completed nor failed at the end
+  std::string experiment_state;  // "completed" when every trial ended
+  int not_requeued = 0;         // killed trials never handed out again nor failed
+  std::vector<double> requeue_ms;  // kill -> the trial is pending again (or failed, out of attempts)
+  std::vector<double> release_ms;  // kill -> the trial's next lease
+  int max_attempt = 0;
+};
+Result<WorkerKillResult> KillWorkers(const Setup& setup, const WorkerKillOptions& options);
+
+// (b) kill -9 the server `kills` times while simulated workers report
+// continuously; restart it on the same ports each time. At the end (after
+// one more kill -9 and restart) every report the server acknowledged must be
+// in the store with the value sent.
+struct ServerKillOptions {
+  int kills = 20;
+  int workers = 8;
+  std::chrono::milliseconds min_uptime{500}, max_uptime{1500};  // between a restart and the next kill
+};
+struct ServerKillResult {
+  int kills = 0;
+  int64_t acked_reports = 0;
+  int64_t lost_reports = 0;  // acknowledged, then missing or different
+  std::vector<std::string> lost_samples;
+  int64_t trials_completed = 0;
+  std::map<std::string, int64_t> rpc_errors;  // by gRPC code
+  std::vector<double> restart_ms;   // kill -> listening again
+  std::vector<double> recovery_ms;  // kill -> the first acknowledged report after it
+};
+Result<ServerKillResult> KillServer(const Setup& setup, const ServerKillOptions& options);
+
+// (c) stop and start a private PostgreSQL `restarts` times under load
+// (simulated workers and REST clients). Every call must return within
+// `bound`; errors during an outage must be UNAVAILABLE / HTTP 503; reports
+// must be acknowledged again after each restart, and none acknowledged may
+// be lost. Ignores setup.store_url.
+struct PostgresRestartOptions {
+  int restarts = 5;
+  int workers = 8;
+  int rest_clients = 2;
+  std::chrono::milliseconds down{2000};  // PostgreSQL stopped
+  std::chrono::milliseconds up{3000};    // running, before the next stop
+  std::chrono::milliseconds bound{10'000};
+};
+struct PostgresRestartResult {
+  int restarts = 0;
+  int recovered = 0;  // restarts after which reports were acknowledged again
+  std::vector<double> recovery_ms;  // PostgreSQL accepting again -> the first acknowledged report
+  int64_t rpcs = 0, rest_calls = 0;
+  std::map<std::string, int64_t> rpc_errors, rest_errors;
+  int64_t unclean_errors = 0;  // neither UNAVAILABLE nor 503, nor a call over the bound
+  int64_t hung = 0;            // calls that reached the bound
+  std::vector<std::string> error_samples;
+  double max_rpc_ms = 0, max_rest_ms = 0;
+  int64_t acked_reports = 0, lost_reports = 0;
+  bool server_survived = false;
+};
+Result<PostgresRestartResult> RestartPostgres(const Setup& setup, const PostgresRestartOptions& options);
+
+// (d) a live but slow worker. A step that lasts three lease timeouts while
+// the worker heartbeats; SIGSTOP/SIGCONT of the worker for less than the
+// lease timeout, `pauses` times; and, as the control that shows leases do
+// expire, one SIGSTOP well past the lease timeout.
+struct SlowWorkerOptions {
+  int lease_timeout_s = 3;
+  int heartbeat_ms = 500;
+  int pauses = 10;
+  bool control = true;
+};
+struct SlowWorkerResult {
+  std::string long_step_state;  // of the trial with the long step
+  int long_step_attempts = 0;
+  double long_step_s = 0;
+  int pauses = 0;
+  int64_t paused_trials = 0, paused_completed = 0;
+  int paused_max_attempt = 0;
+  double pause_ms = 0;          // each SIGSTOP lasted this long
+  std::string control_state;    // "completed", after being handed out again
+  int control_attempts = 0;     // 2: the stopped worker's lease expired once
+};
+Result<SlowWorkerResult> SlowWorker(const Setup& setup, const SlowWorkerOptions& options);
+
+// Load: simulated workers (Register, Lease, Heartbeat + Report per step,
+// Complete) and REST clients against one server for `duration`.
+struct LoadOptions {
+  int workers = 200;
+  int rest_clients = 20;
+  std::chrono::seconds duration{300};
+  int experiments = 4;
+  int steps = 5;
+  std::chrono::milliseconds step_time{1000};
+  std::chrono::milliseconds deadline{10'000};  // per call: longer is an error
+};
+struct LoadResult {
+  int64_t rpcs = 0, rpc_errors = 0;
+  std::map<std::string, int64_t> rpc_error_codes;
+  std::vector<std::string> rpc_error_samples;
+  double rpc_p50_ms = 0, rpc_p99_ms = 0, rpc_max_ms = 0;
+  int64_t rest_calls = 0, rest_errors = 0;
+  std::vector<std::string> rest_error_samples;
+  double rest_p50_ms = 0, rest_p99_ms = 0, rest_max_ms = 0;
+  int64_t reports = 0, trials_completed = 0;
+  double server_peak_rss_mb = 0;
+};
+Result<LoadResult> RunLoad(const Setup& setup, const LoadOptions& options);
+
+}  // namespace hpo::bench

@@ -1,0 +1,158 @@
+// Small versions of the fault and load scenarios (bench/scenarios.h; the
+// full-size runs are bench/faults and bench/load) against the real
+// hpo-server and hpo-worker binaries. They assert what must hold after the
+// fault - every trial ends, nothing acknowledged is lost, no call hangs, a
+// live worker's trial is not taken away - and never how fast.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "bench/scenarios.h"
+#include "tests/store_backends.h"
+
+namespace hpo {
+namespace {
+
+using namespace std::chrono_literals;
+
+class FaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setup_.server_bin = HPO_SERVER_BIN;
+#ifdef HPO_WORKER_BIN
+    setup_.worker_bin = HPO_WORKER_BIN;
+#endif
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    setup_.dir = ::testing::TempDir() + "hpo-fault-" + std::to_string(getpid()) + "-" + info->name();
+    std::filesystem::remove_all(setup_.dir);
+    std::filesystem::create_directories(setup_.dir);
+  }
+  void TearDown() override {
+    if (!HasFailure()) std::filesystem::remove_all(setup_.dir);
+  }
+  std::string Logs() const { return "logs in " + setup_.dir; }
+
+  bench::Setup setup_;
+};
+
+#define REQUIRE_WORKER_BINARY()                                              \
+  if (setup_.worker_bin.empty()) GTEST_SKIP() << "hpo-worker is not built"
+
+TEST_F(FaultTest, EveryTrialEndsWhenWorkersAreKilledMidTrial) {
+  REQUIRE_WORKER_BINARY();
+  bench::WorkerKillOptions o;
+  o.kills = 5;
+  o.workers = 2;
+  o.lease_timeout_s = 2;
+  o.steps = 6;
+  o.step_ms = 250;
+  auto r = bench::KillWorkers(setup_, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->kills, o.kills) << Logs();
+  EXPECT_EQ(r->not_requeued, 0) << "a killed worker's trial was never handed out again; " << Logs();
+  EXPECT_EQ(r->requeue_ms.size(), static_cast<size_t>(o.kills));
+  EXPECT_EQ(r->experiment_state, "completed") << Logs();
+  EXPECT_EQ(r->unfinished, 0) << Logs();
+  EXPECT_EQ(r->completed + r->failed, r->trials);
+  EXPECT_GT(r->completed, 0);
+  EXPECT_LE(r->max_attempt, 3) << "max attempts is 3";
+}
+
+// Kills the server under load on each store; the reports it acknowledged
+// must all be there afterwards.
+template <typename Backend>
+void AcknowledgedReportsSurviveServerKills(bench::Setup setup) {
+  HPO_REQUIRE_BACKEND(Backend);
+  Backend db;
+  setup.store_url = db.url();
+  bench::ServerKillOptions o;
+  o.kills = 3;
+  o.workers = 4;
+  auto r = bench::KillServer(setup, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->kills, o.kills);
+  EXPECT_GT(r->acked_reports, 0);
+  EXPECT_EQ(r->lost_reports, 0) << (r->lost_samples.empty() ? "" : r->lost_samples[0]);
+  EXPECT_EQ(r->recovery_ms.size(), static_cast<size_t>(o.kills)) << "reports resumed after every restart";
+}
+
+TEST_F(FaultTest, AcknowledgedReportsSurviveServerKillsOnSqlite) {
+  AcknowledgedReportsSurviveServerKills<testing::SqliteBackend>(setup_);
+}
+
+TEST_F(FaultTest, AcknowledgedReportsSurviveServerKillsOnPostgresql) {
+  AcknowledgedReportsSurviveServerKills<testing::PostgresBackend>(setup_);
+}
+
+TEST_F(FaultTest, TheServerRidesOutPostgresqlRestartsWithoutHangingCalls) {
+  bench::PostgresRestartOptions o;
+  o.restarts = 2;
+  o.workers = 4;
+  o.rest_clients = 2;
+  o.down = 1500ms;
+  o.up = 1500ms;
+  auto r = bench::RestartPostgres(setup_, o);
+  if (!r.ok() && r.status().IsFailedPrecondition()) {
+    // No PostgreSQL server binaries here.
+    if (std::getenv("HPO_REQUIRE_POSTGRES")) FAIL() << r.status();
+    GTEST_SKIP() << r.status();
+  }
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->server_survived) << Logs();
+  EXPECT_EQ(r->recovered, o.restarts) << "reports were acknowledged again after every restart; " << Logs();
+  EXPECT_EQ(r->hung, 0) << "calls that ran into the " << o.bound.count() << " ms bound";
+  EXPECT_EQ(r->unclean_errors, 0) << "errors other than UNAVAILABLE / 503: "
+                                  << (r->error_samples.empty() ? "" : r->error_samples[0]);
+  int64_t outage_errors = 0;
+  for (const auto& [code, n] : r->rpc_errors) outage_errors += n;
+  for (const auto& [code, n] : r->rest_errors) outage_errors += n;
+  EXPECT_GT(outage_errors, 0) << "no call met the outage: the test did not test it";
+  EXPECT_GT(r->acked_reports, 0);
+  EXPECT_EQ(r->lost_reports, 0);
+}
+
+TEST_F(FaultTest, ALiveButSlowWorkerKeepsItsTrial) {
+  REQUIRE_WORKER_BINARY();
+  bench::SlowWorkerOptions o;
+  o.lease_timeout_s = 2;
+  o.heartbeat_ms = 500;
+  o.pauses = 2;
+  auto r = bench::SlowWorker(setup_, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // A step three lease timeouts long, with heartbeats: the lease holds.
+  EXPECT_EQ(r->long_step_state, "completed") << Logs();
+  EXPECT_EQ(r->long_step_attempts, 1) << "the heartbeating worker's trial was taken away; " << Logs();
+  // SIGSTOP for less than the lease: no false failure, no second attempt.
+  EXPECT_EQ(r->pauses, o.pauses);
+  EXPECT_EQ(r->paused_trials, o.pauses);
+  EXPECT_EQ(r->paused_completed, r->paused_trials) << Logs();
+  EXPECT_EQ(r->paused_max_attempt, 1) << Logs();
+  // The control: stopped past the lease, the trial is handed out again
+  // and still completes.
+  EXPECT_EQ(r->control_state, "completed") << Logs();
+  EXPECT_EQ(r->control_attempts, 2) << Logs();
+}
+
+TEST_F(FaultTest, ShortLoadOnPostgresqlHasNoErrors) {
+  HPO_REQUIRE_BACKEND(testing::PostgresBackend);
+  testing::PostgresBackend db;
+  setup_.store_url = db.url();
+  bench::LoadOptions o;
+  o.workers = 20;
+  o.rest_clients = 5;
+  o.duration = 10s;
+  o.experiments = 2;
+  o.step_time = 100ms;
+  auto r = bench::RunLoad(setup_, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->reports, 0);
+  EXPECT_GT(r->rest_calls, 0);
+  std::string codes;
+  for (const auto& [code, n] : r->rpc_error_codes) codes += code + ":" + std::to_string(n) + " ";
+  EXPECT_EQ(r->rpc_errors, 0) << codes << Logs();
+  EXPECT_EQ(r->rest_errors, 0) << (r->rest_error_samples.empty() ? "" : r->rest_error_samples[0]);
+}
+
+}  // namespace
+}  // namespace hpo
