@@ -267,23 +267,34 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(
       trials.push_back(std::move(t));
     }
   }
-  HPO_ASSIGN_OR_RETURN(auto created,
-                       store_.CreateTrialsUpTo(experiment_id, trials, {spec.max_trials, max_unfinished}));
+  // The caller emits "trial.created" once it has let go of replenish_mu:
+  // on PostgreSQL each event is a NOTIFY, a store call of its own.
+  return store_.CreateTrialsUpTo(experiment_id, trials, {spec.max_trials, max_unfinished});
+}
+
+void Engine::EmitCreated(Id experiment_id, const std::vector<store::TrialRecord>& created) const {
   for (const auto& t : created) {
     Emit("trial.created", {{"experiment_id", experiment_id}, {"trial_id", t.id}, {"number", t.number}});
   }
-  return created;
 }
 
 Status Engine::Replenish(Id experiment_id, Cached& c) {
-  std::lock_guard lock(c.replenish_mu);
+  // One top-up at a time per experiment, and nobody waits for it: the one
+  // under way fills the pool, and the next lease or completion tops up
+  // again. (Every lease and completion used to queue here behind a
+  // suggestion; with 200 workers they queued past their deadlines.)
+  std::unique_lock lock(c.replenish_mu, std::try_to_lock);
+  if (!lock.owns_lock()) return Status::OK();
   HPO_ASSIGN_OR_RETURN(store::TrialCounts n, store_.CountTrials(experiment_id));
   const int64_t unfinished = n.pending + n.leased + n.running;
   const int64_t want = std::min(c.spec->max_parallel - unfinished, c.spec->max_trials - n.total());
   if (want <= 0) return Status::OK();
   // The store enforces max_parallel again: another server may be
   // replenishing the same experiment right now.
-  return CreateSuggestions(experiment_id, c, want, c.spec->max_parallel).status();
+  HPO_ASSIGN_OR_RETURN(auto created, CreateSuggestions(experiment_id, c, want, c.spec->max_parallel));
+  lock.unlock();
+  EmitCreated(experiment_id, created);
+  return Status::OK();
 }
 
 Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id, std::optional<Id> device_id) {
@@ -339,6 +350,7 @@ Result<std::vector<Assignment>> Engine::Suggest(Id experiment_id, int count) {
     std::lock_guard lock(c->replenish_mu);
     HPO_ASSIGN_OR_RETURN(created, CreateSuggestions(experiment_id, *c, count, std::nullopt));
   }
+  EmitCreated(experiment_id, created);
   std::vector<Assignment> out;
   for (const auto& t : created) {
     HPO_ASSIGN_OR_RETURN(auto leased, store_.LeaseTrial(t.id, kClientOwner, options_.client_lease_ms));

@@ -142,7 +142,10 @@ class Engine {
   Result<std::vector<store::TrialRecord>> CreateSuggestions(store::Id experiment_id, Cached& c,
                                                             int64_t count,
                                                             std::optional<int64_t> max_unfinished);
-  // Tops the pending pool up to max_parallel unfinished trials.
+  // "trial.created" for each; called without replenish_mu held.
+  void EmitCreated(store::Id experiment_id, const std::vector<store::TrialRecord>& created) const;
+  // Tops the pending pool up to max_parallel unfinished trials, unless
+  // another thread is doing so for this experiment right now.
   Status Replenish(store::Id experiment_id, Cached& c);
   // Ends the experiment when every trial of its budget has finished.
   Status MaybeFinish(store::Id experiment_id, const ExperimentSpec& spec);
