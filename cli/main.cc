@@ -320,7 +320,12 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "hpctl 0.1.0");
   app.require_subcommand(1);
   std::string server = "127.0.0.1:8080";
-  app.add_option("--server", server, "hpo-server's REST address, HOST:PORT")->envname("HPO_SERVER")->capture_default_str();
+  app.add_option("--server", server, "hpo-server's REST address, HOST:PORT (https://HOST:PORT for HTTPS)")
+      ->envname("HPO_SERVER")
+      ->capture_default_str();
+  std::string tls_ca;
+  app.add_option("--tls-ca", tls_ca, "PEM CA certificate(s) that signed the server's (HTTPS; default: the system's)")
+      ->envname("HPO_TLS_CA");
   std::string file, format = "table", state, data_dir = "./hpo-data";
   int64_t id = 0;
   bool watch = false;
@@ -369,6 +374,10 @@ int main(int argc, char** argv) {
     if (!parsed.ok()) Fail(kUsage, parsed.status().message());
     HttpClientOptions o = *parsed;
     if (const char* t = std::getenv("HPO_TOKEN")) o.token = t;
+    if (!tls_ca.empty()) {
+      if (!o.tls) Fail(kUsage, "--tls-ca needs an https:// --server");
+      o.tls_ca_file = tls_ca;
+    }
     const std::string eid = std::to_string(id);
     if (submit->parsed()) {
       const int64_t created = Submit(o, file);

@@ -5,14 +5,18 @@
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <fstream>
+#include <optional>
 
 namespace hpo {
 
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;
+namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
 
 namespace {
@@ -34,6 +38,61 @@ Status Connect(const HttpClientOptions& o, net::io_context& io, beast::tcp_strea
   setsockopt(stream.socket().native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   return Status::OK();
 }
+
+// A connected stream, over TLS when the options say so; Visit calls f with
+// the plain socket or the TLS stream (both blocking).
+class Connection {
+ public:
+  Status Open(const HttpClientOptions& o) {
+    HPO_RETURN_IF_ERROR(Connect(o, io_, tcp_));
+    if (!o.tls) return Status::OK();
+    const std::string where = o.host + ":" + std::to_string(o.port);
+    beast::error_code ec;
+    if (!o.tls_ca_file.empty()) {
+      if (!std::ifstream(o.tls_ca_file)) {
+        return Status::InvalidArgument("cannot read the CA file '" + o.tls_ca_file + "'");
+      }
+      ctx_.load_verify_file(o.tls_ca_file, ec);
+      if (ec) return Status::InvalidArgument("CA file '" + o.tls_ca_file + "' holds no PEM certificate");
+    } else {
+      ctx_.set_default_verify_paths(ec);
+    }
+    ctx_.set_verify_mode(ssl::verify_peer);
+    // The certificate must name the host we asked for (a DNS name or an IP).
+    ctx_.set_verify_callback(ssl::host_name_verification(o.host));
+    tls_.emplace(tcp_.socket(), ctx_);
+    beast::error_code parse_ec;
+    net::ip::make_address(o.host, parse_ec);
+    if (parse_ec) SSL_set_tlsext_host_name(tls_->native_handle(), o.host.c_str());  // SNI: names only
+    tls_->handshake(ssl::stream_base::client, ec);
+    if (ec) {
+      std::string why = ec.message();
+      if (ec.category() == net::error::get_ssl_category()) {
+        const long verify = SSL_get_verify_result(tls_->native_handle());
+        if (verify != X509_V_OK) why = X509_verify_cert_error_string(verify);
+      }
+      return Status::Unavailable("TLS handshake with " + where + " failed: " + why +
+                                 (o.tls_ca_file.empty() ? " (is the server's CA given with --tls-ca?)" : ""));
+    }
+    return Status::OK();
+  }
+  template <typename F>
+  auto Visit(F f) {
+    if (tls_) return f(*tls_);
+    return f(tcp_.socket());
+  }
+  void Close() {
+    beast::error_code ec;
+    if (tls_) SSL_shutdown(tls_->native_handle());  // close_notify, without waiting for the server's
+    tcp_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  }
+
+ private:
+  net::io_context io_;
+  beast::tcp_stream tcp_{io_};
+  ssl::context ctx_{ssl::context::tls_client};
+  std::optional<ssl::stream<tcp::socket&>> tls_;
+};
 
 template <typename Request>
 void Prepare(const HttpClientOptions& o, Request& req) {
@@ -57,9 +116,8 @@ Status IoError(const HttpClientOptions& o, const beast::error_code& ec) {
 Result<HttpResult> HttpRequestOnce(const HttpClientOptions& o, const std::string& method,
                                    const std::string& target, const std::string& body,
                                    const std::string& content_type) {
-  net::io_context io;
-  beast::tcp_stream stream(io);
-  HPO_RETURN_IF_ERROR(Connect(o, io, stream));
+  Connection conn;
+  HPO_RETURN_IF_ERROR(conn.Open(o));
   http::request<http::string_body> req{http::string_to_verb(method), target, 11};
   Prepare(o, req);
   if (!body.empty() || method == "POST") {
@@ -68,13 +126,13 @@ Result<HttpResult> HttpRequestOnce(const HttpClientOptions& o, const std::string
     req.prepare_payload();
   }
   beast::error_code ec;
-  stream.expires_after(o.timeout);
-  http::write(stream, req, ec);
-  if (ec) return IoError(o, ec);
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(256 << 20);
-  http::read(stream, buffer, parser, ec);
+  conn.Visit([&](auto& stream) {
+    http::write(stream, req, ec);
+    if (!ec) http::read(stream, buffer, parser, ec);
+  });
   if (ec) return IoError(o, ec);
   HttpResult out;
   const auto& res = parser.get();
@@ -85,26 +143,25 @@ Result<HttpResult> HttpRequestOnce(const HttpClientOptions& o, const std::string
     for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     out.headers[name] = std::string(f.value());
   }
-  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  conn.Close();
   return out;
 }
 
 Status ReadEventStream(const HttpClientOptions& o, const std::string& target,
                        const std::function<bool(const std::string&, const std::string&)>& on_event) {
-  net::io_context io;
-  beast::tcp_stream stream(io);
-  HPO_RETURN_IF_ERROR(Connect(o, io, stream));
+  Connection conn;
+  HPO_RETURN_IF_ERROR(conn.Open(o));
   http::request<http::empty_body> req{http::verb::get, target, 11};
   Prepare(o, req);
   req.set(http::field::accept, "text/event-stream");
   beast::error_code ec;
-  stream.expires_after(o.timeout);
-  http::write(stream, req, ec);
-  if (ec) return IoError(o, ec);
   // Read the header, then raw bytes: the body never ends on its own.
   beast::flat_buffer buffer;
   http::response_parser<http::empty_body> header;
-  http::read_header(stream, buffer, header, ec);
+  conn.Visit([&](auto& stream) {
+    http::write(stream, req, ec);
+    if (!ec) http::read_header(stream, buffer, header, ec);
+  });
   if (ec) return IoError(o, ec);
   if (header.get().result_int() != 200) {
     return Status::Unavailable("event stream answered HTTP " + std::to_string(header.get().result_int()));
@@ -129,8 +186,10 @@ Status ReadEventStream(const HttpClientOptions& o, const std::string& target,
         data += line.substr(6);
       }
     }
-    const size_t n = stream.read_some(net::buffer(chunk), ec);
-    if (ec == net::error::eof || ec == net::error::connection_reset) return Status::OK();
+    const size_t n = conn.Visit([&](auto& stream) { return stream.read_some(net::buffer(chunk), ec); });
+    if (ec == net::error::eof || ec == net::error::connection_reset || ec == ssl::error::stream_truncated) {
+      return Status::OK();
+    }
     if (ec) return IoError(o, ec);
     pending.append(chunk, n);
   }
@@ -140,6 +199,10 @@ Result<HttpClientOptions> ParseServerAddress(const std::string& address) {
   HttpClientOptions o;
   std::string a = address;
   if (a.rfind("http://", 0) == 0) a = a.substr(7);
+  if (a.rfind("https://", 0) == 0) {
+    a = a.substr(8);
+    o.tls = true;
+  }
   while (!a.empty() && a.back() == '/') a.pop_back();
   const auto colon = a.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == a.size()) {

@@ -1,5 +1,7 @@
 // A minimal blocking HTTP/1.1 client (Boost.Beast) for hpctl and tests:
-// one request per call on a fresh connection, with a timeout.
+// one request per call on a fresh connection, with a timeout; HTTPS with
+// the server's certificate verified (against tls_ca_file, or the system's
+// CAs), always: there is no switch to skip verification.
 #pragma once
 
 #include <chrono>
@@ -22,6 +24,8 @@ struct HttpClientOptions {
   uint16_t port = 8080;
   std::string token;  // sent as "Authorization: Bearer <token>" when set
   std::chrono::milliseconds timeout{30'000};
+  bool tls = false;          // HTTPS
+  std::string tls_ca_file;   // PEM CA certificates to trust; empty: the system's
 };
 
 // Unavailable when the server cannot be reached (the message names it),
@@ -35,7 +39,8 @@ Result<HttpResult> HttpRequestOnce(const HttpClientOptions& options, const std::
 Status ReadEventStream(const HttpClientOptions& options, const std::string& target,
                        const std::function<bool(const std::string&, const std::string&)>& on_event);
 
-// "host:port" -> options; InvalidArgument naming the text otherwise.
+// "host:port", "http://host:port" or "https://host:port" (tls) -> options;
+// InvalidArgument naming the text otherwise.
 Result<HttpClientOptions> ParseServerAddress(const std::string& address);
 
 }  // namespace hpo

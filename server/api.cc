@@ -3,6 +3,7 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "server/dashboard.h"
@@ -36,7 +37,10 @@ int HttpStatusFor(const Status& s) {
 HttpResponse ErrorResponse(const Status& s) {
   HttpResponse r;
   r.status = HttpStatusFor(s);
-  r.body = json{{"error", {{"code", std::string(StatusCodeName(s.code()))}, {"message", s.message()}}}}.dump();
+  // Messages may quote what a client sent; bytes that are not UTF-8 become
+  // U+FFFD instead of an exception.
+  r.body = json{{"error", {{"code", std::string(StatusCodeName(s.code()))}, {"message", s.message()}}}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
   if (s.IsUnavailable()) r.headers["Retry-After"] = "1";
   return r;
 }
@@ -59,7 +63,7 @@ namespace {
 HttpResponse Json(int status, const json& body) {
   HttpResponse r;
   r.status = status;
-  r.body = body.dump();
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
   return r;
 }
 
@@ -211,9 +215,12 @@ HttpResponse RestApi::Handle(const HttpRequest& req) {
     return r;
   }
   HttpResponse r = Route(req);
+  // Any other method is "other": a label per invented method would grow
+  // /metrics without bound.
+  static const std::set<std::string> kMethods = {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"};
   metrics_
       .counter("hpo_http_requests_total", "REST requests by method and status",
-               {{"method", req.method}, {"code", std::to_string(r.status)}})
+               {{"method", kMethods.count(req.method) ? req.method : "other"}, {"code", std::to_string(r.status)}})
       .Increment();
   return r;
 }
@@ -316,12 +323,17 @@ HttpResponse RestApi::Route(const HttpRequest& req) {
       }
       return Json(200, {{"experiments", out}});
     }
+    // Any other method on the collection (DELETE /api/v1/experiments) has
+    // no id to read.
+    if (seg.size() < 2) return no_route();
     auto id = ParseId(seg[1], "experiment");
     if (!id.ok()) return fail(id.status());
     if (seg.size() == 2 && p.verb == "cancel" && m == "POST") {
       auto body = Body(req);
-      const std::string reason = body.ok() ? body->value("reason", "cancelled by user") : "cancelled by user";
-      Status s = engine_.CancelExperiment(*id, reason);
+      if (!body.ok()) return fail(body.status());
+      const json reason = body->value("reason", json("cancelled by user"));
+      if (!reason.is_string()) return fail(Status::InvalidArgument("reason: must be a string"));
+      Status s = engine_.CancelExperiment(*id, reason.get<std::string>());
       if (!s.ok()) return fail(s);
       return Json(200, {{"id", *id}, {"state", "cancelled"}});
     }
@@ -357,6 +369,11 @@ HttpResponse RestApi::Route(const HttpRequest& req) {
       if (!body.ok()) return fail(body.status());
       const json count = body->value("count", json(1));
       if (!count.is_number_integer()) return fail(Status::InvalidArgument("count: must be an integer"));
+      // Checked here as well as by the engine: get<int> would wrap 2^32 + 1 to 1.
+      if (count.is_number_unsigned() ? count.get<uint64_t>() > 1000
+                                     : (count.get<int64_t>() < 1 || count.get<int64_t>() > 1000)) {
+        return fail(Status::InvalidArgument("count: must be between 1 and 1000"));
+      }
       auto out = engine_.Suggest(*id, count.get<int>());
       if (!out.ok()) return fail(out.status());
       auto e = engine_.store().GetExperiment(*id);
@@ -514,6 +531,11 @@ HttpResponse RestApi::Events(const HttpRequest&) {
 HttpResponse RestApi::Static(const HttpRequest& req) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  // A target may be "?x" or "*": only "/..." names a file; and no file
+  // name holds a NUL (%00), which the file system would cut the name at.
+  if (req.path.empty() || req.path[0] != '/' || req.path.find('\0') != std::string::npos) {
+    return ErrorResponse(Status::NotFound("no such file: " + req.path));
+  }
   const fs::path root = fs::weakly_canonical(options_.web_root, ec);
   std::string rel = req.path == "/" ? "index.html" : req.path.substr(1);
   fs::path file = fs::weakly_canonical(root / rel, ec);

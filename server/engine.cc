@@ -107,6 +107,44 @@ Engine::Engine(store::Store& store, EngineOptions options) : store_(store), opti
 }
 
 namespace {
+// `metrics` of a report or a completion: an object of at most
+// kMaxMetricsPerReport numbers with names of 1 to kMaxNameLength bytes.
+Status CheckMetrics(const json& metrics, const std::string& field) {
+  if (!metrics.is_object()) return Status::InvalidArgument(field + ": must be an object");
+  if (metrics.size() > kMaxMetricsPerReport) {
+    return Status::InvalidArgument(field + ": " + std::to_string(metrics.size()) + " metrics, more than the limit of " +
+                                   std::to_string(kMaxMetricsPerReport));
+  }
+  for (auto it = metrics.begin(); it != metrics.end(); ++it) {
+    if (it.key().empty() || it.key().size() > kMaxNameLength) {
+      return Status::InvalidArgument(field + ": a metric name must be 1 to " + std::to_string(kMaxNameLength) +
+                                     " bytes ('" + it.key().substr(0, 40) + "' is " +
+                                     std::to_string(it.key().size()) + ")");
+    }
+    if (!it->is_number()) return Status::InvalidArgument(field + "." + it.key() + ": must be a number");
+  }
+  return Status::OK();
+}
+
+Status CheckSystem(const json& system) {
+  if (system.is_null()) return Status::OK();
+  if (!system.is_object()) return Status::InvalidArgument("system: must be an object");
+  if (system.size() > kMaxSystemKeys) {
+    return Status::InvalidArgument("system: " + std::to_string(system.size()) + " keys, more than the limit of " +
+                                   std::to_string(kMaxSystemKeys));
+  }
+  for (auto it = system.begin(); it != system.end(); ++it) {
+    if (it.key().empty() || it.key().size() > kMaxNameLength) {
+      return Status::InvalidArgument("system: a key must be 1 to " + std::to_string(kMaxNameLength) + " bytes");
+    }
+    if (it->dump(-1, ' ', false, json::error_handler_t::replace).size() > kMaxValueLength) {
+      return Status::InvalidArgument("system." + it.key() + ": longer than " + std::to_string(kMaxValueLength) +
+                                     " bytes");
+    }
+  }
+  return Status::OK();
+}
+
 // Observes the enclosing call's duration when metrics are on.
 std::optional<metrics::ScopedTimer> TimeIf(metrics::Histogram* h) {
   if (!h) return std::nullopt;
@@ -368,7 +406,8 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
   HPO_ASSIGN_OR_RETURN(store::TrialRecord trial, store_.GetTrial(r.trial_id));
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(trial.experiment_id));
   const ExperimentSpec& spec = *c->spec;
-  if (!r.metrics.is_object()) return Status::InvalidArgument("metrics: must be an object");
+  HPO_RETURN_IF_ERROR(CheckMetrics(r.metrics, "metrics"));
+  HPO_RETURN_IF_ERROR(CheckSystem(r.system));
   auto it = r.metrics.find(spec.metric);
   if (it == r.metrics.end() || !it->is_number() || !std::isfinite(it->get<double>())) {
     return Status::InvalidArgument("metrics." + spec.metric +
@@ -535,6 +574,9 @@ Status Engine::Complete(Id trial_id, const std::string& owner, bool failed, cons
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(trial.experiment_id));
   const ExperimentSpec& spec = *c->spec;
   json metrics = final_metrics.is_object() ? final_metrics : json::object();
+  HPO_RETURN_IF_ERROR(CheckMetrics(metrics, "final_metrics"));
+  std::string why = reason;
+  if (why.size() > kMaxReasonLength) why = why.substr(0, kMaxReasonLength) + "... (cut)";
   if (!failed && !metrics.contains(spec.metric)) {
     // The last report stands in for a missing final value.
     HPO_ASSIGN_OR_RETURN(auto ms, store_.ListMeasurements(trial_id));
@@ -549,7 +591,7 @@ Status Engine::Complete(Id trial_id, const std::string& owner, bool failed, cons
     return Status::InvalidArgument("final_metrics." + spec.metric + ": must be a finite number");
   }
   HPO_RETURN_IF_ERROR(store_.FinishTrial(
-      trial_id, owner, {failed ? TrialState::kFailed : TrialState::kCompleted, metrics.dump(), reason}));
+      trial_id, owner, {failed ? TrialState::kFailed : TrialState::kCompleted, metrics.dump(), why}));
   Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", trial_id},
                           {"state", failed ? "failed" : "completed"}, {"metrics", metrics}});
   HPO_RETURN_IF_ERROR(MaybeFinish(trial.experiment_id, spec));

@@ -33,6 +33,16 @@
 
 namespace hpo::server {
 
+// Limits on what one call may carry, the same over REST and gRPC; beyond
+// one the call fails with InvalidArgument naming the limit.
+inline constexpr size_t kMaxMetricsPerReport = 256;  // metrics in one report or in final metrics
+inline constexpr size_t kMaxSystemKeys = 64;         // keys of a reported system setting
+inline constexpr size_t kMaxNameLength = 256;        // a metric name, system key, label, host or device name
+inline constexpr size_t kMaxValueLength = 1024;      // a label or system value (as JSON text)
+// A failure reason (with the log tail a worker sends) longer than this is
+// cut, not refused: the trial's end must still be recorded.
+inline constexpr size_t kMaxReasonLength = 64 * 1024;
+
 struct EngineOptions {
   int64_t worker_lease_ms = 60'000;         // a worker renews by reporting or heartbeating
   int64_t client_lease_ms = 24 * 3'600'000;  // ask/tell clients are slower

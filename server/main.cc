@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   int lease_timeout_s = 60;
   int max_attempts = 3;
   int tick_ms = 1000;
+  std::string tls_cert, tls_key;
   bool migrate_only = false;
   bool public_metrics = false;
   app.add_option("--store", store_url,
@@ -88,6 +89,10 @@ int main(int argc, char** argv) {
   app.add_option("--token", token, "bearer token every call must carry (except /healthz)")
       ->envname("HPO_TOKEN");
   app.add_option("--web-root", web_root, "directory of the dashboard's static files");
+  app.add_option("--tls-cert", tls_cert,
+                 "PEM certificate chain: serve HTTPS on --http and TLS on --grpc (needs --tls-key)")
+      ->envname("HPO_TLS_CERT");
+  app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert")->envname("HPO_TLS_KEY");
   app.add_option("--lease-timeout", lease_timeout_s, "seconds a worker's lease lasts without a report or heartbeat")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
@@ -104,6 +109,10 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
 
+  if (tls_cert.empty() != tls_key.empty()) {
+    return Fail(tls_cert.empty() ? "--tls-key needs --tls-cert (TLS takes both or neither)"
+                                 : "--tls-cert needs --tls-key (TLS takes both or neither)");
+  }
   std::string http_host, grpc_host;
   uint16_t http_port = 0, grpc_port = 0;
   if (!SplitHostPort(http_address, &http_host, &http_port)) {
@@ -163,15 +172,18 @@ int main(int argc, char** argv) {
   HttpServerOptions http_options;
   http_options.address = http_host;
   http_options.port = http_port;
+  http_options.tls_cert_file = tls_cert;
+  http_options.tls_key_file = tls_key;
   auto http = HttpServer::Start(http_options, [&](const HttpRequest& r) {
     return HandleHttp(r, *store, registry, public_metrics, api);
   });
   if (!http.ok()) return Fail(http.status().message());
   WorkerServiceImpl worker_service(engine, WorkerServiceOptions{token, 1000});
-  auto grpc = GrpcServer::Start(grpc_address, &worker_service);
+  auto grpc = GrpcServer::Start(grpc_address, &worker_service, GrpcTlsFiles{tls_cert, tls_key});
   if (!grpc.ok()) return Fail(grpc.status().message());
-  spdlog::info("http listening on {}:{}", http_host, (*http)->port());
-  spdlog::info("grpc listening on {}:{}", grpc_host, (*grpc)->port());
+  const bool tls = !tls_cert.empty();
+  spdlog::info("{} listening on {}:{}", tls ? "https" : "http", http_host, (*http)->port());
+  spdlog::info("grpc{} listening on {}:{}", tls ? " (TLS)" : "", grpc_host, (*grpc)->port());
   if (!token.empty()) spdlog::info("bearer token required on every call but /healthz");
   if (!port_file.empty()) {
     const std::string tmp = port_file + ".tmp";

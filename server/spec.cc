@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <cstdint>
 #include <set>
 
 namespace hpo::server {
@@ -10,7 +11,14 @@ namespace {
 
 using nlohmann::json;
 
-Result<json> Convert(const YAML::Node& node) {
+// `budget` counts the nodes still allowed: YAML aliases share nodes, and
+// expanding a few lines of nested aliases would otherwise build gigabytes.
+Result<json> Convert(const YAML::Node& node, size_t& budget) {
+  if (budget == 0) {
+    return Status::InvalidArgument("spec: more than " + std::to_string(kMaxSpecNodes) +
+                                   " values (after expanding YAML aliases)");
+  }
+  --budget;
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
@@ -18,7 +26,7 @@ Result<json> Convert(const YAML::Node& node) {
     case YAML::NodeType::Sequence: {
       json out = json::array();
       for (const auto& item : node) {
-        HPO_ASSIGN_OR_RETURN(json v, Convert(item));
+        HPO_ASSIGN_OR_RETURN(json v, Convert(item, budget));
         out.push_back(std::move(v));
       }
       return out;
@@ -30,7 +38,7 @@ Result<json> Convert(const YAML::Node& node) {
           return Status::InvalidArgument("line " + std::to_string(kv.first.Mark().line + 1) +
                                          ": mapping keys must be plain strings");
         }
-        HPO_ASSIGN_OR_RETURN(json v, Convert(kv.second));
+        HPO_ASSIGN_OR_RETURN(json v, Convert(kv.second, budget));
         out[kv.first.Scalar()] = std::move(v);
       }
       return out;
@@ -57,6 +65,72 @@ Result<json> Convert(const YAML::Node& node) {
   return json(nullptr);
 }
 
+bool IsValidUtf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      n = 1, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + n >= s.size()) return false;
+    for (size_t k = 1; k <= n; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Overlong forms, surrogates and code points beyond Unicode.
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
+// Every key and string of the spec: valid UTF-8 (it is stored and served as
+// JSON) and within the length limits; checked first, so later messages may
+// quote any of them.
+Status CheckStrings(const json& j, const std::string& path, int depth) {
+  const std::string where = path.empty() ? "spec" : path;
+  if (depth > kMaxSpecDepth) {
+    return Status::InvalidArgument(where + ": nested more than " + std::to_string(kMaxSpecDepth) + " levels deep");
+  }
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    if (!IsValidUtf8(s)) return Status::InvalidArgument(where + ": not valid UTF-8");
+    if (s.size() > kMaxSpecStringLength) {
+      return Status::InvalidArgument(where + ": longer than " + std::to_string(kMaxSpecStringLength) +
+                                     " bytes");
+    }
+  } else if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (!IsValidUtf8(it.key())) return Status::InvalidArgument(where + ": a key is not valid UTF-8");
+      if (it.key().size() > kMaxSpecNameLength) {
+        return Status::InvalidArgument(where + ": key '" + it.key().substr(0, 40) + "...' is longer than " +
+                                       std::to_string(kMaxSpecNameLength) + " bytes");
+      }
+      HPO_RETURN_IF_ERROR(CheckStrings(*it, path.empty() ? it.key() : path + "." + it.key(), depth + 1));
+    }
+  } else if (j.is_array()) {
+    for (size_t i = 0; i < j.size(); ++i) {
+      HPO_RETURN_IF_ERROR(CheckStrings(j[i], where + "[" + std::to_string(i) + "]", depth + 1));
+    }
+  }
+  return Status::OK();
+}
+
 // Reads fields of one object, remembering which were used so unknown ones
 // can be reported with their path.
 class Fields {
@@ -81,6 +155,9 @@ class Fields {
     if (!v->is_string() || v->get<std::string>().empty()) {
       return Status::InvalidArgument(Path(key) + ": must be a non-empty string");
     }
+    if (v->get_ref<const std::string&>().size() > kMaxSpecNameLength) {
+      return Status::InvalidArgument(Path(key) + ": longer than " + std::to_string(kMaxSpecNameLength) + " bytes");
+    }
     return v->get<std::string>();
   }
   Result<int64_t> Int(const std::string& key, std::optional<int64_t> fallback, int64_t min) {
@@ -89,10 +166,16 @@ class Fields {
       if (fallback) return *fallback;
       return Status::InvalidArgument(Path(key) + ": missing");
     }
-    if (!v->is_number_integer() && !(v->is_number_float() && v->get<double>() == std::round(v->get<double>()))) {
+    // 2^63 is the first double beyond int64_t; converting it is undefined.
+    if (!v->is_number_integer() &&
+        !(v->is_number_float() && v->get<double>() == std::round(v->get<double>()) &&
+          std::fabs(v->get<double>()) < 9.2233720368547758e18)) {
       return Status::InvalidArgument(Path(key) + ": must be an integer, got " + v->dump());
     }
-    const int64_t x = v->get<int64_t>();
+    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX}) {
+      return Status::InvalidArgument(Path(key) + ": must be at most " + std::to_string(INT64_MAX));
+    }
+    const int64_t x = v->is_number_float() ? static_cast<int64_t>(v->get<double>()) : v->get<int64_t>();
     if (x < min) return Status::InvalidArgument(Path(key) + ": must be at least " + std::to_string(min));
     return x;
   }
@@ -284,8 +367,25 @@ Status ParseExecutor(Fields& top, ExperimentSpec& spec) {
 }  // namespace
 
 Result<json> YamlToJson(const std::string& text) {
+  if (text.size() > kMaxSpecBytes) {
+    return Status::InvalidArgument("spec: larger than " + std::to_string(kMaxSpecBytes) + " bytes");
+  }
+  // yaml-cpp parses flow collections recursively: bound their nesting before
+  // it does (counting brackets inside quotes too, which errs on the safe side).
+  int depth = 0;
+  for (char c : text) {
+    if (c == '[' || c == '{') {
+      if (++depth > kMaxSpecDepth) {
+        return Status::InvalidArgument("spec: nested more than " + std::to_string(kMaxSpecDepth) +
+                                       " levels deep");
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
   try {
-    return Convert(YAML::Load(text));
+    size_t budget = kMaxSpecNodes;
+    return Convert(YAML::Load(text), budget);
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument("line " + std::to_string(e.mark.line + 1) + ", column " +
                                    std::to_string(e.mark.column + 1) + ": " + e.msg);
@@ -299,6 +399,7 @@ Result<ExperimentSpec> ParseExperimentSpec(const std::string& text) {
 
 Result<ExperimentSpec> ParseExperimentSpec(const json& j) {
   if (!j.is_object()) return Status::InvalidArgument("spec: must be a mapping (YAML) or an object (JSON)");
+  HPO_RETURN_IF_ERROR(CheckStrings(j, "", 0));
   ExperimentSpec spec;
   spec.source = j;
   Fields top(j, "");
@@ -307,6 +408,12 @@ Result<ExperimentSpec> ParseExperimentSpec(const json& j) {
   const json* spaces = top.Get("spaces");
   if (!spaces) return Status::InvalidArgument("spaces: missing (a list of named search spaces)");
   HPO_ASSIGN_OR_RETURN(spec.spaces, search::ParseSearchSpaces(*spaces, "spaces"));
+  for (size_t i = 0; i < spec.spaces.size(); ++i) {
+    if (spec.spaces[i].name.size() > kMaxSpecNameLength) {
+      return Status::InvalidArgument("spaces[" + std::to_string(i) + "].name: longer than " +
+                                     std::to_string(kMaxSpecNameLength) + " bytes");
+    }
+  }
   HPO_RETURN_IF_ERROR(ParseSystem(top, spec));
   // System parameters that change accuracy are searched like hyperparameters
   // in every space; the rest are co-tuned inside trials.

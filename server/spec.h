@@ -77,6 +77,14 @@ struct ExperimentSpec {
   nlohmann::json source;  // the spec as given, in JSON form
 };
 
+// Limits on what a spec may hold; a spec beyond one is InvalidArgument,
+// naming the limit.
+inline constexpr size_t kMaxSpecBytes = 1 << 20;         // the text
+inline constexpr size_t kMaxSpecNodes = 100'000;         // values, after YAML aliases
+inline constexpr int kMaxSpecDepth = 32;                 // nesting of mappings and lists
+inline constexpr size_t kMaxSpecNameLength = 256;        // every key (names of params, metrics, ...)
+inline constexpr size_t kMaxSpecStringLength = 16'384;   // every string value (argv entries, env values)
+
 // Parses YAML or JSON text (JSON is YAML; both go through the same checks).
 Result<ExperimentSpec> ParseExperimentSpec(const std::string& text);
 Result<ExperimentSpec> ParseExperimentSpec(const nlohmann::json& j);

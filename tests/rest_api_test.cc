@@ -73,6 +73,53 @@ class RestApiTest : public ::testing::Test {
   HttpClientOptions client_;
 };
 
+// Requests the fuzzer (fuzz/fuzz_rest.cc) found: each used to read out of
+// bounds, throw or answer 500; each is now a 4xx with a JSON body.
+TEST_F(RestApiTest, HostileRequestsGetA4xxNotACrash) {
+  Start();
+  auto handle = [&](const std::string& method, const std::string& target, const std::string& body = "") {
+    HttpRequest req;
+    req.method = method;
+    ParseRequestTarget(target, req);
+    req.body = body;
+    HttpResponse r = api_->Handle(req);
+    EXPECT_GE(r.status, 400) << method << " " << target;
+    EXPECT_LT(r.status, 500) << method << " " << target << ": " << r.body;
+    EXPECT_FALSE(json::parse(r.body, nullptr, false).is_discarded()) << r.body;
+    return r;
+  };
+  // Another method on the collection read a path segment that is not there.
+  EXPECT_EQ(handle("DELETE", "/api/v1/experiments").status, 404);
+  EXPECT_EQ(handle("PUT", "/api/v1/experiments?offset=0").status, 404);
+  // Bytes that are not UTF-8, echoed in an error message, made the JSON writer throw.
+  EXPECT_EQ(handle("GET", "/api/v1/trials/%bc%ff").status, 400);
+  EXPECT_EQ(handle("G\xbcT", "/api/v1/nope").status, 404);
+  // A cancel reason that is not a string threw.
+  const int64_t id = CallJson("POST", "/api/v1/experiments", 201, kClientSpec)["id"];
+  EXPECT_EQ(handle("POST", "/api/v1/experiments/" + std::to_string(id) + ":cancel", R"({"reason": 5})").status, 400);
+  // A suggest count of 2^32 + 1 wrapped to 1.
+  EXPECT_EQ(handle("POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest", R"({"count": 4294967297})")
+                .status,
+            400);
+  // Invented methods share one metrics label instead of adding one each.
+  handle("FOO", "/api/v1/nope");
+  const std::string text = metrics_.Render();
+  EXPECT_EQ(text.find("method=\"FOO\""), std::string::npos);
+  EXPECT_NE(text.find("method=\"other\""), std::string::npos);
+}
+
+TEST_F(RestApiTest, ATargetWithoutAPathIsNoFile) {
+  const std::string root = ::testing::TempDir() + "/hpo-web-nopath-" + std::to_string(getpid());
+  std::filesystem::create_directories(root);
+  std::ofstream(root + "/index.html") << "<html></html>";
+  Start("", root);
+  HttpRequest req;
+  req.method = "GET";
+  ParseRequestTarget("?readyz", req);  // path "": substr(1) threw
+  EXPECT_EQ(api_->Handle(req).status, 404);
+  std::filesystem::remove_all(root);
+}
+
 TEST_F(RestApiTest, AskTellRoundTrip) {
   Start();
   json created = CallJson("POST", "/api/v1/experiments", 201, kClientSpec);

@@ -105,6 +105,45 @@ TEST(ExperimentSpec, ErrorsNameTheFieldPath) {
   EXPECT_NE(cmd.status().message().find("executor.command.argv[1]: {b}"), std::string::npos) << cmd.status();
 }
 
+// Inputs the fuzzer (fuzz/fuzz_spec.cc) found or that guard the same
+// limits: each is a clear InvalidArgument, never an exception or a crash.
+TEST(ExperimentSpec, HostileInputIsAnErrorNotACrash) {
+  const std::string spaces = R"("spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}])";
+  struct Case {
+    std::string text, error;
+  };
+  const std::vector<Case> cases = {
+      // Bytes that are not UTF-8 used to throw when the spec was stored as JSON.
+      {"name: \xbc\xff\nobjective: {metric: loss}\n", "name: not valid UTF-8"},
+      {"name: x\nobjective: {metric: loss}\n\xc3: 1\n", "spec: a key is not valid UTF-8"},
+      // An integer field holding a float beyond int64 used to convert with undefined behaviour.
+      {R"({"name": "x", "objective": {"metric": "loss"}, )" + spaces + R"(, "budget": {"max_trials": 1e300}})",
+       "budget.max_trials: must be an integer"},
+      {R"({"name": "x", "objective": {"metric": "loss"}, )" + spaces +
+           R"(, "budget": {"max_trials": 18446744073709551615}})",
+       "budget.max_trials: must be at most"},
+      {std::string(5000, '[') + std::string(5000, ']'), "nested more than 32 levels deep"},
+      {"name: " + std::string(300, 'n') + "\n", "name: longer than 256 bytes"},
+      {std::string(kMaxSpecBytes + 1, ' '), "larger than 1048576 bytes"},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseExperimentSpec(c.text);
+    ASSERT_FALSE(r.ok()) << c.error;
+    EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
+    EXPECT_NE(r.status().message().find(c.error), std::string::npos) << r.status() << "\nexpected: " << c.error;
+  }
+  // A few lines of nested YAML aliases would expand to 10^8 values.
+  std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char c = 'b'; c <= 'h'; ++c) {
+    bomb += std::string(1, c) + ": &" + c + " [";
+    for (int i = 0; i < 10; ++i) bomb += std::string(i ? ", *" : "*") + static_cast<char>(c - 1);
+    bomb += "]\n";
+  }
+  auto r = ParseExperimentSpec(bomb);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("more than 100000 values"), std::string::npos) << r.status();
+}
+
 TEST(YamlToJson, KeepsQuotedScalarsAsStrings) {
   auto j = YamlToJson("a: '1'\nb: 1\nc: 1.5e-3\nd: true\ne: \"true\"\nf: ~\ng: [x, 2]\n");
   ASSERT_TRUE(j.ok()) << j.status();

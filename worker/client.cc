@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -22,7 +23,17 @@ json ParseOrString(const std::string& s) {
   return j.is_discarded() ? json(s) : j;
 }
 
+// A server certificate this worker does not trust will not become trusted
+// by asking again.
+bool CertificateRejected(const grpc::Status& s) {
+  std::string m = s.error_message();
+  for (char& c : m) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return m.find("certificate verify failed") != std::string::npos ||
+         m.find("certificate_verify_failed") != std::string::npos;
+}
+
 bool Retryable(const grpc::Status& s) {
+  if (CertificateRejected(s)) return false;
   return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
          s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
          s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
@@ -90,7 +101,12 @@ struct WorkerClient::Impl {
       Prepare(ctx);
       return stub->Register(&ctx, req, &res);
     }, 1);
-    if (!s.ok()) return Status::Unavailable("register with " + options.server + ": " + s.error_message());
+    if (!s.ok()) {
+      return Status::Unavailable("register with " + options.server + ": " + s.error_message() +
+                                 (CertificateRejected(s) ? " (the server's TLS certificate is not trusted: "
+                                                           "give the CA that signed it with --tls-ca)"
+                                                         : ""));
+    }
     worker_id = res.worker_id();
     device_ids.assign(res.device_ids().begin(), res.device_ids().end());
     spdlog::info("registered as worker {} with {} device(s)", worker_id.load(), device_ids.size());
@@ -307,7 +323,13 @@ Status WorkerClient::Run(const std::atomic<int>& stop_level) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 500);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 30'000);
-  w.channel = grpc::CreateCustomChannel(w.options.server, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (w.options.tls) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = w.options.tls_ca_pem;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  w.channel = grpc::CreateCustomChannel(w.options.server, credentials, args);
   w.stub = v1::WorkerService::NewStub(w.channel);
   HPO_RETURN_IF_ERROR(w.Register());
   std::vector<std::thread> loops;

@@ -30,7 +30,11 @@ struct DeviceSpec {
 };
 
 struct WorkerOptions {
-  std::string server = "127.0.0.1:50051";
+  std::string server = "127.0.0.1:50051";  // HOST:PORT
+  // TLS to the server (grpc::SslCredentials), with the server's certificate
+  // verified against tls_ca_pem (PEM text; empty: the system's CAs).
+  bool tls = false;
+  std::string tls_ca_pem;
   std::string token;
   std::string host;  // reported to the server; the hostname when empty
   std::map<std::string, std::string> labels;

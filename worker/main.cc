@@ -7,7 +7,11 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #ifdef HPO_HAVE_CUDART
@@ -114,9 +118,13 @@ int main(int argc, char** argv) {
   std::string device = "auto", labels, data_dir = BuiltinOptions().data_dir, log_level = "info";
   double bench_seconds = 1.0;
   bool list_devices = false;
-  app.add_option("--server", options.server, "hpo-server's gRPC address, HOST:PORT")
+  app.add_option("--server", options.server, "hpo-server's gRPC address, HOST:PORT (https://HOST:PORT for TLS)")
       ->envname("HPO_SERVER")
       ->capture_default_str();
+  std::string tls_ca;
+  app.add_option("--tls-ca", tls_ca,
+                 "PEM CA certificate(s) that signed the server's; implies TLS (default: the system's CAs)")
+      ->envname("HPO_TLS_CA");
   app.add_option("--token", options.token, "bearer token, when the server has one")->envname("HPO_TOKEN");
   app.add_option("--device", device, "auto, cpu or cuda:N")->capture_default_str();
   app.add_option("--threads", options.threads, "intra-op threads per CPU trial (default: usable cores)");
@@ -130,6 +138,22 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  if (options.server.rfind("https://", 0) == 0) {
+    options.server = options.server.substr(8);
+    options.tls = true;
+  }
+  if (!tls_ca.empty()) {
+    std::ifstream in(tls_ca);
+    if (!in) return Fail("--tls-ca: cannot read '" + tls_ca + "': " + std::strerror(errno));
+    std::ostringstream pem;
+    pem << in.rdbuf();
+    if (pem.str().find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+      return Fail("--tls-ca: '" + tls_ca + "' holds no PEM certificate");
+    }
+    options.tls = true;
+    options.tls_ca_pem = pem.str();
+  }
 
   for (size_t start = 0; start < labels.size();) {
     size_t end = labels.find(',', start);

@@ -2,12 +2,16 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <exception>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <string_view>
 #include <utility>
 
@@ -68,6 +72,9 @@ std::string DeviceClass(const store::DeviceInfo& d) {
 
 Status ValidateDevice(const hpo::v1::Device& d, const std::string& path) {
   if (d.name().empty()) return Status::InvalidArgument(path + ".name: must not be empty");
+  if (d.name().size() > kMaxNameLength) {
+    return Status::InvalidArgument(path + ".name: longer than " + std::to_string(kMaxNameLength) + " bytes");
+  }
   if (d.kind() != hpo::v1::DEVICE_KIND_CPU && d.kind() != hpo::v1::DEVICE_KIND_CUDA) {
     return Status::InvalidArgument(path + ".kind: must be DEVICE_KIND_CPU or DEVICE_KIND_CUDA");
   }
@@ -248,13 +255,28 @@ Status WorkerServiceImpl::Authenticate(const ::grpc::ServerContext& context) con
 Status WorkerServiceImpl::DoRegister(const hpo::v1::RegisterRequest& request,
                                      hpo::v1::RegisterResponse& response) {
   if (request.host().empty()) return Status::InvalidArgument("host: must not be empty");
+  if (request.host().size() > kMaxNameLength) {
+    return Status::InvalidArgument("host: longer than " + std::to_string(kMaxNameLength) + " bytes");
+  }
   if (request.devices().empty()) {
     return Status::InvalidArgument("devices: must list at least one device");
+  }
+  if (request.devices_size() > kMaxDevicesPerWorker) {
+    return Status::InvalidArgument("devices: more than the limit of " + std::to_string(kMaxDevicesPerWorker));
+  }
+  if (request.labels_size() > static_cast<int>(kMaxLabels)) {
+    return Status::InvalidArgument("labels: more than the limit of " + std::to_string(kMaxLabels));
   }
   store::NewWorker w;
   w.host = request.host();
   json labels = json::object();
-  for (const auto& [k, v] : request.labels()) labels[k] = v;
+  for (const auto& [k, v] : request.labels()) {
+    if (k.empty() || k.size() > kMaxNameLength || v.size() > kMaxValueLength) {
+      return Status::InvalidArgument("labels: a key must be 1 to " + std::to_string(kMaxNameLength) +
+                                     " bytes and a value at most " + std::to_string(kMaxValueLength));
+    }
+    labels[k] = v;
+  }
   w.labels_json = labels.dump();
   std::map<int, int> index_of_ordinal;
   for (int i = 0; i < request.devices_size(); ++i) {
@@ -393,14 +415,44 @@ GrpcServer::GrpcServer(std::unique_ptr<::grpc::Server> server, int port)
 
 GrpcServer::~GrpcServer() { Shutdown(std::chrono::milliseconds(0)); }
 
-Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address,
-                                                      ::grpc::Service* service) {
+namespace {
+
+Result<std::string> ReadPemFile(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return Status::InvalidArgument(std::string("cannot read TLS ") + what + " file '" + path +
+                                   "': " + std::strerror(errno));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (text.str().find("-----BEGIN ") == std::string::npos) {
+    return Status::InvalidArgument(std::string("TLS ") + what + " file '" + path + "' is not PEM");
+  }
+  return text.str();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address, ::grpc::Service* service,
+                                                      const GrpcTlsFiles& tls) {
+  std::shared_ptr<::grpc::ServerCredentials> credentials = ::grpc::InsecureServerCredentials();
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return Status::InvalidArgument("gRPC over TLS needs both a certificate file and a key file");
+  }
+  if (!tls.cert_file.empty()) {
+    ::grpc::SslServerCredentialsOptions ssl;
+    ::grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    HPO_ASSIGN_OR_RETURN(pair.cert_chain, ReadPemFile(tls.cert_file, "certificate"));
+    HPO_ASSIGN_OR_RETURN(pair.private_key, ReadPemFile(tls.key_file, "key"));
+    ssl.pem_key_cert_pairs.push_back(std::move(pair));
+    credentials = ::grpc::SslServerCredentials(ssl);
+  }
   ::grpc::ServerBuilder builder;
   // gRPC turns SO_REUSEPORT on by default on Linux, so a second server on a
   // busy port would start and silently take half of the first one's calls.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int selected_port = 0;
-  builder.AddListeningPort(address, ::grpc::InsecureServerCredentials(), &selected_port);
+  builder.AddListeningPort(address, credentials, &selected_port);
   builder.RegisterService(service);
   std::unique_ptr<::grpc::Server> server = builder.BuildAndStart();
   if (!server || selected_port == 0) {

@@ -23,6 +23,10 @@
 
 namespace hpo::server {
 
+// Register's limits (with the Engine's, server/engine.h).
+inline constexpr int kMaxDevicesPerWorker = 256;
+inline constexpr size_t kMaxLabels = 64;
+
 struct WorkerServiceOptions {
   // When non-empty, every RPC needs the metadata "authorization: Bearer
   // <token>"; otherwise it fails with UNAUTHENTICATED. Never logged or echoed.
@@ -83,15 +87,23 @@ class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
   const std::string expected_authorization_;  // "Bearer <token>"; empty: no auth
 };
 
+// TLS for the gRPC server: PEM files of the certificate chain and its key.
+// Both empty: plaintext.
+struct GrpcTlsFiles {
+  std::string cert_file;
+  std::string key_file;
+};
+
 // A running gRPC server for one or more services.
 class GrpcServer {
  public:
   // Listens on `address` ("host:port"; port 0 picks a free one, e.g.
   // "127.0.0.1:0") and starts serving `service`, which must outlive the
   // server. Unavailable, naming the address, when it cannot listen there
-  // (malformed, in use, not a local address).
-  static Result<std::unique_ptr<GrpcServer>> Start(const std::string& address,
-                                                   ::grpc::Service* service);
+  // (malformed, in use, not a local address); InvalidArgument, naming the
+  // file, when a TLS file cannot be read or only one is given.
+  static Result<std::unique_ptr<GrpcServer>> Start(const std::string& address, ::grpc::Service* service,
+                                                   const GrpcTlsFiles& tls = {});
 
   // Shuts down (with no further deadline) unless Shutdown was called.
   ~GrpcServer();

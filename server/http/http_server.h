@@ -55,13 +55,19 @@ struct HttpServerOptions {
   size_t max_body_bytes = 8 << 20;  // larger requests get 413
   int max_connections = 512;        // more get 503
   int idle_timeout_s = 60;          // an idle keep-alive connection is closed after this
+  // HTTPS when both are set: PEM files of the certificate chain and its
+  // private key (TLS 1.2 or newer). A plain HTTP request to an HTTPS server
+  // gets a plain 400 saying to use https://, then the connection closes.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 class HttpServer {
  public:
   using Handler = std::function<HttpResponse(const HttpRequest&)>;
 
-  // Binds and starts accepting. Unavailable when the address cannot be bound.
+  // Binds and starts accepting. Unavailable when the address cannot be bound;
+  // InvalidArgument, naming the file, when a TLS file cannot be read or used.
   static Result<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options, Handler handler);
   ~HttpServer();
 
@@ -77,5 +83,7 @@ class HttpServer {
 
 // Percent-decoding for paths and query strings ('+' is a space in queries).
 std::string UrlDecode(const std::string& s, bool plus_is_space);
+// A request target ("/a%20b?x=1&y") into req.path and req.query, decoded.
+void ParseRequestTarget(const std::string& target, HttpRequest& req);
 
 }  // namespace hpo::server
