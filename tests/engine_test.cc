@@ -3,10 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <condition_variable>
+#include <future>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "server/engine.h"
 #include "tests/store_backends.h"
+#include "tests/store_wrapper.h"
 
 namespace hpo::server {
 namespace {
@@ -283,6 +288,84 @@ TEST_F(EngineTest, PlacementGivesFastDevicesTheImportantTrials) {
   auto fast_gets = engine_->LeaseForWorker(fast->id, fast->devices[0].id);
   ASSERT_TRUE(fast_gets.ok() && fast_gets->has_value());
   EXPECT_EQ((*fast_gets)->trial.id, created[1].id);
+}
+
+// A store whose CreateTrialsUpTo, while armed, waits until released: a
+// top-up of the pending pool stays under way for as long as a test wants.
+class StalledTopUps : public testing::StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  void Arm() {
+    std::lock_guard lock(mu_);
+    armed_ = true;
+  }
+  void Release() {
+    {
+      std::lock_guard lock(mu_);
+      armed_ = false;
+    }
+    cv_.notify_all();
+  }
+  bool WaitUntilStalled(std::chrono::seconds timeout) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return stalled_; });
+  }
+  Result<std::vector<store::TrialRecord>> CreateTrialsUpTo(store::Id experiment_id,
+                                                           const std::vector<store::NewTrial>& trials,
+                                                           const TrialLimits& limits) override {
+    {
+      std::unique_lock lock(mu_);
+      if (armed_) {
+        stalled_ = true;
+        cv_.notify_all();
+        cv_.wait(lock, [&] { return !armed_; });
+      }
+    }
+    return StoreWrapper::CreateTrialsUpTo(experiment_id, trials, limits);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool armed_ = false;    // GUARDED_BY(mu_)
+  bool stalled_ = false;  // GUARDED_BY(mu_)
+};
+
+// With many workers, leases used to queue behind whichever call was topping
+// up the experiment's pending pool (a suggestion, then a NOTIFY per trial),
+// until they ran past their deadlines. One top-up at a time still, but the
+// others lease what is pending and go.
+TEST_F(EngineTest, ALeaseDoesNotWaitForAnotherCallsTopUp) {
+  StalledTopUps stalled(*store_);
+  Engine engine(stalled);
+  auto e = engine.CreateExperiment(Spec(kBuiltin, 20, 4));
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto a1 = engine.LeaseForWorker(1);
+  ASSERT_TRUE(a1.ok() && a1->has_value()) << a1.status();
+  stalled.Arm();
+  // Worker 1 completes its trial; the completion tops the pool up and
+  // stalls there.
+  Status completed = Status::Internal("not run");
+  std::thread worker1([&] {
+    completed = engine.Complete((*a1)->trial.id, Engine::WorkerOwner(1), false, {{"loss", 0.5}}, "");
+  });
+  const bool stalled_in_top_up = stalled.WaitUntilStalled(std::chrono::seconds(30));
+  // Worker 2 takes a pending trial meanwhile. (The 30 s only keep a broken
+  // engine from hanging the test.)
+  auto second = std::async(std::launch::async, [&] { return engine.LeaseForWorker(2); });
+  const bool returned = second.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  stalled.Release();
+  worker1.join();
+  ASSERT_TRUE(stalled_in_top_up) << "the completion never topped the pool up";
+  EXPECT_TRUE(returned) << "worker 2's lease waited for the completion's top-up";
+  EXPECT_TRUE(completed.ok()) << completed;
+  auto got = second.get();
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
+  // The top-up went through once released: the pool is full again.
+  auto n = store_->CountTrials(e->id);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->completed, 1);
+  EXPECT_EQ(n->pending + n->leased + n->running, 4);
 }
 
 }  // namespace
