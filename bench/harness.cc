@@ -27,7 +27,8 @@ double MsSince(Clock::time_point start) {
 
 double Quantile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
-  const size_t k = std::min(v.size() - 1, static_cast<size_t>(std::ceil(q * v.size())) - (q > 0 ? 1 : 0));
+  const size_t rank = q <= 0 ? 0 : static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
+  const size_t k = std::min(v.size() - 1, rank);
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
   return v[k];
 }
@@ -123,7 +124,7 @@ Status ServerProcess::Start() {
     pid_ = Spawn(argv, log_);
     const auto until = Clock::now() + std::chrono::seconds(30);
     while (Clock::now() < until) {
-      if (auto status = WaitExit(pid_, std::chrono::milliseconds(0))) {
+      if (WaitExit(pid_, std::chrono::milliseconds(0))) {
         pid_ = -1;
         break;
       }

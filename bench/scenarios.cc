@@ -20,7 +20,7 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 void Progress(const Setup& setup, const std::string& line) {
-  if (setup.verbose) std::fprintf(stderr, "faults: %s\n", line.c_str());
+  if (setup.verbose) std::fprintf(stderr, "bench: %s\n", line.c_str());
 }
 
 std::string StoreUrl(const Setup& setup) {
@@ -133,7 +133,12 @@ Result<WorkerKillResult> KillWorkers(const Setup& setup, const WorkerKillOptions
                        CreateExperiment(port, CommandSpec("kill-workers", o.kills + 2 * o.workers, o.workers,
                                                           o.steps, o.step_ms / 1000.0)));
 
-  std::map<std::string, pid_t> alive;  // by slot label
+  // Worker processes by slot label; whatever is left is killed on return.
+  struct Alive : std::map<std::string, pid_t> {
+    ~Alive() {
+      for (auto& [slot, pid] : *this) KillAndReap(pid);
+    }
+  } alive;
   int next_slot = 0;
   auto spawn = [&] {
     const std::string slot = std::to_string(next_slot++);
@@ -224,7 +229,6 @@ Result<WorkerKillResult> KillWorkers(const Setup& setup, const WorkerKillOptions
     }
     r.max_attempt = std::max(r.max_attempt, t.value("attempt", 0));
   }
-  for (auto& [slot, pid] : alive) KillAndReap(pid);
   return r;
 }
 
@@ -237,10 +241,9 @@ Result<ServerKillResult> KillServer(const Setup& setup, const ServerKillOptions&
                        {"--store", StoreUrl(setup), "--lease-timeout", "600"});
   HPO_RETURN_IF_ERROR(server.Start());
   // Room for leases the kills orphan (granted, but the answer was lost).
-  HPO_ASSIGN_OR_RETURN(const int64_t id,
-                       CreateExperiment(server.http_port(),
-                                        SimSpec("kill-server", 1'000'000, 4 * o.workers + 4 * o.kills, 5, "random")));
-  (void)id;
+  HPO_RETURN_IF_ERROR(CreateExperiment(server.http_port(), SimSpec("kill-server", 1'000'000,
+                                                                   4 * o.workers + 4 * o.kills, 5, "random"))
+                          .status());
   FleetOptions fo;
   fo.address = server.grpc_address();
   fo.workers = o.workers;
@@ -294,10 +297,9 @@ Result<PostgresRestartResult> RestartPostgres(const Setup& setup, const Postgres
   HPO_ASSIGN_OR_RETURN(auto pg, PostgresInstance::Create());
   ServerProcess server(setup.server_bin, setup.dir + "/server", {"--store", pg->Url(), "--lease-timeout", "600"});
   HPO_RETURN_IF_ERROR(server.Start());
-  HPO_ASSIGN_OR_RETURN(const int64_t id, CreateExperiment(server.http_port(),
-                                                          SimSpec("restart-postgres", 1'000'000,
-                                                                  4 * o.workers, 5, "random")));
-  (void)id;
+  HPO_RETURN_IF_ERROR(
+      CreateExperiment(server.http_port(), SimSpec("restart-postgres", 1'000'000, 4 * o.workers, 5, "random"))
+          .status());
   FleetOptions fo;
   fo.address = server.grpc_address();
   fo.workers = o.workers;
@@ -393,7 +395,7 @@ Result<SlowWorkerResult> SlowWorker(const Setup& setup, const SlowWorkerOptions&
         fmt::format("sleep {}; echo 'hpo: step=1 loss={{x}}'; echo 'hpo: step=2 loss={{x}}'", 3 * o.lease_timeout_s);
     HPO_ASSIGN_OR_RETURN(const int64_t id, CreateExperiment(port, spec.dump()));
     const auto start = Clock::now();
-    HPO_ASSIGN_OR_RETURN(std::string state, WaitForEnd(port, id, 6 * lease + seconds(30)));
+    HPO_RETURN_IF_ERROR(WaitForEnd(port, id, 6 * lease + seconds(30)).status());
     r.long_step_s = MsSince(start) / 1000;
     HPO_ASSIGN_OR_RETURN(json trials, Trials(port, id));
     if (trials.size() == 1) {
@@ -423,8 +425,7 @@ Result<SlowWorkerResult> SlowWorker(const Setup& setup, const SlowWorkerOptions&
       }
       std::this_thread::sleep_for(milliseconds(50));
     }
-    HPO_ASSIGN_OR_RETURN(std::string state, WaitForEnd(port, id, seconds(60)));
-    (void)state;
+    HPO_RETURN_IF_ERROR(WaitForEnd(port, id, seconds(60)).status());
     HPO_ASSIGN_OR_RETURN(json trials, Trials(port, id));
     for (const auto& t : trials) {
       ++r.paused_trials;
@@ -455,8 +456,7 @@ Result<SlowWorkerResult> SlowWorker(const Setup& setup, const SlowWorkerOptions&
       }
       ::kill(worker, SIGCONT);
     }
-    HPO_ASSIGN_OR_RETURN(std::string state, WaitForEnd(port, id, seconds(60)));
-    (void)state;
+    HPO_RETURN_IF_ERROR(WaitForEnd(port, id, seconds(60)).status());
     HPO_ASSIGN_OR_RETURN(json trials, Trials(port, id));
     if (trials.size() == 1) {
       r.control_state = trials[0].value("state", "");
@@ -474,12 +474,11 @@ Result<LoadResult> RunLoad(const Setup& setup, const LoadOptions& o) {
   HPO_RETURN_IF_ERROR(server.Start());
   // Budgets no run reaches: every experiment runs for the whole duration.
   for (int i = 0; i < o.experiments; ++i) {
-    HPO_ASSIGN_OR_RETURN(const int64_t id,
-                         CreateExperiment(server.http_port(),
-                                          SimSpec("load-" + std::to_string(i), 1'000'000,
-                                                  o.workers / o.experiments + 8, o.steps,
-                                                  i % 2 == 0 ? "tpe" : "random")));
-    (void)id;
+    HPO_RETURN_IF_ERROR(CreateExperiment(server.http_port(),
+                                         SimSpec("load-" + std::to_string(i), 1'000'000,
+                                                 o.workers / o.experiments + 8, o.steps,
+                                                 i % 2 == 0 ? "tpe" : "random"))
+                            .status());
   }
   FleetOptions fo;
   fo.address = server.grpc_address();
