@@ -24,6 +24,12 @@ constexpr int64_t kMaxCudaSize = 8192;
 // One matmul may take up to this share of the budget, so that the measured
 // window holds a dozen or more products.
 constexpr double kMaxShareOfBudget = 1.0 / 16;
+// Growing the matrix stops after this share of the budget ...
+constexpr double kGrowthShare = 0.25;
+// ... and the measured window lasts at least this share of it: 7.5 CFS
+// quota periods (100 ms by default) at the worker's 1 s default, 3.75 at
+// the 0.5 s the tests use.
+constexpr double kMinMeasureShare = 0.75;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -120,12 +126,15 @@ Result<double> Measure(const torch::Device& device, double budget) {
   Gemm gemm(kStartSize, device);
   gemm.Run();  // warm-up: thread pools, CUDA context, cuBLAS handle
 
-  const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                        std::chrono::duration<double>(budget));
+  const Clock::time_point begin = Clock::now();
+  const auto at = [&](double share) {
+    return begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(budget * share));
+  };
   // Grow while a product twice as wide (8x the work) stays within its share
-  // of the budget: small matrices underuse wide devices.
+  // of the budget: small matrices underuse wide devices. Growing stops at a
+  // quarter of the budget, so that most of it is left to measure.
   double seconds = gemm.Run();
-  while (gemm.n() < max_size && seconds * 8 <= budget * kMaxShareOfBudget) {
+  while (gemm.n() < max_size && seconds * 8 <= budget * kMaxShareOfBudget && Clock::now() < at(kGrowthShare)) {
     gemm = Gemm(gemm.n() * 2, device);
     gemm.Run();  // first product at a new size picks kernels, touches memory
     seconds = gemm.Run();
@@ -134,14 +143,21 @@ Result<double> Measure(const torch::Device& device, double budget) {
   // Sustained throughput: all products over the wall time they took, gaps
   // included. A median of single products would miss what a CPU quota does
   // (cgroup throttling pauses the process between bursts at full speed),
-  // and the quota is what a trial on this device will live with. At least
-  // one product, then more until the deadline.
+  // and the quota is what a trial on this device will live with. So the
+  // window is never shorter than kMinMeasureShare of the budget, however
+  // long growing took: a throttled process that spent its budget growing
+  // would otherwise measure one product in the fresh burst at the start of
+  // a quota period and report full speed (seen: a 0.25-CPU worker measured
+  // twice the GFLOP/s of a 1-CPU one).
   const Clock::time_point start = Clock::now();
+  const Clock::time_point end =
+      std::max(at(1.0), start + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(budget * kMinMeasureShare)));
   int64_t products = 0;
   do {
     gemm.Run();
     ++products;
-  } while (Clock::now() < deadline);
+  } while (Clock::now() < end);
   const double elapsed = Seconds(Clock::now() - start);
   if (!(elapsed > 0)) return Status::Internal("matmul took no measurable time");
   const double n = static_cast<double>(gemm.n());

@@ -22,14 +22,18 @@ struct BenchmarkOptions {
   // Wall-clock budget for choosing the matrix size and measuring. Not counted:
   // the very first matmul on the device (CUDA context and cuBLAS start-up,
   // thread-pool creation), which can take seconds and says nothing of speed.
+  // A throttled device can take up to about 1.75x as long: the measured
+  // window always lasts at least 3/4 of the budget.
   double max_seconds = 2.0;
 };
 
 // Multiplies square float32 matrices with LibTorch on options.device and
 // returns the throughput in GFLOP/s (2*n^3 floating-point operations per n x n
-// matmul): the median over repeated matmuls at the largest size (a power of
-// two, 128 up to 4096 on CPU and 8192 on CUDA) whose single matmul takes at
-// most about 1/16 of the budget, so several repetitions fit.
+// matmul): all products over the wall time they took (throttling pauses
+// included) at the largest size (a power of two, 128 up to 4096 on CPU and
+// 8192 on CUDA) whose single matmul takes at most about 1/16 of the budget,
+// found in the first quarter of it; the window measured lasts at least 3/4
+// of the budget, so a CPU quota shows in the result, not only a burst.
 //
 // Errors: InvalidArgument for a device string that is not cpu/cuda[:N], a
 // negative thread count or a max_seconds that is not a positive number;
