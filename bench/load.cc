@@ -32,6 +32,10 @@ int main(int argc, char** argv) {
   app.add_option("--experiments", o.experiments)->capture_default_str();
   app.add_option("--steps", o.steps, "reports per trial")->capture_default_str();
   app.add_option("--step-ms", step_ms, "time a simulated step takes")->capture_default_str();
+  app.add_option("--early-stopping", o.early_stopping, "the experiments' rule: none, median, asha, hyperband")
+      ->capture_default_str();
+  app.add_option("--server-arg", o.server_args, "an extra hpo-server argument (repeat for several)")
+      ->allow_extra_args(false);
   app.add_option("--store", setup.store_url, "store URL (default: a private PostgreSQL started here)");
   app.add_flag("--sqlite", sqlite, "a SQLite file instead of the private PostgreSQL");
   app.add_option("--server-bin", setup.server_bin)->capture_default_str();
@@ -59,6 +63,9 @@ int main(int argc, char** argv) {
   }
   const std::string store = setup.store_url.empty() ? "sqlite" : setup.store_url.substr(0, setup.store_url.find(':'));
 
+  std::string server_args;  // as one key=value token: "--history-cache-ms,0"
+  for (const auto& a : o.server_args) server_args += (server_args.empty() ? "" : ",") + a;
+  if (server_args.empty()) server_args = "none";
   auto r = RunLoad(setup, o);
   pg.reset();
   if (!r.ok()) {
@@ -66,10 +73,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::printf(
-      "bench=load workers=%d rest_clients=%d seconds=%d store=%s rpc_total=%lld rpc_errors=%lld "
+      "bench=load workers=%d rest_clients=%d seconds=%d store=%s early_stopping=%s server_args=%s "
+      "rpc_total=%lld rpc_errors=%lld "
       "rest_total=%lld rest_errors=%lld rpc_p50_ms=%.1f rpc_p99_ms=%.1f rpc_max_ms=%.0f rest_p50_ms=%.1f "
       "rest_p99_ms=%.1f rest_max_ms=%.0f reports=%lld trials_completed=%lld server_peak_rss_mb=%.0f\n",
-      o.workers, o.rest_clients, seconds, store.c_str(), (long long)r->rpcs, (long long)r->rpc_errors,
+      o.workers, o.rest_clients, seconds, store.c_str(), o.early_stopping.c_str(), server_args.c_str(),
+      (long long)r->rpcs, (long long)r->rpc_errors,
       (long long)r->rest_calls, (long long)r->rest_errors, r->rpc_p50_ms, r->rpc_p99_ms, r->rpc_max_ms,
       r->rest_p50_ms, r->rest_p99_ms, r->rest_max_ms, (long long)r->reports, (long long)r->trials_completed,
       r->server_peak_rss_mb);

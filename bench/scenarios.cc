@@ -45,7 +45,7 @@ std::string CommandSpec(const std::string& name, int max_trials, int max_paralle
 
 // An experiment for simulated workers (they ignore the executor).
 std::string SimSpec(const std::string& name, int max_trials, int max_parallel, int steps,
-                    const std::string& sampler) {
+                    const std::string& sampler, const std::string& early_stopping) {
   json spec = {
       {"name", name},
       {"objective", {{"metric", "loss"}}},
@@ -56,6 +56,7 @@ std::string SimSpec(const std::string& name, int max_trials, int max_parallel, i
            {"y", {{"type", "float"}, {"low", 1e-4}, {"high", 1}, {"log", true}}},
            {"k", {{"type", "int"}, {"low", 1}, {"high", 8}}}}}}}},
       {"algorithm", {{"sampler", sampler}, {"seed", 1}}},
+      {"early_stopping", {{"rule", early_stopping}}},
       {"budget", {{"max_trials", max_trials}, {"max_parallel", max_parallel}, {"steps_per_trial", steps}}},
       {"executor", {{"builtin", {{"trainer", "fashion-mnist-mlp"}}}}}};
   return spec.dump();
@@ -242,7 +243,7 @@ Result<ServerKillResult> KillServer(const Setup& setup, const ServerKillOptions&
   HPO_RETURN_IF_ERROR(server.Start());
   // Room for leases the kills orphan (granted, but the answer was lost).
   HPO_RETURN_IF_ERROR(CreateExperiment(server.http_port(), SimSpec("kill-server", 1'000'000,
-                                                                   4 * o.workers + 4 * o.kills, 5, "random"))
+                                                                   4 * o.workers + 4 * o.kills, 5, "random", "none"))
                           .status());
   FleetOptions fo;
   fo.address = server.grpc_address();
@@ -298,7 +299,7 @@ Result<PostgresRestartResult> RestartPostgres(const Setup& setup, const Postgres
   ServerProcess server(setup.server_bin, setup.dir + "/server", {"--store", pg->Url(), "--lease-timeout", "600"});
   HPO_RETURN_IF_ERROR(server.Start());
   HPO_RETURN_IF_ERROR(
-      CreateExperiment(server.http_port(), SimSpec("restart-postgres", 1'000'000, 4 * o.workers, 5, "random"))
+      CreateExperiment(server.http_port(), SimSpec("restart-postgres", 1'000'000, 4 * o.workers, 5, "random", "none"))
           .status());
   FleetOptions fo;
   fo.address = server.grpc_address();
@@ -470,14 +471,16 @@ Result<SlowWorkerResult> SlowWorker(const Setup& setup, const SlowWorkerOptions&
 // Load --------------------------------------------------------------------------------
 
 Result<LoadResult> RunLoad(const Setup& setup, const LoadOptions& o) {
-  ServerProcess server(setup.server_bin, setup.dir + "/server", {"--store", StoreUrl(setup)});
+  std::vector<std::string> args = {"--store", StoreUrl(setup)};
+  args.insert(args.end(), o.server_args.begin(), o.server_args.end());
+  ServerProcess server(setup.server_bin, setup.dir + "/server", args);
   HPO_RETURN_IF_ERROR(server.Start());
   // Budgets no run reaches: every experiment runs for the whole duration.
   for (int i = 0; i < o.experiments; ++i) {
     HPO_RETURN_IF_ERROR(CreateExperiment(server.http_port(),
                                          SimSpec("load-" + std::to_string(i), 1'000'000,
                                                  o.workers / o.experiments + 8, o.steps,
-                                                 i % 2 == 0 ? "tpe" : "random"))
+                                                 i % 2 == 0 ? "tpe" : "random", o.early_stopping))
                             .status());
   }
   FleetOptions fo;

@@ -130,6 +130,10 @@ struct LoadOptions {
   int steps = 5;
   std::chrono::milliseconds step_time{1000};
   std::chrono::milliseconds deadline{10'000};  // per call: longer is an error
+  // The experiments' rule ("none", "median", "asha", "hyperband"): with one,
+  // every report is judged against the experiment's trials.
+  std::string early_stopping = "none";
+  std::vector<std::string> server_args;  // extra hpo-server flags
 };
 struct LoadResult {
   int64_t rpcs = 0, rpc_errors = 0;

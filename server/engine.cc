@@ -220,6 +220,13 @@ Status Engine::CancelExperiment(Id id, std::string_view reason) {
 }
 
 Result<std::vector<search::History>> Engine::Histories(Id experiment_id, const ExperimentSpec& spec) {
+  HPO_ASSIGN_OR_RETURN(HistoryView view, ReadHistories(experiment_id, spec));
+  return std::move(view.histories);
+}
+
+Result<Engine::HistoryView> Engine::ReadHistories(Id experiment_id, const ExperimentSpec& spec) {
+  HistoryView view;
+  view.loaded = std::chrono::steady_clock::now();  // what is read is at least this fresh
   HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.GetExperiment(experiment_id));
   std::map<Id, size_t> space_index;
   for (size_t i = 0; i < spec.spaces.size(); ++i) {
@@ -227,8 +234,9 @@ Result<std::vector<search::History>> Engine::Histories(Id experiment_id, const E
       if (s.name == spec.spaces[i].name) space_index[s.id] = i;
     }
   }
-  std::vector<search::History> out(spec.spaces.size());
-  std::map<Id, std::pair<size_t, size_t>> where;  // trial id -> (space, index in its history)
+  std::vector<search::History>& out = view.histories;
+  out.resize(spec.spaces.size());
+  std::map<Id, std::pair<size_t, size_t>>& where = view.where;
   for (int64_t offset = 0;; offset += 10'000) {
     HPO_ASSIGN_OR_RETURN(auto page, store_.ListTrials(experiment_id, {std::nullopt, std::nullopt, offset, 10'000}));
     for (const auto& t : page) {
@@ -263,7 +271,71 @@ Result<std::vector<search::History>> Engine::Histories(Id experiment_id, const E
       }
     }
   }
-  return out;
+  return view;
+}
+
+Result<bool> Engine::ShouldPrune(const store::TrialRecord& trial, Cached& c, int64_t step, double value) {
+  std::lock_guard lock(c.history_mu);
+  const auto now = std::chrono::steady_clock::now();
+  if (!c.history || now - c.history->loaded >= options_.history_cache) {
+    // One reader refreshes while the experiment's other reporters wait for
+    // it, rather than each reading everything.
+    c.history.reset();
+    HPO_ASSIGN_OR_RETURN(HistoryView fresh, ReadHistories(trial.experiment_id, *c.spec));
+    c.history = std::move(fresh);
+  }
+  auto w = c.history->where.find(trial.id);
+  if (w == c.history->where.end()) {
+    // Created since the view was read: add it as ReadHistories would.
+    for (size_t i = 0; i < c.spec->spaces.size() && trial.space_id; ++i) {
+      auto id = c.space_ids.find(c.spec->spaces[i].name);
+      if (id == c.space_ids.end() || id->second != *trial.space_id) continue;
+      auto params = c.spec->spaces[i].FromJson(json::parse(trial.params_json, nullptr, false));
+      if (!params.ok()) break;
+      search::Observation o;
+      o.number = trial.number;
+      o.params = std::move(params).value();
+      auto& trials = c.history->histories[i].trials;
+      w = c.history->where.emplace(trial.id, std::make_pair(i, trials.size())).first;
+      trials.push_back(std::move(o));
+      break;
+    }
+    if (w == c.history->where.end()) return false;  // not of a space in the spec
+  }
+  const search::History& h = c.history->histories[w->second.first];
+  search::Observation& o = c.history->histories[w->second.first].trials[w->second.second];
+  // The report is the newest point: whatever the view holds from this step
+  // on belongs to an earlier attempt (requeued) or was sent again.
+  auto first_after = std::lower_bound(o.curve.begin(), o.curve.end(), step,
+                                      [](const auto& point, int64_t s) { return point.first < s; });
+  o.curve.erase(first_after, o.curve.end());
+  o.curve.emplace_back(step, value);
+  o.status = search::TrialStatus::kRunning;
+  return c.pruner->ShouldPrune(h, o);
+}
+
+void Engine::ForgetHistory(Id experiment_id) {
+  Cached* c = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    auto it = cache_.find(experiment_id);
+    if (it == cache_.end()) return;
+    c = it->second.get();
+  }
+  std::lock_guard lock(c->history_mu);
+  c->history.reset();
+}
+
+void Engine::UpdateCachedTrial(Cached& c, Id trial_id, search::TrialStatus status, std::optional<double> value) {
+  std::lock_guard lock(c.history_mu);
+  if (!c.history) return;
+  auto w = c.history->where.find(trial_id);
+  if (w == c.history->where.end()) return;
+  search::Observation& o = c.history->histories[w->second.first].trials[w->second.second];
+  o.status = status;
+  o.value = value;
+  // As ReadHistories: a completed trial without a final value counts with its last one.
+  if (status == search::TrialStatus::kCompleted && !o.value && !o.curve.empty()) o.value = o.curve.back().second;
 }
 
 Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(
@@ -339,7 +411,7 @@ Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id, std::opti
   const auto timer = TimeIf(lease_seconds_);
   HPO_ASSIGN_OR_RETURN(auto experiments, store_.ListExperiments(0, 10'000));
   std::reverse(experiments.begin(), experiments.end());  // oldest first
-  std::optional<FleetView> fleet;  // loaded on first use
+  const auto asked = std::chrono::steady_clock::now();  // the fleet view may be older by fleet_cache
   for (const auto& e : experiments) {
     if (e.state != store::ExperimentState::kRunning) continue;
     HPO_ASSIGN_OR_RETURN(Cached * c, Load(e.id));
@@ -347,7 +419,7 @@ Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id, std::opti
     HPO_RETURN_IF_ERROR(Replenish(e.id, *c));
     std::optional<store::TrialRecord> leased;
     if (device_id) {
-      HPO_ASSIGN_OR_RETURN(leased, LeasePlaced(e.id, *c, worker_id, *device_id, fleet));
+      HPO_ASSIGN_OR_RETURN(leased, LeasePlaced(e.id, *c, worker_id, *device_id, asked));
     }
     if (!leased) {
       HPO_ASSIGN_OR_RETURN(leased, store_.LeaseNextTrial({WorkerOwner(worker_id),
@@ -360,7 +432,7 @@ Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id, std::opti
       if (leased->space_id == id) a.space = name;
     }
     if (device_id && !c->spec->system.empty()) {
-      HPO_RETURN_IF_ERROR(StartAtBestSetting(*c->spec, *device_id, fleet, a));
+      HPO_RETURN_IF_ERROR(StartAtBestSetting(*c->spec, *device_id, asked, a));
     }
     // Keep the pool full for the next worker.
     HPO_RETURN_IF_ERROR(Replenish(e.id, *c));
@@ -434,10 +506,13 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
     for (const auto& [name, id] : c->space_ids) {
       if (trial.space_id == id) space = name;
     }
+    const std::string workload = Workload(spec, space);
     HPO_RETURN_IF_ERROR(store_
-                            .AddSpeedObservation({*r.device_id, device_class, Workload(spec, space),
-                                                  r.system.dump(), r.samples_per_sec, r.trial_id})
+                            .AddSpeedObservation({*r.device_id, device_class, workload, r.system.dump(),
+                                                  r.samples_per_sec, r.trial_id})
                             .status());
+    std::lock_guard lock(fleet_mu_);  // placement sees it on the next lease
+    if (fleet_) fleet_->model.Observe(device_class, workload, scheduler::SettingKey(r.system), r.samples_per_sec);
   }
   if (reported.inserted) {
     Emit("trial.reported", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
@@ -447,23 +522,19 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
   // Early stopping on this space's trials, this report included. Without a
   // rule there is nothing to decide, and no reason to read every trial.
   if (spec.early_stopping == "none") return CoTune(spec, r);
-  HPO_ASSIGN_OR_RETURN(auto histories, Histories(trial.experiment_id, spec));
-  for (const auto& h : histories) {
-    for (const auto& o : h.trials) {
-      if (o.number != trial.number || o.curve.empty()) continue;
-      if (!c->pruner->ShouldPrune(h, o)) return CoTune(spec, r);
-      const std::string why = "pruned by " + spec.early_stopping + " at step " + std::to_string(r.step);
-      HPO_RETURN_IF_ERROR(store_.FinishTrial(r.trial_id, r.owner, {TrialState::kPruned, r.metrics.dump(), why}));
-      Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
-                              {"state", "pruned"}, {"reason", why}});
-      HPO_RETURN_IF_ERROR(MaybeFinish(trial.experiment_id, spec));
-      if (spec.executor != ExperimentSpec::ExecutorKind::kClient) {
-        HPO_RETURN_IF_ERROR(Replenish(trial.experiment_id, *c));
-      }
-      return ReportReply{Decision::kPrune, std::nullopt, why};
-    }
+  const double value = search::Minimized(spec.direction, it->get<double>());
+  HPO_ASSIGN_OR_RETURN(const bool prune, ShouldPrune(trial, *c, r.step, value));
+  if (!prune) return CoTune(spec, r);
+  const std::string why = "pruned by " + spec.early_stopping + " at step " + std::to_string(r.step);
+  HPO_RETURN_IF_ERROR(store_.FinishTrial(r.trial_id, r.owner, {TrialState::kPruned, r.metrics.dump(), why}));
+  UpdateCachedTrial(*c, r.trial_id, search::TrialStatus::kPruned, std::nullopt);
+  Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
+                          {"state", "pruned"}, {"reason", why}});
+  HPO_RETURN_IF_ERROR(MaybeFinish(trial.experiment_id, spec));
+  if (spec.executor != ExperimentSpec::ExecutorKind::kClient) {
+    HPO_RETURN_IF_ERROR(Replenish(trial.experiment_id, *c));
   }
-  return CoTune(spec, r);
+  return ReportReply{Decision::kPrune, std::nullopt, why};
 }
 
 Result<ReportReply> Engine::CoTune(const ExperimentSpec& spec, const TrialReport& r) {
@@ -490,16 +561,19 @@ Result<ReportReply> Engine::CoTune(const ExperimentSpec& spec, const TrialReport
   return reply;
 }
 
-Result<const Engine::FleetView*> Engine::LoadFleet(std::optional<FleetView>& view, Id device_id) {
-  if (view) return &*view;
+Result<Engine::FleetView*> Engine::FleetLocked(Id device_id, std::chrono::steady_clock::time_point asked) {
+  if (fleet_ && fleet_->loaded + options_.fleet_cache >= asked && fleet_->device_classes.count(device_id)) {
+    return &*fleet_;
+  }
+  FleetView v;
+  v.loaded = std::chrono::steady_clock::now();
   HPO_ASSIGN_OR_RETURN(auto workers, store_.ListWorkers());
   HPO_ASSIGN_OR_RETURN(auto observations, store_.ListSpeedObservations("", 5000));
-  FleetView v;
   for (const auto& w : workers) {
     for (const auto& d : w.devices) {
       v.fleet.Add(d.device_class);
       v.model.AddBenchmark(d.device_class, d.benchmark_gflops);
-      if (d.id == device_id) v.device_class = d.device_class;
+      v.device_classes[d.id] = d.device_class;
     }
   }
   for (const auto& o : observations) {
@@ -508,20 +582,19 @@ Result<const Engine::FleetView*> Engine::LoadFleet(std::optional<FleetView>& vie
       v.model.Observe(o.device_class, o.workload, scheduler::SettingKey(setting), o.samples_per_sec);
     }
   }
-  view = std::move(v);
-  return &*view;
+  fleet_ = std::move(v);
+  return &*fleet_;
 }
 
 Result<std::optional<store::TrialRecord>> Engine::LeasePlaced(Id experiment_id, Cached& c, Id worker_id,
-                                                               Id device_id, std::optional<FleetView>& view) {
+                                                               Id device_id,
+                                                               std::chrono::steady_clock::time_point asked) {
   const ExperimentSpec& spec = *c.spec;
   store::TrialFilter f;
   f.state = TrialState::kPending;
   f.limit = 500;
   HPO_ASSIGN_OR_RETURN(auto pending, store_.ListTrials(experiment_id, f));
   if (pending.size() < 2) return std::optional<store::TrialRecord>();  // nothing to choose
-  HPO_ASSIGN_OR_RETURN(const FleetView* fleet, LoadFleet(view, device_id));
-  if (fleet->device_class.empty()) return std::optional<store::TrialRecord>();
   std::map<Id, std::string> space_names;
   for (const auto& [name, id] : c.space_ids) space_names[id] = name;
   using namespace std::chrono;
@@ -537,8 +610,15 @@ Result<std::optional<store::TrialRecord>> Engine::LeasePlaced(Id experiment_id, 
     pc.waiting_s = (now - t.created_ms) / 1000.0;
     candidates.push_back(std::move(pc));
   }
-  const auto choice = scheduler::PlaceTrial({std::to_string(device_id), fleet->device_class}, fleet->fleet,
-                                            candidates, fleet->model);
+  std::optional<scheduler::PlacementDecision> choice;
+  {
+    std::lock_guard lock(fleet_mu_);
+    HPO_ASSIGN_OR_RETURN(const FleetView* fleet, FleetLocked(device_id, asked));
+    auto device_class = fleet->device_classes.find(device_id);
+    if (device_class == fleet->device_classes.end()) return std::optional<store::TrialRecord>();  // not registered
+    choice = scheduler::PlaceTrial({std::to_string(device_id), device_class->second}, fleet->fleet, candidates,
+                                   fleet->model);
+  }
   if (!choice) return std::optional<store::TrialRecord>();
   auto leased = store_.LeaseTrial(choice->trial_id, WorkerOwner(worker_id), options_.worker_lease_ms);
   // Another worker may have taken it meanwhile; the caller falls back.
@@ -549,12 +629,16 @@ Result<std::optional<store::TrialRecord>> Engine::LeasePlaced(Id experiment_id, 
   return std::optional<store::TrialRecord>(std::move(leased).value());
 }
 
-Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id, std::optional<FleetView>& view,
-                                  Assignment& a) {
-  HPO_ASSIGN_OR_RETURN(const FleetView* fleet, LoadFleet(view, device_id));
-  if (fleet->device_class.empty()) return Status::OK();
-  auto best = fleet->model.BestSetting(fleet->device_class, Workload(spec, a.space),
-                                       kMinObservationsToReuseSetting);
+Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id,
+                                  std::chrono::steady_clock::time_point asked, Assignment& a) {
+  std::optional<std::string> best;
+  {
+    std::lock_guard lock(fleet_mu_);
+    HPO_ASSIGN_OR_RETURN(const FleetView* fleet, FleetLocked(device_id, asked));
+    auto device_class = fleet->device_classes.find(device_id);
+    if (device_class == fleet->device_classes.end()) return Status::OK();  // not registered
+    best = fleet->model.BestSetting(device_class->second, Workload(spec, a.space), kMinObservationsToReuseSetting);
+  }
   if (!best) return Status::OK();
   // Only the tunable (throughput-only) parameters come from the remembered
   // best; the rest are the trial's own.
@@ -592,6 +676,8 @@ Status Engine::Complete(Id trial_id, const std::string& owner, bool failed, cons
   }
   HPO_RETURN_IF_ERROR(store_.FinishTrial(
       trial_id, owner, {failed ? TrialState::kFailed : TrialState::kCompleted, metrics.dump(), why}));
+  UpdateCachedTrial(*c, trial_id, failed ? search::TrialStatus::kFailed : search::TrialStatus::kCompleted,
+                    failed ? std::nullopt : Objective(spec, metrics.dump()));
   Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", trial_id},
                           {"state", failed ? "failed" : "completed"}, {"metrics", metrics}});
   HPO_RETURN_IF_ERROR(MaybeFinish(trial.experiment_id, spec));
@@ -663,14 +749,31 @@ Result<std::optional<store::TrialRecord>> Engine::BestTrial(Id experiment_id) {
   return best;
 }
 
+Status Engine::ReclaimExpiredLeases() {
+  HPO_ASSIGN_OR_RETURN(const std::vector<Id> reclaimed, store_.ReclaimExpiredLeases(options_.max_attempts));
+  for (const Id id : reclaimed) {
+    HPO_ASSIGN_OR_RETURN(const store::TrialRecord t, store_.GetTrial(id));
+    ForgetHistory(t.experiment_id);  // its curve is gone (or it failed): read again on the next report
+    if (t.state == TrialState::kFailed) {
+      Emit("trial.finished", {{"experiment_id", t.experiment_id}, {"trial_id", id}, {"state", "failed"},
+                              {"reason", t.reason}});
+    } else {
+      Emit("trial.requeued", {{"experiment_id", t.experiment_id}, {"trial_id", id}, {"attempt", t.attempt}});
+    }
+  }
+  return Status::OK();
+}
+
 Status Engine::Tick() {
-  HPO_ASSIGN_OR_RETURN(auto reclaimed, store_.ReclaimExpiredLeases(options_.max_attempts));
-  (void)reclaimed;
+  HPO_RETURN_IF_ERROR(ReclaimExpiredLeases());
   HPO_ASSIGN_OR_RETURN(auto experiments, store_.ListExperiments(0, 10'000));
   using namespace std::chrono;
   const int64_t now = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
   for (const auto& e : experiments) {
-    if (e.state != store::ExperimentState::kRunning) continue;
+    if (e.state != store::ExperimentState::kRunning) {
+      ForgetHistory(e.id);  // nothing left to judge: free the memory
+      continue;
+    }
     HPO_ASSIGN_OR_RETURN(Cached * c, Load(e.id));
     const ExperimentSpec& spec = *c->spec;
     if (spec.max_wall_time_s && now - e.created_ms > *spec.max_wall_time_s * 1000) {

@@ -6,13 +6,18 @@
 //
 // Everything durable lives in the store; the engine caches only what it can
 // rebuild (parsed specs, samplers), so a restarted server - or a second one
-// on the same PostgreSQL - continues where the first left off.
+// on the same PostgreSQL - continues where the first left off. Two caches
+// trade freshness for reads, each bounded in time (EngineOptions): the
+// trials the early-stopping rule judges a report against, and the fleet
+// (devices and measured speeds) placement reads on a lease. This server's
+// own changes show in them at once; another replica's within the bound.
 //
 // Thread-safe: any number of transport threads may call it at once.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -54,6 +59,16 @@ struct EngineOptions {
   std::function<void(std::string type, const nlohmann::json& data)> on_event;
   // Where suggest/report/lease latencies and counters go (none when null).
   metrics::Registry* metrics = nullptr;
+  // How old the trials an early-stopping decision reads may be (reports of
+  // other replicas; this engine's own reports, prunes and completions are
+  // applied to the cached copy at once). Zero: read every trial and
+  // measurement of the experiment on every report, as before the cache.
+  std::chrono::milliseconds history_cache{1000};
+  // How old the fleet placement and co-tuning read on a lease may be
+  // (workers, devices and the latest 5,000 speed observations; this
+  // engine's own observations are added at once, and a device it has not
+  // seen reloads it). Zero: read it on every lease that needs it.
+  std::chrono::milliseconds fleet_cache{1000};
 };
 
 enum class Decision { kContinue, kPrune, kStop };
@@ -128,24 +143,49 @@ class Engine {
   // Housekeeping, called periodically: requeues or fails trials whose lease
   // expired, ends experiments past their wall time or their trial budget.
   Status Tick();
+  // The first part of Tick alone, cheap enough to call every 100 ms (an
+  // indexed UPDATE that usually matches nothing): puts each trial whose
+  // lease expired back to pending, or fails it after its last attempt, and
+  // announces it ("trial.requeued" or "trial.finished").
+  Status ReclaimExpiredLeases();
 
   // What a trial's speed is measured against: the trainer (or the
   // command's program) and the search space, e.g. "fashion-mnist-cnn/cnn".
   static std::string Workload(const ExperimentSpec& spec, const std::string& space);
 
   // The trials of one experiment as the search library sees them, one
-  // History per space (in spec order). Public for the dashboard and tests.
+  // History per space (in spec order), read from the store now. Public for
+  // the dashboard and tests.
   Result<std::vector<search::History>> Histories(store::Id experiment_id,
                                                  const ExperimentSpec& spec);
 
  private:
+  // Histories with where each trial is in them.
+  struct HistoryView {
+    std::vector<search::History> histories;             // one per space, in spec order
+    std::map<store::Id, std::pair<size_t, size_t>> where;  // trial id -> (space, index)
+    std::chrono::steady_clock::time_point loaded;
+  };
   struct Cached {
     std::shared_ptr<const ExperimentSpec> spec;
     std::map<std::string, store::Id> space_ids;  // by space name
     std::unique_ptr<search::Pruner> pruner;
     std::mutex replenish_mu;  // one batch at a time per experiment
+    // What early stopping judges against (EngineOptions::history_cache).
+    std::mutex history_mu;
+    std::optional<HistoryView> history;  // GUARDED_BY(history_mu)
   };
   Result<Cached*> Load(store::Id experiment_id);
+  Result<HistoryView> ReadHistories(store::Id experiment_id, const ExperimentSpec& spec);
+  // The early-stopping rule on trial's newest point (step, objective value
+  // as minimized), against the cached view, refreshed when too old.
+  Result<bool> ShouldPrune(const store::TrialRecord& trial, Cached& c, int64_t step, double value);
+  // Applies one of this engine's changes to the cached view of a trial, if
+  // the view holds it (an absent trial is read with the next refresh).
+  void UpdateCachedTrial(Cached& c, store::Id trial_id, search::TrialStatus status,
+                         std::optional<double> value);
+  // Drops the cached view of an experiment's trials, if there is one.
+  void ForgetHistory(store::Id experiment_id);
   // Creates up to `count` new trials (within the budget, and leaving at most
   // `max_unfinished` unfinished if set) chosen by the space ranking and the
   // spec's sampler.
@@ -173,29 +213,33 @@ class Engine {
   metrics::Counter* leases_granted_ = nullptr;
   metrics::Counter* leases_empty_ = nullptr;
   Result<std::string> DeviceClass(store::Id device_id);
-  // The fleet as placement and co-tuning see it during one lease: devices
-  // per class, the speed model (benchmarks as the prior, reports by
-  // setting), and the asking device's class (empty: not registered). Read
-  // from the store at most once per lease, and only when needed.
+  // The fleet as placement and co-tuning see it: devices per class, the
+  // speed model (benchmarks as the prior, reports by setting) and each
+  // device's class. One for the engine (EngineOptions::fleet_cache).
   struct FleetView {
     scheduler::Fleet fleet;
     scheduler::SpeedModel model;
-    std::string device_class;
+    std::map<store::Id, std::string> device_classes;  // by device id
+    std::chrono::steady_clock::time_point loaded;
   };
-  Result<const FleetView*> LoadFleet(std::optional<FleetView>& view, store::Id device_id);
+  // With fleet_mu_ held: the view, reloaded unless it was loaded within
+  // fleet_cache before `asked` (a lease's start) and knows device_id.
+  Result<FleetView*> FleetLocked(store::Id device_id, std::chrono::steady_clock::time_point asked);
   // Placement (scheduler/placement.h): the pending trial this device should
   // run given the fleet's measured speeds and the spaces' priorities, leased
   // to the worker. nullopt: no choice to make, or it was taken meanwhile.
   Result<std::optional<store::TrialRecord>> LeasePlaced(store::Id experiment_id, Cached& c,
                                                         store::Id worker_id, store::Id device_id,
-                                                        std::optional<FleetView>& view);
+                                                        std::chrono::steady_clock::time_point asked);
   // Co-tuning after a report: maybe a new system setting for the next epoch.
   Result<ReportReply> CoTune(const ExperimentSpec& spec, const TrialReport& r);
   // Overrides the assignment's tunable system parameters with the fastest
   // setting measured for the device's class and the workload.
   Status StartAtBestSetting(const ExperimentSpec& spec, store::Id device_id,
-                            std::optional<FleetView>& view, Assignment& a);
+                            std::chrono::steady_clock::time_point asked, Assignment& a);
 
+  std::mutex fleet_mu_;
+  std::optional<FleetView> fleet_;  // GUARDED_BY(fleet_mu_)
   std::mutex mu_;
   std::map<store::Id, std::unique_ptr<Cached>> cache_;  // GUARDED_BY(mu_)
   std::map<store::Id, std::string> device_classes_;     // GUARDED_BY(mu_)

@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   int lease_timeout_s = 60;
   int max_attempts = 3;
   int tick_ms = 1000;
+  int history_cache_ms = 1000, fleet_cache_ms = 1000;
   std::string tls_cert, tls_key;
   bool migrate_only = false;
   bool public_metrics = false;
@@ -98,6 +99,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-attempts", max_attempts, "leases per trial before it is failed")
       ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  app.add_option("--history-cache-ms", history_cache_ms,
+                 "how old the trials an early-stopping decision reads may be (other replicas' reports; "
+                 "0: read them all on every report)")
+      ->check(CLI::Range(0, 60'000))
+      ->capture_default_str();
+  app.add_option("--fleet-cache-ms", fleet_cache_ms,
+                 "how old the fleet (devices, measured speeds) placement reads on a lease may be "
+                 "(0: read it on every lease)")
+      ->check(CLI::Range(0, 60'000))
       ->capture_default_str();
   app.add_option("--port-file", port_file, "write {\"http\": PORT, \"grpc\": PORT} here once listening");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
@@ -146,6 +157,8 @@ int main(int argc, char** argv) {
   EventRelay relay(*store, events);
   EngineOptions engine_options;
   engine_options.worker_lease_ms = int64_t{lease_timeout_s} * 1000;
+  engine_options.history_cache = std::chrono::milliseconds(history_cache_ms);
+  engine_options.fleet_cache = std::chrono::milliseconds(fleet_cache_ms);
   engine_options.max_attempts = max_attempts;
   engine_options.metrics = &registry;
   auto& finished = registry.counter("hpo_trials_finished_total", "Trials finished by this server, by state",
@@ -155,8 +168,11 @@ int main(int argc, char** argv) {
   auto& failed = registry.counter("hpo_trials_finished_total", "Trials finished by this server, by state",
                                   {{"state", "failed"}});
   auto& reports = registry.counter("hpo_reports_total", "Steps reported to this server");
+  auto& requeued = registry.counter("hpo_trials_requeued_total",
+                                    "Trials this server put back to pending because their lease expired");
   engine_options.on_event = [&](std::string type, const nlohmann::json& data) {
     if (type == "trial.reported") reports.Increment();
+    if (type == "trial.requeued") requeued.Increment();
     if (type == "trial.finished") {
       const std::string state = data.value("state", "");
       if (state == "completed") finished.Increment();
@@ -191,16 +207,27 @@ int main(int argc, char** argv) {
     std::rename(tmp.c_str(), port_file.c_str());  // readers never see half a file
   }
 
-  // Housekeeping: requeue expired leases, end experiments at their budget.
+  // Housekeeping: requeue expired leases every kReclaimMs (a dead worker's
+  // trial is pending again within that of its lease's expiry, not up to a
+  // whole tick later), end experiments at their budget every tick_ms.
+  constexpr int kReclaimMs = 100;
   std::mutex tick_mu;
   std::condition_variable tick_cv;
   bool stopping = false;
   std::thread ticker([&] {
+    const auto period = std::chrono::milliseconds(std::min(tick_ms, kReclaimMs));
+    auto next_tick = std::chrono::steady_clock::now() + std::chrono::milliseconds(tick_ms);
+    std::chrono::steady_clock::time_point last_warning;  // one a second while the store is down
     std::unique_lock lock(tick_mu);
-    while (!tick_cv.wait_for(lock, std::chrono::milliseconds(tick_ms), [&] { return stopping; })) {
+    while (!tick_cv.wait_for(lock, period, [&] { return stopping; })) {
       lock.unlock();
-      Status s = engine.Tick();
-      if (!s.ok()) spdlog::warn("housekeeping: {}", s.ToString());
+      const bool full = std::chrono::steady_clock::now() >= next_tick;
+      if (full) next_tick = std::chrono::steady_clock::now() + std::chrono::milliseconds(tick_ms);
+      Status s = full ? engine.Tick() : engine.ReclaimExpiredLeases();
+      if (!s.ok() && std::chrono::steady_clock::now() - last_warning >= std::chrono::seconds(1)) {
+        last_warning = std::chrono::steady_clock::now();
+        spdlog::warn("housekeeping: {}", s.ToString());
+      }
       lock.lock();
     }
   });

@@ -2,6 +2,8 @@
 // budgets, cancellation and restarts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <future>
@@ -14,6 +16,9 @@
 #include "tests/store_wrapper.h"
 
 namespace hpo::server {
+// For gtest's messages: "prune", not "4-byte object <01-00 00-00>".
+void PrintTo(Decision d, std::ostream* os) { *os << ToString(d); }
+
 namespace {
 
 using nlohmann::json;
@@ -31,6 +36,14 @@ std::string Spec(const std::string& executor, int max_trials, int max_parallel,
     "budget": {"max_trials": )" + std::to_string(max_trials) + R"(, "max_parallel": )" +
          std::to_string(max_parallel) + R"(, "steps_per_trial": 4},
     "executor": )" + executor + "}";
+}
+// Spec() with an early_stopping mapping of its own, e.g. {"rule": "median", "startup_trials": 2}.
+std::string SpecStopping(const std::string& executor, int max_trials, int max_parallel,
+                         const std::string& early_stopping) {
+  std::string spec = Spec(executor, max_trials, max_parallel);
+  const std::string none = R"("early_stopping": {"rule": "none"})";
+  spec.replace(spec.find(none), none.size(), R"("early_stopping": )" + early_stopping);
+  return spec;
 }
 const std::string kClient = R"({"client": {}})";
 const std::string kBuiltin = R"({"builtin": {"trainer": "fashion-mnist-mlp"}})";
@@ -136,6 +149,89 @@ TEST_F(EngineTest, AshaPrunesBadTrialsDuringReports) {
   EXPECT_EQ(n.completed + n.pruned, 12);
 }
 
+// The cached view early stopping reads (EngineOptions::history_cache) is
+// kept current with the engine's own reports, prunes and completions: one
+// engine decides exactly as one that reads everything on every report.
+TEST_F(EngineTest, CachedEarlyStoppingDecidesAsReadingEverything) {
+  for (const std::string rule : {R"({"rule": "median", "startup_trials": 2})", R"({"rule": "asha"})"}) {
+    std::vector<std::vector<Decision>> runs;
+    for (const auto cache : {std::chrono::milliseconds(0), std::chrono::milliseconds(60'000)}) {
+      testing::SqliteBackend backend;
+      auto store = store::OpenStore(backend.url());
+      ASSERT_TRUE(store.ok()) << store.status();
+      EngineOptions o;
+      o.history_cache = cache;
+      Engine engine(**store, o);
+      auto e = engine.CreateExperiment(SpecStopping(kClient, 16, 3, rule));
+      ASSERT_TRUE(e.ok()) << e.status();
+      std::vector<Decision> decisions;
+      // Three trials at a time, their steps interleaved, so that decisions
+      // depend on other trials' curves, completions and prunes.
+      for (int round = 0; round < 5; ++round) {
+        auto batch = engine.Suggest(e->id, 3);
+        ASSERT_TRUE(batch.ok()) << batch.status();
+        std::vector<bool> live(batch->size(), true);
+        for (int step = 0; step < 4; ++step) {
+          for (size_t i = 0; i < batch->size(); ++i) {
+            if (!live[i]) continue;
+            const Assignment& a = (*batch)[i];
+            const json params = json::parse(a.trial.params_json);
+            auto d = engine.Report({a.trial.id, Engine::kClientOwner, step, {{"loss", Loss(params, step)}}, 0,
+                                    json::object(), std::nullopt});
+            ASSERT_TRUE(d.ok()) << d.status();
+            decisions.push_back(d->decision);
+            if (d->decision != Decision::kContinue) live[i] = false;
+          }
+        }
+        for (size_t i = 0; i < batch->size(); ++i) {
+          if (live[i]) {
+            ASSERT_TRUE(engine.Complete((*batch)[i].trial.id, Engine::kClientOwner, false, json::object(), "").ok());
+          }
+        }
+        if (store::TrialCounts n = *(*store)->CountTrials(e->id); n.total() >= 15) break;
+      }
+      runs.push_back(decisions);
+    }
+    ASSERT_EQ(runs.size(), 2u);
+    EXPECT_EQ(runs[0], runs[1]) << rule;
+    EXPECT_NE(std::count(runs[0].begin(), runs[0].end(), Decision::kPrune), 0) << rule << ": nothing was judged";
+  }
+}
+
+// Another replica's reports reach this engine's decisions once its cached
+// view is older than history_cache.
+TEST_F(EngineTest, EarlyStoppingCountsAnotherReplicasReportsAfterTheCacheBound) {
+  auto other = store::OpenStore(backend_.url());
+  ASSERT_TRUE(other.ok()) << other.status();
+  EngineOptions o;
+  o.history_cache = std::chrono::milliseconds(100);
+  Engine a(*store_, o), b(**other, o);
+  auto e = a.CreateExperiment(SpecStopping(kClient, 8, 8, R"({"rule": "median", "startup_trials": 0})"));
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto batch = a.Suggest(e->id, 8);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  // Two trials of one space (the rule judges a trial against its space's).
+  std::map<std::string, std::vector<store::Id>> by_space;
+  for (const auto& t : *batch) by_space[t.space].push_back(t.trial.id);
+  const auto& same = by_space["a"].size() >= 2 ? by_space["a"] : by_space["b"];
+  ASSERT_GE(same.size(), 2u);
+  const store::Id good = same[0], bad = same[1];
+  auto report = [&](Engine& engine, store::Id trial, int step, double loss) {
+    auto d = engine.Report({trial, Engine::kClientOwner, step, {{"loss", loss}}, 0, json::object(), std::nullopt});
+    EXPECT_TRUE(d.ok()) << d.status();
+    return d.ok() ? d->decision : Decision::kStop;
+  };
+  // Replica b reads its view; nobody else is at step 0 yet.
+  EXPECT_EQ(report(b, bad, 0, 5.0), Decision::kContinue);
+  // Replica a hears a much better trial.
+  EXPECT_EQ(report(a, good, 0, 1.0), Decision::kContinue);
+  EXPECT_EQ(report(a, good, 1, 1.0), Decision::kContinue);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  // b's view is past its bound: it reads a's reports and prunes.
+  EXPECT_EQ(report(b, bad, 1, 5.0), Decision::kPrune);
+  EXPECT_EQ(store_->GetTrial(bad)->state, TrialState::kPruned);
+}
+
 TEST_F(EngineTest, ReportsNeedTheObjectiveAndStopAfterCancel) {
   auto e = engine_->CreateExperiment(Spec(kClient, 5, 2));
   ASSERT_TRUE(e.ok());
@@ -205,6 +301,45 @@ TEST_F(EngineTest, ExpiredLeasesAreRequeuedByTick) {
   EXPECT_EQ(again->trial.attempt, 2);
   auto stale = engine_->Report({a->trial.id, Engine::WorkerOwner(1), 0, {{"loss", 1.0}}, 1, json::object(), std::nullopt});
   EXPECT_TRUE(stale.status().IsFailedPrecondition()) << "the first worker lost its lease";
+}
+
+TEST_F(EngineTest, ReclaimingAnnouncesRequeuedAndFailedTrials) {
+  std::vector<std::pair<std::string, json>> events;
+  EngineOptions o;
+  o.max_attempts = 2;
+  o.on_event = [&](std::string type, const json& data) {
+    if (type == "trial.requeued" || type == "trial.finished") events.emplace_back(type, data);
+  };
+  engine_ = std::make_unique<Engine>(*store_, o);
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 3, 1));
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto first = *engine_->LeaseForWorker(1);
+  ASSERT_TRUE(first.has_value());
+  ASSERT_TRUE(engine_->ReclaimExpiredLeases().ok());
+  EXPECT_TRUE(events.empty()) << "the lease has not expired yet";
+
+  clock_.Advance(engine_->options().worker_lease_ms + 1);
+  ASSERT_TRUE(engine_->ReclaimExpiredLeases().ok());
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].first, "trial.requeued");
+  EXPECT_EQ(events[0].second["trial_id"], first->trial.id);
+  EXPECT_EQ(events[0].second["experiment_id"], e->id);
+  EXPECT_EQ(events[0].second["attempt"], 1);
+  EXPECT_EQ(store_->GetTrial(first->trial.id)->state, TrialState::kPending);
+
+  // The second (last) attempt runs out too: the trial fails, and says why.
+  auto second = *engine_->LeaseForWorker(2);
+  ASSERT_TRUE(second.has_value());
+  ASSERT_EQ(second->trial.id, first->trial.id);
+  clock_.Advance(engine_->options().worker_lease_ms + 1);
+  ASSERT_TRUE(engine_->ReclaimExpiredLeases().ok());
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].first, "trial.finished");
+  EXPECT_EQ(events[1].second["state"], "failed");
+  EXPECT_NE(events[1].second["reason"].get<std::string>().find("lease expired after attempt 2 of 2"),
+            std::string::npos)
+      << events[1].second.dump();
+  EXPECT_EQ(store_->GetTrial(first->trial.id)->state, TrialState::kFailed);
 }
 
 }  // namespace

@@ -65,7 +65,7 @@ export async function allTrials(experimentId) {
 }
 
 export const EVENT_TYPES = ['experiment.created', 'experiment.finished', 'trial.created', 'trial.reported',
-                            'trial.finished', 'lagged'];
+                            'trial.requeued', 'trial.finished', 'lagged'];
 
 // Opens /api/v1/events; calls onEvent(type, data) per event and
 // onStatus('on' | 'connecting' | 'off'). EventSource reconnects by itself.

@@ -17,7 +17,7 @@ export class ExperimentsPage {
   }
 
   wants(type) {
-    return type.startsWith('experiment.') || type === 'trial.finished' || type === 'trial.created';
+    return type.startsWith('experiment.') || type === 'trial.finished' || type === 'trial.created' || type === 'trial.requeued';
   }
 
   async refresh() {
