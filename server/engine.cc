@@ -274,44 +274,59 @@ Result<Engine::HistoryView> Engine::ReadHistories(Id experiment_id, const Experi
   return view;
 }
 
-Result<bool> Engine::ShouldPrune(const store::TrialRecord& trial, Cached& c, int64_t step, double value) {
-  std::lock_guard lock(c.history_mu);
-  const auto now = std::chrono::steady_clock::now();
-  if (!c.history || now - c.history->loaded >= options_.history_cache) {
-    // One reader refreshes while the experiment's other reporters wait for
-    // it, rather than each reading everything.
+Result<Engine::HistoryView*> Engine::HistoryLocked(Id experiment_id, Cached& c) {
+  if (!c.history || std::chrono::steady_clock::now() - c.history->loaded >= options_.history_cache) {
+    // One caller rereads while the experiment's others wait for it, rather
+    // than each reading everything.
     c.history.reset();
-    HPO_ASSIGN_OR_RETURN(HistoryView fresh, ReadHistories(trial.experiment_id, *c.spec));
+    HPO_ASSIGN_OR_RETURN(HistoryView fresh, ReadHistories(experiment_id, *c.spec));
     c.history = std::move(fresh);
   }
-  auto w = c.history->where.find(trial.id);
-  if (w == c.history->where.end()) {
-    // Created since the view was read: add it as ReadHistories would.
-    for (size_t i = 0; i < c.spec->spaces.size() && trial.space_id; ++i) {
-      auto id = c.space_ids.find(c.spec->spaces[i].name);
-      if (id == c.space_ids.end() || id->second != *trial.space_id) continue;
-      auto params = c.spec->spaces[i].FromJson(json::parse(trial.params_json, nullptr, false));
-      if (!params.ok()) break;
-      search::Observation o;
-      o.number = trial.number;
-      o.params = std::move(params).value();
-      auto& trials = c.history->histories[i].trials;
-      w = c.history->where.emplace(trial.id, std::make_pair(i, trials.size())).first;
-      trials.push_back(std::move(o));
-      break;
-    }
-    if (w == c.history->where.end()) return false;  // not of a space in the spec
+  return &*c.history;
+}
+
+void Engine::AddToHistory(HistoryView& view, const Cached& c, const store::TrialRecord& trial) {
+  if (view.where.count(trial.id) || !trial.space_id) return;
+  for (size_t i = 0; i < c.spec->spaces.size(); ++i) {
+    auto id = c.space_ids.find(c.spec->spaces[i].name);
+    if (id == c.space_ids.end() || id->second != *trial.space_id) continue;
+    auto params = c.spec->spaces[i].FromJson(json::parse(trial.params_json, nullptr, false));
+    if (!params.ok()) return;  // as ReadHistories: not this space's shape
+    search::Observation o;
+    o.number = trial.number;
+    o.status = SearchStatus(trial.state);
+    o.params = std::move(params).value();
+    auto& trials = view.histories[i].trials;
+    view.where.emplace(trial.id, std::make_pair(i, trials.size()));
+    trials.push_back(std::move(o));
+    return;
   }
-  const search::History& h = c.history->histories[w->second.first];
-  search::Observation& o = c.history->histories[w->second.first].trials[w->second.second];
-  // The report is the newest point: whatever the view holds from this step
-  // on belongs to an earlier attempt (requeued) or was sent again.
-  auto first_after = std::lower_bound(o.curve.begin(), o.curve.end(), step,
-                                      [](const auto& point, int64_t s) { return point.first < s; });
-  o.curve.erase(first_after, o.curve.end());
-  o.curve.emplace_back(step, value);
+}
+
+Result<bool> Engine::ApplyReport(const store::TrialRecord& trial, Cached& c, int64_t step, double value,
+                                 bool inserted, bool judge) {
+  std::lock_guard lock(c.history_mu);
+  if (!judge && !c.history) return false;  // nothing to keep current, nothing to decide
+  HistoryView* view = c.history ? &*c.history : nullptr;
+  if (judge) {
+    HPO_ASSIGN_OR_RETURN(view, HistoryLocked(trial.experiment_id, c));
+  }
+  AddToHistory(*view, c, trial);  // created since the view was read (by another replica)
+  auto w = view->where.find(trial.id);
+  if (w == view->where.end()) return false;  // not of a space in the spec
+  const search::History& h = view->histories[w->second.first];
+  search::Observation& o = view->histories[w->second.first].trials[w->second.second];
   o.status = search::TrialStatus::kRunning;
-  return c.pruner->ShouldPrune(h, o);
+  if (inserted || o.curve.empty()) {
+    // The report is the newest point: whatever the view holds from this
+    // step on belongs to an earlier attempt (requeued). A step sent again
+    // (not inserted) leaves the stored curve as it is, and so the view.
+    auto first_after = std::lower_bound(o.curve.begin(), o.curve.end(), step,
+                                        [](const auto& point, int64_t s) { return point.first < s; });
+    o.curve.erase(first_after, o.curve.end());
+    o.curve.emplace_back(step, value);
+  }
+  return judge && c.pruner->ShouldPrune(h, o);
 }
 
 void Engine::ForgetHistory(Id experiment_id) {
@@ -342,7 +357,12 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(
     Id experiment_id, Cached& c, int64_t count, std::optional<int64_t> max_unfinished) {
   const auto timer = TimeIf(suggest_seconds_);
   const ExperimentSpec& spec = *c.spec;
-  HPO_ASSIGN_OR_RETURN(auto histories, Histories(experiment_id, spec));
+  // The cached view, kept current with this engine's changes: the same
+  // trials a fresh read would give on one server (another replica's newest
+  // count within history_cache).
+  std::lock_guard history_lock(c.history_mu);
+  HPO_ASSIGN_OR_RETURN(HistoryView * view, HistoryLocked(experiment_id, c));
+  const std::vector<search::History>& histories = view->histories;
   size_t total = 0;
   for (const auto& h : histories) total += h.trials.size();
   // Deterministic for (seed, experiment, how far it got): a restarted server
@@ -379,7 +399,9 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(
   }
   // The caller emits "trial.created" once it has let go of replenish_mu:
   // on PostgreSQL each event is a NOTIFY, a store call of its own.
-  return store_.CreateTrialsUpTo(experiment_id, trials, {spec.max_trials, max_unfinished});
+  HPO_ASSIGN_OR_RETURN(auto created, store_.CreateTrialsUpTo(experiment_id, trials, {spec.max_trials, max_unfinished}));
+  for (const auto& t : created) AddToHistory(*view, c, t);
+  return created;
 }
 
 void Engine::EmitCreated(Id experiment_id, const std::vector<store::TrialRecord>& created) const {
@@ -520,10 +542,11 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
   }
 
   // Early stopping on this space's trials, this report included. Without a
-  // rule there is nothing to decide, and no reason to read every trial.
-  if (spec.early_stopping == "none") return CoTune(spec, r);
+  // rule there is nothing to decide, and no reason to read every trial: the
+  // report only goes into the cached view, if there is one (suggestions).
   const double value = search::Minimized(spec.direction, it->get<double>());
-  HPO_ASSIGN_OR_RETURN(const bool prune, ShouldPrune(trial, *c, r.step, value));
+  HPO_ASSIGN_OR_RETURN(const bool prune, ApplyReport(trial, *c, r.step, value, reported.inserted,
+                                                     spec.early_stopping != "none"));
   if (!prune) return CoTune(spec, r);
   const std::string why = "pruned by " + spec.early_stopping + " at step " + std::to_string(r.step);
   HPO_RETURN_IF_ERROR(store_.FinishTrial(r.trial_id, r.owner, {TrialState::kPruned, r.metrics.dump(), why}));

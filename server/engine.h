@@ -59,10 +59,11 @@ struct EngineOptions {
   std::function<void(std::string type, const nlohmann::json& data)> on_event;
   // Where suggest/report/lease latencies and counters go (none when null).
   metrics::Registry* metrics = nullptr;
-  // How old the trials an early-stopping decision reads may be (reports of
-  // other replicas; this engine's own reports, prunes and completions are
-  // applied to the cached copy at once). Zero: read every trial and
-  // measurement of the experiment on every report, as before the cache.
+  // How old the trials an early-stopping decision or a suggestion reads may
+  // be (another replica's trials and reports; this engine's own new trials,
+  // reports, prunes and completions are applied to the cached copy at once,
+  // so on one server it is what a fresh read gives). Zero: read every trial
+  // and measurement of the experiment on every report and every top-up.
   std::chrono::milliseconds history_cache{1000};
   // How old the fleet placement and co-tuning read on a lease may be
   // (workers, devices and the latest 5,000 speed observations; this
@@ -171,15 +172,26 @@ class Engine {
     std::map<std::string, store::Id> space_ids;  // by space name
     std::unique_ptr<search::Pruner> pruner;
     std::mutex replenish_mu;  // one batch at a time per experiment
-    // What early stopping judges against (EngineOptions::history_cache).
-    std::mutex history_mu;
+    // What early stopping judges against and the samplers suggest from
+    // (EngineOptions::history_cache).
+    std::mutex history_mu;  // after replenish_mu when both are held
     std::optional<HistoryView> history;  // GUARDED_BY(history_mu)
   };
   Result<Cached*> Load(store::Id experiment_id);
   Result<HistoryView> ReadHistories(store::Id experiment_id, const ExperimentSpec& spec);
-  // The early-stopping rule on trial's newest point (step, objective value
-  // as minimized), against the cached view, refreshed when too old.
-  Result<bool> ShouldPrune(const store::TrialRecord& trial, Cached& c, int64_t step, double value);
+  // With c.history_mu held: the cached view, reread when older than
+  // history_cache.
+  Result<HistoryView*> HistoryLocked(store::Id experiment_id, Cached& c);
+  // With c.history_mu held: adds a trial the view does not hold yet, as
+  // ReadHistories would (a trial of no space of the spec is left out).
+  static void AddToHistory(HistoryView& view, const Cached& c, const store::TrialRecord& trial);
+  // Puts a report (step, objective value as minimized; `inserted`: new to
+  // the store) into the cached view and, when `judge`, asks the
+  // early-stopping rule about the trial's newest point (reading the view
+  // first if it is too old). Without `judge` and without a view it does
+  // nothing.
+  Result<bool> ApplyReport(const store::TrialRecord& trial, Cached& c, int64_t step, double value, bool inserted,
+                           bool judge);
   // Applies one of this engine's changes to the cached view of a trial, if
   // the view holds it (an absent trial is read with the next refresh).
   void UpdateCachedTrial(Cached& c, store::Id trial_id, search::TrialStatus status,

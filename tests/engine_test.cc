@@ -149,12 +149,15 @@ TEST_F(EngineTest, AshaPrunesBadTrialsDuringReports) {
   EXPECT_EQ(n.completed + n.pruned, 12);
 }
 
-// The cached view early stopping reads (EngineOptions::history_cache) is
-// kept current with the engine's own reports, prunes and completions: one
-// engine decides exactly as one that reads everything on every report.
-TEST_F(EngineTest, CachedEarlyStoppingDecidesAsReadingEverything) {
-  for (const std::string rule : {R"({"rule": "median", "startup_trials": 2})", R"({"rule": "asha"})"}) {
+// The cached view early stopping and suggestions read
+// (EngineOptions::history_cache) is kept current with the engine's own new
+// trials, reports, prunes and completions: one engine decides and suggests
+// exactly as one that reads everything every time.
+TEST_F(EngineTest, CachedHistoryDecidesAndSuggestsAsReadingEverything) {
+  for (const std::string rule :
+       {R"({"rule": "median", "startup_trials": 2})", R"({"rule": "asha"})", R"({"rule": "none"})"}) {
     std::vector<std::vector<Decision>> runs;
+    std::vector<std::vector<std::string>> suggested;
     for (const auto cache : {std::chrono::milliseconds(0), std::chrono::milliseconds(60'000)}) {
       testing::SqliteBackend backend;
       auto store = store::OpenStore(backend.url());
@@ -165,11 +168,17 @@ TEST_F(EngineTest, CachedEarlyStoppingDecidesAsReadingEverything) {
       auto e = engine.CreateExperiment(SpecStopping(kClient, 16, 3, rule));
       ASSERT_TRUE(e.ok()) << e.status();
       std::vector<Decision> decisions;
+      std::vector<std::string> params;
       // Three trials at a time, their steps interleaved, so that decisions
       // depend on other trials' curves, completions and prunes.
       for (int round = 0; round < 5; ++round) {
-        auto batch = engine.Suggest(e->id, 3);
+        // Two asks in a row: the second must know the first's pending trials.
+        auto batch = engine.Suggest(e->id, 2);
         ASSERT_TRUE(batch.ok()) << batch.status();
+        auto more = engine.Suggest(e->id, 1);
+        ASSERT_TRUE(more.ok()) << more.status();
+        batch->insert(batch->end(), more->begin(), more->end());
+        for (const auto& a : *batch) params.push_back(a.space + " " + a.trial.params_json);
         std::vector<bool> live(batch->size(), true);
         for (int step = 0; step < 4; ++step) {
           for (size_t i = 0; i < batch->size(); ++i) {
@@ -191,10 +200,15 @@ TEST_F(EngineTest, CachedEarlyStoppingDecidesAsReadingEverything) {
         if (store::TrialCounts n = *(*store)->CountTrials(e->id); n.total() >= 15) break;
       }
       runs.push_back(decisions);
+      suggested.push_back(params);
     }
     ASSERT_EQ(runs.size(), 2u);
     EXPECT_EQ(runs[0], runs[1]) << rule;
-    EXPECT_NE(std::count(runs[0].begin(), runs[0].end(), Decision::kPrune), 0) << rule << ": nothing was judged";
+    EXPECT_EQ(suggested[0], suggested[1]) << rule;
+    EXPECT_EQ(suggested[0].size(), 15u);
+    if (rule.find("none") == std::string::npos) {
+      EXPECT_NE(std::count(runs[0].begin(), runs[0].end(), Decision::kPrune), 0) << rule << ": nothing was judged";
+    }
   }
 }
 
