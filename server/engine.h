@@ -7,10 +7,11 @@
 // Everything durable lives in the store; the engine caches only what it can
 // rebuild (parsed specs, samplers), so a restarted server - or a second one
 // on the same PostgreSQL - continues where the first left off. Two caches
-// trade freshness for reads, each bounded in time (EngineOptions): the
-// trials the early-stopping rule judges a report against, and the fleet
-// (devices and measured speeds) placement reads on a lease. This server's
-// own changes show in them at once; another replica's within the bound.
+// trade freshness for reads, each bounded in time (EngineOptions): an
+// experiment's trials, which the early-stopping rule judges each report
+// against and the samplers suggest from, and the fleet (devices and
+// measured speeds) placement reads on a lease. This server's own changes
+// show in them at once; another replica's within the bound.
 //
 // Thread-safe: any number of transport threads may call it at once.
 #pragma once
