@@ -53,7 +53,13 @@ void EventRelay::Listen() {
       for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       continue;
     }
-    if (failing) spdlog::info("events of other replicas: listening again");
+    if (failing) {
+      spdlog::info("events of other replicas: listening again");
+      // What other replicas published meanwhile was not heard: tell this
+      // server's clients to re-read, as when a slow client drops events.
+      bus_.Publish("lagged", {{"reason", "events of other replicas may have been missed while the listener "
+                                         "reconnected"}});
+    }
     failing = false;
     if (!next->has_value()) continue;
     const nlohmann::json n = nlohmann::json::parse(**next, nullptr, false);

@@ -8,8 +8,10 @@
 // On a store without notifications (SQLite: one server per file) it only
 // publishes locally. Delivery between replicas is best effort: a
 // notification that fails to send, or that arrives while a listener
-// reconnects, is lost and logged, never retried; clients re-read the REST
-// lists after a gap anyway (the stream's "lagged" event).
+// reconnects, is lost and logged, never retried. When the listener is back
+// after a failure the relay publishes "lagged" on the local bus, the event
+// that tells a client of /api/v1/events to re-read the REST lists (as when
+// it fell behind and events were dropped).
 //
 // Thread-safe: Publish may be called from any thread.
 #pragma once

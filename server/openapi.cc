@@ -91,7 +91,7 @@ const std::string& RestApi::OpenApi() {
       "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
       "responses": {"200": {"description": "failed"}}}},
     "/api/v1/workers": {"get": {"summary": "Workers with their devices", "responses": {"200": {"description": "{workers: [...]}"}}}},
-    "/api/v1/events": {"get": {"summary": "Server-Sent Events: experiment.created, experiment.finished, trial.created, trial.reported, trial.requeued (a lease expired: pending again), trial.finished (and lagged when events were dropped)",
+    "/api/v1/events": {"get": {"summary": "Server-Sent Events: experiment.created, experiment.finished, trial.created, trial.reported, trial.requeued (a lease expired: pending again), trial.finished (and lagged when events were dropped or, between replicas, may have been missed: re-read)",
       "parameters": [{"name": "access_token", "in": "query", "schema": {"type": "string"}, "description": "the server token, for clients that cannot send an Authorization header (a browser's EventSource)"}],
       "responses": {"200": {"description": "text/event-stream"}}}}
   }

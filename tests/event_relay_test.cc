@@ -1,0 +1,65 @@
+// The relay of live events between replicas (server/event_relay.h) on a
+// real PostgreSQL: another replica's events reach this server's bus, and
+// when the listening connection breaks, the relay reconnects and publishes
+// "lagged" so that clients re-read what they may have missed.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "server/event_relay.h"
+#include "tests/store_backends.h"
+
+namespace hpo::server {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::unique_ptr<store::Store> Open(const std::string& url) {
+  auto s = store::OpenStore(url);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+// Notifies as another replica would until `sub` sees an event of `type`
+// (the relay's listener connects in the background); false after 10 s.
+bool RelayedFromOtherReplica(store::Store& other, EventBus::Subscription& sub, const std::string& type) {
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (Clock::now() < deadline) {
+    const std::string payload = json{{"origin", "another-replica"}, {"type", type}, {"data", {{"n", 1}}}}.dump();
+    if (!other.NotifyChange(payload).ok()) return false;
+    for (auto e = sub.Next(std::chrono::milliseconds(200)); e; e = sub.Next(std::chrono::milliseconds(0))) {
+      if (e->type == type) return true;
+    }
+  }
+  return false;
+}
+
+TEST(EventRelayTest, AfterTheListenerReconnectsClientsAreToldToReread) {
+  HPO_REQUIRE_BACKEND(testing::PostgresBackend);
+  testing::PostgresBackend db;
+  auto mine = Open(db.url()), other = Open(db.url());
+  ASSERT_TRUE(mine && other);
+  EventBus bus;
+  auto sub = bus.Subscribe();
+  EventRelay relay(*mine, bus);
+  ASSERT_TRUE(relay.relaying());
+  ASSERT_TRUE(RelayedFromOtherReplica(*other, *sub, "trial.created")) << "no event relayed within 10 s";
+
+  // The listening connection dies (a PostgreSQL restart or a network cut
+  // looks the same to it).
+  db.Raw("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+         "WHERE datname = current_database() AND query LIKE 'LISTEN%' AND pid <> pg_backend_pid()");
+  bool lagged = false;
+  for (const auto deadline = Clock::now() + std::chrono::seconds(10); !lagged && Clock::now() < deadline;) {
+    auto e = sub->Next(std::chrono::milliseconds(200));
+    lagged = e && e->type == "lagged";
+  }
+  EXPECT_TRUE(lagged) << "no lagged event within 10 s of the listener's connection ending";
+  // And relaying goes on.
+  EXPECT_TRUE(RelayedFromOtherReplica(*other, *sub, "trial.finished"));
+}
+
+}  // namespace
+}  // namespace hpo::server
