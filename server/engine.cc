@@ -228,31 +228,17 @@ Result<Engine::HistoryView> Engine::ReadHistories(Id experiment_id, const Experi
   HistoryView view;
   view.loaded = std::chrono::steady_clock::now();  // what is read is at least this fresh
   HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.GetExperiment(experiment_id));
-  std::map<Id, size_t> space_index;
   for (size_t i = 0; i < spec.spaces.size(); ++i) {
     for (const auto& s : rec.spaces) {
-      if (s.name == spec.spaces[i].name) space_index[s.id] = i;
+      if (s.name == spec.spaces[i].name) view.space_index[s.id] = i;
     }
   }
   std::vector<search::History>& out = view.histories;
   out.resize(spec.spaces.size());
-  std::map<Id, std::pair<size_t, size_t>>& where = view.where;
+  const std::map<Id, std::pair<size_t, size_t>>& where = view.where;
   for (int64_t offset = 0;; offset += 10'000) {
     HPO_ASSIGN_OR_RETURN(auto page, store_.ListTrials(experiment_id, {std::nullopt, std::nullopt, offset, 10'000}));
-    for (const auto& t : page) {
-      auto si = t.space_id ? space_index.find(*t.space_id) : space_index.end();
-      if (si == space_index.end()) continue;
-      const search::SearchSpace& space = spec.spaces[si->second];
-      auto params = space.FromJson(json::parse(t.params_json, nullptr, false));
-      if (!params.ok()) continue;  // not this space's shape: it says nothing about it
-      search::Observation o;
-      o.number = t.number;
-      o.status = SearchStatus(t.state);
-      o.params = std::move(params).value();
-      if (t.state == TrialState::kCompleted) o.value = Objective(spec, t.final_metrics_json);
-      where[t.id] = {si->second, out[si->second].trials.size()};
-      out[si->second].trials.push_back(std::move(o));
-    }
+    for (const auto& t : page) AddToHistory(view, spec, t);
     if (page.size() < 10'000) break;
   }
   HPO_ASSIGN_OR_RETURN(auto ms, store_.ListExperimentMeasurements(experiment_id));
@@ -285,22 +271,20 @@ Result<Engine::HistoryView*> Engine::HistoryLocked(Id experiment_id, Cached& c) 
   return &*c.history;
 }
 
-void Engine::AddToHistory(HistoryView& view, const Cached& c, const store::TrialRecord& trial) {
-  if (view.where.count(trial.id) || !trial.space_id) return;
-  for (size_t i = 0; i < c.spec->spaces.size(); ++i) {
-    auto id = c.space_ids.find(c.spec->spaces[i].name);
-    if (id == c.space_ids.end() || id->second != *trial.space_id) continue;
-    auto params = c.spec->spaces[i].FromJson(json::parse(trial.params_json, nullptr, false));
-    if (!params.ok()) return;  // as ReadHistories: not this space's shape
-    search::Observation o;
-    o.number = trial.number;
-    o.status = SearchStatus(trial.state);
-    o.params = std::move(params).value();
-    auto& trials = view.histories[i].trials;
-    view.where.emplace(trial.id, std::make_pair(i, trials.size()));
-    trials.push_back(std::move(o));
-    return;
-  }
+void Engine::AddToHistory(HistoryView& view, const ExperimentSpec& spec, const store::TrialRecord& trial) const {
+  if (view.where.count(trial.id)) return;
+  auto si = trial.space_id ? view.space_index.find(*trial.space_id) : view.space_index.end();
+  if (si == view.space_index.end()) return;
+  auto params = spec.spaces[si->second].FromJson(json::parse(trial.params_json, nullptr, false));
+  if (!params.ok()) return;  // not this space's shape: it says nothing about it
+  search::Observation o;
+  o.number = trial.number;
+  o.status = SearchStatus(trial.state);
+  o.params = std::move(params).value();
+  if (trial.state == TrialState::kCompleted) o.value = Objective(spec, trial.final_metrics_json);
+  auto& trials = view.histories[si->second].trials;
+  view.where.emplace(trial.id, std::make_pair(si->second, trials.size()));
+  trials.push_back(std::move(o));
 }
 
 Result<bool> Engine::ApplyReport(const store::TrialRecord& trial, Cached& c, int64_t step, double value,
@@ -311,7 +295,7 @@ Result<bool> Engine::ApplyReport(const store::TrialRecord& trial, Cached& c, int
   if (judge) {
     HPO_ASSIGN_OR_RETURN(view, HistoryLocked(trial.experiment_id, c));
   }
-  AddToHistory(*view, c, trial);  // created since the view was read (by another replica)
+  AddToHistory(*view, *c.spec, trial);  // created since the view was read (by another replica)
   auto w = view->where.find(trial.id);
   if (w == view->where.end()) return false;  // not of a space in the spec
   const search::History& h = view->histories[w->second.first];
@@ -400,7 +384,7 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(
   // The caller emits "trial.created" once it has let go of replenish_mu:
   // on PostgreSQL each event is a NOTIFY, a store call of its own.
   HPO_ASSIGN_OR_RETURN(auto created, store_.CreateTrialsUpTo(experiment_id, trials, {spec.max_trials, max_unfinished}));
-  for (const auto& t : created) AddToHistory(*view, c, t);
+  for (const auto& t : created) AddToHistory(*view, spec, t);
   return created;
 }
 

@@ -166,6 +166,7 @@ class Engine {
   struct HistoryView {
     std::vector<search::History> histories;             // one per space, in spec order
     std::map<store::Id, std::pair<size_t, size_t>> where;  // trial id -> (space, index)
+    std::map<store::Id, size_t> space_index;               // space id -> index
     std::chrono::steady_clock::time_point loaded;
   };
   struct Cached {
@@ -183,9 +184,10 @@ class Engine {
   // With c.history_mu held: the cached view, reread when older than
   // history_cache.
   Result<HistoryView*> HistoryLocked(store::Id experiment_id, Cached& c);
-  // With c.history_mu held: adds a trial the view does not hold yet, as
-  // ReadHistories would (a trial of no space of the spec is left out).
-  static void AddToHistory(HistoryView& view, const Cached& c, const store::TrialRecord& trial);
+  // Adds a trial the view does not hold yet (ReadHistories, and with the
+  // view's lock held, trials created since); a trial of no space of the
+  // spec, or not of its space's shape, is left out.
+  void AddToHistory(HistoryView& view, const ExperimentSpec& spec, const store::TrialRecord& trial) const;
   // Puts a report (step, objective value as minimized; `inserted`: new to
   // the store) into the cached view and, when `judge`, asks the
   // early-stopping rule about the trial's newest point (reading the view

@@ -168,7 +168,7 @@ TEST_F(EngineTest, CachedHistoryDecidesAndSuggestsAsReadingEverything) {
       auto e = engine.CreateExperiment(SpecStopping(kClient, 16, 3, rule));
       ASSERT_TRUE(e.ok()) << e.status();
       std::vector<Decision> decisions;
-      std::vector<std::string> params;
+      std::vector<std::string> asked;
       // Three trials at a time, their steps interleaved, so that decisions
       // depend on other trials' curves, completions and prunes.
       for (int round = 0; round < 5; ++round) {
@@ -178,7 +178,7 @@ TEST_F(EngineTest, CachedHistoryDecidesAndSuggestsAsReadingEverything) {
         auto more = engine.Suggest(e->id, 1);
         ASSERT_TRUE(more.ok()) << more.status();
         batch->insert(batch->end(), more->begin(), more->end());
-        for (const auto& a : *batch) params.push_back(a.space + " " + a.trial.params_json);
+        for (const auto& a : *batch) asked.push_back(a.space + " " + a.trial.params_json);
         std::vector<bool> live(batch->size(), true);
         for (int step = 0; step < 4; ++step) {
           for (size_t i = 0; i < batch->size(); ++i) {
@@ -200,7 +200,7 @@ TEST_F(EngineTest, CachedHistoryDecidesAndSuggestsAsReadingEverything) {
         if (store::TrialCounts n = *(*store)->CountTrials(e->id); n.total() >= 15) break;
       }
       runs.push_back(decisions);
-      suggested.push_back(params);
+      suggested.push_back(asked);
     }
     ASSERT_EQ(runs.size(), 2u);
     EXPECT_EQ(runs[0], runs[1]) << rule;
