@@ -1,19 +1,28 @@
 #include "server/http/http_server.h"
 
-#include <sys/socket.h>
-#include <sys/time.h>
+#include <sys/resource.h>
 
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
+#include <boost/beast/core/detect_ssl.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <list>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -24,6 +33,7 @@ namespace http = beast::http;
 namespace net = boost::asio;
 namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
+using Clock = std::chrono::steady_clock;
 
 std::string UrlDecode(const std::string& s, bool plus_is_space) {
   std::string out;
@@ -63,8 +73,17 @@ void ParseRequestTarget(const std::string& target, HttpRequest& req) {
 
 namespace {
 
-const char* Reason(int status) {
-  return http::obsolete_reason(static_cast<http::status>(status)).data();
+const char* Reason(int status) { return http::obsolete_reason(static_cast<http::status>(status)).data(); }
+
+// The errors this server answers by itself, before any handler: the same
+// {"error": {"code", "message"}} shape as the API's.
+HttpResponse ServerError(int status, const char* code, const std::string& message) {
+  HttpResponse r;
+  r.status = status;
+  r.body = nlohmann::json{{"error", {{"code", code}, {"message", message}}}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (status == 503) r.headers["Retry-After"] = "1";
+  return r;
 }
 
 // The server's TLS context from PEM files; errors name the file and say
@@ -99,229 +118,506 @@ Result<std::unique_ptr<ssl::context>> ServerTlsContext(const std::string& cert_f
   return ctx;
 }
 
+// A parse error of the request itself (as opposed to the connection
+// ending): the client gets 400 with what was wrong.
+bool IsMalformedRequest(const beast::error_code& ec) {
+  static const auto& http_category = http::make_error_code(http::error::bad_version).category();
+  return ec.category() == http_category && ec != http::error::end_of_stream && ec != http::error::partial_message;
+}
+
 }  // namespace
+
+// One open connection, as the server's bookkeeping sees it.
+class HttpConnection {
+ public:
+  virtual ~HttpConnection() = default;
+  virtual void Start() = 0;
+  // Closes the connection on its own strand; with only_if_idle, only when
+  // it is (still) waiting for the first byte of a request.
+  virtual void PostClose(bool only_if_idle) = 0;
+
+  // Waiting for a request to begin: what may be closed to admit a new
+  // connection at the cap, or at once on Shutdown.
+  std::atomic<bool> idle{false};
+  std::atomic<Clock::rep> idle_since{0};
+  std::list<std::weak_ptr<HttpConnection>>::iterator self;  // in Impl::connections
+};
 
 struct HttpServer::Impl {
   HttpServerOptions options;
   Handler handler;
-  net::io_context io;
-  tcp::acceptor acceptor{io};
-  uint16_t port = 0;
+  std::unique_ptr<ssl::context> tls;  // null: plain HTTP
   std::atomic<bool> stopping{false};
-  std::thread accept_thread;
+  std::atomic<size_t> pending_response_bytes{0};
 
+  // Declared before io: pending handlers that io's destructor drops may
+  // hold the last reference to a connection, whose destructor locks mu.
   std::mutex mu;
   std::condition_variable cv;
-  std::list<std::shared_ptr<tcp::socket>> sockets;  // GUARDED_BY(mu)
-  int active = 0;                                   // GUARDED_BY(mu)
-  std::unique_ptr<ssl::context> tls;                // null: plain HTTP
+  std::list<std::weak_ptr<HttpConnection>> connections;  // GUARDED_BY(mu)
+  int active = 0;                                    // GUARDED_BY(mu): open connections
+  int streams = 0;                                   // GUARDED_BY(mu): streaming responses running
 
-  // Stream is tcp::socket or ssl::stream<tcp::socket&>.
-  template <typename Stream>
-  class SocketWriter final : public StreamWriter {
-   public:
-    SocketWriter(Stream& s, const std::atomic<bool>& stopping) : s_(s), stopping_(stopping) {}
-    bool Write(const std::string& data) override {
-      if (stopping_) return false;
-      beast::error_code ec;
-      net::write(s_, net::buffer(data), ec);
-      return !ec;
+  net::io_context io;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  tcp::acceptor acceptor{net::make_strand(io)};
+  net::steady_timer accept_retry{acceptor.get_executor()};
+  uint16_t port = 0;
+  std::vector<std::thread> io_threads;
+  std::unique_ptr<net::thread_pool> handlers;
+  std::once_flag shutdown_once;
+
+  void Register(const std::shared_ptr<HttpConnection>& c) {
+    std::lock_guard lock(mu);
+    c->self = connections.insert(connections.end(), c);
+    ++active;
+  }
+  void Unregister(HttpConnection& c) {
+    std::lock_guard lock(mu);
+    connections.erase(c.self);
+    --active;
+    cv.notify_all();
+  }
+  bool BeginStream() {
+    std::lock_guard lock(mu);
+    if (streams >= options.max_streams) return false;
+    ++streams;
+    return true;
+  }
+  void EndStream() {
+    std::lock_guard lock(mu);
+    --streams;
+    cv.notify_all();
+  }
+  // The live connections, taken under the lock and used after it: dropping
+  // the last reference to one locks mu again.
+  std::vector<std::shared_ptr<HttpConnection>> Snapshot() {
+    std::vector<std::shared_ptr<HttpConnection>> out;
+    std::lock_guard lock(mu);
+    for (auto& w : connections) {
+      if (auto c = w.lock()) out.push_back(std::move(c));
     }
-    bool stopping() const override { return stopping_; }
+    return out;
+  }
+
+  HttpResponse Call(const HttpRequest& req) {
+    try {
+      return handler(req);
+    } catch (const std::exception&) {
+      return ServerError(500, "Internal", "unexpected error");
+    }
+  }
+
+  void DoAccept();
+  void OnAccept(const beast::error_code& ec, tcp::socket socket);
+  void RefuseBusy(tcp::socket socket);
+  void ShutdownNow();
+};
+
+namespace {
+
+template <typename Stream>
+class Session final : public HttpConnection, public std::enable_shared_from_this<Session<Stream>> {
+  static constexpr bool kTls = std::is_same_v<Stream, beast::ssl_stream<beast::tcp_stream>>;
+
+ public:
+  Session(HttpServer::Impl& impl, tcp::socket socket, std::string remote)
+      : impl_(impl), stream_(MakeStream(impl, std::move(socket))), remote_(std::move(remote)) {}
+  ~Session() override { impl_.Unregister(*this); }
+
+  void Start() override {
+    // Everything up to the end of the first request's headers (TLS
+    // detection and handshake included) shares one deadline.
+    Lowest().expires_after(impl_.options.header_timeout);
+    if constexpr (kTls) {
+      beast::async_detect_ssl(Lowest(), buffer_, [self = Self()](beast::error_code ec, bool is_tls) {
+        if (ec) return self->Close();
+        if (!is_tls) return self->RefusePlainHttp();
+        self->stream_.async_handshake(ssl::stream_base::server, self->buffer_.data(),
+                                      [self](beast::error_code handshake_ec, size_t used) {
+                                        if (handshake_ec) return self->Close();
+                                        self->buffer_.consume(used);
+                                        self->WaitForRequest(true);
+                                      });
+      });
+    } else {
+      WaitForRequest(true);
+    }
+  }
+
+  void PostClose(bool only_if_idle) override {
+    net::post(stream_.get_executor(), [self = Self(), only_if_idle] {
+      if (!only_if_idle || self->idle) self->Close();
+    });
+  }
+
+ private:
+  class Writer final : public StreamWriter {
+   public:
+    explicit Writer(std::shared_ptr<Session> session) : session_(std::move(session)) {}
+    bool Write(const std::string& data) override {
+      if (stopping()) return false;
+      auto done = std::make_shared<std::promise<bool>>();
+      auto chunk = std::make_shared<std::string>(data);
+      net::post(session_->stream_.get_executor(), [s = session_, done, chunk] {
+        if (s->closed_) return done->set_value(false);
+        s->Lowest().expires_after(s->impl_.options.write_timeout);
+        net::async_write(s->stream_, net::buffer(*chunk), [s, done, chunk](beast::error_code ec, size_t) {
+          if (ec) {
+            s->Close();
+          } else {
+            s->Lowest().expires_never();  // the stream may be quiet for a while
+          }
+          done->set_value(!ec);
+        });
+      });
+      return done->get_future().get();
+    }
+    bool stopping() const override { return session_->impl_.stopping; }
 
    private:
-    Stream& s_;
-    const std::atomic<bool>& stopping_;
+    std::shared_ptr<Session> session_;
   };
 
-  void AcceptLoop() {
-    for (;;) {
-      auto socket = std::make_shared<tcp::socket>(io);
-      beast::error_code ec;
-      acceptor.accept(*socket, ec);
-      if (stopping) return;
-      if (ec) continue;
-      std::unique_lock lock(mu);
-      if (active >= options.max_connections) {
-        lock.unlock();
-        RefuseBusy(*socket);
-        continue;
-      }
-      ++active;
-      auto it = sockets.insert(sockets.end(), socket);
-      lock.unlock();
-      std::thread([this, socket, it] {
-        Serve(*socket);
-        std::lock_guard l(mu);
-        sockets.erase(it);
-        --active;
-        cv.notify_all();
-      }).detach();
-    }
-  }
-
-  void RefuseBusy(tcp::socket& socket) {
-    http::response<http::string_body> res{http::status::service_unavailable, 11};
-    res.set(http::field::content_type, "application/json");
-    res.set(http::field::retry_after, "1");
-    res.body() = R"({"error":{"code":"Unavailable","message":"too many connections; retry later"}})";
-    res.keep_alive(false);
-    res.prepare_payload();
-    beast::error_code ec;
-    http::write(socket, res, ec);
-    socket.shutdown(tcp::socket::shutdown_both, ec);
-  }
-
-  void Serve(tcp::socket& socket) {
-    // Idle keep-alive connections (and stalled handshakes) must not pin a
-    // thread forever.
-    timeval tv{options.idle_timeout_s, 0};
-    setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    beast::error_code ec;
-    std::string remote;
-    {
-      auto ep = socket.remote_endpoint(ec);
-      if (!ec) remote = ep.address().to_string();
-    }
-    if (!tls) {
-      ServeRequests(socket, remote);
+  static Stream MakeStream(HttpServer::Impl& impl, tcp::socket socket) {
+    if constexpr (kTls) {
+      return Stream(std::move(socket), *impl.tls);
     } else {
-      // A TLS connection opens with a handshake record (0x16); anything
-      // else is most likely plain HTTP, which gets a plain answer.
-      unsigned char first = 0;
-      const ssize_t n = ::recv(socket.native_handle(), &first, 1, MSG_PEEK);
-      if (n == 1 && first != 0x16) {
-        RefusePlainHttp(socket);
-      } else if (n == 1) {
-        ssl::stream<tcp::socket&> stream(socket, *tls);
-        stream.handshake(ssl::stream_base::server, ec);
-        if (!ec) {
-          ServeRequests(stream, remote);
-          // close_notify, without waiting for the client's.
-          SSL_shutdown(stream.native_handle());
-        }
-      }
-    }
-    socket.shutdown(tcp::socket::shutdown_both, ec);
-    socket.close(ec);
-  }
-
-  void RefusePlainHttp(tcp::socket& socket) {
-    beast::error_code ec;
-    char discard[4096];
-    socket.read_some(net::buffer(discard), ec);  // so closing does not reset the connection
-    http::response<http::string_body> res{http::status::bad_request, 11};
-    res.set(http::field::content_type, "text/plain");
-    res.body() = "this server speaks HTTPS only: use https://\n";
-    res.keep_alive(false);
-    res.prepare_payload();
-    http::write(socket, res, ec);
-  }
-
-  template <typename Stream>
-  void ServeRequests(Stream& socket, const std::string& remote) {
-    beast::flat_buffer buffer;
-    beast::error_code ec;
-    while (!stopping) {
-      http::request_parser<http::string_body> parser;
-      parser.body_limit(options.max_body_bytes);
-      http::read(socket, buffer, parser, ec);
-      if (ec == http::error::body_limit) {
-        HttpResponse too_big;
-        too_big.status = 413;
-        too_big.body = R"({"error":{"code":"ResourceExhausted","message":"request body is larger than )" +
-                       std::to_string(options.max_body_bytes) + R"( bytes"}})";
-        Write(socket, too_big, false, ec);
-        DrainBeforeClose(socket);
-        break;
-      }
-      if (ec) break;
-      const auto& msg = parser.get();
-      HttpRequest req;
-      req.method = std::string(msg.method_string());
-      ParseRequestTarget(std::string(msg.target()), req);
-      for (const auto& field : msg) {
-        std::string name(field.name_string());
-        for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        req.headers[name] = std::string(field.value());
-      }
-      req.body = msg.body();
-      req.remote = remote;
-      HttpResponse res;
-      try {
-        res = handler(req);
-      } catch (const std::exception& e) {
-        res = HttpResponse{};
-        res.status = 500;
-        res.body = R"({"error":{"code":"Internal","message":"unexpected error"}})";
-      }
-      if (res.stream) {
-        StreamResponse(socket, res);
-        break;
-      }
-      const bool keep_alive = msg.keep_alive() && !stopping;
-      Write(socket, res, keep_alive, ec);
-      if (ec || !keep_alive) break;
+      return Stream(std::move(socket));
     }
   }
+  std::shared_ptr<Session> Self() { return this->shared_from_this(); }
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
 
-  // Reads and drops what the client still sends (for up to 2 s idle and
-  // 64 MiB), so that closing with unread data does not reset the
-  // connection before the client has read an early answer such as 413.
-  template <typename Stream>
-  void DrainBeforeClose(Stream& stream) {
-    timeval tv{2, 0};
-    setsockopt(beast::get_lowest_layer(stream).native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    std::vector<char> discard(64 << 10);
-    beast::error_code ec;
-    for (size_t total = 0; total < (size_t{64} << 20) && !stopping;) {
-      total += stream.read_some(net::buffer(discard), ec);
-      if (ec) break;
+  // Waits for the first byte of the next request: under the connection's
+  // first deadline for the first request, under idle_timeout for a later
+  // one, whose header_timeout then starts with that byte.
+  void WaitForRequest(bool first) {
+    if (impl_.stopping && !first) return Close();
+    if (buffer_.size() > 0) {  // pipelined, or read with the TLS detection
+      if (!first) Lowest().expires_after(impl_.options.header_timeout);
+      return ReadHeader();
     }
+    if (!first) Lowest().expires_after(impl_.options.idle_timeout);
+    idle_since = Clock::now().time_since_epoch().count();
+    idle = true;
+    stream_.async_read_some(buffer_.prepare(4096), [self = Self(), first](beast::error_code ec, size_t n) {
+      self->idle = false;
+      if (ec) return self->Close();
+      self->buffer_.commit(n);
+      if (!first) self->Lowest().expires_after(self->impl_.options.header_timeout);
+      self->ReadHeader();
+    });
   }
 
-  template <typename Stream>
-  void Write(Stream& socket, const HttpResponse& r, bool keep_alive, beast::error_code& ec) {
-    http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
-    res.set(http::field::server, "hpo-server");
-    res.set(http::field::content_type, r.content_type);
-    for (const auto& [k, v] : r.headers) res.set(k, v);
-    res.body() = r.body;
-    res.keep_alive(keep_alive);
-    res.prepare_payload();
-    http::write(socket, res, ec);
+  void ReadHeader() {
+    parser_.emplace();
+    parser_->body_limit(impl_.options.max_body_bytes);
+    http::async_read_header(stream_, buffer_, *parser_, [self = Self()](beast::error_code ec, size_t) {
+      if (ec) return self->OnReadError(ec);
+      if (self->parser_->is_done()) return self->Dispatch();
+      const auto& msg = self->parser_->get();
+      if (beast::iequals(msg[http::field::expect], "100-continue")) {
+        static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        self->Lowest().expires_after(self->impl_.options.write_timeout);
+        return net::async_write(self->stream_, net::buffer(kContinue), [self](beast::error_code write_ec, size_t) {
+          if (write_ec) return self->Close();
+          self->ReadBody();
+        });
+      }
+      self->ReadBody();
+    });
   }
 
-  template <typename Stream>
-  void StreamResponse(Stream& socket, const HttpResponse& r) {
+  void ReadBody() {
+    Lowest().expires_after(impl_.options.body_timeout);
+    http::async_read(stream_, buffer_, *parser_, [self = Self()](beast::error_code ec, size_t) {
+      if (ec) return self->OnReadError(ec);
+      self->Dispatch();
+    });
+  }
+
+  void OnReadError(const beast::error_code& ec) {
+    head_ = false;
+    if (ec == http::error::body_limit) {
+      return Respond(ServerError(413, "ResourceExhausted",
+                                 "request body is larger than " + std::to_string(impl_.options.max_body_bytes) +
+                                     " bytes"),
+                     false);
+    }
+    if (ec == http::error::header_limit) {
+      return Respond(ServerError(431, "ResourceExhausted", "request headers are larger than 8192 bytes"), false);
+    }
+    if (IsMalformedRequest(ec)) {
+      return Respond(ServerError(400, "InvalidArgument", "malformed HTTP request: " + ec.message()), false);
+    }
+    Close();  // the client went away or took too long
+  }
+
+  void Dispatch() {
+    http::request<http::string_body> msg = parser_->release();
+    parser_.reset();
+    HttpRequest req;
+    req.method = std::string(msg.method_string());
+    ParseRequestTarget(std::string(msg.target()), req);
+    for (const auto& field : msg) {
+      std::string name(field.name_string());
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      req.headers[name] = std::string(field.value());
+    }
+    req.body = std::move(msg.body());
+    req.remote = remote_;
+    req.tls = kTls;
+    keep_alive_ = msg.keep_alive();
+    head_ = msg.method() == http::verb::head;
+    if (impl_.pending_response_bytes >= impl_.options.max_pending_response_bytes) {
+      return Respond(ServerError(503, "Unavailable", "the server is busy sending other responses; retry later"),
+                     false);
+    }
+    net::post(*impl_.handlers, [self = Self(), req = std::move(req)] {
+      HttpResponse res = self->impl_.Call(req);
+      net::post(self->stream_.get_executor(),
+                [self, res = std::move(res)]() mutable { self->OnResponse(std::move(res)); });
+    });
+  }
+
+  void OnResponse(HttpResponse res) {
+    if (closed_) return;  // closed by Shutdown while the handler ran
+    if (res.stream && !head_) return StartStream(std::move(res));
+    Respond(std::move(res), keep_alive_ && !impl_.stopping);
+  }
+
+  void Respond(HttpResponse r, bool keep_alive) {
+    res_.emplace(static_cast<http::status>(r.status), 11);
+    res_->set(http::field::server, "hpo-server");
+    res_->set(http::field::content_type, r.content_type);
+    for (const auto& [k, v] : r.headers) res_->set(k, v);
+    res_->keep_alive(keep_alive);
+    if (head_) {
+      res_->content_length(r.body.size());  // what the GET would send, but not the bytes
+    } else {
+      res_->body() = std::move(r.body);
+      res_->prepare_payload();
+    }
+    response_bytes_ = res_->body().size();
+    impl_.pending_response_bytes += response_bytes_;
+    Lowest().expires_after(impl_.options.write_timeout);
+    http::async_write(stream_, *res_, [self = Self(), keep_alive](beast::error_code ec, size_t) {
+      self->impl_.pending_response_bytes -= self->response_bytes_;
+      self->response_bytes_ = 0;
+      self->res_.reset();
+      if (ec) return self->Close();
+      if (!keep_alive) return self->CloseGracefully();
+      self->WaitForRequest(false);
+    });
+  }
+
+  void StartStream(HttpResponse r) {
+    if (!impl_.BeginStream()) {
+      return Respond(ServerError(503, "Unavailable", "too many open event streams; retry later"), false);
+    }
     std::string head = "HTTP/1.1 " + std::to_string(r.status) + " " + Reason(r.status) +
-                       "\r\nContent-Type: " + r.content_type +
+                       "\r\nServer: hpo-server\r\nContent-Type: " + r.content_type +
                        "\r\nCache-Control: no-cache\r\nConnection: close\r\n";
     for (const auto& [k, v] : r.headers) head += k + ": " + v + "\r\n";
     head += "\r\n";
-    beast::error_code ec;
-    net::write(socket, net::buffer(head), ec);
-    if (ec) return;
-    SocketWriter<Stream> w(socket, stopping);
-    r.stream(w);
+    auto text = std::make_shared<std::string>(std::move(head));
+    Lowest().expires_after(impl_.options.write_timeout);
+    net::async_write(stream_, net::buffer(*text),
+                     [self = Self(), text, stream = std::move(r.stream)](beast::error_code ec, size_t) {
+                       if (ec) {
+                         self->Close();
+                         self->impl_.EndStream();
+                         return;
+                       }
+                       self->Lowest().expires_never();
+                       // The stream blocks between events: a thread of its own.
+                       std::thread([self, stream]() mutable {
+                         HttpServer::Impl& impl = self->impl_;
+                         {
+                           Writer writer(self);
+                           stream(writer);
+                         }
+                         net::post(self->stream_.get_executor(), [self] { self->Close(); });
+                         self.reset();
+                         impl.EndStream();
+                       }).detach();
+                     });
   }
+
+  // After an answer that ends the connection: stop sending, and read what
+  // the client still sends (up to 64 MiB, for up to 2 s) so that closing
+  // with unread data does not reset the connection before the client has
+  // read an early answer such as 413.
+  void CloseGracefully() {
+    if constexpr (!kTls) {
+      beast::error_code ignored;
+      Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    }
+    Lowest().expires_after(std::chrono::seconds(2));
+    Drain();
+  }
+  void Drain() {
+    if (drained_ >= (size_t{64} << 20)) return Close();
+    drain_buffer_.resize(64 << 10);
+    stream_.async_read_some(net::buffer(drain_buffer_), [self = Self()](beast::error_code ec, size_t n) {
+      self->drained_ += n;
+      if (ec) return self->Close();
+      self->Drain();
+    });
+  }
+
+  // A plain HTTP request to an HTTPS server: a plain answer.
+  void RefusePlainHttp() {
+    auto res = std::make_shared<http::response<http::string_body>>(http::status::bad_request, 11);
+    res->set(http::field::content_type, "text/plain");
+    res->body() = "this server speaks HTTPS only: use https://\n";
+    res->keep_alive(false);
+    res->prepare_payload();
+    Lowest().expires_after(impl_.options.write_timeout);
+    http::async_write(Lowest(), *res, [self = Self(), res](beast::error_code ec, size_t) {
+      if (ec) return self->Close();
+      beast::error_code ignored;
+      self->Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+      self->Lowest().expires_after(std::chrono::seconds(2));
+      self->DrainPlain();
+    });
+  }
+  void DrainPlain() {
+    drain_buffer_.resize(4096);
+    Lowest().async_read_some(net::buffer(drain_buffer_), [self = Self()](beast::error_code ec, size_t n) {
+      self->drained_ += n;
+      if (ec || self->drained_ >= (size_t{1} << 20)) return self->Close();
+      self->DrainPlain();
+    });
+  }
+
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    idle = false;
+    beast::error_code ignored;
+    Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    Lowest().close();  // pending operations end with operation_aborted
+  }
+
+  HttpServer::Impl& impl_;
+  Stream stream_;
+  std::string remote_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<http::response<http::string_body>> res_;  // while it is written
+  size_t response_bytes_ = 0;
+  bool keep_alive_ = false;
+  bool head_ = false;
+  bool closed_ = false;
+  size_t drained_ = 0;
+  std::vector<char> drain_buffer_;
 };
 
-HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+}  // namespace
+
+void HttpServer::Impl::DoAccept() {
+  acceptor.async_accept(net::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
+    OnAccept(ec, std::move(socket));
+  });
+}
+
+void HttpServer::Impl::OnAccept(const beast::error_code& ec, tcp::socket socket) {
+  if (stopping) return;
+  if (ec) {
+    if (ec == net::error::operation_aborted) return;
+    // Out of descriptors (EMFILE, ENFILE): accepting again at once would
+    // spin; connections closing will free some.
+    accept_retry.expires_after(std::chrono::milliseconds(50));
+    accept_retry.async_wait([this](beast::error_code wait_ec) {
+      if (!wait_ec && !stopping) DoAccept();
+    });
+    return;
+  }
+  beast::error_code ignored;
+  const auto peer = socket.remote_endpoint(ignored);
+  std::string remote = ignored ? "" : peer.address().to_string();
+  // At the cap, the connection that has waited longest for a request makes
+  // room: a crowd of idle sockets cannot lock everyone else out.
+  std::shared_ptr<HttpConnection> victim;
+  bool full = false;
+  {
+    std::lock_guard lock(mu);
+    full = active >= options.max_connections;
+  }
+  if (full) {
+    for (auto& c : Snapshot()) {
+      if (c->idle && (!victim || c->idle_since < victim->idle_since)) victim = c;
+    }
+  }
+  if (full && !victim) {
+    RefuseBusy(std::move(socket));
+  } else {
+    if (victim) {
+      victim->idle = false;  // not chosen twice
+      victim->PostClose(false);
+      victim.reset();
+    }
+    std::shared_ptr<HttpConnection> session;
+    if (tls) {
+      session = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(*this, std::move(socket),
+                                                                                std::move(remote));
+    } else {
+      session = std::make_shared<Session<beast::tcp_stream>>(*this, std::move(socket), std::move(remote));
+    }
+    Register(session);
+    session->Start();
+  }
+  DoAccept();
+}
+
+void HttpServer::Impl::RefuseBusy(tcp::socket socket) {
+  auto stream = std::make_shared<beast::tcp_stream>(std::move(socket));
+  if (tls) {  // a plain answer means nothing to a TLS client
+    stream->close();
+    return;
+  }
+  const HttpResponse r = ServerError(503, "Unavailable", "too many connections; retry later");
+  auto res = std::make_shared<http::response<http::string_body>>(http::status::service_unavailable, 11);
+  res->set(http::field::content_type, r.content_type);
+  res->set(http::field::retry_after, "1");
+  res->body() = r.body;
+  res->keep_alive(false);
+  res->prepare_payload();
+  stream->expires_after(std::chrono::seconds(2));
+  http::async_write(*stream, *res, [stream, res](beast::error_code, size_t) {
+    beast::error_code ignored;
+    stream->socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream->close();
+  });
+}
+
+HttpServer::HttpServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() { Shutdown(); }
 
 uint16_t HttpServer::port() const { return impl_->port; }
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options, Handler handler) {
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_shared<Impl>();
   impl->options = options;
   impl->handler = std::move(handler);
   if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
     return Status::InvalidArgument("HTTPS needs both a certificate file and a key file");
   }
+  if (options.io_threads < 1 || options.handler_threads < 1 || options.max_connections < 1) {
+    return Status::InvalidArgument("the HTTP server needs at least one I/O thread, handler thread and connection");
+  }
   if (!options.tls_cert_file.empty()) {
     HPO_ASSIGN_OR_RETURN(impl->tls, ServerTlsContext(options.tls_cert_file, options.tls_key_file));
+  }
+  // Each connection is a descriptor; leave some for the store, gRPC and files.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY) {
+    const auto usable = static_cast<int64_t>(nofile.rlim_cur) - 256;
+    impl->options.max_connections =
+        static_cast<int>(std::max<int64_t>(16, std::min<int64_t>(options.max_connections, usable)));
   }
   const std::string where = options.address + ":" + std::to_string(options.port);
   beast::error_code ec;
@@ -334,22 +630,49 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& o
   if (!ec) impl->acceptor.listen(net::socket_base::max_listen_connections, ec);
   if (ec) return Status::Unavailable("cannot listen on " + where + ": " + ec.message());
   impl->port = impl->acceptor.local_endpoint().port();
+  impl->handlers = std::make_unique<net::thread_pool>(options.handler_threads);
+  impl->work.emplace(impl->io.get_executor());
   Impl* raw = impl.get();
-  impl->accept_thread = std::thread([raw] { raw->AcceptLoop(); });
+  net::post(impl->acceptor.get_executor(), [raw] { raw->DoAccept(); });
+  for (int i = 0; i < options.io_threads; ++i) impl->io_threads.emplace_back([raw] { raw->io.run(); });
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }
 
 void HttpServer::Shutdown() {
-  if (!impl_ || impl_->stopping.exchange(true)) return;
-  beast::error_code ec;
-  // Wake the blocking accept() and every connection blocked in read().
-  impl_->acceptor.cancel(ec);
-  ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);
-  impl_->acceptor.close(ec);
-  if (impl_->accept_thread.joinable()) impl_->accept_thread.join();
-  std::unique_lock lock(impl_->mu);
-  for (auto& s : impl_->sockets) ::shutdown(s->native_handle(), SHUT_RD);
-  impl_->cv.wait(lock, [&] { return impl_->active == 0; });
+  if (!impl_) return;
+  std::call_once(impl_->shutdown_once, [this] { impl_->ShutdownNow(); });
+}
+
+void HttpServer::Impl::ShutdownNow() {
+  stopping = true;
+  {
+    std::promise<void> closed;
+    net::post(acceptor.get_executor(), [this, &closed] {
+      beast::error_code ignored;
+      accept_retry.cancel();
+      acceptor.close(ignored);
+      closed.set_value();
+    });
+    closed.get_future().wait();
+  }
+  // Idle connections go now; the others after their response (keep-alive
+  // is off while stopping), or at the drain deadline.
+  for (auto& c : Snapshot()) c->PostClose(true);
+  {
+    std::unique_lock lock(mu);
+    cv.wait_until(lock, Clock::now() + options.drain_timeout, [&] { return active == 0 && streams == 0; });
+  }
+  for (auto& c : Snapshot()) c->PostClose(false);
+  handlers->join();  // the handlers in flight return; their connections are closed
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return streams == 0; });  // they see stopping() and return
+    // Closed connections go once their aborted operations have run.
+    cv.wait_for(lock, std::chrono::seconds(2), [&] { return active == 0; });
+  }
+  work.reset();
+  io.stop();
+  for (auto& t : io_threads) t.join();
 }
 
 }  // namespace hpo::server

@@ -1,12 +1,27 @@
-// A small HTTP/1.1 server on Boost.Beast: one thread per connection
-// (keep-alive), a cap on connections and body size, idle timeouts, and
-// streaming responses for Server-Sent Events. It knows nothing of
-// HeteroTune: a Handler maps each request to a response.
+// A small HTTP/1.1 server on Boost.Beast. It knows nothing of HeteroTune: a
+// Handler maps each request to a response.
 //
-// Thread-safety: the handler is called from many connection threads at once.
+// Connections cost no thread while they wait: reads and writes are
+// asynchronous, each under a deadline (HttpServerOptions), on a few I/O
+// threads. Handlers, which may block (on the store), run on a fixed pool of
+// handler threads; streaming responses (Server-Sent Events) run on a thread
+// of their own each, up to max_streams. So a client that sends nothing,
+// sends a byte a second, or never reads its answer holds a socket and a
+// buffer for at most one deadline, never a thread, and Shutdown() ends
+// within drain_timeout plus what in-flight handlers take.
+//
+// What a client gets for a request the server cannot take (each a JSON
+// error body, then the connection closes): 400 for a malformed request (a
+// bad Content-Length, Transfer-Encoding together with Content-Length, ...),
+// 413 for a body over max_body_bytes, 431 for headers over 8 KiB, 503 when
+// at max_connections with no idle connection to close, or when responses
+// waiting to be sent already hold max_pending_response_bytes. A HEAD request
+// is answered with the headers of its GET and no body.
+//
+// Thread-safety: the handler is called from many threads at once.
 #pragma once
 
-#include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -23,6 +38,7 @@ struct HttpRequest {
   std::map<std::string, std::string> headers;  // names lower-cased
   std::string body;
   std::string remote;  // peer address, for logs
+  bool tls = false;    // it came over HTTPS
 
   std::string Header(const std::string& lower_name) const {
     auto it = headers.find(lower_name);
@@ -30,8 +46,9 @@ struct HttpRequest {
   }
 };
 
-// Writes one chunk of a streaming response; false once the client is gone
-// or the server is shutting down.
+// Writes one chunk of a streaming response; false once the client is gone,
+// did not take the chunk within write_timeout, or the server is shutting
+// down. Called from the stream's own thread only.
 class StreamWriter {
  public:
   virtual ~StreamWriter() = default;
@@ -45,7 +62,8 @@ struct HttpResponse {
   std::string body;
   std::map<std::string, std::string> headers;
   // When set, the body is streamed: the server sends the headers, then
-  // calls stream() on the connection's thread until it returns.
+  // calls stream() on a thread of its own until it returns. A stream must
+  // return soon after stopping() turns true (the server waits for it).
   std::function<void(StreamWriter&)> stream;
 };
 
@@ -53,8 +71,30 @@ struct HttpServerOptions {
   std::string address = "127.0.0.1";
   uint16_t port = 8080;             // 0 binds a free port; see HttpServer::port()
   size_t max_body_bytes = 8 << 20;  // larger requests get 413
-  int max_connections = 512;        // more get 503
-  int idle_timeout_s = 60;          // an idle keep-alive connection is closed after this
+  // Open connections. At the cap, a new connection closes the one that has
+  // waited longest for its next request; with none waiting it gets 503.
+  // Start() lowers it to what the process's descriptor limit allows.
+  int max_connections = 4096;
+  // From accepting a connection (or from the first byte of a later request
+  // on it) to the end of the request's headers; TLS detection and the
+  // handshake count in the first. A client that takes longer is closed.
+  std::chrono::milliseconds header_timeout{10'000};
+  // How long a keep-alive connection may wait for its next request.
+  std::chrono::milliseconds idle_timeout{30'000};
+  // To receive a request's body once its headers are in.
+  std::chrono::milliseconds body_timeout{60'000};
+  // To send a response (or one chunk of a stream) to a client that reads
+  // slowly or not at all; then the connection is closed and its buffer freed.
+  std::chrono::milliseconds write_timeout{30'000};
+  // Shutdown(): how long requests in flight may take to finish before
+  // every connection is closed.
+  std::chrono::milliseconds drain_timeout{5'000};
+  int io_threads = 2;        // run the sockets
+  int handler_threads = 16;  // run the handler (it may block on the store)
+  int max_streams = 256;     // streaming responses at once; more get 503
+  // Bytes of response bodies produced and not yet sent; beyond it new
+  // requests get 503 until slow readers are served or timed out.
+  size_t max_pending_response_bytes = size_t{256} << 20;
   // HTTPS when both are set: PEM files of the certificate chain and its
   // private key (TLS 1.2 or newer). A plain HTTP request to an HTTPS server
   // gets a plain 400 saying to use https://, then the connection closes.
@@ -72,13 +112,17 @@ class HttpServer {
   ~HttpServer();
 
   uint16_t port() const;
-  // Stops accepting, ends streams, waits for in-flight requests, closes.
+  // Stops accepting and closes idle connections at once; requests in flight
+  // get drain_timeout to finish (their connections close after the
+  // response), then every connection is closed. Returns once in-flight
+  // handlers and streams have returned. Idempotent.
   void Shutdown();
 
- private:
   struct Impl;
-  explicit HttpServer(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+
+ private:
+  explicit HttpServer(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
 };
 
 // Percent-decoding for paths and query strings ('+' is a space in queries).
