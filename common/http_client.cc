@@ -120,7 +120,9 @@ Result<HttpResult> HttpRequestOnce(const HttpClientOptions& o, const std::string
   HPO_RETURN_IF_ERROR(conn.Open(o));
   http::request<http::string_body> req{http::string_to_verb(method), target, 11};
   Prepare(o, req);
-  if (!body.empty() || method == "POST") {
+  // Every state-changing request says what it sends, even with no body
+  // (the server refuses one that does not: server/http/browser_guard.h).
+  if (!body.empty() || method == "POST" || method == "PUT" || method == "PATCH" || method == "DELETE") {
     req.set(http::field::content_type, content_type);
     req.body() = body;
     req.prepare_payload();

@@ -75,7 +75,9 @@ struct World {
     EngineOptions eo;
     eo.on_event = [this](std::string type, const nlohmann::json& data) { events.Publish(std::move(type), data); };
     engine = std::make_unique<Engine>(*store, eo);
-    api = std::make_unique<RestApi>(*engine, events, registry, ApiOptions{"", (dir / "web").string()});
+    ApiOptions api_options;
+    api_options.web_root = (dir / "web").string();
+    api = std::make_unique<RestApi>(*engine, events, registry, api_options);
   }
   ~World() {
     api.reset();
@@ -126,6 +128,9 @@ HttpRequest ParseInput(const std::string& in) {
     req.headers[name] = value;
   }
   if (pos != std::string::npos) req.body = in.substr(pos + 1);
+  // What every client sends, unless the input says otherwise: without it
+  // every POST of the corpus would stop at the Content-Type check.
+  req.headers.emplace("content-type", "application/json");
   req.remote = "127.0.0.1";
   return req;
 }

@@ -34,9 +34,9 @@ int HttpStatusFor(const Status& s) {
   return 500;
 }
 
-HttpResponse ErrorResponse(const Status& s) {
+HttpResponse ErrorResponse(const Status& s, int http_status) {
   HttpResponse r;
-  r.status = HttpStatusFor(s);
+  r.status = http_status ? http_status : HttpStatusFor(s);
   // Messages may quote what a client sent; bytes that are not UTF-8 become
   // U+FFFD instead of an exception.
   r.body = json{{"error", {{"code", std::string(StatusCodeName(s.code()))}, {"message", s.message()}}}}.dump(
@@ -194,9 +194,17 @@ bool RestApi::Authorized(const HttpRequest& req) const {
   // The dashboard's files hold no data, and a browser sends no header when
   // it opens a page; the data those pages fetch needs the token.
   if (IsDashboardFile(req)) return true;
+  // "Bearer <token>", the scheme in any case (RFC 7235 section 2.1).
   const std::string auth = req.Header("authorization");
-  const std::string prefix = "Bearer ";
-  if (auth.rfind(prefix, 0) == 0) return SecureEquals(auth.substr(prefix.size()), options_.token);
+  const auto space = auth.find(' ');
+  if (space != std::string::npos) {
+    std::string scheme = auth.substr(0, space);
+    for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const auto token_start = auth.find_first_not_of(' ', space);
+    if (scheme == "bearer" && token_start != std::string::npos) {
+      return SecureEquals(auth.substr(token_start), options_.token);
+    }
+  }
   // A browser's EventSource cannot set headers: the event stream (and only
   // it) also takes the token as ?access_token=.
   if (req.path == "/api/v1/events") {
@@ -206,34 +214,53 @@ bool RestApi::Authorized(const HttpRequest& req) const {
   return false;
 }
 
-HttpResponse RestApi::Handle(const HttpRequest& req) {
+HttpResponse RestApi::Handle(const HttpRequest& original) {
   metrics::ScopedTimer timer(*request_seconds_);
-  if (req.path == "/healthz") return HttpResponse{200, "text/plain", "ok\n", {}, {}};
-  if (!Authorized(req)) {
-    HttpResponse r = ErrorResponse(Status::Unauthenticated("missing or invalid bearer token"));
-    r.headers["WWW-Authenticate"] = "Bearer";
-    return r;
+  // HEAD is GET without the body, which the HTTP server leaves out.
+  HttpRequest as_get;
+  const bool head = original.method == "HEAD";
+  if (head) {
+    as_get = original;
+    as_get.method = "GET";
   }
-  HttpResponse r = Route(req);
+  const HttpRequest& req = head ? as_get : original;
+  HttpResponse r = Answer(req);
   // Any other method is "other": a label per invented method would grow
   // /metrics without bound.
   static const std::set<std::string> kMethods = {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"};
   metrics_
       .counter("hpo_http_requests_total", "REST requests by method and status",
-               {{"method", kMethods.count(req.method) ? req.method : "other"}, {"code", std::to_string(r.status)}})
+               {{"method", kMethods.count(original.method) ? original.method : "other"},
+                {"code", std::to_string(r.status)}})
       .Increment();
   return r;
 }
 
-HttpResponse RestApi::Route(const HttpRequest& req) {
-  if (req.path == "/readyz") {
+HttpResponse RestApi::Answer(const HttpRequest& req) {
+  if (req.path == "/healthz") return HttpResponse{200, "text/plain", "ok\n", {}, {}};
+  if (auto refused = CheckRequestSource(req, options_.guard)) {
+    return ErrorResponse(refused->status, refused->http_status);
+  }
+  // Kubernetes probes and Prometheus scrapers carry no bearer token.
+  // /readyz tells only whether the store answers; /metrics is open when the
+  // operator chose public_metrics.
+  if (req.path == "/readyz" && req.method == "GET") {
     auto v = engine_.store().SchemaVersion();
     if (!v.ok()) return ErrorResponse(v.status());
     return HttpResponse{200, "text/plain", "ready\n", {}, {}};
   }
-  if (req.path == "/metrics" && req.method == "GET") {
-    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.Render(), {}, {}};
+  const bool metrics = req.path == "/metrics" && req.method == "GET";
+  if (!(metrics && options_.public_metrics) && !Authorized(req)) {
+    HttpResponse r = ErrorResponse(Status::Unauthenticated("missing or invalid bearer token"));
+    r.headers["WWW-Authenticate"] = "Bearer";
+    return r;
   }
+  if (metrics) return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.Render(), {}, {}};
+  if (auto refused = CheckContentType(req)) return ErrorResponse(refused->status, refused->http_status);
+  return Route(req);
+}
+
+HttpResponse RestApi::Route(const HttpRequest& req) {
   if (req.path == "/openapi.json") return HttpResponse{200, "application/json", OpenApi(), {}, {}};
   if (req.path.rfind("/api/v1/", 0) != 0) {
     if (IsDashboardFile(req)) return Static(req);

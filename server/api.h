@@ -2,10 +2,15 @@
 // the dashboard's static files, as one HTTP handler over the Engine.
 // Status -> HTTP status conversion happens here and nowhere else.
 //
-// Auth: with a token set, every route except /healthz and the dashboard's
-// static files needs "Authorization: Bearer <token>"; /api/v1/events also
-// takes it as ?access_token= (a browser's EventSource cannot set headers).
-// Tokens are compared in constant time.
+// Auth: with a token set, every route except /healthz, /readyz (and
+// /metrics with public_metrics) and the dashboard's static files needs
+// "Authorization: Bearer <token>" (the scheme in any case, RFC 7235);
+// /api/v1/events also takes it as ?access_token= (a browser's EventSource
+// cannot set headers). Tokens are compared in constant time.
+//
+// Before auth, every request but /healthz passes the browser guard
+// (server/http/browser_guard.h: Host, Origin, Content-Type), token or not.
+// HEAD is answered as GET (the HTTP server sends no body).
 #pragma once
 
 #include <memory>
@@ -13,6 +18,7 @@
 
 #include "server/engine.h"
 #include "server/events.h"
+#include "server/http/browser_guard.h"
 #include "server/http/http_server.h"
 #include "server/metrics.h"
 
@@ -22,12 +28,17 @@ struct ApiOptions {
   std::string token;     // empty: no auth
   std::string web_root;  // empty: no dashboard files
   int max_page = 10'000; // largest page a list call returns
+  // Serve /metrics without the token (Prometheus scrapers often carry none).
+  bool public_metrics = false;
+  BrowserGuardOptions guard;
 };
 
 // HTTP status for an error Status (the one place this mapping lives).
 int HttpStatusFor(const Status& s);
-// {"error": {"code": "InvalidArgument", "message": "..."}}
-HttpResponse ErrorResponse(const Status& s);
+// {"error": {"code": "InvalidArgument", "message": "..."}}, with the status
+// HttpStatusFor gives or, where HTTP has a more precise one than the code
+// (415 for a media type), `http_status`.
+HttpResponse ErrorResponse(const Status& s, int http_status = 0);
 // Constant-time comparison (no early exit; length differences included).
 bool SecureEquals(const std::string& a, const std::string& b);
 
@@ -43,6 +54,8 @@ class RestApi {
   // path is no API, health, metrics or OpenAPI route).
   bool IsDashboardFile(const HttpRequest& req) const;
   bool Authorized(const HttpRequest& req) const;
+  // Health, the browser guard, auth, then Route.
+  HttpResponse Answer(const HttpRequest& req);
   HttpResponse Route(const HttpRequest& req);
   HttpResponse Static(const HttpRequest& req);
   HttpResponse Events(const HttpRequest& req);

@@ -5,12 +5,15 @@
 // then the process exits 0. Everything durable is in the store, so a
 // restarted server continues every experiment where it was.
 #include <signal.h>
+#include <sys/resource.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <condition_variable>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -43,21 +46,26 @@ bool SplitHostPort(const std::string& s, std::string* host, uint16_t* port) {
   return true;
 }
 
-// Kubernetes probes and Prometheus scrapers carry no bearer token. /readyz
-// answers without one (it tells only whether the store answers), and so
-// does /metrics when the operator chose --public-metrics; every other
-// route goes to the REST API and its auth.
-HttpResponse HandleHttp(const HttpRequest& r, store::Store& store, const metrics::Registry& registry,
-                      bool public_metrics, RestApi& api) {
-  if (r.method == "GET" && r.path == "/readyz") {
-    auto v = store.SchemaVersion();
-    if (!v.ok()) return ErrorResponse(v.status());
-    return HttpResponse{200, "text/plain", "ready\n", {}, {}};
+// The token from --token-file: the file's first line, without surrounding
+// white space (a token on the command line shows in the process list).
+Result<std::string> ReadTokenFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::InvalidArgument("--token-file '" + path + "': " + std::strerror(errno));
+  std::string line;
+  std::getline(in, line);
+  const auto b = line.find_first_not_of(" \t\r");
+  const auto e = line.find_last_not_of(" \t\r");
+  if (b == std::string::npos) return Status::InvalidArgument("--token-file '" + path + "': holds no token");
+  return line.substr(b, e - b + 1);
+}
+
+// Each HTTP connection is a descriptor: take what the hard limit allows.
+void RaiseDescriptorLimit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
   }
-  if (public_metrics && r.method == "GET" && r.path == "/metrics") {
-    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", registry.Render(), {}, {}};
-  }
-  return api.Handle(r);
 }
 
 }  // namespace
@@ -67,7 +75,9 @@ int main(int argc, char** argv) {
   std::string store_url = "sqlite://./hpo.db";
   std::string http_address = "127.0.0.1:8080";
   std::string grpc_address = "127.0.0.1:50051";
-  std::string token;
+  std::string token, token_file;
+  std::vector<std::string> allowed_hosts, allowed_origins;
+  int http_max_connections = 4096;
   std::string web_root;
   std::string port_file;
   std::string log_level = "info";
@@ -87,8 +97,23 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--grpc", grpc_address, "worker protocol address (port 0: any free port)")
       ->capture_default_str();
-  app.add_option("--token", token, "bearer token every call must carry (except /healthz)")
-      ->envname("HPO_TOKEN");
+  auto* token_opt = app.add_option("--token", token,
+                                   "bearer token every call must carry (except /healthz); prefer HPO_TOKEN "
+                                   "or --token-file: a command line shows in the process list")
+                        ->envname("HPO_TOKEN");
+  app.add_option("--token-file", token_file, "read the bearer token from this file's first line")
+      ->envname("HPO_TOKEN_FILE")
+      ->excludes(token_opt);
+  app.add_option("--allowed-host", allowed_hosts,
+                 "a host name REST requests may carry in Host besides IP addresses and localhost, e.g. the "
+                 "name of a load balancer (repeatable; * allows any: no DNS-rebinding protection)");
+  app.add_option("--allowed-origin", allowed_origins,
+                 "a web origin (https://dash.example.com) whose pages may call the REST API besides the "
+                 "server's own (repeatable; * allows any)");
+  app.add_option("--http-max-connections", http_max_connections,
+                 "open REST connections; at the cap the longest-idle one is closed for a new one")
+      ->check(CLI::Range(16, 1'000'000))
+      ->capture_default_str();
   app.add_option("--web-root", web_root, "directory of the dashboard's static files");
   app.add_option("--tls-cert", tls_cert,
                  "PEM certificate chain: serve HTTPS on --http and TLS on --grpc (needs --tls-key)")
@@ -118,6 +143,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   spdlog::set_level(spdlog::level::from_str(log_level));
+  if (!token_file.empty()) {
+    auto t = ReadTokenFile(token_file);
+    if (!t.ok()) return Fail(t.status().message());
+    token = *t;
+  }
+  RaiseDescriptorLimit();
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
 
   if (tls_cert.empty() != tls_key.empty()) {
@@ -183,16 +214,21 @@ int main(int argc, char** argv) {
   };
   RegisterStoreGauges(registry, *store);  // read from the store: every replica agrees
   Engine engine(*store, engine_options);
-  RestApi api(engine, events, registry, ApiOptions{token, web_root});
+  ApiOptions api_options;
+  api_options.token = token;
+  api_options.web_root = web_root;
+  api_options.public_metrics = public_metrics;
+  api_options.guard.allowed_hosts = allowed_hosts;
+  api_options.guard.allowed_origins = allowed_origins;
+  RestApi api(engine, events, registry, api_options);
 
   HttpServerOptions http_options;
   http_options.address = http_host;
   http_options.port = http_port;
   http_options.tls_cert_file = tls_cert;
   http_options.tls_key_file = tls_key;
-  auto http = HttpServer::Start(http_options, [&](const HttpRequest& r) {
-    return HandleHttp(r, *store, registry, public_metrics, api);
-  });
+  http_options.max_connections = http_max_connections;
+  auto http = HttpServer::Start(http_options, [&](const HttpRequest& r) { return api.Handle(r); });
   if (!http.ok()) return Fail(http.status().message());
   WorkerServiceImpl worker_service(engine, WorkerServiceOptions{token, 1000});
   auto grpc = GrpcServer::Start(grpc_address, &worker_service, GrpcTlsFiles{tls_cert, tls_key});
@@ -200,7 +236,13 @@ int main(int argc, char** argv) {
   const bool tls = !tls_cert.empty();
   spdlog::info("{} listening on {}:{}", tls ? "https" : "http", http_host, (*http)->port());
   spdlog::info("grpc{} listening on {}:{}", tls ? " (TLS)" : "", grpc_host, (*grpc)->port());
-  if (!token.empty()) spdlog::info("bearer token required on every call but /healthz");
+  if (!token.empty()) {
+    spdlog::info("bearer token required on every call but /healthz");
+  } else {
+    spdlog::warn("no token: anyone who can reach {}:{} or {} may submit experiments, and a command "
+                 "experiment runs its program on every worker (set HPO_TOKEN or --token-file)",
+                 http_host, (*http)->port(), grpc_address);
+  }
   if (!port_file.empty()) {
     const std::string tmp = port_file + ".tmp";
     std::ofstream(tmp) << nlohmann::json{{"http", (*http)->port()}, {"grpc", (*grpc)->port()}}.dump() << "\n";

@@ -37,7 +37,10 @@ class RestApiTest : public ::testing::Test {
     EngineOptions eo;
     eo.on_event = [this](std::string type, const json& data) { events_.Publish(std::move(type), data); };
     engine_ = std::make_unique<Engine>(*store_, eo);
-    api_ = std::make_unique<RestApi>(*engine_, events_, metrics_, ApiOptions{token, web_root});
+    ApiOptions ao;
+    ao.token = token;
+    ao.web_root = web_root;
+    api_ = std::make_unique<RestApi>(*engine_, events_, metrics_, ao);
     HttpServerOptions ho;
     ho.port = 0;
     ho.max_body_bytes = 64 << 10;
@@ -82,6 +85,7 @@ TEST_F(RestApiTest, HostileRequestsGetA4xxNotACrash) {
     req.method = method;
     ParseRequestTarget(target, req);
     req.body = body;
+    if (method != "GET") req.headers["content-type"] = "application/json";  // as every client sends
     HttpResponse r = api_->Handle(req);
     EXPECT_GE(r.status, 400) << method << " " << target;
     EXPECT_LT(r.status, 500) << method << " " << target << ": " << r.body;
@@ -186,13 +190,15 @@ TEST_F(RestApiTest, ErrorsAreJsonWithTheRightStatusAndFieldPath) {
   EXPECT_EQ(big.status, 413);
 }
 
-TEST_F(RestApiTest, TokenGuardsEveryRouteButHealthz) {
+TEST_F(RestApiTest, TokenGuardsEveryRouteButTheProbes) {
   Start("s3cret-token");
   EXPECT_EQ(Call("GET", "/healthz").status, 200);
   EXPECT_EQ(Call("GET", "/api/v1/experiments").status, 200);
   HttpClientOptions anonymous = client_;
   anonymous.token = "";
-  for (const char* path : {"/api/v1/experiments", "/metrics", "/readyz", "/openapi.json", "/api/v1/workers"}) {
+  // The readiness probe is open (it says only whether the store answers).
+  EXPECT_EQ(HttpRequestOnce(anonymous, "GET", "/readyz")->status, 200);
+  for (const char* path : {"/api/v1/experiments", "/metrics", "/openapi.json", "/api/v1/workers"}) {
     auto r = HttpRequestOnce(anonymous, "GET", path);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->status, 401) << path;

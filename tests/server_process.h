@@ -90,6 +90,25 @@ class ServerProcess {
     return status;
   }
 
+  // Sends `sig` and waits up to `within` for the exit: its wait status, or
+  // -1 when it had not exited by then (it is then killed).
+  int StopWithin(int sig, std::chrono::milliseconds within) {
+    if (pid_ <= 0) return exit_status_;
+    ::kill(pid_, sig);
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) != pid_) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        Kill(SIGKILL);
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid_ = -1;
+    exit_status_ = status;
+    return status;
+  }
+
   std::string Log() const {
     std::ifstream in(log_);
     std::stringstream ss;
