@@ -9,83 +9,26 @@
 //     the trial's end shown live;
 //   * 10,000 trials: the page loads and the table sorts (times printed as
 //     `bench=dashboard ...`, not asserted tightly).
-// Screenshots go to --out. Usage (ctest runs it, see tests/CMakeLists.txt):
+// Screenshots go to --out. Usage (ctest runs it, see tests/web/CMakeLists.txt):
 //   node tests/web/dashboard.test.mjs --server build/server/hpo-server \
 //     --worker build/worker/hpo-worker --web-root web --out build/web-screenshots
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import { createRequire } from 'node:module';
-import { parseArgs } from 'node:util';
+import {
+  launchChromium, log, Processes, rendered as renderedPage, startServer, testArgs, waitFor,
+} from './harness.mjs';
 
-const { values: args } = parseArgs({
-  options: {
-    server: { type: 'string' }, worker: { type: 'string' }, 'web-root': { type: 'string' },
-    out: { type: 'string' }, chromium: { type: 'string', default: '/usr/bin/chromium' },
-  },
-});
-for (const required of ['server', 'worker', 'web-root', 'out']) {
-  if (!args[required]) throw new Error(`--${required} is required`);
-}
-
-// playwright-core is a devDependency of the dashboard's package (web/).
-const { chromium } = createRequire(path.resolve(args['web-root'], 'package.json'))('playwright-core');
-
+const args = testArgs();
 const TOKEN = 'dashboard-test-token';
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hpo-dashboard-'));
-const children = [];
+const procs = new Processes('hpo-dashboard-');
+const { dir } = procs;
 let failed = false;
 
-// Whatever happens, the server and worker do not outlive the test.
-process.on('exit', () => {
-  for (const { child } of children) child.kill('SIGKILL');
-});
-
-function log(...xs) {
-  console.log(`[${(process.uptime()).toFixed(1)}s]`, ...xs);
-}
-
-function start(bin, argv, name) {
-  const out = fs.openSync(path.join(dir, `${name}.log`), 'w');
-  const child = spawn(bin, argv, { stdio: ['ignore', out, out] });
-  children.push({ child, name });
-  return child;
-}
-
-async function waitFor(what, fn, timeoutMs = 30000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
 // --- the server and the REST client ------------------------------------
-const db = path.join(dir, 'hpo.db');
-start(args.server, ['--store', `sqlite://${db}`, '--http', '127.0.0.1:0', '--grpc', '127.0.0.1:0',
-                    '--port-file', path.join(dir, 'ports.json'), '--web-root', args['web-root'],
-                    '--token', TOKEN, '--lease-timeout', '600'], 'server');
-const ports = await waitFor('the server to listen', () => {
-  try {
-    return JSON.parse(fs.readFileSync(path.join(dir, 'ports.json'), 'utf8'));
-  } catch {
-    return null;
-  }
-});
-const base = `http://127.0.0.1:${ports.http}`;
-
-async function api(method, p, body) {
-  const r = await fetch(base + p, {
-    method, headers: { Authorization: `Bearer ${TOKEN}` }, body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const j = await r.json();
-  if (!r.ok) throw new Error(`${method} ${p}: ${r.status} ${JSON.stringify(j)}`);
-  return j;
-}
+const { base, ports, db, api } = await startServer(procs,
+                                                   { server: args.server, webRoot: args['web-root'], token: TOKEN });
 
 // --- data ---------------------------------------------------------------
 // A client experiment over three spaces with per-step reports; the median
@@ -160,7 +103,7 @@ const tuned = await api('POST', '/api/v1/experiments', {
   budget: { max_trials: 4, max_parallel: 1, steps_per_trial: 6 },
   executor: { command: { argv: [script, '{x}'], timeout_s: 60 } },
 });
-start(args.worker, ['--server', `127.0.0.1:${ports.grpc}`, '--token', TOKEN, '--device', 'cpu',
+procs.start(args.worker, ['--server', `127.0.0.1:${ports.grpc}`, '--token', TOKEN, '--device', 'cpu',
                     '--labels', 'pool=test', '--benchmark-seconds', '0.2'], 'worker');
 
 // 10,000 trials. Through REST that is 40,000 calls (minutes on 2 cores);
@@ -200,10 +143,7 @@ COMMIT;
 log(`ten-thousand: ${BIG} trials written`);
 
 // --- the browser ----------------------------------------------------------
-const browser = await chromium.launch({
-  executablePath: args.chromium, headless: true,
-  args: process.getuid?.() === 0 ? ['--no-sandbox'] : [],
-});
+const browser = await launchChromium(args);
 const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
 const consoleErrors = [];
 page.on('console', (m) => m.type() === 'error' && consoleErrors.push(m.text()));
@@ -218,12 +158,8 @@ async function screenshot(name) {
 }
 
 // Waits for the page's next completed render (app.js counts them).
-async function rendered(after = 0, timeout = 60000) {
-  await page.waitForFunction((n) => Number(document.getElementById('view').dataset.renders) > n ||
-                                   document.querySelector('#view .error'), after, { timeout });
-  const error = await page.$('#view .error');
-  if (error) throw new Error(`the page shows an error: ${await error.textContent()}\n${consoleErrors.join('\n')}`);
-  return Number(await page.$eval('#view', (v) => v.dataset.renders));
+function rendered(after = 0, timeout = 60000) {
+  return renderedPage(page, after, { timeout, consoleErrors });
 }
 
 // What each registered chart draws: the data length of every series, and
@@ -399,11 +335,9 @@ try {
   failed = true;
   console.error(e);
   await screenshot('failure').catch(() => {});
-  for (const { name } of children) {
-    console.error(`--- ${name}.log (tail) ---\n${fs.readFileSync(path.join(dir, `${name}.log`), 'utf8').slice(-3000)}`);
-  }
+  procs.printLogs();
 } finally {
   await browser.close();
-  fs.rmSync(dir, { recursive: true, force: true });
+  procs.removeDir();
 }
 process.exit(failed ? 1 : 0);

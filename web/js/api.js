@@ -1,5 +1,5 @@
-// The REST API as the dashboard uses it: JSON GETs with the bearer token,
-// and the live event stream.
+// The REST API as the dashboard uses it: JSON requests with the bearer
+// token, and the live event stream.
 //
 // The token: a link with ?token=T stores T in localStorage (and drops it from
 // the address bar); the token form does the same. Every fetch sends it as
@@ -34,13 +34,22 @@ function token() {
   return localStorage.getItem(TOKEN_KEY) || '';
 }
 
-export async function getJson(path) {
+// A request that changes state (any method but GET and HEAD) says
+// Content-Type: application/json, with a body or without: the server refuses
+// such requests in the types a cross-site form or fetch may send without
+// asking (text/plain and the other CORS-simple ones).
+export async function requestJson(method, path, body) {
   const headers = {};
   if (token()) headers.Authorization = `Bearer ${token()}`;
-  const r = await fetch(path, { headers });
-  const body = await r.json().catch(() => null);
-  if (!r.ok) throw new ApiError(r.status, body?.error?.message ?? `${r.status} ${r.statusText}`);
-  return body;
+  if (method !== 'GET' && method !== 'HEAD') headers['Content-Type'] = 'application/json';
+  const r = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const answer = await r.json().catch(() => null);
+  if (!r.ok) throw new ApiError(r.status, answer?.error?.message ?? `${r.status} ${r.statusText}`);
+  return answer;
+}
+
+export function getJson(path) {
+  return requestJson('GET', path);
 }
 
 // GET that answers null for a 404 (e.g. "no completed trial yet").

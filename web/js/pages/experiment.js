@@ -5,7 +5,7 @@
 import { allTrials, getJson } from '../api.js';
 import { bestSoFar, bestTrial, duration, FINISHED, importance, objective, spaceHistory, tableRows } from '../analysis.js';
 import { baseOption, chart, formatDuration, formatNumber, formatTime, PALETTE } from '../charts.js';
-import { html, setHtml, stateBadge } from '../dom.js';
+import { element, html, setHtml, stateBadge } from '../dom.js';
 
 const ROWS_PER_PAGE = 50;
 const CURVE_POINTS = 50000;  // learning-curve points asked of the server, all trials together
@@ -303,7 +303,8 @@ function drawTuning({ tuning }) {
       for (const s of c.settings) {
         const isChosen = JSON.stringify(s.setting) === chosen;
         labels.push(`${c.device_class} · ${w.workload} · ${compact(s.setting)}${isChosen ? ' ✓' : ''}`);
-        values.push({ value: s.samples_per_sec, observations: s.observations,
+        values.push({ value: s.samples_per_sec, observations: s.observations, deviceClass: c.device_class,
+                      workload: w.workload, setting: compact(s.setting), isChosen,
                       itemStyle: { color: isChosen ? '#1a9b5c' : '#9db4dc' } });
       }
     }
@@ -312,7 +313,7 @@ function drawTuning({ tuning }) {
   el.style.height = classes === 0 ? '0' : `${Math.max(160, 26 * labels.length + 70)}px`;
   chart(el, 'experiment.tuning').setOption({
     ...baseOption,
-    tooltip: { trigger: 'item', formatter: (p) => `${p.name}<br>${formatNumber(p.value)} samples/s, ${p.data.observations} observations` },
+    tooltip: { trigger: 'item', formatter: tuningTooltip },
     xAxis: { type: 'value', name: 'samples/s' },
     yAxis: { type: 'category', inverse: true, data: labels, axisLabel: { width: 420, overflow: 'truncate' } },
     series: [{ type: 'bar', name: 'samples/s', data: values }],
@@ -322,4 +323,16 @@ function drawTuning({ tuning }) {
     ? 'No speed measured yet: workers report samples/s per system setting as they train (ask/tell clients report no device).'
     : 'Mean measured samples/s of each system setting tried, per device class and workload; ✓ (green) is the ' +
       'setting later trials on that class start from: the fastest seen at least twice.';
+}
+
+// A DOM node, not markup: the device class comes from the worker's CPU or GPU
+// name, the workload from the command's argv[0] and the space's name, the
+// setting from the spec, and ECharts would put a returned string into the
+// page as HTML (see web/js/dom.js).
+function tuningTooltip({ data }) {
+  return element('div', null,
+    element('div', null, element('b', null, data.deviceClass)),
+    element('div', null, data.workload),
+    element('div', null, data.setting || '(no system parameters)', data.isChosen ? ' ✓' : ''),
+    element('div', null, `${formatNumber(data.value)} samples/s, ${data.observations} observations`));
 }
