@@ -4,6 +4,7 @@
 // is printed); 2 bad usage or a bad local file; 3 the server cannot be
 // reached; 4 an experiment ended without success (watch/run: failed or
 // cancelled); 130 interrupted (Ctrl-C).
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,7 +12,9 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -20,6 +23,7 @@
 #include <thread>
 
 #include "common/http_client.h"
+#include "common/token.h"
 
 namespace {
 
@@ -39,8 +43,8 @@ struct Failure {
 [[noreturn]] void Fail(int code, const std::string& message) { throw Failure{code, message}; }
 
 json Call(const HttpClientOptions& o, const std::string& method, const std::string& target,
-          const std::string& body = "") {
-  auto r = hpo::HttpRequestOnce(o, method, target, body);
+          const std::string& body = "", const std::string& content_type = "application/json") {
+  auto r = hpo::HttpRequestOnce(o, method, target, body, content_type);
   if (!r.ok()) {
     Fail(kUnreachable, r.status().message() + " (is hpo-server running? set --server or HPO_SERVER)");
   }
@@ -174,7 +178,11 @@ int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
 }
 
 int64_t Submit(const HttpClientOptions& o, const std::string& file) {
-  json r = Call(o, "POST", "/api/v1/experiments", ReadFile(file));
+  // A spec is YAML unless it is JSON (which is YAML too); say which.
+  const std::string text = ReadFile(file);
+  const auto first = text.find_first_not_of(" \t\r\n");
+  const bool is_json = first != std::string::npos && text[first] == '{';
+  json r = Call(o, "POST", "/api/v1/experiments", text, is_json ? "application/json" : "application/yaml");
   std::cout << "submitted experiment " << r["id"] << " (" << Str(r["name"]) << ")\n";
   return r["id"].get<int64_t>();
 }
@@ -196,10 +204,14 @@ void Trials(const HttpClientOptions& o, int64_t id, const std::string& state, co
 class Local {
  public:
   ~Local() { Stop(); }
-  pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  // `token` reaches the child as HPO_TOKEN: in its environment, which only
+  // its user can read, not on its command line, which everyone can.
+  pid_t Spawn(const std::vector<std::string>& args, const std::string& log, const std::string& token) {
     const pid_t pid = fork();
     if (pid == 0) {
       setpgid(0, 0);  // Ctrl-C reaches hpctl only; it stops the children in order
+      setenv("HPO_TOKEN", token.c_str(), 1);
+      unsetenv("HPO_TOKEN_FILE");
       std::vector<char*> argv;
       std::vector<std::string> copy = args;
       for (auto& a : copy) argv.push_back(a.data());
@@ -265,12 +277,26 @@ int Run(const std::string& file, int workers, const std::string& data_dir, const
   fs::create_directories(data_dir);
   const std::string ports = data_dir + "/ports.json";
   fs::remove(ports);
+  // The embedded server is on loopback, but any local user, and any web
+  // page the user opens, can reach loopback: it gets a fresh token, which
+  // hpctl, the workers and the dashboard link carry.
+  auto token = hpo::RandomToken();
+  if (!token.ok()) Fail(kUsage, token.status().message());
+  // For other clients meanwhile: HPO_TOKEN=$(cat DATA_DIR/token) hpctl ...
+  const std::string token_file = data_dir + "/token";
+  {
+    const int fd = ::open(token_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || ::write(fd, token->data(), token->size()) != static_cast<ssize_t>(token->size())) {
+      Fail(kUsage, "cannot write " + token_file + ": " + std::strerror(errno));
+    }
+    ::close(fd);
+  }
   Local local;
   std::vector<std::string> server = {FindBinary("hpo-server"), "--store",
                                      "sqlite://" + fs::absolute(data_dir).string() + "/hpo.db", "--http",
                                      "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--port-file", ports};
   if (!web_root.empty()) server.insert(server.end(), {"--web-root", web_root});
-  local.Spawn(server, data_dir + "/server.log");
+  local.Spawn(server, data_dir + "/server.log", *token);
   json p;
   for (int i = 0; i < 200 && !p.is_object(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -281,17 +307,22 @@ int Run(const std::string& file, int workers, const std::string& data_dir, const
   if (!p.is_object()) Fail(kUnreachable, "the embedded hpo-server did not start; see " + data_dir + "/server.log");
   HttpClientOptions o;
   o.port = p["http"].get<uint16_t>();
+  o.token = *token;
   const std::string grpc = "127.0.0.1:" + std::to_string(p["grpc"].get<int>());
   const int64_t id = Submit(o, file);
   (void)spec;
   for (int i = 0; i < workers; ++i) {
-    local.Spawn({FindBinary("hpo-worker"), "--server", grpc}, data_dir + "/worker-" + std::to_string(i) + ".log");
+    local.Spawn({FindBinary("hpo-worker"), "--server", grpc}, data_dir + "/worker-" + std::to_string(i) + ".log",
+                *token);
   }
   if (web_root.empty()) {
     std::cout << "dashboard: none (no web/ folder found; pass --web-root DIR); REST on http://127.0.0.1:" << o.port
+              << "/api/v1 with the token in " << token_file
               << "/api/v1  (logs in " << data_dir << ")\n";
   } else {
-    std::cout << "dashboard: http://127.0.0.1:" << o.port << "/  (logs in " << data_dir << ")\n";
+    // The page stores the token and drops it from the address bar (web/js/api.js).
+    std::cout << "dashboard: http://127.0.0.1:" << o.port << "/?token=" << *token << "  (logs in " << data_dir
+              << ")\n";
     if (!fs::exists(fs::path(web_root) / "node_modules" / "echarts")) {
       std::cout << "  its charts need `npm ci` in " << web_root << " (scripts/setup runs it)\n";
     }

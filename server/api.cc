@@ -574,7 +574,18 @@ HttpResponse RestApi::Static(const HttpRequest& req) {
   if (!in) return ErrorResponse(Status::NotFound("no such file: " + req.path));
   std::ostringstream body;
   body << in.rdbuf();
-  return HttpResponse{200, ContentType(file), body.str(), {{"Cache-Control", "no-cache"}}, {}};
+  HttpResponse r{200, ContentType(file), body.str(), {{"Cache-Control", "no-cache"}}, {}};
+  // What the API returns is data, never markup: the pages build DOM from it
+  // (web/README.md), and this policy stops any script but the dashboard's
+  // own files should one slip through; frame-ancestors (which a <meta> tag
+  // cannot set) keeps other sites from framing the dashboard.
+  r.headers["X-Content-Type-Options"] = "nosniff";
+  if (file.extension() == ".html") {
+    r.headers["Content-Security-Policy"] =
+        "default-src 'none'; script-src 'self'; style-src 'self'; style-src-attr 'unsafe-inline'; "
+        "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+  }
+  return r;
 }
 
 }  // namespace hpo::server

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/token.h"
 #include "server/api.h"
 #include "server/event_relay.h"
 #include "server/grpc/worker_service.h"
@@ -44,19 +45,6 @@ bool SplitHostPort(const std::string& s, std::string* host, uint16_t* port) {
   *host = s.substr(0, colon);
   *port = static_cast<uint16_t>(p);
   return true;
-}
-
-// The token from --token-file: the file's first line, without surrounding
-// white space (a token on the command line shows in the process list).
-Result<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::InvalidArgument("--token-file '" + path + "': " + std::strerror(errno));
-  std::string line;
-  std::getline(in, line);
-  const auto b = line.find_first_not_of(" \t\r");
-  const auto e = line.find_last_not_of(" \t\r");
-  if (b == std::string::npos) return Status::InvalidArgument("--token-file '" + path + "': holds no token");
-  return line.substr(b, e - b + 1);
 }
 
 // Each HTTP connection is a descriptor: take what the hard limit allows.
@@ -106,10 +94,15 @@ int main(int argc, char** argv) {
       ->excludes(token_opt);
   app.add_option("--allowed-host", allowed_hosts,
                  "a host name REST requests may carry in Host besides IP addresses and localhost, e.g. the "
-                 "name of a load balancer (repeatable; * allows any: no DNS-rebinding protection)");
+                 "name of a load balancer or Service (repeatable, or comma-separated in HPO_ALLOWED_HOSTS; "
+                 "* allows any: no DNS-rebinding protection)")
+      ->envname("HPO_ALLOWED_HOSTS")
+      ->delimiter(',');
   app.add_option("--allowed-origin", allowed_origins,
                  "a web origin (https://dash.example.com) whose pages may call the REST API besides the "
-                 "server's own (repeatable; * allows any)");
+                 "server's own (repeatable, or comma-separated in HPO_ALLOWED_ORIGINS; * allows any)")
+      ->envname("HPO_ALLOWED_ORIGINS")
+      ->delimiter(',');
   app.add_option("--http-max-connections", http_max_connections,
                  "open REST connections; at the cap the longest-idle one is closed for a new one")
       ->check(CLI::Range(16, 1'000'000))

@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "common/token.h"
 #include "worker/benchmark.h"
 #include "worker/builtin_trainer.h"
 #include "worker/client.h"
@@ -125,7 +126,14 @@ int main(int argc, char** argv) {
   app.add_option("--tls-ca", tls_ca,
                  "PEM CA certificate(s) that signed the server's; implies TLS (default: the system's CAs)")
       ->envname("HPO_TLS_CA");
-  app.add_option("--token", options.token, "bearer token, when the server has one")->envname("HPO_TOKEN");
+  std::string token_file;
+  auto* token_opt = app.add_option("--token", options.token,
+                                   "bearer token, when the server has one (prefer HPO_TOKEN or --token-file: "
+                                   "a command line shows in the process list)")
+                        ->envname("HPO_TOKEN");
+  app.add_option("--token-file", token_file, "read the bearer token from this file's first line")
+      ->envname("HPO_TOKEN_FILE")
+      ->excludes(token_opt);
   app.add_option("--device", device, "auto, cpu or cuda:N")->capture_default_str();
   app.add_option("--threads", options.threads, "intra-op threads per CPU trial (default: usable cores)");
   app.add_option("--labels", labels, "k=v,k=v reported with the worker");
@@ -137,6 +145,11 @@ int main(int argc, char** argv) {
   app.add_flag("--list-devices", list_devices, "print the devices and their benchmark, then exit");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
+  if (!token_file.empty()) {
+    auto t = hpo::ReadTokenFile(token_file);
+    if (!t.ok()) return Fail(t.status().message());
+    options.token = *t;
+  }
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
 
   if (options.server.rfind("https://", 0) == 0) {

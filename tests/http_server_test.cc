@@ -1,8 +1,11 @@
-// The REST port under clients that hold connections without using them,
-// against the real hpo-server: sockets that send nothing, a header sent a
-// byte a second (slowloris), answers that are never read. None of them may
-// keep another client from being served, each is closed within a bounded
-// time, and SIGTERM still ends the server within its drain bound.
+// The REST port's HTTP, against the real hpo-server.
+//  * Clients that hold connections without using them: sockets that send
+//    nothing, a header sent a byte a second (slowloris), answers that are
+//    never read. None of them may keep another client from being served,
+//    each is closed within a bounded time, and SIGTERM still ends the server
+//    within its drain bound.
+//  * Requests at the edges of the protocol: HEAD, malformed framing, the
+//    auth scheme's case.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -25,11 +28,11 @@ using testing::SendAll;
 
 constexpr const char* kToken = "connections-test-token";
 
-class HttpConnectionsTest : public ::testing::Test {
+class HttpServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     testing::RaiseDescriptorLimit();
-    dir_ = ::testing::TempDir() + "/hpo-http-connections-" + std::to_string(getpid());
+    dir_ = ::testing::TempDir() + "/hpo-http-server-" + std::to_string(getpid());
     fs::remove_all(dir_);
   }
   void TearDown() override {
@@ -64,7 +67,7 @@ class HttpConnectionsTest : public ::testing::Test {
   std::vector<int> fds_;
 };
 
-TEST_F(HttpConnectionsTest, IdleAndSlowClientsLockNobodyOutAndAreClosed) {
+TEST_F(HttpServerTest, IdleAndSlowClientsLockNobodyOutAndAreClosed) {
   StartServer({"--token", kToken});
   constexpr int kIdle = 600, kSlow = 50;
   std::vector<int> idle, slow;
@@ -115,7 +118,7 @@ TEST_F(HttpConnectionsTest, IdleAndSlowClientsLockNobodyOutAndAreClosed) {
   EXPECT_TRUE(closed) << open_idle << " idle and " << open_slow << " slow connections still open after 30 s";
 }
 
-TEST_F(HttpConnectionsTest, AtTheConnectionCapTheLongestIdleMakesRoom) {
+TEST_F(HttpServerTest, AtTheConnectionCapTheLongestIdleMakesRoom) {
   StartServer({"--token", kToken, "--http-max-connections", "32"});
   for (int i = 0; i < 100; ++i) ASSERT_GE(Open(), 0);
   std::this_thread::sleep_for(200ms);  // all accepted
@@ -124,7 +127,7 @@ TEST_F(HttpConnectionsTest, AtTheConnectionCapTheLongestIdleMakesRoom) {
   EXPECT_TRUE(PeerClosed(fds_.front()));
 }
 
-TEST_F(HttpConnectionsTest, SigtermEndsWithinTheDrainBoundWhileClientsNeverRead) {
+TEST_F(HttpServerTest, SigtermEndsWithinTheDrainBoundWhileClientsNeverRead) {
   StartServer({"--token", kToken});
   // Clients that ask and never read: hundreds of pipelined requests each,
   // far more answer than the socket buffers hold.
@@ -145,6 +148,57 @@ TEST_F(HttpConnectionsTest, SigtermEndsWithinTheDrainBoundWhileClientsNeverRead)
   const int status = server_->StopWithin(SIGTERM, 20s);
   ASSERT_NE(status, -1) << "hpo-server did not exit within 20 s of SIGTERM";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "wait status " << status;
+}
+
+TEST_F(HttpServerTest, HeadAnswersWithTheHeadersOfGetAndNoBody) {
+  StartServer();
+  // Two requests on one connection: the second response must follow the
+  // first's headers directly, with no body in between.
+  const std::string raw = testing::RawRequest(
+      server_->http_port(),
+      "HEAD /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Connection: close\r\n\r\n");
+  ASSERT_EQ(testing::StatusOf(raw), 200) << raw;
+  const auto end_of_head = raw.find("\r\n\r\n");
+  ASSERT_NE(end_of_head, std::string::npos) << raw;
+  EXPECT_NE(raw.substr(0, end_of_head).find("Content-Length: 3"), std::string::npos) << raw;
+  EXPECT_EQ(raw.compare(end_of_head + 4, 8, "HTTP/1.1"), 0) << "HEAD's answer carried a body:\n" << raw;
+  EXPECT_EQ(raw.substr(raw.size() - 3), "ok\n") << raw;
+}
+
+TEST_F(HttpServerTest, MalformedFramingGets400) {
+  StartServer();
+  const std::vector<std::string> requests = {
+      "POST /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: abc\r\n\r\n{}",
+      "POST /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+      "POST /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+      "POST /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+      "GET / HTTP/9.9\r\nHost: 127.0.0.1\r\n\r\n",
+  };
+  for (const auto& request : requests) {
+    const std::string raw = testing::RawRequest(server_->http_port(), request);
+    EXPECT_EQ(testing::StatusOf(raw), 400) << request << "\n->\n" << raw;
+    EXPECT_NE(raw.find("malformed HTTP request"), std::string::npos) << raw;
+  }
+  EXPECT_TRUE(Served()) << "the server stopped answering after malformed requests";
+}
+
+TEST_F(HttpServerTest, TheBearerSchemeIsCaseInsensitive) {
+  StartServer({"--token", kToken});
+  for (const std::string scheme : {"Bearer", "bearer", "BEARER", "bEaReR"}) {
+    const std::string raw = testing::RawRequest(
+        server_->http_port(), "GET /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: " + scheme +
+                                  " " + kToken + "\r\nConnection: close\r\n\r\n");
+    EXPECT_EQ(testing::StatusOf(raw), 200) << scheme << ": " << raw;
+  }
+  const std::string wrong = testing::RawRequest(
+      server_->http_port(), "GET /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic " +
+                                std::string(kToken) + "\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(testing::StatusOf(wrong), 401) << wrong;
 }
 
 }  // namespace
