@@ -309,6 +309,7 @@ grpc::Status SimWorker::Register(const std::string& host) {
   if (s.ok()) {
     worker_id_ = res.worker_id();
     device_id_ = res.device_ids(0);
+    session_ = res.session();
   }
   return s;
 }
@@ -316,6 +317,7 @@ grpc::Status SimWorker::Register(const std::string& host) {
 grpc::Status SimWorker::Lease(v1::LeaseResponse* out) {
   v1::LeaseRequest req;
   req.set_worker_id(worker_id_);
+  req.set_session(session_);
   req.set_device_id(device_id_);
   grpc::ClientContext ctx;
   Prepare(ctx);
@@ -325,6 +327,7 @@ grpc::Status SimWorker::Lease(v1::LeaseResponse* out) {
 grpc::Status SimWorker::Report(int64_t trial_id, int64_t step, double loss, v1::ReportResponse* out) {
   v1::ReportRequest req;
   req.set_worker_id(worker_id_);
+  req.set_session(session_);
   req.set_device_id(device_id_);
   req.set_trial_id(trial_id);
   req.set_step(step);
@@ -338,6 +341,7 @@ grpc::Status SimWorker::Report(int64_t trial_id, int64_t step, double loss, v1::
 grpc::Status SimWorker::Complete(int64_t trial_id, double loss) {
   v1::CompleteRequest req;
   req.set_worker_id(worker_id_);
+  req.set_session(session_);
   req.set_trial_id(trial_id);
   (*req.mutable_final_metrics())["loss"] = loss;
   v1::CompleteResponse res;
@@ -349,6 +353,7 @@ grpc::Status SimWorker::Complete(int64_t trial_id, double loss) {
 grpc::Status SimWorker::Heartbeat(int64_t trial_id, v1::HeartbeatResponse* out) {
   v1::HeartbeatRequest req;
   req.set_worker_id(worker_id_);
+  req.set_session(session_);
   req.add_trial_ids(trial_id);
   grpc::ClientContext ctx;
   Prepare(ctx);

@@ -136,6 +136,7 @@ class SimWorker {
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   std::chrono::milliseconds deadline_;
   int64_t worker_id_ = 0, device_id_ = 0;
+  std::string session_;  // Register's secret, sent with every later call
 };
 
 // The loss a simulated worker reports for (trial, step): distinct per

@@ -1,5 +1,6 @@
 #include "common/token.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -30,6 +31,27 @@ Result<std::string> RandomToken() {
     out += kHex[b & 15];
   }
   return out;
+}
+
+bool TokenEquals(std::string_view given, std::string_view expected) {
+  volatile unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    diff = diff | (g ^ static_cast<unsigned char>(expected[i]));
+  }
+  return diff == 0;
+}
+
+std::optional<std::string_view> BearerToken(std::string_view authorization) {
+  const auto space = authorization.find(' ');
+  if (space != 6) return std::nullopt;
+  static constexpr std::string_view kScheme = "bearer";
+  for (size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return std::nullopt;
+  }
+  const auto start = authorization.find_first_not_of(' ', space);
+  if (start == std::string_view::npos) return std::nullopt;
+  return authorization.substr(start);
 }
 
 }  // namespace hpo

@@ -3,7 +3,9 @@
 // server.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -16,5 +18,14 @@ Result<std::string> ReadTokenFile(const std::string& path);
 // 32 bytes from the kernel's random source, as 64 hex digits.
 // Unavailable when /dev/urandom cannot be read.
 Result<std::string> RandomToken();
+
+// Compares without stopping at the first differing byte, so the time taken
+// does not tell a caller how much of a guessed token was right: the loop
+// runs over the expected length whatever was given.
+bool TokenEquals(std::string_view given, std::string_view expected);
+
+// The credentials of an "Authorization: Bearer <token>" value, the scheme
+// in any case (RFC 7235 section 2.1); nullopt for another scheme or none.
+std::optional<std::string_view> BearerToken(std::string_view authorization);
 
 }  // namespace hpo

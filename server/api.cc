@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/token.h"
 #include "server/dashboard.h"
 
 namespace hpo::server {
@@ -43,19 +44,6 @@ HttpResponse ErrorResponse(const Status& s, int http_status) {
       -1, ' ', false, json::error_handler_t::replace);
   if (s.IsUnavailable()) r.headers["Retry-After"] = "1";
   return r;
-}
-
-bool SecureEquals(const std::string& a, const std::string& b) {
-  // Touch every byte of the longer input so timing does not reveal where
-  // (or whether) the first difference is.
-  const size_t n = std::max(a.size(), b.size());
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= x ^ y;
-  }
-  return diff == 0;
 }
 
 namespace {
@@ -194,22 +182,13 @@ bool RestApi::Authorized(const HttpRequest& req) const {
   // The dashboard's files hold no data, and a browser sends no header when
   // it opens a page; the data those pages fetch needs the token.
   if (IsDashboardFile(req)) return true;
-  // "Bearer <token>", the scheme in any case (RFC 7235 section 2.1).
-  const std::string auth = req.Header("authorization");
-  const auto space = auth.find(' ');
-  if (space != std::string::npos) {
-    std::string scheme = auth.substr(0, space);
-    for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    const auto token_start = auth.find_first_not_of(' ', space);
-    if (scheme == "bearer" && token_start != std::string::npos) {
-      return SecureEquals(auth.substr(token_start), options_.token);
-    }
-  }
+  const std::string authorization = req.Header("authorization");
+  if (const auto given = BearerToken(authorization)) return TokenEquals(*given, options_.token);
   // A browser's EventSource cannot set headers: the event stream (and only
   // it) also takes the token as ?access_token=.
   if (req.path == "/api/v1/events") {
     const auto it = req.query.find("access_token");
-    return it != req.query.end() && SecureEquals(it->second, options_.token);
+    return it != req.query.end() && TokenEquals(it->second, options_.token);
   }
   return false;
 }

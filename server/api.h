@@ -39,8 +39,6 @@ int HttpStatusFor(const Status& s);
 // HttpStatusFor gives or, where HTTP has a more precise one than the code
 // (415 for a media type), `http_status`.
 HttpResponse ErrorResponse(const Status& s, int http_status = 0);
-// Constant-time comparison (no early exit; length differences included).
-bool SecureEquals(const std::string& a, const std::string& b);
 
 class RestApi {
  public:

@@ -1,6 +1,11 @@
 #include "server/engine.h"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 
@@ -24,6 +29,33 @@ std::string_view ToString(Decision d) {
     case Decision::kStop: return "stop";
   }
   return "continue";
+}
+
+size_t MaxLength(FreeText field) {
+  switch (field) {
+    case FreeText::kFailureReason: return kMaxReasonLength;
+    case FreeText::kLogTail: return kMaxLogTailLength;
+    case FreeText::kCancelReason: return kMaxCancelReasonLength;
+  }
+  return kMaxReasonLength;
+}
+
+std::string CapText(FreeText field, std::string_view text) {
+  const size_t limit = MaxLength(field);
+  if (text.size() <= limit) return std::string(text);
+  auto continuation = [&](size_t i) { return (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80; };
+  if (field == FreeText::kLogTail) {
+    // The end of a program's output says why it failed (the traceback, the
+    // last error), so that is the part kept.
+    constexpr std::string_view kNote = "(cut) ...";
+    size_t from = text.size() - (limit - kNote.size());
+    while (from < text.size() && continuation(from)) ++from;
+    return std::string(kNote) + std::string(text.substr(from));
+  }
+  constexpr std::string_view kNote = "... (cut)";
+  size_t end = limit - kNote.size();
+  while (end > 0 && continuation(end)) --end;
+  return std::string(text.substr(0, end)) + std::string(kNote);
 }
 
 namespace {
@@ -150,6 +182,69 @@ std::optional<metrics::ScopedTimer> TimeIf(metrics::Histogram* h) {
   if (!h) return std::nullopt;
   return std::optional<metrics::ScopedTimer>(std::in_place, *h);
 }
+
+bool FiniteNonNegative(double v) { return std::isfinite(v) && v >= 0; }
+
+// Usable cores with one decimal, independent of the process locale.
+std::string OneDecimal(double v) {
+  char buf[400];  // enough for any finite double in fixed notation
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::fixed, 1);
+  if (ec != std::errc()) return "?";
+  return std::string(buf, end);
+}
+
+// Placement groups devices by class, so the class comes from what the device
+// is (kind, model, usable cores), never from where it sits in the list: two
+// CPU workers with different core quotas run at different speeds.
+std::string ClassOf(const store::DeviceInfo& d) {
+  if (d.kind == store::DeviceKind::kCuda) return "cuda:" + d.name;
+  return "cpu:" + d.name + ":x" + OneDecimal(d.cores);
+}
+
+Status ValidateDevice(const store::DeviceInfo& d, const std::string& path) {
+  if (d.name.empty()) return Status::InvalidArgument(path + ".name: must not be empty");
+  if (d.name.size() > kMaxNameLength) {
+    return Status::InvalidArgument(path + ".name: longer than " + std::to_string(kMaxNameLength) + " bytes");
+  }
+  if (d.ordinal < 0) return Status::InvalidArgument(path + ".ordinal: must be >= 0");
+  if (!FiniteNonNegative(d.cores)) return Status::InvalidArgument(path + ".cores: must be a finite number >= 0");
+  if (d.memory_bytes < 0) return Status::InvalidArgument(path + ".memory_bytes: must be >= 0");
+  if (!FiniteNonNegative(d.benchmark_gflops)) {
+    return Status::InvalidArgument(path + ".benchmark_gflops: must be a finite number >= 0");
+  }
+  return Status::OK();
+}
+
+std::string Hex(const unsigned char* bytes, size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    out += kDigits[bytes[i] >> 4];
+    out += kDigits[bytes[i] & 0xF];
+  }
+  return out;
+}
+
+// A session secret: 32 bytes from the operating system's CSPRNG (through
+// OpenSSL), as hex. Unguessable, unlike the sequential worker id it goes with.
+constexpr size_t kSessionBytes = 32;
+Result<std::string> NewSessionSecret() {
+  unsigned char bytes[kSessionBytes];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) {
+    return Status::Unavailable("cannot draw random bytes for a worker session; try again");
+  }
+  return Hex(bytes, sizeof bytes);
+}
+
+// What the store keeps of a session: its SHA-256, so a copy of the database
+// lets no one act as a worker.
+std::string SessionHash(std::string_view session) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (EVP_Digest(session.data(), session.size(), digest, &size, EVP_sha256(), nullptr) != 1) return "";
+  return Hex(digest, size);
+}
 }  // namespace
 
 std::string Engine::WorkerOwner(Id worker_id) { return "worker/" + std::to_string(worker_id); }
@@ -214,9 +309,107 @@ Result<store::ExperimentRecord> Engine::CreateExperiment(const std::string& spec
 }
 
 Status Engine::CancelExperiment(Id id, std::string_view reason) {
-  HPO_RETURN_IF_ERROR(store_.FinishExperiment(id, store::ExperimentState::kCancelled, reason));
-  Emit("experiment.finished", {{"experiment_id", id}, {"state", "cancelled"}, {"reason", reason}});
+  const std::string why = CapText(FreeText::kCancelReason, reason);
+  HPO_RETURN_IF_ERROR(store_.FinishExperiment(id, store::ExperimentState::kCancelled, why));
+  Emit("experiment.finished", {{"experiment_id", id}, {"state", "cancelled"}, {"reason", why}});
   return Status::OK();
+}
+
+// Workers -------------------------------------------------------------------
+
+Result<RegisteredWorker> Engine::RegisterWorker(const WorkerRegistration& w) {
+  if (w.host.empty()) return Status::InvalidArgument("host: must not be empty");
+  if (w.host.size() > kMaxNameLength) {
+    return Status::InvalidArgument("host: longer than " + std::to_string(kMaxNameLength) + " bytes");
+  }
+  if (w.devices.empty()) return Status::InvalidArgument("devices: must list at least one device");
+  if (w.devices.size() > kMaxDevicesPerWorker) {
+    return Status::InvalidArgument("devices: more than the limit of " + std::to_string(kMaxDevicesPerWorker));
+  }
+  if (w.labels.size() > kMaxLabels) {
+    return Status::InvalidArgument("labels: more than the limit of " + std::to_string(kMaxLabels));
+  }
+  store::NewWorker nw;
+  nw.host = w.host;
+  json labels = json::object();
+  for (const auto& [k, v] : w.labels) {
+    if (k.empty() || k.size() > kMaxNameLength || v.size() > kMaxValueLength) {
+      return Status::InvalidArgument("labels: a key must be 1 to " + std::to_string(kMaxNameLength) +
+                                     " bytes and a value at most " + std::to_string(kMaxValueLength));
+    }
+    labels[k] = v;
+  }
+  nw.labels_json = labels.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::map<int, size_t> index_of_ordinal;
+  for (size_t i = 0; i < w.devices.size(); ++i) {
+    const std::string path = "devices[" + std::to_string(i) + "]";
+    store::DeviceInfo d = w.devices[i];
+    HPO_RETURN_IF_ERROR(ValidateDevice(d, path));
+    if (auto [it, inserted] = index_of_ordinal.emplace(d.ordinal, i); !inserted) {
+      return Status::InvalidArgument(path + ".ordinal: " + std::to_string(d.ordinal) +
+                                     " is also the ordinal of devices[" + std::to_string(it->second) + "]");
+    }
+    d.device_class = ClassOf(d);
+    nw.devices.push_back(std::move(d));
+  }
+  HPO_ASSIGN_OR_RETURN(std::string session, NewSessionSecret());
+  nw.session_hash = SessionHash(session);
+  if (nw.session_hash.empty()) return Status::Internal("cannot hash a worker session (SHA-256 unavailable)");
+  HPO_ASSIGN_OR_RETURN(store::WorkerRecord rec, store_.RegisterWorker(nw));
+  WorkerAuth auth{rec.session_hash, {}};
+  for (const auto& d : rec.devices) auth.devices.insert(d.id);
+  {
+    std::lock_guard lock(mu_);
+    workers_[rec.id] = std::move(auth);
+  }
+  return RegisteredWorker{std::move(rec), std::move(session)};
+}
+
+Result<Engine::WorkerAuth> Engine::Authenticate(const WorkerCaller& caller) {
+  std::optional<WorkerAuth> auth;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = workers_.find(caller.worker_id); it != workers_.end()) auth = it->second;
+  }
+  if (!auth) {
+    // Unknown ones are not kept: the worker may register on another replica.
+    HPO_ASSIGN_OR_RETURN(store::WorkerRecord rec, store_.GetWorker(caller.worker_id));
+    auth = WorkerAuth{rec.session_hash, {}};
+    for (const auto& d : rec.devices) auth->devices.insert(d.id);
+    std::lock_guard lock(mu_);
+    workers_[caller.worker_id] = *auth;
+  }
+  // Both sides are SHA-256 hex of equal length (a worker registered before
+  // sessions has none, and nothing matches it), compared in constant time
+  // so the time taken says nothing of how much of a guess was right.
+  const std::string given = SessionHash(caller.session);
+  const bool match = !caller.session.empty() && given.size() == auth->session_hash.size() &&
+                     CRYPTO_memcmp(given.data(), auth->session_hash.data(), given.size()) == 0;
+  if (!match) {
+    return Status::PermissionDenied("worker " + std::to_string(caller.worker_id) +
+                                    ": the session is missing or is not the one its registration returned "
+                                    "(register again to get one)");
+  }
+  return *std::move(auth);
+}
+
+Status Engine::AuthenticateWorker(const WorkerCaller& caller) { return Authenticate(caller).status(); }
+
+Status Engine::CheckDevice(const WorkerCaller& caller, const WorkerAuth& auth, Id device_id) {
+  if (auth.devices.count(device_id)) return Status::OK();
+  return Status::NotFound("device " + std::to_string(device_id) + " is not a device of worker " +
+                          std::to_string(caller.worker_id));
+}
+
+Result<std::vector<Id>> Engine::Heartbeat(const WorkerCaller& caller, const std::vector<Id>& trial_ids) {
+  if (trial_ids.size() > kMaxTrialsPerHeartbeat) {
+    return Status::InvalidArgument("trial_ids: " + std::to_string(trial_ids.size()) +
+                                   " trials in one heartbeat, more than the limit of " +
+                                   std::to_string(kMaxTrialsPerHeartbeat) + " (kMaxTrialsPerHeartbeat)");
+  }
+  HPO_RETURN_IF_ERROR(Authenticate(caller).status());
+  HPO_RETURN_IF_ERROR(store_.TouchWorker(caller.worker_id));
+  return store_.RenewLeases(trial_ids, WorkerOwner(caller.worker_id), options_.worker_lease_ms);
 }
 
 Result<std::vector<search::History>> Engine::Histories(Id experiment_id, const ExperimentSpec& spec) {
@@ -413,7 +606,14 @@ Status Engine::Replenish(Id experiment_id, Cached& c) {
   return Status::OK();
 }
 
-Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id, std::optional<Id> device_id) {
+Result<std::optional<Assignment>> Engine::LeaseForWorker(const WorkerCaller& caller, Id device_id) {
+  HPO_ASSIGN_OR_RETURN(const WorkerAuth auth, Authenticate(caller));
+  HPO_RETURN_IF_ERROR(CheckDevice(caller, auth, device_id));
+  HPO_RETURN_IF_ERROR(store_.TouchWorker(caller.worker_id));
+  return Lease(caller.worker_id, device_id);
+}
+
+Result<std::optional<Assignment>> Engine::Lease(Id worker_id, Id device_id) {
   const auto timer = TimeIf(lease_seconds_);
   HPO_ASSIGN_OR_RETURN(auto experiments, store_.ListExperiments(0, 10'000));
   std::reverse(experiments.begin(), experiments.end());  // oldest first
@@ -424,9 +624,7 @@ Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id, std::opti
     if (c->spec->executor == ExperimentSpec::ExecutorKind::kClient) continue;
     HPO_RETURN_IF_ERROR(Replenish(e.id, *c));
     std::optional<store::TrialRecord> leased;
-    if (device_id) {
-      HPO_ASSIGN_OR_RETURN(leased, LeasePlaced(e.id, *c, worker_id, *device_id, asked));
-    }
+    HPO_ASSIGN_OR_RETURN(leased, LeasePlaced(e.id, *c, worker_id, device_id, asked));
     if (!leased) {
       HPO_ASSIGN_OR_RETURN(leased, store_.LeaseNextTrial({WorkerOwner(worker_id),
                                                           options_.worker_lease_ms, e.id,
@@ -437,8 +635,8 @@ Result<std::optional<Assignment>> Engine::LeaseForWorker(Id worker_id, std::opti
     for (const auto& [name, id] : c->space_ids) {
       if (leased->space_id == id) a.space = name;
     }
-    if (device_id && !c->spec->system.empty()) {
-      HPO_RETURN_IF_ERROR(StartAtBestSetting(*c->spec, *device_id, asked, a));
+    if (!c->spec->system.empty()) {
+      HPO_RETURN_IF_ERROR(StartAtBestSetting(*c->spec, device_id, asked, a));
     }
     // Keep the pool full for the next worker.
     HPO_RETURN_IF_ERROR(Replenish(e.id, *c));
@@ -479,6 +677,15 @@ Result<std::vector<Assignment>> Engine::Suggest(Id experiment_id, int count) {
   return out;
 }
 
+Result<ReportReply> Engine::Report(const WorkerCaller& caller, TrialReport report) {
+  HPO_ASSIGN_OR_RETURN(const WorkerAuth auth, Authenticate(caller));
+  // A device of another worker (or none) would otherwise be credited with
+  // this worker's speed.
+  if (report.device_id) HPO_RETURN_IF_ERROR(CheckDevice(caller, auth, *report.device_id));
+  report.owner = WorkerOwner(caller.worker_id);
+  return Report(report);
+}
+
 Result<ReportReply> Engine::Report(const TrialReport& r) {
   const auto timer = TimeIf(report_seconds_);
   HPO_ASSIGN_OR_RETURN(store::TrialRecord trial, store_.GetTrial(r.trial_id));
@@ -491,12 +698,18 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
     return Status::InvalidArgument("metrics." + spec.metric +
                                    ": missing or not a finite number (it is the objective)");
   }
+  // Known before anything is written: an unregistered device is an error,
+  // not a stored step followed by one.
+  std::optional<std::string> device_class;
+  if (r.device_id) {
+    HPO_ASSIGN_OR_RETURN(device_class, DeviceClass(*r.device_id));
+  }
   HPO_ASSIGN_OR_RETURN(store::ExperimentRecord exp, store_.GetExperiment(trial.experiment_id));
   if (exp.state != store::ExperimentState::kRunning) {
     // The experiment ended while this trial ran: stop it.
-    Status s = store_.FinishTrial(r.trial_id, r.owner, {TrialState::kCancelled, r.metrics.dump(),
-                                                        "experiment " + std::string(store::ToString(exp.state))});
-    if (!s.ok() && !s.IsFailedPrecondition()) return s;
+    auto s = store_.FinishTrial(r.trial_id, r.owner, {TrialState::kCancelled, r.metrics.dump(),
+                                                      "experiment " + std::string(store::ToString(exp.state))});
+    if (!s.ok() && !s.status().IsFailedPrecondition()) return s.status();
     return ReportReply{Decision::kStop, std::nullopt, "experiment ended"};
   }
   store::Measurement m;
@@ -506,19 +719,18 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
   m.system_setting_json = r.system.dump();
   const int64_t lease = r.owner == kClientOwner ? options_.client_lease_ms : options_.worker_lease_ms;
   HPO_ASSIGN_OR_RETURN(auto reported, store_.ReportMeasurement(r.trial_id, r.owner, m, lease));
-  if (reported.inserted && r.device_id && r.samples_per_sec > 0) {
-    HPO_ASSIGN_OR_RETURN(std::string device_class, DeviceClass(*r.device_id));
+  if (reported.inserted && device_class && r.samples_per_sec > 0) {
     std::string space;
     for (const auto& [name, id] : c->space_ids) {
       if (trial.space_id == id) space = name;
     }
     const std::string workload = Workload(spec, space);
     HPO_RETURN_IF_ERROR(store_
-                            .AddSpeedObservation({*r.device_id, device_class, workload, r.system.dump(),
+                            .AddSpeedObservation({*r.device_id, *device_class, workload, r.system.dump(),
                                                   r.samples_per_sec, r.trial_id})
                             .status());
     std::lock_guard lock(fleet_mu_);  // placement sees it on the next lease
-    if (fleet_) fleet_->model.Observe(device_class, workload, scheduler::SettingKey(r.system), r.samples_per_sec);
+    if (fleet_) fleet_->model.Observe(*device_class, workload, scheduler::SettingKey(r.system), r.samples_per_sec);
   }
   if (reported.inserted) {
     Emit("trial.reported", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
@@ -533,7 +745,14 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
                                                      spec.early_stopping != "none"));
   if (!prune) return CoTune(spec, r);
   const std::string why = "pruned by " + spec.early_stopping + " at step " + std::to_string(r.step);
-  HPO_RETURN_IF_ERROR(store_.FinishTrial(r.trial_id, r.owner, {TrialState::kPruned, r.metrics.dump(), why}));
+  auto finished = store_.FinishTrial(r.trial_id, r.owner, {TrialState::kPruned, r.metrics.dump(), why});
+  // FailedPrecondition: it ended meanwhile (another of its reports pruned
+  // it, or the experiment ended); either way the worker stops, and it was
+  // not this call that ended it.
+  if (!finished.ok() && !finished.status().IsFailedPrecondition()) return finished.status();
+  if (!finished.ok() || *finished == store::FinishResult::kRepeated) {
+    return ReportReply{Decision::kPrune, std::nullopt, why};
+  }
   UpdateCachedTrial(*c, r.trial_id, search::TrialStatus::kPruned, std::nullopt);
   Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
                           {"state", "pruned"}, {"reason", why}});
@@ -661,13 +880,29 @@ Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id,
 
 Status Engine::Complete(Id trial_id, const std::string& owner, bool failed, const json& final_metrics,
                         const std::string& reason) {
+  return Finish(trial_id, owner, failed, final_metrics, CapText(FreeText::kFailureReason, reason));
+}
+
+Status Engine::Complete(const WorkerCaller& caller, Id trial_id, bool failed, const json& final_metrics,
+                        const std::string& reason, const std::string& log_tail) {
+  HPO_RETURN_IF_ERROR(Authenticate(caller).status());
+  // Each part is cut to its own limit, so a long reason cannot push the
+  // output's end (usually the real error) out.
+  std::string why = CapText(FreeText::kFailureReason, reason);
+  if (failed && !log_tail.empty()) {
+    if (!why.empty()) why += "\n";
+    why += CapText(FreeText::kLogTail, log_tail);
+  }
+  return Finish(trial_id, WorkerOwner(caller.worker_id), failed, final_metrics, why);
+}
+
+Status Engine::Finish(Id trial_id, const std::string& owner, bool failed, const json& final_metrics,
+                      const std::string& why) {
   HPO_ASSIGN_OR_RETURN(store::TrialRecord trial, store_.GetTrial(trial_id));
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(trial.experiment_id));
   const ExperimentSpec& spec = *c->spec;
   json metrics = final_metrics.is_object() ? final_metrics : json::object();
   HPO_RETURN_IF_ERROR(CheckMetrics(metrics, "final_metrics"));
-  std::string why = reason;
-  if (why.size() > kMaxReasonLength) why = why.substr(0, kMaxReasonLength) + "... (cut)";
   if (!failed && !metrics.contains(spec.metric)) {
     // The last report stands in for a missing final value.
     HPO_ASSIGN_OR_RETURN(auto ms, store_.ListMeasurements(trial_id));
@@ -681,8 +916,11 @@ Status Engine::Complete(Id trial_id, const std::string& owner, bool failed, cons
   if (!failed && !(metrics[spec.metric].is_number() && std::isfinite(metrics[spec.metric].get<double>()))) {
     return Status::InvalidArgument("final_metrics." + spec.metric + ": must be a finite number");
   }
-  HPO_RETURN_IF_ERROR(store_.FinishTrial(
-      trial_id, owner, {failed ? TrialState::kFailed : TrialState::kCompleted, metrics.dump(), why}));
+  const store::FinishRequest f{failed ? TrialState::kFailed : TrialState::kCompleted, metrics.dump(), why};
+  HPO_ASSIGN_OR_RETURN(const store::FinishResult finished, store_.FinishTrial(trial_id, owner, f));
+  // The owner's same finish again (a retried call): acknowledged, and
+  // nothing is announced, counted or cached twice.
+  if (finished == store::FinishResult::kRepeated) return Status::OK();
   UpdateCachedTrial(*c, trial_id, failed ? search::TrialStatus::kFailed : search::TrialStatus::kCompleted,
                     failed ? std::nullopt : Objective(spec, metrics.dump()));
   Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", trial_id},

@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,9 +46,38 @@ inline constexpr size_t kMaxMetricsPerReport = 256;  // metrics in one report or
 inline constexpr size_t kMaxSystemKeys = 64;         // keys of a reported system setting
 inline constexpr size_t kMaxNameLength = 256;        // a metric name, system key, label, host or device name
 inline constexpr size_t kMaxValueLength = 1024;      // a label or system value (as JSON text)
-// A failure reason (with the log tail a worker sends) longer than this is
-// cut, not refused: the trial's end must still be recorded.
-inline constexpr size_t kMaxReasonLength = 64 * 1024;
+inline constexpr size_t kMaxDevicesPerWorker = 256;  // devices in one registration
+inline constexpr size_t kMaxLabels = 64;             // labels of one worker
+// Trial ids in one heartbeat. A worker runs one trial per device, so it
+// never needs more; each id is a statement of the renewal.
+inline constexpr size_t kMaxTrialsPerHeartbeat = kMaxDevicesPerWorker;
+
+// Free text a caller sends that the server keeps and passes on (stored
+// reasons, events, every page that lists them). Each kind has one limit and
+// is cut to it by CapText, here in the engine, so REST and gRPC (which reach
+// the store only through the engine) keep the same text. Cut, never
+// refused:
+//  * a failure reason or log tail: the trial's end must still be recorded;
+//  * a cancel reason: the point of the call is to stop the experiment's
+//    work, and a long note (a script pasting an alert or a log) should not
+//    leave the fleet busy; the kept part says it was cut. It is the
+//    smallest limit because it is a person's note and it travels in the
+//    "experiment.finished" event, which then still fits one notification
+//    to the other replicas (store::Store::kMaxChangePayload).
+enum class FreeText {
+  kFailureReason,  // why a trial failed (a worker's or a client's words); the start is kept
+  kLogTail,        // what a failed trial's program printed last; the end is kept
+  kCancelReason,   // why a user cancelled an experiment; the start is kept
+};
+inline constexpr size_t kMaxReasonLength = 64 * 1024;       // kFailureReason
+inline constexpr size_t kMaxLogTailLength = 64 * 1024;      // kLogTail
+inline constexpr size_t kMaxCancelReasonLength = 4 * 1024;  // kCancelReason
+// The limit of one kind of free text.
+size_t MaxLength(FreeText field);
+// `text`, or when it is longer than the field's limit, its start (or, for a
+// log tail, its end) with a "(cut)" note, at most the limit in bytes in all
+// and never splitting a UTF-8 character.
+std::string CapText(FreeText field, std::string_view text);
 
 struct EngineOptions {
   int64_t worker_lease_ms = 60'000;         // a worker renews by reporting or heartbeating
@@ -97,6 +127,28 @@ struct ReportReply {
   std::string reason;  // why: "pruned by asha at step 3", "probe threads=1", ...
 };
 
+// Who a worker's call comes from: the id its Register returned and the
+// session secret that came with it.
+struct WorkerCaller {
+  store::Id worker_id = 0;
+  std::string session;
+};
+
+// A worker as it announces itself.
+struct WorkerRegistration {
+  std::string host;
+  std::map<std::string, std::string> labels;
+  // Each device's device_class is derived by the engine (whatever is set).
+  std::vector<store::DeviceInfo> devices;
+};
+
+struct RegisteredWorker {
+  store::WorkerRecord worker;
+  // The secret its later calls present (64 hex characters, from 32 random
+  // bytes). Handed out once: the store keeps only its SHA-256.
+  std::string session;
+};
+
 // A trial as handed out, with what is needed to run it.
 struct Assignment {
   store::TrialRecord trial;
@@ -120,27 +172,70 @@ class Engine {
   // Parses and validates the spec (YAML or JSON); InvalidArgument names the
   // field. Creates the experiment and its first batch of trials.
   Result<store::ExperimentRecord> CreateExperiment(const std::string& spec_text);
+  // Ends the experiment and cancels its unfinished trials. The reason is
+  // cut to kMaxCancelReasonLength and kept once, on the experiment (and in
+  // its "experiment.finished" event); each trial's says "experiment
+  // cancelled".
   Status CancelExperiment(store::Id id, std::string_view reason);
   Result<std::shared_ptr<const ExperimentSpec>> Spec(store::Id experiment_id);
   // The completed trial with the best objective, if any.
   Result<std::optional<store::TrialRecord>> BestTrial(store::Id experiment_id);
 
+  // Workers ----------------------------------------------------------------
+  // Every call of a worker but RegisterWorker names the worker and presents
+  // its session (WorkerCaller), and fails before doing anything else with
+  // NotFound when no such worker is registered (register again) or
+  // PermissionDenied when the session is missing or not that worker's (the
+  // message never repeats what was sent). Checking is cheap: registrations
+  // never change, so each worker's is read once and kept.
+  //
+  // Validates the worker (InvalidArgument names the field, e.g.
+  // "devices[1].name: must not be empty"; at most kMaxDevicesPerWorker
+  // devices with distinct ordinals, kMaxLabels labels), derives each
+  // device's class from what it is ("cpu:<name>:x<cores, 1 decimal>" or
+  // "cuda:<name>"), and stores it with a new session.
+  Result<RegisteredWorker> RegisterWorker(const WorkerRegistration& w);
+  // OK when `caller` is a registered worker with its own session.
+  Status AuthenticateWorker(const WorkerCaller& caller);
+  // Marks the worker seen and renews its leases on `trial_ids` (at most
+  // kMaxTrialsPerHeartbeat, else InvalidArgument) in one store call.
+  // Returns the ids it could not renew - the trial went on without this
+  // worker (pruned, cancelled, lease lost to expiry) or is unknown - which
+  // the worker should stop.
+  Result<std::vector<store::Id>> Heartbeat(const WorkerCaller& caller, const std::vector<store::Id>& trial_ids);
+
   // Trials -----------------------------------------------------------------
-  // For a worker: a trial of the oldest running experiment that has work
-  // for workers (builtin or command executor). nullopt: nothing to do now.
-  // With the device known, the trial starts at the fastest system setting
-  // measured so far for that device class and workload.
-  Result<std::optional<Assignment>> LeaseForWorker(store::Id worker_id,
-                                                   std::optional<store::Id> device_id = std::nullopt);
+  // For a worker's device: marks the worker seen, then a trial of the oldest
+  // running experiment that has work for workers (builtin or command
+  // executor), started at the fastest system setting measured so far for
+  // the device's class and the workload. nullopt: nothing to do now.
+  // NotFound: the device is not one of this worker's.
+  Result<std::optional<Assignment>> LeaseForWorker(const WorkerCaller& caller, store::Id device_id);
   // For an ask/tell client: `count` new trials, leased to kClientOwner.
   // FailedPrecondition: not a client experiment, or it has ended.
   Result<std::vector<Assignment>> Suggest(store::Id experiment_id, int count);
   // Records a step and answers continue (maybe with a new system setting),
   // prune (the trial is now pruned) or stop (the experiment ended; the trial
-  // is now cancelled).
+  // is now cancelled). The caller vouches for report.owner (REST passes
+  // kClientOwner); a worker's report comes through the overload below.
+  // NotFound for an unregistered device_id, before anything is stored.
   Result<ReportReply> Report(const TrialReport& report);
+  // A worker's report: as its lease owner (report.owner is ignored), and
+  // NotFound, before anything is stored, when report.device_id is not one of
+  // its devices.
+  Result<ReportReply> Report(const WorkerCaller& caller, TrialReport report);
+  // Ends the trial: completed with final metrics (the objective taken from
+  // the last report if missing) or failed with a reason (cut to
+  // kMaxReasonLength). Finishing a finished trial again is OK and changes
+  // nothing - no event, no cache update - when it is the owner's same
+  // finish (a retried call); otherwise FailedPrecondition saying why.
   Status Complete(store::Id trial_id, const std::string& owner, bool failed,
                   const nlohmann::json& final_metrics, const std::string& reason);
+  // A worker's completion, as its lease owner. A failed trial's reason is
+  // followed by the end of its program's output (log_tail, cut to
+  // kMaxLogTailLength); on success the tail says nothing the metrics do not.
+  Status Complete(const WorkerCaller& caller, store::Id trial_id, bool failed, const nlohmann::json& final_metrics,
+                  const std::string& reason, const std::string& log_tail);
 
   // Housekeeping, called periodically: requeues or fails trials whose lease
   // expired, ends experiments past their wall time or their trial budget.
@@ -215,6 +310,20 @@ class Engine {
   // Ends the experiment when every trial of its budget has finished.
   Status MaybeFinish(store::Id experiment_id, const ExperimentSpec& spec);
   std::optional<double> Objective(const ExperimentSpec& spec, const std::string& metrics_json) const;
+  // Complete's body, with the reason already cut.
+  Status Finish(store::Id trial_id, const std::string& owner, bool failed, const nlohmann::json& final_metrics,
+                const std::string& why);
+  // What a worker's session is checked against, and its devices: read once
+  // per worker (registrations never change).
+  struct WorkerAuth {
+    std::string session_hash;
+    std::set<store::Id> devices;
+  };
+  Result<WorkerAuth> Authenticate(const WorkerCaller& caller);
+  // NotFound unless `device_id` is one of the worker's.
+  static Status CheckDevice(const WorkerCaller& caller, const WorkerAuth& auth, store::Id device_id);
+  // A lease for the worker (authenticated) on one of its devices.
+  Result<std::optional<Assignment>> Lease(store::Id worker_id, store::Id device_id);
   void Emit(std::string type, nlohmann::json data) const {
     if (options_.on_event) options_.on_event(std::move(type), data);
   }
@@ -258,6 +367,7 @@ class Engine {
   std::mutex mu_;
   std::map<store::Id, std::unique_ptr<Cached>> cache_;  // GUARDED_BY(mu_)
   std::map<store::Id, std::string> device_classes_;     // GUARDED_BY(mu_)
+  std::map<store::Id, WorkerAuth> workers_;              // GUARDED_BY(mu_)
 };
 
 }  // namespace hpo::server

@@ -67,6 +67,33 @@ class EngineTest : public ::testing::Test {
     store_ = std::move(s).value();
     engine_ = std::make_unique<Engine>(*store_);
   }
+  // A worker with one CPU, registered through the engine as Register does.
+  struct TestWorker {
+    WorkerCaller caller;
+    store::Id device = 0;
+    std::string owner;  // the lease owner its trials get
+  };
+  static TestWorker AddWorker(Engine& engine, const std::string& host, const std::string& cpu = "cpu",
+                              double cores = 1, double gflops = 10) {
+    WorkerRegistration w;
+    w.host = host;
+    store::DeviceInfo d;
+    d.kind = store::DeviceKind::kCpu;
+    d.name = cpu;
+    d.cores = cores;
+    d.memory_bytes = 1;
+    d.benchmark_gflops = gflops;
+    w.devices.push_back(d);
+    auto r = engine.RegisterWorker(w);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return {};
+    return {{r->worker.id, r->session}, r->worker.devices.at(0).id, Engine::WorkerOwner(r->worker.id)};
+  }
+  TestWorker AddWorker(const std::string& host) { return AddWorker(*engine_, host); }
+  Result<std::optional<Assignment>> LeaseFor(const TestWorker& w) {
+    return engine_->LeaseForWorker(w.caller, w.device);
+  }
+
   // Runs one leased trial to its end; returns the decision that ended it.
   Decision RunTrial(const Assignment& a, const std::string& owner, int steps = 4) {
     const json params = json::parse(a.trial.params_json);
@@ -117,15 +144,16 @@ TEST_F(EngineTest, WorkersGetEveryTrialOnceAndTheExperimentEnds) {
   auto e = engine_->CreateExperiment(Spec(kBuiltin, 12, 3));
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_EQ(store_->CountTrials(e->id)->pending, 3) << "the first batch fills max_parallel";
+  const TestWorker workers[] = {AddWorker("a"), AddWorker("b")};
   std::set<store::Id> seen;
   for (int i = 0; i < 100; ++i) {
-    auto a = engine_->LeaseForWorker(1 + i % 2);
+    auto a = LeaseFor(workers[i % 2]);
     ASSERT_TRUE(a.ok()) << a.status();
     if (!a->has_value()) break;
     EXPECT_TRUE(seen.insert((*a)->trial.id).second) << "trial handed out twice";
     auto n = *store_->CountTrials(e->id);
     EXPECT_LE(n.pending + n.leased + n.running, 3) << "more than max_parallel unfinished";
-    RunTrial(**a, Engine::WorkerOwner(1 + i % 2));
+    RunTrial(**a, workers[i % 2].owner);
   }
   EXPECT_EQ(seen.size(), 12u);
   EXPECT_EQ(store_->CountTrials(e->id)->completed, 12);
@@ -272,27 +300,28 @@ TEST_F(EngineTest, BadSpecsAreRejectedWithTheirPathAndWriteNothing) {
 TEST_F(EngineTest, ARestartedServerContinuesWithoutLosingOrRepeatingTrials) {
   auto e = engine_->CreateExperiment(Spec(kBuiltin, 10, 2));
   ASSERT_TRUE(e.ok());
+  const TestWorker one = AddWorker("one"), two = AddWorker("two");
   std::set<store::Id> seen;
   for (int i = 0; i < 4; ++i) {
-    auto a = *engine_->LeaseForWorker(1);
+    auto a = *LeaseFor(one);
     ASSERT_TRUE(a.has_value());
     seen.insert(a->trial.id);
-    RunTrial(*a, Engine::WorkerOwner(1));
+    RunTrial(*a, one.owner);
   }
   // One trial is mid-flight when the server stops.
-  auto inflight = *engine_->LeaseForWorker(1);
+  auto inflight = *LeaseFor(one);
   ASSERT_TRUE(inflight.has_value());
-  ASSERT_TRUE(engine_->Report({inflight->trial.id, Engine::WorkerOwner(1), 0, {{"loss", 1.0}}, 1, json::object(), std::nullopt}).ok());
+  ASSERT_TRUE(engine_->Report({inflight->trial.id, one.owner, 0, {{"loss", 1.0}}, 1, json::object(), std::nullopt}).ok());
   Open();  // a new store handle and engine: nothing cached survives
   // The worker finishes its trial against the new server.
   seen.insert(inflight->trial.id);
-  EXPECT_EQ(RunTrial(*inflight, Engine::WorkerOwner(1)), Decision::kContinue);
+  EXPECT_EQ(RunTrial(*inflight, one.owner), Decision::kContinue);
   for (int i = 0; i < 50; ++i) {
-    auto a = engine_->LeaseForWorker(2);
+    auto a = LeaseFor(two);  // its registration (and session) survived too
     ASSERT_TRUE(a.ok()) << a.status();
     if (!a->has_value()) break;
     EXPECT_TRUE(seen.insert((*a)->trial.id).second);
-    RunTrial(**a, Engine::WorkerOwner(2));
+    RunTrial(**a, two.owner);
   }
   EXPECT_EQ(seen.size(), 10u);
   auto n = *store_->CountTrials(e->id);
@@ -304,16 +333,17 @@ TEST_F(EngineTest, ARestartedServerContinuesWithoutLosingOrRepeatingTrials) {
 TEST_F(EngineTest, ExpiredLeasesAreRequeuedByTick) {
   auto e = engine_->CreateExperiment(Spec(kBuiltin, 3, 1));
   ASSERT_TRUE(e.ok());
-  auto a = *engine_->LeaseForWorker(1);
+  const TestWorker one = AddWorker("one"), two = AddWorker("two");
+  auto a = *LeaseFor(one);
   ASSERT_TRUE(a.has_value());
   clock_.Advance(engine_->options().worker_lease_ms + 1);
   ASSERT_TRUE(engine_->Tick().ok());
   EXPECT_EQ(store_->GetTrial(a->trial.id)->state, TrialState::kPending);
-  auto again = *engine_->LeaseForWorker(2);
+  auto again = *LeaseFor(two);
   ASSERT_TRUE(again.has_value());
   EXPECT_EQ(again->trial.id, a->trial.id);
   EXPECT_EQ(again->trial.attempt, 2);
-  auto stale = engine_->Report({a->trial.id, Engine::WorkerOwner(1), 0, {{"loss", 1.0}}, 1, json::object(), std::nullopt});
+  auto stale = engine_->Report(one.caller, {a->trial.id, "", 0, {{"loss", 1.0}}, 1, json::object(), std::nullopt});
   EXPECT_TRUE(stale.status().IsFailedPrecondition()) << "the first worker lost its lease";
 }
 
@@ -327,7 +357,8 @@ TEST_F(EngineTest, ReclaimingAnnouncesRequeuedAndFailedTrials) {
   engine_ = std::make_unique<Engine>(*store_, o);
   auto e = engine_->CreateExperiment(Spec(kBuiltin, 3, 1));
   ASSERT_TRUE(e.ok()) << e.status();
-  auto first = *engine_->LeaseForWorker(1);
+  const TestWorker one = AddWorker("one"), two = AddWorker("two");
+  auto first = *LeaseFor(one);
   ASSERT_TRUE(first.has_value());
   ASSERT_TRUE(engine_->ReclaimExpiredLeases().ok());
   EXPECT_TRUE(events.empty()) << "the lease has not expired yet";
@@ -342,7 +373,7 @@ TEST_F(EngineTest, ReclaimingAnnouncesRequeuedAndFailedTrials) {
   EXPECT_EQ(store_->GetTrial(first->trial.id)->state, TrialState::kPending);
 
   // The second (last) attempt runs out too: the trial fails, and says why.
-  auto second = *engine_->LeaseForWorker(2);
+  auto second = *LeaseFor(two);
   ASSERT_TRUE(second.has_value());
   ASSERT_EQ(second->trial.id, first->trial.id);
   clock_.Advance(engine_->options().worker_lease_ms + 1);
@@ -363,10 +394,9 @@ namespace hpo::server {
 namespace {
 
 TEST_F(EngineTest, CoTunesThreadsInsideTrialsAndRemembersTheWinnerPerDeviceClass) {
-  store::NewWorker w{"host", "{}", {{0, store::DeviceKind::kCpu, "cpu", "cpu:test:x4.0", 4, 1, 10}}};
-  auto worker = store_->RegisterWorker(w);
-  ASSERT_TRUE(worker.ok());
-  const store::Id device = worker->devices[0].id;
+  const TestWorker worker = AddWorker(*engine_, "host", "test", 4);
+  const store::Id device = worker.device;
+  ASSERT_EQ(store_->GetWorker(worker.caller.worker_id)->devices.at(0).device_class, "cpu:test:x4.0");
   std::string spec = Spec(kBuiltin, 8, 1);
   spec.replace(spec.find(R"("steps_per_trial": 4)"), 20, R"("steps_per_trial": 8)");
   auto e = engine_->CreateExperiment(spec);
@@ -379,7 +409,7 @@ TEST_F(EngineTest, CoTunesThreadsInsideTrialsAndRemembersTheWinnerPerDeviceClass
   auto run = [&](const Assignment& a) {
     json system = json::parse(a.trial.system_params_json);
     const json first = system;
-    const std::string owner = Engine::WorkerOwner(worker->id);
+    const std::string owner = worker.owner;
     for (int step = 1; step <= 8; ++step) {
       TrialReport r{a.trial.id, owner, step, {{"loss", 1.0 / step}}, speed(system), system, device};
       auto reply = engine_->Report(r);
@@ -389,7 +419,7 @@ TEST_F(EngineTest, CoTunesThreadsInsideTrialsAndRemembersTheWinnerPerDeviceClass
     EXPECT_TRUE(engine_->Complete(a.trial.id, owner, false, json::object(), "").ok());
     return std::make_pair(first, system);
   };
-  auto a = engine_->LeaseForWorker(worker->id, device);
+  auto a = LeaseFor(worker);
   ASSERT_TRUE(a.ok() && a->has_value());
   auto [first, settled] = run(**a);
   EXPECT_EQ(first["threads"], 3) << "the middle of [1, 4] before anything is known";
@@ -397,7 +427,7 @@ TEST_F(EngineTest, CoTunesThreadsInsideTrialsAndRemembersTheWinnerPerDeviceClass
   // The next trial of the same workload (space) on this device class starts
   // at the remembered winner; other spaces are other workloads.
   for (;;) {
-    auto b = engine_->LeaseForWorker(worker->id, device);
+    auto b = LeaseFor(worker);
     ASSERT_TRUE(b.ok() && b->has_value()) << "no second trial of space " << (*a)->space;
     if ((*b)->space == (*a)->space) {
       EXPECT_EQ(json::parse((*b)->trial.system_params_json)["threads"], 2);
@@ -414,9 +444,8 @@ namespace hpo::server {
 namespace {
 
 TEST_F(EngineTest, PlacementGivesFastDevicesTheImportantTrials) {
-  auto fast = store_->RegisterWorker({"fast", "{}", {{0, store::DeviceKind::kCpu, "cpu", "cpu:big:x8.0", 8, 1, 400}}});
-  auto slow = store_->RegisterWorker({"slow", "{}", {{0, store::DeviceKind::kCpu, "cpu", "cpu:small:x1.0", 1, 1, 20}}});
-  ASSERT_TRUE(fast.ok() && slow.ok());
+  const TestWorker fast = AddWorker(*engine_, "fast", "big", 8, 400);
+  const TestWorker slow = AddWorker(*engine_, "slow", "small", 1, 20);
   auto e = engine_->CreateExperiment(Spec(kBuiltin, 10, 2));
   ASSERT_TRUE(e.ok());
   // Replace the first batch by two trials of known importance.
@@ -431,10 +460,10 @@ TEST_F(EngineTest, PlacementGivesFastDevicesTheImportantTrials) {
   trials[1].params_json = R"({"x": 0.2})";
   trials[1].priority = 0.9;
   auto created = *store_->CreateTrials(e->id, trials);
-  auto slow_gets = engine_->LeaseForWorker(slow->id, slow->devices[0].id);
+  auto slow_gets = LeaseFor(slow);
   ASSERT_TRUE(slow_gets.ok() && slow_gets->has_value()) << slow_gets.status();
   EXPECT_EQ((*slow_gets)->trial.id, created[0].id) << "the slow device takes the less important trial";
-  auto fast_gets = engine_->LeaseForWorker(fast->id, fast->devices[0].id);
+  auto fast_gets = LeaseFor(fast);
   ASSERT_TRUE(fast_gets.ok() && fast_gets->has_value());
   EXPECT_EQ((*fast_gets)->trial.id, created[1].id);
 }
@@ -489,19 +518,20 @@ TEST_F(EngineTest, ALeaseDoesNotWaitForAnotherCallsTopUp) {
   Engine engine(stalled);
   auto e = engine.CreateExperiment(Spec(kBuiltin, 20, 4));
   ASSERT_TRUE(e.ok()) << e.status();
-  auto a1 = engine.LeaseForWorker(1);
+  const TestWorker one = AddWorker(engine, "one"), two = AddWorker(engine, "two");
+  auto a1 = engine.LeaseForWorker(one.caller, one.device);
   ASSERT_TRUE(a1.ok() && a1->has_value()) << a1.status();
   stalled.Arm();
   // Worker 1 completes its trial; the completion tops the pool up and
   // stalls there.
   Status completed = Status::Internal("not run");
   std::thread worker1([&] {
-    completed = engine.Complete((*a1)->trial.id, Engine::WorkerOwner(1), false, {{"loss", 0.5}}, "");
+    completed = engine.Complete(one.caller, (*a1)->trial.id, false, {{"loss", 0.5}}, "", "");
   });
   const bool stalled_in_top_up = stalled.WaitUntilStalled(std::chrono::seconds(30));
   // Worker 2 takes a pending trial meanwhile. (The 30 s only keep a broken
   // engine from hanging the test.)
-  auto second = std::async(std::launch::async, [&] { return engine.LeaseForWorker(2); });
+  auto second = std::async(std::launch::async, [&] { return engine.LeaseForWorker(two.caller, two.device); });
   const bool returned = second.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
   stalled.Release();
   worker1.join();
@@ -515,6 +545,95 @@ TEST_F(EngineTest, ALeaseDoesNotWaitForAnotherCallsTopUp) {
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(n->completed, 1);
   EXPECT_EQ(n->pending + n->leased + n->running, 4);
+}
+
+}  // namespace
+}  // namespace hpo::server
+
+namespace hpo::server {
+namespace {
+
+// Completing a finished trial again changes nothing and announces nothing:
+// each "trial.finished" event counts in hpo_trials_finished_total and
+// carries the metrics it was sent, so a repeat must not emit one, and a
+// finish that differs (other metrics, another owner) is an error.
+TEST_F(EngineTest, CompletingAFinishedTrialAgainHasNoSideEffects) {
+  std::vector<json> finished;
+  EngineOptions o;
+  o.on_event = [&](std::string type, const json& data) {
+    if (type == "trial.finished") finished.push_back(data);
+  };
+  engine_ = std::make_unique<Engine>(*store_, o);
+  auto e = engine_->CreateExperiment(Spec(kClient, 5, 5));
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto batch = engine_->Suggest(e->id, 1);
+  ASSERT_TRUE(batch.ok() && batch->size() == 1u) << batch.status();
+  const store::Id trial = batch->at(0).trial.id;
+  ASSERT_TRUE(engine_->Report({trial, Engine::kClientOwner, 0, {{"loss", 0.5}}, 0, json::object(), std::nullopt}).ok());
+  ASSERT_TRUE(engine_->Complete(trial, Engine::kClientOwner, false, {{"loss", 0.5}}, "").ok());
+  ASSERT_EQ(finished.size(), 1u);
+
+  // The owner's retry: OK, and silent.
+  Status again = engine_->Complete(trial, Engine::kClientOwner, false, {{"loss", 0.5}}, "");
+  EXPECT_TRUE(again.ok()) << again;
+  EXPECT_EQ(finished.size(), 1u) << "a repeated completion was announced again";
+  // Anything else: refused, saying why, and silent too.
+  Status other_metrics = engine_->Complete(trial, Engine::kClientOwner, false, {{"loss", 0.001}}, "");
+  EXPECT_TRUE(other_metrics.IsFailedPrecondition()) << other_metrics;
+  EXPECT_NE(other_metrics.message().find("other final metrics"), std::string::npos) << other_metrics;
+  Status other_owner = engine_->Complete(trial, Engine::WorkerOwner(7), false, {{"loss", 0.5}}, "");
+  EXPECT_TRUE(other_owner.IsFailedPrecondition()) << other_owner;
+  EXPECT_NE(other_owner.message().find("not 'worker/7'"), std::string::npos) << other_owner;
+  Status as_failed = engine_->Complete(trial, Engine::kClientOwner, true, json::object(), "boom");
+  EXPECT_TRUE(as_failed.IsFailedPrecondition()) << as_failed;
+  EXPECT_EQ(finished.size(), 1u) << "a refused completion was announced: " << finished.back().dump();
+  EXPECT_EQ(json::parse(store_->GetTrial(trial)->final_metrics_json), json({{"loss", 0.5}}));
+  auto best = engine_->BestTrial(e->id);
+  ASSERT_TRUE(best.ok() && best->has_value());
+  EXPECT_EQ((*best)->id, trial);
+}
+
+// A cancel reason is cut to its limit, kept once on the experiment and
+// carried so in the event; the trials it cancels only point there.
+TEST_F(EngineTest, ACancelReasonIsCutAndKeptOnceOnTheExperiment) {
+  std::vector<json> ended;
+  EngineOptions o;
+  o.on_event = [&](std::string type, const json& data) {
+    if (type == "experiment.finished") ended.push_back(data);
+  };
+  engine_ = std::make_unique<Engine>(*store_, o);
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 20, 10));
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_EQ(store_->CountTrials(e->id)->pending, 10);
+  const std::string reason = "stop: " + std::string(1 << 20, 'x');
+  ASSERT_TRUE(engine_->CancelExperiment(e->id, reason).ok());
+  const std::string stored = store_->GetExperiment(e->id)->reason;
+  EXPECT_LE(stored.size(), kMaxCancelReasonLength);
+  EXPECT_EQ(stored.rfind("stop: xxx", 0), 0u);
+  EXPECT_NE(stored.find("(cut)"), std::string::npos);
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0]["reason"], stored);
+  for (const auto& t : *store_->ListTrials(e->id, {})) EXPECT_EQ(t.reason, "experiment cancelled") << t.id;
+}
+
+TEST(CapTextTest, KeepsWholeUtf8CharactersAndTheRightEnd) {
+  EXPECT_EQ(CapText(FreeText::kCancelReason, "short"), "short");
+  // A reason of 3-byte characters: the cut never splits one.
+  std::string euros;
+  while (euros.size() < 2 * kMaxCancelReasonLength) euros += "\xE2\x82\xAC";
+  const std::string cut = CapText(FreeText::kCancelReason, euros);
+  EXPECT_LE(cut.size(), kMaxCancelReasonLength);
+  EXPECT_EQ(cut.substr(cut.size() - 9), "... (cut)");
+  EXPECT_EQ((cut.size() - 9) % 3, 0u) << "a character was split";
+  EXPECT_TRUE(json(cut).dump().size() > 0);  // valid UTF-8: json would throw otherwise
+  // A log tail keeps its end.
+  const std::string log = std::string(kMaxLogTailLength, 'a') + "\xE2\x82\xAC" + "the error";
+  const std::string tail = CapText(FreeText::kLogTail, log);
+  EXPECT_LE(tail.size(), kMaxLogTailLength);
+  EXPECT_EQ(tail.rfind("(cut) ...", 0), 0u);
+  EXPECT_EQ(tail.substr(tail.size() - 12), "\xE2\x82\xAC" "the error");
+  EXPECT_EQ(CapText(FreeText::kFailureReason, std::string(kMaxReasonLength, 'r')).size(), kMaxReasonLength)
+      << "at the limit: kept whole";
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -99,7 +100,8 @@ class GrpcWorkerServiceTest : public ::testing::Test {
     return d;
   }
 
-  // Registers a one-CPU worker; returns {worker id, device id}.
+  // Registers a one-CPU worker; returns {worker id, device id} and keeps
+  // its session for the calls below.
   std::pair<int64_t, int64_t> RegisterCpuWorker(const std::string& host) {
     v1::RegisterRequest req;
     req.set_host(host);
@@ -108,20 +110,34 @@ class GrpcWorkerServiceTest : public ::testing::Test {
     ::grpc::Status s = stub_->Register(Ctx().get(), req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
     EXPECT_EQ(resp.device_ids_size(), 1);
+    EXPECT_EQ(resp.session().size(), 64u) << "32 random bytes as hex";
+    std::lock_guard lock(sessions_mu_);
+    sessions_[resp.worker_id()] = resp.session();
     return {resp.worker_id(), resp.device_ids_size() > 0 ? resp.device_ids(0) : 0};
+  }
+  // The session Register returned to `worker` ("" for one it did not).
+  std::string SessionOf(int64_t worker) {
+    std::lock_guard lock(sessions_mu_);
+    auto it = sessions_.find(worker);
+    return it == sessions_.end() ? "" : it->second;
   }
 
   ::grpc::Status Lease(int64_t worker, int64_t device, v1::LeaseResponse* resp) {
     v1::LeaseRequest req;
     req.set_worker_id(worker);
+    req.set_session(SessionOf(worker));
     req.set_device_id(device);
     return stub_->Lease(Ctx().get(), req, resp);
   }
 
-  ::grpc::Status Report(int64_t worker, int64_t trial, int64_t step, double loss,
-                        v1::ReportResponse* resp) {
+  // A report as `worker`, with `session` (its own when unset) and the
+  // device it names (none when 0).
+  ::grpc::Status Report(int64_t worker, int64_t trial, int64_t step, double loss, v1::ReportResponse* resp,
+                        std::optional<std::string> session = std::nullopt, int64_t device = 0) {
     v1::ReportRequest req;
     req.set_worker_id(worker);
+    req.set_session(session ? *session : SessionOf(worker));
+    req.set_device_id(device);
     req.set_trial_id(trial);
     req.set_step(step);
     (*req.mutable_metrics())["loss"] = loss;
@@ -139,6 +155,8 @@ class GrpcWorkerServiceTest : public ::testing::Test {
   std::unique_ptr<WorkerServiceImpl> service_;
   std::unique_ptr<GrpcServer> server_;  // after service_: stops before the service goes
   std::unique_ptr<v1::WorkerService::Stub> stub_;
+  std::mutex sessions_mu_;
+  std::map<int64_t, std::string> sessions_;  // GUARDED_BY(sessions_mu_)
 };
 
 TEST_F(GrpcWorkerServiceTest, RegisterStoresDevicesWithClassesFromWhatWasReported) {
@@ -269,6 +287,7 @@ TEST_F(GrpcWorkerServiceTest, TwoWorkersRunABuiltinExperimentToCompletion) {
       if (stopped) continue;
       v1::CompleteRequest done;
       done.set_worker_id(worker);
+      done.set_session(SessionOf(worker));
       done.set_trial_id(t.trial_id());
       v1::CompleteResponse cr;
       s = stub_->Complete(Ctx().get(), done, &cr);
@@ -382,6 +401,7 @@ TEST_F(GrpcWorkerServiceTest, HeartbeatTellsTheWorkerToStopTrialsOfACancelledExp
 
   v1::HeartbeatRequest hb;
   hb.set_worker_id(worker);
+  hb.set_session(SessionOf(worker));
   hb.add_trial_ids(l1.trial().trial_id());
   hb.add_trial_ids(l2.trial().trial_id());
   v1::HeartbeatResponse resp;
@@ -462,6 +482,7 @@ TEST_F(GrpcWorkerServiceTest, AFailedTrialKeepsItsReasonAndLogTail) {
   ASSERT_TRUE(lease.has_trial());
   v1::CompleteRequest req;
   req.set_worker_id(worker);
+  req.set_session(SessionOf(worker));
   req.set_trial_id(lease.trial().trial_id());
   req.set_failed(true);
   req.set_reason("exit status 1");
@@ -473,6 +494,186 @@ TEST_F(GrpcWorkerServiceTest, AFailedTrialKeepsItsReasonAndLogTail) {
   EXPECT_EQ(t->state, TrialState::kFailed);
   EXPECT_NE(t->reason.find("exit status 1"), std::string::npos) << t->reason;
   EXPECT_NE(t->reason.find("CUDA out of memory"), std::string::npos) << t->reason;
+
+  // Each part is cut to its own limit: the reason's start and the log's end
+  // (where the error usually is) are what is kept.
+  ASSERT_TRUE(Lease(worker, device, &lease).ok());
+  ASSERT_TRUE(lease.has_trial());
+  req.set_trial_id(lease.trial().trial_id());
+  req.set_reason("exit status 2" + std::string(1 << 20, 'r'));
+  req.set_log_tail(std::string(1 << 20, 'l') + "\nRuntimeError: the real cause");
+  ASSERT_TRUE(stub_->Complete(Ctx().get(), req, &resp).ok());
+  t = store_->GetTrial(lease.trial().trial_id());
+  EXPECT_EQ(t->reason.rfind("exit status 2", 0), 0u) << t->reason.substr(0, 100);
+  EXPECT_NE(t->reason.find("RuntimeError: the real cause"), std::string::npos) << "the log's end was cut off";
+  EXPECT_LE(t->reason.size(), kMaxReasonLength + 1 + kMaxLogTailLength);
+  EXPECT_NE(t->reason.find("... (cut)"), std::string::npos);
+}
+
+// Worker ids are sequential, so anyone with the token can send another
+// worker's. The session Register returned is what proves a call is that
+// worker's: with another worker's session, a made-up one or none, nothing
+// of worker 1's trial can be reported, completed or renewed.
+TEST_F(GrpcWorkerServiceTest, AnotherWorkerSendingTheOwnersIdCannotTouchItsTrial) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 3, 1));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const auto [owner, owner_device] = RegisterCpuWorker("owner");
+  const auto [other, other_device] = RegisterCpuWorker("other");
+  v1::LeaseResponse lease;
+  ASSERT_TRUE(Lease(owner, owner_device, &lease).ok());
+  ASSERT_TRUE(lease.has_trial());
+  const int64_t trial = lease.trial().trial_id();
+  const int64_t expires = *store_->GetTrial(trial)->lease_expires_ms;
+  clock_.Advance(1000);  // a renewal would show
+
+  const std::vector<std::string> wrong = {SessionOf(other), "", std::string(64, '0'),
+                                          SessionOf(owner).substr(0, 63), SessionOf(owner) + "0"};
+  for (const std::string& session : wrong) {
+    auto expect_denied = [&](const ::grpc::Status& s, const char* rpc) {
+      EXPECT_EQ(s.error_code(), ::grpc::StatusCode::PERMISSION_DENIED) << rpc << ": " << s.error_message();
+      EXPECT_NE(s.error_message().find("worker " + std::to_string(owner) + ": the session"), std::string::npos)
+          << s.error_message();
+      if (!session.empty()) {
+        EXPECT_EQ(s.error_message().find(session), std::string::npos) << rpc << " echoed the session it was sent";
+      }
+    };
+    v1::ReportResponse rr;
+    expect_denied(Report(owner, trial, 0, 0.5, &rr, session), "Report");
+
+    v1::CompleteRequest complete;
+    complete.set_worker_id(owner);
+    complete.set_session(session);
+    complete.set_trial_id(trial);
+    (*complete.mutable_final_metrics())["loss"] = 0.01;
+    v1::CompleteResponse cr;
+    expect_denied(stub_->Complete(Ctx().get(), complete, &cr), "Complete");
+    complete.set_failed(true);
+    expect_denied(stub_->Complete(Ctx().get(), complete, &cr), "Complete (failed)");
+
+    v1::HeartbeatRequest hb;
+    hb.set_worker_id(owner);
+    hb.set_session(session);
+    hb.add_trial_ids(trial);
+    v1::HeartbeatResponse hr;
+    expect_denied(stub_->Heartbeat(Ctx().get(), hb, &hr), "Heartbeat");
+
+    v1::LeaseRequest lr;
+    lr.set_worker_id(owner);
+    lr.set_session(session);
+    lr.set_device_id(owner_device);
+    v1::LeaseResponse lresp;
+    expect_denied(stub_->Lease(Ctx().get(), lr, &lresp), "Lease");
+  }
+  auto t = store_->GetTrial(trial);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->state, TrialState::kLeased) << t->reason;
+  EXPECT_EQ(*t->lease_expires_ms, expires) << "a heartbeat with a wrong session renewed the lease";
+  EXPECT_TRUE(store_->ListMeasurements(trial)->empty()) << "a report with a wrong session was stored";
+  EXPECT_EQ(store_->CountTrials(e->id)->leased, 1) << "a lease with a wrong session was granted";
+
+  // The owner, with its own session, carries on.
+  v1::ReportResponse rr;
+  ::grpc::Status s = Report(owner, trial, 0, 0.5, &rr);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  v1::CompleteRequest complete;
+  complete.set_worker_id(owner);
+  complete.set_session(SessionOf(owner));
+  complete.set_trial_id(trial);
+  v1::CompleteResponse cr;
+  s = stub_->Complete(Ctx().get(), complete, &cr);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(store_->GetTrial(trial)->state, TrialState::kCompleted);
+}
+
+// A report's device must be the reporting worker's: another worker's
+// device (or an unknown one) is refused before the step is stored, so no
+// measurement and no speed observation is credited to the wrong device.
+TEST_F(GrpcWorkerServiceTest, AReportNamingADeviceNotTheWorkersStoresNothing) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 3, 1));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const auto [w1, d1] = RegisterCpuWorker("one");
+  const auto [w2, d2] = RegisterCpuWorker("two");
+  v1::LeaseResponse lease;
+  ASSERT_TRUE(Lease(w1, d1, &lease).ok());
+  ASSERT_TRUE(lease.has_trial());
+  const int64_t trial = lease.trial().trial_id();
+  for (const int64_t device : {d2, d2 + 1000}) {
+    v1::ReportResponse rr;
+    ::grpc::Status s = Report(w1, trial, 0, 0.5, &rr, std::nullopt, device);
+    EXPECT_EQ(s.error_code(), ::grpc::StatusCode::NOT_FOUND) << s.error_message();
+    EXPECT_NE(s.error_message().find("device " + std::to_string(device) + " is not a device of worker " +
+                                     std::to_string(w1)),
+              std::string::npos)
+        << s.error_message();
+  }
+  EXPECT_TRUE(store_->ListMeasurements(trial)->empty()) << "a step was stored with another worker's device";
+  EXPECT_TRUE(store_->ListSpeedObservations("", 100)->empty()) << "another worker's device got a speed";
+  EXPECT_EQ(store_->GetTrial(trial)->state, TrialState::kLeased);
+
+  v1::ReportResponse rr;
+  ::grpc::Status s = Report(w1, trial, 0, 0.5, &rr, std::nullopt, d1);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(store_->ListMeasurements(trial)->size(), 1u);
+  auto observed = store_->ListSpeedObservations("", 100);
+  ASSERT_EQ(observed->size(), 1u);
+  EXPECT_EQ(observed->at(0).device_id, d1);
+}
+
+// One heartbeat renews at most kMaxTrialsPerHeartbeat leases (one per
+// device a worker may have); each costs a statement.
+TEST_F(GrpcWorkerServiceTest, AHeartbeatCarriesAtMostTheLimitOfTrials) {
+  const auto [worker, device] = RegisterCpuWorker("node");
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id(worker);
+  hb.set_session(SessionOf(worker));
+  for (size_t i = 0; i < kMaxTrialsPerHeartbeat; ++i) hb.add_trial_ids(100'000 + static_cast<int64_t>(i));
+  v1::HeartbeatResponse resp;
+  ::grpc::Status s = stub_->Heartbeat(Ctx().get(), hb, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.stop_trial_ids_size(), static_cast<int>(kMaxTrialsPerHeartbeat)) << "unknown trials are to stop";
+  hb.add_trial_ids(1);
+  resp.Clear();
+  s = stub_->Heartbeat(Ctx().get(), hb, &resp);
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("trial_ids: 257 trials in one heartbeat, more than the limit of 256"),
+            std::string::npos)
+      << s.error_message();
+}
+
+// Completing a finished trial again: the owner's same completion (a
+// retried call) is acknowledged; other metrics, or another worker, are
+// refused, and neither changes the stored trial.
+TEST_F(GrpcWorkerServiceTest, CompletingAFinishedTrialAgainIsOkOnlyForTheOwnersSameCompletion) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 3, 1));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const auto [owner, device] = RegisterCpuWorker("owner");
+  const auto [other, other_device] = RegisterCpuWorker("other");
+  v1::LeaseResponse lease;
+  ASSERT_TRUE(Lease(owner, device, &lease).ok());
+  ASSERT_TRUE(lease.has_trial());
+  const int64_t trial = lease.trial().trial_id();
+  auto complete = [&](int64_t worker, double loss) {
+    v1::CompleteRequest req;
+    req.set_worker_id(worker);
+    req.set_session(SessionOf(worker));
+    req.set_trial_id(trial);
+    (*req.mutable_final_metrics())["loss"] = loss;
+    v1::CompleteResponse resp;
+    return stub_->Complete(Ctx().get(), req, &resp);
+  };
+  ASSERT_TRUE(complete(owner, 0.25).ok());
+  ::grpc::Status s = complete(owner, 0.25);
+  EXPECT_TRUE(s.ok()) << "a retried completion: " << s.error_message();
+  s = complete(owner, 0.01);
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("other final metrics"), std::string::npos) << s.error_message();
+  s = complete(other, 0.25);
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("not 'worker/" + std::to_string(other) + "'"), std::string::npos)
+      << s.error_message();
+  auto t = store_->GetTrial(trial);
+  EXPECT_EQ(t->state, TrialState::kCompleted);
+  EXPECT_EQ(json::parse(t->final_metrics_json), json({{"loss", 0.25}}));
 }
 
 TEST(GrpcServerTest, AnUnusableAddressIsAnErrorNamingIt) {

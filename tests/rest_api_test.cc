@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/http_client.h"
+#include "common/token.h"
 #include "server/api.h"
 #include "server/dashboard.h"
 #include "tests/store_backends.h"
@@ -207,9 +208,13 @@ TEST_F(RestApiTest, TokenGuardsEveryRouteButTheProbes) {
   HttpClientOptions wrong = client_;
   wrong.token = "s3cret-tokeN";
   EXPECT_EQ(HttpRequestOnce(wrong, "GET", "/api/v1/experiments")->status, 401);
-  EXPECT_TRUE(SecureEquals("abc", "abc"));
-  EXPECT_FALSE(SecureEquals("abc", "abcd"));
-  EXPECT_FALSE(SecureEquals("", "a"));
+  EXPECT_TRUE(TokenEquals("abc", "abc"));
+  EXPECT_FALSE(TokenEquals("abc", "abcd"));
+  EXPECT_FALSE(TokenEquals("abcd", "abc"));
+  EXPECT_FALSE(TokenEquals("", "a"));
+  EXPECT_EQ(BearerToken("bEaReR  t0k").value_or(""), "t0k");
+  EXPECT_FALSE(BearerToken("Basic t0k"));
+  EXPECT_FALSE(BearerToken("Bearer"));
 }
 
 TEST_F(RestApiTest, MetricsPassPromtool) {

@@ -172,7 +172,7 @@ TEST_F(SecurityTest, MetricsAreOpenOnlyWithPublicMetrics) {
 TEST_F(SecurityTest, EveryRpcNeedsTheToken) {
   StartServer();
   for (const std::string& auth : {std::string(), std::string("Bearer wrong"), std::string(kToken),
-                                  std::string("Bearer ") + kToken + "x", std::string("bearer ") + kToken}) {
+                                  std::string("Bearer ") + kToken + "x", std::string("Basic ") + kToken}) {
     const auto statuses = CallEveryRpc(auth);
     EXPECT_EQ(statuses.size(), 5u) << "WorkerService has a new method: check that it authenticates";
     for (const auto& [method, s] : statuses) {
@@ -182,8 +182,11 @@ TEST_F(SecurityTest, EveryRpcNeedsTheToken) {
   }
   // With the token every call gets past auth (an empty request is then
   // invalid or names nothing, which is another error).
-  for (const auto& [method, s] : CallEveryRpc(std::string("Bearer ") + kToken)) {
-    EXPECT_NE(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method;
+  // The scheme in any case (RFC 7235).
+  for (const char* scheme : {"Bearer ", "bearer ", "BEARER "}) {
+    for (const auto& [method, s] : CallEveryRpc(scheme + std::string(kToken))) {
+      EXPECT_NE(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << scheme << method;
+    }
   }
 }
 
@@ -341,6 +344,90 @@ TEST_F(SecurityTest, RequestsBeyondALimitGetAClearError) {
   s = register_with([](auto& q) { q.mutable_devices(0)->set_name(std::string(300, 'd')); });
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("devices[0].name: longer than 256"), std::string::npos) << s.error_message();
+}
+
+// One cancel with a 1 MiB reason over 50 unfinished trials: the reason used
+// to be copied into every trial (the store grew by 107 MB, and a page of 50
+// trials was 52 MB). Now it is cut and kept once, on the experiment.
+TEST_F(SecurityTest, ALongCancelReasonIsCutAndStoredOnce) {
+  StartServer();
+  json spec = json::parse(kClientSpec);
+  spec["budget"] = {{"max_trials", 50}, {"max_parallel", 50}, {"steps_per_trial", 3}};
+  spec["executor"] = {{"command", {{"argv", {"true"}}}}};
+  const HttpResult created = Call("POST", "/api/v1/experiments", kToken, spec.dump());
+  ASSERT_EQ(created.status, 201) << created.body;
+  const std::string eid = std::to_string(json::parse(created.body)["id"].get<int64_t>());
+  const HttpResult before = Call("GET", "/api/v1/experiments/" + eid, kToken);
+  ASSERT_EQ(json::parse(before.body)["trials"]["pending"], 50) << before.body;
+  auto store_bytes = [&] {
+    uintmax_t n = 0;
+    for (const char* suffix : {"", "-wal", "-journal"}) {
+      std::error_code ec;
+      const uintmax_t size = fs::file_size(dir_ + "/hpo.db" + suffix, ec);
+      if (!ec) n += size;
+    }
+    return n;
+  };
+  const uintmax_t bytes_before = store_bytes();
+
+  const std::string reason = "stop now: " + std::string(1 << 20, 'r');
+  const HttpResult cancelled =
+      Call("POST", "/api/v1/experiments/" + eid + ":cancel", kToken, json{{"reason", reason}}.dump());
+  ASSERT_EQ(cancelled.status, 200) << cancelled.body.substr(0, 300);
+
+  const HttpResult page = Call("GET", "/api/v1/experiments/" + eid + "/trials?limit=50", kToken);
+  ASSERT_EQ(page.status, 200) << page.body.substr(0, 300);
+  EXPECT_LT(page.body.size(), 64u * 1024) << "a page of 50 cancelled trials";
+  const json trials = json::parse(page.body)["trials"];
+  ASSERT_EQ(trials.size(), 50u);
+  for (const auto& t : trials) {
+    EXPECT_EQ(t["state"], "cancelled");
+    EXPECT_EQ(t["reason"], "experiment cancelled") << "trial " << t["id"];
+  }
+  const HttpResult exp = Call("GET", "/api/v1/experiments/" + eid, kToken);
+  const std::string kept = json::parse(exp.body)["reason"];
+  EXPECT_EQ(kept.rfind("stop now: rrr", 0), 0u) << kept.substr(0, 40);
+  EXPECT_LE(kept.size(), 4096u) << "the cancel reason was not cut";
+  EXPECT_NE(kept.find("(cut)"), std::string::npos) << "the cut is not marked";
+  const uintmax_t bytes_after = store_bytes();
+  EXPECT_LT(bytes_after, bytes_before + (uintmax_t{1} << 20))
+      << "the store grew from " << bytes_before << " to " << bytes_after << " bytes for one cancel";
+}
+
+// The session secret a worker gets from Register proves the calls that
+// follow are its own: it must not be readable from the logs or the store
+// (which keeps only its SHA-256).
+TEST_F(SecurityTest, AWorkerSessionIsNeitherLoggedNorStored) {
+  StartServer();
+  auto stub = hpo::v1::WorkerService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server_->grpc_port()), grpc::InsecureChannelCredentials()));
+  hpo::v1::RegisterRequest req;
+  req.set_host("h");
+  auto* d = req.add_devices();
+  d->set_kind(hpo::v1::DEVICE_KIND_CPU);
+  d->set_name("cpu");
+  d->set_cores(1);
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", std::string("Bearer ") + kToken);
+  hpo::v1::RegisterResponse res;
+  ASSERT_TRUE(stub->Register(&ctx, req, &res).ok());
+  const std::string session = res.session();
+  ASSERT_EQ(session.size(), 64u);
+  hpo::v1::LeaseRequest lease;
+  lease.set_worker_id(res.worker_id());
+  lease.set_device_id(res.device_ids(0));
+  lease.set_session(session);
+  grpc::ClientContext lctx;
+  lctx.AddMetadata("authorization", std::string("Bearer ") + kToken);
+  hpo::v1::LeaseResponse lres;
+  ASSERT_TRUE(stub->Lease(&lctx, lease, &lres).ok());
+  const HttpResult workers = Call("GET", "/api/v1/workers", kToken);
+  EXPECT_EQ(workers.body.find(session), std::string::npos);
+  ASSERT_TRUE(WIFEXITED(server_->Kill(SIGTERM)));
+  EXPECT_EQ(server_->Log().find(session), std::string::npos) << "the session was logged";
+  for (const char* suffix : {"", "-wal"}) {
+    EXPECT_EQ(Slurp(dir_ + "/hpo.db" + suffix).find(session), std::string::npos) << "hpo.db" << suffix;
+  }
 }
 
 // SQL is built from constants and bound parameters ($1 / ?), never from a

@@ -83,6 +83,7 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
     Auth(ctx);
     v1::LeaseRequest req;
     req.set_worker_id(registered.worker_id());
+    req.set_session(registered.session());
     req.set_device_id(registered.device_ids(0));
     v1::LeaseResponse res;
     grpc::Status s = Worker()->Lease(&ctx, req, &res);
@@ -96,6 +97,7 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
     Auth(ctx);
     v1::ReportRequest req;
     req.set_worker_id(registered.worker_id());
+    req.set_session(registered.session());
     req.set_trial_id(t.trial_id());
     req.set_step(step);
     const double x = json::parse(t.params_json())["x"];
@@ -113,6 +115,7 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
     Auth(ctx);
     v1::CompleteRequest req;
     req.set_worker_id(registered.worker_id());
+    req.set_session(registered.session());
     req.set_trial_id(t.trial_id());
     v1::CompleteResponse res;
     grpc::Status s = Worker()->Complete(&ctx, req, &res);

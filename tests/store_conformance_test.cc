@@ -159,8 +159,9 @@ TYPED_TEST(StoreTest, CancellingAnExperimentCancelsItsUnfinishedTrials) {
   ASSERT_TRUE(counts.ok());
   EXPECT_EQ(counts->cancelled, 3);
   EXPECT_EQ(counts->total(), 3);
-  auto t = this->store_->GetTrial(leased.id);
-  EXPECT_EQ(t->reason, "experiment cancelled: by user");
+  // The reason is the experiment's, kept once; its trials only point there.
+  EXPECT_EQ(this->store_->GetExperiment(e.id)->reason, "by user");
+  for (const auto& t : *this->store_->ListTrials(e.id, {})) EXPECT_EQ(t.reason, "experiment cancelled") << t.id;
   // Nothing can be leased or added any more, and it cannot end twice.
   auto none = this->store_->LeaseNextTrial({"w2", 1000, e.id, std::nullopt});
   ASSERT_TRUE(none.ok());
@@ -385,6 +386,25 @@ TYPED_TEST(StoreTest, ReportsAndRenewalsExtendTheLease) {
   EXPECT_TRUE(this->store_->RenewLease(t.id, "w2", 1000).IsFailedPrecondition());
 }
 
+TYPED_TEST(StoreTest, RenewsManyLeasesInOneCallAndNamesTheOnesItCannot) {
+  auto e = this->MakeExperiment();
+  auto ts = this->MakeTrials(e.id, 4);
+  auto mine = this->Lease("w1", 1000);
+  auto done = this->Lease("w1", 1000);
+  auto theirs = this->Lease("w2", 1000);
+  ASSERT_TRUE(this->store_->FinishTrial(done.id, "w1", {TrialState::kCompleted, "{}", ""}).ok());
+  const Id pending = ts[3].id;
+  this->clock_.Advance(800);
+  auto lost = this->store_->RenewLeases({mine.id, done.id, theirs.id, pending, 999}, "w1", 1000);
+  ASSERT_TRUE(lost.ok()) << lost.status();
+  EXPECT_EQ(*lost, (std::vector<Id>{done.id, theirs.id, pending, 999}));
+  EXPECT_EQ(*this->store_->GetTrial(mine.id)->lease_expires_ms, *this->clock_.now + 1000);
+  EXPECT_EQ(*this->store_->GetTrial(theirs.id)->lease_expires_ms, *this->clock_.now - 800 + 1000)
+      << "another owner's lease was renewed";
+  EXPECT_TRUE(this->store_->RenewLeases({}, "w1", 1000)->empty());
+  EXPECT_TRUE(this->store_->RenewLeases({mine.id}, "", 1000).status().IsInvalidArgument());
+}
+
 TYPED_TEST(StoreTest, ExpiredLeasesAreReclaimedThenFailedAfterMaxAttempts) {
   auto e = this->MakeExperiment();
   auto ts = this->MakeTrials(e.id, 1);
@@ -418,11 +438,35 @@ TYPED_TEST(StoreTest, FinishedTrialsAreImmutable) {
   this->MakeTrials(e.id, 1);
   auto t = this->Lease("w1");
   ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "w1", this->Step(0, 0.5), std::nullopt).ok());
-  ASSERT_TRUE(this->store_->FinishTrial(t.id, "w1", {TrialState::kCompleted, R"({"loss":0.5})", ""}).ok());
-  // A retried Complete is acknowledged; anything else is refused.
-  EXPECT_TRUE(this->store_->FinishTrial(t.id, "w1", {TrialState::kCompleted, R"({"loss":0.1})", ""}).ok());
-  EXPECT_TRUE(this->store_->FinishTrial(t.id, "w1", {TrialState::kFailed, "{}", "x"}).IsFailedPrecondition());
-  EXPECT_TRUE(this->store_->FinishTrial(t.id, "", {TrialState::kCancelled, "{}", "x"}).IsFailedPrecondition());
+  auto first = this->store_->FinishTrial(t.id, "w1", {TrialState::kCompleted, R"({"loss":0.5})", ""});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(*first, FinishResult::kFinished);
+  // The owner's same finish again (a retried Complete) is acknowledged as a
+  // repeat; any other finish is refused, saying what differs.
+  auto again = this->store_->FinishTrial(t.id, "w1", {TrialState::kCompleted, R"({"loss":0.5})", ""});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, FinishResult::kRepeated);
+  const std::vector<std::pair<std::string, FinishRequest>> refused = {
+      {"w1", {TrialState::kCompleted, R"({"loss":0.1})", ""}},  // other metrics
+      {"w2", {TrialState::kCompleted, R"({"loss":0.5})", ""}},  // another owner, the same metrics
+      {"w1", {TrialState::kFailed, "{}", "x"}},                 // another state
+      {"", {TrialState::kCancelled, "{}", "x"}},
+  };
+  for (const auto& [owner, f] : refused) {
+    auto r = this->store_->FinishTrial(t.id, owner, f);
+    ASSERT_TRUE(r.status().IsFailedPrecondition()) << owner << " " << f.final_metrics_json << ": " << r.status();
+    EXPECT_NE(r.status().message().find("immutable"), std::string::npos) << r.status();
+  }
+  EXPECT_NE(this->store_->FinishTrial(t.id, "w1", {TrialState::kCompleted, R"({"loss":0.1})", ""})
+                .status()
+                .message()
+                .find("other final metrics"),
+            std::string::npos);
+  EXPECT_NE(this->store_->FinishTrial(t.id, "w2", {TrialState::kCompleted, R"({"loss":0.5})", ""})
+                .status()
+                .message()
+                .find("held by 'w1', not 'w2'"),
+            std::string::npos);
   auto r = this->store_->ReportMeasurement(t.id, "w1", this->Step(1, 0.4), std::nullopt);
   ASSERT_TRUE(r.status().IsFailedPrecondition());
   EXPECT_NE(r.status().message().find("immutable"), std::string::npos) << r.status();
@@ -440,10 +484,10 @@ TYPED_TEST(StoreTest, PendingTrialsCanBeCancelledButNotCompleted) {
   auto e = this->MakeExperiment();
   auto ts = this->MakeTrials(e.id, 2);
   EXPECT_TRUE(this->store_->FinishTrial(ts[0].id, "", {TrialState::kCancelled, "{}", "user"}).ok());
-  EXPECT_TRUE(this->store_->FinishTrial(ts[1].id, "w", {TrialState::kCompleted, "{}", ""}).IsFailedPrecondition());
-  EXPECT_TRUE(this->store_->FinishTrial(ts[1].id, "w", {TrialState::kFailed, "{}", ""}).IsFailedPrecondition());
-  EXPECT_TRUE(this->store_->FinishTrial(ts[1].id, "w", {TrialState::kRunning, "{}", ""}).IsInvalidArgument());
-  EXPECT_TRUE(this->store_->FinishTrial(777, "w", {TrialState::kCancelled, "{}", ""}).IsNotFound());
+  EXPECT_TRUE(this->store_->FinishTrial(ts[1].id, "w", {TrialState::kCompleted, "{}", ""}).status().IsFailedPrecondition());
+  EXPECT_TRUE(this->store_->FinishTrial(ts[1].id, "w", {TrialState::kFailed, "{}", ""}).status().IsFailedPrecondition());
+  EXPECT_TRUE(this->store_->FinishTrial(ts[1].id, "w", {TrialState::kRunning, "{}", ""}).status().IsInvalidArgument());
+  EXPECT_TRUE(this->store_->FinishTrial(777, "w", {TrialState::kCancelled, "{}", ""}).status().IsNotFound());
   EXPECT_EQ(this->Lease("w").id, ts[1].id);
 }
 
@@ -485,13 +529,24 @@ TYPED_TEST(StoreTest, RegistersWorkersWithDevices) {
   w.labels_json = R"({"pool":"gpu"})";
   w.devices.push_back({0, DeviceKind::kCpu, "AMD EPYC", "cpu:AMD EPYC:x2.0", 2.0, int64_t{8} << 30, 55.5});
   w.devices.push_back({1, DeviceKind::kCuda, "NVIDIA H200", "cuda:NVIDIA H200", 0, int64_t{141} << 30, 60000});
+  w.session_hash = std::string(64, 'a');
   auto r = this->store_->RegisterWorker(w);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->devices.size(), 2u);
+  EXPECT_EQ(r->session_hash, w.session_hash);
+  auto one = this->store_->GetWorker(r->id);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->host, "node-a");
+  EXPECT_EQ(one->session_hash, w.session_hash);
+  ASSERT_EQ(one->devices.size(), 2u);
+  EXPECT_EQ(one->devices[1].id, r->devices[1].id);
+  EXPECT_EQ(one->devices[1].device_class, "cuda:NVIDIA H200");
+  EXPECT_TRUE(this->store_->GetWorker(r->id + 100).status().IsNotFound());
   this->clock_.Advance(5000);
   ASSERT_TRUE(this->store_->TouchWorker(r->id).ok());
   auto list = *this->store_->ListWorkers();
   ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].session_hash, w.session_hash);
   EXPECT_EQ(list[0].last_seen_ms, list[0].registered_ms + 5000);
   ASSERT_EQ(list[0].devices.size(), 2u);
   EXPECT_EQ(list[0].devices[1].kind, DeviceKind::kCuda);
@@ -536,7 +591,7 @@ TYPED_TEST(StoreTest, ListingWorkersWhileOthersRegisterSeesWholeWorkers) {
 }
 
 TYPED_TEST(StoreTest, RecordsSpeedObservations) {
-  NewWorker w{"h", "{}", {{0, DeviceKind::kCpu, "cpu", "cpu:x1", 1, 1, 1}}};
+  NewWorker w{"h", "{}", {{0, DeviceKind::kCpu, "cpu", "cpu:x1", 1, 1, 1}}, ""};
   auto worker = *this->store_->RegisterWorker(w);
   const Id dev = worker.devices[0].id;
   for (int i = 0; i < 5; ++i) {

@@ -46,6 +46,10 @@ class StoreWrapper : public store::Store {
   Status RenewLease(store::Id trial_id, const std::string& owner, store::TimeMs lease_ms) override {
     return t_.RenewLease(trial_id, owner, lease_ms);
   }
+  Result<std::vector<store::Id>> RenewLeases(const std::vector<store::Id>& trial_ids, const std::string& owner,
+                                             store::TimeMs lease_ms) override {
+    return t_.RenewLeases(trial_ids, owner, lease_ms);
+  }
   Result<std::vector<store::Id>> ReclaimExpiredLeases(int max_attempts) override {
     return t_.ReclaimExpiredLeases(max_attempts);
   }
@@ -60,10 +64,12 @@ class StoreWrapper : public store::Store {
   Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurements(store::Id experiment_id) override {
     return t_.ListExperimentMeasurements(experiment_id);
   }
-  Status FinishTrial(store::Id trial_id, const std::string& owner, const store::FinishRequest& f) override {
+  Result<store::FinishResult> FinishTrial(store::Id trial_id, const std::string& owner,
+                                         const store::FinishRequest& f) override {
     return t_.FinishTrial(trial_id, owner, f);
   }
   Result<store::WorkerRecord> RegisterWorker(const store::NewWorker& w) override { return t_.RegisterWorker(w); }
+  Result<store::WorkerRecord> GetWorker(store::Id worker_id) override { return t_.GetWorker(worker_id); }
   Status TouchWorker(store::Id worker_id) override { return t_.TouchWorker(worker_id); }
   Result<std::vector<store::WorkerRecord>> ListWorkers() override { return t_.ListWorkers(); }
   Result<store::Id> AddSpeedObservation(const store::SpeedObservation& o) override {

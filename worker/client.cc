@@ -47,10 +47,23 @@ struct WorkerClient::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::WorkerService::Stub> stub;
   const std::atomic<int>* stop_level = nullptr;
-  std::atomic<int64_t> worker_id{0};  // changes only when registering again
-  std::vector<int64_t> device_ids;
+  // Who this worker is to the server: the id and session secret of its
+  // registration, and its devices' ids. They change only when registering
+  // again.
+  struct Identity {
+    int64_t worker_id = 0;
+    std::string session;
+  };
+  std::mutex register_mu;            // one re-registration at a time
+  mutable std::mutex identity_mu;    // held only to read or replace these
+  Identity identity_;                // GUARDED_BY(identity_mu)
+  std::vector<int64_t> device_ids;   // GUARDED_BY(identity_mu)
   std::atomic<int64_t> trials_done{0};
-  std::mutex register_mu;  // one re-registration at a time
+
+  Identity identity() const {
+    std::lock_guard lock(identity_mu);
+    return identity_;
+  }
 
   bool Stopping(int level = 1) const { return stop_level->load() >= level; }
 
@@ -107,9 +120,13 @@ struct WorkerClient::Impl {
                                                            "give the CA that signed it with --tls-ca)"
                                                          : ""));
     }
-    worker_id = res.worker_id();
-    device_ids.assign(res.device_ids().begin(), res.device_ids().end());
-    spdlog::info("registered as worker {} with {} device(s)", worker_id.load(), device_ids.size());
+    {
+      // The session is a secret: never logged.
+      std::lock_guard lock(identity_mu);
+      identity_ = {res.worker_id(), res.session()};
+      device_ids.assign(res.device_ids().begin(), res.device_ids().end());
+    }
+    spdlog::info("registered as worker {} with {} device(s)", res.worker_id(), res.device_ids_size());
     return Status::OK();
   }
 
@@ -144,7 +161,9 @@ struct WorkerClient::Impl {
     Verdict Report(int64_t step, const std::map<std::string, double>& metrics, double samples_per_sec,
                    const json& system) override {
       v1::ReportRequest req;
-      req.set_worker_id(w_.worker_id);
+      const Identity me = w_.identity();
+      req.set_worker_id(me.worker_id);
+      req.set_session(me.session);
       req.set_trial_id(trial_id_);
       req.set_device_id(device_id_);
       req.set_step(step);
@@ -214,7 +233,9 @@ struct WorkerClient::Impl {
       while (!cv.wait_for(lock, std::chrono::milliseconds(options.heartbeat_ms), [&] { return done; })) {
         lock.unlock();
         v1::HeartbeatRequest req;
-        req.set_worker_id(worker_id);
+        const Identity me = identity();
+        req.set_worker_id(me.worker_id);
+        req.set_session(me.session);
         req.add_trial_ids(run.trial_id);
         v1::HeartbeatResponse res;
         grpc::ClientContext ctx;
@@ -242,7 +263,9 @@ struct WorkerClient::Impl {
       return;  // pruned, cancelled, or abandoned on shutdown: the server knows
     }
     v1::CompleteRequest req;
-    req.set_worker_id(worker_id);
+    const Identity me = identity();
+    req.set_worker_id(me.worker_id);
+    req.set_session(me.session);
     req.set_trial_id(run.trial_id);
     if (result.ok()) {
       for (const auto& [k, v] : result->final_metrics) (*req.mutable_final_metrics())[k] = v;
@@ -271,12 +294,13 @@ struct WorkerClient::Impl {
     while (!Stopping()) {
       if (options.max_trials > 0 && trials_done.load() >= options.max_trials) return;
       int64_t device_id;
-      {
-        std::lock_guard lock(register_mu);
-        device_id = device_ids.at(index);
-      }
       v1::LeaseRequest req;
-      req.set_worker_id(worker_id);
+      {
+        std::lock_guard lock(identity_mu);
+        device_id = device_ids.at(index);
+        req.set_worker_id(identity_.worker_id);
+        req.set_session(identity_.session);
+      }
       req.set_device_id(device_id);
       v1::LeaseResponse res;
       grpc::Status s = WithRetry("lease", [&] {
@@ -284,10 +308,12 @@ struct WorkerClient::Impl {
         Prepare(ctx);
         return stub->Lease(&ctx, req, &res);
       }, 1);
-      if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
-        // The server lost our registration (a new database): register again.
+      if (s.error_code() == grpc::StatusCode::NOT_FOUND || s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+        // The server does not know this registration (a new database: the
+        // id is unknown, or is now another worker's, whose session ours is
+        // not; or one from before sessions): register again.
         std::lock_guard lock(register_mu);
-        if (worker_id == req.worker_id()) {
+        if (identity().worker_id == req.worker_id()) {
           spdlog::warn("lease: {}; registering again", s.error_message());
           if (!Register().ok()) return;
         }

@@ -1,5 +1,7 @@
-// The worker's loop against hpo-server over gRPC: register the devices,
-// then per device lease a trial, run it with the right executor, report
+// The worker's loop against hpo-server over gRPC: register the devices
+// (the server answers with an id and a session secret that every later call
+// presents; a lease refused as NOT_FOUND or PERMISSION_DENIED registers
+// again), then per device lease a trial, run it with the right executor, report
 // every step (each report renews the lease; a heartbeat thread covers long
 // epochs and learns of prunes and cancels), complete it, repeat.
 //

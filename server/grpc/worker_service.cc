@@ -3,7 +3,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -15,6 +14,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/token.h"
 #include "server/grpc/grpc_status.h"
 
 namespace hpo::server {
@@ -23,21 +23,6 @@ using nlohmann::json;
 using store::Id;
 
 namespace {
-
-constexpr std::string_view kBearer = "Bearer ";
-
-// Compares without stopping at the first differing byte, so the time taken
-// does not tell a caller how much of a guessed token was right. The loop
-// always runs over the expected length; it depends on the given length only
-// through the bounds check, and that length is the caller's own.
-bool ConstantTimeEquals(std::string_view given, std::string_view expected) {
-  volatile unsigned char diff = given.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
-    diff = diff | (g ^ static_cast<unsigned char>(expected[i]));
-  }
-  return diff == 0;
-}
 
 // Runs an RPC body after authentication. The catch keeps a bug that throws
 // (e.g. from a JSON library) from terminating the whole server: a sync gRPC
@@ -52,41 +37,20 @@ template <typename Body>
   }
 }
 
-bool FiniteNonNegative(double v) { return std::isfinite(v) && v >= 0; }
-
-// Usable cores with one decimal, independent of the process locale.
-std::string OneDecimal(double v) {
-  char buf[400];  // enough for any finite double in fixed notation
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::fixed, 1);
-  if (ec != std::errc()) return "?";
-  return std::string(buf, end);
-}
-
-// Placement groups devices by class, so the class comes from what the device
-// is (kind, model, usable cores), never from where it sits in the list: two
-// CPU workers with different core quotas run at different speeds.
-std::string DeviceClass(const store::DeviceInfo& d) {
-  if (d.kind == store::DeviceKind::kCuda) return "cuda:" + d.name;
-  return "cpu:" + d.name + ":x" + OneDecimal(d.cores);
-}
-
-Status ValidateDevice(const hpo::v1::Device& d, const std::string& path) {
-  if (d.name().empty()) return Status::InvalidArgument(path + ".name: must not be empty");
-  if (d.name().size() > kMaxNameLength) {
-    return Status::InvalidArgument(path + ".name: longer than " + std::to_string(kMaxNameLength) + " bytes");
-  }
+// The proto's device, as the engine takes it; only the kind is checked
+// here (the rest is the engine's to judge).
+Result<store::DeviceInfo> ToDeviceInfo(const hpo::v1::Device& d, const std::string& path) {
   if (d.kind() != hpo::v1::DEVICE_KIND_CPU && d.kind() != hpo::v1::DEVICE_KIND_CUDA) {
     return Status::InvalidArgument(path + ".kind: must be DEVICE_KIND_CPU or DEVICE_KIND_CUDA");
   }
-  if (d.ordinal() < 0) return Status::InvalidArgument(path + ".ordinal: must be >= 0");
-  if (!FiniteNonNegative(d.cores())) {
-    return Status::InvalidArgument(path + ".cores: must be a finite number >= 0");
-  }
-  if (d.memory_bytes() < 0) return Status::InvalidArgument(path + ".memory_bytes: must be >= 0");
-  if (!FiniteNonNegative(d.benchmark_gflops())) {
-    return Status::InvalidArgument(path + ".benchmark_gflops: must be a finite number >= 0");
-  }
-  return Status::OK();
+  store::DeviceInfo info;
+  info.ordinal = d.ordinal();
+  info.kind = d.kind() == hpo::v1::DEVICE_KIND_CUDA ? store::DeviceKind::kCuda : store::DeviceKind::kCpu;
+  info.name = d.name();
+  info.cores = d.cores();
+  info.memory_bytes = d.memory_bytes();
+  info.benchmark_gflops = d.benchmark_gflops();
+  return info;
 }
 
 // The value as a command-line argument: a string as it is (no JSON quotes),
@@ -206,16 +170,15 @@ json MetricsToJson(const google::protobuf::Map<std::string, double>& m) {
 WorkerServiceImpl::WorkerServiceImpl(Engine& engine, WorkerServiceOptions options)
     : engine_(engine),
       options_(std::move(options)),
-      expected_authorization_(options_.token.empty() ? "" : std::string(kBearer) + options_.token) {
-}
+      expected_token_(options_.token) {}
 
 Status WorkerServiceImpl::Authenticate(const ::grpc::ServerContext& context) const {
-  if (expected_authorization_.empty()) return Status::OK();
+  if (expected_token_.empty()) return Status::OK();
   bool ok = false;
   const auto [begin, end] = context.client_metadata().equal_range("authorization");
   for (auto it = begin; it != end; ++it) {
-    const std::string_view given(it->second.data(), it->second.size());
-    ok = ConstantTimeEquals(given, expected_authorization_) || ok;
+    const auto given = BearerToken(std::string_view(it->second.data(), it->second.size()));
+    ok = (given && TokenEquals(*given, expected_token_)) || ok;
   }
   // The same words for a missing and a wrong token: neither says which.
   if (!ok) return Status::Unauthenticated("missing or invalid bearer token");
@@ -254,52 +217,15 @@ Status WorkerServiceImpl::Authenticate(const ::grpc::ServerContext& context) con
 
 Status WorkerServiceImpl::DoRegister(const hpo::v1::RegisterRequest& request,
                                      hpo::v1::RegisterResponse& response) {
-  if (request.host().empty()) return Status::InvalidArgument("host: must not be empty");
-  if (request.host().size() > kMaxNameLength) {
-    return Status::InvalidArgument("host: longer than " + std::to_string(kMaxNameLength) + " bytes");
-  }
-  if (request.devices().empty()) {
-    return Status::InvalidArgument("devices: must list at least one device");
-  }
-  if (request.devices_size() > kMaxDevicesPerWorker) {
-    return Status::InvalidArgument("devices: more than the limit of " + std::to_string(kMaxDevicesPerWorker));
-  }
-  if (request.labels_size() > static_cast<int>(kMaxLabels)) {
-    return Status::InvalidArgument("labels: more than the limit of " + std::to_string(kMaxLabels));
-  }
-  store::NewWorker w;
+  WorkerRegistration w;
   w.host = request.host();
-  json labels = json::object();
-  for (const auto& [k, v] : request.labels()) {
-    if (k.empty() || k.size() > kMaxNameLength || v.size() > kMaxValueLength) {
-      return Status::InvalidArgument("labels: a key must be 1 to " + std::to_string(kMaxNameLength) +
-                                     " bytes and a value at most " + std::to_string(kMaxValueLength));
-    }
-    labels[k] = v;
-  }
-  w.labels_json = labels.dump();
-  std::map<int, int> index_of_ordinal;
+  w.labels.insert(request.labels().begin(), request.labels().end());
   for (int i = 0; i < request.devices_size(); ++i) {
-    const hpo::v1::Device& d = request.devices(i);
-    const std::string path = "devices[" + std::to_string(i) + "]";
-    HPO_RETURN_IF_ERROR(ValidateDevice(d, path));
-    if (auto [it, inserted] = index_of_ordinal.emplace(d.ordinal(), i); !inserted) {
-      return Status::InvalidArgument(path + ".ordinal: " + std::to_string(d.ordinal()) +
-                                     " is also the ordinal of devices[" +
-                                     std::to_string(it->second) + "]");
-    }
-    store::DeviceInfo info;
-    info.ordinal = d.ordinal();
-    info.kind =
-        d.kind() == hpo::v1::DEVICE_KIND_CUDA ? store::DeviceKind::kCuda : store::DeviceKind::kCpu;
-    info.name = d.name();
-    info.cores = d.cores();
-    info.memory_bytes = d.memory_bytes();
-    info.benchmark_gflops = d.benchmark_gflops();
-    info.device_class = DeviceClass(info);
-    w.devices.push_back(std::move(info));
+    HPO_ASSIGN_OR_RETURN(store::DeviceInfo d, ToDeviceInfo(request.devices(i), "devices[" + std::to_string(i) + "]"));
+    w.devices.push_back(std::move(d));
   }
-  HPO_ASSIGN_OR_RETURN(store::WorkerRecord rec, engine_.store().RegisterWorker(w));
+  HPO_ASSIGN_OR_RETURN(RegisteredWorker registered, engine_.RegisterWorker(w));
+  const store::WorkerRecord& rec = registered.worker;
   // Matched by ordinal rather than trusting the store to keep list order.
   std::map<int, Id> device_id_of_ordinal;
   for (const auto& d : rec.devices) device_id_of_ordinal[d.ordinal] = d.id;
@@ -313,30 +239,14 @@ Status WorkerServiceImpl::DoRegister(const hpo::v1::RegisterRequest& request,
     response.add_device_ids(it->second);
   }
   response.set_lease_timeout_ms(engine_.options().worker_lease_ms);
+  response.set_session(registered.session);
   return Status::OK();
 }
 
 Status WorkerServiceImpl::DoLease(const hpo::v1::LeaseRequest& request,
                                   hpo::v1::LeaseResponse& response) {
-  const Id worker_id = request.worker_id();
-  // Reads every worker; fine at fleet sizes of hundreds. A GetWorker(id) in
-  // the store would make this one row.
-  HPO_ASSIGN_OR_RETURN(auto workers, engine_.store().ListWorkers());
-  const store::WorkerRecord* worker = nullptr;
-  for (const auto& w : workers) {
-    if (w.id == worker_id) worker = &w;
-  }
-  if (!worker) {
-    return Status::NotFound("worker " + std::to_string(worker_id) + " is not registered");
-  }
-  bool device_found = false;
-  for (const auto& d : worker->devices) device_found = device_found || d.id == request.device_id();
-  if (!device_found) {
-    return Status::NotFound("device " + std::to_string(request.device_id()) +
-                            " is not a device of worker " + std::to_string(worker_id));
-  }
-  HPO_RETURN_IF_ERROR(engine_.store().TouchWorker(worker_id));
-  HPO_ASSIGN_OR_RETURN(std::optional<Assignment> a, engine_.LeaseForWorker(worker_id, request.device_id()));
+  HPO_ASSIGN_OR_RETURN(std::optional<Assignment> a,
+                       engine_.LeaseForWorker({request.worker_id(), request.session()}, request.device_id()));
   if (!a) {
     response.set_retry_after_ms(options_.retry_after_ms);
     return Status::OK();
@@ -350,13 +260,12 @@ Status WorkerServiceImpl::DoReport(const hpo::v1::ReportRequest& request,
                                    hpo::v1::ReportResponse& response) {
   TrialReport r;
   r.trial_id = request.trial_id();
-  r.owner = Engine::WorkerOwner(request.worker_id());
   r.step = request.step();
   r.metrics = MetricsToJson(request.metrics());
   r.samples_per_sec = request.samples_per_sec();
   r.system = SystemToJson(request.system());
   if (request.device_id() > 0) r.device_id = request.device_id();
-  HPO_ASSIGN_OR_RETURN(ReportReply reply, engine_.Report(r));
+  HPO_ASSIGN_OR_RETURN(ReportReply reply, engine_.Report({request.worker_id(), request.session()}, std::move(r)));
   if (reply.decision == Decision::kContinue && reply.new_system) {
     response.set_decision(hpo::v1::DECISION_CHANGE_SYSTEM);
     for (auto it = reply.new_system->begin(); it != reply.new_system->end(); ++it) {
@@ -379,32 +288,16 @@ Status WorkerServiceImpl::DoReport(const hpo::v1::ReportRequest& request,
 }
 
 Status WorkerServiceImpl::DoComplete(const hpo::v1::CompleteRequest& request) {
-  std::string reason = request.reason();
-  // The output's tail is what a person needs to see why a trial failed; on
-  // success it says nothing the metrics do not.
-  if (request.failed() && !request.log_tail().empty()) {
-    if (!reason.empty()) reason += "\n";
-    reason += request.log_tail();
-  }
-  return engine_.Complete(request.trial_id(), Engine::WorkerOwner(request.worker_id()),
-                          request.failed(), MetricsToJson(request.final_metrics()), reason);
+  return engine_.Complete({request.worker_id(), request.session()}, request.trial_id(), request.failed(),
+                          MetricsToJson(request.final_metrics()), request.reason(), request.log_tail());
 }
 
 Status WorkerServiceImpl::DoHeartbeat(const hpo::v1::HeartbeatRequest& request,
                                       hpo::v1::HeartbeatResponse& response) {
-  HPO_RETURN_IF_ERROR(engine_.store().TouchWorker(request.worker_id()));
-  const std::string owner = Engine::WorkerOwner(request.worker_id());
-  for (const Id trial_id : request.trial_ids()) {
-    Status s = engine_.store().RenewLease(trial_id, owner, engine_.options().worker_lease_ms);
-    if (s.ok()) continue;
-    // The trial went on without this worker (pruned, cancelled, lease lost
-    // to expiry, or gone): the worker should stop it, not fail.
-    if (s.IsFailedPrecondition() || s.IsNotFound()) {
-      response.add_stop_trial_ids(trial_id);
-      continue;
-    }
-    return s;  // e.g. the database is unavailable: the worker retries
-  }
+  const std::vector<Id> trial_ids(request.trial_ids().begin(), request.trial_ids().end());
+  HPO_ASSIGN_OR_RETURN(const std::vector<Id> stop,
+                       engine_.Heartbeat({request.worker_id(), request.session()}, trial_ids));
+  for (const Id id : stop) response.add_stop_trial_ids(id);
   return Status::OK();
 }
 

@@ -23,10 +23,6 @@
 
 namespace hpo::server {
 
-// Register's limits (with the Engine's, server/engine.h).
-inline constexpr int kMaxDevicesPerWorker = 256;
-inline constexpr size_t kMaxLabels = 64;
-
 struct WorkerServiceOptions {
   // When non-empty, every RPC needs the metadata "authorization: Bearer
   // <token>"; otherwise it fails with UNAUTHENTICATED. Never logged or echoed.
@@ -35,13 +31,12 @@ struct WorkerServiceOptions {
   int64_t retry_after_ms = 1000;
 };
 
-// The worker protocol's server side. Each RPC:
-//  Register:  validates the worker and its devices (InvalidArgument names the
-//             field, e.g. "devices[1].name: must not be empty"), derives each
-//             device's class from what was reported ("cpu:<name>:x<cores,
-//             1 decimal>" or "cuda:<name>") and stores them.
-//  Lease:     NotFound for an unknown worker or a device not its own; then a
-//             trial with everything needed to run it, or retry_after_ms.
+// The worker protocol's server side: each RPC translates its request for
+// the Engine (which validates, authenticates the worker's session and keeps
+// every limit; see server/engine.h) and the answer back. Beyond that:
+//  Register:  returns the worker's id, its device ids in request order and
+//             its session secret.
+//  Lease:     a trial with everything needed to run it, or retry_after_ms.
 //             A command's argv has {param}, {trial_id} and {steps} filled in
 //             (strings without JSON quotes, numbers as JSON prints them);
 //             {step} is left for the worker, and a placeholder naming a
@@ -50,8 +45,7 @@ struct WorkerServiceOptions {
 //  Report:    one step; the answer is CONTINUE, PRUNE or CANCEL (the
 //             experiment ended). FailedPrecondition: the lease is not this
 //             worker's any more.
-//  Complete:  ends the trial; a failed trial's log_tail is appended to its
-//             reason.
+//  Complete:  ends the trial; a failed trial's log_tail follows its reason.
 //  Heartbeat: renews the worker and the given leases; a trial whose lease
 //             cannot be renewed because it ended or moved on (pruned,
 //             cancelled, lease lost or unknown) is listed in stop_trial_ids.
@@ -84,7 +78,7 @@ class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
 
   Engine& engine_;
   const WorkerServiceOptions options_;
-  const std::string expected_authorization_;  // "Bearer <token>"; empty: no auth
+  const std::string expected_token_;  // empty: no auth
 };
 
 // TLS for the gRPC server: PEM files of the certificate chain and its key.

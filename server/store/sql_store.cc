@@ -306,9 +306,10 @@ Status SqlStore::FinishExperiment(Id id, ExperimentState state, std::string_view
     }
     // Pending trials never start once the experiment ended; cancelling or
     // failing it also stops the trials in flight (workers see it on their
-    // next report).
-    const std::string why = "experiment " + std::string(ToString(state)) +
-                            (reason.empty() ? "" : ": " + std::string(reason));
+    // next report). The reason stays on the experiment's row alone: copied
+    // into each trial, one long reason multiplied by the trial count (50
+    // trials and a 1 MiB reason grew the store by 107 MB).
+    const std::string why = "experiment " + std::string(ToString(state));
     const bool stop_running = state != ExperimentState::kCompleted;
     c.Query(
         "UPDATE trials SET state = 'cancelled', reason = $2, finished_ms = $3, updated_ms = $3, "
@@ -482,15 +483,34 @@ Result<TrialRecord> SqlStore::LeaseTrial(Id trial_id, const std::string& owner, 
   });
 }
 
+namespace {
+constexpr const char* kRenew =
+    "UPDATE trials SET lease_expires_ms = $3, updated_ms = $4 "
+    "WHERE id = $1 AND lease_owner = $2 AND state IN ('leased', 'running') RETURNING id";
+}  // namespace
+
 Status SqlStore::RenewLease(Id trial_id, const std::string& owner, TimeMs lease_ms) {
   HPO_RETURN_IF_ERROR(CheckLeaseArgs(owner, lease_ms));
   return Run(TxMode::kSingle, [&](SqlConnection& c) {
     const TimeMs now = Now();
-    auto rows = c.Query(
-        "UPDATE trials SET lease_expires_ms = $3, updated_ms = $4 "
-        "WHERE id = $1 AND lease_owner = $2 AND state IN ('leased', 'running') RETURNING id",
-        {trial_id, owner, now + lease_ms, now});
+    auto rows = c.Query(kRenew, {trial_id, owner, now + lease_ms, now});
     if (rows.empty()) Throw(ExplainTrialConflict(c, trial_id, owner, "renew the lease of"));
+  });
+}
+
+Result<std::vector<Id>> SqlStore::RenewLeases(const std::vector<Id>& trial_ids, const std::string& owner,
+                                              TimeMs lease_ms) {
+  HPO_RETURN_IF_ERROR(CheckLeaseArgs(owner, lease_ms));
+  if (trial_ids.empty()) return std::vector<Id>{};
+  // One transaction (one commit, one fsync on SQLite) for the whole
+  // heartbeat rather than one per trial.
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    const TimeMs now = Now();
+    std::vector<Id> lost;
+    for (const Id id : trial_ids) {
+      if (c.Query(kRenew, {id, owner, now + lease_ms, now}).empty()) lost.push_back(id);
+    }
+    return lost;
   });
 }
 
@@ -612,7 +632,7 @@ Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurements(Id e
   });
 }
 
-Status SqlStore::FinishTrial(Id trial_id, const std::string& owner, const FinishRequest& f) {
+Result<FinishResult> SqlStore::FinishTrial(Id trial_id, const std::string& owner, const FinishRequest& f) {
   if (!IsFinished(f.state)) {
     return Status::InvalidArgument("state: a trial can only be finished as completed, pruned, "
                                    "failed or cancelled, not " + std::string(ToString(f.state)));
@@ -630,11 +650,29 @@ Status SqlStore::FinishTrial(Id trial_id, const std::string& owner, const Finish
         " OR (CAST($7 AS INTEGER) = 1 AND state = 'pending')) RETURNING id",
         {trial_id, owner, state, f.final_metrics_json, f.reason, now,
          int64_t{may_skip_lease ? 1 : 0}});
-    if (!rows.empty()) return;
-    auto cur = c.Query("SELECT state FROM trials WHERE id = $1", {trial_id});
-    // The same finish again is a retried call: acknowledge, change nothing.
-    if (!cur.empty() && cur[0].Text(0) == state) return;
-    Throw(ExplainTrialConflict(c, trial_id, owner, "finish"));
+    if (!rows.empty()) return FinishResult::kFinished;
+    auto cur = c.Query("SELECT state, lease_owner, final_metrics FROM trials WHERE id = $1", {trial_id});
+    if (cur.empty() || !IsFinished(TrialStateOrThrow(cur[0].Text(0)))) {
+      Throw(ExplainTrialConflict(c, trial_id, owner, "finish"));
+    }
+    // The same finish again, from the one who finished it, is a retried
+    // call: acknowledge it and change nothing. Anything else would let a
+    // caller who does not hold the trial pass off its own metrics as the
+    // trial's end (in the answer and, above the store, in events).
+    const std::string was = cur[0].Text(0);
+    const std::string holder = cur[0].Text(1);
+    std::string why;
+    if (was != state) {
+      why = "it is already " + was;
+    } else if (holder != owner) {
+      why = "it was " + was + " under a lease held by '" + holder + "', not '" + owner + "'";
+    } else if (cur[0].Text(2) != f.final_metrics_json) {
+      why = "it was already " + was + " with other final metrics";
+    } else {
+      return FinishResult::kRepeated;
+    }
+    Throw(Status::FailedPrecondition("cannot finish " + TrialName(trial_id) + " as " + state + ": " + why +
+                                     ", and finished trials are immutable"));
   });
 }
 
@@ -682,10 +720,10 @@ Result<WorkerRecord> SqlStore::RegisterWorker(const NewWorker& w) {
   return Run(TxMode::kWrite, [&](SqlConnection& c) {
     const TimeMs now = Now();
     auto rows = c.Query(
-        "INSERT INTO workers (host, labels, registered_ms, last_seen_ms) VALUES ($1, $2, $3, $3) "
-        "RETURNING id",
-        {w.host, w.labels_json, now});
-    WorkerRecord rec{rows.at(0).Int(0), w.host, w.labels_json, now, now, {}};
+        "INSERT INTO workers (host, labels, registered_ms, last_seen_ms, session_hash) "
+        "VALUES ($1, $2, $3, $3, $4) RETURNING id",
+        {w.host, w.labels_json, now, w.session_hash});
+    WorkerRecord rec{rows.at(0).Int(0), w.host, w.labels_json, now, now, {}, w.session_hash};
     for (const auto& d : w.devices) {
       auto drow = c.Query(
           "INSERT INTO devices (worker_id, ordinal, kind, name, device_class, cores, memory_bytes, "
@@ -709,15 +747,34 @@ Status SqlStore::TouchWorker(Id worker_id) {
   });
 }
 
+namespace {
+constexpr const char* kWorkerColumns = "id, host, labels, registered_ms, last_seen_ms, session_hash";
+WorkerRecord ReadWorker(const SqlRow& r) {
+  return WorkerRecord{r.Int(0), r.Text(1), r.Text(2), r.Int(3), r.Int(4), {}, r.Text(5)};
+}
+}  // namespace
+
+Result<WorkerRecord> SqlStore::GetWorker(Id worker_id) {
+  return Run(TxMode::kRead, [&](SqlConnection& c) {
+    auto rows = c.Query("SELECT " + std::string(kWorkerColumns) + " FROM workers WHERE id = $1", {worker_id});
+    if (rows.empty()) Throw(Status::NotFound("worker " + std::to_string(worker_id) + " is not registered"));
+    WorkerRecord w = ReadWorker(rows[0]);
+    for (const auto& r : c.Query("SELECT " + std::string(kDeviceColumns) +
+                                     " FROM devices WHERE worker_id = $1 ORDER BY ordinal",
+                                 {worker_id})) {
+      w.devices.push_back(ReadDevice(r));
+    }
+    return w;
+  });
+}
+
 Result<std::vector<WorkerRecord>> SqlStore::ListWorkers() {
   return Run(TxMode::kRead, [&](SqlConnection& c) {
     std::vector<WorkerRecord> out;
     std::map<Id, size_t> index;
-    for (const auto& r : c.Query("SELECT id, host, labels, registered_ms, last_seen_ms "
-                                 "FROM workers ORDER BY id",
-                                 {})) {
+    for (const auto& r : c.Query("SELECT " + std::string(kWorkerColumns) + " FROM workers ORDER BY id", {})) {
       index[r.Int(0)] = out.size();
-      out.push_back(WorkerRecord{r.Int(0), r.Text(1), r.Text(2), r.Int(3), r.Int(4), {}});
+      out.push_back(ReadWorker(r));
     }
     for (const auto& r : c.Query("SELECT " + std::string(kDeviceColumns) +
                                      " FROM devices ORDER BY worker_id, ordinal",

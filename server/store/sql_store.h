@@ -36,15 +36,18 @@ class SqlStore final : public Store {
   Result<std::optional<TrialRecord>> LeaseNextTrial(const LeaseRequest& req) override;
   Result<TrialRecord> LeaseTrial(Id trial_id, const std::string& owner, TimeMs lease_ms) override;
   Status RenewLease(Id trial_id, const std::string& owner, TimeMs lease_ms) override;
+  Result<std::vector<Id>> RenewLeases(const std::vector<Id>& trial_ids, const std::string& owner,
+                                      TimeMs lease_ms) override;
   Result<std::vector<Id>> ReclaimExpiredLeases(int max_attempts) override;
   Result<ReportResult> ReportMeasurement(Id trial_id, const std::string& owner,
                                          const Measurement& m,
                                          std::optional<TimeMs> renew_lease_ms) override;
   Result<std::vector<MeasurementRecord>> ListMeasurements(Id trial_id) override;
   Result<std::vector<MeasurementRecord>> ListExperimentMeasurements(Id experiment_id) override;
-  Status FinishTrial(Id trial_id, const std::string& owner, const FinishRequest& f) override;
+  Result<FinishResult> FinishTrial(Id trial_id, const std::string& owner, const FinishRequest& f) override;
 
   Result<WorkerRecord> RegisterWorker(const NewWorker& w) override;
+  Result<WorkerRecord> GetWorker(Id worker_id) override;
   Status TouchWorker(Id worker_id) override;
   Result<std::vector<WorkerRecord>> ListWorkers() override;
   Result<Id> AddSpeedObservation(const SpeedObservation& o) override;

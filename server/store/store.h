@@ -29,8 +29,12 @@
 //  * Reports are idempotent per (trial, step): repeating a step is
 //    acknowledged and changes nothing.
 //  * Finished trials (completed, pruned, failed, cancelled) are immutable:
-//    no report, renew or second finish with another state changes them.
-//    Finishing again with the same state is acknowledged (a retried RPC).
+//    no report, renew or second finish changes them. Finishing again is
+//    acknowledged as a repeat (kRepeated, nothing changes) only when it is
+//    the same finish: the same state and the same final metrics, from the
+//    owner that finished it (a retried RPC). Any other finish of a finished
+//    trial - another state, other metrics, another owner - is
+//    FailedPrecondition, saying which of them differs.
 //  * Durability: a call that returned success survives a crash of the
 //    process and of the machine. PostgreSQL: synchronous_commit as configured
 //    on the server (on by default). SQLite: journal_mode=WAL with
@@ -160,6 +164,9 @@ struct NewWorker {
   std::string host;
   std::string labels_json = "{}";
   std::vector<DeviceInfo> devices;
+  // The SHA-256 (lowercase hex) of the session secret the worker's later
+  // calls present. The secret itself is never stored.
+  std::string session_hash;
 };
 
 struct WorkerRecord {
@@ -169,6 +176,9 @@ struct WorkerRecord {
   TimeMs registered_ms = 0;
   TimeMs last_seen_ms = 0;
   std::vector<DeviceRecord> devices;
+  // NewWorker::session_hash as stored (empty for a worker registered before
+  // sessions existed, which no session matches). Not for display.
+  std::string session_hash;
 };
 
 struct SpeedObservation {
@@ -203,6 +213,10 @@ struct ReportResult {
   bool inserted = false;  // false: this (trial, step) was already recorded
   TrialState state = TrialState::kRunning;
 };
+
+// What FinishTrial did: finished the trial now, or acknowledged the same
+// finish again (see the rules above) and changed nothing.
+enum class FinishResult { kFinished, kRepeated };
 
 struct FinishRequest {
   TrialState state = TrialState::kCompleted;  // must be a finished state
@@ -259,8 +273,11 @@ class Store {
   // Newest first.
   virtual Result<std::vector<ExperimentRecord>> ListExperiments(int64_t offset,
                                                                 int64_t limit) = 0;
-  // Ends a running experiment. With kCancelled, every pending, leased and
-  // running trial is cancelled in the same transaction.
+  // Ends a running experiment. With kCancelled (or kFailed), every pending,
+  // leased and running trial is cancelled in the same transaction (with
+  // kCompleted only the pending ones). `reason` is stored once, on the
+  // experiment; each trial's reason only names the experiment's end
+  // ("experiment cancelled"), so a long reason is not copied per trial.
   // FailedPrecondition: the experiment has already ended.
   virtual Status FinishExperiment(Id id, ExperimentState state, std::string_view reason) = 0;
 
@@ -297,6 +314,11 @@ class Store {
   // Extends the lease to now + lease_ms. FailedPrecondition: not the owner
   // or the trial is no longer leased/running.
   virtual Status RenewLease(Id trial_id, const std::string& owner, TimeMs lease_ms) = 0;
+  // RenewLease for each of `trial_ids`, in one transaction. Returns the ids
+  // it could not renew (unknown, finished, pending, or another owner's), in
+  // the order given; the others are renewed.
+  virtual Result<std::vector<Id>> RenewLeases(const std::vector<Id>& trial_ids, const std::string& owner,
+                                              TimeMs lease_ms) = 0;
   // Returns trials whose lease expired to pending, or fails those leased
   // `max_attempts` times already (reason says so). Returns the ids touched.
   virtual Result<std::vector<Id>> ReclaimExpiredLeases(int max_attempts) = 0;
@@ -314,10 +336,14 @@ class Store {
   // Every measurement of an experiment's trials, ordered by trial, then step.
   virtual Result<std::vector<MeasurementRecord>> ListExperimentMeasurements(Id experiment_id) = 0;
   // Ends a trial. See the rules above for repeated calls.
-  virtual Status FinishTrial(Id trial_id, const std::string& owner, const FinishRequest& f) = 0;
+  // FailedPrecondition: pending (unless cancelled), another owner's lease,
+  // or finished otherwise before. NotFound: no such trial.
+  virtual Result<FinishResult> FinishTrial(Id trial_id, const std::string& owner, const FinishRequest& f) = 0;
 
   // Workers, devices, speed ----------------------------------------------
   virtual Result<WorkerRecord> RegisterWorker(const NewWorker& w) = 0;
+  // One worker with its devices. NotFound: not registered.
+  virtual Result<WorkerRecord> GetWorker(Id worker_id) = 0;
   virtual Status TouchWorker(Id worker_id) = 0;  // last_seen = now
   virtual Result<std::vector<WorkerRecord>> ListWorkers() = 0;
   virtual Result<Id> AddSpeedObservation(const SpeedObservation& o) = 0;
