@@ -703,5 +703,113 @@ TYPED_TEST(StoreTest, AnAcknowledgedWriteSurvivesAKilledProcess) {
   EXPECT_EQ(ms[0].step, 7);
 }
 
+
+// Promotion-type early stopping: pause at a rung, resume (level + 1) on
+// another owner, the lease of a resumed segment expiring back to paused.
+TYPED_TEST(StoreTest, APausedTrialResumesOneLevelUpAndAnExpiredResumeGoesBackToPaused) {
+  auto e = this->MakeExperiment();
+  auto t = this->MakeTrials(e.id, 1)[0];
+  auto leased = this->Lease("w1", 1000);
+  ASSERT_EQ(leased.id, t.id);
+  for (int64_t step = 1; step <= 3; ++step) {
+    ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "w1", this->Step(step, 1.0 / step), 1000).ok());
+  }
+  EXPECT_TRUE(this->store_->PauseTrial(t.id, "w2", 3).IsFailedPrecondition()) << "another owner's trial";
+  ASSERT_TRUE(this->store_->PauseTrial(t.id, "w1", 3).ok());
+  ASSERT_TRUE(this->store_->PauseTrial(t.id, "w1", 3).ok()) << "a retried pause is acknowledged";
+  EXPECT_TRUE(this->store_->PauseTrial(t.id, "w1", 2).IsFailedPrecondition());
+  auto paused = *this->store_->GetTrial(t.id);
+  EXPECT_EQ(paused.state, TrialState::kPaused);
+  EXPECT_EQ(paused.resume_step, 3);
+  EXPECT_EQ(paused.level, 0);
+  EXPECT_FALSE(paused.lease_expires_ms);
+  // Not leasable as pending, no reports, no renewals while paused.
+  EXPECT_FALSE(this->store_->LeaseNextTrial({"w3", 1000, std::nullopt, std::nullopt})->has_value());
+  EXPECT_TRUE(this->store_->ReportMeasurement(t.id, "w1", this->Step(4, 0.2), 1000).status().IsFailedPrecondition());
+  EXPECT_TRUE(this->store_->RenewLease(t.id, "w1", 1000).IsFailedPrecondition());
+  auto n = *this->store_->CountTrials(e.id);
+  EXPECT_EQ(n.paused, 1);
+  EXPECT_EQ(n.total(), 1);
+
+  // Promoted on w2, to step 9.
+  auto resumed = this->store_->ResumeTrial(t.id, "w2", 1000, 9);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->state, TrialState::kLeased);
+  EXPECT_EQ(resumed->level, 1);
+  EXPECT_EQ(resumed->stop_step, 9);
+  EXPECT_EQ(resumed->resume_step, 3);
+  EXPECT_EQ(resumed->lease_owner, "w2");
+  EXPECT_EQ(resumed->attempt, 1);
+  auto again = this->store_->ResumeTrial(t.id, "w3", 1000, 9);
+  EXPECT_TRUE(again.status().IsFailedPrecondition()) << "resumed twice";
+  EXPECT_NE(again.status().message().find("not paused"), std::string::npos) << again.status();
+  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "w2", this->Step(4, 0.2), 1000).ok());
+  // w2 dies: back to paused at level 0 with the steps up to its checkpoint.
+  this->clock_.Advance(1001);
+  auto reclaimed = *this->store_->ReclaimExpiredLeases(3);
+  ASSERT_EQ(reclaimed, std::vector<Id>{t.id});
+  auto back = *this->store_->GetTrial(t.id);
+  EXPECT_EQ(back.state, TrialState::kPaused);
+  EXPECT_EQ(back.level, 0);
+  EXPECT_EQ(back.resume_step, 3);
+  EXPECT_FALSE(back.stop_step);
+  auto ms = *this->store_->ListMeasurements(t.id);
+  ASSERT_EQ(ms.size(), 3u) << "step 4 belonged to the dead segment";
+  EXPECT_EQ(ms.back().step, 3);
+  // Resumed with a lost checkpoint: from scratch.
+  auto restarted = this->store_->ResumeTrial(t.id, "w3", 1000, 9, /*restart=*/true);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  EXPECT_EQ(restarted->resume_step, 0);
+  EXPECT_EQ(restarted->attempt, 2) << "attempts count per segment: the expired one and this one";
+  EXPECT_TRUE(this->store_->ListMeasurements(t.id)->empty());
+}
+
+TYPED_TEST(StoreTest, PausedTrialsEndWithTheirExperiment) {
+  for (auto state : {ExperimentState::kCompleted, ExperimentState::kCancelled}) {
+    auto e = this->MakeExperiment();
+    auto t = this->MakeTrials(e.id, 1)[0];
+    auto leased = *this->store_->LeaseTrial(t.id, "w1", 1000);
+    ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "w1", this->Step(1, 0.5), 1000).ok());
+    ASSERT_TRUE(this->store_->PauseTrial(leased.id, "w1", 1).ok());
+    ASSERT_TRUE(this->store_->FinishExperiment(e.id, state, "done").ok());
+    auto ended = *this->store_->GetTrial(t.id);
+    EXPECT_EQ(ended.state, state == ExperimentState::kCompleted ? TrialState::kPruned : TrialState::kCancelled);
+    EXPECT_TRUE(ended.finished_ms);
+    EXPECT_TRUE(this->store_->ResumeTrial(t.id, "w2", 1000, std::nullopt).status().IsFailedPrecondition());
+  }
+  // And a paused trial of a running experiment can be cancelled by anyone.
+  auto e = this->MakeExperiment();
+  auto t = this->MakeTrials(e.id, 1)[0];
+  ASSERT_TRUE(this->store_->LeaseTrial(t.id, "w1", 1000).ok());
+  ASSERT_TRUE(this->store_->PauseTrial(t.id, "w1", 0).ok());
+  EXPECT_TRUE(this->store_->FinishTrial(t.id, "", {TrialState::kCancelled, "{}", "by hand"}).ok());
+}
+
+TYPED_TEST(StoreTest, TrialsCreatedForADeviceAreLeasedAndPausedOnesLeaveRoomUnderTheCap) {
+  auto e = this->MakeExperiment();
+  NewTrial nt;
+  nt.lease_owner = "worker/1";
+  nt.lease_ms = 5000;
+  nt.stop_step = 3;
+  const Store::TrialLimits cap{std::nullopt, 1};
+  auto made = this->store_->CreateTrialsUpTo(e.id, {nt, nt}, cap);
+  ASSERT_TRUE(made.ok()) << made.status();
+  ASSERT_EQ(made->size(), 1u) << "max_unfinished 1";
+  const TrialRecord& t = (*made)[0];
+  EXPECT_EQ(t.state, TrialState::kLeased);
+  EXPECT_EQ(t.lease_owner, "worker/1");
+  EXPECT_EQ(t.lease_expires_ms, *this->clock_.now + 5000);
+  EXPECT_EQ(t.started_ms, *this->clock_.now);
+  EXPECT_EQ(t.attempt, 1);
+  EXPECT_EQ(t.stop_step, 3);
+  EXPECT_TRUE(this->store_->ReportMeasurement(t.id, "worker/1", this->Step(1, 0.5), 5000).ok());
+  EXPECT_TRUE(this->store_->CreateTrialsUpTo(e.id, {nt}, cap)->empty()) << "one on a device: the cap is full";
+  ASSERT_TRUE(this->store_->PauseTrial(t.id, "worker/1", 3).ok());
+  EXPECT_EQ(this->store_->CreateTrialsUpTo(e.id, {nt}, cap)->size(), 1u) << "a paused trial holds no device";
+  NewTrial bad = nt;
+  bad.lease_ms = 0;
+  EXPECT_TRUE(this->store_->CreateTrialsUpTo(e.id, {bad}, {}).status().IsInvalidArgument());
+}
+
 }  // namespace
 }  // namespace hpo::store

@@ -50,6 +50,13 @@ class StoreWrapper : public store::Store {
                                              store::TimeMs lease_ms) override {
     return t_.RenewLeases(trial_ids, owner, lease_ms);
   }
+  Status PauseTrial(store::Id trial_id, const std::string& owner, int64_t step) override {
+    return t_.PauseTrial(trial_id, owner, step);
+  }
+  Result<store::TrialRecord> ResumeTrial(store::Id trial_id, const std::string& owner, store::TimeMs lease_ms,
+                                         std::optional<int64_t> stop_step, bool restart) override {
+    return t_.ResumeTrial(trial_id, owner, lease_ms, stop_step, restart);
+  }
   Result<std::vector<store::Id>> ReclaimExpiredLeases(int max_attempts) override {
     return t_.ReclaimExpiredLeases(max_attempts);
   }

@@ -94,6 +94,15 @@ class SqlDriver {
   // Serializes migrations across processes (advisory lock, exclusive lock);
   // called inside the migration transaction.
   virtual void LockForMigration(SqlConnection& c) = 0;
+  // Around the migration transaction, on its connection and outside the
+  // transaction: SQLite turns foreign-key enforcement off, so that a
+  // migration may rebuild a table others refer to (the only way to change
+  // a CHECK constraint there), and on again after. CheckMigrated runs
+  // inside the transaction after the last migration, before the commit
+  // (SQLite: every foreign key still points at a row).
+  virtual void BeforeMigrations(SqlConnection&) {}
+  virtual void CheckMigrated(SqlConnection&) {}
+  virtual void AfterMigrations(SqlConnection&) {}
 
   // Change notifications (see Store::NotifyChange). The statement that
   // sends `$1` as one, or empty when the database has none; and a listener

@@ -15,7 +15,7 @@ using TxMode = SqlConnection::TxMode;
 constexpr const char* kTrialColumns =
     "id, experiment_id, space_id, number, params, system_params, state, priority, attempt, "
     "lease_owner, lease_expires_ms, created_ms, started_ms, finished_ms, updated_ms, "
-    "final_metrics, reason";
+    "final_metrics, reason, level, stop_step, resume_step";
 
 TrialState TrialStateOrThrow(const std::string& s) {
   auto r = ParseTrialState(s);
@@ -42,6 +42,9 @@ TrialRecord ReadTrial(const SqlRow& r) {
   t.updated_ms = r.Int(14);
   t.final_metrics_json = r.Text(15);
   t.reason = r.Text(16);
+  t.level = static_cast<int>(r.Int(17));
+  t.stop_step = r.OptInt(18);
+  t.resume_step = r.Int(19);
   return t;
 }
 
@@ -80,7 +83,7 @@ Status ExplainTrialConflict(SqlConnection& c, Id trial_id, const std::string& ow
                     std::string(ToString(state));
   if (IsFinished(state)) {
     msg += ", and finished trials are immutable";
-  } else if (state == TrialState::kPending) {
+  } else if (state == TrialState::kPending || state == TrialState::kPaused) {
     msg += " (not leased; its lease may have expired)";
   } else if (holder != owner) {
     msg += " under a lease held by '" + holder + "', not '" + owner + "'";
@@ -89,6 +92,12 @@ Status ExplainTrialConflict(SqlConnection& c, Id trial_id, const std::string& ow
 }
 
 bool IsFiniteNonNegative(double v) { return std::isfinite(v) && v >= 0; }
+
+Status CheckLeaseArgs(const std::string& owner, TimeMs lease_ms) {
+  if (owner.empty()) return Status::InvalidArgument("owner: must not be empty");
+  if (lease_ms <= 0) return Status::InvalidArgument("lease_ms: must be positive");
+  return Status::OK();
+}
 
 }  // namespace
 
@@ -181,9 +190,39 @@ auto SqlStore::Run(TxMode mode, F&& body) {
 Result<std::unique_ptr<Store>> SqlStore::Open(std::unique_ptr<SqlDriver> driver,
                                               StoreOptions options) {
   std::unique_ptr<SqlStore> store(new SqlStore(std::move(driver), std::move(options)));
-  Status s = store->Run(TxMode::kWrite, [&](SqlConnection& c) { store->Migrate(c); });
+  Status s = store->MigrateOnOneConnection();
   if (!s.ok()) return s;
   return std::unique_ptr<Store>(std::move(store));
+}
+
+Status SqlStore::MigrateOnOneConnection() {
+  // Not through Run: the driver's steps before and after must reach the
+  // connection the migrations run on, and a retry on another connection
+  // would miss them.
+  std::unique_ptr<SqlConnection> conn;
+  try {
+    conn = Acquire();
+    driver_->BeforeMigrations(*conn);
+    conn->Begin(TxMode::kWrite);
+    try {
+      Migrate(*conn);
+      driver_->CheckMigrated(*conn);
+      conn->Commit();
+    } catch (...) {
+      conn->Rollback();
+      driver_->AfterMigrations(*conn);
+      throw;
+    }
+    driver_->AfterMigrations(*conn);
+    Release(std::move(conn));
+    return Status::OK();
+  } catch (const SqlError& e) {
+    if (conn) Release(std::move(conn));
+    return e.status;
+  } catch (const std::exception& e) {
+    if (conn) Release(std::move(conn));
+    return Status::Internal(driver_->display_url() + ": " + e.what());
+  }
 }
 
 void SqlStore::Migrate(SqlConnection& c) {
@@ -311,6 +350,13 @@ Status SqlStore::FinishExperiment(Id id, ExperimentState state, std::string_view
     // trials and a 1 MiB reason grew the store by 107 MB).
     const std::string why = "experiment " + std::string(ToString(state));
     const bool stop_running = state != ExperimentState::kCompleted;
+    // A paused trial of a completed experiment was never promoted: for
+    // successive halving that is being stopped at its rung.
+    c.Query(
+        "UPDATE trials SET state = $2, reason = $3, finished_ms = $4, updated_ms = $4 "
+        "WHERE experiment_id = $1 AND state = 'paused'",
+        {id, std::string(stop_running ? "cancelled" : "pruned"),
+         stop_running ? why : std::string("not promoted before the experiment ended"), now});
     c.Query(
         "UPDATE trials SET state = 'cancelled', reason = $2, finished_ms = $3, updated_ms = $3, "
         "lease_expires_ms = NULL "
@@ -329,6 +375,10 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrialsUpTo(Id experiment_id,
   for (size_t i = 0; i < trials.size(); ++i) {
     if (!std::isfinite(trials[i].priority)) {
       return Status::InvalidArgument("trials[" + std::to_string(i) + "].priority: must be finite");
+    }
+    if (!trials[i].lease_owner.empty()) {
+      HPO_RETURN_IF_ERROR(CheckLeaseArgs(trials[i].lease_owner, trials[i].lease_ms)
+                              .WithContext("trials[" + std::to_string(i) + "]"));
     }
   }
   return Run(TxMode::kWrite, [&](SqlConnection& c) {
@@ -368,12 +418,15 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrialsUpTo(Id experiment_id,
         Throw(Status::InvalidArgument("trials[" + std::to_string(i) + "].space_id: search space " +
                                       std::to_string(*t.space_id) + " is not part of " + name));
       }
+      const bool leased = !t.lease_owner.empty();
       auto rows = c.Query(
           "INSERT INTO trials (experiment_id, space_id, number, params, system_params, state, "
-          "priority, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $7) "
+          "priority, created_ms, updated_ms, attempt, lease_owner, lease_expires_ms, started_ms, stop_step) "
+          "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $10, $11, $12, $13) "
           "RETURNING " + std::string(kTrialColumns),
           {experiment_id, Opt(t.space_id), number++, t.params_json, t.system_params_json,
-           t.priority, now});
+           std::string(leased ? "leased" : "pending"), t.priority, now, int64_t{leased ? 1 : 0}, t.lease_owner,
+           leased ? SqlValue(now + t.lease_ms) : Null(), leased ? SqlValue(now) : Null(), Opt(t.stop_step)});
       out.push_back(ReadTrial(rows.at(0)));
     }
     c.Query("UPDATE experiments SET next_number = $2, updated_ms = $3 WHERE id = $1",
@@ -431,6 +484,7 @@ Result<TrialCounts> SqlStore::CountTrials(Id experiment_id) {
         case TrialState::kPending: n.pending = k; break;
         case TrialState::kLeased: n.leased = k; break;
         case TrialState::kRunning: n.running = k; break;
+        case TrialState::kPaused: n.paused = k; break;
         case TrialState::kCompleted: n.completed = k; break;
         case TrialState::kPruned: n.pruned = k; break;
         case TrialState::kFailed: n.failed = k; break;
@@ -441,13 +495,6 @@ Result<TrialCounts> SqlStore::CountTrials(Id experiment_id) {
   });
 }
 
-namespace {
-Status CheckLeaseArgs(const std::string& owner, TimeMs lease_ms) {
-  if (owner.empty()) return Status::InvalidArgument("owner: must not be empty");
-  if (lease_ms <= 0) return Status::InvalidArgument("lease_ms: must be positive");
-  return Status::OK();
-}
-}  // namespace
 
 Result<std::optional<TrialRecord>> SqlStore::LeaseNextTrial(const LeaseRequest& req) {
   HPO_RETURN_IF_ERROR(CheckLeaseArgs(req.owner, req.lease_ms));
@@ -519,24 +566,87 @@ Result<std::vector<Id>> SqlStore::ReclaimExpiredLeases(int max_attempts) {
   return Run(TxMode::kWrite, [&](SqlConnection& c) {
     const TimeMs now = Now();
     std::vector<Id> out;
+    // A segment that resumed from a checkpoint (resume_step > 0) goes back
+    // to paused at its previous level; others start over as pending.
     auto rows = c.Query(
         "UPDATE trials SET "
-        " state = CASE WHEN attempt >= CAST($2 AS INTEGER) THEN 'failed' ELSE 'pending' END,"
+        " state = CASE WHEN attempt >= CAST($2 AS INTEGER) THEN 'failed'"
+        "  WHEN resume_step > 0 THEN 'paused' ELSE 'pending' END,"
         " reason = CASE WHEN attempt >= CAST($2 AS INTEGER) THEN 'lease expired after attempt ' || "
         "CAST(attempt AS TEXT) || ' of ' || CAST(CAST($2 AS INTEGER) AS TEXT) || ' (last held by ' || lease_owner || ')'"
         " ELSE reason END,"
         " finished_ms = CASE WHEN attempt >= CAST($2 AS INTEGER) THEN $1 ELSE NULL END,"
+        " level = CASE WHEN attempt < CAST($2 AS INTEGER) AND resume_step > 0 AND level > 0 THEN level - 1"
+        "  ELSE level END,"
+        " stop_step = CASE WHEN attempt < CAST($2 AS INTEGER) AND resume_step > 0 THEN NULL ELSE stop_step END,"
         " lease_owner = CASE WHEN attempt >= CAST($2 AS INTEGER) THEN lease_owner ELSE '' END,"
         " lease_expires_ms = NULL, updated_ms = $1 "
-        "WHERE state IN ('leased', 'running') AND lease_expires_ms < $1 RETURNING id, state",
+        "WHERE state IN ('leased', 'running') AND lease_expires_ms < $1 RETURNING id, state, resume_step",
         {now, int64_t{max_attempts}});
     for (const auto& r : rows) {
       out.push_back(r.Int(0));
-      // The dead attempt's curve says nothing about the next one.
+      // The dead attempt's curve says nothing about the next one: all of it
+      // for a trial that starts over, what came after its checkpoint for a
+      // paused one.
       if (r.Text(1) == "pending") c.Query("DELETE FROM measurements WHERE trial_id = $1", {r.Int(0)});
+      if (r.Text(1) == "paused") {
+        c.Query("DELETE FROM measurements WHERE trial_id = $1 AND step > $2", {r.Int(0), r.Int(2)});
+      }
     }
     std::sort(out.begin(), out.end());
     return out;
+  });
+}
+
+Status SqlStore::PauseTrial(Id trial_id, const std::string& owner, int64_t step) {
+  if (owner.empty()) return Status::InvalidArgument("owner: must not be empty");
+  if (step < 0) return Status::InvalidArgument("step: must not be negative");
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    auto cur = c.Query("SELECT state, lease_owner, resume_step FROM trials WHERE id = $1", {trial_id});
+    if (cur.empty()) Throw(Status::NotFound(TrialName(trial_id) + " does not exist"));
+    const TrialState state = TrialStateOrThrow(cur[0].Text(0));
+    if (state == TrialState::kPaused && cur[0].Text(1) == owner && cur[0].Int(2) == step) return;  // a retry
+    if ((state != TrialState::kLeased && state != TrialState::kRunning) || cur[0].Text(1) != owner) {
+      Throw(ExplainTrialConflict(c, trial_id, owner, "pause"));
+    }
+    if (step < cur[0].Int(2)) {
+      Throw(Status::InvalidArgument("step: " + TrialName(trial_id) + " resumed after step " +
+                                    std::to_string(cur[0].Int(2)) + "; it cannot pause at " + std::to_string(step)));
+    }
+    // lease_owner stays: it says who paused it (and makes a retry recognisable).
+    c.Query(
+        "UPDATE trials SET state = 'paused', resume_step = $2, attempt = 0, stop_step = NULL, "
+        "lease_expires_ms = NULL, updated_ms = $3 WHERE id = $1",
+        {trial_id, step, Now()});
+  });
+}
+
+Result<TrialRecord> SqlStore::ResumeTrial(Id trial_id, const std::string& owner, TimeMs lease_ms,
+                                          std::optional<int64_t> stop_step, bool restart) {
+  HPO_RETURN_IF_ERROR(CheckLeaseArgs(owner, lease_ms));
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    const TimeMs now = Now();
+    auto rows = c.Query(
+        "UPDATE trials SET state = 'leased', lease_owner = $1, lease_expires_ms = $2, attempt = attempt + 1, "
+        "level = level + 1, stop_step = $3, resume_step = CASE WHEN CAST($5 AS INTEGER) = 1 THEN 0 "
+        "ELSE resume_step END, updated_ms = $4 "
+        "WHERE id = $6 AND state = 'paused' AND (SELECT state FROM experiments WHERE id = trials.experiment_id) = "
+        "'running' RETURNING " + std::string(kTrialColumns),
+        {owner, now + lease_ms, Opt(stop_step), now, int64_t{restart ? 1 : 0}, trial_id});
+    if (rows.empty()) {
+      auto cur = c.Query("SELECT t.state, e.state FROM trials t JOIN experiments e ON e.id = t.experiment_id "
+                         "WHERE t.id = $1",
+                         {trial_id});
+      if (cur.empty()) Throw(Status::NotFound(TrialName(trial_id) + " does not exist"));
+      if (cur[0].Text(0) != "paused") {
+        Throw(Status::FailedPrecondition("cannot resume " + TrialName(trial_id) + ": it is " + cur[0].Text(0) +
+                                         ", not paused"));
+      }
+      Throw(Status::FailedPrecondition("cannot resume " + TrialName(trial_id) + ": its experiment has ended (" +
+                                       cur[0].Text(1) + ")"));
+    }
+    if (restart) c.Query("DELETE FROM measurements WHERE trial_id = $1", {trial_id});
+    return ReadTrial(rows[0]);
   });
 }
 
@@ -640,14 +750,14 @@ Result<FinishResult> SqlStore::FinishTrial(Id trial_id, const std::string& owner
   return Run(TxMode::kSingle, [&](SqlConnection& c) {
     const TimeMs now = Now();
     const std::string state(ToString(f.state));
-    // Anyone may cancel a trial nobody runs; only the lease holder may finish
+    // Anyone may cancel a trial nobody runs (pending or paused); only the lease holder may finish
     // it otherwise (a stale worker must not fail a requeued trial).
     const bool may_skip_lease = f.state == TrialState::kCancelled;
     auto rows = c.Query(
         "UPDATE trials SET state = $3, final_metrics = $4, reason = $5, finished_ms = $6, "
         "updated_ms = $6, lease_expires_ms = NULL "
         "WHERE id = $1 AND ((state IN ('leased', 'running') AND lease_owner = $2)"
-        " OR (CAST($7 AS INTEGER) = 1 AND state = 'pending')) RETURNING id",
+        " OR (CAST($7 AS INTEGER) = 1 AND state IN ('pending', 'paused'))) RETURNING id",
         {trial_id, owner, state, f.final_metrics_json, f.reason, now,
          int64_t{may_skip_lease ? 1 : 0}});
     if (!rows.empty()) return FinishResult::kFinished;

@@ -38,6 +38,9 @@ class SqlStore final : public Store {
   Status RenewLease(Id trial_id, const std::string& owner, TimeMs lease_ms) override;
   Result<std::vector<Id>> RenewLeases(const std::vector<Id>& trial_ids, const std::string& owner,
                                       TimeMs lease_ms) override;
+  Status PauseTrial(Id trial_id, const std::string& owner, int64_t step) override;
+  Result<TrialRecord> ResumeTrial(Id trial_id, const std::string& owner, TimeMs lease_ms,
+                                  std::optional<int64_t> stop_step, bool restart) override;
   Result<std::vector<Id>> ReclaimExpiredLeases(int max_attempts) override;
   Result<ReportResult> ReportMeasurement(Id trial_id, const std::string& owner,
                                          const Measurement& m,
@@ -68,6 +71,9 @@ class SqlStore final : public Store {
   std::unique_ptr<SqlConnection> Acquire();
   void Release(std::unique_ptr<SqlConnection> c);
   void Migrate(SqlConnection& c);
+  // BeforeMigrations, one transaction of Migrate and CheckMigrated,
+  // AfterMigrations, all on one connection.
+  Status MigrateOnOneConnection();
   TimeMs Now() const;
 
   std::unique_ptr<SqlDriver> driver_;

@@ -186,6 +186,19 @@ class SqliteDriver final : public SqlDriver {
   }
 
   void LockForMigration(SqlConnection&) override {}  // BEGIN IMMEDIATE already excludes writers
+  // SQLite's own procedure for schema changes ALTER TABLE cannot make
+  // (sqlite.org/lang_altertable.html, "other kinds of table schema
+  // changes"): with enforcement on, dropping the old table would cascade
+  // its deletes into every table that refers to it.
+  void BeforeMigrations(SqlConnection& c) override { c.ExecScript("PRAGMA foreign_keys=OFF"); }
+  void CheckMigrated(SqlConnection& c) override {
+    const auto broken = c.Query("PRAGMA foreign_key_check", {});
+    if (!broken.empty()) {
+      Throw(Status::DataLoss(display_ + ": after migrating, table " + broken[0].Text(0) +
+                             " refers to rows that do not exist (nothing was applied)"));
+    }
+  }
+  void AfterMigrations(SqlConnection& c) override { c.ExecScript("PRAGMA foreign_keys=ON"); }
 
  private:
   std::string path_;

@@ -25,6 +25,7 @@ std::string_view ToString(TrialState s) {
     case TrialState::kPending: return "pending";
     case TrialState::kLeased: return "leased";
     case TrialState::kRunning: return "running";
+    case TrialState::kPaused: return "paused";
     case TrialState::kCompleted: return "completed";
     case TrialState::kPruned: return "pruned";
     case TrialState::kFailed: return "failed";
@@ -45,13 +46,12 @@ Result<ExperimentState> ParseExperimentState(std::string_view s) {
 }
 
 Result<TrialState> ParseTrialState(std::string_view s) {
-  for (auto v : {TrialState::kPending, TrialState::kLeased, TrialState::kRunning,
-                 TrialState::kCompleted, TrialState::kPruned, TrialState::kFailed,
-                 TrialState::kCancelled}) {
+  for (auto v : {TrialState::kPending, TrialState::kLeased, TrialState::kRunning, TrialState::kPaused,
+                 TrialState::kCompleted, TrialState::kPruned, TrialState::kFailed, TrialState::kCancelled}) {
     if (ToString(v) == s) return v;
   }
   return Status::InvalidArgument("unknown trial state '" + std::string(s) +
-                                 "' (expected pending, leased, running, completed, pruned, "
+                                 "' (expected pending, leased, running, paused, completed, pruned, "
                                  "failed or cancelled)");
 }
 

@@ -25,7 +25,16 @@
 //    pending trial may be cancelled by anyone.
 //  * When an expired lease puts a trial back to pending, the measurements of
 //    the dead attempt are deleted with it: the next attempt trains from
-//    scratch and reports its steps anew.
+//    scratch and reports its steps anew. A resumed trial (a promotion)
+//    whose lease expires goes back to paused instead, keeping what it had
+//    when it paused: only its steps after resume_step are deleted.
+//  * Pausing (promotion-type early stopping): the owner of a leased or
+//    running trial may pause it at a step; it then has no lease and waits,
+//    holding its place, until ResumeTrial leases it again (level + 1) or
+//    the experiment ends (completed: the paused trials are pruned, as never
+//    promoted; cancelled or failed: cancelled). Paused trials count as
+//    unfinished in TrialCounts but not against TrialLimits::max_unfinished,
+//    which caps the trials on devices or waiting for one.
 //  * Reports are idempotent per (trial, step): repeating a step is
 //    acknowledged and changes nothing.
 //  * Finished trials (completed, pruned, failed, cancelled) are immutable:
@@ -61,7 +70,7 @@
 namespace hpo::store {
 
 enum class ExperimentState { kRunning, kCompleted, kCancelled, kFailed };
-enum class TrialState { kPending, kLeased, kRunning, kCompleted, kPruned, kFailed, kCancelled };
+enum class TrialState { kPending, kLeased, kRunning, kPaused, kCompleted, kPruned, kFailed, kCancelled };
 enum class DeviceKind { kCpu, kCuda };
 
 std::string_view ToString(ExperimentState s);
@@ -111,6 +120,11 @@ struct NewTrial {
   std::string params_json = "{}";
   std::string system_params_json = "{}";
   double priority = 0;  // higher priorities are leased first
+  // Non-empty: the trial is created leased to this owner for lease_ms (a
+  // device asked for work and this is its answer), not pending.
+  std::string lease_owner;
+  TimeMs lease_ms = 0;
+  std::optional<int64_t> stop_step;  // see TrialRecord
 };
 
 struct TrialRecord {
@@ -131,6 +145,13 @@ struct TrialRecord {
   TimeMs updated_ms = 0;
   std::string final_metrics_json;  // empty until finished
   std::string reason;              // why it failed, was pruned or cancelled
+  // Promotion-type early stopping (0, none, 0 otherwise): the rung the trial
+  // runs toward or is paused at; the step its current lease runs to before
+  // it pauses (none: to its end); the step its current segment resumed
+  // after, i.e. its checkpoint's (0: it started from scratch).
+  int level = 0;
+  std::optional<int64_t> stop_step;
+  int64_t resume_step = 0;
 };
 
 struct Measurement {
@@ -225,10 +246,10 @@ struct FinishRequest {
 };
 
 struct TrialCounts {
-  int64_t pending = 0, leased = 0, running = 0, completed = 0, pruned = 0, failed = 0,
+  int64_t pending = 0, leased = 0, running = 0, paused = 0, completed = 0, pruned = 0, failed = 0,
           cancelled = 0;
   int64_t total() const {
-    return pending + leased + running + completed + pruned + failed + cancelled;
+    return pending + leased + running + paused + completed + pruned + failed + cancelled;
   }
 };
 
@@ -319,9 +340,26 @@ class Store {
   // the order given; the others are renewed.
   virtual Result<std::vector<Id>> RenewLeases(const std::vector<Id>& trial_ids, const std::string& owner,
                                               TimeMs lease_ms) = 0;
-  // Returns trials whose lease expired to pending, or fails those leased
-  // `max_attempts` times already (reason says so). Returns the ids touched.
+  // Returns trials whose lease expired to pending (or, resumed ones, to
+  // paused at level - 1), or fails those leased `max_attempts` times
+  // already in their current segment (reason says so). Returns the ids
+  // touched.
   virtual Result<std::vector<Id>> ReclaimExpiredLeases(int max_attempts) = 0;
+
+  // Pauses a leased or running trial of `owner` after `step` (its
+  // checkpoint's step): no lease, resume_step = step, attempt = 0 (the
+  // segment is done). Pausing again at the same step is acknowledged.
+  // FailedPrecondition: another owner's, not leased or running (or paused
+  // at another step). InvalidArgument: step < resume_step.
+  virtual Status PauseTrial(Id trial_id, const std::string& owner, int64_t step) = 0;
+  // Leases a paused trial of a running experiment (a promotion): paused ->
+  // leased, level + 1, attempt + 1, stop_step as given (none: to the end).
+  // With `restart`, its checkpoint is gone or unusable: every measurement is
+  // deleted and resume_step becomes 0, so it trains from scratch.
+  // FailedPrecondition: not paused (the message says what it is), or the
+  // experiment ended.
+  virtual Result<TrialRecord> ResumeTrial(Id trial_id, const std::string& owner, TimeMs lease_ms,
+                                          std::optional<int64_t> stop_step, bool restart = false) = 0;
 
   // Records one step (leased -> running on the first) and, when
   // renew_lease_ms is set, extends the lease to now + renew_lease_ms (a
