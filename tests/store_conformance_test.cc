@@ -756,11 +756,21 @@ TYPED_TEST(StoreTest, APausedTrialResumesOneLevelUpAndAnExpiredResumeGoesBackToP
   auto ms = *this->store_->ListMeasurements(t.id);
   ASSERT_EQ(ms.size(), 3u) << "step 4 belonged to the dead segment";
   EXPECT_EQ(ms.back().step, 3);
+  // Resumed, then its checkpoint is found unusable: from scratch under the same lease.
+  auto promoted = this->store_->ResumeTrial(t.id, "w4", 1000, 9);
+  ASSERT_TRUE(promoted.ok()) << promoted.status();
+  EXPECT_TRUE(this->store_->RestartTrial(t.id, "w5").IsFailedPrecondition()) << "not the owner";
+  ASSERT_TRUE(this->store_->RestartTrial(t.id, "w4").ok());
+  EXPECT_EQ(this->store_->GetTrial(t.id)->resume_step, 0);
+  EXPECT_TRUE(this->store_->ListMeasurements(t.id)->empty());
+  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "w4", this->Step(1, 0.9), 1000).ok());
+  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "w4", this->Step(2, 0.8), 1000).ok());
+  ASSERT_TRUE(this->store_->PauseTrial(t.id, "w4", 2).ok());
   // Resumed with a lost checkpoint: from scratch.
   auto restarted = this->store_->ResumeTrial(t.id, "w3", 1000, 9, /*restart=*/true);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   EXPECT_EQ(restarted->resume_step, 0);
-  EXPECT_EQ(restarted->attempt, 2) << "attempts count per segment: the expired one and this one";
+  EXPECT_EQ(restarted->attempt, 1) << "attempts count per segment; the pause at step 2 began a new one";
   EXPECT_TRUE(this->store_->ListMeasurements(t.id)->empty());
 }
 

@@ -57,6 +57,9 @@ class StoreWrapper : public store::Store {
                                          std::optional<int64_t> stop_step, bool restart) override {
     return t_.ResumeTrial(trial_id, owner, lease_ms, stop_step, restart);
   }
+  Status RestartTrial(store::Id trial_id, const std::string& owner) override {
+    return t_.RestartTrial(trial_id, owner);
+  }
   Result<std::vector<store::Id>> ReclaimExpiredLeases(int max_attempts) override {
     return t_.ReclaimExpiredLeases(max_attempts);
   }

@@ -215,6 +215,34 @@ Status WorkerServiceImpl::Authenticate(const ::grpc::ServerContext& context) con
   return Serve(Authenticate(*context), [&] { return DoHeartbeat(*request, *response); });
 }
 
+namespace {
+Status NotYet(const char* what) {
+  return Status::Unimplemented(std::string(what) + ": checkpoints are not served by this server yet");
+}
+}  // namespace
+
+::grpc::Status WorkerServiceImpl::Pause(::grpc::ServerContext* context, const hpo::v1::PauseRequest*,
+                                        hpo::v1::PauseResponse*) {
+  return Serve(Authenticate(*context), [&] { return NotYet("Pause"); });
+}
+
+::grpc::Status WorkerServiceImpl::Restart(::grpc::ServerContext* context, const hpo::v1::RestartRequest*,
+                                          hpo::v1::RestartResponse*) {
+  return Serve(Authenticate(*context), [&] { return NotYet("Restart"); });
+}
+
+::grpc::Status WorkerServiceImpl::UploadCheckpoint(::grpc::ServerContext* context,
+                                                   ::grpc::ServerReader<hpo::v1::CheckpointChunk>*,
+                                                   hpo::v1::UploadCheckpointResponse*) {
+  return Serve(Authenticate(*context), [&] { return NotYet("UploadCheckpoint"); });
+}
+
+::grpc::Status WorkerServiceImpl::DownloadCheckpoint(::grpc::ServerContext* context,
+                                                     const hpo::v1::DownloadCheckpointRequest*,
+                                                     ::grpc::ServerWriter<hpo::v1::CheckpointChunk>*) {
+  return Serve(Authenticate(*context), [&] { return NotYet("DownloadCheckpoint"); });
+}
+
 Status WorkerServiceImpl::DoRegister(const hpo::v1::RegisterRequest& request,
                                      hpo::v1::RegisterResponse& response) {
   WorkerRegistration w;

@@ -66,6 +66,16 @@ class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
                           hpo::v1::CompleteResponse* response) override;
   ::grpc::Status Heartbeat(::grpc::ServerContext* context, const hpo::v1::HeartbeatRequest* request,
                            hpo::v1::HeartbeatResponse* response) override;
+  // Promotion-type early stopping (issue #15): authenticated, not served yet.
+  ::grpc::Status Pause(::grpc::ServerContext* context, const hpo::v1::PauseRequest* request,
+                       hpo::v1::PauseResponse* response) override;
+  ::grpc::Status Restart(::grpc::ServerContext* context, const hpo::v1::RestartRequest* request,
+                         hpo::v1::RestartResponse* response) override;
+  ::grpc::Status UploadCheckpoint(::grpc::ServerContext* context,
+                                  ::grpc::ServerReader<hpo::v1::CheckpointChunk>* reader,
+                                  hpo::v1::UploadCheckpointResponse* response) override;
+  ::grpc::Status DownloadCheckpoint(::grpc::ServerContext* context, const hpo::v1::DownloadCheckpointRequest* request,
+                                    ::grpc::ServerWriter<hpo::v1::CheckpointChunk>* writer) override;
 
  private:
   Status Authenticate(const ::grpc::ServerContext& context) const;

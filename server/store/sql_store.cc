@@ -650,6 +650,18 @@ Result<TrialRecord> SqlStore::ResumeTrial(Id trial_id, const std::string& owner,
   });
 }
 
+Status SqlStore::RestartTrial(Id trial_id, const std::string& owner) {
+  if (owner.empty()) return Status::InvalidArgument("owner: must not be empty");
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    auto rows = c.Query(
+        "UPDATE trials SET resume_step = 0, updated_ms = $3 "
+        "WHERE id = $1 AND lease_owner = $2 AND state IN ('leased', 'running') RETURNING id",
+        {trial_id, owner, Now()});
+    if (rows.empty()) Throw(ExplainTrialConflict(c, trial_id, owner, "restart"));
+    c.Query("DELETE FROM measurements WHERE trial_id = $1", {trial_id});
+  });
+}
+
 Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string& owner,
                                                  const Measurement& m,
                                                  std::optional<TimeMs> renew_lease_ms) {

@@ -41,6 +41,7 @@ class SqlStore final : public Store {
   Status PauseTrial(Id trial_id, const std::string& owner, int64_t step) override;
   Result<TrialRecord> ResumeTrial(Id trial_id, const std::string& owner, TimeMs lease_ms,
                                   std::optional<int64_t> stop_step, bool restart) override;
+  Status RestartTrial(Id trial_id, const std::string& owner) override;
   Result<std::vector<Id>> ReclaimExpiredLeases(int max_attempts) override;
   Result<ReportResult> ReportMeasurement(Id trial_id, const std::string& owner,
                                          const Measurement& m,

@@ -360,6 +360,11 @@ class Store {
   // experiment ended.
   virtual Result<TrialRecord> ResumeTrial(Id trial_id, const std::string& owner, TimeMs lease_ms,
                                           std::optional<int64_t> stop_step, bool restart = false) = 0;
+  // The owner of a leased or running resumed trial found its checkpoint
+  // unusable: resume_step becomes 0 and every measurement is deleted, so
+  // the same lease trains it from scratch. FailedPrecondition: not leased
+  // or running under `owner`.
+  virtual Status RestartTrial(Id trial_id, const std::string& owner) = 0;
 
   // Records one step (leased -> running on the first) and, when
   // renew_lease_ms is set, extends the lease to now + renew_lease_ms (a
