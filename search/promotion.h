@@ -1,0 +1,82 @@
+// Promotion-type successive halving (ASHA's Algorithm 2; Syne Tune's
+// "promotion" type): trials run rung by rung and pause at each, with a
+// checkpoint; a free device resumes a paused trial that earned it, or starts
+// a new one. Unlike the stopping type (pruner.h), nothing runs past a rung
+// on speculation, and the work that goes on is chosen when a device is
+// free: the decision of *which* paused trial and *which* device is the
+// placement policy's (scheduler/policy.h); this file says which trials may
+// be promoted at all.
+//
+// Rungs. For a trial of bracket s (always 0 for ASHA; Hyperband's bracket
+// of the trial's number, see HyperbandBracket), with eta the reduction
+// factor, r the minimum resource and R the trial's budget in steps:
+//   rung steps  R_0 < R_1 < ... < R_L = R, with R_j = ceil(r * eta^(s + j))
+//               for every j with that value < R, then R itself.
+// Level j of a trial is the segment that ends at R_j: a new trial runs
+// level 0 (steps 1..R_0) and pauses after step R_0; promoted from level j it
+// resumes at R_j + 1 and runs to R_{j+1}; at level L it completes.
+//
+// Promotability (asynchronous: judged on what is known now). Among the
+// trials of the same bracket that reached R_j (their curve has a point at or
+// beyond R_j, or they paused there), n of them, a trial paused at level j
+// may be promoted when its value at R_j is among the best floor(n / eta)
+// (the first eta trials at a rung earn one promotion; ties go to the lower
+// trial number). Trials promoted from R_j count in n and in the best; a
+// failed trial counts nowhere.
+//
+// Pure and deterministic; values are minimized (history.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "search/history.h"
+#include "search/pruner.h"
+
+namespace hpo::search {
+
+// A trial that paused after the segment of `level`.
+struct PausedTrial {
+  size_t index = 0;  // in History::trials
+  int level = 0;
+};
+
+struct Promotion {
+  size_t index = 0;   // in History::trials
+  int from_level = 0; // it paused after R_from_level
+  int64_t from_step = 0;  // R_from_level: it resumes at from_step + 1
+  int64_t to_step = 0;    // R_{from_level + 1}: where the promoted segment ends
+  bool to_end = false;    // to_step is the trial's budget: it completes there
+  double value = 0;       // at from_step (minimized); the best first
+};
+
+class PromotionRule {
+ public:
+  // Errors as MakeAshaPruner's / MakeHyperbandPruner's, naming the field;
+  // max_resource 0 means steps_per_trial. REQUIRES: steps_per_trial >= 1.
+  static Result<PromotionRule> Asha(const AshaOptions& options, int64_t steps_per_trial);
+  static Result<PromotionRule> Hyperband(const HyperbandOptions& options, int64_t steps_per_trial);
+
+  // R_0 .. R_L of a trial with this number (its bracket's rungs).
+  std::vector<int64_t> Rungs(int64_t trial_number) const;
+  // Where a new trial's first segment ends, and whether that is its end.
+  int64_t FirstStop(int64_t trial_number) const { return Rungs(trial_number).front(); }
+
+  // The paused trials of `paused` that may be promoted now, the highest
+  // level first (ASHA promotes from the top rung down), then the best value.
+  std::vector<Promotion> Promotable(const History& history, const std::vector<PausedTrial>& paused) const;
+
+ private:
+  PromotionRule() = default;
+  int Bracket(int64_t trial_number) const;
+
+  double eta_ = 3;
+  int64_t min_resource_ = 1;
+  int64_t steps_ = 1;
+  int min_early_stopping_rate_ = 0;
+  bool hyperband_ = false;
+  HyperbandOptions hyperband_options_;
+};
+
+}  // namespace hpo::search
