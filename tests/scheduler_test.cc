@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "scheduler/placement.h"
+#include "scheduler/policy.h"
 #include "scheduler/speed_model.h"
 #include "search/random.h"
 
@@ -94,142 +94,206 @@ TEST(SpeedModel, BestSettingPicksTheFastest) {
 // Three classes, 1x, 3x and 10x, two devices each.
 struct World {
   SpeedModel speeds;
-  Fleet fleet;
+  std::vector<LiveDevice> fleet;
   World() {
     for (const auto& [cls, sps] :
          std::vector<std::pair<std::string, double>>{{"slow", 100}, {"mid", 300}, {"fast", 1000}}) {
       speeds.Observe(cls, kCnn, "", sps);
-      fleet.Add(cls, 2);
+      fleet.push_back({cls + "1", cls, 0});
+      fleet.push_back({cls + "2", cls, 0});
     }
   }
 };
 
-PlacementCandidate Candidate(int64_t id, double priority, int level, double waiting_s = 0) {
-  PlacementCandidate c;
+WorkItem Item(WorkItem::Kind kind, int64_t id, double priority, int level, double waiting_s = 0) {
+  WorkItem c;
+  c.kind = kind;
   c.trial_id = id;
   c.space_priority = priority;
   c.level = level;
   c.workload = kCnn;
-  c.steps_remaining = 10;
-  c.samples_per_step = 1000;
+  c.steps = 10;
   c.waiting_s = waiting_s;
   return c;
 }
-
-TEST(Placement, FastDevicesTakeImportantWorkSlowOnesExploration) {
-  World w;
-  const std::vector<PlacementCandidate> pending = {
-      Candidate(1, 0.2, 0),  // low-priority space, fresh: least important
-      Candidate(2, 0.8, 0),  // high-priority space
-      Candidate(3, 0.2, 2),  // promoted twice: 0.6
-      Candidate(4, 0.8, 3),  // high priority and promoted: most important
-      Candidate(5, 0.5, 0),
-  };
-  const auto fast = PlaceTrial({"f1", "fast"}, w.fleet, pending, w.speeds);
-  ASSERT_TRUE(fast);
-  EXPECT_EQ(fast->trial_id, 4);
-  EXPECT_DOUBLE_EQ(fast->estimated_seconds, 10 * 1000 / 1000.0);
-  const auto slow = PlaceTrial({"s1", "slow"}, w.fleet, pending, w.speeds);
-  ASSERT_TRUE(slow);
-  EXPECT_EQ(slow->trial_id, 1);
-  EXPECT_DOUBLE_EQ(slow->estimated_seconds, 10 * 1000 / 100.0);
-  // The middle of the fleet takes the middle of the queue (importance
-  // 0.2, 0.8, 0.6, 3.2, 0.5: the median is trial 3).
-  EXPECT_EQ(PlaceTrial({"m1", "mid"}, w.fleet, pending, w.speeds)->trial_id, 3);
+WorkItem Pending(int64_t id, double priority, int level, double waiting_s = 0) {
+  return Item(WorkItem::Kind::kPending, id, priority, level, waiting_s);
+}
+WorkItem Resume(int64_t id, double priority, int level, double waiting_s = 0) {
+  return Item(WorkItem::Kind::kResume, id, priority, level, waiting_s);
+}
+WorkItem New(int space, double priority) {
+  WorkItem c = Item(WorkItem::Kind::kNew, 0, priority, 0);
+  c.space_index = space;
+  return c;
 }
 
-TEST(Placement, PriorsPlaceBeforeAnyObservation) {
+PolicyOptions Timed() {
+  PolicyOptions o;
+  o.samples_per_step = 1000;
+  return o;
+}
+
+// The trial id (or -1 for a new trial, or 0 for nothing) the device gets.
+int64_t Pick(const PolicyDecision& d, const std::vector<WorkItem>& items) {
+  if (!d.run) return 0;
+  return items[d.item].kind == WorkItem::Kind::kNew ? -1 - items[d.item].space_index : items[d.item].trial_id;
+}
+
+TEST(Policy, FastDevicesTakeImportantWorkSlowOnesExploration) {
+  World w;
+  const std::vector<WorkItem> items = {
+      Pending(1, 0.2, 0),  // low-priority space, fresh: least important
+      Pending(2, 0.8, 0),  // high-priority space
+      Resume(3, 0.2, 2),   // promoted twice: 0.6
+      Resume(4, 0.8, 3),   // high priority and promoted: most important
+      Pending(5, 0.5, 0),
+  };
+  const auto fast = Decide({"fast1", "fast"}, w.fleet, items, w.speeds, Timed());
+  ASSERT_TRUE(fast.run);
+  EXPECT_EQ(Pick(fast, items), 4);
+  EXPECT_DOUBLE_EQ(fast.estimated_seconds, 10 * 1000 / 1000.0);
+  PolicyOptions no_hold_back = Timed();
+  no_hold_back.hold_back_margin = 1e9;  // this test is about matching alone
+  const auto slow = Decide({"slow1", "slow"}, w.fleet, items, w.speeds, no_hold_back);
+  EXPECT_EQ(Pick(slow, items), 1);
+  EXPECT_DOUBLE_EQ(slow.estimated_seconds, 10 * 1000 / 100.0);
+  // The middle of the fleet takes the middle of the offer (importance 0.2,
+  // 0.8, 0.6, 3.2, 0.5: the median is trial 3).
+  EXPECT_EQ(Pick(Decide({"mid1", "mid"}, w.fleet, items, w.speeds, no_hold_back), items), 3);
+}
+
+TEST(Policy, PromotionsGoToFastDevicesNewTrialsToSlowOnes) {
+  World w;
+  const std::vector<WorkItem> items = {New(0, 0.5), Resume(7, 0.5, 1)};
+  EXPECT_EQ(Pick(Decide({"fast1", "fast"}, w.fleet, items, w.speeds, Timed()), items), 7);
+  EXPECT_EQ(Pick(Decide({"slow1", "slow"}, w.fleet, items, w.speeds, Timed()), items), -1);
+  // Of two spaces, the fast device starts one in the space that matters most.
+  const std::vector<WorkItem> spaces = {New(0, 0.3), New(1, 0.7)};
+  EXPECT_EQ(Pick(Decide({"fast1", "fast"}, w.fleet, spaces, w.speeds, Timed()), spaces), -2);
+  EXPECT_EQ(Pick(Decide({"slow1", "slow"}, w.fleet, spaces, w.speeds, Timed()), spaces), -1);
+}
+
+TEST(Policy, ASlowDeviceLeavesAPromotionThatAFasterOneWouldFinishSooner) {
+  World w;
+  // fast2 is idle: 10 steps take it 10 s, the slow device 100 s.
+  std::vector<WorkItem> items = {Resume(7, 0.5, 1)};
+  auto d = Decide({"slow1", "slow"}, w.fleet, items, w.speeds, Timed());
+  EXPECT_FALSE(d.run) << d.reason;
+  EXPECT_GE(d.retry_after_s, 0.5);
+  // With a new trial on offer it takes that instead.
+  items.push_back(New(0, 0.5));
+  EXPECT_EQ(Pick(Decide({"slow1", "slow"}, w.fleet, items, w.speeds, Timed()), items), -1);
+  // When every faster device is busy for longer than the slow one needs, it takes the promotion.
+  for (auto& dev : w.fleet) {
+    if (dev.device_class != "slow") dev.busy_s = 1000;
+  }
+  items.pop_back();
+  EXPECT_EQ(Pick(Decide({"slow1", "slow"}, w.fleet, items, w.speeds, Timed()), items), 7);
+  // Without a time estimate nothing is held back.
+  w.fleet = World().fleet;
+  EXPECT_EQ(Pick(Decide({"slow1", "slow"}, w.fleet, items, w.speeds, PolicyOptions{}), items), 7);
+}
+
+TEST(Policy, ADeviceTheModelBarelyKnowsExploresWithANewTrial) {
+  World w;
+  w.speeds.AddBenchmark("gpu", 5000);  // a prior only: no trial ran there yet
+  w.fleet.push_back({"gpu1", "gpu", 0});
+  const std::vector<WorkItem> items = {Resume(7, 0.9, 2), New(0, 0.2), New(1, 0.8)};
+  const auto d = Decide({"gpu1", "gpu"}, w.fleet, items, w.speeds, Timed());
+  EXPECT_EQ(Pick(d, items), -1) << "the cheapest new trial measures it: " << d.reason;
+  EXPECT_NE(d.reason.find("explore"), std::string::npos);
+  // Once measured, it is matched like the rest: the fastest takes the promotion.
+  w.speeds.Observe("gpu", kCnn, "", 5000);
+  EXPECT_EQ(Pick(Decide({"gpu1", "gpu"}, w.fleet, items, w.speeds, Timed()), items), 7);
+}
+
+TEST(Policy, PriorsPlaceBeforeAnyObservation) {
   SpeedModel speeds;
-  Fleet fleet;
   speeds.AddBenchmark("cpu", 50);
   speeds.AddBenchmark("gpu", 5000);
-  fleet.Add("cpu", 10);
-  fleet.Add("gpu", 1);
-  const std::vector<PlacementCandidate> pending = {Candidate(1, 0.5, 0), Candidate(2, 0.5, 1)};
-  EXPECT_EQ(PlaceTrial({"g", "gpu"}, fleet, pending, speeds)->trial_id, 2);
-  EXPECT_EQ(PlaceTrial({"c", "cpu"}, fleet, pending, speeds)->trial_id, 1);
-  // A class nobody knows anything about sits in the middle: equal ties go
-  // to the lowest id.
-  EXPECT_EQ(PlaceTrial({"x", "unknown"}, fleet, pending, speeds)->trial_id, 1);
+  std::vector<LiveDevice> fleet;
+  for (int i = 0; i < 10; ++i) fleet.push_back({"c" + std::to_string(i), "cpu", 0});
+  fleet.push_back({"g", "gpu", 0});
+  const std::vector<WorkItem> items = {Pending(1, 0.5, 0), Pending(2, 0.5, 1)};
+  EXPECT_EQ(Pick(Decide({"g", "gpu"}, fleet, items, speeds, PolicyOptions{}), items), 2);
+  EXPECT_EQ(Pick(Decide({"c0", "cpu"}, fleet, items, speeds, PolicyOptions{}), items), 1);
+  // A class nobody knows anything about sits in the middle: ties go to the first item.
+  EXPECT_EQ(Pick(Decide({"x", "unknown"}, fleet, items, speeds, PolicyOptions{}), items), 1);
 }
 
-TEST(Placement, StarvingCandidateIsTakenBySlowDevice) {
+TEST(Policy, StarvingItemIsTakenBySlowDevice) {
   World w;
-  PlacementOptions options;
+  PolicyOptions options;
   options.max_wait_s = 300;
-  std::vector<PlacementCandidate> pending = {Candidate(1, 0.2, 0), Candidate(2, 0.9, 3, 299)};
-  EXPECT_EQ(PlaceTrial({"s1", "slow"}, w.fleet, pending, w.speeds, options)->trial_id, 1)
+  std::vector<WorkItem> items = {Pending(1, 0.2, 0), Resume(2, 0.9, 3, 299)};
+  EXPECT_EQ(Pick(Decide({"slow1", "slow"}, w.fleet, items, w.speeds, options), items), 1)
       << "not starving yet: the slow device leaves the promotion alone";
-  pending[1].waiting_s = 301;
-  pending.push_back(Candidate(3, 0.9, 3, 400));
-  EXPECT_EQ(PlaceTrial({"s1", "slow"}, w.fleet, pending, w.speeds, options)->trial_id, 3)
-      << "the longest-waiting starving candidate goes first";
+  items[1].waiting_s = 301;
+  items.push_back(Resume(3, 0.9, 3, 400));
+  EXPECT_EQ(Pick(Decide({"slow1", "slow"}, w.fleet, items, w.speeds, options), items), 3)
+      << "the longest-waiting starving item goes first";
 }
 
-TEST(Placement, EmptyQueueGivesNothing) {
+TEST(Policy, NoWorkGivesNothing) {
   World w;
-  EXPECT_FALSE(PlaceTrial({"f1", "fast"}, w.fleet, {}, w.speeds));
+  const auto d = Decide({"fast1", "fast"}, w.fleet, {}, w.speeds, PolicyOptions{});
+  EXPECT_FALSE(d.run);
+  EXPECT_GT(d.retry_after_s, 0);
 }
 
-TEST(Placement, CostAwareSkipsDearDeviceWhenCheapOneMeetsDeadline) {
+TEST(Policy, CostAwareSkipsDearDeviceWhenCheapOneMeetsDeadline) {
   SpeedModel speeds;
-  Fleet fleet;
   speeds.Observe("cheap", kCnn, "", 100);
   speeds.Observe("dear", kCnn, "", 1000);
-  fleet.Add("cheap");
-  fleet.Add("dear");
-  PlacementOptions options;
+  std::vector<LiveDevice> fleet = {{"c", "cheap", 0}, {"d", "dear", 0}};
+  PolicyOptions options = Timed();
   // Per sample: cheap 1/100, dear 30/1000 = 3x the cheap one.
   options.price_per_hour = {{"cheap", 1.0}, {"dear", 30.0}};
   options.deadline_s = 200;  // cheap needs 10 * 1000 / 100 = 100 s: in time
-  const std::vector<PlacementCandidate> pending = {Candidate(1, 0.5, 0)};
-  EXPECT_FALSE(PlaceTrial({"d", "dear"}, fleet, pending, speeds, options));
-  const auto cheap = PlaceTrial({"c", "cheap"}, fleet, pending, speeds, options);
-  ASSERT_TRUE(cheap);
-  EXPECT_EQ(cheap->trial_id, 1);
-  EXPECT_DOUBLE_EQ(cheap->estimated_seconds, 100);
-
+  const std::vector<WorkItem> items = {New(0, 0.5)};
+  EXPECT_FALSE(Decide({"d", "dear"}, fleet, items, speeds, options).run);
+  const auto cheap = Decide({"c", "cheap"}, fleet, items, speeds, options);
+  ASSERT_TRUE(cheap.run);
+  EXPECT_DOUBLE_EQ(cheap.estimated_seconds, 100);
   // A deadline only the dear device meets makes it the cheapest that counts.
   options.deadline_s = 50;
-  EXPECT_EQ(PlaceTrial({"d", "dear"}, fleet, pending, speeds, options)->trial_id, 1);
-  EXPECT_FALSE(PlaceTrial({"c", "cheap"}, fleet, pending, speeds, options));
-
+  EXPECT_TRUE(Decide({"d", "dear"}, fleet, items, speeds, options).run);
+  EXPECT_FALSE(Decide({"c", "cheap"}, fleet, items, speeds, options).run);
   // Within 10% of the cheapest is close enough.
   options.deadline_s = 0;
   options.price_per_hour["dear"] = 10.9;
-  EXPECT_TRUE(PlaceTrial({"d", "dear"}, fleet, pending, speeds, options));
-
-  // Starving candidates ignore cost.
+  EXPECT_TRUE(Decide({"d", "dear"}, fleet, items, speeds, options).run);
+  // Starving items ignore cost.
   options.price_per_hour["dear"] = 30;
-  auto starving = pending;
-  starving[0].waiting_s = options.max_wait_s + 1;
-  EXPECT_EQ(PlaceTrial({"d", "dear"}, fleet, starving, speeds, options)->trial_id, 1);
+  std::vector<WorkItem> starving = {Pending(1, 0.5, 0, options.max_wait_s + 1)};
+  EXPECT_TRUE(Decide({"d", "dear"}, fleet, starving, speeds, options).run);
 }
 
-TEST(Placement, Deterministic) {
-  search::Rng rng(3);
-  SpeedModel speeds;
-  Fleet fleet;
-  for (int k = 0; k < 8; ++k) {
-    const std::string cls = "class" + std::to_string(k);
-    speeds.AddBenchmark(cls, rng.Uniform(10, 1000));
-    if (k % 2) speeds.Observe(cls, kCnn, "", rng.Uniform(100, 10000));
-    fleet.Add(cls, 1 + static_cast<int>(rng.Below(5)));
+TEST(Policy, FifoGivesTheOldestWorkToWhoeverAsks) {
+  World w;
+  PolicyOptions options = Timed();
+  options.kind = PolicyKind::kFifo;
+  std::vector<WorkItem> items = {New(0, 0.5), Resume(3, 0.9, 2, 5), Pending(4, 0.1, 0, 50), New(1, 0.5)};
+  items[3].preferred = true;
+  for (const char* device : {"fast1", "slow1"}) {
+    EXPECT_EQ(Pick(Decide({device, std::string(device, 4)}, w.fleet, items, w.speeds, options), items), 4) << device;
   }
-  std::vector<PlacementCandidate> pending;
-  for (int i = 0; i < 50; ++i) {
-    auto c = Candidate(100 - i, rng.Uniform(), static_cast<int>(rng.Below(4)), rng.Uniform(0, 500));
-    c.workload = i % 3 ? kCnn : kMlp;
-    pending.push_back(c);
-  }
-  for (int k = 0; k < 8; ++k) {
-    const AskingDevice d{"d", "class" + std::to_string(k)};
-    const auto a = PlaceTrial(d, fleet, pending, speeds);
-    const auto b = PlaceTrial(d, fleet, pending, speeds);
-    ASSERT_TRUE(a && b);
-    EXPECT_EQ(a->trial_id, b->trial_id);
-    EXPECT_EQ(a->estimated_seconds, b->estimated_seconds);
-  }
+  items.erase(items.begin() + 1, items.begin() + 3);
+  EXPECT_EQ(Pick(Decide({"slow1", "slow"}, w.fleet, items, w.speeds, options), items), -2)
+      << "then the space ranking's pick";
+}
+
+TEST(Policy, ShadhoTrustsTheGivenClassOrderNotMeasurements) {
+  World w;  // measured: fast > mid > slow
+  PolicyOptions options = Timed();
+  options.kind = PolicyKind::kShadho;
+  options.class_order = {"slow", "mid", "fast"};  // what the user claims
+  const std::vector<WorkItem> items = {New(0, 0.2), New(1, 0.8)};
+  EXPECT_EQ(Pick(Decide({"slow1", "slow"}, w.fleet, items, w.speeds, options), items), -2);
+  EXPECT_EQ(Pick(Decide({"fast1", "fast"}, w.fleet, items, w.speeds, options), items), -1);
+  EXPECT_EQ(ParsePolicyKind("shadho"), PolicyKind::kShadho);
+  EXPECT_FALSE(ParsePolicyKind("magic"));
 }
 
 }  // namespace

@@ -1,0 +1,138 @@
+// The placement policy: when a device asks for work, what it runs next.
+// Pure (no I/O, no clock, no threads) and deterministic: the engine builds
+// the snapshot and applies the answer (server/engine.cc), and the fleet
+// simulator drives this same function (scheduler/simulator.h).
+//
+// The snapshot. The work on offer, as WorkItems of three kinds:
+//   resume   a paused trial that may be promoted (search/promotion.h),
+//            resuming at its checkpoint and running to its next rung;
+//   pending  a trial that waits for a device (requeued after its lease
+//            expired, or created ahead of time);
+//   new      a new trial in a search space, created for this device; the
+//            engine offers one per space while the budget and max_parallel
+//            allow.
+// The live fleet (devices that reported or heartbeated within the lease
+// timeout), each with its class and how long it is still busy; the speed
+// model (measured samples/s per device class and workload, with its
+// uncertainty); and the asking device.
+//
+// The answer: run item i (with the estimated seconds it takes here), or
+// nothing for now (retry after retry_after_s).
+//
+// Policy "speed" (ours), in order:
+//  1. No starvation: an item available for longer than max_wait_s goes to
+//     whoever asks first, the longest-waiting one first.
+//  2. Cost: with prices, an item whose cost here exceeds (1 + tolerance)
+//     times its cheapest cost on a class that meets the deadline is not
+//     offered to this device (PlacementOptions).
+//  3. Exploration: when the model knows little about this device for an
+//     item's workload (no observation, or a relative stddev above
+//     explore_relative_stddev), the device gets the cheapest new trial (the
+//     fewest steps, then the lowest importance): a rung-0 segment measures
+//     it at the least cost before promotions depend on it.
+//  4. Matching: importance i = space_priority * (1 + level), so promotions
+//     (more work still to do, and the trials most likely to win) outrank
+//     rung-0 trials of the same space. With p the item's importance
+//     percentile among the offered items and q the device's speed
+//     percentile among the live fleet's devices for the item's workload
+//     (mid-rank, 1 = fastest; 0.5 when its speed is unknown), the device
+//     takes argmin |p - q|: fast devices take promotions, slow ones
+//     exploration.
+//  5. Hold-back: a resume or pending item that a faster live device would
+//     finish sooner even after finishing what it runs now (busy_s +
+//     seconds there, times hold_back_margin, below the seconds here; known
+//     speeds only) is left for it; the device takes the next match, or
+//     nothing when every item is left for someone faster. A new trial is
+//     never held back: nobody else is owed it.
+// Ties go to the item listed first.
+//
+// Policy "fifo" (the baseline): the oldest resume or pending item (by
+// waiting_s) to whoever asks; without one, the new trial the engine marked
+// `preferred` (the space ranking's pick), else the first new item. No
+// speeds, no cost, no hold-back.
+//
+// Policy "shadho" (SHADHO's rule, the baseline): device strength is the
+// position of its class in the user's class_order (first = strongest; an
+// unlisted class is weakest), never measured; importance is the space's
+// priority alone (SHADHO knows no rungs); the device takes argmin |p - q|
+// with those, q over the live fleet. No cost, no hold-back, no exploration.
+//
+// Cost: O(I log I + D) for I items and D live devices.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scheduler/speed_model.h"
+
+namespace hpo::scheduler {
+
+struct AskingDevice {
+  std::string id;
+  std::string device_class;
+};
+
+struct LiveDevice {
+  std::string id;
+  std::string device_class;
+  // Estimated seconds until it is free (what it runs now, at its speed);
+  // 0 when idle or unknown.
+  double busy_s = 0;
+};
+
+struct WorkItem {
+  enum class Kind { kResume, kPending, kNew };
+  Kind kind = Kind::kNew;
+  int64_t trial_id = 0;       // resume and pending
+  int space_index = 0;
+  double space_priority = 1;  // the space's SpaceRank::share
+  int level = 0;              // the rung this lease runs toward (0 for a new trial)
+  std::string workload;       // SpeedModel key
+  int64_t steps = 0;          // steps this lease would run
+  double waiting_s = 0;       // since it became available (0 for new)
+  bool preferred = false;     // new: the space ranking's own pick (fifo uses it)
+};
+
+enum class PolicyKind { kSpeed, kFifo, kShadho };
+// "speed", "fifo", "shadho"; nullopt for another name.
+std::optional<PolicyKind> ParsePolicyKind(const std::string& name);
+const char* PolicyName(PolicyKind kind);
+
+struct PolicyOptions {
+  PolicyKind kind = PolicyKind::kSpeed;
+  // After this long available, an item goes to the next device that asks.
+  double max_wait_s = 600;
+  // Samples one step trains (e.g. an epoch's); 0: unknown, then no time or
+  // cost estimates and no hold-back.
+  double samples_per_step = 0;
+  // Per device class; empty turns cost-awareness off.
+  std::map<std::string, double> price_per_hour;
+  // Seconds from now by which work should be done; 0 = no deadline.
+  double deadline_s = 0;
+  // How much dearer than the cheapest eligible class the asking one may be.
+  double cost_tolerance = 0.10;
+  // A speed estimate with less relative certainty than this (stddev / mean)
+  // counts as unknown for exploration.
+  double explore_relative_stddev = 0.25;
+  // Hold back only when the faster device is sooner by this factor.
+  double hold_back_margin = 1.25;
+  // shadho: device classes, strongest first.
+  std::vector<std::string> class_order;
+};
+
+struct PolicyDecision {
+  bool run = false;
+  size_t item = 0;                 // when run: index into the items
+  double estimated_seconds = 0;    // steps * samples_per_step / speed here; 0 when unknown
+  double retry_after_s = 0;        // when not run
+  std::string reason;              // for logs and events: "promotion to the fastest", "explore", ...
+};
+
+// REQUIRES: the asking device is one of `fleet` (it is added if not).
+PolicyDecision Decide(const AskingDevice& device, const std::vector<LiveDevice>& fleet,
+                      const std::vector<WorkItem>& items, const SpeedModel& speeds, const PolicyOptions& options);
+
+}  // namespace hpo::scheduler
