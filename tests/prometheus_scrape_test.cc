@@ -31,14 +31,20 @@ constexpr const char* kPrometheus = "/usr/bin/prometheus";
 constexpr const char* kToken = "scrape-test-token";
 constexpr auto kPatience = std::chrono::seconds(60);
 
-// Calls `done` every 250 ms until it returns true or kPatience passes.
-bool PollUntil(const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + kPatience;
+using Clock = std::chrono::steady_clock;
+
+// Calls `done` every 250 ms until it returns true or `deadline` passes. The
+// checks after one wait share a deadline, so that a test that fails does so
+// within a minute or two, not a minute per check.
+bool PollUntil(Clock::time_point deadline, const std::function<bool()>& done) {
   while (!done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (Clock::now() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   return true;
+}
+bool PollUntil(const std::function<bool()>& done) {
+  return PollUntil(Clock::now() + kPatience, done);
 }
 
 std::string Slurp(const std::string& path) {
@@ -295,7 +301,8 @@ TEST_F(PrometheusScrapeTest, PrometheusHoldsTheValuesTheServerHolds) {
       << "target: " << prometheus_->Target("hpo").dump() << "\n"
       << prometheus_->Log();
   const json target = prometheus_->Target("hpo");
-  EXPECT_EQ(target.value("health", ""), "up") << target.dump();
+  ASSERT_EQ(target.value("health", ""), "up") << target.dump();
+  const Clock::time_point deadline = Clock::now() + kPatience;
 
   // Trials by state: what REST counts for the one experiment, state by state.
   auto experiment = HttpRequestOnce(http, "GET", exp_path);
@@ -310,7 +317,7 @@ TEST_F(PrometheusScrapeTest, PrometheusHoldsTheValuesTheServerHolds) {
   }
   // The store gauges are read at most once a second; poll until a scrape
   // has the settled totals (they do not change after the work above).
-  const bool trials_match = PollUntil([&] {
+  const bool trials_match = PollUntil(deadline, [&] {
     from_prometheus.clear();
     for (const json& sample : prometheus_->Query("hpo_trials{job=\"hpo\"}")) {
       from_prometheus[sample["metric"].value("state", "?")] =
@@ -352,7 +359,7 @@ TEST_F(PrometheusScrapeTest, PrometheusHoldsTheValuesTheServerHolds) {
       EXPECT_EQ(*on_page, *e.is) << e.sample << " on the server's page";
     }
     std::optional<double> in_prometheus;
-    PollUntil([&] {
+    PollUntil(deadline, [&] {
       in_prometheus = prometheus_->Scalar(e.promql);
       return in_prometheus == on_page;
     });
