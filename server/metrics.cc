@@ -1,11 +1,21 @@
 #include "server/metrics.h"
 
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
 #include <algorithm>
 #include <cassert>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <iterator>
 
 namespace hpo::metrics {
 namespace {
@@ -15,10 +25,15 @@ namespace {
   std::abort();
 }
 
-// std::atomic<double>::fetch_add is C++20; a CAS loop is the C++17 way.
-void AtomicAdd(std::atomic<double>& a, double v) {
-  double old = a.load(std::memory_order_relaxed);
-  while (!a.compare_exchange_weak(old, old + v, std::memory_order_relaxed)) {
+// prometheus-cpp reports what it refuses by throwing; the facade's contract
+// is to abort with a message naming the metric. Our own checks run first, so
+// this is the backstop for a rule prometheus-cpp has and we do not.
+template <typename F>
+auto OrAbort(std::string_view metric, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    ProgrammingError("prometheus-cpp refused metric '" + std::string(metric) + "': " + e.what());
   }
 }
 
@@ -38,14 +53,16 @@ bool IsLabelName(std::string_view s) {
 }
 
 void CheckMetricName(std::string_view name) {
-  if (!IsMetricName(name)) {
+  if (!IsMetricName(name) || name.rfind("__", 0) == 0) {
     ProgrammingError("invalid metric name '" + std::string(name) +
-                     "' (must match [a-zA-Z_:][a-zA-Z0-9_:]*)");
+                     "' (must match [a-zA-Z_:][a-zA-Z0-9_:]* and not start with __)");
   }
 }
 
 // Validates the names and sorts by name, so that label order does not matter
-// for identity and Render's output is deterministic.
+// for identity. prometheus-cpp keeps labels in a std::map, which would
+// silently merge a name given twice, and accepts "le" on a histogram, which
+// would write two le labels on each bucket: both are refused here.
 Labels Canonical(std::string_view metric, Labels labels, bool histogram) {
   for (const auto& [name, value] : labels) {
     if (!IsLabelName(name) || name.rfind("__", 0) == 0 || (histogram && name == "le")) {
@@ -64,22 +81,12 @@ Labels Canonical(std::string_view metric, Labels labels, bool histogram) {
   return labels;
 }
 
-// Prometheus reads numbers with Go's ParseFloat and spells the specials
-// NaN, +Inf and -Inf. Integers print without an exponent (1000000, not
-// 1e+06); everything else in the shortest form that reads back exactly.
-std::string FormatValue(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  // Below 2^53 every integer is exact, so the integer form loses nothing.
-  if (v == std::trunc(v) && std::fabs(v) < 9007199254740992.0) {
-    return std::to_string(static_cast<int64_t>(v));
-  }
-  char buf[32];
-  const auto result = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::string(buf, result.ptr);
-}
+prometheus::Labels ToPrometheus(const Labels& labels) { return {labels.begin(), labels.end()}; }
 
-// HELP text escapes only backslash and newline (format 0.0.4).
+// prometheus-cpp 1.0.1's TextSerializer writes HELP text verbatim, so a
+// newline in it would end the line early and Prometheus would reject the
+// whole page. Format 0.0.4 escapes backslash and newline there; the help is
+// handed to prometheus-cpp escaped. (Label values it escapes itself.)
 std::string EscapeHelp(std::string_view s) {
   std::string out;
   out.reserve(s.size());
@@ -95,85 +102,66 @@ std::string EscapeHelp(std::string_view s) {
   return out;
 }
 
-// Label values also escape the double quote that delimits them.
-void AppendLabelValue(std::string* out, std::string_view s) {
-  for (const char c : s) {
-    if (c == '\\') {
-      *out += "\\\\";
-    } else if (c == '"') {
-      *out += "\\\"";
-    } else if (c == '\n') {
-      *out += "\\n";
-    } else {
-      *out += c;
-    }
-  }
-}
+// A gauge family whose samples are read when it is collected (at scrape
+// time), registered next to the prometheus::Registry.
+class CallbackGauges final : public prometheus::Collectable {
+ public:
+  CallbackGauges(std::string name, std::string help, std::function<GaugeSamples()> callback)
+      : name_(std::move(name)), help_(EscapeHelp(help)), callback_(std::move(callback)) {}
 
-// `name{k="v",...,le="<le>"} value\n`; braces only when there are labels.
-void AppendSample(std::string* out, std::string_view name, const Labels& labels,
-                  const std::string* le, double value) {
-  *out += name;
-  if (!labels.empty() || le != nullptr) {
-    *out += '{';
-    bool first = true;
-    for (const auto& [k, v] : labels) {
-      if (!first) *out += ',';
-      first = false;
-      *out += k;
-      *out += "=\"";
-      AppendLabelValue(out, v);
-      *out += '"';
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    prometheus::MetricFamily family;
+    family.name = name_;
+    family.help = help_;
+    family.type = prometheus::MetricType::Gauge;
+    for (auto& [labels, value] : callback_()) {
+      prometheus::ClientMetric metric;
+      for (auto& [k, v] : Canonical(name_, std::move(labels), /*histogram=*/false)) {
+        metric.label.push_back({std::move(k), std::move(v)});
+      }
+      metric.gauge.value = value;
+      family.metric.push_back(std::move(metric));
     }
-    if (le != nullptr) {
-      if (!first) *out += ',';
-      *out += "le=\"";
-      *out += *le;
-      *out += '"';
-    }
-    *out += '}';
+    return {std::move(family)};
   }
-  *out += ' ';
-  *out += FormatValue(value);
-  *out += '\n';
-}
+
+ private:
+  const std::string name_;
+  const std::string help_;
+  const std::function<GaugeSamples()> callback_;
+};
 
 }  // namespace
 
 void Counter::Increment(double v) {
-  // `!(v > 0)` also rejects NaN, which would poison the counter for good.
+  // `!(v > 0)` also rejects NaN, which prometheus-cpp would add (it drops
+  // only negatives) and which would poison the counter for good.
   if (!(v > 0)) return;
-  AtomicAdd(value_, v);
+  impl_.Increment(v);
 }
 
-void Gauge::Increment(double v) { AtomicAdd(value_, v); }
+double Counter::Value() const { return impl_.Value(); }
 
-Histogram::Histogram(std::vector<double> bounds)
-    : bounds_(std::move(bounds)),
-      counts_(std::make_unique<std::atomic<uint64_t>[]>(bounds_.size() + 1)) {
-  for (size_t i = 0; i <= bounds_.size(); ++i) counts_[i].store(0, std::memory_order_relaxed);
-}
+void Gauge::Set(double v) { impl_.Set(v); }
+void Gauge::Increment(double v) { impl_.Increment(v); }
+double Gauge::Value() const { return impl_.Value(); }
 
 void Histogram::Observe(double v) {
-  // Bucket i holds v <= bounds_[i]; NaN compares false with everything, so it
-  // is sent to +Inf explicitly rather than wherever lower_bound lands.
-  size_t i = bounds_.size();
-  if (!std::isnan(v)) i = std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin();
-  counts_[i].fetch_add(1, std::memory_order_relaxed);
-  AtomicAdd(sum_, v);
-}
-
-std::vector<uint64_t> Histogram::CumulativeCounts() const {
-  std::vector<uint64_t> out(bounds_.size() + 1);
-  uint64_t total = 0;
-  for (size_t i = 0; i <= bounds_.size(); ++i) {
-    total += counts_[i].load(std::memory_order_relaxed);
-    out[i] = total;
+  if (std::isnan(v)) {
+    // prometheus-cpp finds the bucket with lower_bound, and NaN compares
+    // false with every bound, so it would count NaN in the first bucket:
+    // send it to +Inf explicitly (one allocation, on a path that should
+    // not happen).
+    std::vector<double> increments(bounds_.size() + 1, 0.0);
+    increments.back() = 1;
+    impl_.ObserveMultiple(increments, v);
+    return;
   }
-  return out;
+  impl_.Observe(v);
 }
 
-uint64_t Histogram::Count() const { return CumulativeCounts().back(); }
+uint64_t Histogram::Count() const { return impl_.Collect().histogram.sample_count; }
+double Histogram::Sum() const { return impl_.Collect().histogram.sample_sum; }
 
 std::vector<double> ExponentialBuckets(double start, double factor, int count) {
   if (!(start > 0) || !(factor > 1) || count < 1 || !std::isfinite(start) ||
@@ -200,18 +188,20 @@ ScopedTimer::~ScopedTimer() {
 }
 
 struct Registry::Family {
-  // name, help, type and buckets never change after creation.
-  std::string name;
+  // help (as given, unescaped), type and buckets never change after creation.
   std::string help;
   Type type;
   std::vector<double> buckets;
-  // Keyed by canonical labels; the one of these that matches `type` is used.
+  // The prometheus-cpp family of `type` (none for a callback gauge), and our
+  // handle on each of its metrics, keyed by canonical labels, so that a
+  // lookup returns the same object every time.
+  prometheus::Family<prometheus::Counter>* counter_family = nullptr;
+  prometheus::Family<prometheus::Gauge>* gauge_family = nullptr;
+  prometheus::Family<prometheus::Histogram>* histogram_family = nullptr;
   std::map<Labels, std::unique_ptr<Counter>> counters;
   std::map<Labels, std::unique_ptr<Gauge>> gauges;
   std::map<Labels, std::unique_ptr<Histogram>> histograms;
-  std::function<GaugeSamples()> callback;
 
-  // As the # TYPE line spells it: a callback gauge is a gauge to Prometheus.
   static const char* TypeName(Type t) {
     switch (t) {
       case Type::kCounter:
@@ -226,7 +216,13 @@ struct Registry::Family {
   }
 };
 
-Registry::Registry() = default;
+// Throw, not Merge: the facade never registers a name twice, so a second
+// registration would be our bug, and it aborts (OrAbort) instead of being
+// merged quietly.
+Registry::Registry()
+    : registry_(
+          std::make_shared<prometheus::Registry>(prometheus::Registry::InsertBehavior::Throw)),
+      collectables_{registry_} {}
 Registry::~Registry() = default;
 
 Registry::Family& Registry::FamilyFor(std::string_view name, std::string_view help, Type type,
@@ -243,11 +239,28 @@ Registry::Family& Registry::FamilyFor(std::string_view name, std::string_view he
       }
     }
     auto family = std::make_unique<Family>();
-    family->name = std::string(name);
     family->help = std::string(help);
     family->type = type;
     family->buckets = buckets;
-    it = families_.emplace(family->name, std::move(family)).first;
+    const std::string n(name);
+    const std::string h = EscapeHelp(help);
+    OrAbort(name, [&] {
+      switch (type) {
+        case Type::kCounter:
+          family->counter_family = &prometheus::BuildCounter().Name(n).Help(h).Register(*registry_);
+          break;
+        case Type::kGauge:
+          family->gauge_family = &prometheus::BuildGauge().Name(n).Help(h).Register(*registry_);
+          break;
+        case Type::kHistogram:
+          family->histogram_family =
+              &prometheus::BuildHistogram().Name(n).Help(h).Register(*registry_);
+          break;
+        case Type::kGaugeCallback:
+          break;  // the caller adds the Collectable
+      }
+    });
+    it = families_.emplace(n, std::move(family)).first;
     return *it->second;
   }
   Family& family = *it->second;
@@ -272,16 +285,26 @@ Counter& Registry::counter(std::string_view name, std::string_view help, const L
          "counter names should end in _total");
   Labels key = Canonical(name, labels, /*histogram=*/false);
   std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = FamilyFor(name, help, Type::kCounter).counters[std::move(key)];
-  if (slot == nullptr) slot.reset(new Counter());
+  Family& family = FamilyFor(name, help, Type::kCounter);
+  auto& slot = family.counters[key];
+  if (slot == nullptr) {
+    prometheus::Counter& impl = OrAbort(
+        name, [&]() -> auto& { return family.counter_family->Add(ToPrometheus(key)); });
+    slot.reset(new Counter(impl));
+  }
   return *slot;
 }
 
 Gauge& Registry::gauge(std::string_view name, std::string_view help, const Labels& labels) {
   Labels key = Canonical(name, labels, /*histogram=*/false);
   std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = FamilyFor(name, help, Type::kGauge).gauges[std::move(key)];
-  if (slot == nullptr) slot.reset(new Gauge());
+  Family& family = FamilyFor(name, help, Type::kGauge);
+  auto& slot = family.gauges[key];
+  if (slot == nullptr) {
+    prometheus::Gauge& impl = OrAbort(
+        name, [&]() -> auto& { return family.gauge_family->Add(ToPrometheus(key)); });
+    slot.reset(new Gauge(impl));
+  }
   return *slot;
 }
 
@@ -290,89 +313,57 @@ Histogram& Registry::histogram(std::string_view name, std::string_view help,
   Labels key = Canonical(name, labels, /*histogram=*/true);
   std::lock_guard<std::mutex> lock(mu_);
   Family& family = FamilyFor(name, help, Type::kHistogram, buckets);
-  auto& slot = family.histograms[std::move(key)];
-  if (slot == nullptr) slot.reset(new Histogram(family.buckets));
+  auto& slot = family.histograms[key];
+  if (slot == nullptr) {
+    prometheus::Histogram& impl = OrAbort(
+        name, [&]() -> auto& {
+          return family.histogram_family->Add(
+              ToPrometheus(key), prometheus::Histogram::BucketBoundaries(family.buckets));
+        });
+    slot.reset(new Histogram(impl, family.buckets));
+  }
   return *slot;
 }
 
 void Registry::gauge_callback(std::string_view name, std::string_view help,
                               std::function<GaugeSamples()> callback) {
   std::lock_guard<std::mutex> lock(mu_);
-  FamilyFor(name, help, Type::kGaugeCallback).callback = std::move(callback);
+  FamilyFor(name, help, Type::kGaugeCallback);
+  collectables_.push_back(
+      std::make_shared<CallbackGauges>(std::string(name), std::string(help), std::move(callback)));
 }
 
 std::string Registry::Render() const {
-  // Samples of registered metrics are rendered under the lock (a map walk and
-  // atomic loads). Callbacks may read the store, which is slow, so they run
-  // after the lock is released; that is safe because families are never
-  // removed and their name, help and callback never change once registered.
-  struct Part {
-    const Family* family;
-    std::string samples;
-  };
-  std::vector<Part> parts;
+  // Collected without mu_: a callback may read the store, which is slow, or
+  // register a metric itself. That is safe because collectables are never
+  // removed and each is immutable once registered; prometheus-cpp's registry
+  // and families lock themselves.
+  std::vector<std::shared_ptr<const prometheus::Collectable>> sources;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    parts.reserve(families_.size());
-    for (const auto& [name, family] : families_) {
-      Part part{family.get(), {}};
-      std::string& out = part.samples;
-      switch (family->type) {
-        case Type::kCounter:
-          for (const auto& [labels, c] : family->counters) {
-            AppendSample(&out, name, labels, nullptr, c->Value());
-          }
-          break;
-        case Type::kGauge:
-          for (const auto& [labels, g] : family->gauges) {
-            AppendSample(&out, name, labels, nullptr, g->Value());
-          }
-          break;
-        case Type::kHistogram: {
-          std::vector<std::string> les;
-          for (const double b : family->buckets) les.push_back(FormatValue(b));
-          les.push_back("+Inf");
-          const std::string bucket = name + "_bucket";
-          for (const auto& [labels, h] : family->histograms) {
-            // _count is the +Inf bucket of the same snapshot, so the two agree
-            // even while other threads observe.
-            const std::vector<uint64_t> cumulative = h->CumulativeCounts();
-            for (size_t i = 0; i < cumulative.size(); ++i) {
-              AppendSample(&out, bucket, labels, &les[i], static_cast<double>(cumulative[i]));
-            }
-            AppendSample(&out, name + "_sum", labels, nullptr, h->Sum());
-            AppendSample(&out, name + "_count", labels, nullptr,
-                         static_cast<double>(cumulative.back()));
-          }
-          break;
-        }
-        case Type::kGaugeCallback:
-          break;  // evaluated below, without the lock
-      }
-      parts.push_back(std::move(part));
-    }
+    sources = collectables_;
+  }
+  std::vector<prometheus::MetricFamily> families;
+  for (const auto& source : sources) {
+    std::vector<prometheus::MetricFamily> collected = source->Collect();
+    std::move(collected.begin(), collected.end(), std::back_inserter(families));
   }
 
-  std::string out;
-  for (Part& part : parts) {
-    const Family& family = *part.family;
-    if (family.type == Type::kGaugeCallback && family.callback) {
-      std::vector<std::pair<Labels, double>> samples;
-      for (auto& [labels, value] : family.callback()) {
-        samples.emplace_back(Canonical(family.name, std::move(labels), false), value);
-      }
-      std::sort(samples.begin(), samples.end(),
-                [](const auto& a, const auto& b) { return a.first < b.first; });
-      for (const auto& [labels, value] : samples) {
-        AppendSample(&part.samples, family.name, labels, nullptr, value);
-      }
-    }
-    if (part.samples.empty()) continue;
-    out += "# HELP " + family.name + " " + EscapeHelp(family.help) + "\n";
-    out += "# TYPE " + family.name + " " + Family::TypeName(family.type) + "\n";
-    out += part.samples;
+  // prometheus-cpp collects families grouped by type and each family's
+  // metrics in hash order; sorting makes the page the same for the same
+  // values. Its labels come sorted by name (a std::map), like ours.
+  families.erase(std::remove_if(families.begin(), families.end(),
+                                [](const prometheus::MetricFamily& f) { return f.metric.empty(); }),
+                 families.end());
+  std::sort(families.begin(), families.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (auto& family : families) {
+    std::sort(family.metric.begin(), family.metric.end(),
+              [](const prometheus::ClientMetric& a, const prometheus::ClientMetric& b) {
+                return a.label < b.label;
+              });
   }
-  return out;
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 }  // namespace hpo::metrics

@@ -1,5 +1,8 @@
-// Metrics for the server's /metrics endpoint, rendered in the Prometheus text
-// exposition format 0.0.4 (prometheus-cpp is not available to us).
+// Metrics for the server's /metrics endpoint: a thin facade over
+// prometheus-cpp (core library only). prometheus-cpp's Registry, families,
+// counters, gauges and histograms hold the values; its TextSerializer writes
+// the text exposition format 0.0.4. The page is served by our own Beast
+// server (server/api.cc); no prometheus::Exposer, no second HTTP port.
 //
 // A Registry owns metric families. Each family has one name, one help text
 // and one type; within it, each distinct label set is one metric object:
@@ -10,19 +13,34 @@
 //   asks.Increment();
 //   std::string body = registry.Render();  // serve as text/plain; version=0.0.4
 //
+// What the facade adds to prometheus-cpp, and why callers use it rather than
+// prometheus-cpp directly: one call that finds or creates a metric by (name,
+// help, labels); gauges whose values are read at scrape time (a
+// prometheus::Collectable next to the registry); programming errors that
+// abort with a message naming the metric instead of exceptions; a page
+// sorted by family name and label set, so it diffs and tests well; and the
+// fixes listed in Registry::Render and Histogram::Observe for what
+// prometheus-cpp 1.0.1 gets wrong.
+//
 // Thread safety: every method of Registry, Counter, Gauge and Histogram may be
-// called from any number of threads at once. Counter, Gauge and Histogram
-// updates take no lock (atomics only), so look a metric up once, keep the
-// reference, and update it on the hot path; the Registry lookups take a lock.
+// called from any number of threads at once. Counter and Gauge updates take
+// no lock (prometheus-cpp keeps them in a std::atomic<double>). A Histogram
+// update takes that histogram's own mutex inside prometheus-cpp, held for a
+// bucket and a sum increment, so that a scrape sees buckets, _sum and _count
+// of one moment; histograms of different label sets never contend. Look a
+// metric up once, keep the reference, and update it on the hot path; the
+// Registry lookups take a lock.
 //
 // Programming errors abort the process with a message on stderr, in every
 // build type, because a registry that accepted them would render a /metrics
 // page that Prometheus rejects as a whole. They happen at registration time
 // (for a gauge callback's label names: at the first Render), so a test that
 // registers the server's metrics and renders once catches them:
-//  * a metric name not matching [a-zA-Z_:][a-zA-Z0-9_:]*, or a label name not
-//    matching [a-zA-Z_][a-zA-Z0-9_]* or starting with "__" (reserved), or the
-//    label name "le" on a histogram (Render adds it), or one label name twice;
+//  * a metric name not matching [a-zA-Z_:][a-zA-Z0-9_:]* (or starting with
+//    "__", which prometheus-cpp refuses), or a label name not matching
+//    [a-zA-Z_][a-zA-Z0-9_]* or starting with "__" (reserved), or the label
+//    name "le" on a histogram (the serializer adds it), or one label name
+//    twice;
 //  * a name registered again with another type, another help text or (for a
 //    histogram) other buckets;
 //  * histogram buckets that are not finite and strictly increasing.
@@ -30,7 +48,6 @@
 // builds assert it.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -41,6 +58,14 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+namespace prometheus {
+class Collectable;
+class Counter;
+class Gauge;
+class Histogram;
+class Registry;
+}  // namespace prometheus
 
 namespace hpo::metrics {
 
@@ -57,13 +82,13 @@ class Counter {
   // Adds `v`. Negative and NaN increments are ignored, so the counter stays
   // monotonic (Prometheus would read a decrease as a process restart).
   void Increment(double v = 1.0);
-  double Value() const { return value_.load(std::memory_order_relaxed); }
+  double Value() const;
 
  private:
   friend class Registry;
-  Counter() = default;
+  explicit Counter(prometheus::Counter& impl) : impl_(impl) {}
 
-  std::atomic<double> value_{0.0};
+  prometheus::Counter& impl_;  // owned by the registry's prometheus::Family
 };
 
 // A value that goes up and down (leases held, queue length).
@@ -72,16 +97,16 @@ class Gauge {
   Gauge(const Gauge&) = delete;
   Gauge& operator=(const Gauge&) = delete;
 
-  void Set(double v) { value_.store(v, std::memory_order_relaxed); }
+  void Set(double v);
   void Increment(double v = 1.0);
   void Decrement(double v = 1.0) { Increment(-v); }
-  double Value() const { return value_.load(std::memory_order_relaxed); }
+  double Value() const;
 
  private:
   friend class Registry;
-  Gauge() = default;
+  explicit Gauge(prometheus::Gauge& impl) : impl_(impl) {}
 
-  std::atomic<double> value_{0.0};
+  prometheus::Gauge& impl_;  // owned by the registry's prometheus::Family
 };
 
 // Counts observations (latencies, sizes) into buckets with fixed upper bounds
@@ -91,30 +116,26 @@ class Histogram {
   Histogram(const Histogram&) = delete;
   Histogram& operator=(const Histogram&) = delete;
 
-  // Lock-free. NaN lands in the +Inf bucket and makes the sum NaN (as the Go
-  // client does).
+  // NaN lands in the +Inf bucket and makes the sum NaN (as the Go client
+  // does); -Inf lands in the first bucket, +Inf in the last.
   void Observe(double v);
 
   // The bucket upper bounds, without the implied +Inf.
   const std::vector<double>& buckets() const { return bounds_; }
-  // Observations so far, and their sum. Read while other threads observe, the
-  // two may disagree by the observations in flight; Render's _count always
+  // Observations so far, and their sum. Each is read under the histogram's
+  // lock, but the two calls are separate: read while other threads observe,
+  // they may disagree by the observations in between. Render's _count always
   // equals its +Inf bucket.
   uint64_t Count() const;
-  double Sum() const { return sum_.load(std::memory_order_relaxed); }
+  double Sum() const;
 
  private:
   friend class Registry;
-  explicit Histogram(std::vector<double> bounds);
+  Histogram(prometheus::Histogram& impl, const std::vector<double>& bounds)
+      : impl_(impl), bounds_(bounds) {}
 
-  // Cumulative counts, one per bound and a last one for +Inf, read bucket by
-  // bucket (so they are consistent with each other) without a lock.
-  std::vector<uint64_t> CumulativeCounts() const;
-
-  const std::vector<double> bounds_;
-  // Per-bucket (not cumulative) counts; bounds_.size() + 1 of them.
-  std::unique_ptr<std::atomic<uint64_t>[]> counts_;
-  std::atomic<double> sum_{0.0};
+  prometheus::Histogram& impl_;        // owned by the registry's prometheus::Family
+  const std::vector<double>& bounds_;  // the family's; never changes
 };
 
 // `count` bucket bounds start, start*factor, start*factor^2, ...
@@ -163,17 +184,19 @@ class Registry {
 
   // A gauge family whose samples `callback` returns when Render runs, for
   // values that live elsewhere (trials by state, workers by device, read
-  // from the store). The callback runs without the registry's lock held and
-  // may run on several threads at once if scrapes overlap; it must return
-  // distinct label sets and stay callable for the registry's lifetime.
-  // Registering a name that already exists (of any type) aborts.
+  // from the store). It is a prometheus::Collectable of its own, collected
+  // after the registry. The callback runs without any lock of this registry
+  // or of prometheus-cpp held, and may run on several threads at once if
+  // scrapes overlap; it must return distinct label sets and stay callable
+  // for the registry's lifetime. Registering a name that already exists (of
+  // any type) aborts.
   void gauge_callback(std::string_view name, std::string_view help,
                       std::function<GaugeSamples()> callback);
 
-  // The text exposition format 0.0.4: families sorted by name, each with
-  // # HELP and # TYPE lines and its samples sorted by labels. A family with
-  // no samples (a callback that returned none) is left out, as the Go client
-  // does.
+  // The text exposition format 0.0.4, as prometheus-cpp's TextSerializer
+  // writes it: families sorted by name, each with # HELP and # TYPE lines
+  // and its samples sorted by labels. A family with no samples (a callback
+  // that returned none) is left out, as the Go client does.
   std::string Render() const;
 
  private:
@@ -185,8 +208,13 @@ class Registry {
   Family& FamilyFor(std::string_view name, std::string_view help, Type type,
                     const std::vector<double>& buckets = {});
 
+  // Holds the counters, gauges and histograms. Its own locks are taken
+  // inside mu_ (registration) or without it (Render), never the other way.
+  const std::shared_ptr<prometheus::Registry> registry_;
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Family>, std::less<>> families_;  // GUARDED_BY(mu_)
+  // What Render collects: registry_ first, then one per gauge callback.
+  std::vector<std::shared_ptr<const prometheus::Collectable>> collectables_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace hpo::metrics

@@ -74,6 +74,22 @@ TEST(Metrics, SameNameAndLabelsReturnTheSameObject) {
       << text;
 }
 
+TEST(Metrics, SamplesAreSortedByLabelsWhateverTheRegistrationOrder) {
+  // prometheus-cpp keeps a family's metrics in a hash map; Render sorts them
+  // so that the page is the same for the same values.
+  Registry registry;
+  std::string expected = "# HELP hpo_req_total Req.\n# TYPE hpo_req_total counter\n";
+  for (int i = 0; i < 20; ++i) {
+    const std::string code = std::to_string(100 + i);
+    expected += "hpo_req_total{code=\"" + code + "\",method=\"GET\"} 1\n";
+  }
+  for (int i = 19; i >= 0; --i) {
+    const Labels labels = {{"method", "GET"}, {"code", std::to_string(100 + i)}};
+    registry.counter("hpo_req_total", "Req.", labels).Increment();
+  }
+  EXPECT_EQ(registry.Render(), expected);
+}
+
 TEST(Metrics, LabelValuesAndHelpAreEscaped) {
   Registry registry;
   registry
@@ -96,12 +112,13 @@ TEST(Metrics, HistogramBucketsAreCumulativeWithSumAndCount) {
   EXPECT_EQ(registry.Render(),
             "# HELP hpo_ask_duration_seconds Ask latency.\n"
             "# TYPE hpo_ask_duration_seconds histogram\n"
+            // prometheus-cpp writes _count and _sum before the buckets.
+            "hpo_ask_duration_seconds_count{method=\"ask\"} 5\n"
+            "hpo_ask_duration_seconds_sum{method=\"ask\"} 16\n"
             "hpo_ask_duration_seconds_bucket{method=\"ask\",le=\"1\"} 2\n"  // 1 <= le
             "hpo_ask_duration_seconds_bucket{method=\"ask\",le=\"2\"} 3\n"
             "hpo_ask_duration_seconds_bucket{method=\"ask\",le=\"5\"} 4\n"
-            "hpo_ask_duration_seconds_bucket{method=\"ask\",le=\"+Inf\"} 5\n"
-            "hpo_ask_duration_seconds_sum{method=\"ask\"} 16\n"
-            "hpo_ask_duration_seconds_count{method=\"ask\"} 5\n");
+            "hpo_ask_duration_seconds_bucket{method=\"ask\",le=\"+Inf\"} 5\n");
 }
 
 TEST(Metrics, HistogramWithoutLabelsAndSpecialObservations) {
@@ -112,22 +129,30 @@ TEST(Metrics, HistogramWithoutLabelsAndSpecialObservations) {
   EXPECT_EQ(registry.Render(),
             "# HELP hpo_size_bytes Sizes.\n"
             "# TYPE hpo_size_bytes histogram\n"
+            "hpo_size_bytes_count 2\n"
+            "hpo_size_bytes_sum Nan\n"  // +Inf + -Inf
             "hpo_size_bytes_bucket{le=\"0.5\"} 1\n"
-            "hpo_size_bytes_bucket{le=\"+Inf\"} 2\n"
-            "hpo_size_bytes_sum NaN\n"  // +Inf + -Inf
-            "hpo_size_bytes_count 2\n");
+            "hpo_size_bytes_bucket{le=\"+Inf\"} 2\n");
+  // prometheus-cpp on its own would count NaN in the first bucket (its
+  // lower_bound finds no bound NaN exceeds); the facade sends it to +Inf.
   Histogram& n = registry.histogram("hpo_nan_seconds", "NaN.", {1});
   n.Observe(kNaN);
+  EXPECT_EQ(n.Count(), 1u);
+  EXPECT_TRUE(std::isnan(n.Sum()));
   EXPECT_TRUE(Contains(registry.Render(),
                        "hpo_nan_seconds_bucket{le=\"1\"} 0\n"
                        "hpo_nan_seconds_bucket{le=\"+Inf\"} 1\n"));
 }
 
+// As prometheus-cpp's TextSerializer spells them; Prometheus reads numbers
+// with Go's strconv.ParseFloat, which takes "-0", and "Nan" in any case.
+// promtool (below) and the real Prometheus (prometheus_scrape_test.cc) read
+// the page.
 TEST(Metrics, NumbersAreFormattedAsPrometheusReadsThem) {
   Registry registry;
   const std::vector<std::pair<double, std::string>> cases = {
-      {0, "0"},       {-0.0, "0"},         {1e6, "1000000"},           {-42, "-42"},
-      {0.1, "0.1"},   {1.5e-7, "1.5e-07"}, {1e300, "1e+300"},          {kNaN, "NaN"},
+      {0, "0"},       {-0.0, "-0"},        {1e6, "1000000"},           {-42, "-42"},
+      {0.1, "0.1"},   {1.5e-7, "1.5e-07"}, {1e300, "1e+300"},          {kNaN, "Nan"},
       {kInf, "+Inf"}, {-kInf, "-Inf"},     {123456.789, "123456.789"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -253,6 +278,7 @@ TEST(MetricsDeathTest, ProgrammingErrorsAbort) {
   EXPECT_DEATH(registry.gauge("1hpo", "Bad."), "invalid metric name");
   EXPECT_DEATH(registry.gauge("hpo-dash", "Bad."), "invalid metric name");
   EXPECT_DEATH(registry.gauge("", "Bad."), "invalid metric name");
+  EXPECT_DEATH(registry.gauge("__hpo", "Reserved."), "invalid metric name");
   EXPECT_DEATH(registry.gauge("hpo_g", "G.", {{"a:b", "x"}}), "invalid label name");
   EXPECT_DEATH(registry.gauge("hpo_g", "G.", {{"__x", "x"}}), "invalid label name");
   EXPECT_DEATH(registry.gauge("hpo_g", "G.", {{"a", "x"}, {"a", "y"}}), "given twice");
