@@ -1,9 +1,12 @@
 #include "server/spec.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <set>
 
 namespace hpo::server {
@@ -11,14 +14,25 @@ namespace {
 
 using nlohmann::json;
 
+std::string NestedTooDeep(const std::string& where) {
+  return where + ": nested more than " + std::to_string(kMaxSpecDepth) + " levels deep";
+}
+
 // `budget` counts the nodes still allowed: YAML aliases share nodes, and
 // expanding a few lines of nested aliases would otherwise build gigabytes.
-Result<json> Convert(const YAML::Node& node, size_t& budget) {
+// `depth` counts the mappings and lists open around `node`: yaml-cpp bounds
+// the nesting it parses, but not what aliases build (`b: &b [*a]`, then
+// `c: &c [*b]`, ... nests one level a line), which only the budget would
+// stop, some 450 levels down.
+Result<json> Convert(const YAML::Node& node, size_t& budget, int depth) {
   if (budget == 0) {
     return Status::InvalidArgument("spec: more than " + std::to_string(kMaxSpecNodes) +
                                    " values (after expanding YAML aliases)");
   }
   --budget;
+  if ((node.IsSequence() || node.IsMap()) && depth >= kMaxSpecDepth) {
+    return Status::InvalidArgument(NestedTooDeep("line " + std::to_string(node.Mark().line + 1)));
+  }
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
@@ -26,7 +40,7 @@ Result<json> Convert(const YAML::Node& node, size_t& budget) {
     case YAML::NodeType::Sequence: {
       json out = json::array();
       for (const auto& item : node) {
-        HPO_ASSIGN_OR_RETURN(json v, Convert(item, budget));
+        HPO_ASSIGN_OR_RETURN(json v, Convert(item, budget, depth + 1));
         out.push_back(std::move(v));
       }
       return out;
@@ -38,7 +52,7 @@ Result<json> Convert(const YAML::Node& node, size_t& budget) {
           return Status::InvalidArgument("line " + std::to_string(kv.first.Mark().line + 1) +
                                          ": mapping keys must be plain strings");
         }
-        HPO_ASSIGN_OR_RETURN(json v, Convert(kv.second, budget));
+        HPO_ASSIGN_OR_RETURN(json v, Convert(kv.second, budget, depth + 1));
         out[kv.first.Scalar()] = std::move(v);
       }
       return out;
@@ -102,11 +116,11 @@ bool IsValidUtf8(const std::string& s) {
 // Every key and string of the spec: valid UTF-8 (it is stored and served as
 // JSON) and within the length limits; checked first, so later messages may
 // quote any of them.
+// `depth` counts the mappings and lists around `j`, so a mapping or list at
+// depth kMaxSpecDepth is one level too many: the count json_limits.h keeps.
 Status CheckStrings(const json& j, const std::string& path, int depth) {
   const std::string where = path.empty() ? "spec" : path;
-  if (depth > kMaxSpecDepth) {
-    return Status::InvalidArgument(where + ": nested more than " + std::to_string(kMaxSpecDepth) + " levels deep");
-  }
+  if (j.is_structured() && depth >= kMaxSpecDepth) return Status::InvalidArgument(NestedTooDeep(where));
   if (j.is_string()) {
     const auto& s = j.get_ref<const std::string&>();
     if (!IsValidUtf8(s)) return Status::InvalidArgument(where + ": not valid UTF-8");
@@ -364,11 +378,42 @@ Status ParseExecutor(Fields& top, ExperimentSpec& spec) {
   return f.NoOthers();
 }
 
+// yaml-cpp's message for a \u escape it will not take (a surrogate, e.g.
+// half of a JSON surrogate pair written in YAML), made into advice.
+std::string UnicodeEscapeMessage(const std::string& msg) {
+  const std::string prefix = YAML::ErrorMsg::INVALID_UNICODE;
+  if (msg.rfind(prefix, 0) != 0) return msg;
+  unsigned long value = 0;
+  try {
+    value = std::stoul(msg.substr(prefix.size()));
+  } catch (const std::exception&) {
+    return msg;
+  }
+  if (value < 0xD800 || value > 0xDFFF) return msg;
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "%04lX", value);
+  return std::string("\\u") + hex +
+         " is a UTF-16 surrogate, which YAML does not pair: write the character itself or its \\U "
+         "escape (\\U0001F600); a JSON spec may use a surrogate pair (\\ud83d\\ude00)";
+}
+
 }  // namespace
 
 Result<json> YamlToJson(const std::string& text) {
   if (text.size() > kMaxSpecBytes) {
     return Status::InvalidArgument("spec: larger than " + std::to_string(kMaxSpecBytes) + " bytes");
+  }
+  // JSON (what the API, the dashboard and the stored form send) by the JSON
+  // parser: the same limits, and \u escapes as JSON means them. Anything it
+  // does not take as JSON may still be YAML ({name: x} is a YAML mapping).
+  const size_t start = text.find_first_not_of(" \t\r\n");
+  if (start != std::string::npos && (text[start] == '{' || text[start] == '[')) {
+    JsonLimits limits;
+    limits.max_depth = kMaxSpecDepth;
+    limits.max_bytes = kMaxSpecBytes;
+    limits.max_values = kMaxSpecNodes;
+    HPO_ASSIGN_OR_RETURN(std::optional<json> j, ParseJsonIfJson(text, "spec", limits));
+    if (j) return std::move(*j);
   }
   // yaml-cpp parses flow collections recursively: bound their nesting before
   // it does (counting brackets inside quotes too, which errs on the safe side).
@@ -385,10 +430,13 @@ Result<json> YamlToJson(const std::string& text) {
   }
   try {
     size_t budget = kMaxSpecNodes;
-    return Convert(YAML::Load(text), budget);
+    return Convert(YAML::Load(text), budget, 0);
+  } catch (const YAML::DeepRecursion& e) {
+    // Block nesting ("- - - x", indentation) that yaml-cpp itself stops at.
+    return Status::InvalidArgument(NestedTooDeep("line " + std::to_string(e.mark.line + 1)));
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument("line " + std::to_string(e.mark.line + 1) + ", column " +
-                                   std::to_string(e.mark.column + 1) + ": " + e.msg);
+                                   std::to_string(e.mark.column + 1) + ": " + UnicodeEscapeMessage(e.msg));
   }
 }
 

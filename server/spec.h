@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json_limits.h"
 #include "common/status.h"
 #include "search/history.h"
 #include "search/space.h"
@@ -79,18 +80,24 @@ struct ExperimentSpec {
 
 // Limits on what a spec may hold; a spec beyond one is InvalidArgument,
 // naming the limit.
-inline constexpr size_t kMaxSpecBytes = 1 << 20;         // the text
-inline constexpr size_t kMaxSpecNodes = 100'000;         // values, after YAML aliases
-inline constexpr int kMaxSpecDepth = 32;                 // nesting of mappings and lists
+// The first three are those of every JSON the server reads (json_limits.h).
+inline constexpr size_t kMaxSpecBytes = kMaxJsonBytes;   // the text
+inline constexpr size_t kMaxSpecNodes = kMaxJsonValues;  // values, after YAML aliases
+inline constexpr int kMaxSpecDepth = kMaxJsonDepth;      // mappings and lists open at once
 inline constexpr size_t kMaxSpecNameLength = 256;        // every key (names of params, metrics, ...)
 inline constexpr size_t kMaxSpecStringLength = 16'384;   // every string value (argv entries, env values)
 
 // Parses YAML or JSON text (JSON is YAML; both go through the same checks).
+// Text that begins with { or [ is read by the JSON parser first, within the
+// limits above (so a JSON spec's \u surrogate pairs are one character, as
+// JSON says; yaml-cpp refuses them); what that parser does not take as JSON
+// goes to the YAML parser.
 Result<ExperimentSpec> ParseExperimentSpec(const std::string& text);
 Result<ExperimentSpec> ParseExperimentSpec(const nlohmann::json& j);
 
 // YAML text to JSON: plain scalars become numbers, booleans or null where
 // they read as such; quoted scalars stay strings. Errors give line and column.
+// JSON text (beginning with { or [) goes to the JSON parser, as above.
 Result<nlohmann::json> YamlToJson(const std::string& text);
 
 }  // namespace hpo::server

@@ -5,6 +5,8 @@
 namespace hpo::server {
 namespace {
 
+using nlohmann::json;
+
 const char* kSpec = R"(
 name: fashion-mnist
 objective: {metric: accuracy, direction: maximize}
@@ -142,6 +144,91 @@ TEST(ExperimentSpec, HostileInputIsAnErrorNotACrash) {
   auto r = ParseExperimentSpec(bomb);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("more than 100000 values"), std::string::npos) << r.status();
+}
+
+// Nesting is bounded however the spec nests (issue #14): JSON, flow YAML,
+// block YAML (which yaml-cpp stops at 500 levels with "bad file") and YAML
+// aliases, each of which a line nests one level deeper than the last
+// (yaml-cpp never sees that depth; only the value budget stopped it). Each
+// is a clean InvalidArgument that names the limit.
+TEST(ExperimentSpec, NestingIsBoundedHoweverItIsWritten) {
+  std::string dashes = "name:\n";
+  for (int i = 0; i < 3000; ++i) dashes += "- ";
+  std::string indented;
+  for (int i = 0; i < 600; ++i) indented += std::string(i, ' ') + "a:\n";
+  std::string aliases = "a0: &a0 [x]\n";
+  for (int i = 1; i < 40'000; ++i) {
+    aliases += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [*a" + std::to_string(i - 1) + "]\n";
+  }
+  ASSERT_LT(aliases.size(), kMaxSpecBytes);
+  for (const std::string& text : {dashes + "x\n", indented + std::string(600, ' ') + "x\n", aliases,
+                                  R"({"name": )" + std::string(200'000, '[') + std::string(200'000, ']') + "}"}) {
+    auto r = ParseExperimentSpec(text);
+    ASSERT_FALSE(r.ok());
+    EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
+    EXPECT_NE(r.status().message().find("nested more than 32 levels deep"), std::string::npos) << r.status();
+  }
+}
+
+// The JSON parser, the YAML converter and the spec's own check count levels
+// alike: what one takes, the others take too, so a spec stored as JSON
+// reads back (a spec 33 levels deep through YAML used to be accepted and
+// then refused from its stored JSON form, had that gone to the JSON parser).
+TEST(ExperimentSpec, EveryFormCountsNestingAlike) {
+  auto spec_with_args = [](int levels, bool json) {
+    // The spec, executor, builtin and args mappings are 4 levels; the rest
+    // lists, the innermost empty (an empty list at the 33rd level was taken).
+    const std::string lists = std::string(levels - 4, '[') + std::string(levels - 4, ']');
+    if (json) {
+      return R"({"name": "n", "objective": {"metric": "m"}, "spaces": [{"name": "s", "params": {"x": [1, 2]}}],
+                 "executor": {"builtin": {"trainer": "t", "args": {"a": )" + lists + "}}}}";
+    }
+    return "name: n\nobjective: {metric: m}\nspaces: [{name: s, params: {x: [1, 2]}}]\nexecutor:\n  builtin:\n"
+           "    trainer: t\n    args:\n      a: " + lists + "\n";
+  };
+  for (const bool json : {true, false}) {
+    auto at_limit = ParseExperimentSpec(spec_with_args(kMaxSpecDepth, json));
+    ASSERT_TRUE(at_limit.ok()) << at_limit.status();
+    auto again = ParseExperimentSpec(at_limit->source.dump());
+    EXPECT_TRUE(again.ok()) << again.status();
+    auto beyond = ParseExperimentSpec(spec_with_args(kMaxSpecDepth + 1, json));
+    ASSERT_FALSE(beyond.ok()) << (json ? "JSON" : "YAML");
+    EXPECT_NE(beyond.status().message().find("nested more than 32 levels deep"), std::string::npos) << beyond.status();
+  }
+  // The same count on a JSON value handed in directly.
+  json deep = json::parse(spec_with_args(kMaxSpecDepth + 1, true));
+  EXPECT_NE(ParseExperimentSpec(deep).status().message().find("executor.builtin.args.a"), std::string::npos);
+}
+
+// Item 10d of issue #14: a JSON surrogate pair is one character.
+TEST(ExperimentSpec, JsonSurrogatePairsAreOneCharacter) {
+  const std::string tail = R"(, "objective": {"metric": "loss"}, "spaces": [{"name": "s", "params": {"x": [1, 2]}}],
+      "executor": {"client": {}}})";
+  auto r = ParseExperimentSpec(R"({"name": "smile \ud83d\ude00")" + tail);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->name, "smile \xF0\x9F\x98\x80");
+  // Its stored form (UTF-8) reads back the same.
+  auto again = ParseExperimentSpec(r->source.dump());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->name, r->name);
+  // A lone surrogate is no character: refused, saying so.
+  for (const std::string& name : {R"("\ud83d")", R"("\ude00 x")", R"("\ud83d\u0041")"}) {
+    auto lone = ParseExperimentSpec(R"({"name": )" + name + tail);
+    ASSERT_FALSE(lone.ok()) << name;
+    EXPECT_NE(lone.status().message().find("surrogate"), std::string::npos) << lone.status();
+  }
+  // YAML's own escapes have no pairs (yaml-cpp refuses the halves): the
+  // error says what to write instead, and that works.
+  const std::string yaml_tail = "\nobjective: {metric: loss}\nspaces: [{name: s, params: {x: [1, 2]}}]\n"
+                                "executor: {client: {}}\n";
+  auto yaml_pair = ParseExperimentSpec("name: \"smile \\ud83d\\ude00\"" + yaml_tail);
+  ASSERT_FALSE(yaml_pair.ok());
+  EXPECT_NE(yaml_pair.status().message().find("\\uD83D is a UTF-16 surrogate"), std::string::npos)
+      << yaml_pair.status();
+  EXPECT_NE(yaml_pair.status().message().find("\\U0001F600"), std::string::npos) << yaml_pair.status();
+  auto yaml_u = ParseExperimentSpec("name: \"smile \\U0001F600\"" + yaml_tail);
+  ASSERT_TRUE(yaml_u.ok()) << yaml_u.status();
+  EXPECT_EQ(yaml_u->name, "smile \xF0\x9F\x98\x80");
 }
 
 TEST(YamlToJson, KeepsQuotedScalarsAsStrings) {
