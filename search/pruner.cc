@@ -44,18 +44,6 @@ Status Invalid(const std::string& field, const std::string& why) {
   return Status::InvalidArgument(field + ": " + why);
 }
 
-Status CheckReductionFactor(double eta) {
-  // `!(eta >= ...)` also catches NaN.
-  if (!(eta >= kMinReductionFactor) || !std::isfinite(eta)) {
-    std::ostringstream min;
-    min << kMinReductionFactor;
-    return Invalid("reduction_factor", "must be a finite number >= " + min.str() +
-                                           " (each rung keeps 1/reduction_factor of the trials; closer to 1 "
-                                           "prunes almost nothing and judges far more often)");
-  }
-  return Status::OK();
-}
-
 // --- Median ----------------------------------------------------------------
 
 class MedianPruner : public Pruner {
@@ -289,6 +277,18 @@ class HyperbandPruner : public Pruner {
 };
 
 }  // namespace
+
+Status CheckReductionFactor(double eta) {
+  // `!(eta >= ...)` also catches NaN.
+  if (!(eta >= kMinReductionFactor) || !std::isfinite(eta)) {
+    std::ostringstream min;
+    min << kMinReductionFactor;
+    return Invalid("reduction_factor", "must be a finite number >= " + min.str() +
+                                           " (each rung keeps 1/reduction_factor of the trials; closer to 1 "
+                                           "prunes almost nothing and judges far more often)");
+  }
+  return Status::OK();
+}
 
 std::unique_ptr<Pruner> MakeNopPruner() { return std::make_unique<NopPruner>(); }
 

@@ -82,6 +82,10 @@ inline constexpr double kMinReductionFactor = 1.5;
 // it bounds the loops all the same.
 inline constexpr int64_t kMaxRungs = 128;
 
+// OK for a finite eta >= kMinReductionFactor, else InvalidArgument
+// "reduction_factor: must be ..." (the check of both factories below).
+Status CheckReductionFactor(double eta);
+
 // Asynchronous successive halving (ASHA; Optuna's SuccessiveHalvingPruner).
 struct AshaOptions {
   // The step of the lowest rung (before min_early_stopping_rate applies).

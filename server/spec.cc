@@ -7,7 +7,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <set>
+#include <utility>
+
+#include "search/pruner.h"
 
 namespace hpo::server {
 namespace {
@@ -174,7 +178,8 @@ class Fields {
     }
     return v->get<std::string>();
   }
-  Result<int64_t> Int(const std::string& key, std::optional<int64_t> fallback, int64_t min) {
+  Result<int64_t> Int(const std::string& key, std::optional<int64_t> fallback, int64_t min,
+                      int64_t max = INT64_MAX) {
     const json* v = Get(key);
     if (!v) {
       if (fallback) return *fallback;
@@ -191,6 +196,7 @@ class Fields {
     }
     const int64_t x = v->is_number_float() ? static_cast<int64_t>(v->get<double>()) : v->get<int64_t>();
     if (x < min) return Status::InvalidArgument(Path(key) + ": must be at least " + std::to_string(min));
+    if (x > max) return Status::InvalidArgument(Path(key) + ": must be at most " + std::to_string(max));
     return x;
   }
   Result<bool> Bool(const std::string& key, bool fallback) {
@@ -283,6 +289,41 @@ Status ParseAlgorithm(Fields& top, ExperimentSpec& spec) {
   return f.NoOthers();
 }
 
+// One option of an early-stopping rule. The engine converts the integer
+// ones to the pruners' int and int64 fields, so each is an integer within
+// bounds here (a double beyond them would convert with undefined behaviour);
+// the pruners check how the options relate to each other.
+Status CheckStoppingOption(const std::string& key, const json& v) {
+  const std::string path = "early_stopping." + key;
+  if (!v.is_number()) return Status::InvalidArgument(path + ": must be a number");
+  if (key == "reduction_factor") {
+    const Status s = search::CheckReductionFactor(v.get<double>());
+    return s.ok() ? s : Status::InvalidArgument("early_stopping." + s.message());
+  }
+  static const std::map<std::string, std::pair<int64_t, int64_t>> kBounds = {
+      {"min_resource", {1, kMaxSpecSteps}},       {"max_resource", {0, kMaxSpecSteps}},
+      {"warmup_steps", {0, kMaxSpecSteps}},       {"interval_steps", {1, kMaxSpecSteps}},
+      {"startup_trials", {0, kMaxSpecCount}},     {"min_trials_at_step", {1, kMaxSpecCount}},
+      {"bootstrap_count", {0, kMaxSpecCount}},    {"min_early_stopping_rate", {0, kMaxSpecCount}}};
+  const auto bounds = kBounds.find(key);
+  if (bounds == kBounds.end()) return Status::Internal(path + ": an option without bounds");
+  const auto [lo, hi] = bounds->second;
+  const std::string range = ": must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();  // (lo and hi are >= 0)
+    if (u < static_cast<uint64_t>(lo) || u > static_cast<uint64_t>(hi)) return Status::InvalidArgument(path + range);
+  } else if (v.is_number_integer()) {
+    if (v.get<int64_t>() < lo || v.get<int64_t>() > hi) return Status::InvalidArgument(path + range);
+  } else {
+    const double d = v.get<double>();
+    // `!(lo <= d && d <= hi)` also catches NaN.
+    if (d != std::round(d) || !(static_cast<double>(lo) <= d && d <= static_cast<double>(hi))) {
+      return Status::InvalidArgument(path + range + ", got " + v.dump());
+    }
+  }
+  return Status::OK();
+}
+
 Status ParseEarlyStopping(Fields& top, ExperimentSpec& spec) {
   const json* e = top.Get("early_stopping");
   if (!e) return Status::OK();
@@ -307,7 +348,7 @@ Status ParseEarlyStopping(Fields& top, ExperimentSpec& spec) {
       return Status::InvalidArgument("early_stopping." + it.key() + ": not an option of rule '" +
                                      spec.early_stopping + "'");
     }
-    if (!it->is_number()) return Status::InvalidArgument("early_stopping." + it.key() + ": must be a number");
+    HPO_RETURN_IF_ERROR(CheckStoppingOption(it.key(), *it));
     spec.early_stopping_options[it.key()] = *it;
   }
   return Status::OK();
@@ -320,7 +361,7 @@ Status ParseBudget(Fields& top, ExperimentSpec& spec) {
   HPO_RETURN_IF_ERROR(f.RequireObject());
   HPO_ASSIGN_OR_RETURN(spec.max_trials, f.Int("max_trials", spec.max_trials, 1));
   HPO_ASSIGN_OR_RETURN(spec.max_parallel, f.Int("max_parallel", spec.max_parallel, 1));
-  HPO_ASSIGN_OR_RETURN(spec.steps_per_trial, f.Int("steps_per_trial", spec.steps_per_trial, 1));
+  HPO_ASSIGN_OR_RETURN(spec.steps_per_trial, f.Int("steps_per_trial", spec.steps_per_trial, 1, kMaxSpecSteps));
   if (f.Get("max_wall_time_s")) {
     HPO_ASSIGN_OR_RETURN(int64_t w, f.Int("max_wall_time_s", std::nullopt, 1));
     spec.max_wall_time_s = w;

@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -86,6 +87,16 @@ inline constexpr size_t kMaxSpecNodes = kMaxJsonValues;  // values, after YAML a
 inline constexpr int kMaxSpecDepth = kMaxJsonDepth;      // mappings and lists open at once
 inline constexpr size_t kMaxSpecNameLength = 256;        // every key (names of params, metrics, ...)
 inline constexpr size_t kMaxSpecStringLength = 16'384;   // every string value (argv entries, env values)
+// budget.steps_per_trial, and every step-valued option of early_stopping
+// (min_resource, max_resource, warmup_steps, interval_steps). A billion
+// steps is far beyond any trial (a report per step, so a billion reports);
+// it keeps every step, rung and bracket exact in a double (< 2^53) and the
+// pruners' work per report small (log_1.5(1e9) = 51 rungs at most).
+inline constexpr int64_t kMaxSpecSteps = 1'000'000'000;
+// Every count-valued option of early_stopping (startup_trials,
+// min_trials_at_step, bootstrap_count, min_early_stopping_rate): the
+// pruners hold them as int; beyond a billion a rule would never act anyway.
+inline constexpr int64_t kMaxSpecCount = 1'000'000'000;
 
 // Parses YAML or JSON text (JSON is YAML; both go through the same checks).
 // Text that begins with { or [ is read by the JSON parser first, within the

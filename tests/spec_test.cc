@@ -231,6 +231,46 @@ TEST(ExperimentSpec, JsonSurrogatePairsAreOneCharacter) {
   EXPECT_EQ(yaml_u->name, "smile \xF0\x9F\x98\x80");
 }
 
+// Item 6 of issue #14: options that made one report cost seconds, and
+// options the engine converts to integers (with undefined behaviour beyond
+// their range), are refused naming the field.
+TEST(ExperimentSpec, EarlyStoppingAndStepsAreBounded) {
+  const std::string head = R"({"name": "x", "objective": {"metric": "loss"},
+      "spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}], "executor": {"client": {}})";
+  struct Case {
+    std::string add, error;
+  } cases[] = {
+      {R"("budget": {"steps_per_trial": 9e18})", "budget.steps_per_trial: must be at most 1000000000"},
+      {R"("budget": {"steps_per_trial": 1000000001})", "budget.steps_per_trial: must be at most 1000000000"},
+      {R"("early_stopping": {"rule": "asha", "reduction_factor": 1.000001})",
+       "early_stopping.reduction_factor: must be a finite number >= 1.5"},
+      {R"("early_stopping": {"rule": "hyperband", "reduction_factor": 1.2})",
+       "early_stopping.reduction_factor: must be a finite number >= 1.5"},
+      {R"("early_stopping": {"rule": "asha", "min_resource": 1e300})",
+       "early_stopping.min_resource: must be an integer in [1, 1000000000]"},
+      {R"("early_stopping": {"rule": "asha", "max_resource": 18446744073709551615})",
+       "early_stopping.max_resource: must be an integer in [0, 1000000000]"},
+      {R"("early_stopping": {"rule": "asha", "bootstrap_count": 2.5})",
+       "early_stopping.bootstrap_count: must be an integer in [0, 1000000000], got 2.5"},
+      {R"("early_stopping": {"rule": "asha", "min_early_stopping_rate": -1})",
+       "early_stopping.min_early_stopping_rate: must be an integer in [0, 1000000000]"},
+      {R"("early_stopping": {"rule": "median", "startup_trials": 3e9})",
+       "early_stopping.startup_trials: must be an integer in [0, 1000000000]"},
+      {R"("early_stopping": {"rule": "median", "interval_steps": 0})",
+       "early_stopping.interval_steps: must be an integer in [1, 1000000000]"},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseExperimentSpec(head + ", " + c.add + "}");
+    ASSERT_FALSE(r.ok()) << c.add;
+    EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
+    EXPECT_EQ(r.status().message().rfind(c.error, 0), 0u) << r.status() << "\nexpected: " << c.error;
+  }
+  // At the bounds, and integers written as floats, are fine.
+  auto ok = ParseExperimentSpec(head + R"(, "budget": {"steps_per_trial": 1000000000},
+      "early_stopping": {"rule": "asha", "reduction_factor": 1.5, "min_resource": 2.0, "max_resource": 1e9}})");
+  EXPECT_TRUE(ok.ok()) << ok.status();
+}
+
 TEST(YamlToJson, KeepsQuotedScalarsAsStrings) {
   auto j = YamlToJson("a: '1'\nb: 1\nc: 1.5e-3\nd: true\ne: \"true\"\nf: ~\ng: [x, 2]\n");
   ASSERT_TRUE(j.ok()) << j.status();
