@@ -212,8 +212,8 @@ TEST(ExperimentSpec, JsonSurrogatePairsAreOneCharacter) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->name, r->name);
   // A lone surrogate is no character: refused, saying so.
-  for (const std::string& name : {R"("\ud83d")", R"("\ude00 x")", R"("\ud83d\u0041")"}) {
-    auto lone = ParseExperimentSpec(R"({"name": )" + name + tail);
+  for (const char* name : {R"("\ud83d")", R"("\ude00 x")", R"("\ud83d\u0041")"}) {
+    auto lone = ParseExperimentSpec(R"({"name": )" + std::string(name) + tail);
     ASSERT_FALSE(lone.ok()) << name;
     EXPECT_NE(lone.status().message().find("surrogate"), std::string::npos) << lone.status();
   }
@@ -269,6 +269,30 @@ TEST(ExperimentSpec, EarlyStoppingAndStepsAreBounded) {
   auto ok = ParseExperimentSpec(head + R"(, "budget": {"steps_per_trial": 1000000000},
       "early_stopping": {"rule": "asha", "reduction_factor": 1.5, "min_resource": 2.0, "max_resource": 1e9}})");
   EXPECT_TRUE(ok.ok()) << ok.status();
+}
+
+// Item 9 of issue #14: domains whose values a double cannot represent are
+// refused with the field's path (they used to be taken, and suggested
+// values beyond their bounds).
+TEST(ExperimentSpec, UnrepresentableDomainsAreRefused) {
+  const std::string head = R"({"name": "x", "objective": {"metric": "loss"}, "executor": {"client": {}},
+      "spaces": [{"name": "s", "params": {"ok": [1, 2], )";
+  struct Case {
+    std::string param, error;
+  } cases[] = {
+      {R"("i": {"type": "int", "low": -9223372036854775807, "high": 9223372036854775807})",
+       "spaces[0].params.i.low: an int parameter's bounds must be within -2^53..2^53"},
+      {R"("f": {"type": "float", "low": 0, "high": 1e308, "step": 1e-300})",
+       "spaces[0].params.f.step: (high - low) / step must be at most 2^53"},
+      {R"("f": {"type": "float", "low": -1e308, "high": 1e308})",
+       "spaces[0].params.f.high: high - low must be a finite number"},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseExperimentSpec(head + c.param + "}}]}");
+    ASSERT_FALSE(r.ok()) << c.param;
+    EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
+    EXPECT_EQ(r.status().message().rfind(c.error, 0), 0u) << r.status() << "\nexpected: " << c.error;
+  }
 }
 
 TEST(YamlToJson, KeepsQuotedScalarsAsStrings) {
