@@ -1,6 +1,7 @@
 #include "search/gp_sampler.h"
 
 #include "search/output_warp.h"
+#include "search/numeric.h"
 
 #include <algorithm>
 #include <cmath>
@@ -35,7 +36,8 @@ class Codec {
     for (int i = 0; i < space_.size(); ++i) {
       const Param& p = space_.params[i];
       active[i] = !p.conditional() ||
-                  (active[p.parent] && static_cast<int>(z[p.parent]) == p.parent_choice);
+                  (active[p.parent] &&
+                   IndexIn(z[p.parent], space_.params[p.parent].num_choices()) == p.parent_choice);
     }
     return active;
   }
@@ -49,7 +51,7 @@ class Codec {
       if (IsNumeric(p)) {
         x(encoding_.column(i)) = active[i] ? z[i] : kInactiveUnit;
       } else if (active[i]) {
-        x(encoding_.column(i) + static_cast<int>(z[i])) = 1;
+        x(encoding_.column(i) + static_cast<int>(IndexIn(z[i], p.num_choices()))) = 1;
       }
     }
     return x;
@@ -505,7 +507,7 @@ Eigen::VectorXd GpEncoding::Encode(const Assignment& a) const {
     if (IsNumeric(p)) {
       x(columns_[i]) = IsInactive(a[i]) ? kInactiveUnit : std::clamp(p.ToUnit(a[i]), 0.0, 1.0);
     } else if (!IsInactive(a[i]) && a[i] >= 0 && a[i] < p.num_choices()) {
-      x(columns_[i] + static_cast<int>(a[i])) = 1;
+      x(columns_[i] + static_cast<int>(IndexIn(a[i], p.num_choices()))) = 1;
     }
   }
   return x;

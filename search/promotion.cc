@@ -7,11 +7,9 @@
 namespace hpo::search {
 namespace {
 
-// As pruner.cc: pow() of a non-integer eta may land a hair above an
-// integer, which must not push ceil() a step up.
+// floor(n / eta) of an n that is a multiple of eta in exact arithmetic
+// must not come out one short.
 constexpr double kRelTolerance = 1e-12;
-// More rungs than any budget of 2^63 steps has at eta >= 1.5.
-constexpr int kMaxRungs = 128;
 
 }  // namespace
 
@@ -47,13 +45,12 @@ int PromotionRule::Bracket(int64_t trial_number) const {
 std::vector<int64_t> PromotionRule::Rungs(int64_t trial_number) const {
   const int s = Bracket(trial_number);
   std::vector<int64_t> out;
-  for (int j = 0; j < kMaxRungs; ++j) {
-    const double x = static_cast<double>(min_resource_) * std::pow(eta_, static_cast<double>(s + j));
-    const double step = std::ceil(x * (1 - kRelTolerance));
-    if (!(step < static_cast<double>(steps_))) break;
+  for (int64_t j = 0; j < kMaxRungs; ++j) {
+    const auto step = RungStep(min_resource_, eta_, s + j);
+    if (!step || *step >= steps_) break;
     // Distinct rungs only: a small eta with a small minimum can round two
     // exponents to one step.
-    if (out.empty() || static_cast<int64_t>(step) > out.back()) out.push_back(static_cast<int64_t>(step));
+    if (out.empty() || *step > out.back()) out.push_back(*step);
   }
   out.push_back(steps_);
   return out;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,19 @@ constexpr int kMaxHyperbandBrackets = 1000;
 // division on doubles; a non-integer eta can land a rounding error above an
 // integer (3.0000000000000004), which must not push ceil() one step up.
 constexpr double kRelTolerance = 1e-12;
+
+}  // namespace
+
+std::optional<int64_t> RungStep(int64_t min_resource, double eta, int64_t exponent) {
+  // Computed as a double, which saturates to infinity rather than
+  // overflowing, and converted only when it is in range.
+  const double x = static_cast<double>(min_resource) * std::pow(eta, static_cast<double>(exponent));
+  const double rung = std::ceil(x * (1 - kRelTolerance));
+  if (!(rung < 0x1p63)) return std::nullopt;
+  return static_cast<int64_t>(rung);
+}
+
+namespace {
 
 class NopPruner : public Pruner {
  public:
@@ -41,12 +55,6 @@ std::optional<int64_t> PreviousStep(const Observation& trial) {
 
 Status Invalid(const std::string& field, const std::string& why) {
   return Status::InvalidArgument(field + ": " + why);
-}
-
-Status CheckReductionFactor(double eta) {
-  // `!(eta > 1)` also catches NaN.
-  if (!(eta > 1) || !std::isfinite(eta)) return Invalid("reduction_factor", "must be > 1");
-  return Status::OK();
 }
 
 // --- Median ----------------------------------------------------------------
@@ -117,27 +125,22 @@ struct Rungs {
   int early_stopping_rate;
   int bootstrap_count;
 
-  // The step of rung k, as a double: exact for the integers that matter, and
-  // it saturates to infinity instead of overflowing.
-  double Step(int64_t k) const {
-    const double x = static_cast<double>(min_resource) *
-                     std::pow(eta, static_cast<double>(early_stopping_rate + k));
-    return std::ceil(x * (1 - kRelTolerance));
-  }
+  // The step of rung k, or nullopt when that is beyond every int64 step (no
+  // trial reaches it). Computed as a double, which saturates to infinity
+  // rather than overflowing, and converted only when it is in range.
+  std::optional<int64_t> Step(int64_t k) const { return RungStep(min_resource, eta, early_stopping_rate + k); }
 
-  // The lowest rung whose step is beyond `prev`.
-  int64_t FirstRungAfter(std::optional<int64_t> prev) const {
-    if (!prev) return 0;
-    const double base = Step(0);
-    int64_t k = 0;
-    if (static_cast<double>(*prev) >= base) {
-      // Jump near the answer with a logarithm, then settle it exactly, so a
-      // long curve does not walk every rung below it.
-      const double estimate =
-          std::floor(std::log(static_cast<double>(*prev) / base) / std::log(eta)) - 1;
-      k = std::max<int64_t>(0, static_cast<int64_t>(estimate));
-    }
-    while (Step(k) <= static_cast<double>(*prev)) ++k;
+  // The lowest rung whose step is beyond `step`, in closed form: k is about
+  // log_eta(step / r_0); the logarithm lands within a rung or two of the
+  // answer, which Step() then settles exactly. kMaxRungs bounds the result
+  // (eta >= kMinReductionFactor keeps every rung below 2^63 well within it).
+  int64_t FirstRungAfter(int64_t step) const {
+    const std::optional<int64_t> first = Step(0);
+    if (!first || step < *first) return 0;
+    const double estimate =
+        std::floor(std::log(static_cast<double>(step) / static_cast<double>(*first)) / std::log(eta)) - 1;
+    int64_t k = estimate > 0 ? static_cast<int64_t>(std::min(estimate, double{kMaxRungs})) : 0;
+    for (std::optional<int64_t> r = Step(k); k < kMaxRungs && r && *r <= step; r = Step(k)) ++k;
     return k;
   }
 };
@@ -180,20 +183,23 @@ template <typename InGroup>
 bool AshaShouldPrune(const Rungs& rungs, const History& history, const Observation& trial,
                      const InGroup& in_group) {
   if (trial.curve.empty()) return false;
-  const double step = static_cast<double>(trial.curve.back().first);
-  double judged = -std::numeric_limits<double>::infinity();
+  const int64_t step = trial.curve.back().first;
+  const std::optional<int64_t> prev = PreviousStep(trial);
   // Each rung is judged on the one report that first reaches it: the rungs in
-  // (previous step, newest step]. Statelessness needs nothing more.
-  for (int64_t k = rungs.FirstRungAfter(PreviousStep(trial));; ++k) {
-    const double rung = rungs.Step(k);
-    if (rung > step) break;
-    if (rungs.max_resource > 0 && rung >= static_cast<double>(rungs.max_resource)) break;
-    // With eta near 1 several rungs round to one step; they are one rung.
-    if (rung == judged) continue;
-    judged = rung;
-    if (!ContinuesAtRung(rungs, history, trial, static_cast<int64_t>(rung), in_group)) {
-      return true;
-    }
+  // (previous step, newest step]. Statelessness needs nothing more. Both ends
+  // come in closed form, so a report far beyond the last one costs one
+  // judgment per rung crossed (at most kMaxRungs), never a walk over steps.
+  const int64_t first = prev ? rungs.FirstRungAfter(*prev) : 0;
+  const int64_t end = rungs.FirstRungAfter(step);
+  int64_t judged = 0;  // rung steps are >= 1
+  for (int64_t k = first; k < end; ++k) {
+    const std::optional<int64_t> rung = rungs.Step(k);
+    if (!rung) break;  // (not reached: every rung below `end` is <= step)
+    if (rungs.max_resource > 0 && *rung >= rungs.max_resource) break;
+    // Rounding up can land two rungs on one step; they are one rung.
+    if (*rung == judged) continue;
+    judged = *rung;
+    if (!ContinuesAtRung(rungs, history, trial, *rung, in_group)) return true;
   }
   return false;
 }
@@ -278,6 +284,18 @@ class HyperbandPruner : public Pruner {
 };
 
 }  // namespace
+
+Status CheckReductionFactor(double eta) {
+  // `!(eta >= ...)` also catches NaN.
+  if (!(eta >= kMinReductionFactor) || !std::isfinite(eta)) {
+    std::ostringstream min;
+    min << kMinReductionFactor;
+    return Invalid("reduction_factor", "must be a finite number >= " + min.str() +
+                                           " (each rung keeps 1/reduction_factor of the trials; closer to 1 "
+                                           "prunes almost nothing and judges far more often)");
+  }
+  return Status::OK();
+}
 
 std::unique_ptr<Pruner> MakeNopPruner() { return std::make_unique<NopPruner>(); }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <memory>
 #include <string_view>
 
@@ -29,7 +30,7 @@ std::unique_ptr<Pruner> MakeNopPruner();
 
 // ---------------------------------------------------------------------------
 // Early-stopping rules. Each factory checks its options and names the bad
-// field in the error ("reduction_factor: must be > 1"). In every rule `step`
+// field in the error ("reduction_factor: must be >= 1.5 ..."). In every rule `step`
 // is the trial's newest step (the last point of its curve), the other trials
 // are those of `history` with a different number, and failed trials are
 // ignored (they say nothing about the objective). NaN intermediate values of
@@ -65,11 +66,33 @@ struct MedianOptions {
 // min_trials_at_step < 1.
 Result<std::unique_ptr<Pruner>> MakeMedianPruner(const MedianOptions& options = {});
 
+// The smallest reduction factor (eta) ASHA and Hyperband take. Why 1.5:
+// - Work. A report is judged at every rung it crosses, and a rung is one
+//   ranking of all the space's trials, done under the experiment's history
+//   lock. There are about log_eta(steps) rungs, which grows like 1/(eta - 1)
+//   as eta nears 1: with eta = 1.000001 a report that jumped from step 1 to
+//   step 2^62 crossed some 43 million rungs (2 s, every other report of the
+//   experiment waiting). At 1.5 every int64 step lies below rung 108
+//   (log_1.5(2^63) = 107.7), so a report costs at most that many rankings.
+// - Use. A rung keeps 1/eta of its trials: at 1.5 two thirds go on, and
+//   below it early stopping saves little while judging ever more often.
+//   The papers and tools use 2 to 4 (ASHA and Optuna 4, Hyperband 3).
+inline constexpr double kMinReductionFactor = 1.5;
+// No rule looks at rungs beyond this many: more than the 108 that eta >=
+// kMinReductionFactor and int64 steps allow, so it never changes a decision;
+// it bounds the loops all the same.
+inline constexpr int64_t kMaxRungs = 128;
+
+// OK for a finite eta >= kMinReductionFactor, else InvalidArgument
+// "reduction_factor: must be ..." (the check of both factories below).
+Status CheckReductionFactor(double eta);
+
 // Asynchronous successive halving (ASHA; Optuna's SuccessiveHalvingPruner).
 struct AshaOptions {
   // The step of the lowest rung (before min_early_stopping_rate applies).
   int64_t min_resource = 1;
   // eta: each rung is eta times further than the previous and keeps 1/eta.
+  // At least kMinReductionFactor (see there for why).
   double reduction_factor = 3;
   // The step at which a trial has had its full budget; rungs at or beyond it
   // are not judged (stopping a finished trial saves nothing). 0 = unbounded.
@@ -81,8 +104,16 @@ struct AshaOptions {
   int bootstrap_count = 0;
 };
 
+// ceil(min_resource * eta^exponent), the step of a rung: the one formula
+// the stopping rules here and the promotion rule (promotion.h) share;
+// nullopt when it is beyond every int64 step. A rounding error of pow() a
+// hair above an integer does not push it a step up.
+std::optional<int64_t> RungStep(int64_t min_resource, double eta, int64_t exponent);
+
 // Rung k (k = 0, 1, ...) is at step r_k = ceil(min_resource * eta^(s + k)),
-// judged only if max_resource == 0 or r_k < max_resource. A trial is judged
+// judged only if max_resource == 0 or r_k < max_resource, and only while
+// r_k < 2^63 and k < kMaxRungs. The rungs a report crosses are found in
+// closed form (k from log_eta(step / r_0)), not by walking the steps. A trial is judged
 // at rung k on the report whose point is its first at or beyond r_k, that is
 // when prev < r_k <= step with prev the step of the previous point (none on
 // the first report); a report that crosses several rungs is judged at each,
@@ -93,8 +124,8 @@ struct AshaOptions {
 // continues iff n < bootstrap_count or
 //   v(trial) <= the m-th smallest value, m = max(1, floor(n / eta)),
 // so the first trial at a rung always continues and ties continue.
-// Errors: min_resource < 1, reduction_factor <= 1 (or not finite),
-// max_resource < 0 or 0 < max_resource < min_resource,
+// Errors: min_resource < 1, reduction_factor < kMinReductionFactor (or not
+// finite), max_resource < 0 or 0 < max_resource < min_resource,
 // min_early_stopping_rate < 0, bootstrap_count < 0.
 Result<std::unique_ptr<Pruner>> MakeAshaPruner(const AshaOptions& options = {});
 
@@ -103,7 +134,7 @@ struct HyperbandOptions {
   int64_t min_resource = 1;
   // The full budget of a trial, in steps; sets how many brackets there are.
   int64_t max_resource = 81;
-  double reduction_factor = 3;
+  double reduction_factor = 3;  // at least kMinReductionFactor
 };
 
 // Brackets s = 0..s_max, s_max = floor(log_eta(max_resource / min_resource)).
@@ -118,8 +149,9 @@ struct HyperbandOptions {
 // bracket is the first s with u * sum(w) < w_0 + ... + w_s. This golden-ratio
 // sequence fills the brackets in proportion to w over any run of consecutive
 // numbers, so even the first handful of trials reach several brackets.
-// Errors: min_resource < 1, max_resource < min_resource, reduction_factor <= 1
-// (or not finite, or so close to 1 that there would be over 1000 brackets).
+// Errors: min_resource < 1, max_resource < min_resource, reduction_factor <
+// kMinReductionFactor (or not finite). (That bound leaves at most 108
+// brackets; the rule also refuses more than 1000 outright.)
 Result<std::unique_ptr<Pruner>> MakeHyperbandPruner(const HyperbandOptions& options = {});
 
 // The bracket (0..s_max) of trial `trial_number`, for display and tests.

@@ -5,15 +5,18 @@
 #include <set>
 #include <sstream>
 
+#include "search/numeric.h"
+
 namespace hpo::search {
 namespace {
 
 bool Discrete(const Param& p) { return p.kind == ParamKind::kInt || p.step > 0; }
 
-// Number of grid points of a discrete float/int param.
+// Number of grid points of a discrete float/int param: at most 2^53 + 1 for
+// a parsed one; saturated (never undefined) for one built in code beyond that.
 int64_t GridSize(const Param& p) {
   const double step = p.step > 0 ? p.step : 1;
-  return static_cast<int64_t>(std::floor((p.high - p.low) / step + 1e-9)) + 1;
+  return RoundToInt64(std::floor((p.high - p.low) / step + 1e-9) + 1);
 }
 
 double GridHigh(const Param& p) {
@@ -42,6 +45,16 @@ std::string Num(double v) {
   std::ostringstream os;
   os << v;
   return os.str();
+}
+
+// Whether `v` is an integer of magnitude at most 2^53, judged on the number
+// as written rather than as a double.
+bool IsExactInteger(const nlohmann::json& v) {
+  constexpr int64_t kMax = int64_t{1} << 53;
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(kMax);
+  if (v.is_number_integer()) return v.get<int64_t>() >= -kMax && v.get<int64_t>() <= kMax;
+  const double d = v.get<double>();
+  return d == std::round(d) && std::fabs(d) <= kMaxExactInteger;
 }
 
 bool ChoiceMatchesKey(const nlohmann::json& choice, const std::string& key) {
@@ -103,7 +116,9 @@ double Param::Snap(double x) const {
   if (!Discrete(*this)) return std::clamp(x, low, high);
   const double step_ = step > 0 ? step : 1;
   const double k = std::clamp(std::round((x - low) / step_), 0.0, static_cast<double>(GridSize(*this) - 1));
-  const double v = low + k * step_;
+  // The grid's last point may round a hair beyond high (the 1e-9 of
+  // GridSize); a suggestion stays within the declared bounds.
+  const double v = std::clamp(low + k * step_, low, high);
   return kind == ParamKind::kInt ? std::round(v) : v;
 }
 
@@ -121,8 +136,8 @@ bool Param::Contains(double x) const {
 
 nlohmann::json Param::ToJson(double x) const {
   switch (kind) {
-    case ParamKind::kCategorical: return choices.at(static_cast<size_t>(x));
-    case ParamKind::kInt: return static_cast<int64_t>(std::llround(x));
+    case ParamKind::kCategorical: return choices.at(static_cast<size_t>(IndexIn(x, num_choices())));
+    case ParamKind::kInt: return RoundToInt64(x);
     case ParamKind::kFloat: return x;
   }
   return nullptr;
@@ -142,7 +157,10 @@ Result<double> Param::FromJson(const nlohmann::json& v, const std::string& path)
   if (kind == ParamKind::kInt && x != std::round(x)) {
     return Status::InvalidArgument(path + ": must be an integer, got " + v.dump());
   }
-  if (x < low || x > high) {
+  // An integer beyond 2^53 may round onto a bound as a double
+  // (9007199254740993 becomes 2^53); the bounds are within 2^53, so it is
+  // outside them.
+  if (x < low || x > high || (v.is_number_integer() && !IsExactInteger(v))) {
     return Status::InvalidArgument(path + ": " + v.dump() + " is outside [" + Num(low) + ", " +
                                    Num(high) + "]");
   }
@@ -323,6 +341,11 @@ Status ParseParam(const std::string& name, const nlohmann::json& spec, const std
       if (!std::isfinite(p.low) || !std::isfinite(p.high)) {
         return Status::InvalidArgument(path + ".low: bounds must be finite");
       }
+      // Samplers map the domain onto [0, 1] through high - low.
+      if (!std::isfinite(p.high - p.low)) {
+        return Status::InvalidArgument(path + ".high: high - low must be a finite number (it is beyond the "
+                                       "largest double)");
+      }
       if (auto v = spec.find("log"); v != spec.end()) {
         if (!v->is_boolean()) return Status::InvalidArgument(path + ".log: must be true or false");
         p.log = v->get<bool>();
@@ -337,12 +360,24 @@ Status ParseParam(const std::string& name, const nlohmann::json& spec, const std
         if (p.low != std::round(p.low) || p.high != std::round(p.high)) {
           return Status::InvalidArgument(path + ".low: int bounds must be integers");
         }
+        for (const char* key : {"low", "high"}) {
+          if (!IsExactInteger(spec[key])) {
+            return Status::InvalidArgument(path + "." + key + ": an int parameter's bounds must be within " +
+                                           "-2^53..2^53 (9007199254740992): samplers work in doubles, which "
+                                           "beyond that do not hold every integer");
+          }
+        }
         if (p.step == 0) p.step = 1;
         if (p.step != std::round(p.step)) {
           return Status::InvalidArgument(path + ".step: must be an integer for an int parameter");
         }
       }
       if (!(p.low < p.high)) return Status::InvalidArgument(path + ".low: must be < high");
+      // `!(points <= ...)` also catches NaN and infinity.
+      if (p.kind == ParamKind::kFloat && p.step > 0 && !((p.high - p.low) / p.step <= kMaxExactInteger)) {
+        return Status::InvalidArgument(path + ".step: (high - low) / step must be at most 2^53 "
+                                       "(9007199254740992) grid points, more than doubles can count");
+      }
       if (p.log) {
         if (p.low <= 0) return Status::InvalidArgument(path + ".low: must be > 0 when log is true");
         if ((p.kind == ParamKind::kFloat && p.step > 0) || (p.kind == ParamKind::kInt && p.step != 1)) {

@@ -5,6 +5,8 @@
 #include <numeric>
 #include <optional>
 
+#include "search/numeric.h"
+
 namespace hpo::search {
 namespace {
 
@@ -88,7 +90,7 @@ class Mixture {
       if (!k || !Has(i, *k)) {
         a[i] = p.FromUnit(rng.Uniform());
       } else if (categorical_[i]) {
-        a[i] = SampleCategorical(p, static_cast<int>(center_[at]), rng);
+        a[i] = SampleCategorical(p, static_cast<int>(IndexIn(center_[at], p.num_choices())), rng);
       } else {
         const double sigma = std::sqrt(0.5 / inv2s2_[at]);
         double u = -1;
@@ -277,8 +279,8 @@ class TpeSampler final : public Sampler {
     // Which are good: the n_good best, found by selection rather than a sort
     // (this runs on every suggestion, over the whole history).
     const size_t n = ranked.size();
-    const size_t n_good = std::clamp<size_t>(
-        static_cast<size_t>(std::ceil(o_.gamma_fraction * n)), 1, static_cast<size_t>(o_.gamma_cap));
+    const size_t n_good = static_cast<size_t>(std::clamp<int64_t>(
+        RoundToInt64(std::ceil(o_.gamma_fraction * static_cast<double>(n))), 1, o_.gamma_cap));
     std::vector<char> is_good(n, 0);
     if (n >= static_cast<size_t>(o_.startup_trials)) {
       std::vector<uint32_t> order(n);

@@ -1,11 +1,13 @@
 #include "server/api.h"
 
 #include <charconv>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "common/json_limits.h"
 #include "common/token.h"
 #include "server/dashboard.h"
 
@@ -55,9 +57,13 @@ HttpResponse Json(int status, const json& body) {
   return r;
 }
 
+// What the server stored itself: no size limit (a spec's JSON form may be
+// larger than its YAML text), but the nesting limit all the same, so a value
+// written by an older server cannot overflow the stack of the reply's dump().
 json ParseOr(const std::string& text, json fallback) {
-  json j = json::parse(text, nullptr, false);
-  return j.is_discarded() ? fallback : j;
+  const JsonLimits stored{kMaxJsonDepth, SIZE_MAX, SIZE_MAX};
+  auto j = ParseJson(text, "stored value", stored);
+  return j.ok() ? std::move(j).value() : fallback;
 }
 
 json Opt(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
@@ -120,10 +126,12 @@ Result<int64_t> QueryInt(const HttpRequest& req, const std::string& key, int64_t
   return v;
 }
 
+// Every JSON body goes through the limits of json_limits.h before a route
+// copies or walks any of it.
 Result<json> Body(const HttpRequest& req) {
   if (req.body.empty()) return json::object();
-  json j = json::parse(req.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument("body: must be a JSON object");
+  HPO_ASSIGN_OR_RETURN(json j, ParseJson(req.body, "body"));
+  if (!j.is_object()) return Status::InvalidArgument("body: must be a JSON object");
   return j;
 }
 

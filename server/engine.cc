@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "common/json_limits.h"
 #include "search/gp_sampler.h"
 #include "search/ranking.h"
 #include "search/tpe.h"
@@ -168,6 +169,12 @@ Status CheckSystem(const json& system) {
   for (auto it = system.begin(); it != system.end(); ++it) {
     if (it.key().empty() || it.key().size() > kMaxNameLength) {
       return Status::InvalidArgument("system: a key must be 1 to " + std::to_string(kMaxNameLength) + " bytes");
+    }
+    // Parsed values are bounded by json_limits.h; one built in code may not
+    // be, and dump() recurses: measure the depth without recursion first.
+    if (JsonDepth(*it, kMaxJsonDepth) > kMaxJsonDepth) {
+      return Status::InvalidArgument("system." + it.key() + ": nested more than " + std::to_string(kMaxJsonDepth) +
+                                     " levels deep");
     }
     if (it->dump(-1, ' ', false, json::error_handler_t::replace).size() > kMaxValueLength) {
       return Status::InvalidArgument("system." + it.key() + ": longer than " + std::to_string(kMaxValueLength) +

@@ -1,24 +1,58 @@
 #include "server/spec.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <map>
 #include <set>
+#include <utility>
+
+#include "search/pruner.h"
 
 namespace hpo::server {
 namespace {
 
 using nlohmann::json;
 
-// `budget` counts the nodes still allowed: YAML aliases share nodes, and
-// expanding a few lines of nested aliases would otherwise build gigabytes.
-Result<json> Convert(const YAML::Node& node, size_t& budget) {
-  if (budget == 0) {
-    return Status::InvalidArgument("spec: more than " + std::to_string(kMaxSpecNodes) +
-                                   " values (after expanding YAML aliases)");
+std::string NestedTooDeep(const std::string& where) {
+  return where + ": nested more than " + std::to_string(kMaxSpecDepth) + " levels deep";
+}
+
+// `budget` counts the nodes and the bytes of keys and scalars still
+// allowed: YAML aliases share nodes, and expanding a few lines of nested
+// aliases would otherwise build gigabytes (a value count alone still let
+// 100,000 aliases of one 16 KiB string through: 1.6 GB).
+// `depth` counts the mappings and lists open around `node`: yaml-cpp bounds
+// the nesting it parses, but not what aliases build (`b: &b [*a]`, then
+// `c: &c [*b]`, ... nests one level a line), which only the budget would
+// stop, some 450 levels down.
+struct ExpansionBudget {
+  size_t values = kMaxSpecNodes;
+  size_t bytes = kMaxSpecExpandedBytes;
+  Status Take(size_t n_bytes) {
+    if (values == 0) {
+      return Status::InvalidArgument("spec: more than " + std::to_string(kMaxSpecNodes) +
+                                     " values (after expanding YAML aliases)");
+    }
+    if (n_bytes > bytes) {
+      return Status::InvalidArgument("spec: more than " + std::to_string(kMaxSpecExpandedBytes) +
+                                     " bytes of names and values (after expanding YAML aliases)");
+    }
+    --values;
+    bytes -= n_bytes;
+    return Status::OK();
   }
-  --budget;
+};
+
+Result<json> Convert(const YAML::Node& node, ExpansionBudget& budget, int depth) {
+  HPO_RETURN_IF_ERROR(budget.Take(node.IsScalar() ? node.Scalar().size() : 0));
+  if ((node.IsSequence() || node.IsMap()) && depth >= kMaxSpecDepth) {
+    return Status::InvalidArgument(NestedTooDeep("line " + std::to_string(node.Mark().line + 1)));
+  }
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
@@ -26,7 +60,7 @@ Result<json> Convert(const YAML::Node& node, size_t& budget) {
     case YAML::NodeType::Sequence: {
       json out = json::array();
       for (const auto& item : node) {
-        HPO_ASSIGN_OR_RETURN(json v, Convert(item, budget));
+        HPO_ASSIGN_OR_RETURN(json v, Convert(item, budget, depth + 1));
         out.push_back(std::move(v));
       }
       return out;
@@ -38,7 +72,8 @@ Result<json> Convert(const YAML::Node& node, size_t& budget) {
           return Status::InvalidArgument("line " + std::to_string(kv.first.Mark().line + 1) +
                                          ": mapping keys must be plain strings");
         }
-        HPO_ASSIGN_OR_RETURN(json v, Convert(kv.second, budget));
+        HPO_RETURN_IF_ERROR(budget.Take(kv.first.Scalar().size()));
+        HPO_ASSIGN_OR_RETURN(json v, Convert(kv.second, budget, depth + 1));
         out[kv.first.Scalar()] = std::move(v);
       }
       return out;
@@ -102,11 +137,11 @@ bool IsValidUtf8(const std::string& s) {
 // Every key and string of the spec: valid UTF-8 (it is stored and served as
 // JSON) and within the length limits; checked first, so later messages may
 // quote any of them.
+// `depth` counts the mappings and lists around `j`, so a mapping or list at
+// depth kMaxSpecDepth is one level too many: the count json_limits.h keeps.
 Status CheckStrings(const json& j, const std::string& path, int depth) {
   const std::string where = path.empty() ? "spec" : path;
-  if (depth > kMaxSpecDepth) {
-    return Status::InvalidArgument(where + ": nested more than " + std::to_string(kMaxSpecDepth) + " levels deep");
-  }
+  if (j.is_structured() && depth >= kMaxSpecDepth) return Status::InvalidArgument(NestedTooDeep(where));
   if (j.is_string()) {
     const auto& s = j.get_ref<const std::string&>();
     if (!IsValidUtf8(s)) return Status::InvalidArgument(where + ": not valid UTF-8");
@@ -160,7 +195,8 @@ class Fields {
     }
     return v->get<std::string>();
   }
-  Result<int64_t> Int(const std::string& key, std::optional<int64_t> fallback, int64_t min) {
+  Result<int64_t> Int(const std::string& key, std::optional<int64_t> fallback, int64_t min,
+                      int64_t max = INT64_MAX) {
     const json* v = Get(key);
     if (!v) {
       if (fallback) return *fallback;
@@ -177,6 +213,7 @@ class Fields {
     }
     const int64_t x = v->is_number_float() ? static_cast<int64_t>(v->get<double>()) : v->get<int64_t>();
     if (x < min) return Status::InvalidArgument(Path(key) + ": must be at least " + std::to_string(min));
+    if (x > max) return Status::InvalidArgument(Path(key) + ": must be at most " + std::to_string(max));
     return x;
   }
   Result<bool> Bool(const std::string& key, bool fallback) {
@@ -269,6 +306,41 @@ Status ParseAlgorithm(Fields& top, ExperimentSpec& spec) {
   return f.NoOthers();
 }
 
+// One option of an early-stopping rule. The engine converts the integer
+// ones to the pruners' int and int64 fields, so each is an integer within
+// bounds here (a double beyond them would convert with undefined behaviour);
+// the pruners check how the options relate to each other.
+Status CheckStoppingOption(const std::string& key, const json& v) {
+  const std::string path = "early_stopping." + key;
+  if (!v.is_number()) return Status::InvalidArgument(path + ": must be a number");
+  if (key == "reduction_factor") {
+    const Status s = search::CheckReductionFactor(v.get<double>());
+    return s.ok() ? s : Status::InvalidArgument("early_stopping." + s.message());
+  }
+  static const std::map<std::string, std::pair<int64_t, int64_t>> kBounds = {
+      {"min_resource", {1, kMaxSpecSteps}},       {"max_resource", {0, kMaxSpecSteps}},
+      {"warmup_steps", {0, kMaxSpecSteps}},       {"interval_steps", {1, kMaxSpecSteps}},
+      {"startup_trials", {0, kMaxSpecCount}},     {"min_trials_at_step", {1, kMaxSpecCount}},
+      {"bootstrap_count", {0, kMaxSpecCount}},    {"min_early_stopping_rate", {0, kMaxSpecCount}}};
+  const auto bounds = kBounds.find(key);
+  if (bounds == kBounds.end()) return Status::Internal(path + ": an option without bounds");
+  const auto [lo, hi] = bounds->second;
+  const std::string range = ": must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();  // (lo and hi are >= 0)
+    if (u < static_cast<uint64_t>(lo) || u > static_cast<uint64_t>(hi)) return Status::InvalidArgument(path + range);
+  } else if (v.is_number_integer()) {
+    if (v.get<int64_t>() < lo || v.get<int64_t>() > hi) return Status::InvalidArgument(path + range);
+  } else {
+    const double d = v.get<double>();
+    // `!(lo <= d && d <= hi)` also catches NaN.
+    if (d != std::round(d) || !(static_cast<double>(lo) <= d && d <= static_cast<double>(hi))) {
+      return Status::InvalidArgument(path + range + ", got " + v.dump());
+    }
+  }
+  return Status::OK();
+}
+
 Status ParseEarlyStopping(Fields& top, ExperimentSpec& spec) {
   const json* e = top.Get("early_stopping");
   if (!e) return Status::OK();
@@ -293,7 +365,7 @@ Status ParseEarlyStopping(Fields& top, ExperimentSpec& spec) {
       return Status::InvalidArgument("early_stopping." + it.key() + ": not an option of rule '" +
                                      spec.early_stopping + "'");
     }
-    if (!it->is_number()) return Status::InvalidArgument("early_stopping." + it.key() + ": must be a number");
+    HPO_RETURN_IF_ERROR(CheckStoppingOption(it.key(), *it));
     spec.early_stopping_options[it.key()] = *it;
   }
   return Status::OK();
@@ -306,7 +378,7 @@ Status ParseBudget(Fields& top, ExperimentSpec& spec) {
   HPO_RETURN_IF_ERROR(f.RequireObject());
   HPO_ASSIGN_OR_RETURN(spec.max_trials, f.Int("max_trials", spec.max_trials, 1));
   HPO_ASSIGN_OR_RETURN(spec.max_parallel, f.Int("max_parallel", spec.max_parallel, 1));
-  HPO_ASSIGN_OR_RETURN(spec.steps_per_trial, f.Int("steps_per_trial", spec.steps_per_trial, 1));
+  HPO_ASSIGN_OR_RETURN(spec.steps_per_trial, f.Int("steps_per_trial", spec.steps_per_trial, 1, kMaxSpecSteps));
   if (f.Get("max_wall_time_s")) {
     HPO_ASSIGN_OR_RETURN(int64_t w, f.Int("max_wall_time_s", std::nullopt, 1));
     spec.max_wall_time_s = w;
@@ -364,11 +436,42 @@ Status ParseExecutor(Fields& top, ExperimentSpec& spec) {
   return f.NoOthers();
 }
 
+// yaml-cpp's message for a \u escape it will not take (a surrogate, e.g.
+// half of a JSON surrogate pair written in YAML), made into advice.
+std::string UnicodeEscapeMessage(const std::string& msg) {
+  const std::string prefix = YAML::ErrorMsg::INVALID_UNICODE;
+  if (msg.rfind(prefix, 0) != 0) return msg;
+  unsigned long value = 0;
+  try {
+    value = std::stoul(msg.substr(prefix.size()));
+  } catch (const std::exception&) {
+    return msg;
+  }
+  if (value < 0xD800 || value > 0xDFFF) return msg;
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "%04lX", value);
+  return std::string("\\u") + hex +
+         " is a UTF-16 surrogate, which YAML does not pair: write the character itself or its \\U "
+         "escape (\\U0001F600); a JSON spec may use a surrogate pair (\\ud83d\\ude00)";
+}
+
 }  // namespace
 
 Result<json> YamlToJson(const std::string& text) {
   if (text.size() > kMaxSpecBytes) {
     return Status::InvalidArgument("spec: larger than " + std::to_string(kMaxSpecBytes) + " bytes");
+  }
+  // JSON (what the API, the dashboard and the stored form send) by the JSON
+  // parser: the same limits, and \u escapes as JSON means them. Anything it
+  // does not take as JSON may still be YAML ({name: x} is a YAML mapping).
+  const size_t start = text.find_first_not_of(" \t\r\n");
+  if (start != std::string::npos && (text[start] == '{' || text[start] == '[')) {
+    JsonLimits limits;
+    limits.max_depth = kMaxSpecDepth;
+    limits.max_bytes = kMaxSpecBytes;
+    limits.max_values = kMaxSpecNodes;
+    HPO_ASSIGN_OR_RETURN(std::optional<json> j, ParseJsonIfJson(text, "spec", limits));
+    if (j) return std::move(*j);
   }
   // yaml-cpp parses flow collections recursively: bound their nesting before
   // it does (counting brackets inside quotes too, which errs on the safe side).
@@ -384,11 +487,14 @@ Result<json> YamlToJson(const std::string& text) {
     }
   }
   try {
-    size_t budget = kMaxSpecNodes;
-    return Convert(YAML::Load(text), budget);
+    ExpansionBudget budget;
+    return Convert(YAML::Load(text), budget, 0);
+  } catch (const YAML::DeepRecursion& e) {
+    // Block nesting ("- - - x", indentation) that yaml-cpp itself stops at.
+    return Status::InvalidArgument(NestedTooDeep("line " + std::to_string(e.mark.line + 1)));
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument("line " + std::to_string(e.mark.line + 1) + ", column " +
-                                   std::to_string(e.mark.column + 1) + ": " + e.msg);
+                                   std::to_string(e.mark.column + 1) + ": " + UnicodeEscapeMessage(e.msg));
   }
 }
 

@@ -28,11 +28,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/json_limits.h"
 #include "common/status.h"
 #include "search/history.h"
 #include "search/space.h"
@@ -79,18 +81,37 @@ struct ExperimentSpec {
 
 // Limits on what a spec may hold; a spec beyond one is InvalidArgument,
 // naming the limit.
-inline constexpr size_t kMaxSpecBytes = 1 << 20;         // the text
-inline constexpr size_t kMaxSpecNodes = 100'000;         // values, after YAML aliases
-inline constexpr int kMaxSpecDepth = 32;                 // nesting of mappings and lists
+// The first three are those of every JSON the server reads (json_limits.h).
+inline constexpr size_t kMaxSpecBytes = kMaxJsonBytes;   // the text
+inline constexpr size_t kMaxSpecNodes = kMaxJsonValues;  // values, after YAML aliases
+// Bytes of keys and scalars after YAML aliases: a spec's own text is at most
+// kMaxSpecBytes, and expanding aliases may repeat some of it, not more.
+inline constexpr size_t kMaxSpecExpandedBytes = 4 * kMaxSpecBytes;
+inline constexpr int kMaxSpecDepth = kMaxJsonDepth;      // mappings and lists open at once
 inline constexpr size_t kMaxSpecNameLength = 256;        // every key (names of params, metrics, ...)
 inline constexpr size_t kMaxSpecStringLength = 16'384;   // every string value (argv entries, env values)
+// budget.steps_per_trial, and every step-valued option of early_stopping
+// (min_resource, max_resource, warmup_steps, interval_steps). A billion
+// steps is far beyond any trial (a report per step, so a billion reports);
+// it keeps every step, rung and bracket exact in a double (< 2^53) and the
+// pruners' work per report small (log_1.5(1e9) = 51 rungs at most).
+inline constexpr int64_t kMaxSpecSteps = 1'000'000'000;
+// Every count-valued option of early_stopping (startup_trials,
+// min_trials_at_step, bootstrap_count, min_early_stopping_rate): the
+// pruners hold them as int; beyond a billion a rule would never act anyway.
+inline constexpr int64_t kMaxSpecCount = 1'000'000'000;
 
 // Parses YAML or JSON text (JSON is YAML; both go through the same checks).
+// Text that begins with { or [ is read by the JSON parser first, within the
+// limits above (so a JSON spec's \u surrogate pairs are one character, as
+// JSON says; yaml-cpp refuses them); what that parser does not take as JSON
+// goes to the YAML parser.
 Result<ExperimentSpec> ParseExperimentSpec(const std::string& text);
 Result<ExperimentSpec> ParseExperimentSpec(const nlohmann::json& j);
 
 // YAML text to JSON: plain scalars become numbers, booleans or null where
 // they read as such; quoted scalars stay strings. Errors give line and column.
+// JSON text (beginning with { or [) goes to the JSON parser, as above.
 Result<nlohmann::json> YamlToJson(const std::string& text);
 
 }  // namespace hpo::server

@@ -345,6 +345,28 @@ TEST(AshaPrunerTest, NonIntegerReductionFactorRoundsRungsUp) {
   }
 }
 
+// A report at the top of the int64 range is judged at the rungs it crossed,
+// and not at one whose step, computed as a double, is 2^63: no step reaches
+// that. With min_resource 2^49 + 563 and eta 2, rung 14 is 2^63 after the
+// rounding of Rungs::Step; it used to be judged with that double converted
+// to int64 (undefined; on x86 it became INT64_MIN), so trials that never got
+// past step 1 were ranked against this one and pruned it.
+TEST(AshaPrunerTest, AReportAtTheTopOfTheStepRangeIsJudgedOnlyAtTheRungsItCrossed) {
+  constexpr int64_t kMin = (int64_t{1} << 49) + 563;
+  auto p = Asha([](AshaOptions& o) {
+    o.min_resource = kMin;
+    o.reduction_factor = 2;
+  });
+  constexpr int64_t kTop = std::numeric_limits<int64_t>::max();
+  History h;
+  h.trials.push_back(Trial(1, TrialStatus::kRunning, {{1, 10}, {kTop, 10}}));  // worse, reached the top
+  h.trials.push_back(Trial(2, TrialStatus::kRunning, {{1, 0}}));              // better, stopped at step 1
+  h.trials.push_back(Trial(3, TrialStatus::kRunning, {{1, 0}}));
+  EXPECT_FALSE(Judge(*p, h, Trial(0, TrialStatus::kRunning, {{kMin, 5}, {kTop, 5}})));
+  // Worse than trial 1 at the rungs crossed, it stops at the first of them.
+  EXPECT_TRUE(Judge(*p, h, Trial(0, TrialStatus::kRunning, {{kMin, 50}, {kTop, 50}})));
+}
+
 // --- Hyperband -----------------------------------------------------------------
 
 TEST(HyperbandPrunerTest, BracketCountIsFloorLogEtaOfTheRange) {
@@ -450,6 +472,29 @@ TEST(PrunerOptionsTest, DefaultsAreValid) {
   HyperbandOptions hyperband;
   hyperband.min_resource = hyperband.max_resource = 5;
   EXPECT_TRUE(MakeHyperbandPruner(hyperband).ok());
+}
+
+// Nearer 1 a report is judged at ever more rungs: at 1.000001 one report
+// from step 1 to step 2^62 crossed some 43 million (issue #14: 2 s under the
+// experiment's lock). See kMinReductionFactor.
+TEST(PrunerOptionsTest, ReductionFactorIsAtLeastOnePointFive) {
+  for (double eta : {1.000001, 1.2, 1.4999}) {
+    for (const Status& s : {MakeAshaPruner(Set(&AshaOptions::reduction_factor, eta)).status(),
+                            MakeHyperbandPruner(Set(&HyperbandOptions::reduction_factor, eta)).status()}) {
+      EXPECT_TRUE(s.IsInvalidArgument()) << eta;
+      EXPECT_EQ(s.message().rfind("reduction_factor: must be a finite number >= 1.5 ", 0), 0u) << s;
+    }
+  }
+  EXPECT_TRUE(MakeAshaPruner(Set(&AshaOptions::reduction_factor, 1.5)).ok());
+  EXPECT_TRUE(MakeHyperbandPruner(Set(&HyperbandOptions::reduction_factor, 1.5)).ok());
+  // At 1.5, from the first step to the last int64 one: 108 rungs, judged in
+  // one report (a trial better than its one peer at every rung goes on).
+  auto p = Asha([](AshaOptions& o) { o.reduction_factor = 1.5; });
+  constexpr int64_t kTop = std::numeric_limits<int64_t>::max();
+  History h;
+  h.trials.push_back(Trial(1, TrialStatus::kRunning, {{1, 10}, {kTop, 10}}));
+  EXPECT_FALSE(Judge(*p, h, Trial(0, TrialStatus::kRunning, {{1, 5}, {kTop, 5}})));
+  EXPECT_TRUE(Judge(*p, h, Trial(0, TrialStatus::kRunning, {{1, 50}, {kTop, 50}})));
 }
 
 TEST(PrunerOptionsTest, ErrorsNameTheField) {

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <set>
 
@@ -146,6 +147,88 @@ TEST(SearchSpace, FromJsonRejectsWhatDoesNotFit) {
   bad = ok;
   bad["color"] = "red";
   expect_error(bad, "params.color: not a parameter");
+}
+
+// Issue #14 item 9: domains whose suggestions a double cannot represent
+// are refused when parsed, naming the field. They used to be taken, and the
+// float-to-int conversions then overflowed: an int in [-(2^63-1), 2^63-1]
+// was suggested -2^63, and a float in [0, 1e308] with step 1e-300 gave
+// -9.2e-282.
+TEST(SearchSpace, RefusesDomainsDoublesCannotRepresent) {
+  struct Case {
+    const char* params;
+    const char* error;
+  } cases[] = {
+      {R"("i": {"type": "int", "low": -9223372036854775807, "high": 9223372036854775807})",
+       "spaces[0].params.i.low: an int parameter's bounds must be within -2^53..2^53 (9007199254740992)"},
+      {R"("i": {"type": "int", "low": 0, "high": 9007199254740993})",
+       "spaces[0].params.i.high: an int parameter's bounds must be within -2^53..2^53"},
+      {R"("i": {"type": "int", "low": -1e16, "high": 0})", "spaces[0].params.i.low: an int parameter's bounds"},
+      {R"("i": {"type": "int", "low": 0, "high": 18446744073709551615})", "spaces[0].params.i.high: an int"},
+      {R"("f": {"type": "float", "low": 0, "high": 1e308, "step": 1e-300})",
+       "spaces[0].params.f.step: (high - low) / step must be at most 2^53 (9007199254740992) grid points"},
+      {R"("f": {"type": "float", "low": 0, "high": 1, "step": 1e-16})", "spaces[0].params.f.step: (high - low)"},
+      {R"("f": {"type": "float", "low": -1e308, "high": 1e308})",
+       "spaces[0].params.f.high: high - low must be a finite number"},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseSearchSpace(json::parse(std::string(R"({"name": "s", "params": {)") + c.params + "}}"),
+                              "spaces[0]");
+    ASSERT_FALSE(r.ok()) << c.params;
+    EXPECT_TRUE(r.status().IsInvalidArgument());
+    EXPECT_EQ(r.status().message().rfind(c.error, 0), 0u) << r.status() << "\nexpected: " << c.error;
+  }
+}
+
+// At the edges of what is accepted, every suggestion is inside the bounds,
+// on the grid, and its JSON form is the number itself.
+TEST(SearchSpace, SuggestionsAtTheEdgesOfTheAcceptedDomainsStayInside) {
+  auto s = Parse(R"({"name": "s", "params": {
+      "i": {"type": "int", "low": -9007199254740992, "high": 9007199254740992},
+      "j": {"type": "int", "low": -9007199254740992, "high": 9007199254740992, "step": 3},
+      "f": {"type": "float", "low": -1e307, "high": 1e307},
+      "g": {"type": "float", "low": 0, "high": 1e300, "step": 1.2e284}}})");
+  ASSERT_EQ(s.size(), 4);
+  Rng rng(5);
+  for (int n = 0; n < 2000; ++n) {
+    Assignment a = SampleUniform(s, rng);
+    if (n < 2) {  // both ends of every domain
+      for (int i = 0; i < s.size(); ++i) a[i] = s.params[i].FromUnit(n);
+    }
+    ASSERT_TRUE(s.Validate(a).ok()) << s.Validate(a) << " " << s.ToJson(a).dump();
+    const json j = s.ToJson(a);
+    for (const char* name : {"i", "j"}) {
+      ASSERT_TRUE(j[name].is_number_integer()) << j.dump();
+      EXPECT_GE(j[name].get<int64_t>(), -(int64_t{1} << 53)) << j.dump();
+      EXPECT_LE(j[name].get<int64_t>(), int64_t{1} << 53) << j.dump();
+      EXPECT_EQ(static_cast<double>(j[name].get<int64_t>()), a[s.Find(name)]);
+    }
+    EXPECT_GE(j["g"].get<double>(), 0) << j.dump();
+    EXPECT_LE(j["g"].get<double>(), 1e300) << j.dump();
+    auto back = s.FromJson(j);
+    ASSERT_TRUE(back.ok()) << back.status() << " " << j.dump();
+  }
+  // An integer just beyond 2^53 would round onto the bound as a double.
+  auto beyond = s.FromJson({{"i", 9007199254740993}, {"j", 0}, {"f", 0}, {"g", 0}});
+  ASSERT_FALSE(beyond.ok());
+  EXPECT_NE(beyond.status().message().find("params.i: 9007199254740993 is outside"), std::string::npos)
+      << beyond.status();
+}
+
+// Converting a double to an integer is defined for every double in search/:
+// a parameter built in code beyond what parsing takes saturates instead.
+TEST(SearchSpace, ConversionsToIntegersSaturate) {
+  const Param huge = Param::Int("i", -9.3e18, 9.3e18);
+  EXPECT_EQ(huge.ToJson(1e300), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(huge.ToJson(-1e300), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(huge.ToJson(kInactive), 0);
+  EXPECT_EQ(huge.Cardinality(), static_cast<double>(std::numeric_limits<int64_t>::max()));
+  const double snapped = huge.FromUnit(0.25);
+  EXPECT_GE(snapped, huge.low);
+  EXPECT_LE(snapped, huge.high);
+  const Param choice = Param::Categorical("c", {"a", "b"});
+  EXPECT_EQ(choice.ToJson(7), "b");
+  EXPECT_EQ(choice.ToJson(-3), "a");
 }
 
 TEST(SearchSpace, ComplexityCountsConditionalSubtrees) {

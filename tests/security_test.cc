@@ -370,7 +370,13 @@ TEST_F(SecurityTest, ALongCancelReasonIsCutAndStoredOnce) {
   };
   const uintmax_t bytes_before = store_bytes();
 
-  const std::string reason = "stop now: " + std::string(1 << 20, 'r');
+  // The 1 MiB reason is over the 1 MiB limit on a JSON body now;
+  // just under it, the reason is cut to its cap.
+  const HttpResult too_big = Call("POST", "/api/v1/experiments/" + eid + ":cancel", kToken,
+                                  json{{"reason", std::string(1 << 20, 'r')}}.dump());
+  EXPECT_EQ(too_big.status, 400) << too_big.body.substr(0, 300);
+  EXPECT_NE(too_big.body.find("1048576"), std::string::npos) << too_big.body.substr(0, 300);
+  const std::string reason = "stop now: " + std::string((1 << 20) - 4096, 'r');
   const HttpResult cancelled =
       Call("POST", "/api/v1/experiments/" + eid + ":cancel", kToken, json{{"reason", reason}}.dump());
   ASSERT_EQ(cancelled.status, 200) << cancelled.body.substr(0, 300);

@@ -5,6 +5,8 @@
 namespace hpo::server {
 namespace {
 
+using nlohmann::json;
+
 const char* kSpec = R"(
 name: fashion-mnist
 objective: {metric: accuracy, direction: maximize}
@@ -142,6 +144,166 @@ TEST(ExperimentSpec, HostileInputIsAnErrorNotACrash) {
   auto r = ParseExperimentSpec(bomb);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("more than 100000 values"), std::string::npos) << r.status();
+  // Few values, but each a long string repeated through aliases: 16 KiB
+  // times 10^4 would be 160 MB.
+  std::string wide = "s: &s \"" + std::string(16'000, 'x') + "\"\na: &a [*s, *s, *s, *s, *s, *s, *s, *s, *s, *s]\n";
+  for (char c = 'b'; c <= 'd'; ++c) {
+    wide += std::string(1, c) + ": &" + c + " [";
+    for (int i = 0; i < 10; ++i) wide += std::string(i ? ", *" : "*") + static_cast<char>(c - 1);
+    wide += "]\n";
+  }
+  r = ParseExperimentSpec(wide);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("bytes of names and values"), std::string::npos) << r.status();
+}
+
+// Nesting is bounded however the spec nests (issue #14): JSON, flow YAML,
+// block YAML (which yaml-cpp stops at 500 levels with "bad file") and YAML
+// aliases, each of which a line nests one level deeper than the last
+// (yaml-cpp never sees that depth; only the value budget stopped it). Each
+// is a clean InvalidArgument that names the limit.
+TEST(ExperimentSpec, NestingIsBoundedHoweverItIsWritten) {
+  std::string dashes = "name:\n";
+  for (int i = 0; i < 3000; ++i) dashes += "- ";
+  std::string indented;
+  for (int i = 0; i < 600; ++i) indented += std::string(i, ' ') + "a:\n";
+  std::string aliases = "a0: &a0 [x]\n";
+  for (int i = 1; i < 40'000; ++i) {
+    aliases += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [*a" + std::to_string(i - 1) + "]\n";
+  }
+  ASSERT_LT(aliases.size(), kMaxSpecBytes);
+  for (const std::string& text : {dashes + "x\n", indented + std::string(600, ' ') + "x\n", aliases,
+                                  R"({"name": )" + std::string(200'000, '[') + std::string(200'000, ']') + "}"}) {
+    auto r = ParseExperimentSpec(text);
+    ASSERT_FALSE(r.ok());
+    EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
+    EXPECT_NE(r.status().message().find("nested more than 32 levels deep"), std::string::npos) << r.status();
+  }
+}
+
+// The JSON parser, the YAML converter and the spec's own check count levels
+// alike: what one takes, the others take too, so a spec stored as JSON
+// reads back (a spec 33 levels deep through YAML used to be accepted and
+// then refused from its stored JSON form, had that gone to the JSON parser).
+TEST(ExperimentSpec, EveryFormCountsNestingAlike) {
+  auto spec_with_args = [](int levels, bool json) {
+    // The spec, executor, builtin and args mappings are 4 levels; the rest
+    // lists, the innermost empty (an empty list at the 33rd level was taken).
+    const std::string lists = std::string(levels - 4, '[') + std::string(levels - 4, ']');
+    if (json) {
+      return R"({"name": "n", "objective": {"metric": "m"}, "spaces": [{"name": "s", "params": {"x": [1, 2]}}],
+                 "executor": {"builtin": {"trainer": "t", "args": {"a": )" + lists + "}}}}";
+    }
+    return "name: n\nobjective: {metric: m}\nspaces: [{name: s, params: {x: [1, 2]}}]\nexecutor:\n  builtin:\n"
+           "    trainer: t\n    args:\n      a: " + lists + "\n";
+  };
+  for (const bool json : {true, false}) {
+    auto at_limit = ParseExperimentSpec(spec_with_args(kMaxSpecDepth, json));
+    ASSERT_TRUE(at_limit.ok()) << at_limit.status();
+    auto again = ParseExperimentSpec(at_limit->source.dump());
+    EXPECT_TRUE(again.ok()) << again.status();
+    auto beyond = ParseExperimentSpec(spec_with_args(kMaxSpecDepth + 1, json));
+    ASSERT_FALSE(beyond.ok()) << (json ? "JSON" : "YAML");
+    EXPECT_NE(beyond.status().message().find("nested more than 32 levels deep"), std::string::npos) << beyond.status();
+  }
+  // The same count on a JSON value handed in directly.
+  json deep = json::parse(spec_with_args(kMaxSpecDepth + 1, true));
+  EXPECT_NE(ParseExperimentSpec(deep).status().message().find("executor.builtin.args.a"), std::string::npos);
+}
+
+// Item 10d of issue #14: a JSON surrogate pair is one character.
+TEST(ExperimentSpec, JsonSurrogatePairsAreOneCharacter) {
+  const std::string tail = R"(, "objective": {"metric": "loss"}, "spaces": [{"name": "s", "params": {"x": [1, 2]}}],
+      "executor": {"client": {}}})";
+  auto r = ParseExperimentSpec(R"({"name": "smile \ud83d\ude00")" + tail);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->name, "smile \xF0\x9F\x98\x80");
+  // Its stored form (UTF-8) reads back the same.
+  auto again = ParseExperimentSpec(r->source.dump());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->name, r->name);
+  // A lone surrogate is no character: refused, saying so.
+  for (const char* name : {R"("\ud83d")", R"("\ude00 x")", R"("\ud83d\u0041")"}) {
+    auto lone = ParseExperimentSpec(R"({"name": )" + std::string(name) + tail);
+    ASSERT_FALSE(lone.ok()) << name;
+    EXPECT_NE(lone.status().message().find("surrogate"), std::string::npos) << lone.status();
+  }
+  // YAML's own escapes have no pairs (yaml-cpp refuses the halves): the
+  // error says what to write instead, and that works.
+  const std::string yaml_tail = "\nobjective: {metric: loss}\nspaces: [{name: s, params: {x: [1, 2]}}]\n"
+                                "executor: {client: {}}\n";
+  auto yaml_pair = ParseExperimentSpec("name: \"smile \\ud83d\\ude00\"" + yaml_tail);
+  ASSERT_FALSE(yaml_pair.ok());
+  EXPECT_NE(yaml_pair.status().message().find("\\uD83D is a UTF-16 surrogate"), std::string::npos)
+      << yaml_pair.status();
+  EXPECT_NE(yaml_pair.status().message().find("\\U0001F600"), std::string::npos) << yaml_pair.status();
+  auto yaml_u = ParseExperimentSpec("name: \"smile \\U0001F600\"" + yaml_tail);
+  ASSERT_TRUE(yaml_u.ok()) << yaml_u.status();
+  EXPECT_EQ(yaml_u->name, "smile \xF0\x9F\x98\x80");
+}
+
+// Item 6 of issue #14: options that made one report cost seconds, and
+// options the engine converts to integers (with undefined behaviour beyond
+// their range), are refused naming the field.
+TEST(ExperimentSpec, EarlyStoppingAndStepsAreBounded) {
+  const std::string head = R"({"name": "x", "objective": {"metric": "loss"},
+      "spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}], "executor": {"client": {}})";
+  struct Case {
+    std::string add, error;
+  } cases[] = {
+      {R"("budget": {"steps_per_trial": 9e18})", "budget.steps_per_trial: must be at most 1000000000"},
+      {R"("budget": {"steps_per_trial": 1000000001})", "budget.steps_per_trial: must be at most 1000000000"},
+      {R"("early_stopping": {"rule": "asha", "reduction_factor": 1.000001})",
+       "early_stopping.reduction_factor: must be a finite number >= 1.5"},
+      {R"("early_stopping": {"rule": "hyperband", "reduction_factor": 1.2})",
+       "early_stopping.reduction_factor: must be a finite number >= 1.5"},
+      {R"("early_stopping": {"rule": "asha", "min_resource": 1e300})",
+       "early_stopping.min_resource: must be an integer in [1, 1000000000]"},
+      {R"("early_stopping": {"rule": "asha", "max_resource": 18446744073709551615})",
+       "early_stopping.max_resource: must be an integer in [0, 1000000000]"},
+      {R"("early_stopping": {"rule": "asha", "bootstrap_count": 2.5})",
+       "early_stopping.bootstrap_count: must be an integer in [0, 1000000000], got 2.5"},
+      {R"("early_stopping": {"rule": "asha", "min_early_stopping_rate": -1})",
+       "early_stopping.min_early_stopping_rate: must be an integer in [0, 1000000000]"},
+      {R"("early_stopping": {"rule": "median", "startup_trials": 3e9})",
+       "early_stopping.startup_trials: must be an integer in [0, 1000000000]"},
+      {R"("early_stopping": {"rule": "median", "interval_steps": 0})",
+       "early_stopping.interval_steps: must be an integer in [1, 1000000000]"},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseExperimentSpec(head + ", " + c.add + "}");
+    ASSERT_FALSE(r.ok()) << c.add;
+    EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
+    EXPECT_EQ(r.status().message().rfind(c.error, 0), 0u) << r.status() << "\nexpected: " << c.error;
+  }
+  // At the bounds, and integers written as floats, are fine.
+  auto ok = ParseExperimentSpec(head + R"(, "budget": {"steps_per_trial": 1000000000},
+      "early_stopping": {"rule": "asha", "reduction_factor": 1.5, "min_resource": 2.0, "max_resource": 1e9}})");
+  EXPECT_TRUE(ok.ok()) << ok.status();
+}
+
+// Item 9 of issue #14: domains whose values a double cannot represent are
+// refused with the field's path (they used to be taken, and suggested
+// values beyond their bounds).
+TEST(ExperimentSpec, UnrepresentableDomainsAreRefused) {
+  const std::string head = R"({"name": "x", "objective": {"metric": "loss"}, "executor": {"client": {}},
+      "spaces": [{"name": "s", "params": {"ok": [1, 2], )";
+  struct Case {
+    std::string param, error;
+  } cases[] = {
+      {R"("i": {"type": "int", "low": -9223372036854775807, "high": 9223372036854775807})",
+       "spaces[0].params.i.low: an int parameter's bounds must be within -2^53..2^53"},
+      {R"("f": {"type": "float", "low": 0, "high": 1e308, "step": 1e-300})",
+       "spaces[0].params.f.step: (high - low) / step must be at most 2^53"},
+      {R"("f": {"type": "float", "low": -1e308, "high": 1e308})",
+       "spaces[0].params.f.high: high - low must be a finite number"},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseExperimentSpec(head + c.param + "}}]}");
+    ASSERT_FALSE(r.ok()) << c.param;
+    EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
+    EXPECT_EQ(r.status().message().rfind(c.error, 0), 0u) << r.status() << "\nexpected: " << c.error;
+  }
 }
 
 TEST(YamlToJson, KeepsQuotedScalarsAsStrings) {

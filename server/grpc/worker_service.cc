@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/json_limits.h"
 #include "common/token.h"
 #include "server/grpc/grpc_status.h"
 
@@ -90,12 +92,14 @@ uint64_t Mix(uint64_t a, uint64_t b) {
 }
 
 Result<json> ParseStoredObject(const std::string& text, Id trial_id, const char* what) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
+  // Written by the server, so no size limit; the nesting limit still keeps
+  // the dump() of each value below off a deep stored value.
+  auto j = ParseJson(text, what, JsonLimits{kMaxJsonDepth, SIZE_MAX, SIZE_MAX});
+  if (!j.ok() || !j->is_object()) {
     return Status::DataLoss("trial " + std::to_string(trial_id) + " has stored " + what +
-                            " that are not a JSON object");
+                            " that are not a JSON object" + (j.ok() ? "" : " (" + j.status().message() + ")"));
   }
-  return j;
+  return std::move(j).value();
 }
 
 Status FillTrial(const Assignment& a, hpo::v1::Trial& t) {
@@ -150,11 +154,15 @@ Status FillTrial(const Assignment& a, hpo::v1::Trial& t) {
 
 // Values are JSON-encoded by the protocol; a worker that sent a bare word
 // ("cuda:0" rather than "\"cuda:0\"") still gets it recorded, as a string.
-json SystemToJson(const hpo::v1::SystemSetting& s) {
+// JSON beyond the limits of json_limits.h (e.g. nested 100k deep) is an
+// error naming the key, before anything copies or serializes it.
+Result<json> SystemToJson(const hpo::v1::SystemSetting& s) {
   json out = json::object();
   for (const auto& [k, v] : s.values()) {
-    json parsed = json::parse(v, nullptr, false);
-    out[k] = parsed.is_discarded() ? json(v) : std::move(parsed);
+    // (A key too long is refused by the engine; here it only names the value.)
+    const std::string field = "system." + (k.size() > 64 ? k.substr(0, 64) + "..." : k);
+    HPO_ASSIGN_OR_RETURN(std::optional<json> parsed, ParseJsonIfJson(v, field));
+    out[k] = parsed ? std::move(*parsed) : json(v);
   }
   return out;
 }
@@ -291,7 +299,7 @@ Status WorkerServiceImpl::DoReport(const hpo::v1::ReportRequest& request,
   r.step = request.step();
   r.metrics = MetricsToJson(request.metrics());
   r.samples_per_sec = request.samples_per_sec();
-  r.system = SystemToJson(request.system());
+  HPO_ASSIGN_OR_RETURN(r.system, SystemToJson(request.system()));
   if (request.device_id() > 0) r.device_id = request.device_id();
   HPO_ASSIGN_OR_RETURN(ReportReply reply, engine_.Report({request.worker_id(), request.session()}, std::move(r)));
   if (reply.decision == Decision::kContinue && reply.new_system) {
