@@ -83,6 +83,7 @@ std::vector<double> Percentiles(const std::vector<double>& values) {
 }
 
 double Seconds(const WorkItem& item, double samples_per_step, double samples_per_sec) {
+  if (item.samples_per_step > 0) samples_per_step = item.samples_per_step;
   if (!(samples_per_sec > 0) || !(samples_per_step > 0)) return 0;
   return static_cast<double>(std::max<int64_t>(item.steps, 0)) * samples_per_step / samples_per_sec;
 }
@@ -92,7 +93,7 @@ bool CostAllows(const WorkItem& item, const AskingDevice& device, const Workload
                 const PolicyOptions& options) {
   const auto own_price = options.price_per_hour.find(device.device_class);
   if (own_price == options.price_per_hour.end() || !ws.asking) return true;  // cannot compare
-  if (!(options.samples_per_step > 0)) return true;
+  if (!(options.samples_per_step > 0) && !(item.samples_per_step > 0)) return true;
   const auto seconds = [&](double sps) { return Seconds(item, options.samples_per_step, sps); };
   const auto meets = [&](double sps) { return options.deadline_s <= 0 || seconds(sps) <= options.deadline_s; };
   bool any_meets = false;
@@ -117,7 +118,8 @@ bool WellKnown(const std::optional<SpeedEstimate>& e, double max_relative_stddev
 // Seconds until a faster device of another class could finish `item`, if
 // one would beat this device by the margin; nullopt otherwise.
 std::optional<double> FasterElsewhere(const WorkItem& item, const WorkloadSpeeds& ws, const PolicyOptions& options) {
-  if (item.kind == WorkItem::Kind::kNew || !(options.samples_per_step > 0) || !ws.asking ||
+  if (item.kind == WorkItem::Kind::kNew || !(options.samples_per_step > 0 || item.samples_per_step > 0) ||
+      !ws.asking ||
       ws.asking->observations == 0) {
     return std::nullopt;
   }

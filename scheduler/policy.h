@@ -92,6 +92,7 @@ struct WorkItem {
   int level = 0;              // the rung this lease runs toward (0 for a new trial)
   std::string workload;       // SpeedModel key
   int64_t steps = 0;          // steps this lease would run
+  double samples_per_step = 0;  // of its workload; 0: PolicyOptions::samples_per_step
   double waiting_s = 0;       // since it became available (0 for new)
   bool preferred = false;     // new: the space ranking's own pick (fifo uses it)
 };

@@ -30,12 +30,17 @@
 
 #include "common/status.h"
 #include "search/history.h"
+#include "search/promotion.h"
 #include "search/pruner.h"
+#include "search/random.h"
 #include "search/sampler.h"
-#include "scheduler/placement.h"
+#include "scheduler/policy.h"
 #include "scheduler/speed_model.h"
+#include "server/engine/fleet_view.h"
+#include "server/engine/trial_view.h"
 #include "server/metrics.h"
 #include "server/spec.h"
+#include "server/store/artifact_store.h"
 #include "server/store/store.h"
 
 namespace hpo::server {
@@ -101,6 +106,13 @@ struct EngineOptions {
   // engine's own observations are added at once, and a device it has not
   // seen reloads it). Zero: read it on every lease that needs it.
   std::chrono::milliseconds fleet_cache{1000};
+  // Milliseconds since the epoch, as the store's clock reads them (how long
+  // a trial has waited is the difference of the two); the system clock
+  // when unset. Tests share theirs with the store's.
+  std::function<int64_t()> clock;
+  // Where paused trials' checkpoints live (server/store/artifact_store.h);
+  // without one a promoted trial starts its training over.
+  store::ArtifactStore* artifacts = nullptr;
 };
 
 enum class Decision { kContinue, kPrune, kStop };
@@ -246,70 +258,55 @@ class Engine {
   // announces it ("trial.requeued" or "trial.finished").
   Status ReclaimExpiredLeases();
 
+  // Drops the cached view of an experiment's trials, if there is one: the
+  // next decision reads them from the store (a change made around this
+  // engine counts at once rather than within history_cache).
+  void ForgetHistory(store::Id experiment_id);
+
   // What a trial's speed is measured against: the trainer (or the
   // command's program) and the search space, e.g. "fashion-mnist-cnn/cnn".
   static std::string Workload(const ExperimentSpec& spec, const std::string& space);
 
-  // The trials of one experiment as the search library sees them, one
-  // History per space (in spec order), read from the store now. Public for
-  // the dashboard and tests.
-  Result<std::vector<search::History>> Histories(store::Id experiment_id,
-                                                 const ExperimentSpec& spec);
-
  private:
-  // Histories with where each trial is in them.
-  struct HistoryView {
-    std::vector<search::History> histories;             // one per space, in spec order
-    std::map<store::Id, std::pair<size_t, size_t>> where;  // trial id -> (space, index)
-    std::map<store::Id, size_t> space_index;               // space id -> index
-    std::chrono::steady_clock::time_point loaded;
-  };
   struct Cached {
     std::shared_ptr<const ExperimentSpec> spec;
     std::map<std::string, store::Id> space_ids;  // by space name
-    std::unique_ptr<search::Pruner> pruner;
-    std::mutex replenish_mu;  // one batch at a time per experiment
-    // What early stopping judges against and the samplers suggest from
-    // (EngineOptions::history_cache).
-    std::mutex history_mu;  // after replenish_mu when both are held
-    std::optional<HistoryView> history;  // GUARDED_BY(history_mu)
+    std::unique_ptr<search::Pruner> pruner;      // stopping-type early stopping
+    std::optional<search::PromotionRule> promotion;  // promotion-type
+    std::mutex replenish_mu;  // one batch of suggestions at a time per experiment
+    // What early stopping judges against, the samplers suggest from and
+    // placement offers (EngineOptions::history_cache); its own lock, taken
+    // after replenish_mu when both are held.
+    std::unique_ptr<TrialView> trials;
   };
   Result<Cached*> Load(store::Id experiment_id);
-  Result<HistoryView> ReadHistories(store::Id experiment_id, const ExperimentSpec& spec);
-  // With c.history_mu held: the cached view, reread when older than
-  // history_cache.
-  Result<HistoryView*> HistoryLocked(store::Id experiment_id, Cached& c);
-  // Adds a trial the view does not hold yet (ReadHistories, and with the
-  // view's lock held, trials created since); a trial of no space of the
-  // spec, or not of its space's shape, is left out.
-  void AddToHistory(HistoryView& view, const ExperimentSpec& spec, const store::TrialRecord& trial) const;
-  // Puts a report (step, objective value as minimized; `inserted`: new to
-  // the store) into the cached view and, when `judge`, asks the
-  // early-stopping rule about the trial's newest point (reading the view
-  // first if it is too old). Without `judge` and without a view it does
-  // nothing.
-  Result<bool> ApplyReport(const store::TrialRecord& trial, Cached& c, int64_t step, double value, bool inserted,
-                           bool judge);
-  // Applies one of this engine's changes to the cached view of a trial, if
-  // the view holds it (an absent trial is read with the next refresh).
-  void UpdateCachedTrial(Cached& c, store::Id trial_id, search::TrialStatus status,
-                         std::optional<double> value);
-  // Drops the cached view of an experiment's trials, if there is one.
-  void ForgetHistory(store::Id experiment_id);
+  // What samplers and the space ranking draw from: deterministic for
+  // (seed, experiment, trials so far), so a restarted server suggests what
+  // the old one would have.
+  static search::Rng ExperimentRng(const ExperimentSpec& spec, store::Id experiment_id, size_t trials_so_far);
+  // The spec's cost section against the fleet: every priced class or label
+  // names a registered device or worker, and a deadline is in the future.
+  Status CheckCost(const ExperimentSpec& spec);
   // Creates up to `count` new trials (within the budget, and leaving at most
   // `max_unfinished` unfinished if set) chosen by the space ranking and the
-  // spec's sampler.
+  // spec's sampler; with `for_device`, one trial in its space, created
+  // leased to its owner (placement's answer to a device that asked).
+  struct ForDevice {
+    int space = 0;
+    std::string owner;
+    int64_t lease_ms = 0;
+    std::optional<int64_t> stop_step;
+  };
   Result<std::vector<store::TrialRecord>> CreateSuggestions(store::Id experiment_id, Cached& c,
                                                             int64_t count,
-                                                            std::optional<int64_t> max_unfinished);
+                                                            std::optional<int64_t> max_unfinished,
+                                                            const ForDevice* for_device = nullptr);
   // "trial.created" for each; called without replenish_mu held.
   void EmitCreated(store::Id experiment_id, const std::vector<store::TrialRecord>& created) const;
-  // Tops the pending pool up to max_parallel unfinished trials, unless
-  // another thread is doing so for this experiment right now.
-  Status Replenish(store::Id experiment_id, Cached& c);
-  // Ends the experiment when every trial of its budget has finished.
-  Status MaybeFinish(store::Id experiment_id, const ExperimentSpec& spec);
-  std::optional<double> Objective(const ExperimentSpec& spec, const std::string& metrics_json) const;
+  // Ends the experiment when every trial of its budget has finished and, for
+  // promotion-type early stopping, no paused trial may be promoted any more
+  // (the paused ones are then pruned, as never promoted).
+  Status MaybeFinish(store::Id experiment_id, Cached& c);
   // Complete's body, with the reason already cut.
   Status Finish(store::Id trial_id, const std::string& owner, bool failed, const nlohmann::json& final_metrics,
                 const std::string& why);
@@ -324,6 +321,7 @@ class Engine {
   static Status CheckDevice(const WorkerCaller& caller, const WorkerAuth& auth, store::Id device_id);
   // A lease for the worker (authenticated) on one of its devices.
   Result<std::optional<Assignment>> Lease(store::Id worker_id, store::Id device_id);
+  int64_t NowMs() const;
   void Emit(std::string type, nlohmann::json data) const {
     if (options_.on_event) options_.on_event(std::move(type), data);
   }
@@ -336,25 +334,32 @@ class Engine {
   metrics::Histogram* lease_seconds_ = nullptr;
   metrics::Counter* leases_granted_ = nullptr;
   metrics::Counter* leases_empty_ = nullptr;
-  Result<std::string> DeviceClass(store::Id device_id);
-  // The fleet as placement and co-tuning see it: devices per class, the
-  // speed model (benchmarks as the prior, reports by setting) and each
-  // device's class. One for the engine (EngineOptions::fleet_cache).
-  struct FleetView {
-    scheduler::Fleet fleet;
-    scheduler::SpeedModel model;
-    std::map<store::Id, std::string> device_classes;  // by device id
-    std::chrono::steady_clock::time_point loaded;
+  // Placement for one experiment (scheduler/policy.h; server/engine/lease.cc):
+  // the work it offers this device - promotable paused trials, pending
+  // trials, a new trial per space while budget and max_parallel allow -
+  // and the policy's choice among them.
+  struct LeasePlan {
+    std::vector<scheduler::WorkItem> items;
+    std::map<store::Id, search::Promotion> promotion_of;  // of the kResume items, by trial id
+    scheduler::PolicyDecision decision;
   };
-  // With fleet_mu_ held: the view, reloaded unless it was loaded within
-  // fleet_cache before `asked` (a lease's start) and knows device_id.
-  Result<FleetView*> FleetLocked(store::Id device_id, std::chrono::steady_clock::time_point asked);
-  // Placement (scheduler/placement.h): the pending trial this device should
-  // run given the fleet's measured speeds and the spaces' priorities, leased
-  // to the worker. nullopt: no choice to make, or it was taken meanwhile.
-  Result<std::optional<store::TrialRecord>> LeasePlaced(store::Id experiment_id, Cached& c,
-                                                        store::Id worker_id, store::Id device_id,
-                                                        std::chrono::steady_clock::time_point asked);
+  Result<LeasePlan> PlanLease(const store::ExperimentRecord& e, Cached& c, store::Id device_id,
+                              std::chrono::steady_clock::time_point asked, bool without_new);
+  // Carries out the plan's decision for the worker's device: the trial
+  // leased, or none when another lease took it first, or (busy_making_new)
+  // another lease is making this experiment's next trial right now.
+  struct Applied {
+    std::optional<store::TrialRecord> trial;
+    bool busy_making_new = false;
+  };
+  Result<Applied> ApplyPlan(const store::ExperimentRecord& e, Cached& c, const LeasePlan& plan, store::Id worker_id,
+                            store::Id device_id);
+  // The policy's options for this experiment's spec and fleet.
+  scheduler::PolicyOptions PolicyFor(const ExperimentSpec& spec, const FleetSnapshot& fleet,
+                                     const store::ExperimentRecord& e, int64_t now_ms);
+  // Whether the trial's checkpoint can be resumed from (it has one, at its
+  // resume_step); without an artifact store it cannot.
+  Result<bool> CheckpointUsable(const store::TrialRecord& trial);
   // Co-tuning after a report: maybe a new system setting for the next epoch.
   Result<ReportReply> CoTune(const ExperimentSpec& spec, const TrialReport& r);
   // Overrides the assignment's tunable system parameters with the fastest
@@ -362,11 +367,9 @@ class Engine {
   Status StartAtBestSetting(const ExperimentSpec& spec, store::Id device_id,
                             std::chrono::steady_clock::time_point asked, Assignment& a);
 
-  std::mutex fleet_mu_;
-  std::optional<FleetView> fleet_;  // GUARDED_BY(fleet_mu_)
+  std::unique_ptr<FleetView> fleet_;
   std::mutex mu_;
   std::map<store::Id, std::unique_ptr<Cached>> cache_;  // GUARDED_BY(mu_)
-  std::map<store::Id, std::string> device_classes_;     // GUARDED_BY(mu_)
   std::map<store::Id, WorkerAuth> workers_;              // GUARDED_BY(mu_)
 };
 

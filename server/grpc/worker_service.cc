@@ -144,6 +144,10 @@ Status FillTrial(const Assignment& a, hpo::v1::Trial& t) {
                               " belongs to an ask/tell experiment but was leased to a worker");
   }
   t.set_max_steps(spec.steps_per_trial);
+  // Promotion-type early stopping: where this lease pauses, and the
+  // checkpoint it resumes from.
+  t.set_stop_step(rec.stop_step.value_or(0));
+  t.set_resume_step(rec.resume_step);
   t.set_attempt(rec.attempt);
   // Shifted to stay non-negative: trainers often take the seed as a signed
   // or 32/63-bit value. No attempt in the mix, so a retried trial repeats.

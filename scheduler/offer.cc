@@ -1,0 +1,72 @@
+#include "scheduler/offer.h"
+
+namespace hpo::scheduler {
+
+Offer OfferWork(const OfferInput& in) {
+  Offer out;
+  const size_t spaces = in.histories ? in.histories->size() : 0;
+  int64_t total = 0, on_devices = 0;
+  // Trial ids by (space, index in its history).
+  std::vector<std::vector<const OfferTrial*>> at(spaces);
+  for (size_t s = 0; s < spaces; ++s) at[s].resize((*in.histories)[s].trials.size(), nullptr);
+  for (const auto& t : in.trials) {
+    if (t.space >= spaces || t.index >= at[t.space].size()) continue;
+    ++total;
+    at[t.space][t.index] = &t;
+    if (t.phase == OfferTrial::Phase::kPending || t.phase == OfferTrial::Phase::kOnDevice) ++on_devices;
+  }
+  const auto share = [&](size_t s) { return s < in.shares.size() ? in.shares[s] : 1.0; };
+  const auto workload = [&](size_t s) { return s < in.workloads.size() ? in.workloads[s] : std::string(); };
+  const bool room = on_devices < in.max_parallel;
+  if (room && in.promotion) {
+    for (size_t s = 0; s < spaces; ++s) {
+      std::vector<search::PausedTrial> paused;
+      for (size_t i = 0; i < at[s].size(); ++i) {
+        if (at[s][i] && at[s][i]->phase == OfferTrial::Phase::kPaused) paused.push_back({i, at[s][i]->level});
+      }
+      if (paused.empty()) continue;
+      for (const search::Promotion& p : in.promotion->Promotable((*in.histories)[s], paused)) {
+        const OfferTrial& t = *at[s][p.index];
+        WorkItem item;
+        item.kind = WorkItem::Kind::kResume;
+        item.trial_id = t.id;
+        item.space_index = static_cast<int>(s);
+        item.space_priority = share(s);
+        item.level = p.from_level + 1;
+        item.workload = workload(s);
+        item.steps = p.to_step - p.from_step;
+        item.waiting_s = t.waiting_s;
+        out.items.push_back(item);
+        out.promotion_of[t.id] = p;
+      }
+    }
+  }
+  for (const auto& t : in.trials) {
+    if (t.phase != OfferTrial::Phase::kPending || t.space >= spaces) continue;
+    WorkItem item;
+    item.kind = WorkItem::Kind::kPending;
+    item.trial_id = t.id;
+    item.space_index = static_cast<int>(t.space);
+    item.space_priority = share(t.space);
+    item.level = t.level;
+    item.workload = workload(t.space);
+    item.steps = t.stop_step.value_or(in.steps_per_trial) - t.resume_step;
+    item.waiting_s = t.waiting_s;
+    out.items.push_back(item);
+  }
+  if (room && total < in.max_trials) {
+    for (size_t s = 0; s < spaces; ++s) {
+      WorkItem item;
+      item.kind = WorkItem::Kind::kNew;
+      item.space_index = static_cast<int>(s);
+      item.space_priority = share(s);
+      item.workload = workload(s);
+      item.steps = in.promotion ? in.promotion->FirstStop(total) : in.steps_per_trial;
+      item.preferred = static_cast<int>(s) == in.preferred_space;
+      out.items.push_back(item);
+    }
+  }
+  return out;
+}
+
+}  // namespace hpo::scheduler

@@ -1,0 +1,60 @@
+// What an experiment offers a device that asks for work: the WorkItems the
+// placement policy (policy.h) chooses among. Pure, and the one place this is
+// decided: the engine builds the input from its trial view
+// (server/engine/lease.cc) and the fleet simulator from its own (simulator.h).
+//
+//  * resume   each paused trial the promotion rule lets go on
+//             (search/promotion.h), running from its rung to the next;
+//  * pending  each trial waiting for a device (requeued, or made ahead);
+//  * new      one per search space, while the experiment has fewer than
+//             max_trials trials; the space ranking's own pick is marked
+//             `preferred`, and a new trial's first segment ends at the
+//             promotion rule's first rung (or runs the whole budget).
+// max_parallel caps the trials on devices or waiting for one: at the cap
+// only pending trials are offered (taking one adds nobody).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scheduler/policy.h"
+#include "search/history.h"
+#include "search/promotion.h"
+
+namespace hpo::scheduler {
+
+struct OfferTrial {
+  enum class Phase { kPending, kOnDevice, kPaused, kFinished };
+  int64_t id = 0;
+  size_t space = 0;  // index into the histories
+  size_t index = 0;  // into histories[space].trials
+  Phase phase = Phase::kPending;
+  int level = 0;
+  int64_t resume_step = 0;
+  std::optional<int64_t> stop_step;
+  double waiting_s = 0;  // since it last changed phase
+};
+
+struct OfferInput {
+  const std::vector<search::History>* histories = nullptr;  // one per space
+  std::vector<OfferTrial> trials;
+  std::vector<double> shares;          // per space (search::SpaceRank::share)
+  std::vector<std::string> workloads;  // per space
+  int preferred_space = 0;             // search::PickSpace's choice
+  int64_t max_trials = 0;
+  int64_t max_parallel = 0;
+  int64_t steps_per_trial = 0;
+  const search::PromotionRule* promotion = nullptr;  // null: stopping-type or no early stopping
+};
+
+struct Offer {
+  std::vector<WorkItem> items;
+  std::map<int64_t, search::Promotion> promotion_of;  // of the resume items, by trial id
+};
+
+Offer OfferWork(const OfferInput& in);
+
+}  // namespace hpo::scheduler
