@@ -10,6 +10,7 @@
 #include <fstream>
 #include <mutex>
 
+#include "common/sha256.h"
 #include "worker/idx.h"
 
 namespace hpo::worker {
@@ -159,8 +160,21 @@ at::Generator DefaultGenerator(const torch::Device& device) {
 // a resumed trial draws the same shuffles and dropout masks as one that
 // never stopped. "trial" names what it belongs to: a checkpoint of another
 // trainer or other hyperparameters is refused, never half-loaded.
+// LibTorch's reader does not check its records' CRCs (damaged weights load
+// as if good), so trainer.pt.sha256 holds the file's SHA-256, checked first.
 constexpr const char* kCheckpointFile = "trainer.pt";
 constexpr int64_t kCheckpointFormat = 1;
+
+Result<std::string> FileSha256(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot read " + path);
+  Sha256 sha;
+  std::string buf(1 << 20, '\0');
+  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
+    sha.Update(std::string_view(buf.data(), static_cast<size_t>(in.gcount())));
+  }
+  return sha.HexDigest();
+}
 
 std::string TrialIdentity(const TrialRun& run) { return run.trainer + " " + run.params.dump(); }
 
@@ -191,6 +205,8 @@ Status SaveCheckpoint(const TrialRun& run, torch::nn::Sequential& net, torch::op
   // Whole or not there: the worker archives whatever the directory holds.
   const std::string path = run.checkpoint_dir + "/" + kCheckpointFile;
   archive.save_to(path + ".tmp");
+  HPO_ASSIGN_OR_RETURN(const std::string digest, FileSha256(path + ".tmp"));
+  if (!(std::ofstream(path + ".sha256") << digest << "\n")) return Status::Internal("cannot write " + path + ".sha256");
   if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
     return Status::Internal("cannot rename " + path + ".tmp");
   }
@@ -207,6 +223,13 @@ Status LoadCheckpoint(const TrialRun& run, torch::nn::Sequential& net, torch::op
   const std::string path = run.checkpoint_dir + "/" + kCheckpointFile;
   if (run.checkpoint_dir.empty() || !std::ifstream(path)) {
     return Status::NotFound("no " + std::string(kCheckpointFile) + " in the checkpoint directory");
+  }
+  std::string want;
+  std::ifstream(path + ".sha256") >> want;
+  HPO_ASSIGN_OR_RETURN(const std::string have, FileSha256(path));
+  if (want != have) {
+    return Status::DataLoss(std::string(kCheckpointFile) + " does not match its SHA-256 (" + kCheckpointFile +
+                            ".sha256): it is damaged");
   }
   try {
     torch::serialize::InputArchive archive, model, optimizer;

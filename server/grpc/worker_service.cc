@@ -98,6 +98,25 @@ Result<json> ParseStoredObject(const std::string& text, Id trial_id, const char*
   return j;
 }
 
+// Values are JSON-encoded by the protocol; a worker that sent a bare word
+// ("cuda:0" rather than "\"cuda:0\"") still gets it recorded, as a string.
+json SystemToJson(const hpo::v1::SystemSetting& s) {
+  json out = json::object();
+  for (const auto& [k, v] : s.values()) {
+    json parsed = json::parse(v, nullptr, false);
+    out[k] = parsed.is_discarded() ? json(v) : std::move(parsed);
+  }
+  return out;
+}
+
+json MetricsToJson(const google::protobuf::Map<std::string, double>& m) {
+  json out = json::object();
+  for (const auto& [k, v] : m) out[k] = v;
+  return out;
+}
+
+}  // namespace
+
 Status FillTrial(const Assignment& a, hpo::v1::Trial& t) {
   const ExperimentSpec& spec = *a.spec;
   const store::TrialRecord& rec = a.trial;
@@ -149,25 +168,6 @@ Status FillTrial(const Assignment& a, hpo::v1::Trial& t) {
   t.set_resume_step(rec.resume_step);
   return Status::OK();
 }
-
-// Values are JSON-encoded by the protocol; a worker that sent a bare word
-// ("cuda:0" rather than "\"cuda:0\"") still gets it recorded, as a string.
-json SystemToJson(const hpo::v1::SystemSetting& s) {
-  json out = json::object();
-  for (const auto& [k, v] : s.values()) {
-    json parsed = json::parse(v, nullptr, false);
-    out[k] = parsed.is_discarded() ? json(v) : std::move(parsed);
-  }
-  return out;
-}
-
-json MetricsToJson(const google::protobuf::Map<std::string, double>& m) {
-  json out = json::object();
-  for (const auto& [k, v] : m) out[k] = v;
-  return out;
-}
-
-}  // namespace
 
 WorkerServiceImpl::WorkerServiceImpl(Engine& engine, WorkerServiceOptions options)
     : engine_(engine),
