@@ -2,6 +2,8 @@
 // store_conformance_test.cc): the rules of server/store/artifact_store.h.
 // Each backend only says how to open a fresh store and how to damage a
 // stored checkpoint the way a disk or an operator might.
+#include "server/store/artifact_store.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -13,7 +15,6 @@
 #include <thread>
 
 #include "common/sha256.h"
-#include "server/store/artifact_store.h"
 #include "tests/store_backends.h"
 
 namespace hpo::store {
@@ -36,7 +37,9 @@ class FilesBackend {
   Result<std::unique_ptr<ArtifactStore>> Open(ArtifactStoreOptions o) {
     return OpenFileArtifactStore((dir_ / "checkpoints").string(), o);
   }
-  std::string File(Id trial) const { return (dir_ / "checkpoints" / ("trial-" + std::to_string(trial) + ".ckpt")).string(); }
+  std::string File(Id trial) const {
+    return (dir_ / "checkpoints" / ("trial-" + std::to_string(trial) + ".ckpt")).string();
+  }
   // Flips every bit of the byte at `offset` of the checkpoint's data.
   void FlipByte(Id trial, int64_t offset) {
     std::fstream f(File(trial), std::ios::in | std::ios::out | std::ios::binary);
@@ -64,15 +67,17 @@ class PostgresBackend {
     auto s = OpenStore(db_.url());
     EXPECT_TRUE(s.ok()) << s.status();
   }
-  Result<std::unique_ptr<ArtifactStore>> Open(ArtifactStoreOptions o) { return OpenPostgresArtifactStore(db_.url(), o); }
+  Result<std::unique_ptr<ArtifactStore>> Open(ArtifactStoreOptions o) {
+    return OpenPostgresArtifactStore(db_.url(), o);
+  }
   static std::string Current(Id trial) {
     return "(SELECT id FROM checkpoint_uploads WHERE trial_id = " + std::to_string(trial) +
            " AND committed_ms IS NOT NULL)";
   }
   void FlipByte(Id trial, int64_t offset) {
     const int64_t chunk = int64_t{1} << 20;
-    db_.Raw("UPDATE checkpoint_chunks SET data = set_byte(data, " + std::to_string(offset % chunk) + ", 255 - get_byte(data, " +
-            std::to_string(offset % chunk) + ")) WHERE upload_id = " + Current(trial) +
+    db_.Raw("UPDATE checkpoint_chunks SET data = set_byte(data, " + std::to_string(offset % chunk) +
+            ", 255 - get_byte(data, " + std::to_string(offset % chunk) + ")) WHERE upload_id = " + Current(trial) +
             " AND seq = " + std::to_string(offset / chunk));
   }
   void DropLastByte(Id trial) {
@@ -112,7 +117,8 @@ class ArtifactStoreTest : public ::testing::Test {
   // Writes and commits `data` in pieces of `piece` bytes.
   Status Put(ArtifactStore& store, Id trial, int64_t step, const std::string& data, size_t piece = 100'000) {
     HPO_ASSIGN_OR_RETURN(auto w, store.Begin(trial, step, static_cast<int64_t>(data.size())));
-    for (size_t i = 0; i < data.size(); i += piece) HPO_RETURN_IF_ERROR(w->Append(std::string_view(data).substr(i, piece)));
+    for (size_t i = 0; i < data.size(); i += piece)
+      HPO_RETURN_IF_ERROR(w->Append(std::string_view(data).substr(i, piece)));
     return w->Commit(Sha256Hex(data));
   }
   Status Put(Id trial, int64_t step, const std::string& data) { return Put(*store_, trial, step, data); }
@@ -409,8 +415,7 @@ TEST(OpenArtifactStoreTest, RefusesWhatCannotWork) {
   EXPECT_NE(pg.status().message().find("needs a PostgreSQL store"), std::string::npos) << pg.status();
   auto unknown = OpenArtifactStore("s3://bucket", "sqlite:///tmp/x.db");
   ASSERT_FALSE(unknown.ok());
-  EXPECT_NE(unknown.status().message().find("expected files:DIR or postgresql"), std::string::npos)
-      << unknown.status();
+  EXPECT_NE(unknown.status().message().find("expected files:DIR or postgresql"), std::string::npos) << unknown.status();
   auto not_dir = OpenArtifactStore("files:/dev/null", "sqlite:///tmp/x.db");
   EXPECT_FALSE(not_dir.ok());
 }

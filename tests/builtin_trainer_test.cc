@@ -245,7 +245,8 @@ TEST_F(BuiltinCheckpointTest, ACheckpointThatCannotBeUsedIsRefusedBeforeAnyStep)
     RecordingReporter reporter;
     auto r = MakeBuiltinExecutor()->Run(run, reporter);
     ASSERT_TRUE(r.ok()) << "a bad checkpoint does not fail the trial: " << r.status();
-    EXPECT_NE(r->restore_error.find(why), std::string::npos) << "want \"" << why << "\" in \"" << r->restore_error << "\"";
+    EXPECT_NE(r->restore_error.find(why), std::string::npos)
+        << "want \"" << why << "\" in \"" << r->restore_error << "\"";
     EXPECT_TRUE(reporter.steps.empty()) << "nothing ran from a checkpoint it could not use";
   };
   TrialRun other_params = Run(3);

@@ -1,6 +1,8 @@
 // The checkpoint directory's archive (worker/checkpoint_archive.h): a tree
 // comes back as it was, and a damaged or hostile archive is refused with
 // nothing written outside the target.
+#include "worker/checkpoint_archive.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,8 +10,6 @@
 #include <fstream>
 #include <random>
 #include <sstream>
-
-#include "worker/checkpoint_archive.h"
 
 namespace hpo::worker {
 namespace {

@@ -78,8 +78,10 @@ class LeaseScript final : public v1::WorkerService::Service {
       t.lease_ms = 60'000;
       if (next->stop_step > 0) t.stop_step = next->stop_step;
       auto created = store_.CreateTrials(experiment_, {t});
-      if (created.ok()) trial = created->at(0);
-      else trial = created.status();
+      if (created.ok())
+        trial = created->at(0);
+      else
+        trial = created.status();
     }
     if (!trial.ok()) return ToGrpcStatus(trial.status());
     auto spec = engine_.Spec(experiment_);
@@ -97,8 +99,7 @@ class LeaseScript final : public v1::WorkerService::Service {
   ::grpc::Status Complete(::grpc::ServerContext* c, const v1::CompleteRequest* q, v1::CompleteResponse* r) override {
     return real_.Complete(c, q, r);
   }
-  ::grpc::Status Heartbeat(::grpc::ServerContext* c, const v1::HeartbeatRequest* q,
-                           v1::HeartbeatResponse* r) override {
+  ::grpc::Status Heartbeat(::grpc::ServerContext* c, const v1::HeartbeatRequest* q, v1::HeartbeatResponse* r) override {
     return real_.Heartbeat(c, q, r);
   }
   ::grpc::Status Pause(::grpc::ServerContext* c, const v1::PauseRequest* q, v1::PauseResponse* r) override {
@@ -184,11 +185,11 @@ class CheckpointE2eTest : public ::testing::Test {
   // Runs a worker until it has run `trials` leases; true when it exited 0.
   bool RunWorker(const std::string& name, int trials) {
     const std::string log = dir_ + "/" + name + ".log";
-    const pid_t pid = testing::Spawn({HPO_WORKER_BIN, "--server", "127.0.0.1:" + std::to_string(server_->port()),
-                                      "--device", "cpu", "--threads", "1", "--benchmark-seconds", "0.1",
-                                      "--heartbeat-ms", "500", "--max-trials", std::to_string(trials),
-                                      "--scratch-dir", dir_ + "/scratch"},
-                                     log);
+    const pid_t pid =
+        testing::Spawn({HPO_WORKER_BIN, "--server", "127.0.0.1:" + std::to_string(server_->port()), "--device", "cpu",
+                        "--threads", "1", "--benchmark-seconds", "0.1", "--heartbeat-ms", "500", "--max-trials",
+                        std::to_string(trials), "--scratch-dir", dir_ + "/scratch"},
+                       log);
     int status = -1;
     for (int i = 0; i < 3000; ++i) {  // 150 s: a hang fails the test instead of stalling it
       if (waitpid(pid, &status, WNOHANG) == pid) break;
@@ -225,9 +226,7 @@ class CheckpointE2eTest : public ::testing::Test {
     }
     return out;
   }
-  bool ScratchIsClean() {
-    return fs::is_empty(dir_ + "/scratch");
-  }
+  bool ScratchIsClean() { return fs::is_empty(dir_ + "/scratch"); }
 
   std::string dir_, logs_;
   std::unique_ptr<store::Store> store_;

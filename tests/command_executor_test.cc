@@ -609,7 +609,8 @@ TEST_F(CommandExecutorTest, APauseWhoseProgramFailsIsAPauseWithoutACheckpoint) {
     std::string why;
   };
   const std::vector<Case> cases = {
-      {R"sh(echo "hpo: step=1 loss=1"; echo state > "$HPO_CHECKPOINT_DIR/s"; exit 3)sh", "exit status 3 after its stop step"},
+      {R"sh(echo "hpo: step=1 loss=1"; echo state > "$HPO_CHECKPOINT_DIR/s"; exit 3)sh",
+       "exit status 3 after its stop step"},
       {R"sh(echo "hpo: step=1 loss=1"; exit 0)sh", "left HPO_CHECKPOINT_DIR empty"},
       {R"sh(echo "hpo: step=1 loss=1"; echo state > "$HPO_CHECKPOINT_DIR/s"; kill -KILL $$)sh", "killed by signal 9"},
       // It does not know the contract and trains on: stopped after the grace.

@@ -162,8 +162,9 @@ TEST_F(EngineCheckpointsTest, APauseWithItsCheckpointCanBeResumedByAnotherWorker
   EXPECT_EQ(paused.resume_step, 2);
   const auto events = Events("trial.paused");
   ASSERT_EQ(events.size(), 1u) << "announced once";
-  EXPECT_EQ(events[0], json({{"experiment_id", experiment_}, {"trial_id", t.id}, {"step", 2}, {"level", 0},
-                             {"checkpoint", true}}));
+  EXPECT_EQ(
+      events[0],
+      json({{"experiment_id", experiment_}, {"trial_id", t.id}, {"step", 2}, {"level", 0}, {"checkpoint", true}}));
   std::string why;
   auto usable = engine_->CheckpointUsable(paused, &why);
   ASSERT_TRUE(usable.ok()) << usable.status();

@@ -72,8 +72,7 @@ class GrpcCheckpointsTest : public ::testing::Test {
     auto server = GrpcServer::Start("127.0.0.1:0", service_.get());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server).value();
-    stub_ = v1::WorkerService::NewStub(
-        ::grpc::CreateChannel(Address(), ::grpc::InsecureChannelCredentials()));
+    stub_ = v1::WorkerService::NewStub(::grpc::CreateChannel(Address(), ::grpc::InsecureChannelCredentials()));
     auto e = engine_->CreateExperiment(kSpec);
     ASSERT_TRUE(e.ok()) << e.status();
     experiment_ = e->id;
@@ -141,8 +140,7 @@ class GrpcCheckpointsTest : public ::testing::Test {
   // Uploads `data` as `w` in chunks of `chunk` bytes; `edit` may change
   // each chunk before it goes (index, chunk).
   ::grpc::Status Upload(const Worker& w, int64_t trial, int64_t step, const std::string& data,
-                        size_t chunk = size_t{1} << 20,
-                        std::function<void(int, v1::CheckpointChunk&)> edit = nullptr) {
+                        size_t chunk = size_t{1} << 20, std::function<void(int, v1::CheckpointChunk&)> edit = nullptr) {
     auto ctx = Ctx();
     v1::UploadCheckpointResponse res;
     auto writer = stub_->UploadCheckpoint(ctx.get(), &res);
@@ -344,27 +342,33 @@ TEST_F(GrpcCheckpointsTest, BadUploadsAreRefusedNamingWhatIsWrongAndStoreNothing
       {"over the limit", [&] { return Upload(a_, trial, 2, Bytes((8u << 20) + 1, 5)); },
        ::grpc::StatusCode::RESOURCE_EXHAUSTED, "over the server's limit of 8 MiB (--max-checkpoint-mb)"},
       {"wrong checksum",
-       [&] { return Upload(a_, trial, 2, data, 1 << 20, [](int, v1::CheckpointChunk& c) {
-               if (!c.sha256().empty()) c.set_sha256(std::string(64, 'a'));
-             }); },
+       [&] {
+         return Upload(a_, trial, 2, data, 1 << 20, [](int, v1::CheckpointChunk& c) {
+           if (!c.sha256().empty()) c.set_sha256(std::string(64, 'a'));
+         });
+       },
        ::grpc::StatusCode::DATA_LOSS, "SHA-256"},
       {"no checksum",
        [&] { return Upload(a_, trial, 2, data, 1 << 20, [](int, v1::CheckpointChunk& c) { c.clear_sha256(); }); },
        ::grpc::StatusCode::DATA_LOSS, "ended without the sha256"},
       {"shorter than announced",
-       [&] { return Upload(a_, trial, 2, data, 1 << 20, [&](int i, v1::CheckpointChunk& c) {
-               if (i == 0) c.set_total_bytes(static_cast<int64_t>(data.size()) + 1);
-             }); },
+       [&] {
+         return Upload(a_, trial, 2, data, 1 << 20, [&](int i, v1::CheckpointChunk& c) {
+           if (i == 0) c.set_total_bytes(static_cast<int64_t>(data.size()) + 1);
+         });
+       },
        ::grpc::StatusCode::DATA_LOSS, "is short"},
       {"longer than announced",
-       [&] { return Upload(a_, trial, 2, data, 1 << 20, [&](int i, v1::CheckpointChunk& c) {
-               if (i == 0) c.set_total_bytes(10);
-             }); },
+       [&] {
+         return Upload(a_, trial, 2, data, 1 << 20, [&](int i, v1::CheckpointChunk& c) {
+           if (i == 0) c.set_total_bytes(10);
+         });
+       },
        ::grpc::StatusCode::DATA_LOSS, "more than the 10 bytes announced"},
       {"a chunk over 1 MiB", [&] { return Upload(a_, trial, 2, data, (1 << 20) + 1); },
        ::grpc::StatusCode::INVALID_ARGUMENT, "chunks[0].data: 1048577 bytes, over the limit of 1048576"},
-      {"a checkpoint older than the step it resumed after",
-       [&] { return Upload(a_, trial, -1, data); }, ::grpc::StatusCode::INVALID_ARGUMENT, "step"},
+      {"a checkpoint older than the step it resumed after", [&] { return Upload(a_, trial, -1, data); },
+       ::grpc::StatusCode::INVALID_ARGUMENT, "step"},
   };
   for (const auto& c : cases) {
     ::grpc::Status s = c.upload();

@@ -62,7 +62,8 @@ Status PackDirectory(const std::string& dir, const std::string& archive) {
   out << kMagic;
   for (const fs::path& p : entries) {
     const std::string rel = p.lexically_relative(dir).generic_string();
-    if (!SafePath(rel)) return Status::InvalidArgument("checkpoint directory entry '" + rel + "' has a name that cannot be archived");
+    if (!SafePath(rel))
+      return Status::InvalidArgument("checkpoint directory entry '" + rel + "' has a name that cannot be archived");
     const fs::file_status st = fs::symlink_status(p, ec);
     if (ec) return Status::Internal("cannot stat " + p.string() + ": " + ec.message());
     if (fs::is_directory(st)) {
@@ -109,7 +110,8 @@ Status UnpackDirectory(const std::string& archive, const std::string& dir) {
     return false;
   };
   std::string text;
-  if (!line(text) || text + "\n" != kMagic) return damaged("it does not start with '" + std::string(kMagic.substr(0, kMagic.size() - 1)) + "'");
+  if (!line(text) || text + "\n" != kMagic)
+    return damaged("it does not start with '" + std::string(kMagic.substr(0, kMagic.size() - 1)) + "'");
   for (int64_t index = 0;; ++index) {
     if (!line(text)) return damaged("it ends before its end marker (truncated)");
     if (text == "end") break;

@@ -15,7 +15,7 @@ Status CheckpointOverLimit(Id trial_id, int64_t size, const ArtifactStoreOptions
 }
 
 Result<std::unique_ptr<ArtifactStore>> OpenArtifactStore(const std::string& spec, const std::string& store_url,
-                                                          ArtifactStoreOptions options) {
+                                                         ArtifactStoreOptions options) {
   if (spec.rfind("files:", 0) == 0) return OpenFileArtifactStore(spec.substr(6), options);
   if (spec == "postgresql") return OpenPostgresArtifactStore(store_url, options);
   if (!spec.empty()) {
@@ -24,8 +24,9 @@ Result<std::unique_ptr<ArtifactStore>> OpenArtifactStore(const std::string& spec
   HPO_ASSIGN_OR_RETURN(StoreUrl parsed, ParseStoreUrl(store_url));
   if (parsed.backend == StoreUrl::Backend::kPostgresql) return OpenPostgresArtifactStore(store_url, options);
   if (parsed.target == ":memory:") {
-    return Status::InvalidArgument("--artifacts: an in-memory SQLite store has no directory to keep checkpoints "
-                                   "next to; give --artifacts files:DIR");
+    return Status::InvalidArgument(
+        "--artifacts: an in-memory SQLite store has no directory to keep checkpoints "
+        "next to; give --artifacts files:DIR");
   }
   // Next to the database file, so that a data directory holds everything.
   std::filesystem::path dir = std::filesystem::path(parsed.target).parent_path();

@@ -47,9 +47,9 @@
 namespace hpo::store {
 
 struct CheckpointInfo {
-  int64_t step = 0;       // taken after this step
+  int64_t step = 0;  // taken after this step
   int64_t size_bytes = 0;
-  std::string sha256;     // hex, lower case
+  std::string sha256;  // hex, lower case
 };
 
 class CheckpointWriter {
@@ -115,7 +115,7 @@ struct ArtifactStoreOptions {
 // directory; postgresql needs a PostgreSQL store); Unavailable when the
 // location cannot be reached or created.
 Result<std::unique_ptr<ArtifactStore>> OpenArtifactStore(const std::string& spec, const std::string& store_url,
-                                                          ArtifactStoreOptions options = {});
+                                                         ArtifactStoreOptions options = {});
 
 // The backends, for the factory and the tests.
 //
@@ -123,7 +123,6 @@ Result<std::unique_ptr<ArtifactStore>> OpenArtifactStore(const std::string& spec
 Status CheckpointOverLimit(Id trial_id, int64_t size, const ArtifactStoreOptions& options);
 Result<std::unique_ptr<ArtifactStore>> OpenFileArtifactStore(const std::string& dir, ArtifactStoreOptions options);
 // `url`: a postgresql:// URL of a database migrated by OpenStore.
-Result<std::unique_ptr<ArtifactStore>> OpenPostgresArtifactStore(const std::string& url,
-                                                                  ArtifactStoreOptions options);
+Result<std::unique_ptr<ArtifactStore>> OpenPostgresArtifactStore(const std::string& url, ArtifactStoreOptions options);
 
 }  // namespace hpo::store

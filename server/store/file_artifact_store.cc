@@ -121,8 +121,7 @@ Result<CheckpointInfo> ParseHeader(std::string_view h, Id trial_id, const std::s
 
 class FileReader final : public CheckpointReader {
  public:
-  FileReader(int fd, CheckpointInfo info, std::string path)
-      : fd_(fd), info_(std::move(info)), path_(std::move(path)) {}
+  FileReader(int fd, CheckpointInfo info, std::string path) : fd_(fd), info_(std::move(info)), path_(std::move(path)) {}
   const CheckpointInfo& info() const override { return info_; }
 
   Result<std::string> Read(size_t max_bytes) override {
@@ -151,8 +150,8 @@ class FileReader final : public CheckpointReader {
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return IoError("cannot read " + path_, errno);
       if (n == 0) {
-        return Status::DataLoss("checkpoint " + path_ + " is truncated: " +
-                                std::to_string(read_ + static_cast<int64_t>(done)) + " of " +
+        return Status::DataLoss("checkpoint " + path_ +
+                                " is truncated: " + std::to_string(read_ + static_cast<int64_t>(done)) + " of " +
                                 std::to_string(info_.size_bytes) + " bytes");
       }
       done += static_cast<size_t>(n);
@@ -217,8 +216,8 @@ class FileWriter final : public CheckpointWriter {
     std::string want(sha256);
     for (char& c : want) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (got != want) {
-      return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id_) + ": the bytes' SHA-256 is " +
-                              got + ", not the " + want + " announced");
+      return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id_) + ": the bytes' SHA-256 is " + got +
+                              ", not the " + want + " announced");
     }
     HPO_RETURN_IF_ERROR(WriteAll(fd_.get(), Header(trial_id_, step_, size_, got), 0, tmp_));
     if (::fsync(fd_.get()) != 0) return IoError("cannot sync " + tmp_, errno);

@@ -62,8 +62,9 @@ Status Guard(const std::string& display, bool& broken, F&& f) {
       return Status::Unavailable(display + ": " + OneLine(e.what()));
     }
     if (state == "42P01") {
-      return Status::FailedPrecondition(display + ": the checkpoint tables are missing (open the store with "
-                                                  "hpo-server once to migrate it): " +
+      return Status::FailedPrecondition(display +
+                                        ": the checkpoint tables are missing (open the store with "
+                                        "hpo-server once to migrate it): " +
                                         OneLine(e.what()));
     }
     return Status::Internal(display + ": " + OneLine(e.what()));
@@ -213,8 +214,8 @@ class PostgresWriter final : public CheckpointWriter {
     std::string want(sha256);
     for (char& c : want) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (got != want) {
-      return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id_) + ": the bytes' SHA-256 is " +
-                              got + ", not the " + want + " announced");
+      return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id_) + ": the bytes' SHA-256 is " + got +
+                              ", not the " + want + " announced");
     }
     if (!pending_.empty()) HPO_RETURN_IF_ERROR(Flush());
     bool gone = false;
@@ -307,8 +308,8 @@ class PostgresReader final : public CheckpointReader {
       ++seq_;
       if (chunk->empty() || read_ + static_cast<int64_t>(chunk->size()) > info_.size_bytes) {
         return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id_) +
-                                " has chunks of the wrong size (longer than its " +
-                                std::to_string(info_.size_bytes) + " bytes, or empty)");
+                                " has chunks of the wrong size (longer than its " + std::to_string(info_.size_bytes) +
+                                " bytes, or empty)");
       }
       buffer_ = std::move(*chunk);
       read_ += static_cast<int64_t>(buffer_.size());
@@ -409,8 +410,7 @@ Result<std::unique_ptr<CheckpointReader>> PostgresArtifactStore::Open(Id trial_i
 
 }  // namespace
 
-Result<std::unique_ptr<ArtifactStore>> OpenPostgresArtifactStore(const std::string& url,
-                                                                  ArtifactStoreOptions options) {
+Result<std::unique_ptr<ArtifactStore>> OpenPostgresArtifactStore(const std::string& url, ArtifactStoreOptions options) {
   HPO_ASSIGN_OR_RETURN(StoreUrl parsed, ParseStoreUrl(url));
   if (parsed.backend != StoreUrl::Backend::kPostgresql) {
     return Status::InvalidArgument("--artifacts postgresql needs a PostgreSQL store, not " + parsed.display);
