@@ -27,6 +27,7 @@ std::string_view ToString(Decision d) {
     case Decision::kContinue: return "continue";
     case Decision::kPrune: return "prune";
     case Decision::kStop: return "stop";
+    case Decision::kPause: return "pause";
   }
   return "continue";
 }
@@ -614,7 +615,16 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
   const bool judge = spec.early_stopping != "none" && spec.early_stopping_type == ExperimentSpec::StoppingType::kStop;
   HPO_ASSIGN_OR_RETURN(const bool prune,
                        c->trials->ApplyReport(trial, r.step, value, reported.inserted, judge ? c->pruner.get() : nullptr));
-  if (!prune) return CoTune(spec, r);
+  if (!prune) {
+    // The lease ends at a rung (promotion-type early stopping): the worker
+    // saves and uploads the checkpoint, then pauses the trial.
+    if (trial.stop_step && *trial.stop_step < spec.steps_per_trial && r.step >= *trial.stop_step) {
+      return ReportReply{Decision::kPause, std::nullopt,
+                         "pause after step " + std::to_string(*trial.stop_step) + " (rung " +
+                             std::to_string(trial.level) + ")"};
+    }
+    return CoTune(spec, r);
+  }
   const std::string why = "pruned by " + spec.early_stopping + " at step " + std::to_string(r.step);
   auto finished = store_.FinishTrial(r.trial_id, r.owner, {TrialState::kPruned, r.metrics.dump(), why});
   // FailedPrecondition: it ended meanwhile (another of its reports pruned
@@ -626,6 +636,7 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
   }
   c->trials->SetOutcome(r.trial_id, TrialState::kPruned, std::nullopt);
   if (r.device_id) fleet_->SetIdle(*r.device_id);
+  DeleteCheckpoint(r.trial_id);
   Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
                           {"state", "pruned"}, {"reason", why}});
   HPO_RETURN_IF_ERROR(MaybeFinish(trial.experiment_id, *c));
@@ -724,6 +735,7 @@ Status Engine::Finish(Id trial_id, const std::string& owner, bool failed, const 
   if (finished == store::FinishResult::kRepeated) return Status::OK();
   c->trials->SetOutcome(trial_id, failed ? TrialState::kFailed : TrialState::kCompleted,
                         failed ? std::nullopt : ObjectiveOf(spec, metrics.dump()));
+  DeleteCheckpoint(trial_id);
   Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", trial_id},
                           {"state", failed ? "failed" : "completed"}, {"metrics", metrics}});
   return MaybeFinish(trial.experiment_id, *c);
@@ -791,6 +803,7 @@ Status Engine::ReclaimExpiredLeases() {
     HPO_ASSIGN_OR_RETURN(const store::TrialRecord t, store_.GetTrial(id));
     ForgetHistory(t.experiment_id);  // its curve is gone (or it failed): read again on the next report
     if (t.state == TrialState::kFailed) {
+      DeleteCheckpoint(id);
       Emit("trial.finished", {{"experiment_id", t.experiment_id}, {"trial_id", id}, {"state", "failed"},
                               {"reason", t.reason}});
     } else {
@@ -804,6 +817,18 @@ Status Engine::ReclaimExpiredLeases() {
 
 Status Engine::Tick() {
   HPO_RETURN_IF_ERROR(ReclaimExpiredLeases());
+  // Checkpoints of trials that ended on paths that do not delete them
+  // (an experiment's end, another replica's finish, a delete that failed).
+  bool sweep = false;
+  if (options_.artifacts) {
+    std::lock_guard lock(sweep_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_sweep_ >= options_.checkpoint_sweep) {
+      last_sweep_ = now;
+      sweep = true;
+    }
+  }
+  if (sweep) HPO_RETURN_IF_ERROR(SweepCheckpoints());
   HPO_ASSIGN_OR_RETURN(auto experiments, store_.ListExperiments(0, 10'000));
   const int64_t now = NowMs();
   for (const auto& e : experiments) {

@@ -111,11 +111,18 @@ struct EngineOptions {
   // when unset. Tests share theirs with the store's.
   std::function<int64_t()> clock;
   // Where paused trials' checkpoints live (server/store/artifact_store.h);
-  // without one a promoted trial starts its training over.
+  // it must outlive the engine. Null: this server keeps none, so checkpoint
+  // uploads and downloads fail with FailedPrecondition and every pause is
+  // recorded without one (its trial restarts if promoted).
   store::ArtifactStore* artifacts = nullptr;
+  // How often Tick deletes the checkpoints of trials that ended (however
+  // they ended, on whichever replica) and that nothing deleted yet.
+  std::chrono::milliseconds checkpoint_sweep{10'000};
 };
 
-enum class Decision { kContinue, kPrune, kStop };
+// kPause: the trial reached its lease's stop_step (promotion-type early
+// stopping): the worker uploads its checkpoint and pauses it.
+enum class Decision { kContinue, kPrune, kStop, kPause };
 std::string_view ToString(Decision d);
 
 struct TrialReport {
@@ -159,6 +166,31 @@ struct RegisteredWorker {
   // The secret its later calls present (64 hex characters, from 32 random
   // bytes). Handed out once: the store keeps only its SHA-256.
   std::string session;
+};
+
+class Engine;
+
+// A checkpoint on its way in from the worker that holds the trial's lease
+// (Engine::BeginCheckpointUpload). Destroyed without a successful Commit,
+// it is abandoned and the trial keeps its previous checkpoint.
+class CheckpointUpload {
+ public:
+  // DataLoss: more bytes than announced.
+  Status Append(std::string_view bytes);
+  // Makes it the trial's checkpoint if the bytes match `sha256` and the
+  // worker still holds the lease (FailedPrecondition otherwise: the trial
+  // moved on meanwhile). DataLoss: the bytes do not match.
+  Status Commit(std::string_view sha256);
+
+ private:
+  friend class Engine;
+  CheckpointUpload(Engine& engine, store::Id trial_id, std::string owner,
+                   std::unique_ptr<store::CheckpointWriter> writer)
+      : engine_(engine), trial_id_(trial_id), owner_(std::move(owner)), writer_(std::move(writer)) {}
+  Engine& engine_;
+  const store::Id trial_id_;
+  const std::string owner_;
+  std::unique_ptr<store::CheckpointWriter> writer_;
 };
 
 // A trial as handed out, with what is needed to run it.
@@ -249,8 +281,54 @@ class Engine {
   Status Complete(const WorkerCaller& caller, store::Id trial_id, bool failed, const nlohmann::json& final_metrics,
                   const std::string& reason, const std::string& log_tail);
 
+  // Checkpoints (promotion-type early stopping; server/engine_checkpoints.cc).
+  // Each is a worker's call about a trial whose lease it holds (leased or
+  // running under WorkerOwner(worker)); a trial it does not hold is
+  // FailedPrecondition naming the trial and what it is now.
+  //
+  // A new checkpoint of the trial, taken after `step` (not before the step
+  // it resumed after), of `total_bytes` (ResourceExhausted over the
+  // artifact store's limit, naming it). FailedPrecondition also when this
+  // server keeps no checkpoints.
+  Result<std::unique_ptr<CheckpointUpload>> BeginCheckpointUpload(const WorkerCaller& caller, store::Id trial_id,
+                                                                  int64_t step, int64_t total_bytes);
+  // The checkpoint a resumed trial restores (its resume_step's). NotFound:
+  // it has none, or only one of another step; the worker then restarts it
+  // (RestartTrial). FailedPrecondition: the trial did not resume.
+  Result<std::unique_ptr<store::CheckpointReader>> OpenCheckpoint(const WorkerCaller& caller, store::Id trial_id);
+  // Pauses the trial after `step`, the last step it reported ("trial.paused"
+  // with experiment_id, trial_id, step, level and checkpoint). With
+  // `checkpoint_uploaded`, the trial's checkpoint must be of that step;
+  // without one (or with one of another step) the pause is recorded
+  // without a checkpoint (any older one is deleted), so a promotion
+  // restarts it from scratch. InvalidArgument: `step` is not its last
+  // reported step. A repeated pause (a retried call) is acknowledged once.
+  Status PauseTrial(const WorkerCaller& caller, store::Id trial_id, int64_t step, bool checkpoint_uploaded);
+  // The worker could not restore the resumed trial's checkpoint: it trains
+  // from scratch under the same lease (store::Store::RestartTrial), the
+  // checkpoint is deleted and "trial.restarted" says why (`reason`, cut
+  // like a failure reason). A trial that already starts from scratch is
+  // acknowledged and left as it is.
+  Status RestartTrial(const WorkerCaller& caller, store::Id trial_id, const std::string& reason);
+  // For the lease path, before it resumes a paused trial: whether its
+  // checkpoint is there and of the step it paused at (resume_step), read
+  // from what the checkpoint says of itself (the bytes are verified by the
+  // worker that downloads them). When not, `why` says what is wrong: resume
+  // it with restart = true and call AnnounceRestart. Always false when this
+  // server keeps no checkpoints.
+  Result<bool> CheckpointUsable(const store::TrialRecord& paused, std::string* why = nullptr);
+  // "trial.restarted" (experiment_id, trial_id, reason, by "server") for a
+  // trial resumed from scratch because its checkpoint was unusable; deletes
+  // what is left of that checkpoint and forgets the trial's cached curve
+  // (its steps were deleted).
+  void AnnounceRestart(const store::TrialRecord& trial, const std::string& reason);
+  // Deletes the checkpoints of trials that ended (or do not exist). Tick
+  // calls it every EngineOptions::checkpoint_sweep.
+  Status SweepCheckpoints();
+
   // Housekeeping, called periodically: requeues or fails trials whose lease
-  // expired, ends experiments past their wall time or their trial budget.
+  // expired, ends experiments past their wall time or their trial budget,
+  // and deletes the checkpoints of trials that ended (SweepCheckpoints).
   Status Tick();
   // The first part of Tick alone, cheap enough to call every 100 ms (an
   // indexed UPDATE that usually matches nothing): puts each trial whose
@@ -322,6 +400,15 @@ class Engine {
   // A lease for the worker (authenticated) on one of its devices.
   Result<std::optional<Assignment>> Lease(store::Id worker_id, store::Id device_id);
   int64_t NowMs() const;
+  friend class CheckpointUpload;
+  // FailedPrecondition unless `trial` is leased or running under `owner`.
+  static Status CheckHolds(const store::TrialRecord& trial, const std::string& owner, std::string_view action);
+  // Best effort: deletes the trial's checkpoint now that it ended (the sweep
+  // retries what fails).
+  void DeleteCheckpoint(store::Id trial_id);
+  std::mutex sweep_mu_;
+  std::chrono::steady_clock::time_point last_sweep_;  // GUARDED_BY(sweep_mu_)
+
   void Emit(std::string type, nlohmann::json data) const {
     if (options_.on_event) options_.on_event(std::move(type), data);
   }
@@ -357,9 +444,6 @@ class Engine {
   // The policy's options for this experiment's spec and fleet.
   scheduler::PolicyOptions PolicyFor(const ExperimentSpec& spec, const FleetSnapshot& fleet,
                                      const store::ExperimentRecord& e, int64_t now_ms);
-  // Whether the trial's checkpoint can be resumed from (it has one, at its
-  // resume_step); without an artifact store it cannot.
-  Result<bool> CheckpointUsable(const store::TrialRecord& trial);
   // Co-tuning after a report: maybe a new system setting for the next epoch.
   Result<ReportReply> CoTune(const ExperimentSpec& spec, const TrialReport& r);
   // Overrides the assignment's tunable system parameters with the fastest

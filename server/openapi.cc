@@ -86,7 +86,7 @@ const std::string& RestApi::OpenApi() {
     "/api/v1/trials/{id}/measurements": {"post": {"summary": "Tell one step; idempotent per step",
       "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
       "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Report"}}}},
-      "responses": {"200": {"description": "{decision: continue | prune | stop}"}}}},
+      "responses": {"200": {"description": "{decision: continue | prune | stop | pause}"}}}},
     "/api/v1/trials/{id}:complete": {"post": {"summary": "Tell the final metrics (the last step's when omitted)",
       "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
       "responses": {"200": {"description": "completed"}}}},
@@ -94,7 +94,7 @@ const std::string& RestApi::OpenApi() {
       "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
       "responses": {"200": {"description": "failed"}}}},
     "/api/v1/workers": {"get": {"summary": "Workers with their devices", "responses": {"200": {"description": "{workers: [...]}"}}}},
-    "/api/v1/events": {"get": {"summary": "Server-Sent Events: experiment.created, experiment.finished, trial.created, trial.reported, trial.requeued (a lease expired: pending again), trial.finished (and lagged when events were dropped or, between replicas, may have been missed: re-read)",
+    "/api/v1/events": {"get": {"summary": "Server-Sent Events: experiment.created, experiment.finished, trial.created, trial.reported, trial.requeued (a lease expired: pending again), trial.paused (at a rung, with or without its checkpoint), trial.restarted (its checkpoint was missing or unusable: from step 0 again, with the reason), trial.finished (and lagged when events were dropped or, between replicas, may have been missed: re-read)",
       "parameters": [{"name": "access_token", "in": "query", "schema": {"type": "string"}, "description": "the server token, for clients that cannot send an Authorization header (a browser's EventSource)"}],
       "responses": {"200": {"description": "text/event-stream"}}}}
   }

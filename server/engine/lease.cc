@@ -162,12 +162,6 @@ scheduler::PolicyOptions Engine::PolicyFor(const ExperimentSpec& spec, const Fle
   return o;
 }
 
-Result<bool> Engine::CheckpointUsable(const store::TrialRecord& trial) {
-  if (!options_.artifacts || trial.resume_step == 0) return false;
-  HPO_ASSIGN_OR_RETURN(const auto info, options_.artifacts->Stat(trial.id));
-  return info.has_value() && info->step == trial.resume_step;
-}
-
 Result<Engine::Applied> Engine::ApplyPlan(const store::ExperimentRecord& e, Cached& c, const LeasePlan& plan,
                                           Id worker_id, Id device_id) {
   const ExperimentSpec& spec = *c.spec;
@@ -188,7 +182,8 @@ Result<Engine::Applied> Engine::ApplyPlan(const store::ExperimentRecord& e, Cach
     case scheduler::WorkItem::Kind::kResume: {
       const search::Promotion& p = plan.promotion_of.at(item.trial_id);
       HPO_ASSIGN_OR_RETURN(const store::TrialRecord before, store_.GetTrial(item.trial_id));
-      HPO_ASSIGN_OR_RETURN(const bool usable, CheckpointUsable(before));
+      std::string why;
+      HPO_ASSIGN_OR_RETURN(const bool usable, CheckpointUsable(before, &why));
       auto r = store_.ResumeTrial(item.trial_id, owner, lease_ms,
                                   p.to_end ? std::nullopt : std::optional<int64_t>(p.to_step), !usable);
       if (!r.ok()) {
@@ -199,14 +194,7 @@ Result<Engine::Applied> Engine::ApplyPlan(const store::ExperimentRecord& e, Cach
       Emit("trial.resumed", {{"experiment_id", e.id}, {"trial_id", leased->id}, {"level", leased->level},
                              {"from_step", p.from_step}, {"to_step", p.to_step}, {"device_id", device_id},
                              {"reason", plan.decision.reason}});
-      if (!usable) {
-        c.trials->DropCurveAfter(leased->id, 0);
-        Emit("trial.restarted",
-             {{"experiment_id", e.id}, {"trial_id", leased->id},
-              {"reason", "no usable checkpoint after step " + std::to_string(before.resume_step) +
-                             (options_.artifacts ? "" : " (this server keeps no checkpoints)") +
-                             ": it trains from step 0"}});
-      }
+      if (!usable) AnnounceRestart(*leased, "no usable checkpoint: " + why + "; it trains from step 1");
       break;
     }
     case scheduler::WorkItem::Kind::kNew: {
