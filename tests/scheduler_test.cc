@@ -176,6 +176,18 @@ TEST(Policy, PromotionsGoToFastDevicesNewTrialsToSlowOnes) {
   EXPECT_EQ(Pick(Decide({"slow1", "slow"}, w.fleet, spaces, w.speeds, Timed()), spaces), -1);
 }
 
+TEST(Policy, InAFleetOfEqualsPromotionsComeFirst) {
+  SpeedModel speeds;
+  std::vector<LiveDevice> fleet;
+  for (int i = 0; i < 4; ++i) fleet.push_back({"d" + std::to_string(i), "same", 0});
+  speeds.Observe("same", kCnn, "", 500);
+  // Successive halving's order: a promotion before new work, for any device.
+  const std::vector<WorkItem> items = {New(0, 0.5), New(1, 0.5), Resume(9, 0.5, 1)};
+  for (const auto& d : fleet) {
+    EXPECT_EQ(Pick(Decide({d.id, d.device_class}, fleet, items, speeds, Timed()), items), 9) << d.id;
+  }
+}
+
 TEST(Policy, ASlowDeviceLeavesAPromotionThatAFasterOneWouldFinishSooner) {
   World w;
   // fast2 is idle: 10 steps take it 10 s, the slow device 100 s.
