@@ -293,14 +293,20 @@ class TpeSampler final : public Sampler {
     }
     std::vector<const Assignment*> good_pts, bad_pts;
     for (size_t i = 0; i < n; ++i) (is_good[i] ? good_pts : bad_pts).push_back(ranked[i].params);
-    // g(x) from the newest max_bad_observations only: older ones weigh
-    // little under the recency weights, and scoring against thousands of
-    // kernels would make a suggestion cost tens of milliseconds.
+    // g(x) from the newest max_bad_observations results only: older ones
+    // weigh little under the recency weights, and scoring against thousands
+    // of kernels would make a suggestion cost tens of milliseconds.
     if (bad_pts.size() > static_cast<size_t>(o_.max_bad_observations)) {
       bad_pts.erase(bad_pts.begin(), bad_pts.end() - o_.max_bad_observations);
     }
+    // The lies (running trials, then this call's own suggestions) have a cap
+    // of their own: under one shared cap a large fleet's running trials
+    // pushed every real bad result out, and g(x) was made of lies only.
+    std::vector<const Assignment*> lies;
     if (o_.constant_liar) {
-      for (auto* t : running) bad_pts.push_back(&t->params);
+      std::stable_sort(running.begin(), running.end(),
+                       [](const Observation* a, const Observation* b) { return a->number < b->number; });
+      for (auto* t : running) lies.push_back(&t->params);
     }
 
     std::vector<Assignment> out;
@@ -313,15 +319,16 @@ class TpeSampler final : public Sampler {
     for (int s = 0; s < count; ++s) {
       // The constant liar: running trials and this call's earlier
       // suggestions count as bad, so that a batch spreads out. With
-      // thousands of running trials (a large fleet) the same cap keeps the
-      // newest, which include this batch's own lies.
-      std::vector<const Assignment*> bad = bad_pts;
+      // thousands of running trials (a large fleet) the newest max_lies
+      // of them are kept, which include this batch's own lies.
+      std::vector<const Assignment*> batch_lies = lies;
       if (o_.constant_liar) {
-        for (const Assignment& b : out) bad.push_back(&b);
+        for (const Assignment& b : out) batch_lies.push_back(&b);
       }
-      if (bad.size() > static_cast<size_t>(o_.max_bad_observations)) {
-        bad.erase(bad.begin(), bad.end() - o_.max_bad_observations);
-      }
+      const size_t max_lies = static_cast<size_t>(std::max(o_.max_lies, 0));
+      if (batch_lies.size() > max_lies) batch_lies.erase(batch_lies.begin(), batch_lies.end() - max_lies);
+      std::vector<const Assignment*> bad = bad_pts;
+      bad.insert(bad.end(), batch_lies.begin(), batch_lies.end());
       const Mixture g(space, bad, RecencyWeights(bad.size()), o_);
       Assignment best;
       double best_score = -std::numeric_limits<double>::infinity();
