@@ -355,17 +355,22 @@ class GpSampler : public Sampler {
     // and exactly so (its latent value, not a noisy reading of it): where the
     // model is confident, a noisy lie would leave the acquisition's peak in
     // place and the batch would pile up within a hair of one point.
+    // The newest max_pending running trials are fantasized up front; the
+    // others wait in `later` until one comes near a promising candidate
+    // (see Maximize), so every running trial repels, however many there are.
     std::vector<const Observation*> pending = data.pending;
     std::stable_sort(
         pending.begin(), pending.end(),
         [](const Observation* a, const Observation* b) { return a->number > b->number; });
-    if (static_cast<int>(pending.size()) > options_.max_pending) {
-      pending.resize(std::max(options_.max_pending, 0));
-    }
     gp.Reserve(gp.num_observations() + static_cast<int>(pending.size()) + count);
     Acquisition acquisition(gp, best, options_.min_pending_distance);
-    for (const Observation* t : pending) {
-      const Eigen::VectorXd x = encoding.Encode(t->params);
+    Pending later;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      const Eigen::VectorXd x = encoding.Encode(pending[i]->params);
+      if (static_cast<int>(i) >= options_.max_pending) {
+        later.push_back(x);
+        continue;
+      }
       if (!gp.AddObservation(x, best, true).ok()) return;
       acquisition.Exclude(x);
     }
@@ -375,7 +380,12 @@ class GpSampler : public Sampler {
       elite.push_back(codec.FromAssignment(*data.points[chosen[k]]));
     }
     for (int k = 0; k < count; ++k) {
-      const Latent z = Maximize(codec, acquisition, elite, rng);
+      Latent z = Maximize(codec, gp, acquisition, best, elite, &later, rng);
+      // A refined point may have moved next to a running trial not yet
+      // fantasized: fantasize those and choose again (once).
+      if (FantasizeNear(gp, acquisition, best, {codec.Features(z)}, &later)) {
+        z = Maximize(codec, gp, acquisition, best, elite, &later, rng);
+      }
       out->push_back(codec.Decode(z));
       if (k + 1 == count) break;
       const Eigen::VectorXd x = codec.Features(z);
@@ -384,8 +394,43 @@ class GpSampler : public Sampler {
     }
   }
 
-  Latent Maximize(const Codec& codec, const Acquisition& acquisition,
-                  const std::vector<Latent>& elite, Rng& rng) const {
+  using Pending = std::vector<Eigen::VectorXd>;
+
+  // Fantasizes (and excludes) every point of `later` whose correlation with
+  // one of `near` under the fitted kernel exceeds kNearCorrelation, taking
+  // them out of `later`. Returns whether it added any.
+  static bool FantasizeNear(GaussianProcess& gp, Acquisition& acquisition, double lie,
+                            const std::vector<Eigen::VectorXd>& near, Pending* later) {
+    // About 1.45 lengthscales: farther, a fantasy barely moves the posterior.
+    constexpr double kNearCorrelation = 0.3;
+    if (later->empty() || near.empty()) return false;
+    const Eigen::VectorXd ls = gp.lengthscales();
+    bool added = false;
+    for (size_t i = 0; i < later->size();) {
+      bool close = false;
+      for (const Eigen::VectorXd& x : near) {
+        if (Matern52((*later)[i], x, ls) > kNearCorrelation) {
+          close = true;
+          break;
+        }
+      }
+      if (!close) {
+        ++i;
+        continue;
+      }
+      if (!gp.AddObservation((*later)[i], lie, true).ok()) return added;
+      acquisition.Exclude((*later)[i]);
+      (*later)[i] = std::move(later->back());
+      later->pop_back();
+      added = true;
+    }
+    return added;
+  }
+
+  // The best candidate by log EI, refined. Running trials in `later` near
+  // the best-scored candidates are fantasized first (see FantasizeNear).
+  Latent Maximize(const Codec& codec, GaussianProcess& gp, Acquisition& acquisition, double lie,
+                  const std::vector<Latent>& elite, Pending* later, Rng& rng) const {
     const SearchSpace& space = codec.space();
     std::vector<Latent> candidates;
     const int num_random = std::max(options_.num_candidates, 1);
@@ -413,10 +458,19 @@ class GpSampler : public Sampler {
     for (size_t i = 0; i < candidates.size(); ++i) {
       X.row(i) = codec.Features(candidates[i]).transpose();
     }
-    const Eigen::VectorXd scores = acquisition.Score(X);
+    Eigen::VectorXd scores = acquisition.Score(X);
     std::vector<int> order(candidates.size());
     std::iota(order.begin(), order.end(), 0);
     const int num_refined = std::clamp(options_.num_local, 0, static_cast<int>(order.size()));
+    for (int round = 0; round < 3 && !later->empty(); ++round) {
+      const int top = std::min<int>(4 * std::max(num_refined, 1), static_cast<int>(order.size()));
+      std::partial_sort(order.begin(), order.begin() + top, order.end(),
+                        [&](int a, int b) { return scores(a) > scores(b) || (scores(a) == scores(b) && a < b); });
+      std::vector<Eigen::VectorXd> near;
+      for (int k = 0; k < top; ++k) near.push_back(X.row(order[k]).transpose());
+      if (!FantasizeNear(gp, acquisition, lie, near, later)) break;
+      scores = acquisition.Score(X);
+    }
     std::partial_sort(
         order.begin(), order.begin() + std::max(num_refined, 1), order.end(),
         [&](int a, int b) { return scores(a) > scores(b) || (scores(a) == scores(b) && a < b); });

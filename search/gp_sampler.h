@@ -25,14 +25,20 @@
 //   warping (as HEBO does) helped on every smooth bench function but
 //   trapped the conditional one in its easy branch; choosing by likelihood
 //   keeps most of the gain without the trap. It doubles the fitting cost.
-// - Pending points: running trials without a value in the model (the most
-//   recent max_pending of them) and the earlier suggestions of the same call
-//   are fantasized with the constant liar at the best observed value, taken
+// - Pending points: running trials without a value in the model and the
+//   earlier suggestions of the same call are fantasized with the constant
+//   liar at the best observed value, taken
 //   as the exact latent value (no noise): the variance there collapses and
 //   log EI drops around them, so a batch spreads out even where the model is
 //   confident (a noisy lie would leave the acquisition's peak in place). Where
 //   the model's mean slopes below the lie, log EI can still peak right next
 //   to one, so points within min_pending_distance of them are excluded.
+//   The newest max_pending running trials are fantasized up front; each
+//   older one is fantasized as soon as it comes near (correlation above 0.3
+//   under the fitted kernel, about 1.45 lengthscales) one of the best-scored
+//   candidates or the chosen point, which is then chosen again. So every
+//   running trial repels, however large the fleet, at the cost of the few
+//   that matter.
 // - Cost: with more than max_observations values, the GP conditions on the
 //   best half plus evenly spaced ranks of the rest, and its hyperparameters
 //   are fitted on at most max_fit_observations of those (evenly spaced ranks):
@@ -75,7 +81,8 @@ struct GpOptions {
   // Values the hyperparameters are fitted on, out of those (O(n^3) per step
   // of the fit; lengthscales need far fewer points than the posterior).
   int max_fit_observations = 64;
-  // Running trials fantasized as pending points (the most recent ones).
+  // Running trials fantasized up front (the most recent ones); older ones
+  // when they come near a candidate (see "Pending points").
   int max_pending = 64;
   // No suggestion within this distance (Euclidean, in the unit-cube
   // features) of a pending point or an earlier suggestion of the same batch:

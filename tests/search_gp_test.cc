@@ -372,6 +372,51 @@ TEST(GpSamplerTest, BatchHasNoNearDuplicates) {
   }
 }
 
+// Issue #18: every running trial repels, not only the newest max_pending.
+// Older running trials tile the square around where the sampler goes with
+// no running trial at all, and 64 newer ones sit far away: with only the
+// newest fantasized, the suggestion stayed where it was, among the older ones.
+TEST(GpSamplerTest, OlderRunningTrialsRepelToo) {
+  const SearchSpace space = Box(2, 0, 1);
+  History completed;
+  Rng data(21);
+  for (int i = 0; i < 20; ++i) {
+    const Assignment x = SampleUniform(space, data);
+    completed.trials.push_back(Completed(i, x, std::pow(x[0] - 0.3, 2) + std::pow(x[1] - 0.3, 2)));
+  }
+  GpOptions o;
+  ASSERT_EQ(o.max_pending, 64) << "the newest 64 are the far ones";
+  for (uint64_t seed = 0; seed < 5; ++seed) {
+    Rng first(seed);
+    const Assignment alone = MakeGpSampler(o)->Suggest(space, completed, 1, first).at(0);
+    History history = completed;
+    int64_t number = 100;
+    std::vector<Assignment> running;
+    for (int i = 0; i < 7; ++i) {
+      for (int j = 0; j < 7; ++j) {
+        running.push_back({std::clamp(alone[0] - 0.05 + 0.1 * i / 6, 0.0, 1.0),
+                           std::clamp(alone[1] - 0.05 + 0.1 * j / 6, 0.0, 1.0)});
+      }
+    }
+    for (int i = 0; i < 64; ++i) {
+      running.push_back({std::fmod(alone[0] + 0.5 + 0.001 * i, 1.0), std::fmod(alone[1] + 0.5, 1.0)});
+    }
+    for (const Assignment& x : running) {
+      Observation t;
+      t.number = number++;
+      t.params = x;
+      history.trials.push_back(t);
+    }
+    Rng rng(seed);
+    const Assignment got = MakeGpSampler(o)->Suggest(space, history, 1, rng).at(0);
+    double nearest = INFINITY;
+    for (const Assignment& x : running) nearest = std::min(nearest, std::hypot(got[0] - x[0], got[1] - x[1]));
+    EXPECT_GE(nearest, o.min_pending_distance)
+        << "seed " << seed << ": suggested (" << got[0] << ", " << got[1] << ") next to a running trial; alone: ("
+        << alone[0] << ", " << alone[1] << ")";
+  }
+}
+
 TEST(GpSamplerTest, UsesPrunedTrialsCurvesWhenFewTrialsCompleted) {
   const SearchSpace space = Box(1, 0, 1);
   History history;
