@@ -18,11 +18,19 @@ constexpr double kLogSqrt2Pi = 0.91893853320467274178;  // log(2 pi) / 2
 constexpr double kSqrtHalfPi = 1.25331413731550025121;  // sqrt(pi / 2)
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Priors, all Gaussian in the log-space the optimizer works in.
-// Lengthscales: LogNormal(sqrt(2) + log(d) / 2, sqrt(3)), the dimension-scaled
-// prior of Hvarfner et al., "Vanilla Bayesian Optimization Performs Great in
-// High Dimensions" (ICML 2024): weak, and it leans towards smooth functions
-// as d grows, which keeps the model from overfitting a handful of points.
+// Priors. Lengthscales: LogNormal(sqrt(2) + log(d) / 2, sqrt(3)), the
+// dimension-scaled prior of Hvarfner et al., "Vanilla Bayesian Optimization
+// Performs Great in High Dimensions" (ICML 2024): weak, and it leans towards
+// smooth functions as d grows, which keeps the model from overfitting a
+// handful of points. It is a density on the lengthscale l, so in the log
+// space the optimizer works in (t = log l) its negative log is
+// (t - mu)^2 / (2 sigma^2) + t, with the Jacobian term t: its mode is
+// l = exp(mu - sigma^2), 0.5 at d = 6. Without that term (a Gaussian on t,
+// as this code had) the mode sat at exp(mu), 10 at d = 6 and 13 at d = 10:
+// twenty times too smooth, so with a few dozen points the model was nearly
+// flat and GP-BO searched almost at random in 10 dimensions (issue #18,
+// bench/README.md "Why our GP lost to a plain GP-EI loop").
+// Signal and noise variance: Gaussian in log space.
 constexpr double kLengthscaleSigma = 1.7320508075688772;
 // Signal variance of standardized targets: about 1.
 constexpr double kSignalMu = 0;
@@ -141,7 +149,7 @@ class NegLogPosterior {
     const Eigen::ArrayXd zl = (log_ls - ls_mu_) / kLengthscaleSigma;
     const double zs = (theta(d) - kSignalMu) / kSignalSigma;
     const double zn = (theta(d + 1) - kNoiseMu) / kNoiseSigma;
-    value += 0.5 * (zl.square().sum() + zs * zs + zn * zn);
+    value += 0.5 * (zl.square().sum() + zs * zs + zn * zn) + log_ls.sum();
     if (!std::isfinite(value)) return kInf;
     if (grad == nullptr) return value;
 
@@ -165,7 +173,7 @@ class NegLogPosterior {
     MX_.noalias() = K_ * X_;
     const Eigen::ArrayXd t1 = (X2_.transpose() * row_sums).array();
     const Eigen::ArrayXd t2 = (MX_.array() * X_.array()).colwise().sum().transpose();
-    grad->head(d) = (-(t1 - t2) * (-2.0 * log_ls).exp() + zl / kLengthscaleSigma).matrix();
+    grad->head(d) = (-(t1 - t2) * (-2.0 * log_ls).exp() + zl / kLengthscaleSigma + 1.0).matrix();
     return value;
   }
 
@@ -224,7 +232,7 @@ Result<GaussianProcess> GaussianProcess::Fit(const Eigen::MatrixXd& X, const Eig
   // and draws from the priors; the likelihood alone ranks them.
   std::vector<Eigen::VectorXd> starts;
   Eigen::VectorXd mode(d + 2);
-  mode << Eigen::VectorXd::Constant(d, ls_mu), kSignalMu, kNoiseMu;
+  mode << Eigen::VectorXd::Constant(d, ls_mu - kLengthscaleSigma * kLengthscaleSigma), kSignalMu, kNoiseMu;
   starts.push_back(mode);
   Eigen::VectorXd wiggly = mode;
   wiggly.head(d).setConstant(std::log(0.3));

@@ -156,6 +156,25 @@ TEST(GaussianProcessTest, LengthscaleOfAnIrrelevantDimensionIsLong) {
   EXPECT_GT(ls(2), 5 * ls(0)) << ls.transpose();
 }
 
+// With one observation the likelihood does not depend on the lengthscales,
+// so the fit lands on the prior's mode: LogNormal(sqrt2 + log(d)/2, sqrt3)
+// has its mode at exp(mu - sigma^2), 0.50 at d = 6. (Issue #18: the prior
+// was a Gaussian on log l, whose MAP sat at exp(mu) = 10, and the GP was
+// far too smooth.)
+TEST(GaussianProcessTest, LengthscalesFollowTheLogNormalPriorsMode) {
+  for (int d : {2, 6, 10}) {
+    Rng rng(3);
+    const Eigen::MatrixXd X = Eigen::MatrixXd::Constant(1, d, 0.5);
+    const Eigen::VectorXd y = Eigen::VectorXd::Constant(1, 1.0);
+    auto gp = GaussianProcess::Fit(X, y, rng);
+    ASSERT_TRUE(gp.ok()) << gp.status();
+    const double mode = std::exp(std::sqrt(2.0) + 0.5 * std::log(d) - 3.0);
+    for (int j = 0; j < d; ++j) {
+      EXPECT_NEAR(gp->lengthscales()(j), mode, 0.05 * mode) << "d = " << d << ", dimension " << j;
+    }
+  }
+}
+
 TEST(GaussianProcessTest, AddObservationMatchesARefit) {
   Rng rng(4);
   const Eigen::MatrixXd X = RandomPoints(12, 2, rng);
