@@ -362,6 +362,43 @@ void GaussianProcess::Predict(const Eigen::MatrixXd& Xs, Eigen::VectorXd* mean,
   }
 }
 
+void GaussianProcess::Predict(PointCache* cache, Eigen::VectorXd* mean, Eigen::VectorXd* var) const {
+  PointCache& c = *cache;
+  const Eigen::Index m = c.X_.rows();
+  const double signal = signal_variance();
+  if (c.n_ == 0 || c.Ks_.cols() < n_) {
+    const Eigen::Index cap = std::max<Eigen::Index>(X_.rows(), n_);
+    if (c.n_ == 0) {
+      c.scaled_ = c.X_ * (-hyper_.log_lengthscales.array()).exp().matrix().asDiagonal();
+      Eigen::MatrixXd Ks;
+      CrossKernel(c.scaled_, Xs_.topRows(n_), xs_norm2_.head(n_), signal, &Ks);
+      c.Ks_.resize(m, cap);
+      c.V_.resize(m, cap);
+      c.Ks_.leftCols(n_) = Ks;
+      c.V_.leftCols(n_).noalias() =
+          Ks * Linv_.topLeftCorner(n_, n_).transpose().triangularView<Eigen::Upper>();
+      c.n_ = n_;
+    } else {
+      c.Ks_.conservativeResize(Eigen::NoChange, cap);
+      c.V_.conservativeResize(Eigen::NoChange, cap);
+    }
+  }
+  // Observations added since: a column of the cross-kernel each, and the
+  // matching column of Ks L^-T from the new row of L^-1 (the older rows of
+  // L^-1 do not change when an observation is added).
+  Eigen::MatrixXd k;
+  for (Eigen::Index t = c.n_; t < n_; ++t) {
+    CrossKernel(c.scaled_, Xs_.row(t), xs_norm2_.segment(t, 1), signal, &k);
+    c.Ks_.col(t) = k.col(0);
+    c.V_.col(t).noalias() = c.Ks_.leftCols(t + 1) * Linv_.row(t).head(t + 1).transpose();
+  }
+  c.n_ = n_;
+  if (mean != nullptr) *mean = ((c.Ks_.leftCols(n_) * alpha_.head(n_)).array() * y_std_ + y_mean_).matrix();
+  if (var != nullptr) {
+    *var = ((signal - c.V_.leftCols(n_).rowwise().squaredNorm().array()).max(0.0) * y_std_ * y_std_).matrix();
+  }
+}
+
 void GaussianProcess::PredictWithGradient(const Eigen::VectorXd& x, double* mean, double* var,
                                           Eigen::VectorXd* dmean, Eigen::VectorXd* dvar) const {
   const double signal = signal_variance();

@@ -6,7 +6,9 @@
 // them form the "good" set, the rest the "bad" set; running trials (and the
 // earlier suggestions of one batch) join the bad set (the constant liar), so
 // a batch spreads out; the bad set's results and its lies are capped
-// separately (max_bad_observations, max_lies). Each set is a Parzen mixture: one kernel per
+// separately (max_bad_observations, max_lies). The batch's own suggestions
+// are a second small mixture beside g(x), so that a batch costs one model,
+// and share one pool of candidates (see Suggest in tpe.cc). Each set is a Parzen mixture: one kernel per
 // observation over all its active parameters jointly (truncated Gaussians in
 // the unit cube for numbers, log-warped for log params, each as wide as the
 // gap to its neighbours; a smoothed one-hot for categoricals) plus a uniform
