@@ -6,6 +6,8 @@
         [--peers optuna-tpe,optuna-tpe-mv,optuna-cmaes,optuna-random,gp-ei]
         [--tasks a,b] [--families bbob,real] [--seeds 20] [--trials 100]
         [--gp-options k=v,... --label NAME] [--out build/search-compare] [--force]
+    # store the lines of one long run (search_bench over many tasks, say)
+    /usr/bin/python3 bench/search_compare.py import FILE [--label NAME]
     # the table: median [q25, q75] regret per task and sampler, per family
     /usr/bin/python3 bench/search_compare.py table [--trials 50] [--markdown] [--samplers ...]
 
@@ -107,6 +109,24 @@ def cmd_run(a):
                 continue
             cmd = [PYTHON, "bench/peers/suite_peers.py", "--tasks", task.name, "--samplers", s] + common
             run_one(cmd, path, None, a.lock)
+
+
+def cmd_import(a):
+    """Stores the bench=search lines of a file (one run of search_bench or a
+    peer over many tasks), one file per sampler and task, as `run` does."""
+    by_file = {}
+    for line in open(a.file):
+        l = parse_line(line)
+        if not l:
+            continue
+        sampler = a.label or l["sampler"]
+        line = re.sub(r" sampler=\S+ ", f" sampler={sampler} ", line.strip())
+        by_file.setdefault(result_path(a.out, sampler, l["func"]), []).append(line)
+    for path, lines in by_file.items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+    print(f"bench: imported {len(by_file)} files from {a.file}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------- table ----
@@ -258,15 +278,18 @@ def main():
     r.add_argument("--search-bench", default="build/bench/search_bench")
     r.add_argument("--server", default="build/server/hpo-server")
     r.add_argument("--lock", default="/tmp/hpo-bench.lock")
+    i = sub.add_parser("import")
+    i.add_argument("file")
+    i.add_argument("--label", default="")
     t = sub.add_parser("table")
     t.add_argument("--trials", type=int, default=50)
     t.add_argument("--samplers", default="")
     t.add_argument("--markdown", action="store_true")
-    for p in (r, t):
+    for p in (r, t, i):
         p.add_argument("--out", default="build/search-compare")
     a = ap.parse_args()
     a.out = os.path.join(ROOT, a.out) if not os.path.isabs(a.out) else a.out
-    cmd_run(a) if a.cmd == "run" else cmd_table(a)
+    {"run": cmd_run, "table": cmd_table, "import": cmd_import}[a.cmd](a)
 
 
 if __name__ == "__main__":
