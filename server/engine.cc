@@ -10,9 +10,8 @@
 #include <cmath>
 
 #include "common/json_limits.h"
-#include "search/gp_sampler.h"
 #include "search/ranking.h"
-#include "search/tpe.h"
+#include "search/registry.h"
 #include "scheduler/cotuner.h"
 #include "scheduler/speed_model.h"
 
@@ -60,12 +59,6 @@ std::string CapText(FreeText field, std::string_view text) {
 }
 
 namespace {
-
-std::unique_ptr<search::Sampler> MakeSampler(const std::string& name) {
-  if (name == "random") return search::MakeRandomSampler();
-  if (name == "gp") return search::MakeGpSampler();
-  return search::MakeTpeSampler();
-}
 
 Result<std::unique_ptr<search::Pruner>> MakePruner(const ExperimentSpec& spec) {
   const json& o = spec.early_stopping_options;
@@ -478,7 +471,7 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
       ++wanted[s];
     }
   }
-  auto sampler = MakeSampler(spec.sampler);
+  HPO_ASSIGN_OR_RETURN(auto sampler, search::MakeSampler(spec.sampler, {}, "algorithm.sampler"));
   const json system = InitialSystem(spec);
   std::vector<store::NewTrial> trials;
   for (size_t s = 0; s < spec.spaces.size(); ++s) {

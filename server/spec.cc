@@ -17,6 +17,8 @@
 
 #include "search/pruner.h"
 
+#include "search/registry.h"
+
 namespace hpo::server {
 namespace {
 
@@ -301,10 +303,8 @@ Status ParseAlgorithm(Fields& top, ExperimentSpec& spec) {
   if (!a) return Status::OK();
   Fields f(*a, "algorithm");
   HPO_RETURN_IF_ERROR(f.RequireObject());
-  HPO_ASSIGN_OR_RETURN(spec.sampler, f.String("sampler", "tpe"));
-  if (spec.sampler != "random" && spec.sampler != "tpe" && spec.sampler != "gp") {
-    return Status::InvalidArgument("algorithm.sampler: must be random, tpe or gp, not '" + spec.sampler + "'");
-  }
+  HPO_ASSIGN_OR_RETURN(spec.sampler, f.String("sampler", std::string(search::kDefaultSampler)));
+  HPO_RETURN_IF_ERROR(search::CheckSamplerName(spec.sampler, "algorithm.sampler"));
   HPO_ASSIGN_OR_RETURN(int64_t seed, f.Int("seed", 0, 0));
   spec.seed = static_cast<uint64_t>(seed);
   return f.NoOthers();

@@ -16,7 +16,7 @@
 //   system:                          # tuned inside each trial, not by the sampler
 //     batch_size: {type: int, low: 32, high: 512, log: true, affects_accuracy: false}
 //     threads: {type: int, low: 1, high: 4}    # co-tuned epoch by epoch (PipeTune)
-//   algorithm: {sampler: tpe, seed: 42}          # random | tpe | gp
+//   algorithm: {sampler: auto, seed: 42}         # auto (default) | tpe | gp | random
 //   early_stopping: {rule: asha, min_resource: 1, reduction_factor: 3, type: promotion}
 //                                                # none | median | asha | hyperband;
 //                                                # type: stop | promotion (pause at each rung
@@ -67,7 +67,8 @@ struct ExperimentSpec {
   std::vector<search::SearchSpace> spaces;
   std::vector<SystemParam> system;
 
-  std::string sampler = "tpe";  // random | tpe | gp
+  // A name of search/registry.h: auto (the default), tpe, gp or random.
+  std::string sampler = "auto";
   uint64_t seed = 0;
 
   std::string early_stopping = "none";  // none | median | asha | hyperband
