@@ -1,50 +1,98 @@
-// bench/search_bench: sampler quality and suggest latency.
+// bench/search_bench: sampler quality on the suite, and suggest latency.
 //
-//   search_bench [--seeds N] [--trials N] [--samplers random,tpe,gp] [--funcs branin,...]
-//                [--latency-only | --quality-only]
+//   search_bench [--samplers auto,tpe,gp,random] [--tasks a,b] [--families bbob,classic]
+//                [--seeds 20] [--first-seed 0] [--trials 100] [--gp-options k=v,...]
+//                [--python /usr/bin/python3] [--suite bench/suite/suite.py]
+//                [--quality-only | --latency-only]
 //
-// Quality: for each function and sampler, N seeds of sequential search;
-// prints the median best-so-far regret at 25, 50 and 100 trials:
-//   bench=search func=hartmann6 sampler=tpe trials=50 median_regret=X
-// Latency: one Suggest call with 100 / 1,000 / 10,000 completed
-// observations of 8 parameters (median of 21 calls; wall time and this
-// thread's CPU time, the steadier figure on a shared machine):
-//   bench=suggest sampler=tpe observations=1000 params=8 ms=X cpu_ms=Y
+// Quality: the tasks of bench/suite/suite.py, the one definition of every
+// function that the peers (bench/peers/suite_peers.py) use too: this program
+// runs `suite.py serve` and asks it for the tasks' spaces and for every
+// evaluation. Our samplers are called through the library, sequentially (one
+// suggestion, one result). Real tasks (family "real") are left out here:
+// bench/suite/rest_driver.py runs them through the REST ask/tell API. One line
+// per (task, sampler, checkpoint), the same as the peers print:
+//   bench=search func=hartmann6 family=classic sampler=gp trials=50 seeds=20
+//       median_regret=X q25=A q75=B regrets=r0,r1,...
+// Latency: Suggest with 100 / 1,000 / 10,000 completed observations of 8
+// parameters, one suggestion and a batch of 16 (median of 11 calls; wall
+// time and this thread's CPU time, the steadier figure on a shared machine):
+//   bench=suggest sampler=tpe observations=1000 params=8 count=1 ms=X cpu_ms=Y
+// `--gp-options` changes GpOptions of the "gp" sampler (and auto's GP) for
+// ablations: warp_output=0, startup_trials=5, num_candidates=2000, ...
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <memory>
 #include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "bench/objectives.h"
-#include "search/sampler.h"
-#include "search/tpe.h"
-#if __has_include("search/gp_sampler.h")
 #include "search/gp_sampler.h"
-#define HPO_HAVE_GP 1
-#endif
+#include "search/registry.h"
+#include "search/sampler.h"
 
 using namespace hpo;
 using namespace hpo::search;
+using nlohmann::json;
 
 namespace {
-
-std::unique_ptr<Sampler> Make(const std::string& name) {
-  if (name == "random") return MakeRandomSampler();
-  if (name == "tpe") return MakeTpeSampler();
-#ifdef HPO_HAVE_GP
-  if (name == "gp") return MakeGpSampler();
-#endif
-  return nullptr;
-}
 
 std::vector<std::string> Split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
   return out;
+}
+
+// Applies "key=value,..." to GpOptions; false on an unknown key.
+bool ApplyGpOptions(const std::string& spec, GpOptions* o) {
+  for (const std::string& kv : Split(spec)) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) return false;
+    const std::string k = kv.substr(0, eq);
+    const double v = std::atof(kv.substr(eq + 1).c_str());
+    if (k == "startup_trials") o->startup_trials = static_cast<int>(v);
+    else if (k == "warp_output") o->warp_output = v != 0;
+    else if (k == "max_observations") o->max_observations = static_cast<int>(v);
+    else if (k == "max_fit_observations") o->max_fit_observations = static_cast<int>(v);
+    else if (k == "num_candidates") o->num_candidates = static_cast<int>(v);
+    else if (k == "num_local") o->num_local = static_cast<int>(v);
+    else if (k == "local_iterations") o->local_iterations = static_cast<int>(v);
+    else if (k == "num_restarts") o->fit.num_restarts = static_cast<int>(v);
+    else if (k == "max_iterations") o->fit.max_iterations = static_cast<int>(v);
+    else if (k == "num_initial_draws") o->fit.num_initial_draws = static_cast<int>(v);
+    else if (k == "min_noise") o->fit.min_noise = v;
+    else if (k == "trust_region_dims") o->trust_region_dims = static_cast<int>(v);
+    else return false;
+  }
+  return true;
+}
+
+GpOptions g_gp_options;
+
+std::unique_ptr<Sampler> Make(const std::string& name) {
+  // "gp" with --gp-options goes around the registry; everything else is
+  // what a spec's algorithm.sampler gets.
+  if (name == "gp") return MakeGpSampler(g_gp_options);
+  SamplerContext context;
+  context.gp = g_gp_options;
+  auto made = MakeSampler(name, context, "--samplers");
+  if (!made.ok()) return nullptr;
+  return std::move(*made);
 }
 
 // CPU time of this thread: unlike wall time, not inflated by other
@@ -55,44 +103,143 @@ double ThreadCpuMs() {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-double Median(std::vector<double> v) {
+// numpy.percentile's default (linear interpolation between order statistics),
+// so that these lines and the peers' agree on the same numbers.
+double Percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  const double pos = q / 100 * (v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - lo) * (v[hi] - v[lo]);
 }
 
-void Quality(const std::vector<std::string>& samplers, const std::vector<std::string>& funcs,
-             int seeds, int trials) {
-  const std::vector<int> checkpoints = {25, 50, 100};
-  for (const auto& obj : bench::AllObjectives()) {
-    if (std::find(funcs.begin(), funcs.end(), obj.name) == funcs.end()) continue;
-    for (const auto& sname : samplers) {
+// `suite.py serve` as a child process: one JSON request per line on its
+// stdin, one answer per line on its stdout.
+class Suite {
+ public:
+  Suite(const std::string& python, const std::string& script) {
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) std::perror("pipe"), std::exit(1);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(to_child[0], 0);
+      dup2(from_child[1], 1);
+      close(to_child[1]);
+      close(from_child[0]);
+      execl(python.c_str(), python.c_str(), script.c_str(), "serve", static_cast<char*>(nullptr));
+      std::perror(("exec " + python).c_str());
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    in_ = fdopen(to_child[1], "w");
+    out_ = fdopen(from_child[0], "r");
+  }
+  ~Suite() {
+    std::fclose(in_);
+    std::fclose(out_);
+    waitpid(pid_, nullptr, 0);
+  }
+
+  json Call(const json& request) {
+    const std::string line = request.dump() + "\n";
+    std::fwrite(line.data(), 1, line.size(), in_);
+    std::fflush(in_);
+    std::string answer;
+    char buf[65536];
+    while (std::fgets(buf, sizeof buf, out_)) {
+      answer += buf;
+      if (!answer.empty() && answer.back() == '\n') break;
+    }
+    if (answer.empty()) {
+      std::fprintf(stderr, "search_bench: the suite process ended (see its error above)\n");
+      std::exit(1);
+    }
+    return json::parse(answer);
+  }
+
+ private:
+  pid_t pid_;
+  FILE* in_;
+  FILE* out_;
+};
+
+struct Task {
+  std::string name, family;
+  SearchSpace space;
+  double optimum = 0;
+};
+
+std::vector<Task> LoadTasks(Suite& suite) {
+  std::vector<Task> out;
+  for (const json& t : suite.Call({{"cmd", "list"}})) {
+    Task task;
+    task.name = t.at("name");
+    task.family = t.at("family");
+    auto space = ParseSearchSpace(t.at("space"), task.name);
+    if (!space.ok()) {
+      std::fprintf(stderr, "search_bench: task %s: %s\n", task.name.c_str(),
+                   space.status().ToString().c_str());
+      std::exit(1);
+    }
+    task.space = std::move(*space);
+    task.optimum = t.at("optimum").is_null() ? 0.0 : t.at("optimum").get<double>();
+    out.push_back(std::move(task));
+  }
+  return out;
+}
+
+void Quality(Suite& suite, const std::vector<std::string>& samplers, const std::string& tasks,
+             const std::string& families, int first_seed, int seeds, int trials) {
+  const std::vector<std::string> names = Split(tasks), fams = Split(families);
+  std::vector<int> checkpoints;
+  for (int c : {25, 50, 100}) {
+    if (c <= trials) checkpoints.push_back(c);
+  }
+  for (const Task& task : LoadTasks(suite)) {
+    if (!names.empty() && std::find(names.begin(), names.end(), task.name) == names.end()) continue;
+    if (!fams.empty() && std::find(fams.begin(), fams.end(), task.family) == fams.end()) continue;
+    if (task.family == "real") {
+      std::fprintf(stderr, "search_bench: %s is a real task: bench/suite/rest_driver.py runs it\n",
+                   task.name.c_str());
+      continue;
+    }
+    for (const std::string& sname : samplers) {
       std::map<int, std::vector<double>> regret;
       const auto start = std::chrono::steady_clock::now();
-      for (int seed = 0; seed < seeds; ++seed) {
+      for (int seed = first_seed; seed < first_seed + seeds; ++seed) {
         auto sampler = Make(sname);
         Rng rng(seed);
         History h;
-        double best = std::numeric_limits<double>::infinity();
-        for (int t = 1; t <= trials; ++t) {
-          Assignment a = sampler->Suggest(obj.space, h, 1, rng).at(0);
-          const double y = obj.f(obj.space.ToJson(a));
-          best = std::min(best, y);
-          h.trials.push_back({t - 1, TrialStatus::kCompleted, std::move(a), y, {}});
-          if (std::count(checkpoints.begin(), checkpoints.end(), t)) {
-            regret[t].push_back(best - obj.optimum);
+        double best_seen = INFINITY, best_f = INFINITY;
+        for (int t = 0; t < trials; ++t) {
+          Assignment a = sampler->Suggest(task.space, h, 1, rng).at(0);
+          const json r = suite.Call({{"cmd", "eval"}, {"task", task.name},
+                                     {"params", task.space.ToJson(a)}, {"seed", seed}, {"trial", t}});
+          const double y = r.at("y"), f = r.at("f");
+          if (y < best_seen) best_seen = y, best_f = f;
+          h.trials.push_back({t, TrialStatus::kCompleted, std::move(a), y, {}});
+          if (std::count(checkpoints.begin(), checkpoints.end(), t + 1)) {
+            regret[t + 1].push_back(best_f - task.optimum);
           }
         }
       }
-      const double secs =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       for (const auto& [t, r] : regret) {
-        std::printf("bench=search func=%s sampler=%s trials=%d seeds=%d median_regret=%.6g\n",
-                    obj.name.c_str(), sname.c_str(), t, seeds, Median(r));
+        std::string all;
+        char buf[64];
+        for (double v : r) {
+          std::snprintf(buf, sizeof buf, "%s%.6g", all.empty() ? "" : ",", v);
+          all += buf;
+        }
+        std::printf("bench=search func=%s family=%s sampler=%s trials=%d seeds=%zu median_regret=%.6g "
+                    "q25=%.6g q75=%.6g regrets=%s\n",
+                    task.name.c_str(), task.family.c_str(), sname.c_str(), t, r.size(),
+                    Percentile(r, 50), Percentile(r, 25), Percentile(r, 75), all.c_str());
       }
-      std::fprintf(stderr, "search_bench: %s/%s done in %.1fs\n", obj.name.c_str(), sname.c_str(),
-                   secs);
       std::fflush(stdout);
+      std::fprintf(stderr, "bench: %s/%s %d seeds in %.1fs\n", task.name.c_str(), sname.c_str(), seeds,
+                   secs);
     }
   }
 }
@@ -109,19 +256,21 @@ void Latency(const std::vector<std::string>& samplers) {
       h.trials.push_back({i, TrialStatus::kCompleted, std::move(a), y, {}});
     }
     for (const auto& sname : samplers) {
-      auto sampler = Make(sname);
-      Rng rng(1);
-      std::vector<double> ms, cpu_ms;
-      for (int rep = 0; rep < 21; ++rep) {
-        const double cpu_start = ThreadCpuMs();
-        const auto start = std::chrono::steady_clock::now();
-        auto out = sampler->Suggest(space, h, 1, rng);
-        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-        cpu_ms.push_back(ThreadCpuMs() - cpu_start);
+      for (int count : {1, 16}) {
+        auto sampler = Make(sname);
+        Rng rng(1);
+        std::vector<double> ms, cpu_ms;
+        for (int rep = 0; rep < 11; ++rep) {
+          const double cpu_start = ThreadCpuMs();
+          const auto start = std::chrono::steady_clock::now();
+          auto out = sampler->Suggest(space, h, count, rng);
+          ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+          cpu_ms.push_back(ThreadCpuMs() - cpu_start);
+        }
+        std::printf("bench=suggest sampler=%s observations=%d params=8 count=%d ms=%.3f cpu_ms=%.3f\n",
+                    sname.c_str(), n, count, Percentile(ms, 50), Percentile(cpu_ms, 50));
+        std::fflush(stdout);
       }
-      std::printf("bench=suggest sampler=%s observations=%d params=8 ms=%.3f cpu_ms=%.3f\n",
-                  sname.c_str(), n, Median(ms), Median(cpu_ms));
-      std::fflush(stdout);
     }
   }
 }
@@ -129,30 +278,43 @@ void Latency(const std::vector<std::string>& samplers) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int seeds = 20, trials = 100;
-  std::string samplers = "random,tpe", funcs = "branin,hartmann6,rosenbrock4,ackley5,levy5,conditional";
-#ifdef HPO_HAVE_GP
-  samplers += ",gp";
-#endif
+  int seeds = 20, first_seed = 0, trials = 100;
+  std::string samplers = "auto,tpe,gp,random", tasks, families;
+  std::string python = "/usr/bin/python3", script = "bench/suite/suite.py";
   bool quality = true, latency = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
     if (a == "--seeds") {
       seeds = std::atoi(next().c_str());
+    } else if (a == "--first-seed") {
+      first_seed = std::atoi(next().c_str());
     } else if (a == "--trials") {
       trials = std::atoi(next().c_str());
     } else if (a == "--samplers") {
       samplers = next();
-    } else if (a == "--funcs") {
-      funcs = next();
+    } else if (a == "--tasks" || a == "--funcs") {
+      tasks = next();
+    } else if (a == "--families") {
+      families = next();
+    } else if (a == "--python") {
+      python = next();
+    } else if (a == "--suite") {
+      script = next();
+    } else if (a == "--gp-options") {
+      if (!ApplyGpOptions(next(), &g_gp_options)) {
+        std::fprintf(stderr, "search_bench: bad --gp-options (key=value,... of GpOptions)\n");
+        return 2;
+      }
     } else if (a == "--latency-only") {
       quality = false;
     } else if (a == "--quality-only") {
       latency = false;
     } else {
-      std::fprintf(stderr, "usage: search_bench [--seeds N] [--trials N] [--samplers a,b] "
-                           "[--funcs f,g] [--latency-only|--quality-only]\n");
+      std::fprintf(stderr,
+                   "usage: search_bench [--samplers a,b] [--tasks t,u] [--families f,g] [--seeds N] "
+                   "[--first-seed N] [--trials N] [--gp-options k=v,...] [--python PATH] [--suite PATH] "
+                   "[--latency-only|--quality-only]\n");
       return 2;
     }
   }
@@ -162,7 +324,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (quality) Quality(Split(samplers), Split(funcs), seeds, trials);
+  if (quality) {
+    Suite suite(python, script);
+    Quality(suite, Split(samplers), tasks, families, first_seed, seeds, trials);
+  }
   if (latency) Latency(Split(samplers));
   return 0;
 }

@@ -371,7 +371,7 @@ int main(int argc, char** argv) {
   watch_cmd->add_option("id", id)->required();
   auto* trials = app.add_subcommand("trials", "list an experiment's trials");
   trials->add_option("id", id)->required();
-  trials->add_option("--state", state, "pending, leased, running, completed, pruned, failed or cancelled");
+  trials->add_option("--state", state, "pending, leased, running, paused, completed, pruned, failed or cancelled");
   trials->add_option("-o,--output", format, "table, json or csv")->check(CLI::IsMember({"table", "json", "csv"}));
   auto* best = app.add_subcommand("best", "the best completed trial");
   best->add_option("id", id)->required();

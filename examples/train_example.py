@@ -12,7 +12,14 @@ examples/command.yaml):
   * re-reads HPO_SYSTEM_FILE before each epoch, because the server may change
     the system setting (batch size, threads) mid-trial to find the fastest one,
     and echoes the setting it used on its metric line, so speed is credited to
-    the setting that was really in use.
+    the setting that was really in use;
+  * keeps the checkpoint contract (worker/command_executor.h), so that with
+    promotion-type early stopping a trial can pause at a rung and be resumed
+    later, on any worker, exactly where it stopped: with HPO_STOP_STEP set it
+    writes its whole state (weights, the data order, the random generator) to
+    HPO_CHECKPOINT_DIR after that epoch and exits 0; with HPO_RESUME_STEP set
+    it restores that state and goes on at the next epoch, or exits 65 when the
+    state is not the one it expects (the worker then starts the trial over).
 
 The "model" is logistic regression on a synthetic two-class problem, trained
 with mini-batch SGD: small enough to take a few milliseconds per epoch.
@@ -25,6 +32,9 @@ import os
 import random
 import sys
 import time
+
+STATE_FILE = "state.json"
+EX_DATAERR = 65  # "I cannot use this checkpoint": the worker restarts the trial from step 1
 
 
 def read_system(default):
@@ -71,6 +81,30 @@ def evaluate(weights, bias, data):
     return loss / len(data), correct / len(data)
 
 
+def save_state(directory, epoch, weights, bias, order, rng):
+    """Everything the next epoch depends on; written whole or not at all."""
+    version, internal, gauss_next = rng.getstate()
+    state = {"epoch": epoch, "weights": weights, "bias": bias, "order": order,
+             "rng": [version, list(internal), gauss_next]}
+    tmp = os.path.join(directory, STATE_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(state, f)
+    os.replace(tmp, os.path.join(directory, STATE_FILE))
+
+
+def load_state(directory, epoch, width, n_train):
+    """The state saved after `epoch`, or None when it is missing or not that."""
+    try:
+        with open(os.path.join(directory, STATE_FILE)) as f:
+            state = json.load(f)
+        version, internal, gauss_next = state["rng"]
+        ok = (state["epoch"] == epoch and len(state["weights"]) == width
+              and sorted(state["order"]) == list(range(n_train)))
+        return (state, (version, tuple(internal), gauss_next)) if ok else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def main():
     params = json.loads(os.environ.get("HPO_PARAMS", "{}") or "{}")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -90,16 +124,32 @@ def main():
     valid = make_data(rng, 256, args.width)
     weights = [0.0] * args.width
     bias = 0.0
+    order = list(range(len(train)))  # the training order, shuffled each epoch
+
+    checkpoint_dir = os.environ.get("HPO_CHECKPOINT_DIR", "")
+    stop_step = int(os.environ.get("HPO_STOP_STEP", "0") or 0)
+    resume_step = int(os.environ.get("HPO_RESUME_STEP", "0") or 0)
+    first_epoch = 1
+    if resume_step > 0:
+        loaded = load_state(checkpoint_dir, resume_step, args.width, len(train))
+        if loaded is None:
+            print(f"cannot resume: {checkpoint_dir}/{STATE_FILE} is not the state after epoch {resume_step}",
+                  file=sys.stderr)
+            return EX_DATAERR
+        state, rng_state = loaded
+        weights, bias, order = state["weights"], state["bias"], state["order"]
+        rng.setstate(rng_state)
+        first_epoch = resume_step + 1
 
     start_system = json.loads(os.environ.get("HPO_SYSTEM", "{}") or "{}")
     system = dict(start_system)
-    for epoch in range(1, args.epochs + 1):
+    for epoch in range(first_epoch, args.epochs + 1):
         system = read_system(system)
         batch_size = max(1, int(system.get("batch_size", os.environ.get("HPO_BATCH_SIZE", 32))))
-        rng.shuffle(train)
+        rng.shuffle(order)
         began = time.perf_counter()
-        for i in range(0, len(train), batch_size):
-            batch = train[i:i + batch_size]
+        for i in range(0, len(order), batch_size):
+            batch = [train[k] for k in order[i:i + batch_size]]
             grad_w = [0.0] * args.width
             grad_b = 0.0
             for x, y in batch:
@@ -114,8 +164,14 @@ def main():
         loss, accuracy = evaluate(weights, bias, valid)
         # flush: the worker reads a pipe, and a buffered line would arrive too
         # late for the server to prune this trial on time.
+        if epoch == stop_step and checkpoint_dir:
+            # Saved before the metric line: once the worker has the line it
+            # may pause the trial and take the directory.
+            save_state(checkpoint_dir, epoch, weights, bias, order, rng)
         print(f"hpo: step={epoch} loss={loss:.6f} accuracy={accuracy:.4f} "
               f"samples_per_sec={len(train) / seconds:.1f} batch_size={batch_size}", flush=True)
+        if epoch == stop_step:
+            return 0
     return 0
 
 

@@ -61,6 +61,10 @@ WorkloadSpeeds SpeedsFor(const std::string& workload, const AskingDevice& device
     if (e->samples_per_sec == out.asking->samples_per_sec) equal += count;
   }
   if (out.asking) out.q = n > 1 ? (slower + (equal - 1) / 2) / (n - 1) : 1.0;
+  // Nobody faster: the top of the fleet, whatever the ties. (Mid-rank would
+  // put every device of a fleet of equals in the middle, taking middling
+  // work before promotions, which is not what successive halving means.)
+  if (out.asking && slower + equal == n) out.q = 1.0;
   return out;
 }
 

@@ -35,7 +35,8 @@
 //     rung-0 trials of the same space. With p the item's importance
 //     percentile among the offered items and q the device's speed
 //     percentile among the live fleet's devices for the item's workload
-//     (mid-rank, 1 = fastest; 0.5 when its speed is unknown), the device
+//     (mid-rank, 1 = fastest, and 1 for every device when none is faster
+//     than it; 0.5 when its speed is unknown), the device
 //     takes argmin |p - q|: fast devices take promotions, slow ones
 //     exploration.
 //  5. Hold-back: a resume or pending item that a faster live device would

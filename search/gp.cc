@@ -18,11 +18,19 @@ constexpr double kLogSqrt2Pi = 0.91893853320467274178;  // log(2 pi) / 2
 constexpr double kSqrtHalfPi = 1.25331413731550025121;  // sqrt(pi / 2)
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Priors, all Gaussian in the log-space the optimizer works in.
-// Lengthscales: LogNormal(sqrt(2) + log(d) / 2, sqrt(3)), the dimension-scaled
-// prior of Hvarfner et al., "Vanilla Bayesian Optimization Performs Great in
-// High Dimensions" (ICML 2024): weak, and it leans towards smooth functions
-// as d grows, which keeps the model from overfitting a handful of points.
+// Priors. Lengthscales: LogNormal(sqrt(2) + log(d) / 2, sqrt(3)), the
+// dimension-scaled prior of Hvarfner et al., "Vanilla Bayesian Optimization
+// Performs Great in High Dimensions" (ICML 2024): weak, and it leans towards
+// smooth functions as d grows, which keeps the model from overfitting a
+// handful of points. It is a density on the lengthscale l, so in the log
+// space the optimizer works in (t = log l) its negative log is
+// (t - mu)^2 / (2 sigma^2) + t, with the Jacobian term t: its mode is
+// l = exp(mu - sigma^2), 0.5 at d = 6. Without that term (a Gaussian on t,
+// as this code had) the mode sat at exp(mu), 10 at d = 6 and 13 at d = 10:
+// twenty times too smooth, so with a few dozen points the model was nearly
+// flat and GP-BO searched almost at random in 10 dimensions (issue #18,
+// bench/README.md "Why our GP lost to a plain GP-EI loop").
+// Signal and noise variance: Gaussian in log space.
 constexpr double kLengthscaleSigma = 1.7320508075688772;
 // Signal variance of standardized targets: about 1.
 constexpr double kSignalMu = 0;
@@ -141,7 +149,7 @@ class NegLogPosterior {
     const Eigen::ArrayXd zl = (log_ls - ls_mu_) / kLengthscaleSigma;
     const double zs = (theta(d) - kSignalMu) / kSignalSigma;
     const double zn = (theta(d + 1) - kNoiseMu) / kNoiseSigma;
-    value += 0.5 * (zl.square().sum() + zs * zs + zn * zn);
+    value += 0.5 * (zl.square().sum() + zs * zs + zn * zn) + log_ls.sum();
     if (!std::isfinite(value)) return kInf;
     if (grad == nullptr) return value;
 
@@ -165,7 +173,7 @@ class NegLogPosterior {
     MX_.noalias() = K_ * X_;
     const Eigen::ArrayXd t1 = (X2_.transpose() * row_sums).array();
     const Eigen::ArrayXd t2 = (MX_.array() * X_.array()).colwise().sum().transpose();
-    grad->head(d) = (-(t1 - t2) * (-2.0 * log_ls).exp() + zl / kLengthscaleSigma).matrix();
+    grad->head(d) = (-(t1 - t2) * (-2.0 * log_ls).exp() + zl / kLengthscaleSigma + 1.0).matrix();
     return value;
   }
 
@@ -224,7 +232,7 @@ Result<GaussianProcess> GaussianProcess::Fit(const Eigen::MatrixXd& X, const Eig
   // and draws from the priors; the likelihood alone ranks them.
   std::vector<Eigen::VectorXd> starts;
   Eigen::VectorXd mode(d + 2);
-  mode << Eigen::VectorXd::Constant(d, ls_mu), kSignalMu, kNoiseMu;
+  mode << Eigen::VectorXd::Constant(d, ls_mu - kLengthscaleSigma * kLengthscaleSigma), kSignalMu, kNoiseMu;
   starts.push_back(mode);
   Eigen::VectorXd wiggly = mode;
   wiggly.head(d).setConstant(std::log(0.3));
@@ -351,6 +359,43 @@ void GaussianProcess::Predict(const Eigen::MatrixXd& Xs, Eigen::VectorXd* mean,
       var->segment(start, rows) =
           ((signal - V.rowwise().squaredNorm().array()).max(0.0) * y_std_ * y_std_).matrix();
     }
+  }
+}
+
+void GaussianProcess::Predict(PointCache* cache, Eigen::VectorXd* mean, Eigen::VectorXd* var) const {
+  PointCache& c = *cache;
+  const Eigen::Index m = c.X_.rows();
+  const double signal = signal_variance();
+  if (c.n_ == 0 || c.Ks_.cols() < n_) {
+    const Eigen::Index cap = std::max<Eigen::Index>(X_.rows(), n_);
+    if (c.n_ == 0) {
+      c.scaled_ = c.X_ * (-hyper_.log_lengthscales.array()).exp().matrix().asDiagonal();
+      Eigen::MatrixXd Ks;
+      CrossKernel(c.scaled_, Xs_.topRows(n_), xs_norm2_.head(n_), signal, &Ks);
+      c.Ks_.resize(m, cap);
+      c.V_.resize(m, cap);
+      c.Ks_.leftCols(n_) = Ks;
+      c.V_.leftCols(n_).noalias() =
+          Ks * Linv_.topLeftCorner(n_, n_).transpose().triangularView<Eigen::Upper>();
+      c.n_ = n_;
+    } else {
+      c.Ks_.conservativeResize(Eigen::NoChange, cap);
+      c.V_.conservativeResize(Eigen::NoChange, cap);
+    }
+  }
+  // Observations added since: a column of the cross-kernel each, and the
+  // matching column of Ks L^-T from the new row of L^-1 (the older rows of
+  // L^-1 do not change when an observation is added).
+  Eigen::MatrixXd k;
+  for (Eigen::Index t = c.n_; t < n_; ++t) {
+    CrossKernel(c.scaled_, Xs_.row(t), xs_norm2_.segment(t, 1), signal, &k);
+    c.Ks_.col(t) = k.col(0);
+    c.V_.col(t).noalias() = c.Ks_.leftCols(t + 1) * Linv_.row(t).head(t + 1).transpose();
+  }
+  c.n_ = n_;
+  if (mean != nullptr) *mean = ((c.Ks_.leftCols(n_) * alpha_.head(n_)).array() * y_std_ + y_mean_).matrix();
+  if (var != nullptr) {
+    *var = ((signal - c.V_.leftCols(n_).rowwise().squaredNorm().array()).max(0.0) * y_std_ * y_std_).matrix();
   }
 }
 

@@ -16,6 +16,7 @@
 
 #include <Eigen/Dense>
 #include <functional>
+#include <utility>
 
 #include "common/status.h"
 #include "search/random.h"
@@ -75,6 +76,26 @@ class GaussianProcess {
   // Posterior mean and variance of the latent function (noise excluded) at
   // each row of Xs. Either output may be null.
   void Predict(const Eigen::MatrixXd& Xs, Eigen::VectorXd* mean, Eigen::VectorXd* var) const;
+  // Predictions at a fixed set of points (rows of X), kept current as
+  // observations are added: the first Predict(cache) costs what Predict
+  // does, O(m n^2) for m points, and after each AddObservation the next
+  // one costs O(m n). For scoring one candidate set against a growing
+  // batch of fantasies. REQUIRES: used with one GaussianProcess only.
+  class PointCache {
+   public:
+    explicit PointCache(Eigen::MatrixXd X) : X_(std::move(X)) {}
+    const Eigen::MatrixXd& points() const { return X_; }
+
+   private:
+    friend class GaussianProcess;
+    Eigen::MatrixXd X_;
+    Eigen::MatrixXd scaled_;  // X_ divided by the lengthscales
+    Eigen::MatrixXd Ks_;      // cross-kernel with the first n_ observations
+    Eigen::MatrixXd V_;       // Ks_ L^-T
+    Eigen::Index n_ = 0;
+  };
+  void Predict(PointCache* cache, Eigen::VectorXd* mean, Eigen::VectorXd* var) const;
+
   // The same at one point, with the gradients of both with respect to x.
   void PredictWithGradient(const Eigen::VectorXd& x, double* mean, double* var,
                            Eigen::VectorXd* dmean, Eigen::VectorXd* dvar) const;

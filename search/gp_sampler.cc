@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <string_view>
 #include <utility>
@@ -95,12 +96,21 @@ class Codec {
     Latent z(space_.size());
     for (int i = 0; i < space_.size(); ++i) {
       const Param& p = space_.params[i];
-      z[i] = IsNumeric(p) ? rng.Uniform()
+      z[i] = IsNumeric(p) ? Lower(i) + (Upper(i) - Lower(i)) * rng.Uniform()
                           : static_cast<double>(rng.Below(std::max(p.num_choices(), 1)));
     }
     Snap(&z);
     return z;
   }
+
+  // Where numbers may go (unit values): [0, 1] unless a trust region set a
+  // box around the incumbent.
+  void SetBox(std::vector<double> lower, std::vector<double> upper) {
+    lower_ = std::move(lower);
+    upper_ = std::move(upper);
+  }
+  double Lower(int i) const { return lower_.empty() ? 0.0 : lower_[i]; }
+  double Upper(int i) const { return upper_.empty() ? 1.0 : upper_[i]; }
 
   const SearchSpace& space() const { return space_; }
   const GpEncoding& encoding() const { return encoding_; }
@@ -108,7 +118,43 @@ class Codec {
  private:
   const SearchSpace& space_;
   const GpEncoding& encoding_;
+  std::vector<double> lower_, upper_;
 };
+
+// TuRBO's trust-region side length (Eriksson et al., NeurIPS 2019), replayed
+// from the values in trial order, so that no state is kept between calls:
+// after `startup` values it starts at kInitial; a value better than the best
+// so far by 1e-3 of its size is a success, anything else a failure; 3
+// successes in a row double it (at most kMax), max(4, dims) failures in a
+// row halve it, and below kMin it starts over at kInitial.
+double TrustRegionLength(const std::vector<double>& values, int startup, int dims) {
+  constexpr double kInitial = 0.8, kMax = 1.6, kMin = 0.5 / 128;
+  double length = kInitial, best = std::numeric_limits<double>::infinity();
+  int successes = 0, failures = 0;
+  const int patience = std::max(4, dims);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double v = values[i];
+    if (static_cast<int>(i) >= startup) {
+      if (v < best - 1e-3 * std::abs(best)) {
+        ++successes;
+        failures = 0;
+      } else {
+        ++failures;
+        successes = 0;
+      }
+      if (successes >= 3) {
+        length = std::min(2 * length, kMax);
+        successes = 0;
+      } else if (failures >= patience) {
+        length /= 2;
+        failures = 0;
+      }
+      if (length < kMin) length = kInitial;
+    }
+    best = std::min(best, v);
+  }
+  return length;
+}
 
 // log EI below `best` under the GP, in the GP's features; -infinity within
 // `min_distance` of an excluded point (pending ones, see GpOptions).
@@ -125,6 +171,17 @@ class Acquisition {
   Eigen::VectorXd Score(const Eigen::MatrixXd& X) const {
     Eigen::VectorXd mean, var;
     gp_.Predict(X, &mean, &var);
+    return Finish(X, mean, var);
+  }
+
+  Eigen::VectorXd Score(GaussianProcess::PointCache* cache) const {
+    Eigen::VectorXd mean, var;
+    gp_.Predict(cache, &mean, &var);
+    return Finish(cache->points(), mean, var);
+  }
+
+  Eigen::VectorXd Finish(const Eigen::MatrixXd& X, const Eigen::VectorXd& mean,
+                         const Eigen::VectorXd& var) const {
     Eigen::VectorXd out(X.rows());
     for (int i = 0; i < X.rows(); ++i) {
       out(i) = Excluded(X.row(i).transpose())
@@ -293,7 +350,7 @@ class GpSampler : public Sampler {
     if (static_cast<int>(data.points.size()) < needed) return;
 
     const GpEncoding encoding(space);
-    const Codec codec(space, encoding);
+    Codec codec(space, encoding);
     const std::vector<int> ranked = Ranked(data.values);
     // The best half, then a spread over the rest.
     std::vector<int> chosen = ranked;
@@ -352,22 +409,58 @@ class GpSampler : public Sampler {
     }
     GaussianProcess& gp = *fitted;
     const double best = data.values[ranked[0]];
+    int numeric = 0;
+    for (const Param& p : space.params) numeric += IsNumeric(p);
+    if (options_.trust_region_dims > 0 && numeric >= options_.trust_region_dims) {
+      // A box around the incumbent, each side in proportion to its
+      // lengthscale (relative to their geometric mean, clipped to [1/4, 4]
+      // as TuRBO does), of volume length^numeric.
+      const double length = TrustRegionLength(data.values, needed, numeric);
+      const Latent center = codec.FromAssignment(*data.points[ranked[0]]);
+      const Eigen::VectorXd ls = gp.lengthscales();
+      std::vector<double> w(space.size(), 1.0);
+      double log_mean = 0;
+      for (int i = 0; i < space.size(); ++i) {
+        if (IsNumeric(space.params[i])) log_mean += std::log(ls(encoding.column(i))) / numeric;
+      }
+      std::vector<double> lower(space.size(), 0.0), upper(space.size(), 1.0);
+      for (int i = 0; i < space.size(); ++i) {
+        if (!IsNumeric(space.params[i])) continue;
+        w[i] = std::clamp(std::exp(std::log(ls(encoding.column(i))) - log_mean), 0.25, 4.0);
+      }
+      double log_volume = 0;
+      for (int i = 0; i < space.size(); ++i) {
+        if (IsNumeric(space.params[i])) log_volume += std::log(w[i]) / numeric;
+      }
+      for (int i = 0; i < space.size(); ++i) {
+        if (!IsNumeric(space.params[i])) continue;
+        const double half = 0.5 * length * w[i] / std::exp(log_volume);
+        lower[i] = std::clamp(center[i] - half, 0.0, 1.0);
+        upper[i] = std::clamp(center[i] + half, 0.0, 1.0);
+      }
+      codec.SetBox(std::move(lower), std::move(upper));
+    }
 
     // Constant liar: a pending point is taken to have scored the best value,
     // and exactly so (its latent value, not a noisy reading of it): where the
     // model is confident, a noisy lie would leave the acquisition's peak in
     // place and the batch would pile up within a hair of one point.
+    // The newest max_pending running trials are fantasized up front; the
+    // others wait in `later` until one comes near a promising candidate
+    // (see Maximize), so every running trial repels, however many there are.
     std::vector<const Observation*> pending = data.pending;
     std::stable_sort(
         pending.begin(), pending.end(),
         [](const Observation* a, const Observation* b) { return a->number > b->number; });
-    if (static_cast<int>(pending.size()) > options_.max_pending) {
-      pending.resize(std::max(options_.max_pending, 0));
-    }
     gp.Reserve(gp.num_observations() + static_cast<int>(pending.size()) + count);
     Acquisition acquisition(gp, best, options_.min_pending_distance);
-    for (const Observation* t : pending) {
-      const Eigen::VectorXd x = encoding.Encode(t->params);
+    Pending later;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      const Eigen::VectorXd x = encoding.Encode(pending[i]->params);
+      if (static_cast<int>(i) >= options_.max_pending) {
+        later.push_back(x);
+        continue;
+      }
       if (!gp.AddObservation(x, best, true).ok()) return;
       acquisition.Exclude(x);
     }
@@ -376,8 +469,18 @@ class GpSampler : public Sampler {
     for (int k = 0; k < std::min<int>(5, chosen.size()); ++k) {
       elite.push_back(codec.FromAssignment(*data.points[chosen[k]]));
     }
+    Pool pool = Candidates(codec, elite, rng);
+    pool.use_cache = count > 1;
     for (int k = 0; k < count; ++k) {
-      const Latent z = Maximize(codec, acquisition, elite, rng);
+      // Later points of a batch refine fewer candidates: the fantasies
+      // already spread them, and refining is most of a point's cost.
+      const int refined = k == 0 ? options_.num_local : std::min(options_.num_local, 2);
+      Latent z = Maximize(codec, gp, acquisition, best, pool, refined, &later);
+      // A refined point may have moved next to a running trial not yet
+      // fantasized: fantasize those and choose again (once).
+      if (FantasizeNear(gp, acquisition, best, {codec.Features(z)}, &later)) {
+        z = Maximize(codec, gp, acquisition, best, pool, refined, &later);
+      }
       out->push_back(codec.Decode(z));
       if (k + 1 == count) break;
       const Eigen::VectorXd x = codec.Features(z);
@@ -386,8 +489,55 @@ class GpSampler : public Sampler {
     }
   }
 
-  Latent Maximize(const Codec& codec, const Acquisition& acquisition,
-                  const std::vector<Latent>& elite, Rng& rng) const {
+  using Pending = std::vector<Eigen::VectorXd>;
+
+  // Fantasizes (and excludes) every point of `later` whose correlation with
+  // one of `near` under the fitted kernel exceeds kNearCorrelation, taking
+  // them out of `later`. Returns whether it added any.
+  static bool FantasizeNear(GaussianProcess& gp, Acquisition& acquisition, double lie,
+                            const std::vector<Eigen::VectorXd>& near, Pending* later) {
+    // About 1.45 lengthscales: farther, a fantasy barely moves the posterior.
+    constexpr double kNearCorrelation = 0.3;
+    if (later->empty() || near.empty()) return false;
+    const Eigen::VectorXd ls = gp.lengthscales();
+    bool added = false;
+    for (size_t i = 0; i < later->size();) {
+      bool close = false;
+      for (const Eigen::VectorXd& x : near) {
+        if (Matern52((*later)[i], x, ls) > kNearCorrelation) {
+          close = true;
+          break;
+        }
+      }
+      if (!close) {
+        ++i;
+        continue;
+      }
+      if (!gp.AddObservation((*later)[i], lie, true).ok()) return added;
+      acquisition.Exclude((*later)[i]);
+      (*later)[i] = std::move(later->back());
+      later->pop_back();
+      added = true;
+    }
+    return added;
+  }
+
+  // The candidates of one Suggest call, shared by all its suggestions (their
+  // scores follow the fantasies through GaussianProcess::PointCache, so a
+  // batch costs little more than one suggestion).
+  struct Pool {
+    std::vector<Latent> candidates;
+    std::unique_ptr<GaussianProcess::PointCache> cache;
+    // One suggestion scores the pool once or twice: plain Predict, blocked
+    // and without the cache's large matrices, is faster there.
+    bool use_cache = false;
+
+    Eigen::VectorXd Score(const Acquisition& acquisition) {
+      return use_cache ? acquisition.Score(cache.get()) : acquisition.Score(cache->points());
+    }
+  };
+
+  Pool Candidates(const Codec& codec, const std::vector<Latent>& elite, Rng& rng) const {
     const SearchSpace& space = codec.space();
     std::vector<Latent> candidates;
     const int num_random = std::max(options_.num_candidates, 1);
@@ -402,7 +552,7 @@ class GpSampler : public Sampler {
       for (int j = 0; j < space.size(); ++j) {
         const Param& p = space.params[j];
         if (IsNumeric(p)) {
-          z[j] = std::clamp(z[j] + scale * rng.Normal(), 0.0, 1.0);
+          z[j] = std::clamp(z[j] + scale * rng.Normal(), codec.Lower(j), codec.Upper(j));
         } else if (rng.Uniform() < 0.1) {
           z[j] = static_cast<double>(rng.Below(std::max(p.num_choices(), 1)));
         }
@@ -415,10 +565,32 @@ class GpSampler : public Sampler {
     for (size_t i = 0; i < candidates.size(); ++i) {
       X.row(i) = codec.Features(candidates[i]).transpose();
     }
-    const Eigen::VectorXd scores = acquisition.Score(X);
+    Pool pool;
+    pool.candidates = std::move(candidates);
+    pool.cache = std::make_unique<GaussianProcess::PointCache>(std::move(X));
+    return pool;
+  }
+
+  // The best candidate of the pool by log EI, refined from the num_local
+  // best (`num_refined` of them). Running trials in `later` near the
+  // best-scored candidates are fantasized first (see FantasizeNear).
+  Latent Maximize(const Codec& codec, GaussianProcess& gp, Acquisition& acquisition, double lie,
+                  Pool& pool, int num_refined, Pending* later) const {
+    const std::vector<Latent>& candidates = pool.candidates;
+    const Eigen::MatrixXd& X = pool.cache->points();
+    Eigen::VectorXd scores = pool.Score(acquisition);
     std::vector<int> order(candidates.size());
     std::iota(order.begin(), order.end(), 0);
-    const int num_refined = std::clamp(options_.num_local, 0, static_cast<int>(order.size()));
+    num_refined = std::clamp(num_refined, 0, static_cast<int>(order.size()));
+    for (int round = 0; round < 3 && !later->empty(); ++round) {
+      const int top = std::min<int>(4 * std::max(num_refined, 1), static_cast<int>(order.size()));
+      std::partial_sort(order.begin(), order.begin() + top, order.end(),
+                        [&](int a, int b) { return scores(a) > scores(b) || (scores(a) == scores(b) && a < b); });
+      std::vector<Eigen::VectorXd> near;
+      for (int k = 0; k < top; ++k) near.push_back(X.row(order[k]).transpose());
+      if (!FantasizeNear(gp, acquisition, lie, near, later)) break;
+      scores = pool.Score(acquisition);
+    }
     std::partial_sort(
         order.begin(), order.begin() + std::max(num_refined, 1), order.end(),
         [&](int a, int b) { return scores(a) > scores(b) || (scores(a) == scores(b) && a < b); });
@@ -461,8 +633,12 @@ class GpSampler : public Sampler {
         for (int j = 0; j < n; ++j) (*grad)(j) = -gx(encoding.column(vars[j]));
         return -value;
       };
-      MinimizeInBox(objective, Eigen::VectorXd::Zero(n), Eigen::VectorXd::Ones(n),
-                    options_.local_iterations, 1e-9, &v);
+      Eigen::VectorXd lower(n), upper(n);
+      for (int j = 0; j < n; ++j) {
+        lower(j) = codec.Lower(vars[j]);
+        upper(j) = codec.Upper(vars[j]);
+      }
+      MinimizeInBox(objective, lower, upper, options_.local_iterations, 1e-9, &v);
       for (int j = 0; j < n; ++j) work[vars[j]] = v(j);
       codec.Snap(&work);
       const double s = acquisition.Score(codec.Features(work));

@@ -25,20 +25,29 @@
 //   warping (as HEBO does) helped on every smooth bench function but
 //   trapped the conditional one in its easy branch; choosing by likelihood
 //   keeps most of the gain without the trap. It doubles the fitting cost.
-// - Pending points: running trials without a value in the model (the most
-//   recent max_pending of them) and the earlier suggestions of the same call
-//   are fantasized with the constant liar at the best observed value, taken
+// - Pending points: running trials without a value in the model and the
+//   earlier suggestions of the same call are fantasized with the constant
+//   liar at the best observed value, taken
 //   as the exact latent value (no noise): the variance there collapses and
 //   log EI drops around them, so a batch spreads out even where the model is
 //   confident (a noisy lie would leave the acquisition's peak in place). Where
 //   the model's mean slopes below the lie, log EI can still peak right next
 //   to one, so points within min_pending_distance of them are excluded.
+//   The newest max_pending running trials are fantasized up front; each
+//   older one is fantasized as soon as it comes near (correlation above 0.3
+//   under the fitted kernel, about 1.45 lengthscales) one of the best-scored
+//   candidates or the chosen point, which is then chosen again. So every
+//   running trial repels, however large the fleet, at the cost of the few
+//   that matter.
 // - Cost: with more than max_observations values, the GP conditions on the
 //   best half plus evenly spaced ranks of the rest, and its hyperparameters
 //   are fitted on at most max_fit_observations of those (evenly spaced ranks):
 //   a fit costs O(m^3) per likelihood evaluation, the acquisition O(m^2) per
-//   candidate, so suggest time stops growing with the history: about 17 ms
-//   for one suggestion with 8 params, at 1,000 or 10,000 observations alike.
+//   candidate, so suggest time stops growing with the history (bench/README.md
+//   has the figures). A batch scores one candidate pool for all its points,
+//   kept current through the fantasies (GaussianProcess::PointCache, O(m n)
+//   per fantasy instead of O(m n^2)), and refines fewer candidates after its
+//   first point, so 16 suggestions cost about 3 times one.
 //
 // Acquisition optimizer: num_candidates uniform points plus num_candidates / 4
 // Gaussian perturbations (three scales) of the five best observed points are
@@ -70,12 +79,14 @@ struct GpOptions {
   // use it where it explains the data better (see "Which values").
   bool warp_output = true;
   // Values the GP conditions on; more are subsampled. The acquisition costs
-  // O(n^2) per candidate: 200 keeps a suggestion near 15 ms, 400 takes ~35.
-  int max_observations = 200;
+  // O(n^2) per candidate: 160 keeps one suggestion near 20 ms on this
+  // project's 2-core machine at 10,000 observations of 8 params (200 took 25).
+  int max_observations = 160;
   // Values the hyperparameters are fitted on, out of those (O(n^3) per step
   // of the fit; lengthscales need far fewer points than the posterior).
   int max_fit_observations = 64;
-  // Running trials fantasized as pending points (the most recent ones).
+  // Running trials fantasized up front (the most recent ones); older ones
+  // when they come near a candidate (see "Pending points").
   int max_pending = 64;
   // No suggestion within this distance (Euclidean, in the unit-cube
   // features) of a pending point or an earlier suggestion of the same batch:
@@ -87,6 +98,9 @@ struct GpOptions {
   int num_local = 5;
   // L-BFGS iterations per refined candidate.
   int local_iterations = 30;
+  // With at least this many numeric parameters (0: never), candidates and
+  // refinement stay inside a TuRBO trust region around the best point.
+  int trust_region_dims = 0;
   GpFitOptions fit;
 };
 

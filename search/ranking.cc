@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace hpo::search {
 namespace {
@@ -36,11 +37,14 @@ std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
   for (size_t s = 0; s < k; ++s) {
     out[s].complexity = max_bits > 0 ? out[s].complexity_bits / max_bits : 0;
-    for (double v : histories[s].CompletedValues()) {
-      if (!std::isfinite(v)) continue;
-      values[s].push_back(v);
-      lo = std::min(lo, v);
-      hi = std::max(hi, v);
+    for (const Observation& t : histories[s].trials) {
+      std::optional<double> v;
+      if (t.status == TrialStatus::kCompleted) v = t.value;
+      if (t.status == TrialStatus::kPruned && !t.curve.empty()) v = t.curve.back().second;
+      if (!v || !std::isfinite(*v)) continue;
+      values[s].push_back(*v);
+      lo = std::min(lo, *v);
+      hi = std::max(hi, *v);
     }
     out[s].results = static_cast<int>(values[s].size());
   }

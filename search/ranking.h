@@ -1,7 +1,13 @@
 // Space ranking (SHADHO's idea, with the uncertainty taken from the data):
 // which of an experiment's search spaces deserve the next trials.
 //
-// For each space s, from its completed trials' values y (minimized):
+// For each space s, from its results y (minimized): the final values of its
+// completed trials and the last reported values of its pruned ones. Under
+// early stopping most trials are pruned; without their partial results a
+// space with few completions counted as unexplored and took the top
+// priority whatever its pruned trials showed. (A pruned trial's last value
+// is from an earlier step than a completed one's, so it is, if anything,
+// pessimistic: that trial was stopped for looking worse.)
 //   complexity   c_s = bits_s / max_t bits_t, bits = SearchSpace::ComplexityBits
 //                (log2 of the number of configurations; a continuous param
 //                counts as 10 bits)
@@ -42,7 +48,7 @@ struct RankingOptions {
 struct SpaceRank {
   double complexity = 0;   // c_s in [0, 1]
   double complexity_bits = 0;
-  int results = 0;         // completed trials with a value
+  int results = 0;         // completed trials with a value, and pruned ones with a curve
   double best = 0;         // m_s (meaningless when results == 0)
   double uncertainty = 0;  // u_s
   double priority = 0;     // p_s

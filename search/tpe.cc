@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <cstdint>
+#include <limits>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "search/numeric.h"
 
@@ -23,15 +27,20 @@ double NormalCdf(double z) { return 0.5 * std::erfc(-z / kSqrt2); }
 // a number in the unit cube, -log k for a categorical) without a branch.
 class Mixture {
  public:
+  // `prior_weight` of the uniform component (0: none); `fixed_sigma` > 0
+  // gives every number's kernel that width instead of the neighbour rule.
   Mixture(const SearchSpace& space, const std::vector<const Assignment*>& points,
-          const std::vector<double>& weights, const TpeOptions& o)
-      : space_(space), d_(space.params.size()), n_(points.size()) {
-    double total = o.prior_weight;
+          const std::vector<double>& weights, const TpeOptions& o, double prior_weight,
+          double fixed_sigma = 0)
+      : space_(space), d_(space.params.size()), n_(points.size()), fixed_sigma_(fixed_sigma) {
+    double total = prior_weight;
     for (double w : weights) total += w;
-    prior_log_weight_ = std::log(o.prior_weight / total);
+    total_weight_ = total;
+    prior_log_weight_ = prior_weight > 0 ? std::log(prior_weight / total)
+                                         : -std::numeric_limits<double>::infinity();
     log_weight_.resize(n_);
     cumulative_.resize(n_);
-    double acc = o.prior_weight / total;
+    double acc = prior_weight / total;
     for (size_t k = 0; k < n_; ++k) {
       log_weight_[k] = std::log(weights[k] / total);
       acc += weights[k] / total;
@@ -76,6 +85,7 @@ class Mixture {
     }
   }
   Mixture(const Mixture&) = delete;
+  double total_weight() const { return total_weight_; }
   Mixture& operator=(const Mixture&) = delete;
 
   // Draws one assignment: pick a component, then each active param from it
@@ -175,10 +185,12 @@ class Mixture {
   void SetKernels(size_t i, std::vector<std::pair<double, size_t>>* numbers, const TpeOptions& o) {
     auto& pos = *numbers;
     if (pos.empty()) return;
-    std::sort(pos.begin(), pos.end());
+    SortUnitValues(&pos);
     const size_t n = pos.size();
     std::vector<double> sig(n);
-    if (o.bandwidth == TpeOptions::Bandwidth::kScott) {
+    if (fixed_sigma_ > 0) {
+      std::fill(sig.begin(), sig.end(), fixed_sigma_);
+    } else if (o.bandwidth == TpeOptions::Bandwidth::kScott) {
       const double d = std::max(1.0, mean_active_params_);
       std::fill(sig.begin(), sig.end(),
                 std::max(o.min_bandwidth,
@@ -211,8 +223,32 @@ class Mixture {
     }
   }
 
+  // Sorts (unit value, kernel) pairs: values lie in [0, 1], so a bucket
+  // per value and an insertion sort within buckets take linear time (this
+  // runs for every number of every mixture, on every suggestion).
+  static void SortUnitValues(std::vector<std::pair<double, size_t>>* v) {
+    const size_t n = v->size();
+    if (n < 64) {
+      std::sort(v->begin(), v->end());
+      return;
+    }
+    std::vector<uint32_t> start(n + 1, 0);
+    auto bucket = [n](double u) { return std::min(n - 1, static_cast<size_t>(std::max(u, 0.0) * n)); };
+    for (const auto& p : *v) ++start[bucket(p.first) + 1];
+    for (size_t b = 0; b < n; ++b) start[b + 1] += start[b];
+    std::vector<std::pair<double, size_t>> out(n);
+    std::vector<uint32_t> fill(start.begin(), start.end() - 1);
+    for (const auto& p : *v) out[fill[bucket(p.first)]++] = p;
+    for (size_t b = 0; b < n; ++b) {
+      if (start[b + 1] - start[b] > 1) std::sort(out.begin() + start[b], out.begin() + start[b + 1]);
+    }
+    *v = std::move(out);
+  }
+
   const SearchSpace& space_;
   size_t d_, n_;
+  double fixed_sigma_ = 0;
+  double total_weight_ = 0;
   double prior_log_weight_ = 0;
   double mean_active_params_ = 0;  // per observation
   // Three d_ x n_ tables, parameter-major, in one allocation: what
@@ -295,14 +331,20 @@ class TpeSampler final : public Sampler {
     }
     std::vector<const Assignment*> good_pts, bad_pts;
     for (size_t i = 0; i < n; ++i) (is_good[i] ? good_pts : bad_pts).push_back(ranked[i].params);
-    // g(x) from the newest max_bad_observations only: older ones weigh
-    // little under the recency weights, and scoring against thousands of
-    // kernels would make a suggestion cost tens of milliseconds.
+    // g(x) from the newest max_bad_observations results only: older ones
+    // weigh little under the recency weights, and scoring against thousands
+    // of kernels would make a suggestion cost tens of milliseconds.
     if (bad_pts.size() > static_cast<size_t>(o_.max_bad_observations)) {
       bad_pts.erase(bad_pts.begin(), bad_pts.end() - o_.max_bad_observations);
     }
+    // The lies (running trials, then this call's own suggestions) have a cap
+    // of their own: under one shared cap a large fleet's running trials
+    // pushed every real bad result out, and g(x) was made of lies only.
+    std::vector<const Assignment*> lies;
     if (o_.constant_liar) {
-      for (auto* t : running) bad_pts.push_back(&t->params);
+      std::stable_sort(running.begin(), running.end(),
+                       [](const Observation* a, const Observation* b) { return a->number < b->number; });
+      for (auto* t : running) lies.push_back(&t->params);
     }
 
     std::vector<Assignment> out;
@@ -310,32 +352,68 @@ class TpeSampler final : public Sampler {
       for (int s = 0; s < count; ++s) out.push_back(SampleUniform(space, rng));
       return out;
     }
-    const Mixture l(space, good_pts, RecencyWeights(good_pts.size()), o_);
-    out.reserve(count);  // `bad` below points into it
+    const Mixture l(space, good_pts, RecencyWeights(good_pts.size()), o_, o_.prior_weight);
+    // The constant liar: running trials and this call's earlier suggestions
+    // count as bad, so that a batch spreads out; with thousands of running
+    // trials (a large fleet) the newest are kept, max_lies lies in all.
+    // g(x) is built once per call from the results and the running trials;
+    // the batch's own suggestions form a second mixture beside it, kernels
+    // as wide as the first one's narrowest clip, weight 1 each (the weight
+    // of the newest observations), so that a batch costs one model.
+    const int batch_lies = o_.constant_liar ? count - 1 : 0;
+    const size_t max_running_lies = static_cast<size_t>(std::max(o_.max_lies - batch_lies, 0));
+    if (lies.size() > max_running_lies) lies.erase(lies.begin(), lies.end() - max_running_lies);
+    std::vector<const Assignment*> bad = bad_pts;
+    bad.insert(bad.end(), lies.begin(), lies.end());
+    const Mixture g(space, bad, RecencyWeights(bad.size()), o_, o_.prior_weight);
+    const double batch_sigma =
+        std::max(1.0 / std::min(100.0, static_cast<double>(bad.size() + count)), o_.min_bandwidth);
+    out.reserve(count);  // `own` below points into it
+    std::vector<const Assignment*> own;
+    // A batch shares one pool of candidates, `candidates` per suggestion for
+    // up to three suggestions: g(x) is scored once per candidate, and each
+    // suggestion takes the best unused one under its own lies. (So a batch
+    // of 16 costs about 3.5 suggestions, and each of its suggestions still
+    // chooses from three times as many candidates as a single one.)
+    const int pool_size = o_.candidates * std::clamp(count, 1, 3);
+    std::vector<Assignment> pool;
+    std::vector<double> log_l, log_g;  // log l(x); log of g's weighted density
+    pool.reserve(pool_size);
+    for (int c = 0; c < pool_size; ++c) {
+      pool.push_back(l.Sample(rng));
+      log_l.push_back(l.LogDensity(pool.back()));
+      log_g.push_back(std::log(g.total_weight()) + g.LogDensity(pool.back()));
+    }
+    std::vector<char> used(pool_size, 0);
     for (int s = 0; s < count; ++s) {
-      // The constant liar: running trials and this call's earlier
-      // suggestions count as bad, so that a batch spreads out. With
-      // thousands of running trials (a large fleet) the same cap keeps the
-      // newest, which include this batch's own lies.
-      std::vector<const Assignment*> bad = bad_pts;
-      if (o_.constant_liar) {
-        for (const Assignment& b : out) bad.push_back(&b);
+      std::optional<Mixture> g_own;
+      if (o_.constant_liar && !own.empty()) {
+        g_own.emplace(space, own, std::vector<double>(own.size(), 1.0), o_, 0.0, batch_sigma);
       }
-      if (bad.size() > static_cast<size_t>(o_.max_bad_observations)) {
-        bad.erase(bad.begin(), bad.end() - o_.max_bad_observations);
-      }
-      const Mixture g(space, bad, RecencyWeights(bad.size()), o_);
-      Assignment best;
+      const double log_total = std::log(g.total_weight() + (g_own ? g_own->total_weight() : 0.0));
+      int best = -1;
       double best_score = -std::numeric_limits<double>::infinity();
-      for (int c = 0; c < o_.candidates; ++c) {
-        Assignment a = l.Sample(rng);
-        const double score = l.LogDensity(a) - g.LogDensity(a);
-        if (score > best_score || best.empty()) {
+      for (int c = 0; c < pool_size; ++c) {
+        if (used[c]) continue;
+        double lg = log_g[c];
+        if (g_own) {
+          const double extra = std::log(g_own->total_weight()) + g_own->LogDensity(pool[c]);
+          const double hi = std::max(lg, extra);
+          lg = hi + std::log(std::exp(lg - hi) + std::exp(extra - hi));
+        }
+        const double score = log_l[c] - (lg - log_total);
+        if (score > best_score || best < 0) {
           best_score = score;
-          best = std::move(a);
+          best = c;
         }
       }
-      out.push_back(std::move(best));
+      if (best < 0) {  // more suggestions than candidates: draw afresh
+        out.push_back(l.Sample(rng));
+      } else {
+        used[best] = 1;
+        out.push_back(pool[best]);
+      }
+      own.push_back(&out.back());
     }
     return out;
   }

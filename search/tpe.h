@@ -5,7 +5,10 @@
 // BOHB's use of partial curves). The best gamma(n) = min(ceil(0.15 n), 25) of
 // them form the "good" set, the rest the "bad" set; running trials (and the
 // earlier suggestions of one batch) join the bad set (the constant liar), so
-// a batch spreads out. Each set is a Parzen mixture: one kernel per
+// a batch spreads out; the bad set's results and its lies are capped
+// separately (max_bad_observations, max_lies). The batch's own suggestions
+// are a second small mixture beside g(x), so that a batch costs one model,
+// and share one pool of candidates (see Suggest in tpe.cc). Each set is a Parzen mixture: one kernel per
 // observation over all its active parameters jointly (truncated Gaussians in
 // the unit cube for numbers, log-warped for log params, each as wide as the
 // gap to its neighbours; a smoothed one-hot for categoricals) plus a uniform
@@ -38,7 +41,12 @@ struct TpeOptions {
   int gamma_cap = 25;          // |good| = min(ceil(gamma_fraction * n), gamma_cap)
   double gamma_fraction = 0.15;
   bool constant_liar = true;   // running trials count as bad
-  int max_bad_observations = 1000;  // the bad set keeps its newest this many
+  // The bad set keeps its newest this many results (completed and pruned
+  // trials) and, besides them, the newest max_lies lies (running trials and
+  // the batch's earlier suggestions): a cap of their own, so that a large
+  // fleet's running trials never crowd the real results out.
+  int max_bad_observations = 1000;
+  int max_lies = 1000;
 };
 
 std::unique_ptr<Sampler> MakeTpeSampler(TpeOptions options = {});

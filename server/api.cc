@@ -84,7 +84,10 @@ json TrialJson(const store::TrialRecord& t, const std::map<Id, std::string>& spa
             {"started_ms", Opt(t.started_ms)},
             {"finished_ms", Opt(t.finished_ms)},
             {"final_metrics", t.final_metrics_json.empty() ? json(nullptr) : ParseOr(t.final_metrics_json, nullptr)},
-            {"reason", t.reason}};
+            {"reason", t.reason},
+            {"level", t.level},
+            {"stop_step", Opt(t.stop_step)},
+            {"resume_step", t.resume_step}};
   if (t.space_id) {
     auto it = space_names.find(*t.space_id);
     if (it != space_names.end()) j["space"] = it->second;
@@ -99,7 +102,7 @@ std::map<Id, std::string> SpaceNames(const store::ExperimentRecord& e) {
 }
 
 json CountsJson(const store::TrialCounts& n) {
-  return {{"pending", n.pending},     {"leased", n.leased}, {"running", n.running},
+  return {{"pending", n.pending},     {"leased", n.leased}, {"running", n.running}, {"paused", n.paused},
           {"completed", n.completed}, {"pruned", n.pruned}, {"failed", n.failed},
           {"cancelled", n.cancelled}, {"total", n.total()}};
 }
@@ -276,9 +279,13 @@ HttpResponse RestApi::Route(const HttpRequest& req) {
     // What each worker is running now: leased and running trials of running
     // experiments, by lease owner.
     std::map<std::string, json> current;
+    // Running experiments with prices (cost-aware placement): what each
+    // device costs them per hour.
+    std::vector<std::pair<Id, std::shared_ptr<const ExperimentSpec>>> priced;
     if (auto exps = engine_.store().ListExperiments(0, 10'000); exps.ok()) {
       for (const auto& e : *exps) {
         if (e.state != store::ExperimentState::kRunning) continue;
+        if (auto spec = engine_.Spec(e.id); spec.ok() && !(*spec)->prices.empty()) priced.emplace_back(e.id, *spec);
         for (auto state : {store::TrialState::kLeased, store::TrialState::kRunning}) {
           store::TrialFilter f;
           f.state = state;
@@ -295,11 +302,26 @@ HttpResponse RestApi::Route(const HttpRequest& req) {
     json out = json::array();
     for (const auto& w : *workers) {
       json devices = json::array();
+      const json labels = ParseOr(w.labels_json, json::object());
       for (const auto& d : w.devices) {
+        // The price of the class itself, else of one of the worker's labels
+        // (as placement reads it, server/engine/lease.cc).
+        json prices = json::array();
+        for (const auto& [experiment_id, spec] : priced) {
+          std::optional<double> price;
+          if (auto it = spec->prices.find(d.device_class); it != spec->prices.end()) price = it->second;
+          for (auto l = labels.begin(); !price && l != labels.end(); ++l) {
+            if (!l->is_string()) continue;
+            if (auto it = spec->prices.find(l.key() + "=" + l->get<std::string>()); it != spec->prices.end()) {
+              price = it->second;
+            }
+          }
+          if (price) prices.push_back({{"experiment_id", experiment_id}, {"per_hour", *price}});
+        }
         devices.push_back({{"id", d.id}, {"ordinal", d.ordinal}, {"kind", store::ToString(d.kind)},
                            {"name", d.name}, {"device_class", d.device_class}, {"cores", d.cores},
                            {"memory_bytes", d.memory_bytes}, {"benchmark_gflops", d.benchmark_gflops},
-                           {"measured", json::array()}});
+                           {"measured", json::array()}, {"prices", prices}});
         for (const auto& [workload, o] : latest[d.id]) {
           devices.back()["measured"].push_back({{"workload", workload}, {"samples_per_sec", o->samples_per_sec},
                                                 {"system", ParseOr(o->system_setting_json, json::object())},
@@ -307,7 +329,7 @@ HttpResponse RestApi::Route(const HttpRequest& req) {
         }
       }
       auto running = current.find(Engine::WorkerOwner(w.id));
-      out.push_back({{"id", w.id}, {"host", w.host}, {"labels", ParseOr(w.labels_json, json::object())},
+      out.push_back({{"id", w.id}, {"host", w.host}, {"labels", labels},
                      {"registered_ms", w.registered_ms}, {"last_seen_ms", w.last_seen_ms},
                      {"devices", devices},
                      {"current_trials", running == current.end() ? json::array() : running->second}});

@@ -10,11 +10,9 @@
 #include <cmath>
 
 #include "common/json_limits.h"
-#include "search/gp_sampler.h"
 #include "search/ranking.h"
-#include "search/tpe.h"
+#include "search/registry.h"
 #include "scheduler/cotuner.h"
-#include "scheduler/placement.h"
 #include "scheduler/speed_model.h"
 
 namespace hpo::server {
@@ -28,6 +26,7 @@ std::string_view ToString(Decision d) {
     case Decision::kContinue: return "continue";
     case Decision::kPrune: return "prune";
     case Decision::kStop: return "stop";
+    case Decision::kPause: return "pause";
   }
   return "continue";
 }
@@ -61,12 +60,6 @@ std::string CapText(FreeText field, std::string_view text) {
 
 namespace {
 
-std::unique_ptr<search::Sampler> MakeSampler(const std::string& name) {
-  if (name == "random") return search::MakeRandomSampler();
-  if (name == "gp") return search::MakeGpSampler();
-  return search::MakeTpeSampler();
-}
-
 Result<std::unique_ptr<search::Pruner>> MakePruner(const ExperimentSpec& spec) {
   const json& o = spec.early_stopping_options;
   auto num = [&](const char* key, double fallback) { return o.value(key, fallback); };
@@ -97,22 +90,30 @@ Result<std::unique_ptr<search::Pruner>> MakePruner(const ExperimentSpec& spec) {
   return search::MakeNopPruner();
 }
 
+Result<search::PromotionRule> MakePromotionRule(const ExperimentSpec& spec) {
+  const json& o = spec.early_stopping_options;
+  auto num = [&](const char* key, double fallback) { return o.value(key, fallback); };
+  if (spec.early_stopping == "hyperband") {
+    search::HyperbandOptions h;
+    h.min_resource = static_cast<int64_t>(num("min_resource", h.min_resource));
+    h.max_resource = static_cast<int64_t>(num("max_resource", spec.steps_per_trial));
+    h.reduction_factor = num("reduction_factor", h.reduction_factor);
+    return search::PromotionRule::Hyperband(h, spec.steps_per_trial);
+  }
+  search::AshaOptions a;
+  a.min_resource = static_cast<int64_t>(num("min_resource", a.min_resource));
+  a.reduction_factor = num("reduction_factor", a.reduction_factor);
+  a.max_resource = static_cast<int64_t>(num("max_resource", spec.steps_per_trial));
+  a.min_early_stopping_rate = static_cast<int>(num("min_early_stopping_rate", a.min_early_stopping_rate));
+  return search::PromotionRule::Asha(a, spec.steps_per_trial);
+}
+
 // Where a trial of each system parameter starts until the scheduler knows
 // better: the middle of its domain (geometric middle for log domains).
 json InitialSystem(const ExperimentSpec& spec) {
   json out = json::object();
   for (const auto& p : spec.system) out[p.domain.name] = p.domain.ToJson(p.domain.FromUnit(0.5));
   return out;
-}
-
-search::TrialStatus SearchStatus(TrialState s) {
-  switch (s) {
-    case TrialState::kCompleted: return search::TrialStatus::kCompleted;
-    case TrialState::kPruned: return search::TrialStatus::kPruned;
-    case TrialState::kFailed:
-    case TrialState::kCancelled: return search::TrialStatus::kFailed;
-    default: return search::TrialStatus::kRunning;
-  }
 }
 
 uint64_t Mix(uint64_t a, uint64_t b) {
@@ -123,7 +124,12 @@ uint64_t Mix(uint64_t a, uint64_t b) {
 
 }  // namespace
 
-Engine::Engine(store::Store& store, EngineOptions options) : store_(store), options_(options) {
+Engine::Engine(store::Store& store, EngineOptions options)
+    : store_(store),
+      options_(options),
+      fleet_(std::make_unique<FleetView>(store_, options_.fleet_cache,
+                                         std::chrono::milliseconds(options_.worker_lease_ms),
+                                         [this] { return NowMs(); })) {
   if (auto* m = options_.metrics) {
     const auto buckets = metrics::ExponentialBuckets(0.0005, 2, 16);
     suggest_seconds_ = &m->histogram("hpo_suggest_duration_seconds",
@@ -256,17 +262,6 @@ std::string SessionHash(std::string_view session) {
 
 std::string Engine::WorkerOwner(Id worker_id) { return "worker/" + std::to_string(worker_id); }
 
-std::optional<double> Engine::Objective(const ExperimentSpec& spec,
-                                        const std::string& metrics_json) const {
-  const json m = json::parse(metrics_json, nullptr, false);
-  if (m.is_discarded() || !m.is_object()) return std::nullopt;
-  auto it = m.find(spec.metric);
-  if (it == m.end() || !it->is_number()) return std::nullopt;
-  const double v = it->get<double>();
-  if (!std::isfinite(v)) return std::nullopt;
-  return search::Minimized(spec.direction, v);
-}
-
 Result<Engine::Cached*> Engine::Load(Id experiment_id) {
   {
     std::lock_guard lock(mu_);
@@ -283,6 +278,10 @@ Result<Engine::Cached*> Engine::Load(Id experiment_id) {
   c->spec = std::make_shared<const ExperimentSpec>(std::move(parsed).value());
   for (const auto& s : rec.spaces) c->space_ids[s.name] = s.id;
   HPO_ASSIGN_OR_RETURN(c->pruner, MakePruner(*c->spec));
+  if (c->spec->early_stopping_type == ExperimentSpec::StoppingType::kPromotion) {
+    HPO_ASSIGN_OR_RETURN(c->promotion, MakePromotionRule(*c->spec));
+  }
+  c->trials = std::make_unique<TrialView>(store_, experiment_id, c->spec, options_.history_cache);
   std::lock_guard lock(mu_);
   auto [it, inserted] = cache_.emplace(experiment_id, std::move(c));
   return it->second.get();
@@ -299,6 +298,11 @@ Result<store::ExperimentRecord> Engine::CreateExperiment(const std::string& spec
   // checked here, before anything is written.
   auto pruner = MakePruner(spec);
   if (!pruner.ok()) return pruner.status().WithContext("early_stopping");
+  if (spec.early_stopping_type == ExperimentSpec::StoppingType::kPromotion) {
+    auto rule = MakePromotionRule(spec);
+    if (!rule.ok()) return rule.status().WithContext("early_stopping");
+  }
+  HPO_RETURN_IF_ERROR(CheckCost(spec));
   store::NewExperiment e;
   e.name = spec.name;
   e.spec_json = spec.source.dump();
@@ -307,11 +311,9 @@ Result<store::ExperimentRecord> Engine::CreateExperiment(const std::string& spec
     e.spaces.push_back({s.name, params.dump()});
   }
   HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.CreateExperiment(e));
+  // A worker experiment's trials are made when devices ask for work, each
+  // for the device that asked (server/engine/lease.cc).
   Emit("experiment.created", {{"experiment_id", rec.id}, {"name", rec.name}});
-  if (spec.executor != ExperimentSpec::ExecutorKind::kClient) {
-    HPO_ASSIGN_OR_RETURN(Cached * c, Load(rec.id));
-    HPO_RETURN_IF_ERROR(Replenish(rec.id, *c));
-  }
   return rec;
 }
 
@@ -419,100 +421,6 @@ Result<std::vector<Id>> Engine::Heartbeat(const WorkerCaller& caller, const std:
   return store_.RenewLeases(trial_ids, WorkerOwner(caller.worker_id), options_.worker_lease_ms);
 }
 
-Result<std::vector<search::History>> Engine::Histories(Id experiment_id, const ExperimentSpec& spec) {
-  HPO_ASSIGN_OR_RETURN(HistoryView view, ReadHistories(experiment_id, spec));
-  return std::move(view.histories);
-}
-
-Result<Engine::HistoryView> Engine::ReadHistories(Id experiment_id, const ExperimentSpec& spec) {
-  HistoryView view;
-  view.loaded = std::chrono::steady_clock::now();  // what is read is at least this fresh
-  HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.GetExperiment(experiment_id));
-  for (size_t i = 0; i < spec.spaces.size(); ++i) {
-    for (const auto& s : rec.spaces) {
-      if (s.name == spec.spaces[i].name) view.space_index[s.id] = i;
-    }
-  }
-  std::vector<search::History>& out = view.histories;
-  out.resize(spec.spaces.size());
-  const std::map<Id, std::pair<size_t, size_t>>& where = view.where;
-  for (int64_t offset = 0;; offset += 10'000) {
-    HPO_ASSIGN_OR_RETURN(auto page, store_.ListTrials(experiment_id, {std::nullopt, std::nullopt, offset, 10'000}));
-    for (const auto& t : page) AddToHistory(view, spec, t);
-    if (page.size() < 10'000) break;
-  }
-  HPO_ASSIGN_OR_RETURN(auto ms, store_.ListExperimentMeasurements(experiment_id));
-  for (const auto& m : ms) {
-    auto it = where.find(m.trial_id);
-    if (it == where.end()) continue;
-    if (auto v = Objective(spec, m.metrics_json)) {
-      out[it->second.first].trials[it->second.second].curve.emplace_back(m.step, *v);
-    }
-  }
-  // A completed trial that reported steps but no final value counts with its last one.
-  for (auto& h : out) {
-    for (auto& o : h.trials) {
-      if (o.status == search::TrialStatus::kCompleted && !o.value && !o.curve.empty()) {
-        o.value = o.curve.back().second;
-      }
-    }
-  }
-  return view;
-}
-
-Result<Engine::HistoryView*> Engine::HistoryLocked(Id experiment_id, Cached& c) {
-  if (!c.history || std::chrono::steady_clock::now() - c.history->loaded >= options_.history_cache) {
-    // One caller rereads while the experiment's others wait for it, rather
-    // than each reading everything.
-    c.history.reset();
-    HPO_ASSIGN_OR_RETURN(HistoryView fresh, ReadHistories(experiment_id, *c.spec));
-    c.history = std::move(fresh);
-  }
-  return &*c.history;
-}
-
-void Engine::AddToHistory(HistoryView& view, const ExperimentSpec& spec, const store::TrialRecord& trial) const {
-  if (view.where.count(trial.id)) return;
-  auto si = trial.space_id ? view.space_index.find(*trial.space_id) : view.space_index.end();
-  if (si == view.space_index.end()) return;
-  auto params = spec.spaces[si->second].FromJson(json::parse(trial.params_json, nullptr, false));
-  if (!params.ok()) return;  // not this space's shape: it says nothing about it
-  search::Observation o;
-  o.number = trial.number;
-  o.status = SearchStatus(trial.state);
-  o.params = std::move(params).value();
-  if (trial.state == TrialState::kCompleted) o.value = Objective(spec, trial.final_metrics_json);
-  auto& trials = view.histories[si->second].trials;
-  view.where.emplace(trial.id, std::make_pair(si->second, trials.size()));
-  trials.push_back(std::move(o));
-}
-
-Result<bool> Engine::ApplyReport(const store::TrialRecord& trial, Cached& c, int64_t step, double value,
-                                 bool inserted, bool judge) {
-  std::lock_guard lock(c.history_mu);
-  if (!judge && !c.history) return false;  // nothing to keep current, nothing to decide
-  HistoryView* view = c.history ? &*c.history : nullptr;
-  if (judge) {
-    HPO_ASSIGN_OR_RETURN(view, HistoryLocked(trial.experiment_id, c));
-  }
-  AddToHistory(*view, *c.spec, trial);  // created since the view was read (by another replica)
-  auto w = view->where.find(trial.id);
-  if (w == view->where.end()) return false;  // not of a space in the spec
-  const search::History& h = view->histories[w->second.first];
-  search::Observation& o = view->histories[w->second.first].trials[w->second.second];
-  o.status = search::TrialStatus::kRunning;
-  if (inserted || o.curve.empty()) {
-    // The report is the newest point: whatever the view holds from this
-    // step on belongs to an earlier attempt (requeued). A step sent again
-    // (not inserted) leaves the stored curve as it is, and so the view.
-    auto first_after = std::lower_bound(o.curve.begin(), o.curve.end(), step,
-                                        [](const auto& point, int64_t s) { return point.first < s; });
-    o.curve.erase(first_after, o.curve.end());
-    o.curve.emplace_back(step, value);
-  }
-  return judge && c.pruner->ShouldPrune(h, o);
-}
-
 void Engine::ForgetHistory(Id experiment_id) {
   Cached* c = nullptr;
   {
@@ -521,47 +429,49 @@ void Engine::ForgetHistory(Id experiment_id) {
     if (it == cache_.end()) return;
     c = it->second.get();
   }
-  std::lock_guard lock(c->history_mu);
-  c->history.reset();
+  c->trials->Forget();
 }
 
-void Engine::UpdateCachedTrial(Cached& c, Id trial_id, search::TrialStatus status, std::optional<double> value) {
-  std::lock_guard lock(c.history_mu);
-  if (!c.history) return;
-  auto w = c.history->where.find(trial_id);
-  if (w == c.history->where.end()) return;
-  search::Observation& o = c.history->histories[w->second.first].trials[w->second.second];
-  o.status = status;
-  o.value = value;
-  // As ReadHistories: a completed trial without a final value counts with its last one.
-  if (status == search::TrialStatus::kCompleted && !o.value && !o.curve.empty()) o.value = o.curve.back().second;
+search::Rng Engine::ExperimentRng(const ExperimentSpec& spec, Id experiment_id, size_t trials_so_far) {
+  // Deterministic for (seed, experiment, how far it got): a restarted server
+  // suggests what the old one would have.
+  return search::Rng(Mix(Mix(spec.seed, static_cast<uint64_t>(experiment_id)), trials_so_far));
 }
 
-Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(
-    Id experiment_id, Cached& c, int64_t count, std::optional<int64_t> max_unfinished) {
+Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_id, Cached& c, int64_t count,
+                                                                  std::optional<int64_t> max_unfinished,
+                                                                  const ForDevice* for_device) {
   const auto timer = TimeIf(suggest_seconds_);
   const ExperimentSpec& spec = *c.spec;
   // The cached view, kept current with this engine's changes: the same
   // trials a fresh read would give on one server (another replica's newest
   // count within history_cache).
-  std::lock_guard history_lock(c.history_mu);
-  HPO_ASSIGN_OR_RETURN(HistoryView * view, HistoryLocked(experiment_id, c));
-  const std::vector<search::History>& histories = view->histories;
+  // A copy: sampling (a GP fit can take tens of milliseconds) and the
+  // store's insert must not hold the lock that reports and leases read the
+  // view under. The caller's replenish_mu keeps two suggestions from being
+  // made from the same copy.
+  std::vector<search::History> histories;
+  {
+    HPO_ASSIGN_OR_RETURN(TrialView::Locked view, c.trials->Fresh());
+    histories = view->histories;
+  }
   size_t total = 0;
   for (const auto& h : histories) total += h.trials.size();
-  // Deterministic for (seed, experiment, how far it got): a restarted server
-  // suggests what the old one would have.
-  search::Rng rng(Mix(Mix(spec.seed, static_cast<uint64_t>(experiment_id)), total));
+  search::Rng rng = ExperimentRng(spec, experiment_id, total);
   std::vector<int> per_space_so_far;
   for (const auto& h : histories) per_space_so_far.push_back(static_cast<int>(h.trials.size()));
   const auto ranks = search::RankSpaces(spec.spaces, histories, {}, rng);
   std::vector<int> wanted(spec.spaces.size(), 0);
-  for (int64_t i = 0; i < count; ++i) {
-    const int s = search::PickSpace(ranks, per_space_so_far);
-    ++per_space_so_far[s];
-    ++wanted[s];
+  if (for_device) {
+    wanted[for_device->space] = 1;
+  } else {
+    for (int64_t i = 0; i < count; ++i) {
+      const int s = search::PickSpace(ranks, per_space_so_far);
+      ++per_space_so_far[s];
+      ++wanted[s];
+    }
   }
-  auto sampler = MakeSampler(spec.sampler);
+  HPO_ASSIGN_OR_RETURN(auto sampler, search::MakeSampler(spec.sampler, {}, "algorithm.sampler"));
   const json system = InitialSystem(spec);
   std::vector<store::NewTrial> trials;
   for (size_t s = 0; s < spec.spaces.size(); ++s) {
@@ -578,13 +488,18 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(
       }
       t.system_params_json = trial_system.dump();
       t.priority = ranks[s].share;  // higher-priority spaces are leased first
+      if (for_device) {
+        t.lease_owner = for_device->owner;
+        t.lease_ms = for_device->lease_ms;
+        t.stop_step = for_device->stop_step;
+      }
       trials.push_back(std::move(t));
     }
   }
-  // The caller emits "trial.created" once it has let go of replenish_mu:
-  // on PostgreSQL each event is a NOTIFY, a store call of its own.
+  // The caller emits "trial.created" once it has let go of the view: on
+  // PostgreSQL each event is a NOTIFY, a store call of its own.
   HPO_ASSIGN_OR_RETURN(auto created, store_.CreateTrialsUpTo(experiment_id, trials, {spec.max_trials, max_unfinished}));
-  for (const auto& t : created) AddToHistory(*view, spec, t);
+  for (const auto& t : created) c.trials->Apply(t);
   return created;
 }
 
@@ -592,66 +507,6 @@ void Engine::EmitCreated(Id experiment_id, const std::vector<store::TrialRecord>
   for (const auto& t : created) {
     Emit("trial.created", {{"experiment_id", experiment_id}, {"trial_id", t.id}, {"number", t.number}});
   }
-}
-
-Status Engine::Replenish(Id experiment_id, Cached& c) {
-  // One top-up at a time per experiment, and nobody waits for it: the one
-  // under way fills the pool, and the next lease or completion tops up
-  // again. (Every lease and completion used to queue here behind a
-  // suggestion; with 200 workers they queued past their deadlines.)
-  std::unique_lock lock(c.replenish_mu, std::try_to_lock);
-  if (!lock.owns_lock()) return Status::OK();
-  HPO_ASSIGN_OR_RETURN(store::TrialCounts n, store_.CountTrials(experiment_id));
-  const int64_t unfinished = n.pending + n.leased + n.running;
-  const int64_t want = std::min(c.spec->max_parallel - unfinished, c.spec->max_trials - n.total());
-  if (want <= 0) return Status::OK();
-  // The store enforces max_parallel again: another server may be
-  // replenishing the same experiment right now.
-  HPO_ASSIGN_OR_RETURN(auto created, CreateSuggestions(experiment_id, c, want, c.spec->max_parallel));
-  lock.unlock();
-  EmitCreated(experiment_id, created);
-  return Status::OK();
-}
-
-Result<std::optional<Assignment>> Engine::LeaseForWorker(const WorkerCaller& caller, Id device_id) {
-  HPO_ASSIGN_OR_RETURN(const WorkerAuth auth, Authenticate(caller));
-  HPO_RETURN_IF_ERROR(CheckDevice(caller, auth, device_id));
-  HPO_RETURN_IF_ERROR(store_.TouchWorker(caller.worker_id));
-  return Lease(caller.worker_id, device_id);
-}
-
-Result<std::optional<Assignment>> Engine::Lease(Id worker_id, Id device_id) {
-  const auto timer = TimeIf(lease_seconds_);
-  HPO_ASSIGN_OR_RETURN(auto experiments, store_.ListExperiments(0, 10'000));
-  std::reverse(experiments.begin(), experiments.end());  // oldest first
-  const auto asked = std::chrono::steady_clock::now();  // the fleet view may be older by fleet_cache
-  for (const auto& e : experiments) {
-    if (e.state != store::ExperimentState::kRunning) continue;
-    HPO_ASSIGN_OR_RETURN(Cached * c, Load(e.id));
-    if (c->spec->executor == ExperimentSpec::ExecutorKind::kClient) continue;
-    HPO_RETURN_IF_ERROR(Replenish(e.id, *c));
-    std::optional<store::TrialRecord> leased;
-    HPO_ASSIGN_OR_RETURN(leased, LeasePlaced(e.id, *c, worker_id, device_id, asked));
-    if (!leased) {
-      HPO_ASSIGN_OR_RETURN(leased, store_.LeaseNextTrial({WorkerOwner(worker_id),
-                                                          options_.worker_lease_ms, e.id,
-                                                          std::nullopt}));
-    }
-    if (!leased) continue;
-    Assignment a{*leased, c->spec, ""};
-    for (const auto& [name, id] : c->space_ids) {
-      if (leased->space_id == id) a.space = name;
-    }
-    if (!c->spec->system.empty()) {
-      HPO_RETURN_IF_ERROR(StartAtBestSetting(*c->spec, device_id, asked, a));
-    }
-    // Keep the pool full for the next worker.
-    HPO_RETURN_IF_ERROR(Replenish(e.id, *c));
-    if (leases_granted_) leases_granted_->Increment();
-    return std::optional<Assignment>(std::move(a));
-  }
-  if (leases_empty_) leases_empty_->Increment();
-  return std::optional<Assignment>();
 }
 
 Result<std::vector<Assignment>> Engine::Suggest(Id experiment_id, int count) {
@@ -709,7 +564,7 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
   // not a stored step followed by one.
   std::optional<std::string> device_class;
   if (r.device_id) {
-    HPO_ASSIGN_OR_RETURN(device_class, DeviceClass(*r.device_id));
+    HPO_ASSIGN_OR_RETURN(device_class, fleet_->DeviceClass(*r.device_id));
   }
   HPO_ASSIGN_OR_RETURN(store::ExperimentRecord exp, store_.GetExperiment(trial.experiment_id));
   if (exp.state != store::ExperimentState::kRunning) {
@@ -736,21 +591,33 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
                             .AddSpeedObservation({*r.device_id, *device_class, workload, r.system.dump(),
                                                   r.samples_per_sec, r.trial_id})
                             .status());
-    std::lock_guard lock(fleet_mu_);  // placement sees it on the next lease
-    if (fleet_) fleet_->model.Observe(*device_class, workload, scheduler::SettingKey(r.system), r.samples_per_sec);
+    // Placement sees it on the next lease.
+    fleet_->Observe(*device_class, workload, scheduler::SettingKey(r.system), r.trial_id, r.step, r.samples_per_sec);
   }
   if (reported.inserted) {
     Emit("trial.reported", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
                             {"step", r.step}, {"metrics", r.metrics}, {"samples_per_sec", r.samples_per_sec}});
   }
 
-  // Early stopping on this space's trials, this report included. Without a
-  // rule there is nothing to decide, and no reason to read every trial: the
-  // report only goes into the cached view, if there is one (suggestions).
+  // Stopping-type early stopping on this space's trials, this report
+  // included. Without such a rule there is nothing to decide, and no reason
+  // to read every trial: the report only goes into the cached view, if
+  // there is one (suggestions, placement). Promotion-type rules judge when
+  // a device asks for work instead (server/engine/lease.cc).
   const double value = search::Minimized(spec.direction, it->get<double>());
-  HPO_ASSIGN_OR_RETURN(const bool prune, ApplyReport(trial, *c, r.step, value, reported.inserted,
-                                                     spec.early_stopping != "none"));
-  if (!prune) return CoTune(spec, r);
+  const bool judge = spec.early_stopping != "none" && spec.early_stopping_type == ExperimentSpec::StoppingType::kStop;
+  HPO_ASSIGN_OR_RETURN(const bool prune,
+                       c->trials->ApplyReport(trial, r.step, value, reported.inserted, judge ? c->pruner.get() : nullptr));
+  if (!prune) {
+    // The lease ends at a rung (promotion-type early stopping): the worker
+    // saves and uploads the checkpoint, then pauses the trial.
+    if (trial.stop_step && *trial.stop_step < spec.steps_per_trial && r.step >= *trial.stop_step) {
+      return ReportReply{Decision::kPause, std::nullopt,
+                         "pause after step " + std::to_string(*trial.stop_step) + " (rung " +
+                             std::to_string(trial.level) + ")"};
+    }
+    return CoTune(spec, r);
+  }
   const std::string why = "pruned by " + spec.early_stopping + " at step " + std::to_string(r.step);
   auto finished = store_.FinishTrial(r.trial_id, r.owner, {TrialState::kPruned, r.metrics.dump(), why});
   // FailedPrecondition: it ended meanwhile (another of its reports pruned
@@ -760,13 +627,12 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
   if (!finished.ok() || *finished == store::FinishResult::kRepeated) {
     return ReportReply{Decision::kPrune, std::nullopt, why};
   }
-  UpdateCachedTrial(*c, r.trial_id, search::TrialStatus::kPruned, std::nullopt);
+  c->trials->SetOutcome(r.trial_id, TrialState::kPruned, std::nullopt);
+  if (r.device_id) fleet_->SetIdle(*r.device_id);
+  DeleteCheckpoint(r.trial_id);
   Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
                           {"state", "pruned"}, {"reason", why}});
-  HPO_RETURN_IF_ERROR(MaybeFinish(trial.experiment_id, spec));
-  if (spec.executor != ExperimentSpec::ExecutorKind::kClient) {
-    HPO_RETURN_IF_ERROR(Replenish(trial.experiment_id, *c));
-  }
+  HPO_RETURN_IF_ERROR(MaybeFinish(trial.experiment_id, *c));
   return ReportReply{Decision::kPrune, std::nullopt, why};
 }
 
@@ -794,83 +660,15 @@ Result<ReportReply> Engine::CoTune(const ExperimentSpec& spec, const TrialReport
   return reply;
 }
 
-Result<Engine::FleetView*> Engine::FleetLocked(Id device_id, std::chrono::steady_clock::time_point asked) {
-  if (fleet_ && fleet_->loaded + options_.fleet_cache >= asked && fleet_->device_classes.count(device_id)) {
-    return &*fleet_;
-  }
-  FleetView v;
-  v.loaded = std::chrono::steady_clock::now();
-  HPO_ASSIGN_OR_RETURN(auto workers, store_.ListWorkers());
-  HPO_ASSIGN_OR_RETURN(auto observations, store_.ListSpeedObservations("", 5000));
-  for (const auto& w : workers) {
-    for (const auto& d : w.devices) {
-      v.fleet.Add(d.device_class);
-      v.model.AddBenchmark(d.device_class, d.benchmark_gflops);
-      v.device_classes[d.id] = d.device_class;
-    }
-  }
-  for (const auto& o : observations) {
-    const json setting = json::parse(o.system_setting_json, nullptr, false);
-    if (!setting.is_discarded()) {
-      v.model.Observe(o.device_class, o.workload, scheduler::SettingKey(setting), o.samples_per_sec);
-    }
-  }
-  fleet_ = std::move(v);
-  return &*fleet_;
-}
-
-Result<std::optional<store::TrialRecord>> Engine::LeasePlaced(Id experiment_id, Cached& c, Id worker_id,
-                                                               Id device_id,
-                                                               std::chrono::steady_clock::time_point asked) {
-  const ExperimentSpec& spec = *c.spec;
-  store::TrialFilter f;
-  f.state = TrialState::kPending;
-  f.limit = 500;
-  HPO_ASSIGN_OR_RETURN(auto pending, store_.ListTrials(experiment_id, f));
-  if (pending.size() < 2) return std::optional<store::TrialRecord>();  // nothing to choose
-  std::map<Id, std::string> space_names;
-  for (const auto& [name, id] : c.space_ids) space_names[id] = name;
-  using namespace std::chrono;
-  const int64_t now = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-  std::vector<scheduler::PlacementCandidate> candidates;
-  for (const auto& t : pending) {
-    scheduler::PlacementCandidate pc;
-    pc.trial_id = t.id;
-    pc.space_priority = t.priority;  // the space's share when the trial was created
-    pc.level = t.attempt;            // a requeued trial has waited before: favour it
-    pc.workload = Workload(spec, t.space_id ? space_names[*t.space_id] : "");
-    pc.steps_remaining = spec.steps_per_trial;
-    pc.waiting_s = (now - t.created_ms) / 1000.0;
-    candidates.push_back(std::move(pc));
-  }
-  std::optional<scheduler::PlacementDecision> choice;
-  {
-    std::lock_guard lock(fleet_mu_);
-    HPO_ASSIGN_OR_RETURN(const FleetView* fleet, FleetLocked(device_id, asked));
-    auto device_class = fleet->device_classes.find(device_id);
-    if (device_class == fleet->device_classes.end()) return std::optional<store::TrialRecord>();  // not registered
-    choice = scheduler::PlaceTrial({std::to_string(device_id), device_class->second}, fleet->fleet, candidates,
-                                   fleet->model);
-  }
-  if (!choice) return std::optional<store::TrialRecord>();
-  auto leased = store_.LeaseTrial(choice->trial_id, WorkerOwner(worker_id), options_.worker_lease_ms);
-  // Another worker may have taken it meanwhile; the caller falls back.
-  if (!leased.ok()) {
-    if (leased.status().IsFailedPrecondition()) return std::optional<store::TrialRecord>();
-    return leased.status();
-  }
-  return std::optional<store::TrialRecord>(std::move(leased).value());
-}
-
 Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id,
                                   std::chrono::steady_clock::time_point asked, Assignment& a) {
   std::optional<std::string> best;
   {
-    std::lock_guard lock(fleet_mu_);
-    HPO_ASSIGN_OR_RETURN(const FleetView* fleet, FleetLocked(device_id, asked));
-    auto device_class = fleet->device_classes.find(device_id);
-    if (device_class == fleet->device_classes.end()) return Status::OK();  // not registered
-    best = fleet->model.BestSetting(device_class->second, Workload(spec, a.space), kMinObservationsToReuseSetting);
+    HPO_ASSIGN_OR_RETURN(FleetView::Locked fleet, fleet_->Fresh(device_id, asked));
+    auto device = fleet->devices.find(device_id);
+    if (device == fleet->devices.end()) return Status::OK();  // not registered
+    best = fleet->model.BestSetting(device->second.device_class, Workload(spec, a.space),
+                                    kMinObservationsToReuseSetting);
   }
   if (!best) return Status::OK();
   // Only the tunable (throughput-only) parameters come from the remembered
@@ -928,24 +726,33 @@ Status Engine::Finish(Id trial_id, const std::string& owner, bool failed, const 
   // The owner's same finish again (a retried call): acknowledged, and
   // nothing is announced, counted or cached twice.
   if (finished == store::FinishResult::kRepeated) return Status::OK();
-  UpdateCachedTrial(*c, trial_id, failed ? search::TrialStatus::kFailed : search::TrialStatus::kCompleted,
-                    failed ? std::nullopt : Objective(spec, metrics.dump()));
+  c->trials->SetOutcome(trial_id, failed ? TrialState::kFailed : TrialState::kCompleted,
+                        failed ? std::nullopt : ObjectiveOf(spec, metrics.dump()));
+  DeleteCheckpoint(trial_id);
   Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", trial_id},
                           {"state", failed ? "failed" : "completed"}, {"metrics", metrics}});
-  HPO_RETURN_IF_ERROR(MaybeFinish(trial.experiment_id, spec));
-  if (spec.executor != ExperimentSpec::ExecutorKind::kClient) {
-    HPO_ASSIGN_OR_RETURN(store::ExperimentRecord exp, store_.GetExperiment(trial.experiment_id));
-    if (exp.state == store::ExperimentState::kRunning) return Replenish(trial.experiment_id, *c);
-  }
-  return Status::OK();
+  return MaybeFinish(trial.experiment_id, *c);
 }
 
-Status Engine::MaybeFinish(Id experiment_id, const ExperimentSpec& spec) {
+Status Engine::MaybeFinish(Id experiment_id, Cached& c) {
+  const ExperimentSpec& spec = *c.spec;
   HPO_ASSIGN_OR_RETURN(store::TrialCounts n, store_.CountTrials(experiment_id));
   if (n.total() < spec.max_trials || n.pending + n.leased + n.running > 0) return Status::OK();
+  if (n.paused > 0 && c.promotion) {
+    // A paused trial that may still be promoted is work to do.
+    HPO_ASSIGN_OR_RETURN(TrialView::Locked view, c.trials->Fresh());
+    for (size_t s = 0; s < view->histories.size(); ++s) {
+      std::vector<search::PausedTrial> paused;
+      for (const auto& [id, t] : view->trials) {
+        if (t.space == s && t.state == TrialState::kPaused) paused.push_back({t.index, t.level});
+      }
+      if (!paused.empty() && !c.promotion->Promotable(view->histories[s], paused).empty()) return Status::OK();
+    }
+  }
   const std::string why = "all " + std::to_string(spec.max_trials) + " trials finished";
   Status s = store_.FinishExperiment(experiment_id, store::ExperimentState::kCompleted, why);
   if (s.ok()) {
+    c.trials->Forget();  // its paused trials were pruned with it
     Emit("experiment.finished", {{"experiment_id", experiment_id}, {"state", "completed"}, {"reason", why}});
   }
   return s.IsFailedPrecondition() ? Status::OK() : s;  // another thread or server got there first
@@ -962,24 +769,6 @@ std::string Engine::Workload(const ExperimentSpec& spec, const std::string& spac
   return program + "/" + space;
 }
 
-Result<std::string> Engine::DeviceClass(Id device_id) {
-  {
-    std::lock_guard lock(mu_);
-    auto it = device_classes_.find(device_id);
-    if (it != device_classes_.end()) return it->second;
-  }
-  HPO_ASSIGN_OR_RETURN(auto workers, store_.ListWorkers());
-  std::lock_guard lock(mu_);
-  for (const auto& w : workers) {
-    for (const auto& d : w.devices) device_classes_[d.id] = d.device_class;
-  }
-  auto it = device_classes_.find(device_id);
-  if (it == device_classes_.end()) {
-    return Status::NotFound("device " + std::to_string(device_id) + " is not registered");
-  }
-  return it->second;
-}
-
 Result<std::optional<store::TrialRecord>> Engine::BestTrial(Id experiment_id) {
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
   std::optional<store::TrialRecord> best;
@@ -990,7 +779,7 @@ Result<std::optional<store::TrialRecord>> Engine::BestTrial(Id experiment_id) {
   for (;; f.offset += f.limit) {
     HPO_ASSIGN_OR_RETURN(auto page, store_.ListTrials(experiment_id, f));
     for (auto& t : page) {
-      auto v = Objective(*c->spec, t.final_metrics_json);
+      auto v = ObjectiveOf(*c->spec, t.final_metrics_json);
       if (v && (!best || *v < best_value)) {
         best_value = *v;
         best = std::move(t);
@@ -1007,10 +796,13 @@ Status Engine::ReclaimExpiredLeases() {
     HPO_ASSIGN_OR_RETURN(const store::TrialRecord t, store_.GetTrial(id));
     ForgetHistory(t.experiment_id);  // its curve is gone (or it failed): read again on the next report
     if (t.state == TrialState::kFailed) {
+      DeleteCheckpoint(id);
       Emit("trial.finished", {{"experiment_id", t.experiment_id}, {"trial_id", id}, {"state", "failed"},
                               {"reason", t.reason}});
     } else {
-      Emit("trial.requeued", {{"experiment_id", t.experiment_id}, {"trial_id", id}, {"attempt", t.attempt}});
+      // Back to pending, or a promoted segment back to paused at its rung.
+      Emit("trial.requeued", {{"experiment_id", t.experiment_id}, {"trial_id", id}, {"attempt", t.attempt},
+                              {"state", std::string(store::ToString(t.state))}, {"level", t.level}});
     }
   }
   return Status::OK();
@@ -1018,9 +810,20 @@ Status Engine::ReclaimExpiredLeases() {
 
 Status Engine::Tick() {
   HPO_RETURN_IF_ERROR(ReclaimExpiredLeases());
+  // Checkpoints of trials that ended on paths that do not delete them
+  // (an experiment's end, another replica's finish, a delete that failed).
+  bool sweep = false;
+  if (options_.artifacts) {
+    std::lock_guard lock(sweep_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_sweep_ >= options_.checkpoint_sweep) {
+      last_sweep_ = now;
+      sweep = true;
+    }
+  }
+  if (sweep) HPO_RETURN_IF_ERROR(SweepCheckpoints());
   HPO_ASSIGN_OR_RETURN(auto experiments, store_.ListExperiments(0, 10'000));
-  using namespace std::chrono;
-  const int64_t now = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+  const int64_t now = NowMs();
   for (const auto& e : experiments) {
     if (e.state != store::ExperimentState::kRunning) {
       ForgetHistory(e.id);  // nothing left to judge: free the memory
@@ -1036,7 +839,7 @@ Status Engine::Tick() {
       if (!s.ok() && !s.IsFailedPrecondition()) return s;
       continue;
     }
-    HPO_RETURN_IF_ERROR(MaybeFinish(e.id, spec));
+    HPO_RETURN_IF_ERROR(MaybeFinish(e.id, *c));
   }
   return Status::OK();
 }

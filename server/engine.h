@@ -30,12 +30,17 @@
 
 #include "common/status.h"
 #include "search/history.h"
+#include "search/promotion.h"
 #include "search/pruner.h"
+#include "search/random.h"
 #include "search/sampler.h"
-#include "scheduler/placement.h"
+#include "scheduler/policy.h"
 #include "scheduler/speed_model.h"
+#include "server/engine/fleet_view.h"
+#include "server/engine/trial_view.h"
 #include "server/metrics.h"
 #include "server/spec.h"
+#include "server/store/artifact_store.h"
 #include "server/store/store.h"
 
 namespace hpo::server {
@@ -101,9 +106,23 @@ struct EngineOptions {
   // engine's own observations are added at once, and a device it has not
   // seen reloads it). Zero: read it on every lease that needs it.
   std::chrono::milliseconds fleet_cache{1000};
+  // Milliseconds since the epoch, as the store's clock reads them (how long
+  // a trial has waited is the difference of the two); the system clock
+  // when unset. Tests share theirs with the store's.
+  std::function<int64_t()> clock;
+  // Where paused trials' checkpoints live (server/store/artifact_store.h);
+  // it must outlive the engine. Null: this server keeps none, so checkpoint
+  // uploads and downloads fail with FailedPrecondition and every pause is
+  // recorded without one (its trial restarts if promoted).
+  store::ArtifactStore* artifacts = nullptr;
+  // How often Tick deletes the checkpoints of trials that ended (however
+  // they ended, on whichever replica) and that nothing deleted yet.
+  std::chrono::milliseconds checkpoint_sweep{10'000};
 };
 
-enum class Decision { kContinue, kPrune, kStop };
+// kPause: the trial reached its lease's stop_step (promotion-type early
+// stopping): the worker uploads its checkpoint and pauses it.
+enum class Decision { kContinue, kPrune, kStop, kPause };
 std::string_view ToString(Decision d);
 
 struct TrialReport {
@@ -147,6 +166,31 @@ struct RegisteredWorker {
   // The secret its later calls present (64 hex characters, from 32 random
   // bytes). Handed out once: the store keeps only its SHA-256.
   std::string session;
+};
+
+class Engine;
+
+// A checkpoint on its way in from the worker that holds the trial's lease
+// (Engine::BeginCheckpointUpload). Destroyed without a successful Commit,
+// it is abandoned and the trial keeps its previous checkpoint.
+class CheckpointUpload {
+ public:
+  // DataLoss: more bytes than announced.
+  Status Append(std::string_view bytes);
+  // Makes it the trial's checkpoint if the bytes match `sha256` and the
+  // worker still holds the lease (FailedPrecondition otherwise: the trial
+  // moved on meanwhile). DataLoss: the bytes do not match.
+  Status Commit(std::string_view sha256);
+
+ private:
+  friend class Engine;
+  CheckpointUpload(Engine& engine, store::Id trial_id, std::string owner,
+                   std::unique_ptr<store::CheckpointWriter> writer)
+      : engine_(engine), trial_id_(trial_id), owner_(std::move(owner)), writer_(std::move(writer)) {}
+  Engine& engine_;
+  const store::Id trial_id_;
+  const std::string owner_;
+  std::unique_ptr<store::CheckpointWriter> writer_;
 };
 
 // A trial as handed out, with what is needed to run it.
@@ -237,8 +281,54 @@ class Engine {
   Status Complete(const WorkerCaller& caller, store::Id trial_id, bool failed, const nlohmann::json& final_metrics,
                   const std::string& reason, const std::string& log_tail);
 
+  // Checkpoints (promotion-type early stopping; server/engine_checkpoints.cc).
+  // Each is a worker's call about a trial whose lease it holds (leased or
+  // running under WorkerOwner(worker)); a trial it does not hold is
+  // FailedPrecondition naming the trial and what it is now.
+  //
+  // A new checkpoint of the trial, taken after `step` (not before the step
+  // it resumed after), of `total_bytes` (ResourceExhausted over the
+  // artifact store's limit, naming it). FailedPrecondition also when this
+  // server keeps no checkpoints.
+  Result<std::unique_ptr<CheckpointUpload>> BeginCheckpointUpload(const WorkerCaller& caller, store::Id trial_id,
+                                                                  int64_t step, int64_t total_bytes);
+  // The checkpoint a resumed trial restores (its resume_step's). NotFound:
+  // it has none, or only one of another step; the worker then restarts it
+  // (RestartTrial). FailedPrecondition: the trial did not resume.
+  Result<std::unique_ptr<store::CheckpointReader>> OpenCheckpoint(const WorkerCaller& caller, store::Id trial_id);
+  // Pauses the trial after `step`, the last step it reported ("trial.paused"
+  // with experiment_id, trial_id, step, level and checkpoint). With
+  // `checkpoint_uploaded`, the trial's checkpoint must be of that step;
+  // without one (or with one of another step) the pause is recorded
+  // without a checkpoint (any older one is deleted), so a promotion
+  // restarts it from scratch. InvalidArgument: `step` is not its last
+  // reported step. A repeated pause (a retried call) is acknowledged once.
+  Status PauseTrial(const WorkerCaller& caller, store::Id trial_id, int64_t step, bool checkpoint_uploaded);
+  // The worker could not restore the resumed trial's checkpoint: it trains
+  // from scratch under the same lease (store::Store::RestartTrial), the
+  // checkpoint is deleted and "trial.restarted" says why (`reason`, cut
+  // like a failure reason). A trial that already starts from scratch is
+  // acknowledged and left as it is.
+  Status RestartTrial(const WorkerCaller& caller, store::Id trial_id, const std::string& reason);
+  // For the lease path, before it resumes a paused trial: whether its
+  // checkpoint is there and of the step it paused at (resume_step), read
+  // from what the checkpoint says of itself (the bytes are verified by the
+  // worker that downloads them). When not, `why` says what is wrong: resume
+  // it with restart = true and call AnnounceRestart. Always false when this
+  // server keeps no checkpoints.
+  Result<bool> CheckpointUsable(const store::TrialRecord& paused, std::string* why = nullptr);
+  // "trial.restarted" (experiment_id, trial_id, reason, by "server") for a
+  // trial resumed from scratch because its checkpoint was unusable; deletes
+  // what is left of that checkpoint and forgets the trial's cached curve
+  // (its steps were deleted).
+  void AnnounceRestart(const store::TrialRecord& trial, const std::string& reason);
+  // Deletes the checkpoints of trials that ended (or do not exist). Tick
+  // calls it every EngineOptions::checkpoint_sweep.
+  Status SweepCheckpoints();
+
   // Housekeeping, called periodically: requeues or fails trials whose lease
-  // expired, ends experiments past their wall time or their trial budget.
+  // expired, ends experiments past their wall time or their trial budget,
+  // and deletes the checkpoints of trials that ended (SweepCheckpoints).
   Status Tick();
   // The first part of Tick alone, cheap enough to call every 100 ms (an
   // indexed UPDATE that usually matches nothing): puts each trial whose
@@ -246,70 +336,55 @@ class Engine {
   // announces it ("trial.requeued" or "trial.finished").
   Status ReclaimExpiredLeases();
 
+  // Drops the cached view of an experiment's trials, if there is one: the
+  // next decision reads them from the store (a change made around this
+  // engine counts at once rather than within history_cache).
+  void ForgetHistory(store::Id experiment_id);
+
   // What a trial's speed is measured against: the trainer (or the
   // command's program) and the search space, e.g. "fashion-mnist-cnn/cnn".
   static std::string Workload(const ExperimentSpec& spec, const std::string& space);
 
-  // The trials of one experiment as the search library sees them, one
-  // History per space (in spec order), read from the store now. Public for
-  // the dashboard and tests.
-  Result<std::vector<search::History>> Histories(store::Id experiment_id,
-                                                 const ExperimentSpec& spec);
-
  private:
-  // Histories with where each trial is in them.
-  struct HistoryView {
-    std::vector<search::History> histories;             // one per space, in spec order
-    std::map<store::Id, std::pair<size_t, size_t>> where;  // trial id -> (space, index)
-    std::map<store::Id, size_t> space_index;               // space id -> index
-    std::chrono::steady_clock::time_point loaded;
-  };
   struct Cached {
     std::shared_ptr<const ExperimentSpec> spec;
     std::map<std::string, store::Id> space_ids;  // by space name
-    std::unique_ptr<search::Pruner> pruner;
-    std::mutex replenish_mu;  // one batch at a time per experiment
-    // What early stopping judges against and the samplers suggest from
-    // (EngineOptions::history_cache).
-    std::mutex history_mu;  // after replenish_mu when both are held
-    std::optional<HistoryView> history;  // GUARDED_BY(history_mu)
+    std::unique_ptr<search::Pruner> pruner;      // stopping-type early stopping
+    std::optional<search::PromotionRule> promotion;  // promotion-type
+    std::mutex replenish_mu;  // one batch of suggestions at a time per experiment
+    // What early stopping judges against, the samplers suggest from and
+    // placement offers (EngineOptions::history_cache); its own lock, taken
+    // after replenish_mu when both are held.
+    std::unique_ptr<TrialView> trials;
   };
   Result<Cached*> Load(store::Id experiment_id);
-  Result<HistoryView> ReadHistories(store::Id experiment_id, const ExperimentSpec& spec);
-  // With c.history_mu held: the cached view, reread when older than
-  // history_cache.
-  Result<HistoryView*> HistoryLocked(store::Id experiment_id, Cached& c);
-  // Adds a trial the view does not hold yet (ReadHistories, and with the
-  // view's lock held, trials created since); a trial of no space of the
-  // spec, or not of its space's shape, is left out.
-  void AddToHistory(HistoryView& view, const ExperimentSpec& spec, const store::TrialRecord& trial) const;
-  // Puts a report (step, objective value as minimized; `inserted`: new to
-  // the store) into the cached view and, when `judge`, asks the
-  // early-stopping rule about the trial's newest point (reading the view
-  // first if it is too old). Without `judge` and without a view it does
-  // nothing.
-  Result<bool> ApplyReport(const store::TrialRecord& trial, Cached& c, int64_t step, double value, bool inserted,
-                           bool judge);
-  // Applies one of this engine's changes to the cached view of a trial, if
-  // the view holds it (an absent trial is read with the next refresh).
-  void UpdateCachedTrial(Cached& c, store::Id trial_id, search::TrialStatus status,
-                         std::optional<double> value);
-  // Drops the cached view of an experiment's trials, if there is one.
-  void ForgetHistory(store::Id experiment_id);
+  // What samplers and the space ranking draw from: deterministic for
+  // (seed, experiment, trials so far), so a restarted server suggests what
+  // the old one would have.
+  static search::Rng ExperimentRng(const ExperimentSpec& spec, store::Id experiment_id, size_t trials_so_far);
+  // The spec's cost section against the fleet: every priced class or label
+  // names a registered device or worker, and a deadline is in the future.
+  Status CheckCost(const ExperimentSpec& spec);
   // Creates up to `count` new trials (within the budget, and leaving at most
   // `max_unfinished` unfinished if set) chosen by the space ranking and the
-  // spec's sampler.
+  // spec's sampler; with `for_device`, one trial in its space, created
+  // leased to its owner (placement's answer to a device that asked).
+  struct ForDevice {
+    int space = 0;
+    std::string owner;
+    int64_t lease_ms = 0;
+    std::optional<int64_t> stop_step;
+  };
   Result<std::vector<store::TrialRecord>> CreateSuggestions(store::Id experiment_id, Cached& c,
                                                             int64_t count,
-                                                            std::optional<int64_t> max_unfinished);
+                                                            std::optional<int64_t> max_unfinished,
+                                                            const ForDevice* for_device = nullptr);
   // "trial.created" for each; called without replenish_mu held.
   void EmitCreated(store::Id experiment_id, const std::vector<store::TrialRecord>& created) const;
-  // Tops the pending pool up to max_parallel unfinished trials, unless
-  // another thread is doing so for this experiment right now.
-  Status Replenish(store::Id experiment_id, Cached& c);
-  // Ends the experiment when every trial of its budget has finished.
-  Status MaybeFinish(store::Id experiment_id, const ExperimentSpec& spec);
-  std::optional<double> Objective(const ExperimentSpec& spec, const std::string& metrics_json) const;
+  // Ends the experiment when every trial of its budget has finished and, for
+  // promotion-type early stopping, no paused trial may be promoted any more
+  // (the paused ones are then pruned, as never promoted).
+  Status MaybeFinish(store::Id experiment_id, Cached& c);
   // Complete's body, with the reason already cut.
   Status Finish(store::Id trial_id, const std::string& owner, bool failed, const nlohmann::json& final_metrics,
                 const std::string& why);
@@ -324,6 +399,16 @@ class Engine {
   static Status CheckDevice(const WorkerCaller& caller, const WorkerAuth& auth, store::Id device_id);
   // A lease for the worker (authenticated) on one of its devices.
   Result<std::optional<Assignment>> Lease(store::Id worker_id, store::Id device_id);
+  int64_t NowMs() const;
+  friend class CheckpointUpload;
+  // FailedPrecondition unless `trial` is leased or running under `owner`.
+  static Status CheckHolds(const store::TrialRecord& trial, const std::string& owner, std::string_view action);
+  // Best effort: deletes the trial's checkpoint now that it ended (the sweep
+  // retries what fails).
+  void DeleteCheckpoint(store::Id trial_id);
+  std::mutex sweep_mu_;
+  std::chrono::steady_clock::time_point last_sweep_;  // GUARDED_BY(sweep_mu_)
+
   void Emit(std::string type, nlohmann::json data) const {
     if (options_.on_event) options_.on_event(std::move(type), data);
   }
@@ -336,25 +421,29 @@ class Engine {
   metrics::Histogram* lease_seconds_ = nullptr;
   metrics::Counter* leases_granted_ = nullptr;
   metrics::Counter* leases_empty_ = nullptr;
-  Result<std::string> DeviceClass(store::Id device_id);
-  // The fleet as placement and co-tuning see it: devices per class, the
-  // speed model (benchmarks as the prior, reports by setting) and each
-  // device's class. One for the engine (EngineOptions::fleet_cache).
-  struct FleetView {
-    scheduler::Fleet fleet;
-    scheduler::SpeedModel model;
-    std::map<store::Id, std::string> device_classes;  // by device id
-    std::chrono::steady_clock::time_point loaded;
+  // Placement for one experiment (scheduler/policy.h; server/engine/lease.cc):
+  // the work it offers this device - promotable paused trials, pending
+  // trials, a new trial per space while budget and max_parallel allow -
+  // and the policy's choice among them.
+  struct LeasePlan {
+    std::vector<scheduler::WorkItem> items;
+    std::map<store::Id, search::Promotion> promotion_of;  // of the kResume items, by trial id
+    scheduler::PolicyDecision decision;
   };
-  // With fleet_mu_ held: the view, reloaded unless it was loaded within
-  // fleet_cache before `asked` (a lease's start) and knows device_id.
-  Result<FleetView*> FleetLocked(store::Id device_id, std::chrono::steady_clock::time_point asked);
-  // Placement (scheduler/placement.h): the pending trial this device should
-  // run given the fleet's measured speeds and the spaces' priorities, leased
-  // to the worker. nullopt: no choice to make, or it was taken meanwhile.
-  Result<std::optional<store::TrialRecord>> LeasePlaced(store::Id experiment_id, Cached& c,
-                                                        store::Id worker_id, store::Id device_id,
-                                                        std::chrono::steady_clock::time_point asked);
+  Result<LeasePlan> PlanLease(const store::ExperimentRecord& e, Cached& c, store::Id device_id,
+                              std::chrono::steady_clock::time_point asked, bool without_new);
+  // Carries out the plan's decision for the worker's device: the trial
+  // leased, or none when another lease took it first, or (busy_making_new)
+  // another lease is making this experiment's next trial right now.
+  struct Applied {
+    std::optional<store::TrialRecord> trial;
+    bool busy_making_new = false;
+  };
+  Result<Applied> ApplyPlan(const store::ExperimentRecord& e, Cached& c, const LeasePlan& plan, store::Id worker_id,
+                            store::Id device_id);
+  // The policy's options for this experiment's spec and fleet.
+  scheduler::PolicyOptions PolicyFor(const ExperimentSpec& spec, const FleetSnapshot& fleet,
+                                     const store::ExperimentRecord& e, int64_t now_ms);
   // Co-tuning after a report: maybe a new system setting for the next epoch.
   Result<ReportReply> CoTune(const ExperimentSpec& spec, const TrialReport& r);
   // Overrides the assignment's tunable system parameters with the fastest
@@ -362,11 +451,9 @@ class Engine {
   Status StartAtBestSetting(const ExperimentSpec& spec, store::Id device_id,
                             std::chrono::steady_clock::time_point asked, Assignment& a);
 
-  std::mutex fleet_mu_;
-  std::optional<FleetView> fleet_;  // GUARDED_BY(fleet_mu_)
+  std::unique_ptr<FleetView> fleet_;
   std::mutex mu_;
   std::map<store::Id, std::unique_ptr<Cached>> cache_;  // GUARDED_BY(mu_)
-  std::map<store::Id, std::string> device_classes_;     // GUARDED_BY(mu_)
   std::map<store::Id, WorkerAuth> workers_;              // GUARDED_BY(mu_)
 };
 

@@ -23,6 +23,7 @@
 #include "server/event_relay.h"
 #include "server/grpc/worker_service.h"
 #include "server/store_gauges.h"
+#include "server/store/artifact_store.h"
 #include "server/store/store.h"
 
 namespace {
@@ -76,6 +77,8 @@ int main(int argc, char** argv) {
   std::string tls_cert, tls_key;
   bool migrate_only = false;
   bool public_metrics = false;
+  std::string artifacts;
+  int64_t max_checkpoint_mb = 1024;
   app.add_option("--store", store_url,
                  "store URL: sqlite:///abs/path.db, sqlite://rel.db, a plain path, or "
                  "postgresql://user:pass@host:port/db")
@@ -128,6 +131,14 @@ int main(int argc, char** argv) {
                  "(0: read it on every lease)")
       ->check(CLI::Range(0, 60'000))
       ->capture_default_str();
+  app.add_option("--artifacts", artifacts,
+                 "where paused trials' checkpoints live: files:DIR (a directory; for a fleet, one every replica "
+                 "mounts) or postgresql (the store's database). Default: the checkpoints directory next to the "
+                 "SQLite file, or postgresql with a PostgreSQL store")
+      ->envname("HPO_ARTIFACTS");
+  app.add_option("--max-checkpoint-mb", max_checkpoint_mb, "the largest checkpoint a worker may upload, in MiB")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
   app.add_option("--port-file", port_file, "write {\"http\": PORT, \"grpc\": PORT} here once listening");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   app.add_flag("--public-metrics", public_metrics,
@@ -164,6 +175,11 @@ int main(int argc, char** argv) {
   if (!version.ok()) return Fail(version.status().message());
   spdlog::info("store {} ({}) at schema version {}", store->display_url(), store->backend(), *version);
   if (migrate_only) return 0;
+  store::ArtifactStoreOptions artifact_options;
+  artifact_options.max_checkpoint_bytes = max_checkpoint_mb << 20;
+  auto artifact_store = store::OpenArtifactStore(artifacts, store_url, artifact_options);
+  if (!artifact_store.ok()) return Fail(artifact_store.status().message());
+  spdlog::info("checkpoints in {} (at most {} MiB each)", (*artifact_store)->description(), max_checkpoint_mb);
 
   // Signals are taken by sigwait below; threads started from here on
   // inherit the mask and never see them.
@@ -185,6 +201,7 @@ int main(int argc, char** argv) {
   engine_options.fleet_cache = std::chrono::milliseconds(fleet_cache_ms);
   engine_options.max_attempts = max_attempts;
   engine_options.metrics = &registry;
+  engine_options.artifacts = artifact_store->get();
   auto& finished = registry.counter("hpo_trials_finished_total", "Trials finished by this server, by state",
                                     {{"state", "completed"}});
   auto& pruned = registry.counter("hpo_trials_finished_total", "Trials finished by this server, by state",

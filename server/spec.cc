@@ -1,7 +1,11 @@
 #include "server/spec.h"
 
+#include "scheduler/policy.h"
+
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
+
+#include <cstdio>
 
 #include <cmath>
 #include <cstdint>
@@ -12,6 +16,8 @@
 #include <utility>
 
 #include "search/pruner.h"
+
+#include "search/registry.h"
 
 namespace hpo::server {
 namespace {
@@ -297,10 +303,8 @@ Status ParseAlgorithm(Fields& top, ExperimentSpec& spec) {
   if (!a) return Status::OK();
   Fields f(*a, "algorithm");
   HPO_RETURN_IF_ERROR(f.RequireObject());
-  HPO_ASSIGN_OR_RETURN(spec.sampler, f.String("sampler", "tpe"));
-  if (spec.sampler != "random" && spec.sampler != "tpe" && spec.sampler != "gp") {
-    return Status::InvalidArgument("algorithm.sampler: must be random, tpe or gp, not '" + spec.sampler + "'");
-  }
+  HPO_ASSIGN_OR_RETURN(spec.sampler, f.String("sampler", std::string(search::kDefaultSampler)));
+  HPO_RETURN_IF_ERROR(search::CheckSamplerName(spec.sampler, "algorithm.sampler"));
   HPO_ASSIGN_OR_RETURN(int64_t seed, f.Int("seed", 0, 0));
   spec.seed = static_cast<uint64_t>(seed);
   return f.NoOthers();
@@ -359,8 +363,18 @@ Status ParseEarlyStopping(Fields& top, ExperimentSpec& spec) {
                                    spec.early_stopping + "'");
   }
   spec.early_stopping_options = json::object();
+  if (const json* t = f.Get("type")) {
+    if (!t->is_string() || (*t != "stop" && *t != "promotion")) {
+      return Status::InvalidArgument("early_stopping.type: must be stop or promotion, not " + t->dump());
+    }
+    if (*t == "promotion" && spec.early_stopping != "asha" && spec.early_stopping != "hyperband") {
+      return Status::InvalidArgument("early_stopping.type: promotion needs rule asha or hyperband, not '" +
+                                     spec.early_stopping + "'");
+    }
+    spec.early_stopping_options["type"] = *t;  // resolved with the executor, in ParseExperimentSpec
+  }
   for (auto it = e->begin(); it != e->end(); ++it) {
-    if (it.key() == "rule") continue;
+    if (it.key() == "rule" || it.key() == "type") continue;
     if (!rule->second.count(it.key())) {
       return Status::InvalidArgument("early_stopping." + it.key() + ": not an option of rule '" +
                                      spec.early_stopping + "'");
@@ -384,6 +398,139 @@ Status ParseBudget(Fields& top, ExperimentSpec& spec) {
     spec.max_wall_time_s = w;
   }
   return f.NoOthers();
+}
+
+Status ParsePlacement(Fields& top, ExperimentSpec& spec) {
+  const json* p = top.Get("placement");
+  if (!p) return Status::OK();
+  Fields f(*p, "placement");
+  HPO_RETURN_IF_ERROR(f.RequireObject());
+  HPO_ASSIGN_OR_RETURN(spec.placement_policy, f.String("policy", "speed"));
+  if (!scheduler::ParsePolicyKind(spec.placement_policy)) {
+    return Status::InvalidArgument("placement.policy: must be speed, fifo or shadho, not '" + spec.placement_policy +
+                                   "'");
+  }
+  if (const json* order = f.Get("class_order")) {
+    if (!order->is_array() || order->empty()) {
+      return Status::InvalidArgument("placement.class_order: must be a non-empty list of device classes");
+    }
+    for (size_t i = 0; i < order->size(); ++i) {
+      if (!(*order)[i].is_string()) {
+        return Status::InvalidArgument("placement.class_order[" + std::to_string(i) + "]: must be a string");
+      }
+      spec.placement_class_order.push_back((*order)[i].get<std::string>());
+    }
+  }
+  if (spec.placement_policy == "shadho" && spec.placement_class_order.empty()) {
+    return Status::InvalidArgument("placement.class_order: shadho needs the device classes, strongest first");
+  }
+  HPO_ASSIGN_OR_RETURN(const int64_t wait, f.Int("max_wait_s", 600, 1, 86'400 * 365));
+  spec.placement_max_wait_s = static_cast<double>(wait);
+  return f.NoOthers();
+}
+
+// "2026-12-01T18:00:00Z", "2026-12-01T18:00:00.5+01:00" (RFC 3339) -> Unix ms.
+std::optional<int64_t> ParseRfc3339(const std::string& text) {
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0, n = 0;
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 || n != 19) {
+    return std::nullopt;
+  }
+  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60 || y < 1970 || y > 9999) {
+    return std::nullopt;
+  }
+  size_t i = 19;
+  int64_t ms = 0;
+  if (i < text.size() && text[i] == '.') {
+    int64_t scale = 100;
+    for (++i; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) {
+      ms += (text[i] - '0') * scale;
+      scale /= 10;
+    }
+  }
+  int64_t offset_min = 0;
+  if (i < text.size() && (text[i] == 'Z' || text[i] == 'z')) {
+    ++i;
+  } else if (i + 6 == text.size() && (text[i] == '+' || text[i] == '-') && text[i + 3] == ':') {
+    int oh = 0, om = 0;
+    if (std::sscanf(text.c_str() + i + 1, "%2d:%2d", &oh, &om) != 2 || oh > 23 || om > 59) return std::nullopt;
+    offset_min = (text[i] == '+' ? 1 : -1) * (oh * 60 + om);
+    i += 6;
+  } else {
+    return std::nullopt;
+  }
+  if (i != text.size()) return std::nullopt;
+  // Days from the civil date (Howard Hinnant's algorithm), no time zone database.
+  const int yy = y - (mo <= 2);
+  const int era = yy / 400;
+  const int yoe = yy - era * 400;
+  const int doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const int doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  const int64_t days = static_cast<int64_t>(era) * 146097 + doe - 719468;
+  return ((days * 86400 + h * 3600 + mi * 60 + sec) - offset_min * 60) * 1000 + ms;
+}
+
+Status ParseCost(Fields& top, ExperimentSpec& spec) {
+  const json* c = top.Get("cost");
+  if (!c) return Status::OK();
+  Fields f(*c, "cost");
+  HPO_RETURN_IF_ERROR(f.RequireObject());
+  if (const json* prices = f.Get("prices")) {
+    if (!prices->is_object() || prices->empty()) {
+      return Status::InvalidArgument("cost.prices: must map device classes or worker labels (k=v) to prices per hour");
+    }
+    for (auto it = prices->begin(); it != prices->end(); ++it) {
+      if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0) {
+        return Status::InvalidArgument("cost.prices." + it.key() + ": must be a price per hour >= 0");
+      }
+      spec.prices[it.key()] = it->get<double>();
+    }
+  }
+  if (f.Get("deadline_s")) {
+    HPO_ASSIGN_OR_RETURN(int64_t d, f.Int("deadline_s", std::nullopt, 1, 86'400 * 3650));
+    spec.deadline_s = d;
+  }
+  if (const json* d = f.Get("deadline")) {
+    const auto ms = d->is_string() ? ParseRfc3339(d->get<std::string>()) : std::nullopt;
+    if (!ms) {
+      return Status::InvalidArgument("cost.deadline: must be a moment such as \"2026-12-01T18:00:00Z\", not " +
+                                     d->dump());
+    }
+    spec.deadline_ms = ms;
+  }
+  if (spec.deadline_s && spec.deadline_ms) {
+    return Status::InvalidArgument("cost: give deadline_s or deadline, not both");
+  }
+  if ((spec.deadline_s || spec.deadline_ms) && spec.prices.empty()) {
+    return Status::InvalidArgument("cost.prices: a deadline is weighed against prices; give the prices too");
+  }
+  return f.NoOthers();
+}
+
+// What early_stopping.type says once the executor is known: promotion by
+// default for asha and hyperband where trials can pause with a checkpoint
+// (the built-in trainers; commands that say checkpoints: true).
+Status ResolveStoppingType(ExperimentSpec& spec) {
+  const bool rung_rule = spec.early_stopping == "asha" || spec.early_stopping == "hyperband";
+  const bool can_checkpoint = spec.executor == ExperimentSpec::ExecutorKind::kBuiltin ||
+                              (spec.executor == ExperimentSpec::ExecutorKind::kCommand && spec.command_checkpoints);
+  const auto given = spec.early_stopping_options.find("type");
+  if (given == spec.early_stopping_options.end()) {
+    spec.early_stopping_type = rung_rule && can_checkpoint ? ExperimentSpec::StoppingType::kPromotion
+                                                           : ExperimentSpec::StoppingType::kStop;
+    return Status::OK();
+  }
+  const bool promotion = *given == "promotion";
+  spec.early_stopping_options.erase("type");
+  if (promotion && !can_checkpoint) {
+    return Status::InvalidArgument(
+        spec.executor == ExperimentSpec::ExecutorKind::kClient
+            ? "early_stopping.type: promotion pauses and resumes trials on workers; an ask/tell client's trials "
+              "cannot be, use type: stop"
+            : "early_stopping.type: promotion needs a program that keeps the checkpoint contract: set "
+              "executor.command.checkpoints: true (see worker/command_executor.h), or use type: stop");
+  }
+  spec.early_stopping_type = promotion ? ExperimentSpec::StoppingType::kPromotion : ExperimentSpec::StoppingType::kStop;
+  return Status::OK();
 }
 
 Status ParseExecutor(Fields& top, ExperimentSpec& spec) {
@@ -428,6 +575,7 @@ Status ParseExecutor(Fields& top, ExperimentSpec& spec) {
       HPO_ASSIGN_OR_RETURN(int64_t t, f.Int("timeout_s", std::nullopt, 1));
       spec.timeout_s = t;
     }
+    HPO_ASSIGN_OR_RETURN(spec.command_checkpoints, f.Bool("checkpoints", false));
   } else if (kind == "client") {
     spec.executor = ExperimentSpec::ExecutorKind::kClient;
   } else {
@@ -531,6 +679,9 @@ Result<ExperimentSpec> ParseExperimentSpec(const json& j) {
   HPO_RETURN_IF_ERROR(ParseEarlyStopping(top, spec));
   HPO_RETURN_IF_ERROR(ParseBudget(top, spec));
   HPO_RETURN_IF_ERROR(ParseExecutor(top, spec));
+  HPO_RETURN_IF_ERROR(ResolveStoppingType(spec));
+  HPO_RETURN_IF_ERROR(ParsePlacement(top, spec));
+  HPO_RETURN_IF_ERROR(ParseCost(top, spec));
   HPO_RETURN_IF_ERROR(top.NoOthers());
   if (spec.max_parallel > spec.max_trials) spec.max_parallel = spec.max_trials;
   // Every {placeholder} of a command must be a parameter somewhere.

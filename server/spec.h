@@ -16,13 +16,23 @@
 //   system:                          # tuned inside each trial, not by the sampler
 //     batch_size: {type: int, low: 32, high: 512, log: true, affects_accuracy: false}
 //     threads: {type: int, low: 1, high: 4}    # co-tuned epoch by epoch (PipeTune)
-//   algorithm: {sampler: tpe, seed: 42}          # random | tpe | gp
-//   early_stopping: {rule: asha, min_resource: 1, reduction_factor: 3}
-//                                                # none | median | asha | hyperband
+//   algorithm: {sampler: auto, seed: 42}         # auto (default) | tpe | gp | random
+//   early_stopping: {rule: asha, min_resource: 1, reduction_factor: 3, type: promotion}
+//                                                # none | median | asha | hyperband;
+//                                                # type: stop | promotion (pause at each rung
+//                                                # with a checkpoint, promote the best on a free
+//                                                # device); the default is promotion for asha and
+//                                                # hyperband where the executor can checkpoint
+//   placement: {policy: speed, max_wait_s: 600}  # speed | fifo | shadho (with class_order: [...])
+//   cost: {prices: {"pool=gpu": 2.50, "cpu:EPYC:x4.0": 0.20}, deadline_s: 3600}
+//                                                # per hour, by device class or worker label;
+//                                                # deadline_s from submission, or deadline:
+//                                                # "2026-12-01T18:00:00Z"
 //   budget: {max_trials: 40, max_parallel: 2, max_wall_time_s: 900, steps_per_trial: 10}
 //   executor:                        # exactly one of builtin, command, client
 //     builtin: {trainer: fashion-mnist-mlp, args: {validation_fraction: 0.1}}
-//     # command: {argv: [python3, train.py, "--lr={lr}"], env: {K: V}, timeout_s: 600}
+//     # command: {argv: [python3, train.py, "--lr={lr}"], env: {K: V}, timeout_s: 600,
+//     #           checkpoints: true}  # it keeps the HPO_CHECKPOINT_DIR contract (worker/command_executor.h)
 //     # client: {}                   # ask/tell over REST
 #pragma once
 
@@ -57,11 +67,27 @@ struct ExperimentSpec {
   std::vector<search::SearchSpace> spaces;
   std::vector<SystemParam> system;
 
-  std::string sampler = "tpe";  // random | tpe | gp
+  // A name of search/registry.h: auto (the default), tpe, gp or random.
+  std::string sampler = "auto";
   uint64_t seed = 0;
 
   std::string early_stopping = "none";  // none | median | asha | hyperband
   nlohmann::json early_stopping_options = nlohmann::json::object();
+  // kPromotion: trials pause at each rung with a checkpoint and the best are
+  // promoted on free devices (search/promotion.h); kStop: trials run on
+  // and are stopped at a rung (search/pruner.h).
+  enum class StoppingType { kStop, kPromotion };
+  StoppingType early_stopping_type = StoppingType::kStop;
+
+  // Where trials run (scheduler/policy.h).
+  std::string placement_policy = "speed";         // speed | fifo | shadho
+  std::vector<std::string> placement_class_order;  // shadho: device classes, strongest first
+  double placement_max_wait_s = 600;
+  // Cost-aware placement: the price per hour of a device, by its class or
+  // by a label of its worker ("pool=gpu"), and a deadline for the work.
+  std::map<std::string, double> prices;
+  std::optional<int64_t> deadline_s;   // seconds from the experiment's creation
+  std::optional<int64_t> deadline_ms;  // or a moment (Unix ms)
 
   int64_t max_trials = 100;
   int64_t max_parallel = 4;
@@ -75,6 +101,7 @@ struct ExperimentSpec {
   std::vector<std::string> argv;       // command, with {param} placeholders
   std::map<std::string, std::string> env;
   std::optional<int64_t> timeout_s;
+  bool command_checkpoints = false;    // command: it keeps the checkpoint contract
 
   nlohmann::json source;  // the spec as given, in JSON form
 };

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "worker/builtin_trainer.h"
@@ -138,6 +140,141 @@ TEST(BuiltinTrainer, IsDeterministicForASeed) {
   EXPECT_EQ(a.steps[0].metrics.at("loss"), b.steps[0].metrics.at("loss"));
   EXPECT_EQ(a.steps[0].metrics.at("accuracy"), b.steps[0].metrics.at("accuracy"));
   EXPECT_NE(a.steps[0].metrics.at("loss"), c.steps[0].metrics.at("loss"));
+}
+
+}  // namespace
+}  // namespace hpo::worker
+
+// Checkpoints -------------------------------------------------------------
+
+namespace hpo::worker {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Answers kPause to the report of `pause_at` (0: never), continue otherwise.
+class PausingReporter : public RecordingReporter {
+ public:
+  explicit PausingReporter(int64_t pause_at) : pause_at_(pause_at) {}
+  Verdict Report(int64_t step, const std::map<std::string, double>& metrics, double sps,
+                 const json& system) override {
+    RecordingReporter::Report(step, metrics, sps, system);
+    return step == pause_at_ ? Verdict::kPause : Verdict::kContinue;
+  }
+
+ private:
+  int64_t pause_at_;
+};
+
+class BuiltinCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/hpo-trainer-ckpt-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Dropout, batch norm (buffers), Adam (moments) and a cosine schedule
+  // (the epoch): everything a resume must bring back.
+  static TrialRun Run(int epochs) {
+    TrialRun r = Mlp(epochs);
+    r.params = {{"lr", 2e-3},        {"optimizer", "adam"}, {"width", 64},           {"depth", 2},
+                {"dropout", 0.3},    {"batch_norm", true},  {"lr_schedule", "cosine"}};
+    r.trainer_args = {{"max_train_samples", 3000}};
+    r.threads = 1;  // one thread: the sums run in one order, so results are bit for bit
+    return r;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(BuiltinCheckpointTest, APausedAndResumedTrialEndsExactlyAsOneThatNeverStopped) {
+  RecordingReporter straight;
+  auto whole = MakeBuiltinExecutor()->Run(Run(4), straight);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_EQ(straight.steps.size(), 4u);
+
+  TrialRun first = Run(4);
+  first.stop_step = 2;
+  first.checkpoint_dir = dir_;
+  PausingReporter pausing(2);
+  auto paused = MakeBuiltinExecutor()->Run(first, pausing);
+  ASSERT_TRUE(paused.ok()) << paused.status();
+  EXPECT_TRUE(paused->paused);
+  EXPECT_TRUE(paused->checkpoint_saved) << paused->checkpoint_error;
+  EXPECT_FALSE(paused->stopped);
+  ASSERT_EQ(pausing.steps.size(), 2u);
+  EXPECT_TRUE(fs::exists(dir_ + "/trainer.pt"));
+  EXPECT_FALSE(fs::exists(dir_ + "/trainer.pt.tmp"));
+
+  // Another trial in between moves the process's generators on: the resume
+  // must not depend on them being where the pause left them.
+  RecordingReporter other;
+  TrialRun noise = Run(1);
+  noise.seed = 99;
+  ASSERT_TRUE(MakeBuiltinExecutor()->Run(noise, other).ok());
+
+  TrialRun second = Run(4);
+  second.resume_step = 2;
+  second.checkpoint_dir = dir_;
+  RecordingReporter resumed;
+  auto rest = MakeBuiltinExecutor()->Run(second, resumed);  // a fresh trainer, as on another worker
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_TRUE(rest->restore_error.empty()) << rest->restore_error;
+  ASSERT_EQ(resumed.steps.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(pausing.steps[i].metrics, straight.steps[i].metrics) << "step " << i + 1;
+    EXPECT_EQ(resumed.steps[i].step, static_cast<int64_t>(i + 3));
+    // Bit for bit: the same model, optimizer state, schedule position and
+    // random draws (shuffles, dropout masks) as the trial that never stopped.
+    EXPECT_EQ(resumed.steps[i].metrics, straight.steps[i + 2].metrics) << "step " << i + 3;
+  }
+  EXPECT_EQ(rest->final_metrics, whole->final_metrics);
+  EXPECT_GT(rest->final_metrics.at("test_accuracy"), 0.5);
+}
+
+TEST_F(BuiltinCheckpointTest, ACheckpointThatCannotBeUsedIsRefusedBeforeAnyStep) {
+  TrialRun first = Run(3);
+  first.checkpoint_dir = dir_;
+  PausingReporter pausing(1);
+  ASSERT_TRUE(MakeBuiltinExecutor()->Run(first, pausing)->checkpoint_saved);
+
+  auto refused = [&](TrialRun run, const std::string& why) {
+    run.resume_step = run.resume_step ? run.resume_step : 1;
+    run.checkpoint_dir = dir_;
+    RecordingReporter reporter;
+    auto r = MakeBuiltinExecutor()->Run(run, reporter);
+    ASSERT_TRUE(r.ok()) << "a bad checkpoint does not fail the trial: " << r.status();
+    EXPECT_NE(r->restore_error.find(why), std::string::npos)
+        << "want \"" << why << "\" in \"" << r->restore_error << "\"";
+    EXPECT_TRUE(reporter.steps.empty()) << "nothing ran from a checkpoint it could not use";
+  };
+  TrialRun other_params = Run(3);
+  other_params.params["lr"] = 0.5;
+  refused(other_params, "other hyperparameters");
+  TrialRun other_epoch = Run(3);
+  other_epoch.resume_step = 2;
+  refused(other_epoch, "taken after epoch 1, not 2");
+  // Damaged in the weights (which LibTorch alone would load as if good).
+  {
+    const auto size = static_cast<std::streamoff>(fs::file_size(dir_ + "/trainer.pt"));
+    std::fstream f(dir_ + "/trainer.pt", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(size / 2);
+    f.write("garbage garbage garbage", 23);
+  }
+  refused(Run(3), "does not match its SHA-256");
+  fs::remove(dir_ + "/trainer.pt");
+  refused(Run(3), "no trainer.pt");
+}
+
+TEST_F(BuiltinCheckpointTest, APauseWithNowhereToSaveIsAPauseWithoutACheckpoint) {
+  TrialRun run = Run(3);  // no checkpoint_dir
+  PausingReporter pausing(1);
+  auto r = MakeBuiltinExecutor()->Run(run, pausing);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->paused);
+  EXPECT_FALSE(r->checkpoint_saved);
+  EXPECT_NE(r->checkpoint_error.find("no checkpoint directory"), std::string::npos) << r->checkpoint_error;
 }
 
 }  // namespace

@@ -520,5 +520,150 @@ TEST_F(CommandExecutorTest, AMissingWorkingDirectoryIsFailedPrecondition) {
   EXPECT_TRUE(r.status().IsFailedPrecondition()) << r.status();
 }
 
+// Checkpoints (the contract in command_executor.h) -------------------------
+
+// Answers kPause to the report of `step`.
+std::function<Verdict(const FakeReporter::Call&)> PauseAt(int64_t step) {
+  return [step](const FakeReporter::Call& c) { return c.step == step ? Verdict::kPause : Verdict::kContinue; };
+}
+
+TEST_F(CommandExecutorTest, TheCheckpointVariablesAreSetOnlyWhenTheyApply) {
+  // From the worker's own environment they must not leak through.
+  ::setenv("HPO_STOP_STEP", "99", 1);
+  ::setenv("HPO_RESUME_STEP", "98", 1);
+  const std::string script = Script("env.sh", R"sh(
+echo "dir=$HPO_CHECKPOINT_DIR stop=${HPO_STOP_STEP-unset} resume=${HPO_RESUME_STEP-unset}"
+test -d "$HPO_CHECKPOINT_DIR" && echo "is a directory"
+echo "hpo: step=1 loss=1"
+)sh");
+  FakeReporter reporter;
+  auto plain = Executor().Run(MakeRun({script}), reporter);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_NE(plain->log_tail.find("stop=unset resume=unset"), std::string::npos) << plain->log_tail;
+  EXPECT_NE(plain->log_tail.find("is a directory"), std::string::npos) << plain->log_tail;
+
+  TrialRun run = MakeRun({script});
+  run.stop_step = 4;
+  run.resume_step = 2;
+  run.checkpoint_dir = dir_ + "/ckpt";
+  std::filesystem::create_directories(run.checkpoint_dir);
+  auto r = Executor().Run(run, reporter);
+  ::unsetenv("HPO_STOP_STEP");
+  ::unsetenv("HPO_RESUME_STEP");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->log_tail.find("dir=" + dir_ + "/ckpt stop=4 resume=2"), std::string::npos) << r->log_tail;
+}
+
+// The real example program: straight through, and paused then resumed in a
+// new run (as on another worker), the same curve to the last digit.
+TEST_F(CommandExecutorTest, TheExampleProgramPausesAndResumesExactlyWhereItStopped) {
+  const std::vector<std::string> argv = {"python3", HPO_SOURCE_DIR "/examples/train_example.py", "--lr=0.3",
+                                         "--width=6"};
+  FakeReporter straight;
+  auto whole = Executor().Run(MakeRun(argv), straight);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_EQ(straight.calls().size(), 5u);
+
+  TrialRun first = MakeRun(argv);
+  first.stop_step = 2;
+  first.checkpoint_dir = dir_ + "/ckpt";
+  FakeReporter pausing;
+  pausing.verdict = PauseAt(2);
+  auto paused = Executor().Run(first, pausing);
+  ASSERT_TRUE(paused.ok()) << paused.status();
+  EXPECT_TRUE(paused->paused);
+  EXPECT_TRUE(paused->checkpoint_saved) << paused->checkpoint_error << "\n" << paused->log_tail;
+  EXPECT_FALSE(paused->stopped);
+  ASSERT_EQ(pausing.calls().size(), 2u);
+  EXPECT_TRUE(std::filesystem::exists(first.checkpoint_dir + "/state.json"));
+
+  TrialRun second = MakeRun(argv);
+  second.resume_step = 2;
+  second.checkpoint_dir = first.checkpoint_dir;
+  FakeReporter resumed;
+  auto rest = Executor().Run(second, resumed);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_TRUE(rest->restore_error.empty()) << rest->restore_error;
+  const auto calls = resumed.calls();
+  ASSERT_EQ(calls.size(), 3u) << rest->log_tail;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].step, static_cast<int64_t>(i + 3));
+    EXPECT_EQ(calls[i].metrics, straight.calls()[i + 2].metrics) << "step " << i + 3;
+  }
+  EXPECT_EQ(rest->final_metrics, whole->final_metrics);
+
+  // A state that is not the one asked for is refused, not trained from.
+  second.resume_step = 3;
+  FakeReporter refused;
+  auto wrong = Executor().Run(second, refused);
+  ASSERT_TRUE(wrong.ok()) << wrong.status();
+  EXPECT_NE(wrong->restore_error.find("could not restore the state saved after step 3 (exit status 65)"),
+            std::string::npos)
+      << wrong->restore_error;
+  EXPECT_TRUE(refused.calls().empty());
+}
+
+TEST_F(CommandExecutorTest, APauseWhoseProgramFailsIsAPauseWithoutACheckpoint) {
+  struct Case {
+    std::string body;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {R"sh(echo "hpo: step=1 loss=1"; echo state > "$HPO_CHECKPOINT_DIR/s"; exit 3)sh",
+       "exit status 3 after its stop step"},
+      {R"sh(echo "hpo: step=1 loss=1"; exit 0)sh", "left HPO_CHECKPOINT_DIR empty"},
+      {R"sh(echo "hpo: step=1 loss=1"; echo state > "$HPO_CHECKPOINT_DIR/s"; kill -KILL $$)sh", "killed by signal 9"},
+      // It does not know the contract and trains on: stopped after the grace.
+      {R"sh(echo "hpo: step=1 loss=1"; echo "hpo: step=2 loss=0.5"; sleep 30)sh", "did not exit within 0.3 s"},
+  };
+  for (const auto& c : cases) {
+    TrialRun run = MakeRun({Script("pause.sh", c.body)});
+    run.stop_step = 1;
+    run.checkpoint_dir = dir_ + "/ckpt-" + std::to_string(&c - cases.data());
+    CommandExecutor::Options options;
+    options.working_dir = dir_;
+    options.kill_grace = std::chrono::milliseconds(200);
+    options.pause_grace = std::chrono::milliseconds(300);
+    FakeReporter reporter;
+    reporter.verdict = PauseAt(1);
+    auto r = CommandExecutor(options).Run(run, reporter);
+    ASSERT_TRUE(r.ok()) << "a failed save never fails the trial: " << r.status();
+    EXPECT_TRUE(r->paused) << c.why;
+    EXPECT_FALSE(r->checkpoint_saved) << c.why;
+    EXPECT_NE(r->checkpoint_error.find(c.why), std::string::npos)
+        << "want \"" << c.why << "\" in \"" << r->checkpoint_error << "\"";
+    EXPECT_EQ(reporter.calls().size(), 1u) << "nothing after the stop step is reported";
+  }
+}
+
+TEST_F(CommandExecutorTest, AStopWhileSavingIsAStop) {
+  TrialRun run = MakeRun({Script("slow.sh", R"sh(echo "hpo: step=1 loss=1"; sleep 30)sh")});
+  run.stop_step = 1;
+  run.checkpoint_dir = dir_ + "/ckpt";
+  FakeReporter reporter;
+  reporter.verdict = [&](const FakeReporter::Call&) {
+    reporter.stop = true;  // pruned while it saves
+    return Verdict::kPause;
+  };
+  auto r = Executor().Run(run, reporter);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->stopped);
+  EXPECT_FALSE(r->paused);
+}
+
+TEST_F(CommandExecutorTest, ExitStatus65IsARefusedRestoreOnlyWhenResuming) {
+  const std::string script = Script("refuse.sh", "echo 'bad state' >&2; exit 65");
+  TrialRun run = MakeRun({script});
+  FakeReporter reporter;
+  auto fresh = Executor().Run(run, reporter);
+  EXPECT_TRUE(fresh.status().IsFailedPrecondition()) << "an ordinary failure when not resuming";
+  run.resume_step = 2;
+  run.checkpoint_dir = dir_ + "/ckpt";
+  auto resumed = Executor().Run(run, reporter);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_NE(resumed->restore_error.find("exit status 65"), std::string::npos) << resumed->restore_error;
+  EXPECT_NE(resumed->restore_error.find("bad state"), std::string::npos) << "with the program's words";
+}
+
 }  // namespace
 }  // namespace hpo::worker

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <future>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -45,6 +46,16 @@ std::string SpecStopping(const std::string& executor, int max_trials, int max_pa
   spec.replace(spec.find(none), none.size(), R"("early_stopping": )" + early_stopping);
   return spec;
 }
+// The spec with space a only: a device that ran one trial then knows every
+// workload (placement explores a device on a workload it has not measured).
+std::string OneSpace(std::string spec) {
+  const std::string space_b = R"(,
+               {"name": "b", "params": {"y": {"type": "float", "low": 0, "high": 2},
+                                        "k": {"type": "int", "low": 1, "high": 3}}}])";
+  const auto at = spec.find(space_b);
+  if (at != std::string::npos) spec.replace(at, space_b.size(), "]");
+  return spec;
+}
 const std::string kClient = R"({"client": {}})";
 const std::string kBuiltin = R"({"builtin": {"trainer": "fashion-mnist-mlp"}})";
 
@@ -65,7 +76,13 @@ class EngineTest : public ::testing::Test {
     auto s = store::OpenStore(backend_.url(), o);
     ASSERT_TRUE(s.ok()) << s.status();
     store_ = std::move(s).value();
-    engine_ = std::make_unique<Engine>(*store_);
+    engine_ = std::make_unique<Engine>(*store_, Options());
+  }
+  // The engine's options with the store's clock.
+  EngineOptions Options() const {
+    EngineOptions o;
+    o.clock = clock_.fn();
+    return o;
   }
   // A worker with one CPU, registered through the engine as Register does.
   struct TestWorker {
@@ -143,7 +160,7 @@ TEST_F(EngineTest, AskTellRunsAClientExperimentToItsBudget) {
 TEST_F(EngineTest, WorkersGetEveryTrialOnceAndTheExperimentEnds) {
   auto e = engine_->CreateExperiment(Spec(kBuiltin, 12, 3));
   ASSERT_TRUE(e.ok()) << e.status();
-  EXPECT_EQ(store_->CountTrials(e->id)->pending, 3) << "the first batch fills max_parallel";
+  EXPECT_EQ(store_->CountTrials(e->id)->total(), 0) << "trials are made when devices ask, for them";
   const TestWorker workers[] = {AddWorker("a"), AddWorker("b")};
   std::set<store::Id> seen;
   for (int i = 0; i < 100; ++i) {
@@ -443,33 +460,143 @@ TEST_F(EngineTest, CoTunesThreadsInsideTrialsAndRemembersTheWinnerPerDeviceClass
 namespace hpo::server {
 namespace {
 
-TEST_F(EngineTest, PlacementGivesFastDevicesTheImportantTrials) {
+// Promotion-type ASHA through the engine's lease path: trials pause at their
+// first rung; a paused trial that earned it is resumed, on the fast device,
+// while the slow one starts new trials.
+TEST_F(EngineTest, PromotionsGoToTheFastDeviceNewTrialsToTheSlowOne) {
+  std::vector<std::pair<std::string, json>> events;
+  EngineOptions o = Options();
+  o.on_event = [&](std::string type, const json& data) { events.emplace_back(type, data); };
+  engine_ = std::make_unique<Engine>(*store_, o);
   const TestWorker fast = AddWorker(*engine_, "fast", "big", 8, 400);
   const TestWorker slow = AddWorker(*engine_, "slow", "small", 1, 20);
-  auto e = engine_->CreateExperiment(Spec(kBuiltin, 10, 2));
-  ASSERT_TRUE(e.ok());
-  // Replace the first batch by two trials of known importance.
-  for (const auto& t : *store_->ListTrials(e->id, {})) {
-    ASSERT_TRUE(store_->FinishTrial(t.id, "", {TrialState::kCancelled, "{}", "test"}).ok());
+  std::string spec =
+      OneSpace(SpecStopping(kBuiltin, 20, 4, R"({"rule": "asha", "min_resource": 1, "reduction_factor": 3})"));
+  ASSERT_EQ(spec.find(R"("name": "b")"), std::string::npos);
+  spec.replace(spec.find(R"("steps_per_trial": 4)"), 20, R"("steps_per_trial": 9)");
+  auto e = engine_->CreateExperiment(spec);
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_EQ((*engine_->Spec(e->id))->early_stopping_type, ExperimentSpec::StoppingType::kPromotion)
+      << "the default for asha with the built-in trainer";
+  // Three trials run to the first rung (step 1) and pause there.
+  std::map<store::Id, double> loss;
+  for (int i = 0; i < 3; ++i) {
+    const TestWorker& w = i % 2 ? slow : fast;
+    auto a = LeaseFor(w);
+    ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
+    const store::TrialRecord& t = (*a)->trial;
+    EXPECT_EQ(t.stop_step, 1) << "a new trial runs to the first rung";
+    EXPECT_EQ(t.level, 0);
+    loss[t.id] = 0.9 - 0.2 * i;
+    TrialReport r{t.id, w.owner, 1, {{"loss", loss[t.id]}}, i % 2 ? 100.0 : 1000.0, json::object(), w.device};
+    auto d = engine_->Report(r);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_NE(d->decision, Decision::kPrune) << "promotion-type rules stop nothing at a report";
+    ASSERT_TRUE(store_->PauseTrial(t.id, w.owner, 1).ok());
+    engine_->ForgetHistory(e->id);  // the pause went around the engine
   }
-  std::vector<store::NewTrial> trials(2);
-  trials[0].space_id = e->spaces[0].id;
-  trials[0].params_json = R"({"x": 0.1})";
-  trials[0].priority = 0.1;
-  trials[1].space_id = e->spaces[0].id;
-  trials[1].params_json = R"({"x": 0.2})";
-  trials[1].priority = 0.9;
-  auto created = *store_->CreateTrials(e->id, trials);
-  auto slow_gets = LeaseFor(slow);
-  ASSERT_TRUE(slow_gets.ok() && slow_gets->has_value()) << slow_gets.status();
-  EXPECT_EQ((*slow_gets)->trial.id, created[0].id) << "the slow device takes the less important trial";
-  auto fast_gets = LeaseFor(fast);
-  ASSERT_TRUE(fast_gets.ok() && fast_gets->has_value());
-  EXPECT_EQ((*fast_gets)->trial.id, created[1].id);
+  const store::Id best =
+      std::min_element(loss.begin(), loss.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
+  // The slow device asks first: it leaves the promotion to the fast one.
+  auto s = LeaseFor(slow);
+  ASSERT_TRUE(s.ok() && s->has_value()) << s.status();
+  EXPECT_NE((*s)->trial.id, best);
+  EXPECT_EQ((*s)->trial.level, 0) << "a new trial";
+  auto f = LeaseFor(fast);
+  ASSERT_TRUE(f.ok() && f->has_value()) << f.status();
+  EXPECT_EQ((*f)->trial.id, best) << "the fast device resumes the best paused trial";
+  EXPECT_EQ((*f)->trial.level, 1);
+  EXPECT_EQ((*f)->trial.stop_step, 3) << "to the next rung";
+  EXPECT_EQ(store_->GetTrial(best)->state, TrialState::kLeased);
+  bool resumed = false, restarted = false;
+  for (const auto& [type, data] : events) {
+    if (data.value("trial_id", store::Id{0}) != best) continue;
+    resumed = resumed || type == "trial.resumed";
+    // This engine has no artifact store: the promoted trial starts over, and says so.
+    restarted = restarted || (type == "trial.restarted" &&
+                              data["reason"].get<std::string>().find("no usable checkpoint") != std::string::npos);
+  }
+  EXPECT_TRUE(resumed);
+  EXPECT_TRUE(restarted);
+  EXPECT_EQ((*f)->trial.resume_step, 0);
 }
 
-// A store whose CreateTrialsUpTo, while armed, waits until released: a
-// top-up of the pending pool stays under way for as long as a test wants.
+// The experiment ends once its budget is spent, nothing runs, and no paused
+// trial may go on; the paused ones are pruned then, as never promoted.
+TEST_F(EngineTest, APromotionExperimentEndsWhenNoPausedTrialMayGoOn) {
+  const TestWorker w = AddWorker("w");
+  std::string spec = SpecStopping(kBuiltin, 3, 3, R"({"rule": "asha", "min_resource": 1, "reduction_factor": 3})");
+  spec.replace(spec.find(R"("steps_per_trial": 4)"), 20, R"("steps_per_trial": 3)");
+  auto e = engine_->CreateExperiment(spec);
+  ASSERT_TRUE(e.ok()) << e.status();
+  for (int i = 0; i < 3; ++i) {
+    auto a = LeaseFor(w);
+    ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
+    ASSERT_TRUE(engine_->Report({(*a)->trial.id, w.owner, 1, {{"loss", 0.5 + i}}, 0, json::object(), std::nullopt}).ok());
+    ASSERT_TRUE(store_->PauseTrial((*a)->trial.id, w.owner, 1).ok());
+    engine_->ForgetHistory(e->id);
+  }
+  // One of three may go on: the best, to the end (step 3).
+  auto promoted = LeaseFor(w);
+  ASSERT_TRUE(promoted.ok() && promoted->has_value()) << promoted.status();
+  EXPECT_EQ((*promoted)->trial.stop_step, std::nullopt) << "its last segment runs to the end";
+  auto none = LeaseFor(w);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value()) << "the budget is spent and nobody else may go on";
+  for (int64_t step = 1; step <= 3; ++step) {
+    ASSERT_TRUE(
+        engine_->Report({(*promoted)->trial.id, w.owner, step, {{"loss", 0.4}}, 0, json::object(), std::nullopt}).ok());
+  }
+  ASSERT_TRUE(engine_->Complete((*promoted)->trial.id, w.owner, false, json::object(), "").ok());
+  auto exp = *store_->GetExperiment(e->id);
+  EXPECT_EQ(exp.state, store::ExperimentState::kCompleted) << exp.reason;
+  auto n = *store_->CountTrials(e->id);
+  EXPECT_EQ(n.completed, 1);
+  EXPECT_EQ(n.pruned, 2);
+  for (const auto& t : *store_->ListTrials(e->id, {store::TrialState::kPruned, std::nullopt, 0, 10})) {
+    EXPECT_NE(t.reason.find("not promoted"), std::string::npos) << t.reason;
+  }
+}
+
+// Cost-aware placement: with prices per device class and a deadline both
+// meet, a device three times dearer per sample gets nothing while a cheap
+// one is there to do the work.
+TEST_F(EngineTest, ADearDeviceWaitsWhileACheapOneMeetsTheDeadline) {
+  const TestWorker cheap = AddWorker(*engine_, "cheap", "small", 1, 20);
+  const TestWorker dear = AddWorker(*engine_, "dear", "big", 8, 400);
+  const std::string cheap_class = store_->GetWorker(cheap.caller.worker_id)->devices.at(0).device_class;
+  const std::string dear_class = store_->GetWorker(dear.caller.worker_id)->devices.at(0).device_class;
+  // An earlier experiment of the same workload (one space, so that one
+  // trial on each device measures it) taught the engine their speeds: 100
+  // and 1000 samples/s.
+  auto earlier = engine_->CreateExperiment(OneSpace(Spec(kBuiltin, 20, 4)));
+  ASSERT_TRUE(earlier.ok()) << earlier.status();
+  for (const TestWorker* w : {&cheap, &dear}) {
+    auto a = LeaseFor(*w);
+    ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
+    for (int64_t step = 1; step <= 4; ++step) {
+      ASSERT_TRUE(engine_->Report({(*a)->trial.id, w->owner, step, {{"loss", 0.5}}, w == &cheap ? 100.0 : 1000.0,
+                                   json::object(), w->device})
+                      .ok());
+    }
+    ASSERT_TRUE(engine_->Complete((*a)->trial.id, w->owner, false, json::object(), "").ok());
+  }
+  ASSERT_TRUE(engine_->CancelExperiment(earlier->id, "done").ok());
+  std::string spec = OneSpace(Spec(kBuiltin, 20, 4));
+  spec.insert(spec.rfind('}'), R"(, "cost": {"prices": {")" + cheap_class + R"(": 1, ")" + dear_class +
+                                   R"(": 30}, "deadline_s": 3600})");
+  auto e = engine_->CreateExperiment(spec);
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto d = LeaseFor(dear);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->has_value()) << "30/h at 1000 samples/s is 3x the cost of 1/h at 100";
+  auto c = LeaseFor(cheap);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->has_value());
+}
+
+// A store whose CreateTrialsUpTo, while armed, waits until released: making
+// a trial stays under way for as long as a test wants.
 class StalledTopUps : public testing::StoreWrapper {
  public:
   using StoreWrapper::StoreWrapper;
@@ -509,42 +636,72 @@ class StalledTopUps : public testing::StoreWrapper {
   bool stalled_ = false;  // GUARDED_BY(mu_)
 };
 
-// With many workers, leases used to queue behind whichever call was topping
-// up the experiment's pending pool (a suggestion, then a NOTIFY per trial),
-// until they ran past their deadlines. One top-up at a time still, but the
-// others lease what is pending and go.
-TEST_F(EngineTest, ALeaseDoesNotWaitForAnotherCallsTopUp) {
+// With many workers, leases used to queue behind whichever call was making
+// trials (a suggestion, then a NOTIFY per trial) until they ran past their
+// deadlines. One new trial at a time per experiment still, but a lease that
+// finds one being made takes other work (here a requeued trial) and goes.
+TEST_F(EngineTest, ALeaseDoesNotWaitForAnotherLeaseMakingATrial) {
   StalledTopUps stalled(*store_);
-  Engine engine(stalled);
+  Engine engine(stalled, Options());
   auto e = engine.CreateExperiment(Spec(kBuiltin, 20, 4));
   ASSERT_TRUE(e.ok()) << e.status();
-  const TestWorker one = AddWorker(engine, "one"), two = AddWorker(engine, "two");
-  auto a1 = engine.LeaseForWorker(one.caller, one.device);
-  ASSERT_TRUE(a1.ok() && a1->has_value()) << a1.status();
+  const TestWorker one = AddWorker(engine, "one"), two = AddWorker(engine, "two"), three = AddWorker(engine, "three");
+  auto first = engine.LeaseForWorker(three.caller, three.device);
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
   stalled.Arm();
-  // Worker 1 completes its trial; the completion tops the pool up and
-  // stalls there.
-  Status completed = Status::Internal("not run");
-  std::thread worker1([&] {
-    completed = engine.Complete(one.caller, (*a1)->trial.id, false, {{"loss", 0.5}}, "", "");
-  });
-  const bool stalled_in_top_up = stalled.WaitUntilStalled(std::chrono::seconds(30));
-  // Worker 2 takes a pending trial meanwhile. (The 30 s only keep a broken
-  // engine from hanging the test.)
+  // Worker 1's lease makes a new trial (there is nothing else) and stalls in the store.
+  std::optional<Result<std::optional<Assignment>>> a1;
+  std::thread worker1([&] { a1 = engine.LeaseForWorker(one.caller, one.device); });
+  const bool stalled_making = stalled.WaitUntilStalled(std::chrono::seconds(30));
+  // Meanwhile the first trial comes to wait for a device: its lease expired.
+  clock_.Advance(engine.options().worker_lease_ms + 1);
+  ASSERT_TRUE(engine.ReclaimExpiredLeases().ok());
+  ASSERT_EQ(store_->GetTrial((*first)->trial.id)->state, TrialState::kPending);
+  // Worker 2 asks meanwhile. (The 30 s only keep a broken engine from
+  // hanging the test.)
   auto second = std::async(std::launch::async, [&] { return engine.LeaseForWorker(two.caller, two.device); });
   const bool returned = second.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
   stalled.Release();
   worker1.join();
-  ASSERT_TRUE(stalled_in_top_up) << "the completion never topped the pool up";
-  EXPECT_TRUE(returned) << "worker 2's lease waited for the completion's top-up";
-  EXPECT_TRUE(completed.ok()) << completed;
+  ASSERT_TRUE(stalled_making) << "worker 1's lease made no trial";
+  EXPECT_TRUE(returned) << "worker 2's lease waited for worker 1's new trial";
   auto got = second.get();
   ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
-  // The top-up went through once released: the pool is full again.
+  EXPECT_EQ((*got)->trial.id, (*first)->trial.id) << "it took the waiting trial";
+  ASSERT_TRUE(a1 && a1->ok() && (*a1)->has_value());
+  EXPECT_NE((**a1)->trial.id, (*first)->trial.id);
   auto n = store_->CountTrials(e->id);
   ASSERT_TRUE(n.ok());
-  EXPECT_EQ(n->completed, 1);
-  EXPECT_EQ(n->pending + n->leased + n->running, 4);
+  EXPECT_EQ(n->leased, 2);
+}
+
+// However many devices ask at once, an experiment has at most max_parallel
+// trials out, each handed to one device.
+TEST_F(EngineTest, DevicesAskingAtOnceGetDistinctTrialsWithinMaxParallel) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 20, 3));
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<TestWorker> workers;
+  for (int i = 0; i < 6; ++i) workers.push_back(AddWorker("w" + std::to_string(i)));
+  std::vector<std::future<Result<std::optional<Assignment>>>> asks;
+  for (const auto& w : workers) {
+    asks.push_back(std::async(std::launch::async, [&, w] { return engine_->LeaseForWorker(w.caller, w.device); }));
+  }
+  std::set<store::Id> got;
+  int none = 0;
+  for (auto& a : asks) {
+    auto r = a.get();
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (r->has_value()) {
+      EXPECT_TRUE(got.insert((*r)->trial.id).second) << "one trial for two devices";
+    } else {
+      ++none;
+    }
+  }
+  auto n = *store_->CountTrials(e->id);
+  EXPECT_LE(n.leased, 3);
+  EXPECT_EQ(static_cast<int64_t>(got.size()), n.leased);
+  EXPECT_EQ(n.total(), n.leased) << "nothing made ahead of a device";
+  EXPECT_GE(none, 3);
 }
 
 }  // namespace
@@ -602,9 +759,10 @@ TEST_F(EngineTest, ACancelReasonIsCutAndKeptOnceOnTheExperiment) {
     if (type == "experiment.finished") ended.push_back(data);
   };
   engine_ = std::make_unique<Engine>(*store_, o);
-  auto e = engine_->CreateExperiment(Spec(kBuiltin, 20, 10));
+  auto e = engine_->CreateExperiment(Spec(kClient, 20, 10));
   ASSERT_TRUE(e.ok()) << e.status();
-  ASSERT_EQ(store_->CountTrials(e->id)->pending, 10);
+  ASSERT_TRUE(engine_->Suggest(e->id, 10).ok());
+  ASSERT_EQ(store_->CountTrials(e->id)->leased, 10);
   const std::string reason = "stop: " + std::string(1 << 20, 'x');
   ASSERT_TRUE(engine_->CancelExperiment(e->id, reason).ok());
   const std::string stored = store_->GetExperiment(e->id)->reason;

@@ -190,14 +190,14 @@ TEST_F(DeepJsonServerTest, RestBodiesNestedTooDeepGetA400AndTheServerStaysUp) {
 }
 
 TEST_F(DeepJsonServerTest, AGrpcSystemValueNestedTooDeepIsInvalidAndTheServerStaysUp) {
-  // A command experiment: its trials wait, pending, held by no worker.
+  // A trial that exists and no worker holds (an ask/tell client's).
   auto created = Call("POST", "/api/v1/experiments", R"({"name": "deep", "objective": {"metric": "loss"},
       "spaces": [{"name": "s", "params": {"x": [1, 2]}}], "budget": {"max_trials": 2, "max_parallel": 1},
-      "executor": {"command": {"argv": ["true"]}}})");
+      "executor": {"client": {}}})");
   ASSERT_TRUE(created.ok()) << created.status();
   ASSERT_EQ(created->status, 201) << created->body;
-  auto trials = Call("GET", "/api/v1/experiments/" + std::to_string(json::parse(created->body)["id"].get<int64_t>()) +
-                                "/trials");
+  auto trials = Call("POST", "/api/v1/experiments/" + std::to_string(json::parse(created->body)["id"].get<int64_t>()) +
+                                 "/trials:suggest", "{}");
   ASSERT_TRUE(trials.ok() && trials->status == 200) << trials.status();
   const int64_t pending = json::parse(trials->body)["trials"][0]["id"];
 

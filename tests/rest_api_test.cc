@@ -420,5 +420,61 @@ TEST(DashboardLearningCurves, SkipsStepsWithoutTheMetricAndKeepsEveryTrialsEnds)
   EXPECT_TRUE(dashboard::LearningCurves({}, "loss", 10)["trials"].empty());
 }
 
+
+// Cost-aware placement's spec through REST: prices must name a class or a
+// label some registered worker has, a deadline must lie ahead, and the
+// workers' listing shows what each device costs each priced experiment.
+TEST_F(RestApiTest, PricesAndDeadlinesAreCheckedAndShownPerDevice) {
+  Start();
+  auto add = [&](const std::string& host, const std::string& pool) {
+    WorkerRegistration w;
+    w.host = host;
+    w.labels = {{"pool", pool}};
+    store::DeviceInfo d;
+    d.kind = store::DeviceKind::kCpu;
+    d.name = "cpu-" + host;
+    d.cores = 1;
+    d.benchmark_gflops = 10;
+    w.devices.push_back(d);
+    auto r = engine_->RegisterWorker(w);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->worker.devices.at(0).device_class : std::string();
+  };
+  const std::string cheap_class = add("cheap", "cpu");
+  add("dear", "gpu");
+  auto spec_with = [](const json& cost) {
+    json spec = {{"name", "priced"}, {"objective", {{"metric", "loss"}}},
+                 {"spaces", {{{"name", "s"}, {"params", {{"x", {{"type", "float"}, {"low", 0}, {"high", 1}}}}}}}},
+                 {"executor", {{"command", {{"argv", {"true"}}}}}}, {"cost", cost}};
+    return spec.dump();
+  };
+  json r = CallJson("POST", "/api/v1/experiments", 400, spec_with({{"prices", {{"pool=tpu", 9.0}}}}));
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("cost.prices.pool=tpu: no registered worker"),
+            std::string::npos) << r;
+  r = CallJson("POST", "/api/v1/experiments", 400,
+               spec_with({{"prices", {{"pool=cpu", 1.0}}}, {"deadline", "2001-01-01T00:00:00Z"}}));
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("cost.deadline"), std::string::npos) << r;
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("has passed"), std::string::npos) << r;
+  r = CallJson("POST", "/api/v1/experiments", 400, spec_with({{"deadline_s", 60}}));
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("give the prices too"), std::string::npos) << r;
+  r = CallJson("POST", "/api/v1/experiments", 400, spec_with({{"prices", {{"pool=cpu", -1.0}}}}));
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("cost.prices.pool=cpu"), std::string::npos) << r;
+
+  const int64_t id = CallJson("POST", "/api/v1/experiments", 201,
+                              spec_with({{"prices", {{"pool=gpu", 30.0}, {cheap_class, 1.5}}}, {"deadline_s", 3600}}))["id"];
+  json workers = CallJson("GET", "/api/v1/workers", 200)["workers"];
+  ASSERT_EQ(workers.size(), 2u);
+  std::map<std::string, double> per_hour;
+  for (const auto& w : workers) {
+    for (const auto& d : w["devices"]) {
+      ASSERT_EQ(d["prices"].size(), 1u) << d;
+      EXPECT_EQ(d["prices"][0]["experiment_id"], id);
+      per_hour[w["host"]] = d["prices"][0]["per_hour"];
+    }
+  }
+  EXPECT_DOUBLE_EQ(per_hour["cheap"], 1.5) << "by its class";
+  EXPECT_DOUBLE_EQ(per_hour["dear"], 30.0) << "by its worker's label";
+}
+
 }  // namespace
 }  // namespace hpo::server

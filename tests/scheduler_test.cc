@@ -5,7 +5,9 @@
 #include <utility>
 #include <vector>
 
+#include "scheduler/offer.h"
 #include "scheduler/policy.h"
+#include "search/promotion.h"
 #include "scheduler/speed_model.h"
 #include "search/random.h"
 
@@ -174,6 +176,18 @@ TEST(Policy, PromotionsGoToFastDevicesNewTrialsToSlowOnes) {
   EXPECT_EQ(Pick(Decide({"slow1", "slow"}, w.fleet, spaces, w.speeds, Timed()), spaces), -1);
 }
 
+TEST(Policy, InAFleetOfEqualsPromotionsComeFirst) {
+  SpeedModel speeds;
+  std::vector<LiveDevice> fleet;
+  for (int i = 0; i < 4; ++i) fleet.push_back({"d" + std::to_string(i), "same", 0});
+  speeds.Observe("same", kCnn, "", 500);
+  // Successive halving's order: a promotion before new work, for any device.
+  const std::vector<WorkItem> items = {New(0, 0.5), New(1, 0.5), Resume(9, 0.5, 1)};
+  for (const auto& d : fleet) {
+    EXPECT_EQ(Pick(Decide({d.id, d.device_class}, fleet, items, speeds, Timed()), items), 9) << d.id;
+  }
+}
+
 TEST(Policy, ASlowDeviceLeavesAPromotionThatAFasterOneWouldFinishSooner) {
   World w;
   // fast2 is idle: 10 steps take it 10 s, the slow device 100 s.
@@ -294,6 +308,78 @@ TEST(Policy, ShadhoTrustsTheGivenClassOrderNotMeasurements) {
   EXPECT_EQ(Pick(Decide({"fast1", "fast"}, w.fleet, items, w.speeds, options), items), -1);
   EXPECT_EQ(ParsePolicyKind("shadho"), PolicyKind::kShadho);
   EXPECT_FALSE(ParsePolicyKind("magic"));
+}
+
+
+// --- What an experiment offers (scheduler/offer.h) --------------------------
+
+search::Observation Reached(int64_t number, double value, int64_t last, search::TrialStatus status) {
+  search::Observation o;
+  o.number = number;
+  o.status = status;
+  for (int64_t step = 1; step <= last; ++step) o.curve.emplace_back(step, value);
+  return o;
+}
+
+TEST(Offer, PromotablePausedTrialsPendingOnesAndANewTrialPerSpace) {
+  search::AshaOptions asha;
+  asha.min_resource = 1;
+  asha.reduction_factor = 3;
+  const auto rule = *search::PromotionRule::Asha(asha, 9);  // rungs 1, 3, 9
+  std::vector<search::History> histories(2);
+  // Space 0: three paused at step 1 (the best, 0.1, may go on), one pending.
+  histories[0].trials = {Reached(0, 0.5, 1, search::TrialStatus::kPruned), Reached(1, 0.1, 1, search::TrialStatus::kPruned),
+                         Reached(2, 0.9, 1, search::TrialStatus::kPruned), Reached(3, 0, 0, search::TrialStatus::kRunning)};
+  histories[1].trials = {Reached(4, 0.3, 2, search::TrialStatus::kRunning)};
+  OfferInput in;
+  in.histories = &histories;
+  using Phase = OfferTrial::Phase;
+  in.trials = {{10, 0, 0, Phase::kPaused, 0, 1, std::nullopt, 5},
+               {11, 0, 1, Phase::kPaused, 0, 1, std::nullopt, 6},
+               {12, 0, 2, Phase::kPaused, 0, 1, std::nullopt, 7},
+               {13, 0, 3, Phase::kPending, 0, 0, 1, 8},
+               {14, 1, 0, Phase::kOnDevice, 0, 0, 1, 0}};
+  in.shares = {0.7, 0.3};
+  in.workloads = {"a", "b"};
+  in.preferred_space = 1;
+  in.max_trials = 10;
+  in.max_parallel = 4;
+  in.steps_per_trial = 9;
+  in.promotion = &rule;
+  Offer offer = OfferWork(in);
+  ASSERT_EQ(offer.items.size(), 4u);  // resume 11, pending 13, new in each space
+  EXPECT_EQ(offer.items[0].kind, WorkItem::Kind::kResume);
+  EXPECT_EQ(offer.items[0].trial_id, 11);
+  EXPECT_EQ(offer.items[0].level, 1);
+  EXPECT_EQ(offer.items[0].steps, 2) << "from rung 1 to rung 3";
+  EXPECT_DOUBLE_EQ(offer.items[0].waiting_s, 6);
+  EXPECT_EQ(offer.promotion_of.at(11).to_step, 3);
+  EXPECT_EQ(offer.items[1].kind, WorkItem::Kind::kPending);
+  EXPECT_EQ(offer.items[1].trial_id, 13);
+  EXPECT_EQ(offer.items[1].steps, 1) << "its lease runs to its stop step";
+  EXPECT_EQ(offer.items[2].kind, WorkItem::Kind::kNew);
+  EXPECT_EQ(offer.items[2].steps, 1) << "a new trial runs to the first rung";
+  EXPECT_FALSE(offer.items[2].preferred);
+  EXPECT_TRUE(offer.items[3].preferred);
+  EXPECT_DOUBLE_EQ(offer.items[3].space_priority, 0.3);
+  EXPECT_EQ(offer.items[3].workload, "b");
+
+  // At max_parallel (pending 13 and running 14 count): only the pending trial.
+  in.max_parallel = 2;
+  offer = OfferWork(in);
+  ASSERT_EQ(offer.items.size(), 1u);
+  EXPECT_EQ(offer.items[0].trial_id, 13);
+  // The budget spent: promotions and pending, no new trials.
+  in.max_parallel = 4;
+  in.max_trials = 5;
+  offer = OfferWork(in);
+  ASSERT_EQ(offer.items.size(), 2u);
+  // Stopping-type: nothing to resume, and new trials run the whole budget.
+  in.max_trials = 10;
+  in.promotion = nullptr;
+  offer = OfferWork(in);
+  ASSERT_EQ(offer.items.size(), 3u);
+  EXPECT_EQ(offer.items[1].steps, 9);
 }
 
 }  // namespace

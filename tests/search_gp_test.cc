@@ -156,6 +156,25 @@ TEST(GaussianProcessTest, LengthscaleOfAnIrrelevantDimensionIsLong) {
   EXPECT_GT(ls(2), 5 * ls(0)) << ls.transpose();
 }
 
+// With one observation the likelihood does not depend on the lengthscales,
+// so the fit lands on the prior's mode: LogNormal(sqrt2 + log(d)/2, sqrt3)
+// has its mode at exp(mu - sigma^2), 0.50 at d = 6. (Issue #18: the prior
+// was a Gaussian on log l, whose MAP sat at exp(mu) = 10, and the GP was
+// far too smooth.)
+TEST(GaussianProcessTest, LengthscalesFollowTheLogNormalPriorsMode) {
+  for (int d : {2, 6, 10}) {
+    Rng rng(3);
+    const Eigen::MatrixXd X = Eigen::MatrixXd::Constant(1, d, 0.5);
+    const Eigen::VectorXd y = Eigen::VectorXd::Constant(1, 1.0);
+    auto gp = GaussianProcess::Fit(X, y, rng);
+    ASSERT_TRUE(gp.ok()) << gp.status();
+    const double mode = std::exp(std::sqrt(2.0) + 0.5 * std::log(d) - 3.0);
+    for (int j = 0; j < d; ++j) {
+      EXPECT_NEAR(gp->lengthscales()(j), mode, 0.05 * mode) << "d = " << d << ", dimension " << j;
+    }
+  }
+}
+
 TEST(GaussianProcessTest, AddObservationMatchesARefit) {
   Rng rng(4);
   const Eigen::MatrixXd X = RandomPoints(12, 2, rng);
@@ -369,6 +388,51 @@ TEST(GpSamplerTest, BatchHasNoNearDuplicates) {
         EXPECT_GT(dist, 0.05) << "seed " << seed << ": " << i << " and " << j;
       }
     }
+  }
+}
+
+// Issue #18: every running trial repels, not only the newest max_pending.
+// Older running trials tile the square around where the sampler goes with
+// no running trial at all, and 64 newer ones sit far away: with only the
+// newest fantasized, the suggestion stayed where it was, among the older ones.
+TEST(GpSamplerTest, OlderRunningTrialsRepelToo) {
+  const SearchSpace space = Box(2, 0, 1);
+  History completed;
+  Rng data(21);
+  for (int i = 0; i < 20; ++i) {
+    const Assignment x = SampleUniform(space, data);
+    completed.trials.push_back(Completed(i, x, std::pow(x[0] - 0.3, 2) + std::pow(x[1] - 0.3, 2)));
+  }
+  GpOptions o;
+  ASSERT_EQ(o.max_pending, 64) << "the newest 64 are the far ones";
+  for (uint64_t seed = 0; seed < 5; ++seed) {
+    Rng first(seed);
+    const Assignment alone = MakeGpSampler(o)->Suggest(space, completed, 1, first).at(0);
+    History history = completed;
+    int64_t number = 100;
+    std::vector<Assignment> running;
+    for (int i = 0; i < 7; ++i) {
+      for (int j = 0; j < 7; ++j) {
+        running.push_back({std::clamp(alone[0] - 0.05 + 0.1 * i / 6, 0.0, 1.0),
+                           std::clamp(alone[1] - 0.05 + 0.1 * j / 6, 0.0, 1.0)});
+      }
+    }
+    for (int i = 0; i < 64; ++i) {
+      running.push_back({std::fmod(alone[0] + 0.5 + 0.001 * i, 1.0), std::fmod(alone[1] + 0.5, 1.0)});
+    }
+    for (const Assignment& x : running) {
+      Observation t;
+      t.number = number++;
+      t.params = x;
+      history.trials.push_back(t);
+    }
+    Rng rng(seed);
+    const Assignment got = MakeGpSampler(o)->Suggest(space, history, 1, rng).at(0);
+    double nearest = INFINITY;
+    for (const Assignment& x : running) nearest = std::min(nearest, std::hypot(got[0] - x[0], got[1] - x[1]));
+    EXPECT_GE(nearest, o.min_pending_distance)
+        << "seed " << seed << ": suggested (" << got[0] << ", " << got[1] << ") next to a running trial; alone: ("
+        << alone[0] << ", " << alone[1] << ")";
   }
 }
 

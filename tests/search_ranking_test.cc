@@ -64,6 +64,25 @@ TEST(SpaceRanking, UnexploredSpacesComeFirst) {
   EXPECT_DOUBLE_EQ(none[0].share, 0.5);
 }
 
+// Issue #18: under early stopping a space's pruned trials count with their
+// last reported value. Here space 0 has one completion and twenty pruned
+// trials, all far worse than space 1's results: counting completions only,
+// it was "unexplored" and took space 1's priority.
+TEST(SpaceRanking, PrunedTrialsPartialResultsCount) {
+  Rng rng(6);
+  History a = Results({5.0});
+  for (int i = 0; i < 20; ++i) {
+    a.trials.push_back({1 + i, TrialStatus::kPruned, {0.5}, std::nullopt, {{1, 9.0}, {3, 5.0 + 0.1 * i}}});
+  }
+  a.trials.push_back({30, TrialStatus::kPruned, {0.5}, std::nullopt, {}});  // no report: nothing to count
+  const History b = Results({1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9});
+  auto r = RankSpaces({Box(2), Box(2)}, {a, b}, {}, rng);
+  EXPECT_EQ(r[0].results, 21);
+  EXPECT_DOUBLE_EQ(r[0].best, 5.0);
+  EXPECT_LT(r[0].priority, r[1].priority);
+  EXPECT_LT(r[0].share, 0.5 * r[1].share) << "space 0's pruned trials say it is the worse one";
+}
+
 TEST(SpaceRanking, ChangesAsResultsArrive) {
   Rng rng(5);
   History a = Results({1.0, 1.1, 1.2});

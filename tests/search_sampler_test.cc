@@ -116,5 +116,39 @@ TEST(TpeSampler, UsesPrunedTrialsPartialCurves) {
   EXPECT_GT(low, 50) << "pruned trials' curves were ignored";
 }
 
+// Issue #18: the bad set's results and its lies have separate caps. Here
+// the real bad results sit right next to the good ones (x in [0.5, 0.6]) and
+// a fleet's running trials far away (x < 0.1) outnumber the cap: under one
+// shared cap only lies were left in g(x), and TPE went back into the bad
+// region about half the time.
+TEST(TpeSampler, RunningTrialsDoNotCrowdOutRealBadResults) {
+  const search::SearchSpace s = bench::Box("x", 1, 0, 1);
+  TpeOptions o;
+  o.max_bad_observations = 100;
+  History h;
+  int64_t number = 0;
+  // 100 results: the best 15 (TPE's good set) spread over [0.4, 0.6], then
+  // 85 bad ones in [0.5, 0.6].
+  for (int i = 0; i < 15; ++i) {
+    h.trials.push_back({number++, TrialStatus::kCompleted, {0.4 + 0.2 * i / 14}, 0.01 * i, {}});
+  }
+  for (int i = 0; i < 85; ++i) {
+    h.trials.push_back({number++, TrialStatus::kCompleted, {0.5 + 0.1 * i / 84}, 10.0, {}});
+  }
+  for (int i = 0; i < 200; ++i) {
+    h.trials.push_back({number++, TrialStatus::kRunning, {0.1 * i / 199}, std::nullopt, {}});
+  }
+  auto tpe = MakeTpeSampler(o);
+  int in_bad_region = 0;
+  constexpr int kSuggestions = 40;
+  for (int seed = 0; seed < kSuggestions; ++seed) {
+    Rng rng(seed);
+    const double x = tpe->Suggest(s, h, 1, rng).at(0)[0];
+    in_bad_region += x >= 0.5 && x <= 0.6;
+  }
+  EXPECT_LE(in_bad_region, kSuggestions / 10)
+      << "suggestions in [0.5, 0.6], where every real result was bad: g(x) lost them to the lies";
+}
+
 }  // namespace
 }  // namespace hpo::search

@@ -70,6 +70,24 @@ TEST(ExperimentSpec, JsonWorksToo) {
   EXPECT_EQ(r->direction, search::Direction::kMinimize);
   EXPECT_EQ(r->argv.size(), 4u);
   EXPECT_EQ(*r->timeout_s, 60);
+  EXPECT_EQ(r->sampler, "auto") << "no algorithm section: the registry's default sampler";
+}
+
+// Sampler names come from search/registry.h: each is accepted, and an
+// unknown one is refused with the field and the names it could be.
+TEST(ExperimentSpec, SamplerNamesAreTheRegistrys) {
+  for (const std::string name : {"auto", "tpe", "gp", "random"}) {
+    auto r = ParseExperimentSpec(std::string(R"({"name":"x","objective":{"metric":"loss"},
+      "spaces":[{"name":"s","params":{"a":{"type":"float","low":0,"high":1}}}],
+      "algorithm":{"sampler":")") + name + R"("},"executor":{"client":{}}})");
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status();
+    EXPECT_EQ(r->sampler, name);
+  }
+  auto bad = ParseExperimentSpec(std::string(R"({"name":"x","objective":{"metric":"loss"},
+    "spaces":[{"name":"s","params":{"a":{"type":"float","low":0,"high":1}}}],
+    "algorithm":{"sampler":"cmaes"},"executor":{"client":{}}})"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "algorithm.sampler: must be one of auto, tpe, gp, random, not 'cmaes'");
 }
 
 TEST(ExperimentSpec, ErrorsNameTheFieldPath) {

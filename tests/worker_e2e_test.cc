@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "common/http_client.h"
 #include "tests/server_process.h"
 
@@ -171,6 +173,58 @@ TEST_F(WorkerE2eTest, AWorkerWaitsForItsServerAndFinishesItsTrialOnSigterm) {
   EXPECT_EQ(e["trials"]["completed"], completed_before + 1)
       << "the running trial finished, no new one started\n" << out;
   EXPECT_EQ(e["trials"]["running"], 0);
+}
+
+
+// Promotion-type ASHA end to end, through the real lease path: real workers
+// run examples/train_example.py (which keeps the checkpoint contract); trials
+// pause at the first rung with their checkpoints, the best are resumed -
+// on whichever worker the policy picks - from where they stopped, the rest
+// are pruned when the budget is spent.
+TEST_F(WorkerE2eTest, PromotedTrialsResumeFromTheirCheckpointsOnRealWorkers) {
+  StartServer();
+  const int64_t id = Create(std::string(R"({"name": "promote", "objective": {"metric": "loss"},
+      "spaces": [{"name": "logreg", "params": {"lr": {"type": "float", "low": 0.001, "high": 1.0, "log": true},
+                                             "width": {"type": "int", "low": 2, "high": 16}}}],
+      "early_stopping": {"rule": "asha", "min_resource": 1, "reduction_factor": 3},
+      "budget": {"max_trials": 6, "max_parallel": 2, "steps_per_trial": 3},
+      "executor": {"command": {"argv": ["python3", ")") + HPO_SOURCE_DIR + R"(/examples/train_example.py",
+                                        "--lr={lr}", "--width={width}"], "timeout_s": 60, "checkpoints": true}}})");
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 2; ++i) {
+    workers.push_back(StartWorker({"--server", Grpc(), "--scratch-dir", dir_ + "/scratch-" + std::to_string(i)},
+                                  dir_ + "/worker-" + std::to_string(i) + ".log"));
+  }
+  json e;
+  for (int i = 0; i < 600; ++i) {  // 120 s at most
+    e = Get("/api/v1/experiments/" + std::to_string(id));
+    if (e.value("state", "") != "running") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  for (pid_t w : workers) {
+    kill(w, SIGTERM);
+    WaitFor(w, 30);
+  }
+  const std::string logs = Slurp(dir_ + "/worker-0.log") + Slurp(dir_ + "/worker-1.log");
+  ASSERT_EQ(e["state"], "completed") << e.dump() << logs;
+  EXPECT_EQ(e["trials"]["total"], 6);
+  EXPECT_EQ(e["trials"]["paused"], 0) << "paused trials end with the experiment";
+  EXPECT_GE(e["trials"]["completed"].get<int>(), 1) << "at least one trial was promoted to the end";
+  EXPECT_GE(e["trials"]["pruned"].get<int>(), 1) << "some were never promoted";
+  json trials = Get("/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"];
+  int promoted = 0;
+  for (const auto& t : trials) {
+    if (t["state"] != "completed") continue;
+    EXPECT_GE(t["level"].get<int>(), 1) << t.dump();
+    json full = Get("/api/v1/trials/" + std::to_string(t["id"].get<int64_t>()));
+    ASSERT_EQ(full["measurements"].size(), 3u) << full.dump();
+    // Resumed from its checkpoint: step 1 was kept from before the pause.
+    EXPECT_EQ(full["resume_step"], 1) << full.dump();
+    ++promoted;
+  }
+  EXPECT_GE(promoted, 1);
+  EXPECT_NE(logs.find("resuming after step 1"), std::string::npos) << logs;
+  EXPECT_EQ(logs.find("restart"), std::string::npos) << "a checkpoint was unusable:\n" << logs;
 }
 
 }  // namespace

@@ -1,11 +1,16 @@
 #include "worker/builtin_trainer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <mutex>
 
+#include "common/sha256.h"
 #include "worker/idx.h"
 
 namespace hpo::worker {
@@ -142,6 +147,135 @@ std::pair<double, double> Evaluate(torch::nn::Sequential& net, const torch::Tens
   return {loss / n, static_cast<double>(correct) / n};
 }
 
+// The generator a device's random numbers come from: the CPU's, or the
+// CUDA device's (dropout and shuffling there draw from it).
+at::Generator DefaultGenerator(const torch::Device& device) {
+  if (device.is_cuda()) return at::detail::getCUDAHooks().getDefaultCUDAGenerator(device.index());
+  return at::detail::getDefaultCPUGenerator();
+}
+
+// A trial's state after an epoch, in TrialRun::checkpoint_dir: one
+// LibTorch archive holding the model, the optimizer (moments, step counts),
+// the epoch (the schedule's position) and the generators' states, so that
+// a resumed trial draws the same shuffles and dropout masks as one that
+// never stopped. "trial" names what it belongs to: a checkpoint of another
+// trainer or other hyperparameters is refused, never half-loaded.
+// LibTorch's reader does not check its records' CRCs (damaged weights load
+// as if good), so trainer.pt.sha256 holds the file's SHA-256, checked first.
+constexpr const char* kCheckpointFile = "trainer.pt";
+constexpr int64_t kCheckpointFormat = 1;
+
+Result<std::string> FileSha256(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot read " + path);
+  Sha256 sha;
+  std::string buf(1 << 20, '\0');
+  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
+    sha.Update(std::string_view(buf.data(), static_cast<size_t>(in.gcount())));
+  }
+  return sha.HexDigest();
+}
+
+std::string TrialIdentity(const TrialRun& run) { return run.trainer + " " + run.params.dump(); }
+
+Status SaveCheckpoint(const TrialRun& run, torch::nn::Sequential& net, torch::optim::Optimizer& opt,
+                      int64_t epochs_done, const torch::Device& device) {
+  if (run.checkpoint_dir.empty()) return Status::FailedPrecondition("the worker gave no checkpoint directory");
+  // A checkpoint that cannot be written pauses the trial without one; it
+  // must not fail the trial.
+  try {
+  torch::serialize::OutputArchive archive, model, optimizer;
+  net->save(model);
+  opt.save(optimizer);
+  archive.write("model", model);
+  archive.write("optimizer", optimizer);
+  archive.write("format", c10::IValue(kCheckpointFormat));
+  archive.write("trial", c10::IValue(TrialIdentity(run)));
+  archive.write("epochs_done", c10::IValue(epochs_done));
+  {
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    archive.write("rng_cpu", cpu.get_state());
+  }
+  if (device.is_cuda()) {
+    at::Generator gpu = DefaultGenerator(device);
+    std::lock_guard<std::mutex> lock(gpu.mutex());
+    archive.write("rng_device", gpu.get_state());
+  }
+  // Whole or not there: the worker archives whatever the directory holds.
+  const std::string path = run.checkpoint_dir + "/" + kCheckpointFile;
+  archive.save_to(path + ".tmp");
+  HPO_ASSIGN_OR_RETURN(const std::string digest, FileSha256(path + ".tmp"));
+  if (!(std::ofstream(path + ".sha256") << digest << "\n")) return Status::Internal("cannot write " + path + ".sha256");
+  if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
+    return Status::Internal("cannot rename " + path + ".tmp");
+  }
+  } catch (const c10::Error& e) {
+    return Status::Internal(std::string("LibTorch cannot save it: ") + e.what_without_backtrace());
+  }
+  return Status::OK();
+}
+
+// Restores what SaveCheckpoint wrote after `epochs_done`; the error says
+// why it cannot be used.
+Status LoadCheckpoint(const TrialRun& run, torch::nn::Sequential& net, torch::optim::Optimizer& opt,
+                      int64_t epochs_done, const torch::Device& device) {
+  const std::string path = run.checkpoint_dir + "/" + kCheckpointFile;
+  if (run.checkpoint_dir.empty() || !std::ifstream(path)) {
+    return Status::NotFound("no " + std::string(kCheckpointFile) + " in the checkpoint directory");
+  }
+  std::string want;
+  std::ifstream(path + ".sha256") >> want;
+  HPO_ASSIGN_OR_RETURN(const std::string have, FileSha256(path));
+  if (want != have) {
+    return Status::DataLoss(std::string(kCheckpointFile) + " does not match its SHA-256 (" + kCheckpointFile +
+                            ".sha256): it is damaged");
+  }
+  try {
+    torch::serialize::InputArchive archive, model, optimizer;
+    archive.load_from(path, device);
+    c10::IValue format, trial, epoch;
+    archive.read("format", format);
+    archive.read("trial", trial);
+    archive.read("epochs_done", epoch);
+    if (!format.isInt() || format.toInt() != kCheckpointFormat) {
+      return Status::FailedPrecondition("the checkpoint is of another format");
+    }
+    if (!trial.isString() || trial.toStringRef() != TrialIdentity(run)) {
+      return Status::FailedPrecondition("the checkpoint is of another trainer or other hyperparameters");
+    }
+    if (!epoch.isInt() || epoch.toInt() != epochs_done) {
+      return Status::FailedPrecondition("the checkpoint was taken after epoch " +
+                                        (epoch.isInt() ? std::to_string(epoch.toInt()) : std::string("?")) +
+                                        ", not " + std::to_string(epochs_done));
+    }
+    archive.read("model", model);
+    archive.read("optimizer", optimizer);
+    net->load(model);
+    opt.load(optimizer);
+    torch::Tensor cpu_state;
+    archive.read("rng_cpu", cpu_state);
+    {
+      at::Generator cpu = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(cpu.mutex());
+      cpu.set_state(cpu_state.to(torch::kCPU));
+    }
+    if (device.is_cuda()) {
+      torch::Tensor device_state;
+      // A checkpoint taken on a CPU has none: the device's generator keeps
+      // its seed (the run is then reproducible, not identical).
+      if (archive.try_read("rng_device", device_state)) {
+        at::Generator gpu = DefaultGenerator(device);
+        std::lock_guard<std::mutex> lock(gpu.mutex());
+        gpu.set_state(device_state.to(torch::kCPU));
+      }
+    }
+  } catch (const c10::Error& e) {
+    return Status::DataLoss(std::string("LibTorch cannot read it: ") + e.what_without_backtrace());
+  }
+  return Status::OK();
+}
+
 class BuiltinExecutor final : public Executor {
  public:
   explicit BuiltinExecutor(BuiltinOptions o) : options_(std::move(o)) {}
@@ -246,8 +380,21 @@ class BuiltinExecutor final : public Executor {
 
     RunResult result;
     const int64_t epochs = std::max<int64_t>(1, run.max_steps);
+    int64_t first_epoch = 0;
+    if (run.resume_step > 0) {
+      Status restored = run.resume_step < epochs
+                            ? LoadCheckpoint(run, net, *opt, run.resume_step, device)
+                            : Status::FailedPrecondition("resume_step " + std::to_string(run.resume_step) +
+                                                         " is not before the last epoch");
+      if (!restored.ok()) {
+        result.restore_error = "cannot restore the checkpoint taken after epoch " + std::to_string(run.resume_step) +
+                               ": " + restored.message();
+        return result;
+      }
+      first_epoch = run.resume_step;
+    }
     std::pair<double, double> val{0, 0};
-    for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+    for (int64_t epoch = first_epoch; epoch < epochs; ++epoch) {
       double epoch_lr = lr;
       if (schedule == "cosine") epoch_lr = lr * 0.5 * (1 + std::cos(M_PI * epoch / epochs));
       if (schedule == "step") epoch_lr = lr * std::pow(0.1, epoch / std::max<int64_t>(1, epochs / 3));
@@ -284,6 +431,13 @@ class BuiltinExecutor final : public Executor {
       const Verdict v = reporter.Report(epoch + 1, result.final_metrics, sps, system);
       if (v == Verdict::kStop || reporter.stop_requested()) {
         result.stopped = true;
+        return result;
+      }
+      if (v == Verdict::kPause) {
+        result.paused = true;
+        Status saved = SaveCheckpoint(run, net, *opt, epoch + 1, device);
+        result.checkpoint_saved = saved.ok();
+        if (!saved.ok()) result.checkpoint_error = saved.message();
         return result;
       }
       if (v == Verdict::kChangeSystem) {

@@ -20,6 +20,19 @@
 // set's accuracy and loss. Deterministic for a seed on one device/thread
 // count.
 //
+// Checkpoints (TrialRun::stop_step / resume_step): on Verdict::kPause the
+// trainer writes trainer.pt to TrialRun::checkpoint_dir - the model
+// (parameters and batch-norm buffers), the optimizer's state, the number
+// of epochs done (the learning-rate schedule's position) and the state of
+// LibTorch's default generator (the CPU's, and the CUDA device's on a GPU),
+// which draws every shuffle and dropout mask. A resumed trial loads it and
+// goes on at the next epoch exactly as the trial that never stopped would
+// (bit for bit on one device and thread count; tests/builtin_trainer_test
+// checks it). A checkpoint of another trainer, other hyperparameters or
+// another epoch is refused (RunResult::restore_error). The generators are
+// the process's: two trials running at once in one worker draw from the
+// same ones, so there only each trial's own run is reproducible.
+//
 // This header has no LibTorch in it on purpose.
 #pragma once
 

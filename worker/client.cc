@@ -5,12 +5,19 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
+#include "common/sha256.h"
 #include "hpo/v1/worker.grpc.pb.h"
+#include "worker/checkpoint_archive.h"
 
 namespace hpo::worker {
 namespace {
@@ -31,6 +38,33 @@ bool CertificateRejected(const grpc::Status& s) {
   return m.find("certificate verify failed") != std::string::npos ||
          m.find("certificate_verify_failed") != std::string::npos;
 }
+
+// What a failed call said, for logs and for the reason a trial restarts.
+std::string Describe(const grpc::Status& s) {
+  static const char* kNames[] = {"OK",
+                                 "CANCELLED",
+                                 "UNKNOWN",
+                                 "INVALID_ARGUMENT",
+                                 "DEADLINE_EXCEEDED",
+                                 "NOT_FOUND",
+                                 "ALREADY_EXISTS",
+                                 "PERMISSION_DENIED",
+                                 "RESOURCE_EXHAUSTED",
+                                 "FAILED_PRECONDITION",
+                                 "ABORTED",
+                                 "OUT_OF_RANGE",
+                                 "UNIMPLEMENTED",
+                                 "INTERNAL",
+                                 "UNAVAILABLE",
+                                 "DATA_LOSS",
+                                 "UNAUTHENTICATED"};
+  const int code = static_cast<int>(s.error_code());
+  const std::string name = code >= 0 && code <= 16 ? kNames[code] : std::to_string(code);
+  return name + ": " + s.error_message();
+}
+
+// The most data one CheckpointChunk carries (worker.proto).
+constexpr size_t kChunkBytes = size_t{1} << 20;
 
 bool Retryable(const grpc::Status& s) {
   if (CertificateRejected(s)) return false;
@@ -152,6 +186,8 @@ struct WorkerClient::Impl {
     }
     r.device = device.device;
     r.threads = options.threads > 0 ? options.threads : std::max(1, static_cast<int>(device.cores));
+    r.stop_step = t.stop_step();
+    r.resume_step = t.resume_step();
     return r;
   }
 
@@ -184,11 +220,14 @@ struct WorkerClient::Impl {
         stop_ = true;
         return Verdict::kStop;
       }
+      last_step_ = step;
       switch (res.decision()) {
         case v1::DECISION_PRUNE:
         case v1::DECISION_CANCEL:
           stop_ = true;
           return Verdict::kStop;
+        case v1::DECISION_PAUSE:
+          return Verdict::kPause;
         case v1::DECISION_CHANGE_SYSTEM: {
           std::lock_guard lock(mu_);
           new_system_ = json::object();
@@ -206,57 +245,320 @@ struct WorkerClient::Impl {
     bool stop_requested() const override { return stop_ || w_.Stopping(2); }
     void RequestStop() { stop_ = true; }
     bool stopped_by_server() const { return stop_; }
+    // The step of the last report the server acknowledged (0: none).
+    int64_t last_step() const { return last_step_; }
 
    private:
     Impl& w_;
     int64_t device_id_, trial_id_;
     std::atomic<bool> stop_{false};
+    std::atomic<int64_t> last_step_{0};
     mutable std::mutex mu_;
     json new_system_ = json::object();
   };
 
-  // Runs one leased trial; returns when it is complete, failed or stopped.
+  // Renews a trial's lease every heartbeat_ms while it lives, and stops the
+  // trial when the server says it ended meanwhile.
+  class Heartbeat {
+   public:
+    Heartbeat(Impl& w, int64_t trial_id, GrpcReporter& reporter)
+        : thread_([this, &w, trial_id, &reporter] {
+            std::unique_lock lock(mu_);
+            while (!cv_.wait_for(lock, std::chrono::milliseconds(w.options.heartbeat_ms), [&] { return done_; })) {
+              lock.unlock();
+              v1::HeartbeatRequest req;
+              const Identity me = w.identity();
+              req.set_worker_id(me.worker_id);
+              req.set_session(me.session);
+              req.add_trial_ids(trial_id);
+              v1::HeartbeatResponse res;
+              grpc::ClientContext ctx;
+              w.Prepare(ctx, 10);
+              if (w.stub->Heartbeat(&ctx, req, &res).ok()) {
+                for (int64_t id : res.stop_trial_ids()) {
+                  if (id == trial_id) reporter.RequestStop();
+                }
+              }
+              lock.lock();
+            }
+          }) {}
+    ~Heartbeat() {
+      {
+        std::lock_guard lock(mu_);
+        done_ = true;
+      }
+      cv_.notify_all();
+      thread_.join();
+    }
+
+   private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool done_ = false;  // GUARDED_BY(mu_)
+    std::thread thread_;  // last: it uses the members above
+  };
+
+  // A trial's own directory: state/ is its checkpoint directory, and the
+  // archive of it sits next to it. Removed with everything in it.
+  class TrialScratch {
+   public:
+    TrialScratch(const std::string& base_dir, int64_t trial_id) {
+      std::string base = base_dir;
+      if (base.empty()) {
+        const char* tmp = std::getenv("TMPDIR");
+        base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+      }
+      // --scratch-dir need not exist yet.
+      std::error_code made;
+      std::filesystem::create_directories(base, made);
+      std::string pattern = base + "/hpo-checkpoint-" + std::to_string(trial_id) + "-XXXXXX";
+      if (::mkdtemp(pattern.data()) == nullptr) {
+        error_ = "cannot make a directory in " + base + ": " + std::strerror(errno);
+        return;
+      }
+      root_ = pattern;
+      std::error_code ec;
+      std::filesystem::create_directory(state(), ec);
+      if (ec) error_ = "cannot make " + state() + ": " + ec.message();
+    }
+    ~TrialScratch() {
+      std::error_code ec;
+      if (!root_.empty()) std::filesystem::remove_all(root_, ec);
+    }
+    bool ok() const { return error_.empty(); }
+    const std::string& error() const { return error_; }
+    std::string state() const { return root_ + "/state"; }
+    std::string archive() const { return root_ + "/checkpoint.hpodir"; }
+    // Empties the checkpoint directory (a restart starts from nothing).
+    void Clear() {
+      std::error_code ec;
+      std::filesystem::remove_all(state(), ec);
+      std::filesystem::create_directory(state(), ec);
+      std::filesystem::remove(archive(), ec);
+    }
+
+   private:
+    std::string root_;
+    std::string error_;
+  };
+
+  // Sends the file at `path` as the trial's checkpoint taken after `step`.
+  Status UploadCheckpoint(int64_t trial_id, int64_t step, const std::string& path) {
+    std::error_code ec;
+    const auto size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+    if (ec) return Status::Internal("cannot read " + path + ": " + ec.message());
+    // Long enough for a slow link (1 MiB/s), not forever.
+    const int seconds = static_cast<int>(std::min<int64_t>(60 + (size >> 20), 24 * 3600));
+    grpc::Status s;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      if (attempt > 0) Sleep(1000 << attempt, 2);
+      std::ifstream in(path, std::ios::binary);
+      if (!in) return Status::Internal("cannot read " + path);
+      grpc::ClientContext ctx;
+      Prepare(ctx, seconds);
+      v1::UploadCheckpointResponse res;
+      auto writer = stub->UploadCheckpoint(&ctx, &res);
+      Sha256 sha;
+      std::string buf(kChunkBytes, '\0');
+      int64_t sent = 0;
+      const Identity me = identity();
+      for (bool first = true;; first = false) {
+        in.read(buf.data(), static_cast<std::streamsize>(std::min<int64_t>(kChunkBytes, size - sent)));
+        const auto n = static_cast<size_t>(in.gcount());
+        v1::CheckpointChunk chunk;
+        if (first) {
+          chunk.set_worker_id(me.worker_id);
+          chunk.set_session(me.session);
+          chunk.set_trial_id(trial_id);
+          chunk.set_step(step);
+          chunk.set_total_bytes(size);
+        }
+        chunk.set_data(buf.data(), n);
+        sha.Update(std::string_view(buf.data(), n));
+        sent += static_cast<int64_t>(n);
+        const bool last = sent >= size || n == 0;
+        if (last) chunk.set_sha256(sha.HexDigest());
+        // False: the server ended the call early; Finish says why.
+        if (!writer->Write(chunk) || last) break;
+      }
+      writer->WritesDone();
+      s = writer->Finish();
+      if (s.ok()) return Status::OK();
+      if (!Retryable(s) || s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED || Stopping(2)) break;
+      spdlog::warn("trial {}: checkpoint upload failed ({}); trying again", trial_id, Describe(s));
+    }
+    return Status::Unavailable("upload: " + Describe(s));
+  }
+
+  // Fetches the trial's checkpoint (taken after `resume_step`) into `path`,
+  // checked against the size and SHA-256 the server sends with it.
+  Status DownloadCheckpoint(int64_t trial_id, int64_t resume_step, const std::string& path) {
+    grpc::Status s;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      if (attempt > 0) Sleep(1000 << attempt, 2);
+      grpc::ClientContext ctx;
+      Prepare(ctx, 24 * 3600);  // bounded by its size, checked as it comes
+      v1::DownloadCheckpointRequest req;
+      const Identity me = identity();
+      req.set_worker_id(me.worker_id);
+      req.set_session(me.session);
+      req.set_trial_id(trial_id);
+      auto reader = stub->DownloadCheckpoint(&ctx, req);
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      if (!out) return Status::Internal("cannot write " + path);
+      Sha256 sha;
+      int64_t total = -1, got = 0;
+      std::string want;
+      std::string wrong;  // what is wrong with what arrived
+      v1::CheckpointChunk chunk;
+      while (wrong.empty() && reader->Read(&chunk)) {
+        if (total < 0) {
+          total = chunk.total_bytes();
+          if (chunk.step() != resume_step) {
+            wrong = "the server sent the checkpoint of step " + std::to_string(chunk.step()) + ", not " +
+                    std::to_string(resume_step);
+          }
+        }
+        if (!want.empty()) wrong = "data came after the last chunk";
+        got += static_cast<int64_t>(chunk.data().size());
+        if (got > total) wrong = "more than the " + std::to_string(total) + " bytes announced";
+        out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+        sha.Update(chunk.data());
+        if (!chunk.sha256().empty()) want = chunk.sha256();
+      }
+      if (!wrong.empty()) ctx.TryCancel();
+      s = reader->Finish();
+      out.close();
+      if (!wrong.empty()) return Status::DataLoss("download: " + wrong);
+      if (s.ok()) {
+        if (!out) return Status::Internal("cannot write " + path);
+        if (want.empty() || got != total) {
+          return Status::DataLoss("download: " + std::to_string(got) + " of " + std::to_string(total) +
+                                  " bytes arrived, without the last chunk");
+        }
+        const std::string have = sha.HexDigest();
+        std::string lower = want;
+        for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        if (have != lower) return Status::DataLoss("download: the SHA-256 is " + have + ", not " + lower);
+        return Status::OK();
+      }
+      if (!Retryable(s) || Stopping(2)) break;
+      spdlog::warn("trial {}: checkpoint download failed ({}); trying again", trial_id, Describe(s));
+    }
+    return Status::Unavailable("download: " + Describe(s));
+  }
+
+  // The resumed trial's state into its checkpoint directory.
+  Status RestoreCheckpoint(const TrialRun& run, TrialScratch& scratch) {
+    if (!scratch.ok()) return Status::Internal(scratch.error());
+    HPO_RETURN_IF_ERROR(DownloadCheckpoint(run.trial_id, run.resume_step, scratch.archive()));
+    Status s = UnpackDirectory(scratch.archive(), scratch.state());
+    std::error_code ec;
+    std::filesystem::remove(scratch.archive(), ec);
+    return s;
+  }
+
+  // The checkpoint cannot be used: the server drops the trial's steps and
+  // it runs from step 1 under the same lease. False: the server refused
+  // (the lease is gone), and the trial is left to it.
+  bool RestartFromScratch(TrialRun& run, TrialScratch& scratch, const std::string& why) {
+    spdlog::warn("trial {}: cannot resume after step {} ({}); starting it again from step 1", run.trial_id,
+                 run.resume_step, why);
+    v1::RestartRequest req;
+    const Identity me = identity();
+    req.set_worker_id(me.worker_id);
+    req.set_session(me.session);
+    req.set_trial_id(run.trial_id);
+    req.set_reason(why);
+    v1::RestartResponse res;
+    grpc::Status s = WithRetry("restart", [&] {
+      grpc::ClientContext ctx;
+      Prepare(ctx);
+      return stub->Restart(&ctx, req, &res);
+    });
+    if (!s.ok()) {
+      spdlog::warn("trial {}: restart refused ({}); leaving it", run.trial_id, Describe(s));
+      return false;
+    }
+    scratch.Clear();
+    run.resume_step = 0;
+    return true;
+  }
+
+  // After a kPause: uploads what the executor saved, then pauses the trial,
+  // with or without its checkpoint.
+  void PauseTrial(const TrialRun& run, TrialScratch& scratch, const RunResult& result, int64_t step) {
+    std::string problem = result.checkpoint_error;
+    if (result.checkpoint_saved && !scratch.ok()) problem = scratch.error();
+    bool uploaded = false;
+    if (result.checkpoint_saved && scratch.ok()) {
+      Status s = PackDirectory(scratch.state(), scratch.archive());
+      if (s.ok()) s = UploadCheckpoint(run.trial_id, step, scratch.archive());
+      uploaded = s.ok();
+      if (!s.ok()) problem = s.message();
+    }
+    v1::PauseRequest req;
+    const Identity me = identity();
+    req.set_worker_id(me.worker_id);
+    req.set_session(me.session);
+    req.set_trial_id(run.trial_id);
+    req.set_step(step);
+    req.set_checkpoint_uploaded(uploaded);
+    v1::PauseResponse res;
+    grpc::Status s = WithRetry("pause", [&] {
+      grpc::ClientContext ctx;
+      Prepare(ctx);
+      return stub->Pause(&ctx, req, &res);
+    });
+    if (!s.ok()) {
+      spdlog::warn("trial {}: pause refused: {}", run.trial_id, Describe(s));
+    } else if (uploaded) {
+      spdlog::info("trial {} paused after step {} with its checkpoint", run.trial_id, step);
+    } else {
+      spdlog::warn("trial {} paused after step {} without a checkpoint: {}", run.trial_id, step, problem);
+    }
+  }
+
+  // Runs one leased trial; returns when it is complete, failed, paused or
+  // stopped.
   void RunTrial(const v1::Trial& t, const DeviceSpec& device, int64_t device_id) {
-    const TrialRun run = ToRun(t, device);
+    TrialRun run = ToRun(t, device);
     spdlog::info("trial {} (experiment {}, space {}, attempt {}) on {}: {}", run.trial_id,
                  run.experiment_id, run.space, run.attempt, device.device, run.params.dump());
     Executor* executor = !run.trainer.empty() ? executors.builtin.get() : executors.command.get();
     GrpcReporter reporter(*this, device_id, run.trial_id);
-
-    // Heartbeats renew the lease during long epochs and bring prunes and
-    // cancels in between reports.
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    std::thread heartbeat([&] {
-      std::unique_lock lock(mu);
-      while (!cv.wait_for(lock, std::chrono::milliseconds(options.heartbeat_ms), [&] { return done; })) {
-        lock.unlock();
-        v1::HeartbeatRequest req;
-        const Identity me = identity();
-        req.set_worker_id(me.worker_id);
-        req.set_session(me.session);
-        req.add_trial_ids(run.trial_id);
-        v1::HeartbeatResponse res;
-        grpc::ClientContext ctx;
-        Prepare(ctx, 10);
-        if (stub->Heartbeat(&ctx, req, &res).ok()) {
-          for (int64_t id : res.stop_trial_ids()) {
-            if (id == run.trial_id) reporter.RequestStop();
-          }
-        }
-        lock.lock();
-      }
-    });
-    Result<RunResult> result = executor
-                                   ? executor->Run(run, reporter)
-                                   : Result<RunResult>(Status::Unimplemented("no executor for this trial"));
-    {
-      std::lock_guard lock(mu);
-      done = true;
+    // Heartbeats renew the lease during long epochs and transfers, and
+    // bring prunes and cancels in between reports.
+    Heartbeat heartbeat(*this, run.trial_id, reporter);
+    TrialScratch scratch(options.scratch_dir, run.trial_id);
+    if (scratch.ok()) {
+      run.checkpoint_dir = scratch.state();
+    } else if (run.stop_step > 0 || run.resume_step > 0) {
+      spdlog::warn("trial {}: no checkpoint directory: {}", run.trial_id, scratch.error());
     }
-    cv.notify_all();
-    heartbeat.join();
+    if (run.resume_step > 0) {
+      Status restored = RestoreCheckpoint(run, scratch);
+      if (!restored.ok()) {
+        // Never resume from a checkpoint that did not arrive whole.
+        scratch.Clear();
+        if (!RestartFromScratch(run, scratch, "the checkpoint could not be restored: " + restored.message())) return;
+      } else {
+        spdlog::info("trial {}: resuming after step {}", run.trial_id, run.resume_step);
+      }
+    }
+    auto execute = [&] {
+      return executor ? executor->Run(run, reporter)
+                      : Result<RunResult>(Status::Unimplemented("no executor for this trial"));
+    };
+    Result<RunResult> result = execute();
+    if (result.ok() && !result->restore_error.empty()) {
+      if (!RestartFromScratch(run, scratch, result->restore_error)) return;
+      result = execute();
+    }
+    if (result.ok() && result->paused && !result->stopped) {
+      PauseTrial(run, scratch, *result, reporter.last_step());
+      return;
+    }
 
     if (result.ok() && result->stopped) {
       spdlog::info("trial {} stopped", run.trial_id);

@@ -5,6 +5,18 @@
 // every step (each report renews the lease; a heartbeat thread covers long
 // epochs and learns of prunes and cancels), complete it, repeat.
 //
+// Checkpoints (promotion-type early stopping; see worker/executor.h): a
+// lease with resume_step > 0 first downloads the trial's checkpoint, checks
+// its size and SHA-256 and unpacks it into the trial's checkpoint
+// directory; if that fails, or the executor cannot restore it, the worker
+// calls Restart with the reason and runs the trial from step 1. A report
+// answered DECISION_PAUSE ends the run with the executor's state saved in
+// that directory; the worker archives it (worker/checkpoint_archive.h),
+// uploads it in chunks of 1 MiB with its SHA-256 and calls Pause, with
+// checkpoint_uploaded false when saving or uploading failed (the trial is
+// paused without one, never failed for it). Heartbeats go on through the
+// transfers, so a large checkpoint does not cost the lease.
+//
 // The server going away is expected: every call retries with exponential
 // backoff (0.5 s doubling to 30 s) until it answers or the worker stops.
 // Stopping (SIGTERM): the current trials finish, then the worker exits; a
@@ -44,6 +56,9 @@ struct WorkerOptions {
   int threads = 0;             // intra-op threads per CPU trial; 0: the device's cores
   int64_t heartbeat_ms = 5000;
   int64_t max_trials = 0;      // stop after this many trials (0: run until stopped)
+  // Where each trial's checkpoint directory and its archive are kept while
+  // it runs (removed after); empty: $TMPDIR, else /tmp.
+  std::string scratch_dir;
 };
 
 struct Executors {

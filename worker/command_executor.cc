@@ -305,13 +305,20 @@ class CommandRun {
   Result<RunResult> Run() {
     HPO_RETURN_IF_ERROR(Prepare());
     // A trial cancelled while it waited to start need not start at all.
-    if (reporter_.stop_requested()) return RunResult{true, {}, ""};
+    if (reporter_.stop_requested()) {
+      RunResult stopped;
+      stopped.stopped = true;
+      return stopped;
+    }
     HPO_RETURN_IF_ERROR(Spawn());
     return Supervise();
   }
 
  private:
-  enum class Ending { kNone, kStopped, kTimedOut };
+  // kPausing: the stop step was reported and answered kPause; the program
+  // is saving its state and should exit 0 by itself. kPauseTimedOut: it did
+  // not within Options::pause_grace and is being stopped.
+  enum class Ending { kNone, kStopped, kTimedOut, kPausing, kPauseTimedOut };
 
   struct Stream {
     Fd fd;
@@ -333,6 +340,9 @@ class CommandRun {
         return Status::FailedPrecondition("working directory '" + options_.working_dir +
                                           "' is not a directory");
       }
+    }
+    if (run_.stop_step < 0 || run_.resume_step < 0) {
+      return Status::InvalidArgument("stop_step and resume_step: must not be negative");
     }
     current_system_ = run_.system.is_object() ? run_.system : json::object();
     for (auto it = current_system_.begin(); it != current_system_.end(); ++it) {
@@ -357,6 +367,13 @@ class CommandRun {
     }
     scratch_dir_ = pattern;
     system_file_ = scratch_dir_ + "/system.json";
+    // The worker's directory when it keeps one for the trial (it uploads
+    // what is left there); else one that goes with the scratch directory.
+    std::error_code ec;
+    checkpoint_dir_ = run_.checkpoint_dir.empty() ? scratch_dir_ + "/checkpoint"
+                                                  : std::filesystem::absolute(run_.checkpoint_dir, ec).string();
+    std::filesystem::create_directories(checkpoint_dir_, ec);
+    if (ec) return Status::Internal("cannot make the checkpoint directory " + checkpoint_dir_ + ": " + ec.message());
     return WriteFileAtomically(system_file_, DumpJson(current_system_) + "\n");
   }
 
@@ -387,6 +404,13 @@ class CommandRun {
     env_["HPO_PARAMS"] = DumpJson(run_.params.is_null() ? json::object() : run_.params);
     env_["HPO_SYSTEM"] = DumpJson(current_system_);
     env_["HPO_SYSTEM_FILE"] = system_file_;
+    env_["HPO_CHECKPOINT_DIR"] = checkpoint_dir_;
+    // Unset unless this lease pauses or resumes, so that a program can test
+    // for them (the worker's own environment may not pass them on).
+    env_.erase("HPO_STOP_STEP");
+    env_.erase("HPO_RESUME_STEP");
+    if (run_.stop_step > 0) env_["HPO_STOP_STEP"] = std::to_string(run_.stop_step);
+    if (run_.resume_step > 0) env_["HPO_RESUME_STEP"] = std::to_string(run_.resume_step);
 
     const std::string device = run_.device.empty() ? "cpu" : run_.device;
     env_["HPO_DEVICE"] = device;
@@ -520,11 +544,15 @@ class CommandRun {
         if (fds[i].revents != 0) ReadOnce(*polled[i]);
       }
 
-      if (ending_ == Ending::kNone) {
+      if (ending_ == Ending::kNone || ending_ == Ending::kPausing) {
         if (reporter_.stop_requested()) {
+          // Pruned or cancelled meanwhile (or the worker is leaving): there
+          // is nothing to pause any more.
           BeginStop(Ending::kStopped);
-        } else if (deadline && Clock::now() >= *deadline) {
+        } else if (ending_ == Ending::kNone && deadline && Clock::now() >= *deadline) {
           BeginStop(Ending::kTimedOut);
+        } else if (ending_ == Ending::kPausing && Clock::now() >= *pause_deadline_) {
+          BeginStop(Ending::kPauseTimedOut);
         }
       }
       if (kill_at_ && Clock::now() >= *kill_at_) {
@@ -559,12 +587,39 @@ class CommandRun {
       result.stopped = true;
       return result;
     }
+    if (ending_ == Ending::kPausing || ending_ == Ending::kPauseTimedOut) {
+      result.paused = true;
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      std::error_code ec;
+      if (ending_ == Ending::kPauseTimedOut) {
+        result.checkpoint_error = "the program did not exit within " +
+                                  SecondsText(options_.pause_grace.count()) + " s of its stop step";
+      } else if (WIFSIGNALED(status)) {
+        result.checkpoint_error = "the program was " + SignalText(WTERMSIG(status)) + " after its stop step";
+      } else if (code != 0) {
+        result.checkpoint_error = "the program ended with exit status " + std::to_string(code) +
+                                  " after its stop step";
+      } else if (std::filesystem::is_empty(checkpoint_dir_, ec) || ec) {
+        result.checkpoint_error = "the program left HPO_CHECKPOINT_DIR empty (it saves nothing to resume from)";
+      } else {
+        result.checkpoint_saved = true;
+      }
+      if (!result.checkpoint_saved) Note("no checkpoint: " + result.checkpoint_error);
+      result.log_tail = tail_.Text();
+      return result;
+    }
     if (ending_ == Ending::kTimedOut) {
       return Status::DeadlineExceeded(
           with_tail("timed out after " + SecondsText(run_.timeout_ms) + " s"));
     }
     if (WIFSIGNALED(status)) return Status::Internal(with_tail(SignalText(WTERMSIG(status))));
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (code == CommandExecutor::kRestoreRefusedExitStatus && run_.resume_step > 0 && !reported_) {
+      result.restore_error = with_tail("the program could not restore the state saved after step " +
+                                       std::to_string(run_.resume_step) + " (exit status " + std::to_string(code) +
+                                       ")");
+      return result;
+    }
     if (code != 0) {
       return Status::FailedPrecondition(with_tail("exit status " + std::to_string(code)));
     }
@@ -697,6 +752,12 @@ class CommandRun {
       case Verdict::kStop:
         BeginStop(Ending::kStopped);
         break;
+      case Verdict::kPause:
+        // The program saves its state and exits by itself (HPO_STOP_STEP);
+        // nothing it prints from here on is reported.
+        ending_ = Ending::kPausing;
+        pause_deadline_ = Clock::now() + options_.pause_grace;
+        break;
       case Verdict::kChangeSystem: {
         const json change = reporter_.new_system();
         if (change.is_object()) current_system_.update(change);
@@ -717,6 +778,7 @@ class CommandRun {
   std::string program_;
   std::string scratch_dir_;
   std::string system_file_;
+  std::string checkpoint_dir_;
 
   pid_t pid_ = -1;
   Clock::time_point started_;
@@ -724,6 +786,7 @@ class CommandRun {
   std::vector<char> buffer_;
   Ending ending_ = Ending::kNone;
   std::optional<Clock::time_point> kill_at_;  // when SIGKILL is due
+  std::optional<Clock::time_point> pause_deadline_;  // with kPausing: when to stop waiting
 
   LogTail tail_;
   int64_t last_step_ = 0;

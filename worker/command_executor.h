@@ -21,6 +21,7 @@
 //                         has it (the tuned value, which reports are credited
 //                         to), else TrialRun::threads when > 0, else unset
 //       HPO_BATCH_SIZE    system.batch_size, when the system setting has it
+//       HPO_CHECKPOINT_DIR, HPO_STOP_STEP, HPO_RESUME_STEP  checkpoints (below)
 //     and PYTHONUNBUFFERED=1 unless either environment sets it, because a
 //     Python program writing to a pipe otherwise holds its metric lines back
 //     until it exits, and no step could be pruned.
@@ -45,6 +46,36 @@
 // lines say, not what was asked for, so speed is never credited to a setting
 // the program ignored. examples/train_example.py does this.
 //
+// Checkpoints (promotion-type early stopping: a trial runs to a rung, pauses,
+// and may later be promoted and resumed on another worker):
+//   HPO_CHECKPOINT_DIR  always set: an absolute path to a directory that is
+//                       the program's to write its state to. The worker
+//                       archives whatever is in it after a pause (regular
+//                       files and directories only) and uploads it to the
+//                       server; before a resume it restores it there.
+//   HPO_STOP_STEP       set when this run pauses: the step after which the
+//                       program must write its state (model, optimizer,
+//                       schedule position, random number generators: all it
+//                       needs to go on as if never stopped) to
+//                       HPO_CHECKPOINT_DIR, print that step's metric line,
+//                       and exit 0. The worker reports nothing it prints
+//                       after that line, and stops it if it has not exited
+//                       within Options::pause_grace.
+//   HPO_RESUME_STEP     set when this run resumes: HPO_CHECKPOINT_DIR holds
+//                       the state the program saved after that step; it
+//                       restores it and continues at the next step (its
+//                       first metric line is step HPO_RESUME_STEP + 1). A
+//                       program that cannot use the state exits with status
+//                       65 (kRestoreRefusedExitStatus, EX_DATAERR) before
+//                       printing a metric line: the worker then restarts the
+//                       trial from step 1, without HPO_RESUME_STEP, and the
+//                       server records why. It must never go on from a
+//                       state it does not trust.
+// A pause whose program ended otherwise (another exit status, a signal, the
+// grace passed) or left HPO_CHECKPOINT_DIR empty is a pause without a
+// checkpoint: the trial is not failed for it, but it restarts from scratch
+// if promoted. examples/train_example.py keeps this contract.
+//
 // Ending: the run ends when the program exits. It is stopped early when the
 // reporter answers kStop, when Reporter::stop_requested() becomes true
 // (checked at least every 100 ms) or when TrialRun::timeout_ms passes: the
@@ -56,6 +87,8 @@
 //   exit status 0, at least one step reported
 //       -> RunResult{final_metrics = the last reported metrics, log_tail}
 //   stopped (kStop or stop_requested)   -> RunResult{stopped = true, ...}
+//   paused (kPause, see Checkpoints)    -> RunResult{paused = true, checkpoint_saved or checkpoint_error}
+//   exit status 65 on a resume before any metric line -> RunResult{restore_error}
 //   exit status 0 without a reported step -> FailedPrecondition
 //   exit status N != 0                  -> FailedPrecondition "exit status N"
 //   killed by a signal (a crash)        -> Internal "killed by signal N (...)"
@@ -92,6 +125,9 @@ namespace hpo::worker {
 
 class CommandExecutor : public Executor {
  public:
+  // The exit status of a program that cannot restore its checkpoint.
+  static constexpr int kRestoreRefusedExitStatus = 65;
+
   struct Options {
     // The program's working directory; empty: the worker's own.
     std::string working_dir;
@@ -100,6 +136,9 @@ class CommandExecutor : public Executor {
     std::string scratch_dir;
     // Between SIGTERM and SIGKILL when stopping the program.
     std::chrono::milliseconds kill_grace{2000};
+    // How long a program may take after its stop step to save its state
+    // and exit.
+    std::chrono::milliseconds pause_grace{300'000};
     // The log tail: at most this many lines and this many bytes.
     size_t tail_lines = 50;
     size_t tail_bytes = 16 * 1024;

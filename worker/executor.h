@@ -38,12 +38,24 @@ struct TrialRun {
   // The device to use: "cpu" or "cuda:N".
   std::string device = "cpu";
   int threads = 0;                             // 0: all usable cores
+  // Checkpoints (promotion-type early stopping). stop_step > 0: the lease
+  // ends after that step; its report is answered Verdict::kPause, and the
+  // executor then saves the trial's state into checkpoint_dir and returns
+  // RunResult::paused. resume_step > 0: checkpoint_dir holds the state
+  // saved after that step; the executor restores it and goes on from
+  // resume_step + 1 (or returns RunResult::restore_error). The worker
+  // uploads and downloads the directory; an executor only reads and writes
+  // it. Empty checkpoint_dir: nothing can be saved or restored.
+  int64_t stop_step = 0;
+  int64_t resume_step = 0;
+  std::string checkpoint_dir;
 };
 
 enum class Verdict {
   kContinue,
   kStop,          // pruned or cancelled: stop within a second, report nothing more
   kChangeSystem,  // continue with Reporter::new_system() from the next epoch
+  kPause,         // the lease's stop_step: save the state to TrialRun::checkpoint_dir and end
 };
 
 class Reporter {
@@ -66,6 +78,16 @@ struct RunResult {
   bool stopped = false;  // ended early by a kStop verdict or stop_requested()
   std::map<std::string, double> final_metrics;
   std::string log_tail;  // last lines of output, kept with the trial
+  // Ended by Verdict::kPause. checkpoint_saved: TrialRun::checkpoint_dir
+  // holds the state to resume from; otherwise checkpoint_error says why
+  // not (the trial is paused without a checkpoint, never failed for it).
+  bool paused = false;
+  bool checkpoint_saved = false;
+  std::string checkpoint_error;
+  // Non-empty: the state in TrialRun::checkpoint_dir could not be restored
+  // (missing, damaged, or refused by the program), so no step ran; the
+  // worker restarts the trial from scratch.
+  std::string restore_error;
 };
 
 class Executor {

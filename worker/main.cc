@@ -140,6 +140,10 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", data_dir, "Fashion-MNIST directory")->capture_default_str();
   app.add_option("--heartbeat-ms", options.heartbeat_ms, "between heartbeats")->capture_default_str();
   app.add_option("--max-trials", options.max_trials, "exit after this many trials (0: never)");
+  app.add_option("--scratch-dir", options.scratch_dir,
+                 "where a trial's checkpoint directory and its archive are kept while it runs (default: $TMPDIR "
+                 "or /tmp)")
+      ->envname("HPO_SCRATCH_DIR");
   app.add_option("--benchmark-seconds", bench_seconds, "GEMM benchmark time per device")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   app.add_flag("--list-devices", list_devices, "print the devices and their benchmark, then exit");

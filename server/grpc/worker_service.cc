@@ -102,6 +102,29 @@ Result<json> ParseStoredObject(const std::string& text, Id trial_id, const char*
   return std::move(j).value();
 }
 
+// Values are JSON-encoded by the protocol; a worker that sent a bare word
+// ("cuda:0" rather than "\"cuda:0\"") still gets it recorded, as a string.
+// JSON beyond the limits of json_limits.h (e.g. nested 100k deep) is an
+// error naming the key, before anything copies or serializes it.
+Result<json> SystemToJson(const hpo::v1::SystemSetting& s) {
+  json out = json::object();
+  for (const auto& [k, v] : s.values()) {
+    // (A key too long is refused by the engine; here it only names the value.)
+    const std::string field = "system." + (k.size() > 64 ? k.substr(0, 64) + "..." : k);
+    HPO_ASSIGN_OR_RETURN(std::optional<json> parsed, ParseJsonIfJson(v, field));
+    out[k] = parsed ? std::move(*parsed) : json(v);
+  }
+  return out;
+}
+
+json MetricsToJson(const google::protobuf::Map<std::string, double>& m) {
+  json out = json::object();
+  for (const auto& [k, v] : m) out[k] = v;
+  return out;
+}
+
+}  // namespace
+
 Status FillTrial(const Assignment& a, hpo::v1::Trial& t) {
   const ExperimentSpec& spec = *a.spec;
   const store::TrialRecord& rec = a.trial;
@@ -144,6 +167,10 @@ Status FillTrial(const Assignment& a, hpo::v1::Trial& t) {
                               " belongs to an ask/tell experiment but was leased to a worker");
   }
   t.set_max_steps(spec.steps_per_trial);
+  // Promotion-type early stopping: where this lease pauses, and the
+  // checkpoint it resumes from.
+  t.set_stop_step(rec.stop_step.value_or(0));
+  t.set_resume_step(rec.resume_step);
   t.set_attempt(rec.attempt);
   // Shifted to stay non-negative: trainers often take the seed as a signed
   // or 32/63-bit value. No attempt in the mix, so a retried trial repeats.
@@ -151,29 +178,6 @@ Status FillTrial(const Assignment& a, hpo::v1::Trial& t) {
   t.set_objective_metric(spec.metric);
   return Status::OK();
 }
-
-// Values are JSON-encoded by the protocol; a worker that sent a bare word
-// ("cuda:0" rather than "\"cuda:0\"") still gets it recorded, as a string.
-// JSON beyond the limits of json_limits.h (e.g. nested 100k deep) is an
-// error naming the key, before anything copies or serializes it.
-Result<json> SystemToJson(const hpo::v1::SystemSetting& s) {
-  json out = json::object();
-  for (const auto& [k, v] : s.values()) {
-    // (A key too long is refused by the engine; here it only names the value.)
-    const std::string field = "system." + (k.size() > 64 ? k.substr(0, 64) + "..." : k);
-    HPO_ASSIGN_OR_RETURN(std::optional<json> parsed, ParseJsonIfJson(v, field));
-    out[k] = parsed ? std::move(*parsed) : json(v);
-  }
-  return out;
-}
-
-json MetricsToJson(const google::protobuf::Map<std::string, double>& m) {
-  json out = json::object();
-  for (const auto& [k, v] : m) out[k] = v;
-  return out;
-}
-
-}  // namespace
 
 WorkerServiceImpl::WorkerServiceImpl(Engine& engine, WorkerServiceOptions options)
     : engine_(engine),
@@ -223,32 +227,95 @@ Status WorkerServiceImpl::Authenticate(const ::grpc::ServerContext& context) con
   return Serve(Authenticate(*context), [&] { return DoHeartbeat(*request, *response); });
 }
 
-namespace {
-Status NotYet(const char* what) {
-  return Status::Unimplemented(std::string(what) + ": checkpoints are not served by this server yet");
-}
-}  // namespace
-
-::grpc::Status WorkerServiceImpl::Pause(::grpc::ServerContext* context, const hpo::v1::PauseRequest*,
-                                        hpo::v1::PauseResponse*) {
-  return Serve(Authenticate(*context), [&] { return NotYet("Pause"); });
+::grpc::Status WorkerServiceImpl::Pause(::grpc::ServerContext* context, const hpo::v1::PauseRequest* request,
+                                        hpo::v1::PauseResponse* /*response*/) {
+  return Serve(Authenticate(*context), [&] {
+    return engine_.PauseTrial({request->worker_id(), request->session()}, request->trial_id(), request->step(),
+                              request->checkpoint_uploaded());
+  });
 }
 
-::grpc::Status WorkerServiceImpl::Restart(::grpc::ServerContext* context, const hpo::v1::RestartRequest*,
-                                          hpo::v1::RestartResponse*) {
-  return Serve(Authenticate(*context), [&] { return NotYet("Restart"); });
+::grpc::Status WorkerServiceImpl::Restart(::grpc::ServerContext* context, const hpo::v1::RestartRequest* request,
+                                          hpo::v1::RestartResponse* /*response*/) {
+  return Serve(Authenticate(*context), [&] {
+    return engine_.RestartTrial({request->worker_id(), request->session()}, request->trial_id(), request->reason());
+  });
 }
 
 ::grpc::Status WorkerServiceImpl::UploadCheckpoint(::grpc::ServerContext* context,
-                                                   ::grpc::ServerReader<hpo::v1::CheckpointChunk>*,
-                                                   hpo::v1::UploadCheckpointResponse*) {
-  return Serve(Authenticate(*context), [&] { return NotYet("UploadCheckpoint"); });
+                                                   ::grpc::ServerReader<hpo::v1::CheckpointChunk>* reader,
+                                                   hpo::v1::UploadCheckpointResponse* response) {
+  return Serve(Authenticate(*context), [&] { return DoUploadCheckpoint(*reader, *response); });
 }
 
 ::grpc::Status WorkerServiceImpl::DownloadCheckpoint(::grpc::ServerContext* context,
-                                                     const hpo::v1::DownloadCheckpointRequest*,
-                                                     ::grpc::ServerWriter<hpo::v1::CheckpointChunk>*) {
-  return Serve(Authenticate(*context), [&] { return NotYet("DownloadCheckpoint"); });
+                                                     const hpo::v1::DownloadCheckpointRequest* request,
+                                                     ::grpc::ServerWriter<hpo::v1::CheckpointChunk>* writer) {
+  return Serve(Authenticate(*context), [&] { return DoDownloadCheckpoint(*request, *writer); });
+}
+
+Status WorkerServiceImpl::DoUploadCheckpoint(::grpc::ServerReader<hpo::v1::CheckpointChunk>& reader,
+                                             hpo::v1::UploadCheckpointResponse& response) {
+  hpo::v1::CheckpointChunk chunk;
+  if (!reader.Read(&chunk)) return Status::InvalidArgument("UploadCheckpoint: the stream ended before its first chunk");
+  const Id trial_id = chunk.trial_id();
+  HPO_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointUpload> upload,
+                       engine_.BeginCheckpointUpload({chunk.worker_id(), chunk.session()}, trial_id, chunk.step(),
+                                                     chunk.total_bytes()));
+  int64_t bytes = 0;
+  std::string sha256;
+  for (int64_t index = 0;; ++index) {
+    const std::string where = "chunks[" + std::to_string(index) + "]";
+    if (index > 0 && chunk.trial_id() != 0 && chunk.trial_id() != trial_id) {
+      return Status::InvalidArgument(where + ".trial_id: " + std::to_string(chunk.trial_id()) +
+                                     ", but the upload is of trial " + std::to_string(trial_id));
+    }
+    if (chunk.data().size() > kCheckpointChunkBytes) {
+      return Status::InvalidArgument(where + ".data: " + std::to_string(chunk.data().size()) +
+                                     " bytes, over the limit of " + std::to_string(kCheckpointChunkBytes) +
+                                     " per chunk");
+    }
+    HPO_RETURN_IF_ERROR(upload->Append(chunk.data()));
+    bytes += static_cast<int64_t>(chunk.data().size());
+    if (!chunk.sha256().empty()) sha256 = chunk.sha256();
+    if (!reader.Read(&chunk)) break;
+    if (!sha256.empty()) {
+      return Status::InvalidArgument(where + ".sha256: set on a chunk that is not the last (only the last carries "
+                                             "it); nothing was stored");
+    }
+  }
+  // The worker stopped sending (it died, or gave up) before the last chunk:
+  // the upload is abandoned and the trial keeps its previous checkpoint.
+  if (sha256.empty()) {
+    return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id) +
+                            ": the upload ended without the sha256 of its last chunk; nothing was stored");
+  }
+  HPO_RETURN_IF_ERROR(upload->Commit(sha256));
+  response.set_bytes(bytes);
+  return Status::OK();
+}
+
+Status WorkerServiceImpl::DoDownloadCheckpoint(const hpo::v1::DownloadCheckpointRequest& request,
+                                               ::grpc::ServerWriter<hpo::v1::CheckpointChunk>& writer) {
+  HPO_ASSIGN_OR_RETURN(std::unique_ptr<store::CheckpointReader> reader,
+                       engine_.OpenCheckpoint({request.worker_id(), request.session()}, request.trial_id()));
+  const store::CheckpointInfo& info = reader->info();
+  for (bool first = true;; first = false) {
+    // The reader checks the bytes as they come; the checksum goes out only
+    // after they all matched it.
+    HPO_ASSIGN_OR_RETURN(std::string data, reader->Read(kCheckpointChunkBytes));
+    hpo::v1::CheckpointChunk chunk;
+    if (first) {
+      chunk.set_trial_id(request.trial_id());
+      chunk.set_step(info.step);
+      chunk.set_total_bytes(info.size_bytes);
+    }
+    const bool last = data.empty();
+    if (last) chunk.set_sha256(info.sha256);
+    chunk.set_data(std::move(data));
+    if (!writer.Write(chunk)) return Status::Cancelled("the worker stopped reading the checkpoint");
+    if (last) return Status::OK();
+  }
 }
 
 Status WorkerServiceImpl::DoRegister(const hpo::v1::RegisterRequest& request,
@@ -318,6 +385,9 @@ Status WorkerServiceImpl::DoReport(const hpo::v1::ReportRequest& request,
       break;
     case Decision::kStop:
       response.set_decision(hpo::v1::DECISION_CANCEL);
+      break;
+    case Decision::kPause:
+      response.set_decision(hpo::v1::DECISION_PAUSE);
       break;
   }
   return Status::OK();

@@ -23,6 +23,9 @@
 
 namespace hpo::server {
 
+// The most data one CheckpointChunk carries (worker.proto).
+inline constexpr size_t kCheckpointChunkBytes = size_t{1} << 20;
+
 struct WorkerServiceOptions {
   // When non-empty, every RPC needs the metadata "authorization: Bearer
   // <token>"; otherwise it fails with UNAUTHENTICATED. Never logged or echoed.
@@ -42,13 +45,22 @@ struct WorkerServiceOptions {
 //             {step} is left for the worker, and a placeholder naming a
 //             parameter this trial does not have (another space's, an
 //             inactive conditional one) is left as written.
-//  Report:    one step; the answer is CONTINUE, PRUNE or CANCEL (the
-//             experiment ended). FailedPrecondition: the lease is not this
+//  Report:    one step; the answer is CONTINUE, PRUNE, CANCEL (the
+//             experiment ended) or PAUSE (the lease's stop_step). FailedPrecondition: the lease is not this
 //             worker's any more.
 //  Complete:  ends the trial; a failed trial's log_tail follows its reason.
 //  Heartbeat: renews the worker and the given leases; a trial whose lease
 //             cannot be renewed because it ended or moved on (pruned,
 //             cancelled, lease lost or unknown) is listed in stop_trial_ids.
+//  UploadCheckpoint: the first chunk names the worker, trial, step and
+//             total size; every chunk carries at most kCheckpointChunkBytes;
+//             the last one carries the SHA-256 (hex) and nothing may follow
+//             it. It is stored only when all of it arrived and matched.
+//  DownloadCheckpoint: the first chunk says the trial, step and size; the
+//             last one carries no data and the SHA-256, sent only once the
+//             server read every byte and they matched it (DATA_LOSS
+//             otherwise).
+//  Pause, Restart: see Engine::PauseTrial and Engine::RestartTrial.
 //
 // Thread-safe: it holds no mutable state; the Engine is thread-safe.
 class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
@@ -66,7 +78,7 @@ class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
                           hpo::v1::CompleteResponse* response) override;
   ::grpc::Status Heartbeat(::grpc::ServerContext* context, const hpo::v1::HeartbeatRequest* request,
                            hpo::v1::HeartbeatResponse* response) override;
-  // Promotion-type early stopping (issue #15): authenticated, not served yet.
+  // Promotion-type early stopping: checkpoints and pauses.
   ::grpc::Status Pause(::grpc::ServerContext* context, const hpo::v1::PauseRequest* request,
                        hpo::v1::PauseResponse* response) override;
   ::grpc::Status Restart(::grpc::ServerContext* context, const hpo::v1::RestartRequest* request,
@@ -85,11 +97,21 @@ class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
   Status DoComplete(const hpo::v1::CompleteRequest& request);
   Status DoHeartbeat(const hpo::v1::HeartbeatRequest& request,
                      hpo::v1::HeartbeatResponse& response);
+  Status DoUploadCheckpoint(::grpc::ServerReader<hpo::v1::CheckpointChunk>& reader,
+                            hpo::v1::UploadCheckpointResponse& response);
+  Status DoDownloadCheckpoint(const hpo::v1::DownloadCheckpointRequest& request,
+                              ::grpc::ServerWriter<hpo::v1::CheckpointChunk>& writer);
 
   Engine& engine_;
   const WorkerServiceOptions options_;
   const std::string expected_token_;  // empty: no auth
 };
+
+// The protocol's Trial for an assignment, as Lease answers it: the trial's
+// fields, its executor (a command's argv with its placeholders filled in,
+// see above), its seed, and stop_step / resume_step. DataLoss when what is
+// stored for it is not readable.
+Status FillTrial(const Assignment& a, hpo::v1::Trial& t);
 
 // TLS for the gRPC server: PEM files of the certificate chain and its key.
 // Both empty: plaintext.

@@ -205,7 +205,7 @@ try {
   assert.equal(new URL(page.url()).searchParams.get('token'), null);
   await page.waitForFunction(() => document.getElementById('live').textContent === 'live');
   assert.equal(await page.$$eval('#experiments tbody tr', (rows) => rows.length), 3);
-  await assertChart('experiments.states', (s) => assert.deepEqual(s, Array(7).fill(3), 'seven states, three experiments'));
+  await assertChart('experiments.states', (s) => assert.deepEqual(s, Array(8).fill(3), 'eight states, three experiments'));
   await screenshot('experiments');
 
   // One experiment.

@@ -6,8 +6,8 @@ import { baseOption, chart, formatNumber, formatTime } from '../charts.js';
 import { html, setHtml, stateBadge } from '../dom.js';
 
 const PAGE_SIZE = 25;
-const STATES = ['completed', 'pruned', 'failed', 'cancelled', 'running', 'leased', 'pending'];
-const STATE_COLORS = ['#1a9b5c', '#e8a33d', '#c2410c', '#9ca3af', '#2f6fde', '#7aa7f0', '#d5d9e0'];
+const STATES = ['completed', 'pruned', 'failed', 'cancelled', 'running', 'leased', 'paused', 'pending'];
+const STATE_COLORS = ['#1a9b5c', '#e8a33d', '#c2410c', '#9ca3af', '#2f6fde', '#7aa7f0', '#a78bfa', '#d5d9e0'];
 
 export class ExperimentsPage {
   constructor(root, refreshNow) {
@@ -17,7 +17,8 @@ export class ExperimentsPage {
   }
 
   wants(type) {
-    return type.startsWith('experiment.') || type === 'trial.finished' || type === 'trial.created' || type === 'trial.requeued';
+    return type.startsWith('experiment.') || ['trial.finished', 'trial.created', 'trial.requeued', 'trial.paused',
+      'trial.resumed'].includes(type);
   }
 
   async refresh() {

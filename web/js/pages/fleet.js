@@ -59,7 +59,9 @@ function workerRow(w, now) {
     <td class="num">${w.id}</td><td>${w.host}</td><td><code>${labels}</code></td>
     <td title="${formatTime(w.last_seen_ms)}">${Math.max(0, Math.round((now - w.last_seen_ms) / 1000))} s ago</td>
     <td>${w.devices.map((d) => html`<div>${d.kind} ${d.ordinal}: ${d.name} · ${formatNumber(d.cores, 3)} cores ·
-      ${formatNumber(d.benchmark_gflops, 3)} GFLOP/s<br><span class="muted">${d.device_class}</span></div>`)}</td>
+      ${formatNumber(d.benchmark_gflops, 3)} GFLOP/s<br><span class="muted">${d.device_class}</span>
+      ${(d.prices ?? []).map((p) => html`<br><span class="cost">${formatNumber(p.per_hour, 3)}/h
+        <span class="muted">(experiment ${p.experiment_id})</span></span>`)}</div>`)}</td>
     <td>${w.devices.flatMap((d) => d.measured.map((m) => html`<div>${m.workload}:
       <b>${formatNumber(m.samples_per_sec, 4)}</b> <span class="muted">${compact(m.system)}</span></div>`))}</td>
     <td>${w.current_trials.length === 0 ? html`<span class="muted">idle</span>` : w.current_trials.map((t) =>

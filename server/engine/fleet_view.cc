@@ -1,0 +1,143 @@
+#include "server/engine/fleet_view.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "scheduler/cotuner.h"
+
+namespace hpo::server {
+
+using nlohmann::json;
+using store::Id;
+
+namespace {
+// The newest observations the speed model starts from.
+constexpr int64_t kObservationsRead = 5000;
+// Estimates of samples per step kept per workload, and trials remembered
+// for the time between their reports.
+constexpr size_t kStepSamplesKept = 31;
+constexpr size_t kTrialsRemembered = 10'000;
+
+}  // namespace
+
+FleetView::FleetView(store::Store& store, std::chrono::milliseconds max_age, std::chrono::milliseconds live_for,
+                     std::function<int64_t()> now_ms)
+    : store_(store), max_age_(max_age), live_for_(live_for), now_ms_(std::move(now_ms)) {}
+
+Status FleetView::ReadLocked(Clock::time_point now) {
+  FleetSnapshot v;
+  v.loaded = now;
+  HPO_ASSIGN_OR_RETURN(auto workers, store_.ListWorkers());
+  HPO_ASSIGN_OR_RETURN(auto observations, store_.ListSpeedObservations("", kObservationsRead));
+  const int64_t live_since = now_ms_() - live_for_.count();
+  for (const auto& w : workers) {
+    std::map<std::string, std::string> labels;
+    const json parsed = json::parse(w.labels_json, nullptr, false);
+    if (parsed.is_object()) {
+      for (auto it = parsed.begin(); it != parsed.end(); ++it) {
+        if (it->is_string()) labels[it.key()] = it->get<std::string>();
+      }
+    }
+    for (const auto& d : w.devices) {
+      FleetDevice fd;
+      fd.worker_id = w.id;
+      fd.device_class = d.device_class;
+      fd.labels = labels;
+      fd.live = w.last_seen_ms >= live_since;
+      v.devices[d.id] = fd;
+      v.model.AddBenchmark(d.device_class, d.benchmark_gflops);
+      classes_[d.id] = d.device_class;
+    }
+  }
+  for (const auto& o : observations) {
+    const json setting = json::parse(o.system_setting_json, nullptr, false);
+    if (!setting.is_discarded()) {
+      v.model.Observe(o.device_class, o.workload, scheduler::SettingKey(setting), o.samples_per_sec);
+    }
+  }
+  view_ = std::move(v);
+  return Status::OK();
+}
+
+void FleetView::RefreshBusyLocked(Clock::time_point now) {
+  view_->live.clear();
+  for (const auto& [id, d] : view_->devices) {
+    if (!d.live) continue;
+    double busy = 0;
+    if (auto b = busy_until_.find(id); b != busy_until_.end() && b->second > now) {
+      busy = std::chrono::duration<double>(b->second - now).count();
+    }
+    view_->live.push_back({std::to_string(id), d.device_class, busy});
+  }
+}
+
+Result<FleetView::Locked> FleetView::Fresh(Id device_id, Clock::time_point asked) {
+  std::unique_lock lock(mu_);
+  if (!view_ || view_->loaded + max_age_ < asked || !view_->devices.count(device_id)) {
+    HPO_RETURN_IF_ERROR(ReadLocked(Clock::now()));
+  }
+  // The asking device is live: it is asking.
+  if (auto d = view_->devices.find(device_id); d != view_->devices.end()) d->second.live = true;
+  RefreshBusyLocked(Clock::now());
+  return Locked(std::move(lock), &*view_);
+}
+
+Result<std::string> FleetView::DeviceClass(Id device_id) {
+  std::unique_lock lock(mu_);
+  if (auto it = classes_.find(device_id); it != classes_.end()) return it->second;
+  HPO_RETURN_IF_ERROR(ReadLocked(Clock::now()));
+  if (auto it = classes_.find(device_id); it != classes_.end()) return it->second;
+  return Status::NotFound("device " + std::to_string(device_id) + " is not registered");
+}
+
+void FleetView::Observe(const std::string& device_class, const std::string& workload, const std::string& setting,
+                        Id trial_id, int64_t step, double samples_per_sec) {
+  const auto now = Clock::now();
+  std::lock_guard lock(mu_);
+  if (view_) view_->model.Observe(device_class, workload, setting, samples_per_sec);
+  auto& last = last_report_[trial_id];
+  if (last.seen && step > last.step && samples_per_sec > 0) {
+    // Seconds between two reports times samples a second: the samples a
+    // step trains, with whatever else the step does (evaluation) counted
+    // as training time, which is what placement's estimates need.
+    const double seconds = std::chrono::duration<double>(now - last.at).count();
+    const double per_step = seconds * samples_per_sec / static_cast<double>(step - last.step);
+    if (std::isfinite(per_step) && per_step > 0) {
+      auto& kept = step_samples_[workload];
+      kept.push_back(per_step);
+      if (kept.size() > kStepSamplesKept) kept.pop_front();
+    }
+  }
+  last.at = now;
+  last.step = step;
+  last.seen = true;
+  if (last_report_.size() > kTrialsRemembered) last_report_.erase(last_report_.begin());  // the oldest ids
+}
+
+double FleetView::SamplesPerStep(const std::string& workload) {
+  std::lock_guard lock(mu_);
+  auto it = step_samples_.find(workload);
+  if (it == step_samples_.end() || it->second.empty()) return 0;
+  std::vector<double> v(it->second.begin(), it->second.end());
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+void FleetView::SetBusy(Id device_id, double seconds) {
+  std::lock_guard lock(mu_);
+  if (!(seconds > 0) || !std::isfinite(seconds)) {
+    busy_until_.erase(device_id);
+    return;
+  }
+  busy_until_[device_id] = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(std::min(seconds, 1e7)));
+}
+
+void FleetView::SetIdle(Id device_id) {
+  std::lock_guard lock(mu_);
+  busy_until_.erase(device_id);
+}
+
+}  // namespace hpo::server

@@ -1,0 +1,104 @@
+// The fleet as placement and co-tuning see it: every registered device and
+// its class, which devices are live (their worker reported, leased or
+// heartbeated within the live window, the lease timeout), how long each is
+// still busy by placement's own estimate, the speed model (benchmarks as
+// the prior, measured samples/s by setting) and how many samples one step
+// of each workload trains. Read from the store and kept current with the
+// engine's own reports; reread when older than a bound
+// (EngineOptions::fleet_cache) or when a device it does not know asks.
+//
+// Thread-safe: one lock. Fresh() hands out the locked view; a caller holding
+// it must not call the other methods.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "scheduler/policy.h"
+#include "scheduler/speed_model.h"
+#include "server/store/store.h"
+
+namespace hpo::server {
+
+struct FleetDevice {
+  store::Id worker_id = 0;
+  std::string device_class;
+  std::map<std::string, std::string> labels;  // its worker's
+  bool live = false;
+};
+
+struct FleetSnapshot {
+  std::map<store::Id, FleetDevice> devices;  // every registered device, by id
+  scheduler::SpeedModel model;
+  // The live devices for the policy (id = the device id as text), with
+  // busy_s from placement's estimates.
+  std::vector<scheduler::LiveDevice> live;
+  std::chrono::steady_clock::time_point loaded;
+};
+
+class FleetView {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // `store` outlives the view. A worker is live for `live_for` after it was
+  // last seen, by `now_ms` (the store's clock: Unix milliseconds).
+  FleetView(store::Store& store, std::chrono::milliseconds max_age, std::chrono::milliseconds live_for,
+            std::function<int64_t()> now_ms);
+
+  class Locked {
+   public:
+    FleetSnapshot& operator*() const { return *view_; }
+    FleetSnapshot* operator->() const { return view_; }
+
+   private:
+    friend class FleetView;
+    Locked(std::unique_lock<std::mutex> lock, FleetSnapshot* view) : lock_(std::move(lock)), view_(view) {}
+    std::unique_lock<std::mutex> lock_;
+    FleetSnapshot* view_;
+  };
+  // The view, reread unless it was read within max_age before `asked` (a
+  // lease's start) and knows `device_id`; the asking device is live.
+  Result<Locked> Fresh(store::Id device_id, Clock::time_point asked);
+  // A registered device's class. NotFound: not registered.
+  Result<std::string> DeviceClass(store::Id device_id);
+
+  // One of this engine's reports: a speed observation (placement sees it on
+  // the next lease) and, from the time since this trial's previous report
+  // here, how many samples one step of the workload trains.
+  void Observe(const std::string& device_class, const std::string& workload, const std::string& setting,
+               store::Id trial_id, int64_t step, double samples_per_sec);
+  // The median of the recent estimates of samples per step; 0 when none.
+  double SamplesPerStep(const std::string& workload);
+  // Placement's estimate: the device is busy for `seconds` from now.
+  void SetBusy(store::Id device_id, double seconds);
+  // The device's trial paused or ended: it is free.
+  void SetIdle(store::Id device_id);
+
+ private:
+  Status ReadLocked(Clock::time_point now);
+  void RefreshBusyLocked(Clock::time_point now);
+
+  store::Store& store_;
+  const std::chrono::milliseconds max_age_;
+  const std::chrono::milliseconds live_for_;
+  const std::function<int64_t()> now_ms_;
+  std::mutex mu_;
+  std::optional<FleetSnapshot> view_;                      // GUARDED_BY(mu_)
+  std::map<store::Id, std::string> classes_;               // GUARDED_BY(mu_); outlives rereads
+  std::map<store::Id, Clock::time_point> busy_until_;      // GUARDED_BY(mu_)
+  struct LastReport {
+    Clock::time_point at;
+    int64_t step = 0;
+    bool seen = false;
+  };
+  std::map<store::Id, LastReport> last_report_;            // GUARDED_BY(mu_); by trial
+  std::map<std::string, std::deque<double>> step_samples_; // GUARDED_BY(mu_); by workload, newest last
+};
+
+}  // namespace hpo::server

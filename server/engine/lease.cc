@@ -1,0 +1,255 @@
+// The engine as the placement policy's adapter (scheduler/policy.h): when a
+// worker's device asks for work, build what each running experiment offers
+// it, ask the policy, and apply the answer - resume a paused trial (a
+// promotion), lease a pending one, or create a new trial for this device.
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "scheduler/offer.h"
+#include "search/ranking.h"
+#include "server/engine.h"
+
+namespace hpo::server {
+
+using nlohmann::json;
+using store::Id;
+using store::TrialState;
+
+namespace {
+
+double SecondsSince(int64_t now_ms, int64_t then_ms) { return std::max<int64_t>(0, now_ms - then_ms) / 1000.0; }
+
+}  // namespace
+
+int64_t Engine::NowMs() const {
+  if (options_.clock) return options_.clock();
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+Result<std::optional<Assignment>> Engine::LeaseForWorker(const WorkerCaller& caller, Id device_id) {
+  HPO_ASSIGN_OR_RETURN(const WorkerAuth auth, Authenticate(caller));
+  HPO_RETURN_IF_ERROR(CheckDevice(caller, auth, device_id));
+  HPO_RETURN_IF_ERROR(store_.TouchWorker(caller.worker_id));
+  return Lease(caller.worker_id, device_id);
+}
+
+Result<std::optional<Assignment>> Engine::Lease(Id worker_id, Id device_id) {
+  std::optional<metrics::ScopedTimer> timer;
+  if (lease_seconds_) timer.emplace(*lease_seconds_);
+  HPO_ASSIGN_OR_RETURN(auto experiments, store_.ListExperiments(0, 10'000));
+  std::reverse(experiments.begin(), experiments.end());  // oldest first
+  const auto asked = std::chrono::steady_clock::now();  // the fleet view may be older by fleet_cache
+  for (const auto& e : experiments) {
+    if (e.state != store::ExperimentState::kRunning) continue;
+    HPO_ASSIGN_OR_RETURN(Cached * c, Load(e.id));
+    if (c->spec->executor == ExperimentSpec::ExecutorKind::kClient) continue;
+    // Another lease may take the chosen work first, or be making this
+    // experiment's next trial: then plan again (without new trials, which
+    // nobody waits for).
+    bool without_new = false;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      HPO_ASSIGN_OR_RETURN(LeasePlan plan, PlanLease(e, *c, device_id, asked, without_new));
+      if (!plan.decision.run) break;
+      HPO_ASSIGN_OR_RETURN(Applied applied, ApplyPlan(e, *c, plan, worker_id, device_id));
+      if (applied.busy_making_new) without_new = true;
+      const std::optional<store::TrialRecord>& leased = applied.trial;
+      if (!leased) continue;
+      fleet_->SetBusy(device_id, plan.decision.estimated_seconds);
+      Assignment a{*leased, c->spec, ""};
+      for (const auto& [name, id] : c->space_ids) {
+        if (leased->space_id == id) a.space = name;
+      }
+      if (!c->spec->system.empty()) HPO_RETURN_IF_ERROR(StartAtBestSetting(*c->spec, device_id, asked, a));
+      if (leases_granted_) leases_granted_->Increment();
+      return std::optional<Assignment>(std::move(a));
+    }
+  }
+  if (leases_empty_) leases_empty_->Increment();
+  return std::optional<Assignment>();
+}
+
+Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Cached& c, Id device_id,
+                                            std::chrono::steady_clock::time_point asked, bool without_new) {
+  const ExperimentSpec& spec = *c.spec;
+  const int64_t now = NowMs();
+  LeasePlan plan;
+  std::vector<std::string> workloads;
+  for (const auto& space : spec.spaces) workloads.push_back(Workload(spec, space.name));
+  {
+    HPO_ASSIGN_OR_RETURN(TrialView::Locked view, c.trials->Fresh());
+    scheduler::OfferInput in;
+    in.histories = &view->histories;
+    in.workloads = workloads;
+    in.max_trials = spec.max_trials;
+    in.max_parallel = spec.max_parallel;
+    in.steps_per_trial = spec.steps_per_trial;
+    in.promotion = c.promotion ? &*c.promotion : nullptr;
+    std::vector<int> per_space(spec.spaces.size(), 0);
+    for (const auto& [id, t] : view->trials) {
+      scheduler::OfferTrial o;
+      o.id = id;
+      o.space = t.space;
+      o.index = t.index;
+      switch (t.state) {
+        case TrialState::kPending: o.phase = scheduler::OfferTrial::Phase::kPending; break;
+        case TrialState::kLeased:
+        case TrialState::kRunning: o.phase = scheduler::OfferTrial::Phase::kOnDevice; break;
+        case TrialState::kPaused: o.phase = scheduler::OfferTrial::Phase::kPaused; break;
+        default: o.phase = scheduler::OfferTrial::Phase::kFinished; break;
+      }
+      o.level = t.level;
+      o.resume_step = t.resume_step;
+      o.stop_step = t.stop_step;
+      o.waiting_s = SecondsSince(now, t.updated_ms);
+      in.trials.push_back(o);
+      ++per_space[t.space];
+    }
+    search::Rng rng = ExperimentRng(spec, e.id, in.trials.size());
+    const auto ranks = search::RankSpaces(spec.spaces, view->histories, {}, rng);
+    for (const auto& r : ranks) in.shares.push_back(r.share);
+    in.preferred_space = search::PickSpace(ranks, per_space);
+    scheduler::Offer offer = scheduler::OfferWork(in);
+    for (auto& item : offer.items) {
+      if (!without_new || item.kind != scheduler::WorkItem::Kind::kNew) plan.items.push_back(std::move(item));
+    }
+    plan.promotion_of = std::move(offer.promotion_of);
+  }
+  if (plan.items.empty()) {
+    plan.decision.retry_after_s = 1;
+    plan.decision.reason = "nothing to run";
+    return plan;
+  }
+  for (auto& item : plan.items) item.samples_per_step = fleet_->SamplesPerStep(item.workload);
+  HPO_ASSIGN_OR_RETURN(FleetView::Locked fleet, fleet_->Fresh(device_id, asked));
+  const auto device = fleet->devices.find(device_id);
+  if (device == fleet->devices.end()) {
+    return Status::NotFound("device " + std::to_string(device_id) + " is not registered");
+  }
+  const scheduler::PolicyOptions options = PolicyFor(spec, *fleet, e, now);
+  plan.decision = scheduler::Decide({std::to_string(device_id), device->second.device_class}, fleet->live, plan.items,
+                                    fleet->model, options);
+  return plan;
+}
+
+scheduler::PolicyOptions Engine::PolicyFor(const ExperimentSpec& spec, const FleetSnapshot& fleet,
+                                           const store::ExperimentRecord& e, int64_t now_ms) {
+  scheduler::PolicyOptions o;
+  o.kind = scheduler::ParsePolicyKind(spec.placement_policy).value_or(scheduler::PolicyKind::kSpeed);
+  o.class_order = spec.placement_class_order;
+  o.max_wait_s = spec.placement_max_wait_s;
+  if (spec.prices.empty()) return o;
+  // A class's price: the spec's for the class itself, else for a label of
+  // one of its devices' workers.
+  for (const auto& [id, d] : fleet.devices) {
+    if (o.price_per_hour.count(d.device_class)) continue;
+    if (auto p = spec.prices.find(d.device_class); p != spec.prices.end()) {
+      o.price_per_hour[d.device_class] = p->second;
+      continue;
+    }
+    for (const auto& [k, v] : d.labels) {
+      if (auto p = spec.prices.find(k + "=" + v); p != spec.prices.end()) {
+        o.price_per_hour[d.device_class] = p->second;
+        break;
+      }
+    }
+  }
+  std::optional<int64_t> deadline_ms = spec.deadline_ms;
+  if (spec.deadline_s) deadline_ms = e.created_ms + *spec.deadline_s * 1000;
+  // A deadline that has passed: nobody meets it, so cost alone decides.
+  if (deadline_ms) o.deadline_s = std::max(1e-3, (*deadline_ms - now_ms) / 1000.0);
+  return o;
+}
+
+Result<Engine::Applied> Engine::ApplyPlan(const store::ExperimentRecord& e, Cached& c, const LeasePlan& plan,
+                                          Id worker_id, Id device_id) {
+  const ExperimentSpec& spec = *c.spec;
+  const scheduler::WorkItem& item = plan.items[plan.decision.item];
+  const std::string owner = WorkerOwner(worker_id);
+  const int64_t lease_ms = options_.worker_lease_ms;
+  std::optional<store::TrialRecord> leased;
+  switch (item.kind) {
+    case scheduler::WorkItem::Kind::kPending: {
+      auto r = store_.LeaseTrial(item.trial_id, owner, lease_ms);
+      if (!r.ok()) {
+        if (r.status().IsFailedPrecondition()) return Applied{};  // taken meanwhile
+        return r.status();
+      }
+      leased = std::move(r).value();
+      break;
+    }
+    case scheduler::WorkItem::Kind::kResume: {
+      const search::Promotion& p = plan.promotion_of.at(item.trial_id);
+      HPO_ASSIGN_OR_RETURN(const store::TrialRecord before, store_.GetTrial(item.trial_id));
+      std::string why;
+      HPO_ASSIGN_OR_RETURN(const bool usable, CheckpointUsable(before, &why));
+      auto r = store_.ResumeTrial(item.trial_id, owner, lease_ms,
+                                  p.to_end ? std::nullopt : std::optional<int64_t>(p.to_step), !usable);
+      if (!r.ok()) {
+        if (r.status().IsFailedPrecondition()) return Applied{};
+        return r.status();
+      }
+      leased = std::move(r).value();
+      Emit("trial.resumed", {{"experiment_id", e.id}, {"trial_id", leased->id}, {"level", leased->level},
+                             {"from_step", p.from_step}, {"to_step", p.to_step}, {"device_id", device_id},
+                             {"reason", plan.decision.reason}});
+      if (!usable) AnnounceRestart(*leased, "no usable checkpoint: " + why + "; it trains from step 1");
+      break;
+    }
+    case scheduler::WorkItem::Kind::kNew: {
+      ForDevice fd;
+      fd.space = item.space_index;
+      fd.owner = owner;
+      fd.lease_ms = lease_ms;
+      if (c.promotion && item.steps < spec.steps_per_trial) fd.stop_step = item.steps;
+      std::vector<store::TrialRecord> created;
+      {
+        // One new trial at a time per experiment (two made at once from the
+        // same history would be the same suggestion), and nobody waits for
+        // it: while one is being made, the others take what else there is.
+        std::unique_lock lock(c.replenish_mu, std::try_to_lock);
+        if (!lock.owns_lock()) return Applied{std::nullopt, true};
+        HPO_ASSIGN_OR_RETURN(created, CreateSuggestions(e.id, c, 1, spec.max_parallel, &fd));
+      }
+      if (created.empty()) return Applied{};  // the budget or the cap filled meanwhile
+      EmitCreated(e.id, created);
+      leased = created.front();
+      break;
+    }
+  }
+  c.trials->Apply(*leased);
+  return Applied{leased, false};
+}
+
+Status Engine::CheckCost(const ExperimentSpec& spec) {
+  if (spec.deadline_ms && *spec.deadline_ms <= NowMs()) {
+    return Status::InvalidArgument("cost.deadline: " + spec.source.at("cost").at("deadline").get<std::string>() +
+                                   " has passed");
+  }
+  if (spec.prices.empty()) return Status::OK();
+  HPO_ASSIGN_OR_RETURN(const auto workers, store_.ListWorkers());
+  // With no worker yet there is nothing to check against (hpctl run submits
+  // before its workers register).
+  if (workers.empty()) return Status::OK();
+  std::set<std::string> known;
+  for (const auto& w : workers) {
+    for (const auto& d : w.devices) known.insert(d.device_class);
+    const json labels = json::parse(w.labels_json, nullptr, false);
+    if (labels.is_object()) {
+      for (auto it = labels.begin(); it != labels.end(); ++it) {
+        if (it->is_string()) known.insert(it.key() + "=" + it->get<std::string>());
+      }
+    }
+  }
+  for (const auto& [key, price] : spec.prices) {
+    if (known.count(key)) continue;
+    std::string list;
+    for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+    return Status::InvalidArgument("cost.prices." + key + ": no registered worker has this device class or label (" +
+                                   list + ")");
+  }
+  return Status::OK();
+}
+
+}  // namespace hpo::server

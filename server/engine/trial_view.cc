@@ -1,0 +1,189 @@
+#include "server/engine/trial_view.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace hpo::server {
+
+using nlohmann::json;
+using store::Id;
+using store::TrialState;
+
+std::optional<double> ObjectiveOf(const ExperimentSpec& spec, const std::string& metrics_json) {
+  const json m = json::parse(metrics_json, nullptr, false);
+  if (m.is_discarded() || !m.is_object()) return std::nullopt;
+  auto it = m.find(spec.metric);
+  if (it == m.end() || !it->is_number()) return std::nullopt;
+  const double v = it->get<double>();
+  if (!std::isfinite(v)) return std::nullopt;
+  return search::Minimized(spec.direction, v);
+}
+
+search::TrialStatus SearchStatus(TrialState s) {
+  switch (s) {
+    case TrialState::kCompleted: return search::TrialStatus::kCompleted;
+    case TrialState::kPruned:
+    case TrialState::kPaused: return search::TrialStatus::kPruned;
+    case TrialState::kFailed:
+    case TrialState::kCancelled: return search::TrialStatus::kFailed;
+    default: return search::TrialStatus::kRunning;
+  }
+}
+
+TrialView::TrialView(store::Store& store, Id experiment_id, std::shared_ptr<const ExperimentSpec> spec,
+                     std::chrono::milliseconds max_age)
+    : store_(store), experiment_id_(experiment_id), spec_(std::move(spec)), max_age_(max_age) {}
+
+void TrialView::Add(TrialsSnapshot& view, const store::TrialRecord& trial) const {
+  auto known = view.trials.find(trial.id);
+  if (known != view.trials.end()) {
+    TrialEntry& e = known->second;
+    e.state = trial.state;
+    e.level = trial.level;
+    e.resume_step = trial.resume_step;
+    e.stop_step = trial.stop_step;
+    e.updated_ms = trial.updated_ms;
+    search::Observation& o = view.histories[e.space].trials[e.index];
+    o.status = SearchStatus(trial.state);
+    if (trial.state == TrialState::kCompleted) {
+      o.value = ObjectiveOf(*spec_, trial.final_metrics_json);
+      if (!o.value && !o.curve.empty()) o.value = o.curve.back().second;
+    }
+    return;
+  }
+  auto si = trial.space_id ? view.space_index.find(*trial.space_id) : view.space_index.end();
+  if (si == view.space_index.end()) return;
+  auto params = spec_->spaces[si->second].FromJson(json::parse(trial.params_json, nullptr, false));
+  if (!params.ok()) return;  // not this space's shape: it says nothing about it
+  search::Observation o;
+  o.number = trial.number;
+  o.status = SearchStatus(trial.state);
+  o.params = std::move(params).value();
+  if (trial.state == TrialState::kCompleted) o.value = ObjectiveOf(*spec_, trial.final_metrics_json);
+  auto& trials = view.histories[si->second].trials;
+  TrialEntry e;
+  e.space = si->second;
+  e.index = trials.size();
+  e.number = trial.number;
+  e.state = trial.state;
+  e.level = trial.level;
+  e.resume_step = trial.resume_step;
+  e.stop_step = trial.stop_step;
+  e.updated_ms = trial.updated_ms;
+  view.trials.emplace(trial.id, e);
+  trials.push_back(std::move(o));
+}
+
+Result<TrialsSnapshot> TrialView::ReadNow() const {
+  TrialsSnapshot view;
+  view.loaded = std::chrono::steady_clock::now();  // what is read is at least this fresh
+  HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.GetExperiment(experiment_id_));
+  for (size_t i = 0; i < spec_->spaces.size(); ++i) {
+    for (const auto& s : rec.spaces) {
+      if (s.name == spec_->spaces[i].name) view.space_index[s.id] = i;
+    }
+  }
+  view.histories.resize(spec_->spaces.size());
+  for (int64_t offset = 0;; offset += 10'000) {
+    HPO_ASSIGN_OR_RETURN(auto page,
+                         store_.ListTrials(experiment_id_, {std::nullopt, std::nullopt, offset, 10'000}));
+    for (const auto& t : page) Add(view, t);
+    if (page.size() < 10'000) break;
+  }
+  HPO_ASSIGN_OR_RETURN(auto ms, store_.ListExperimentMeasurements(experiment_id_));
+  for (const auto& m : ms) {
+    auto it = view.trials.find(m.trial_id);
+    if (it == view.trials.end()) continue;
+    if (auto v = ObjectiveOf(*spec_, m.metrics_json)) {
+      view.histories[it->second.space].trials[it->second.index].curve.emplace_back(m.step, *v);
+    }
+  }
+  // A completed trial that reported steps but no final value counts with its last one.
+  for (auto& h : view.histories) {
+    for (auto& o : h.trials) {
+      if (o.status == search::TrialStatus::kCompleted && !o.value && !o.curve.empty()) o.value = o.curve.back().second;
+    }
+  }
+  return view;
+}
+
+Result<TrialView::Locked> TrialView::Fresh() {
+  std::unique_lock lock(mu_);
+  if (!view_ || std::chrono::steady_clock::now() - view_->loaded >= max_age_) {
+    view_.reset();
+    HPO_ASSIGN_OR_RETURN(TrialsSnapshot fresh, ReadNow());
+    view_ = std::move(fresh);
+  }
+  return Locked(std::move(lock), &*view_);
+}
+
+void TrialView::Apply(const store::TrialRecord& trial) {
+  std::lock_guard lock(mu_);
+  if (view_) Add(*view_, trial);
+}
+
+void TrialView::SetOutcome(Id trial_id, TrialState state, std::optional<double> value) {
+  std::lock_guard lock(mu_);
+  if (!view_) return;
+  auto it = view_->trials.find(trial_id);
+  if (it == view_->trials.end()) return;
+  it->second.state = state;
+  search::Observation& o = view_->histories[it->second.space].trials[it->second.index];
+  o.status = SearchStatus(state);
+  o.value = value;
+  // As ReadNow: a completed trial without a final value counts with its last one.
+  if (o.status == search::TrialStatus::kCompleted && !o.value && !o.curve.empty()) o.value = o.curve.back().second;
+}
+
+Result<bool> TrialView::ApplyReport(const store::TrialRecord& trial, int64_t step, double value, bool inserted,
+                                    const search::Pruner* judge) {
+  std::unique_lock lock(mu_, std::defer_lock);
+  TrialsSnapshot* view = nullptr;
+  std::optional<Locked> fresh;
+  if (judge) {
+    HPO_ASSIGN_OR_RETURN(Locked l, Fresh());
+    fresh.emplace(std::move(l));
+    view = &**fresh;
+  } else {
+    lock.lock();
+    if (!view_) return false;  // nothing to keep current, nothing to decide
+    view = &*view_;
+  }
+  // Created since the view was read (by another replica); a trial the view
+  // holds keeps what the view knows (the record may be older).
+  if (!view->trials.count(trial.id)) Add(*view, trial);
+  auto w = view->trials.find(trial.id);
+  if (w == view->trials.end()) return false;  // not of a space in the spec
+  const search::History& h = view->histories[w->second.space];
+  search::Observation& o = view->histories[w->second.space].trials[w->second.index];
+  o.status = search::TrialStatus::kRunning;
+  w->second.state = TrialState::kRunning;
+  if (inserted || o.curve.empty()) {
+    // The report is the newest point: whatever the view holds from this
+    // step on belongs to an earlier attempt (requeued). A step sent again
+    // (not inserted) leaves the stored curve as it is, and so the view.
+    auto first_after = std::lower_bound(o.curve.begin(), o.curve.end(), step,
+                                        [](const auto& point, int64_t s) { return point.first < s; });
+    o.curve.erase(first_after, o.curve.end());
+    o.curve.emplace_back(step, value);
+  }
+  return judge && judge->ShouldPrune(h, o);
+}
+
+void TrialView::DropCurveAfter(Id trial_id, int64_t step) {
+  std::lock_guard lock(mu_);
+  if (!view_) return;
+  auto it = view_->trials.find(trial_id);
+  if (it == view_->trials.end()) return;
+  auto& curve = view_->histories[it->second.space].trials[it->second.index].curve;
+  curve.erase(std::upper_bound(curve.begin(), curve.end(), step,
+                               [](int64_t s, const auto& point) { return s < point.first; }),
+              curve.end());
+}
+
+void TrialView::Forget() {
+  std::lock_guard lock(mu_);
+  view_.reset();
+}
+
+}  // namespace hpo::server

@@ -1,0 +1,107 @@
+// The trials of one experiment as search/ and the placement policy read
+// them: one search::History per space (in spec order) and, per trial, its
+// state, rung level and place. Read from the store and kept current with the
+// engine's own changes; reread when older than a bound, so another
+// replica's changes count within it (EngineOptions::history_cache).
+//
+// Thread-safe: one lock per view. Fresh() hands out the locked view; every
+// other call takes the lock for itself. A caller holding Fresh()'s lock must
+// not call the other methods (the lock is not reentrant).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "search/history.h"
+#include "search/pruner.h"
+#include "server/spec.h"
+#include "server/store/store.h"
+
+namespace hpo::server {
+
+// The objective of a trial's metrics (JSON text), minimized; nullopt when
+// missing or not finite.
+std::optional<double> ObjectiveOf(const ExperimentSpec& spec, const std::string& metrics_json);
+
+// How search/ sees a store state: a paused trial stopped early with what it
+// reached (as a pruned one), and so does a pending or leased one until it
+// reports (as running).
+search::TrialStatus SearchStatus(store::TrialState s);
+
+struct TrialEntry {
+  size_t space = 0;  // index into the histories
+  size_t index = 0;  // into histories[space].trials
+  int64_t number = 0;
+  store::TrialState state = store::TrialState::kPending;
+  int level = 0;
+  int64_t resume_step = 0;
+  std::optional<int64_t> stop_step;
+  store::TimeMs updated_ms = 0;  // when it last changed state (the store's clock)
+};
+
+struct TrialsSnapshot {
+  std::vector<search::History> histories;  // one per space, in spec order
+  std::map<store::Id, TrialEntry> trials;  // by trial id, trials of the spec's spaces only
+  std::map<store::Id, size_t> space_index;  // space id -> index
+  std::chrono::steady_clock::time_point loaded;
+};
+
+class TrialView {
+ public:
+  // `spec` and `store` outlive the view.
+  TrialView(store::Store& store, store::Id experiment_id, std::shared_ptr<const ExperimentSpec> spec,
+            std::chrono::milliseconds max_age);
+
+  // The view with its lock held.
+  class Locked {
+   public:
+    TrialsSnapshot& operator*() const { return *view_; }
+    TrialsSnapshot* operator->() const { return view_; }
+
+   private:
+    friend class TrialView;
+    Locked(std::unique_lock<std::mutex> lock, TrialsSnapshot* view) : lock_(std::move(lock)), view_(view) {}
+    std::unique_lock<std::mutex> lock_;
+    TrialsSnapshot* view_;
+  };
+  // The view, read first when there is none or it is older than max_age.
+  // One caller rereads while the others wait for it.
+  Result<Locked> Fresh();
+  // Everything read from the store now, not kept (tests, the dashboard).
+  Result<TrialsSnapshot> ReadNow() const;
+
+  // This engine's changes, applied to the view when there is one (none: the
+  // next Fresh() reads them). A trial the view does not hold is added.
+  void Apply(const store::TrialRecord& trial);
+  // A trial's end (or pause) and its final value, if the view holds it.
+  void SetOutcome(store::Id trial_id, store::TrialState state, std::optional<double> value);
+  // Puts a report into the view (value minimized; `inserted`: new to the
+  // store) and, with `judge`, asks it whether the trial should stop now
+  // (reading the view first if it is too old). Without `judge` and without
+  // a view it does nothing.
+  Result<bool> ApplyReport(const store::TrialRecord& trial, int64_t step, double value, bool inserted,
+                           const search::Pruner* judge);
+  // The store deleted a trial's steps after `step` (a restart: 0).
+  void DropCurveAfter(store::Id trial_id, int64_t step);
+  // Drops the view (a requeue deleted a curve; the experiment ended).
+  void Forget();
+  // Apply() for a caller that holds the view from Fresh().
+  void Add(TrialsSnapshot& locked_view, const store::TrialRecord& trial) const;
+
+ private:
+  store::Store& store_;
+  const store::Id experiment_id_;
+  const std::shared_ptr<const ExperimentSpec> spec_;
+  const std::chrono::milliseconds max_age_;
+  std::mutex mu_;
+  std::optional<TrialsSnapshot> view_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace hpo::server

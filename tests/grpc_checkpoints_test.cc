@@ -1,0 +1,468 @@
+// Checkpoints through the real gRPC service on 127.0.0.1:0 (a SQLite store
+// and a files artifact store): a trial pauses at its stop_step on one
+// worker, its checkpoint travels in chunks, and another worker resumes it;
+// a corrupt or missing checkpoint restarts the trial from step 1 with the
+// reason; bad uploads are refused naming what is wrong; a worker process
+// killed mid-upload leaves the previous checkpoint valid.
+//
+// Trials are set up leased with a stop_step (Store::CreateTrialsUpTo with
+// NewTrial.lease_owner) and resumed with Store::ResumeTrial, as the lease
+// path does.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "common/sha256.h"
+#include "server/engine.h"
+#include "server/grpc/worker_service.h"
+#include "tests/server_process.h"
+#include "tests/store_backends.h"
+
+namespace hpo::server {
+namespace {
+
+namespace fs = std::filesystem;
+namespace v1 = hpo::v1;
+using nlohmann::json;
+using store::TrialState;
+
+constexpr const char* kToken = "ckpt-token";
+
+const char* kSpec = R"({"name": "ckpt", "objective": {"metric": "loss", "direction": "minimize"},
+  "spaces": [{"name": "a", "params": {"x": {"type": "float", "low": -1, "high": 1}}}],
+  "algorithm": {"sampler": "random", "seed": 3},
+  "budget": {"max_trials": 20, "max_parallel": 1, "steps_per_trial": 5},
+  "executor": {"command": {"argv": ["train", "{x}"]}}})";
+
+std::string Bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+class GrpcCheckpointsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = store::OpenStore(db_.url());
+    ASSERT_TRUE(s.ok()) << s.status();
+    store_ = std::move(s).value();
+    store::ArtifactStoreOptions ao;
+    ao.max_checkpoint_bytes = int64_t{8} << 20;
+    auto a = store::OpenArtifactStore("", db_.url(), ao);
+    ASSERT_TRUE(a.ok()) << a.status();
+    artifacts_ = std::move(a).value();
+    checkpoint_dir_ = (*artifacts_).description().substr(6);
+    EngineOptions eo;
+    eo.artifacts = artifacts_.get();
+    eo.on_event = [this](std::string type, const json& data) {
+      std::lock_guard lock(mu_);
+      events_.emplace_back(std::move(type), data);
+    };
+    engine_ = std::make_unique<Engine>(*store_, eo);
+    service_ = std::make_unique<WorkerServiceImpl>(*engine_, WorkerServiceOptions{kToken, 10});
+    auto server = GrpcServer::Start("127.0.0.1:0", service_.get());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(server).value();
+    stub_ = v1::WorkerService::NewStub(::grpc::CreateChannel(Address(), ::grpc::InsecureChannelCredentials()));
+    auto e = engine_->CreateExperiment(kSpec);
+    ASSERT_TRUE(e.ok()) << e.status();
+    experiment_ = e->id;
+    a_ = Register("a");
+    b_ = Register("b");
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown(std::chrono::seconds(1));
+  }
+
+  std::string Address() const { return "127.0.0.1:" + std::to_string(server_->port()); }
+  static std::unique_ptr<::grpc::ClientContext> Ctx() {
+    auto ctx = std::make_unique<::grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    ctx->AddMetadata("authorization", std::string("Bearer ") + kToken);
+    return ctx;
+  }
+
+  struct Worker {
+    int64_t id = 0;
+    std::string session;
+    std::string owner;
+  };
+  Worker Register(const std::string& host) {
+    v1::RegisterRequest req;
+    req.set_host(host);
+    auto* d = req.add_devices();
+    d->set_kind(v1::DEVICE_KIND_CPU);
+    d->set_name("cpu");
+    d->set_cores(1);
+    v1::RegisterResponse res;
+    ::grpc::Status s = stub_->Register(Ctx().get(), req, &res);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return {res.worker_id(), res.session(), Engine::WorkerOwner(res.worker_id())};
+  }
+
+  int64_t LeasedTrial(const Worker& w, int64_t stop_step) {
+    store::NewTrial t;
+    t.params_json = R"({"x": 0.25})";
+    t.space_id = store_->GetExperiment(experiment_)->spaces.at(0).id;
+    t.lease_owner = w.owner;
+    t.lease_ms = 60'000;
+    t.stop_step = stop_step;
+    auto r = store_->CreateTrials(experiment_, {t});
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r->at(0).id;
+  }
+
+  ::grpc::Status Report(const Worker& w, int64_t trial, int64_t step, v1::ReportResponse* res) {
+    v1::ReportRequest req;
+    req.set_worker_id(w.id);
+    req.set_session(w.session);
+    req.set_trial_id(trial);
+    req.set_step(step);
+    (*req.mutable_metrics())["loss"] = 1.0 / step;
+    return stub_->Report(Ctx().get(), req, res);
+  }
+  v1::Decision ReportOk(const Worker& w, int64_t trial, int64_t step) {
+    v1::ReportResponse res;
+    ::grpc::Status s = Report(w, trial, step, &res);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return res.decision();
+  }
+
+  // Uploads `data` as `w` in chunks of `chunk` bytes; `edit` may change
+  // each chunk before it goes (index, chunk).
+  ::grpc::Status Upload(const Worker& w, int64_t trial, int64_t step, const std::string& data,
+                        size_t chunk = size_t{1} << 20, std::function<void(int, v1::CheckpointChunk&)> edit = nullptr) {
+    auto ctx = Ctx();
+    v1::UploadCheckpointResponse res;
+    auto writer = stub_->UploadCheckpoint(ctx.get(), &res);
+    int index = 0;
+    for (size_t off = 0; off < data.size() || index == 0; off += chunk, ++index) {
+      v1::CheckpointChunk c;
+      if (index == 0) {
+        c.set_worker_id(w.id);
+        c.set_session(w.session);
+        c.set_trial_id(trial);
+        c.set_step(step);
+        c.set_total_bytes(static_cast<int64_t>(data.size()));
+      }
+      c.set_data(data.substr(off, chunk));
+      if (off + chunk >= data.size()) c.set_sha256(Sha256Hex(data));
+      if (edit) edit(index, c);
+      if (!writer->Write(c)) break;
+    }
+    writer->WritesDone();
+    ::grpc::Status s = writer->Finish();
+    if (s.ok()) {
+      EXPECT_EQ(res.bytes(), static_cast<int64_t>(data.size()));
+    }
+    return s;
+  }
+
+  struct Downloaded {
+    ::grpc::Status status;
+    std::string data;
+    std::vector<v1::CheckpointChunk> chunks;  // without their data
+  };
+  Downloaded Download(const Worker& w, int64_t trial) {
+    auto ctx = Ctx();
+    v1::DownloadCheckpointRequest req;
+    req.set_worker_id(w.id);
+    req.set_session(w.session);
+    req.set_trial_id(trial);
+    auto reader = stub_->DownloadCheckpoint(ctx.get(), req);
+    Downloaded out;
+    v1::CheckpointChunk c;
+    while (reader->Read(&c)) {
+      EXPECT_LE(c.data().size(), kCheckpointChunkBytes);
+      out.data += c.data();
+      c.clear_data();
+      out.chunks.push_back(c);
+    }
+    out.status = reader->Finish();
+    return out;
+  }
+
+  ::grpc::Status Pause(const Worker& w, int64_t trial, int64_t step, bool uploaded) {
+    v1::PauseRequest req;
+    req.set_worker_id(w.id);
+    req.set_session(w.session);
+    req.set_trial_id(trial);
+    req.set_step(step);
+    req.set_checkpoint_uploaded(uploaded);
+    v1::PauseResponse res;
+    return stub_->Pause(Ctx().get(), req, &res);
+  }
+  ::grpc::Status Restart(const Worker& w, int64_t trial, const std::string& reason) {
+    v1::RestartRequest req;
+    req.set_worker_id(w.id);
+    req.set_session(w.session);
+    req.set_trial_id(trial);
+    req.set_reason(reason);
+    v1::RestartResponse res;
+    return stub_->Restart(Ctx().get(), req, &res);
+  }
+
+  // A trial paused on worker a after step 2 with `state` as its
+  // checkpoint, then promoted to worker b.
+  int64_t PausedAndPromotedToB(const std::string& state) {
+    const int64_t trial = LeasedTrial(a_, 2);
+    EXPECT_EQ(ReportOk(a_, trial, 1), v1::DECISION_CONTINUE);
+    EXPECT_EQ(ReportOk(a_, trial, 2), v1::DECISION_PAUSE);
+    ::grpc::Status up = Upload(a_, trial, 2, state);
+    EXPECT_TRUE(up.ok()) << up.error_message();
+    ::grpc::Status p = Pause(a_, trial, 2, true);
+    EXPECT_TRUE(p.ok()) << p.error_message();
+    EXPECT_TRUE(store_->ResumeTrial(trial, b_.owner, 60'000, std::nullopt).ok());
+    return trial;
+  }
+
+  std::string File(int64_t trial) const { return checkpoint_dir_ + "/trial-" + std::to_string(trial) + ".ckpt"; }
+  std::vector<json> Events(const std::string& type) {
+    std::lock_guard lock(mu_);
+    std::vector<json> out;
+    for (const auto& [t, d] : events_) {
+      if (t == type) out.push_back(d);
+    }
+    return out;
+  }
+  // Restarted from scratch: the worker reports from step 1 again.
+  void ExpectRestartedFromScratch(int64_t trial, const std::string& reason) {
+    const auto restarted = Events("trial.restarted");
+    ASSERT_EQ(restarted.size(), 1u);
+    EXPECT_EQ(restarted[0]["trial_id"], trial);
+    EXPECT_EQ(restarted[0]["reason"], reason);
+    EXPECT_EQ(restarted[0]["by"], "worker");
+    const auto t = *store_->GetTrial(trial);
+    EXPECT_EQ(t.resume_step, 0);
+    EXPECT_TRUE(store_->ListMeasurements(trial)->empty()) << "the steps of before are gone";
+    for (int step = 1; step <= 5; ++step) EXPECT_EQ(ReportOk(b_, trial, step), v1::DECISION_CONTINUE);
+    EXPECT_EQ(store_->ListMeasurements(trial)->size(), 5u);
+  }
+
+  testing::SqliteBackend db_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<store::ArtifactStore> artifacts_;
+  std::string checkpoint_dir_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<WorkerServiceImpl> service_;
+  std::unique_ptr<GrpcServer> server_;
+  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  int64_t experiment_ = 0;
+  Worker a_, b_;
+  std::mutex mu_;
+  std::vector<std::pair<std::string, json>> events_;  // GUARDED_BY(mu_)
+};
+
+TEST_F(GrpcCheckpointsTest, APausedTrialResumesOnAnotherWorkerFromItsCheckpoint) {
+  const std::string state = Bytes((5u << 20) / 2, 1);  // three chunks
+  const int64_t trial = PausedAndPromotedToB(state);
+  const auto paused = Events("trial.paused");
+  ASSERT_EQ(paused.size(), 1u);
+  EXPECT_EQ(paused[0]["checkpoint"], true);
+  EXPECT_EQ(paused[0]["step"], 2);
+
+  const Downloaded got = Download(b_, trial);
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_TRUE(got.data == state) << got.data.size() << " bytes of " << state.size();
+  ASSERT_EQ(got.chunks.size(), 4u) << "three with data, the last with the checksum";
+  EXPECT_EQ(got.chunks.front().trial_id(), trial);
+  EXPECT_EQ(got.chunks.front().step(), 2);
+  EXPECT_EQ(got.chunks.front().total_bytes(), static_cast<int64_t>(state.size()));
+  EXPECT_EQ(got.chunks.back().sha256(), Sha256Hex(state));
+  for (size_t i = 0; i + 1 < got.chunks.size(); ++i) EXPECT_TRUE(got.chunks[i].sha256().empty());
+
+  // Worker a holds it no longer.
+  const Downloaded from_a = Download(a_, trial);
+  EXPECT_EQ(from_a.status.error_code(), ::grpc::StatusCode::FAILED_PRECONDITION);
+  // Worker b goes on at step 3, to the end.
+  for (int step = 3; step <= 5; ++step) EXPECT_EQ(ReportOk(b_, trial, step), v1::DECISION_CONTINUE);
+  v1::CompleteRequest done;
+  done.set_worker_id(b_.id);
+  done.set_session(b_.session);
+  done.set_trial_id(trial);
+  (*done.mutable_final_metrics())["loss"] = 0.2;
+  v1::CompleteResponse res;
+  ASSERT_TRUE(stub_->Complete(Ctx().get(), done, &res).ok());
+  EXPECT_EQ(store_->GetTrial(trial)->state, TrialState::kCompleted);
+  EXPECT_FALSE(fs::exists(File(trial))) << "deleted when the trial ended";
+}
+
+TEST_F(GrpcCheckpointsTest, ACorruptCheckpointRestartsTheTrialFromStepOneWithTheReason) {
+  const int64_t trial = PausedAndPromotedToB(Bytes(300'000, 2));
+  {
+    std::fstream f(File(trial), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(256 + 1000);  // in the data, past the header
+    f.write("\x00\x01\x02", 3);
+  }
+  const Downloaded got = Download(b_, trial);
+  EXPECT_EQ(got.status.error_code(), ::grpc::StatusCode::DATA_LOSS) << got.status.error_message();
+  EXPECT_NE(got.status.error_message().find("corrupt"), std::string::npos) << got.status.error_message();
+  ASSERT_FALSE(got.chunks.empty());
+  EXPECT_TRUE(got.chunks.back().sha256().empty()) << "no checksum vouches for bytes that did not match";
+  // What the worker does with that: restart, and say why.
+  const std::string why = "the checkpoint could not be restored: " + got.status.error_message();
+  ASSERT_TRUE(Restart(b_, trial, why).ok());
+  ExpectRestartedFromScratch(trial, why);
+  EXPECT_FALSE(fs::exists(File(trial))) << "the bad checkpoint is gone";
+}
+
+TEST_F(GrpcCheckpointsTest, AMissingCheckpointRestartsTheTrialFromStepOne) {
+  const int64_t trial = PausedAndPromotedToB(Bytes(1000, 3));
+  fs::remove(File(trial));
+  const Downloaded got = Download(b_, trial);
+  EXPECT_EQ(got.status.error_code(), ::grpc::StatusCode::NOT_FOUND) << got.status.error_message();
+  EXPECT_NE(got.status.error_message().find("has no checkpoint"), std::string::npos) << got.status.error_message();
+  ASSERT_TRUE(Restart(b_, trial, "missing").ok());
+  ExpectRestartedFromScratch(trial, "missing");
+}
+
+TEST_F(GrpcCheckpointsTest, BadUploadsAreRefusedNamingWhatIsWrongAndStoreNothing) {
+  const int64_t trial = LeasedTrial(a_, 2);
+  ReportOk(a_, trial, 1);
+  ReportOk(a_, trial, 2);
+  const std::string data = Bytes(2'500'000, 4);
+  struct Case {
+    std::string name;
+    std::function<::grpc::Status()> upload;
+    ::grpc::StatusCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"not this worker's trial", [&] { return Upload(b_, trial, 2, data); }, ::grpc::StatusCode::FAILED_PRECONDITION,
+       "cannot upload a checkpoint of trial " + std::to_string(trial) + ": it is not leased to '" + b_.owner + "'"},
+      {"over the limit", [&] { return Upload(a_, trial, 2, Bytes((8u << 20) + 1, 5)); },
+       ::grpc::StatusCode::RESOURCE_EXHAUSTED, "over the server's limit of 8 MiB (--max-checkpoint-mb)"},
+      {"wrong checksum",
+       [&] {
+         return Upload(a_, trial, 2, data, 1 << 20, [](int, v1::CheckpointChunk& c) {
+           if (!c.sha256().empty()) c.set_sha256(std::string(64, 'a'));
+         });
+       },
+       ::grpc::StatusCode::DATA_LOSS, "SHA-256"},
+      {"no checksum",
+       [&] { return Upload(a_, trial, 2, data, 1 << 20, [](int, v1::CheckpointChunk& c) { c.clear_sha256(); }); },
+       ::grpc::StatusCode::DATA_LOSS, "ended without the sha256"},
+      {"shorter than announced",
+       [&] {
+         return Upload(a_, trial, 2, data, 1 << 20, [&](int i, v1::CheckpointChunk& c) {
+           if (i == 0) c.set_total_bytes(static_cast<int64_t>(data.size()) + 1);
+         });
+       },
+       ::grpc::StatusCode::DATA_LOSS, "is short"},
+      {"longer than announced",
+       [&] {
+         return Upload(a_, trial, 2, data, 1 << 20, [&](int i, v1::CheckpointChunk& c) {
+           if (i == 0) c.set_total_bytes(10);
+         });
+       },
+       ::grpc::StatusCode::DATA_LOSS, "more than the 10 bytes announced"},
+      {"a chunk over 1 MiB", [&] { return Upload(a_, trial, 2, data, (1 << 20) + 1); },
+       ::grpc::StatusCode::INVALID_ARGUMENT, "chunks[0].data: 1048577 bytes, over the limit of 1048576"},
+      {"a checkpoint older than the step it resumed after", [&] { return Upload(a_, trial, -1, data); },
+       ::grpc::StatusCode::INVALID_ARGUMENT, "step"},
+  };
+  for (const auto& c : cases) {
+    ::grpc::Status s = c.upload();
+    EXPECT_EQ(s.error_code(), c.code) << c.name << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(c.message), std::string::npos)
+        << c.name << ": want \"" << c.message << "\" in \"" << s.error_message() << "\"";
+  }
+  EXPECT_FALSE(artifacts_->Stat(trial)->has_value());
+  EXPECT_TRUE(artifacts_->List()->empty()) << "no upload left behind";
+  // A pause that claims a checkpoint it does not have is one without.
+  ASSERT_TRUE(Pause(a_, trial, 2, true).ok());
+  EXPECT_EQ(Events("trial.paused").at(0)["checkpoint"], false);
+}
+
+TEST_F(GrpcCheckpointsTest, PauseAndDownloadRefuseWhatDoesNotApply) {
+  const int64_t trial = LeasedTrial(a_, 3);
+  ReportOk(a_, trial, 1);
+  ReportOk(a_, trial, 2);
+  ::grpc::Status early = Pause(a_, trial, 3, false);
+  EXPECT_EQ(early.error_code(), ::grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(early.error_message().find("last reported step is 2"), std::string::npos) << early.error_message();
+  ::grpc::Status other = Pause(b_, trial, 2, false);
+  EXPECT_EQ(other.error_code(), ::grpc::StatusCode::FAILED_PRECONDITION) << other.error_message();
+  // A trial that did not resume has nothing to download.
+  const Downloaded nothing = Download(a_, trial);
+  EXPECT_EQ(nothing.status.error_code(), ::grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(nothing.status.error_message().find("starts from scratch"), std::string::npos)
+      << nothing.status.error_message();
+  // A wrong session is refused on every one of them.
+  Worker impostor = a_;
+  impostor.session = std::string(64, '0');
+  EXPECT_EQ(Pause(impostor, trial, 2, false).error_code(), ::grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Restart(impostor, trial, "x").error_code(), ::grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Upload(impostor, trial, 2, "x").error_code(), ::grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Download(impostor, trial).status.error_code(), ::grpc::StatusCode::PERMISSION_DENIED);
+}
+
+// kill -9 of a worker process mid-upload: the server abandons the upload and
+// the trial keeps its previous checkpoint, whole.
+TEST_F(GrpcCheckpointsTest, AWorkerKilledMidUploadLeavesThePreviousCheckpointValid) {
+  const int64_t trial = LeasedTrial(a_, 4);
+  for (int step = 1; step <= 2; ++step) ReportOk(a_, trial, step);
+  const std::string previous = Bytes(700'000, 6);
+  ASSERT_TRUE(Upload(a_, trial, 2, previous).ok());
+
+  const std::string log = checkpoint_dir_ + "/../child.log";
+  const pid_t child = testing::Spawn({CHECKPOINT_UPLOAD_CHILD, Address(), kToken, std::to_string(a_.id), a_.session,
+                                      std::to_string(trial), "2", std::to_string(6 << 20), "3"},
+                                     log);
+  ASSERT_GT(child, 0);
+  // Until the server holds part of the new checkpoint.
+  auto upload_in_progress = [&] {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(checkpoint_dir_, ec)) {
+      if (e.path().filename().string().find(".upload-") != std::string::npos &&
+          fs::file_size(e.path(), ec) >= (3u << 20)) {
+        return true;
+      }
+    }
+    return false;
+  };
+  for (int i = 0; i < 600 && !upload_in_progress(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::ifstream in(log);
+  std::stringstream said;
+  said << in.rdbuf();
+  ASSERT_TRUE(upload_in_progress()) << "the child's upload never reached the server: " << said.str();
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+
+  // The server notices the broken stream and drops what it had.
+  for (int i = 0; i < 600 && upload_in_progress(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(upload_in_progress()) << "the abandoned upload was not cleaned up";
+  auto info = artifacts_->Stat(trial);
+  ASSERT_TRUE(info.ok() && info->has_value()) << info.status();
+  EXPECT_EQ((*info)->step, 2);
+  EXPECT_EQ((*info)->sha256, Sha256Hex(previous));
+  auto reader = artifacts_->Open(trial);
+  ASSERT_TRUE(reader.ok());
+  std::string back;
+  for (;;) {
+    auto piece = (*reader)->Read(1 << 20);
+    ASSERT_TRUE(piece.ok()) << piece.status();
+    if (piece->empty()) break;
+    back += *piece;
+  }
+  EXPECT_TRUE(back == previous);
+  // The worker, started again, pauses with a new one.
+  for (int step = 3; step <= 4; ++step) ReportOk(a_, trial, step);
+  ASSERT_TRUE(Upload(a_, trial, 4, Bytes(100, 7)).ok());
+  ASSERT_TRUE(Pause(a_, trial, 4, true).ok());
+  EXPECT_EQ(Events("trial.paused").at(0)["checkpoint"], true);
+}
+
+}  // namespace
+}  // namespace hpo::server

@@ -1,0 +1,154 @@
+// The one registry of sampler names (search/registry.h) and the `auto`
+// sampler's rule (search/auto_sampler.h): names the spec accepts are the
+// samplers the engine builds, unknown names are errors naming the field, and
+// auto picks GP or TPE as its header says, switching as the history grows.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "search/auto_sampler.h"
+#include "search/gp_sampler.h"
+#include "search/registry.h"
+#include "search/tpe.h"
+
+namespace hpo::search {
+namespace {
+
+Observation Completed(int64_t number, Assignment params, double value) {
+  Observation o;
+  o.number = number;
+  o.status = TrialStatus::kCompleted;
+  o.params = std::move(params);
+  o.value = value;
+  return o;
+}
+
+SearchSpace Numeric(int dims) {
+  SearchSpace s;
+  s.name = "numeric";
+  for (int i = 0; i < dims; ++i) s.params.push_back(Param::Float("x" + std::to_string(i), 0, 1));
+  return s;
+}
+
+// `n` completed trials at random points, valued by a bowl.
+History RandomHistory(const SearchSpace& space, int n, uint64_t seed) {
+  Rng rng(seed);
+  History h;
+  for (int i = 0; i < n; ++i) {
+    Assignment a = SampleUniform(space, rng);
+    double v = 0;
+    for (double x : a) v += IsInactive(x) ? 0 : (x - 0.3) * (x - 0.3);
+    h.trials.push_back(Completed(i, a, v));
+  }
+  return h;
+}
+
+bool Same(const std::vector<Assignment>& a, const std::vector<Assignment>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (size_t j = 0; j < a[i].size(); ++j) {
+      if (IsInactive(a[i][j]) != IsInactive(b[i][j])) return false;
+      if (!IsInactive(a[i][j]) && a[i][j] != b[i][j]) return false;
+    }
+  }
+  return true;
+}
+
+TEST(SamplerRegistry, EveryNameMakesTheSamplerOfThatName) {
+  ASSERT_EQ(SamplerNames(), (std::vector<std::string>{"auto", "tpe", "gp", "random"}));
+  for (const std::string& name : SamplerNames()) {
+    EXPECT_TRUE(CheckSamplerName(name, "algorithm.sampler").ok()) << name;
+    auto made = MakeSampler(name);
+    ASSERT_TRUE(made.ok()) << made.status();
+    EXPECT_EQ((*made)->name(), name);
+  }
+  EXPECT_EQ(kDefaultSampler, "auto");
+}
+
+TEST(SamplerRegistry, RefusesUnknownNamesNamingTheField) {
+  for (const std::string bad : {"cmaes", "", "TPE", "gp "}) {
+    const Status check = CheckSamplerName(bad, "algorithm.sampler");
+    ASSERT_TRUE(check.IsInvalidArgument()) << "'" << bad << "'";
+    EXPECT_EQ(check.message(),
+              "algorithm.sampler: must be one of auto, tpe, gp, random, not '" + bad + "'");
+    auto made = MakeSampler(bad, {}, "spec.algorithm.sampler");
+    ASSERT_FALSE(made.ok()) << "'" << bad << "' must not fall back to a default sampler";
+    EXPECT_TRUE(made.status().IsInvalidArgument());
+    EXPECT_EQ(made.status().message().rfind("spec.algorithm.sampler: ", 0), 0u) << made.status();
+  }
+}
+
+TEST(AutoSampler, PicksGpForSmallHistoriesOfNumericSpaces) {
+  const SearchSpace space = Numeric(4);
+  EXPECT_EQ(ChooseAutoSampler(space, {}), AutoChoice::kGp);
+  EXPECT_EQ(ChooseAutoSampler(space, RandomHistory(space, 50, 1)), AutoChoice::kGp);
+  // One categorical among four numbers is still mostly numeric.
+  SearchSpace mixed = Numeric(3);
+  mixed.params.push_back(Param::Categorical("act", {"relu", "tanh"}));
+  EXPECT_EQ(ChooseAutoSampler(mixed, {}), AutoChoice::kGp);
+}
+
+TEST(AutoSampler, PicksTpeForConditionalAndCategoricalHeavySpaces) {
+  SearchSpace conditional = Numeric(2);
+  conditional.params.push_back(Param::Categorical("opt", {"sgd", "adam"}));
+  Param momentum = Param::Float("momentum", 0, 1);
+  momentum.parent = 2;
+  momentum.parent_choice = 0;
+  conditional.params.push_back(momentum);
+  EXPECT_EQ(ChooseAutoSampler(conditional, {}), AutoChoice::kTpe);
+
+  AutoOptions o;
+  SearchSpace categorical = Numeric(2);
+  categorical.params.push_back(Param::Categorical("a", {"x", "y", "z"}));
+  categorical.params.push_back(Param::Categorical("b", {"x", "y", "z"}));
+  ASSERT_GE(2.0 / 4, o.max_categorical_fraction) << "the test assumes half categorical is heavy";
+  EXPECT_EQ(ChooseAutoSampler(categorical, {}, o), AutoChoice::kTpe);
+  categorical.params.pop_back();
+  EXPECT_EQ(ChooseAutoSampler(categorical, {}, o), AutoChoice::kGp) << "one in three";
+}
+
+TEST(AutoSampler, SwitchesToTpeAsTheHistoryGrows) {
+  const SearchSpace space = Numeric(3);
+  AutoOptions o;
+  History h = RandomHistory(space, o.max_gp_results - 1, 2);
+  EXPECT_EQ(ChooseAutoSampler(space, h, o), AutoChoice::kGp);
+  // Running and failed trials are not results: no switch.
+  Observation running;
+  running.number = 10'000;
+  running.params = h.trials[0].params;
+  h.trials.push_back(running);
+  Observation failed = running;
+  failed.status = TrialStatus::kFailed;
+  h.trials.push_back(failed);
+  EXPECT_EQ(ChooseAutoSampler(space, h, o), AutoChoice::kGp);
+  // A pruned trial with a curve is one.
+  Observation pruned = running;
+  pruned.status = TrialStatus::kPruned;
+  pruned.curve = {{1, 0.5}};
+  h.trials.push_back(pruned);
+  EXPECT_EQ(ChooseAutoSampler(space, h, o), AutoChoice::kTpe);
+}
+
+// What auto suggests is exactly what the chosen sampler suggests, on both
+// sides of the switch.
+TEST(AutoSampler, SuggestsWhatTheChosenSamplerSuggests) {
+  const SearchSpace space = Numeric(3);
+  AutoOptions o;
+  o.max_gp_results = 30;
+  auto autos = MakeAutoSampler(o);
+  auto gp = MakeGpSampler(o.gp);
+  auto tpe = MakeTpeSampler(o.tpe);
+  for (int n : {20, 30}) {
+    const History h = RandomHistory(space, n, 3);
+    Rng a(7), b(7), c(7);
+    const auto from_auto = autos->Suggest(space, h, 2, a);
+    const auto from_gp = gp->Suggest(space, h, 2, b);
+    const auto from_tpe = tpe->Suggest(space, h, 2, c);
+    ASSERT_FALSE(Same(from_gp, from_tpe)) << "the two must differ for this test to mean anything";
+    EXPECT_TRUE(Same(from_auto, n < o.max_gp_results ? from_gp : from_tpe)) << n << " results";
+  }
+}
+
+}  // namespace
+}  // namespace hpo::search
