@@ -3,7 +3,7 @@
 // simulated and what decides).
 //
 //   fleet_sim [--workers 100,1000] [--spread 10] [--seeds 5] [--policies speed,fifo,shadho]
-//             [--sampler tpe] [--failure 0.02] [--target 0.075] [--budget TRIALS]
+//             [--sampler auto] [--failure 0.02] [--target 0.075] [--budget TRIALS]
 //             [--timing-workers 10000] [--timing-decisions 20000] [-v]
 //
 // Policies, all with the same sampler, the same promotion-type ASHA and the
@@ -131,7 +131,7 @@ void Diagnose(const SimulatorOptions& o, const SimResult& r, bool verbose) {
 int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--workers 100,1000] [--spread 10] [--seeds 5] [--policies speed,fifo,shadho]\n"
-               "          [--sampler tpe|random|gp] [--failure 0.02] [--target 0.075] [--budget TRIALS]\n"
+               "          [--sampler auto|tpe|gp|random] [--failure 0.02] [--target 0.075] [--budget TRIALS]\n"
                "          [--timing-workers 10000] [--timing-decisions 20000] [-v]\n",
                argv0);
   return 2;

@@ -7,15 +7,14 @@
 #include <utility>
 
 #include "scheduler/offer.h"
-#include "search/gp_sampler.h"
 #include "search/history.h"
 #include "search/promotion.h"
 #include "search/pruner.h"
 #include "search/random.h"
 #include "search/ranking.h"
+#include "search/registry.h"
 #include "search/sampler.h"
 #include "search/space.h"
-#include "search/tpe.h"
 
 namespace hpo::scheduler {
 namespace {
@@ -71,13 +70,6 @@ std::string WorkloadOf(const SearchSpace& s) { return "sim/" + s.name; }
 uint64_t Fingerprint(uint64_t h, uint64_t v) {
   h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
   return h;
-}
-
-Result<std::unique_ptr<search::Sampler>> SamplerNamed(const std::string& name) {
-  if (name == "tpe") return search::MakeTpeSampler();
-  if (name == "random") return search::MakeRandomSampler();
-  if (name == "gp") return search::MakeGpSampler();
-  return Status::InvalidArgument("sampler: must be one of tpe, random, gp, not '" + name + "'");
 }
 
 }  // namespace
@@ -557,7 +549,7 @@ Result<std::unique_ptr<Simulator>> Simulator::Create(SimulatorOptions o) {
 
   auto st = std::make_unique<State>();
   st->o = o;
-  HPO_ASSIGN_OR_RETURN(st->sampler, SamplerNamed(o.sampler));
+  HPO_ASSIGN_OR_RETURN(st->sampler, search::MakeSampler(o.sampler, {}, "sampler"));
   // As the engine's MakePruner / MakePromotionRule read a spec.
   const bool rung_rule = o.early_stopping == "asha" || o.early_stopping == "hyperband";
   if (!rung_rule && o.early_stopping != "median" && o.early_stopping != "none") {

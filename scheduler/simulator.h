@@ -10,7 +10,7 @@
 //     device, from the trials' phases and search::PromotionRule;
 //   * scheduler::Decide (policy.h): what the device runs (or the hook that
 //     wraps it, SimulatorOptions::decide);
-//   * the sampler ("tpe", "random" or "gp", as a spec names it) for a new
+//   * the sampler search::MakeSampler (search/registry.h) makes from its spec name, for a new
 //     trial, from the same ranking's generator, and the stopping-type pruner
 //     on every report where the experiment is configured so;
 //   * scheduler::SpeedModel: the classes' benchmarks as the prior, and every
@@ -83,7 +83,7 @@ struct SimulatorOptions {
   uint64_t seed = 0;
 
   // --- The experiment, as its spec would say.
-  std::string sampler = "tpe";          // random | tpe | gp
+  std::string sampler = "auto";  // a search/registry.h name; auto is the spec default (TPE on these conditional spaces)
   std::string early_stopping = "asha";  // asha | hyperband | median | none
   bool promotion = true;                // early_stopping.type: promotion (asha, hyperband) or stop
   int64_t min_resource = 3;

@@ -118,6 +118,25 @@ TEST(Simulator, LostWorkersRequeueTheirTrialsAndTheRunStillEnds) {
   EXPECT_GT(r.completed, 0) << "requeued trials went on";
 }
 
+// A dead worker's lease expires and its segment is offered again: with
+// attempts to spare nothing fails, nothing is left on a device, and every
+// trial ends completed or paused at a rung (a resumed segment that lost its
+// worker goes back to paused, not lost and not stuck "on a device").
+TEST(Simulator, ExpiredLeasesGiveTheirWorkBack) {
+  for (PolicyKind kind : {PolicyKind::kSpeed, PolicyKind::kFifo}) {
+    SCOPED_TRACE(PolicyName(kind));
+    SimulatorOptions o = SmallFleet(kind, 7);
+    o.failure = 0.5;
+    o.max_attempts = 1000;
+    const SimResult r = RunOrDie(o);
+    EXPECT_EQ(r.failed, 0);
+    EXPECT_EQ(r.unfinished, 0);
+    EXPECT_EQ(r.trials, 60);
+    EXPECT_EQ(r.completed + r.paused, r.trials);
+    EXPECT_GT(r.promotions, 0);
+  }
+}
+
 TEST(Simulator, StoppingTypeAshaPrunesInsteadOfPausing) {
   SimulatorOptions o = SmallFleet(PolicyKind::kSpeed, 1);
   o.promotion = false;
