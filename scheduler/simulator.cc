@@ -431,6 +431,9 @@ void Simulator::State::Step(int64_t d) {
   const double value = ValueAt(t, step);
   obs.curve.emplace_back(step, value);
   obs.status = TrialStatus::kRunning;
+  // Every report carries the worker's measured speed, and the engine feeds
+  // each one to the model (Engine::Report, FleetView::Observe).
+  speeds.Observe(ClassName(dev.cls), workloads[t.space], "", dev.lease_sps);
   // A report at a rung may make paused trials promotable; others cannot
   // (curves are contiguous from the checkpoint on).
   const bool at_rung = std::binary_search(t.rungs.begin(), t.rungs.end(), step);
@@ -475,8 +478,6 @@ void Simulator::State::EndSegment(int64_t d) {
   Trial& t = trials[dev.trial];
   const double seconds = now - dev.lease_started;
   busy_s += seconds;
-  // The worker's measured speed over the segment: what its reports say.
-  speeds.Observe(ClassName(dev.cls), workloads[t.space], "", dev.lease_sps);
   if (result.levels.size() <= static_cast<size_t>(t.level)) result.levels.resize(t.level + 1);
   SimLevelStats& ls = result.levels[t.level];
   ++ls.segments;

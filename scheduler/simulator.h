@@ -14,7 +14,7 @@
 //     trial, from the same ranking's generator, and the stopping-type pruner
 //     on every report where the experiment is configured so;
 //   * scheduler::SpeedModel: the classes' benchmarks as the prior, and every
-//     finished segment's measured speed.
+//     report's measured speed (the engine observes each report's samples/s).
 //
 // What the simulator owns is the world and the store's bookkeeping:
 //   * Devices in K = min(workers, max_device_classes) classes, class k's
