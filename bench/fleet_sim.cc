@@ -4,7 +4,7 @@
 //
 //   fleet_sim [--workers 100,1000] [--spread 10] [--seeds 5] [--policies speed,fifo,shadho]
 //             [--sampler auto] [--failure 0.02] [--target 0.075] [--budget TRIALS]
-//             [--timing-workers 10000] [--timing-decisions 20000] [-v]
+//             [--timing-workers 10000] [--timing-decisions 5000] [-v]
 //
 // Policies, all with the same sampler, the same promotion-type ASHA and the
 // same space ranking (they differ only in scheduler::Decide's kind):
@@ -132,7 +132,7 @@ int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--workers 100,1000] [--spread 10] [--seeds 5] [--policies speed,fifo,shadho]\n"
                "          [--sampler auto|tpe|gp|random] [--failure 0.02] [--target 0.075] [--budget TRIALS]\n"
-               "          [--timing-workers 10000] [--timing-decisions 20000] [-v]\n",
+               "          [--timing-workers 10000] [--timing-decisions 5000] [-v]\n",
                argv0);
   return 2;
 }
@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> policies = {"speed", "fifo", "shadho"};
   int seeds = 5;
   int timing_workers = 10000;
-  int64_t timing_decisions = 20000;
+  int64_t timing_decisions = 5000;
   bool verbose = false;
   SimulatorOptions base;
   for (int i = 1; i < argc; ++i) {
