@@ -527,13 +527,14 @@ HttpResponse RestApi::SystemTuning(Id experiment_id) {
   std::vector<std::string> workloads;
   std::vector<store::SpeedObservationRecord> observations;
   for (const auto& space : (*spec)->spaces) {
-    workloads.push_back(Engine::Workload(**spec, space.name));
+    workloads.push_back(Engine::Workload(experiment_id, **spec, space.name));
     // The newest 5000 per workload, as many as the engine's speed model reads.
     auto some = engine_.store().ListSpeedObservations(workloads.back(), 5000);
     if (!some.ok()) return ErrorResponse(some.status());
     observations.insert(observations.end(), some->begin(), some->end());
   }
-  return Json(200, dashboard::SystemTuning(observations, workloads, Engine::kMinObservationsToReuseSetting));
+  return Json(200, dashboard::SystemTuning(observations, workloads, Engine::TunableNames(**spec),
+                                          Engine::kMinObservationsToReuseSetting));
 }
 
 HttpResponse RestApi::Events(const HttpRequest&) {

@@ -586,7 +586,7 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
     for (const auto& [name, id] : c->space_ids) {
       if (trial.space_id == id) space = name;
     }
-    const std::string workload = Workload(spec, space);
+    const std::string workload = Workload(trial.experiment_id, spec, space);
     HPO_RETURN_IF_ERROR(store_
                             .AddSpeedObservation({*r.device_id, *device_class, workload, r.system.dump(),
                                                   r.samples_per_sec, r.trial_id})
@@ -662,25 +662,33 @@ Result<ReportReply> Engine::CoTune(const ExperimentSpec& spec, const TrialReport
 
 Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id,
                                   std::chrono::steady_clock::time_point asked, Assignment& a) {
-  std::optional<std::string> best;
+  // Only the tunable (throughput-only) parameters come from what was
+  // learned, chosen for this trial's own searched values (its batch size);
+  // the rest are the trial's own.
+  json start = json::parse(a.trial.system_params_json, nullptr, false);
+  if (!start.is_object()) return Status::OK();
+  const std::vector<std::string> tunable = TunableNames(spec);
+  if (tunable.empty()) return Status::OK();
+  std::optional<json> best;
   {
     HPO_ASSIGN_OR_RETURN(FleetView::Locked fleet, fleet_->Fresh(device_id, asked));
     auto device = fleet->devices.find(device_id);
     if (device == fleet->devices.end()) return Status::OK();  // not registered
-    best = fleet->model.BestSetting(device->second.device_class, Workload(spec, a.space),
-                                    kMinObservationsToReuseSetting);
+    best = fleet->model.BestTunables(device->second.device_class, Workload(a.trial.experiment_id, spec, a.space),
+                                     tunable, start, kMinObservationsToReuseSetting);
   }
   if (!best) return Status::OK();
-  // Only the tunable (throughput-only) parameters come from the remembered
-  // best; the rest are the trial's own.
-  json start = json::parse(a.trial.system_params_json, nullptr, false);
-  const json remembered = json::parse(*best, nullptr, false);
-  if (!start.is_object() || !remembered.is_object()) return Status::OK();
-  for (const auto& p : spec.system) {
-    if (!p.affects_accuracy && remembered.contains(p.domain.name)) start[p.domain.name] = remembered[p.domain.name];
-  }
+  for (const auto& [name, value] : best->items()) start[name] = value;
   a.trial.system_params_json = start.dump();
   return Status::OK();
+}
+
+std::vector<std::string> Engine::TunableNames(const ExperimentSpec& spec) {
+  std::vector<std::string> names;
+  for (const auto& p : spec.system) {
+    if (!p.affects_accuracy) names.push_back(p.domain.name);
+  }
+  return names;
 }
 
 Status Engine::Complete(Id trial_id, const std::string& owner, bool failed, const json& final_metrics,
@@ -758,15 +766,18 @@ Status Engine::MaybeFinish(Id experiment_id, Cached& c) {
   return s.IsFailedPrecondition() ? Status::OK() : s;  // another thread or server got there first
 }
 
-std::string Engine::Workload(const ExperimentSpec& spec, const std::string& space) {
+std::string Engine::Workload(Id experiment_id, const ExperimentSpec& spec, const std::string& space) {
+  if (!spec.workload.empty()) return spec.workload + "/" + space;
   std::string program = "client";
   if (spec.executor == ExperimentSpec::ExecutorKind::kBuiltin) {
     program = spec.trainer;
   } else if (spec.executor == ExperimentSpec::ExecutorKind::kCommand && !spec.argv.empty()) {
+    // The program's base name: readable in the dashboard; the experiment in
+    // the key keeps two programs run by one interpreter apart.
     const auto slash = spec.argv[0].rfind('/');
     program = spec.argv[0].substr(slash == std::string::npos ? 0 : slash + 1);
   }
-  return program + "/" + space;
+  return "experiment-" + std::to_string(experiment_id) + "/" + program + "/" + space;
 }
 
 Result<std::optional<store::TrialRecord>> Engine::BestTrial(Id experiment_id) {

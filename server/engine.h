@@ -341,9 +341,15 @@ class Engine {
   // engine counts at once rather than within history_cache).
   void ForgetHistory(store::Id experiment_id);
 
-  // What a trial's speed is measured against: the trainer (or the
-  // command's program) and the search space, e.g. "fashion-mnist-cnn/cnn".
-  static std::string Workload(const ExperimentSpec& spec, const std::string& space);
+  // The system parameters co-tuned inside trials (not affects_accuracy).
+  static std::vector<std::string> TunableNames(const ExperimentSpec& spec);
+  // What a trial's speed is measured against, the speed model's workload
+  // key of one space: the spec's `workload:` name plus the space when it has
+  // one (shared by every experiment naming it), otherwise this experiment's
+  // own trainer or command plus the space, e.g.
+  // "experiment-7/fashion-mnist-cnn/cnn", so unrelated programs that share
+  // an interpreter (python3) never share a speed history.
+  static std::string Workload(store::Id experiment_id, const ExperimentSpec& spec, const std::string& space);
 
  private:
   struct Cached {

@@ -669,6 +669,13 @@ Result<ExperimentSpec> ParseExperimentSpec(const json& j) {
     }
   }
   HPO_RETURN_IF_ERROR(ParseSystem(top, spec));
+  if (top.Get("workload")) {
+    HPO_ASSIGN_OR_RETURN(spec.workload, top.String("workload", std::nullopt));
+    if (spec.workload.empty() || spec.workload.size() > kMaxSpecNameLength) {
+      return Status::InvalidArgument("workload: must be a non-empty name of at most " +
+                                     std::to_string(kMaxSpecNameLength) + " bytes");
+    }
+  }
   // System parameters that change accuracy are searched like hyperparameters
   // in every space; the rest are co-tuned inside trials.
   for (const auto& p : spec.system) {
