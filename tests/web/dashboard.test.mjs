@@ -335,7 +335,6 @@ try {
     requestAnimationFrame(() => resolve(performance.now() - t));
   }));
   console.log(`bench=dashboard trials=${BIG} load_ms=${loadMs} sort_ms=${sortMs} next_frame_ms=${frameMs.toFixed(0)}`);
-  assert.ok(loadMs < 90000, `the 10,000-trial page loads within 90 s (${loadMs} ms)`);
   await screenshot('experiment-10000-trials');
 
   assert.deepEqual(consoleErrors, [], 'no errors in the browser console');
