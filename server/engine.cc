@@ -210,7 +210,12 @@ std::string OneDecimal(double v) {
 // is (kind, model, usable cores), never from where it sits in the list: two
 // CPU workers with different core quotas run at different speeds.
 std::string ClassOf(const store::DeviceInfo& d) {
-  if (d.kind == store::DeviceKind::kCuda) return "cuda:" + d.name;
+  // A GPU model comes in several memory sizes (A100 40 and 80 GB), which
+  // train different batch sizes at different speeds: both are the class.
+  if (d.kind == store::DeviceKind::kCuda) {
+    if (d.memory_bytes <= 0) return "cuda:" + d.name;
+    return "cuda:" + d.name + ":" + std::to_string((d.memory_bytes + (int64_t{1} << 29)) >> 30) + "GiB";
+  }
   return "cpu:" + d.name + ":x" + OneDecimal(d.cores);
 }
 

@@ -185,7 +185,7 @@ struct WorkerClient::Impl {
       r.timeout_ms = c.timeout_ms();
     }
     r.device = device.device;
-    r.threads = options.threads > 0 ? options.threads : std::max(1, static_cast<int>(device.cores));
+    r.threads = options.threads > 0 ? options.threads : std::max(1, device.host_threads);
     r.stop_step = t.stop_step();
     r.resume_step = t.resume_step();
     return r;

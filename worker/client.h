@@ -38,9 +38,14 @@ namespace hpo::worker {
 struct DeviceSpec {
   std::string device;  // "cpu" or "cuda:N"
   std::string name;
-  double cores = 0;
+  double cores = 0;  // CPU: usable cores; CUDA: multiprocessors (reported, not used for threads)
   int64_t memory_bytes = 0;
   double benchmark_gflops = 0;
+  // Intra-op CPU threads of a trial on this device (without --threads): a
+  // CPU device's usable cores; for a CUDA device its share of the host's
+  // usable cores (data loading, the optimizer's host work), never its
+  // multiprocessor count.
+  int host_threads = 1;
 };
 
 struct WorkerOptions {
