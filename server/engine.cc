@@ -621,7 +621,7 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
                          "pause after step " + std::to_string(*trial.stop_step) + " (rung " +
                              std::to_string(trial.level) + ")"};
     }
-    return CoTune(spec, r);
+    return CoTune(trial.experiment_id, spec, r);
   }
   const std::string why = "pruned by " + spec.early_stopping + " at step " + std::to_string(r.step);
   auto finished = store_.FinishTrial(r.trial_id, r.owner, {TrialState::kPruned, r.metrics.dump(), why});
@@ -641,7 +641,7 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
   return ReportReply{Decision::kPrune, std::nullopt, why};
 }
 
-Result<ReportReply> Engine::CoTune(const ExperimentSpec& spec, const TrialReport& r) {
+Result<ReportReply> Engine::CoTune(Id experiment_id, const ExperimentSpec& spec, const TrialReport& r) {
   ReportReply reply;
   std::vector<scheduler::SystemDimension> dims;
   for (const auto& p : spec.system) {
@@ -656,6 +656,19 @@ Result<ReportReply> Engine::CoTune(const ExperimentSpec& spec, const TrialReport
     if (m.samples_per_sec > 0) {
       history.push_back({json::parse(m.system_setting_json, nullptr, false), m.samples_per_sec});
     }
+  }
+  if (const auto ignored = scheduler::FirstIgnoredChange(dims, history)) {
+    // Asking again would only get the same answer: the trial runs on as it
+    // is. Said once, at the epoch that showed it.
+    if (*ignored + 1 == history.size()) {
+      std::string why = "step " + std::to_string(r.step) + " ran " + scheduler::SettingKey(history.back().setting) +
+                        ", not the setting asked for; co-tuning stops for this trial (does the program apply "
+                        "HPO_SYSTEM_FILE, or can this parameter change only at a restart?)";
+      Emit("trial.cotuning_stopped",
+           {{"experiment_id", experiment_id}, {"trial_id", r.trial_id}, {"step", r.step}, {"reason", why}});
+      reply.reason = std::move(why);
+    }
+    return reply;
   }
   const auto next = scheduler::NextSetting(dims, history, r.system);
   if (scheduler::SettingKey(next.setting) != scheduler::SettingKey(r.system)) {

@@ -451,7 +451,7 @@ class Engine {
   scheduler::PolicyOptions PolicyFor(const ExperimentSpec& spec, const FleetSnapshot& fleet,
                                      const store::ExperimentRecord& e, int64_t now_ms);
   // Co-tuning after a report: maybe a new system setting for the next epoch.
-  Result<ReportReply> CoTune(const ExperimentSpec& spec, const TrialReport& r);
+  Result<ReportReply> CoTune(store::Id experiment_id, const ExperimentSpec& spec, const TrialReport& r);
   // Overrides the assignment's tunable system parameters with the fastest
   // setting measured for the device's class and the workload.
   Status StartAtBestSetting(const ExperimentSpec& spec, store::Id device_id,

@@ -454,6 +454,40 @@ TEST_F(EngineTest, CoTunesThreadsInsideTrialsAndRemembersTheWinnerPerDeviceClass
   }
 }
 
+// A program that runs on with its first setting whatever it is asked (a
+// command that never reads HPO_SYSTEM_FILE) is asked once, then left alone,
+// with one event saying why.
+TEST_F(EngineTest, CoTuningStopsForAProgramThatIgnoresChanges) {
+  std::vector<std::pair<std::string, json>> events;
+  EngineOptions o = Options();
+  o.on_event = [&](std::string type, const json& data) { events.emplace_back(type, data); };
+  engine_ = std::make_unique<Engine>(*store_, o);
+  const TestWorker worker = AddWorker(*engine_, "host", "test", 4);
+  std::string spec = OneSpace(Spec(kBuiltin, 1, 1));
+  spec.replace(spec.find(R"("steps_per_trial": 4)"), 20, R"("steps_per_trial": 8)");
+  ASSERT_TRUE(engine_->CreateExperiment(spec).ok());
+  auto a = LeaseFor(worker);
+  ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
+  const json system = json::parse((*a)->trial.system_params_json);
+  int asked = 0;
+  for (int step = 1; step <= 8; ++step) {
+    auto reply = engine_->Report({(*a)->trial.id, worker.owner, step, {{"loss", 1.0 / step}}, 1000.0 + step, system,
+                                  worker.device});
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    asked += reply->new_system.has_value();
+  }
+  EXPECT_EQ(asked, 1) << "one probe, then no more";
+  int stopped = 0;
+  for (const auto& [type, data] : events) {
+    if (type != "trial.cotuning_stopped") continue;
+    ++stopped;
+    EXPECT_EQ(data["step"], 2) << data.dump();
+    EXPECT_EQ(data["trial_id"], (*a)->trial.id);
+    EXPECT_NE(data["reason"].get<std::string>().find("not the setting asked for"), std::string::npos);
+  }
+  EXPECT_EQ(stopped, 1);
+}
+
 // What co-tuning learned stays with its experiment unless the spec names the
 // workload: then experiments naming the same one share it.
 TEST_F(EngineTest, LearnedSettingsAreSharedOnlyUnderANamedWorkload) {
