@@ -763,9 +763,12 @@ class PromotionFleet {
       if (uploaded) {
         std::lock_guard lock(mu_);
         ++r_.uploads;
-        uploaded_[trial] = paused_at;
+        if (leases_[trial] == lease) uploaded_[trial] = paused_at;
       }
-      if (!Call("pause", [&] { return w->Pause(trial, paused_at, uploaded); }).ok()) {
+      const grpc::Status paused = Call("pause", [&] { return w->Pause(trial, paused_at, uploaded); });
+      // The rung's checkpoint paused the trial as it committed (worker.proto):
+      // a Pause refused after it means the trial was promoted meanwhile.
+      if (!paused.ok() && !(uploaded && paused.error_code() == grpc::StatusCode::FAILED_PRECONDITION)) {
         std::lock_guard lock(mu_);
         ++r_.expired_segments;
         uploaded_.erase(trial);
