@@ -179,16 +179,20 @@ class CheckpointUpload {
   Status Append(std::string_view bytes);
   // Makes it the trial's checkpoint if the bytes match `sha256` and the
   // worker still holds the lease (FailedPrecondition otherwise: the trial
-  // moved on meanwhile). DataLoss: the bytes do not match.
+  // moved on meanwhile). DataLoss: the bytes do not match. A checkpoint of
+  // the step the trial was told to pause at (its stop_step, reported) also
+  // pauses the trial there, as Engine::PauseTrial would: the worker's Pause
+  // that follows is then a retry.
   Status Commit(std::string_view sha256);
 
  private:
   friend class Engine;
-  CheckpointUpload(Engine& engine, store::Id trial_id, std::string owner,
+  CheckpointUpload(Engine& engine, store::Id trial_id, int64_t step, std::string owner,
                    std::unique_ptr<store::CheckpointWriter> writer)
-      : engine_(engine), trial_id_(trial_id), owner_(std::move(owner)), writer_(std::move(writer)) {}
+      : engine_(engine), trial_id_(trial_id), step_(step), owner_(std::move(owner)), writer_(std::move(writer)) {}
   Engine& engine_;
   const store::Id trial_id_;
+  const int64_t step_;
   const std::string owner_;
   std::unique_ptr<store::CheckpointWriter> writer_;
 };
@@ -409,6 +413,8 @@ class Engine {
   friend class CheckpointUpload;
   // FailedPrecondition unless `trial` is leased or running under `owner`.
   static Status CheckHolds(const store::TrialRecord& trial, const std::string& owner, std::string_view action);
+  // PauseTrial once the caller is known to hold `trial`'s lease.
+  Status PauseHeld(const store::TrialRecord& trial, const std::string& owner, int64_t step, bool checkpoint_uploaded);
   // Best effort: deletes the trial's checkpoint now that it ended (the sweep
   // retries what fails).
   void DeleteCheckpoint(store::Id trial_id);
