@@ -445,15 +445,6 @@ double SimLoss(int64_t trial_id, int64_t step) {
 
 // SimFleet --------------------------------------------------------------------------
 
-namespace {
-
-bool Retryable(const grpc::Status& s) {
-  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-}
-
-}  // namespace
-
 std::string CodeName(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::CANCELLED: return "CANCELLED";
@@ -538,11 +529,15 @@ void SimFleet::Run(int index) {
       std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(d, std::chrono::milliseconds(20)));
     }
   };
-  // Calls `rpc` until it returns something other than a retryable error.
+  // Calls `rpc` until it returns something other than a retryable error,
+  // as hpo-worker does: a lost race (ABORTED) at most kMaxAbortedAttempts
+  // times, the server's absence until it is back.
   auto call = [&](const char* what, const std::function<grpc::Status()>& rpc) {
-    for (;;) {
+    for (int aborted = 0;;) {
       grpc::Status s = Timed(what, rpc);
-      if (s.ok() || !Retryable(s) || stop_) return s;
+      const Status status = FromGrpcStatus(s);
+      if (s.ok() || !IsRetryable(status) || stop_) return s;
+      if (status.IsAborted() && ++aborted >= kMaxAbortedAttempts) return s;
       pause(options_.retry_pause);
     }
   };

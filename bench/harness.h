@@ -27,6 +27,7 @@
 #include "common/http_client.h"
 #include "common/status.h"
 #include "hpo/v1/worker.grpc.pb.h"
+#include "proto/grpc_status.h"
 
 namespace hpo::bench {
 
@@ -167,7 +168,7 @@ struct FleetOptions {
   std::chrono::milliseconds step_time{20};  // sleep before each report
   bool heartbeat = false;                   // a Heartbeat before each report
   std::chrono::milliseconds deadline{10'000};  // per RPC
-  std::chrono::milliseconds retry_pause{100};  // after UNAVAILABLE or DEADLINE_EXCEEDED
+  std::chrono::milliseconds retry_pause{100};  // after an error IsRetryable (common/status.h) accepts
 };
 
 // What a fleet saw, added over its workers.
@@ -186,8 +187,10 @@ struct FleetStats {
 };
 
 // Threads of SimWorkers, each: Register, then Lease -> Report every step ->
-// Complete, forever. A call that fails with UNAVAILABLE or DEADLINE_EXCEEDED
-// is retried after retry_pause (the server may be restarting); a Report or
+// Complete, forever. A call that fails with an error IsRetryable accepts
+// (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED: the server may be
+// restarting or full; ABORTED up to kMaxAbortedAttempts times: a lost race)
+// is retried after retry_pause, as hpo-worker retries it; a Report or
 // Complete refused otherwise abandons the trial. Every RPC is counted.
 class SimFleet {
  public:

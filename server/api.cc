@@ -44,7 +44,10 @@ HttpResponse ErrorResponse(const Status& s, int http_status) {
   // U+FFFD instead of an exception.
   r.body = json{{"error", {{"code", std::string(StatusCodeName(s.code()))}, {"message", s.message()}}}}.dump(
       -1, ' ', false, json::error_handler_t::replace);
-  if (s.IsUnavailable()) r.headers["Retry-After"] = "1";
+  // The same rule as every other retry decision: a lost race (409), a full
+  // disk (429), an outage (503) or a slow answer (504) may pass; a client
+  // that honours Retry-After tries again after a second.
+  if (IsRetryable(s)) r.headers["Retry-After"] = "1";
   return r;
 }
 

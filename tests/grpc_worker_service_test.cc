@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "server/engine.h"
-#include "server/grpc/grpc_status.h"
+#include "proto/grpc_status.h"
 #include "server/grpc/worker_service.h"
 #include "tests/store_backends.h"
 

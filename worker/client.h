@@ -17,8 +17,11 @@
 // paused without one, never failed for it). Heartbeats go on through the
 // transfers, so a large checkpoint does not cost the lease.
 //
-// The server going away is expected: every call retries with exponential
-// backoff (0.5 s doubling to 30 s) until it answers or the worker stops.
+// The server going away is expected: every call retries with jittered
+// exponential backoff (0.1 s doubling to 1 s) until it answers or the
+// worker stops; a call answered ABORTED (a lost race) is tried at most
+// kMaxAbortedAttempts (proto/grpc_status.h) times. Which errors are retried
+// is IsRetryable's rule (common/status.h).
 // Stopping (SIGTERM): the current trials finish, then the worker exits; a
 // second stop request abandons them (their leases expire and the server
 // hands them out again).
