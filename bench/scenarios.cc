@@ -561,19 +561,19 @@ class PromotionFleet {
   void Sample(const std::string& what) {
     if (r_.samples.size() < 8) r_.samples.push_back(what);
   }
-  // Calls `rpc` until it returns something other than UNAVAILABLE or
-  // DEADLINE_EXCEEDED (the server may be restarting), for at most a minute.
+  // Calls `rpc` until it returns something IsRetryable refuses (the server
+  // may be restarting), as hpo-worker does, for at most a minute.
   grpc::Status Call(const char* what, const std::function<grpc::Status()>& rpc) {
     const auto until = Clock::now() + seconds(60);
-    for (;;) {
+    for (int aborted = 0;;) {
       grpc::Status s = rpc();
       if (s.ok()) return s;
       {
         std::lock_guard lock(mu_);
         ++r_.rpc_errors[CodeName(s.error_code())];
       }
-      const bool retry = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+      const Status status = FromGrpcStatus(s);
+      const bool retry = IsRetryable(status) && !(status.IsAborted() && ++aborted >= kMaxAbortedAttempts);
       if (!retry || Clock::now() >= until) {
         std::lock_guard lock(mu_);
         Sample(fmt::format("{}: {}: {}", what, CodeName(s.error_code()), s.error_message()));
