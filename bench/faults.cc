@@ -6,10 +6,12 @@
 //   bench=faults scenario=kill_server store=postgresql kills=20 acked_reports=... lost_reports=0
 //   bench=faults scenario=restart_postgres restarts=5 ... unclean_errors=0 hung=0 lost_reports=0
 //   bench=faults scenario=slow_worker store=sqlite ... long_step_attempts=1 paused_max_attempt=1
+//   bench=faults scenario=promotion store=sqlite server_kills=5 upload_cuts=5 ... lost=0 ... stuck=0
 //
 // PostgreSQL is a private instance the program starts (initdb under --dir,
 // a free port) and removes. Exit status 1 when a scenario saw a fault it
-// must survive (a stuck or lost trial, a lost report, a hung call).
+// must survive (a stuck or lost trial, a lost report, a hung call, a lost or
+// corrupt checkpoint, a trial resumed from the wrong step).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -34,8 +36,9 @@ std::string Codes(const std::map<std::string, int64_t>& codes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench/faults: kill workers, kill the server, restart PostgreSQL, pause workers"};
-  std::string scenarios = "kill_worker,kill_server,restart_postgres,slow_worker";
+  CLI::App app{
+      "bench/faults: kill workers, kill the server, restart PostgreSQL, pause workers, cut checkpoint uploads"};
+  std::string scenarios = "kill_worker,kill_server,restart_postgres,slow_worker,promotion";
   std::string stores = "sqlite,postgresql";
   std::string dir;
   Setup base;
@@ -47,21 +50,31 @@ int main(int argc, char** argv) {
   ServerKillOptions sk;
   PostgresRestartOptions pr;
   SlowWorkerOptions sw;
+  PromotionOptions po;
+  int promotion_seconds = static_cast<int>(po.duration.count());
   app.add_option("--scenarios", scenarios, "comma-separated")->capture_default_str();
-  app.add_option("--stores", stores, "stores for kill_worker, kill_server, slow_worker")->capture_default_str();
+  app.add_option("--stores", stores, "stores for kill_worker, kill_server, slow_worker, promotion")
+      ->capture_default_str();
   app.add_option("--dir", dir, "scratch directory (default: a new one under /tmp, removed on success)");
   app.add_option("--server-bin", base.server_bin)->capture_default_str();
   app.add_option("--worker-bin", base.worker_bin)->capture_default_str();
   app.add_option("--worker-kills", wk.kills)->capture_default_str();
   app.add_option("--workers", wk.workers, "hpo-worker processes in kill_worker")->capture_default_str();
-  app.add_option("--lease-timeout", wk.lease_timeout_s, "seconds, for kill_worker and slow_worker")
+  app.add_option("--lease-timeout", wk.lease_timeout_s, "seconds, for kill_worker, slow_worker and promotion")
       ->capture_default_str();
   app.add_option("--server-kills", sk.kills)->capture_default_str();
   app.add_option("--pg-restarts", pr.restarts)->capture_default_str();
   app.add_option("--pauses", sw.pauses, "SIGSTOP/SIGCONT cycles in slow_worker")->capture_default_str();
+  app.add_option("--promotion-kills", po.server_kills, "server kill -9s in promotion")->capture_default_str();
+  app.add_option("--upload-cuts", po.upload_cuts, "workers that die mid-upload in promotion")->capture_default_str();
+  app.add_option("--promotion-seconds", promotion_seconds, "how long promotion runs, at least")
+      ->capture_default_str();
+  app.add_option("--promotion-workers", po.workers, "simulated workers in promotion")->capture_default_str();
   app.add_flag("-v,--verbose", base.verbose, "progress on stderr");
   CLI11_PARSE(app, argc, argv);
   sw.lease_timeout_s = wk.lease_timeout_s;
+  po.lease_timeout_s = wk.lease_timeout_s;
+  po.duration = std::chrono::seconds(promotion_seconds);
 
   const bool own_dir = dir.empty();
   if (own_dir) {
@@ -184,6 +197,34 @@ int main(int argc, char** argv) {
     survived = survived && r->long_step_state == "completed" && r->long_step_attempts == 1 &&
                r->paused_completed == r->paused_trials && r->paused_max_attempt == 1 &&
                r->control_state == "completed" && r->control_attempts == 2;
+  }
+
+  for (const std::string& store : store_list) {
+    if (!wanted(scenarios, "promotion")) break;
+    auto setup = setup_for("promotion", store);
+    if (!setup.ok()) { fail(setup.status()); continue; }
+    auto r = Promotion(*setup, po);
+    if (!r.ok()) { fail(r.status()); continue; }
+    const int64_t lost = r->lost_reports + r->lost_completions + r->lost_pauses;
+    std::printf(
+        "bench=faults scenario=promotion store=%s workers=%d lease_timeout_ms=%d server_kills=%d upload_cuts=%d "
+        "duration_s=%.0f trials=%lld promotions=%lld max_resume_step=%lld uploads=%lld pauses=%lld "
+        "acked_reports=%lld completions=%lld lost=%lld lost_reports=%lld lost_completions=%lld lost_pauses=%lld "
+        "dropped_reports=%lld bad_resumes=%lld restarted=%lld cut_previous_intact=%d cut_resumed=%d paused=%lld "
+        "checkpoints_intact=%lld stuck=%lld expired_segments=%lld rpc_errors=%s\n",
+        store.c_str(), po.workers, po.lease_timeout_s * 1000, r->server_kills, r->upload_cuts, r->duration_s,
+        (long long)r->trials, (long long)r->promotions, (long long)r->max_resume_step, (long long)r->uploads,
+        (long long)r->pauses, (long long)r->acked_reports, (long long)r->acked_completions, (long long)lost,
+        (long long)r->lost_reports, (long long)r->lost_completions, (long long)r->lost_pauses,
+        (long long)r->dropped_reports, (long long)r->bad_resumes, (long long)r->restarted, r->cut_previous_intact,
+        r->cut_resumed, (long long)r->paused_at_end, (long long)r->checkpoints_intact, (long long)r->stuck,
+        (long long)r->expired_segments, Codes(r->rpc_errors).c_str());
+    for (const auto& s : r->samples) std::fprintf(stderr, "faults: promotion: %s\n", s.c_str());
+    std::fflush(stdout);
+    survived = survived && lost == 0 && r->acked_reports > 0 && r->promotions > 0 && r->bad_resumes == 0 &&
+               r->restarted == 0 && r->server_kills == po.server_kills && r->upload_cuts == po.upload_cuts &&
+               r->cut_previous_intact == r->upload_cuts && r->cut_resumed == r->upload_cuts &&
+               r->checkpoints_intact == r->paused_at_end && r->stuck == 0;
   }
 
   pg.reset();

@@ -16,6 +16,8 @@
 #include <random>
 #include <sstream>
 
+#include "common/sha256.h"
+
 namespace hpo::bench {
 
 using nlohmann::json;
@@ -360,18 +362,88 @@ grpc::Status SimWorker::Heartbeat(int64_t trial_id, v1::HeartbeatResponse* out) 
   return stub_->Heartbeat(&ctx, req, out);
 }
 
+grpc::Status SimWorker::Pause(int64_t trial_id, int64_t step, bool checkpoint_uploaded) {
+  v1::PauseRequest req;
+  req.set_worker_id(worker_id_);
+  req.set_session(session_);
+  req.set_trial_id(trial_id);
+  req.set_step(step);
+  req.set_checkpoint_uploaded(checkpoint_uploaded);
+  v1::PauseResponse res;
+  grpc::ClientContext ctx;
+  Prepare(ctx);
+  return stub_->Pause(&ctx, req, &res);
+}
+
+grpc::Status SimWorker::UploadCheckpoint(int64_t trial_id, int64_t step, const std::string& data,
+                                         size_t chunk_bytes, int cut_after_chunks) {
+  grpc::ClientContext ctx;
+  Prepare(ctx);
+  v1::UploadCheckpointResponse res;
+  auto writer = stub_->UploadCheckpoint(&ctx, &res);
+  int index = 0;
+  for (size_t off = 0; off < data.size() || index == 0; off += chunk_bytes, ++index) {
+    if (index == cut_after_chunks) {
+      // What a kill -9 of the worker does to the stream: the chunks sent so
+      // far arrive, the rest never does. The pause lets them get there, so
+      // the server holds part of an upload when the stream breaks.
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      ctx.TryCancel();
+      return writer->Finish();
+    }
+    v1::CheckpointChunk c;
+    if (index == 0) {
+      c.set_worker_id(worker_id_);
+      c.set_session(session_);
+      c.set_trial_id(trial_id);
+      c.set_step(step);
+      c.set_total_bytes(static_cast<int64_t>(data.size()));
+    }
+    c.set_data(data.substr(off, chunk_bytes));
+    if (off + chunk_bytes >= data.size()) c.set_sha256(Sha256Hex(data));
+    if (!writer->Write(c)) break;  // the server ended the call: Finish says why
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+grpc::Status SimWorker::DownloadCheckpoint(int64_t trial_id, std::string* data, int64_t* step,
+                                           std::string* sha256) {
+  v1::DownloadCheckpointRequest req;
+  req.set_worker_id(worker_id_);
+  req.set_session(session_);
+  req.set_trial_id(trial_id);
+  grpc::ClientContext ctx;
+  Prepare(ctx);
+  auto reader = stub_->DownloadCheckpoint(&ctx, req);
+  data->clear();
+  sha256->clear();
+  v1::CheckpointChunk c;
+  for (bool first = true; reader->Read(&c); first = false) {
+    if (first) *step = c.step();
+    *data += c.data();
+    if (!c.sha256().empty()) *sha256 = c.sha256();
+  }
+  return reader->Finish();
+}
+
+grpc::Status SimWorker::Restart(int64_t trial_id, const std::string& reason) {
+  v1::RestartRequest req;
+  req.set_worker_id(worker_id_);
+  req.set_session(session_);
+  req.set_trial_id(trial_id);
+  req.set_reason(reason);
+  v1::RestartResponse res;
+  grpc::ClientContext ctx;
+  Prepare(ctx);
+  return stub_->Restart(&ctx, req, &res);
+}
+
 double SimLoss(int64_t trial_id, int64_t step) {
   return static_cast<double>(trial_id) + 1.0 / static_cast<double>(step + 2);
 }
 
 // SimFleet --------------------------------------------------------------------------
-
-namespace {
-
-bool Retryable(const grpc::Status& s) {
-  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-}
 
 std::string CodeName(grpc::StatusCode code) {
   switch (code) {
@@ -392,8 +464,6 @@ std::string CodeName(grpc::StatusCode code) {
     default: return "CODE_" + std::to_string(static_cast<int>(code));
   }
 }
-
-}  // namespace
 
 SimFleet::SimFleet(FleetOptions options) : options_(std::move(options)) {}
 
@@ -459,11 +529,15 @@ void SimFleet::Run(int index) {
       std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(d, std::chrono::milliseconds(20)));
     }
   };
-  // Calls `rpc` until it returns something other than a retryable error.
+  // Calls `rpc` until it returns something other than a retryable error,
+  // as hpo-worker does: a lost race (ABORTED) at most kMaxAbortedAttempts
+  // times, the server's absence until it is back.
   auto call = [&](const char* what, const std::function<grpc::Status()>& rpc) {
-    for (;;) {
+    for (int aborted = 0;;) {
       grpc::Status s = Timed(what, rpc);
-      if (s.ok() || !Retryable(s) || stop_) return s;
+      const Status status = FromGrpcStatus(s);
+      if (s.ok() || !IsRetryable(status) || stop_) return s;
+      if (status.IsAborted() && ++aborted >= kMaxAbortedAttempts) return s;
       pause(options_.retry_pause);
     }
   };

@@ -27,6 +27,7 @@
 #include "common/http_client.h"
 #include "common/status.h"
 #include "hpo/v1/worker.grpc.pb.h"
+#include "proto/grpc_status.h"
 
 namespace hpo::bench {
 
@@ -129,6 +130,20 @@ class SimWorker {
   grpc::Status Report(int64_t trial_id, int64_t step, double loss, v1::ReportResponse* out);
   grpc::Status Complete(int64_t trial_id, double loss);
   grpc::Status Heartbeat(int64_t trial_id, v1::HeartbeatResponse* out);
+  // Promotion-type early stopping (worker.proto's Pause, UploadCheckpoint,
+  // DownloadCheckpoint, Restart).
+  grpc::Status Pause(int64_t trial_id, int64_t step, bool checkpoint_uploaded);
+  // Sends `data` as the checkpoint of (trial, step) in chunks of at most
+  // `chunk_bytes`, the last with its SHA-256. With `cut_after_chunks` >= 0
+  // the stream is cut after that many chunks instead, as a worker dying
+  // mid-upload cuts it: the chunks are sent, the call is given a moment to
+  // reach the server, then cancelled (the answer is then CANCELLED).
+  grpc::Status UploadCheckpoint(int64_t trial_id, int64_t step, const std::string& data, size_t chunk_bytes,
+                                int cut_after_chunks = -1);
+  // The whole checkpoint of a resumed trial; `step` and `sha256` are what
+  // its first and last chunks said.
+  grpc::Status DownloadCheckpoint(int64_t trial_id, std::string* data, int64_t* step, std::string* sha256);
+  grpc::Status Restart(int64_t trial_id, const std::string& reason);
   int64_t worker_id() const { return worker_id_; }
 
  private:
@@ -138,6 +153,9 @@ class SimWorker {
   int64_t worker_id_ = 0, device_id_ = 0;
   std::string session_;  // Register's secret, sent with every later call
 };
+
+// "UNAVAILABLE", "DATA_LOSS", ...: how the figures name gRPC codes.
+std::string CodeName(grpc::StatusCode code);
 
 // The loss a simulated worker reports for (trial, step): distinct per
 // report, so a check can tell one stored measurement from another.
@@ -150,7 +168,7 @@ struct FleetOptions {
   std::chrono::milliseconds step_time{20};  // sleep before each report
   bool heartbeat = false;                   // a Heartbeat before each report
   std::chrono::milliseconds deadline{10'000};  // per RPC
-  std::chrono::milliseconds retry_pause{100};  // after UNAVAILABLE or DEADLINE_EXCEEDED
+  std::chrono::milliseconds retry_pause{100};  // after an error IsRetryable (common/status.h) accepts
 };
 
 // What a fleet saw, added over its workers.
@@ -169,8 +187,10 @@ struct FleetStats {
 };
 
 // Threads of SimWorkers, each: Register, then Lease -> Report every step ->
-// Complete, forever. A call that fails with UNAVAILABLE or DEADLINE_EXCEEDED
-// is retried after retry_pause (the server may be restarting); a Report or
+// Complete, forever. A call that fails with an error IsRetryable accepts
+// (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED: the server may be
+// restarting or full; ABORTED up to kMaxAbortedAttempts times: a lost race)
+// is retried after retry_pause, as hpo-worker retries it; a Report or
 // Complete refused otherwise abandons the trial. Every RPC is counted.
 class SimFleet {
  public:

@@ -4,13 +4,19 @@
 #include <spdlog/fmt/fmt.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <random>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "bench/harness.h"
+#include "common/sha256.h"
+#include "server/store/artifact_store.h"
 
 namespace hpo::bench {
 namespace {
@@ -464,6 +470,457 @@ Result<SlowWorkerResult> SlowWorker(const Setup& setup, const SlowWorkerOptions&
       r.control_attempts = trials[0].value("attempt", 0);
     }
     Progress(setup, fmt::format("control: trial {} with {} attempts", r.control_state, r.control_attempts));
+  }
+  return r;
+}
+
+// (e) -------------------------------------------------------------------------------
+
+namespace {
+
+// The checkpoint a simulated worker saves of (trial, step): bytes that only
+// this pair gives, so a resumed trial can tell its own state from anything
+// else (another trial's, another step's, a torn file).
+std::string CheckpointBytes(int64_t trial, int64_t step, int64_t size) {
+  std::string s = fmt::format("trial={} step={};", trial, step);
+  std::mt19937_64 rng(static_cast<uint64_t>(trial) * 1'000'003u + static_cast<uint64_t>(step));
+  while (static_cast<int64_t>(s.size()) < size) {
+    const uint64_t v = rng();
+    s.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  s.resize(static_cast<size_t>(size));
+  return s;
+}
+
+// What is wrong with the trial's checkpoint in the artifact store, read the
+// way the server reads it (the reader verifies size and checksum), if it is
+// not the one uploaded for `step`; empty when it is.
+std::string CheckStoredCheckpoint(store::ArtifactStore& artifacts, int64_t trial, int64_t step, int64_t size) {
+  auto info = artifacts.Stat(trial);
+  if (!info.ok()) return "stat: " + info.status().ToString();
+  if (!*info) return "no checkpoint";
+  if ((*info)->step != step) return fmt::format("a checkpoint of step {}, not {}", (*info)->step, step);
+  auto reader = artifacts.Open(trial);
+  if (!reader.ok()) return "open: " + reader.status().ToString();
+  std::string data;
+  for (;;) {
+    auto piece = (*reader)->Read(size_t{1} << 20);
+    if (!piece.ok()) return "read: " + piece.status().ToString();
+    if (piece->empty()) break;
+    data += *piece;
+  }
+  if (data != CheckpointBytes(trial, step, size)) return fmt::format("{} bytes, not the ones uploaded", data.size());
+  if ((*info)->sha256 != Sha256Hex(data)) return "its recorded sha256 does not match its bytes";
+  return "";
+}
+
+// The simulated fleet of the promotion scenario: threads, each a worker that
+// leases, reports, pauses with a checkpoint and resumes promoted trials.
+class PromotionFleet {
+ public:
+  PromotionFleet(const Setup& setup, const PromotionOptions& o, std::string address, store::ArtifactStore& artifacts)
+      : setup_(setup), o_(o), address_(std::move(address)), artifacts_(artifacts) {}
+  ~PromotionFleet() { Stop(); }
+
+  void Start() {
+    for (int i = 0; i < o_.workers; ++i) threads_.emplace_back([this, i] { Run(i); });
+  }
+  // No new leases; each worker ends the segment it is in (a pause or a
+  // completion), so nothing it was acknowledged is left to a lease expiry.
+  void Stop() {
+    stop_ = true;
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+  }
+  // The next worker that resumed a trial and reaches its next rung dies in
+  // the middle of that checkpoint's upload.
+  void AllowCut() { ++cuts_allowed_; }
+  int cuts() const { return cuts_done_; }
+  Clock::time_point last_cut() const {
+    std::lock_guard lock(mu_);
+    return last_cut_;
+  }
+  bool WaitForReportAfter(Clock::time_point since, milliseconds timeout) const {
+    for (const auto until = Clock::now() + timeout; Clock::now() < until;) {
+      {
+        std::lock_guard lock(mu_);
+        if (last_ok_ > since) return true;
+      }
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return false;
+  }
+
+  // Read after Stop().
+  std::map<int64_t, std::map<int64_t, std::pair<double, int>>> acked_;  // trial -> step -> (loss, lease)
+  std::set<int64_t> completed_, trials_;
+  std::map<int64_t, int64_t> last_pause_;  // trial -> the step its last acknowledged Pause was after
+  PromotionResult r_;
+
+ private:
+  void Sample(const std::string& what) {
+    if (r_.samples.size() < 8) r_.samples.push_back(what);
+  }
+  // Calls `rpc` until it returns something IsRetryable refuses (the server
+  // may be restarting), as hpo-worker does, for at most a minute.
+  grpc::Status Call(const char* what, const std::function<grpc::Status()>& rpc) {
+    const auto until = Clock::now() + seconds(60);
+    for (int aborted = 0;;) {
+      grpc::Status s = rpc();
+      if (s.ok()) return s;
+      {
+        std::lock_guard lock(mu_);
+        ++r_.rpc_errors[CodeName(s.error_code())];
+      }
+      const Status status = FromGrpcStatus(s);
+      const bool retry = IsRetryable(status) && !(status.IsAborted() && ++aborted >= kMaxAbortedAttempts);
+      if (!retry || Clock::now() >= until) {
+        std::lock_guard lock(mu_);
+        Sample(fmt::format("{}: {}: {}", what, CodeName(s.error_code()), s.error_message()));
+        return s;
+      }
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+  }
+  // The lease of `trial`'s segment that resumed after `resume` ended
+  // without its worker: the server keeps nothing reported after `resume`.
+  // `lease` is the segment's number among the trial's leases: a later
+  // segment (the trial promoted again meanwhile) keeps what it reported.
+  void Dropped(int64_t trial, int64_t resume, int lease) {  // REQUIRES: mu_ held
+    auto& steps = acked_[trial];
+    for (auto it = steps.upper_bound(resume); it != steps.end();) {
+      if (it->second.second != lease) {
+        ++it;
+        continue;
+      }
+      ++r_.dropped_reports;
+      it = steps.erase(it);
+    }
+    // It goes back to paused there, with that step's checkpoint, unless it
+    // was already handed out again.
+    if (resume > 0 && leases_[trial] == lease) last_pause_[trial] = uploaded_[trial] = resume;
+  }
+
+  void Run(int index) {
+    int lives = 0;
+    auto w = std::make_unique<SimWorker>(address_, milliseconds(5000));
+    auto enroll = [&] {
+      return Call("register", [&] { return w->Register(fmt::format("sim-{}-{}", index, lives)); }).ok();
+    };
+    if (!enroll()) return;
+    std::mt19937 rng(static_cast<unsigned>(index));
+    while (!stop_) {
+      v1::LeaseResponse leased;
+      if (!Call("lease", [&] { return w->Lease(&leased); }).ok()) {
+        std::this_thread::sleep_for(milliseconds(100));
+        continue;
+      }
+      if (!leased.has_trial()) {
+        std::this_thread::sleep_for(milliseconds(std::clamp<int64_t>(leased.retry_after_ms(), 20, 500)));
+        continue;
+      }
+      const v1::Trial& t = leased.trial();
+      const int64_t trial = t.trial_id();
+      int64_t resume = t.resume_step();
+      const json params = json::parse(t.params_json(), nullptr, false);
+      const double x = params.is_object() ? params.value("x", 0.5) : 0.5;
+      int lease = 0;  // this one's number among the trial's leases
+      {
+        std::lock_guard lock(mu_);
+        trials_.insert(trial);
+        if (resume > 0) ++r_.promotions;
+        auto cut = cut_from_.find(trial);
+        if (cut != cut_from_.end()) {
+          if (resume == cut->second) {
+            ++r_.cut_resumed;
+          } else {
+            Sample(fmt::format("trial {}, cut while uploading after step {}, resumed after step {}", trial,
+                               cut->second, resume));
+          }
+          cut_from_.erase(cut);
+        }
+        r_.max_resume_step = std::max(r_.max_resume_step, resume);
+        // The checkpoint it must resume from: the last one acknowledged. (An
+        // acknowledged Pause may come back after the trial was promoted; the
+        // upload always comes back before.)
+        auto uploaded = uploaded_.find(trial);
+        if (uploaded != uploaded_.end() && resume == 0) {
+          ++r_.restarted;
+          Sample(fmt::format("trial {} paused with a checkpoint of step {} was handed out from step 0", trial,
+                             uploaded->second));
+        } else if (uploaded != uploaded_.end() && resume != uploaded->second) {
+          ++r_.bad_resumes;
+          Sample(fmt::format("trial {} resumed after step {}, but its checkpoint is of step {}", trial, resume,
+                             uploaded->second));
+        }
+        if (uploaded != uploaded_.end()) uploaded_.erase(uploaded);
+        last_pause_.erase(trial);
+        lease = ++leases_[trial];
+      }
+
+      if (resume > 0) {
+        std::string data, sha;
+        int64_t step = -1;
+        grpc::Status s = Call("download", [&] { return w->DownloadCheckpoint(trial, &data, &step, &sha); });
+        std::string wrong;
+        if (!s.ok()) {
+          wrong = CodeName(s.error_code()) + ": " + s.error_message();
+        } else if (step != resume) {
+          wrong = fmt::format("a checkpoint of step {}", step);
+        } else if (data != CheckpointBytes(trial, resume, o_.checkpoint_bytes) || sha != Sha256Hex(data)) {
+          wrong = fmt::format("{} bytes that are not the ones uploaded", data.size());
+        }
+        if (!wrong.empty()) {
+          {
+            std::lock_guard lock(mu_);
+            ++r_.bad_resumes;
+            Sample(fmt::format("trial {} resumed after step {}: {}", trial, resume, wrong));
+          }
+          // What a worker does with a checkpoint it cannot use (worker.proto).
+          if (!Call("restart", [&] { return w->Restart(trial, wrong); }).ok()) continue;
+          std::lock_guard lock(mu_);
+          // Restarted: the server dropped all of its steps, every segment's.
+          r_.dropped_reports += static_cast<int64_t>(acked_[trial].size());
+          acked_.erase(trial);
+          resume = 0;
+        }
+      }
+
+      // One segment: from resume + 1 to the rung it pauses at, or the end.
+      int64_t paused_at = 0;
+      bool lost_lease = false;
+      int64_t step = resume + 1;
+      for (; step <= t.max_steps(); ++step) {
+        std::this_thread::sleep_for(o_.step_time);
+        const double loss = x + 1.0 / static_cast<double>(step + 1);
+        v1::ReportResponse res;
+        if (!Call("report", [&] { return w->Report(trial, step, loss, &res); }).ok()) {
+          lost_lease = true;
+          break;
+        }
+        {
+          std::lock_guard lock(mu_);
+          acked_[trial][step] = {loss, lease};
+          ++r_.acked_reports;
+          last_ok_ = Clock::now();
+        }
+        if (res.decision() == v1::DECISION_PAUSE) {
+          paused_at = step;
+          break;
+        }
+        if (res.decision() == v1::DECISION_PRUNE || res.decision() == v1::DECISION_CANCEL) break;
+      }
+      if (lost_lease) {
+        std::lock_guard lock(mu_);
+        ++r_.expired_segments;
+        Dropped(trial, resume, lease);
+        continue;
+      }
+      if (paused_at == 0) {
+        if (step > t.max_steps() &&
+            Call("complete", [&] { return w->Complete(trial, x + 1.0 / (t.max_steps() + 1.0)); }).ok()) {
+          std::lock_guard lock(mu_);
+          completed_.insert(trial);
+          ++r_.acked_completions;
+        }
+        continue;
+      }
+
+      const std::string checkpoint = CheckpointBytes(trial, paused_at, o_.checkpoint_bytes);
+      if (resume > 0 && cuts_allowed_ > 0 && cuts_allowed_.fetch_sub(1) > 0) {
+        // Dies after some of the chunks. Its lease expires, the trial goes
+        // back to paused after `resume`, and the checkpoint of `resume` must
+        // still be its own: nothing else may take its place meanwhile (the
+        // lease is the dead worker's), so it is checked now.
+        const int chunks = static_cast<int>((o_.checkpoint_bytes + o_.chunk_bytes - 1) / o_.chunk_bytes);
+        const int cut_after = 1 + static_cast<int>(rng() % std::max(1, chunks - 1));
+        (void)w->UploadCheckpoint(trial, paused_at, checkpoint, o_.chunk_bytes, cut_after);
+        const std::string wrong = CheckStoredCheckpoint(artifacts_, trial, resume, o_.checkpoint_bytes);
+        {
+          std::lock_guard lock(mu_);
+          if (wrong.empty()) {
+            ++r_.cut_previous_intact;
+          } else {
+            Sample(fmt::format("trial {}: after an upload of step {} cut after {} chunks, its checkpoint of step {} "
+                               "is {}",
+                               trial, paused_at, cut_after, resume, wrong));
+          }
+          Dropped(trial, resume, lease);
+          cut_from_[trial] = resume;
+          last_cut_ = Clock::now();
+        }
+        ++cuts_done_;
+        Progress(setup_, fmt::format("worker {} died uploading trial {} step {} after {} chunks", index, trial,
+                                     paused_at, cut_after));
+        // A new worker takes its place.
+        ++lives;
+        w = std::make_unique<SimWorker>(address_, milliseconds(5000));
+        if (!enroll()) return;
+        continue;
+      }
+      const bool uploaded =
+          Call("upload", [&] { return w->UploadCheckpoint(trial, paused_at, checkpoint, o_.chunk_bytes); }).ok();
+      if (uploaded) {
+        std::lock_guard lock(mu_);
+        ++r_.uploads;
+        if (leases_[trial] == lease) uploaded_[trial] = paused_at;
+      }
+      const grpc::Status paused = Call("pause", [&] { return w->Pause(trial, paused_at, uploaded); });
+      // The rung's checkpoint paused the trial as it committed (worker.proto):
+      // a Pause refused after it means the trial was promoted meanwhile.
+      if (!paused.ok() && !(uploaded && paused.error_code() == grpc::StatusCode::FAILED_PRECONDITION)) {
+        std::lock_guard lock(mu_);
+        ++r_.expired_segments;
+        uploaded_.erase(trial);
+        Dropped(trial, resume, lease);
+        continue;
+      }
+      std::lock_guard lock(mu_);
+      ++r_.pauses;
+      // Unless it was promoted before the answer came back.
+      if (leases_[trial] == lease) last_pause_[trial] = paused_at;
+    }
+  }
+
+  const Setup& setup_;
+  const PromotionOptions& o_;
+  const std::string address_;
+  store::ArtifactStore& artifacts_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> cuts_allowed_{0}, cuts_done_{0};
+  std::vector<std::thread> threads_;
+  mutable std::mutex mu_;  // guards the results above and last_ok_
+  Clock::time_point last_ok_{}, last_cut_{};
+  std::map<int64_t, int64_t> cut_from_;  // a cut trial -> the step it must be promoted from again
+  std::map<int64_t, int64_t> uploaded_;  // trial -> the step of its last acknowledged checkpoint, until leased
+  std::map<int64_t, int> leases_;         // trial -> how many times it was leased
+};
+
+}  // namespace
+
+Result<PromotionResult> Promotion(const Setup& setup, const PromotionOptions& o) {
+  if (o.steps < 3) return Status::InvalidArgument("steps: at least 3, for a rung to resume from and one to pause at");
+  ServerProcess server(setup.server_bin, setup.dir + "/server",
+                       {"--store", StoreUrl(setup), "--lease-timeout", std::to_string(o.lease_timeout_s)});
+  HPO_RETURN_IF_ERROR(server.Start());
+  const uint16_t port = server.http_port();
+  // A budget no run reaches, so trials stay paused at the end to be checked;
+  // max_parallel bounds how many (and so the checkpoints kept).
+  json spec = json::parse(SimSpec("promotion", 1'000'000, 4 * o.workers, o.steps, "random", "asha"));
+  spec["early_stopping"] = {{"rule", "asha"}, {"type", "promotion"}, {"min_resource", 1}, {"reduction_factor", 3}};
+  HPO_ASSIGN_OR_RETURN(const int64_t id, CreateExperiment(port, spec.dump()));
+  // The server's own artifact store, opened the way it opens it: the bench
+  // reads checkpoints with the product's verifying reader.
+  HPO_ASSIGN_OR_RETURN(auto artifacts, store::OpenArtifactStore("", StoreUrl(setup)));
+
+  PromotionFleet fleet(setup, o, server.grpc_address(), *artifacts);
+  fleet.Start();
+  const auto start = Clock::now();
+  if (!fleet.WaitForReportAfter(start, seconds(30))) {
+    return Status::DeadlineExceeded("no report was acknowledged within 30 s; see " + server.log_path());
+  }
+  PromotionResult& r = fleet.r_;
+  const auto kill_every = o.duration / (o.server_kills + 1);
+  const auto cut_every = o.duration / (o.upload_cuts + 1);
+  auto next_kill = start + kill_every, next_cut = start + cut_every / 2;
+  int cuts_allowed = 0;
+  std::mt19937 rng(5);
+  // Until every fault was injected (a cut needs a promoted trial at its next
+  // rung), for at most three times the duration.
+  while (Clock::now() - start < 3 * o.duration) {
+    const auto now = Clock::now();
+    // The last cut trial needs its dead worker's lease to run out before it
+    // can be promoted again.
+    if (now - start >= o.duration && r.server_kills >= o.server_kills && fleet.cuts() >= o.upload_cuts &&
+        now - fleet.last_cut() >= seconds(2 * o.lease_timeout_s + 2)) {
+      break;
+    }
+    if (r.server_kills < o.server_kills && now >= next_kill) {
+      const auto killed = Clock::now();
+      server.Stop(SIGKILL);
+      HPO_RETURN_IF_ERROR(server.Start());
+      ++r.server_kills;
+      Progress(setup, fmt::format("server kill {}: back in {:.0f} ms", r.server_kills, MsSince(killed)));
+      if (!fleet.WaitForReportAfter(killed, seconds(30))) {
+        return Status::DeadlineExceeded("no report was acknowledged within 30 s of a restart; see " +
+                                        server.log_path());
+      }
+      next_kill = Clock::now() + kill_every / 2 + milliseconds(rng() % (kill_every.count() + 1));
+    }
+    if (cuts_allowed < o.upload_cuts && now >= next_cut) {
+      fleet.AllowCut();
+      ++cuts_allowed;
+      next_cut = now + cut_every;
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  fleet.Stop();
+  r.upload_cuts = fleet.cuts();
+  // What was acknowledged last must survive a crash too.
+  server.Stop(SIGKILL);
+  HPO_RETURN_IF_ERROR(server.Start());
+  r.duration_s = MsSince(start) / 1000;
+
+  // Leases nobody holds any more (a dead worker's; a lease whose answer a
+  // kill cut off) run out; a trial still leased after that is stuck.
+  HPO_ASSIGN_OR_RETURN(json trials, Trials(port, id));
+  for (const auto until = Clock::now() + seconds(2 * o.lease_timeout_s + 2); Clock::now() < until;) {
+    r.stuck = 0;
+    for (const auto& t : trials) {
+      const std::string state = t.value("state", "");
+      if (state == "leased" || state == "running") ++r.stuck;
+    }
+    if (r.stuck == 0) break;
+    std::this_thread::sleep_for(milliseconds(200));
+    HPO_ASSIGN_OR_RETURN(trials, Trials(port, id));
+  }
+  for (const auto& t : trials) {
+    const std::string state = t.value("state", "");
+    if ((state == "leased" || state == "running") && r.samples.size() < 8) {
+      r.samples.push_back(fmt::format("trial {} is still {} by '{}'", t.value("id", int64_t{0}), state,
+                                      t.value("lease_owner", "")));
+    }
+  }
+  r.trials = static_cast<int64_t>(fleet.trials_.size());
+
+  std::map<int64_t, std::map<int64_t, double>> acked;
+  for (const auto& [trial, steps] : fleet.acked_) {
+    for (const auto& [step, sent] : steps) acked[trial][step] = sent.first;
+  }
+  HPO_ASSIGN_OR_RETURN(auto lost, CheckAcked(port, acked));
+  r.lost_reports = lost.first;
+  for (auto& s : lost.second) {
+    if (r.samples.size() < 8) r.samples.push_back(s);
+  }
+  std::map<int64_t, json> by_id;
+  for (const auto& t : trials) by_id[t["id"].get<int64_t>()] = t;
+  for (const int64_t trial : fleet.completed_) {
+    if (by_id[trial].value("state", "") == "completed") continue;
+    ++r.lost_completions;
+    if (r.samples.size() < 8) {
+      r.samples.push_back(fmt::format("trial {}: completed, stored as {}", trial, by_id[trial].dump()));
+    }
+  }
+  for (const auto& [trial, step] : fleet.last_pause_) {
+    const json& t = by_id[trial];
+    if (t.value("state", "") == "paused" && t.value("resume_step", int64_t{-1}) == step) continue;
+    ++r.lost_pauses;
+    if (r.samples.size() < 8) {
+      r.samples.push_back(fmt::format("trial {}: paused after step {}, stored as {}", trial, step, t.dump()));
+    }
+  }
+  for (const auto& t : trials) {
+    if (t.value("state", "") != "paused") continue;
+    ++r.paused_at_end;
+    const int64_t trial = t["id"].get<int64_t>();
+    const std::string wrong =
+        CheckStoredCheckpoint(*artifacts, trial, t.value("resume_step", int64_t{0}), o.checkpoint_bytes);
+    if (wrong.empty()) {
+      ++r.checkpoints_intact;
+    } else if (r.samples.size() < 8) {
+      r.samples.push_back(fmt::format("trial {} paused after step {}: its checkpoint is {}", trial,
+                                      t.value("resume_step", int64_t{0}), wrong));
+    }
   }
   return r;
 }

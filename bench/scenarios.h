@@ -120,6 +120,68 @@ struct SlowWorkerResult {
 };
 Result<SlowWorkerResult> SlowWorker(const Setup& setup, const SlowWorkerOptions& options);
 
+// (e) promotion-type ASHA under faults. Simulated workers lease, report
+// every step and, told to pause at a rung (DECISION_PAUSE), upload the
+// trial's checkpoint in chunks (bytes derived from trial and step, so any
+// copy can be checked) and pause it; a promoted trial is leased again with
+// resume_step, its checkpoint downloaded, checked byte for byte against what
+// was uploaded for that step, and continued at resume_step + 1. Meanwhile
+// the server gets kill -9 `server_kills` times (restarted on the same
+// ports), and `upload_cuts` times a worker resuming a trial dies in the
+// middle of uploading its next checkpoint (the stream is cut after some
+// chunks; a new worker takes its place): the trial's previous checkpoint
+// must stay its own, whole, and the trial must be promoted from it again
+// once the dead worker's lease expires. At the end (the workers finish
+// their segments, then one more kill -9 and restart) every acknowledged
+// report, pause and completion must be in the store, every paused trial's
+// checkpoint must be of its resume_step and read back intact with the
+// bytes uploaded, and no trial may be left leased.
+struct PromotionOptions {
+  int workers = 6;
+  int steps = 9;  // per trial; ASHA rungs at 1, 3 and 9 (reduction factor 3)
+  std::chrono::milliseconds step_time{100};
+  int64_t checkpoint_bytes = 256 << 10;
+  size_t chunk_bytes = 64 << 10;  // four chunks per checkpoint
+  int server_kills = 5;
+  int upload_cuts = 5;
+  int lease_timeout_s = 3;
+  std::chrono::seconds duration{60};  // at least; longer until every fault was injected
+};
+struct PromotionResult {
+  int server_kills = 0;
+  int upload_cuts = 0;
+  int64_t trials = 0;               // leased at least once
+  int64_t acked_reports = 0, lost_reports = 0;
+  // Acknowledged in a segment whose lease then expired (its worker died):
+  // the server drops what came after the checkpoint, by contract.
+  int64_t dropped_reports = 0;
+  int64_t acked_completions = 0, lost_completions = 0;  // completed trials not completed in the store
+  // Trials whose last acknowledged Pause is not what the store says at the
+  // end (not paused, or paused after another step).
+  int64_t lost_pauses = 0;
+  int64_t uploads = 0;     // checkpoints the server acknowledged
+  int64_t pauses = 0;      // acknowledged Pause calls
+  int64_t promotions = 0;  // leases with resume_step > 0
+  int64_t max_resume_step = 0;
+  // A promoted trial whose download was not the checkpoint uploaded for
+  // its resume_step (wrong step, wrong bytes, or an error).
+  int64_t bad_resumes = 0;
+  // A trial paused with a checkpoint that the server handed out again from
+  // step 0 (it found no usable checkpoint).
+  int64_t restarted = 0;
+  // After each cut: the trial's checkpoint was still the previous one, whole.
+  int cut_previous_intact = 0;
+  // Cut trials leased again, from the step of that previous checkpoint.
+  int cut_resumed = 0;
+  int64_t paused_at_end = 0, checkpoints_intact = 0;  // of the trials paused at the end
+  int64_t stuck = 0;  // leased or running at the end, two lease timeouts after the last worker stopped
+  int64_t expired_segments = 0;  // other segments whose lease was lost under a live worker
+  std::map<std::string, int64_t> rpc_errors;  // by gRPC code, the cuts' CANCELLED left out
+  std::vector<std::string> samples;           // what went wrong, the first few
+  double duration_s = 0;
+};
+Result<PromotionResult> Promotion(const Setup& setup, const PromotionOptions& options);
+
 // Load: simulated workers (Register, Lease, Heartbeat + Report per step,
 // Complete) and REST clients against one server for `duration`.
 struct LoadOptions {

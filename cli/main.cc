@@ -145,7 +145,7 @@ int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
     view << "experiment " << id << " (" << Str(e["name"]) << "): " << Str(e["state"]) << "\n";
     view << "  trials " << finished << "/" << budget << ": " << n.value("completed", 0) << " completed, "
          << n.value("pruned", 0) << " pruned, " << n.value("running", 0) + n.value("leased", 0) << " running, "
-         << n.value("failed", 0) << " failed\n";
+         << n.value("paused", 0) << " paused at a rung, " << n.value("failed", 0) << " failed\n";
     auto best = hpo::HttpRequestOnce(o, "GET", "/api/v1/experiments/" + std::to_string(id) + "/best");
     if (best.ok() && best->status == 200) {
       json b = json::parse(best->body, nullptr, false);

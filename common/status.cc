@@ -35,4 +35,16 @@ std::string Status::ToString() const {
 
 std::ostream& operator<<(std::ostream& os, const Status& s) { return os << s.ToString(); }
 
+bool IsRetryable(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kUnavailable:
+    case StatusCode::kAborted:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kResourceExhausted:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace hpo

@@ -7,6 +7,7 @@
 //   Unavailable: a dependency (database, server) is unreachable; retry later.
 //   Aborted: a concurrent change won a race; retry the whole operation.
 //   Internal / DataLoss: a bug or corruption; give up and report.
+// IsRetryable below is the one rule for which of them a caller may retry.
 // They are converted to HTTP and gRPC codes in exactly one place each.
 #pragma once
 
@@ -69,6 +70,7 @@ class [[nodiscard]] Status {
   bool IsInvalidArgument() const { return code_ == StatusCode::kInvalidArgument; }
   bool IsFailedPrecondition() const { return code_ == StatusCode::kFailedPrecondition; }
   bool IsUnavailable() const { return code_ == StatusCode::kUnavailable; }
+  bool IsAborted() const { return code_ == StatusCode::kAborted; }
 
   // Returns a copy whose message is "<context>: <message>".
   Status WithContext(std::string_view context) const;
@@ -82,6 +84,29 @@ class [[nodiscard]] Status {
 };
 
 std::ostream& operator<<(std::ostream& os, const Status& s);
+
+// Whether the same call, made again unchanged after a pause, may succeed: the
+// failure came from the moment, not from the request. The one rule for every
+// retry decision (the store, the worker, the benches); true for
+//   Unavailable: the server or database could not be reached or went away
+//     mid-call (a restart, a dropped connection, SQLite busy);
+//   Aborted: a concurrent transaction won a race (a PostgreSQL serialization
+//     failure or deadlock, SQLSTATE 40001 / 40P01); the loser was rolled back
+//     whole, so nothing of it was applied;
+//   DeadlineExceeded: no answer in time (a server restarting or overloaded);
+//   ResourceExhausted: a disk is full or a load limit was hit; it passes when
+//     space or capacity comes back (HTTP 429: retry later). A request that is
+//     itself over a size limit fails the same way each time: a caller that
+//     can send one (a checkpoint upload) must not retry it.
+// and false for everything else: the request is wrong for the current state
+// (InvalidArgument, NotFound, FailedPrecondition, ...) or something is broken
+// (Internal, DataLoss), and asking again would only hide it.
+//
+// Retrying is safe only for an operation whose repeat is harmless: a whole
+// transaction run again from the start, or a call the server makes
+// idempotent (reports per (trial, step), completions). Unavailable and
+// DeadlineExceeded may arrive after the server applied the call.
+bool IsRetryable(const Status& s);
 
 // Holds either a value or a non-OK Status.
 template <typename T>

@@ -100,4 +100,20 @@ CoTuneDecision NextSetting(const std::vector<SystemDimension>& dims, const std::
   return {best, false, drifted ? "settled after drift" : "settled"};
 }
 
+std::optional<size_t> FirstIgnoredChange(const std::vector<SystemDimension>& dims,
+                                         const std::vector<EpochSpeed>& history, const CoTuneOptions& options,
+                                         size_t window) {
+  const size_t from = std::max<size_t>(1, history.size() > window ? history.size() - window : 0);
+  for (size_t i = from; i < history.size(); ++i) {
+    const std::vector<EpochSpeed> before(history.begin(), history.begin() + static_cast<long>(i));
+    const json asked = NextSetting(dims, before, before.back().setting, options).setting;
+    const json& ran = history[i].setting;
+    for (const auto& dim : dims) {
+      if (!dim.may_change_mid_trial || !asked.contains(dim.name)) continue;
+      if (!ran.is_object() || !ran.contains(dim.name) || ran[dim.name] != asked[dim.name]) return i;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace hpo::scheduler

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,18 @@ struct CoTuneDecision {
 // first). With no history, `start` is returned unchanged.
 CoTuneDecision NextSetting(const std::vector<SystemDimension>& dims, const std::vector<EpochSpeed>& history,
                            const nlohmann::json& start, const CoTuneOptions& options = {});
+
+// Whether the program applies what the co-tuner asks: the index of the
+// first of the newest `window` epochs (and not the first epoch, whose
+// setting came with the lease) that ran, on a parameter probed within
+// trials, another value than NextSetting gave for it, or nullopt when they
+// all ran as asked. A program that ignores changes (a command that never
+// reads HPO_SYSTEM_FILE, a parameter its trainer fixes per process) would
+// otherwise be sent the same probe every epoch; the engine stops co-tuning
+// such a trial and says so in its events. O(window x history).
+std::optional<size_t> FirstIgnoredChange(const std::vector<SystemDimension>& dims,
+                                         const std::vector<EpochSpeed>& history, const CoTuneOptions& options = {},
+                                         size_t window = 64);
 
 // Canonical text of a setting (sorted keys), used as a map key.
 std::string SettingKey(const nlohmann::json& setting);

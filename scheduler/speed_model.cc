@@ -4,6 +4,8 @@
 #include <cmath>
 #include <set>
 
+#include "scheduler/cotuner.h"
+
 namespace hpo::scheduler {
 namespace {
 
@@ -14,6 +16,23 @@ constexpr double kMinRelativeStddev = 0.05;
 // A benchmark-derived prior can be off by a lot (GEMM speed is not training
 // speed), so it is marked as uncertain.
 constexpr double kPriorRelativeStddev = 0.5;
+// How strongly a tunable setting's slope in log batch size is pulled toward
+// the pooled slope, in units of Sxx (weighted squared spread of log batch):
+// one observation an e-fold batch away from the setting's mean counts as
+// much as the prior.
+constexpr double kSlopePrior = 1.0;
+
+// The covariate of equation (1): log of a searched (not tunable), positive
+// batch size; nullopt otherwise.
+std::optional<double> LogBatch(const nlohmann::json& setting, const std::vector<std::string>& tunable) {
+  if (std::find(tunable.begin(), tunable.end(), "batch_size") != tunable.end()) return std::nullopt;
+  if (!setting.is_object()) return std::nullopt;
+  const auto it = setting.find("batch_size");
+  if (it == setting.end() || !it->is_number()) return std::nullopt;
+  const double b = it->get<double>();
+  if (!(b > 0) || !std::isfinite(b)) return std::nullopt;
+  return std::log(b);
+}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -40,7 +59,9 @@ void SpeedModel::AddBenchmark(const std::string& device_class, double gflops) {
 void SpeedModel::Observe(const std::string& device_class, const std::string& workload,
                          const std::string& setting, double samples_per_sec) {
   if (!(samples_per_sec > 0) || !std::isfinite(samples_per_sec)) return;
-  by_setting_[{device_class, workload, setting}].Add(samples_per_sec);
+  Observed& o = by_setting_[{device_class, workload, setting}];
+  if (o.stats.n == 0 && !setting.empty()) o.setting = nlohmann::json::parse(setting, nullptr, false);
+  o.stats.Add(samples_per_sec);
   by_pair_[{device_class, workload}].Add(samples_per_sec);
 }
 
@@ -67,7 +88,7 @@ std::optional<SpeedEstimate> SpeedModel::Estimate(const std::string& device_clas
   const Stats* stats = nullptr;
   if (!setting.empty()) {
     const auto it = by_setting_.find({device_class, workload, setting});
-    if (it != by_setting_.end()) stats = &it->second;
+    if (it != by_setting_.end()) stats = &it->second.stats;
   }
   if (stats == nullptr) {
     const auto it = by_pair_.find({device_class, workload});
@@ -89,25 +110,89 @@ std::optional<SpeedEstimate> SpeedModel::Estimate(const std::string& device_clas
   return e;
 }
 
-std::optional<std::string> SpeedModel::BestSetting(const std::string& device_class,
-                                                   const std::string& workload,
-                                                   int min_observations) const {
-  std::optional<std::string> best;
-  double best_mean = 0;
+std::map<std::string, SpeedModel::Line> SpeedModel::Fit(const std::string& device_class, const std::string& workload,
+                                                        const std::vector<std::string>& tunable) const {
+  struct Point {
+    double x = 0, y = 0, w = 0;
+  };
+  struct Group {
+    nlohmann::json tunables = nlohmann::json::object();
+    std::vector<Point> points;
+  };
+  std::map<std::string, Group> groups;
   // The map is ordered by (class, workload, setting): the pair's settings
-  // are one contiguous run, visited in setting order, so ties keep the
-  // lexicographically smallest setting.
-  for (auto it = by_setting_.lower_bound({device_class, workload, std::string()});
-       it != by_setting_.end(); ++it) {
-    const auto& [cls, wl, setting] = it->first;
+  // are one contiguous run.
+  for (auto it = by_setting_.lower_bound({device_class, workload, std::string()}); it != by_setting_.end(); ++it) {
+    const auto& [cls, wl, key] = it->first;
     if (cls != device_class || wl != workload) break;
-    if (setting.empty() || it->second.n < std::max(1, min_observations)) continue;
-    if (!best || it->second.mean > best_mean) {
-      best = setting;
-      best_mean = it->second.mean;
+    const Observed& o = it->second;
+    if (!o.setting.is_object() || o.stats.n == 0 || !(o.stats.mean > 0)) continue;
+    nlohmann::json t = nlohmann::json::object();
+    for (const auto& name : tunable) {
+      if (const auto v = o.setting.find(name); v != o.setting.end()) t[name] = *v;
+    }
+    Group& g = groups[SettingKey(t)];
+    g.tunables = t;
+    g.points.push_back({LogBatch(o.setting, tunable).value_or(0), std::log(o.stats.mean), double(o.stats.n)});
+  }
+  std::map<std::string, Line> lines;
+  double pooled_sxy = 0, pooled_sxx = 0;
+  std::map<std::string, std::pair<double, double>> spread;  // key -> (Sxx, Sxy)
+  for (const auto& [key, g] : groups) {
+    Line l;
+    l.tunables = g.tunables;
+    double w = 0;
+    for (const Point& p : g.points) {
+      w += p.w;
+      l.x_mean += p.w * p.x;
+      l.y_mean += p.w * p.y;
+    }
+    l.x_mean /= w;
+    l.y_mean /= w;
+    l.n = static_cast<int>(w);
+    double sxx = 0, sxy = 0;
+    for (const Point& p : g.points) {
+      sxx += p.w * (p.x - l.x_mean) * (p.x - l.x_mean);
+      sxy += p.w * (p.x - l.x_mean) * (p.y - l.y_mean);
+    }
+    pooled_sxx += sxx;
+    pooled_sxy += sxy;
+    spread[key] = {sxx, sxy};
+    lines[key] = l;
+  }
+  const double pooled = pooled_sxx > 1e-12 ? pooled_sxy / pooled_sxx : 0;
+  for (auto& [key, l] : lines) {
+    const auto [sxx, sxy] = spread[key];
+    l.slope = (sxy + kSlopePrior * pooled) / (sxx + kSlopePrior);
+  }
+  return lines;
+}
+
+std::optional<nlohmann::json> SpeedModel::BestTunables(const std::string& device_class, const std::string& workload,
+                                                       const std::vector<std::string>& tunable,
+                                                       const nlohmann::json& given, int min_observations) const {
+  const std::optional<double> x = LogBatch(given, tunable);
+  std::optional<nlohmann::json> best;
+  double best_y = 0;
+  // Ordered by key: ties keep the lexicographically smallest setting.
+  for (const auto& [key, l] : Fit(device_class, workload, tunable)) {
+    if (l.tunables.empty() || l.n < std::max(1, min_observations)) continue;
+    const double y = l.Predict(x);
+    if (!best || y > best_y) {
+      best = l.tunables;
+      best_y = y;
     }
   }
   return best;
+}
+
+std::optional<double> SpeedModel::PredictTunables(const std::string& device_class, const std::string& workload,
+                                                  const std::vector<std::string>& tunable,
+                                                  const nlohmann::json& tunables, const nlohmann::json& given) const {
+  const auto lines = Fit(device_class, workload, tunable);
+  const auto it = lines.find(SettingKey(tunables));
+  if (it == lines.end()) return std::nullopt;
+  return std::exp(it->second.Predict(LogBatch(given, tunable)));
 }
 
 std::vector<std::string> SpeedModel::DeviceClasses() const {

@@ -4,10 +4,37 @@
 //
 // Keys:
 //   device_class  what workers report, e.g. "cpu:AMD EPYC:x2.0", "cuda:NVIDIA H100"
-//   workload      Engine::Workload, e.g. "fashion-mnist-cnn/cnn"
-//   setting       the system setting as canonical JSON (sorted keys), or ""
-//                 for "whatever setting" (all observations of the pair)
+//   workload      Engine::Workload, e.g. "experiment-7/fashion-mnist-cnn/cnn", or
+//                 the spec's own `workload:` name plus the space
+//   setting       the whole reported system setting as canonical JSON (sorted
+//                 keys, SettingKey), or "" for "whatever setting"
+//
+// Which throughput-only values to start a trial with (BestTunables). The
+// system parameters are of two kinds: tunable ones (`affects_accuracy:
+// false`, e.g. threads) only change speed, and the trial may take any
+// value; searched ones (a `batch_size` with affects_accuracy) are fixed by
+// the trial's hyperparameters and change speed too. Comparing whole
+// settings would confound the two: the fastest setting is then the one that
+// happened to run with the biggest batch, and its threads win whatever
+// batch the next trial has. So for each (class, workload) the model fits,
+// per tunable setting t (the tunable parameters' values),
+//
+//     log(samples/s) = a_t + b_t * log(batch_size)          (1)
+//
+// by weighted least squares over the observed whole settings (weight: the
+// number of observations; y: the log of their mean). The slopes are shrunk
+// toward the pooled within-setting slope b (one slope fitted to every t
+// with its own intercept), b_t = (Sxy_t + kSlopePrior * b) / (Sxx_t +
+// kSlopePrior), so a tunable setting seen at one batch size only still
+// moves with the batch the way the others do; with no spread in batch size
+// at all, b = 0 and (1) is the mean. The answer for a trial with batch size
+// B is the t with the highest prediction a_t + b_t * log B among those with
+// at least `min_observations` observations. Without a searched batch size
+// (none in the spec, or it is itself tunable) the covariate is absent and
+// the rule is the highest mean.
 #pragma once
+
+#include <nlohmann/json.hpp>
 
 #include <map>
 #include <optional>
@@ -51,12 +78,20 @@ class SpeedModel {
   std::optional<SpeedEstimate> Estimate(const std::string& device_class,
                                         const std::string& workload,
                                         const std::string& setting = "") const;
-  // The setting with the highest observed mean for (class, workload), with
-  // at least `min_observations` observations; the lexicographically
-  // smallest on ties. The empty setting ("whatever setting") never wins.
-  std::optional<std::string> BestSetting(const std::string& device_class,
-                                         const std::string& workload,
-                                         int min_observations = 1) const;
+  // The best values of the parameters named in `tunable` for a trial on
+  // (class, workload) whose searched values are `given` (its system setting,
+  // of which only a searched "batch_size" is read), by the fit at the top of
+  // this file; ties go to the lexicographically smallest setting. nullopt
+  // when no tunable setting has `min_observations` observations. The result
+  // holds only the tunable parameters the observations carry.
+  std::optional<nlohmann::json> BestTunables(const std::string& device_class, const std::string& workload,
+                                             const std::vector<std::string>& tunable, const nlohmann::json& given,
+                                             int min_observations = 1) const;
+  // Predicted samples/s of one tunable setting (as BestTunables returns it)
+  // for `given`, by the same fit; nullopt when that setting was never seen.
+  std::optional<double> PredictTunables(const std::string& device_class, const std::string& workload,
+                                        const std::vector<std::string>& tunable, const nlohmann::json& tunables,
+                                        const nlohmann::json& given) const;
   // Classes with a benchmark or an observation, sorted.
   std::vector<std::string> DeviceClasses() const;
 
@@ -72,7 +107,23 @@ class SpeedModel {
                                    const std::string& workload) const;
 
   std::map<std::string, double> gflops_;
-  std::map<std::tuple<std::string, std::string, std::string>, Stats> by_setting_;
+  // The fit (1) for one (class, workload), the tunable settings by key.
+  struct Line {
+    nlohmann::json tunables;
+    int n = 0;
+    double x_mean = 0, y_mean = 0, slope = 0;  // log(samples/s) = y_mean + slope * (log(batch) - x_mean)
+    double Predict(std::optional<double> log_batch) const {
+      return log_batch ? y_mean + slope * (*log_batch - x_mean) : y_mean;
+    }
+  };
+  std::map<std::string, Line> Fit(const std::string& device_class, const std::string& workload,
+                                  const std::vector<std::string>& tunable) const;
+
+  struct Observed {
+    Stats stats;
+    nlohmann::json setting;  // parsed once; null for the empty setting
+  };
+  std::map<std::tuple<std::string, std::string, std::string>, Observed> by_setting_;
   std::map<std::pair<std::string, std::string>, Stats> by_pair_;
 };
 

@@ -44,7 +44,10 @@ HttpResponse ErrorResponse(const Status& s, int http_status) {
   // U+FFFD instead of an exception.
   r.body = json{{"error", {{"code", std::string(StatusCodeName(s.code()))}, {"message", s.message()}}}}.dump(
       -1, ' ', false, json::error_handler_t::replace);
-  if (s.IsUnavailable()) r.headers["Retry-After"] = "1";
+  // The same rule as every other retry decision: a lost race (409), a full
+  // disk (429), an outage (503) or a slow answer (504) may pass; a client
+  // that honours Retry-After tries again after a second.
+  if (IsRetryable(s)) r.headers["Retry-After"] = "1";
   return r;
 }
 
@@ -527,13 +530,14 @@ HttpResponse RestApi::SystemTuning(Id experiment_id) {
   std::vector<std::string> workloads;
   std::vector<store::SpeedObservationRecord> observations;
   for (const auto& space : (*spec)->spaces) {
-    workloads.push_back(Engine::Workload(**spec, space.name));
+    workloads.push_back(Engine::Workload(experiment_id, **spec, space.name));
     // The newest 5000 per workload, as many as the engine's speed model reads.
     auto some = engine_.store().ListSpeedObservations(workloads.back(), 5000);
     if (!some.ok()) return ErrorResponse(some.status());
     observations.insert(observations.end(), some->begin(), some->end());
   }
-  return Json(200, dashboard::SystemTuning(observations, workloads, Engine::kMinObservationsToReuseSetting));
+  return Json(200, dashboard::SystemTuning(observations, workloads, Engine::TunableNames(**spec),
+                                          Engine::kMinObservationsToReuseSetting));
 }
 
 HttpResponse RestApi::Events(const HttpRequest&) {

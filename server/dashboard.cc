@@ -68,41 +68,63 @@ json LearningCurves(const std::vector<store::MeasurementRecord>& measurements, c
 }
 
 json SystemTuning(const std::vector<store::SpeedObservationRecord>& observations,
-                  const std::vector<std::string>& workloads, int min_observations) {
-  struct Tried {
-    json setting;
+                  const std::vector<std::string>& workloads, const std::vector<std::string>& tunable,
+                  int min_observations) {
+  struct Point {
+    json tunables;
     double sum = 0;
     int n = 0;
   };
+  // A searched batch size is a covariate (one line per bucket); a tunable
+  // one is on the x axis with the others.
+  const bool batch_searched = std::find(tunable.begin(), tunable.end(), "batch_size") == tunable.end();
+  auto bucket_of = [&](const json& setting) -> std::optional<int64_t> {
+    if (!batch_searched) return std::nullopt;
+    const auto b = setting.find("batch_size");
+    if (b == setting.end() || !b->is_number() || !(b->get<double>() >= 1)) return std::nullopt;
+    int64_t lo = 1;
+    while (lo * 2 <= b->get<double>() && lo < (int64_t{1} << 40)) lo *= 2;
+    return lo;
+  };
   scheduler::SpeedModel model;
-  // workload -> device class -> canonical setting -> what was measured
-  std::map<std::string, std::map<std::string, std::map<std::string, Tried>>> tried;
+  // workload -> device class -> batch bucket (-1: none) -> tunables' key -> what was measured
+  std::map<std::string, std::map<std::string, std::map<int64_t, std::map<std::string, Point>>>> measured;
   const std::set<std::string> wanted(workloads.begin(), workloads.end());
   for (const auto& o : observations) {
     if (!wanted.count(o.workload) || !(o.samples_per_sec > 0) || !std::isfinite(o.samples_per_sec)) continue;
     const json setting = json::parse(o.system_setting_json, nullptr, false);
     if (!setting.is_object()) continue;
-    const std::string key = scheduler::SettingKey(setting);
-    model.Observe(o.device_class, o.workload, key, o.samples_per_sec);
-    Tried& t = tried[o.workload][o.device_class][key];
-    t.setting = setting;
-    t.sum += o.samples_per_sec;
-    ++t.n;
+    model.Observe(o.device_class, o.workload, scheduler::SettingKey(setting), o.samples_per_sec);
+    json t = json::object();
+    for (const auto& name : tunable) {
+      if (const auto v = setting.find(name); v != setting.end()) t[name] = *v;
+    }
+    Point& p = measured[o.workload][o.device_class][bucket_of(setting).value_or(-1)][scheduler::SettingKey(t)];
+    p.tunables = t;
+    p.sum += o.samples_per_sec;
+    ++p.n;
   }
   json out = json::array();
   for (const std::string& workload : workloads) {
     json classes = json::array();
-    for (const auto& [device_class, settings] : tried[workload]) {
+    for (const auto& [device_class, buckets] : measured[workload]) {
       json rows = json::array();
-      for (const auto& [key, t] : settings) {
-        rows.push_back({{"setting", t.setting}, {"samples_per_sec", t.sum / t.n}, {"observations", t.n}});
+      for (const auto& [lo, points] : buckets) {
+        json given = json::object();
+        // The geometric middle of [lo, 2 lo).
+        if (lo > 0) given["batch_size"] = static_cast<double>(lo) * std::sqrt(2.0);
+        json line = json::array();
+        for (const auto& [key, p] : points) {
+          line.push_back({{"tunables", p.tunables}, {"samples_per_sec", p.sum / p.n}, {"observations", p.n}});
+        }
+        const auto chosen = model.BestTunables(device_class, workload, tunable, given, min_observations);
+        rows.push_back({{"batch_size", lo > 0 ? json(lo) : json(nullptr)},
+                        {"chosen", chosen ? *chosen : json(nullptr)},
+                        {"points", line}});
       }
-      const auto chosen = model.BestSetting(device_class, workload, min_observations);
-      classes.push_back({{"device_class", device_class},
-                         {"chosen", chosen ? settings.at(*chosen).setting : json(nullptr)},
-                         {"settings", rows}});
+      classes.push_back({{"device_class", device_class}, {"buckets", rows}});
     }
-    out.push_back({{"workload", workload}, {"device_classes", classes}});
+    out.push_back({{"workload", workload}, {"tunable", tunable}, {"device_classes", classes}});
   }
   return {{"workloads", out}};
 }

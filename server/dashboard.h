@@ -26,17 +26,21 @@ namespace hpo::server::dashboard {
 nlohmann::json LearningCurves(const std::vector<store::MeasurementRecord>& measurements,
                               const std::string& metric, int64_t max_points);
 
-// System-parameter tuning per device class: for each workload (as
-// Engine::Workload names them) and each device class that reported it, the
-// system settings tried with their mean samples/s and number of
-// observations, and the setting later trials on that class start from: the
-// fastest one with at least `min_observations` observations, the rule the
-// engine applies (SpeedModel::BestSetting), or null while none qualifies.
-//   {"workloads": [{"workload": w, "device_classes": [{"device_class": c,
-//      "chosen": {...} | null, "settings": [{"setting": {...},
-//      "samples_per_sec": mean, "observations": n}, ...]}]}]}
-// Settings are sorted by their canonical JSON text.
+// System-parameter co-tuning, as the engine applies it: for each workload
+// (Engine::Workload names them) and each device class that reported it, the
+// measured samples/s against the tunable parameters' values (`tunable`,
+// Engine::TunableNames), one line per bucket of the searched batch size (a
+// power-of-two range [lo, 2 lo); one bucket, "batch_size": null, when the
+// batch size is not searched), and in each bucket the tunable values a
+// trial with that batch size starts from (SpeedModel::BestTunables at the
+// bucket's geometric middle, at least `min_observations` observations), or
+// null while none qualifies.
+//   {"workloads": [{"workload": w, "tunable": [names], "device_classes": [{"device_class": c,
+//      "buckets": [{"batch_size": lo | null, "chosen": {...} | null,
+//        "points": [{"tunables": {...}, "samples_per_sec": mean, "observations": n}, ...]}]}]}]}
+// Buckets are sorted by batch size, points by the tunables' canonical JSON text.
 nlohmann::json SystemTuning(const std::vector<store::SpeedObservationRecord>& observations,
-                            const std::vector<std::string>& workloads, int min_observations);
+                            const std::vector<std::string>& workloads, const std::vector<std::string>& tunable,
+                            int min_observations);
 
 }  // namespace hpo::server::dashboard

@@ -210,7 +210,12 @@ std::string OneDecimal(double v) {
 // is (kind, model, usable cores), never from where it sits in the list: two
 // CPU workers with different core quotas run at different speeds.
 std::string ClassOf(const store::DeviceInfo& d) {
-  if (d.kind == store::DeviceKind::kCuda) return "cuda:" + d.name;
+  // A GPU model comes in several memory sizes (A100 40 and 80 GB), which
+  // train different batch sizes at different speeds: both are the class.
+  if (d.kind == store::DeviceKind::kCuda) {
+    if (d.memory_bytes <= 0) return "cuda:" + d.name;
+    return "cuda:" + d.name + ":" + std::to_string((d.memory_bytes + (int64_t{1} << 29)) >> 30) + "GiB";
+  }
   return "cpu:" + d.name + ":x" + OneDecimal(d.cores);
 }
 
@@ -586,7 +591,7 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
     for (const auto& [name, id] : c->space_ids) {
       if (trial.space_id == id) space = name;
     }
-    const std::string workload = Workload(spec, space);
+    const std::string workload = Workload(trial.experiment_id, spec, space);
     HPO_RETURN_IF_ERROR(store_
                             .AddSpeedObservation({*r.device_id, *device_class, workload, r.system.dump(),
                                                   r.samples_per_sec, r.trial_id})
@@ -616,7 +621,7 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
                          "pause after step " + std::to_string(*trial.stop_step) + " (rung " +
                              std::to_string(trial.level) + ")"};
     }
-    return CoTune(spec, r);
+    return CoTune(trial.experiment_id, spec, r);
   }
   const std::string why = "pruned by " + spec.early_stopping + " at step " + std::to_string(r.step);
   auto finished = store_.FinishTrial(r.trial_id, r.owner, {TrialState::kPruned, r.metrics.dump(), why});
@@ -636,7 +641,7 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
   return ReportReply{Decision::kPrune, std::nullopt, why};
 }
 
-Result<ReportReply> Engine::CoTune(const ExperimentSpec& spec, const TrialReport& r) {
+Result<ReportReply> Engine::CoTune(Id experiment_id, const ExperimentSpec& spec, const TrialReport& r) {
   ReportReply reply;
   std::vector<scheduler::SystemDimension> dims;
   for (const auto& p : spec.system) {
@@ -652,6 +657,19 @@ Result<ReportReply> Engine::CoTune(const ExperimentSpec& spec, const TrialReport
       history.push_back({json::parse(m.system_setting_json, nullptr, false), m.samples_per_sec});
     }
   }
+  if (const auto ignored = scheduler::FirstIgnoredChange(dims, history)) {
+    // Asking again would only get the same answer: the trial runs on as it
+    // is. Said once, at the epoch that showed it.
+    if (*ignored + 1 == history.size()) {
+      std::string why = "step " + std::to_string(r.step) + " ran " + scheduler::SettingKey(history.back().setting) +
+                        ", not the setting asked for; co-tuning stops for this trial (does the program apply "
+                        "HPO_SYSTEM_FILE, or can this parameter change only at a restart?)";
+      Emit("trial.cotuning_stopped",
+           {{"experiment_id", experiment_id}, {"trial_id", r.trial_id}, {"step", r.step}, {"reason", why}});
+      reply.reason = std::move(why);
+    }
+    return reply;
+  }
   const auto next = scheduler::NextSetting(dims, history, r.system);
   if (scheduler::SettingKey(next.setting) != scheduler::SettingKey(r.system)) {
     reply.new_system = next.setting;
@@ -662,25 +680,33 @@ Result<ReportReply> Engine::CoTune(const ExperimentSpec& spec, const TrialReport
 
 Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id,
                                   std::chrono::steady_clock::time_point asked, Assignment& a) {
-  std::optional<std::string> best;
+  // Only the tunable (throughput-only) parameters come from what was
+  // learned, chosen for this trial's own searched values (its batch size);
+  // the rest are the trial's own.
+  json start = json::parse(a.trial.system_params_json, nullptr, false);
+  if (!start.is_object()) return Status::OK();
+  const std::vector<std::string> tunable = TunableNames(spec);
+  if (tunable.empty()) return Status::OK();
+  std::optional<json> best;
   {
     HPO_ASSIGN_OR_RETURN(FleetView::Locked fleet, fleet_->Fresh(device_id, asked));
     auto device = fleet->devices.find(device_id);
     if (device == fleet->devices.end()) return Status::OK();  // not registered
-    best = fleet->model.BestSetting(device->second.device_class, Workload(spec, a.space),
-                                    kMinObservationsToReuseSetting);
+    best = fleet->model.BestTunables(device->second.device_class, Workload(a.trial.experiment_id, spec, a.space),
+                                     tunable, start, kMinObservationsToReuseSetting);
   }
   if (!best) return Status::OK();
-  // Only the tunable (throughput-only) parameters come from the remembered
-  // best; the rest are the trial's own.
-  json start = json::parse(a.trial.system_params_json, nullptr, false);
-  const json remembered = json::parse(*best, nullptr, false);
-  if (!start.is_object() || !remembered.is_object()) return Status::OK();
-  for (const auto& p : spec.system) {
-    if (!p.affects_accuracy && remembered.contains(p.domain.name)) start[p.domain.name] = remembered[p.domain.name];
-  }
+  for (const auto& [name, value] : best->items()) start[name] = value;
   a.trial.system_params_json = start.dump();
   return Status::OK();
+}
+
+std::vector<std::string> Engine::TunableNames(const ExperimentSpec& spec) {
+  std::vector<std::string> names;
+  for (const auto& p : spec.system) {
+    if (!p.affects_accuracy) names.push_back(p.domain.name);
+  }
+  return names;
 }
 
 Status Engine::Complete(Id trial_id, const std::string& owner, bool failed, const json& final_metrics,
@@ -758,15 +784,18 @@ Status Engine::MaybeFinish(Id experiment_id, Cached& c) {
   return s.IsFailedPrecondition() ? Status::OK() : s;  // another thread or server got there first
 }
 
-std::string Engine::Workload(const ExperimentSpec& spec, const std::string& space) {
+std::string Engine::Workload(Id experiment_id, const ExperimentSpec& spec, const std::string& space) {
+  if (!spec.workload.empty()) return spec.workload + "/" + space;
   std::string program = "client";
   if (spec.executor == ExperimentSpec::ExecutorKind::kBuiltin) {
     program = spec.trainer;
   } else if (spec.executor == ExperimentSpec::ExecutorKind::kCommand && !spec.argv.empty()) {
+    // The program's base name: readable in the dashboard; the experiment in
+    // the key keeps two programs run by one interpreter apart.
     const auto slash = spec.argv[0].rfind('/');
     program = spec.argv[0].substr(slash == std::string::npos ? 0 : slash + 1);
   }
-  return program + "/" + space;
+  return "experiment-" + std::to_string(experiment_id) + "/" + program + "/" + space;
 }
 
 Result<std::optional<store::TrialRecord>> Engine::BestTrial(Id experiment_id) {

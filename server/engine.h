@@ -179,16 +179,20 @@ class CheckpointUpload {
   Status Append(std::string_view bytes);
   // Makes it the trial's checkpoint if the bytes match `sha256` and the
   // worker still holds the lease (FailedPrecondition otherwise: the trial
-  // moved on meanwhile). DataLoss: the bytes do not match.
+  // moved on meanwhile). DataLoss: the bytes do not match. A checkpoint of
+  // the step the trial was told to pause at (its stop_step, reported) also
+  // pauses the trial there, as Engine::PauseTrial would: the worker's Pause
+  // that follows is then a retry.
   Status Commit(std::string_view sha256);
 
  private:
   friend class Engine;
-  CheckpointUpload(Engine& engine, store::Id trial_id, std::string owner,
+  CheckpointUpload(Engine& engine, store::Id trial_id, int64_t step, std::string owner,
                    std::unique_ptr<store::CheckpointWriter> writer)
-      : engine_(engine), trial_id_(trial_id), owner_(std::move(owner)), writer_(std::move(writer)) {}
+      : engine_(engine), trial_id_(trial_id), step_(step), owner_(std::move(owner)), writer_(std::move(writer)) {}
   Engine& engine_;
   const store::Id trial_id_;
+  const int64_t step_;
   const std::string owner_;
   std::unique_ptr<store::CheckpointWriter> writer_;
 };
@@ -341,9 +345,15 @@ class Engine {
   // engine counts at once rather than within history_cache).
   void ForgetHistory(store::Id experiment_id);
 
-  // What a trial's speed is measured against: the trainer (or the
-  // command's program) and the search space, e.g. "fashion-mnist-cnn/cnn".
-  static std::string Workload(const ExperimentSpec& spec, const std::string& space);
+  // The system parameters co-tuned inside trials (not affects_accuracy).
+  static std::vector<std::string> TunableNames(const ExperimentSpec& spec);
+  // What a trial's speed is measured against, the speed model's workload
+  // key of one space: the spec's `workload:` name plus the space when it has
+  // one (shared by every experiment naming it), otherwise this experiment's
+  // own trainer or command plus the space, e.g.
+  // "experiment-7/fashion-mnist-cnn/cnn", so unrelated programs that share
+  // an interpreter (python3) never share a speed history.
+  static std::string Workload(store::Id experiment_id, const ExperimentSpec& spec, const std::string& space);
 
  private:
   struct Cached {
@@ -403,6 +413,8 @@ class Engine {
   friend class CheckpointUpload;
   // FailedPrecondition unless `trial` is leased or running under `owner`.
   static Status CheckHolds(const store::TrialRecord& trial, const std::string& owner, std::string_view action);
+  // PauseTrial once the caller is known to hold `trial`'s lease.
+  Status PauseHeld(const store::TrialRecord& trial, const std::string& owner, int64_t step, bool checkpoint_uploaded);
   // Best effort: deletes the trial's checkpoint now that it ended (the sweep
   // retries what fails).
   void DeleteCheckpoint(store::Id trial_id);
@@ -445,7 +457,7 @@ class Engine {
   scheduler::PolicyOptions PolicyFor(const ExperimentSpec& spec, const FleetSnapshot& fleet,
                                      const store::ExperimentRecord& e, int64_t now_ms);
   // Co-tuning after a report: maybe a new system setting for the next epoch.
-  Result<ReportReply> CoTune(const ExperimentSpec& spec, const TrialReport& r);
+  Result<ReportReply> CoTune(store::Id experiment_id, const ExperimentSpec& spec, const TrialReport& r);
   // Overrides the assignment's tunable system parameters with the fastest
   // setting measured for the device's class and the workload.
   Status StartAtBestSetting(const ExperimentSpec& spec, store::Id device_id,

@@ -47,7 +47,19 @@ Status CheckpointUpload::Commit(std::string_view sha256) {
   // on (requeued, paused again at its old step, finished) keeps what it had.
   HPO_ASSIGN_OR_RETURN(const store::TrialRecord trial, engine_.store_.GetTrial(trial_id_));
   HPO_RETURN_IF_ERROR(Engine::CheckHolds(trial, owner_, "commit a checkpoint of"));
-  return writer_->Commit(sha256);
+  HPO_RETURN_IF_ERROR(writer_->Commit(sha256));
+  // The checkpoint of the rung the trial was told to pause at completes the
+  // pause, so the trial is paused from here on whatever becomes of the
+  // worker (its Pause is then a retry). Otherwise a worker that died before
+  // its Pause would leave the trial reclaimed to the step it resumed after,
+  // with this later step's checkpoint in place of that one's: neither fits,
+  // and the trial would start over from step 1.
+  if (trial.stop_step && *trial.stop_step == step_) {
+    Status s = engine_.PauseHeld(trial, owner_, step_, /*checkpoint_uploaded=*/true);
+    // Not reported up to its rung yet: the worker's own Pause decides.
+    if (!s.IsInvalidArgument()) return s;
+  }
+  return Status::OK();
 }
 
 Result<std::unique_ptr<CheckpointUpload>> Engine::BeginCheckpointUpload(const WorkerCaller& caller, Id trial_id,
@@ -63,7 +75,7 @@ Result<std::unique_ptr<CheckpointUpload>> Engine::BeginCheckpointUpload(const Wo
                                    std::to_string(step) + " is older than that");
   }
   HPO_ASSIGN_OR_RETURN(auto writer, options_.artifacts->Begin(trial_id, step, total_bytes));
-  return std::unique_ptr<CheckpointUpload>(new CheckpointUpload(*this, trial_id, owner, std::move(writer)));
+  return std::unique_ptr<CheckpointUpload>(new CheckpointUpload(*this, trial_id, step, owner, std::move(writer)));
 }
 
 Result<std::unique_ptr<store::CheckpointReader>> Engine::OpenCheckpoint(const WorkerCaller& caller, Id trial_id) {
@@ -91,6 +103,12 @@ Status Engine::PauseTrial(const WorkerCaller& caller, Id trial_id, int64_t step,
     return store_.PauseTrial(trial_id, owner, step);  // a retried call: acknowledged, announced once
   }
   HPO_RETURN_IF_ERROR(CheckHolds(trial, owner, "pause"));
+  return PauseHeld(trial, owner, step, checkpoint_uploaded);
+}
+
+Status Engine::PauseHeld(const store::TrialRecord& trial, const std::string& owner, int64_t step,
+                         bool checkpoint_uploaded) {
+  const Id trial_id = trial.id;
   // The checkpoint and the history must agree: a promotion continues at
   // step + 1 from both.
   HPO_ASSIGN_OR_RETURN(const auto measurements, store_.ListMeasurements(trial_id));

@@ -73,9 +73,9 @@ const std::string& RestApi::OpenApi() {
                      {"name": "metric", "in": "query", "schema": {"type": "string"}, "description": "default: the objective's metric"},
                      {"name": "max_points", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000000, "default": 20000}}],
       "responses": {"200": {"description": "{metric, points, downsampled, trials: [{trial_id, steps: [...], values: [...]}]}"}, "404": {"description": "no such experiment"}}}},
-    "/api/v1/experiments/{id}/system-tuning": {"get": {"summary": "System-parameter tuning per device class: for each of the experiment's workloads, the settings tried with their mean measured samples/s, and the setting later trials start from",
+    "/api/v1/experiments/{id}/system-tuning": {"get": {"summary": "System-parameter co-tuning per device class: for each of the experiment's workloads, measured samples/s against the tuned parameters, one line per bucket of the searched batch size, and what a trial of that batch size starts from",
       "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
-      "responses": {"200": {"description": "{workloads: [{workload, device_classes: [{device_class, chosen, settings: [{setting, samples_per_sec, observations}]}]}]}"}, "404": {"description": "no such experiment"}}}},
+      "responses": {"200": {"description": "{workloads: [{workload, tunable, device_classes: [{device_class, buckets: [{batch_size, chosen, points: [{tunables, samples_per_sec, observations}]}]}]}]}"}, "404": {"description": "no such experiment"}}}},
     "/api/v1/experiments/{id}/trials:suggest": {"post": {"summary": "Ask: new trials for a client experiment, leased to the caller",
       "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
       "requestBody": {"content": {"application/json": {"schema": {"type": "object", "properties": {"count": {"type": "integer", "minimum": 1, "maximum": 1000}}}}}},
@@ -94,7 +94,7 @@ const std::string& RestApi::OpenApi() {
       "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
       "responses": {"200": {"description": "failed"}}}},
     "/api/v1/workers": {"get": {"summary": "Workers with their devices", "responses": {"200": {"description": "{workers: [...]}"}}}},
-    "/api/v1/events": {"get": {"summary": "Server-Sent Events: experiment.created, experiment.finished, trial.created, trial.reported, trial.requeued (a lease expired: pending again), trial.paused (at a rung, with or without its checkpoint), trial.restarted (its checkpoint was missing or unusable: from step 0 again, with the reason), trial.finished (and lagged when events were dropped or, between replicas, may have been missed: re-read)",
+    "/api/v1/events": {"get": {"summary": "Server-Sent Events: experiment.created, experiment.finished, trial.created, trial.reported, trial.requeued (a lease expired: pending again), trial.paused (at a rung, with or without its checkpoint), trial.restarted (its checkpoint was missing or unusable: from step 0 again, with the reason), trial.cotuning_stopped (the program ran another system setting than the one asked for: the trial is not probed further, with the reason), trial.finished (and lagged when events were dropped or, between replicas, may have been missed: re-read)",
       "parameters": [{"name": "access_token", "in": "query", "schema": {"type": "string"}, "description": "the server token, for clients that cannot send an Authorization header (a browser's EventSource)"}],
       "responses": {"200": {"description": "text/event-stream"}}}}
   }

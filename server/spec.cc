@@ -279,7 +279,10 @@ Status ParseSystem(Fields& top, ExperimentSpec& spec) {
     json domain = *it;
     SystemParam p;
     Fields f(*it, path);
-    HPO_ASSIGN_OR_RETURN(p.may_change_mid_trial, f.Bool("mutable", true));
+    // LibTorch takes its inter-op thread count once per process, so the
+    // built-in trainer cannot change it inside a trial: it is set where a
+    // trial starts, and never probed (`mutable: true` says a program can).
+    HPO_ASSIGN_OR_RETURN(p.may_change_mid_trial, f.Bool("mutable", it.key() != "inter_op_threads"));
     // A batch size changes what a model learns unless the spec says it
     // only changes speed; threads and devices never do.
     const bool batch_like = it.key().find("batch") != std::string::npos;
@@ -669,6 +672,13 @@ Result<ExperimentSpec> ParseExperimentSpec(const json& j) {
     }
   }
   HPO_RETURN_IF_ERROR(ParseSystem(top, spec));
+  if (top.Get("workload")) {
+    HPO_ASSIGN_OR_RETURN(spec.workload, top.String("workload", std::nullopt));
+    if (spec.workload.empty() || spec.workload.size() > kMaxSpecNameLength) {
+      return Status::InvalidArgument("workload: must be a non-empty name of at most " +
+                                     std::to_string(kMaxSpecNameLength) + " bytes");
+    }
+  }
   // System parameters that change accuracy are searched like hyperparameters
   // in every space; the rest are co-tuned inside trials.
   for (const auto& p : spec.system) {

@@ -16,6 +16,10 @@
 //   system:                          # tuned inside each trial, not by the sampler
 //     batch_size: {type: int, low: 32, high: 512, log: true, affects_accuracy: false}
 //     threads: {type: int, low: 1, high: 4}    # co-tuned epoch by epoch (PipeTune)
+//     inter_op_threads: {type: int, low: 1, high: 2}  # mutable: false by default (LibTorch sets
+//                                      # it once per process): chosen where a trial starts, never
+//                                      # probed inside one; `mutable: true|false` says either way
+//   workload: resnet-cifar           # optional: share speed history with experiments naming it
 //   algorithm: {sampler: auto, seed: 42}         # auto (default) | tpe | gp | random
 //   early_stopping: {rule: asha, min_resource: 1, reduction_factor: 3, type: promotion}
 //                                                # none | median | asha | hyperband;
@@ -66,6 +70,10 @@ struct ExperimentSpec {
   search::Direction direction = search::Direction::kMinimize;
   std::vector<search::SearchSpace> spaces;
   std::vector<SystemParam> system;
+  // `workload:` names what is trained (e.g. resnet-cifar) so that experiments
+  // naming the same one share what the speed model learned; "" keeps it to
+  // this experiment (Engine::Workload).
+  std::string workload;
 
   // A name of search/registry.h: auto (the default), tpe, gp or random.
   std::string sampler = "auto";

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <vector>
 
+#include <torch/cuda.h>
+
 #include "worker/builtin_trainer.h"
 #include "worker/idx.h"
 
@@ -76,6 +78,22 @@ TEST(BuiltinTrainer, MlpLearnsFashionMnistInOneEpochAndLossFalls) {
   EXPECT_EQ(reporter.steps[0].system["batch_size"], 128);
   EXPECT_GT(r->final_metrics.at("test_accuracy"), 0.80);
   EXPECT_FALSE(r->stopped);
+}
+
+// The CUDA path: the same trainer on a GPU learns as on the CPU, and
+// reports the loss it kept on the device. Runs where LibTorch sees a GPU.
+TEST(BuiltinTrainer, LearnsOnACudaDevice) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device (LibTorch sees none): the CUDA path is not run";
+  auto exec = MakeBuiltinExecutor();
+  RecordingReporter reporter;
+  TrialRun run = Mlp(2);
+  run.device = "cuda:0";
+  auto r = exec->Run(run, reporter);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(reporter.steps.size(), 2u);
+  EXPECT_GT(reporter.steps[0].metrics.at("accuracy"), 0.80);
+  EXPECT_LT(reporter.steps[1].metrics.at("train_loss"), reporter.steps[0].metrics.at("train_loss"));
+  EXPECT_GT(r->final_metrics.at("test_accuracy"), 0.80);
 }
 
 TEST(BuiltinTrainer, CnnRunsAndSystemChangesApplyAtTheNextEpoch) {

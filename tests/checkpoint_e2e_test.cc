@@ -20,7 +20,7 @@
 #include <sstream>
 
 #include "server/engine.h"
-#include "server/grpc/grpc_status.h"
+#include "proto/grpc_status.h"
 #include "server/grpc/worker_service.h"
 #include "tests/server_process.h"
 #include "tests/store_backends.h"

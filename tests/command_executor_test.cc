@@ -356,18 +356,16 @@ sleep 100 &
 echo $! > background.pid
 echo "hpo: step=1 loss=1"
 sleep 100
+touch finished
 )sh");
   TrialRun run = MakeRun({script});
   run.timeout_ms = 1000;
   FakeReporter reporter;
-  const auto start = Clock::now();
   auto r = Executor().Run(run, reporter);
-  const double took = SecondsSince(start);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
   EXPECT_EQ(r.status().message(), "timed out after 1 s; last output:\nhpo: step=1 loss=1");
-  EXPECT_GE(took, 0.9);
-  EXPECT_LT(took, 4.0);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/finished")) << "the program ran to its end";
   EXPECT_EQ(reporter.calls().size(), 1u);
 
   const pid_t background = std::stoi(ReadFile(dir_ + "/background.pid"));
@@ -381,6 +379,7 @@ trap '' TERM
 sleep 100 &
 echo $! > background.pid
 sleep 100
+touch finished
 )sh");
   TrialRun run = MakeRun({script});
   run.timeout_ms = 300;
@@ -388,14 +387,11 @@ sleep 100
   options.working_dir = dir_;
   options.kill_grace = std::chrono::milliseconds(300);
   FakeReporter reporter;
-  const auto start = Clock::now();
   auto r = CommandExecutor(options).Run(run, reporter);
-  const double took = SecondsSince(start);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
   EXPECT_EQ(r.status().message(), "timed out after 0.3 s; no output");
-  EXPECT_GE(took, 0.55);
-  EXPECT_LT(took, 3.0);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/finished")) << "SIGTERM was ignored, so SIGKILL must have ended it";
   const pid_t background = std::stoi(ReadFile(dir_ + "/background.pid"));
   EXPECT_TRUE(EndsWithin(background, 2.0));
 }
@@ -407,17 +403,17 @@ echo $! > background.pid
 echo "hpo: step=1 loss=1"
 echo "hpo: step=2 loss=0.9"
 sleep 100
+touch finished
 )sh");
   FakeReporter reporter;
   reporter.verdict = [](const FakeReporter::Call&) { return Verdict::kStop; };
   auto r = Executor().Run(MakeRun({script}), reporter);
-  const auto end = Clock::now();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->stopped);
   EXPECT_EQ(r->final_metrics, (Metrics{{"loss", 1}}));
   const auto calls = reporter.calls();
   ASSERT_EQ(calls.size(), 1u) << "nothing is reported after a stop";
-  EXPECT_LT(std::chrono::duration<double>(end - calls[0].at).count(), 3.0);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/finished")) << "the program ran to its end";
   const pid_t background = std::stoi(ReadFile(dir_ + "/background.pid"));
   EXPECT_TRUE(EndsWithin(background, 2.0));
 }
@@ -426,22 +422,19 @@ TEST_F(CommandExecutorTest, StopRequestedFromAnotherThread) {
   const std::string script = Script("train.sh", R"sh(
 echo "hpo: step=1 loss=1"
 sleep 100
+touch finished
 )sh");
   FakeReporter reporter;
-  std::atomic<int64_t> stop_at_ns{0};
   std::thread stopper([&] {
     while (reporter.calls().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    stop_at_ns = Clock::now().time_since_epoch().count();
     reporter.stop = true;
   });
   auto r = Executor().Run(MakeRun({script}), reporter);
-  const auto end = Clock::now();
   stopper.join();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->stopped);
-  const Clock::time_point stop_at{Clock::duration(stop_at_ns.load())};
-  EXPECT_LT(std::chrono::duration<double>(end - stop_at).count(), 3.0);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/finished")) << "the program ran to its end";
 }
 
 TEST_F(CommandExecutorTest, AStopBeforeTheStartRunsNothing) {
@@ -467,10 +460,8 @@ echo
 echo "hpo: step=1 loss=1"
 )sh");
   FakeReporter reporter;
-  const auto start = Clock::now();
   auto r = Executor().Run(MakeRun({script}), reporter);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_LT(SecondsSince(start), 10.0);
   EXPECT_EQ(reporter.calls().size(), 1u);
   EXPECT_LE(r->log_tail.size(), 16u * 1024);
   EXPECT_LE(std::count(r->log_tail.begin(), r->log_tail.end(), '\n'), 49);

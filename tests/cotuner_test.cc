@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <set>
 
 #include "scheduler/cotuner.h"
@@ -37,6 +38,36 @@ TEST(CoTuner, CoordinateSearchFindsTheFastestAndSettles) {
   std::set<std::string> distinct;
   for (const auto& e : h) distinct.insert(SettingKey(e.setting));
   EXPECT_LE(distinct.size(), 5u);
+}
+
+// A program that applies what it is asked shows no ignored change; one that
+// keeps running its first setting is caught at the first epoch after the
+// first probe, and one that applies threads but not batch_size at the first
+// epoch that probed batch_size.
+TEST(CoTuner, FirstIgnoredChangeFindsAProgramThatDoesNotApplySettings) {
+  auto run = [](std::function<json(const json& asked, const json& running)> apply) {
+    std::vector<EpochSpeed> h;
+    json running = {{"threads", 1}, {"batch_size", 128}, {"device", "cpu"}};
+    for (int epoch = 0; epoch < 8; ++epoch) {
+      h.push_back({running, Speed(running)});
+      running = apply(NextSetting(Dims(), h, running).setting, running);
+    }
+    return h;
+  };
+  EXPECT_FALSE(FirstIgnoredChange(Dims(), run([](const json& asked, const json&) { return asked; })));
+  EXPECT_EQ(FirstIgnoredChange(Dims(), run([](const json&, const json& running) { return running; })), 1u);
+  const auto h = run([](const json& asked, const json& running) {
+    json s = running;
+    s["threads"] = asked["threads"];
+    return s;
+  });
+  const auto ignored = FirstIgnoredChange(Dims(), h);
+  ASSERT_TRUE(ignored);
+  EXPECT_GT(*ignored, 1u) << "threads were applied";
+  EXPECT_EQ(h[*ignored].setting["batch_size"], 128);
+  std::vector<EpochSpeed> before(h.begin(), h.begin() + static_cast<long>(*ignored));
+  EXPECT_NE(NextSetting(Dims(), before, before.back().setting).setting["batch_size"], 128)
+      << "the epoch it names was asked for another batch size";
 }
 
 TEST(CoTuner, NoHistoryKeepsTheStartAndDriftRestartsProbing) {

@@ -272,7 +272,8 @@ TEST_F(EngineCheckpointsTest, ACheckpointOverTheLimitIsRefusedNamingIt) {
 }
 
 TEST_F(EngineCheckpointsTest, AnUploadWhoseLeaseExpiredMeanwhileIsNotCommitted) {
-  const auto t = LeasedTrial(a_, 2);
+  // Uploads short of the rung (step 3): one of the rung would pause the trial.
+  const auto t = LeasedTrial(a_, 3);
   ReportSteps(a_, t.id, 1, 2);
   ASSERT_TRUE(Upload(a_, t.id, 2, "first").ok());
   auto up = engine_->BeginCheckpointUpload(a_.caller, t.id, 2, 6);

@@ -454,6 +454,78 @@ TEST_F(EngineTest, CoTunesThreadsInsideTrialsAndRemembersTheWinnerPerDeviceClass
   }
 }
 
+// A program that runs on with its first setting whatever it is asked (a
+// command that never reads HPO_SYSTEM_FILE) is asked once, then left alone,
+// with one event saying why.
+TEST_F(EngineTest, CoTuningStopsForAProgramThatIgnoresChanges) {
+  std::vector<std::pair<std::string, json>> events;
+  EngineOptions o = Options();
+  o.on_event = [&](std::string type, const json& data) { events.emplace_back(type, data); };
+  engine_ = std::make_unique<Engine>(*store_, o);
+  const TestWorker worker = AddWorker(*engine_, "host", "test", 4);
+  std::string spec = OneSpace(Spec(kBuiltin, 1, 1));
+  spec.replace(spec.find(R"("steps_per_trial": 4)"), 20, R"("steps_per_trial": 8)");
+  ASSERT_TRUE(engine_->CreateExperiment(spec).ok());
+  auto a = LeaseFor(worker);
+  ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
+  const json system = json::parse((*a)->trial.system_params_json);
+  int asked = 0;
+  for (int step = 1; step <= 8; ++step) {
+    auto reply = engine_->Report({(*a)->trial.id, worker.owner, step, {{"loss", 1.0 / step}}, 1000.0 + step, system,
+                                  worker.device});
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    asked += reply->new_system.has_value();
+  }
+  EXPECT_EQ(asked, 1) << "one probe, then no more";
+  int stopped = 0;
+  for (const auto& [type, data] : events) {
+    if (type != "trial.cotuning_stopped") continue;
+    ++stopped;
+    EXPECT_EQ(data["step"], 2) << data.dump();
+    EXPECT_EQ(data["trial_id"], (*a)->trial.id);
+    EXPECT_NE(data["reason"].get<std::string>().find("not the setting asked for"), std::string::npos);
+  }
+  EXPECT_EQ(stopped, 1);
+}
+
+// What co-tuning learned stays with its experiment unless the spec names the
+// workload: then experiments naming the same one share it.
+TEST_F(EngineTest, LearnedSettingsAreSharedOnlyUnderANamedWorkload) {
+  const TestWorker worker = AddWorker(*engine_, "host", "test", 4);
+  auto speed = [](const json& system) { return system["threads"] == 2 ? 3000.0 : 1500.0; };
+  auto spec = [](const std::string& workload) {
+    std::string s = OneSpace(Spec(kBuiltin, 2, 1));
+    s.replace(s.find(R"("steps_per_trial": 4)"), 20, R"("steps_per_trial": 8)");
+    if (!workload.empty()) s.insert(s.find('{') + 1, R"("workload": ")" + workload + R"(",)");
+    return s;
+  };
+  // Runs the experiment's trials, co-tuned; the first trial's start setting.
+  auto run_experiment = [&](const std::string& text) {
+    auto e = engine_->CreateExperiment(text);
+    EXPECT_TRUE(e.ok()) << e.status();
+    json first;
+    for (int trial = 0; trial < 2; ++trial) {
+      auto a = LeaseFor(worker);
+      EXPECT_TRUE(a.ok() && a->has_value());
+      if (!a.ok() || !a->has_value()) break;
+      json system = json::parse((*a)->trial.system_params_json);
+      if (trial == 0) first = system;
+      for (int step = 1; step <= 8; ++step) {
+        auto reply = engine_->Report({(*a)->trial.id, worker.owner, step, {{"loss", 1.0 / step}}, speed(system),
+                                      system, worker.device});
+        EXPECT_TRUE(reply.ok()) << reply.status();
+        if (reply.ok() && reply->new_system) system = *reply->new_system;
+      }
+      EXPECT_EQ(system["threads"], 2) << "co-tuning settles on the fastest";
+      EXPECT_TRUE(engine_->Complete((*a)->trial.id, worker.owner, false, json::object(), "").ok());
+    }
+    return first;
+  };
+  EXPECT_EQ(run_experiment(spec("quad-shared"))["threads"], 3) << "nothing known yet: the middle of [1, 4]";
+  EXPECT_EQ(run_experiment(spec(""))["threads"], 3) << "an unnamed workload is this experiment's own";
+  EXPECT_EQ(run_experiment(spec("quad-shared"))["threads"], 2) << "the named workload's remembered winner";
+}
+
 }  // namespace
 }  // namespace hpo::server
 
@@ -566,10 +638,11 @@ TEST_F(EngineTest, ADearDeviceWaitsWhileACheapOneMeetsTheDeadline) {
   const TestWorker dear = AddWorker(*engine_, "dear", "big", 8, 400);
   const std::string cheap_class = store_->GetWorker(cheap.caller.worker_id)->devices.at(0).device_class;
   const std::string dear_class = store_->GetWorker(dear.caller.worker_id)->devices.at(0).device_class;
-  // An earlier experiment of the same workload (one space, so that one
-  // trial on each device measures it) taught the engine their speeds: 100
-  // and 1000 samples/s.
-  auto earlier = engine_->CreateExperiment(OneSpace(Spec(kBuiltin, 20, 4)));
+  // An earlier experiment of the same named workload (one space, so that
+  // one trial on each device measures it) taught the engine their speeds:
+  // 100 and 1000 samples/s.
+  auto named = [](std::string spec) { return spec.insert(spec.find('{') + 1, R"("workload": "shared",)"); };
+  auto earlier = engine_->CreateExperiment(named(OneSpace(Spec(kBuiltin, 20, 4))));
   ASSERT_TRUE(earlier.ok()) << earlier.status();
   for (const TestWorker* w : {&cheap, &dear}) {
     auto a = LeaseFor(*w);
@@ -582,7 +655,7 @@ TEST_F(EngineTest, ADearDeviceWaitsWhileACheapOneMeetsTheDeadline) {
     ASSERT_TRUE(engine_->Complete((*a)->trial.id, w->owner, false, json::object(), "").ok());
   }
   ASSERT_TRUE(engine_->CancelExperiment(earlier->id, "done").ok());
-  std::string spec = OneSpace(Spec(kBuiltin, 20, 4));
+  std::string spec = named(OneSpace(Spec(kBuiltin, 20, 4)));
   spec.insert(spec.rfind('}'), R"(, "cost": {"prices": {")" + cheap_class + R"(": 1, ")" + dear_class +
                                    R"(": 30}, "deadline_s": 3600})");
   auto e = engine_->CreateExperiment(spec);

@@ -134,6 +134,51 @@ TEST_F(FaultTest, ALiveButSlowWorkerKeepsItsTrial) {
   EXPECT_EQ(r->control_attempts, 2) << Logs();
 }
 
+// Promotion-type ASHA with server kills and workers that die mid-upload:
+// nothing acknowledged is lost, a cut upload leaves the previous checkpoint
+// whole, promoted trials resume from the step their checkpoint is of, and
+// none is left leased.
+template <typename Backend>
+void PromotedTrialsSurviveKillsAndCutUploads(bench::Setup setup) {
+  HPO_REQUIRE_BACKEND(Backend);
+  Backend db;
+  setup.store_url = db.url();
+  bench::PromotionOptions o;
+  o.workers = 4;
+  o.step_time = 50ms;
+  o.server_kills = 2;
+  o.upload_cuts = 2;
+  o.lease_timeout_s = 2;
+  o.duration = 10s;
+  auto r = bench::Promotion(setup, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::string samples;
+  for (const auto& s : r->samples) samples += "\n  " + s;
+  EXPECT_EQ(r->server_kills, o.server_kills);
+  EXPECT_EQ(r->upload_cuts, o.upload_cuts) << "the run found no promoted trial to cut the upload of";
+  EXPECT_GT(r->promotions, 0);
+  EXPECT_GT(r->acked_reports, 0);
+  EXPECT_EQ(r->lost_reports, 0) << samples;
+  EXPECT_EQ(r->lost_completions, 0) << samples;
+  EXPECT_EQ(r->lost_pauses, 0) << samples;
+  EXPECT_EQ(r->bad_resumes, 0) << samples;
+  EXPECT_EQ(r->restarted, 0) << samples;
+  EXPECT_EQ(r->cut_previous_intact, r->upload_cuts) << samples;
+  EXPECT_EQ(r->cut_resumed, r->upload_cuts) << "a cut trial was not promoted again from its previous checkpoint"
+                                            << samples;
+  EXPECT_GT(r->paused_at_end, 0);
+  EXPECT_EQ(r->checkpoints_intact, r->paused_at_end) << samples;
+  EXPECT_EQ(r->stuck, 0) << samples;
+}
+
+TEST_F(FaultTest, PromotedTrialsSurviveServerKillsAndCutUploadsOnSqlite) {
+  PromotedTrialsSurviveKillsAndCutUploads<testing::SqliteBackend>(setup_);
+}
+
+TEST_F(FaultTest, PromotedTrialsSurviveServerKillsAndCutUploadsOnPostgresql) {
+  PromotedTrialsSurviveKillsAndCutUploads<testing::PostgresBackend>(setup_);
+}
+
 TEST_F(FaultTest, ShortLoadOnPostgresqlHasNoErrors) {
   HPO_REQUIRE_BACKEND(testing::PostgresBackend);
   testing::PostgresBackend db;

@@ -464,5 +464,36 @@ TEST_F(GrpcCheckpointsTest, AWorkerKilledMidUploadLeavesThePreviousCheckpointVal
   EXPECT_EQ(Events("trial.paused").at(0)["checkpoint"], true);
 }
 
+// kill -9 of a worker after its upload of a rung's checkpoint went through
+// but before its Pause: its lease runs out, and the trial must still resume
+// from a checkpoint that fits it, not start over.
+TEST_F(GrpcCheckpointsTest, AWorkerKilledBetweenItsUploadAndItsPauseLeavesAUsableCheckpoint) {
+  const std::string first = Bytes(300'000, 8);
+  const int64_t trial = PausedAndPromotedToB(first);
+  // PausedAndPromotedToB resumed it with no rung to stop at; this one is at step 4.
+  db_.Raw("UPDATE trials SET stop_step = 4 WHERE id = " + std::to_string(trial));
+  ASSERT_TRUE(Download(b_, trial).status.ok());
+  EXPECT_EQ(ReportOk(b_, trial, 3), v1::DECISION_CONTINUE);
+  EXPECT_EQ(ReportOk(b_, trial, 4), v1::DECISION_PAUSE);
+  const std::string second = Bytes(300'000, 9);
+  ASSERT_TRUE(Upload(b_, trial, 4, second).ok());
+  // Worker b dies here, before its Pause; its lease runs out.
+  db_.Raw("UPDATE trials SET lease_expires_ms = 1 WHERE id = " + std::to_string(trial) +
+          " AND state IN ('leased', 'running')");
+  ASSERT_TRUE(store_->ReclaimExpiredLeases(3).ok());
+
+  const store::TrialRecord t = *store_->GetTrial(trial);
+  ASSERT_EQ(t.state, TrialState::kPaused);
+  ASSERT_TRUE(store_->ResumeTrial(trial, a_.owner, 60'000, std::nullopt).ok());
+  const Downloaded got = Download(a_, trial);
+  ASSERT_TRUE(got.status.ok()) << "paused after step " << t.resume_step << ": " << got.status.error_message();
+  EXPECT_EQ(got.chunks.front().step(), t.resume_step);
+  EXPECT_TRUE(got.data == (t.resume_step == 4 ? second : first));
+  EXPECT_EQ(store_->ListMeasurements(trial)->size(), static_cast<size_t>(t.resume_step))
+      << "the history matches the checkpoint";
+  EXPECT_TRUE(Events("trial.restarted").empty());
+  // Worker b's Pause, had it come, is acknowledged as a retry.
+}
+
 }  // namespace
 }  // namespace hpo::server

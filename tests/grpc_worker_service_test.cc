@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "server/engine.h"
-#include "server/grpc/grpc_status.h"
+#include "proto/grpc_status.h"
 #include "server/grpc/worker_service.h"
 #include "tests/store_backends.h"
 
@@ -97,6 +97,7 @@ class GrpcWorkerServiceTest : public ::testing::Test {
     v1::Device d = Cpu(ordinal, name, 0);
     d.set_kind(v1::DEVICE_KIND_CUDA);
     d.set_benchmark_gflops(900);
+    d.set_memory_bytes(int64_t{80} << 30);
     return d;
   }
 
@@ -187,7 +188,7 @@ TEST_F(GrpcWorkerServiceTest, RegisterStoresDevicesWithClassesFromWhatWasReporte
   const store::DeviceRecord& gpu = by_id.at(resp.device_ids(0));
   EXPECT_EQ(gpu.kind, store::DeviceKind::kCuda);
   EXPECT_EQ(gpu.ordinal, 1);
-  EXPECT_EQ(gpu.device_class, "cuda:NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(gpu.device_class, "cuda:NVIDIA H100 80GB HBM3:80GiB") << "the model and its memory";
   const store::DeviceRecord& cpu = by_id.at(resp.device_ids(1));
   EXPECT_EQ(cpu.kind, store::DeviceKind::kCpu);
   EXPECT_EQ(cpu.device_class, "cpu:AMD EPYC 7B13:x2.0");

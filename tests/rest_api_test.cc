@@ -359,6 +359,20 @@ TEST_F(RestApiTest, LearningCurvesAndSystemTuningForTheDashboard) {
   CallJson("GET", "/api/v1/experiments/" + id + "/measurements?max_points=0", 400);
   CallJson("GET", "/api/v1/experiments/77/measurements", 404);
 
+}
+
+// The co-tuning view: samples/s against the tuned parameter (threads), a
+// line per bucket of the searched batch size, and in each bucket what a
+// trial of that batch size starts from, chosen by the fit in log batch size
+// (SpeedModel::BestTunables), not by the fastest whole setting.
+TEST_F(RestApiTest, SystemTuningShowsSpeedAgainstTheTunedParameterPerBatchBucket) {
+  Start();
+  std::string spec = kClientSpec;
+  spec.replace(spec.find("budget:"), 0,
+               "system:\n  threads: {type: int, low: 1, high: 4}\n"
+               "  batch_size: {type: int, low: 32, high: 512, log: true}\n");
+  json created = CallJson("POST", "/api/v1/experiments", 201, spec);
+  const std::string id = std::to_string(created["id"].get<int64_t>());
   // Speed observations come from workers' reports; write them directly.
   store::NewWorker w;
   w.host = "h";
@@ -368,33 +382,60 @@ TEST_F(RestApiTest, LearningCurvesAndSystemTuningForTheDashboard) {
   w.devices.push_back(device);
   auto worker = store_->RegisterWorker(w);
   ASSERT_TRUE(worker.ok()) << worker.status();
-  auto observe = [&](const std::string& device_class, int threads, double sps) {
+  const std::string workload = "experiment-" + id + "/client/main";
+  auto observe = [&](const std::string& device_class, int threads, int batch, double sps) {
     store::SpeedObservation o;
     o.device_id = worker->devices[0].id;
     o.device_class = device_class;
-    o.workload = "client/main";
-    o.system_setting_json = json{{"threads", threads}}.dump();
+    o.workload = workload;
+    o.system_setting_json = json{{"threads", threads}, {"batch_size", batch}}.dump();
     o.samples_per_sec = sps;
     auto added = store_->AddSpeedObservation(o);
     ASSERT_TRUE(added.ok()) << added.status();
   };
-  observe("cpu:fast", 1, 100);
-  observe("cpu:fast", 2, 180);
-  observe("cpu:fast", 2, 220);
-  observe("cpu:fast", 4, 900);  // fastest, but seen once: not reused yet
-  observe("cpu:slow", 1, 50);
+  // Two threads are faster at every batch size; one thread was only ever
+  // seen with the big batch, the fastest whole setting.
+  observe("cpu:fast", 2, 64, 180);
+  observe("cpu:fast", 2, 64, 220);
+  observe("cpu:fast", 2, 256, 400);
+  observe("cpu:fast", 2, 256, 420);
+  observe("cpu:fast", 1, 512, 490);
+  observe("cpu:fast", 1, 512, 510);
+  observe("cpu:slow", 1, 64, 50);
+  // Another experiment's workload does not show.
+  store::SpeedObservation other;
+  other.device_id = worker->devices[0].id;
+  other.device_class = "cpu:fast";
+  other.workload = "experiment-999/client/main";
+  other.system_setting_json = R"({"threads": 3, "batch_size": 64})";
+  other.samples_per_sec = 5000;
+  ASSERT_TRUE(store_->AddSpeedObservation(other).ok());
+
   json tuning = CallJson("GET", "/api/v1/experiments/" + id + "/system-tuning", 200);
-  ASSERT_EQ(tuning["workloads"].size(), 1u);
-  EXPECT_EQ(tuning["workloads"][0]["workload"], "client/main");
+  ASSERT_EQ(tuning["workloads"].size(), 1u) << tuning.dump();
+  EXPECT_EQ(tuning["workloads"][0]["workload"], workload);
+  EXPECT_EQ(tuning["workloads"][0]["tunable"], json::parse(R"(["threads"])"));
   const json& classes = tuning["workloads"][0]["device_classes"];
-  ASSERT_EQ(classes.size(), 2u);
+  ASSERT_EQ(classes.size(), 2u) << classes.dump();
   EXPECT_EQ(classes[0]["device_class"], "cpu:fast");
-  EXPECT_EQ(classes[0]["chosen"], json::parse(R"({"threads": 2})"));
-  ASSERT_EQ(classes[0]["settings"].size(), 3u);
-  EXPECT_EQ(classes[0]["settings"][1]["setting"], json::parse(R"({"threads": 2})"));
-  EXPECT_DOUBLE_EQ(classes[0]["settings"][1]["samples_per_sec"].get<double>(), 200);
-  EXPECT_EQ(classes[0]["settings"][1]["observations"], 2);
-  EXPECT_EQ(classes[1]["chosen"], nullptr) << classes.dump();
+  const json& buckets = classes[0]["buckets"];
+  ASSERT_EQ(buckets.size(), 3u) << buckets.dump();
+  EXPECT_EQ(buckets[0]["batch_size"], 64);
+  EXPECT_EQ(buckets[1]["batch_size"], 256);
+  EXPECT_EQ(buckets[2]["batch_size"], 512);
+  ASSERT_EQ(buckets[0]["points"].size(), 1u);
+  EXPECT_EQ(buckets[0]["points"][0]["tunables"], json::parse(R"({"threads": 2})"));
+  EXPECT_DOUBLE_EQ(buckets[0]["points"][0]["samples_per_sec"].get<double>(), 200);
+  EXPECT_EQ(buckets[0]["points"][0]["observations"], 2);
+  ASSERT_EQ(buckets[2]["points"].size(), 1u);
+  EXPECT_EQ(buckets[2]["points"][0]["tunables"], json::parse(R"({"threads": 1})"));
+  EXPECT_DOUBLE_EQ(buckets[2]["points"][0]["samples_per_sec"].get<double>(), 500);
+  // Two threads in every bucket, although the fastest whole setting seen
+  // (500 samples/s) had one thread: it had the biggest batch, and two
+  // threads at 256 scale up to more than that at 512.
+  for (const json& b : buckets) EXPECT_EQ(b["chosen"], json::parse(R"({"threads": 2})")) << buckets.dump();
+  // Seen once: not reused yet.
+  EXPECT_EQ(classes[1]["buckets"][0]["chosen"], nullptr) << classes.dump();
 }
 
 TEST(DashboardLearningCurves, SkipsStepsWithoutTheMetricAndKeepsEveryTrialsEnds) {

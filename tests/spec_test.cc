@@ -112,6 +112,8 @@ TEST(ExperimentSpec, ErrorsNameTheFieldPath) {
       {replace(base, "objective: {metric: accuracy, direction: maximize}", ""), "objective: missing"},
       {replace(base, "max_trials: 40", "max_trials: 4.5"), "budget.max_trials: must be an integer"},
       {"name: [unclosed", "line 1"},
+      {replace(base, "budget:", "workload: ''\nbudget:"), "workload: must be a non-empty"},
+      {replace(base, "budget:", "workload: [a]\nbudget:"), "workload"},
   };
   for (const auto& c : cases) {
     auto r = ParseExperimentSpec(c.text);

@@ -13,10 +13,12 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "common/sha256.h"
 #include "hpo/v1/worker.grpc.pb.h"
+#include "proto/grpc_status.h"
 #include "worker/checkpoint_archive.h"
 
 namespace hpo::worker {
@@ -66,11 +68,21 @@ std::string Describe(const grpc::Status& s) {
 // The most data one CheckpointChunk carries (worker.proto).
 constexpr size_t kChunkBytes = size_t{1} << 20;
 
-bool Retryable(const grpc::Status& s) {
-  if (CertificateRejected(s)) return false;
-  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-         s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+// IsRetryable's rule (common/status.h), but a certificate this worker does
+// not trust fails as UNAVAILABLE every time.
+bool Retryable(const grpc::Status& s) { return !CertificateRejected(s) && IsRetryable(FromGrpcStatus(s)); }
+
+// The pause before a call is made again: 100 ms doubling to at most 1 s, so
+// that a fleet is back within about a second of its server (issue #21), and
+// each drawn between half and all of it, so that a fleet that lost its
+// server at once does not come back in lockstep. The channel's own
+// reconnect backoff (Run) is bounded alike.
+constexpr int64_t kFirstRetryMs = 100;
+constexpr int64_t kMaxRetryMs = 1000;
+
+int64_t Jittered(int64_t ms) {
+  thread_local std::minstd_rand rng(std::random_device{}());
+  return std::uniform_int_distribution<int64_t>(ms / 2, ms)(rng);
 }
 
 }  // namespace
@@ -112,16 +124,24 @@ struct WorkerClient::Impl {
     while (Clock::now() < until && !Stopping(level)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 
-  // Calls `rpc` until it succeeds, fails for good, or the worker stops.
+  // Calls `rpc` until it succeeds, fails for good, or the worker stops. A
+  // server that is away (UNAVAILABLE, DEADLINE_EXCEEDED) or full
+  // (RESOURCE_EXHAUSTED) is waited for as long as it takes; a lost race
+  // (ABORTED) is tried kMaxAbortedAttempts times in all. A repeat is
+  // harmless: the server keeps one report per (trial, step) and
+  // acknowledges a repeated completion or pause; a lease whose answer was
+  // lost expires and is handed out again.
   template <typename F>
   grpc::Status WithRetry(const char* what, F rpc, int level = 2) {
-    int64_t backoff = 500;
-    for (;;) {
+    int64_t backoff = kFirstRetryMs;
+    for (int aborted = 0;;) {
       grpc::Status s = rpc();
       if (s.ok() || !Retryable(s) || Stopping(level)) return s;
-      spdlog::warn("{}: server unavailable ({}); retrying in {} ms", what, s.error_message(), backoff);
-      Sleep(backoff, level);
-      backoff = std::min<int64_t>(backoff * 2, 30'000);
+      if (FromGrpcStatus(s).IsAborted() && ++aborted >= kMaxAbortedAttempts) return s;
+      const int64_t pause = Jittered(backoff);
+      spdlog::warn("{}: {}; retrying in {} ms", what, Describe(s), pause);
+      Sleep(pause, level);
+      backoff = std::min(backoff * 2, kMaxRetryMs);
     }
   }
 
@@ -185,7 +205,7 @@ struct WorkerClient::Impl {
       r.timeout_ms = c.timeout_ms();
     }
     r.device = device.device;
-    r.threads = options.threads > 0 ? options.threads : std::max(1, static_cast<int>(device.cores));
+    r.threads = options.threads > 0 ? options.threads : std::max(1, device.host_threads);
     r.stop_step = t.stop_step();
     r.resume_step = t.resume_step();
     return r;
@@ -384,7 +404,8 @@ struct WorkerClient::Impl {
       writer->WritesDone();
       s = writer->Finish();
       if (s.ok()) return Status::OK();
-      if (!Retryable(s) || s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED || Stopping(2)) break;
+      // A checkpoint over the server's limit is too big every time.
+      if (!Retryable(s) || FromGrpcStatus(s).code() == StatusCode::kResourceExhausted || Stopping(2)) break;
       spdlog::warn("trial {}: checkpoint upload failed ({}); trying again", trial_id, Describe(s));
     }
     return Status::Unavailable("upload: " + Describe(s));
@@ -610,7 +631,8 @@ struct WorkerClient::Impl {
         Prepare(ctx);
         return stub->Lease(&ctx, req, &res);
       }, 1);
-      if (s.error_code() == grpc::StatusCode::NOT_FOUND || s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+      const Status status = FromGrpcStatus(s);
+      if (status.IsNotFound() || status.code() == StatusCode::kPermissionDenied) {
         // The server does not know this registration (a new database: the
         // id is unknown, or is now another worker's, whose session ours is
         // not; or one from before sessions): register again.
@@ -649,8 +671,10 @@ Status WorkerClient::Run(const std::atomic<int>& stop_level) {
   if (w.options.devices.empty()) return Status::InvalidArgument("no devices to serve");
   w.stop_level = &stop_level;
   grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 500);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 30'000);
+  // gRPC's defaults (1 s growing to 120 s) would leave a fleet idle for up
+  // to two minutes after its server restarts; gRPC jitters these itself.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(kFirstRetryMs));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(kMaxRetryMs));
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (w.options.tls) {
     grpc::SslCredentialsOptions ssl;

@@ -17,8 +17,11 @@
 // paused without one, never failed for it). Heartbeats go on through the
 // transfers, so a large checkpoint does not cost the lease.
 //
-// The server going away is expected: every call retries with exponential
-// backoff (0.5 s doubling to 30 s) until it answers or the worker stops.
+// The server going away is expected: every call retries with jittered
+// exponential backoff (0.1 s doubling to 1 s) until it answers or the
+// worker stops; a call answered ABORTED (a lost race) is tried at most
+// kMaxAbortedAttempts (proto/grpc_status.h) times. Which errors are retried
+// is IsRetryable's rule (common/status.h).
 // Stopping (SIGTERM): the current trials finish, then the worker exits; a
 // second stop request abandons them (their leases expire and the server
 // hands them out again).
@@ -38,9 +41,14 @@ namespace hpo::worker {
 struct DeviceSpec {
   std::string device;  // "cpu" or "cuda:N"
   std::string name;
-  double cores = 0;
+  double cores = 0;  // CPU: usable cores; CUDA: multiprocessors (reported, not used for threads)
   int64_t memory_bytes = 0;
   double benchmark_gflops = 0;
+  // Intra-op CPU threads of a trial on this device (without --threads): a
+  // CPU device's usable cores; for a CUDA device its share of the host's
+  // usable cores (data loading, the optimizer's host work), never its
+  // multiprocessor count.
+  int host_threads = 1;
 };
 
 struct WorkerOptions {

@@ -39,6 +39,37 @@ int Fail(const std::string& message) {
   return 1;
 }
 
+// A GPU's model and memory from nvidia-smi, for builds without the CUDA
+// runtime (Debian's LibTorch): otherwise the device class would follow the
+// ordinal ("CUDA device 0") rather than the GPU model. nvidia-smi numbers
+// GPUs in PCI bus order, as CUDA does under CUDA_DEVICE_ORDER=PCI_BUS_ID;
+// with the default order the two agree whenever the GPUs are one model.
+bool NvidiaSmiDevice(int index, std::string& name, int64_t& memory_bytes) {
+  const std::string cmd = "nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits -i " +
+                          std::to_string(index) + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return false;
+  char buf[512];
+  std::string out;
+  while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  if (pclose(p) != 0) return false;
+  const auto comma = out.rfind(',');
+  if (comma == std::string::npos) return false;
+  auto trim = [](std::string t) {
+    const auto b = t.find_first_not_of(" \t\r\n");
+    const auto e = t.find_last_not_of(" \t\r\n");
+    return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
+  };
+  const std::string n = trim(out.substr(0, comma));
+  char* end = nullptr;
+  const std::string mib = trim(out.substr(comma + 1));
+  const double m = std::strtod(mib.c_str(), &end);
+  if (n.empty() || end == mib.c_str() || !(m > 0)) return false;
+  name = n;
+  memory_bytes = static_cast<int64_t>(m * 1024 * 1024);
+  return true;
+}
+
 // The devices to serve: "auto" = the CPU plus every CUDA device LibTorch
 // sees; otherwise "cpu" or "cuda:N".
 Result<std::vector<DeviceSpec>> Inventory(const std::string& which, int threads, double bench_seconds) {
@@ -52,6 +83,7 @@ Result<std::vector<DeviceSpec>> Inventory(const std::string& which, int threads,
     d.name = cpu.model;
     d.cores = threads > 0 ? std::min<double>(threads, cpu.usable_cores) : cpu.usable_cores;
     d.memory_bytes = cpu.memory_bytes;
+    d.host_threads = std::max(1, static_cast<int>(d.cores));
     out.push_back(d);
   };
   auto add_gpu = [&](int i) {
@@ -61,14 +93,19 @@ Result<std::vector<DeviceSpec>> Inventory(const std::string& which, int threads,
     d.cores = 1;
 #ifdef HPO_HAVE_CUDART
     // Built against the CUDA runtime (the CUDA worker image): real name and
-    // memory. Debian's LibTorch is CPU-only, so plain builds skip this.
+    // memory.
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, i) == cudaSuccess) {
       d.name = prop.name;
       d.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
       d.cores = prop.multiProcessorCount;
-    }
+    } else
 #endif
+    if (!NvidiaSmiDevice(i, d.name, d.memory_bytes)) {
+      spdlog::warn("cuda:{}: neither the CUDA runtime nor nvidia-smi names this GPU; its device class "
+                   "follows the ordinal",
+                   i);
+    }
     out.push_back(d);
   };
   if (which == "auto") {
@@ -85,6 +122,12 @@ Result<std::vector<DeviceSpec>> Inventory(const std::string& which, int threads,
     add_gpu(i);
   } else {
     return Status::InvalidArgument("--device '" + which + "': expected auto, cpu or cuda:N");
+  }
+  // Each device runs a trial at a time, side by side: a GPU trial's host
+  // threads are its share of the usable cores.
+  const int gpu_share = std::max(1, static_cast<int>(cpu.usable_cores / std::max<size_t>(1, out.size())));
+  for (auto& d : out) {
+    if (d.device != "cpu") d.host_threads = threads > 0 ? threads : gpu_share;
   }
   for (auto& d : out) {
     BenchmarkOptions b;

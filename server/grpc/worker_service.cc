@@ -17,7 +17,7 @@
 
 #include "common/json_limits.h"
 #include "common/token.h"
-#include "server/grpc/grpc_status.h"
+#include "proto/grpc_status.h"
 
 namespace hpo::server {
 

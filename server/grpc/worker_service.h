@@ -1,9 +1,10 @@
 // The gRPC transport for workers: hpo.v1.WorkerService (proto/hpo/v1/
 // worker.proto) on top of the Engine, and a small server to run it.
 //
-// All gRPC code of the server sits under server/grpc/; the Engine knows
+// All gRPC code of the server sits under server/grpc/ (the Status
+// conversion, shared with the worker, in proto/); the Engine knows
 // nothing of it. Errors are hpo::Status until the last line of each RPC,
-// where ToGrpcStatus (grpc_status.h) converts them.
+// where ToGrpcStatus (proto/grpc_status.h) converts them.
 //
 // Include this only where a gRPC server is built (the server's main, tests):
 // it pulls in the generated gRPC headers.

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
+#include <thread>
 #include <type_traits>
 
 namespace hpo::store {
@@ -143,6 +145,31 @@ void SqlStore::Release(std::unique_ptr<SqlConnection> c) {
   cv_.notify_one();
 }
 
+bool SqlStore::RetryAfter(const Status& s, bool committing, int attempt) {
+  if (!IsRetryable(s)) return false;
+  if (s.IsAborted()) {
+    // The database rolled the loser back whole, even when it was the COMMIT
+    // that failed, so every body may run again. The pause lets the winner
+    // finish; its jitter keeps two losers from meeting again in lockstep.
+    if (attempt + 1 >= kMaxConflictAttempts) return false;
+    thread_local std::minstd_rand rng(std::random_device{}());
+    const int ceiling_ms = 5 << attempt;  // 5, 10, 20, 40 ms
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(ceiling_ms / 2, ceiling_ms)(rng)));
+  } else if (s.IsUnavailable()) {
+    // The connection died (the database may have restarted): try once
+    // more on a new one. Before COMMIT nothing was applied. A single
+    // statement lost in flight may have been applied: every such call is
+    // idempotent except a lease, whose orphan expires and is reclaimed.
+    // Past that, or once the COMMIT was sent, the caller decides.
+    if (committing || attempt > 0) return false;
+  } else {
+    return false;  // a full disk or a slow database does not pass within one call
+  }
+  if (options_.on_retry) options_.on_retry(s, attempt + 2);
+  return true;
+}
+
 template <typename F>
 auto SqlStore::Run(TxMode mode, F&& body) {
   using T = std::invoke_result_t<F&, SqlConnection&>;
@@ -171,12 +198,7 @@ auto SqlStore::Run(TxMode mode, F&& body) {
         conn->Rollback();
         Release(std::move(conn));
       }
-      // The connection died (the database may have restarted): try once
-      // more on a new one. Before COMMIT nothing was applied. A single
-      // statement lost in flight may have been applied: every such call is
-      // idempotent except a lease, whose orphan expires and is reclaimed.
-      if (e.status.IsUnavailable() && !committing && attempt == 0) continue;
-      return Out(e.status);
+      if (!RetryAfter(e.status, committing, attempt)) return Out(e.status);
     } catch (const std::exception& e) {
       if (conn) {
         conn->Rollback();

@@ -64,11 +64,17 @@ class SqlStore final : public Store {
   SqlStore(std::unique_ptr<SqlDriver> driver, StoreOptions options);
 
   // Runs body(connection) in one transaction; converts SqlError and other
-  // exceptions to a Status. Retries once on a fresh connection when the
-  // failure was a lost connection before anything was committed.
+  // exceptions to a Status. Runs it again from the start when the failure
+  // was a lost race (Aborted, up to kMaxConflictAttempts in all), or a lost
+  // connection before anything was committed (once, on a fresh connection).
+  // REQUIRES: body is a function of its inputs and what it reads through
+  // the connection only: it keeps nothing from one attempt to the next.
   template <typename F>
   auto Run(SqlConnection::TxMode mode, F&& body);
 
+  // Whether Run runs its body again after `s` on attempt `attempt` (0: the
+  // first), the COMMIT sent or not; pauses first where a pause helps.
+  bool RetryAfter(const Status& s, bool committing, int attempt);
   std::unique_ptr<SqlConnection> Acquire();
   void Release(std::unique_ptr<SqlConnection> c);
   void Migrate(SqlConnection& c);

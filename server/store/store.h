@@ -10,6 +10,12 @@
 // on both backends):
 //  * Every call is exactly one transaction: it either commits completely or
 //    changes nothing.
+//  * Conflicts are retried inside the call. A transaction that lost a race
+//    to a concurrent one (Aborted: PostgreSQL's serialization failure or
+//    deadlock) is run again from the start, up to kMaxConflictAttempts
+//    times in all with a short jittered pause between; only when every
+//    attempt lost does the call return Aborted. A connection lost before
+//    the commit is retried once on a new one; otherwise Unavailable.
 //  * Thread safety: a Store may be used from any number of threads at once.
 //    Several Store handles (in one process or several) may share one
 //    database; they coordinate through the database only.
@@ -261,7 +267,19 @@ struct StoreOptions {
   int pool_size = 8;
   // SQLite: how long a write waits for another connection's transaction.
   int busy_timeout_ms = 10'000;
+  // Called before a call's transaction is run again (see the rules above),
+  // with the failure that made it and the attempt about to start (2, 3,
+  // ...). For logs and metrics; on the calling thread, so it must be cheap.
+  std::function<void(const Status& why, int attempt)> on_retry;
 };
+
+// How many times in all a store call runs a transaction that keeps losing
+// races (Aborted) before it gives up. Each loser was rolled back whole, so a
+// rerun is safe; five attempts ride out a burst of contention on one row
+// (a hot experiment's trials), while a call that cannot win still ends
+// after at most 75 ms of pauses (ceilings of 5, 10, 20 and 40 ms, each
+// drawn between half and all of it).
+inline constexpr int kMaxConflictAttempts = 5;
 
 // Receives the change notifications of every process on the database
 // (Store::NotifyChange), this one's included, in the order they committed.

@@ -69,7 +69,6 @@ const CPU_MODEL = evil('cpu-model');
 const HOST = evil('host');
 const DEVICE = evil('device-name');
 const DEVICE_CLASS = evil('device-class');
-const WORKLOAD = `${PROGRAM}/${COMMAND_SPACE}`;  // Engine::Workload: argv[0]'s base name / the space
 
 const { base, ports, db, api } = await startServer(procs,
                                                    { server: args.server, webRoot: args['web-root'], token: TOKEN });
@@ -108,6 +107,8 @@ const command = await api('POST', '/api/v1/experiments', {
   budget: { max_trials: 3, max_parallel: 1, steps_per_trial: 3 },
   executor: { command: { argv: [program], timeout_s: 60 } },
 });
+// Engine::Workload: the experiment, argv[0]'s base name, the space.
+const WORKLOAD = `experiment-${command.id}/${PROGRAM}/${COMMAND_SPACE}`;
 
 // The worker in its own user and mount namespaces, over a /proc/cpuinfo
 // whose model name is the payload, when unshare may do that here (as root or
@@ -266,12 +267,13 @@ async function visitEverything(page, pass, consoleErrors) {
   assertShows(tips, 'the client experiment\'s tooltips', { 'space name': SPACE, 'parameter name': PARAM });
 
   await visit(`#/experiments/${command.id}`);
-  // A real hover over the first bar of the system-tuning chart.
+  // A real hover over the first point of the system-tuning chart.
   await page.locator('#tuning').scrollIntoViewIfNeeded();
   const [x, y] = await page.evaluate(() => {
     const c = window.hpoCharts.get('experiment.tuning');
-    const bar = c.getOption().series[0].data[0];
-    const [px, py] = c.convertToPixel({ seriesIndex: 0 }, [bar.value / 2, 0]);
+    const data = c.getOption().series[0].data;
+    const at = data.findIndex((d) => d !== null);
+    const [px, py] = c.convertToPixel({ seriesIndex: 0 }, [at, data[at].value]);
     const r = c.getDom().getBoundingClientRect();
     return [r.left + px, r.top + py];
   });

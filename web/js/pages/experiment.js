@@ -292,37 +292,58 @@ function drawImportance({ trials, metric }) {
   }, true);
 }
 
+// Measured samples/s against the tuned (throughput-only) parameters' values,
+// a line per device class, workload and bucket of the searched batch size;
+// the point trials of that bucket start from is marked (green, ✓). See
+// dashboard::SystemTuning in server/dashboard.h for the data.
 function drawTuning({ tuning }) {
-  const labels = [];
-  const values = [];
-  let classes = 0;
+  const xs = new Map();  // x label -> canonical key, for a stable order
   for (const w of tuning.workloads) {
     for (const c of w.device_classes) {
-      classes++;
-      const chosen = JSON.stringify(c.chosen);
-      for (const s of c.settings) {
-        const isChosen = JSON.stringify(s.setting) === chosen;
-        labels.push(`${c.device_class} · ${w.workload} · ${compact(s.setting)}${isChosen ? ' ✓' : ''}`);
-        values.push({ value: s.samples_per_sec, observations: s.observations, deviceClass: c.device_class,
-                      workload: w.workload, setting: compact(s.setting), isChosen,
-                      itemStyle: { color: isChosen ? '#1a9b5c' : '#9db4dc' } });
+      for (const b of c.buckets) for (const p of b.points) xs.set(compact(p.tunables), JSON.stringify(p.tunables));
+    }
+  }
+  // Numbers in their order (threads 2 before 10).
+  const labels = [...xs.keys()].sort((a, b) => xs.get(a).localeCompare(xs.get(b), undefined, { numeric: true }));
+  const series = [];
+  for (const w of tuning.workloads) {
+    for (const c of w.device_classes) {
+      for (const b of c.buckets) {
+        const chosen = b.chosen === null ? null : compact(b.chosen);
+        const batch = b.batch_size === null ? 'any batch' : `batch ${b.batch_size}–${2 * b.batch_size - 1}`;
+        const at = new Map(b.points.map((p) => [compact(p.tunables), p]));
+        series.push({
+          type: 'line', name: `${c.device_class} · ${w.workload} · ${batch}`, connectNulls: true,
+          data: labels.map((x) => {
+            const p = at.get(x);
+            if (!p) return null;
+            const isChosen = x === chosen;
+            return { value: p.samples_per_sec, observations: p.observations, deviceClass: c.device_class,
+                     workload: w.workload, batch, setting: x, isChosen,
+                     symbolSize: isChosen ? 14 : 6,
+                     itemStyle: isChosen ? { color: '#1a9b5c' } : undefined,
+                     label: isChosen ? { show: true, formatter: '✓', position: 'top' } : undefined };
+          }),
+        });
       }
     }
   }
   const el = document.getElementById('tuning');
-  el.style.height = classes === 0 ? '0' : `${Math.max(160, 26 * labels.length + 70)}px`;
+  el.style.height = series.length === 0 ? '0' : `${Math.max(240, 22 * series.length + 220)}px`;
   chart(el, 'experiment.tuning').setOption({
     ...baseOption,
     tooltip: { trigger: 'item', formatter: tuningTooltip },
-    xAxis: { type: 'value', name: 'samples/s' },
-    yAxis: { type: 'category', inverse: true, data: labels, axisLabel: { width: 420, overflow: 'truncate' } },
-    series: [{ type: 'bar', name: 'samples/s', data: values }],
+    legend: { type: 'scroll', bottom: 0, formatter: (name) => name },
+    grid: { left: 70, right: 30, top: 30, bottom: 22 * Math.min(series.length, 6) + 40 },
+    xAxis: { type: 'category', name: (tuning.workloads[0]?.tunable ?? []).join(', '), data: labels },
+    yAxis: { type: 'value', name: 'samples/s' },
+    series,
   }, true);
   chart(el, 'experiment.tuning').resize();
-  document.getElementById('tuning-note').textContent = classes === 0
+  document.getElementById('tuning-note').textContent = series.length === 0
     ? 'No speed measured yet: workers report samples/s per system setting as they train (ask/tell clients report no device).'
-    : 'Mean measured samples/s of each system setting tried, per device class and workload; ✓ (green) is the ' +
-      'setting later trials on that class start from: the fastest seen at least twice.';
+    : 'Mean measured samples/s against the co-tuned parameters, a line per device class, workload and searched ' +
+      'batch size; ✓ (green) is what later trials of that batch size start from on that class (seen at least twice).';
 }
 
 // A DOM node, not markup: the device class comes from the worker's CPU or GPU
@@ -333,6 +354,7 @@ function tuningTooltip({ data }) {
   return element('div', null,
     element('div', null, element('b', null, data.deviceClass)),
     element('div', null, data.workload),
+    element('div', null, data.batch),
     element('div', null, data.setting || '(no system parameters)', data.isChosen ? ' ✓' : ''),
     element('div', null, `${formatNumber(data.value)} samples/s, ${data.observations} observations`));
 }

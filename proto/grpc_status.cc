@@ -1,6 +1,6 @@
-#include "server/grpc/grpc_status.h"
+#include "proto/grpc_status.h"
 
-namespace hpo::server {
+namespace hpo {
 
 namespace {
 
@@ -88,4 +88,4 @@ Status FromGrpcStatus(const ::grpc::Status& s) {
   return Status(FromGrpcCode(s.error_code()), s.error_message());
 }
 
-}  // namespace hpo::server
+}  // namespace hpo

@@ -1,0 +1,33 @@
+// The one place where hpo::Status and grpc::Status meet (DESIGN.md: errors
+// are converted to gRPC codes in exactly one file). Messages pass through
+// unchanged in both directions, so a field path such as
+// "devices[1].name: must not be empty" reaches the worker as written.
+// Part of hpo_proto, so that both ends of the worker protocol use it: the
+// server's service answers with ToGrpcStatus; the worker and the benches'
+// simulated workers read answers with FromGrpcStatus and decide on retries
+// with IsRetryable (common/status.h), never on raw gRPC codes.
+#pragma once
+
+#include <grpcpp/support/status.h>
+
+#include "common/status.h"
+
+namespace hpo {
+
+// OK -> OK; each hpo::StatusCode to the gRPC code of the same name
+// (Internal, and anything without a counterpart, to INTERNAL).
+::grpc::Status ToGrpcStatus(const Status& s);
+
+// The reverse, for callers of a gRPC service. UNKNOWN becomes Internal and
+// OUT_OF_RANGE becomes InvalidArgument (hpo has no such codes).
+Status FromGrpcStatus(const ::grpc::Status& s);
+
+// How many times in all a client of the worker protocol makes a call the
+// server answers ABORTED (IsRetryable: a lost race). The server has already
+// run the call's transaction several times by then (store.h:
+// kMaxConflictAttempts); a few tries more ride out a longer burst of
+// contention, and a call that cannot win ends instead of spinning. Reports
+// and completions are idempotent on the server, so a repeat is harmless.
+inline constexpr int kMaxAbortedAttempts = 5;
+
+}  // namespace hpo

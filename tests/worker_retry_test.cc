@@ -1,0 +1,200 @@
+// A real hpo-worker against a server that answers some calls ABORTED (a lost
+// race: a PostgreSQL serialization failure the store could not win) retries
+// them, and finishes the trial, instead of giving it up; a call that can
+// never win is given up after kMaxAbortedAttempts tries, not retried
+// forever.
+//
+// The server runs in this process and every RPC is the real
+// WorkerServiceImpl's. A forwarding service in front of it (STYLE.md: fault
+// injection by a wrapper that overrides one call) answers the first
+// `aborts` Reports of each step, and the first Complete, ABORTED before
+// they reach the real one: a real conflict on PostgreSQL is retried inside
+// the store (store_retry_test.cc), so one that reaches the worker is not
+// something a test can force on a real database without this.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "proto/grpc_status.h"
+#include "server/engine.h"
+#include "server/grpc/worker_service.h"
+#include "tests/server_process.h"
+
+namespace hpo::server {
+namespace {
+
+namespace fs = std::filesystem;
+namespace v1 = hpo::v1;
+using store::TrialState;
+
+class AbortingService final : public v1::WorkerService::Service {
+ public:
+  // The first `aborts` Reports of each step and the first `aborts`
+  // Completes of each trial are answered ABORTED.
+  AbortingService(WorkerServiceImpl& real, int aborts) : real_(real), aborts_(aborts) {}
+
+  ::grpc::Status Report(::grpc::ServerContext* c, const v1::ReportRequest* q, v1::ReportResponse* r) override {
+    if (Abort("report", q->trial_id(), q->step())) return Aborted();
+    return real_.Report(c, q, r);
+  }
+  ::grpc::Status Complete(::grpc::ServerContext* c, const v1::CompleteRequest* q, v1::CompleteResponse* r) override {
+    if (Abort("complete", q->trial_id(), 0)) return Aborted();
+    return real_.Complete(c, q, r);
+  }
+
+  // How many calls of `what` ("report", "complete") arrived, aborted or not.
+  int Calls(const std::string& what) {
+    std::lock_guard lock(mu_);
+    int n = 0;
+    for (const auto& [key, count] : calls_) {
+      if (std::get<0>(key) == what) n += count;
+    }
+    return n;
+  }
+
+  // The rest is the real service's.
+  ::grpc::Status Register(::grpc::ServerContext* c, const v1::RegisterRequest* q, v1::RegisterResponse* r) override {
+    return real_.Register(c, q, r);
+  }
+  ::grpc::Status Lease(::grpc::ServerContext* c, const v1::LeaseRequest* q, v1::LeaseResponse* r) override {
+    return real_.Lease(c, q, r);
+  }
+  ::grpc::Status Heartbeat(::grpc::ServerContext* c, const v1::HeartbeatRequest* q, v1::HeartbeatResponse* r) override {
+    return real_.Heartbeat(c, q, r);
+  }
+  ::grpc::Status Pause(::grpc::ServerContext* c, const v1::PauseRequest* q, v1::PauseResponse* r) override {
+    return real_.Pause(c, q, r);
+  }
+  ::grpc::Status Restart(::grpc::ServerContext* c, const v1::RestartRequest* q, v1::RestartResponse* r) override {
+    return real_.Restart(c, q, r);
+  }
+
+ private:
+  static ::grpc::Status Aborted() {
+    // What the real service sends when the store gave up on a conflict.
+    return ToGrpcStatus(Status::Aborted("postgresql://db: could not serialize access due to concurrent update"));
+  }
+  bool Abort(const std::string& what, int64_t trial, int64_t step) {
+    std::lock_guard lock(mu_);
+    return ++calls_[{what, trial, step}] <= aborts_;
+  }
+
+  WorkerServiceImpl& real_;
+  const int aborts_;
+  std::mutex mu_;
+  std::map<std::tuple<std::string, int64_t, int64_t>, int> calls_;  // GUARDED_BY(mu_)
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+constexpr int kSteps = 3;
+const char* kSpec = R"({"name": "retry", "objective": {"metric": "loss", "direction": "minimize"},
+  "spaces": [{"name": "a", "params": {"x": {"type": "float", "low": 0.1, "high": 0.5}}}],
+  "algorithm": {"sampler": "random", "seed": 3},
+  "budget": {"max_trials": 1, "max_parallel": 1, "steps_per_trial": 3},
+  "executor": {"command": {"argv": ["python3", ")" HPO_SOURCE_DIR R"(/examples/train_example.py",
+                                    "--lr={x}", "--width=6", "--seed=11"], "timeout_s": 60}}})";
+
+class WorkerRetryTest : public ::testing::Test {
+ protected:
+  void Start(int aborts) {
+    dir_ = ::testing::TempDir() + "hpo-worker-retry-" + std::to_string(getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    auto s = store::OpenStore("sqlite://" + dir_ + "/hpo.db");
+    ASSERT_TRUE(s.ok()) << s.status();
+    store_ = std::move(s).value();
+    engine_ = std::make_unique<Engine>(*store_, EngineOptions{});
+    auto e = engine_->CreateExperiment(kSpec);
+    ASSERT_TRUE(e.ok()) << e.status();
+    experiment_ = e->id;
+    real_ = std::make_unique<WorkerServiceImpl>(*engine_, WorkerServiceOptions{"", 100});
+    aborting_ = std::make_unique<AbortingService>(*real_, aborts);
+    auto server = GrpcServer::Start("127.0.0.1:0", aborting_.get());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(server).value();
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown(std::chrono::seconds(1));
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  // Runs a worker for one trial; true when it exited 0. Its log is in log_.
+  bool RunWorker() {
+    const std::string log = dir_ + "/worker.log";
+    const pid_t pid = testing::Spawn({HPO_WORKER_BIN, "--server", "127.0.0.1:" + std::to_string(server_->port()),
+                                      "--device", "cpu", "--threads", "1", "--benchmark-seconds", "0.1",
+                                      "--heartbeat-ms", "500", "--max-trials", "1"},
+                                     log);
+    int status = -1;
+    for (int i = 0; i < 2400; ++i) {  // 120 s: a hang fails the test instead of stalling it
+      if (waitpid(pid, &status, WNOHANG) == pid) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (waitpid(pid, nullptr, WNOHANG) == 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      status = -1;
+    }
+    log_ = Slurp(log);
+    return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+
+  store::TrialRecord OnlyTrial() {
+    auto all = store_->ListTrials(experiment_, {});
+    EXPECT_TRUE(all.ok()) << all.status();
+    EXPECT_EQ(all.ok() ? all->size() : 0u, 1u);
+    return all.ok() && !all->empty() ? all->at(0) : store::TrialRecord{};
+  }
+
+  std::string dir_, log_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Engine> engine_;
+  store::Id experiment_ = 0;
+  std::unique_ptr<WorkerServiceImpl> real_;
+  std::unique_ptr<AbortingService> aborting_;
+  std::unique_ptr<GrpcServer> server_;
+};
+
+TEST_F(WorkerRetryTest, AbortedReportsAndCompletionsAreRetriedAndTheTrialCompletes) {
+  Start(/*aborts=*/2);
+  ASSERT_TRUE(RunWorker()) << log_;
+  const store::TrialRecord trial = OnlyTrial();
+  EXPECT_EQ(trial.state, TrialState::kCompleted) << trial.reason << "\n" << log_;
+  auto curve = store_->ListMeasurements(trial.id);
+  ASSERT_TRUE(curve.ok()) << curve.status();
+  EXPECT_EQ(curve->size(), static_cast<size_t>(kSteps)) << log_;
+  // Each step: two refused, the third through; the completion likewise.
+  EXPECT_EQ(aborting_->Calls("report"), 3 * kSteps) << log_;
+  EXPECT_EQ(aborting_->Calls("complete"), 3) << log_;
+  EXPECT_NE(log_.find("report: ABORTED"), std::string::npos) << log_;
+  EXPECT_EQ(log_.find("report refused"), std::string::npos) << log_;
+}
+
+TEST_F(WorkerRetryTest, AReportThatNeverWinsIsGivenUpAfterABoundedNumberOfTries) {
+  Start(/*aborts=*/1'000'000);
+  ASSERT_TRUE(RunWorker()) << log_;
+  // Given up like any refused report: the worker stops the trial and leaves
+  // it to its lease.
+  EXPECT_EQ(aborting_->Calls("report"), kMaxAbortedAttempts) << log_;
+  EXPECT_EQ(aborting_->Calls("complete"), 0) << log_;
+  EXPECT_NE(log_.find("report refused"), std::string::npos) << log_;
+  EXPECT_EQ(OnlyTrial().state, TrialState::kLeased) << log_;
+}
+
+}  // namespace
+}  // namespace hpo::server
