@@ -1,0 +1,659 @@
+#include "scheduler/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <queue>
+#include <utility>
+
+#include "scheduler/offer.h"
+#include "search/history.h"
+#include "search/promotion.h"
+#include "search/pruner.h"
+#include "search/random.h"
+#include "search/ranking.h"
+#include "search/registry.h"
+#include "search/sampler.h"
+#include "search/space.h"
+
+namespace hpo::scheduler {
+namespace {
+
+using search::Assignment;
+using search::Param;
+using search::SearchSpace;
+using search::TrialStatus;
+using Phase = OfferTrial::Phase;
+
+// The world's synthetic objective. Space 0 ("cnn", the good one): lr, wd,
+// dropout, width, optimizer {adam, sgd} with momentum under sgd. Space 1
+// ("mlp"): the same plus depth and an activation, a larger space whose best
+// is worse (0.14 against 0.05), so space ranking has something to find.
+std::vector<SearchSpace> Spaces() {
+  SearchSpace good;
+  good.name = "cnn";
+  good.params = {Param::Float("lr", 1e-5, 1, true), Param::Float("wd", 1e-6, 1e-1, true),
+                 Param::Float("dropout", 0, 0.9), Param::Int("width", 16, 1024, true),
+                 Param::Categorical("optimizer", {"adam", "sgd"})};
+  Param momentum = Param::Float("momentum", 0, 0.99);
+  momentum.parent = 4;
+  momentum.parent_choice = 1;
+  good.params.push_back(momentum);
+  SearchSpace bad = good;
+  bad.name = "mlp";
+  bad.params.push_back(Param::Int("depth", 1, 8));
+  bad.params.push_back(Param::Categorical("activation", {"relu", "tanh", "sigmoid"}));
+  return {good, bad};
+}
+
+double Sq(double x) { return x * x; }
+
+// loss(step) = a + kCurveB * exp(-c * step) + noise: the floor a is a bowl
+// over the parameters, the rate c grows with the learning rate.
+constexpr double kCurveB = 0.9;
+constexpr double kCurveNoise = 0.004;
+
+void CurveParams(size_t space, const Assignment& x, double bowl_scale, double* a, double* c) {
+  const double u_lr = std::log10(x[0]) + 2.5;  // decades from 3e-3
+  const double u_wd = std::log10(x[1]) + 4;
+  const double u_width = std::log2(x[3]) - 8;
+  double pen = 0.20 * Sq(u_lr) + 0.06 * Sq(u_wd) + 0.3 * Sq(x[2] - 0.35) + 0.04 * Sq(u_width);
+  if (x[4] == 1) pen += 0.02 + 0.1 * Sq(x[5] - 0.9);  // sgd
+  if (space == 1) pen += 0.02 * Sq(x[6] - 3) + (x[7] == 0 ? 0 : 0.03);
+  *a = (space == 0 ? 0.05 : 0.14) + bowl_scale * pen;
+  *c = std::clamp(std::sqrt(x[0] / 3e-3), 0.02, 3.0);
+}
+
+std::string ClassName(int k) { return "class" + std::to_string(k); }
+std::string WorkloadOf(const SearchSpace& s) { return "sim/" + s.name; }
+
+uint64_t Fingerprint(uint64_t h, uint64_t v) {
+  h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  return h;
+}
+
+}  // namespace
+
+struct Simulator::State {
+  struct Device {
+    std::string id;
+    int cls = 0;
+    double speed = 0;       // true samples/s
+    double percentile = 0;  // among the fleet's true speeds, 1 = fastest
+    bool down = false;
+    bool parked = false;  // asked, found no work on offer at all: waits for a change
+    double last_ask = 0;
+    // The lease it runs, if any.
+    int64_t trial = -1;  // index into trials
+    double busy_until = 0;  // the policy's estimate (LiveDevice::busy_s)
+    double lease_sps = 0;
+    double lease_started = 0;
+    double step_s = 0;
+    int64_t next_step = 0;
+    int64_t end_step = 0;
+    int64_t fail_step = -1;  // the step during which its worker dies
+    double fail_fraction = 0;
+  };
+  struct Trial {
+    int64_t id = 0;
+    int64_t number = 0;
+    size_t space = 0;
+    size_t index = 0;
+    Phase phase = Phase::kPending;
+    int level = 0;
+    int64_t resume_step = 0;
+    std::optional<int64_t> stop_step;
+    double changed_at = 0;
+    int attempts = 0;  // leases of the current segment
+    double paused_s = 0;  // before the segment it runs now
+    double a = 0, c = 0;
+    std::vector<int64_t> rungs;  // the promotion rule's, for its number
+    std::vector<SimResult::Segment> segments;
+  };
+  enum class EventKind { kAsk, kStep, kDie, kExpire, kReplace };
+  struct Event {
+    double t = 0;
+    int64_t seq = 0;
+    EventKind kind = EventKind::kAsk;
+    int64_t who = 0;  // device index, or trial index for kExpire
+    bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+  };
+  struct Ranking {
+    uint64_t version = ~0ull;
+    std::vector<search::SpaceRank> ranks;
+    search::Rng rng{0};  // after the ranking drew from it: the new trial's sampler goes on with it
+    int preferred = 0;
+  };
+
+  SimulatorOptions o;
+  std::vector<SearchSpace> spaces;
+  std::vector<std::string> workloads;
+  std::unique_ptr<search::Sampler> sampler;
+  std::unique_ptr<search::Pruner> pruner;  // stopping type only
+  std::optional<search::PromotionRule> promotion;
+  search::Rng world{0};
+
+  std::vector<double> class_speed;
+  std::vector<Device> devices;
+  std::vector<LiveDevice> live;  // the devices not down, for the policy
+  std::vector<int> live_of;      // device -> index in live, -1 when down
+  SpeedModel speeds;
+
+  std::vector<search::History> histories;
+  std::vector<Trial> trials;
+  std::vector<int> per_space;
+  int64_t on_devices = 0;  // pending or on a device
+
+  // Versions: `history` changes with anything the policy or ranking reads,
+  // `offer` only with what can change whether anything is offered at all.
+  uint64_t history_version = 0, offer_version = 0;
+  Ranking ranking;
+  uint64_t offer_cached_at = ~0ull;
+  Offer offer;
+  uint64_t emptiness_at = ~0ull;
+  bool offer_empty = true;
+
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
+  int64_t seq = 0;
+  double now = 0;
+  double busy_s = 0;
+  bool done = false;
+  SimResult result;
+
+  void Schedule(double t, EventKind kind, int64_t who) { events.push({t, seq++, kind, who}); }
+  search::Observation& Obs(const Trial& t) { return histories[t.space].trials[t.index]; }
+  void Changed(bool offer_too) {
+    ++history_version;
+    if (offer_too) ++offer_version;
+  }
+  void SetPhase(Trial& t, Phase p) {
+    const bool was = t.phase == Phase::kPending || t.phase == Phase::kOnDevice;
+    const bool is = p == Phase::kPending || p == Phase::kOnDevice;
+    on_devices += static_cast<int>(is) - static_cast<int>(was);
+    result.peak_unfinished = std::max(result.peak_unfinished, on_devices);
+    t.phase = p;
+    t.changed_at = now;
+    Changed(true);
+  }
+
+  double ValueAt(const Trial& t, int64_t step) const {
+    // Noise fixed per (trial, step): a segment run again reports what it
+    // reported before, whichever device runs it.
+    search::Rng r(o.seed ^ (static_cast<uint64_t>(t.number) * 0x9E3779B97F4A7C15ull) ^
+                  (static_cast<uint64_t>(step) * 0xC2B2AE3D27D4EB4Full));
+    return t.a + kCurveB * std::exp(-t.c * static_cast<double>(step)) + kCurveNoise * r.Normal();
+  }
+
+  void BuildWorld();
+  void RebuildLive();
+  const Ranking& Rank();
+  const Offer& CurrentOffer();
+  bool OfferEmpty();
+  void Ask(int64_t d);
+  void Apply(int64_t d, const WorkItem& item, const PolicyDecision& decision);
+  void StartLease(int64_t d, int64_t ti);
+  void ScheduleNext(int64_t d);
+  void Step(int64_t d);
+  void EndSegment(int64_t d);
+  void Die(int64_t d);
+  void Expire(int64_t ti);
+  void Park(int64_t d);
+  void WakeParked();
+};
+
+void Simulator::State::BuildWorld() {
+  search::Rng r = search::Rng(o.seed).Fork(1);  // the same fleet for every policy of a seed
+  const int k = std::min(o.workers, o.max_device_classes);
+  for (int i = 0; i < k; ++i) {
+    const double u = k == 1 ? 0 : i == 0 ? 0 : i == 1 ? 1 : r.Uniform();
+    class_speed.push_back(o.slowest_samples_per_sec * std::pow(o.spread, u));
+  }
+  for (int i = 0; i < o.workers; ++i) {
+    Device d;
+    d.id = "dev" + std::to_string(i);
+    d.cls = i < k ? i : static_cast<int>(r.Below(static_cast<uint64_t>(k)));  // every class present
+    d.speed = class_speed[d.cls] * std::exp(o.device_sigma * r.Normal());
+    devices.push_back(std::move(d));
+  }
+  // A class's benchmark (GFLOP/s-like): proportional to its speed, but noisy.
+  for (int i = 0; i < k; ++i) speeds.AddBenchmark(ClassName(i), class_speed[i] / 50 * std::exp(o.benchmark_sigma * r.Normal()));
+  std::vector<size_t> order(devices.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return devices[a].speed < devices[b].speed; });
+  for (size_t rank = 0; rank < order.size(); ++rank) {
+    devices[order[rank]].percentile = order.size() > 1 ? static_cast<double>(rank) / (order.size() - 1) : 1.0;
+  }
+  live_of.assign(devices.size(), -1);
+  RebuildLive();
+  world = search::Rng(o.seed).Fork(2);
+}
+
+void Simulator::State::RebuildLive() {
+  live.clear();
+  for (size_t i = 0; i < devices.size(); ++i) {
+    live_of[i] = -1;
+    if (devices[i].down) continue;
+    live_of[i] = static_cast<int>(live.size());
+    live.push_back({devices[i].id, ClassName(devices[i].cls), 0});
+  }
+}
+
+// RankSpaces and PickSpace as the engine calls them on a lease, with the
+// generator the engine seeds from the number of trials so far; kept while
+// nothing they read changed (the same inputs give the same ranking).
+const Simulator::State::Ranking& Simulator::State::Rank() {
+  if (ranking.version == history_version) return ranking;
+  ranking.version = history_version;
+  ranking.rng = search::Rng(o.seed).Fork(0x5EED0000ull + trials.size());
+  ranking.ranks = search::RankSpaces(spaces, histories, {}, ranking.rng);
+  ranking.preferred = search::PickSpace(ranking.ranks, per_space);
+  return ranking;
+}
+
+const Offer& Simulator::State::CurrentOffer() {
+  if (offer_cached_at != history_version) {
+    const Ranking& r = Rank();
+    OfferInput in;
+    in.histories = &histories;
+    in.trials.reserve(trials.size());
+    for (const Trial& t : trials) {
+      in.trials.push_back({t.id, t.space, t.index, t.phase, t.level, t.resume_step, t.stop_step, 0});
+    }
+    for (const auto& rank : r.ranks) in.shares.push_back(rank.share);
+    in.workloads = workloads;
+    in.preferred_space = r.preferred;
+    in.max_trials = o.max_trials;
+    in.max_parallel = o.max_parallel;
+    in.steps_per_trial = o.steps_per_trial;
+    in.promotion = promotion ? &*promotion : nullptr;
+    offer = OfferWork(in);
+    for (auto& item : offer.items) item.samples_per_step = o.samples_per_step;
+    offer_cached_at = history_version;
+    emptiness_at = offer_version;
+    offer_empty = offer.items.empty();
+  }
+  // Only the waiting times move with the clock.
+  for (auto& item : offer.items) {
+    if (item.kind != WorkItem::Kind::kNew) item.waiting_s = now - trials[item.trial_id - 1].changed_at;
+  }
+  return offer;
+}
+
+bool Simulator::State::OfferEmpty() {
+  if (emptiness_at != offer_version) CurrentOffer();
+  return offer_empty;
+}
+
+void Simulator::State::Park(int64_t d) {
+  devices[d].parked = true;
+  if (on_devices == 0) done = true;  // nothing runs, nothing is offered: nothing can change
+}
+
+void Simulator::State::WakeParked() {
+  bool any = false;
+  for (const Device& dev : devices) any = any || dev.parked;
+  if (!any || OfferEmpty()) return;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    Device& dev = devices[i];
+    if (!dev.parked) continue;
+    dev.parked = false;
+    // Its next poll: the first one (every 1 s after its last) from now on.
+    const double polls = std::ceil(std::max(0.0, now - dev.last_ask));
+    Schedule(dev.last_ask + std::max(polls, 1.0), EventKind::kAsk, static_cast<int64_t>(i));
+  }
+}
+
+void Simulator::State::Ask(int64_t d) {
+  Device& dev = devices[d];
+  if (done || dev.down || dev.trial >= 0) return;
+  dev.last_ask = now;
+  if (OfferEmpty()) return Park(d);
+  const Offer& off = CurrentOffer();
+  for (LiveDevice& l : live) l.busy_s = 0;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (live_of[i] >= 0) live[live_of[i]].busy_s = std::max(0.0, devices[i].busy_until - now);
+  }
+  const AskingDevice asking{dev.id, ClassName(dev.cls)};
+  const PolicyDecision decision = o.decide ? o.decide(asking, live, off.items, speeds, o.policy)
+                                           : Decide(asking, live, off.items, speeds, o.policy);
+  ++result.decisions;
+  ++result.reasons[decision.reason];
+  if (!decision.run || decision.item >= off.items.size()) {
+    ++result.idle_answers;
+    Schedule(now + std::max(decision.retry_after_s, 1e-3), EventKind::kAsk, d);
+  } else {
+    const WorkItem item = off.items[decision.item];
+    Apply(d, item, decision);
+  }
+  if (o.max_decisions > 0 && result.decisions >= o.max_decisions) done = true;
+}
+
+void Simulator::State::Apply(int64_t d, const WorkItem& item, const PolicyDecision& decision) {
+  int64_t ti = -1;
+  switch (item.kind) {
+    case WorkItem::Kind::kResume: {
+      // The store's ResumeTrial: paused -> leased, level + 1, to the next rung.
+      const search::Promotion p = offer.promotion_of.at(item.trial_id);
+      ti = item.trial_id - 1;
+      Trial& t = trials[ti];
+      t.paused_s = now - t.changed_at;
+      t.level += 1;
+      t.attempts += 1;
+      t.stop_step = p.to_end ? std::nullopt : std::optional<int64_t>(p.to_step);
+      Obs(t).status = TrialStatus::kRunning;
+      SetPhase(t, Phase::kOnDevice);
+      ++result.promotions;
+      break;
+    }
+    case WorkItem::Kind::kPending: {
+      ti = item.trial_id - 1;
+      Trial& t = trials[ti];
+      t.paused_s = now - t.changed_at;
+      t.attempts += 1;
+      SetPhase(t, Phase::kOnDevice);
+      break;
+    }
+    case WorkItem::Kind::kNew: {
+      // The engine's CreateSuggestions for this device: the ranking's
+      // generator goes on into the sampler.
+      search::Rng rng = Rank().rng;
+      const size_t s = static_cast<size_t>(item.space_index);
+      auto params = sampler->Suggest(spaces[s], histories[s], 1, rng);
+      Trial t;
+      t.number = static_cast<int64_t>(trials.size());
+      t.id = t.number + 1;
+      t.space = s;
+      t.index = histories[s].trials.size();
+      t.phase = Phase::kFinished;  // SetPhase counts it in
+      t.attempts = 1;
+      if (promotion) {
+        t.rungs = promotion->Rungs(t.number);
+        if (item.steps < o.steps_per_trial) t.stop_step = item.steps;
+      }
+      search::Observation obs;
+      obs.number = t.number;
+      obs.status = TrialStatus::kRunning;
+      obs.params = std::move(params.front());
+      CurveParams(s, obs.params, o.bowl_scale, &t.a, &t.c);
+      histories[s].trials.push_back(std::move(obs));
+      ++per_space[s];
+      trials.push_back(std::move(t));
+      ti = static_cast<int64_t>(trials.size()) - 1;
+      SetPhase(trials[ti], Phase::kOnDevice);
+      break;
+    }
+  }
+  result.max_level = std::max(result.max_level, trials[ti].level);
+  result.trace = Fingerprint(result.trace, static_cast<uint64_t>(d));
+  result.trace = Fingerprint(result.trace, static_cast<uint64_t>(trials[ti].id));
+  result.trace = Fingerprint(result.trace, static_cast<uint64_t>(std::llround(now * 1000)));
+  devices[d].busy_until = now + decision.estimated_seconds;
+  devices[d].trial = ti;
+  StartLease(d, ti);
+}
+
+void Simulator::State::StartLease(int64_t d, int64_t ti) {
+  Device& dev = devices[d];
+  const Trial& t = trials[ti];
+  dev.lease_sps = dev.speed * std::exp(o.lease_sigma * world.Normal());
+  dev.step_s = o.samples_per_step / dev.lease_sps;
+  dev.lease_started = now;
+  dev.next_step = t.resume_step + 1;
+  dev.end_step = t.stop_step.value_or(o.steps_per_trial);
+  const int64_t steps = dev.end_step - t.resume_step;
+  // The trial's chance to lose its worker, spread over its segments by length.
+  const double p_fail =
+      1 - std::pow(1 - o.failure, static_cast<double>(steps) / static_cast<double>(o.steps_per_trial));
+  dev.fail_step = -1;
+  if (world.Uniform() < p_fail) {
+    dev.fail_step = dev.next_step + static_cast<int64_t>(world.Below(static_cast<uint64_t>(std::max<int64_t>(steps, 1))));
+    dev.fail_fraction = world.Uniform();
+  }
+  ScheduleNext(d);
+}
+
+void Simulator::State::ScheduleNext(int64_t d) {
+  const Device& dev = devices[d];
+  if (dev.next_step == dev.fail_step) {
+    Schedule(now + dev.fail_fraction * dev.step_s, EventKind::kDie, d);
+  } else {
+    Schedule(now + dev.step_s, EventKind::kStep, d);
+  }
+}
+
+// One report: the step goes into the curve; the stopping-type rule judges
+// it; at the lease's stop step the trial pauses, at the budget it completes.
+void Simulator::State::Step(int64_t d) {
+  Device& dev = devices[d];
+  Trial& t = trials[dev.trial];
+  search::Observation& obs = Obs(t);
+  const int64_t step = dev.next_step;
+  const double value = ValueAt(t, step);
+  obs.curve.emplace_back(step, value);
+  obs.status = TrialStatus::kRunning;
+  // Every report carries the worker's measured speed, and the engine feeds
+  // each one to the model (Engine::Report, FleetView::Observe).
+  speeds.Observe(ClassName(dev.cls), workloads[t.space], "", dev.lease_sps);
+  // A report at a rung may make paused trials promotable; others cannot
+  // (curves are contiguous from the checkpoint on).
+  const bool at_rung = std::binary_search(t.rungs.begin(), t.rungs.end(), step);
+  Changed(at_rung);
+  if (at_rung) WakeParked();
+  if (pruner && pruner->ShouldPrune(histories[t.space], obs)) {
+    obs.status = TrialStatus::kPruned;
+    SetPhase(t, Phase::kFinished);
+    ++result.pruned;
+    return EndSegment(d);
+  }
+  if (step >= dev.end_step) {
+    if (step >= o.steps_per_trial) {
+      obs.status = TrialStatus::kCompleted;
+      obs.value = value;
+      SetPhase(t, Phase::kFinished);
+      ++result.completed;
+      if (value < result.best) result.best = value;
+    } else {
+      // The worker checkpoints and pauses; the checkpoint resumes at `step`.
+      obs.status = TrialStatus::kPruned;  // as search/ sees a paused trial
+      t.resume_step = step;
+      t.attempts = 0;
+      SetPhase(t, Phase::kPaused);
+    }
+    const bool reached = t.phase == Phase::kFinished && obs.status == TrialStatus::kCompleted && value <= o.target &&
+                         std::isnan(result.time_to_target_s);
+    EndSegment(d);
+    if (reached) {
+      result.time_to_target_s = now;
+      result.winner = t.segments;
+      done = true;
+    }
+    return;
+  }
+  ++dev.next_step;
+  ScheduleNext(d);
+}
+
+void Simulator::State::EndSegment(int64_t d) {
+  Device& dev = devices[d];
+  Trial& t = trials[dev.trial];
+  const double seconds = now - dev.lease_started;
+  busy_s += seconds;
+  if (result.levels.size() <= static_cast<size_t>(t.level)) result.levels.resize(t.level + 1);
+  SimLevelStats& ls = result.levels[t.level];
+  ++ls.segments;
+  ls.device_s += seconds;
+  ls.speed_percentile_sum += dev.percentile;
+  if (t.level > 0) ls.paused_s += t.paused_s;
+  t.segments.push_back({t.level, dev.percentile, t.paused_s, seconds});
+  dev.trial = -1;
+  dev.busy_until = now;
+  WakeParked();
+  Schedule(now, EventKind::kAsk, d);
+}
+
+// The worker dies: the store still holds the lease until it expires.
+void Simulator::State::Die(int64_t d) {
+  Device& dev = devices[d];
+  busy_s += now - dev.lease_started;
+  Schedule(now + o.lease_timeout_s, EventKind::kExpire, dev.trial);
+  Schedule(now + o.replace_after_s, EventKind::kReplace, d);
+  dev.trial = -1;
+  dev.down = true;
+  dev.parked = false;
+  RebuildLive();
+}
+
+// ReclaimExpiredLeases: failed after max_attempts leases of the segment;
+// else a resumed segment back to paused at its rung, a first one back to
+// pending, the dead attempt's steps after the checkpoint deleted.
+void Simulator::State::Expire(int64_t ti) {
+  Trial& t = trials[ti];
+  search::Observation& obs = Obs(t);
+  if (t.attempts >= o.max_attempts) {
+    obs.status = TrialStatus::kFailed;
+    SetPhase(t, Phase::kFinished);
+    ++result.failed;
+  } else {
+    auto& curve = obs.curve;
+    curve.erase(std::upper_bound(curve.begin(), curve.end(), t.resume_step,
+                                 [](int64_t s, const auto& point) { return s < point.first; }),
+                curve.end());
+    if (t.level > 0) {
+      t.level -= 1;
+      obs.status = TrialStatus::kPruned;
+      SetPhase(t, Phase::kPaused);
+    } else {
+      SetPhase(t, Phase::kPending);
+    }
+  }
+  WakeParked();
+}
+
+Simulator::Simulator(SimulatorOptions options, std::unique_ptr<State> state)
+    : options_(std::move(options)), state_(std::move(state)) {}
+
+Simulator::~Simulator() = default;
+
+Result<std::unique_ptr<Simulator>> Simulator::Create(SimulatorOptions o) {
+  if (o.workers < 1) return Status::InvalidArgument("workers: must be at least 1");
+  if (!(o.spread >= 1) || !std::isfinite(o.spread)) return Status::InvalidArgument("spread: must be a number >= 1");
+  if (o.max_device_classes < 1) return Status::InvalidArgument("max_device_classes: must be at least 1");
+  if (o.steps_per_trial < 1) return Status::InvalidArgument("steps_per_trial: must be at least 1");
+  if (!(o.bowl_scale > 0)) return Status::InvalidArgument("bowl_scale: must be positive");
+  if (o.max_attempts < 1) return Status::InvalidArgument("max_attempts: must be at least 1");
+  if (!(o.samples_per_step > 0) || !(o.slowest_samples_per_sec > 0)) {
+    return Status::InvalidArgument("samples_per_step, slowest_samples_per_sec: must be positive");
+  }
+  if (!(o.failure >= 0 && o.failure < 1)) return Status::InvalidArgument("failure: must be in [0, 1)");
+  if (o.max_trials <= 0) o.max_trials = std::clamp<int64_t>(20 * static_cast<int64_t>(o.workers), 1000, 20000);
+  if (o.max_parallel <= 0) o.max_parallel = o.workers;
+
+  auto st = std::make_unique<State>();
+  st->o = o;
+  HPO_ASSIGN_OR_RETURN(st->sampler, search::MakeSampler(o.sampler, {}, "sampler"));
+  // As the engine's MakePruner / MakePromotionRule read a spec.
+  const bool rung_rule = o.early_stopping == "asha" || o.early_stopping == "hyperband";
+  if (!rung_rule && o.early_stopping != "median" && o.early_stopping != "none") {
+    return Status::InvalidArgument("early_stopping: must be one of asha, hyperband, median, none, not '" +
+                                   o.early_stopping + "'");
+  }
+  if (o.promotion && !rung_rule) {
+    return Status::InvalidArgument("promotion: needs early_stopping asha or hyperband, not " + o.early_stopping);
+  }
+  if (o.early_stopping == "hyperband") {
+    search::HyperbandOptions h;
+    h.min_resource = o.min_resource;
+    h.max_resource = o.steps_per_trial;
+    h.reduction_factor = o.reduction_factor;
+    if (o.promotion) {
+      auto r = search::PromotionRule::Hyperband(h, o.steps_per_trial);
+      if (!r.ok()) return r.status().WithContext("early_stopping");
+      st->promotion = std::move(r).value();
+    } else {
+      auto p = search::MakeHyperbandPruner(h);
+      if (!p.ok()) return p.status().WithContext("early_stopping");
+      st->pruner = std::move(p).value();
+    }
+  } else if (o.early_stopping == "asha") {
+    search::AshaOptions a;
+    a.min_resource = o.min_resource;
+    a.reduction_factor = o.reduction_factor;
+    a.max_resource = o.steps_per_trial;
+    if (o.promotion) {
+      auto r = search::PromotionRule::Asha(a, o.steps_per_trial);
+      if (!r.ok()) return r.status().WithContext("early_stopping");
+      st->promotion = std::move(r).value();
+    } else {
+      auto p = search::MakeAshaPruner(a);
+      if (!p.ok()) return p.status().WithContext("early_stopping");
+      st->pruner = std::move(p).value();
+    }
+  } else if (o.early_stopping == "median") {
+    auto p = search::MakeMedianPruner();
+    if (!p.ok()) return p.status().WithContext("early_stopping");
+    st->pruner = std::move(p).value();
+  }
+  st->spaces = Spaces();
+  for (const auto& s : st->spaces) st->workloads.push_back(WorkloadOf(s));
+  st->histories.resize(st->spaces.size());
+  st->per_space.assign(st->spaces.size(), 0);
+  st->BuildWorld();
+  auto sim = std::unique_ptr<Simulator>(new Simulator(o, std::move(st)));
+  if (o.policy.kind == PolicyKind::kShadho && o.policy.class_order.empty()) {
+    sim->options_.policy.class_order = sim->ClassesStrongestFirst();
+    sim->state_->o.policy.class_order = sim->options_.policy.class_order;
+  }
+  return sim;
+}
+
+std::vector<std::string> Simulator::ClassesStrongestFirst() const {
+  std::vector<int> order(state_->class_speed.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return state_->class_speed[a] > state_->class_speed[b]; });
+  std::vector<std::string> out;
+  for (int k : order) out.push_back(ClassName(k));
+  return out;
+}
+
+SimResult Simulator::Run() {
+  State& s = *state_;
+  s.result.max_parallel = s.o.max_parallel;
+  for (size_t i = 0; i < s.devices.size(); ++i) s.Schedule(0, State::EventKind::kAsk, static_cast<int64_t>(i));
+  while (!s.events.empty() && !s.done) {
+    const State::Event e = s.events.top();
+    if (e.t > s.o.max_sim_s) {
+      s.now = s.o.max_sim_s;
+      break;
+    }
+    s.events.pop();
+    s.now = e.t;
+    switch (e.kind) {
+      case State::EventKind::kAsk: s.Ask(e.who); break;
+      case State::EventKind::kStep: s.Step(e.who); break;
+      case State::EventKind::kDie: s.Die(e.who); break;
+      case State::EventKind::kExpire: s.Expire(e.who); break;
+      case State::EventKind::kReplace:
+        s.devices[e.who].down = false;
+        s.RebuildLive();
+        s.Ask(e.who);
+        break;
+    }
+  }
+  SimResult r = s.result;
+  // Leases still running count up to the end.
+  for (const auto& d : s.devices) {
+    if (d.trial >= 0) s.busy_s += s.now - d.lease_started;
+  }
+  r.end_s = s.now;
+  r.utilization = s.now > 0 ? s.busy_s / (static_cast<double>(s.devices.size()) * s.now) : 0;
+  r.trials = static_cast<int64_t>(s.trials.size());
+  r.trials_per_space.assign(s.per_space.begin(), s.per_space.end());
+  for (const auto& t : s.trials) {
+    if (t.phase == Phase::kPaused) ++r.paused;
+    if (t.phase == Phase::kPending || t.phase == Phase::kOnDevice) ++r.unfinished;
+  }
+  return r;
+}
+
+}  // namespace hpo::scheduler

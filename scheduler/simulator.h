@@ -1,0 +1,175 @@
+// The fleet simulator: one experiment on a simulated fleet of workers, in
+// simulated time, decided by the product's own code. Pure (no I/O, no
+// threads, no clock) and deterministic for a seed.
+//
+// What decides is what the server runs, called the way server/engine/lease.cc
+// calls it, with no second copy of any rule:
+//   * search::RankSpaces / PickSpace: the spaces' shares and the ranking's
+//     pick, on every ask;
+//   * scheduler::OfferWork (offer.h): what the experiment offers the asking
+//     device, from the trials' phases and search::PromotionRule;
+//   * scheduler::Decide (policy.h): what the device runs (or the hook that
+//     wraps it, SimulatorOptions::decide);
+//   * the sampler search::MakeSampler (search/registry.h) makes from its spec name, for a new
+//     trial, from the same ranking's generator, and the stopping-type pruner
+//     on every report where the experiment is configured so;
+//   * scheduler::SpeedModel: the classes' benchmarks as the prior, and every
+//     report's measured speed (the engine observes each report's samples/s).
+//
+// What the simulator owns is the world and the store's bookkeeping:
+//   * Devices in K = min(workers, max_device_classes) classes, class k's
+//     speed slowest * spread^u_k with u log-uniform in [0, 1] (u = 0 and 1
+//     pinned to two classes, so the spread is exact); a device within
+//     device_sigma of its class, a lease within lease_sigma of its device
+//     (lognormal). A class's benchmark (the prior) is its speed times
+//     lognormal(benchmark_sigma): a GEMM score is not the workload.
+//   * Two search spaces with a synthetic learning curve each (see
+//     simulator.cc): loss(step) = a + b exp(-c step) + noise, a and c from
+//     the trial's parameters, noise fixed per (trial, step).
+//   * Failures: a worker dies inside a segment with probability such that a
+//     whole trial fails with `failure`; its lease expires lease_timeout_s
+//     later (back to pending, or a resumed segment back to paused at its
+//     rung, its steps after the checkpoint deleted; failed after
+//     max_attempts leases of one segment) and a new worker takes the
+//     device's place replace_after_s after the death.
+//   * Phases as the store keeps them (pending, on a device, paused, finished),
+//     levels, resume steps, stop steps; checkpoints as "resume where it
+//     paused" (always usable).
+// A device asks when it is free; with nothing to run it asks again after the
+// answer's retry_after_s (an empty offer: 1 s, the engine's). An ask that
+// finds no work on offer at all is skipped until the trials change, which
+// gives the same decisions at the same times with less work.
+//
+// The run ends when the best completed value reaches `target`, when nothing
+// can change any more (nothing on a device, nothing offered), or at
+// max_sim_s / max_decisions.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "scheduler/policy.h"
+#include "scheduler/speed_model.h"
+
+namespace hpo::scheduler {
+
+// The policy call: scheduler::Decide unless a caller (a benchmark timing it)
+// wraps it.
+using DecideFn = std::function<PolicyDecision(const AskingDevice&, const std::vector<LiveDevice>&,
+                                              const std::vector<WorkItem>&, const SpeedModel&, const PolicyOptions&)>;
+
+struct SimulatorOptions {
+  // --- The world.
+  int workers = 100;
+  double spread = 10;  // fastest class / slowest class; >= 1
+  int max_device_classes = 16;
+  double slowest_samples_per_sec = 1000;
+  double device_sigma = 0.05;
+  double lease_sigma = 0.05;
+  double benchmark_sigma = 0.4;
+  double failure = 0.02;  // chance that a trial run to its end loses its worker once
+  double lease_timeout_s = 60;
+  double replace_after_s = 120;
+  // How steep the objective's bowl is around its best (the penalty's
+  // factor): steeper means fewer random trials come near the best, so the
+  // search, not the first wave's luck, has to find it.
+  double bowl_scale = 1;
+  uint64_t seed = 0;
+
+  // --- The experiment, as its spec would say.
+  std::string sampler = "auto";  // a search/registry.h name; auto is the spec default (TPE on these conditional spaces)
+  std::string early_stopping = "asha";  // asha | hyperband | median | none
+  bool promotion = true;                // early_stopping.type: promotion (asha, hyperband) or stop
+  int64_t min_resource = 3;
+  double reduction_factor = 3;
+  int64_t steps_per_trial = 27;
+  int64_t max_trials = 0;    // 0: clamp(20 * workers, 1000, 20000)
+  int64_t max_parallel = 0;  // 0: workers
+  int max_attempts = 3;
+  double samples_per_step = 60000;
+  // The policy's options. shadho with an empty class_order is given the
+  // correct one: the classes by true speed, strongest first.
+  PolicyOptions policy;
+  DecideFn decide;  // empty: scheduler::Decide
+
+  // --- When the run ends.
+  double target = 0.075;  // best completed value (minimized) at or below it
+  double max_sim_s = std::numeric_limits<double>::infinity();
+  int64_t max_decisions = 0;  // 0: no bound
+};
+
+// The segments that ran toward one level (0: a new trial's first).
+struct SimLevelStats {
+  int64_t segments = 0;  // finished ones (paused, completed or pruned at their end)
+  double device_s = 0;
+  // Mean of the devices' true speed percentiles (1 = the fleet's fastest).
+  double speed_percentile_sum = 0;
+  double MeanSpeedPercentile() const { return segments ? speed_percentile_sum / segments : 0; }
+  // Resumed segments: how long the trial was paused before it, in total.
+  double paused_s = 0;
+};
+
+struct SimResult {
+  double time_to_target_s = std::numeric_limits<double>::quiet_NaN();  // NaN: not reached
+  double end_s = 0;        // simulated time at the end of the run
+  double utilization = 0;  // busy device-seconds / (workers * end_s)
+  double best = std::numeric_limits<double>::infinity();
+  int64_t trials = 0;  // created
+  std::vector<int64_t> trials_per_space;  // created, by space (0: the good one, 1: the larger, worse one)
+  int64_t completed = 0, pruned = 0, failed = 0;
+  int64_t paused = 0;      // at the end
+  int64_t unfinished = 0;  // pending or on a device at the end
+  int64_t decisions = 0;   // calls to the policy
+  int64_t idle_answers = 0;  // of them, "nothing for now"
+  int64_t promotions = 0;  // resumed segments started
+  int max_level = 0;       // the highest level a segment ran toward
+  // The most trials on devices or waiting for one at any time (the store
+  // would refuse beyond max_parallel; the simulator records it instead, so
+  // a test sees whether the offer ever asked for more).
+  int64_t peak_unfinished = 0;
+  int64_t max_parallel = 0;  // the one in force
+  std::vector<SimLevelStats> levels;        // by level
+  std::map<std::string, int64_t> reasons;   // PolicyDecision::reason -> how often
+  // The trial that reached the target, segment by segment: level, the
+  // device's speed percentile, paused before it (s), its seconds.
+  struct Segment {
+    int level = 0;
+    double speed_percentile = 0;
+    double waited_s = 0;
+    double seconds = 0;
+  };
+  std::vector<Segment> winner;
+  uint64_t trace = 0;  // a fingerprint of every decision applied, in order
+};
+
+class Simulator {
+ public:
+  // InvalidArgument naming the option: workers < 1, spread < 1, an unknown
+  // sampler or early-stopping rule, promotion without asha or hyperband, or
+  // the rule's own errors (early_stopping.reduction_factor: ...).
+  static Result<std::unique_ptr<Simulator>> Create(SimulatorOptions options);
+  ~Simulator();
+  Simulator(const Simulator&) = delete;
+  Simulator& operator=(const Simulator&) = delete;
+
+  // Runs the experiment once. REQUIRES: called once.
+  SimResult Run();
+
+  // The device classes by true speed, strongest first (what shadho is told).
+  std::vector<std::string> ClassesStrongestFirst() const;
+  const SimulatorOptions& options() const { return options_; }
+
+ private:
+  struct State;
+  Simulator(SimulatorOptions options, std::unique_ptr<State> state);
+  SimulatorOptions options_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace hpo::scheduler
