@@ -210,20 +210,22 @@ int main(int argc, char** argv) {
         "bench=faults scenario=promotion store=%s workers=%d lease_timeout_ms=%d server_kills=%d upload_cuts=%d "
         "duration_s=%.0f trials=%lld promotions=%lld max_resume_step=%lld uploads=%lld pauses=%lld "
         "acked_reports=%lld completions=%lld lost=%lld lost_reports=%lld lost_completions=%lld lost_pauses=%lld "
-        "dropped_reports=%lld bad_resumes=%lld restarted=%lld cut_previous_intact=%d cut_resumed=%d paused=%lld "
+        "dropped_reports=%lld bad_resumes=%lld restarted=%lld cut_previous_intact=%d cut_resumed=%d "
+        "cut_wrong_resumes=%d cut_not_leased_again=%d paused=%lld "
         "checkpoints_intact=%lld stuck=%lld expired_segments=%lld rpc_errors=%s\n",
         store.c_str(), po.workers, po.lease_timeout_s * 1000, r->server_kills, r->upload_cuts, r->duration_s,
         (long long)r->trials, (long long)r->promotions, (long long)r->max_resume_step, (long long)r->uploads,
         (long long)r->pauses, (long long)r->acked_reports, (long long)r->acked_completions, (long long)lost,
         (long long)r->lost_reports, (long long)r->lost_completions, (long long)r->lost_pauses,
         (long long)r->dropped_reports, (long long)r->bad_resumes, (long long)r->restarted, r->cut_previous_intact,
-        r->cut_resumed, (long long)r->paused_at_end, (long long)r->checkpoints_intact, (long long)r->stuck,
+        r->cut_resumed, r->cut_wrong_resumes, r->cut_not_leased_again, (long long)r->paused_at_end, (long long)r->checkpoints_intact, (long long)r->stuck,
         (long long)r->expired_segments, Codes(r->rpc_errors).c_str());
     for (const auto& s : r->samples) std::fprintf(stderr, "faults: promotion: %s\n", s.c_str());
     std::fflush(stdout);
     survived = survived && lost == 0 && r->acked_reports > 0 && r->promotions > 0 && r->bad_resumes == 0 &&
                r->restarted == 0 && r->server_kills == po.server_kills && r->upload_cuts == po.upload_cuts &&
-               r->cut_previous_intact == r->upload_cuts && r->cut_resumed == r->upload_cuts &&
+               r->cut_previous_intact == r->upload_cuts && r->cut_wrong_resumes == 0 &&
+               r->cut_resumed + r->cut_not_leased_again == r->upload_cuts &&
                r->checkpoints_intact == r->paused_at_end && r->stuck == 0;
   }
 

@@ -536,6 +536,11 @@ class PromotionFleet {
   // the middle of that checkpoint's upload.
   void AllowCut() { ++cuts_allowed_; }
   int cuts() const { return cuts_done_; }
+  // Cut trials not leased again since their cut.
+  int cuts_not_leased_again() const {
+    std::lock_guard lock(mu_);
+    return static_cast<int>(cut_from_.size());
+  }
   Clock::time_point last_cut() const {
     std::lock_guard lock(mu_);
     return last_cut_;
@@ -634,6 +639,7 @@ class PromotionFleet {
           if (resume == cut->second) {
             ++r_.cut_resumed;
           } else {
+            ++r_.cut_wrong_resumes;
             Sample(fmt::format("trial {}, cut while uploading after step {}, resumed after step {}", trial,
                                cut->second, resume));
           }
@@ -856,6 +862,7 @@ Result<PromotionResult> Promotion(const Setup& setup, const PromotionOptions& o)
   }
   fleet.Stop();
   r.upload_cuts = fleet.cuts();
+  r.cut_not_leased_again = fleet.cuts_not_leased_again();
   // What was acknowledged last must survive a crash too.
   server.Stop(SIGKILL);
   HPO_RETURN_IF_ERROR(server.Start());

@@ -171,8 +171,12 @@ struct PromotionResult {
   int64_t restarted = 0;
   // After each cut: the trial's checkpoint was still the previous one, whole.
   int cut_previous_intact = 0;
-  // Cut trials leased again, from the step of that previous checkpoint.
-  int cut_resumed = 0;
+  // Cut trials leased again, from the step of that previous checkpoint; from
+  // another step (a failure); and not leased again before the run ended
+  // (still paused there, their checkpoint checked with the others: whether
+  // a trial is promoted again is the promotion rule's call, as the rung
+  // fills with others).
+  int cut_resumed = 0, cut_wrong_resumes = 0, cut_not_leased_again = 0;
   int64_t paused_at_end = 0, checkpoints_intact = 0;  // of the trials paused at the end
   int64_t stuck = 0;  // leased or running at the end, two lease timeouts after the last worker stopped
   int64_t expired_segments = 0;  // other segments whose lease was lost under a live worker

@@ -179,7 +179,7 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
   EXPECT_NE(m->body.find("hpo_trials{state=\"completed\"} 6"), std::string::npos) << m->body;
   EXPECT_NE(m->body.find("hpo_leases_total{outcome=\"trial\"}"), std::string::npos);
   EXPECT_NE(m->body.find("hpo_report_duration_seconds_bucket"), std::string::npos);
-  EXPECT_NE(m->body.find("hpo_device_samples_per_second{device_class=\"cpu:test cpu:x1.0\",workload=\"fashion-mnist-mlp/a\"}"),
+  EXPECT_NE(m->body.find("hpo_device_samples_per_second{device_class=\"cpu:test cpu:x1.0\",workload=\"experiment-1/fashion-mnist-mlp/a\"}"),
             std::string::npos)
       << m->body;
   // Workers come with their devices' measured speed.
@@ -189,7 +189,7 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
   ASSERT_EQ(workers.size(), 1u);
   json measured = workers[0]["devices"][0]["measured"];
   ASSERT_EQ(measured.size(), 1u) << w->body;
-  EXPECT_EQ(measured[0]["workload"], "fashion-mnist-mlp/a");
+  EXPECT_EQ(measured[0]["workload"], "experiment-1/fashion-mnist-mlp/a");
   EXPECT_EQ(measured[0]["system"]["threads"], 2);
   EXPECT_GE(measured[0]["samples_per_sec"].get<double>(), 100);
 }
