@@ -87,7 +87,11 @@ Result<std::unique_ptr<search::Pruner>> MakePruner(const ExperimentSpec& spec) {
     h.reduction_factor = num("reduction_factor", h.reduction_factor);
     return search::MakeHyperbandPruner(h);
   }
-  return search::MakeNopPruner();
+  if (spec.early_stopping == "none") return search::MakeNopPruner();
+  // The spec parser admits only the rules above; a name it let through that
+  // this does not know is a bug to report, not a reason to stop nothing.
+  return Status::InvalidArgument("early_stopping.rule: '" + spec.early_stopping +
+                                 "' is not none, median, asha or hyperband");
 }
 
 Result<search::PromotionRule> MakePromotionRule(const ExperimentSpec& spec) {
