@@ -204,12 +204,13 @@ class Processes:
         return p
 
     def stop(self):
-        # A second Ctrl-C must not cut the clean-up short.
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # A second Ctrl-C or a kill must not cut the clean-up short.
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             self._stop()
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
 
     def _stop(self):
         for _, p in reversed(self.procs):
@@ -577,8 +578,10 @@ def main():
     # stop every process and remove every cgroup.
     def on_signal(signum, _frame):
         raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    # SIGINT too: a shell starts a background job with it ignored, and
+    # Python then keeps it so.
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, on_signal)
     remove_stale_cgroups()
 
     keep = args.dir is not None
