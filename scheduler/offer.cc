@@ -55,7 +55,17 @@ Offer OfferWork(const OfferInput& in) {
     out.items.push_back(item);
   }
   if (room && total < in.max_trials) {
-    for (size_t s = 0; s < spaces; ++s) {
+    // The preferred space's new trial is listed first: the policies give
+    // ties to the item listed first, and new trials of spaces with equal
+    // shares always tie (every unexplored space has the top explored
+    // priority, search/ranking.h). Listed by index, space 0 won every such
+    // tie and a second space never ran under shadho; the ranking's pick
+    // (PickSpace: the space furthest below its share) takes turns.
+    const size_t first = in.preferred_space >= 0 && static_cast<size_t>(in.preferred_space) < spaces
+                             ? static_cast<size_t>(in.preferred_space)
+                             : 0;
+    for (size_t k = 0; k < spaces; ++k) {
+      const size_t s = (first + k) % spaces;
       WorkItem item;
       item.kind = WorkItem::Kind::kNew;
       item.space_index = static_cast<int>(s);

@@ -8,8 +8,9 @@
 //  * pending  each trial waiting for a device (requeued, or made ahead);
 //  * new      one per search space, while the experiment has fewer than
 //             max_trials trials; the space ranking's own pick is marked
-//             `preferred`, and a new trial's first segment ends at the
-//             promotion rule's first rung (or runs the whole budget).
+//             `preferred` and listed first (the policies give ties to the
+//             item listed first), and a new trial's first segment ends at
+//             the promotion rule's first rung (or runs the whole budget).
 // max_parallel caps the trials on devices or waiting for one: at the cap
 // only pending trials are offered (taking one adds nobody).
 #pragma once

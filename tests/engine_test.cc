@@ -597,7 +597,10 @@ TEST_F(EngineTest, PromotionsGoToTheFastDeviceNewTrialsToTheSlowOne) {
 // trial may go on; the paused ones are pruned then, as never promoted.
 TEST_F(EngineTest, APromotionExperimentEndsWhenNoPausedTrialMayGoOn) {
   const TestWorker w = AddWorker("w");
-  std::string spec = SpecStopping(kBuiltin, 3, 3, R"({"rule": "asha", "min_resource": 1, "reduction_factor": 3})");
+  // One space: its three trials meet at one rung (with two, new trials take
+  // turns between the spaces and no rung would hold three).
+  std::string spec =
+      OneSpace(SpecStopping(kBuiltin, 3, 3, R"({"rule": "asha", "min_resource": 1, "reduction_factor": 3})"));
   spec.replace(spec.find(R"("steps_per_trial": 4)"), 20, R"("steps_per_trial": 3)");
   auto e = engine_->CreateExperiment(spec);
   ASSERT_TRUE(e.ok()) << e.status();

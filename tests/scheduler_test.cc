@@ -5,11 +5,13 @@
 #include <utility>
 #include <vector>
 
+#include "bench/objectives.h"
 #include "scheduler/offer.h"
 #include "scheduler/policy.h"
 #include "search/promotion.h"
 #include "scheduler/speed_model.h"
 #include "search/random.h"
+#include "search/ranking.h"
 
 namespace hpo::scheduler {
 namespace {
@@ -406,10 +408,13 @@ TEST(Offer, PromotablePausedTrialsPendingOnesAndANewTrialPerSpace) {
   EXPECT_EQ(offer.items[1].steps, 1) << "its lease runs to its stop step";
   EXPECT_EQ(offer.items[2].kind, WorkItem::Kind::kNew);
   EXPECT_EQ(offer.items[2].steps, 1) << "a new trial runs to the first rung";
-  EXPECT_FALSE(offer.items[2].preferred);
-  EXPECT_TRUE(offer.items[3].preferred);
-  EXPECT_DOUBLE_EQ(offer.items[3].space_priority, 0.3);
-  EXPECT_EQ(offer.items[3].workload, "b");
+  // The ranking's pick first (ties go to the item listed first).
+  EXPECT_TRUE(offer.items[2].preferred);
+  EXPECT_EQ(offer.items[2].space_index, 1);
+  EXPECT_DOUBLE_EQ(offer.items[2].space_priority, 0.3);
+  EXPECT_EQ(offer.items[2].workload, "b");
+  EXPECT_FALSE(offer.items[3].preferred);
+  EXPECT_EQ(offer.items[3].space_index, 0);
 
   // At max_parallel (pending 13 and running 14 count): only the pending trial.
   in.max_parallel = 2;
@@ -427,6 +432,52 @@ TEST(Offer, PromotablePausedTrialsPendingOnesAndANewTrialPerSpace) {
   offer = OfferWork(in);
   ASSERT_EQ(offer.items.size(), 3u);
   EXPECT_EQ(offer.items[1].steps, 9);
+}
+
+// Found by bench/hetero: under promotion-type ASHA an unexplored space
+// ranks with the best explored space's priority, so the new trials of two
+// spaces tie, and with new trials listed by space index the first space won
+// every tie: shadho ran 164 MLP trials and no CNN in 135 s, every seed. Every
+// policy on every device now starts the space the ranking picks.
+TEST(Offer, TiedSpacesTakeTurnsThroughTheRankingsPick) {
+  std::vector<search::History> histories(2);
+  OfferInput in;
+  in.histories = &histories;
+  for (int i = 0; i < 5; ++i) {
+    // Paused at rung 1 (promotion ASHA's results so far); space 1 untried.
+    histories[0].trials.push_back(Reached(i, 0.2 + 0.1 * i, 1, search::TrialStatus::kPruned));
+    in.trials.push_back({100 + i, 0, static_cast<size_t>(i), OfferTrial::Phase::kFinished, 0, 1, std::nullopt, 0});
+  }
+  search::Rng rng(1);
+  const auto ranks =
+      search::RankSpaces({bench::Box("mlp", 2, 0, 1), bench::Box("cnn", 2, 0, 1)}, histories, {}, rng);
+  ASSERT_DOUBLE_EQ(ranks[0].share, ranks[1].share) << "an unexplored space ranks with the best explored one";
+  in.shares = {ranks[0].share, ranks[1].share};
+  in.workloads = {kMlp, kCnn};
+  in.preferred_space = search::PickSpace(ranks, {5, 0});
+  ASSERT_EQ(in.preferred_space, 1);
+  in.max_trials = 100;
+  in.max_parallel = 3;
+  in.steps_per_trial = 8;
+  const Offer offer = OfferWork(in);
+  ASSERT_EQ(offer.items.size(), 2u);
+
+  SpeedModel speeds;
+  std::vector<LiveDevice> fleet;
+  for (const auto& [cls, sps] : std::vector<std::pair<std::string, double>>{{"x1.0", 400}, {"x0.5", 200}, {"x0.2", 100}}) {
+    speeds.Observe(cls, kMlp, "", 10 * sps);  // measured: matching, not exploration, decides
+    speeds.Observe(cls, kCnn, "", sps);
+    fleet.push_back({cls, cls, 0});
+  }
+  for (const PolicyKind kind : {PolicyKind::kSpeed, PolicyKind::kFifo, PolicyKind::kShadho}) {
+    PolicyOptions options = Timed();
+    options.kind = kind;
+    options.class_order = {"x1.0", "x0.5", "x0.2"};
+    for (const auto& d : fleet) {
+      EXPECT_EQ(Pick(Decide({d.id, d.device_class}, fleet, offer.items, speeds, options), offer.items), -2)
+          << PolicyName(kind) << " on " << d.id;
+    }
+  }
 }
 
 }  // namespace
