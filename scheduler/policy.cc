@@ -115,8 +115,10 @@ bool CostAllows(const WorkItem& item, const AskingDevice& device, const Workload
   return own_price->second / 3600 * seconds(ws.asking->samples_per_sec) <= (1 + options.cost_tolerance) * cheapest;
 }
 
-bool WellKnown(const std::optional<SpeedEstimate>& e, double max_relative_stddev) {
-  return e && e->observations > 0 && e->samples_per_sec > 0 && e->stddev / e->samples_per_sec <= max_relative_stddev;
+bool WellKnown(const std::optional<SpeedEstimate>& e, const PolicyOptions& options) {
+  if (!e || e->observations == 0 || !(e->samples_per_sec > 0)) return false;
+  return e->observations >= options.explore_min_observations ||
+         e->stddev / e->samples_per_sec <= options.explore_relative_stddev;
 }
 
 // Seconds until a faster device of another class could finish `item`, if
@@ -265,7 +267,7 @@ PolicyDecision Decide(const AskingDevice& device, const std::vector<LiveDevice>&
   std::optional<size_t> explore;
   for (size_t i : offered) {
     const auto& it = items[i];
-    if (it.kind != WorkItem::Kind::kNew || WellKnown(ws[i]->asking, options.explore_relative_stddev)) continue;
+    if (it.kind != WorkItem::Kind::kNew || WellKnown(ws[i]->asking, options)) continue;
     if (!explore || it.steps < items[*explore].steps ||
         (it.steps == items[*explore].steps && it.space_priority < items[*explore].space_priority)) {
       explore = i;

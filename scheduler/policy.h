@@ -26,10 +26,17 @@
 //     times its cheapest cost on a class that meets the deadline is not
 //     offered to this device (PlacementOptions).
 //  3. Exploration: when the model knows little about this device for an
-//     item's workload (no observation, or a relative stddev above
+//     item's workload (no observation, or fewer than
+//     explore_min_observations with a relative stddev above
 //     explore_relative_stddev), the device gets the cheapest new trial (the
 //     fewest steps, then the lowest importance): a rung-0 segment measures
-//     it at the least cost before promotions depend on it.
+//     it at the least cost before promotions depend on it. Past
+//     explore_min_observations the device counts as known however wide its
+//     estimate: what is left of the stddev is then the spread between the
+//     workload's configurations (width, batch size), which more exploring
+//     does not narrow. (Found by bench/hetero: without the bound the fastest
+//     worker kept starting new trials to "explore" while the best trial
+//     waited 15 s for its promotion.)
 //  4. Matching: importance i = space_priority * (1 + level), so promotions
 //     (more work still to do, and the trials most likely to win) outrank
 //     rung-0 trials of the same space. With p the item's importance
@@ -119,6 +126,8 @@ struct PolicyOptions {
   // A speed estimate with less relative certainty than this (stddev / mean)
   // counts as unknown for exploration.
   double explore_relative_stddev = 0.25;
+  // With this many observations a device is known for the workload.
+  int explore_min_observations = 3;
   // Hold back only when the faster device is sooner by this factor.
   double hold_back_margin = 1.25;
   // shadho: device classes, strongest first.

@@ -512,9 +512,11 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
   return created;
 }
 
-void Engine::EmitCreated(Id experiment_id, const std::vector<store::TrialRecord>& created) const {
+void Engine::EmitCreated(Id experiment_id, const std::vector<store::TrialRecord>& created, const json& placed) const {
   for (const auto& t : created) {
-    Emit("trial.created", {{"experiment_id", experiment_id}, {"trial_id", t.id}, {"number", t.number}});
+    json data = {{"experiment_id", experiment_id}, {"trial_id", t.id}, {"number", t.number}};
+    if (placed.is_object()) data.update(placed);
+    Emit("trial.created", std::move(data));
   }
 }
 

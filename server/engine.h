@@ -390,7 +390,10 @@ class Engine {
                                                             std::optional<int64_t> max_unfinished,
                                                             const ForDevice* for_device = nullptr);
   // "trial.created" for each; called without replenish_mu held.
-  void EmitCreated(store::Id experiment_id, const std::vector<store::TrialRecord>& created) const;
+  // `placed`, when an object, joins each event: a trial made for the device
+  // that asked says which device and the policy's reason.
+  void EmitCreated(store::Id experiment_id, const std::vector<store::TrialRecord>& created,
+                   const nlohmann::json& placed = nullptr) const;
   // Ends the experiment when every trial of its budget has finished and, for
   // promotion-type early stopping, no paused trial may be promoted any more
   // (the paused ones are then pruned, as never promoted).

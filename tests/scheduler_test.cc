@@ -271,6 +271,27 @@ TEST(Policy, ADeviceTheModelBarelyKnowsExploresWithANewTrial) {
   EXPECT_EQ(Pick(Decide({"gpu1", "gpu"}, w.fleet, items, w.speeds, Timed()), items), 7);
 }
 
+// Found by bench/hetero: a workload's configurations differ in speed several
+// times over (width, batch size), so its estimate on a device stays wide
+// however often it is measured, and the fastest device kept exploring with
+// new trials while the best trial waited for its promotion.
+TEST(Policy, ADeviceMeasuredOftenEnoughIsKnownHoweverWideItsEstimate) {
+  World w;
+  w.fleet.push_back({"gpu1", "gpu", 0});
+  w.speeds.Observe("gpu", kCnn, "", 2000);
+  w.speeds.Observe("gpu", kCnn, "", 9000);
+  const std::vector<WorkItem> items = {Resume(7, 0.9, 2), New(0, 0.2), New(1, 0.8)};
+  PolicyOptions options = Timed();
+  ASSERT_GT(options.explore_min_observations, 2);
+  const auto twice = Decide({"gpu1", "gpu"}, w.fleet, items, w.speeds, options);
+  EXPECT_NE(twice.reason.find("explore"), std::string::npos) << "two wide observations: still exploring";
+  w.speeds.Observe("gpu", kCnn, "", 16000);
+  ASSERT_GT(w.speeds.Estimate("gpu", kCnn)->stddev / w.speeds.Estimate("gpu", kCnn)->samples_per_sec,
+            options.explore_relative_stddev);
+  const auto known = Decide({"gpu1", "gpu"}, w.fleet, items, w.speeds, options);
+  EXPECT_EQ(Pick(known, items), 7) << "measured three times, the fastest takes the promotion: " << known.reason;
+}
+
 TEST(Policy, PriorsPlaceBeforeAnyObservation) {
   SpeedModel speeds;
   speeds.AddBenchmark("cpu", 50);
