@@ -64,8 +64,16 @@ Offer OfferWork(const OfferInput& in) {
     const size_t first = in.preferred_space >= 0 && static_cast<size_t>(in.preferred_space) < spaces
                              ? static_cast<size_t>(in.preferred_space)
                              : 0;
+    std::vector<int64_t> per_space(spaces, 0);
+    for (const auto& t : in.trials) {
+      if (t.space < spaces) ++per_space[t.space];
+    }
     for (size_t k = 0; k < spaces; ++k) {
       const size_t s = (first + k) % spaces;
+      // Only spaces still below their share after one more trial: matching
+      // alone would give the fastest device the top space's new trial every
+      // time, and the fast device makes most of the trials.
+      if (s != first && !(share(s) * static_cast<double>(total + 1) - static_cast<double>(per_space[s]) > 0)) continue;
       WorkItem item;
       item.kind = WorkItem::Kind::kNew;
       item.space_index = static_cast<int>(s);

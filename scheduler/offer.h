@@ -6,11 +6,19 @@
 //  * resume   each paused trial the promotion rule lets go on
 //             (search/promotion.h), running from its rung to the next;
 //  * pending  each trial waiting for a device (requeued, or made ahead);
-//  * new      one per search space, while the experiment has fewer than
-//             max_trials trials; the space ranking's own pick is marked
+//  * new      one per search space that is still below its share of the
+//             trials after one more (share * (trials + 1) > its trials),
+//             while the experiment has fewer than max_trials trials; the
+//             space ranking's own pick is always offered, marked
 //             `preferred` and listed first (the policies give ties to the
 //             item listed first), and a new trial's first segment ends at
 //             the promotion rule's first rung (or runs the whole budget).
+//             The share bound keeps the split between spaces the
+//             ranking's (SHADHO's allocation): the policy chooses which
+//             device starts which space, not how many trials each gets.
+//             (Found by bench/hetero: offered every space, the fastest
+//             worker took the top space's new trial every time, and one
+//             run made 66 MLP trials to 13 CNNs against shares near 1:1.)
 // max_parallel caps the trials on devices or waiting for one: at the cap
 // only pending trials are offered (taking one adds nobody).
 #pragma once

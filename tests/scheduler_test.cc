@@ -481,7 +481,8 @@ TEST(Offer, TiedSpacesTakeTurnsThroughTheRankingsPick) {
   in.max_parallel = 3;
   in.steps_per_trial = 8;
   const Offer offer = OfferWork(in);
-  ASSERT_EQ(offer.items.size(), 2u);
+  // Space 0 has had its share (5 of 6 with one more): only space 1 is offered.
+  ASSERT_EQ(offer.items.size(), 1u);
 
   SpeedModel speeds;
   std::vector<LiveDevice> fleet;
@@ -499,6 +500,48 @@ TEST(Offer, TiedSpacesTakeTurnsThroughTheRankingsPick) {
           << PolicyName(kind) << " on " << d.id;
     }
   }
+}
+
+// Found by bench/hetero: every space's new trial was offered, so the fastest
+// worker (q = 1) took the top-share space's every time, and made most of
+// the trials: 66 MLPs to 13 CNNs in one run with shares near 1:1.
+TEST(Offer, NewTrialsKeepTheRankingsSplitBetweenSpaces) {
+  std::vector<search::History> histories(2);
+  OfferInput in;
+  in.histories = &histories;
+  in.shares = {0.6, 0.4};
+  in.workloads = {kMlp, kCnn};
+  in.max_trials = 100;
+  in.max_parallel = 100;
+  in.steps_per_trial = 8;
+  const auto add = [&](size_t space) {
+    const size_t index = histories[space].trials.size();
+    histories[space].trials.push_back(Reached(static_cast<int>(in.trials.size()), 0.5, 1, search::TrialStatus::kPruned));
+    in.trials.push_back({static_cast<int64_t>(in.trials.size() + 1), space, index, OfferTrial::Phase::kFinished, 0, 1,
+                         std::nullopt, 0});
+  };
+  const auto new_spaces = [&] {
+    std::vector<int> out;
+    for (const auto& item : OfferWork(in).items) {
+      if (item.kind == WorkItem::Kind::kNew) out.push_back(item.space_index);
+    }
+    return out;
+  };
+  in.preferred_space = 0;
+  EXPECT_EQ(new_spaces(), (std::vector<int>{0, 1})) << "no trials yet: both are below their share";
+  for (int i = 0; i < 3; ++i) add(0);
+  add(1);
+  // 3 and 1 of 4: space 0's share of 5 is 3.0, not above its 3 trials.
+  in.preferred_space = 1;
+  EXPECT_EQ(new_spaces(), (std::vector<int>{1}));
+  add(1);
+  add(1);
+  // 3 and 3 of 6: space 0's share of 7 is 4.2 > 3, space 1's is 2.8 < 3.
+  in.preferred_space = 0;
+  EXPECT_EQ(new_spaces(), (std::vector<int>{0}));
+  // The preferred space is offered whatever the counts.
+  in.preferred_space = 1;
+  EXPECT_EQ(new_spaces(), (std::vector<int>{1, 0}));
 }
 
 }  // namespace
