@@ -82,9 +82,10 @@ struct Timed {
 bool RunTimed(SimulatorOptions o, Timed* out) {
   out->decision_us.clear();
   std::vector<double>* samples = &out->decision_us;
-  o.decide = [samples](const auto& device, const auto& fleet, const auto& items, const auto& speeds, const auto& options) {
+  o.decide = [samples](const auto& device, const auto& fleet, double now_s, const auto& items, const auto& speeds,
+                       const auto& options) {
     const auto start = std::chrono::steady_clock::now();
-    auto d = hpo::scheduler::Decide(device, fleet, items, speeds, options);
+    auto d = hpo::scheduler::Decide(device, fleet, now_s, items, speeds, options);
     samples->push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
     return d;
   };
