@@ -21,7 +21,8 @@
 // then); per (workers, policy) the medians over seeds. Then, at
 // --timing-workers, the time per decision alone over the first
 // --timing-decisions decisions (mean and 99th percentile).
-// Diagnostics (where promotions ran, what the policy said) go to stderr.
+// Diagnostics (where promotions ran, what the policy said, and the run's
+// decision fingerprint, SimResult::trace, to compare two builds) go to stderr.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -81,9 +82,10 @@ struct Timed {
 bool RunTimed(SimulatorOptions o, Timed* out) {
   out->decision_us.clear();
   std::vector<double>* samples = &out->decision_us;
-  o.decide = [samples](const auto& device, const auto& fleet, const auto& items, const auto& speeds, const auto& options) {
+  o.decide = [samples](const auto& device, const auto& fleet, double now_s, const auto& items, const auto& speeds,
+                       const auto& options) {
     const auto start = std::chrono::steady_clock::now();
-    auto d = hpo::scheduler::Decide(device, fleet, items, speeds, options);
+    auto d = hpo::scheduler::Decide(device, fleet, now_s, items, speeds, options);
     samples->push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
     return d;
   };
@@ -98,12 +100,12 @@ bool RunTimed(SimulatorOptions o, Timed* out) {
 
 void Diagnose(const SimulatorOptions& o, const SimResult& r, bool verbose) {
   std::fprintf(stderr, "diag workers=%d policy=%s seed=%llu end_s=%.0f best=%.4f decisions=%lld idle=%lld promotions=%lld "
-               "completed=%lld failed=%lld max_level=%d peak_unfinished=%lld/%lld\n",
+               "completed=%lld failed=%lld max_level=%d peak_unfinished=%lld/%lld trace=%016llx\n",
                o.workers, hpo::scheduler::PolicyName(o.policy.kind), static_cast<unsigned long long>(o.seed), r.end_s,
                r.best, static_cast<long long>(r.decisions), static_cast<long long>(r.idle_answers),
                static_cast<long long>(r.promotions), static_cast<long long>(r.completed),
                static_cast<long long>(r.failed), r.max_level, static_cast<long long>(r.peak_unfinished),
-               static_cast<long long>(r.max_parallel));
+               static_cast<long long>(r.max_parallel), static_cast<unsigned long long>(r.trace));
   std::fprintf(stderr, "diag   trials_per_space=");
   for (size_t i = 0; i < r.trials_per_space.size(); ++i) {
     std::fprintf(stderr, "%s%lld", i ? "," : "", static_cast<long long>(r.trials_per_space[i]));

@@ -24,37 +24,18 @@ struct WorkloadSpeeds {
   std::vector<ClassSpeed> classes;
 };
 
-struct FleetClasses {
-  std::map<std::string, int> devices;          // per class, the asking device included
-  std::map<std::string, double> soonest_free;  // per class, over the devices but the asking one
-};
-
-FleetClasses Classes(const AskingDevice& device, const std::vector<LiveDevice>& fleet) {
-  FleetClasses out;
-  bool asking_listed = false;
-  for (const auto& d : fleet) {
-    ++out.devices[d.device_class];
-    if (d.id == device.id) {
-      asking_listed = true;
-      continue;
-    }
-    auto [it, inserted] = out.soonest_free.emplace(d.device_class, std::max(0.0, d.busy_s));
-    if (!inserted) it->second = std::min(it->second, std::max(0.0, d.busy_s));
-  }
-  if (!asking_listed) ++out.devices[device.device_class];
-  return out;
-}
+using FleetClasses = std::vector<FleetSummary::ClassView>;  // by class name, the asking one included
 
 WorkloadSpeeds SpeedsFor(const std::string& workload, const AskingDevice& device, const FleetClasses& fleet,
                          const SpeedModel& speeds) {
   WorkloadSpeeds out;
   out.asking = speeds.Estimate(device.device_class, workload);
   double slower = 0, equal = 0, n = 0;
-  for (const auto& [cls, count] : fleet.devices) {
-    const auto e = speeds.Estimate(cls, workload);
+  for (const auto& c : fleet) {
+    const auto e = speeds.Estimate(c.device_class, workload);
     if (!e) continue;
-    const auto free = fleet.soonest_free.find(cls);
-    out.classes.push_back({cls, *e, free == fleet.soonest_free.end() ? kInf : free->second});
+    out.classes.push_back({c.device_class, *e, c.soonest_free_s});
+    const double count = c.devices;
     n += count;
     if (!out.asking) continue;
     if (e->samples_per_sec < out.asking->samples_per_sec) slower += count;
@@ -182,24 +163,21 @@ PolicyDecision Fifo(const std::vector<WorkItem>& items, const std::vector<Worklo
   return Run(*pick, items[*pick], *ws[*pick], options, std::string("fifo: the oldest ") + KindWord(items[*pick].kind));
 }
 
-PolicyDecision Shadho(const AskingDevice& device, const std::vector<LiveDevice>& fleet,
-                      const std::vector<WorkItem>& items, const std::vector<WorkloadSpeeds*>& ws,
-                      const PolicyOptions& options) {
+PolicyDecision Shadho(const AskingDevice& device, const FleetClasses& fleet, const std::vector<WorkItem>& items,
+                      const std::vector<WorkloadSpeeds*>& ws, const PolicyOptions& options) {
   const auto strength = [&](const std::string& cls) {
     const auto it = std::find(options.class_order.begin(), options.class_order.end(), cls);
     return it == options.class_order.end() ? 0.0 : static_cast<double>(options.class_order.end() - it);
   };
   const double mine = strength(device.device_class);
   double slower = 0, equal = 0, n = 0;
-  bool listed = false;
-  for (const auto& d : fleet) {
-    listed = listed || d.id == device.id;
-    const double s = strength(d.device_class);
-    n += 1;
-    slower += s < mine;
-    equal += s == mine;
+  for (const auto& c : fleet) {  // the asking device is counted in its class
+    const double s = strength(c.device_class);
+    const double count = c.devices;
+    n += count;
+    if (s < mine) slower += count;
+    if (s == mine) equal += count;
   }
-  if (!listed) n += 1, equal += 1;
   const double q = n > 1 ? (slower + (equal - 1) / 2) / (n - 1) : 1.0;
   std::vector<double> importance;
   for (const auto& it : items) importance.push_back(std::max(0.0, std::isfinite(it.space_priority) ? it.space_priority : 0));
@@ -231,9 +209,16 @@ const char* PolicyName(PolicyKind kind) {
 
 PolicyDecision Decide(const AskingDevice& device, const std::vector<LiveDevice>& fleet,
                       const std::vector<WorkItem>& items, const SpeedModel& speeds, const PolicyOptions& options) {
+  FleetSummary summary;
+  for (const auto& d : fleet) summary.Set(d.id, d.device_class, d.busy_s);  // free at busy_s after now = 0
+  return Decide(device, summary, 0, items, speeds, options);
+}
+
+PolicyDecision Decide(const AskingDevice& device, const FleetSummary& fleet, double now_s,
+                      const std::vector<WorkItem>& items, const SpeedModel& speeds, const PolicyOptions& options) {
   if (items.empty()) return Nothing(1, "no work on offer");
   // Few workloads, many items: each workload's speeds are looked up once.
-  const FleetClasses classes = Classes(device, fleet);
+  const FleetClasses classes = fleet.ClassesFor(device.id, device.device_class, now_s);
   std::map<std::string, WorkloadSpeeds> by_workload;
   std::vector<WorkloadSpeeds*> ws(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
@@ -244,7 +229,7 @@ PolicyDecision Decide(const AskingDevice& device, const std::vector<LiveDevice>&
     ws[i] = &it->second;
   }
   if (options.kind == PolicyKind::kFifo) return Fifo(items, ws, options);
-  if (options.kind == PolicyKind::kShadho) return Shadho(device, fleet, items, ws, options);
+  if (options.kind == PolicyKind::kShadho) return Shadho(device, classes, items, ws, options);
 
   // 1. Starvation.
   std::optional<size_t> starving;

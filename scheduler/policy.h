@@ -12,9 +12,10 @@
 //            engine offers one per space while the budget and max_parallel
 //            allow.
 // The live fleet (devices that reported or heartbeated within the lease
-// timeout), each with its class and how long it is still busy; the speed
-// model (measured samples/s per device class and workload, with its
-// uncertainty); and the asking device.
+// timeout) as a FleetSummary (fleet_summary.h): per class, how many devices
+// and when each is free, kept by the caller; the speed model (measured
+// samples/s per device class and workload, with its uncertainty); and the
+// asking device.
 //
 // The answer: run item i (with the estimated seconds it takes here), or
 // nothing for now (retry after retry_after_s).
@@ -65,7 +66,10 @@
 // priority alone (SHADHO knows no rungs); the device takes argmin |p - q|
 // with those, q over the live fleet. No cost, no hold-back, no exploration.
 //
-// Cost: O(I log I + D) for I items and D live devices.
+// Cost: O(I log I + W * C) for I items, W workloads among them and C device
+// classes in the fleet, whatever the number of devices: nothing in the
+// rules above needs a device beyond its class's count and soonest free time,
+// which the caller's FleetSummary keeps as devices change.
 #pragma once
 
 #include <cstdint>
@@ -74,6 +78,7 @@
 #include <string>
 #include <vector>
 
+#include "scheduler/fleet_summary.h"
 #include "scheduler/speed_model.h"
 
 namespace hpo::scheduler {
@@ -83,6 +88,7 @@ struct AskingDevice {
   std::string device_class;
 };
 
+// One device of a fleet given as a list (the second Decide below).
 struct LiveDevice {
   std::string id;
   std::string device_class;
@@ -142,7 +148,13 @@ struct PolicyDecision {
   std::string reason;              // for logs and events: "promotion to the fastest", "explore", ...
 };
 
-// REQUIRES: the asking device is one of `fleet` (it is added if not).
+// The decision at `now_s` (the clock of the summary's free times).
+// REQUIRES: the asking device is one of `fleet` (it is counted in if not).
+PolicyDecision Decide(const AskingDevice& device, const FleetSummary& fleet, double now_s,
+                      const std::vector<WorkItem>& items, const SpeedModel& speeds, const PolicyOptions& options);
+// The same, the summary built from a list of devices first (busy_s from now):
+// O(D log D) more, for tests and callers that ask once per fleet.
+// REQUIRES: device ids are unique.
 PolicyDecision Decide(const AskingDevice& device, const std::vector<LiveDevice>& fleet,
                       const std::vector<WorkItem>& items, const SpeedModel& speeds, const PolicyOptions& options);
 

@@ -85,7 +85,7 @@ struct Simulator::State {
     double last_ask = 0;
     // The lease it runs, if any.
     int64_t trial = -1;  // index into trials
-    double busy_until = 0;  // the policy's estimate (LiveDevice::busy_s)
+    double busy_until = 0;  // the policy's estimate (its free time in the fleet summary)
     double lease_sps = 0;
     double lease_started = 0;
     double step_s = 0;
@@ -135,8 +135,7 @@ struct Simulator::State {
 
   std::vector<double> class_speed;
   std::vector<Device> devices;
-  std::vector<LiveDevice> live;  // the devices not down, for the policy
-  std::vector<int> live_of;      // device -> index in live, -1 when down
+  FleetSummary live;  // the devices not down, for the policy
   SpeedModel speeds;
 
   std::vector<search::History> histories;
@@ -185,7 +184,7 @@ struct Simulator::State {
   }
 
   void BuildWorld();
-  void RebuildLive();
+  void SetBusyUntil(int64_t d, double t);
   const Ranking& Rank();
   const Offer& CurrentOffer();
   bool OfferEmpty();
@@ -223,19 +222,15 @@ void Simulator::State::BuildWorld() {
   for (size_t rank = 0; rank < order.size(); ++rank) {
     devices[order[rank]].percentile = order.size() > 1 ? static_cast<double>(rank) / (order.size() - 1) : 1.0;
   }
-  live_of.assign(devices.size(), -1);
-  RebuildLive();
+  for (const Device& dev : devices) live.Set(dev.id, ClassName(dev.cls), dev.busy_until);
   world = search::Rng(o.seed).Fork(2);
 }
 
-void Simulator::State::RebuildLive() {
-  live.clear();
-  for (size_t i = 0; i < devices.size(); ++i) {
-    live_of[i] = -1;
-    if (devices[i].down) continue;
-    live_of[i] = static_cast<int>(live.size());
-    live.push_back({devices[i].id, ClassName(devices[i].cls), 0});
-  }
+// A down device keeps its (stale) estimate, and is back in the summary
+// with it when it returns, as a worker's device in the engine's fleet view.
+void Simulator::State::SetBusyUntil(int64_t d, double t) {
+  devices[d].busy_until = t;
+  live.SetFreeAt(devices[d].id, t);
 }
 
 // RankSpaces and PickSpace as the engine calls them on a lease, with the
@@ -309,13 +304,9 @@ void Simulator::State::Ask(int64_t d) {
   dev.last_ask = now;
   if (OfferEmpty()) return Park(d);
   const Offer& off = CurrentOffer();
-  for (LiveDevice& l : live) l.busy_s = 0;
-  for (size_t i = 0; i < devices.size(); ++i) {
-    if (live_of[i] >= 0) live[live_of[i]].busy_s = std::max(0.0, devices[i].busy_until - now);
-  }
   const AskingDevice asking{dev.id, ClassName(dev.cls)};
-  const PolicyDecision decision = o.decide ? o.decide(asking, live, off.items, speeds, o.policy)
-                                           : Decide(asking, live, off.items, speeds, o.policy);
+  const PolicyDecision decision = o.decide ? o.decide(asking, live, now, off.items, speeds, o.policy)
+                                           : Decide(asking, live, now, off.items, speeds, o.policy);
   ++result.decisions;
   ++result.reasons[decision.reason];
   if (!decision.run || decision.item >= off.items.size()) {
@@ -387,7 +378,7 @@ void Simulator::State::Apply(int64_t d, const WorkItem& item, const PolicyDecisi
   result.trace = Fingerprint(result.trace, static_cast<uint64_t>(d));
   result.trace = Fingerprint(result.trace, static_cast<uint64_t>(trials[ti].id));
   result.trace = Fingerprint(result.trace, static_cast<uint64_t>(std::llround(now * 1000)));
-  devices[d].busy_until = now + decision.estimated_seconds;
+  SetBusyUntil(d, now + decision.estimated_seconds);
   devices[d].trial = ti;
   StartLease(d, ti);
 }
@@ -486,7 +477,7 @@ void Simulator::State::EndSegment(int64_t d) {
   if (t.level > 0) ls.paused_s += t.paused_s;
   t.segments.push_back({t.level, dev.percentile, t.paused_s, seconds});
   dev.trial = -1;
-  dev.busy_until = now;
+  SetBusyUntil(d, now);
   WakeParked();
   Schedule(now, EventKind::kAsk, d);
 }
@@ -500,7 +491,7 @@ void Simulator::State::Die(int64_t d) {
   dev.trial = -1;
   dev.down = true;
   dev.parked = false;
-  RebuildLive();
+  live.Remove(dev.id);
 }
 
 // ReclaimExpiredLeases: failed after max_attempts leases of the segment;
@@ -635,7 +626,7 @@ SimResult Simulator::Run() {
       case State::EventKind::kExpire: s.Expire(e.who); break;
       case State::EventKind::kReplace:
         s.devices[e.who].down = false;
-        s.RebuildLive();
+        s.live.Set(s.devices[e.who].id, ClassName(s.devices[e.who].cls), s.devices[e.who].busy_until);
         s.Ask(e.who);
         break;
     }

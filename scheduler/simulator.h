@@ -14,7 +14,10 @@
 //     trial, from the same ranking's generator, and the stopping-type pruner
 //     on every report where the experiment is configured so;
 //   * scheduler::SpeedModel: the classes' benchmarks as the prior, and every
-//     report's measured speed (the engine observes each report's samples/s).
+//     report's measured speed (the engine observes each report's samples/s);
+//   * scheduler::FleetSummary (fleet_summary.h): the live devices' classes
+//     and free times, kept as devices die, come back, start and end leases,
+//     as the engine's fleet view keeps its own.
 //
 // What the simulator owns is the world and the store's bookkeeping:
 //   * Devices in K = min(workers, max_device_classes) classes, class k's
@@ -54,6 +57,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "scheduler/fleet_summary.h"
 #include "scheduler/policy.h"
 #include "scheduler/speed_model.h"
 
@@ -61,7 +65,8 @@ namespace hpo::scheduler {
 
 // The policy call: scheduler::Decide unless a caller (a benchmark timing it)
 // wraps it.
-using DecideFn = std::function<PolicyDecision(const AskingDevice&, const std::vector<LiveDevice>&,
+// It gets the simulator's live fleet summary and the simulated time.
+using DecideFn = std::function<PolicyDecision(const AskingDevice&, const FleetSummary&, double now_s,
                                               const std::vector<WorkItem>&, const SpeedModel&, const PolicyOptions&)>;
 
 struct SimulatorOptions {

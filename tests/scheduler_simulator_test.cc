@@ -169,11 +169,11 @@ TEST(Simulator, StopsAtTheTargetAndSaysWhichTrialReachedIt) {
 TEST(Simulator, EveryDecisionGoesThroughTheHook) {
   SimulatorOptions o = SmallFleet(PolicyKind::kFifo, 1);
   int64_t calls = 0;
-  o.decide = [&calls](const AskingDevice& d, const std::vector<LiveDevice>& fleet, const std::vector<WorkItem>& items,
+  o.decide = [&calls](const AskingDevice& d, const FleetSummary& fleet, double now_s, const std::vector<WorkItem>& items,
                       const SpeedModel& speeds, const PolicyOptions& options) {
     ++calls;
     EXPECT_EQ(fleet.size(), 8u) << "every live device, no failures here";
-    return Decide(d, fleet, items, speeds, options);
+    return Decide(d, fleet, now_s, items, speeds, options);
   };
   o.failure = 0;
   const SimResult r = RunOrDie(o);

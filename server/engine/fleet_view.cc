@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "scheduler/cotuner.h"
 
@@ -51,6 +52,9 @@ Status FleetView::ReadLocked(Clock::time_point now) {
       classes_[d.id] = d.device_class;
     }
   }
+  for (const auto& [id, d] : v.devices) {
+    if (d.live) v.live.Set(std::to_string(id), d.device_class, FreeAtLocked(id));
+  }
   for (const auto& o : observations) {
     const json setting = json::parse(o.system_setting_json, nullptr, false);
     if (!setting.is_discarded()) {
@@ -61,16 +65,9 @@ Status FleetView::ReadLocked(Clock::time_point now) {
   return Status::OK();
 }
 
-void FleetView::RefreshBusyLocked(Clock::time_point now) {
-  view_->live.clear();
-  for (const auto& [id, d] : view_->devices) {
-    if (!d.live) continue;
-    double busy = 0;
-    if (auto b = busy_until_.find(id); b != busy_until_.end() && b->second > now) {
-      busy = std::chrono::duration<double>(b->second - now).count();
-    }
-    view_->live.push_back({std::to_string(id), d.device_class, busy});
-  }
+double FleetView::FreeAtLocked(Id device_id) const {
+  const auto b = busy_until_.find(device_id);
+  return b == busy_until_.end() ? -std::numeric_limits<double>::infinity() : Seconds(b->second);
 }
 
 Result<FleetView::Locked> FleetView::Fresh(Id device_id, Clock::time_point asked) {
@@ -79,8 +76,10 @@ Result<FleetView::Locked> FleetView::Fresh(Id device_id, Clock::time_point asked
     HPO_RETURN_IF_ERROR(ReadLocked(Clock::now()));
   }
   // The asking device is live: it is asking.
-  if (auto d = view_->devices.find(device_id); d != view_->devices.end()) d->second.live = true;
-  RefreshBusyLocked(Clock::now());
+  if (auto d = view_->devices.find(device_id); d != view_->devices.end() && !d->second.live) {
+    d->second.live = true;
+    view_->live.Set(std::to_string(device_id), d->second.device_class, FreeAtLocked(device_id));
+  }
   return Locked(std::move(lock), &*view_);
 }
 
@@ -129,15 +128,17 @@ void FleetView::SetBusy(Id device_id, double seconds) {
   std::lock_guard lock(mu_);
   if (!(seconds > 0) || !std::isfinite(seconds)) {
     busy_until_.erase(device_id);
-    return;
+  } else {
+    busy_until_[device_id] = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                std::chrono::duration<double>(std::min(seconds, 1e7)));
   }
-  busy_until_[device_id] = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                              std::chrono::duration<double>(std::min(seconds, 1e7)));
+  if (view_) view_->live.SetFreeAt(std::to_string(device_id), FreeAtLocked(device_id));  // a device not live: no-op
 }
 
 void FleetView::SetIdle(Id device_id) {
   std::lock_guard lock(mu_);
   busy_until_.erase(device_id);
+  if (view_) view_->live.SetFreeAt(std::to_string(device_id), FreeAtLocked(device_id));
 }
 
 }  // namespace hpo::server

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "scheduler/fleet_summary.h"
 #include "scheduler/policy.h"
 #include "scheduler/speed_model.h"
 #include "server/store/store.h"
@@ -37,9 +38,10 @@ struct FleetDevice {
 struct FleetSnapshot {
   std::map<store::Id, FleetDevice> devices;  // every registered device, by id
   scheduler::SpeedModel model;
-  // The live devices for the policy (id = the device id as text), with
-  // busy_s from placement's estimates.
-  std::vector<scheduler::LiveDevice> live;
+  // The live devices for the policy (id = the device id as text), free at
+  // placement's estimates (FleetView::Seconds of the steady clock); kept as
+  // devices become busy or idle, rebuilt only when the view is reread.
+  scheduler::FleetSummary live;
   std::chrono::steady_clock::time_point loaded;
 };
 
@@ -65,6 +67,8 @@ class FleetView {
   // The view, reread unless it was read within max_age before `asked` (a
   // lease's start) and knows `device_id`; the asking device is live.
   Result<Locked> Fresh(store::Id device_id, Clock::time_point asked);
+  // A steady-clock time as the summary's free times count it (seconds).
+  static double Seconds(Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
   // A registered device's class. NotFound: not registered.
   Result<std::string> DeviceClass(store::Id device_id);
 
@@ -82,7 +86,8 @@ class FleetView {
 
  private:
   Status ReadLocked(Clock::time_point now);
-  void RefreshBusyLocked(Clock::time_point now);
+  // The device's free time for the summary: -infinity when not busy.
+  double FreeAtLocked(store::Id device_id) const;
 
   store::Store& store_;
   const std::chrono::milliseconds max_age_;

@@ -128,8 +128,8 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
     return Status::NotFound("device " + std::to_string(device_id) + " is not registered");
   }
   const scheduler::PolicyOptions options = PolicyFor(spec, *fleet, e, now);
-  plan.decision = scheduler::Decide({std::to_string(device_id), device->second.device_class}, fleet->live, plan.items,
-                                    fleet->model, options);
+  plan.decision = scheduler::Decide({std::to_string(device_id), device->second.device_class}, fleet->live,
+                                    FleetView::Seconds(FleetView::Clock::now()), plan.items, fleet->model, options);
   return plan;
 }
 
