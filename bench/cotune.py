@@ -45,7 +45,9 @@ measurement says it ran with (its `system`); nothing here decides a setting.
      epoch 2 on, that ran at the setting the trial ended with;
   Z  the median samples/s of epochs 2..E of the default;
   P  epochs per co-tuned trial spent at a setting other than the one it
-     ended with (the epochs probing cost), the mean over the trials.
+     ended with (the epochs probing cost), the mean over the trials;
+  cotuned_all_epochs_samples_per_s  the median of every co-tuned epoch from
+     epoch 2 on, probes included: what co-tuning delivered.
 """
 import argparse
 import json
@@ -60,6 +62,7 @@ import tempfile
 import threading
 import time
 
+sys.dont_write_bytecode = True  # no __pycache__ left in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hetero import CpuCgroup, Rest  # noqa: E402  (the same cgroups and REST calls as bench/hetero)
 
@@ -324,17 +327,21 @@ class Lane:
         trials = self.run_experiment(self.spec(
             f"cotuned-b{batch}", batch, {"type": "int", "low": 1, "high": self.args.max_threads},
             self.args.cotune_trials, self.args.cotune_epochs, workload=f"bench-cotune-{self.args.model}"))
-        settled, probes, per_trial = [], [], []
+        settled, every, probes, per_trial = [], [], [], []
         for t in trials:
             ms = t["measurements"]
+            # The setting the co-tuner gave last: where the trial settled,
+            # unless a drift (cotuner.h) reopened probing near the end.
             final = ms[-1]["system"]
             probes.append(sum(1 for m in ms if m["system"] != final))
             settled += [m["samples_per_sec"] for m in ms[1:] if m["system"] == final]
-            per_trial.append({"trial": t["id"], "settings": [m["system"].get("threads") for m in ms],
+            every += [m["samples_per_sec"] for m in ms[1:]]
+            per_trial.append({"trial": t["id"], "epochs": [[m["system"].get("threads"), m["samples_per_sec"]] for m in ms],
                               "final_threads": final.get("threads")})
         finals = sorted({p["final_threads"] for p in per_trial})
-        return {"samples_per_s": median(settled), "probe_epochs": statistics.mean(probes),
-                "probe_epochs_each": probes, "final_threads": finals, "trials": per_trial}
+        return {"samples_per_s": median(settled), "all_epochs_samples_per_s": median(every),
+                "probe_epochs": statistics.mean(probes), "probe_epochs_each": probes, "final_threads": finals,
+                "trials": per_trial}
 
     # -- the lane
 
@@ -352,7 +359,8 @@ class Lane:
                 best_t = max(best, key=best.get)
                 r = {"device_class": self.device_class, "cpus": self.cpus, "batch": batch,
                      "by_threads": best, "best_threads": best_t, "best": best[best_t],
-                     "cotuned": co["samples_per_s"], "probe_epochs": co["probe_epochs"],
+                     "cotuned": co["samples_per_s"], "cotuned_all_epochs": co["all_epochs_samples_per_s"],
+                     "probe_epochs": co["probe_epochs"],
                      "probe_epochs_each": co["probe_epochs_each"], "cotuned_threads": co["final_threads"],
                      "cotuned_trials": co["trials"], "default": default}
                 self.results.append(r)
@@ -374,7 +382,8 @@ def emit_line(r):
           f"default_samples_per_s={r['default']:.0f} probe_epochs={r['probe_epochs']:.2f} "
           f"quota={r['cpus']} best_threads={r['best_threads']} "
           f"cotuned_threads={','.join(str(t) for t in r['cotuned_threads'])} "
-          f"cotuned_vs_best={r['cotuned'] / r['best']:.3f} cotuned_vs_default={r['cotuned'] / r['default']:.2f}",
+          f"cotuned_vs_best={r['cotuned'] / r['best']:.3f} cotuned_vs_default={r['cotuned'] / r['default']:.2f} "
+          f"cotuned_all_epochs_samples_per_s={r['cotuned_all_epochs']:.0f}",
           flush=True)
 
 
