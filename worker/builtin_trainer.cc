@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <dlfcn.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -15,6 +16,17 @@
 
 namespace hpo::worker {
 namespace {
+
+// OpenBLAS's pool is its own: torch::set_num_threads does not size it, so a
+// trial asked to use 1 thread still ran its GEMMs on 2 (bench/trainer_bench
+// and bench/cotune measured it: in a 0.25-core cgroup both loops ran 2x
+// faster with OPENBLAS_NUM_THREADS=1). The setter is looked up at run time,
+// so another BLAS, or none, is fine.
+void SetBlasThreads(int threads) {
+  using Set = void (*)(int);
+  static const auto set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (set != nullptr) set(threads);
+}
 
 using nlohmann::json;
 
@@ -461,7 +473,10 @@ class BuiltinExecutor final : public Executor {
   // Intra-op threads may change any time; inter-op threads only once per
   // process, before any parallel work (LibTorch refuses later calls).
   static void ApplyThreads(int threads, int inter_op) {
-    if (threads > 0) torch::set_num_threads(threads);
+    if (threads > 0) {
+      torch::set_num_threads(threads);
+      SetBlasThreads(threads);
+    }
     static std::once_flag once;
     if (inter_op > 0) {
       std::call_once(once, [&] {
@@ -477,6 +492,12 @@ class BuiltinExecutor final : public Executor {
 };
 
 }  // namespace
+
+int BlasThreads() {
+  using Get = int (*)();
+  static const auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return get != nullptr ? get() : 0;
+}
 
 bool IsBuiltinTrainer(const std::string& trainer) {
   return trainer == "fashion-mnist" || trainer == "fashion-mnist-mlp" || trainer == "fashion-mnist-cnn";
