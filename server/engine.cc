@@ -406,15 +406,15 @@ std::string_view Engine::WorkerState(const store::WorkerRecord& w) const {
 }
 
 Status Engine::SweepWorkers() {
-  const int64_t now = NowMs();
-  HPO_ASSIGN_OR_RETURN(auto gone, store_.MarkWorkersGone(now - options_.worker_gone_after * options_.worker_lease_ms));
+  // Measured by the store's clock, the one that wrote last_seen_ms.
+  HPO_ASSIGN_OR_RETURN(auto gone, store_.MarkWorkersGone(options_.worker_gone_after * options_.worker_lease_ms));
   for (const auto& w : gone) {
     if (workers_gone_) workers_gone_->Increment();
     Emit("worker.gone", {{"worker_id", w.id}, {"host", w.host}, {"instance", w.instance},
                          {"last_seen_ms", w.last_seen_ms}});
   }
   if (options_.worker_retention.count() <= 0) return Status::OK();
-  HPO_ASSIGN_OR_RETURN(auto pruned, store_.PruneGoneWorkers(now - options_.worker_retention.count()));
+  HPO_ASSIGN_OR_RETURN(auto pruned, store_.PruneGoneWorkers(options_.worker_retention.count()));
   if (!pruned.empty()) {
     std::lock_guard lock(mu_);
     for (Id id : pruned) workers_.erase(id);

@@ -954,15 +954,16 @@ Result<std::vector<WorkerRecord>> SqlStore::ListWorkers() {
   });
 }
 
-Result<std::vector<WorkerRecord>> SqlStore::MarkWorkersGone(TimeMs seen_before) {
+Result<std::vector<WorkerRecord>> SqlStore::MarkWorkersGone(TimeMs unseen_ms) {
   return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    const TimeMs now = Now();
     // A compare-and-set per row (gone_ms IS NULL): of two replicas' ticks
     // only one returns a worker, so it is announced once.
     std::vector<WorkerRecord> out;
     for (const auto& r : c.Query("UPDATE workers SET gone_ms = $2 WHERE gone_ms IS NULL AND last_seen_ms < $1 "
                                  "RETURNING " +
                                      std::string(kWorkerColumns),
-                                 {seen_before, Now()})) {
+                                 {now - unseen_ms, now})) {
       out.push_back(ReadWorker(r));
     }
     std::sort(out.begin(), out.end(), [](const WorkerRecord& a, const WorkerRecord& b) { return a.id < b.id; });
@@ -970,13 +971,13 @@ Result<std::vector<WorkerRecord>> SqlStore::MarkWorkersGone(TimeMs seen_before) 
   });
 }
 
-Result<std::vector<Id>> SqlStore::PruneGoneWorkers(TimeMs seen_before) {
+Result<std::vector<Id>> SqlStore::PruneGoneWorkers(TimeMs unseen_ms) {
   return Run(TxMode::kWrite, [&](SqlConnection& c) {
     std::vector<Id> out;
     // Devices go with their worker (ON DELETE CASCADE), speed observations
     // stay with device_id NULL (ON DELETE SET NULL, migration 5).
     for (const auto& r : c.Query("DELETE FROM workers WHERE gone_ms IS NOT NULL AND last_seen_ms < $1 RETURNING id",
-                                 {seen_before})) {
+                                 {Now() - unseen_ms})) {
       out.push_back(r.Int(0));
     }
     std::sort(out.begin(), out.end());

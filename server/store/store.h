@@ -432,15 +432,16 @@ class Store {
   virtual Status TouchWorker(Id worker_id) = 0;
   // Every worker with its devices, the gone ones too, by id.
   virtual Result<std::vector<WorkerRecord>> ListWorkers() = 0;
-  // Marks gone (gone_ms = now) every worker not gone yet and last seen
-  // before `seen_before`, and returns them (without devices). Each worker is
-  // returned by one call only, even with several stores on one database, so
-  // its caller may announce it once.
-  virtual Result<std::vector<WorkerRecord>> MarkWorkersGone(TimeMs seen_before) = 0;
-  // Deletes every gone worker last seen before `seen_before`, with its
+  // Marks gone (gone_ms = now) every worker not gone yet and unseen for
+  // more than `unseen_ms` (last_seen_ms < now - unseen_ms, by this store's
+  // clock, which wrote last_seen_ms), and returns them (without devices).
+  // Each worker is returned by one call only, even with several stores on
+  // one database, so its caller may announce it once.
+  virtual Result<std::vector<WorkerRecord>> MarkWorkersGone(TimeMs unseen_ms) = 0;
+  // Deletes every gone worker unseen for more than `unseen_ms`, with its
   // devices, and returns their ids. What refers to them stays: trials name
   // their lease owner as text, speed observations lose only their device_id.
-  virtual Result<std::vector<Id>> PruneGoneWorkers(TimeMs seen_before) = 0;
+  virtual Result<std::vector<Id>> PruneGoneWorkers(TimeMs unseen_ms) = 0;
   virtual Result<Id> AddSpeedObservation(const SpeedObservation& o) = 0;
   // Observations of one workload (all when empty), oldest first.
   virtual Result<std::vector<SpeedObservationRecord>> ListSpeedObservations(
