@@ -132,6 +132,14 @@ Result<int64_t> QueryInt(const HttpRequest& req, const std::string& key, int64_t
   return v;
 }
 
+Result<bool> QueryBool(const HttpRequest& req, const std::string& key, bool fallback) {
+  auto it = req.query.find(key);
+  if (it == req.query.end()) return fallback;
+  if (it->second == "true" || it->second == "1") return true;
+  if (it->second == "false" || it->second == "0") return false;
+  return Status::InvalidArgument("query parameter " + key + ": must be true or false, not '" + it->second + "'");
+}
+
 // Every JSON body goes through the limits of json_limits.h before a route
 // copies or walks any of it.
 Result<json> Body(const HttpRequest& req) {
@@ -272,6 +280,10 @@ HttpResponse RestApi::Route(const HttpRequest& req) {
   if (seg[0] == "events" && seg.size() == 1 && m == "GET") return Events(req);
 
   if (seg[0] == "workers" && seg.size() == 1 && m == "GET") {
+    // Gone workers (Engine::SweepWorkers) are history, not fleet: listed
+    // only when asked for.
+    auto include_gone = QueryBool(req, "include_gone", false);
+    if (!include_gone.ok()) return fail(include_gone.status());
     auto workers = engine_.store().ListWorkers();
     if (!workers.ok()) return fail(workers.status());
     // The newest measured speed per (device, workload).
@@ -304,6 +316,8 @@ HttpResponse RestApi::Route(const HttpRequest& req) {
     }
     json out = json::array();
     for (const auto& w : *workers) {
+      const std::string_view state = engine_.WorkerState(w);
+      if (state == "gone" && !*include_gone) continue;
       json devices = json::array();
       const json labels = ParseOr(w.labels_json, json::object());
       for (const auto& d : w.devices) {
@@ -332,7 +346,8 @@ HttpResponse RestApi::Route(const HttpRequest& req) {
         }
       }
       auto running = current.find(Engine::WorkerOwner(w.id));
-      out.push_back({{"id", w.id}, {"host", w.host}, {"labels", labels},
+      out.push_back({{"id", w.id}, {"host", w.host}, {"instance", w.instance}, {"labels", labels},
+                     {"state", state}, {"gone_ms", Opt(w.gone_ms)},
                      {"registered_ms", w.registered_ms}, {"last_seen_ms", w.last_seen_ms},
                      {"devices", devices},
                      {"current_trials", running == current.end() ? json::array() : running->second}});

@@ -146,6 +146,8 @@ Engine::Engine(store::Store& store, EngineOptions options)
                                   {{"outcome", "trial"}});
     leases_empty_ = &m->counter("hpo_leases_total", "Worker lease requests by outcome",
                                 {{"outcome", "none"}});
+    workers_gone_ = &m->counter("hpo_workers_gone_total",
+                                "Workers this server marked gone (unseen for several lease timeouts)");
   }
 }
 
@@ -347,8 +349,12 @@ Result<RegisteredWorker> Engine::RegisterWorker(const WorkerRegistration& w) {
   if (w.labels.size() > kMaxLabels) {
     return Status::InvalidArgument("labels: more than the limit of " + std::to_string(kMaxLabels));
   }
+  if (w.instance.size() > kMaxNameLength) {
+    return Status::InvalidArgument("instance: longer than " + std::to_string(kMaxNameLength) + " bytes");
+  }
   store::NewWorker nw;
   nw.host = w.host;
+  nw.instance = w.instance;
   json labels = json::object();
   for (const auto& [k, v] : w.labels) {
     if (k.empty() || k.size() > kMaxNameLength || v.size() > kMaxValueLength) {
@@ -380,7 +386,40 @@ Result<RegisteredWorker> Engine::RegisterWorker(const WorkerRegistration& w) {
     std::lock_guard lock(mu_);
     workers_[rec.id] = std::move(auth);
   }
+  fleet_->Registered(rec);
+  Emit("worker.registered", {{"worker_id", rec.id}, {"host", rec.host}, {"instance", rec.instance}});
   return RegisteredWorker{std::move(rec), std::move(session)};
+}
+
+Status Engine::TouchWorker(Id worker_id) {
+  Status s = store_.TouchWorker(worker_id);
+  if (s.IsNotFound()) {
+    std::lock_guard lock(mu_);
+    workers_.erase(worker_id);
+  }
+  return s;
+}
+
+std::string_view Engine::WorkerState(const store::WorkerRecord& w) const {
+  if (w.gone_ms) return "gone";
+  return w.last_seen_ms >= NowMs() - options_.worker_lease_ms ? "live" : "silent";
+}
+
+Status Engine::SweepWorkers() {
+  // Measured by the store's clock, the one that wrote last_seen_ms.
+  HPO_ASSIGN_OR_RETURN(auto gone, store_.MarkWorkersGone(options_.worker_gone_after * options_.worker_lease_ms));
+  for (const auto& w : gone) {
+    if (workers_gone_) workers_gone_->Increment();
+    Emit("worker.gone", {{"worker_id", w.id}, {"host", w.host}, {"instance", w.instance},
+                         {"last_seen_ms", w.last_seen_ms}});
+  }
+  if (options_.worker_retention.count() <= 0) return Status::OK();
+  HPO_ASSIGN_OR_RETURN(auto pruned, store_.PruneGoneWorkers(options_.worker_retention.count()));
+  if (!pruned.empty()) {
+    std::lock_guard lock(mu_);
+    for (Id id : pruned) workers_.erase(id);
+  }
+  return Status::OK();
 }
 
 Result<Engine::WorkerAuth> Engine::Authenticate(const WorkerCaller& caller) {
@@ -389,20 +428,39 @@ Result<Engine::WorkerAuth> Engine::Authenticate(const WorkerCaller& caller) {
     std::lock_guard lock(mu_);
     if (auto it = workers_.find(caller.worker_id); it != workers_.end()) auth = it->second;
   }
-  if (!auth) {
-    // Unknown ones are not kept: the worker may register on another replica.
-    HPO_ASSIGN_OR_RETURN(store::WorkerRecord rec, store_.GetWorker(caller.worker_id));
-    auth = WorkerAuth{rec.session_hash, {}};
-    for (const auto& d : rec.devices) auth->devices.insert(d.id);
+  auto reread = [&]() -> Status {
+    auto rec = store_.GetWorker(caller.worker_id);
+    if (!rec.ok()) {
+      // Unknown ones are not kept: the worker may register on another
+      // replica. One pruned meanwhile is forgotten here too.
+      std::lock_guard lock(mu_);
+      workers_.erase(caller.worker_id);
+      return rec.status();
+    }
+    auth = WorkerAuth{rec->session_hash, {}};
+    for (const auto& d : rec->devices) auth->devices.insert(d.id);
     std::lock_guard lock(mu_);
     workers_[caller.worker_id] = *auth;
-  }
+    return Status::OK();
+  };
   // Both sides are SHA-256 hex of equal length (a worker registered before
   // sessions has none, and nothing matches it), compared in constant time
   // so the time taken says nothing of how much of a guess was right.
   const std::string given = SessionHash(caller.session);
-  const bool match = !caller.session.empty() && given.size() == auth->session_hash.size() &&
-                     CRYPTO_memcmp(given.data(), auth->session_hash.data(), given.size()) == 0;
+  auto matches = [&] {
+    return !caller.session.empty() && given.size() == auth->session_hash.size() &&
+           CRYPTO_memcmp(given.data(), auth->session_hash.data(), given.size()) == 0;
+  };
+  bool match = false;
+  if (!auth) {
+    HPO_RETURN_IF_ERROR(reread());
+    match = matches();
+  } else if (!(match = matches())) {
+    // The kept registration may be older than the worker's session: it
+    // registered again (same identity, new session) through another replica.
+    HPO_RETURN_IF_ERROR(reread());
+    match = matches();
+  }
   if (!match) {
     return Status::PermissionDenied("worker " + std::to_string(caller.worker_id) +
                                     ": the session is missing or is not the one its registration returned "
@@ -426,7 +484,7 @@ Result<std::vector<Id>> Engine::Heartbeat(const WorkerCaller& caller, const std:
                                    std::to_string(kMaxTrialsPerHeartbeat) + " (kMaxTrialsPerHeartbeat)");
   }
   HPO_RETURN_IF_ERROR(Authenticate(caller).status());
-  HPO_RETURN_IF_ERROR(store_.TouchWorker(caller.worker_id));
+  HPO_RETURN_IF_ERROR(TouchWorker(caller.worker_id));
   return store_.RenewLeases(trial_ids, WorkerOwner(caller.worker_id), options_.worker_lease_ms);
 }
 
@@ -845,6 +903,7 @@ Status Engine::ReclaimExpiredLeases() {
 
 Status Engine::Tick() {
   HPO_RETURN_IF_ERROR(ReclaimExpiredLeases());
+  HPO_RETURN_IF_ERROR(SweepWorkers());
   // Checkpoints of trials that ended on paths that do not delete them
   // (an experiment's end, another replica's finish, a delete that failed).
   bool sweep = false;

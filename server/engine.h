@@ -118,6 +118,15 @@ struct EngineOptions {
   // How often Tick deletes the checkpoints of trials that ended (however
   // they ended, on whichever replica) and that nothing deleted yet.
   std::chrono::milliseconds checkpoint_sweep{10'000};
+  // A worker unseen (no call at all) for this many lease timeouts is gone:
+  // Tick marks it and announces "worker.gone". Its leases expired long
+  // before (after one), so this only says it is not expected back; three
+  // rides out a server restart or a network blip without a false alarm.
+  int worker_gone_after = 3;
+  // A gone worker unseen for this long is deleted with its devices
+  // (trials and measured speeds that came from it stay). A week keeps it
+  // listable (?include_gone) across a weekend; zero: never deleted.
+  std::chrono::milliseconds worker_retention{7LL * 24 * 3'600'000};
 };
 
 // kPause: the trial reached its lease's stop_step (promotion-type early
@@ -156,6 +165,9 @@ struct WorkerCaller {
 // A worker as it announces itself.
 struct WorkerRegistration {
   std::string host;
+  // Stable across the worker's restarts, distinct among the workers on its
+  // host (see store::NewWorker::instance); empty: a new worker every time.
+  std::string instance;
   std::map<std::string, std::string> labels;
   // Each device's device_class is derived by the engine (whatever is set).
   std::vector<store::DeviceInfo> devices;
@@ -234,15 +246,23 @@ class Engine {
   // its session (WorkerCaller), and fails before doing anything else with
   // NotFound when no such worker is registered (register again) or
   // PermissionDenied when the session is missing or not that worker's (the
-  // message never repeats what was sent). Checking is cheap: registrations
-  // never change, so each worker's is read once and kept.
+  // message never repeats what was sent). Checking is cheap: each worker's
+  // registration is read once and kept, and read again only when a session
+  // does not match it (the worker may have registered again, elsewhere).
   //
   // Validates the worker (InvalidArgument names the field, e.g.
   // "devices[1].name: must not be empty"; at most kMaxDevicesPerWorker
   // devices with distinct ordinals, kMaxLabels labels), derives each
   // device's class from what it is ("cpu:<name>:x<cores, 1 decimal>" or
-  // "cuda:<name>"), and stores it with a new session.
+  // "cuda:<name>"), and stores it with a new session: as a new worker, or
+  // with an instance, as the worker of that (host, instance) again (same id,
+  // same device ids by ordinal; its older session no longer works).
+  // Announces "worker.registered" (worker_id, host, instance).
   Result<RegisteredWorker> RegisterWorker(const WorkerRegistration& w);
+  // How the worker stands now: "live" (seen within the lease timeout: its
+  // devices are placed on), "silent" (not seen since: not placed on, its
+  // leases expire) or "gone" (marked by SweepWorkers).
+  std::string_view WorkerState(const store::WorkerRecord& w) const;
   // OK when `caller` is a registered worker with its own session.
   Status AuthenticateWorker(const WorkerCaller& caller);
   // Marks the worker seen and renews its leases on `trial_ids` (at most
@@ -330,9 +350,16 @@ class Engine {
   // calls it every EngineOptions::checkpoint_sweep.
   Status SweepCheckpoints();
 
+  // Marks gone the workers unseen for worker_gone_after lease timeouts
+  // ("worker.gone" with worker_id, host, instance and last_seen_ms, once
+  // across replicas; hpo_workers_gone_total) and deletes the gone ones
+  // unseen for worker_retention. Tick calls it.
+  Status SweepWorkers();
+
   // Housekeeping, called periodically: requeues or fails trials whose lease
   // expired, ends experiments past their wall time or their trial budget,
-  // and deletes the checkpoints of trials that ended (SweepCheckpoints).
+  // deletes the checkpoints of trials that ended (SweepCheckpoints), and
+  // marks and prunes workers that went away (SweepWorkers).
   Status Tick();
   // The first part of Tick alone, cheap enough to call every 100 ms (an
   // indexed UPDATE that usually matches nothing): puts each trial whose
@@ -402,12 +429,15 @@ class Engine {
   Status Finish(store::Id trial_id, const std::string& owner, bool failed, const nlohmann::json& final_metrics,
                 const std::string& why);
   // What a worker's session is checked against, and its devices: read once
-  // per worker (registrations never change).
+  // per worker, again when a session does not match (a re-registration).
   struct WorkerAuth {
     std::string session_hash;
     std::set<store::Id> devices;
   };
   Result<WorkerAuth> Authenticate(const WorkerCaller& caller);
+  // store::Store::TouchWorker; a worker that is not there (pruned) is
+  // forgotten by Authenticate's cache too.
+  Status TouchWorker(store::Id worker_id);
   // NotFound unless `device_id` is one of the worker's.
   static Status CheckDevice(const WorkerCaller& caller, const WorkerAuth& auth, store::Id device_id);
   // A lease for the worker (authenticated) on one of its devices.
@@ -436,6 +466,7 @@ class Engine {
   metrics::Histogram* lease_seconds_ = nullptr;
   metrics::Counter* leases_granted_ = nullptr;
   metrics::Counter* leases_empty_ = nullptr;
+  metrics::Counter* workers_gone_ = nullptr;
   // Placement for one experiment (scheduler/policy.h; server/engine/lease.cc):
   // the work it offers this device - promotable paused trials, pending
   // trials, a new trial per space while budget and max_parallel allow -

@@ -71,6 +71,8 @@ int main(int argc, char** argv) {
   std::string port_file;
   std::string log_level = "info";
   int lease_timeout_s = 60;
+  int worker_gone_after = 3;
+  int64_t worker_retention_s = 7 * 24 * 3600;
   int max_attempts = 3;
   int tick_ms = 1000;
   int history_cache_ms = 1000, fleet_cache_ms = 1000;
@@ -117,6 +119,15 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert")->envname("HPO_TLS_KEY");
   app.add_option("--lease-timeout", lease_timeout_s, "seconds a worker's lease lasts without a report or heartbeat")
       ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  app.add_option("--worker-gone-after", worker_gone_after,
+                 "lease timeouts a worker may go unseen before it is marked gone (listed no more, worker.gone)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--worker-retention", worker_retention_s,
+                 "seconds a gone worker is kept (unseen) before it is deleted; its trials and measured speeds "
+                 "stay (0: never deleted)")
+      ->check(CLI::Range(int64_t{0}, int64_t{10} * 365 * 24 * 3600))
       ->capture_default_str();
   app.add_option("--max-attempts", max_attempts, "leases per trial before it is failed")
       ->check(CLI::Range(1, 100))
@@ -197,6 +208,8 @@ int main(int argc, char** argv) {
   EventRelay relay(*store, events);
   EngineOptions engine_options;
   engine_options.worker_lease_ms = int64_t{lease_timeout_s} * 1000;
+  engine_options.worker_gone_after = worker_gone_after;
+  engine_options.worker_retention = std::chrono::seconds(worker_retention_s);
   engine_options.history_cache = std::chrono::milliseconds(history_cache_ms);
   engine_options.fleet_cache = std::chrono::milliseconds(fleet_cache_ms);
   engine_options.max_attempts = max_attempts;
@@ -222,7 +235,9 @@ int main(int argc, char** argv) {
     }
     relay.Publish(std::move(type), data);
   };
-  RegisterStoreGauges(registry, *store);  // read from the store: every replica agrees
+  StoreGaugeOptions gauge_options;
+  gauge_options.live_for = std::chrono::milliseconds(engine_options.worker_lease_ms);
+  RegisterStoreGauges(registry, *store, gauge_options);  // read from the store: every replica agrees
   Engine engine(*store, engine_options);
   ApiOptions api_options;
   api_options.token = token;

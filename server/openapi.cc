@@ -93,8 +93,10 @@ const std::string& RestApi::OpenApi() {
     "/api/v1/trials/{id}:fail": {"post": {"summary": "The trial failed, with a reason",
       "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
       "responses": {"200": {"description": "failed"}}}},
-    "/api/v1/workers": {"get": {"summary": "Workers with their devices", "responses": {"200": {"description": "{workers: [...]}"}}}},
-    "/api/v1/events": {"get": {"summary": "Server-Sent Events: experiment.created, experiment.finished, trial.created, trial.reported, trial.requeued (a lease expired: pending again), trial.paused (at a rung, with or without its checkpoint), trial.restarted (its checkpoint was missing or unusable: from step 0 again, with the reason), trial.cotuning_stopped (the program ran another system setting than the one asked for: the trial is not probed further, with the reason), trial.finished (and lagged when events were dropped or, between replicas, may have been missed: re-read)",
+    "/api/v1/workers": {"get": {"summary": "Workers with their devices; each has a state: live (seen within the lease timeout, placed on), silent (not seen since, not placed on) or gone (unseen for several lease timeouts)",
+      "parameters": [{"name": "include_gone", "in": "query", "schema": {"type": "boolean", "default": false}, "description": "also list the gone workers not pruned yet"}],
+      "responses": {"200": {"description": "{workers: [...]}"}}}},
+    "/api/v1/events": {"get": {"summary": "Server-Sent Events: experiment.created, experiment.finished, trial.created, trial.reported, trial.requeued (a lease expired: pending again), trial.paused (at a rung, with or without its checkpoint), trial.restarted (its checkpoint was missing or unusable: from step 0 again, with the reason), trial.cotuning_stopped (the program ran another system setting than the one asked for: the trial is not probed further, with the reason), trial.finished, worker.registered (perhaps again, under its old id), worker.gone (unseen for several lease timeouts) (and lagged when events were dropped or, between replicas, may have been missed: re-read)",
       "parameters": [{"name": "access_token", "in": "query", "schema": {"type": "string"}, "description": "the server token, for clients that cannot send an Authorization header (a browser's EventSource)"}],
       "responses": {"200": {"description": "text/event-stream"}}}}
   }

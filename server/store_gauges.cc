@@ -13,10 +13,10 @@ namespace {
 
 // What one read of the store found; a family is nullopt when its read failed.
 struct Snapshot {
-  std::optional<metrics::GaugeSamples> experiments, trials, workers, devices, speed;
+  std::optional<metrics::GaugeSamples> experiments, trials, workers, workers_gone, devices, speed;
 };
 
-Snapshot ReadStore(store::Store& store) {
+Snapshot ReadStore(store::Store& store, const StoreGaugeOptions& options) {
   Snapshot s;
   if (auto list = store.ListExperiments(0, 1'000'000); list.ok()) {
     std::map<std::string, double> by_state = {{"running", 0}, {"completed", 0}, {"cancelled", 0}, {"failed", 0}};
@@ -50,11 +50,21 @@ Snapshot ReadStore(store::Store& store) {
     }
   }
   if (auto workers = store.ListWorkers(); workers.ok()) {
-    s.workers = metrics::GaugeSamples{{{}, double(workers->size())}};
+    using namespace std::chrono;
+    const int64_t now = options.now_ms ? options.now_ms()
+                                       : duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+    // Live as placement counts them (server/engine/fleet_view.cc): a fleet
+    // of restarted pods must not read as twice its size.
+    double live = 0, gone = 0;
     std::map<std::pair<std::string, std::string>, double> n;
     for (const auto& w : *workers) {
+      if (w.gone_ms) ++gone;
+      if (w.gone_ms || w.last_seen_ms < now - options.live_for.count()) continue;
+      ++live;
       for (const auto& d : w.devices) n[{std::string(store::ToString(d.kind)), d.device_class}] += 1;
     }
+    s.workers = metrics::GaugeSamples{{{}, live}};
+    s.workers_gone = metrics::GaugeSamples{{{}, gone}};
     s.devices.emplace();
     for (const auto& [k, v] : n) s.devices->push_back({{{"kind", k.first}, {"device_class", k.second}}, v});
   }
@@ -75,13 +85,13 @@ Snapshot ReadStore(store::Store& store) {
 // One store read shared by every family and by scrapes within max_age.
 class CachedSnapshot {
  public:
-  CachedSnapshot(store::Store& store, std::chrono::milliseconds max_age) : store_(store), max_age_(max_age) {}
+  CachedSnapshot(store::Store& store, StoreGaugeOptions options) : store_(store), options_(std::move(options)) {}
 
   std::shared_ptr<const Snapshot> Get() {
     std::lock_guard lock(mu_);  // held across the read: concurrent scrapes wait for one read
     const auto now = std::chrono::steady_clock::now();
-    if (!snapshot_ || now - read_at_ >= max_age_) {
-      snapshot_ = std::make_shared<const Snapshot>(ReadStore(store_));
+    if (!snapshot_ || now - read_at_ >= options_.max_age) {
+      snapshot_ = std::make_shared<const Snapshot>(ReadStore(store_, options_));
       read_at_ = now;
     }
     return snapshot_;
@@ -89,7 +99,7 @@ class CachedSnapshot {
 
  private:
   store::Store& store_;
-  const std::chrono::milliseconds max_age_;
+  const StoreGaugeOptions options_;
   std::mutex mu_;
   std::shared_ptr<const Snapshot> snapshot_;        // GUARDED_BY(mu_)
   std::chrono::steady_clock::time_point read_at_;  // GUARDED_BY(mu_)
@@ -98,7 +108,7 @@ class CachedSnapshot {
 }  // namespace
 
 void RegisterStoreGauges(metrics::Registry& registry, store::Store& store, StoreGaugeOptions options) {
-  auto cache = std::make_shared<CachedSnapshot>(store, options.max_age);
+  auto cache = std::make_shared<CachedSnapshot>(store, std::move(options));
   auto family = [cache](std::optional<metrics::GaugeSamples> Snapshot::*field) {
     return [cache, field] {
       const auto snapshot = cache->Get();
@@ -107,11 +117,13 @@ void RegisterStoreGauges(metrics::Registry& registry, store::Store& store, Store
   };
   registry.gauge_callback("hpo_experiments", "Experiments by state", family(&Snapshot::experiments));
   registry.gauge_callback("hpo_trials", "Trials by state, over all experiments", family(&Snapshot::trials));
-  registry.gauge_callback("hpo_devices", "Registered devices by kind and class", family(&Snapshot::devices));
+  registry.gauge_callback("hpo_devices", "Devices of live workers by kind and class", family(&Snapshot::devices));
   registry.gauge_callback("hpo_device_samples_per_second",
                           "Mean measured training speed over the last 20 reports, by device class and workload",
                           family(&Snapshot::speed));
-  registry.gauge_callback("hpo_workers", "Registered workers", family(&Snapshot::workers));
+  registry.gauge_callback("hpo_workers", "Live workers (seen within the lease timeout)", family(&Snapshot::workers));
+  registry.gauge_callback("hpo_workers_gone", "Workers gone (unseen for several lease timeouts), not pruned yet",
+                          family(&Snapshot::workers_gone));
 }
 
 }  // namespace hpo::server

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 
 #include "server/metrics.h"
 #include "server/store/store.h"
@@ -22,10 +23,17 @@ namespace hpo::server {
 struct StoreGaugeOptions {
   // How long one read of the store answers scrapes. 0: every scrape reads.
   std::chrono::milliseconds max_age{1000};
+  // A worker counts as live when seen within this (the lease timeout, as
+  // placement reads it) and not gone.
+  std::chrono::milliseconds live_for{60'000};
+  // Milliseconds since the epoch, the store's clock; the system clock when
+  // unset.
+  std::function<int64_t()> now_ms;
 };
 
-// Registers hpo_experiments{state}, hpo_trials{state}, hpo_workers,
-// hpo_devices{kind,device_class} and
+// Registers hpo_experiments{state}, hpo_trials{state}, hpo_workers (the
+// live ones), hpo_workers_gone (gone, not pruned yet), hpo_devices{kind,
+// device_class} (of live workers) and
 // hpo_device_samples_per_second{device_class,workload}. A family whose read
 // failed is left out of that scrape (Prometheus marks it stale) rather than
 // reported as zero.

@@ -590,6 +590,170 @@ TYPED_TEST(StoreTest, ListingWorkersWhileOthersRegisterSeesWholeWorkers) {
   EXPECT_EQ(this->store_->ListWorkers()->size(), 150u);
 }
 
+// A worker that names an instance is one worker across its restarts: the
+// same row, the same device ids by ordinal (so its speed history stays its
+// own), a new session; a device it no longer has is deleted, and what was
+// measured on it stays. Without an instance, or on another host, it is new.
+TYPED_TEST(StoreTest, RegisteringAnIdentityAgainKeepsTheWorkerAndItsDevices) {
+  NewWorker w;
+  w.host = "node-a";
+  w.instance = "pod-a";
+  w.session_hash = std::string(64, 'a');
+  w.devices.push_back({0, DeviceKind::kCpu, "EPYC", "cpu:EPYC:x2.0", 2.0, 1 << 30, 50});
+  w.devices.push_back({1, DeviceKind::kCuda, "H200", "cuda:H200", 0, 1 << 30, 900});
+  auto first = this->store_->RegisterWorker(w);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const Id cpu = first->devices[0].id, gpu = first->devices[1].id;
+  ASSERT_TRUE(this->store_->AddSpeedObservation({cpu, "cpu:EPYC:x2.0", "mlp", "{}", 100, std::nullopt}).ok());
+  ASSERT_TRUE(this->store_->AddSpeedObservation({gpu, "cuda:H200", "mlp", "{}", 5000, std::nullopt}).ok());
+  this->clock_.Advance(600'000);
+  ASSERT_EQ(this->store_->MarkWorkersGone(1)->size(), 1u);
+
+  // Back with a new session, a smaller CPU quota, no GPU and a new CPU.
+  NewWorker again = w;
+  again.session_hash = std::string(64, 'b');
+  again.labels_json = R"({"pool":"cpu"})";
+  again.devices = {{0, DeviceKind::kCpu, "EPYC", "cpu:EPYC:x1.0", 1.0, 1 << 30, 25},
+                   {2, DeviceKind::kCpu, "Xeon", "cpu:Xeon:x1.0", 1.0, 1 << 30, 20}};
+  auto second = this->store_->RegisterWorker(again);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->id, first->id);
+  EXPECT_EQ(second->registered_ms, first->registered_ms);
+  EXPECT_EQ(second->last_seen_ms, first->registered_ms + 600'000);
+  EXPECT_EQ(second->session_hash, again.session_hash);
+  EXPECT_FALSE(second->gone_ms.has_value());
+  ASSERT_EQ(second->devices.size(), 2u);
+  EXPECT_EQ(second->devices[0].id, cpu) << "the same ordinal keeps its device id";
+  EXPECT_EQ(second->devices[0].device_class, "cpu:EPYC:x1.0");
+  EXPECT_NE(second->devices[1].id, gpu);
+
+  auto list = *this->store_->ListWorkers();
+  ASSERT_EQ(list.size(), 1u) << "registered again, not added";
+  EXPECT_EQ(list[0].instance, "pod-a");
+  EXPECT_EQ(list[0].labels_json, again.labels_json);
+  EXPECT_EQ(list[0].session_hash, again.session_hash);
+  EXPECT_FALSE(list[0].gone_ms.has_value());
+  ASSERT_EQ(list[0].devices.size(), 2u);
+  EXPECT_EQ(list[0].devices[0].id, cpu);
+  EXPECT_DOUBLE_EQ(list[0].devices[0].cores, 1.0);
+  EXPECT_EQ(list[0].devices[1].ordinal, 2);
+  // Both observations stay: the CPU's still its own, the GPU's without a device.
+  auto obs = *this->store_->ListSpeedObservations("mlp", 10);
+  ASSERT_EQ(obs.size(), 2u);
+  EXPECT_EQ(obs[0].device_id, cpu);
+  EXPECT_EQ(obs[1].device_id, 0);
+  EXPECT_EQ(obs[1].device_class, "cuda:H200");
+
+  NewWorker other_host = w, no_instance = w;
+  other_host.host = "node-b";
+  no_instance.instance = "";
+  ASSERT_TRUE(this->store_->RegisterWorker(other_host).ok());
+  ASSERT_TRUE(this->store_->RegisterWorker(no_instance).ok());
+  ASSERT_TRUE(this->store_->RegisterWorker(no_instance).ok());
+  EXPECT_EQ(this->store_->ListWorkers()->size(), 4u);
+}
+
+// Two servers registering one identity at once leave one worker.
+TYPED_TEST(StoreTest, RegisteringOneIdentityFromTwoHandlesAtOnceLeavesOneWorker) {
+  std::unique_ptr<Store> second = this->Open();
+  ASSERT_NE(second, nullptr);
+  std::vector<std::thread> threads;
+  std::atomic<int> failed{0};
+  std::mutex mu;
+  std::set<Id> ids;
+  for (int i = 0; i < 4; ++i) {
+    Store* handle = i % 2 ? second.get() : this->store_.get();
+    threads.emplace_back([&, handle, i] {
+      for (int k = 0; k < 10; ++k) {
+        NewWorker w{"node-a", "{}", {{0, DeviceKind::kCpu, "cpu", "cpu:cpu:x1.0", 1, 1, 1}},
+                    std::string(64, static_cast<char>('a' + i)), "pod-a"};
+        auto r = handle->RegisterWorker(w);
+        if (!r.ok()) {
+          ++failed;
+          ADD_FAILURE() << r.status();
+          continue;
+        }
+        std::lock_guard lock(mu);
+        ids.insert(r->id);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(ids.size(), 1u);
+  auto list = *this->store_->ListWorkers();
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].devices.size(), 1u);
+}
+
+// Gone is a compare-and-set (each worker returned once, to one of two
+// handles), cleared by the next touch; pruning deletes only gone workers
+// unseen long enough, and leaves the trials and speed they left behind.
+TYPED_TEST(StoreTest, UnseenWorkersAreMarkedGoneOnceAndPrunedKeepingTheirHistory) {
+  NewWorker a{"node-a", "{}", {{0, DeviceKind::kCpu, "cpu", "cpu:cpu:x1.0", 1, 1, 1}}, "", "pod-a"};
+  NewWorker b = a;
+  b.instance = "pod-b";
+  auto wa = *this->store_->RegisterWorker(a);
+  auto wb = *this->store_->RegisterWorker(b);
+  auto e = this->MakeExperiment();
+  this->MakeTrials(e.id, 1);
+  const std::string owner = "worker/" + std::to_string(wa.id) + "/device/" + std::to_string(wa.devices[0].id);
+  auto t = this->Lease(owner);
+  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, owner, this->Step(1, 0.5), std::nullopt).ok());
+  FinishRequest done;
+  done.final_metrics_json = R"({"loss":0.5})";
+  ASSERT_TRUE(this->store_->FinishTrial(t.id, owner, done).ok());
+  ASSERT_TRUE(
+      this->store_->AddSpeedObservation({wa.devices[0].id, "cpu:cpu:x1.0", "mlp", "{}", 100, t.id}).ok());
+
+  this->clock_.Advance(10'000);
+  ASSERT_TRUE(this->store_->TouchWorker(wb.id).ok());
+  const TimeMs now = this->clock_.fn()();
+  std::unique_ptr<Store> second = this->Open();
+  ASSERT_NE(second, nullptr);
+  auto gone = this->store_->MarkWorkersGone(5'000);
+  ASSERT_TRUE(gone.ok()) << gone.status();
+  ASSERT_EQ(gone->size(), 1u);
+  EXPECT_EQ((*gone)[0].id, wa.id);
+  EXPECT_EQ((*gone)[0].instance, "pod-a");
+  EXPECT_EQ((*gone)[0].gone_ms, now);
+  EXPECT_TRUE(second->MarkWorkersGone(5'000)->empty()) << "announced once";
+  EXPECT_EQ(this->store_->GetWorker(wa.id)->gone_ms, now);
+  EXPECT_FALSE(this->store_->GetWorker(wb.id)->gone_ms.has_value());
+
+  // Seen again: not gone; unseen again: gone again.
+  ASSERT_TRUE(this->store_->TouchWorker(wa.id).ok());
+  EXPECT_FALSE(this->store_->GetWorker(wa.id)->gone_ms.has_value());
+  this->clock_.Advance(10'000);
+  ASSERT_TRUE(this->store_->TouchWorker(wb.id).ok());
+  ASSERT_EQ(this->store_->MarkWorkersGone(5'000)->size(), 1u);
+
+  // b was last seen as long ago as a, but is not gone: never pruned.
+  auto pruned = second->PruneGoneWorkers(5'000);
+  ASSERT_TRUE(pruned.ok()) << pruned.status();
+  EXPECT_EQ(*pruned, std::vector<Id>{wa.id});
+  EXPECT_TRUE(second->PruneGoneWorkers(5'000)->empty());
+  EXPECT_TRUE(this->store_->GetWorker(wa.id).status().IsNotFound());
+  EXPECT_TRUE(this->store_->TouchWorker(wa.id).IsNotFound());
+  auto list = *this->store_->ListWorkers();
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].id, wb.id);
+  // What it did is still there.
+  auto kept = this->store_->GetTrial(t.id);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->state, TrialState::kCompleted);
+  EXPECT_EQ(kept->lease_owner, owner);
+  EXPECT_EQ(this->store_->ListMeasurements(t.id)->size(), 1u);
+  auto obs = *this->store_->ListSpeedObservations("mlp", 10);
+  ASSERT_EQ(obs.size(), 1u);
+  EXPECT_EQ(obs[0].device_id, 0);
+  EXPECT_EQ(obs[0].trial_id, t.id);
+  // The identity is free again: registering it makes a new worker.
+  auto back = this->store_->RegisterWorker(a);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_NE(back->id, wa.id);
+}
+
 TYPED_TEST(StoreTest, RecordsSpeedObservations) {
   NewWorker w{"h", "{}", {{0, DeviceKind::kCpu, "cpu", "cpu:x1", 1, 1, 1}}, ""};
   auto worker = *this->store_->RegisterWorker(w);

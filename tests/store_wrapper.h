@@ -82,6 +82,12 @@ class StoreWrapper : public store::Store {
   Result<store::WorkerRecord> GetWorker(store::Id worker_id) override { return t_.GetWorker(worker_id); }
   Status TouchWorker(store::Id worker_id) override { return t_.TouchWorker(worker_id); }
   Result<std::vector<store::WorkerRecord>> ListWorkers() override { return t_.ListWorkers(); }
+  Result<std::vector<store::WorkerRecord>> MarkWorkersGone(store::TimeMs unseen_ms) override {
+    return t_.MarkWorkersGone(unseen_ms);
+  }
+  Result<std::vector<store::Id>> PruneGoneWorkers(store::TimeMs unseen_ms) override {
+    return t_.PruneGoneWorkers(unseen_ms);
+  }
   Result<store::Id> AddSpeedObservation(const store::SpeedObservation& o) override {
     return t_.AddSpeedObservation(o);
   }

@@ -150,6 +150,7 @@ struct WorkerClient::Impl {
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     req.set_host(options.host.empty() ? host : options.host);
+    req.set_instance(options.instance);
     for (const auto& [k, v] : options.labels) (*req.mutable_labels())[k] = v;
     for (size_t i = 0; i < options.devices.size(); ++i) {
       const DeviceSpec& d = options.devices[i];

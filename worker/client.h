@@ -59,6 +59,10 @@ struct WorkerOptions {
   std::string tls_ca_pem;
   std::string token;
   std::string host;  // reported to the server; the hostname when empty
+  // Who this worker is across restarts, besides its host (a pod name, an id
+  // file's content): registering again with it keeps the server's worker
+  // id. Empty: the server makes a new worker on every registration.
+  std::string instance;
   std::map<std::string, std::string> labels;
   std::vector<DeviceSpec> devices;
   int threads = 0;             // intra-op threads per CPU trial; 0: the device's cores

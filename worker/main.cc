@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -155,6 +156,26 @@ static void PreferPassiveOpenMp(char** argv) {
   // Not fatal when re-exec is impossible: the worker is only slower.
 }
 
+// The worker's id from `path`'s first line; a file that does not exist yet
+// is created with a new random id, so the next start reads the same one.
+static hpo::Result<std::string> ReadOrCreateIdFile(const std::string& path) {
+  if (std::ifstream in(path); in) {
+    std::string id;
+    std::getline(in, id);
+    if (id.empty()) return hpo::Status::InvalidArgument("--id-file: '" + path + "' has an empty first line");
+    return id;
+  }
+  std::random_device rd;
+  char id[33];
+  std::snprintf(id, sizeof id, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  std::ofstream out(path);
+  out << id << "\n";
+  if (!out.flush()) {
+    return hpo::Status::InvalidArgument("--id-file: cannot write '" + path + "': " + std::strerror(errno));
+  }
+  return std::string(id);
+}
+
 int main(int argc, char** argv) {
   PreferPassiveOpenMp(argv);
   CLI::App app{"hpo-worker: runs HeteroTune trials on this machine's CPUs and GPUs"};
@@ -177,6 +198,16 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file, "read the bearer token from this file's first line")
       ->envname("HPO_TOKEN_FILE")
       ->excludes(token_opt);
+  std::string id_file;
+  auto* instance_opt =
+      app.add_option("--instance", options.instance,
+                     "this worker's stable name on its host (e.g. the pod name): registering again under it "
+                     "keeps its worker id on the server")
+          ->envname("HPO_WORKER_INSTANCE");
+  app.add_option("--id-file", id_file,
+                 "take --instance from this file's first line, creating it with a random id when missing")
+      ->envname("HPO_WORKER_ID_FILE")
+      ->excludes(instance_opt);
   app.add_option("--device", device, "auto, cpu or cuda:N")->capture_default_str();
   app.add_option("--threads", options.threads, "intra-op threads per CPU trial (default: usable cores)");
   app.add_option("--labels", labels, "k=v,k=v reported with the worker");
@@ -198,6 +229,11 @@ int main(int argc, char** argv) {
     options.token = *t;
   }
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  if (!id_file.empty()) {
+    auto id = ReadOrCreateIdFile(id_file);
+    if (!id.ok()) return Fail(id.status().message());
+    options.instance = *id;
+  }
 
   if (options.server.rfind("https://", 0) == 0) {
     options.server = options.server.substr(8);

@@ -46,7 +46,7 @@ Status FleetView::ReadLocked(Clock::time_point now) {
       fd.worker_id = w.id;
       fd.device_class = d.device_class;
       fd.labels = labels;
-      fd.live = w.last_seen_ms >= live_since;
+      fd.live = !w.gone_ms && w.last_seen_ms >= live_since;
       v.devices[d.id] = fd;
       v.model.AddBenchmark(d.device_class, d.benchmark_gflops);
       classes_[d.id] = d.device_class;
@@ -89,6 +89,21 @@ Result<std::string> FleetView::DeviceClass(Id device_id) {
   HPO_RETURN_IF_ERROR(ReadLocked(Clock::now()));
   if (auto it = classes_.find(device_id); it != classes_.end()) return it->second;
   return Status::NotFound("device " + std::to_string(device_id) + " is not registered");
+}
+
+void FleetView::Registered(const store::WorkerRecord& w) {
+  std::lock_guard lock(mu_);
+  for (const auto& d : w.devices) {
+    classes_[d.id] = d.device_class;
+    if (!view_) continue;
+    // A new device makes the next Fresh reread (it asks for one it does not
+    // know); one registered again is updated here, or it would keep its old
+    // class until the next reread.
+    if (auto it = view_->devices.find(d.id); it != view_->devices.end()) {
+      it->second.device_class = d.device_class;
+      it->second.live = true;
+    }
+  }
 }
 
 void FleetView::Observe(const std::string& device_class, const std::string& workload, const std::string& setting,

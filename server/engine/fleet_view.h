@@ -1,6 +1,6 @@
 // The fleet as placement and co-tuning see it: every registered device and
-// its class, which devices are live (their worker reported, leased or
-// heartbeated within the live window, the lease timeout), how long each is
+// its class, which devices are live (their worker leased or heartbeated
+// within the live window, the lease timeout, and is not gone), how long each is
 // still busy by placement's own estimate, the speed model (benchmarks as
 // the prior, measured samples/s by setting) and how many samples one step
 // of each workload trains. Read from the store and kept current with the
@@ -71,6 +71,9 @@ class FleetView {
   static double Seconds(Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
   // A registered device's class. NotFound: not registered.
   Result<std::string> DeviceClass(store::Id device_id);
+  // The worker registered (perhaps again, with its devices' classes
+  // changed): its devices are live with these classes from now on.
+  void Registered(const store::WorkerRecord& w);
 
   // One of this engine's reports: a speed observation (placement sees it on
   // the next lease) and, from the time since this trial's previous report

@@ -31,7 +31,7 @@ int64_t Engine::NowMs() const {
 Result<std::optional<Assignment>> Engine::LeaseForWorker(const WorkerCaller& caller, Id device_id) {
   HPO_ASSIGN_OR_RETURN(const WorkerAuth auth, Authenticate(caller));
   HPO_RETURN_IF_ERROR(CheckDevice(caller, auth, device_id));
-  HPO_RETURN_IF_ERROR(store_.TouchWorker(caller.worker_id));
+  HPO_RETURN_IF_ERROR(TouchWorker(caller.worker_id));
   return Lease(caller.worker_id, device_id);
 }
 

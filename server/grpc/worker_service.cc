@@ -322,6 +322,7 @@ Status WorkerServiceImpl::DoRegister(const hpo::v1::RegisterRequest& request,
                                      hpo::v1::RegisterResponse& response) {
   WorkerRegistration w;
   w.host = request.host();
+  w.instance = request.instance();
   w.labels.insert(request.labels().begin(), request.labels().end());
   for (int i = 0; i < request.devices_size(); ++i) {
     HPO_ASSIGN_OR_RETURN(store::DeviceInfo d, ToDeviceInfo(request.devices(i), "devices[" + std::to_string(i) + "]"));

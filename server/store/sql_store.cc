@@ -863,27 +863,50 @@ Result<WorkerRecord> SqlStore::RegisterWorker(const NewWorker& w) {
   }
   return Run(TxMode::kWrite, [&](SqlConnection& c) {
     const TimeMs now = Now();
+    // One statement for both cases, so two registrations of one identity at
+    // once (two replicas) meet at the unique index and leave one row. An
+    // empty instance is outside that (partial) index: always a new row.
     auto rows = c.Query(
-        "INSERT INTO workers (host, labels, registered_ms, last_seen_ms, session_hash) "
-        "VALUES ($1, $2, $3, $3, $4) RETURNING id",
-        {w.host, w.labels_json, now, w.session_hash});
-    WorkerRecord rec{rows.at(0).Int(0), w.host, w.labels_json, now, now, {}, w.session_hash};
+        "INSERT INTO workers (host, labels, registered_ms, last_seen_ms, session_hash, instance) "
+        "VALUES ($1, $2, $3, $3, $4, $5) "
+        "ON CONFLICT (host, instance) WHERE instance <> '' DO UPDATE SET labels = excluded.labels, "
+        "last_seen_ms = excluded.last_seen_ms, session_hash = excluded.session_hash, gone_ms = NULL "
+        "RETURNING id, registered_ms",
+        {w.host, w.labels_json, now, w.session_hash, w.instance});
+    WorkerRecord rec{rows.at(0).Int(0), w.host, w.labels_json, rows.at(0).Int(1), now, {}, w.session_hash,
+                     w.instance, std::nullopt};
+    std::map<int, Id> stored;  // the devices it had, by ordinal (none for a new worker)
+    for (const auto& r : c.Query("SELECT ordinal, id FROM devices WHERE worker_id = $1", {rec.id})) {
+      stored[static_cast<int>(r.Int(0))] = r.Int(1);
+    }
     for (const auto& d : w.devices) {
-      auto drow = c.Query(
-          "INSERT INTO devices (worker_id, ordinal, kind, name, device_class, cores, memory_bytes, "
-          "benchmark_gflops) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING " +
-              std::string(kDeviceColumns),
-          {rec.id, int64_t{d.ordinal}, std::string(ToString(d.kind)), d.name, d.device_class,
-           d.cores, d.memory_bytes, d.benchmark_gflops});
+      const std::string kind(ToString(d.kind));
+      SqlRows drow;
+      if (auto it = stored.find(d.ordinal); it != stored.end()) {
+        // The same device back (perhaps with another quota, hence class):
+        // its id stays, so its measured speed stays linked to it.
+        drow = c.Query("UPDATE devices SET kind = $2, name = $3, device_class = $4, cores = $5, memory_bytes = $6, "
+                       "benchmark_gflops = $7 WHERE id = $1 RETURNING " +
+                           std::string(kDeviceColumns),
+                       {it->second, kind, d.name, d.device_class, d.cores, d.memory_bytes, d.benchmark_gflops});
+        stored.erase(it);
+      } else {
+        drow = c.Query(
+            "INSERT INTO devices (worker_id, ordinal, kind, name, device_class, cores, memory_bytes, "
+            "benchmark_gflops) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING " +
+                std::string(kDeviceColumns),
+            {rec.id, int64_t{d.ordinal}, kind, d.name, d.device_class, d.cores, d.memory_bytes, d.benchmark_gflops});
+      }
       rec.devices.push_back(ReadDevice(drow.at(0)));
     }
+    for (const auto& [ordinal, id] : stored) c.Query("DELETE FROM devices WHERE id = $1", {id});
     return rec;
   });
 }
 
 Status SqlStore::TouchWorker(Id worker_id) {
   return Run(TxMode::kSingle, [&](SqlConnection& c) {
-    if (c.Query("UPDATE workers SET last_seen_ms = $2 WHERE id = $1 RETURNING id",
+    if (c.Query("UPDATE workers SET last_seen_ms = $2, gone_ms = NULL WHERE id = $1 RETURNING id",
                 {worker_id, Now()})
             .empty()) {
       Throw(Status::NotFound("worker " + std::to_string(worker_id) + " is not registered"));
@@ -892,9 +915,10 @@ Status SqlStore::TouchWorker(Id worker_id) {
 }
 
 namespace {
-constexpr const char* kWorkerColumns = "id, host, labels, registered_ms, last_seen_ms, session_hash";
+constexpr const char* kWorkerColumns =
+    "id, host, labels, registered_ms, last_seen_ms, session_hash, instance, gone_ms";
 WorkerRecord ReadWorker(const SqlRow& r) {
-  return WorkerRecord{r.Int(0), r.Text(1), r.Text(2), r.Int(3), r.Int(4), {}, r.Text(5)};
+  return WorkerRecord{r.Int(0), r.Text(1), r.Text(2), r.Int(3), r.Int(4), {}, r.Text(5), r.Text(6), r.OptInt(7)};
 }
 }  // namespace
 
@@ -926,6 +950,37 @@ Result<std::vector<WorkerRecord>> SqlStore::ListWorkers() {
       auto d = ReadDevice(r);
       out[index.at(d.worker_id)].devices.push_back(std::move(d));
     }
+    return out;
+  });
+}
+
+Result<std::vector<WorkerRecord>> SqlStore::MarkWorkersGone(TimeMs unseen_ms) {
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    const TimeMs now = Now();
+    // A compare-and-set per row (gone_ms IS NULL): of two replicas' ticks
+    // only one returns a worker, so it is announced once.
+    std::vector<WorkerRecord> out;
+    for (const auto& r : c.Query("UPDATE workers SET gone_ms = $2 WHERE gone_ms IS NULL AND last_seen_ms < $1 "
+                                 "RETURNING " +
+                                     std::string(kWorkerColumns),
+                                 {now - unseen_ms, now})) {
+      out.push_back(ReadWorker(r));
+    }
+    std::sort(out.begin(), out.end(), [](const WorkerRecord& a, const WorkerRecord& b) { return a.id < b.id; });
+    return out;
+  });
+}
+
+Result<std::vector<Id>> SqlStore::PruneGoneWorkers(TimeMs unseen_ms) {
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    std::vector<Id> out;
+    // Devices go with their worker (ON DELETE CASCADE), speed observations
+    // stay with device_id NULL (ON DELETE SET NULL, migration 5).
+    for (const auto& r : c.Query("DELETE FROM workers WHERE gone_ms IS NOT NULL AND last_seen_ms < $1 RETURNING id",
+                                 {Now() - unseen_ms})) {
+      out.push_back(r.Int(0));
+    }
+    std::sort(out.begin(), out.end());
     return out;
   });
 }
@@ -962,7 +1017,7 @@ Result<std::vector<SpeedObservationRecord>> SqlStore::ListSpeedObservations(
              {std::string(workload), limit})) {
       SpeedObservationRecord o;
       o.id = r.Int(0);
-      o.device_id = r.Int(1);
+      o.device_id = r.OptInt(1).value_or(0);  // NULL: its device was pruned
       o.device_class = r.Text(2);
       o.workload = r.Text(3);
       o.system_setting_json = r.Text(4);

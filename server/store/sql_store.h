@@ -54,6 +54,8 @@ class SqlStore final : public Store {
   Result<WorkerRecord> GetWorker(Id worker_id) override;
   Status TouchWorker(Id worker_id) override;
   Result<std::vector<WorkerRecord>> ListWorkers() override;
+  Result<std::vector<WorkerRecord>> MarkWorkersGone(TimeMs unseen_ms) override;
+  Result<std::vector<Id>> PruneGoneWorkers(TimeMs unseen_ms) override;
   Result<Id> AddSpeedObservation(const SpeedObservation& o) override;
   Status NotifyChange(std::string_view payload) override;
   Result<std::unique_ptr<ChangeListener>> ListenForChanges() override;

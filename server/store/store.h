@@ -55,6 +55,12 @@
 //    on the server (on by default). SQLite: journal_mode=WAL with
 //    synchronous=FULL, so every commit is fsynced to the WAL before the call
 //    returns (NORMAL would only survive a process crash).
+//  * Workers have an identity: (host, instance) when the worker names an
+//    instance. Registering an identity that is stored already updates that
+//    worker (same id, its devices' ids kept by ordinal, so their measured
+//    speed stays theirs) rather than adding one. A worker unseen for long
+//    is marked gone (MarkWorkersGone) and later deleted (PruneGoneWorkers);
+//    trials and speed observations that came from it are kept.
 //  * Start-up applies the versioned migrations in sql/ inside one transaction
 //    and records them in `schema_version`; opening twice is a no-op; a
 //    database whose schema is newer than this binary is refused.
@@ -194,6 +200,10 @@ struct NewWorker {
   // The SHA-256 (lowercase hex) of the session secret the worker's later
   // calls present. The secret itself is never stored.
   std::string session_hash;
+  // What tells this worker apart from the others on `host` and stays the
+  // same when it restarts (a pod name, a worker id file's content). Empty:
+  // none; every registration is then a new worker.
+  std::string instance;
 };
 
 struct WorkerRecord {
@@ -206,6 +216,9 @@ struct WorkerRecord {
   // NewWorker::session_hash as stored (empty for a worker registered before
   // sessions existed, which no session matches). Not for display.
   std::string session_hash;
+  std::string instance;  // NewWorker::instance
+  // When MarkWorkersGone found it unseen; unset while it is not gone.
+  std::optional<TimeMs> gone_ms;
 };
 
 struct SpeedObservation {
@@ -217,6 +230,8 @@ struct SpeedObservation {
   std::optional<Id> trial_id;
 };
 
+// device_id is 0 when the device was pruned with its worker (the
+// observation is kept: the speed model goes by device_class).
 struct SpeedObservationRecord : SpeedObservation {
   Id id = 0;
   TimeMs observed_ms = 0;
@@ -402,11 +417,31 @@ class Store {
   virtual Result<FinishResult> FinishTrial(Id trial_id, const std::string& owner, const FinishRequest& f) = 0;
 
   // Workers, devices, speed ----------------------------------------------
+  // A new worker, or with an instance whose (host, instance) is stored
+  // already, that worker again: its id and registered_ms stay, its labels,
+  // session and devices are replaced, it is seen now and no longer gone.
+  // Devices are matched by ordinal: one of the same ordinal keeps its id
+  // (and so its speed observations), others are added, and those it no
+  // longer lists are deleted (their observations kept, device_id 0).
+  // InvalidArgument names the bad field.
   virtual Result<WorkerRecord> RegisterWorker(const NewWorker& w) = 0;
   // One worker with its devices. NotFound: not registered.
   virtual Result<WorkerRecord> GetWorker(Id worker_id) = 0;
-  virtual Status TouchWorker(Id worker_id) = 0;  // last_seen = now
+  // last_seen = now, and the worker is no longer gone. NotFound: not
+  // registered (or pruned).
+  virtual Status TouchWorker(Id worker_id) = 0;
+  // Every worker with its devices, the gone ones too, by id.
   virtual Result<std::vector<WorkerRecord>> ListWorkers() = 0;
+  // Marks gone (gone_ms = now) every worker not gone yet and unseen for
+  // more than `unseen_ms` (last_seen_ms < now - unseen_ms, by this store's
+  // clock, which wrote last_seen_ms), and returns them (without devices).
+  // Each worker is returned by one call only, even with several stores on
+  // one database, so its caller may announce it once.
+  virtual Result<std::vector<WorkerRecord>> MarkWorkersGone(TimeMs unseen_ms) = 0;
+  // Deletes every gone worker unseen for more than `unseen_ms`, with its
+  // devices, and returns their ids. What refers to them stays: trials name
+  // their lease owner as text, speed observations lose only their device_id.
+  virtual Result<std::vector<Id>> PruneGoneWorkers(TimeMs unseen_ms) = 0;
   virtual Result<Id> AddSpeedObservation(const SpeedObservation& o) = 0;
   // Observations of one workload (all when empty), oldest first.
   virtual Result<std::vector<SpeedObservationRecord>> ListSpeedObservations(

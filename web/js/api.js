@@ -75,7 +75,8 @@ export async function allTrials(experimentId) {
 
 export const EVENT_TYPES = ['experiment.created', 'experiment.finished', 'trial.created', 'trial.reported',
                             'trial.requeued', 'trial.finished', 'trial.paused', 'trial.resumed',
-                            'trial.restarted', 'trial.cotuning_stopped', 'lagged'];
+                            'trial.restarted', 'trial.cotuning_stopped', 'worker.registered', 'worker.gone',
+                            'lagged'];
 
 // Opens /api/v1/events; calls onEvent(type, data) per event and
 // onStatus('on' | 'connecting' | 'off'). EventSource reconnects by itself.

@@ -1,6 +1,8 @@
 // The fleet: workers, their devices, measured samples/s per workload, what
-// each is running now and how busy it is. Workers register and heartbeat
-// over gRPC, which sends no events, so the page is also polled (pollMs).
+// each is running now and how busy it is. Heartbeats send no events, so the
+// page is also polled (pollMs). Gone workers are not listed (the server
+// leaves them out); a silent one (unheard for a lease timeout, not placed
+// on) is listed as such but not counted.
 import { getJson } from '../api.js';
 import { fleetUtilization } from '../analysis.js';
 import { baseOption, chart, formatNumber, formatTime } from '../charts.js';
@@ -13,18 +15,19 @@ export class FleetPage {
   }
 
   wants(type) {
-    return type.startsWith('trial.');
+    return type.startsWith('trial.') || type.startsWith('worker.');
   }
 
   async refresh() {
     const { workers } = await getJson('/api/v1/workers');
-    const use = fleetUtilization(workers);
+    const live = workers.filter((w) => (w.state ?? 'live') === 'live');
+    const use = fleetUtilization(live);
     const now = Date.now();
     setHtml(this.root, html`
       <div id="fleet">
         <h1>Fleet</h1>
         <div class="summary">
-          <div><span class="muted">workers</span><b>${workers.length}</b></div>
+          <div><span class="muted">live workers</span><b>${live.length}</b></div>
           <div><span class="muted">devices</span><b>${use.devices}</b></div>
           <div><span class="muted">busy devices</span><b>${use.busy}</b></div>
           <div><span class="muted">utilization</span><b id="utilization">${Math.round(100 * use.utilization)}%</b></div>
@@ -57,7 +60,8 @@ function workerRow(w, now) {
   const labels = Object.entries(w.labels).map(([k, v]) => `${k}=${v}`).join(' ');
   return html`<tr data-worker="${w.id}">
     <td class="num">${w.id}</td><td>${w.host}</td><td><code>${labels}</code></td>
-    <td title="${formatTime(w.last_seen_ms)}">${Math.max(0, Math.round((now - w.last_seen_ms) / 1000))} s ago</td>
+    <td title="${formatTime(w.last_seen_ms)}">${Math.max(0, Math.round((now - w.last_seen_ms) / 1000))} s ago
+      ${w.state && w.state !== 'live' ? html`<br><span class="muted">${w.state}</span>` : ''}</td>
     <td>${w.devices.map((d) => html`<div>${d.kind} ${d.ordinal}: ${d.name} · ${formatNumber(d.cores, 3)} cores ·
       ${formatNumber(d.benchmark_gflops, 3)} GFLOP/s<br><span class="muted">${d.device_class}</span>
       ${(d.prices ?? []).map((p) => html`<br><span class="cost">${formatNumber(p.per_hour, 3)}/h
