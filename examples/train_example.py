@@ -2,7 +2,8 @@
 """A tiny training script for HeteroTune's command executor (standard library only).
 
 It shows what a program run by `executor: {command: ...}` does (see
-examples/command.yaml):
+examples/command.yaml), through the helpers of the `heterotune` package
+(clients/python; `heterotune.report`, `.system`, `.params`, `.checkpoint`):
   * reads its hyperparameters from the command line (filled in from {param}
     placeholders) or from HPO_PARAMS (all of them, as JSON);
   * trains for HPO_MAX_STEPS epochs, printing one metric line per epoch:
@@ -23,6 +24,11 @@ examples/command.yaml):
 
 The "model" is logistic regression on a synthetic two-class problem, trained
 with mini-batch SGD: small enough to take a few milliseconds per epoch.
+
+Where `heterotune` comes from: run from a checkout, this file uses the copy
+in clients/python beside it, so it needs no install and always matches this
+checkout (the worker tests run it so). Copied elsewhere, it uses the
+installed package (`pip install ./clients/python`).
 """
 
 import argparse
@@ -33,23 +39,16 @@ import random
 import sys
 import time
 
+_CHECKOUT_CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "clients", "python")
+if os.path.isfile(os.path.join(_CHECKOUT_CLIENT, "heterotune", "__init__.py")):
+    sys.path.insert(0, os.path.normpath(_CHECKOUT_CLIENT))
+try:
+    import heterotune
+except ImportError:
+    sys.exit("train_example.py: the heterotune package is missing: pip install ./clients/python "
+             "(from a HeteroTune checkout), or run this file from inside the checkout")
+
 STATE_FILE = "state.json"
-EX_DATAERR = 65  # "I cannot use this checkpoint": the worker restarts the trial from step 1
-
-
-def read_system(default):
-    """The current system setting: HPO_SYSTEM_FILE if present, else `default`."""
-    path = os.environ.get("HPO_SYSTEM_FILE")
-    if not path:
-        return dict(default)
-    try:
-        with open(path) as f:
-            setting = json.load(f)
-    except (OSError, ValueError):
-        # The worker replaces the file atomically, so this means it is gone:
-        # keep the last setting.
-        return dict(default)
-    return setting if isinstance(setting, dict) else dict(default)
 
 
 def make_data(rng, n, dim):
@@ -106,12 +105,12 @@ def load_state(directory, epoch, width, n_train):
 
 
 def main():
-    params = json.loads(os.environ.get("HPO_PARAMS", "{}") or "{}")
+    params = heterotune.params()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lr", type=float, default=float(params.get("lr", 0.1)))
     parser.add_argument("--width", type=int, default=int(params.get("width", 8)),
                         help="input features used (a stand-in for model size)")
-    parser.add_argument("--epochs", type=int, default=int(os.environ.get("HPO_MAX_STEPS", "10")))
+    parser.add_argument("--epochs", type=int, default=heterotune.max_steps(10))
     parser.add_argument("--seed", type=int, default=int(os.environ.get("HPO_SEED", "0")))
     args = parser.parse_args()
     if args.lr <= 0 or args.width < 1 or args.epochs < 1:
@@ -126,25 +125,24 @@ def main():
     bias = 0.0
     order = list(range(len(train)))  # the training order, shuffled each epoch
 
-    checkpoint_dir = os.environ.get("HPO_CHECKPOINT_DIR", "")
-    stop_step = int(os.environ.get("HPO_STOP_STEP", "0") or 0)
-    resume_step = int(os.environ.get("HPO_RESUME_STEP", "0") or 0)
+    ckpt = heterotune.checkpoint()
     first_epoch = 1
-    if resume_step > 0:
-        loaded = load_state(checkpoint_dir, resume_step, args.width, len(train))
+    if ckpt.resuming:
+        loaded = load_state(ckpt.dir or "", ckpt.resume_step, args.width, len(train))
         if loaded is None:
-            print(f"cannot resume: {checkpoint_dir}/{STATE_FILE} is not the state after epoch {resume_step}",
+            print(f"cannot resume: {ckpt.dir}/{STATE_FILE} is not the state after epoch {ckpt.resume_step}",
                   file=sys.stderr)
-            return EX_DATAERR
+            # The worker then restarts the trial from step 1.
+            return heterotune.RESTORE_REFUSED_EXIT_STATUS
         state, rng_state = loaded
         weights, bias, order = state["weights"], state["bias"], state["order"]
         rng.setstate(rng_state)
-        first_epoch = resume_step + 1
+        first_epoch = ckpt.resume_step + 1
 
-    start_system = json.loads(os.environ.get("HPO_SYSTEM", "{}") or "{}")
-    system = dict(start_system)
+    system = heterotune.system()  # the starting setting
     for epoch in range(first_epoch, args.epochs + 1):
-        system = read_system(system)
+        # The file may be gone as the trial ends: then keep the last setting.
+        system = heterotune.system(default=system)
         batch_size = max(1, int(system.get("batch_size", os.environ.get("HPO_BATCH_SIZE", 32))))
         rng.shuffle(order)
         began = time.perf_counter()
@@ -162,15 +160,15 @@ def main():
             bias -= scale * grad_b
         seconds = max(time.perf_counter() - began, 1e-9)
         loss, accuracy = evaluate(weights, bias, valid)
-        # flush: the worker reads a pipe, and a buffered line would arrive too
-        # late for the server to prune this trial on time.
-        if epoch == stop_step and checkpoint_dir:
+        if epoch == ckpt.stop_step and ckpt.dir:
             # Saved before the metric line: once the worker has the line it
             # may pause the trial and take the directory.
-            save_state(checkpoint_dir, epoch, weights, bias, order, rng)
-        print(f"hpo: step={epoch} loss={loss:.6f} accuracy={accuracy:.4f} "
-              f"samples_per_sec={len(train) / seconds:.1f} batch_size={batch_size}", flush=True)
-        if epoch == stop_step:
+            save_state(ckpt.dir, epoch, weights, bias, order, rng)
+        # Printed and flushed at once (a buffered line would reach the server
+        # too late to prune this trial on time), with the batch size really used.
+        heterotune.report(epoch, loss=round(loss, 6), accuracy=round(accuracy, 4),
+                          samples_per_sec=round(len(train) / seconds, 1), batch_size=batch_size)
+        if epoch == ckpt.stop_step:
             return 0
     return 0
 
