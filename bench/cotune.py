@@ -58,13 +58,12 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ left in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hetero import CpuCgroup, Rest  # noqa: E402  (the same cgroups and REST calls as bench/hetero)
+from hetero import CpuCgroup, Rest, start_run  # noqa: E402  (the same cgroups and REST calls as bench/hetero)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
@@ -75,20 +74,6 @@ _log_lock = threading.Lock()
 def log(msg):
     with _log_lock:
         print(f"[cotune {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def remove_stale_cgroups():
-    """Empty cgroups a killed earlier run of this bench left behind."""
-    for base in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup"):
-        if not os.path.isdir(base):
-            continue
-        for name in os.listdir(base):
-            if name.startswith(CGROUP_PREFIX):
-                try:
-                    os.rmdir(os.path.join(base, name))
-                    log(f"removed a stale cgroup {base}/{name}")
-                except OSError:
-                    pass
 
 
 def median(xs):
@@ -450,15 +435,7 @@ def main():
         log(f"warning: the quotas add up to {sum(args.quotas)} cores, more than the machine's "
             f"{len(os.sched_getaffinity(0))}: the lanes will slow each other down")
 
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, on_signal)
-    remove_stale_cgroups()
-
-    keep = args.dir is not None
-    base = args.dir or tempfile.mkdtemp(prefix="hpo-cotune-")
-    os.makedirs(base, exist_ok=True)
+    base, keep = start_run(CGROUP_PREFIX, args.dir)
     log(f"lanes in {base}: quotas {args.quotas}, batch sizes {args.batches}, threads 1..{args.max_threads}, "
         f"model {args.model}, {args.examples_per_core} training examples per core")
     started = time.time()

@@ -54,7 +54,7 @@ import urllib.request
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POLICIES = ("speed", "fifo", "shadho")
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
-
+CGROUP_PREFIX = "hpo-hetero-"
 
 def log(msg):
     print(f"[hetero {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -105,18 +105,34 @@ class CpuCgroup:
         log(f"warning: could not remove {self.path} (processes: {self.procs()})")
 
 
-def remove_stale_cgroups():
-    """Empty cgroups a killed earlier run of this bench left behind."""
+def remove_stale_cgroups(prefix):
+    """Empty cgroups named `prefix`... that a killed earlier run left behind."""
     for base in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup"):
         if not os.path.isdir(base):
             continue
         for name in os.listdir(base):
-            if name.startswith("hpo-hetero-"):
+            if name.startswith(prefix):
                 try:
                     os.rmdir(os.path.join(base, name))
                     log(f"removed a stale cgroup {base}/{name}")
                 except OSError:
                     pass
+
+
+def start_run(prefix, keep_dir):
+    """What a cgroup bench does first (bench/cotune too): signals end the run
+    through the caller's finally blocks, which stop every process and remove
+    every cgroup; stale cgroups of `prefix` go; returns (run dir, kept?)."""
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    # SIGINT too: a shell starts a background job with it ignored, and
+    # Python then keeps it so.
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, on_signal)
+    remove_stale_cgroups(prefix)
+    base = keep_dir or tempfile.mkdtemp(prefix=prefix)
+    os.makedirs(base, exist_ok=True)
+    return base, keep_dir is not None
 
 
 # ------------------------------------------------------------- REST -------
@@ -327,7 +343,7 @@ def run_one(args, seed, policy, run_dir):
 
         worker_pids = {}
         for i, cpus in enumerate(args.quotas):
-            cg = CpuCgroup(f"hpo-hetero-{os.getpid()}-{i}", cpus)
+            cg = CpuCgroup(f"{CGROUP_PREFIX}{os.getpid()}-{i}", cpus)
             procs.cgroups.append(cg)
             env = dict(os.environ)
             # The worker reads its quota from the cgroup (worker/inventory.cc)
@@ -574,19 +590,7 @@ def main():
     if args.seeds < 1 or args.cap_s <= 0 or not 0 < args.target < 1:
         sys.exit("--seeds >= 1, --cap-s > 0 and 0 < --target < 1 are required")
 
-    # Ctrl-C and kill end the run through the finally blocks below, which
-    # stop every process and remove every cgroup.
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    # SIGINT too: a shell starts a background job with it ignored, and
-    # Python then keeps it so.
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, on_signal)
-    remove_stale_cgroups()
-
-    keep = args.dir is not None
-    base = args.dir or tempfile.mkdtemp(prefix="hpo-hetero-")
-    os.makedirs(base, exist_ok=True)
+    base, keep = start_run(CGROUP_PREFIX, args.dir)
     log(f"runs in {base}; target accuracy {args.target}, cap {args.cap_s:.0f} s, quotas {args.quotas}, "
         f"{args.train_examples} training examples, {args.epochs} epochs")
     results = {p: [] for p in policies}
