@@ -22,6 +22,11 @@ constexpr size_t kTrialsRemembered = 10'000;
 
 }  // namespace
 
+std::optional<int> DeviceThreadLimit(const store::DeviceInfo& d) {
+  if (d.kind != store::DeviceKind::kCpu || !(d.cores > 0) || !std::isfinite(d.cores)) return std::nullopt;
+  return static_cast<int>(std::max(1.0, std::floor(std::min(d.cores, 1e6))));
+}
+
 FleetView::FleetView(store::Store& store, std::chrono::milliseconds max_age, std::chrono::milliseconds live_for,
                      std::function<int64_t()> now_ms)
     : store_(store), max_age_(max_age), live_for_(live_for), now_ms_(std::move(now_ms)) {}
@@ -44,11 +49,12 @@ Status FleetView::ReadLocked(Clock::time_point now) {
       FleetDevice fd;
       fd.worker_id = w.id;
       fd.device_class = d.device_class;
+      fd.max_threads = DeviceThreadLimit(d);
       fd.labels = labels;
       fd.live = w.last_seen_ms >= live_since;
       v.devices[d.id] = fd;
       v.model.AddBenchmark(d.device_class, d.benchmark_gflops);
-      classes_[d.id] = d.device_class;
+      known_[d.id] = {d.device_class, fd.max_threads};
     }
   }
   for (const auto& o : observations) {
@@ -84,12 +90,22 @@ Result<FleetView::Locked> FleetView::Fresh(Id device_id, Clock::time_point asked
   return Locked(std::move(lock), &*view_);
 }
 
-Result<std::string> FleetView::DeviceClass(Id device_id) {
+Result<FleetView::Known> FleetView::KnownDevice(Id device_id) {
   std::unique_lock lock(mu_);
-  if (auto it = classes_.find(device_id); it != classes_.end()) return it->second;
+  if (auto it = known_.find(device_id); it != known_.end()) return it->second;
   HPO_RETURN_IF_ERROR(ReadLocked(Clock::now()));
-  if (auto it = classes_.find(device_id); it != classes_.end()) return it->second;
+  if (auto it = known_.find(device_id); it != known_.end()) return it->second;
   return Status::NotFound("device " + std::to_string(device_id) + " is not registered");
+}
+
+Result<std::string> FleetView::DeviceClass(Id device_id) {
+  HPO_ASSIGN_OR_RETURN(Known k, KnownDevice(device_id));
+  return k.device_class;
+}
+
+Result<std::optional<int>> FleetView::ThreadLimit(Id device_id) {
+  HPO_ASSIGN_OR_RETURN(Known k, KnownDevice(device_id));
+  return k.max_threads;
 }
 
 void FleetView::Observe(const std::string& device_class, const std::string& workload, const std::string& setting,
