@@ -13,6 +13,11 @@
 //      measured before by more than `drift` (20%), probing starts over from
 //      that epoch (the machine got busier, or a cgroup limit changed).
 //
+// Which parameters are probed: those the spec marks `mutable` and the
+// worker's program can change mid-trial (RestrictToDeclared), within what
+// the device takes (CapToDevice). docs/system-parameters.md has the whole
+// story, with the events that report bad input.
+//
 // Stateless and pure: the decision is a function of the trial's measured
 // epochs, which the server has in its store, so it survives restarts and
 // works across server replicas.
