@@ -6,6 +6,7 @@
 #include <fstream>
 #include <vector>
 
+#include <ATen/Parallel.h>
 #include <torch/cuda.h>
 
 #include "worker/builtin_trainer.h"
@@ -21,7 +22,7 @@ struct Step {
   std::map<std::string, double> metrics;
   double samples_per_sec;
   json system;
-  json applied;  // ReportApplied's; null from Report
+  json applied = nullptr;  // ReportApplied's; null from Report
 };
 
 class RecordingReporter : public Reporter {
@@ -119,8 +120,8 @@ TEST(BuiltinTrainer, DeclaresWhatItCanChangeAndReportsWhatItApplied) {
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(reporter.steps.size(), 1u);
   EXPECT_EQ(reporter.steps[0].applied,
-            json({{"batch_size", 64}, {"threads", 1}, {"inter_op_threads", torch::get_num_interop_threads()}}));
-  EXPECT_EQ(reporter.steps[0].system["inter_op_threads"], torch::get_num_interop_threads())
+            json({{"batch_size", 64}, {"threads", 1}, {"inter_op_threads", at::get_num_interop_threads()}}));
+  EXPECT_EQ(reporter.steps[0].system["inter_op_threads"], at::get_num_interop_threads())
       << "the value the process has, whatever was asked";
 }
 

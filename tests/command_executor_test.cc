@@ -40,7 +40,7 @@ class FakeReporter : public Reporter {
     double samples_per_sec;
     json system;
     Clock::time_point at;
-    json applied;  // ReportApplied's; null from Report
+    json applied = nullptr;  // ReportApplied's; null from Report
   };
 
   Verdict Report(int64_t step, const Metrics& metrics, double samples_per_sec,

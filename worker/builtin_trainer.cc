@@ -434,7 +434,7 @@ class BuiltinExecutor final : public Executor {
       // Applied: what this epoch really ran with. inter_op_threads is the
       // process's (a later trial asking for another value does not get it).
       json applied = {{"batch_size", batch_size}, {"threads", threads > 0 ? threads : torch::get_num_threads()}};
-      if (system.contains("inter_op_threads")) applied["inter_op_threads"] = torch::get_num_interop_threads();
+      if (system.contains("inter_op_threads")) applied["inter_op_threads"] = at::get_num_interop_threads();
       system.update(applied);
       const Verdict v = reporter.ReportApplied(epoch + 1, result.final_metrics, sps, system, applied);
       if (v == Verdict::kStop || reporter.stop_requested()) {
