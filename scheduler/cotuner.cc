@@ -100,9 +100,9 @@ CoTuneDecision NextSetting(const std::vector<SystemDimension>& dims, const std::
   return {best, false, drifted ? "settled after drift" : "settled"};
 }
 
-std::optional<size_t> FirstIgnoredChange(const std::vector<SystemDimension>& dims,
-                                         const std::vector<EpochSpeed>& history, const CoTuneOptions& options,
-                                         size_t window) {
+std::optional<IgnoredChange> FirstIgnoredChange(const std::vector<SystemDimension>& dims,
+                                                const std::vector<EpochSpeed>& history, const CoTuneOptions& options,
+                                                size_t window) {
   const size_t from = std::max<size_t>(1, history.size() > window ? history.size() - window : 0);
   for (size_t i = from; i < history.size(); ++i) {
     const std::vector<EpochSpeed> before(history.begin(), history.begin() + static_cast<long>(i));
@@ -110,10 +110,54 @@ std::optional<size_t> FirstIgnoredChange(const std::vector<SystemDimension>& dim
     const json& ran = history[i].setting;
     for (const auto& dim : dims) {
       if (!dim.may_change_mid_trial || !asked.contains(dim.name)) continue;
-      if (!ran.is_object() || !ran.contains(dim.name) || ran[dim.name] != asked[dim.name]) return i;
+      if (!ran.is_object() || !ran.contains(dim.name) || ran[dim.name] != asked[dim.name]) {
+        return IgnoredChange{i, dim.name, asked[dim.name], ran.is_object() ? ran.value(dim.name, json()) : json()};
+      }
     }
   }
   return std::nullopt;
+}
+
+std::vector<std::string> RestrictToDeclared(std::vector<SystemDimension>& dims,
+                                            const std::map<std::string, SystemChange>& declared) {
+  std::vector<std::string> unknown;
+  if (declared.empty()) return unknown;
+  for (auto& dim : dims) {
+    auto it = declared.find(dim.name);
+    if (it == declared.end()) unknown.push_back(dim.name);
+    dim.may_change_mid_trial = dim.may_change_mid_trial && it != declared.end() && it->second == SystemChange::kMidTrial;
+  }
+  return unknown;
+}
+
+bool CapToDevice(SystemDimension& dim, double limit, json* setting) {
+  bool changed = false;
+  std::vector<json> kept;
+  for (auto& v : dim.values) {
+    if (v.is_number() && v.get<double>() > limit) {
+      changed = true;
+    } else {
+      kept.push_back(std::move(v));
+    }
+  }
+  if (kept.empty()) {
+    // A whole limit as an int, as an int parameter's values are ("2", not "2.0", in a setting's key).
+    kept.push_back(std::floor(limit) == limit ? json(static_cast<int64_t>(limit)) : json(limit));
+  }
+  dim.values = std::move(kept);
+  if (setting && setting->is_object() && setting->contains(dim.name)) {
+    json& value = (*setting)[dim.name];
+    if (value.is_number() && value.get<double>() > limit) {
+      // The largest value left that the device can take.
+      json best;
+      for (const auto& v : dim.values) {
+        if (v.is_number() && (best.is_null() || v.get<double>() > best.get<double>())) best = v;
+      }
+      value = best;
+      changed = true;
+    }
+  }
+  return changed;
 }
 
 }  // namespace hpo::scheduler

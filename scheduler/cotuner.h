@@ -13,6 +13,11 @@
 //      measured before by more than `drift` (20%), probing starts over from
 //      that epoch (the machine got busier, or a cgroup limit changed).
 //
+// Which parameters are probed: those the spec marks `mutable` and the
+// worker's program can change mid-trial (RestrictToDeclared), within what
+// the device takes (CapToDevice). docs/system-parameters.md has the whole
+// story, with the events that report bad input.
+//
 // Stateless and pure: the decision is a function of the trial's measured
 // epochs, which the server has in its store, so it survives restarts and
 // works across server replicas.
@@ -20,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +39,32 @@ struct SystemDimension {
   std::vector<nlohmann::json> values;  // in order; neighbours are adjacent entries
   bool may_change_mid_trial = true;    // only these are probed within a trial
 };
+
+// When the program running a trial can apply a new value of a system
+// parameter, as its worker declares it (worker.proto SystemChange):
+// between epochs, only when the program starts (a new lease or a restart),
+// or never (it takes the value it has, or does not know the parameter).
+enum class SystemChange { kMidTrial, kAtRestart, kFixed };
+
+// The worker's word over the spec's: a parameter is probed within a trial
+// only where both allow it - the spec's `mutable` (may_change_mid_trial)
+// and a declaration of kMidTrial. `declared` empty: the worker declared
+// nothing (an older one, or a command whose program it cannot know), and
+// the spec decides alone, as before declarations existed. A parameter a
+// non-empty declaration leaves out is one the program does not know: it is
+// not probed, and its name is returned (in `dims` order), for the caller
+// to say so.
+std::vector<std::string> RestrictToDeclared(std::vector<SystemDimension>& dims,
+                                            const std::map<std::string, SystemChange>& declared);
+
+// What one device can take: the values of `dim` above `limit` are dropped
+// (numbers only; when none is left, `limit` itself is the one value, so a
+// range entirely beyond the device still runs at its limit), and a
+// numeric `*setting`'s value of this parameter above `limit`, when
+// `setting` is given, becomes the largest value left. True when anything
+// was dropped or changed. Used for threads: a device with 2 usable cores
+// is never asked for 4.
+bool CapToDevice(SystemDimension& dim, double limit, nlohmann::json* setting = nullptr);
 
 // The values a system parameter's domain offers the search: categorical
 // choices; ints and stepped floats on their grid (at most `max_values`,
@@ -61,15 +93,22 @@ struct CoTuneDecision {
 CoTuneDecision NextSetting(const std::vector<SystemDimension>& dims, const std::vector<EpochSpeed>& history,
                            const nlohmann::json& start, const CoTuneOptions& options = {});
 
-// Whether the program applies what the co-tuner asks: the index of the
-// first of the newest `window` epochs (and not the first epoch, whose
-// setting came with the lease) that ran, on a parameter probed within
-// trials, another value than NextSetting gave for it, or nullopt when they
-// all ran as asked. A program that ignores changes (a command that never
+// An epoch that ran another value than the co-tuner asked for.
+struct IgnoredChange {
+  size_t epoch = 0;       // index into the history
+  std::string parameter;  // the first such parameter, in dims order
+  nlohmann::json asked;   // what NextSetting gave for it
+  nlohmann::json ran;     // what the epoch reported (null: it reported none)
+};
+
+// Whether the program applies what the co-tuner asks: the first of the
+// newest `window` epochs (and not the first epoch, whose setting came with
+// the lease) that ran, on a parameter probed within trials, another value
+// than NextSetting gave for it, or nullopt when they all ran as asked. A program that ignores changes (a command that never
 // reads HPO_SYSTEM_FILE, a parameter its trainer fixes per process) would
 // otherwise be sent the same probe every epoch; the engine stops co-tuning
 // such a trial and says so in its events. O(window x history).
-std::optional<size_t> FirstIgnoredChange(const std::vector<SystemDimension>& dims,
+std::optional<IgnoredChange> FirstIgnoredChange(const std::vector<SystemDimension>& dims,
                                          const std::vector<EpochSpeed>& history, const CoTuneOptions& options = {},
                                          size_t window = 64);
 

@@ -171,25 +171,25 @@ Status CheckMetrics(const json& metrics, const std::string& field) {
   return Status::OK();
 }
 
-Status CheckSystem(const json& system) {
+Status CheckSystem(const json& system, const std::string& field = "system") {
   if (system.is_null()) return Status::OK();
-  if (!system.is_object()) return Status::InvalidArgument("system: must be an object");
+  if (!system.is_object()) return Status::InvalidArgument(field + ": must be an object");
   if (system.size() > kMaxSystemKeys) {
-    return Status::InvalidArgument("system: " + std::to_string(system.size()) + " keys, more than the limit of " +
+    return Status::InvalidArgument(field + ": " + std::to_string(system.size()) + " keys, more than the limit of " +
                                    std::to_string(kMaxSystemKeys));
   }
   for (auto it = system.begin(); it != system.end(); ++it) {
     if (it.key().empty() || it.key().size() > kMaxNameLength) {
-      return Status::InvalidArgument("system: a key must be 1 to " + std::to_string(kMaxNameLength) + " bytes");
+      return Status::InvalidArgument(field + ": a key must be 1 to " + std::to_string(kMaxNameLength) + " bytes");
     }
     // Parsed values are bounded by json_limits.h; one built in code may not
     // be, and dump() recurses: measure the depth without recursion first.
     if (JsonDepth(*it, kMaxJsonDepth) > kMaxJsonDepth) {
-      return Status::InvalidArgument("system." + it.key() + ": nested more than " + std::to_string(kMaxJsonDepth) +
+      return Status::InvalidArgument(field + "." + it.key() + ": nested more than " + std::to_string(kMaxJsonDepth) +
                                      " levels deep");
     }
     if (it->dump(-1, ' ', false, json::error_handler_t::replace).size() > kMaxValueLength) {
-      return Status::InvalidArgument("system." + it.key() + ": longer than " + std::to_string(kMaxValueLength) +
+      return Status::InvalidArgument(field + "." + it.key() + ": longer than " + std::to_string(kMaxValueLength) +
                                      " bytes");
     }
   }
@@ -617,13 +617,31 @@ Result<ReportReply> Engine::Report(const WorkerCaller& caller, TrialReport repor
   return Report(report);
 }
 
-Result<ReportReply> Engine::Report(const TrialReport& r) {
+Result<ReportReply> Engine::Report(const TrialReport& given) {
   const auto timer = TimeIf(report_seconds_);
-  HPO_ASSIGN_OR_RETURN(store::TrialRecord trial, store_.GetTrial(r.trial_id));
+  HPO_ASSIGN_OR_RETURN(store::TrialRecord trial, store_.GetTrial(given.trial_id));
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(trial.experiment_id));
   const ExperimentSpec& spec = *c->spec;
-  HPO_RETURN_IF_ERROR(CheckMetrics(r.metrics, "metrics"));
-  HPO_RETURN_IF_ERROR(CheckSystem(r.system));
+  HPO_RETURN_IF_ERROR(CheckMetrics(given.metrics, "metrics"));
+  HPO_RETURN_IF_ERROR(CheckSystem(given.system));
+  HPO_RETURN_IF_ERROR(CheckSystem(given.applied, "applied"));
+  if (given.system_changes.size() > kMaxSystemKeys) {
+    return Status::InvalidArgument("system_changes: " + std::to_string(given.system_changes.size()) +
+                                   " parameters, more than the limit of " + std::to_string(kMaxSystemKeys));
+  }
+  for (const auto& [name, change] : given.system_changes) {
+    if (name.empty() || name.size() > kMaxNameLength) {
+      return Status::InvalidArgument("system_changes: a name must be 1 to " + std::to_string(kMaxNameLength) +
+                                     " bytes");
+    }
+  }
+  // What the program says it applied is what the step ran: it is stored,
+  // credited with the speed and compared with what co-tuning asked.
+  TrialReport r = given;
+  if (r.applied.is_object() && !r.applied.empty()) {
+    if (!r.system.is_object()) r.system = json::object();
+    for (auto it = r.applied.begin(); it != r.applied.end(); ++it) r.system[it.key()] = *it;
+  }
   auto it = r.metrics.find(spec.metric);
   if (it == r.metrics.end() || !it->is_number() || !std::isfinite(it->get<double>())) {
     return Status::InvalidArgument("metrics." + spec.metric +
@@ -685,7 +703,7 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
                          "pause after step " + std::to_string(*trial.stop_step) + " (rung " +
                              std::to_string(trial.level) + ")"};
     }
-    return CoTune(trial.experiment_id, spec, r);
+    return CoTune(trial, spec, r, reported.inserted);
   }
   const std::string why = "pruned by " + spec.early_stopping + " at step " + std::to_string(r.step);
   auto finished = store_.FinishTrial(r.trial_id, r.owner, {TrialState::kPruned, r.metrics.dump(), why});
@@ -705,12 +723,50 @@ Result<ReportReply> Engine::Report(const TrialReport& r) {
   return ReportReply{Decision::kPrune, std::nullopt, why};
 }
 
-Result<ReportReply> Engine::CoTune(Id experiment_id, const ExperimentSpec& spec, const TrialReport& r) {
-  ReportReply reply;
+Result<std::vector<scheduler::SystemDimension>> Engine::CoTunedDimensions(
+    const ExperimentSpec& spec, const std::map<std::string, scheduler::SystemChange>& declared,
+    std::optional<Id> device_id, std::vector<std::string>* unknown) {
+  std::vector<scheduler::SystemDimension> all;
+  for (const auto& p : spec.system) all.push_back({p.domain.name, {}, p.may_change_mid_trial});
+  const std::vector<std::string> missing = scheduler::RestrictToDeclared(all, declared);
+  if (unknown) *unknown = missing;
+  std::optional<int> max_threads;
+  if (device_id) {
+    HPO_ASSIGN_OR_RETURN(max_threads, fleet_->ThreadLimit(*device_id));
+  }
   std::vector<scheduler::SystemDimension> dims;
-  for (const auto& p : spec.system) {
-    if (!p.affects_accuracy) {
-      dims.push_back({p.domain.name, scheduler::CandidateValues(p.domain), p.may_change_mid_trial});
+  for (size_t i = 0; i < spec.system.size(); ++i) {
+    const SystemParam& p = spec.system[i];
+    if (p.affects_accuracy) continue;
+    scheduler::SystemDimension d = all[i];
+    d.values = scheduler::CandidateValues(p.domain);
+    if (d.name == "threads" && max_threads) scheduler::CapToDevice(d, *max_threads);
+    dims.push_back(std::move(d));
+  }
+  return dims;
+}
+
+Result<ReportReply> Engine::CoTune(const store::TrialRecord& trial, const ExperimentSpec& spec, const TrialReport& r,
+                                   bool inserted) {
+  ReportReply reply;
+  const Id experiment_id = trial.experiment_id;
+  std::vector<std::string> unknown;
+  HPO_ASSIGN_OR_RETURN(const std::vector<scheduler::SystemDimension> dims,
+                       CoTunedDimensions(spec, r.system_changes, r.device_id, &unknown));
+  if (!unknown.empty() && inserted) {
+    HPO_ASSIGN_OR_RETURN(auto ms, store_.ListMeasurements(r.trial_id));
+    const auto this_lease = std::count_if(ms.begin(), ms.end(), [&](const auto& m) { return m.step > trial.resume_step; });
+    if (this_lease <= 1) {
+      // Once per lease, at its first report: the next lease may be on a
+      // worker whose program knows them.
+      std::string declared;
+      for (const auto& [name, change] : r.system_changes) declared += (declared.empty() ? "" : ", ") + name;
+      for (const auto& name : unknown) {
+        Emit("trial.system_unknown",
+             {{"experiment_id", experiment_id}, {"trial_id", r.trial_id}, {"step", r.step}, {"parameter", name},
+              {"reason", "system." + name + ": the program running this trial does not know this parameter (it "
+                         "declares " + declared + "); it is neither applied nor co-tuned in this trial"}});
+      }
     }
   }
   if (dims.empty() || r.samples_per_sec <= 0) return reply;
@@ -724,12 +780,17 @@ Result<ReportReply> Engine::CoTune(Id experiment_id, const ExperimentSpec& spec,
   if (const auto ignored = scheduler::FirstIgnoredChange(dims, history)) {
     // Asking again would only get the same answer: the trial runs on as it
     // is. Said once, at the epoch that showed it.
-    if (*ignored + 1 == history.size()) {
-      std::string why = "step " + std::to_string(r.step) + " ran " + scheduler::SettingKey(history.back().setting) +
-                        ", not the setting asked for; co-tuning stops for this trial (does the program apply "
-                        "HPO_SYSTEM_FILE, or can this parameter change only at a restart?)";
-      Emit("trial.cotuning_stopped",
-           {{"experiment_id", experiment_id}, {"trial_id", r.trial_id}, {"step", r.step}, {"reason", why}});
+    if (ignored->epoch + 1 == history.size()) {
+      std::string why = "system." + ignored->parameter + ": step " + std::to_string(r.step) + " ran " +
+                        (ignored->ran.is_null() ? "no value of it" : ignored->ran.dump()) + ", not " +
+                        ignored->asked.dump() + " as asked; co-tuning stops for this trial (does the program apply "
+                        "HPO_SYSTEM_FILE, or can this parameter change only at a restart? then say `mutable: "
+                        "false`)";
+      Emit("trial.cotuning_stopped", {{"experiment_id", experiment_id},
+                                      {"trial_id", r.trial_id},
+                                      {"step", r.step},
+                                      {"parameter", ignored->parameter},
+                                      {"reason", why}});
       reply.reason = std::move(why);
     }
     return reply;
@@ -750,17 +811,45 @@ Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id,
   json start = json::parse(a.trial.system_params_json, nullptr, false);
   if (!start.is_object()) return Status::OK();
   const std::vector<std::string> tunable = TunableNames(spec);
-  if (tunable.empty()) return Status::OK();
   std::optional<json> best;
+  std::optional<int> max_threads;
+  std::string device_class;
   {
     HPO_ASSIGN_OR_RETURN(FleetView::Locked fleet, fleet_->Fresh(device_id, asked));
     auto device = fleet->devices.find(device_id);
     if (device == fleet->devices.end()) return Status::OK();  // not registered
-    best = fleet->model.BestTunables(device->second.device_class, Workload(a.trial.experiment_id, spec, a.space),
-                                     tunable, start, kMinObservationsToReuseSetting);
+    device_class = device->second.device_class;
+    max_threads = device->second.max_threads;
+    if (!tunable.empty()) {
+      best = fleet->model.BestTunables(device_class, Workload(a.trial.experiment_id, spec, a.space), tunable, start,
+                                       kMinObservationsToReuseSetting);
+    }
   }
-  if (!best) return Status::OK();
-  for (const auto& [name, value] : best->items()) start[name] = value;
+  if (best) {
+    for (const auto& [name, value] : best->items()) start[name] = value;
+  }
+  // A range beyond the device (threads: 8 on 2 usable cores) is no reason
+  // to fail anything: the trial runs within what the device takes, and the
+  // co-tuner probes only there (CoTunedDimensions), which this event says.
+  for (const auto& p : spec.system) {
+    if (p.domain.name != "threads" || !max_threads) continue;
+    scheduler::SystemDimension d{p.domain.name, scheduler::CandidateValues(p.domain), p.may_change_mid_trial};
+    const json highest = d.values.empty() ? json() : *std::max_element(d.values.begin(), d.values.end());
+    const json asked_for = start.value(p.domain.name, json());
+    if (!scheduler::CapToDevice(d, *max_threads, &start)) continue;
+    std::string why = "system.threads: the spec allows up to " + highest.dump() + ", device " + std::to_string(device_id) + " (" + device_class + ") has " +
+                      std::to_string(*max_threads) + " usable core(s); this trial is asked for at most " +
+                      std::to_string(*max_threads);
+    if (asked_for != start.value(p.domain.name, json())) {
+      why += " and starts at " + start[p.domain.name].dump() + " instead of " + asked_for.dump();
+    }
+    Emit("trial.system_capped", {{"experiment_id", a.trial.experiment_id},
+                                 {"trial_id", a.trial.id},
+                                 {"device_id", device_id},
+                                 {"parameter", "threads"},
+                                 {"limit", *max_threads},
+                                 {"reason", why}});
+  }
   a.trial.system_params_json = start.dump();
   return Status::OK();
 }

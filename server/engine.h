@@ -34,6 +34,7 @@
 #include "search/pruner.h"
 #include "search/random.h"
 #include "search/sampler.h"
+#include "scheduler/cotuner.h"
 #include "scheduler/policy.h"
 #include "scheduler/speed_model.h"
 #include "server/engine/fleet_view.h"
@@ -144,6 +145,15 @@ struct TrialReport {
   // The device it ran on; with samples_per_sec > 0 the step is also a speed
   // observation for (device class, workload, system setting).
   std::optional<store::Id> device_id;
+  // What the program can change, as its worker declares (worker.proto
+  // ReportRequest.system_changes): empty, nothing declared, and the spec's
+  // `mutable` decides alone; otherwise co-tuning probes only what both
+  // allow mid-trial, and a spec parameter left out is unknown to the
+  // program (a trial.system_unknown event at the lease's first report).
+  std::map<std::string, scheduler::SystemChange> system_changes = {};
+  // The values the program says it applied (ReportRequest.applied): stored
+  // over `system` where they differ, as what the step really ran.
+  nlohmann::json applied = nlohmann::json::object();
 };
 
 // The answer to a report.
@@ -491,9 +501,21 @@ class Engine {
   scheduler::PolicyOptions PolicyFor(const ExperimentSpec& spec, const FleetSnapshot& fleet,
                                      const store::ExperimentRecord& e, int64_t now_ms);
   // Co-tuning after a report: maybe a new system setting for the next epoch.
-  Result<ReportReply> CoTune(store::Id experiment_id, const ExperimentSpec& spec, const TrialReport& r);
+  // `inserted`: the report was new (not a retry), so its events are due.
+  Result<ReportReply> CoTune(const store::TrialRecord& trial, const ExperimentSpec& spec, const TrialReport& r,
+                             bool inserted);
+  // The system parameters co-tuned within this trial's epochs on this
+  // device: the spec's throughput-only ones, probed only where the spec and
+  // the worker's declaration allow it (scheduler::RestrictToDeclared), with
+  // threads capped at the device's limit (DeviceThreadLimit). `unknown`, when
+  // given, gets the spec's parameters (all of them) the declaration lacks.
+  Result<std::vector<scheduler::SystemDimension>> CoTunedDimensions(
+      const ExperimentSpec& spec, const std::map<std::string, scheduler::SystemChange>& declared,
+      std::optional<store::Id> device_id, std::vector<std::string>* unknown);
   // Overrides the assignment's tunable system parameters with the fastest
-  // setting measured for the device's class and the workload.
+  // setting measured for the device's class and the workload, then brings
+  // threads within what the device takes (a trial.system_capped event says
+  // so when the spec's range goes beyond it).
   Status StartAtBestSetting(const ExperimentSpec& spec, store::Id device_id,
                             std::chrono::steady_clock::time_point asked, Assignment& a);
 

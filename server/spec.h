@@ -19,6 +19,7 @@
 //     inter_op_threads: {type: int, low: 1, high: 2}  # mutable: false by default (LibTorch sets
 //                                      # it once per process): chosen where a trial starts, never
 //                                      # probed inside one; `mutable: true|false` says either way
+//                                      # (and the worker's declaration too: docs/system-parameters.md)
 //   workload: resnet-cifar           # optional: share speed history with experiments naming it
 //   algorithm: {sampler: auto, seed: 42}         # auto (default) | tpe | gp | random
 //   early_stopping: {rule: asha, min_resource: 1, reduction_factor: 3, type: promotion}
@@ -57,7 +58,10 @@ namespace hpo::server {
 
 struct SystemParam {
   search::Param domain;          // int or float or categorical, as in a space
-  bool may_change_mid_trial = true;  // "mutable": may the co-tuner change it between epochs
+  // "mutable": may the co-tuner change it between epochs. The worker has a
+  // say too: it is probed only where the worker's program can change it
+  // mid-trial as well (scheduler::RestrictToDeclared).
+  bool may_change_mid_trial = true;
   // "affects_accuracy": searched as a hyperparameter of every space instead
   // of co-tuned. Defaults to true for names containing "batch" (a batch size
   // changes what the model learns unless the spec says otherwise).

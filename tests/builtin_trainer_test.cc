@@ -6,6 +6,7 @@
 #include <fstream>
 #include <vector>
 
+#include <ATen/Parallel.h>
 #include <torch/cuda.h>
 
 #include "worker/builtin_trainer.h"
@@ -21,6 +22,7 @@ struct Step {
   std::map<std::string, double> metrics;
   double samples_per_sec;
   json system;
+  json applied = nullptr;  // ReportApplied's; null from Report
 };
 
 class RecordingReporter : public Reporter {
@@ -31,6 +33,12 @@ class RecordingReporter : public Reporter {
     if (stop_after && static_cast<int>(steps.size()) >= stop_after) return Verdict::kStop;
     if (change_to.is_object() && steps.size() == 1) return Verdict::kChangeSystem;
     return Verdict::kContinue;
+  }
+  Verdict ReportApplied(int64_t step, const std::map<std::string, double>& metrics, double sps, const json& system,
+                        const json& applied) override {
+    const Verdict v = Report(step, metrics, sps, system);
+    steps.back().applied = applied;
+    return v;
   }
   json new_system() const override { return change_to; }
   bool stop_requested() const override { return stop; }
@@ -94,6 +102,27 @@ TEST(BuiltinTrainer, LearnsOnACudaDevice) {
   EXPECT_GT(reporter.steps[0].metrics.at("accuracy"), 0.80);
   EXPECT_LT(reporter.steps[1].metrics.at("train_loss"), reporter.steps[0].metrics.at("train_loss"));
   EXPECT_GT(r->final_metrics.at("test_accuracy"), 0.80);
+}
+
+// What the trainer declares is what its code does, and each report's
+// applied values are what ran: inter_op_threads as the process has it
+// (LibTorch takes it once), never a parameter it does not know.
+TEST(BuiltinTrainer, DeclaresWhatItCanChangeAndReportsWhatItApplied) {
+  auto exec = MakeBuiltinExecutor();
+  TrialRun run = Mlp(1);
+  run.trainer_args = {{"max_train_samples", 1000}};
+  run.system = {{"batch_size", 64}, {"threads", 1}, {"inter_op_threads", 3}, {"foo", 7}};
+  EXPECT_EQ(exec->DeclaredSystemChanges(run), (SystemChanges{{"batch_size", SystemChange::kMidTrial},
+                                                             {"threads", SystemChange::kMidTrial},
+                                                             {"inter_op_threads", SystemChange::kAtRestart}}));
+  RecordingReporter reporter;
+  auto r = exec->Run(run, reporter);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(reporter.steps.size(), 1u);
+  EXPECT_EQ(reporter.steps[0].applied,
+            json({{"batch_size", 64}, {"threads", 1}, {"inter_op_threads", at::get_num_interop_threads()}}));
+  EXPECT_EQ(reporter.steps[0].system["inter_op_threads"], at::get_num_interop_threads())
+      << "the value the process has, whatever was asked";
 }
 
 TEST(BuiltinTrainer, CnnRunsAndSystemChangesApplyAtTheNextEpoch) {

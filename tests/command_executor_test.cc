@@ -40,6 +40,7 @@ class FakeReporter : public Reporter {
     double samples_per_sec;
     json system;
     Clock::time_point at;
+    json applied = nullptr;  // ReportApplied's; null from Report
   };
 
   Verdict Report(int64_t step, const Metrics& metrics, double samples_per_sec,
@@ -47,6 +48,13 @@ class FakeReporter : public Reporter {
     std::lock_guard<std::mutex> lock(mu_);
     calls_.push_back({step, metrics, samples_per_sec, system, Clock::now()});
     return verdict ? verdict(calls_.back()) : Verdict::kContinue;
+  }
+  Verdict ReportApplied(int64_t step, const Metrics& metrics, double samples_per_sec, const json& system,
+                        const json& applied) override {
+    const Verdict v = Report(step, metrics, samples_per_sec, system);
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.back().applied = applied;
+    return v;
   }
   json new_system() const override { return next_system; }
   bool stop_requested() const override { return stop.load(); }
@@ -155,6 +163,9 @@ printf 'hpo: loss=0.1'
   EXPECT_EQ(calls[0].metrics, (Metrics{{"loss", 0.5}, {"accuracy", 0.8}}));
   EXPECT_DOUBLE_EQ(calls[0].samples_per_sec, 100);
   EXPECT_EQ(calls[0].system, (json{{"batch_size", 64}, {"threads", 1}, {"precision", "fp32"}}));
+  EXPECT_EQ(calls[0].applied, (json{{"batch_size", 64}})) << "applied: only what the line says ran";
+  EXPECT_TRUE(Executor().DeclaredSystemChanges(run).empty())
+      << "it cannot know what a program does with a new setting: the spec's `mutable` says";
 
   EXPECT_EQ(calls[1].step, 2);
   EXPECT_EQ(calls[1].metrics, (Metrics{{"loss", 0.4}}));

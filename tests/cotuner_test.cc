@@ -55,7 +55,13 @@ TEST(CoTuner, FirstIgnoredChangeFindsAProgramThatDoesNotApplySettings) {
     return h;
   };
   EXPECT_FALSE(FirstIgnoredChange(Dims(), run([](const json& asked, const json&) { return asked; })));
-  EXPECT_EQ(FirstIgnoredChange(Dims(), run([](const json&, const json& running) { return running; })), 1u);
+  const auto first = FirstIgnoredChange(Dims(), run([](const json&, const json& running) { return running; }));
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->epoch, 1u);
+  // It names the parameter, what was asked and what ran (the engine's event says them).
+  EXPECT_EQ(first->parameter, "threads");
+  EXPECT_EQ(first->ran, 1);
+  EXPECT_NE(first->asked, 1);
   const auto h = run([](const json& asked, const json& running) {
     json s = running;
     s["threads"] = asked["threads"];
@@ -63,11 +69,80 @@ TEST(CoTuner, FirstIgnoredChangeFindsAProgramThatDoesNotApplySettings) {
   });
   const auto ignored = FirstIgnoredChange(Dims(), h);
   ASSERT_TRUE(ignored);
-  EXPECT_GT(*ignored, 1u) << "threads were applied";
-  EXPECT_EQ(h[*ignored].setting["batch_size"], 128);
-  std::vector<EpochSpeed> before(h.begin(), h.begin() + static_cast<long>(*ignored));
+  EXPECT_GT(ignored->epoch, 1u) << "threads were applied";
+  EXPECT_EQ(ignored->parameter, "batch_size");
+  EXPECT_EQ(h[ignored->epoch].setting["batch_size"], 128);
+  std::vector<EpochSpeed> before(h.begin(), h.begin() + static_cast<long>(ignored->epoch));
   EXPECT_NE(NextSetting(Dims(), before, before.back().setting).setting["batch_size"], 128)
       << "the epoch it names was asked for another batch size";
+}
+
+// The spec's `mutable` and the worker's declaration together: a parameter
+// is probed within a trial only where both say it may change mid-trial;
+// one the worker does not declare at all is unknown to its program and is
+// named; no declaration leaves the spec's word as it was.
+TEST(CoTuner, OnlyParametersBothSpecAndWorkerLetChangeAreProbed) {
+  std::vector<SystemDimension> dims = {{"threads", {1, 2, 4}, true},
+                                       {"inter_op_threads", {1, 2}, true},  // the spec says mutable: true
+                                       {"batch_size", {64, 128}, true},
+                                       {"prefetch", {1, 2}, false},          // the spec says mutable: false
+                                       {"foo", {1, 2}, true}};
+  const std::map<std::string, SystemChange> declared = {{"threads", SystemChange::kMidTrial},
+                                                        {"inter_op_threads", SystemChange::kAtRestart},
+                                                        {"batch_size", SystemChange::kFixed},
+                                                        {"prefetch", SystemChange::kMidTrial}};
+  std::vector<SystemDimension> none = dims;
+  EXPECT_TRUE(RestrictToDeclared(none, {}).empty());
+  for (size_t i = 0; i < dims.size(); ++i) EXPECT_EQ(none[i].may_change_mid_trial, dims[i].may_change_mid_trial);
+
+  EXPECT_EQ(RestrictToDeclared(dims, declared), std::vector<std::string>{"foo"});
+  std::map<std::string, bool> probed;
+  for (const auto& d : dims) probed[d.name] = d.may_change_mid_trial;
+  EXPECT_EQ(probed, (std::map<std::string, bool>{{"threads", true},
+                                                 {"inter_op_threads", false},
+                                                 {"batch_size", false},
+                                                 {"prefetch", false},
+                                                 {"foo", false}}));
+  // And NextSetting then probes threads only, whatever the speeds.
+  std::vector<EpochSpeed> h;
+  json s = {{"threads", 2}, {"inter_op_threads", 1}, {"batch_size", 64}, {"prefetch", 1}, {"foo", 1}};
+  for (int epoch = 0; epoch < 8; ++epoch) {
+    h.push_back({s, 1000.0 + epoch});
+    const json next = NextSetting(dims, h, s).setting;
+    for (const char* fixed : {"inter_op_threads", "batch_size", "prefetch", "foo"}) {
+      EXPECT_EQ(next[fixed], s[fixed]) << fixed << " was probed at epoch " << epoch;
+    }
+    s = next;
+  }
+  EXPECT_FALSE(FirstIgnoredChange(dims, h)) << "a fixed parameter's value is never expected to change";
+}
+
+// A range beyond the device: values above its limit are dropped, a start
+// above it comes down to the largest value left, and a range wholly above
+// it runs at the limit.
+TEST(CoTuner, CapToDeviceNeverAsksForMoreThanTheDeviceTakes) {
+  SystemDimension threads{"threads", {1, 2, 4, 8}, true};
+  json start = {{"threads", 8}, {"batch_size", 64}};
+  EXPECT_TRUE(CapToDevice(threads, 2, &start));
+  EXPECT_EQ(threads.values, (std::vector<json>{1, 2}));
+  EXPECT_EQ(start, json({{"threads", 2}, {"batch_size", 64}}));
+  std::vector<EpochSpeed> h;
+  for (int epoch = 0; epoch < 6; ++epoch) {
+    h.push_back({start, 1000.0 * (epoch + 1)});
+    start = NextSetting({threads}, h, start).setting;
+    EXPECT_LE(start["threads"].get<int>(), 2) << "epoch " << epoch;
+  }
+
+  SystemDimension within{"threads", {1, 2}, true};
+  json fits = {{"threads", 2}};
+  EXPECT_FALSE(CapToDevice(within, 4, &fits)) << "nothing to cap";
+  EXPECT_EQ(within.values, (std::vector<json>{1, 2}));
+
+  SystemDimension beyond{"threads", {4, 8}, true};
+  json high = {{"threads", 4}};
+  EXPECT_TRUE(CapToDevice(beyond, 2, &high));
+  EXPECT_EQ(beyond.values, (std::vector<json>{2}));
+  EXPECT_EQ(high["threads"].dump(), "2") << "an int, as the parameter's own values are";
 }
 
 TEST(CoTuner, NoHistoryKeepsTheStartAndDriftRestartsProbing) {

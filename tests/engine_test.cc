@@ -483,7 +483,11 @@ TEST_F(EngineTest, CoTuningStopsForAProgramThatIgnoresChanges) {
     ++stopped;
     EXPECT_EQ(data["step"], 2) << data.dump();
     EXPECT_EQ(data["trial_id"], (*a)->trial.id);
-    EXPECT_NE(data["reason"].get<std::string>().find("not the setting asked for"), std::string::npos);
+    EXPECT_EQ(data["parameter"], "threads") << data.dump();
+    // It names the parameter, what ran and what was asked.
+    const std::string reason = data["reason"];
+    EXPECT_EQ(reason.rfind("system.threads: step 2 ran " + system["threads"].dump() + ", not ", 0), 0u) << reason;
+    EXPECT_NE(reason.find("as asked; co-tuning stops"), std::string::npos) << reason;
   }
   EXPECT_EQ(stopped, 1);
 }

@@ -54,7 +54,12 @@ class GrpcWorkerServiceTest : public ::testing::Test {
     auto s = store::OpenStore(backend_.url(), o);
     ASSERT_TRUE(s.ok()) << s.status();
     store_ = std::move(s).value();
-    engine_ = std::make_unique<Engine>(*store_);
+    EngineOptions eo;
+    eo.on_event = [this](std::string type, const json& data) {
+      std::lock_guard lock(events_mu_);
+      events_.emplace_back(std::move(type), data);
+    };
+    engine_ = std::make_unique<Engine>(*store_, eo);
     WorkerServiceOptions options;
     options.token = kToken;
     options.retry_after_ms = 10;
@@ -149,9 +154,21 @@ class GrpcWorkerServiceTest : public ::testing::Test {
     return stub_->Report(Ctx().get(), req, resp);
   }
 
+  // The engine's events of one type so far.
+  std::vector<json> Events(const std::string& type) {
+    std::lock_guard lock(events_mu_);
+    std::vector<json> out;
+    for (const auto& [t, data] : events_) {
+      if (t == type) out.push_back(data);
+    }
+    return out;
+  }
+
   testing::FakeClock clock_;
   testing::SqliteBackend backend_;
   std::unique_ptr<store::Store> store_;
+  std::mutex events_mu_;
+  std::vector<std::pair<std::string, json>> events_;  // GUARDED_BY(events_mu_)
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<WorkerServiceImpl> service_;
   std::unique_ptr<GrpcServer> server_;  // after service_: stops before the service goes
@@ -265,7 +282,8 @@ TEST_F(GrpcWorkerServiceTest, TwoWorkersRunABuiltinExperimentToCompletion) {
       EXPECT_EQ(t.attempt(), 1);
       EXPECT_GE(t.seed(), 0);
       EXPECT_GT(lease.lease_expires_ms(), 0);
-      EXPECT_EQ(t.system().values().at("threads"), "3") << "middle of [1, 4], JSON-encoded";
+      EXPECT_EQ(t.system().values().at("threads"), "2")
+          << "the middle of [1, 4] is 3, beyond the 2 usable cores of this CPU; JSON-encoded";
       ASSERT_TRUE(t.executor().has_builtin());
       EXPECT_EQ(t.executor().builtin().trainer(), "fashion-mnist-mlp");
       EXPECT_EQ(t.executor().builtin().args().at("validation_fraction"), "0.1");
@@ -340,9 +358,10 @@ TEST_F(GrpcWorkerServiceTest, CommandArgvPlaceholdersAreFilled) {
   const std::string x = params.at("x").dump();
   const std::string opt = params.at("opt").get<std::string>();
   EXPECT_TRUE(opt == "sgd" || opt == "adam") << opt;
+  // threads: the middle of [1, 4] is 3, capped at the registered CPU's 2 cores.
   const std::vector<std::string> want = {"python3",     "train.py",
                                          "--x=" + x,    "--opt=" + opt,
-                                         "--threads=3", "--trial=" + std::to_string(t.trial_id()),
+                                         "--threads=2", "--trial=" + std::to_string(t.trial_id()),
                                          "--epochs=3",
                                          "--at={step}",  // per step: the worker's to fill
                                          x + ":" + opt};
@@ -618,6 +637,186 @@ TEST_F(GrpcWorkerServiceTest, AReportNamingADeviceNotTheWorkersStoresNothing) {
   auto observed = store_->ListSpeedObservations("", 100);
   ASSERT_EQ(observed->size(), 1u);
   EXPECT_EQ(observed->at(0).device_id, d1);
+}
+
+// A spec's system parameters with what a worker declares about them, for
+// the tests below: threads (mutable by default), inter_op_threads that the
+// spec lets change mid-trial and foo, which no trainer knows.
+std::string DeclaredSpec(const std::string& threads_high) {
+  std::string spec = Spec(kBuiltin, 1, 1);
+  const std::string threads = R"("system": {"threads": {"type": "int", "low": 1, "high": 4}})";
+  spec.replace(spec.find(threads), threads.size(),
+               R"("system": {"threads": {"type": "int", "low": 1, "high": )" + threads_high + R"(},
+                             "inter_op_threads": {"type": "int", "low": 1, "high": 4, "mutable": true},
+                             "foo": {"type": "int", "low": 1, "high": 3}})");
+  const std::string steps = R"("steps_per_trial": 3)";
+  spec.replace(spec.find(steps), steps.size(), R"("steps_per_trial": 10)");
+  return spec;
+}
+
+// The worker's declaration travels with its reports: inter_op_threads,
+// which it can change only at a restart, is never probed inside the trial
+// although the spec says `mutable: true`; threads, which it can change, is;
+// foo, which it does not declare, is unknown to its program, said once in a
+// trial.system_unknown event naming it, and the trial goes on. Without a
+// declaration (an older worker) the same spec probes inter_op_threads too.
+TEST_F(GrpcWorkerServiceTest, TheWorkersDeclarationDecidesWhatIsProbedMidTrial) {
+  for (const bool declares : {true, false}) {
+    SCOPED_TRACE(declares ? "declared" : "not declared");
+    auto e = engine_->CreateExperiment(DeclaredSpec("4"));
+    ASSERT_TRUE(e.ok()) << e.status();
+    v1::RegisterRequest reg;
+    reg.set_host(declares ? "new" : "old");
+    *reg.add_devices() = Cpu(0, "Test CPU", 8);
+    v1::RegisterResponse me;
+    ASSERT_TRUE(stub_->Register(Ctx().get(), reg, &me).ok());
+    v1::LeaseRequest lr;
+    lr.set_worker_id(me.worker_id());
+    lr.set_session(me.session());
+    lr.set_device_id(me.device_ids(0));
+    v1::LeaseResponse lease;
+    ASSERT_TRUE(stub_->Lease(Ctx().get(), lr, &lease).ok());
+    ASSERT_TRUE(lease.has_trial());
+    const int64_t trial = lease.trial().trial_id();
+    auto system = lease.trial().system().values();
+    std::set<std::string> probed;
+    for (int64_t step = 1; step <= 10; ++step) {
+      v1::ReportRequest req;
+      req.set_worker_id(me.worker_id());
+      req.set_session(me.session());
+      req.set_device_id(me.device_ids(0));
+      req.set_trial_id(trial);
+      req.set_step(step);
+      (*req.mutable_metrics())["loss"] = 1.0 / step;
+      // Faster with more threads and more inter-op threads: a probe of
+      // either always looks worth it.
+      req.set_samples_per_sec(1000 * std::stod(system.at("threads")) + 100 * std::stod(system.at("inter_op_threads")));
+      *req.mutable_system()->mutable_values() = system;
+      if (declares) {
+        auto& changes = *req.mutable_system_changes();
+        changes["threads"] = v1::SYSTEM_CHANGE_MID_TRIAL;
+        changes["inter_op_threads"] = v1::SYSTEM_CHANGE_AT_RESTART;
+        changes["batch_size"] = v1::SYSTEM_CHANGE_MID_TRIAL;  // known, not in this spec
+        // Applied: what the program runs, foo not among it.
+        auto& applied = *req.mutable_applied()->mutable_values();
+        applied["threads"] = system.at("threads");
+        applied["inter_op_threads"] = system.at("inter_op_threads");
+      }
+      v1::ReportResponse rr;
+      ::grpc::Status s = stub_->Report(Ctx().get(), req, &rr);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+      ASSERT_TRUE(rr.decision() == v1::DECISION_CONTINUE || rr.decision() == v1::DECISION_CHANGE_SYSTEM)
+          << rr.decision();
+      if (rr.decision() != v1::DECISION_CHANGE_SYSTEM) continue;
+      for (const auto& [name, value] : rr.new_system().values()) {
+        if (system.at(name) != value) probed.insert(name);
+      }
+      system = rr.new_system().values();
+    }
+    EXPECT_EQ(probed.count("inter_op_threads"), declares ? 0u : 1u)
+        << "the spec says mutable, the worker can change it only at a restart";
+    if (declares) {
+      EXPECT_TRUE(probed.count("threads")) << "threads may change mid-trial on both counts";
+      EXPECT_FALSE(probed.count("foo")) << "the program does not know foo";
+    }
+    EXPECT_EQ(store_->GetTrial(trial)->state, TrialState::kRunning) << "nothing failed the trial";
+    EXPECT_EQ(store_->GetExperiment(e->id)->state, store::ExperimentState::kRunning);
+    ASSERT_TRUE(engine_->CancelExperiment(e->id, "next").ok());
+  }
+  const auto unknown = Events("trial.system_unknown");
+  ASSERT_EQ(unknown.size(), 1u) << "once, at the declaring worker's first report; never for an older worker";
+  EXPECT_EQ(unknown[0]["parameter"], "foo");
+  const std::string reason = unknown[0]["reason"];
+  EXPECT_EQ(reason.rfind("system.foo: the program running this trial does not know this parameter", 0), 0u)
+      << reason;
+  EXPECT_NE(reason.find("batch_size, inter_op_threads, threads"), std::string::npos) << reason;
+}
+
+// What the program says it applied is what the step is stored and credited
+// with, where it differs from the setting reported.
+TEST_F(GrpcWorkerServiceTest, AppliedValuesAreWhatTheStepIsRecordedWith) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 1, 1));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const auto [worker, device] = RegisterCpuWorker("node");
+  v1::LeaseResponse lease;
+  ASSERT_TRUE(Lease(worker, device, &lease).ok());
+  ASSERT_TRUE(lease.has_trial());
+  v1::ReportRequest req;
+  req.set_worker_id(worker);
+  req.set_session(SessionOf(worker));
+  req.set_device_id(device);
+  req.set_trial_id(lease.trial().trial_id());
+  req.set_step(1);
+  (*req.mutable_metrics())["loss"] = 0.5;
+  req.set_samples_per_sec(1000);
+  (*req.mutable_system()->mutable_values())["threads"] = "2";
+  (*req.mutable_system()->mutable_values())["inter_op_threads"] = "2";
+  (*req.mutable_applied()->mutable_values())["inter_op_threads"] = "1";  // LibTorch had it already
+  v1::ReportResponse rr;
+  ::grpc::Status s = stub_->Report(Ctx().get(), req, &rr);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  auto ms = store_->ListMeasurements(lease.trial().trial_id());
+  ASSERT_TRUE(ms.ok());
+  ASSERT_EQ(ms->size(), 1u);
+  EXPECT_EQ(json::parse(ms->at(0).system_setting_json), json({{"threads", 2}, {"inter_op_threads", 1}}));
+  auto observed = store_->ListSpeedObservations("", 10);
+  ASSERT_EQ(observed->size(), 1u);
+  EXPECT_EQ(json::parse(observed->at(0).system_setting_json), json({{"threads", 2}, {"inter_op_threads", 1}}));
+
+  // A bad applied value is refused naming its field, and nothing is stored.
+  req.set_step(2);
+  (*req.mutable_applied()->mutable_values())["threads"] = std::string(200'000, '[');
+  s = stub_->Report(Ctx().get(), req, &rr);
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("applied.threads"), std::string::npos) << s.error_message();
+  EXPECT_EQ(store_->ListMeasurements(lease.trial().trial_id())->size(), 1u);
+}
+
+// threads: {high: 16} on a CPU with 2 usable cores: the trial starts within
+// them, the co-tuner never asks for more, a trial.system_capped event names
+// the parameter and the device's limit, and nothing fails.
+TEST_F(GrpcWorkerServiceTest, ThreadsBeyondTheDevicesCoresAreCappedWithAnEvent) {
+  auto e = engine_->CreateExperiment(DeclaredSpec("16"));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const auto [worker, device] = RegisterCpuWorker("node");  // 2 cores
+  v1::LeaseResponse lease;
+  ASSERT_TRUE(Lease(worker, device, &lease).ok());
+  ASSERT_TRUE(lease.has_trial());
+  const int64_t trial = lease.trial().trial_id();
+  auto system = lease.trial().system().values();
+  EXPECT_LE(std::stoi(system.at("threads")), 2) << "the middle of [1, 16] was asked of a 2-core device";
+  const auto capped = Events("trial.system_capped");
+  ASSERT_EQ(capped.size(), 1u);
+  EXPECT_EQ(capped[0]["parameter"], "threads");
+  EXPECT_EQ(capped[0]["limit"], 2);
+  EXPECT_EQ(capped[0]["device_id"], device);
+  EXPECT_EQ(capped[0]["trial_id"], trial);
+  const std::string reason = capped[0]["reason"];
+  EXPECT_EQ(reason.rfind("system.threads: the spec allows up to 16, device " + std::to_string(device), 0), 0u)
+      << reason;
+  EXPECT_NE(reason.find("has 2 usable core(s)"), std::string::npos) << reason;
+
+  std::set<int> asked;
+  for (int64_t step = 1; step <= 10; ++step) {
+    v1::ReportRequest req;
+    req.set_worker_id(worker);
+    req.set_session(SessionOf(worker));
+    req.set_device_id(device);
+    req.set_trial_id(trial);
+    req.set_step(step);
+    (*req.mutable_metrics())["loss"] = 1.0 / step;
+    req.set_samples_per_sec(1000 * std::stod(system.at("threads")));  // more threads, faster: probes go up
+    *req.mutable_system()->mutable_values() = system;
+    v1::ReportResponse rr;
+    ::grpc::Status s = stub_->Report(Ctx().get(), req, &rr);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    if (rr.decision() == v1::DECISION_CHANGE_SYSTEM) system = rr.new_system().values();
+    asked.insert(std::stoi(system.at("threads")));
+  }
+  EXPECT_LE(*asked.rbegin(), 2) << "asked for more threads than the device's cores";
+  EXPECT_EQ(asked.count(2), 1u) << "it still co-tunes within them";
+  EXPECT_EQ(store_->GetTrial(trial)->state, TrialState::kRunning);
+  EXPECT_EQ(store_->GetExperiment(e->id)->state, store::ExperimentState::kRunning);
 }
 
 // One heartbeat renews at most kMaxTrialsPerHeartbeat leases (one per

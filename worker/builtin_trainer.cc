@@ -443,9 +443,12 @@ class BuiltinExecutor final : public Executor {
       val = Evaluate(net, val_x, val_y, device);
       const double sps = n_train / std::max(seconds, 1e-9);
       result.final_metrics = {{"accuracy", val.second}, {"loss", val.first}, {"train_loss", epoch_loss}};
-      system["batch_size"] = batch_size;
-      system["threads"] = threads > 0 ? threads : torch::get_num_threads();
-      const Verdict v = reporter.Report(epoch + 1, result.final_metrics, sps, system);
+      // Applied: what this epoch really ran with. inter_op_threads is the
+      // process's (a later trial asking for another value does not get it).
+      json applied = {{"batch_size", batch_size}, {"threads", threads > 0 ? threads : torch::get_num_threads()}};
+      if (system.contains("inter_op_threads")) applied["inter_op_threads"] = at::get_num_interop_threads();
+      system.update(applied);
+      const Verdict v = reporter.ReportApplied(epoch + 1, result.final_metrics, sps, system, applied);
       if (v == Verdict::kStop || reporter.stop_requested()) {
         result.stopped = true;
         return result;
@@ -468,6 +471,15 @@ class BuiltinExecutor final : public Executor {
     result.final_metrics["test_accuracy"] = test.second;
     result.final_metrics["test_loss"] = test.first;
     return result;
+  }
+
+  // What Run does with each system parameter: threads (set_num_threads)
+  // and batch_size (the next epoch's slices) between epochs; inter_op_threads
+  // once per process (ApplyThreads). Nothing else is read.
+  SystemChanges DeclaredSystemChanges(const TrialRun&) const override {
+    return {{"batch_size", SystemChange::kMidTrial},
+            {"threads", SystemChange::kMidTrial},
+            {"inter_op_threads", SystemChange::kAtRestart}};
   }
 
   // Intra-op threads may change any time; inter-op threads only once per

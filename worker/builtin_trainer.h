@@ -10,8 +10,16 @@
 // relu|gelu|tanh [relu], batch_norm [false], lr_schedule
 // constant|cosine|step [constant]; CNN only: conv_layers [2], channels [32]
 // (doubling per layer).
-// System parameters (system): batch_size [128], threads [all usable cores],
-// inter_op_threads [1]; changed between epochs when the server says so.
+// System parameters (system): batch_size [128] and threads [all usable
+// cores], changed between epochs when the server says so; inter_op_threads
+// [1], set once per process (LibTorch takes it only before any parallel
+// work), so a later trial in the same worker runs with the first one's.
+// The executor declares exactly this (Executor::DeclaredSystemChanges:
+// batch_size and threads mid-trial, inter_op_threads at restart); any other
+// system parameter is unknown to it and ignored, and the server says so.
+// Each report's applied values (Reporter::ReportApplied) are what the epoch
+// ran: batch_size, threads and, when the trial has it, inter_op_threads as
+// LibTorch really has it.
 // Trainer args: validation_fraction [0.1] of the training set, data_dir,
 // max_train_samples [all] (quick runs).
 //

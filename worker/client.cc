@@ -214,9 +214,14 @@ struct WorkerClient::Impl {
 
   class GrpcReporter final : public Reporter {
    public:
-    GrpcReporter(Impl& w, int64_t device_id, int64_t trial_id) : w_(w), device_id_(device_id), trial_id_(trial_id) {}
+    GrpcReporter(Impl& w, int64_t device_id, int64_t trial_id, SystemChanges declared)
+        : w_(w), device_id_(device_id), trial_id_(trial_id), declared_(std::move(declared)) {}
     Verdict Report(int64_t step, const std::map<std::string, double>& metrics, double samples_per_sec,
                    const json& system) override {
+      return ReportApplied(step, metrics, samples_per_sec, system, json::object());
+    }
+    Verdict ReportApplied(int64_t step, const std::map<std::string, double>& metrics, double samples_per_sec,
+                          const json& system, const json& applied) override {
       v1::ReportRequest req;
       const Identity me = w_.identity();
       req.set_worker_id(me.worker_id);
@@ -228,6 +233,18 @@ struct WorkerClient::Impl {
       req.set_samples_per_sec(samples_per_sec);
       for (auto it = system.begin(); it != system.end(); ++it) {
         (*req.mutable_system()->mutable_values())[it.key()] = it->dump();
+      }
+      if (applied.is_object()) {
+        for (auto it = applied.begin(); it != applied.end(); ++it) {
+          (*req.mutable_applied()->mutable_values())[it.key()] = it->dump();
+        }
+      }
+      // With every report: the server keeps no state about this worker's
+      // programs, and the next report may reach another replica.
+      for (const auto& [name, change] : declared_) {
+        (*req.mutable_system_changes())[name] = change == SystemChange::kMidTrial    ? v1::SYSTEM_CHANGE_MID_TRIAL
+                                                : change == SystemChange::kAtRestart ? v1::SYSTEM_CHANGE_AT_RESTART
+                                                                                     : v1::SYSTEM_CHANGE_FIXED;
       }
       v1::ReportResponse res;
       grpc::Status s = w_.WithRetry("report", [&] {
@@ -272,6 +289,7 @@ struct WorkerClient::Impl {
    private:
     Impl& w_;
     int64_t device_id_, trial_id_;
+    const SystemChanges declared_;
     std::atomic<bool> stop_{false};
     std::atomic<int64_t> last_step_{0};
     mutable std::mutex mu_;
@@ -548,7 +566,8 @@ struct WorkerClient::Impl {
     spdlog::info("trial {} (experiment {}, space {}, attempt {}) on {}: {}", run.trial_id,
                  run.experiment_id, run.space, run.attempt, device.device, run.params.dump());
     Executor* executor = !run.trainer.empty() ? executors.builtin.get() : executors.command.get();
-    GrpcReporter reporter(*this, device_id, run.trial_id);
+    GrpcReporter reporter(*this, device_id, run.trial_id,
+                          executor ? executor->DeclaredSystemChanges(run) : SystemChanges{});
     // Heartbeats renew the lease during long epochs and transfers, and
     // bring prunes and cancels in between reports.
     Heartbeat heartbeat(*this, run.trial_id, reporter);

@@ -742,8 +742,10 @@ class CommandRun {
     last_step_ = step;
     json system = run_.system.is_object() ? run_.system : json::object();
     system.update(m.system);
-    const Verdict verdict =
-        reporter_.Report(step, m.metrics, m.samples_per_sec.value_or(0.0), system);
+    // Applied: only what the line itself says the program ran; the rest of
+    // `system` is the starting setting, assumed.
+    const Verdict verdict = reporter_.ReportApplied(step, m.metrics, m.samples_per_sec.value_or(0.0), system,
+                                                    m.system.is_object() ? m.system : json::object());
     reported_ = true;
     last_metrics_ = std::move(m.metrics);
     switch (verdict) {

@@ -32,7 +32,12 @@
 //         line without one is step 1);
 //   samples_per_sec: the line's, or 0;
 //   system: the line's system keys over the starting system setting (the
-//         trial's own system parameter names count as system keys too).
+//         trial's own system parameter names count as system keys too);
+//   applied (Reporter::ReportApplied): the line's system keys alone, what
+//         the program says it ran.
+// The executor declares no SystemChanges (Executor::DeclaredSystemChanges):
+// it cannot know what the program does with a new setting, so the spec's
+// `mutable` is the program's declaration (docs/system-parameters.md).
 // Lines without the objective metric (TrialRun::objective_metric, when set)
 // are not reported, as the server would refuse them. A malformed metric line
 // is noted in the log tail and does not fail the trial.

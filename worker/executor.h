@@ -51,6 +51,14 @@ struct TrialRun {
   std::string checkpoint_dir;
 };
 
+// When a trial's program can apply a new value of a system parameter
+// (worker.proto SystemChange): between epochs, only where it starts, or
+// never. An executor declares this for the parameters it knows; the worker
+// sends it with every report, and the server's co-tuner probes inside a
+// running trial only what is kMidTrial here and `mutable` in the spec.
+enum class SystemChange { kMidTrial, kAtRestart, kFixed };
+using SystemChanges = std::map<std::string, SystemChange>;
+
 enum class Verdict {
   kContinue,
   kStop,          // pruned or cancelled: stop within a second, report nothing more
@@ -65,6 +73,14 @@ class Reporter {
   // the system setting it ran with. Blocks until the server answers.
   virtual Verdict Report(int64_t step, const std::map<std::string, double>& metrics,
                          double samples_per_sec, const nlohmann::json& system) = 0;
+  // As Report, with `applied`: the values of `system` the program itself
+  // says it applied to this step (worker.proto ReportRequest.applied). The
+  // default forgets them.
+  virtual Verdict ReportApplied(int64_t step, const std::map<std::string, double>& metrics, double samples_per_sec,
+                                const nlohmann::json& system, const nlohmann::json& applied) {
+    (void)applied;
+    return Report(step, metrics, samples_per_sec, system);
+  }
   // The setting to switch to after kChangeSystem.
   virtual nlohmann::json new_system() const { return nlohmann::json::object(); }
   // Set asynchronously (a heartbeat learned the trial was pruned or
@@ -96,6 +112,14 @@ class Executor {
   // Runs the trial to its end. An error Status means the trial failed
   // (the message is its reason).
   virtual Result<RunResult> Run(const TrialRun& run, Reporter& reporter) = 0;
+  // What this executor's program for `run` can do with each system parameter
+  // it knows. Empty: it declares nothing (the server then goes by the spec's
+  // `mutable` alone), which is the default and what a command program gets:
+  // the worker cannot know what a user's program does with HPO_SYSTEM_FILE.
+  virtual SystemChanges DeclaredSystemChanges(const TrialRun& run) const {
+    (void)run;
+    return {};
+  }
 };
 
 }  // namespace hpo::worker

@@ -23,6 +23,11 @@ constexpr size_t kTrialsRemembered = 10'000;
 
 }  // namespace
 
+std::optional<int> DeviceThreadLimit(const store::DeviceInfo& d) {
+  if (d.kind != store::DeviceKind::kCpu || !(d.cores > 0) || !std::isfinite(d.cores)) return std::nullopt;
+  return static_cast<int>(std::max(1.0, std::floor(std::min(d.cores, 1e6))));
+}
+
 FleetView::FleetView(store::Store& store, std::chrono::milliseconds max_age, std::chrono::milliseconds live_for,
                      std::function<int64_t()> now_ms)
     : store_(store), max_age_(max_age), live_for_(live_for), now_ms_(std::move(now_ms)) {}
@@ -45,11 +50,12 @@ Status FleetView::ReadLocked(Clock::time_point now) {
       FleetDevice fd;
       fd.worker_id = w.id;
       fd.device_class = d.device_class;
+      fd.max_threads = DeviceThreadLimit(d);
       fd.labels = labels;
       fd.live = !w.gone_ms && w.last_seen_ms >= live_since;
       v.devices[d.id] = fd;
       v.model.AddBenchmark(d.device_class, d.benchmark_gflops);
-      classes_[d.id] = d.device_class;
+      known_[d.id] = {d.device_class, fd.max_threads};
     }
   }
   for (const auto& [id, d] : v.devices) {
@@ -83,27 +89,39 @@ Result<FleetView::Locked> FleetView::Fresh(Id device_id, Clock::time_point asked
   return Locked(std::move(lock), &*view_);
 }
 
-Result<std::string> FleetView::DeviceClass(Id device_id) {
+Result<FleetView::Known> FleetView::KnownDevice(Id device_id) {
   std::unique_lock lock(mu_);
-  if (auto it = classes_.find(device_id); it != classes_.end()) return it->second;
+  if (auto it = known_.find(device_id); it != known_.end()) return it->second;
   HPO_RETURN_IF_ERROR(ReadLocked(Clock::now()));
-  if (auto it = classes_.find(device_id); it != classes_.end()) return it->second;
+  if (auto it = known_.find(device_id); it != known_.end()) return it->second;
   return Status::NotFound("device " + std::to_string(device_id) + " is not registered");
 }
 
 void FleetView::Registered(const store::WorkerRecord& w) {
   std::lock_guard lock(mu_);
   for (const auto& d : w.devices) {
-    classes_[d.id] = d.device_class;
+    known_[d.id] = {d.device_class, DeviceThreadLimit(d)};
     if (!view_) continue;
     // A new device makes the next Fresh reread (it asks for one it does not
     // know); one registered again is updated here, or it would keep its old
-    // class until the next reread.
+    // class (and thread limit) until the next reread.
     if (auto it = view_->devices.find(d.id); it != view_->devices.end()) {
       it->second.device_class = d.device_class;
+      it->second.max_threads = DeviceThreadLimit(d);
       it->second.live = true;
+      view_->live.Set(std::to_string(d.id), d.device_class, FreeAtLocked(d.id));
     }
   }
+}
+
+Result<std::string> FleetView::DeviceClass(Id device_id) {
+  HPO_ASSIGN_OR_RETURN(Known k, KnownDevice(device_id));
+  return k.device_class;
+}
+
+Result<std::optional<int>> FleetView::ThreadLimit(Id device_id) {
+  HPO_ASSIGN_OR_RETURN(Known k, KnownDevice(device_id));
+  return k.max_threads;
 }
 
 void FleetView::Observe(const std::string& device_class, const std::string& workload, const std::string& setting,

@@ -31,6 +31,7 @@ namespace hpo::server {
 struct FleetDevice {
   store::Id worker_id = 0;
   std::string device_class;
+  std::optional<int> max_threads;  // DeviceThreadLimit
   std::map<std::string, std::string> labels;  // its worker's
   bool live = false;
 };
@@ -44,6 +45,13 @@ struct FleetSnapshot {
   scheduler::FleetSummary live;
   std::chrono::steady_clock::time_point loaded;
 };
+
+// The most intra-op threads a trial on this device may be asked for: a
+// CPU's usable cores, rounded down, at least 1 (a 0.5-core cgroup still
+// runs one thread). nullopt when unknown: a CPU that reported no cores, or
+// a CUDA device, whose `cores` are its multiprocessors, not host cores (the
+// worker gives its GPU trials their share of the CPU itself).
+std::optional<int> DeviceThreadLimit(const store::DeviceInfo& d);
 
 class FleetView {
  public:
@@ -74,6 +82,8 @@ class FleetView {
   // The worker registered (perhaps again, with its devices' classes
   // changed): its devices are live with these classes from now on.
   void Registered(const store::WorkerRecord& w);
+  // A registered device's DeviceThreadLimit. NotFound: not registered.
+  Result<std::optional<int>> ThreadLimit(store::Id device_id);
 
   // One of this engine's reports: a speed observation (placement sees it on
   // the next lease) and, from the time since this trial's previous report
@@ -98,7 +108,12 @@ class FleetView {
   const std::function<int64_t()> now_ms_;
   std::mutex mu_;
   std::optional<FleetSnapshot> view_;                      // GUARDED_BY(mu_)
-  std::map<store::Id, std::string> classes_;               // GUARDED_BY(mu_); outlives rereads
+  struct Known {
+    std::string device_class;
+    std::optional<int> max_threads;
+  };
+  Result<Known> KnownDevice(store::Id device_id);
+  std::map<store::Id, Known> known_;                       // GUARDED_BY(mu_); outlives rereads
   std::map<store::Id, Clock::time_point> busy_until_;      // GUARDED_BY(mu_)
   struct LastReport {
     Clock::time_point at;

@@ -106,11 +106,11 @@ Result<json> ParseStoredObject(const std::string& text, Id trial_id, const char*
 // ("cuda:0" rather than "\"cuda:0\"") still gets it recorded, as a string.
 // JSON beyond the limits of json_limits.h (e.g. nested 100k deep) is an
 // error naming the key, before anything copies or serializes it.
-Result<json> SystemToJson(const hpo::v1::SystemSetting& s) {
+Result<json> SystemToJson(const hpo::v1::SystemSetting& s, const std::string& what = "system") {
   json out = json::object();
   for (const auto& [k, v] : s.values()) {
     // (A key too long is refused by the engine; here it only names the value.)
-    const std::string field = "system." + (k.size() > 64 ? k.substr(0, 64) + "..." : k);
+    const std::string field = what + "." + (k.size() > 64 ? k.substr(0, 64) + "..." : k);
     HPO_ASSIGN_OR_RETURN(std::optional<json> parsed, ParseJsonIfJson(v, field));
     out[k] = parsed ? std::move(*parsed) : json(v);
   }
@@ -368,6 +368,13 @@ Status WorkerServiceImpl::DoReport(const hpo::v1::ReportRequest& request,
   r.metrics = MetricsToJson(request.metrics());
   r.samples_per_sec = request.samples_per_sec();
   HPO_ASSIGN_OR_RETURN(r.system, SystemToJson(request.system()));
+  HPO_ASSIGN_OR_RETURN(r.applied, SystemToJson(request.applied(), "applied"));
+  for (const auto& [name, change] : request.system_changes()) {
+    // An unspecified or unknown (newer) value promises nothing: fixed.
+    r.system_changes[name] = change == hpo::v1::SYSTEM_CHANGE_MID_TRIAL    ? scheduler::SystemChange::kMidTrial
+                             : change == hpo::v1::SYSTEM_CHANGE_AT_RESTART ? scheduler::SystemChange::kAtRestart
+                                                                           : scheduler::SystemChange::kFixed;
+  }
   if (request.device_id() > 0) r.device_id = request.device_id();
   HPO_ASSIGN_OR_RETURN(ReportReply reply, engine_.Report({request.worker_id(), request.session()}, std::move(r)));
   if (reply.decision == Decision::kContinue && reply.new_system) {
