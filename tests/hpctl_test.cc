@@ -177,10 +177,13 @@ TEST_F(HpctlTest, DryRunPrintsTheParsedSpacesAndCreatesNothing) {
   ASSERT_EQ(spec["spaces"].size(), 1u);
   const json& params = spec["spaces"][0]["params"];
   ASSERT_EQ(params.size(), 3u) << params;
-  EXPECT_EQ(params[0]["name"], "x");
-  EXPECT_EQ(params[1]["choices"], json::array({"sgd", "a,b \"c\""}));
-  EXPECT_EQ(params[2]["name"], "momentum");
-  EXPECT_EQ(params[2]["when"], (json{{"param", "opt"}, {"is", "sgd"}}));
+  // In sampling order: a parent before the parameters that hang on it.
+  EXPECT_EQ(params[0]["name"], "opt");
+  EXPECT_EQ(params[0]["choices"], json::array({"sgd", "a,b \"c\""}));
+  EXPECT_EQ(params[1]["name"], "momentum");
+  EXPECT_EQ(params[1]["when"], (json{{"param", "opt"}, {"is", "sgd"}}));
+  EXPECT_EQ(params[2]["name"], "x");
+  EXPECT_EQ(params[2]["low"], -1.0);
   EXPECT_EQ(spec["system"][0]["name"], "threads");
   EXPECT_EQ(spec["early_stopping"]["type"], "stop") << "defaults are filled in";
   EXPECT_EQ(spec["budget"]["max_trials"], 4);
@@ -216,19 +219,19 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
   ASSERT_TRUE(s.ok() && s->status == 200);
   const json suggested = json::parse(s->body)["trials"];
   ASSERT_EQ(suggested.size(), 4u);
-  // Three complete (with a second metric for the last), one fails with a
-  // reason that needs CSV quoting.
+  // Three complete (the third with a second final metric, which only it
+  // has), one fails with a reason that needs CSV quoting.
   const std::string reason = "diverged, \"nan\"\nsecond line";
   for (size_t i = 0; i < suggested.size(); ++i) {
     const std::string tid = std::to_string(suggested[i]["id"].get<int64_t>());
     const double x = suggested[i]["params"]["x"];
-    json metrics = {{"loss", x * x}};
-    if (i == 2) metrics["accuracy"] = 0.5;
     auto r = HttpRequestOnce(o, "POST", "/api/v1/trials/" + tid + "/measurements",
-                             json{{"step", 1}, {"metrics", metrics}}.dump());
+                             json{{"step", 1}, {"metrics", {{"loss", x * x}}}}.dump());
     ASSERT_TRUE(r.ok() && r->status == 200);
+    const json final_metrics = i == 2 ? json{{"accuracy", 0.5}} : json::object();
     auto done = i == 3 ? HttpRequestOnce(o, "POST", "/api/v1/trials/" + tid + ":fail", json{{"reason", reason}}.dump())
-                       : HttpRequestOnce(o, "POST", "/api/v1/trials/" + tid + ":complete", "{}");
+                       : HttpRequestOnce(o, "POST", "/api/v1/trials/" + tid + ":complete",
+                                         json{{"metrics", final_metrics}}.dump());
     ASSERT_TRUE(done.ok() && done->status == 200) << (done.ok() ? done->body : "");
   }
   auto listed = HttpRequestOnce(o, "GET", "/api/v1/experiments/1/trials");
@@ -246,8 +249,8 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
   ASSERT_EQ(rows.size(), 5u) << parsed.text;
   const std::vector<std::string> header = {"number", "id", "space", "state", "attempt", "level", "started_ms",
                                            "finished_ms", "stop_step", "reason", "params.momentum", "params.opt",
-                                           "params.x", "metrics.accuracy", "metrics.loss"};
-  EXPECT_EQ(rows[0], json(header)) << "one column per param and metric, sorted in each group";
+                                           "params.x", "system.threads", "metrics.accuracy", "metrics.loss"};
+  EXPECT_EQ(rows[0], json(header)) << "one column per param, system parameter and metric, sorted in each group";
   auto col = [&](const std::string& name) {
     return static_cast<size_t>(std::find(header.begin(), header.end(), name) - header.begin());
   };
@@ -271,6 +274,8 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
     } else {
       EXPECT_EQ(std::stod(row[col("metrics.loss")].get<std::string>()), t["final_metrics"]["loss"].get<double>());
     }
+    EXPECT_EQ(row[col("metrics.accuracy")], t["id"] == suggested[2]["id"] ? "0.5" : "") << "a metric one trial lacks is empty";
+    EXPECT_EQ(std::stoi(row[col("system.threads")].get<std::string>()), t["system"]["threads"].get<int>());
   }
 
   Out to_stdout = Hpctl(addr_ + " export 1 -o csv");
@@ -333,11 +338,13 @@ TEST_F(HpctlTest, QuietKeepsTheDataAndTheErrors) {
   EXPECT_EQ(loud.text, "submitted experiment 3 (cli)\n") << "without --quiet the news is there";
 }
 
-// The commands `hpctl --help` lists, from its SUBCOMMANDS section.
+// The commands `hpctl --help` lists, from its Subcommands section.
 std::vector<std::string> HelpCommands() {
   const std::string help = Hpctl("--help").text;
   std::vector<std::string> out;
-  std::istringstream in(help.substr(help.find("SUBCOMMANDS:")));
+  const size_t section = help.find("Subcommands:");
+  if (section == std::string::npos) return out;
+  std::istringstream in(help.substr(section));
   std::string line;
   std::getline(in, line);
   while (std::getline(in, line)) {
@@ -375,7 +382,7 @@ TEST(HpctlCompletion, BashCompletesCommandsOptionsAndValues) {
   EXPECT_EQ(registered.text, "complete -o filenames -F _hpctl hpctl\n");
 
   const std::vector<std::string> commands = HelpCommands();
-  ASSERT_GE(commands.size(), 12u) << "--help's SUBCOMMANDS section";
+  ASSERT_GE(commands.size(), 12u) << "--help's Subcommands section";
   EXPECT_EQ(BashComplete(script, {"hpctl", ""}), commands) << "every command of the app, from the app";
   EXPECT_EQ(BashComplete(script, {"hpctl", "ex"}), std::vector<std::string>{"export"});
   EXPECT_EQ(BashComplete(script, {"hpctl", "--server", "h:1", "su"}), std::vector<std::string>{"submit"})
