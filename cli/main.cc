@@ -4,6 +4,11 @@
 // is printed); 2 bad usage or a bad local file; 3 the server cannot be
 // reached; 4 an experiment ended without success (watch/run: failed or
 // cancelled); 130 interrupted (Ctrl-C).
+//
+// Output: what a command was asked for (tables, CSV, JSON, a watch view,
+// ids) goes to stdout; errors to stderr as one line. --quiet drops what is
+// only news ("submitted experiment 3 (name)", "cancelled ...", the watch
+// view, "wrote N trials to FILE") and keeps the data and the errors.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -18,7 +23,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -34,6 +41,13 @@ enum Exit { kOk = 0, kServerError = 1, kUsage = 2, kUnreachable = 3, kExperiment
 
 std::atomic<bool> g_interrupted{false};
 void OnSignal(int) { g_interrupted = true; }
+
+// --quiet: news goes to Info(), which then writes nowhere.
+bool g_quiet = false;
+std::ostream& Info() {
+  static std::ostream nowhere(nullptr);
+  return g_quiet ? nowhere : std::cout;
+}
 
 struct Failure {
   int code;
@@ -67,6 +81,24 @@ std::string Str(const json& v) {
   return v.dump();
 }
 
+// One CSV record (RFC 4180): a cell holding a comma, a quote or a line
+// break is quoted, its quotes doubled; what Python's csv module and pandas
+// read back as the same strings.
+void WriteCsvRow(std::ostream& out, const std::vector<std::string>& cells) {
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const std::string& s = cells[i];
+    if (i) out << ',';
+    if (s.find_first_of(",\"\r\n") == std::string::npos) {
+      out << s;
+      continue;
+    }
+    out << '"';
+    for (char c : s) out << (c == '"' ? "\"\"" : std::string(1, c));
+    out << '"';
+  }
+  out << '\n';  // not RFC 4180's CRLF: a line of a Unix pipe; both readers take either
+}
+
 // Rows of cells as an aligned table, CSV or JSON.
 void PrintRows(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
                const std::string& format, const json& raw) {
@@ -75,18 +107,8 @@ void PrintRows(const std::vector<std::string>& header, const std::vector<std::ve
     return;
   }
   if (format == "csv") {
-    auto esc = [](const std::string& s) {
-      if (s.find_first_of(",\"\n") == std::string::npos) return s;
-      std::string out = "\"";
-      for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-      return out + "\"";
-    };
-    for (size_t i = 0; i < header.size(); ++i) std::cout << (i ? "," : "") << esc(header[i]);
-    std::cout << "\n";
-    for (const auto& r : rows) {
-      for (size_t i = 0; i < r.size(); ++i) std::cout << (i ? "," : "") << esc(r[i]);
-      std::cout << "\n";
-    }
+    WriteCsvRow(std::cout, header);
+    for (const auto& r : rows) WriteCsvRow(std::cout, r);
     return;
   }
   std::vector<size_t> width(header.size());
@@ -125,7 +147,8 @@ std::string Seconds(double s) {
 }
 
 // The watch view: progress against the budget, the best so far, elapsed and
-// ETA. Redrawn in place on a terminal, one line per change otherwise.
+// ETA. Redrawn in place on a terminal, one line per change otherwise; with
+// --quiet, nothing: it waits for the end, and the exit code says how it went.
 int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
   const bool tty = isatty(STDOUT_FILENO);
   std::string last;
@@ -160,31 +183,115 @@ int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
     const std::string changes = view.str();
     view << "  elapsed " << Seconds(elapsed) << (eta > 0 ? ", eta " + Seconds(eta) : "") << "\n";
     const std::string text = view.str();
-    if (tty) {
+    if (!g_quiet && tty) {
       if (drawn_lines) std::cout << "\x1b[" << drawn_lines << "F\x1b[J";
       std::cout << text << std::flush;
       drawn_lines = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
-    } else if (changes != last) {
+    } else if (!g_quiet && changes != last) {
       std::cout << text << std::flush;
     }
     last = changes;
     const std::string state = Str(e["state"]);
     if (state != "running") {
-      if (!quiet_end && !e.value("reason", "").empty()) std::cout << "  ended: " << Str(e["reason"]) << "\n";
+      if (!quiet_end && !e.value("reason", "").empty()) Info() << "  ended: " << Str(e["reason"]) << "\n";
       return state == "completed" ? kOk : kExperimentFailed;
     }
     for (int i = 0; i < 10 && !g_interrupted; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
 
-int64_t Submit(const HttpClientOptions& o, const std::string& file) {
-  // A spec is YAML unless it is JSON (which is YAML too); say which.
-  const std::string text = ReadFile(file);
+// A spec is YAML unless it is JSON (which is YAML too); say which.
+const char* SpecContentType(const std::string& text) {
   const auto first = text.find_first_not_of(" \t\r\n");
-  const bool is_json = first != std::string::npos && text[first] == '{';
-  json r = Call(o, "POST", "/api/v1/experiments", text, is_json ? "application/json" : "application/yaml");
-  std::cout << "submitted experiment " << r["id"] << " (" << Str(r["name"]) << ")\n";
+  return first != std::string::npos && text[first] == '{' ? "application/json" : "application/yaml";
+}
+
+// Prints the id alone under --quiet, so that ID=$(hpctl -q submit FILE) works.
+int64_t Submit(const HttpClientOptions& o, const std::string& file) {
+  const std::string text = ReadFile(file);
+  json r = Call(o, "POST", "/api/v1/experiments", text, SpecContentType(text));
+  if (g_quiet) {
+    std::cout << r["id"] << "\n";
+  } else {
+    std::cout << "submitted experiment " << r["id"] << " (" << Str(r["name"]) << ")\n";
+  }
   return r["id"].get<int64_t>();
+}
+
+// A parameter's domain in one line: "float [0.0001, 0.1] log step 0.01",
+// "categorical {sgd, adam}".
+std::string Domain(const json& p) {
+  std::string out = Str(p["type"]);
+  if (p.contains("choices")) {
+    std::string list;
+    for (const auto& c : p["choices"]) list += (list.empty() ? "" : ", ") + Str(c);
+    return out + " {" + list + "}";
+  }
+  out += " [" + p["low"].dump() + ", " + p["high"].dump() + "]";
+  if (p.value("log", false)) out += " log";
+  if (p.contains("step")) out += " step " + p["step"].dump();
+  return out;
+}
+
+// hpctl submit --dry-run: the server's own checks (the route that creating
+// takes, less the write), so a dry run can pass only what submit would. The
+// spec parser is not linked here: cli/ speaks REST only (DESIGN.md), and
+// some checks need the server's state (cost.prices against its workers) and
+// its version (a newer server may take fields this hpctl does not know).
+void DryRun(const HttpClientOptions& o, const std::string& file, const std::string& format) {
+  const std::string text = ReadFile(file);
+  json r = Call(o, "POST", "/api/v1/experiments:validate", text, SpecContentType(text));
+  const json& spec = r["spec"];
+  if (format == "json") {
+    std::cout << spec.dump(2) << "\n";
+    return;
+  }
+  Info() << file << ": a valid spec (dry run: nothing created)\n";
+  std::cout << "experiment " << Str(spec["name"]) << ": " << Str(spec["objective"]["direction"]) << " "
+            << Str(spec["objective"]["metric"]) << ", sampler " << Str(spec["algorithm"]["sampler"])
+            << ", early stopping " << Str(spec["early_stopping"]["rule"]) << " ("
+            << Str(spec["early_stopping"]["type"]) << "), placement " << Str(spec["placement"]["policy"]) << "\n";
+  auto table = [](const json& params, bool system) {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& p : params) {
+      std::string note;
+      if (p.contains("when")) note = "when " + Str(p["when"]["param"]) + "=" + Str(p["when"]["is"]);
+      if (system) note = p.value("mutable", false) ? "co-tuned epoch by epoch" : "set once per trial";
+      rows.push_back({"  " + Str(p["name"]), Domain(p), note});
+    }
+    std::vector<size_t> width(3);
+    for (const auto& row : rows) {
+      for (size_t i = 0; i < 3; ++i) width[i] = std::max(width[i], row[i].size());
+    }
+    for (const auto& row : rows) {
+      std::string line = row[0] + std::string(width[0] - row[0].size() + 2, ' ') + row[1];
+      if (!row[2].empty()) line += std::string(width[1] - row[1].size() + 2, ' ') + row[2];
+      std::cout << line << "\n";
+    }
+  };
+  for (const auto& space : spec["spaces"]) {
+    char bits[32];
+    std::snprintf(bits, sizeof bits, "%.1f", space.value("complexity_bits", 0.0));
+    std::cout << "space " << Str(space["name"]) << " (" << space["params"].size() << " params, complexity " << bits
+              << " bits)\n";
+    table(space["params"], false);
+  }
+  json cotuned = json::array();
+  for (const auto& p : spec["system"]) {
+    if (!p.value("affects_accuracy", false)) cotuned.push_back(p);
+  }
+  if (!cotuned.empty()) {
+    std::cout << "system (tuned inside each trial)\n";
+    table(cotuned, true);
+  }
+  const json& b = spec["budget"];
+  std::cout << "budget: " << Str(b["max_trials"]) << " trials, " << Str(b["max_parallel"]) << " at once, "
+            << Str(b["steps_per_trial"]) << (b["steps_per_trial"] == 1 ? " step" : " steps") << " per trial"
+            << (b["max_wall_time_s"].is_number() ? ", " + Str(b["max_wall_time_s"]) + " s at most" : "") << "\n";
+  const json& e = spec["executor"];
+  std::cout << "executor: " << Str(e["kind"])
+            << (e.contains("trainer") ? " " + Str(e["trainer"]) : "")
+            << (e.contains("argv") ? " " + e["argv"].dump() : "") << "\n";
 }
 
 void Trials(const HttpClientOptions& o, int64_t id, const std::string& state, const std::string& format) {
@@ -198,6 +305,334 @@ void Trials(const HttpClientOptions& o, int64_t id, const std::string& state, co
                     t["system"].dump()});
   }
   PrintRows({"number", "id", "space", "state", "metrics", "params", "system"}, rows, format, r["trials"]);
+}
+
+// Every trial of an experiment, page by page (a page is at most the
+// server's max_page).
+json AllTrials(const HttpClientOptions& o, int64_t id) {
+  constexpr int kPage = 1000;
+  json all = json::array();
+  for (int64_t offset = 0;; offset += kPage) {
+    json r = Call(o, "GET", "/api/v1/experiments/" + std::to_string(id) + "/trials?limit=" + std::to_string(kPage) +
+                                "&offset=" + std::to_string(offset));
+    for (auto& t : r["trials"]) all.push_back(std::move(t));
+    if (r["trials"].size() < static_cast<size_t>(kPage)) return all;
+  }
+}
+
+// A cell of the export: strings as they are, numbers as JSON writes them
+// (shortest form that reads back to the same double), lists and mappings
+// (a categorical choice may be one) as JSON, nothing for null or missing.
+std::string Cell(const json& v) {
+  if (v.is_null()) return "";
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
+}
+
+// hpctl export: every trial with its params, system setting and final
+// metrics (a pruned trial's are its last report), for pandas. JSON is a list
+// of records whose nested params/system/metrics objects pd.json_normalize
+// flattens to the CSV's own column names ("params.lr", "metrics.loss").
+// CSV has one column per name seen in any trial, sorted within each group,
+// so the columns do not depend on which trials ran first. The file is
+// written beside FILE and renamed, so a failed export leaves no half file.
+void Export(const HttpClientOptions& o, int64_t id, const std::string& format, const std::string& file) {
+  const json trials = AllTrials(o, id);
+  static const std::vector<std::string> kFields = {"number", "id",          "space",     "state",    "attempt",
+                                                   "level",  "started_ms",  "finished_ms", "stop_step", "reason"};
+  json records = json::array();
+  std::map<std::string, std::set<std::string>> names;  // group -> keys in any trial
+  for (const auto& t : trials) {
+    json rec = json::object();
+    for (const auto& f : kFields) rec[f] = t.value(f, json());
+    rec["params"] = t["params"].is_object() ? t["params"] : json::object();
+    rec["system"] = t["system"].is_object() ? t["system"] : json::object();
+    rec["metrics"] = t["final_metrics"].is_object() ? t["final_metrics"] : json::object();
+    for (const char* group : {"params", "system", "metrics"}) {
+      for (auto it = rec[group].begin(); it != rec[group].end(); ++it) names[group].insert(it.key());
+    }
+    records.push_back(std::move(rec));
+  }
+  std::ostringstream out;
+  if (format == "json") {
+    out << records.dump(2) << "\n";
+  } else {
+    std::vector<std::string> header = kFields;
+    for (const char* group : {"params", "system", "metrics"}) {
+      for (const auto& k : names[group]) header.push_back(std::string(group) + "." + k);
+    }
+    WriteCsvRow(out, header);
+    for (const auto& rec : records) {
+      std::vector<std::string> row;
+      for (const auto& f : kFields) row.push_back(Cell(rec[f]));
+      for (const char* group : {"params", "system", "metrics"}) {
+        for (const auto& k : names[group]) row.push_back(Cell(rec[group].value(k, json())));
+      }
+      WriteCsvRow(out, row);
+    }
+  }
+  if (file.empty() || file == "-") {
+    std::cout << out.str() << std::flush;
+    return;
+  }
+  namespace fs = std::filesystem;
+  const std::string tmp = file + ".tmp-" + std::to_string(getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << out.str();
+    f.close();
+    if (!f) {
+      std::error_code ignored;
+      fs::remove(tmp, ignored);
+      Fail(kUsage, file + ": cannot write the file");
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, file, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove(tmp, ec);
+    Fail(kUsage, file + ": cannot write the file (" + why + ")");
+  }
+  Info() << "wrote " << records.size() << " trials of experiment " << id << " to " << file << " (" << format
+         << ")\n";
+}
+
+// Shell completion ----------------------------------------------------------
+// The scripts are written from the CLI11 App itself (its subcommands, their
+// options and positionals, their descriptions), so a command or option added
+// to main() is completed without anyone editing a list. What the App cannot
+// say, the values an option takes, main() records where it declares the
+// option (Choices, Path).
+struct CompletionHints {
+  std::map<const CLI::Option*, std::vector<std::string>> choices;
+  std::set<const CLI::Option*> paths;
+};
+
+CLI::Option* Choices(CompletionHints& h, CLI::Option* o, const std::vector<std::string>& values,
+                     bool check = true) {
+  if (check) o->check(CLI::IsMember(values));
+  h.choices[o] = values;
+  return o;
+}
+CLI::Option* Path(CompletionHints& h, CLI::Option* o) {
+  h.paths.insert(o);
+  return o;
+}
+
+// Flags (and --help, --version) expect no value.
+bool TakesValue(const CLI::Option* o) { return o->get_expected_max() > 0; }
+
+std::vector<std::string> Names(const CLI::Option* o) {
+  std::vector<std::string> out;
+  for (const auto& s : o->get_snames()) out.push_back("-" + s);
+  for (const auto& l : o->get_lnames()) out.push_back("--" + l);
+  return out;
+}
+
+std::vector<const CLI::App*> Subcommands(const CLI::App& app) {
+  return app.get_subcommands([](const CLI::App*) { return true; });
+}
+
+std::string Join(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
+// In single quotes for sh and zsh.
+std::string Quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// The bash command that completes a value of `o`; ":" (nothing) for a
+// value completion cannot know (an id, a count, an address).
+std::string BashValues(const CompletionHints& h, const CLI::Option* o) {
+  if (auto it = h.choices.find(o); it != h.choices.end()) {
+    return "COMPREPLY=($(compgen -W " + Quoted(Join(it->second)) + " -- \"$cur\"))";
+  }
+  if (h.paths.count(o)) return "COMPREPLY=($(compgen -f -- \"$cur\"))";
+  return ":";
+}
+
+std::string BashCompletion(const CLI::App& app, const CompletionHints& h) {
+  const std::string name = app.get_name();
+  std::vector<std::string> globals, global_valued, commands;
+  for (const CLI::Option* o : app.get_options()) {
+    if (!o->nonpositional()) continue;
+    for (const auto& n : Names(o)) {
+      globals.push_back(n);
+      if (TakesValue(o)) global_valued.push_back(n);
+    }
+  }
+  for (const CLI::App* sub : Subcommands(app)) commands.push_back(sub->get_name());
+  std::ostringstream out;
+  out << "# bash completion for " << name << ", written by `" << name
+      << " completion bash` from its own commands and options.\n"
+      << "# Load it with: source <(" << name << " completion bash), or save it as\n"
+      << "# ~/.local/share/bash-completion/completions/" << name << "\n"
+      << "_" << name << "() {\n"
+      << "  local cur=${COMP_WORDS[COMP_CWORD]} prev= sub= i\n"
+      << "  ((COMP_CWORD > 0)) && prev=${COMP_WORDS[COMP_CWORD - 1]}\n"
+      << "  COMPREPLY=()\n"
+      << "  # The command is the first word that names one, skipping the values of global options.\n"
+      << "  for ((i = 1; i < COMP_CWORD; i++)); do\n"
+      << "    case ${COMP_WORDS[i]} in\n";
+  if (!global_valued.empty()) {
+    std::string alts;
+    for (const auto& n : global_valued) alts += (alts.empty() ? "" : "|") + n;
+    out << "      " << alts << ") ((i++)) ;;\n";
+  }
+  std::string command_alts;
+  for (const auto& c : commands) command_alts += (command_alts.empty() ? "" : "|") + c;
+  out << "      " << command_alts << ") sub=${COMP_WORDS[i]}; break ;;\n"
+      << "    esac\n"
+      << "  done\n"
+      << "  # The value of an option.\n"
+      << "  case \"$sub $prev\" in\n";
+  for (const CLI::App* sub : Subcommands(app)) {
+    for (const CLI::Option* o : sub->get_options()) {
+      if (!o->nonpositional() || !TakesValue(o)) continue;
+      for (const auto& n : Names(o)) {
+        out << "    " << Quoted(sub->get_name() + " " + n) << ") " << BashValues(h, o) << "; return ;;\n";
+      }
+    }
+  }
+  // After the command too: hpctl lets global options follow it (fallthrough).
+  for (const CLI::Option* o : app.get_options()) {
+    if (!o->nonpositional() || !TakesValue(o)) continue;
+    for (const auto& n : Names(o)) out << "    *" << Quoted(" " + n) << ") " << BashValues(h, o) << "; return ;;\n";
+  }
+  out << "  esac\n"
+      << "  if [[ $cur == -* ]]; then\n"
+      << "    case $sub in\n"
+      << "      '') COMPREPLY=($(compgen -W " << Quoted(Join(globals)) << " -- \"$cur\")) ;;\n";
+  for (const CLI::App* sub : Subcommands(app)) {
+    std::vector<std::string> words;
+    for (const CLI::Option* o : sub->get_options()) {
+      if (!o->nonpositional()) continue;
+      for (const auto& n : Names(o)) words.push_back(n);
+    }
+    for (const auto& g : globals) {
+      if (std::find(words.begin(), words.end(), g) == words.end()) words.push_back(g);
+    }
+    out << "      " << sub->get_name() << ") COMPREPLY=($(compgen -W " << Quoted(Join(words)) << " -- \"$cur\")) ;;\n";
+  }
+  out << "    esac\n"
+      << "    return\n"
+      << "  fi\n"
+      << "  # A command's positional arguments: files, a fixed list, or nothing (ids).\n"
+      << "  case $sub in\n"
+      << "    '') COMPREPLY=($(compgen -W " << Quoted(Join(commands)) << " -- \"$cur\")) ;;\n";
+  for (const CLI::App* sub : Subcommands(app)) {
+    std::string values;
+    for (const CLI::Option* o : sub->get_options()) {
+      if (o->nonpositional()) continue;
+      const std::string v = BashValues(h, o);
+      if (v != ":" && values.empty()) values = v;
+    }
+    if (!values.empty()) out << "    " << sub->get_name() << ") " << values << " ;;\n";
+  }
+  out << "  esac\n"
+      << "}\n"
+      << "complete -o filenames -F _" << name << " " << name << "\n";
+  return out.str();
+}
+
+// A description inside a zsh _arguments spec's [...] (and its quotes).
+std::string ZshDescription(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '[' || c == ']' || c == '\\') out += '\\';
+    out += c == '\n' ? ' ' : c;
+  }
+  return out;
+}
+
+// What follows an option's or positional's name in a zsh spec: ":name:action".
+std::string ZshValue(const CompletionHints& h, const CLI::Option* o) {
+  // A positional's own name, else the option's long name without dashes.
+  std::string label = o->nonpositional() ? "" : o->get_name(true, false);
+  if (label.empty() && !o->get_lnames().empty()) label = o->get_lnames().front();
+  if (label.empty()) label = "value";
+  for (char& c : label) {
+    if (c == ':') c = '_';
+  }
+  if (auto it = h.choices.find(o); it != h.choices.end()) return ":" + label + ":(" + Join(it->second) + ")";
+  if (h.paths.count(o)) return ":" + label + ":_files";
+  return ":" + label + ": ";
+}
+
+// The _arguments specs of one App's options and positionals, less those
+// named as an option of `parent` (each command's --help is the app's too).
+std::vector<std::string> ZshSpecs(const CLI::App& app, const CompletionHints& h, const CLI::App* parent = nullptr) {
+  std::set<std::string> inherited;
+  if (parent) {
+    for (const CLI::Option* o : parent->get_options()) {
+      for (const auto& n : Names(o)) inherited.insert(n);
+    }
+  }
+  std::vector<std::string> specs;
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->nonpositional() && inherited.count(Names(o).front())) continue;
+    const std::string desc = "[" + ZshDescription(o->get_description()) + "]";
+    if (o->nonpositional()) {
+      const auto names = Names(o);
+      std::string exclusive = "(" + Join(names) + ")";
+      for (const auto& n : names) {
+        specs.push_back(Quoted(exclusive + n + desc + (TakesValue(o) ? ZshValue(h, o) : "")));
+      }
+    } else {
+      specs.push_back(Quoted((o->get_required() ? "" : ":") + ZshValue(h, o)));
+    }
+  }
+  return specs;
+}
+
+std::string ZshCompletion(const CLI::App& app, const CompletionHints& h) {
+  const std::string name = app.get_name();
+  std::ostringstream out;
+  out << "#compdef " << name << "\n"
+      << "# zsh completion for " << name << ", written by `" << name
+      << " completion zsh` from its own commands and options.\n"
+      << "# Load it with: source <(" << name << " completion zsh) after compinit, or save it as _" << name
+      << " in a directory of $fpath.\n"
+      << "_" << name << "() {\n"
+      << "  local curcontext=$curcontext state line ret=1\n"
+      << "  local -a globals\n"
+      << "  globals=(\n";
+  for (const auto& spec : ZshSpecs(app, h)) out << "    " << spec << "\n";
+  out << "  )\n"
+      << "  _arguments -C $globals ':command:->command' '*::argument:->argument' && ret=0\n"
+      << "  case $state in\n"
+      << "    command)\n"
+      << "      local -a commands\n"
+      << "      commands=(\n";
+  for (const CLI::App* sub : Subcommands(app)) {
+    out << "        " << Quoted(sub->get_name() + ":" + sub->get_description()) << "\n";
+  }
+  out << "      )\n"
+      << "      _describe -t commands '" << name << " command' commands && ret=0 ;;\n"
+      << "    argument)\n"
+      << "      case $line[1] in\n";
+  for (const CLI::App* sub : Subcommands(app)) {
+    out << "        " << sub->get_name() << ") _arguments $globals";
+    for (const auto& spec : ZshSpecs(*sub, h, &app)) out << " \\\n            " << spec;
+    out << " && ret=0 ;;\n";
+  }
+  out << "      esac ;;\n"
+      << "  esac\n"
+      << "  return ret\n"
+      << "}\n"
+      << "# Autoloaded from $fpath, this file is the completion function's body; sourced, it registers it.\n"
+      << "if [[ $zsh_eval_context[-1] == loadautofunc ]]; then\n"
+      << "  _" << name << " \"$@\"\n"
+      << "else\n"
+      << "  compdef _" << name << " " << name << "\n"
+      << "fi\n";
+  return out.str();
 }
 
 // hpctl run: an embedded server and N local workers for one experiment.
@@ -316,20 +751,18 @@ int Run(const std::string& file, int workers, const std::string& data_dir, const
                 *token);
   }
   if (web_root.empty()) {
-    std::cout << "dashboard: none (no web/ folder found; pass --web-root DIR); REST on http://127.0.0.1:" << o.port
-              << "/api/v1 with the token in " << token_file
-              << "/api/v1  (logs in " << data_dir << ")\n";
+    Info() << "dashboard: none (no web/ folder found; pass --web-root DIR); REST on http://127.0.0.1:" << o.port
+           << "/api/v1 with the token in " << token_file << "  (logs in " << data_dir << ")\n";
   } else {
     // The page stores the token and drops it from the address bar (web/js/api.js).
-    std::cout << "dashboard: http://127.0.0.1:" << o.port << "/?token=" << *token << "  (logs in " << data_dir
-              << ")\n";
+    Info() << "dashboard: http://127.0.0.1:" << o.port << "/?token=" << *token << "  (logs in " << data_dir << ")\n";
     if (!fs::exists(fs::path(web_root) / "node_modules" / "echarts")) {
-      std::cout << "  its charts need `npm ci` in " << web_root << " (scripts/setup runs it)\n";
+      Info() << "  its charts need `npm ci` in " << web_root << " (scripts/setup runs it)\n";
     }
   }
   const int rc = Watch(o, id);
   if (rc == kInterrupted) {
-    std::cout << "\ninterrupted: cancelling experiment " << id << "\n";
+    Info() << "\ninterrupted: cancelling experiment " << id << "\n";
     auto r = hpo::HttpRequestOnce(o, "POST", "/api/v1/experiments/" + std::to_string(id) + ":cancel", "{}");
     (void)r;
   }
@@ -339,7 +772,7 @@ int Run(const std::string& file, int workers, const std::string& data_dir, const
     std::cout << "best trial " << Str(b["number"]) << " (space " << Str(b["space"]) << "): " << b["final_metrics"].dump()
               << "\n  params " << b["params"].dump() << "\n  system " << b["system"].dump() << "\n";
   }
-  std::cout << "stopping workers and server...\n";
+  Info() << "stopping workers and server...\n";
   local.Stop();
   return rc;
 }
@@ -347,23 +780,31 @@ int Run(const std::string& file, int workers, const std::string& data_dir, const
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"hpctl: submit and watch HeteroTune experiments"};
+  CLI::App app{"hpctl: submit and watch HeteroTune experiments", "hpctl"};
   app.set_version_flag("--version", "hpctl 0.1.0");
   app.require_subcommand(1);
+  // Global options may also follow the command (hpctl export 3 -o csv --quiet).
+  app.fallthrough();
+  CompletionHints hints;
   std::string server = "127.0.0.1:8080";
   app.add_option("--server", server, "hpo-server's REST address, HOST:PORT (https://HOST:PORT for HTTPS)")
       ->envname("HPO_SERVER")
       ->capture_default_str();
   std::string tls_ca;
-  app.add_option("--tls-ca", tls_ca, "PEM CA certificate(s) that signed the server's (HTTPS; default: the system's)")
+  Path(hints, app.add_option("--tls-ca", tls_ca,
+                             "PEM CA certificate(s) that signed the server's (HTTPS; default: the system's)"))
       ->envname("HPO_TLS_CA");
+  app.add_flag("-q,--quiet", g_quiet, "print only the data asked for and errors, no progress or news");
   std::string file, format = "table", state, data_dir = "./hpo-data";
   int64_t id = 0;
-  bool watch = false;
+  bool watch = false, dry_run = false;
   int workers = 2;
   auto* submit = app.add_subcommand("submit", "submit an experiment spec (YAML or JSON)");
-  submit->add_option("file", file, "the spec file")->required();
-  submit->add_flag("--watch", watch, "then watch it");
+  Path(hints, submit->add_option("file", file, "the spec file"))->required();
+  auto* watch_flag = submit->add_flag("--watch", watch, "then watch it");
+  submit->add_flag("--dry-run", dry_run, "check the spec on the server and print it as parsed; create nothing")
+      ->excludes(watch_flag);
+  Choices(hints, submit->add_option("-o,--output", format, "--dry-run's output: table or json"), {"table", "json"});
   app.add_subcommand("list", "list experiments");
   auto* status = app.add_subcommand("status", "an experiment's state and trial counts");
   status->add_option("id", id)->required();
@@ -371,24 +812,38 @@ int main(int argc, char** argv) {
   watch_cmd->add_option("id", id)->required();
   auto* trials = app.add_subcommand("trials", "list an experiment's trials");
   trials->add_option("id", id)->required();
-  trials->add_option("--state", state, "pending, leased, running, paused, completed, pruned, failed or cancelled");
-  trials->add_option("-o,--output", format, "table, json or csv")->check(CLI::IsMember({"table", "json", "csv"}));
+  // The server judges the state (and names the field); the list is for completion.
+  Choices(hints,
+          trials->add_option("--state", state,
+                             "pending, leased, running, paused, completed, pruned, failed or cancelled"),
+          {"pending", "leased", "running", "paused", "completed", "pruned", "failed", "cancelled"}, false);
+  Choices(hints, trials->add_option("-o,--output", format, "table, json or csv"), {"table", "json", "csv"});
+  auto* export_cmd = app.add_subcommand("export", "every trial with params and final metrics, as CSV or JSON");
+  export_cmd->add_option("id", id)->required();
+  std::string export_file;
+  Path(hints, export_cmd->add_option("file", export_file, "where to write it (default: stdout)"));
+  std::string export_format = "csv";
+  Choices(hints, export_cmd->add_option("-o,--output", export_format, "csv or json")->capture_default_str(),
+          {"csv", "json"});
   auto* best = app.add_subcommand("best", "the best completed trial");
   best->add_option("id", id)->required();
-  best->add_option("-o,--output", format, "table or json")->check(CLI::IsMember({"table", "json"}));
+  Choices(hints, best->add_option("-o,--output", format, "table or json"), {"table", "json"});
   auto* cancel = app.add_subcommand("cancel", "cancel an experiment");
   cancel->add_option("id", id)->required();
   auto* workers_cmd = app.add_subcommand("workers", "workers, their devices and measured speed");
-  workers_cmd->add_option("-o,--output", format, "table or json")->check(CLI::IsMember({"table", "json"}));
+  Choices(hints, workers_cmd->add_option("-o,--output", format, "table or json"), {"table", "json"});
   auto* logs = app.add_subcommand("logs", "a trial's measurements and its reason/log tail");
   logs->add_option("trial", id)->required();
   auto* run = app.add_subcommand("run", "run an experiment on this machine: embedded server, local workers");
-  run->add_option("file", file, "the spec file")->required();
+  Path(hints, run->add_option("file", file, "the spec file"))->required();
   run->add_option("--workers", workers, "local workers")->check(CLI::Range(1, 64))->capture_default_str();
-  run->add_option("--data-dir", data_dir, "where the SQLite store and logs go")->capture_default_str();
+  Path(hints, run->add_option("--data-dir", data_dir, "where the SQLite store and logs go"))->capture_default_str();
   std::string web_root;
-  run->add_option("--web-root", web_root, "the dashboard's files (default: this checkout's web/)")
+  Path(hints, run->add_option("--web-root", web_root, "the dashboard's files (default: this checkout's web/)"))
       ->envname("HPO_WEB_ROOT");
+  auto* completion = app.add_subcommand("completion", "print a shell completion script: bash or zsh");
+  std::string shell;
+  Choices(hints, completion->add_option("shell", shell, "bash or zsh"), {"bash", "zsh"})->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -400,6 +855,10 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
 
   try {
+    if (completion->parsed()) {
+      std::cout << (shell == "bash" ? BashCompletion(app, hints) : ZshCompletion(app, hints));
+      return kOk;
+    }
     if (run->parsed()) return Run(file, workers, data_dir, web_root);
     auto parsed = hpo::ParseServerAddress(server);
     if (!parsed.ok()) Fail(kUsage, parsed.status().message());
@@ -411,6 +870,11 @@ int main(int argc, char** argv) {
     }
     const std::string eid = std::to_string(id);
     if (submit->parsed()) {
+      if (dry_run) {
+        DryRun(o, file, format);
+        return kOk;
+      }
+      if (format != "table") Fail(kUsage, "--output " + format + ": only for --dry-run (submit prints the new id)");
       const int64_t created = Submit(o, file);
       return watch ? Watch(o, created) : kOk;
     }
@@ -436,6 +900,10 @@ int main(int argc, char** argv) {
       Trials(o, id, state, format);
       return kOk;
     }
+    if (export_cmd->parsed()) {
+      Export(o, id, export_format, export_file);
+      return kOk;
+    }
     if (best->parsed()) {
       json b = Call(o, "GET", "/api/v1/experiments/" + eid + "/best");
       if (format == "json") {
@@ -449,7 +917,7 @@ int main(int argc, char** argv) {
     }
     if (cancel->parsed()) {
       Call(o, "POST", "/api/v1/experiments/" + eid + ":cancel", "{}");
-      std::cout << "cancelled experiment " << eid << "\n";
+      Info() << "cancelled experiment " << eid << "\n";
       return kOk;
     }
     if (workers_cmd->parsed()) {

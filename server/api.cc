@@ -361,6 +361,13 @@ HttpResponse RestApi::Route(const HttpRequest& req) {
       if (!e.ok()) return fail(e.status());
       return Json(201, {{"id", e->id}, {"name", e->name}, {"state", store::ToString(e->state)}});
     }
+    // A dry run: the same checks as creating, nothing written, and the spec
+    // as the server read it (DescribeSpec) in the answer.
+    if (seg.size() == 1 && p.verb == "validate" && m == "POST") {
+      auto spec = engine_.ValidateExperiment(req.body);
+      if (!spec.ok()) return fail(spec.status());
+      return Json(200, {{"valid", true}, {"spec", DescribeSpec(*spec)}});
+    }
     if (seg.size() == 1 && m == "GET") {
       auto offset = QueryInt(req, "offset", 0, 0, INT64_MAX);
       auto limit = QueryInt(req, "limit", 100, 0, options_.max_page);

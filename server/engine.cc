@@ -303,7 +303,7 @@ Result<std::shared_ptr<const ExperimentSpec>> Engine::Spec(Id experiment_id) {
   return c->spec;
 }
 
-Result<store::ExperimentRecord> Engine::CreateExperiment(const std::string& spec_text) {
+Result<ExperimentSpec> Engine::ValidateExperiment(const std::string& spec_text) {
   HPO_ASSIGN_OR_RETURN(ExperimentSpec spec, ParseExperimentSpec(spec_text));
   // Options the spec parser cannot judge alone (e.g. ASHA's eta) are
   // checked here, before anything is written.
@@ -314,6 +314,13 @@ Result<store::ExperimentRecord> Engine::CreateExperiment(const std::string& spec
     if (!rule.ok()) return rule.status().WithContext("early_stopping");
   }
   HPO_RETURN_IF_ERROR(CheckCost(spec));
+  return spec;
+}
+
+Result<store::ExperimentRecord> Engine::CreateExperiment(const std::string& spec_text) {
+  // One validation for both, so a dry run can never pass a spec that
+  // creating it would refuse.
+  HPO_ASSIGN_OR_RETURN(ExperimentSpec spec, ValidateExperiment(spec_text));
   store::NewExperiment e;
   e.name = spec.name;
   e.spec_json = spec.source.dump();

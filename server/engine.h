@@ -242,6 +242,10 @@ class Engine {
   // Parses and validates the spec (YAML or JSON); InvalidArgument names the
   // field. Creates the experiment and its first batch of trials.
   Result<store::ExperimentRecord> CreateExperiment(const std::string& spec_text);
+  // Every check CreateExperiment makes, and nothing written: what a dry run
+  // (POST /api/v1/experiments:validate) answers with. It reads the store:
+  // cost.prices must name a registered device class or worker label.
+  Result<ExperimentSpec> ValidateExperiment(const std::string& spec_text);
   // Ends the experiment and cancels its unfinished trials. The reason is
   // cut to kMaxCancelReasonLength and kept once, on the experiment (and in
   // its "experiment.finished" event); each trial's says "experiment

@@ -606,7 +606,95 @@ std::string UnicodeEscapeMessage(const std::string& msg) {
          "escape (\\U0001F600); a JSON spec may use a surrogate pair (\\ud83d\\ude00)";
 }
 
+json DescribeParam(const search::Param& p, const search::SearchSpace* space) {
+  json out = {{"name", p.name}};
+  switch (p.kind) {
+    case search::ParamKind::kFloat:
+      out["type"] = "float";
+      out["low"] = p.low;
+      out["high"] = p.high;
+      out["log"] = p.log;
+      if (p.step > 0) out["step"] = p.step;
+      break;
+    case search::ParamKind::kInt:
+      // Integers as integers; the step only where it is not every integer.
+      out["type"] = "int";
+      out["low"] = static_cast<int64_t>(p.low);
+      out["high"] = static_cast<int64_t>(p.high);
+      out["log"] = p.log;
+      if (p.step > 1) out["step"] = static_cast<int64_t>(p.step);
+      break;
+    case search::ParamKind::kCategorical:
+      out["type"] = "categorical";
+      out["choices"] = p.choices;
+      break;
+  }
+  if (space && p.conditional()) {
+    const search::Param& parent = space->params[p.parent];
+    out["when"] = {{"param", parent.name}, {"is", parent.choices[p.parent_choice]}};
+  }
+  return out;
+}
+
 }  // namespace
+
+json DescribeSpec(const ExperimentSpec& spec) {
+  json spaces = json::array();
+  for (const auto& s : spec.spaces) {
+    json params = json::array();
+    for (const auto& p : s.params) params.push_back(DescribeParam(p, &s));
+    spaces.push_back({{"name", s.name}, {"params", params}, {"complexity_bits", s.ComplexityBits()}});
+  }
+  json system = json::array();
+  for (const auto& p : spec.system) {
+    json d = DescribeParam(p.domain, nullptr);
+    d["mutable"] = p.may_change_mid_trial;
+    d["affects_accuracy"] = p.affects_accuracy;
+    system.push_back(std::move(d));
+  }
+  json executor;
+  switch (spec.executor) {
+    case ExperimentSpec::ExecutorKind::kBuiltin:
+      executor = {{"kind", "builtin"}, {"trainer", spec.trainer}, {"args", spec.trainer_args}};
+      break;
+    case ExperimentSpec::ExecutorKind::kCommand:
+      executor = {{"kind", "command"}, {"argv", spec.argv}, {"env", spec.env},
+                  {"timeout_s", spec.timeout_s ? json(*spec.timeout_s) : json(nullptr)},
+                  {"checkpoints", spec.command_checkpoints}};
+      break;
+    case ExperimentSpec::ExecutorKind::kClient:
+      executor = {{"kind", "client"}};
+      break;
+  }
+  json cost = {{"prices", spec.prices}};
+  if (spec.deadline_s) cost["deadline_s"] = *spec.deadline_s;
+  if (spec.deadline_ms) cost["deadline_ms"] = *spec.deadline_ms;
+  return {
+      {"name", spec.name},
+      {"objective",
+       {{"metric", spec.metric},
+        {"direction", spec.direction == search::Direction::kMaximize ? "maximize" : "minimize"}}},
+      {"spaces", spaces},
+      {"system", system},
+      {"workload", spec.workload.empty() ? json(nullptr) : json(spec.workload)},
+      {"algorithm", {{"sampler", spec.sampler}, {"seed", spec.seed}}},
+      {"early_stopping",
+       {{"rule", spec.early_stopping},
+        {"type", spec.early_stopping_type == ExperimentSpec::StoppingType::kPromotion ? "promotion" : "stop"},
+        {"options", spec.early_stopping_options}}},
+      {"placement",
+       {{"policy", spec.placement_policy},
+        {"class_order", spec.placement_class_order},
+        {"max_wait_s", spec.placement_max_wait_s}}},
+      {"cost", cost},
+      {"budget",
+       {{"max_trials", spec.max_trials},
+        {"max_parallel", spec.max_parallel},
+        {"max_wall_time_s", spec.max_wall_time_s ? json(*spec.max_wall_time_s) : json(nullptr)},
+        {"steps_per_trial", spec.steps_per_trial}}},
+      {"executor", executor},
+  };
+}
 
 Result<json> YamlToJson(const std::string& text) {
   if (text.size() > kMaxSpecBytes) {

@@ -148,6 +148,14 @@ inline constexpr int64_t kMaxSpecCount = 1'000'000'000;
 Result<ExperimentSpec> ParseExperimentSpec(const std::string& text);
 Result<ExperimentSpec> ParseExperimentSpec(const nlohmann::json& j);
 
+// The spec as the server reads it, for a dry run (POST
+// /api/v1/experiments:validate, `hpctl submit --dry-run`): defaults filled
+// in, each space's parameters typed and in sampling order (system
+// parameters that affect accuracy appended to every space, conditional ones
+// naming the choice they hang on), the early-stopping type resolved. A
+// description for people and tools; it is not a spec to submit again.
+nlohmann::json DescribeSpec(const ExperimentSpec& spec);
+
 // YAML text to JSON: plain scalars become numbers, booleans or null where
 // they read as such; quoted scalars stay strings. Errors give line and column.
 // JSON text (beginning with { or [) goes to the JSON parser, as above.

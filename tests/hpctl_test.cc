@@ -1,5 +1,7 @@
 // hpctl against a real hpo-server: submit, status, trials in every format,
-// best, cancel, and its errors and exit codes.
+// best, cancel, and its errors and exit codes; submit --dry-run, export
+// (read back by Python's csv module), --quiet, and the completion scripts
+// run in a real bash (and zsh, where installed).
 #include <gtest/gtest.h>
 
 #include "common/http_client.h"
@@ -15,8 +17,9 @@ struct Out {
   std::string text;
 };
 
-Out Hpctl(const std::string& args) {
-  const std::string cmd = std::string(HPCTL_BIN) + " " + args + " 2>&1";
+// Runs a shell command line; its stdout and stderr together.
+Out Shell(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[512];
@@ -24,6 +27,8 @@ Out Hpctl(const std::string& args) {
   const int status = p ? pclose(p) : -1;
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
+
+Out Hpctl(const std::string& args) { return Shell(std::string(HPCTL_BIN) + " " + args); }
 
 class HpctlTest : public ::testing::Test {
  protected:
@@ -124,6 +129,291 @@ TEST_F(HpctlTest, ErrorsAreOneClearLineWithAnExitCode) {
   EXPECT_EQ(Hpctl(addr_ + " cancel 1").code, 0);
   EXPECT_EQ(Hpctl(addr_ + " cancel 1").code, 1);
   EXPECT_EQ(Hpctl(addr_ + " watch 1").code, 4) << "a cancelled experiment is not a success";
+}
+
+// A spec with what the dry run and the export have to carry: a categorical
+// whose choice holds a comma and quotes, a conditional parameter under it,
+// and a co-tuned system parameter.
+constexpr const char* kRichSpec = R"(
+name: rich
+objective: {metric: loss}
+spaces:
+  - name: main
+    params:
+      x: {type: float, low: -1, high: 1}
+      opt:
+        type: categorical
+        choices: [sgd, 'a,b "c"']
+        conditional: {sgd: {momentum: {type: float, low: 0, high: 0.99}}}
+system:
+  threads: {type: int, low: 1, high: 4}
+budget: {max_trials: 4, max_parallel: 4, steps_per_trial: 1}
+executor: {client: {}}
+)";
+
+json Experiments(uint16_t port) {
+  HttpClientOptions o;
+  o.port = port;
+  auto r = HttpRequestOnce(o, "GET", "/api/v1/experiments");
+  return r.ok() ? json::parse(r->body)["experiments"] : json();
+}
+
+TEST_F(HpctlTest, DryRunPrintsTheParsedSpacesAndCreatesNothing) {
+  std::ofstream(dir_ + "/rich.yaml") << kRichSpec;
+  Out table = Hpctl(addr_ + " submit --dry-run " + dir_ + "/rich.yaml");
+  ASSERT_EQ(table.code, 0) << table.text;
+  EXPECT_NE(table.text.find("a valid spec (dry run: nothing created)"), std::string::npos) << table.text;
+  EXPECT_NE(table.text.find("experiment rich: minimize loss, sampler auto"), std::string::npos) << table.text;
+  EXPECT_NE(table.text.find("space main (3 params"), std::string::npos) << table.text;
+  EXPECT_NE(table.text.find("float [-1.0, 1.0]"), std::string::npos) << table.text;
+  EXPECT_NE(table.text.find("categorical {sgd, a,b \"c\"}"), std::string::npos) << table.text;
+  EXPECT_NE(table.text.find("when opt=sgd"), std::string::npos) << "the conditional names its parent\n" << table.text;
+  EXPECT_NE(table.text.find("int [1, 4]  co-tuned epoch by epoch"), std::string::npos) << table.text;
+
+  Out js = Hpctl(addr_ + " submit --dry-run -o json " + dir_ + "/rich.yaml");
+  ASSERT_EQ(js.code, 0) << js.text;
+  const json spec = json::parse(js.text, nullptr, false);
+  ASSERT_TRUE(spec.is_object()) << "JSON alone on stdout: " << js.text;
+  ASSERT_EQ(spec["spaces"].size(), 1u);
+  const json& params = spec["spaces"][0]["params"];
+  ASSERT_EQ(params.size(), 3u) << params;
+  // In sampling order: a parent before the parameters that hang on it.
+  EXPECT_EQ(params[0]["name"], "opt");
+  EXPECT_EQ(params[0]["choices"], json::array({"sgd", "a,b \"c\""}));
+  EXPECT_EQ(params[1]["name"], "momentum");
+  EXPECT_EQ(params[1]["when"], (json{{"param", "opt"}, {"is", "sgd"}}));
+  EXPECT_EQ(params[2]["name"], "x");
+  EXPECT_EQ(params[2]["low"], -1.0);
+  EXPECT_EQ(spec["system"][0]["name"], "threads");
+  EXPECT_EQ(spec["early_stopping"]["type"], "stop") << "defaults are filled in";
+  EXPECT_EQ(spec["budget"]["max_trials"], 4);
+
+  EXPECT_EQ(Hpctl(addr_ + " submit --dry-run --watch " + dir_ + "/rich.yaml").code, 2) << "they exclude each other";
+  EXPECT_EQ(Experiments(server_->http_port()).size(), 0u) << "a dry run creates nothing";
+}
+
+TEST_F(HpctlTest, DryRunOfABadSpecNamesTheFieldAndFails) {
+  std::ofstream(dir_ + "/bad.yaml") << "name: bad\nobjective: {metric: loss}\nspaces:\n  - name: s\n    params: {x: {type: float, low: 2, high: 1}}\nexecutor: {client: {}}\n";
+  Out bad = Hpctl(addr_ + " submit --dry-run " + dir_ + "/bad.yaml");
+  EXPECT_EQ(bad.code, 1) << bad.text;
+  EXPECT_EQ(bad.text, "hpctl: spaces[0].params.x.low: must be < high\n");
+  // A check the spec parser cannot make alone (the engine builds the pruner
+  // to judge it): the dry run takes the same route as creating.
+  std::ofstream(dir_ + "/eta.yaml") << "name: eta\nobjective: {metric: loss}\nspaces:\n  - name: s\n    params: {x: {type: float, low: 0, high: 1}}\nearly_stopping: {rule: asha, reduction_factor: 1}\nexecutor: {client: {}}\n";
+  Out eta = Hpctl(addr_ + " submit --dry-run " + dir_ + "/eta.yaml");
+  EXPECT_EQ(eta.code, 1) << eta.text;
+  EXPECT_NE(eta.text.find("early_stopping"), std::string::npos) << eta.text;
+  EXPECT_NE(eta.text.find("reduction_factor"), std::string::npos) << eta.text;
+  Out submitted = Hpctl(addr_ + " submit " + dir_ + "/eta.yaml");
+  EXPECT_EQ(submitted.text, eta.text) << "dry run and submit judge alike";
+  EXPECT_EQ(Hpctl(addr_ + " submit --dry-run " + dir_ + "/nope.yaml").code, 2);
+  EXPECT_EQ(Experiments(server_->http_port()).size(), 0u);
+}
+
+TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
+  std::ofstream(dir_ + "/rich.yaml") << kRichSpec;
+  ASSERT_EQ(Hpctl(addr_ + " submit " + dir_ + "/rich.yaml").code, 0);
+  HttpClientOptions o;
+  o.port = server_->http_port();
+  auto s = HttpRequestOnce(o, "POST", "/api/v1/experiments/1/trials:suggest", R"({"count": 4})");
+  ASSERT_TRUE(s.ok() && s->status == 200);
+  const json suggested = json::parse(s->body)["trials"];
+  ASSERT_EQ(suggested.size(), 4u);
+  // Three complete (the third with a second final metric, which only it
+  // has), one fails with a reason that needs CSV quoting.
+  const std::string reason = "diverged, \"nan\"\nsecond line";
+  for (size_t i = 0; i < suggested.size(); ++i) {
+    const std::string tid = std::to_string(suggested[i]["id"].get<int64_t>());
+    const double x = suggested[i]["params"]["x"];
+    auto r = HttpRequestOnce(o, "POST", "/api/v1/trials/" + tid + "/measurements",
+                             json{{"step", 1}, {"metrics", {{"loss", x * x}}}}.dump());
+    ASSERT_TRUE(r.ok() && r->status == 200);
+    const json final_metrics = i == 2 ? json{{"accuracy", 0.5}} : json::object();
+    auto done = i == 3 ? HttpRequestOnce(o, "POST", "/api/v1/trials/" + tid + ":fail", json{{"reason", reason}}.dump())
+                       : HttpRequestOnce(o, "POST", "/api/v1/trials/" + tid + ":complete",
+                                         json{{"metrics", final_metrics}}.dump());
+    ASSERT_TRUE(done.ok() && done->status == 200) << (done.ok() ? done->body : "");
+  }
+  auto listed = HttpRequestOnce(o, "GET", "/api/v1/experiments/1/trials");
+  const json trials = json::parse(listed->body)["trials"];
+
+  const std::string csv = dir_ + "/trials.csv";
+  Out written = Hpctl(addr_ + " export 1 " + csv);
+  ASSERT_EQ(written.code, 0) << written.text;
+  EXPECT_EQ(written.text, "wrote 4 trials of experiment 1 to " + csv + " (csv)\n");
+  // Read back by Python's csv module, as pandas' reader would.
+  Out parsed = Shell("python3 -c 'import csv, json, sys; r = csv.reader(open(sys.argv[1], newline=\"\")); "
+                     "print(json.dumps(list(r)))' " + csv);
+  ASSERT_EQ(parsed.code, 0) << parsed.text;
+  const json rows = json::parse(parsed.text);
+  ASSERT_EQ(rows.size(), 5u) << parsed.text;
+  const std::vector<std::string> header = {"number", "id", "space", "state", "attempt", "level", "started_ms",
+                                           "finished_ms", "stop_step", "reason", "params.momentum", "params.opt",
+                                           "params.x", "system.threads", "metrics.accuracy", "metrics.loss"};
+  EXPECT_EQ(rows[0], json(header)) << "one column per param, system parameter and metric, sorted in each group";
+  auto col = [&](const std::string& name) {
+    return static_cast<size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+  };
+  for (size_t i = 0; i < trials.size(); ++i) {
+    const json& t = trials[i];
+    const json& row = rows[i + 1];
+    ASSERT_EQ(row.size(), header.size()) << row;
+    EXPECT_EQ(row[col("number")], std::to_string(t["number"].get<int64_t>()));
+    EXPECT_EQ(row[col("state")], t["state"]);
+    EXPECT_EQ(row[col("space")], "main");
+    EXPECT_EQ(row[col("params.opt")], t["params"]["opt"]) << "a choice with a comma and quotes reads back whole";
+    EXPECT_EQ(std::stod(row[col("params.x")].get<std::string>()), t["params"]["x"].get<double>())
+        << "numbers keep every digit";
+    if (t["params"].contains("momentum")) {
+      EXPECT_EQ(std::stod(row[col("params.momentum")].get<std::string>()), t["params"]["momentum"].get<double>());
+    } else {
+      EXPECT_EQ(row[col("params.momentum")], "") << "an inactive parameter is an empty cell";
+    }
+    if (t["state"] == "failed") {
+      EXPECT_EQ(row[col("reason")], reason) << "a reason with a line break, a comma and quotes reads back whole";
+    } else {
+      EXPECT_EQ(std::stod(row[col("metrics.loss")].get<std::string>()), t["final_metrics"]["loss"].get<double>());
+    }
+    EXPECT_EQ(row[col("metrics.accuracy")], t["id"] == suggested[2]["id"] ? "0.5" : "") << "a metric one trial lacks is empty";
+    EXPECT_EQ(std::stoi(row[col("system.threads")].get<std::string>()), t["system"]["threads"].get<int>());
+  }
+
+  Out to_stdout = Hpctl(addr_ + " export 1 -o csv");
+  ASSERT_EQ(to_stdout.code, 0) << to_stdout.text;
+  std::ifstream in(csv);
+  const std::string file_text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(to_stdout.text, file_text) << "stdout carries the data alone";
+
+  Out js = Hpctl(addr_ + " export 1 -o json");
+  ASSERT_EQ(js.code, 0) << js.text;
+  const json records = json::parse(js.text, nullptr, false);
+  ASSERT_TRUE(records.is_array()) << js.text;
+  ASSERT_EQ(records.size(), 4u);
+  for (size_t i = 0; i < records.size(); ++i) {
+    EXPECT_EQ(records[i]["params"], trials[i]["params"]);
+    EXPECT_EQ(records[i]["system"], trials[i]["system"]);
+    EXPECT_EQ(records[i]["number"], trials[i]["number"]);
+    if (trials[i]["state"] != "failed") {
+      EXPECT_EQ(records[i]["metrics"], trials[i]["final_metrics"]);
+    }
+  }
+
+  Out missing = Hpctl(addr_ + " export 99 -o csv");
+  EXPECT_EQ(missing.code, 1) << missing.text;
+  EXPECT_NE(missing.text.find("experiment 99"), std::string::npos) << missing.text;
+  Out unwritable = Hpctl(addr_ + " export 1 " + dir_ + "/no/such/dir/t.csv");
+  EXPECT_EQ(unwritable.code, 2) << unwritable.text;
+  EXPECT_NE(unwritable.text.find(dir_ + "/no/such/dir/t.csv: cannot write"), std::string::npos) << unwritable.text;
+  EXPECT_EQ(Hpctl(addr_ + " export 1 -o xml").code, 2);
+}
+
+TEST_F(HpctlTest, QuietKeepsTheDataAndTheErrors) {
+  Out submitted = Hpctl("--quiet " + addr_ + " submit " + spec_);
+  ASSERT_EQ(submitted.code, 0) << submitted.text;
+  EXPECT_EQ(submitted.text, "1\n") << "the id alone, for ID=$(hpctl -q submit FILE)";
+  Finish(1);
+  Out watched = Hpctl(addr_ + " watch 1 -q");
+  EXPECT_EQ(watched.code, 0) << watched.text;
+  EXPECT_EQ(watched.text, "") << "no progress view; the exit code says how it ended";
+  Out exported = Hpctl(addr_ + " -q export 1 " + dir_ + "/t.csv");
+  EXPECT_EQ(exported.code, 0) << exported.text;
+  EXPECT_EQ(exported.text, "");
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/t.csv"));
+  Out table = Hpctl("-q " + addr_ + " trials 1 -o csv");
+  EXPECT_EQ(std::count(table.text.begin(), table.text.end(), '\n'), 4) << "the data asked for stays\n" << table.text;
+  std::ofstream(dir_ + "/rich.yaml") << kRichSpec;
+  Out dry = Hpctl("-q " + addr_ + " submit --dry-run " + dir_ + "/rich.yaml");
+  EXPECT_EQ(dry.code, 0) << dry.text;
+  EXPECT_EQ(dry.text.find("a valid spec"), std::string::npos) << dry.text;
+  EXPECT_EQ(dry.text.rfind("experiment rich:", 0), 0u) << "the parsed spec is the data\n" << dry.text;
+  Out unknown = Hpctl("-q " + addr_ + " status 99");
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_NE(unknown.text.find("experiment 99 does not exist"), std::string::npos) << "errors stay\n" << unknown.text;
+  Out second = Hpctl("-q " + addr_ + " submit " + spec_);
+  ASSERT_EQ(second.text, "2\n");
+  Out cancelled = Hpctl("-q " + addr_ + " cancel 2");
+  EXPECT_EQ(cancelled.code, 0);
+  EXPECT_EQ(cancelled.text, "");
+  Out loud = Hpctl(addr_ + " submit " + spec_);
+  EXPECT_EQ(loud.text, "submitted experiment 3 (cli)\n") << "without --quiet the news is there";
+}
+
+// The commands `hpctl --help` lists, from its Subcommands section.
+std::vector<std::string> HelpCommands() {
+  const std::string help = Hpctl("--help").text;
+  std::vector<std::string> out;
+  const size_t section = help.find("Subcommands:");
+  if (section == std::string::npos) return out;
+  std::istringstream in(help.substr(section));
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string first;
+    if (words >> first) out.push_back(first);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// What the bash script completes for the words of a command line (the last
+// one being completed), the real completion function called as bash does.
+std::vector<std::string> BashComplete(const std::string& script, const std::vector<std::string>& words) {
+  std::string cmd = "bash --norc --noprofile -c 'source \"$0\"; COMP_WORDS=(\"${@}\"); COMP_CWORD=$(($# - 1)); "
+                    "_hpctl; printf \"%s\\n\" \"${COMPREPLY[@]}\"' " + script;
+  for (const auto& w : words) cmd += " '" + w + "'";
+  Out r = Shell(cmd);
+  std::vector<std::string> out;
+  std::istringstream in(r.text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) out.push_back(line);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(HpctlCompletion, BashCompletesCommandsOptionsAndValues) {
+  const std::string dir = ::testing::TempDir() + "/hpo-hpctl-completion-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string script = dir + "/hpctl.bash";
+  Out generated = Hpctl("completion bash > " + script);
+  ASSERT_EQ(generated.code, 0) << generated.text;
+  Out registered = Shell("bash --norc --noprofile -c 'source " + script + " && complete -p hpctl'");
+  EXPECT_EQ(registered.text, "complete -o filenames -F _hpctl hpctl\n");
+
+  const std::vector<std::string> commands = HelpCommands();
+  ASSERT_GE(commands.size(), 12u) << "--help's Subcommands section";
+  EXPECT_EQ(BashComplete(script, {"hpctl", ""}), commands) << "every command of the app, from the app";
+  EXPECT_EQ(BashComplete(script, {"hpctl", "ex"}), std::vector<std::string>{"export"});
+  EXPECT_EQ(BashComplete(script, {"hpctl", "--server", "h:1", "su"}), std::vector<std::string>{"submit"})
+      << "a global option's value is not the command";
+  EXPECT_EQ(BashComplete(script, {"hpctl", "submit", "--d"}), std::vector<std::string>{"--dry-run"});
+  const auto export_options = BashComplete(script, {"hpctl", "export", "1", "-"});
+  for (const char* o : {"-o", "--output", "--quiet", "-q", "--server", "--help"}) {
+    EXPECT_NE(std::find(export_options.begin(), export_options.end(), o), export_options.end()) << o;
+  }
+  EXPECT_EQ(BashComplete(script, {"hpctl", "export", "1", "-o", ""}), (std::vector<std::string>{"csv", "json"}));
+  EXPECT_EQ(BashComplete(script, {"hpctl", "trials", "1", "--output", "c"}), std::vector<std::string>{"csv"});
+  EXPECT_EQ(BashComplete(script, {"hpctl", "trials", "1", "--state", "pa"}), std::vector<std::string>{"paused"});
+  EXPECT_EQ(BashComplete(script, {"hpctl", "completion", ""}), (std::vector<std::string>{"bash", "zsh"}));
+  std::ofstream(dir + "/spec-one.yaml") << "name: x\n";
+  EXPECT_EQ(BashComplete(script, {"hpctl", "submit", dir + "/spec-o"}), std::vector<std::string>{dir + "/spec-one.yaml"})
+      << "a spec file completes as a path";
+  EXPECT_EQ(BashComplete(script, {"hpctl", "status", ""}), std::vector<std::string>{}) << "an id: nothing to offer";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(HpctlCompletion, ZshScriptLoadsAndRegisters) {
+  if (std::system("command -v zsh > /dev/null") != 0) GTEST_SKIP() << "zsh is not installed (scripts/setup installs it)";
+  const std::string dir = ::testing::TempDir() + "/hpo-hpctl-zsh-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(Hpctl("completion zsh > " + dir + "/_hpctl").code, 0);
+  Out syntax = Shell("zsh -n " + dir + "/_hpctl");
+  EXPECT_EQ(syntax.code, 0) << syntax.text;
+  Out loaded = Shell("zsh -f -c 'autoload -U compinit && compinit -u -d " + dir + "/zcompdump && source " + dir +
+                     "/_hpctl && print -r -- $_comps[hpctl]'");
+  EXPECT_EQ(loaded.text, "_hpctl\n");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
