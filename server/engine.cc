@@ -668,6 +668,18 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
     if (!s.ok() && !s.status().IsFailedPrecondition()) return s.status();
     return ReportReply{Decision::kStop, std::nullopt, "experiment ended"};
   }
+  // A lease that ends at a rung covers the steps up to its stop_step and no
+  // further: a later step would carry the trial past the rung before any
+  // promotion decided it, and the pause that follows (of that step) would
+  // leave the trial a step ahead of its rung, so that its promotion's lease
+  // resumes after the step it is told to stop at. (The lease's owner only:
+  // anyone else is refused by the store, as not holding it.)
+  if (trial.stop_step && *trial.stop_step < spec.steps_per_trial && r.step > *trial.stop_step &&
+      trial.lease_owner == r.owner) {
+    return Status::FailedPrecondition("step: " + std::to_string(r.step) + " is past the lease's stop_step " +
+                                      std::to_string(*trial.stop_step) + " of trial " + std::to_string(r.trial_id) +
+                                      " (its report was answered pause; upload its checkpoint and pause it)");
+  }
   store::Measurement m;
   m.step = r.step;
   m.metrics_json = r.metrics.dump();

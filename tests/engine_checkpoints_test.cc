@@ -150,6 +150,26 @@ TEST_F(EngineCheckpointsTest, TheReportOfTheStopStepIsAnsweredPause) {
   EXPECT_EQ(Report(a_, to_end.id, 6)->decision, Decision::kContinue);
 }
 
+// Found by fuzz/fuzz_worker.cc (corpus/worker/crash-report-past-stop-step):
+// a report past the stop step was stored and answered pause, the pause of
+// that step was taken, and the trial's promotion was then leased with
+// resume_step 2 and stop_step 2: resume after the step it must stop at.
+TEST_F(EngineCheckpointsTest, AReportPastTheStopStepIsRefusedAndNotStored) {
+  const auto t = LeasedTrial(a_, 1);
+  ASSERT_EQ(Report(a_, t.id, 1)->decision, Decision::kPause);
+  auto past = Report(a_, t.id, 2);
+  ASSERT_FALSE(past.ok()) << "answered " << ToString(past->decision);
+  EXPECT_EQ(past.status().code(), StatusCode::kFailedPrecondition) << past.status();
+  EXPECT_NE(past.status().message().find("step: 2 is past the lease's stop_step 1"), std::string::npos)
+      << past.status();
+  const auto steps = store_->ListMeasurements(t.id);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  ASSERT_EQ(steps->size(), 1u);
+  EXPECT_EQ(steps->at(0).step, 1);
+  // The pause of the step reported is what the worker does next.
+  EXPECT_TRUE(engine_->PauseTrial(a_.caller, t.id, 1, false).ok());
+}
+
 TEST_F(EngineCheckpointsTest, APauseWithItsCheckpointCanBeResumedByAnotherWorker) {
   const auto t = LeasedTrial(a_, 2);
   ReportSteps(a_, t.id, 1, 2);

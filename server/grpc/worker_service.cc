@@ -245,16 +245,28 @@ Status WorkerServiceImpl::Authenticate(const ::grpc::ServerContext& context) con
 ::grpc::Status WorkerServiceImpl::UploadCheckpoint(::grpc::ServerContext* context,
                                                    ::grpc::ServerReader<hpo::v1::CheckpointChunk>* reader,
                                                    hpo::v1::UploadCheckpointResponse* response) {
-  return Serve(Authenticate(*context), [&] { return DoUploadCheckpoint(*reader, *response); });
+  return UploadCheckpointFrom(context, reader, response);
 }
 
 ::grpc::Status WorkerServiceImpl::DownloadCheckpoint(::grpc::ServerContext* context,
                                                      const hpo::v1::DownloadCheckpointRequest* request,
                                                      ::grpc::ServerWriter<hpo::v1::CheckpointChunk>* writer) {
+  return DownloadCheckpointTo(context, request, writer);
+}
+
+::grpc::Status WorkerServiceImpl::UploadCheckpointFrom(::grpc::ServerContext* context,
+                                                       ::grpc::ServerReaderInterface<hpo::v1::CheckpointChunk>* reader,
+                                                       hpo::v1::UploadCheckpointResponse* response) {
+  return Serve(Authenticate(*context), [&] { return DoUploadCheckpoint(*reader, *response); });
+}
+
+::grpc::Status WorkerServiceImpl::DownloadCheckpointTo(
+    ::grpc::ServerContext* context, const hpo::v1::DownloadCheckpointRequest* request,
+    ::grpc::ServerWriterInterface<hpo::v1::CheckpointChunk>* writer) {
   return Serve(Authenticate(*context), [&] { return DoDownloadCheckpoint(*request, *writer); });
 }
 
-Status WorkerServiceImpl::DoUploadCheckpoint(::grpc::ServerReader<hpo::v1::CheckpointChunk>& reader,
+Status WorkerServiceImpl::DoUploadCheckpoint(::grpc::ServerReaderInterface<hpo::v1::CheckpointChunk>& reader,
                                              hpo::v1::UploadCheckpointResponse& response) {
   hpo::v1::CheckpointChunk chunk;
   if (!reader.Read(&chunk)) return Status::InvalidArgument("UploadCheckpoint: the stream ended before its first chunk");
@@ -296,7 +308,7 @@ Status WorkerServiceImpl::DoUploadCheckpoint(::grpc::ServerReader<hpo::v1::Check
 }
 
 Status WorkerServiceImpl::DoDownloadCheckpoint(const hpo::v1::DownloadCheckpointRequest& request,
-                                               ::grpc::ServerWriter<hpo::v1::CheckpointChunk>& writer) {
+                                               ::grpc::ServerWriterInterface<hpo::v1::CheckpointChunk>& writer) {
   HPO_ASSIGN_OR_RETURN(std::unique_ptr<store::CheckpointReader> reader,
                        engine_.OpenCheckpoint({request.worker_id(), request.session()}, request.trial_id()));
   const store::CheckpointInfo& info = reader->info();

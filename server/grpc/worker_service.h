@@ -90,6 +90,16 @@ class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
   ::grpc::Status DownloadCheckpoint(::grpc::ServerContext* context, const hpo::v1::DownloadCheckpointRequest* request,
                                     ::grpc::ServerWriter<hpo::v1::CheckpointChunk>* writer) override;
 
+  // The two streaming RPCs over any stream of chunks: the overrides above
+  // pass gRPC's own, fuzz/fuzz_worker.cc a reader and a writer of chunks it
+  // decoded (gRPC's ServerReader and ServerWriter exist only inside a call).
+  ::grpc::Status UploadCheckpointFrom(::grpc::ServerContext* context,
+                                      ::grpc::ServerReaderInterface<hpo::v1::CheckpointChunk>* reader,
+                                      hpo::v1::UploadCheckpointResponse* response);
+  ::grpc::Status DownloadCheckpointTo(::grpc::ServerContext* context,
+                                      const hpo::v1::DownloadCheckpointRequest* request,
+                                      ::grpc::ServerWriterInterface<hpo::v1::CheckpointChunk>* writer);
+
  private:
   Status Authenticate(const ::grpc::ServerContext& context) const;
   Status DoRegister(const hpo::v1::RegisterRequest& request, hpo::v1::RegisterResponse& response);
@@ -98,10 +108,10 @@ class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
   Status DoComplete(const hpo::v1::CompleteRequest& request);
   Status DoHeartbeat(const hpo::v1::HeartbeatRequest& request,
                      hpo::v1::HeartbeatResponse& response);
-  Status DoUploadCheckpoint(::grpc::ServerReader<hpo::v1::CheckpointChunk>& reader,
+  Status DoUploadCheckpoint(::grpc::ServerReaderInterface<hpo::v1::CheckpointChunk>& reader,
                             hpo::v1::UploadCheckpointResponse& response);
   Status DoDownloadCheckpoint(const hpo::v1::DownloadCheckpointRequest& request,
-                              ::grpc::ServerWriter<hpo::v1::CheckpointChunk>& writer);
+                              ::grpc::ServerWriterInterface<hpo::v1::CheckpointChunk>& writer);
 
   Engine& engine_;
   const WorkerServiceOptions options_;
