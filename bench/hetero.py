@@ -293,7 +293,9 @@ def make_spec(args, seed, policy, class_order):
         "budget": {"max_trials": args.max_trials, "max_parallel": len(args.quotas),
                    "max_wall_time_s": int(args.cap_s) + 120, "steps_per_trial": args.epochs},
         "executor": {"builtin": {"trainer": "fashion-mnist",
-                                 "args": {"max_train_samples": args.train_examples}}},
+                                 "args": {"max_train_samples": args.train_examples,
+                                          "samples_per_step": args.samples_per_step,
+                                          "validation_fraction": args.validation_fraction}}},
     }
     if policy == "shadho":
         spec["placement"]["class_order"] = class_order
@@ -567,6 +569,10 @@ def main():
     ap.add_argument("--quotas", default="1.0,0.5,0.25", help="CPU cores of each worker's cgroup")
     ap.add_argument("--train-examples", type=int, default=8000, help="executor.builtin.args.max_train_samples")
     ap.add_argument("--epochs", type=int, default=8, help="budget.steps_per_trial (ASHA rungs at 1, 3, 8)")
+    ap.add_argument("--samples-per-step", type=int, default=0,
+                    help="executor.builtin.args.samples_per_step: examples per step (0: a pass over the training set)")
+    ap.add_argument("--validation-fraction", type=float, default=0.1,
+                    help="executor.builtin.args.validation_fraction: of the training set, held out and scored every step")
     ap.add_argument("--max-trials", type=int, default=200)
     ap.add_argument("--sampler", default="tpe")
     ap.add_argument("--data-dir", default=DEFAULT_DATA)

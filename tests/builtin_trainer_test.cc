@@ -172,6 +172,32 @@ TEST(BuiltinTrainer, StopsWhenToldAndRejectsBadParams) {
   EXPECT_TRUE(exec->Run(run, reporter).status().IsInvalidArgument());
 }
 
+// samples_per_step makes a step a fresh draw of that many examples rather
+// than a pass: one step of 200 learns less than a pass over 8,000, and the
+// steps go on learning.
+TEST(BuiltinTrainer, SamplesPerStepMakesAStepThatManyExamples) {
+  auto exec = MakeBuiltinExecutor();
+  TrialRun pass = Mlp(1);
+  pass.trainer_args = {{"max_train_samples", 8000}};
+  RecordingReporter full;
+  ASSERT_TRUE(exec->Run(pass, full).ok());
+
+  TrialRun drawn = Mlp(6);
+  drawn.trainer_args = {{"max_train_samples", 8000}, {"samples_per_step", 200}};
+  RecordingReporter small;
+  auto r = exec->Run(drawn, small);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(small.steps.size(), 6u);
+  EXPECT_LT(small.steps[0].metrics.at("accuracy") + 0.05, full.steps[0].metrics.at("accuracy"))
+      << "one step of 200 examples against a pass over 8,000";
+  EXPECT_GT(small.steps[5].metrics.at("accuracy"), small.steps[0].metrics.at("accuracy"));
+
+  drawn.trainer_args["samples_per_step"] = -5;
+  auto bad = exec->Run(drawn, small);
+  ASSERT_TRUE(bad.status().IsInvalidArgument()) << bad.status();
+  EXPECT_NE(bad.status().message().find("samples_per_step"), std::string::npos) << bad.status();
+}
+
 }  // namespace
 }  // namespace hpo::worker
 

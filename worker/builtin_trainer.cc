@@ -374,6 +374,16 @@ class BuiltinExecutor final : public Executor {
     auto val_x = data->train.images.index_select(0, val_idx);
     auto val_y = data->train.labels.index_select(0, val_idx);
     const int64_t n_train = train_x.size(0);
+    // A step (one report, one unit of the budget) is a full pass over the
+    // training set, or with samples_per_step that many examples drawn afresh
+    // each step (no repeats within a step), so that a trial's accuracy keeps
+    // rising over many short steps instead of plateauing after a few passes.
+    const int64_t per_step_arg = run.trainer_args.value("samples_per_step", int64_t{0});
+    if (per_step_arg < 0) {
+      return Status::InvalidArgument("executor.builtin.args.samples_per_step: " + std::to_string(per_step_arg) +
+                                     " must be 0 (a full pass per step) or positive");
+    }
+    const int64_t per_step = per_step_arg > 0 ? std::min(per_step_arg, n_train) : n_train;
 
     auto net = BuildModel(mc);
     net->to(device);
@@ -413,19 +423,20 @@ class BuiltinExecutor final : public Executor {
       for (auto& group : opt->param_groups()) group.options().set_lr(epoch_lr);
 
       net->train();
-      auto order = torch::randperm(n_train, torch::TensorOptions().dtype(torch::kInt64).device(device));
+      auto order = torch::randperm(n_train, torch::TensorOptions().dtype(torch::kInt64).device(device))
+                       .slice(0, 0, per_step);
       // The loss stays on the device and is read once per epoch: reading it
       // per batch (item()) would wait for the GPU every batch, and the
       // measured speed that placement uses would be the synchronized one.
       auto train_loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
       int64_t batches = 0;
       const auto start = std::chrono::steady_clock::now();
-      for (int64_t b = 0; b < n_train; b += batch_size) {
+      for (int64_t b = 0; b < per_step; b += batch_size) {
         if (batches % 20 == 0 && reporter.stop_requested()) {
           result.stopped = true;
           return result;
         }
-        auto idx = order.slice(0, b, std::min(n_train, b + batch_size));
+        auto idx = order.slice(0, b, std::min(per_step, b + batch_size));
         auto x = train_x.index_select(0, idx);
         auto y = train_y.index_select(0, idx);
         opt->zero_grad();
@@ -441,7 +452,7 @@ class BuiltinExecutor final : public Executor {
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       val = Evaluate(net, val_x, val_y, device);
-      const double sps = n_train / std::max(seconds, 1e-9);
+      const double sps = per_step / std::max(seconds, 1e-9);
       result.final_metrics = {{"accuracy", val.second}, {"loss", val.first}, {"train_loss", epoch_loss}};
       // Applied: what this epoch really ran with. inter_op_threads is the
       // process's (a later trial asking for another value does not get it).

@@ -21,9 +21,10 @@
 // ran: batch_size, threads and, when the trial has it, inter_op_threads as
 // LibTorch really has it.
 // Trainer args: validation_fraction [0.1] of the training set, data_dir,
-// max_train_samples [all] (quick runs).
+// max_train_samples [all] (quick runs), samples_per_step [0: a full pass].
 //
-// Steps are epochs, counted from 1; each reports validation accuracy and
+// Steps are epochs (or, with samples_per_step, that many examples drawn
+// afresh each step), counted from 1; each reports validation accuracy and
 // loss, the training loss and samples/s. The final metrics add the test
 // set's accuracy and loss. Deterministic for a seed on one device/thread
 // count.
