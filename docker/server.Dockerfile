@@ -6,15 +6,28 @@
 # The build stage runs scripts/setup, the same script CI runs; the runtime
 # stage installs only the shared libraries the binaries link
 # (scripts/runtime-packages), so it carries no compiler and no LibTorch.
+#
+# Behind a TLS-inspecting proxy, npm ci fails with SELF_SIGNED_CERT_IN_CHAIN.
+# Hand the build your CA bundle as a secret and name it (docs/deploy.md):
+#
+#   --secret id=host-ca,src=/etc/ssl/certs/ca-certificates.crt \
+#   --build-arg NODE_EXTRA_CA_CERTS=/run/secrets/host-ca
+#
+# The secret is mounted for the one step that downloads over HTTPS and is
+# not stored in any layer. CCACHE_DIR and CCACHE_BASEDIR (build arguments)
+# let a build reuse a ccache mounted into it (scripts/test-images does).
 ARG DEBIAN_IMAGE=debian:bookworm
 
 FROM ${DEBIAN_IMAGE} AS build
+ARG NODE_EXTRA_CA_CERTS
+ARG CCACHE_DIR
+ARG CCACHE_BASEDIR
 WORKDIR /src
 # Packages first, in their own layer: source edits do not reinstall them.
 COPY scripts/ scripts/
 # The dashboard's npm lockfile too: scripts/setup installs its chart library.
 COPY web/package.json web/package-lock.json web/
-RUN scripts/setup --deps-only --component server && rm -rf /var/lib/apt/lists/*
+RUN --mount=type=secret,id=host-ca scripts/setup --deps-only --component server && rm -rf /var/lib/apt/lists/*
 COPY CMakeLists.txt ./
 COPY cmake/ cmake/
 COPY common/ common/

@@ -8,9 +8,15 @@
 # runtime stage installs the libraries the binary links
 # (scripts/runtime-packages), OpenBLAS and the Fashion-MNIST data for the
 # built-in trainers.
+#
+# Nothing here downloads over HTTPS (apt uses Debian's HTTP mirrors), so
+# it needs no CA argument. CCACHE_DIR and CCACHE_BASEDIR (build arguments)
+# let a build reuse a ccache mounted into it (scripts/test-images does).
 ARG DEBIAN_IMAGE=debian:bookworm
 
 FROM ${DEBIAN_IMAGE} AS build
+ARG CCACHE_DIR
+ARG CCACHE_BASEDIR
 WORKDIR /src
 COPY scripts/ scripts/
 RUN scripts/setup --deps-only --component worker --torch debian && rm -rf /var/lib/apt/lists/*

@@ -8,14 +8,24 @@
 # PyTorch 2.7 and later ship LibTorch with the C++11 ABI, which the
 # distribution's gRPC and protobuf need; an older base image fails the ABI
 # check below instead of failing to link.
+#
+# Behind a TLS-inspecting proxy, pip fails to verify PyPI. Hand the build
+# your CA bundle as a secret and name it (docs/deploy.md):
+#
+#   --secret id=host-ca,src=/etc/ssl/certs/ca-certificates.crt \
+#   --build-arg PIP_CERT=/run/secrets/host-ca
+#
+# (not tried here: the PyTorch base image cannot be had on the machines
+# scripts/test-images runs on).
 ARG PYTORCH_TAG=2.7.1-cuda12.8-cudnn9
 
 FROM pytorch/pytorch:${PYTORCH_TAG}-devel AS build
+ARG PIP_CERT
 WORKDIR /src
 COPY scripts/ scripts/
 RUN scripts/setup --deps-only --component worker --torch external && rm -rf /var/lib/apt/lists/*
 # The image's Ubuntu 22.04 has CMake 3.22; the build needs 3.25.
-RUN python -m pip install --no-cache-dir "cmake>=3.25,<4"
+RUN --mount=type=secret,id=host-ca python -m pip install --no-cache-dir "cmake>=3.25,<4"
 RUN python -c 'import sys, torch; sys.exit(0 if torch._C._GLIBCXX_USE_CXX11_ABI else "this LibTorch uses the old C++ ABI: use a PyTorch 2.7+ base image")'
 COPY CMakeLists.txt ./
 COPY cmake/ cmake/
