@@ -82,7 +82,7 @@ class ServerBenchTest : public ::testing::Test {
 };
 
 const std::vector<std::string> kTiny = {"--workers", "2", "--rest-clients", "2", "--seconds", "1.5",
-                                        "--warmup-seconds", "0.5", "--existing-trials", "30",
+                                        "--warmup-seconds", "0.5", "--min-trials", "5", "--existing-trials", "30",
                                         "--existing-workers", "2"};
 
 TEST_F(ServerBenchTest, SqlitePrintsEveryLineAndTheStoreHasTheCompletions) {

@@ -2,7 +2,8 @@
 """bench/peers/optuna_rdb.py: Optuna 3.1's RDB storage on PostgreSQL, running
 the lifecycle bench/server_bench runs through hpo-server: ask (8 parameters,
 the same space), 3 x trial.report, tell, in --processes processes sharing
-one study, for --seconds. Prints
+one study, for --seconds (each process's rate is its trials over the time to
+its last tell; the rates add up). Prints
 
   bench=server store=postgresql workers=4 sampler=tpe peer=optuna-3.1 trials_per_s=N trials=T seconds=S
 
@@ -60,24 +61,24 @@ def make_sampler(name, seed):
     return optuna.samplers.RandomSampler(seed=seed)
 
 
-def run(index, url, sampler, ready, seconds, out):
+def run(index, url, sampler, ready, seconds, min_trials, out):
     """One process: its own engine (SQLAlchemy connections do not survive a
-    fork), asking and telling until the shared deadline."""
+    fork), asking and telling until the shared deadline and until it has
+    told `min_trials`; puts (trials, seconds from the start to its last tell)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name="server-bench", storage=optuna.storages.RDBStorage(url),
                               sampler=make_sampler(sampler, index))
     ready.wait()  # every process starts at one moment, after its imports and its connection
-    deadline = time.time() + seconds
-    done = 0
-    while time.time() < deadline:
+    start = time.time()
+    done, last = 0, start
+    while last < start + seconds or done < min_trials:
         trial = study.ask()
         p = suggest(trial)
         for step in range(STEPS):
             trial.report(loss(p, step), step)
         study.tell(trial, loss(p, STEPS - 1))
-        if time.time() <= deadline:  # a trial that ends past the window is not counted
-            done += 1
-    out.put(done)
+        done, last = done + 1, time.time()
+    out.put((done, last - start))
 
 
 def with_database(url, db):
@@ -91,6 +92,8 @@ def main():
     ap.add_argument("--processes", type=int, default=4)
     ap.add_argument("--sampler", choices=["random", "tpe"], default="tpe")
     ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--min-trials", type=int, default=1,
+                    help="each process runs past --seconds until it has told this many (a loaded machine's smoke run)")
     args = ap.parse_args()
     if args.processes < 1:
         ap.error(f"--processes: must be at least 1, got {args.processes}")
@@ -108,7 +111,7 @@ def main():
         ctx = mp.get_context("spawn")
         out = ctx.Queue()
         ready = ctx.Barrier(args.processes, timeout=300)  # a process that dies before it breaks the wait
-        procs = [ctx.Process(target=run, args=(i, url, args.sampler, ready, args.seconds, out))
+        procs = [ctx.Process(target=run, args=(i, url, args.sampler, ready, args.seconds, args.min_trials, out))
                  for i in range(args.processes)]
         for p in procs:
             p.start()
@@ -117,9 +120,12 @@ def main():
             p.join()  # each puts one small count: the pipe holds it until read
         if any(p.exitcode != 0 for p in procs):
             sys.exit("optuna_rdb: a process failed: " + ", ".join(f"exit {p.exitcode}" for p in procs))
-        trials = sum(out.get(timeout=10) for _ in procs)
+        results = [out.get(timeout=10) for _ in procs]
+        # The processes ran side by side: their rates add up.
+        trials = sum(n for n, _ in results)
+        rate = sum(n / secs for n, secs in results if secs > 0)
         print(f"bench=server store=postgresql workers={args.processes} sampler={args.sampler} peer=optuna-{optuna.__version__[:3]} "
-              f"trials_per_s={trials / args.seconds:.1f} trials={trials} seconds={args.seconds:g}", flush=True)
+              f"trials_per_s={rate:.1f} trials={trials} seconds={max(s for _, s in results):.1f}", flush=True)
     finally:
         with admin.cursor() as c:
             c.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
