@@ -16,6 +16,8 @@
 #include <random>
 #include <sstream>
 
+#include <pqxx/pqxx>
+
 #include "common/sha256.h"
 
 namespace hpo::bench {
@@ -87,6 +89,21 @@ double PeakRssMb(pid_t pid) {
     if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
   }
   return 0;
+}
+
+double CpuSeconds(pid_t pid) {
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  // The command name (field 2) is in parentheses and may hold spaces: count
+  // fields from the last ')'. utime and stime are fields 14 and 15.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream in(stat.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && in >> field; ++i) {
+    if (i >= 14) ticks += std::stod(field);
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 uint16_t FreePort() {
@@ -253,6 +270,34 @@ Status PostgresInstance::CreateDatabase(const std::string& name) {
 
 std::string PostgresInstance::Url(const std::string& db) const {
   return "postgresql://postgres@127.0.0.1:" + std::to_string(port_) + "/" + db;
+}
+
+Result<std::string> CreatePostgresDatabase(const std::string& admin_url, const std::string& name) {
+  try {
+    pqxx::connection admin(admin_url);
+    pqxx::nontransaction n(admin);
+    n.exec("DROP DATABASE IF EXISTS " + n.quote_name(name) + " WITH (FORCE)");
+    n.exec("CREATE DATABASE " + n.quote_name(name));
+  } catch (const std::exception& e) {
+    return Status::Unavailable("creating database " + name + ": " + e.what());
+  }
+  // The admin URL with its database replaced: postgresql://user@host:port/db[?options].
+  const size_t scheme = admin_url.find("://");
+  const size_t slash = admin_url.find('/', scheme == std::string::npos ? 0 : scheme + 3);
+  const size_t query = admin_url.find('?', slash == std::string::npos ? 0 : slash);
+  const std::string base = slash == std::string::npos ? admin_url : admin_url.substr(0, slash);
+  return base + "/" + name + (query == std::string::npos ? "" : admin_url.substr(query));
+}
+
+Status DropPostgresDatabase(const std::string& admin_url, const std::string& name) {
+  try {
+    pqxx::connection admin(admin_url);
+    pqxx::nontransaction n(admin);
+    n.exec("DROP DATABASE IF EXISTS " + n.quote_name(name) + " WITH (FORCE)");
+  } catch (const std::exception& e) {
+    return Status::Unavailable("dropping database " + name + ": " + e.what());
+  }
+  return Status::OK();
 }
 
 // REST ---------------------------------------------------------------------------
@@ -503,6 +548,7 @@ grpc::Status SimFleet::Timed(const char* what, const std::function<grpc::Status(
   std::lock_guard lock(mu_);
   ++stats_.rpcs;
   stats_.latency_ms.push_back(ms);
+  stats_.call_ms[what].push_back(ms);
   if (!s.ok()) {
     ++stats_.errors[CodeName(s.error_code())];
     ++stats_.errors_total;
@@ -541,8 +587,10 @@ void SimFleet::Run(int index) {
       pause(options_.retry_pause);
     }
   };
-  // Workers start spread over a second, as a fleet's would.
-  pause(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 1000)(rng)));
+  if (options_.start_spread.count() > 0) {
+    pause(std::chrono::milliseconds(
+        std::uniform_int_distribution<int64_t>(0, options_.start_spread.count())(rng)));
+  }
   if (!call("register", [&] { return w.Register("sim-" + std::to_string(index)); }).ok()) return;
   while (!stop_) {
     v1::LeaseResponse lease;
@@ -555,6 +603,11 @@ void SimFleet::Run(int index) {
       continue;
     }
     const int64_t trial = lease.trial().trial_id();
+    const json params =
+        options_.objective ? json::parse(lease.trial().params_json(), nullptr, false) : json::object();
+    auto loss_at = [&](int64_t step) {
+      return options_.objective ? options_.objective(params, step) : SimLoss(trial, step);
+    };
     bool ended = false;
     for (int64_t step = 0; step < options_.steps && !stop_ && !ended; ++step) {
       pause(options_.step_time);
@@ -562,7 +615,7 @@ void SimFleet::Run(int index) {
         v1::HeartbeatResponse hb;
         if (call("heartbeat", [&] { return w.Heartbeat(trial, &hb); }).ok() && hb.stop_trial_ids_size() > 0) break;
       }
-      const double loss = SimLoss(trial, step);
+      const double loss = loss_at(step);
       v1::ReportResponse res;
       grpc::Status s = call("report", [&] { return w.Report(trial, step, loss, &res); });
       if (!s.ok()) {
@@ -573,7 +626,7 @@ void SimFleet::Run(int index) {
       if (res.decision() == v1::DECISION_PRUNE || res.decision() == v1::DECISION_CANCEL) ended = true;
     }
     if (ended || stop_) continue;
-    if (call("complete", [&] { return w.Complete(trial, SimLoss(trial, options_.steps - 1)); }).ok()) {
+    if (call("complete", [&] { return w.Complete(trial, loss_at(options_.steps - 1)); }).ok()) {
       std::lock_guard lock(mu_);
       ++stats_.trials_completed;
     }
@@ -659,6 +712,74 @@ void RestLoad::Run(int index) {
       for (auto until = Clock::now() + options_.pause; Clock::now() < until && !stop_;) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
+    }
+  }
+}
+
+// AskTellClients -----------------------------------------------------------------------
+
+AskTellClients::AskTellClients(AskTellOptions options) : options_(std::move(options)) {}
+
+AskTellClients::~AskTellClients() { Stop(); }
+
+void AskTellClients::Start() {
+  for (int i = 0; i < options_.clients; ++i) threads_.emplace_back([this, i] { Run(i); });
+}
+
+void AskTellClients::Stop() {
+  stop_ = true;
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+AskTellStats AskTellClients::Snapshot() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void AskTellClients::Run(int index) {
+  (void)index;
+  const std::string experiment = "/api/v1/experiments/" + std::to_string(options_.experiment_id);
+  // One call, timed and counted; its answer, or nullopt when it failed.
+  auto call = [&](const char* what, const std::string& target, const json& body) -> std::optional<json> {
+    const auto start = Clock::now();
+    auto r = RestCall(options_.port, "POST", target, body.dump(), options_.timeout);
+    const double ms = MsSince(start);
+    std::lock_guard lock(mu_);
+    ++stats_.calls;
+    stats_.call_ms[what].push_back(ms);
+    if (r.ok()) return std::move(r).value();
+    ++stats_.errors_total;
+    if (stats_.error_samples.size() < 5) stats_.error_samples.push_back(std::string(what) + ": " + r.status().ToString());
+    return std::nullopt;
+  };
+  while (!stop_) {
+    auto suggested = call("suggest", experiment + "/trials:suggest", {{"count", 1}});
+    if (!suggested) continue;
+    const json& trials = (*suggested)["trials"];
+    if (!trials.is_array() || trials.empty()) {
+      {
+        std::lock_guard lock(mu_);
+        ++stats_.empty_suggestions;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    const int64_t trial = trials[0].value("id", int64_t{0});
+    const json params = trials[0].value("params", json::object());
+    const std::string target = "/api/v1/trials/" + std::to_string(trial);
+    auto loss_at = [&](int64_t step) {
+      return options_.objective ? options_.objective(params, step) : SimLoss(trial, step);
+    };
+    bool ok = true;
+    for (int64_t step = 0; step < options_.steps && ok && !stop_; ++step) {
+      auto res = call("report", target + "/measurements", {{"step", step}, {"metrics", {{"loss", loss_at(step)}}}});
+      ok = res && res->value("decision", "") == "continue";
+    }
+    if (!ok || stop_) continue;
+    if (call("complete", target + ":complete", {{"metrics", {{"loss", loss_at(options_.steps - 1)}}}})) {
+      std::lock_guard lock(mu_);
+      ++stats_.trials_completed;
     }
   }
 }

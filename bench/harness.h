@@ -48,6 +48,10 @@ std::optional<int> WaitExit(pid_t pid, std::chrono::milliseconds timeout);
 void KillAndReap(pid_t pid);
 // The peak resident set (VmHWM in /proc/PID/status) in MiB; 0 if unknown.
 double PeakRssMb(pid_t pid);
+// CPU seconds `pid` has used so far, user + system (utime + stime in
+// /proc/PID/stat); 0 if unknown. The difference of two readings is what a
+// process spent between them.
+double CpuSeconds(pid_t pid);
 // A port on 127.0.0.1 that was free a moment ago.
 uint16_t FreePort();
 
@@ -96,6 +100,8 @@ class PostgresInstance {
   Status Start();
   // Creates an empty database (psql over the socket dir).
   Status CreateDatabase(const std::string& name);
+  // The URL of the `postgres` database, to pass to the functions below.
+  std::string AdminUrl() const { return Url(); }
   // The URL of database `db` (the `postgres` database exists from initdb).
   std::string Url(const std::string& db = "postgres") const;
 
@@ -106,6 +112,13 @@ class PostgresInstance {
   uint16_t port_ = 0;
   bool started_ = false;
 };
+
+// Creates (DropPostgresDatabase: drops, with FORCE) database `name` on the
+// PostgreSQL server of `admin_url` (a URL of a database that exists there,
+// such as `postgres`); returns the new database's URL. For a server that is
+// not a PostgresInstance, such as the one scripts/test starts.
+Result<std::string> CreatePostgresDatabase(const std::string& admin_url, const std::string& name);
+Status DropPostgresDatabase(const std::string& admin_url, const std::string& name);
 
 // REST ----------------------------------------------------------------------
 
@@ -169,6 +182,13 @@ struct FleetOptions {
   bool heartbeat = false;                   // a Heartbeat before each report
   std::chrono::milliseconds deadline{10'000};  // per RPC
   std::chrono::milliseconds retry_pause{100};  // after an error IsRetryable (common/status.h) accepts
+  // Each worker waits a random time below this before it registers, as a
+  // fleet's workers start spread out.
+  std::chrono::milliseconds start_spread{1000};
+  // Empty: every report is {"loss": SimLoss}. Otherwise the loss is this
+  // function of the trial's parameters (its Assignment as JSON) and the
+  // step, so a model-based sampler has something to learn.
+  std::function<double(const nlohmann::json& params, int64_t step)> objective;
 };
 
 // What a fleet saw, added over its workers.
@@ -178,6 +198,9 @@ struct FleetStats {
   int64_t errors_total = 0;
   std::vector<std::string> error_samples;  // the first few failed calls
   std::vector<double> latency_ms;         // of every RPC
+  // The same, by call ("register", "lease", "report", "complete",
+  // "heartbeat"), each in the order the calls returned.
+  std::map<std::string, std::vector<double>> call_ms;
   int64_t trials_completed = 0;
   // Every Report the server answered OK: trial -> step -> loss sent.
   std::map<int64_t, std::map<int64_t, double>> acked;
@@ -246,6 +269,47 @@ class RestLoad {
   std::vector<std::thread> threads_;
   mutable std::mutex mu_;
   RestStats stats_;  // GUARDED_BY(mu_)
+};
+
+// Ask/tell clients of one client experiment (executor: client), each in a
+// loop as the Python client's Experiment.trials() runs it: suggest one
+// trial, report `steps` steps, complete it. Each call is one request on a
+// fresh connection (the Python client holds none between calls); none
+// retries, and a failed call abandons its trial.
+struct AskTellOptions {
+  uint16_t port = 0;
+  int64_t experiment_id = 0;
+  int clients = 1;
+  int steps = 3;
+  std::chrono::milliseconds timeout{10'000};
+  // As FleetOptions::objective; empty: the loss of a step is SimLoss.
+  std::function<double(const nlohmann::json& params, int64_t step)> objective;
+};
+
+struct AskTellStats {
+  int64_t calls = 0, errors_total = 0;
+  std::vector<std::string> error_samples;  // the first few failed calls
+  // By call ("suggest", "report", "complete"), in the order they returned.
+  std::map<std::string, std::vector<double>> call_ms;
+  int64_t trials_completed = 0;
+  int64_t empty_suggestions = 0;  // suggest answered no trial (the budget is handed out)
+};
+
+class AskTellClients {
+ public:
+  explicit AskTellClients(AskTellOptions options);
+  ~AskTellClients();  // Stop()
+  void Start();
+  void Stop();  // each client finishes its current call
+  AskTellStats Snapshot() const;
+
+ private:
+  void Run(int index);
+  AskTellOptions options_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+  mutable std::mutex mu_;
+  AskTellStats stats_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace hpo::bench
