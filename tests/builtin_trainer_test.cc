@@ -9,6 +9,7 @@
 #include <ATen/Parallel.h>
 #include <torch/cuda.h>
 
+#include "worker/blas.h"
 #include "worker/builtin_trainer.h"
 #include "worker/idx.h"
 

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "worker/blas.h"
+
 namespace hpo::worker {
 namespace {
 
@@ -33,24 +35,30 @@ constexpr double kMinMeasureShare = 0.75;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// Sets LibTorch's intra-op thread count (when threads > 0) and restores the
-// previous one, whatever way the benchmark ends.
+// Sets LibTorch's intra-op thread count and OpenBLAS's (when threads > 0:
+// the GEMM runs in OpenBLAS, whose pool would otherwise use every host core
+// whatever the cgroup quota) and restores both, whatever way the benchmark
+// ends.
 class ThreadCountGuard {
  public:
-  explicit ThreadCountGuard(int threads) : previous_(torch::get_num_threads()) {
+  explicit ThreadCountGuard(int threads) : previous_(torch::get_num_threads()), previous_blas_(BlasThreads()) {
     if (threads > 0) {
       torch::set_num_threads(threads);
+      SetBlasThreads(threads);
       changed_ = true;
     }
   }
   ~ThreadCountGuard() {
-    if (changed_) torch::set_num_threads(previous_);
+    if (!changed_) return;
+    torch::set_num_threads(previous_);
+    if (previous_blas_ > 0) SetBlasThreads(previous_blas_);
   }
   ThreadCountGuard(const ThreadCountGuard&) = delete;
   ThreadCountGuard& operator=(const ThreadCountGuard&) = delete;
 
  private:
   int previous_;
+  int previous_blas_;  // 0: the BLAS cannot say
   bool changed_ = false;
 };
 

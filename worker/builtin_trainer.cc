@@ -12,21 +12,16 @@
 #include <mutex>
 
 #include "common/sha256.h"
+#include "worker/blas.h"
 #include "worker/idx.h"
 
 namespace hpo::worker {
 namespace {
 
-// OpenBLAS's pool is its own: torch::set_num_threads does not size it, so a
-// trial asked to use 1 thread still ran its GEMMs on 2 (bench/trainer_bench
+// OpenBLAS's pool is its own (worker/blas.h): a trial asked to use 1 thread
+// still ran its GEMMs on 2 until the trainer sized it (bench/trainer_bench
 // and bench/cotune measured it: in a 0.25-core cgroup both loops ran 2x
-// faster with OPENBLAS_NUM_THREADS=1). The setter is looked up at run time,
-// so another BLAS, or none, is fine.
-void SetBlasThreads(int threads) {
-  using Set = void (*)(int);
-  static const auto set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  if (set != nullptr) set(threads);
-}
+// faster with OPENBLAS_NUM_THREADS=1).
 
 using nlohmann::json;
 
@@ -515,12 +510,6 @@ class BuiltinExecutor final : public Executor {
 };
 
 }  // namespace
-
-int BlasThreads() {
-  using Get = int (*)();
-  static const auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  return get != nullptr ? get() : 0;
-}
 
 bool IsBuiltinTrainer(const std::string& trainer) {
   return trainer == "fashion-mnist" || trainer == "fashion-mnist-mlp" || trainer == "fashion-mnist-cnn";

@@ -61,10 +61,4 @@ std::unique_ptr<Executor> MakeBuiltinExecutor(BuiltinOptions options = {});
 // Whether `trainer` names a built-in trainer.
 bool IsBuiltinTrainer(const std::string& trainer);
 
-// The BLAS library's own thread count (OpenBLAS's, read at run time), or 0
-// when the BLAS in the process cannot say. The trainer sets it with the
-// trial's `threads`: Debian's LibTorch does its matrix products in OpenBLAS,
-// whose thread pool torch::set_num_threads leaves at every core.
-int BlasThreads();
-
 }  // namespace hpo::worker
