@@ -26,7 +26,7 @@
 #include <string>
 #include <utility>
 
-#include "server/api.h"
+#include "server/http/api.h"
 #include "server/http/http_server.h"
 #include "server/store/store.h"
 

@@ -23,7 +23,7 @@
 #include <string>
 #include <thread>
 
-#include "server/events.h"
+#include "server/http/events.h"
 #include "server/store/store.h"
 
 namespace hpo::server {

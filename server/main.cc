@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "common/token.h"
-#include "server/api.h"
+#include "server/http/api.h"
 #include "server/event_relay.h"
 #include "server/grpc/worker_service.h"
 #include "server/store_gauges.h"

@@ -2,7 +2,7 @@
 // prometheus-cpp (core library only). prometheus-cpp's Registry, families,
 // counters, gauges and histograms hold the values; its TextSerializer writes
 // the text exposition format 0.0.4. The page is served by our own Beast
-// server (server/api.cc); no prometheus::Exposer, no second HTTP port.
+// server (server/http/api.cc); no prometheus::Exposer, no second HTTP port.
 //
 // A Registry owns metric families. Each family has one name, one help text
 // and one type; within it, each distinct label set is one metric object:

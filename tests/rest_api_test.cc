@@ -5,18 +5,39 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <stdexcept>
 #include <thread>
 
 #include "common/http_client.h"
 #include "common/token.h"
-#include "server/api.h"
-#include "server/dashboard.h"
+#include "server/http/api.h"
+#include "server/http/dashboard.h"
+#include "server/http/http_status.h"
 #include "tests/store_backends.h"
+#include "tests/store_wrapper.h"
 
 namespace hpo::server {
 namespace {
 
 using nlohmann::json;
+
+// The real store, counting the trial reads the API makes.
+class CountingStore : public testing::StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  Result<std::vector<store::TrialRecord>> ListTrials(store::Id experiment_id,
+                                                     const store::TrialFilter& filter) override {
+    ++list_trials;
+    return StoreWrapper::ListTrials(experiment_id, filter);
+  }
+  Result<std::vector<store::TrialRecord>> ListLeasedTrials(int64_t limit) override {
+    ++list_leased_trials;
+    return StoreWrapper::ListLeasedTrials(limit);
+  }
+  std::atomic<int> list_trials{0};
+  std::atomic<int> list_leased_trials{0};
+};
 
 const char* kClientSpec = R"(
 name: rest-test
@@ -35,9 +56,10 @@ class RestApiTest : public ::testing::Test {
     auto s = store::OpenStore(backend_.url());
     ASSERT_TRUE(s.ok()) << s.status();
     store_ = std::move(s).value();
+    counting_ = std::make_unique<CountingStore>(*store_);
     EngineOptions eo;
     eo.on_event = [this](std::string type, const json& data) { events_.Publish(std::move(type), data); };
-    engine_ = std::make_unique<Engine>(*store_, eo);
+    engine_ = std::make_unique<Engine>(*counting_, eo);
     ApiOptions ao;
     ao.token = token;
     ao.web_root = web_root;
@@ -69,6 +91,7 @@ class RestApiTest : public ::testing::Test {
 
   testing::SqliteBackend backend_;
   std::unique_ptr<store::Store> store_;
+  std::unique_ptr<CountingStore> counting_;
   EventBus events_;
   metrics::Registry metrics_;
   std::unique_ptr<Engine> engine_;
@@ -247,6 +270,91 @@ TEST_F(RestApiTest, OpenApiDescribesEveryRoute) {
     EXPECT_TRUE(doc["paths"].contains(path)) << path;
   }
   EXPECT_EQ(Call("GET", "/readyz").status, 200);
+}
+
+// The route table is the router and the document's paths: /openapi.json
+// lists exactly the table's (method, path) pairs, and every one of them is
+// answered by its route (never "no route"), with ids filled in.
+TEST_F(RestApiTest, EveryRouteIsDocumentedAndEveryDocumentedRouteAnswers) {
+  Start();
+  const json doc = CallJson("GET", "/openapi.json", 200);
+  std::set<std::pair<std::string, std::string>> documented;
+  for (const auto& [path, methods] : doc.at("paths").items()) {
+    for (const auto& [method, _] : methods.items()) {
+      std::string m = method;
+      for (char& c : m) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      documented.emplace(m, path);
+    }
+  }
+  std::set<std::pair<std::string, std::string>> routed;
+  for (const auto& r : RestApi::Routes()) {
+    EXPECT_TRUE(routed.emplace(r.method, r.path).second) << "two rows for " << r.method << " " << r.path;
+  }
+  EXPECT_EQ(documented, routed);
+  EXPECT_GE(routed.size(), 20u);
+  const int64_t id = CallJson("POST", "/api/v1/experiments", 201, kClientSpec)["id"];
+  for (const auto& [method, path] : documented) {
+    if (path == "/api/v1/events") continue;  // a stream: it would not end
+    std::string target = path;
+    if (const auto at = target.find("{id}"); at != std::string::npos) target.replace(at, 4, std::to_string(id));
+    const HttpResult r = Call(method, target, method == "POST" ? "{}" : "");
+    EXPECT_EQ(r.body.find("no route for"), std::string::npos) << method << " " << target << ": " << r.body;
+    EXPECT_LT(r.status, 500) << method << " " << target << ": " << r.body;
+  }
+}
+
+// The one conversion from Status to HTTP, including the causes HTTP names
+// more precisely than a Status code.
+TEST(HttpStatusTest, OneMappingWithCausesThatRefineOnlyTheirOwnCode) {
+  EXPECT_EQ(HttpStatusFor(Status::ResourceExhausted("disk full")), 429);
+  EXPECT_EQ(HttpStatusFor(Status::ResourceExhausted("big"), HttpCause::kBodyTooLarge), 413);
+  EXPECT_EQ(HttpStatusFor(Status::ResourceExhausted("big"), HttpCause::kHeadersTooLarge), 431);
+  EXPECT_EQ(HttpStatusFor(Status::InvalidArgument("type"), HttpCause::kUnsupportedMediaType), 415);
+  // A cause given with another code does not change it.
+  EXPECT_EQ(HttpStatusFor(Status::Unavailable("down"), HttpCause::kBodyTooLarge), 503);
+  EXPECT_EQ(HttpStatusFor(Status::Internal("bug")), 500);
+  // A load limit may pass; a body too large fails the same way each time.
+  EXPECT_EQ(ErrorResponse(Status::ResourceExhausted("disk full")).headers.count("Retry-After"), 1u);
+  const HttpResponse big = ErrorResponse(Status::ResourceExhausted("big"), HttpCause::kBodyTooLarge);
+  EXPECT_EQ(big.status, 413);
+  EXPECT_EQ(big.headers.count("Retry-After"), 0u);
+  EXPECT_EQ(json::parse(big.body)["error"]["code"], "ResourceExhausted");
+}
+
+// The HTTP server's own refusals go through the same conversion: a body
+// over max_body_bytes is a 413 ResourceExhausted without Retry-After, and a
+// handler that throws is a 500 Internal with the same error shape.
+TEST_F(RestApiTest, TheServersOwnRefusalsUseTheOneConversion) {
+  Start();
+  auto big = Call("POST", "/api/v1/experiments", std::string(100 << 10, 'x'));
+  EXPECT_EQ(big.status, 413);
+  EXPECT_EQ(json::parse(big.body, nullptr, false)["error"]["code"], "ResourceExhausted") << big.body;
+  EXPECT_EQ(big.headers.count("retry-after"), 0u);
+  HttpServerOptions ho;
+  ho.port = 0;
+  auto throwing = HttpServer::Start(ho, [](const HttpRequest&) -> HttpResponse { throw std::runtime_error("bug"); });
+  ASSERT_TRUE(throwing.ok()) << throwing.status();
+  HttpClientOptions o;
+  o.port = (*throwing)->port();
+  auto r = HttpRequestOnce(o, "GET", "/anything");
+  (*throwing)->Shutdown();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 500);
+  EXPECT_EQ(json::parse(r->body, nullptr, false)["error"]["code"], "Internal") << r->body;
+}
+
+// What every worker runs now is one read of the store for all experiments,
+// not one per experiment and trial state.
+TEST_F(RestApiTest, WorkersListReadsTheRunningTrialsOnce) {
+  Start();
+  for (int i = 0; i < 3; ++i) {
+    const int64_t id = CallJson("POST", "/api/v1/experiments", 201, kClientSpec)["id"];
+    CallJson("POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest", 200, "{}");
+  }
+  const int before = counting_->list_trials;
+  CallJson("GET", "/api/v1/workers", 200);
+  EXPECT_EQ(counting_->list_trials - before, 0);
+  EXPECT_EQ(counting_->list_leased_trials, 1);
 }
 
 TEST_F(RestApiTest, EventsStreamTrialChangesLive) {

@@ -184,6 +184,38 @@ TYPED_TEST(StoreTest, CompletingAnExperimentLetsRunningTrialsFinish) {
 
 // --- trials and leases -------------------------------------------------------
 
+// What the fleet runs now, for every experiment in one read: leased and
+// running trials of running experiments only, newest experiment first,
+// leased before running, then by number.
+TYPED_TEST(StoreTest, ListsLeasedTrialsOfEveryRunningExperimentInOneRead) {
+  auto older = this->MakeExperiment();
+  auto newer = this->MakeExperiment();
+  auto ended = this->MakeExperiment();
+  auto to = this->MakeTrials(older.id, 4);
+  auto tn = this->MakeTrials(newer.id, 2);
+  auto te = this->MakeTrials(ended.id, 1);
+  for (const auto& t : {to[0], to[1], to[3], tn[1], te[0]}) {
+    ASSERT_TRUE(this->store_->LeaseTrial(t.id, "w/" + std::to_string(t.id), 60'000).ok());
+  }
+  // older: 0 running, 1 completed, 2 pending, 3 leased.
+  ASSERT_TRUE(this->store_->ReportMeasurement(to[0].id, "w/" + std::to_string(to[0].id), this->Step(0, 0.5),
+                                              std::nullopt)
+                  .ok());
+  ASSERT_TRUE(this->store_->FinishTrial(to[1].id, "w/" + std::to_string(to[1].id), {TrialState::kCompleted, "{}", ""})
+                  .ok());
+  ASSERT_TRUE(this->store_->FinishExperiment(ended.id, ExperimentState::kCompleted, "budget").ok());
+  auto all = this->store_->ListLeasedTrials(100);
+  ASSERT_TRUE(all.ok()) << all.status();
+  std::vector<std::pair<Id, TrialState>> got;
+  for (const auto& t : *all) got.emplace_back(t.id, t.state);
+  const std::vector<std::pair<Id, TrialState>> want = {
+      {tn[1].id, TrialState::kLeased}, {to[3].id, TrialState::kLeased}, {to[0].id, TrialState::kRunning}};
+  EXPECT_EQ(got, want);
+  EXPECT_EQ((*all)[0].lease_owner, "w/" + std::to_string(tn[1].id));
+  EXPECT_EQ(this->store_->ListLeasedTrials(2)->size(), 2u);
+  EXPECT_TRUE(this->store_->ListLeasedTrials(-1).status().IsInvalidArgument());
+}
+
 TYPED_TEST(StoreTest, NumbersTrialsWithinTheirExperiment) {
   auto a = this->MakeExperiment();
   auto b = this->MakeExperiment();

@@ -36,6 +36,9 @@ class StoreWrapper : public store::Store {
     return t_.ListTrials(experiment_id, filter);
   }
   Result<store::TrialCounts> CountTrials(store::Id experiment_id) override { return t_.CountTrials(experiment_id); }
+  Result<std::vector<store::TrialRecord>> ListLeasedTrials(int64_t limit) override {
+    return t_.ListLeasedTrials(limit);
+  }
   Result<std::optional<store::TrialRecord>> LeaseNextTrial(const store::LeaseRequest& req) override {
     return t_.LeaseNextTrial(req);
   }

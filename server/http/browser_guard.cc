@@ -63,7 +63,7 @@ std::optional<GuardRefusal> CheckRequestSource(const HttpRequest& req, const Bro
     const auto [host, port] = SplitHost(host_header);
     if (!IsIpAddress(host) && host != "localhost" && !Contains(options.allowed_hosts, host) &&
         !Contains(options.allowed_hosts, Lower(host_header))) {
-      return GuardRefusal{403, Status::PermissionDenied(
+      return GuardRefusal{Status::PermissionDenied(
                                    "Host '" + host_header.substr(0, 256) +
                                    "' is not a name this server answers to; an operator allows it with "
                                    "--allowed-host (IP addresses and localhost are always allowed)")};
@@ -83,7 +83,7 @@ std::optional<GuardRefusal> CheckRequestSource(const HttpRequest& req, const Bro
       allowed = allowed || (s != std::string::npos && NormalizedOrigin(lo.substr(0, s), lo.substr(s + 3)) == normalized);
     }
     if (!allowed) {
-      return GuardRefusal{403, Status::PermissionDenied(
+      return GuardRefusal{Status::PermissionDenied(
                                    "cross-origin request from '" + origin->second.substr(0, 256) +
                                    "' refused; an operator allows an origin with --allowed-origin")};
     }
@@ -95,11 +95,12 @@ std::optional<GuardRefusal> CheckContentType(const HttpRequest& req) {
   if (ChangesState(req.method)) {
     const std::string type = Lower(Trim(req.Header("content-type").substr(0, req.Header("content-type").find(';'))));
     if (type != "application/json" && type != "application/yaml" && type != "application/x-yaml") {
-      return GuardRefusal{415, Status::InvalidArgument(
+      return GuardRefusal{Status::InvalidArgument(
                                    "Content-Type: " +
                                    (type.empty() ? std::string("missing") : "'" + type.substr(0, 100) + "'") +
                                    "; a " + req.method +
-                                   " must send application/json or application/yaml (even with an empty body)")};
+                                   " must send application/json or application/yaml (even with an empty body)"),
+                          HttpCause::kUnsupportedMediaType};
     }
   }
   return std::nullopt;

@@ -31,6 +31,7 @@
 
 #include "common/status.h"
 #include "server/http/http_server.h"
+#include "server/http/http_status.h"
 
 namespace hpo::server {
 
@@ -43,10 +44,11 @@ struct BrowserGuardOptions {
   std::vector<std::string> allowed_origins;
 };
 
-// Why a request is refused, with the HTTP status to answer it with.
+// Why a request is refused; answered with ErrorResponse(status, cause)
+// (server/http/http_status.h): 403, or 415 for a Content-Type.
 struct GuardRefusal {
-  int http_status;  // 403 or 415
-  Status status;    // PermissionDenied or InvalidArgument, naming the header
+  Status status;  // PermissionDenied or InvalidArgument, naming the header
+  HttpCause cause = HttpCause::kNone;
 };
 
 // Host and Origin; nullopt when the request may go on. The API checks

@@ -21,10 +21,11 @@
 #include <future>
 #include <list>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 #include <vector>
+
+#include "server/http/http_status.h"
 
 namespace hpo::server {
 
@@ -74,17 +75,6 @@ void ParseRequestTarget(const std::string& target, HttpRequest& req) {
 namespace {
 
 const char* Reason(int status) { return http::obsolete_reason(static_cast<http::status>(status)).data(); }
-
-// The errors this server answers by itself, before any handler: the same
-// {"error": {"code", "message"}} shape as the API's.
-HttpResponse ServerError(int status, const char* code, const std::string& message) {
-  HttpResponse r;
-  r.status = status;
-  r.body = nlohmann::json{{"error", {{"code", code}, {"message", message}}}}.dump(
-      -1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (status == 503) r.headers["Retry-After"] = "1";
-  return r;
-}
 
 // The server's TLS context from PEM files; errors name the file and say
 // what is wrong with it.
@@ -204,7 +194,8 @@ struct HttpServer::Impl {
     try {
       return handler(req);
     } catch (const std::exception&) {
-      return ServerError(500, "Internal", "unexpected error");
+      // A handler that throws is a bug: 500, through the one conversion.
+      return ErrorResponse(Status::Internal("unexpected error"));
     }
   }
 
@@ -340,16 +331,17 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
   void OnReadError(const beast::error_code& ec) {
     head_ = false;
     if (ec == http::error::body_limit) {
-      return Respond(ServerError(413, "ResourceExhausted",
-                                 "request body is larger than " + std::to_string(impl_.options.max_body_bytes) +
-                                     " bytes"),
+      return Respond(ErrorResponse(Status::ResourceExhausted("request body is larger than " +
+                                                       std::to_string(impl_.options.max_body_bytes) + " bytes"),
+                                   HttpCause::kBodyTooLarge),
                      false);
     }
     if (ec == http::error::header_limit) {
-      return Respond(ServerError(431, "ResourceExhausted", "request headers are larger than 8192 bytes"), false);
+      return Respond(ErrorResponse(Status::ResourceExhausted("request headers are larger than 8192 bytes"),
+                                   HttpCause::kHeadersTooLarge), false);
     }
     if (IsMalformedRequest(ec)) {
-      return Respond(ServerError(400, "InvalidArgument", "malformed HTTP request: " + ec.message()), false);
+      return Respond(ErrorResponse(Status::InvalidArgument("malformed HTTP request: " + ec.message())), false);
     }
     Close();  // the client went away or took too long
   }
@@ -371,7 +363,7 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
     keep_alive_ = msg.keep_alive();
     head_ = msg.method() == http::verb::head;
     if (impl_.pending_response_bytes >= impl_.options.max_pending_response_bytes) {
-      return Respond(ServerError(503, "Unavailable", "the server is busy sending other responses; retry later"),
+      return Respond(ErrorResponse(Status::Unavailable("the server is busy sending other responses; retry later")),
                      false);
     }
     net::post(*impl_.handlers, [self = Self(), req = std::move(req)] {
@@ -414,7 +406,7 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
 
   void StartStream(HttpResponse r) {
     if (!impl_.BeginStream()) {
-      return Respond(ServerError(503, "Unavailable", "too many open event streams; retry later"), false);
+      return Respond(ErrorResponse(Status::Unavailable("too many open event streams; retry later")), false);
     }
     std::string head = "HTTP/1.1 " + std::to_string(r.status) + " " + Reason(r.status) +
                        "\r\nServer: hpo-server\r\nContent-Type: " + r.content_type +
@@ -578,10 +570,10 @@ void HttpServer::Impl::RefuseBusy(tcp::socket socket) {
     stream->close();
     return;
   }
-  const HttpResponse r = ServerError(503, "Unavailable", "too many connections; retry later");
-  auto res = std::make_shared<http::response<http::string_body>>(http::status::service_unavailable, 11);
+  const HttpResponse r = ErrorResponse(Status::Unavailable("too many connections; retry later"));
+  auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(r.status), 11);
   res->set(http::field::content_type, r.content_type);
-  res->set(http::field::retry_after, "1");
+  for (const auto& [name, value] : r.headers) res->set(name, value);
   res->body() = r.body;
   res->keep_alive(false);
   res->prepare_payload();

@@ -16,7 +16,9 @@
 // 413 for a body over max_body_bytes, 431 for headers over 8 KiB, 503 when
 // at max_connections with no idle connection to close, or when responses
 // waiting to be sent already hold max_pending_response_bytes. A HEAD request
-// is answered with the headers of its GET and no body.
+// is answered with the headers of its GET and no body. Those answers, and
+// the 500 for a handler that throws, are made by ErrorResponse
+// (server/http/http_status.h), the one conversion from Status to HTTP.
 //
 // Thread-safety: the handler is called from many threads at once.
 #pragma once

@@ -494,6 +494,24 @@ Result<std::vector<TrialRecord>> SqlStore::ListTrials(Id experiment_id, const Tr
   });
 }
 
+Result<std::vector<TrialRecord>> SqlStore::ListLeasedTrials(int64_t limit) {
+  if (limit < 0) return Status::InvalidArgument("limit: must not be negative");
+  return Run(TxMode::kRead, [&](SqlConnection& c) {
+    std::vector<TrialRecord> out;
+    // "leased" sorts before "running", as the order promises.
+    for (const auto& r : c.Query("SELECT " + std::string(kTrialColumns) +
+                                     " FROM trials WHERE state IN ($1, $2)"
+                                     " AND experiment_id IN (SELECT id FROM experiments WHERE state = $3)"
+                                     " ORDER BY experiment_id DESC, state, number LIMIT $4",
+                                 {std::string(ToString(TrialState::kLeased)),
+                                  std::string(ToString(TrialState::kRunning)),
+                                  std::string(ToString(ExperimentState::kRunning)), limit})) {
+      out.push_back(ReadTrial(r));
+    }
+    return out;
+  });
+}
+
 Result<TrialCounts> SqlStore::CountTrials(Id experiment_id) {
   return Run(TxMode::kRead, [&](SqlConnection& c) {
     RequireExperiment(c, experiment_id);

@@ -32,6 +32,7 @@ class SqlStore final : public Store {
                                                     const TrialLimits& limits) override;
   Result<TrialRecord> GetTrial(Id id) override;
   Result<std::vector<TrialRecord>> ListTrials(Id experiment_id, const TrialFilter& filter) override;
+  Result<std::vector<TrialRecord>> ListLeasedTrials(int64_t limit) override;
   Result<TrialCounts> CountTrials(Id experiment_id) override;
   Result<std::optional<TrialRecord>> LeaseNextTrial(const LeaseRequest& req) override;
   Result<TrialRecord> LeaseTrial(Id trial_id, const std::string& owner, TimeMs lease_ms) override;

@@ -356,6 +356,11 @@ class Store {
   virtual Result<std::vector<TrialRecord>> ListTrials(Id experiment_id,
                                                       const TrialFilter& filter) = 0;
   virtual Result<TrialCounts> CountTrials(Id experiment_id) = 0;
+  // The leased and running trials of every running experiment, in one
+  // read: what the fleet is running now (GET /api/v1/workers). Ordered by
+  // experiment, newest first, then leased before running, then number; at
+  // most `limit`. InvalidArgument: a negative limit.
+  virtual Result<std::vector<TrialRecord>> ListLeasedTrials(int64_t limit) = 0;
 
   // Leases the pending trial with the highest priority (then the lowest id)
   // of a running experiment: pending -> leased, attempt + 1.

@@ -295,7 +295,7 @@ function drawImportance({ trials, metric }) {
 // Measured samples/s against the tuned (throughput-only) parameters' values,
 // a line per device class, workload and bucket of the searched batch size;
 // the point trials of that bucket start from is marked (green, ✓). See
-// dashboard::SystemTuning in server/dashboard.h for the data.
+// dashboard::SystemTuning in server/http/dashboard.h for the data.
 function drawTuning({ tuning }) {
   const xs = new Map();  // x label -> canonical key, for a stable order
   for (const w of tuning.workloads) {

@@ -1,4 +1,4 @@
-#include "server/events.h"
+#include "server/http/events.h"
 
 #include <algorithm>
 

@@ -1,7 +1,7 @@
 // Read models for the web dashboard: the per-experiment views its pages draw
 // that the list routes cannot give cheaply (one request instead of one per
 // trial). Pure functions over store records - no I/O - so they are tested
-// without a server; server/api.cc reads the store and calls them.
+// without a server; server/http/api.cc reads the store and calls them.
 #pragma once
 
 #include <nlohmann/json.hpp>

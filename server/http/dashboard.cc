@@ -1,4 +1,4 @@
-#include "server/dashboard.h"
+#include "server/http/dashboard.h"
 
 #include <algorithm>
 #include <cmath>

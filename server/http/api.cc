@@ -1,0 +1,600 @@
+#include "server/http/api.h"
+
+#include <charconv>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "common/json_limits.h"
+#include "common/token.h"
+#include "server/http/dashboard.h"
+
+namespace hpo::server {
+
+using nlohmann::json;
+using store::Id;
+
+namespace {
+
+// What the server stored itself: no size limit (a spec's JSON form may be
+// larger than its YAML text), but the nesting limit all the same, so a value
+// written by an older server cannot overflow the stack of the reply's dump().
+json ParseOr(const std::string& text, json fallback) {
+  const JsonLimits stored{kMaxJsonDepth, SIZE_MAX, SIZE_MAX};
+  auto j = ParseJson(text, "stored value", stored);
+  return j.ok() ? std::move(j).value() : fallback;
+}
+
+json Opt(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
+
+json TrialJson(const store::TrialRecord& t, const std::map<Id, std::string>& space_names) {
+  json j = {{"id", t.id},
+            {"experiment_id", t.experiment_id},
+            {"number", t.number},
+            {"space", nullptr},
+            {"params", ParseOr(t.params_json, json::object())},
+            {"system", ParseOr(t.system_params_json, json::object())},
+            {"state", store::ToString(t.state)},
+            {"priority", t.priority},
+            {"attempt", t.attempt},
+            {"lease_owner", t.lease_owner},
+            {"lease_expires_ms", Opt(t.lease_expires_ms)},
+            {"created_ms", t.created_ms},
+            {"started_ms", Opt(t.started_ms)},
+            {"finished_ms", Opt(t.finished_ms)},
+            {"final_metrics", t.final_metrics_json.empty() ? json(nullptr) : ParseOr(t.final_metrics_json, nullptr)},
+            {"reason", t.reason},
+            {"level", t.level},
+            {"stop_step", Opt(t.stop_step)},
+            {"resume_step", t.resume_step}};
+  if (t.space_id) {
+    auto it = space_names.find(*t.space_id);
+    if (it != space_names.end()) j["space"] = it->second;
+  }
+  return j;
+}
+
+std::map<Id, std::string> SpaceNames(const store::ExperimentRecord& e) {
+  std::map<Id, std::string> out;
+  for (const auto& s : e.spaces) out[s.id] = s.name;
+  return out;
+}
+
+json CountsJson(const store::TrialCounts& n) {
+  return {{"pending", n.pending},     {"leased", n.leased}, {"running", n.running}, {"paused", n.paused},
+          {"completed", n.completed}, {"pruned", n.pruned}, {"failed", n.failed},
+          {"cancelled", n.cancelled}, {"total", n.total()}};
+}
+
+Result<Id> ParseId(const std::string& text, const char* what) {
+  Id id = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+  if (ec != std::errc() || p != text.data() + text.size() || id <= 0) {
+    return Status::InvalidArgument(std::string(what) + " id '" + text + "' is not a positive integer");
+  }
+  return id;
+}
+
+Result<int64_t> QueryInt(const HttpRequest& req, const std::string& key, int64_t fallback, int64_t lo,
+                         int64_t hi) {
+  auto it = req.query.find(key);
+  if (it == req.query.end()) return fallback;
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+  if (ec != std::errc() || p != it->second.data() + it->second.size() || v < lo || v > hi) {
+    return Status::InvalidArgument("query parameter " + key + ": must be an integer in [" +
+                                   std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return v;
+}
+
+Result<bool> QueryBool(const HttpRequest& req, const std::string& key, bool fallback) {
+  auto it = req.query.find(key);
+  if (it == req.query.end()) return fallback;
+  if (it->second == "true" || it->second == "1") return true;
+  if (it->second == "false" || it->second == "0") return false;
+  return Status::InvalidArgument("query parameter " + key + ": must be true or false, not '" + it->second + "'");
+}
+
+// Every JSON body goes through the limits of json_limits.h before a route
+// copies or walks any of it.
+Result<json> Body(const HttpRequest& req) {
+  if (req.body.empty()) return json::object();
+  HPO_ASSIGN_OR_RETURN(json j, ParseJson(req.body, "body"));
+  if (!j.is_object()) return Status::InvalidArgument("body: must be a JSON object");
+  return j;
+}
+
+// Splits "/api/v1/experiments/12:cancel" into its segments
+// {"api", "v1", "experiments", "12"} and the verb "cancel": a trailing
+// ":verb" is split off the last segment; empty segments are skipped. Route
+// paths and request paths are split alike and compared segment by segment.
+struct Path {
+  std::vector<std::string> segments;
+  std::string verb;
+};
+Path SplitPath(const std::string& path) {
+  Path out;
+  std::stringstream ss(path);
+  for (std::string seg; std::getline(ss, seg, '/');) {
+    if (!seg.empty()) out.segments.push_back(seg);
+  }
+  if (!out.segments.empty()) {
+    auto& last = out.segments.back();
+    const auto colon = last.find(':');
+    if (colon != std::string::npos) {
+      out.verb = last.substr(colon + 1);
+      last = last.substr(0, colon);
+    }
+  }
+  return out;
+}
+
+// Whether `req` matches a route's path (split by SplitPath); the text of its
+// "{id}" segment goes to *id.
+bool Matches(const Path& route, const Path& req, std::string* id) {
+  if (route.segments.size() != req.segments.size() || route.verb != req.verb) return false;
+  std::string bound;
+  for (size_t i = 0; i < route.segments.size(); ++i) {
+    if (route.segments[i] == "{id}") {
+      bound = req.segments[i];
+    } else if (route.segments[i] != req.segments[i]) {
+      return false;
+    }
+  }
+  *id = std::move(bound);
+  return true;
+}
+
+const char* ContentType(const std::filesystem::path& p) {
+  const std::string ext = p.extension().string();
+  if (ext == ".html") return "text/html; charset=utf-8";
+  if (ext == ".js" || ext == ".mjs") return "text/javascript; charset=utf-8";
+  if (ext == ".css") return "text/css; charset=utf-8";
+  if (ext == ".json") return "application/json";
+  if (ext == ".svg") return "image/svg+xml";
+  if (ext == ".png") return "image/png";
+  if (ext == ".ico") return "image/x-icon";
+  return "application/octet-stream";
+}
+
+// Leased and running trials GET /api/v1/workers reads, for every experiment
+// together: far more than a fleet runs at once.
+constexpr int64_t kMaxLeasedTrials = 100'000;
+
+}  // namespace
+
+RestApi::RestApi(Engine& engine, EventBus& events, metrics::Registry& metrics, ApiOptions options)
+    : engine_(engine), events_(events), metrics_(metrics), options_(std::move(options)) {
+  request_seconds_ = &metrics_.histogram("hpo_http_request_duration_seconds",
+                                         "REST request latency, all routes",
+                                         metrics::ExponentialBuckets(0.0005, 2, 14));
+}
+
+const RestApi::Route* RestApi::Find(const HttpRequest& req, std::string* id) {
+  // Split once: the table is fixed for the life of the process.
+  static const std::vector<Path> kPaths = [] {
+    std::vector<Path> out;
+    for (const Route& r : Routes()) out.push_back(SplitPath(r.path));
+    return out;
+  }();
+  const Path path = SplitPath(req.path);
+  const auto& routes = Routes();
+  for (size_t i = 0; i < routes.size(); ++i) {
+    if (req.method == routes[i].method && Matches(kPaths[i], path, id)) return &routes[i];
+  }
+  return nullptr;
+}
+
+bool RestApi::IsDashboardFile(const HttpRequest& req, const Route* route) const {
+  return route == nullptr && req.method == "GET" && !options_.web_root.empty() && req.path.rfind("/api/", 0) != 0;
+}
+
+bool RestApi::Authorized(const HttpRequest& req, const Route* route) const {
+  if (options_.token.empty()) return true;
+  // The dashboard's files hold no data, and a browser sends no header when
+  // it opens a page; the data those pages fetch needs the token.
+  if (IsDashboardFile(req, route)) return true;
+  const std::string authorization = req.Header("authorization");
+  if (const auto given = BearerToken(authorization)) return TokenEquals(*given, options_.token);
+  // A browser's EventSource cannot set headers: the event stream (and only
+  // it) also takes the token as ?access_token=.
+  if (route != nullptr && route->access == Access::kStream) {
+    const auto it = req.query.find("access_token");
+    return it != req.query.end() && TokenEquals(it->second, options_.token);
+  }
+  return false;
+}
+
+HttpResponse RestApi::Handle(const HttpRequest& original) {
+  metrics::ScopedTimer timer(*request_seconds_);
+  // HEAD is GET without the body, which the HTTP server leaves out.
+  HttpRequest as_get;
+  const bool head = original.method == "HEAD";
+  if (head) {
+    as_get = original;
+    as_get.method = "GET";
+  }
+  const HttpRequest& req = head ? as_get : original;
+  HttpResponse r = Answer(req);
+  // Any other method is "other": a label per invented method would grow
+  // /metrics without bound.
+  static const std::set<std::string> kMethods = {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"};
+  metrics_
+      .counter("hpo_http_requests_total", "REST requests by method and status",
+               {{"method", kMethods.count(original.method) ? original.method : "other"},
+                {"code", std::to_string(r.status)}})
+      .Increment();
+  return r;
+}
+
+HttpResponse RestApi::Answer(const HttpRequest& req) {
+  std::string id;
+  const Route* route = Find(req, &id);
+  const RouteCall call{req, id};
+  // Every error below, the route's own included, is answered by the one
+  // conversion (ErrorResponse).
+  auto answer = [&](Result<HttpResponse> r) { return r.ok() ? std::move(r).value() : ErrorResponse(r.status()); };
+  if (route != nullptr && route->access == Access::kProbe) return answer(Dispatch(*route, call));
+  if (auto refused = CheckRequestSource(req, options_.guard)) return ErrorResponse(refused->status, refused->cause);
+  // Kubernetes probes and Prometheus scrapers carry no bearer token:
+  // /readyz tells only whether the store answers; /metrics is open when the
+  // operator chose public_metrics.
+  const bool open = route != nullptr && (route->access == Access::kOpen ||
+                                         (route->access == Access::kMetrics && options_.public_metrics));
+  if (!open && !Authorized(req, route)) {
+    HttpResponse r = ErrorResponse(Status::Unauthenticated("missing or invalid bearer token"));
+    r.headers["WWW-Authenticate"] = "Bearer";
+    return r;
+  }
+  if (auto refused = CheckContentType(req)) return ErrorResponse(refused->status, refused->cause);
+  if (route != nullptr) return answer(Dispatch(*route, call));
+  if (IsDashboardFile(req, route)) return answer(Static(req));
+  if (req.path.rfind("/api/v1/", 0) == 0) {
+    return ErrorResponse(Status::NotFound("no route for " + req.method + " " + req.path + " (see /openapi.json)"));
+  }
+  return ErrorResponse(Status::NotFound("no route for " + req.method + " " + req.path));
+}
+
+Result<HttpResponse> RestApi::Dispatch(const Route& route, const RouteCall& call) {
+  if (const auto* raw = std::get_if<RawHandler>(&route.handler)) return (this->**raw)(call);
+  HPO_ASSIGN_OR_RETURN(json body, (this->*std::get<JsonHandler>(route.handler))(call));
+  HttpResponse r;
+  r.status = route.ok_status;
+  // Values quoted from a client or a stored spec may hold bytes that are
+  // not UTF-8: they become U+FFFD instead of an exception.
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+// Health, metrics, the document, the event stream -----------------------
+
+Result<HttpResponse> RestApi::Healthz(const RouteCall&) { return HttpResponse{200, "text/plain", "ok\n", {}, {}}; }
+
+Result<HttpResponse> RestApi::Readyz(const RouteCall&) {
+  HPO_RETURN_IF_ERROR(engine_.store().SchemaVersion().status());
+  return HttpResponse{200, "text/plain", "ready\n", {}, {}};
+}
+
+Result<HttpResponse> RestApi::Metrics(const RouteCall&) {
+  return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.Render(), {}, {}};
+}
+
+Result<HttpResponse> RestApi::OpenApiDocument(const RouteCall&) {
+  return HttpResponse{200, "application/json", OpenApi(), {}, {}};
+}
+
+Result<HttpResponse> RestApi::Events(const RouteCall&) {
+  HttpResponse r;
+  r.content_type = "text/event-stream";
+  auto sub = events_.Subscribe();
+  r.stream = [sub](StreamWriter& w) {
+    // A comment first, so clients see the stream open at once.
+    if (!w.Write(": connected\n\n")) return;
+    int idle_ms = 0;
+    while (!w.stopping()) {
+      auto e = sub->Next(std::chrono::milliseconds(500));
+      if (const uint64_t lost = sub->TakeDropped()) {
+        if (!w.Write("event: lagged\ndata: {\"dropped\":" + std::to_string(lost) + "}\n\n")) return;
+      }
+      if (!e) {
+        idle_ms += 500;
+        if (idle_ms >= 15'000) {  // keeps proxies from closing an idle stream
+          idle_ms = 0;
+          if (!w.Write(": keep-alive\n\n")) return;
+        }
+        continue;
+      }
+      idle_ms = 0;
+      if (!w.Write("id: " + std::to_string(e->id) + "\nevent: " + e->type + "\ndata: " + e->data + "\n\n")) return;
+    }
+  };
+  return r;
+}
+
+// Workers ------------------------------------------------------------------
+
+Result<json> RestApi::ListWorkers(const RouteCall& call) {
+  // Gone workers (Engine::SweepWorkers) are history, not fleet: listed
+  // only when asked for.
+  HPO_ASSIGN_OR_RETURN(const bool include_gone, QueryBool(call.req, "include_gone", false));
+  HPO_ASSIGN_OR_RETURN(auto workers, engine_.store().ListWorkers());
+  // The newest measured speed per (device, workload).
+  HPO_ASSIGN_OR_RETURN(auto speeds, engine_.store().ListSpeedObservations("", 5000));
+  std::map<Id, std::map<std::string, const store::SpeedObservationRecord*>> latest;
+  for (const auto& o : speeds) latest[o.device_id][o.workload] = &o;
+  // What each worker is running now: leased and running trials of running
+  // experiments, by lease owner, in one query for every experiment.
+  std::map<std::string, json> current;
+  if (auto ts = engine_.store().ListLeasedTrials(kMaxLeasedTrials); ts.ok()) {
+    for (const auto& t : *ts) {
+      current[t.lease_owner].push_back({{"trial_id", t.id}, {"experiment_id", t.experiment_id},
+                                        {"number", t.number}, {"state", store::ToString(t.state)}});
+    }
+  }
+  // Running experiments with prices (cost-aware placement): what each
+  // device costs them per hour.
+  std::vector<std::pair<Id, std::shared_ptr<const ExperimentSpec>>> priced;
+  if (auto exps = engine_.store().ListExperiments(0, 10'000); exps.ok()) {
+    for (const auto& e : *exps) {
+      if (e.state != store::ExperimentState::kRunning) continue;
+      if (auto spec = engine_.Spec(e.id); spec.ok() && !(*spec)->prices.empty()) priced.emplace_back(e.id, *spec);
+    }
+  }
+  json out = json::array();
+  for (const auto& w : workers) {
+    const std::string_view state = engine_.WorkerState(w);
+    if (state == "gone" && !include_gone) continue;
+    json devices = json::array();
+    const json labels = ParseOr(w.labels_json, json::object());
+    for (const auto& d : w.devices) {
+      // The price of the class itself, else of one of the worker's labels
+      // (as placement reads it, server/engine/lease.cc).
+      json prices = json::array();
+      for (const auto& [experiment_id, spec] : priced) {
+        std::optional<double> price;
+        if (auto it = spec->prices.find(d.device_class); it != spec->prices.end()) price = it->second;
+        for (auto l = labels.begin(); !price && l != labels.end(); ++l) {
+          if (!l->is_string()) continue;
+          if (auto it = spec->prices.find(l.key() + "=" + l->get<std::string>()); it != spec->prices.end()) {
+            price = it->second;
+          }
+        }
+        if (price) prices.push_back({{"experiment_id", experiment_id}, {"per_hour", *price}});
+      }
+      devices.push_back({{"id", d.id}, {"ordinal", d.ordinal}, {"kind", store::ToString(d.kind)},
+                         {"name", d.name}, {"device_class", d.device_class}, {"cores", d.cores},
+                         {"memory_bytes", d.memory_bytes}, {"benchmark_gflops", d.benchmark_gflops},
+                         {"measured", json::array()}, {"prices", prices}});
+      for (const auto& [workload, o] : latest[d.id]) {
+        devices.back()["measured"].push_back({{"workload", workload}, {"samples_per_sec", o->samples_per_sec},
+                                              {"system", ParseOr(o->system_setting_json, json::object())},
+                                              {"observed_ms", o->observed_ms}, {"trial_id", Opt(o->trial_id)}});
+      }
+    }
+    auto running = current.find(Engine::WorkerOwner(w.id));
+    out.push_back({{"id", w.id}, {"host", w.host}, {"instance", w.instance}, {"labels", labels},
+                   {"state", state}, {"gone_ms", Opt(w.gone_ms)},
+                   {"registered_ms", w.registered_ms}, {"last_seen_ms", w.last_seen_ms},
+                   {"devices", devices},
+                   {"current_trials", running == current.end() ? json::array() : running->second}});
+  }
+  return json{{"workers", out}};
+}
+
+// Experiments --------------------------------------------------------------
+
+Result<json> RestApi::CreateExperiment(const RouteCall& call) {
+  HPO_ASSIGN_OR_RETURN(auto e, engine_.CreateExperiment(call.req.body));
+  return json{{"id", e.id}, {"name", e.name}, {"state", store::ToString(e.state)}};
+}
+
+// A dry run: the same checks as creating, nothing written, and the spec as
+// the server read it (DescribeSpec) in the answer.
+Result<json> RestApi::ValidateExperiment(const RouteCall& call) {
+  HPO_ASSIGN_OR_RETURN(auto spec, engine_.ValidateExperiment(call.req.body));
+  return json{{"valid", true}, {"spec", DescribeSpec(spec)}};
+}
+
+Result<json> RestApi::ListExperiments(const RouteCall& call) {
+  HPO_ASSIGN_OR_RETURN(const int64_t offset, QueryInt(call.req, "offset", 0, 0, INT64_MAX));
+  HPO_ASSIGN_OR_RETURN(const int64_t limit, QueryInt(call.req, "limit", 100, 0, options_.max_page));
+  HPO_ASSIGN_OR_RETURN(auto list, engine_.store().ListExperiments(offset, limit));
+  json out = json::array();
+  for (const auto& e : list) {
+    auto n = engine_.store().CountTrials(e.id);
+    out.push_back({{"id", e.id}, {"name", e.name}, {"state", store::ToString(e.state)},
+                   {"reason", e.reason}, {"created_ms", e.created_ms}, {"finished_ms", Opt(e.finished_ms)},
+                   {"trials", n.ok() ? CountsJson(*n) : json(nullptr)}});
+  }
+  return json{{"experiments", out}};
+}
+
+Result<json> RestApi::GetExperiment(const RouteCall& call) {
+  HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "experiment"));
+  HPO_ASSIGN_OR_RETURN(auto e, engine_.store().GetExperiment(id));
+  HPO_ASSIGN_OR_RETURN(auto n, engine_.store().CountTrials(id));
+  json spaces = json::array();
+  for (const auto& s : e.spaces) spaces.push_back(s.name);
+  return json{{"id", e.id}, {"name", e.name}, {"state", store::ToString(e.state)},
+              {"reason", e.reason}, {"created_ms", e.created_ms}, {"updated_ms", e.updated_ms},
+              {"finished_ms", Opt(e.finished_ms)}, {"spaces", spaces},
+              {"spec", ParseOr(e.spec_json, nullptr)}, {"trials", CountsJson(n)}};
+}
+
+Result<json> RestApi::CancelExperiment(const RouteCall& call) {
+  HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "experiment"));
+  HPO_ASSIGN_OR_RETURN(const json body, Body(call.req));
+  const json reason = body.value("reason", json("cancelled by user"));
+  if (!reason.is_string()) return Status::InvalidArgument("reason: must be a string");
+  HPO_RETURN_IF_ERROR(engine_.CancelExperiment(id, reason.get<std::string>()));
+  return json{{"id", id}, {"state", "cancelled"}};
+}
+
+Result<json> RestApi::BestTrial(const RouteCall& call) {
+  HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "experiment"));
+  HPO_ASSIGN_OR_RETURN(auto e, engine_.store().GetExperiment(id));
+  HPO_ASSIGN_OR_RETURN(auto best, engine_.BestTrial(id));
+  if (!best) return Status::NotFound("experiment " + call.id + " has no completed trial yet");
+  return TrialJson(*best, SpaceNames(e));
+}
+
+Result<json> RestApi::LearningCurves(const RouteCall& call) {
+  HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "experiment"));
+  HPO_ASSIGN_OR_RETURN(auto spec, engine_.Spec(id));
+  const auto metric = call.req.query.find("metric");
+  HPO_ASSIGN_OR_RETURN(const int64_t max_points, QueryInt(call.req, "max_points", 20'000, 1, 1'000'000));
+  HPO_ASSIGN_OR_RETURN(auto ms, engine_.store().ListExperimentMeasurements(id));
+  return dashboard::LearningCurves(ms, metric == call.req.query.end() ? spec->metric : metric->second, max_points);
+}
+
+Result<json> RestApi::SystemTuning(const RouteCall& call) {
+  HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "experiment"));
+  HPO_ASSIGN_OR_RETURN(auto spec, engine_.Spec(id));
+  std::vector<std::string> workloads;
+  std::vector<store::SpeedObservationRecord> observations;
+  for (const auto& space : spec->spaces) {
+    workloads.push_back(Engine::Workload(id, *spec, space.name));
+    // The newest 5000 per workload, as many as the engine's speed model reads.
+    HPO_ASSIGN_OR_RETURN(auto some, engine_.store().ListSpeedObservations(workloads.back(), 5000));
+    observations.insert(observations.end(), some.begin(), some.end());
+  }
+  return dashboard::SystemTuning(observations, workloads, Engine::TunableNames(*spec),
+                                 Engine::kMinObservationsToReuseSetting);
+}
+
+Result<json> RestApi::SuggestTrials(const RouteCall& call) {
+  HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "experiment"));
+  HPO_ASSIGN_OR_RETURN(const json body, Body(call.req));
+  const json count = body.value("count", json(1));
+  if (!count.is_number_integer()) return Status::InvalidArgument("count: must be an integer");
+  // Checked here as well as by the engine: get<int> would wrap 2^32 + 1 to 1.
+  if (count.is_number_unsigned() ? count.get<uint64_t>() > 1000
+                                 : (count.get<int64_t>() < 1 || count.get<int64_t>() > 1000)) {
+    return Status::InvalidArgument("count: must be between 1 and 1000");
+  }
+  HPO_ASSIGN_OR_RETURN(auto out, engine_.Suggest(id, count.get<int>()));
+  HPO_ASSIGN_OR_RETURN(auto e, engine_.store().GetExperiment(id));
+  json trials = json::array();
+  for (const auto& a : out) trials.push_back(TrialJson(a.trial, SpaceNames(e)));
+  return json{{"trials", trials}};
+}
+
+Result<json> RestApi::ListTrials(const RouteCall& call) {
+  HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "experiment"));
+  const HttpRequest& req = call.req;
+  HPO_ASSIGN_OR_RETURN(auto e, engine_.store().GetExperiment(id));
+  store::TrialFilter f;
+  if (auto st = req.query.find("state"); st != req.query.end()) {
+    auto parsed = store::ParseTrialState(st->second);
+    if (!parsed.ok()) return parsed.status().WithContext("query parameter state");
+    f.state = *parsed;
+  }
+  if (auto sp = req.query.find("space"); sp != req.query.end()) {
+    for (const auto& s : e.spaces) {
+      if (s.name == sp->second) f.space_id = s.id;
+    }
+    if (!f.space_id) return Status::InvalidArgument("query parameter space: no space '" + sp->second + "'");
+  }
+  HPO_ASSIGN_OR_RETURN(f.offset, QueryInt(req, "offset", 0, 0, INT64_MAX));
+  HPO_ASSIGN_OR_RETURN(f.limit, QueryInt(req, "limit", 100, 0, options_.max_page));
+  HPO_ASSIGN_OR_RETURN(auto list, engine_.store().ListTrials(id, f));
+  json trials = json::array();
+  const auto names = SpaceNames(e);
+  for (const auto& t : list) trials.push_back(TrialJson(t, names));
+  return json{{"trials", trials}, {"offset", f.offset}, {"limit", f.limit}};
+}
+
+// Trials -------------------------------------------------------------------
+
+Result<json> RestApi::GetTrial(const RouteCall& call) {
+  HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "trial"));
+  HPO_ASSIGN_OR_RETURN(auto t, engine_.store().GetTrial(id));
+  HPO_ASSIGN_OR_RETURN(auto e, engine_.store().GetExperiment(t.experiment_id));
+  HPO_ASSIGN_OR_RETURN(auto ms, engine_.store().ListMeasurements(id));
+  json out = TrialJson(t, SpaceNames(e));
+  json measurements = json::array();
+  for (const auto& m : ms) {
+    measurements.push_back({{"step", m.step}, {"metrics", ParseOr(m.metrics_json, json::object())},
+                            {"samples_per_sec", m.samples_per_sec},
+                            {"system", ParseOr(m.system_setting_json, json::object())},
+                            {"created_ms", m.created_ms}});
+  }
+  out["measurements"] = measurements;
+  return out;
+}
+
+Result<json> RestApi::ReportMeasurement(const RouteCall& call) {
+  HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "trial"));
+  HPO_ASSIGN_OR_RETURN(const json body, Body(call.req));
+  TrialReport r;
+  r.trial_id = id;
+  r.owner = Engine::kClientOwner;
+  const json step = body.value("step", json(nullptr));
+  if (!step.is_number_integer()) return Status::InvalidArgument("step: must be an integer");
+  r.step = step.get<int64_t>();
+  r.metrics = body.value("metrics", json(nullptr));
+  if (!r.metrics.is_object()) return Status::InvalidArgument("metrics: must be an object");
+  const json sps = body.value("samples_per_sec", json(0));
+  if (!sps.is_number()) return Status::InvalidArgument("samples_per_sec: must be a number");
+  r.samples_per_sec = sps.get<double>();
+  r.system = body.value("system", json::object());
+  HPO_ASSIGN_OR_RETURN(auto d, engine_.Report(r));
+  json out = {{"decision", ToString(d.decision)}};
+  if (d.new_system) out["system"] = *d.new_system;
+  if (!d.reason.empty()) out["reason"] = d.reason;
+  return out;
+}
+
+Result<json> RestApi::CompleteTrial(const RouteCall& call) { return FinishTrial(call, false); }
+Result<json> RestApi::FailTrial(const RouteCall& call) { return FinishTrial(call, true); }
+
+Result<json> RestApi::FinishTrial(const RouteCall& call, bool failed) {
+  HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "trial"));
+  HPO_ASSIGN_OR_RETURN(const json body, Body(call.req));
+  const json metrics = body.value("metrics", json::object());
+  if (!metrics.is_object()) return Status::InvalidArgument("metrics: must be an object");
+  const json reason = body.value("reason", json(""));
+  if (!reason.is_string()) return Status::InvalidArgument("reason: must be a string");
+  HPO_RETURN_IF_ERROR(engine_.Complete(id, Engine::kClientOwner, failed, metrics, reason.get<std::string>()));
+  return json{{"id", id}, {"state", failed ? "failed" : "completed"}};
+}
+
+// The dashboard's files -----------------------------------------------------
+
+Result<HttpResponse> RestApi::Static(const HttpRequest& req) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  // A target may be "?x" or "*": only "/..." names a file; and no file
+  // name holds a NUL (%00), which the file system would cut the name at.
+  if (req.path.empty() || req.path[0] != '/' || req.path.find('\0') != std::string::npos) {
+    return Status::NotFound("no such file: " + req.path);
+  }
+  const fs::path root = fs::weakly_canonical(options_.web_root, ec);
+  std::string rel = req.path == "/" ? "index.html" : req.path.substr(1);
+  fs::path file = fs::weakly_canonical(root / rel, ec);
+  // Nothing outside the web root, whatever the path says (.., symlinks).
+  const auto [end, _] = std::mismatch(root.begin(), root.end(), file.begin(), file.end());
+  if (ec || end != root.end()) return Status::NotFound("no such file: " + req.path);
+  if (fs::is_directory(file, ec)) file /= "index.html";
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return Status::NotFound("no such file: " + req.path);
+  std::ostringstream body;
+  body << in.rdbuf();
+  HttpResponse r{200, ContentType(file), body.str(), {{"Cache-Control", "no-cache"}}, {}};
+  // What the API returns is data, never markup: the pages build DOM from it
+  // (web/README.md), and this policy stops any script but the dashboard's
+  // own files should one slip through; frame-ancestors (which a <meta> tag
+  // cannot set) keeps other sites from framing the dashboard.
+  r.headers["X-Content-Type-Options"] = "nosniff";
+  if (file.extension() == ".html") {
+    r.headers["Content-Security-Policy"] =
+        "default-src 'none'; script-src 'self'; style-src 'self'; style-src-attr 'unsafe-inline'; "
+        "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+  }
+  return r;
+}
+
+}  // namespace hpo::server

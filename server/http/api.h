@@ -1,0 +1,126 @@
+// The REST API (under /api/v1), health checks, /metrics, /openapi.json and
+// the dashboard's static files, as one HTTP handler over the Engine.
+//
+// Every route is one row of a table (RestApi::Routes()): its method, its
+// path, who may call it, its handler and its OpenAPI description. The table
+// is the router and the source of /openapi.json's paths, so a route cannot
+// be served undocumented or documented unserved. A handler returns a
+// Result<json> (or, for the few answers that are no JSON document, a
+// Result<HttpResponse>); its errors become HTTP in one place, ErrorResponse
+// (server/http/http_status.h).
+//
+// Auth: with a token set, every route except /healthz, /readyz (and
+// /metrics with public_metrics) and the dashboard's static files needs
+// "Authorization: Bearer <token>" (the scheme in any case, RFC 7235);
+// /api/v1/events also takes it as ?access_token= (a browser's EventSource
+// cannot set headers). Tokens are compared in constant time.
+//
+// Before auth, every request but /healthz passes the browser guard
+// (server/http/browser_guard.h: Host, Origin, Content-Type), token or not.
+// HEAD is answered as GET (the HTTP server sends no body).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "server/engine.h"
+#include "server/http/browser_guard.h"
+#include "server/http/events.h"
+#include "server/http/http_server.h"
+#include "server/http/http_status.h"
+#include "server/metrics.h"
+
+namespace hpo::server {
+
+struct ApiOptions {
+  std::string token;     // empty: no auth
+  std::string web_root;  // empty: no dashboard files
+  int max_page = 10'000; // largest page a list call returns
+  // Serve /metrics without the token (Prometheus scrapers often carry none).
+  bool public_metrics = false;
+  BrowserGuardOptions guard;
+};
+
+class RestApi {
+ public:
+  RestApi(Engine& engine, EventBus& events, metrics::Registry& metrics, ApiOptions options);
+  HttpResponse Handle(const HttpRequest& req);
+  // The OpenAPI 3 document served at /openapi.json: the fixed parts of
+  // server/http/openapi.cc and one operation per row of Routes().
+  static const std::string& OpenApi();
+
+  // Who may call a route.
+  enum class Access {
+    kProbe,    // anyone, before the browser guard (/healthz: load balancers probe it by name)
+    kOpen,     // anyone who passes the browser guard (/readyz)
+    kMetrics,  // the token, unless ApiOptions::public_metrics
+    kToken,    // the token
+    kStream,   // the token, in the header or as ?access_token= (the event stream)
+  };
+  // What a matched route's handler sees: the request and the {id} of its
+  // path ("" for paths without one).
+  struct RouteCall {
+    const HttpRequest& req;
+    std::string id;
+  };
+  using JsonHandler = Result<nlohmann::json> (RestApi::*)(const RouteCall&);
+  using RawHandler = Result<HttpResponse> (RestApi::*)(const RouteCall&);
+  struct Route {
+    const char* method;  // "GET", "POST"
+    // As OpenAPI writes it: "/api/v1/experiments/{id}:cancel". "{id}" matches
+    // one path segment; a ":verb" ends the last one.
+    const char* path;
+    Access access;
+    int ok_status;  // what a JsonHandler's success answers: 200, 201 for a create
+    std::variant<JsonHandler, RawHandler> handler;
+    const char* openapi;  // the OpenAPI operation object, as JSON text
+  };
+  static const std::vector<Route>& Routes();
+
+ private:
+  // The row for the request's method and path, or null.
+  static const Route* Find(const HttpRequest& req, std::string* id);
+  // A GET the dashboard's static files answer (a web root is set and the
+  // path is no route and not under /api/).
+  bool IsDashboardFile(const HttpRequest& req, const Route* route) const;
+  bool Authorized(const HttpRequest& req, const Route* route) const;
+  // Health, the browser guard, auth, then the route or a static file.
+  HttpResponse Answer(const HttpRequest& req);
+  Result<HttpResponse> Dispatch(const Route& route, const RouteCall& call);
+  Result<HttpResponse> Static(const HttpRequest& req);
+
+  // The handlers, one per row of Routes().
+  Result<HttpResponse> Healthz(const RouteCall& call);
+  Result<HttpResponse> Readyz(const RouteCall& call);
+  Result<HttpResponse> Metrics(const RouteCall& call);
+  Result<HttpResponse> OpenApiDocument(const RouteCall& call);
+  Result<HttpResponse> Events(const RouteCall& call);
+  Result<nlohmann::json> ListWorkers(const RouteCall& call);
+  Result<nlohmann::json> CreateExperiment(const RouteCall& call);
+  Result<nlohmann::json> ValidateExperiment(const RouteCall& call);
+  Result<nlohmann::json> ListExperiments(const RouteCall& call);
+  Result<nlohmann::json> GetExperiment(const RouteCall& call);
+  Result<nlohmann::json> CancelExperiment(const RouteCall& call);
+  Result<nlohmann::json> BestTrial(const RouteCall& call);
+  Result<nlohmann::json> LearningCurves(const RouteCall& call);  // server/http/dashboard.h
+  Result<nlohmann::json> SystemTuning(const RouteCall& call);    // server/http/dashboard.h
+  Result<nlohmann::json> SuggestTrials(const RouteCall& call);
+  Result<nlohmann::json> ListTrials(const RouteCall& call);
+  Result<nlohmann::json> GetTrial(const RouteCall& call);
+  Result<nlohmann::json> ReportMeasurement(const RouteCall& call);
+  Result<nlohmann::json> CompleteTrial(const RouteCall& call);
+  Result<nlohmann::json> FailTrial(const RouteCall& call);
+  Result<nlohmann::json> FinishTrial(const RouteCall& call, bool failed);
+
+  Engine& engine_;
+  EventBus& events_;
+  metrics::Registry& metrics_;
+  ApiOptions options_;
+  metrics::Histogram* request_seconds_;
+};
+
+}  // namespace hpo::server

@@ -1,0 +1,70 @@
+// The OpenAPI 3 description of the REST API, served at /openapi.json: the
+// fixed parts below and, under "paths", one operation per row of the route
+// table (server/http/routes.cc), so the document lists exactly the routes
+// the server answers.
+#include <cctype>
+
+#include "server/http/api.h"
+
+namespace hpo::server {
+
+namespace {
+
+// Everything but the paths.
+constexpr const char* kFixedParts = R"json({
+  "openapi": "3.0.3",
+  "info": {"title": "HeteroTune", "version": "1",
+           "description": "Hardware-aware hyperparameter search. Errors are {\"error\": {\"code\", \"message\"}}; with a server token every route but /healthz and the dashboard's static files needs 'Authorization: Bearer <token>' (/api/v1/events also takes ?access_token=, for browsers' EventSource)."},
+  "components": {
+    "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+    "schemas": {
+      "Error": {"type": "object", "properties": {"error": {"type": "object", "properties": {
+        "code": {"type": "string"}, "message": {"type": "string"}}}}},
+      "Counts": {"type": "object", "properties": {"pending": {"type": "integer"}, "leased": {"type": "integer"},
+        "running": {"type": "integer"}, "paused": {"type": "integer"}, "completed": {"type": "integer"}, "pruned": {"type": "integer"},
+        "failed": {"type": "integer"}, "cancelled": {"type": "integer"}, "total": {"type": "integer"}}},
+      "Experiment": {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"},
+        "state": {"type": "string", "enum": ["running", "completed", "cancelled", "failed"]},
+        "reason": {"type": "string"}, "created_ms": {"type": "integer"}, "finished_ms": {"type": "integer", "nullable": true},
+        "spaces": {"type": "array", "items": {"type": "string"}}, "spec": {"type": "object"},
+        "trials": {"$ref": "#/components/schemas/Counts"}}},
+      "Trial": {"type": "object", "properties": {"id": {"type": "integer"}, "experiment_id": {"type": "integer"},
+        "number": {"type": "integer"}, "space": {"type": "string"}, "params": {"type": "object"},
+        "system": {"type": "object"},
+        "priority": {"type": "number", "description": "its search space's share of the budget when the trial was created (search/ranking.h)"},
+        "state": {"type": "string", "enum": ["pending", "leased", "running", "paused", "completed", "pruned", "failed", "cancelled"]},
+        "attempt": {"type": "integer", "description": "leases of its current segment"}, "lease_owner": {"type": "string"},
+        "level": {"type": "integer", "description": "promotion-type early stopping: the rung it runs toward or is paused at"},
+        "stop_step": {"type": "integer", "nullable": true, "description": "where its current lease pauses; null: at its end"},
+        "resume_step": {"type": "integer", "description": "the checkpoint step its current segment resumed after; 0: from scratch"},
+        "final_metrics": {"type": "object", "nullable": true}, "reason": {"type": "string"},
+        "measurements": {"type": "array", "items": {"$ref": "#/components/schemas/Measurement"}}}},
+      "Measurement": {"type": "object", "properties": {"step": {"type": "integer"}, "metrics": {"type": "object"},
+        "samples_per_sec": {"type": "number"}, "system": {"type": "object"}, "created_ms": {"type": "integer"}}},
+      "Report": {"type": "object", "required": ["step", "metrics"], "properties": {"step": {"type": "integer"},
+        "metrics": {"type": "object", "additionalProperties": {"type": "number"}},
+        "samples_per_sec": {"type": "number"}, "system": {"type": "object"}}}
+    }
+  },
+  "security": [{"bearer": []}],
+  "paths": {}
+})json";
+
+}  // namespace
+
+const std::string& RestApi::OpenApi() {
+  static const std::string kDoc = [] {
+    nlohmann::json doc = nlohmann::json::parse(kFixedParts);
+    for (const Route& r : Routes()) {
+      std::string method = r.method;
+      for (char& c : method) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      // Text written in this program: parse() throws only on a typo in
+      // routes.cc, which every test that starts the API would show at once.
+      doc["paths"][r.path][method] = nlohmann::json::parse(r.openapi);
+    }
+    return doc.dump(2);
+  }();
+  return kDoc;
+}
+
+}  // namespace hpo::server
