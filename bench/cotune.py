@@ -12,8 +12,10 @@ epoch lasts about as long on every class), with fixed hyperparameters, so that
 only the system setting changes speed. For each class and each batch size (the spec's
 `system.batch_size`, searched: one value per experiment here):
 
-  best      one experiment per thread count 1..N (N: the machine's usable
-            cores), `threads` fixed by the spec (a one-value domain): the
+  best      one experiment per thread count 1..min(N, the lane's usable
+            cores) (N: the machine's usable cores; the server caps a
+            spec's threads at a CPU device's usable cores, so more never
+            runs), `threads` fixed by the spec (a one-value domain): the
             fastest of them;
   cotuned   one experiment of --cotune-trials trials with `threads: {type:
             int, low: 1, high: N}`, which the server co-tunes epoch by epoch
@@ -21,9 +23,10 @@ only the system setting changes speed. For each class and each batch size (the s
             remembered value (scheduler/speed_model.h). All of a class's
             co-tuned experiments name one `workload:`, so what one batch size
             learned reaches the next, as the product shares it;
-  default   the naive default: threads = N and OpenMP spinning
-            (OMP_WAIT_POLICY=ACTIVE in a worker of its own; hpo-worker
-            otherwise chooses PASSIVE).
+  default   the naive default: threads = N and OpenMP spinning (a worker
+            of its own started with --threads N and OMP_WAIT_POLICY=ACTIVE,
+            hpo-worker otherwise choosing PASSIVE and its quota's cores; the
+            spec sets no threads, as a user who sets none).
 
     sudo flock /tmp/hpo-bench.lock bench/cotune.py [--quotas 1.0,0.5,0.25] [--batches 64,256,1024]
         [--model mlp|cnn] [--examples-per-core 40000] [--fixed-epochs 3] [--default-epochs 3]
@@ -56,14 +59,13 @@ import secrets
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ left in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hetero import CpuCgroup, Rest, start_run  # noqa: E402  (the same cgroups and REST calls as bench/hetero)
+from hetero import CpuCgroup, Rest, signal_group, spawn, start_run, wait_or_kill  # noqa: E402  (the same cgroups and REST calls as bench/hetero)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
@@ -97,14 +99,8 @@ class Processes:
 
     def start(self, name, argv, log_path, env=None, cgroup=None):
         logf = open(log_path, "w")
-        if cgroup:
-            # A shell that moves itself into the cgroup and then becomes the
-            # worker: the whole process, and every thread it makes, runs
-            # under the quota from its first instruction.
-            argv = ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup.path] + argv
         with self._lock:
-            p = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env=env, start_new_session=True)
+            p = spawn(argv, logf, env, cgroup)
             self.procs[p] = (name, logf)
         return p
 
@@ -116,18 +112,8 @@ class Processes:
 
     def stop(self, p):
         if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
+            signal_group(p, signal.SIGTERM)
+            wait_or_kill(p, 5)
         with self._lock:
             entry = self.procs.pop(p, None)
         if entry:
@@ -192,8 +178,9 @@ class Lane:
         self.grpc = f"127.0.0.1:{p['grpc']}"
         self.cgroup = CpuCgroup(f"{CGROUP_PREFIX}{os.getpid()}-{self.cpus}", self.cpus)
 
-    def start_worker(self, spinning):
-        """A worker in the lane's cgroup; returns its Popen once registered."""
+    def start_worker(self, spinning, threads=None):
+        """A worker in the lane's cgroup (with --threads when given); returns
+        its Popen once registered."""
         self.incarnation += 1
         n = self.incarnation
         env = dict(os.environ)
@@ -210,7 +197,8 @@ class Lane:
         p = self.procs.start(f"hpo-worker({self.cpus}, {role})",
                              [self.args.worker, "--server", self.grpc, "--token-file", self.token_file,
                               "--device", "cpu", "--labels", f"bench=cotune,quota={self.cpus},n={n},role={role}",
-                              "--data-dir", self.args.data_dir, "--scratch-dir", scratch],
+                              "--data-dir", self.args.data_dir, "--scratch-dir", scratch]
+                             + (["--threads", str(threads)] if threads else []),
                              os.path.join(self.dir, f"worker-{n}-{role}.log"), env=env, cgroup=self.cgroup)
 
         def registered():
@@ -257,7 +245,6 @@ class Lane:
             "system": {
                 # Searched (a batch size changes what is learned), one value here.
                 "batch_size": {"type": "categorical", "choices": [batch]},
-                "threads": threads,
             },
             "algorithm": {"sampler": "random", "seed": 1},
             "budget": {"max_trials": trials, "max_parallel": 1, "steps_per_trial": epochs,
@@ -266,6 +253,8 @@ class Lane:
                                      "args": {"max_train_samples": self.train_examples,
                                               "validation_fraction": a.validation_fraction}}},
         }
+        if threads is not None:  # None: the worker's own --threads
+            spec["system"]["threads"] = threads
         if workload:
             spec["workload"] = workload
         return spec
@@ -298,10 +287,14 @@ class Lane:
         return out
 
     def fixed(self, batch, threads, spinning):
+        """The median samples/s of a trial at `threads`: asked for in the spec,
+        or for the naive default (spinning) the worker's own --threads, as
+        a user who sets no system parameter gets (the server caps only what
+        a spec asks for)."""
         tag = "default" if spinning else "fixed"
         trials = self.run_experiment(self.spec(f"{tag}-b{batch}-t{threads}", batch,
-                                               {"type": "categorical", "choices": [threads]}, 1,
-                                               self.args.default_epochs if spinning else self.args.fixed_epochs))
+                                               None if spinning else {"type": "categorical", "choices": [threads]},
+                                               1, self.args.default_epochs if spinning else self.args.fixed_epochs))
         ms = trials[0]["measurements"]
         for m in ms:
             if m["system"].get("threads") != threads or m["system"].get("batch_size") != batch:
@@ -335,10 +328,14 @@ class Lane:
             self.start_server()
             for batch in self.args.batches:
                 worker = self.start_worker(spinning=False)
-                best = {t: self.fixed(batch, t, spinning=False) for t in range(1, self.args.max_threads + 1)}
+                # The server runs a spec's threads only up to the device's
+                # usable cores (more is capped, trial.system_capped), so the
+                # exhaustive search covers what it can run.
+                usable = min(self.args.max_threads, max(1, int(self.cpus)))
+                best = {t: self.fixed(batch, t, spinning=False) for t in range(1, usable + 1)}
                 co = self.cotuned(batch)
                 self.procs.stop(worker)
-                worker = self.start_worker(spinning=True)
+                worker = self.start_worker(spinning=True, threads=self.args.max_threads)
                 default = self.fixed(batch, self.args.max_threads, spinning=True)
                 self.procs.stop(worker)
                 best_t = max(best, key=best.get)

@@ -198,6 +198,34 @@ def record_events(rest, path):
 
 # ------------------------------------------------------------- processes --
 
+
+def spawn(argv, logf, env=None, cgroup=None):
+    """Starts argv in a session (process group) of its own, its output to logf;
+    with cgroup, inside that cgroup from its first instruction."""
+    if cgroup:
+        # A shell that moves itself into the cgroup and then becomes the
+        # worker: the whole process, its first instruction and every
+        # thread it makes, runs under the quota.
+        argv = ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup.path] + argv
+    return subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=env, start_new_session=True)
+
+
+def signal_group(p, sig):
+    try:
+        os.killpg(p.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def wait_or_kill(p, timeout):
+    """Waits up to timeout seconds for p, then kills its process group."""
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        signal_group(p, signal.SIGKILL)
+        p.wait()
+
 class Processes:
     """Everything one run starts, stopped (and its cgroups removed) by stop()."""
 
@@ -209,13 +237,7 @@ class Processes:
     def start(self, name, argv, log_path, env=None, cgroup=None):
         logf = open(log_path, "w")
         self.logs.append(logf)
-        if cgroup:
-            # A shell that moves itself into the cgroup and then becomes the
-            # worker: the whole process, its first instruction and every
-            # thread it makes, runs under the quota.
-            argv = ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup.path] + argv
-        p = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             env=env, start_new_session=True)
+        p = spawn(argv, logf, env, cgroup)
         self.procs.append((name, p))
         return p
 
@@ -231,20 +253,10 @@ class Processes:
     def _stop(self):
         for _, p in reversed(self.procs):
             if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+                signal_group(p, signal.SIGTERM)
         deadline = time.time() + 5
         for _, p in self.procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
+            wait_or_kill(p, max(0.1, deadline - time.time()))
         self.procs = []
         for c in self.cgroups:
             c.remove()
