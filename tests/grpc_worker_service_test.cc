@@ -18,6 +18,7 @@
 #include "server/engine.h"
 #include "proto/grpc_status.h"
 #include "server/grpc/worker_service.h"
+#include "tests/event_log.h"
 #include "tests/store_backends.h"
 
 namespace hpo::server {
@@ -55,10 +56,7 @@ class GrpcWorkerServiceTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.status();
     store_ = std::move(s).value();
     EngineOptions eo;
-    eo.on_event = [this](std::string type, const json& data) {
-      std::lock_guard lock(events_mu_);
-      events_.emplace_back(std::move(type), data);
-    };
+    eo.on_event = events_.Recorder();
     engine_ = std::make_unique<Engine>(*store_, eo);
     WorkerServiceOptions options;
     options.token = kToken;
@@ -155,20 +153,12 @@ class GrpcWorkerServiceTest : public ::testing::Test {
   }
 
   // The engine's events of one type so far.
-  std::vector<json> Events(const std::string& type) {
-    std::lock_guard lock(events_mu_);
-    std::vector<json> out;
-    for (const auto& [t, data] : events_) {
-      if (t == type) out.push_back(data);
-    }
-    return out;
-  }
+  std::vector<json> Events(const std::string& type) const { return events_.Of(type); }
 
   testing::FakeClock clock_;
   testing::SqliteBackend backend_;
   std::unique_ptr<store::Store> store_;
-  std::mutex events_mu_;
-  std::vector<std::pair<std::string, json>> events_;  // GUARDED_BY(events_mu_)
+  testing::EventLog events_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<WorkerServiceImpl> service_;
   std::unique_ptr<GrpcServer> server_;  // after service_: stops before the service goes

@@ -21,6 +21,7 @@
 #include "hpo/v1/worker.grpc.pb.h"
 #include "server/engine.h"
 #include "tests/server_process.h"
+#include "tests/event_log.h"
 #include "tests/store_backends.h"
 
 namespace hpo {
@@ -50,10 +51,7 @@ class WorkerLifecycleTest : public ::testing::Test {
     o.worker_lease_ms = 1000;
     o.worker_gone_after = 3;
     o.worker_retention = std::chrono::milliseconds(0);
-    o.on_event = [this](std::string type, const json& data) {
-      std::lock_guard lock(events_mu_);
-      events_.push_back({type, data});
-    };
+    o.on_event = events_.Recorder();
     return o;
   }
   static server::WorkerRegistration Registration(const std::string& host, const std::string& instance) {
@@ -67,19 +65,11 @@ class WorkerLifecycleTest : public ::testing::Test {
     w.devices.push_back(d);
     return w;
   }
-  std::vector<json> EventsOf(const std::string& type) {
-    std::lock_guard lock(events_mu_);
-    std::vector<json> out;
-    for (const auto& [t, data] : events_) {
-      if (t == type) out.push_back(data);
-    }
-    return out;
-  }
+  std::vector<json> EventsOf(const std::string& type) const { return events_.Of(type); }
 
   testing::FakeClock clock_;
   std::unique_ptr<Backend> backend_;
-  std::mutex events_mu_;
-  std::vector<std::pair<std::string, json>> events_;
+  testing::EventLog events_;
 };
 
 using Backends = ::testing::Types<testing::SqliteBackend, testing::PostgresBackend>;
