@@ -19,13 +19,13 @@
 #include <filesystem>
 #include <sstream>
 
-#include "bench/harness.h"
-#include "bench/scenarios.h"
+#include "testing/harness.h"
+#include "testing/scenarios.h"
 
 namespace {
 
 using namespace hpo;
-using namespace hpo::bench;
+using namespace hpo::testing;
 
 std::string Codes(const std::map<std::string, int64_t>& codes) {
   std::ostringstream out;

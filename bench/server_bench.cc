@@ -40,11 +40,12 @@
 #include <random>
 #include <sstream>
 
-#include "bench/harness.h"
+#include "testing/harness.h"
 #include "server/store/store.h"
 
 namespace hpo::bench {
 namespace {
+using namespace ::hpo::testing;
 
 using nlohmann::json;
 namespace fs = std::filesystem;
