@@ -8,8 +8,8 @@
 
 namespace hpo {
 
-Result<ServerPorts> WaitForServerPorts(const std::string& port_file, pid_t pid, std::chrono::milliseconds timeout,
-                                       int* exit_status) {
+Result<ServerPorts> WaitForServerPorts(const std::string& port_file, pid_t pid,
+                                       std::chrono::milliseconds timeout, int* exit_status) {
   const auto until = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     int status = 0;
@@ -20,8 +20,8 @@ Result<ServerPorts> WaitForServerPorts(const std::string& port_file, pid_t pid, 
     // The server renames the whole file into place: until then there is none.
     std::ifstream in(port_file);
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_object() && j.contains("http") && j["http"].is_number_unsigned() && j.contains("grpc") &&
-        j["grpc"].is_number_unsigned()) {
+    if (j.is_object() && j.contains("http") && j["http"].is_number_unsigned() &&
+        j.contains("grpc") && j["grpc"].is_number_unsigned()) {
       return ServerPorts{j["http"].get<uint16_t>(), j["grpc"].get<uint16_t>()};
     }
     if (std::chrono::steady_clock::now() >= until) {

@@ -22,7 +22,8 @@ struct ServerPorts {
 // the child `pid` exits first (it is then reaped and, when `exit_status` is
 // given, its wait status stored there); DeadlineExceeded when `timeout`
 // passes first (the process is left running: the caller decides).
-Result<ServerPorts> WaitForServerPorts(const std::string& port_file, pid_t pid, std::chrono::milliseconds timeout,
+Result<ServerPorts> WaitForServerPorts(const std::string& port_file, pid_t pid,
+                                       std::chrono::milliseconds timeout,
                                        int* exit_status = nullptr);
 
 }  // namespace hpo

@@ -31,7 +31,8 @@ std::string ReadFile(const std::filesystem::path& path) {
 
 // Processes -------------------------------------------------------------------
 
-pid_t Spawn(const std::vector<std::string>& argv, const std::string& log, const std::function<bool()>& in_child) {
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log,
+            const std::function<bool()>& in_child) {
   // Everything the child needs is prepared before fork: a multi-threaded
   // parent's child may only call async-signal-safe functions.
   std::vector<std::string> args = argv;
@@ -118,7 +119,9 @@ Status ServerProcess::Start() {
   if (pid_ > 0) return Status::FailedPrecondition("hpo-server is already running");
   std::filesystem::create_directories(dir_);
   const std::string ports = dir_ + "/ports.json";
-  auto named = [&](const char* flag) { return std::find(args_.begin(), args_.end(), flag) != args_.end(); };
+  auto named = [&](const char* flag) {
+    return std::find(args_.begin(), args_.end(), flag) != args_.end();
+  };
   // A port a killed server held can stay busy for a moment: try again, but
   // only for ports of ours that an earlier run held (a port the caller chose
   // may be meant to clash).
@@ -127,8 +130,10 @@ Status ServerProcess::Start() {
     std::filesystem::remove(ports);
     log_ = dir_ + "/server-" + std::to_string(++starts_) + ".log";
     std::vector<std::string> argv = {binary_, "--port-file", ports};
-    if (!named("--http")) argv.insert(argv.end(), {"--http", "127.0.0.1:" + std::to_string(http_port_)});
-    if (!named("--grpc")) argv.insert(argv.end(), {"--grpc", "127.0.0.1:" + std::to_string(grpc_port_)});
+    if (!named("--http"))
+      argv.insert(argv.end(), {"--http", "127.0.0.1:" + std::to_string(http_port_)});
+    if (!named("--grpc"))
+      argv.insert(argv.end(), {"--grpc", "127.0.0.1:" + std::to_string(grpc_port_)});
     argv.insert(argv.end(), args_.begin(), args_.end());
     pid_ = Spawn(argv, log_);
     auto listening = WaitForServerPorts(ports, pid_, std::chrono::seconds(30), &exit_status_);

@@ -17,7 +17,8 @@ Result<std::unique_ptr<World>> World::Create(WorldOptions o) {
     if (then) then(std::move(type), data);
   };
   w->engine_ = std::make_unique<server::Engine>(w->engine_store(), std::move(o.engine));
-  w->api_ = std::make_unique<server::RestApi>(*w->engine_, w->events_, w->metrics_, std::move(o.api));
+  w->api_ =
+      std::make_unique<server::RestApi>(*w->engine_, w->events_, w->metrics_, std::move(o.api));
   return w;
 }
 

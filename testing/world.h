@@ -22,10 +22,11 @@ namespace hpo::testing {
 struct WorldOptions {
   std::string store_url;  // REQUIRED
   store::StoreOptions store;
-  // Set: an artifact store for checkpoints beside the store (OpenArtifactStore's default location), given to the
-  // engine as EngineOptions::artifacts.
+  // Set: an artifact store for checkpoints beside the store (OpenArtifactStore's default location),
+  // given to the engine as EngineOptions::artifacts.
   std::optional<store::ArtifactStoreOptions> artifacts;
-  // Set: what the engine sees instead of the store, made from it (a counting or failing StoreWrapper).
+  // Set: what the engine sees instead of the store, made from it (a counting or failing
+  // StoreWrapper).
   std::function<std::unique_ptr<store::Store>(store::Store&)> wrap_store;
   // Every event is published on events() first, then given to engine.on_event when it is set.
   server::EngineOptions engine;
@@ -39,7 +40,9 @@ class World {
 
   store::Store& store() { return *store_; }  // as opened, not wrapped
   store::Store& engine_store() { return wrapped_ ? *wrapped_ : *store_; }
-  store::ArtifactStore* artifacts() { return artifacts_.get(); }  // null unless WorldOptions::artifacts
+  store::ArtifactStore* artifacts() {
+    return artifacts_.get();
+  }  // null unless WorldOptions::artifacts
   server::EventBus& events() { return events_; }
   metrics::Registry& metrics() { return metrics_; }
   server::Engine& engine() { return *engine_; }
