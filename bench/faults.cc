@@ -1,5 +1,5 @@
 // bench/faults: the fault scenarios of issue #10 at full size against the
-// real hpo-server and hpo-worker binaries (bench/scenarios.h says what each
+// real hpo-server and hpo-worker binaries (testing/scenarios.h says what each
 // does and checks). One line per scenario and store:
 //
 //   bench=faults scenario=kill_worker store=sqlite kills=50 ... unfinished=0 not_requeued=0

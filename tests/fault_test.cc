@@ -1,4 +1,4 @@
-// Small versions of the fault and load scenarios (bench/scenarios.h; the
+// Small versions of the fault and load scenarios (testing/scenarios.h; the
 // full-size runs are bench/faults and bench/load) against the real
 // hpo-server and hpo-worker binaries. They assert what must hold after the
 // fault - every trial ends, nothing acknowledged is lost, no call hangs, a
