@@ -1,5 +1,5 @@
 // bench/faults: the fault scenarios of issue #10 at full size against the
-// real hpo-server and hpo-worker binaries (bench/scenarios.h says what each
+// real hpo-server and hpo-worker binaries (testing/scenarios.h says what each
 // does and checks). One line per scenario and store:
 //
 //   bench=faults scenario=kill_worker store=sqlite kills=50 ... unfinished=0 not_requeued=0
@@ -19,13 +19,13 @@
 #include <filesystem>
 #include <sstream>
 
-#include "bench/harness.h"
-#include "bench/scenarios.h"
+#include "testing/harness.h"
+#include "testing/scenarios.h"
 
 namespace {
 
 using namespace hpo;
-using namespace hpo::bench;
+using namespace hpo::testing;
 
 std::string Codes(const std::map<std::string, int64_t>& codes) {
   std::ostringstream out;

@@ -14,11 +14,11 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "bench/harness.h"
-#include "bench/scenarios.h"
+#include "testing/harness.h"
+#include "testing/scenarios.h"
 
 int main(int argc, char** argv) {
-  using namespace hpo::bench;
+  using namespace hpo::testing;
   CLI::App app{"bench/load: many simulated workers and REST clients against one hpo-server"};
   Setup setup;
   setup.server_bin = HPO_SERVER_BIN;

@@ -38,7 +38,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/objectives.h"
+#include "testing/objectives.h"
 #include "search/gp_sampler.h"
 #include "search/registry.h"
 #include "search/sampler.h"
@@ -245,7 +245,7 @@ void Quality(Suite& suite, const std::vector<std::string>& samplers, const std::
 }
 
 void Latency(const std::vector<std::string>& samplers) {
-  const auto space = bench::Box("latency", 8, 0, 1);
+  const auto space = testing::Box("latency", 8, 0, 1);
   for (int n : {100, 1000, 10000}) {
     Rng data(n);
     History h;

@@ -1,7 +1,7 @@
 // bench/server_bench: trials per second through the real hpo-server (issue
 // #19 item 1), the whole trial lifecycle as a user's fleet runs it: a trial
 // is suggested (TPE over 8 parameters), leased, reported 3 times and
-// completed. The clients are simulated gRPC workers (bench/harness.h's
+// completed. The clients are simulated gRPC workers (testing/harness.h's
 // SimFleet: Register, then Lease, 3 x Report, Complete, no pause between)
 // and REST ask/tell clients (suggest, 3 x measurements, :complete), in this
 // process, on a SQLite file and on PostgreSQL, one fresh database per line.
@@ -40,11 +40,12 @@
 #include <random>
 #include <sstream>
 
-#include "bench/harness.h"
+#include "testing/harness.h"
 #include "server/store/store.h"
 
 namespace hpo::bench {
 namespace {
+using namespace ::hpo::testing;
 
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -272,7 +273,7 @@ class Bench {
   }
 
   // --pg, else the server HPO_TEST_PG_* name (scripts/test's), else one of
-  // our own (bench/harness.h's PostgresInstance).
+  // our own (testing/harness.h's PostgresInstance).
   Status FindPostgres() {
     if (!o_.pg_admin.empty()) return Status::OK();
     auto env = [](const char* name, const char* fallback) {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cerrno>
@@ -30,6 +31,7 @@
 #include <thread>
 
 #include "common/http_client.h"
+#include "common/server_ports.h"
 #include "common/token.h"
 
 namespace {
@@ -663,6 +665,9 @@ class Local {
     pids_.push_back(pid);
     return pid;
   }
+  // `pid` exited and was waited for elsewhere: Stop must not signal it (the
+  // number may be another process's by then).
+  void Reaped(pid_t pid) { pids_.erase(std::remove(pids_.begin(), pids_.end(), pid), pids_.end()); }
   void Stop() {
     // Workers first (they finish or give back their trials), then the server.
     for (auto it = pids_.rbegin(); it != pids_.rend(); ++it) {
@@ -731,19 +736,14 @@ int Run(const std::string& file, int workers, const std::string& data_dir, const
                                      "sqlite://" + fs::absolute(data_dir).string() + "/hpo.db", "--http",
                                      "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--port-file", ports};
   if (!web_root.empty()) server.insert(server.end(), {"--web-root", web_root});
-  local.Spawn(server, data_dir + "/server.log", *token);
-  json p;
-  for (int i = 0; i < 200 && !p.is_object(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    std::ifstream in(ports);
-    p = json::parse(in, nullptr, false);
-    if (p.is_discarded()) p = json();
-  }
-  if (!p.is_object()) Fail(kUnreachable, "the embedded hpo-server did not start; see " + data_dir + "/server.log");
+  const pid_t server_pid = local.Spawn(server, data_dir + "/server.log", *token);
+  auto listening = hpo::WaitForServerPorts(ports, server_pid, std::chrono::seconds(10));
+  if (listening.status().code() == hpo::StatusCode::kUnavailable) local.Reaped(server_pid);
+  if (!listening.ok()) Fail(kUnreachable, "the embedded hpo-server did not start; see " + data_dir + "/server.log");
   HttpClientOptions o;
-  o.port = p["http"].get<uint16_t>();
+  o.port = listening->http;
   o.token = *token;
-  const std::string grpc = "127.0.0.1:" + std::to_string(p["grpc"].get<int>());
+  const std::string grpc = "127.0.0.1:" + std::to_string(listening->grpc);
   const int64_t id = Submit(o, file);
   (void)spec;
   for (int i = 0; i < workers; ++i) {

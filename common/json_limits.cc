@@ -115,6 +115,11 @@ Result<std::optional<json>> ParseJsonIfJson(std::string_view text, std::string_v
   return Parse(text, field, limits, /*not_json_is_error=*/false);
 }
 
+Result<json> ParseJsonOrString(std::string_view text, std::string_view field, const JsonLimits& limits) {
+  HPO_ASSIGN_OR_RETURN(std::optional<json> j, ParseJsonIfJson(text, field, limits));
+  return j ? std::move(*j) : json(std::string(text));
+}
+
 int JsonDepth(const json& j, int stop_after) {
   int deepest = 0;
   std::vector<std::pair<const json*, int>> stack = {{&j, 0}};

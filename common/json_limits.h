@@ -48,6 +48,12 @@ Result<nlohmann::json> ParseJson(std::string_view text, std::string_view field, 
 Result<std::optional<nlohmann::json>> ParseJsonIfJson(std::string_view text, std::string_view field,
                                                       const JsonLimits& limits = {});
 
+// As ParseJsonIfJson, with text that is not JSON at all kept as a JSON
+// string: the worker protocol's values are JSON, and a bare word ("cuda:0"
+// rather than "\"cuda:0\"") is taken as the string it says.
+Result<nlohmann::json> ParseJsonOrString(std::string_view text, std::string_view field,
+                                         const JsonLimits& limits = {});
+
 // How deeply `j` nests: 0 for a scalar, 1 for [] or {"a": 1}, 2 for [[1]].
 // Walks with a stack on the heap, so it is safe on a value of any depth
 // (one built in code rather than parsed); stops early and returns

@@ -29,6 +29,7 @@
 #include "server/http/api.h"
 #include "server/http/http_server.h"
 #include "server/store/store.h"
+#include "testing/world.h"
 
 namespace {
 
@@ -46,11 +47,8 @@ void Fail(const std::string& what, const HttpRequest& req, const HttpResponse& r
 
 struct World {
   fs::path dir;
-  std::unique_ptr<store::Store> store;
-  EventBus events;
-  metrics::Registry registry;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<RestApi> api;
+  std::unique_ptr<hpo::testing::World> parts;  // store, engine, API
+  RestApi* api = nullptr;
 
   World() {
     char tmpl[] = "/tmp/hpo-fuzz-rest-XXXXXX";
@@ -66,23 +64,19 @@ struct World {
     std::ofstream(dir / "secret.txt") << kSecret;
     fs::create_directory_symlink(dir / "outside", dir / "web" / "escape");
     fs::create_symlink(dir / "outside" / "secret.txt", dir / "web" / "secret-link.txt");
-    auto s = store::OpenStore("sqlite://" + (dir / "hpo.db").string());
-    if (!s.ok()) {
-      std::fprintf(stderr, "cannot open the store: %s\n", s.status().ToString().c_str());
+    hpo::testing::WorldOptions o;
+    o.store_url = "sqlite://" + (dir / "hpo.db").string();
+    o.api.web_root = (dir / "web").string();
+    auto w = hpo::testing::World::Create(std::move(o));
+    if (!w.ok()) {
+      std::fprintf(stderr, "cannot open the store: %s\n", w.status().ToString().c_str());
       std::abort();
     }
-    store = std::move(s).value();
-    EngineOptions eo;
-    eo.on_event = [this](std::string type, const nlohmann::json& data) { events.Publish(std::move(type), data); };
-    engine = std::make_unique<Engine>(*store, eo);
-    ApiOptions api_options;
-    api_options.web_root = (dir / "web").string();
-    api = std::make_unique<RestApi>(*engine, events, registry, api_options);
+    parts = std::move(w).value();
+    api = &parts->api();
   }
   ~World() {
-    api.reset();
-    engine.reset();
-    store.reset();
+    parts.reset();
     std::error_code ec;
     fs::remove_all(dir, ec);
   }

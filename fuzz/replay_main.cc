@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "testing/files.h"
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 namespace {
@@ -80,8 +82,7 @@ int main(int argc, char** argv) {
   }
   std::sort(files.begin(), files.end());
   for (const auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string bytes = hpo::testing::ReadFile(f);
     // Printed before the call, so a crash names its input.
     std::fprintf(stderr, "replay %s\n", f.c_str());
     RunWithSmallStack(bytes);

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "common/sha256.h"
-#include "tests/store_backends.h"
+#include "testing/store_backends.h"
 
 namespace hpo::store {
 namespace {

@@ -7,9 +7,12 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
+#include <string>
+#include <vector>
 
 #include "tests/raw_http.h"
-#include "tests/server_process.h"
+#include "testing/server_process.h"
 
 namespace hpo {
 namespace {
@@ -37,8 +40,8 @@ class BrowserGuardTest : public ::testing::Test {
   void StartServer(std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"--store", "sqlite://" + dir_ + "/hpo.db"};
     args.insert(args.end(), extra.begin(), extra.end());
-    server_ = std::make_unique<testing::ServerProcess>(dir_, args);
-    ASSERT_TRUE(server_->Start()) << server_->Log();
+    server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, dir_, args);
+    ASSERT_TRUE(server_->Start().ok()) << server_->Log();
     self_ = "127.0.0.1:" + std::to_string(server_->http_port());
   }
   // A request with exactly these headers (and Connection: close).

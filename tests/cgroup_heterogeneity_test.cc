@@ -4,9 +4,15 @@
 // with a message where there is none.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+#include <filesystem>
+#include <string>
+#include <vector>
 
 #include "common/http_client.h"
-#include "tests/server_process.h"
+#include "testing/server_process.h"
 
 namespace hpo {
 namespace {
@@ -67,8 +73,8 @@ TEST(CgroupHeterogeneity, ThrottledWorkersReportSlowerDevicesAndSpeeds) {
   }
   const std::string dir = ::testing::TempDir() + "/hpo-cgroup-" + tag;
   std::filesystem::create_directories(dir);
-  testing::ServerProcess server(dir, {"--store", "sqlite://" + dir + "/hpo.db"});
-  ASSERT_TRUE(server.Start()) << server.Log();
+  testing::ServerProcess server(HPO_SERVER_BIN, dir, {"--store", "sqlite://" + dir + "/hpo.db"});
+  ASSERT_TRUE(server.Start().ok()) << server.Log();
   HttpClientOptions http;
   http.port = server.http_port();
   auto created = HttpRequestOnce(http, "POST", "/api/v1/experiments", R"(

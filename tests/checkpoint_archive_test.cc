@@ -1,6 +1,7 @@
 // The checkpoint directory's archive (worker/checkpoint_archive.h): a tree
 // comes back as it was, and a damaged or hostile archive is refused with
 // nothing written outside the target.
+#include "testing/files.h"
 #include "worker/checkpoint_archive.h"
 
 #include <gtest/gtest.h>
@@ -16,12 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using hpo::testing::ReadFile;
 
 void Write(const fs::path& p, const std::string& content) {
   fs::create_directories(p.parent_path());
@@ -61,11 +57,11 @@ TEST_F(CheckpointArchiveTest, ATreeComesBackAsItWas) {
   ASSERT_TRUE(PackDirectory(src_.string(), archive_).ok());
   Status s = UnpackDirectory(archive_, dst_.string());
   ASSERT_TRUE(s.ok()) << s;
-  EXPECT_TRUE(Slurp(dst_ / "model.bin") == big);
-  EXPECT_EQ(Slurp(dst_ / "state.json"), R"({"epoch": 3})");
+  EXPECT_TRUE(ReadFile(dst_ / "model.bin") == big);
+  EXPECT_EQ(ReadFile(dst_ / "state.json"), R"({"epoch": 3})");
   EXPECT_TRUE(fs::is_regular_file(dst_ / "nested/deeper/empty"));
   EXPECT_EQ(fs::file_size(dst_ / "nested/deeper/empty"), 0u);
-  EXPECT_EQ(Slurp(dst_ / "with space and\ttab"), "x");
+  EXPECT_EQ(ReadFile(dst_ / "with space and\ttab"), "x");
   EXPECT_TRUE(fs::is_directory(dst_ / "empty-dir"));
   EXPECT_NE(fs::status(dst_ / "state.json").permissions() & fs::perms::owner_exec, fs::perms::none)
       << "the mode travels";
@@ -73,7 +69,7 @@ TEST_F(CheckpointArchiveTest, ATreeComesBackAsItWas) {
 
 TEST_F(CheckpointArchiveTest, AnEmptyDirectoryPacksAndUnpacks) {
   ASSERT_TRUE(PackDirectory(src_.string(), archive_).ok());
-  EXPECT_EQ(Slurp(archive_), "hpo-checkpoint-dir 1\nend\n");
+  EXPECT_EQ(ReadFile(archive_), "hpo-checkpoint-dir 1\nend\n");
   ASSERT_TRUE(Unpack().ok());
   EXPECT_TRUE(fs::is_empty(dst_));
 }

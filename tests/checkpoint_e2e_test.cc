@@ -18,12 +18,21 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <chrono>
+#include <string>
+#include <vector>
 
 #include "server/engine.h"
 #include "proto/grpc_status.h"
 #include "server/grpc/worker_service.h"
-#include "tests/server_process.h"
-#include "tests/store_backends.h"
+#include "testing/files.h"
+#include "testing/server_process.h"
+#include "testing/store_backends.h"
 
 namespace hpo::server {
 namespace {
@@ -126,12 +135,7 @@ class LeaseScript final : public v1::WorkerService::Service {
   std::deque<Next> script_;  // GUARDED_BY(mu_)
 };
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using hpo::testing::ReadFile;
 
 // The example program, with a fixed seed so that every trial of it draws the
 // same data and the same shuffles: trials differ only in how they ran.
@@ -200,7 +204,7 @@ class CheckpointE2eTest : public ::testing::Test {
       waitpid(pid, nullptr, 0);
       return false;
     }
-    logs_ += "--- " + name + "\n" + Slurp(log);
+    logs_ += "--- " + name + "\n" + ReadFile(log);
     return WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
 

@@ -1,5 +1,6 @@
 // The command executor against real programs: small shell scripts written
 // into a temporary directory.
+#include "testing/files.h"
 #include "worker/command_executor.h"
 
 #include <gtest/gtest.h>
@@ -73,12 +74,7 @@ class FakeReporter : public Reporter {
   std::vector<Call> calls_;
 };
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using hpo::testing::ReadFile;
 
 // A process that has ended: gone, or a zombie nobody has reaped yet (in a
 // container whose init does not reap, orphans stay zombies).

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "testing/files.h"
+
 namespace hpo {
 namespace {
 
@@ -25,12 +27,7 @@ namespace fs = std::filesystem;
 const fs::path kRoot = HPO_SOURCE_DIR;
 const fs::path kDocker = kRoot / "docker";
 
-std::string Slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using hpo::testing::ReadFile;
 
 // The long flags a binary's --help lists ("--store", "--http", ...).
 std::set<std::string> HelpFlags(const std::string& binary) {
@@ -137,7 +134,7 @@ TEST_F(DockerConfigTest, EveryYamlFileParses) {
 // Dockerfile instructions with their continuation lines joined.
 std::vector<std::string> Instructions(const fs::path& path) {
   std::vector<std::string> out;
-  std::istringstream in(Slurp(path));
+  std::istringstream in(ReadFile(path));
   std::string current;
   for (std::string line; std::getline(in, line);) {
     const auto first = line.find_first_not_of(" \t");
@@ -209,12 +206,12 @@ TEST_F(DockerConfigTest, DockerfilesCopyWhatExistsAndRunTheRepositoryScripts) {
     EXPECT_FALSE(user.empty() || user == "root" || user == "0") << "the runtime stage runs as a non-root USER";
     EXPECT_TRUE(setup_deps && setup_build) << "packages and the build come from scripts/setup, as in CI";
   }
-  const std::string server = Slurp(kDocker / "server.Dockerfile");
+  const std::string server = ReadFile(kDocker / "server.Dockerfile");
   EXPECT_NE(server.find("HEALTHCHECK"), std::string::npos);
   EXPECT_NE(server.find("/healthz"), std::string::npos);
   EXPECT_NE(server.find("EXPOSE 8080 50051"), std::string::npos);
-  EXPECT_NE(Slurp(kDocker / "worker-cpu.Dockerfile").find("libopenblas0-pthread"), std::string::npos);
-  EXPECT_NE(Slurp(kDocker / "worker-cuda.Dockerfile").find("torch.utils.cmake_prefix_path"), std::string::npos);
+  EXPECT_NE(ReadFile(kDocker / "worker-cpu.Dockerfile").find("libopenblas0-pthread"), std::string::npos);
+  EXPECT_NE(ReadFile(kDocker / "worker-cuda.Dockerfile").find("torch.utils.cmake_prefix_path"), std::string::npos);
 }
 
 TEST_F(DockerConfigTest, ComposeReferencesWhatItDefinesAndTheBinariesFlags) {

@@ -13,7 +13,8 @@
 
 #include "common/sha256.h"
 #include "server/engine.h"
-#include "tests/store_backends.h"
+#include "testing/store_backends.h"
+#include "testing/world.h"
 
 namespace hpo::server {
 void PrintTo(Decision d, std::ostream* os) { *os << ToString(d); }
@@ -32,25 +33,22 @@ const char* kSpec = R"({"name": "ckpt", "objective": {"metric": "loss", "directi
 class EngineCheckpointsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    store::StoreOptions o;
-    o.clock = clock_.fn();
-    auto s = store::OpenStore(db_.url(), o);
-    ASSERT_TRUE(s.ok()) << s.status();
-    store_ = std::move(s).value();
-    store::ArtifactStoreOptions ao;
-    ao.max_checkpoint_bytes = int64_t{1} << 20;
-    auto a = store::OpenArtifactStore("", db_.url(), ao);
-    ASSERT_TRUE(a.ok()) << a.status();
-    artifacts_ = std::move(a).value();
-    EngineOptions eo;
-    eo.artifacts = artifacts_.get();
-    eo.checkpoint_sweep = std::chrono::milliseconds(0);
-    eo.max_attempts = 1;
-    eo.on_event = [this](std::string type, const json& data) {
+    testing::WorldOptions wo;
+    wo.store_url = db_.url();
+    wo.store.clock = clock_.fn();
+    wo.artifacts.emplace().max_checkpoint_bytes = int64_t{1} << 20;
+    wo.engine.checkpoint_sweep = std::chrono::milliseconds(0);
+    wo.engine.max_attempts = 1;
+    wo.engine.on_event = [this](std::string type, const json& data) {
       std::lock_guard lock(mu_);
       events_.emplace_back(std::move(type), data);
     };
-    engine_ = std::make_unique<Engine>(*store_, eo);
+    auto world = testing::World::Create(std::move(wo));
+    ASSERT_TRUE(world.ok()) << world.status();
+    world_ = std::move(world).value();
+    store_ = &world_->store();
+    artifacts_ = world_->artifacts();
+    engine_ = &world_->engine();
     auto e = engine_->CreateExperiment(kSpec);
     ASSERT_TRUE(e.ok()) << e.status();
     experiment_ = e->id;
@@ -124,9 +122,10 @@ class EngineCheckpointsTest : public ::testing::Test {
 
   testing::FakeClock clock_;
   testing::SqliteBackend db_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<store::ArtifactStore> artifacts_;
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<testing::World> world_;
+  store::Store* store_ = nullptr;
+  store::ArtifactStore* artifacts_ = nullptr;
+  Engine* engine_ = nullptr;
   store::Id experiment_ = 0;
   TestWorker a_, b_;
   std::mutex mu_;

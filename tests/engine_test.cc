@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "server/engine.h"
-#include "tests/store_backends.h"
-#include "tests/store_wrapper.h"
+#include "testing/store_backends.h"
+#include "testing/store_wrapper.h"
 
 namespace hpo::server {
 // For gtest's messages: "prune", not "4-byte object <01-00 00-00>".

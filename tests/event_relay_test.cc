@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "server/event_relay.h"
-#include "tests/store_backends.h"
+#include "testing/store_backends.h"
 
 namespace hpo::server {
 namespace {

@@ -1,4 +1,4 @@
-// Small versions of the fault and load scenarios (bench/scenarios.h; the
+// Small versions of the fault and load scenarios (testing/scenarios.h; the
 // full-size runs are bench/faults and bench/load) against the real
 // hpo-server and hpo-worker binaries. They assert what must hold after the
 // fault - every trial ends, nothing acknowledged is lost, no call hangs, a
@@ -8,8 +8,8 @@
 
 #include <filesystem>
 
-#include "bench/scenarios.h"
-#include "tests/store_backends.h"
+#include "testing/scenarios.h"
+#include "testing/store_backends.h"
 
 namespace hpo {
 namespace {
@@ -33,7 +33,7 @@ class FaultTest : public ::testing::Test {
   }
   std::string Logs() const { return "logs in " + setup_.dir; }
 
-  bench::Setup setup_;
+  testing::Setup setup_;
 };
 
 #define REQUIRE_WORKER_BINARY()                                              \
@@ -41,13 +41,13 @@ class FaultTest : public ::testing::Test {
 
 TEST_F(FaultTest, EveryTrialEndsWhenWorkersAreKilledMidTrial) {
   REQUIRE_WORKER_BINARY();
-  bench::WorkerKillOptions o;
+  testing::WorkerKillOptions o;
   o.kills = 5;
   o.workers = 2;
   o.lease_timeout_s = 2;
   o.steps = 6;
   o.step_ms = 250;
-  auto r = bench::KillWorkers(setup_, o);
+  auto r = testing::KillWorkers(setup_, o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->kills, o.kills) << Logs();
   EXPECT_EQ(r->not_requeued, 0) << "a killed worker's trial was never handed out again; " << Logs();
@@ -62,14 +62,14 @@ TEST_F(FaultTest, EveryTrialEndsWhenWorkersAreKilledMidTrial) {
 // Kills the server under load on each store; the reports it acknowledged
 // must all be there afterwards.
 template <typename Backend>
-void AcknowledgedReportsSurviveServerKills(bench::Setup setup) {
+void AcknowledgedReportsSurviveServerKills(testing::Setup setup) {
   HPO_REQUIRE_BACKEND(Backend);
   Backend db;
   setup.store_url = db.url();
-  bench::ServerKillOptions o;
+  testing::ServerKillOptions o;
   o.kills = 3;
   o.workers = 4;
-  auto r = bench::KillServer(setup, o);
+  auto r = testing::KillServer(setup, o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->kills, o.kills);
   EXPECT_GT(r->acked_reports, 0);
@@ -86,13 +86,13 @@ TEST_F(FaultTest, AcknowledgedReportsSurviveServerKillsOnPostgresql) {
 }
 
 TEST_F(FaultTest, TheServerRidesOutPostgresqlRestartsWithoutHangingCalls) {
-  bench::PostgresRestartOptions o;
+  testing::PostgresRestartOptions o;
   o.restarts = 2;
   o.workers = 4;
   o.rest_clients = 2;
   o.down = 1500ms;
   o.up = 1500ms;
-  auto r = bench::RestartPostgres(setup_, o);
+  auto r = testing::RestartPostgres(setup_, o);
   if (!r.ok() && r.status().IsFailedPrecondition()) {
     // No PostgreSQL server binaries here.
     if (std::getenv("HPO_REQUIRE_POSTGRES")) FAIL() << r.status();
@@ -114,11 +114,11 @@ TEST_F(FaultTest, TheServerRidesOutPostgresqlRestartsWithoutHangingCalls) {
 
 TEST_F(FaultTest, ALiveButSlowWorkerKeepsItsTrial) {
   REQUIRE_WORKER_BINARY();
-  bench::SlowWorkerOptions o;
+  testing::SlowWorkerOptions o;
   o.lease_timeout_s = 2;
   o.heartbeat_ms = 500;
   o.pauses = 2;
-  auto r = bench::SlowWorker(setup_, o);
+  auto r = testing::SlowWorker(setup_, o);
   ASSERT_TRUE(r.ok()) << r.status();
   // A step three lease timeouts long, with heartbeats: the lease holds.
   EXPECT_EQ(r->long_step_state, "completed") << Logs();
@@ -139,18 +139,18 @@ TEST_F(FaultTest, ALiveButSlowWorkerKeepsItsTrial) {
 // whole, promoted trials resume from the step their checkpoint is of, and
 // none is left leased.
 template <typename Backend>
-void PromotedTrialsSurviveKillsAndCutUploads(bench::Setup setup) {
+void PromotedTrialsSurviveKillsAndCutUploads(testing::Setup setup) {
   HPO_REQUIRE_BACKEND(Backend);
   Backend db;
   setup.store_url = db.url();
-  bench::PromotionOptions o;
+  testing::PromotionOptions o;
   o.workers = 4;
   o.step_time = 50ms;
   o.server_kills = 2;
   o.upload_cuts = 2;
   o.lease_timeout_s = 2;
   o.duration = 10s;
-  auto r = bench::Promotion(setup, o);
+  auto r = testing::Promotion(setup, o);
   ASSERT_TRUE(r.ok()) << r.status();
   std::string samples;
   for (const auto& s : r->samples) samples += "\n  " + s;
@@ -187,13 +187,13 @@ TEST_F(FaultTest, ShortLoadOnPostgresqlHasNoErrors) {
   HPO_REQUIRE_BACKEND(testing::PostgresBackend);
   testing::PostgresBackend db;
   setup_.store_url = db.url();
-  bench::LoadOptions o;
+  testing::LoadOptions o;
   o.workers = 20;
   o.rest_clients = 5;
   o.duration = 10s;
   o.experiments = 2;
   o.step_time = 100ms;
-  auto r = bench::RunLoad(setup_, o);
+  auto r = testing::RunLoad(setup_, o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_GT(r->reports, 0);
   EXPECT_GT(r->rest_calls, 0);

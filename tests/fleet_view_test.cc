@@ -11,7 +11,7 @@
 
 #include "scheduler/fleet_summary.h"
 #include "server/engine/fleet_view.h"
-#include "tests/store_backends.h"
+#include "testing/store_backends.h"
 
 namespace hpo::server {
 namespace {

@@ -19,12 +19,19 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <nlohmann/json.hpp>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "common/sha256.h"
 #include "server/engine.h"
 #include "server/grpc/worker_service.h"
-#include "tests/server_process.h"
-#include "tests/store_backends.h"
+#include "testing/files.h"
+#include "testing/server_process.h"
+#include "testing/store_backends.h"
+#include "testing/world.h"
 
 namespace hpo::server {
 namespace {
@@ -52,22 +59,20 @@ std::string Bytes(size_t n, uint32_t seed) {
 class GrpcCheckpointsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto s = store::OpenStore(db_.url());
-    ASSERT_TRUE(s.ok()) << s.status();
-    store_ = std::move(s).value();
-    store::ArtifactStoreOptions ao;
-    ao.max_checkpoint_bytes = int64_t{8} << 20;
-    auto a = store::OpenArtifactStore("", db_.url(), ao);
-    ASSERT_TRUE(a.ok()) << a.status();
-    artifacts_ = std::move(a).value();
-    checkpoint_dir_ = (*artifacts_).description().substr(6);
-    EngineOptions eo;
-    eo.artifacts = artifacts_.get();
-    eo.on_event = [this](std::string type, const json& data) {
+    testing::WorldOptions wo;
+    wo.store_url = db_.url();
+    wo.artifacts.emplace().max_checkpoint_bytes = int64_t{8} << 20;
+    wo.engine.on_event = [this](std::string type, const json& data) {
       std::lock_guard lock(mu_);
       events_.emplace_back(std::move(type), data);
     };
-    engine_ = std::make_unique<Engine>(*store_, eo);
+    auto world = testing::World::Create(std::move(wo));
+    ASSERT_TRUE(world.ok()) << world.status();
+    world_ = std::move(world).value();
+    store_ = &world_->store();
+    artifacts_ = world_->artifacts();
+    engine_ = &world_->engine();
+    checkpoint_dir_ = (*artifacts_).description().substr(6);
     service_ = std::make_unique<WorkerServiceImpl>(*engine_, WorkerServiceOptions{kToken, 10});
     auto server = GrpcServer::Start("127.0.0.1:0", service_.get());
     ASSERT_TRUE(server.ok()) << server.status();
@@ -249,10 +254,11 @@ class GrpcCheckpointsTest : public ::testing::Test {
   }
 
   testing::SqliteBackend db_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<store::ArtifactStore> artifacts_;
+  std::unique_ptr<testing::World> world_;
+  store::Store* store_ = nullptr;
+  store::ArtifactStore* artifacts_ = nullptr;
   std::string checkpoint_dir_;
-  std::unique_ptr<Engine> engine_;
+  Engine* engine_ = nullptr;
   std::unique_ptr<WorkerServiceImpl> service_;
   std::unique_ptr<GrpcServer> server_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
@@ -431,10 +437,7 @@ TEST_F(GrpcCheckpointsTest, AWorkerKilledMidUploadLeavesThePreviousCheckpointVal
     return false;
   };
   for (int i = 0; i < 600 && !upload_in_progress(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  std::ifstream in(log);
-  std::stringstream said;
-  said << in.rdbuf();
-  ASSERT_TRUE(upload_in_progress()) << "the child's upload never reached the server: " << said.str();
+  ASSERT_TRUE(upload_in_progress()) << "the child's upload never reached the server: " << testing::ReadFile(log);
   kill(child, SIGKILL);
   int status = 0;
   waitpid(child, &status, 0);

@@ -19,7 +19,7 @@
 #include "proto/grpc_status.h"
 #include "server/grpc/worker_service.h"
 #include "tests/event_log.h"
-#include "tests/store_backends.h"
+#include "testing/store_backends.h"
 
 namespace hpo::server {
 namespace {

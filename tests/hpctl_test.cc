@@ -3,9 +3,19 @@
 // (read back by Python's csv module), --quiet, and the completion scripts
 // run in a real bash (and zsh, where installed).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+#include <fstream>
+#include <sstream>
+#include <filesystem>
+#include <algorithm>
+#include <string>
+#include <vector>
 
 #include "common/http_client.h"
-#include "tests/server_process.h"
+#include "testing/files.h"
+#include "testing/server_process.h"
 
 namespace hpo {
 namespace {
@@ -35,8 +45,8 @@ class HpctlTest : public ::testing::Test {
   void SetUp() override {
     dir_ = ::testing::TempDir() + "/hpo-hpctl-" + std::to_string(getpid());
     std::filesystem::remove_all(dir_);
-    server_ = std::make_unique<testing::ServerProcess>(dir_, std::vector<std::string>{"--store", "sqlite://" + dir_ + "/hpo.db"});
-    ASSERT_TRUE(server_->Start()) << server_->Log();
+    server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, dir_, std::vector<std::string>{"--store", "sqlite://" + dir_ + "/hpo.db"});
+    ASSERT_TRUE(server_->Start().ok()) << server_->Log();
     addr_ = "--server 127.0.0.1:" + std::to_string(server_->http_port());
     spec_ = dir_ + "/spec.yaml";
     std::ofstream(spec_) << R"(
@@ -280,8 +290,7 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
 
   Out to_stdout = Hpctl(addr_ + " export 1 -o csv");
   ASSERT_EQ(to_stdout.code, 0) << to_stdout.text;
-  std::ifstream in(csv);
-  const std::string file_text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string file_text = testing::ReadFile(csv);
   EXPECT_EQ(to_stdout.text, file_text) << "stdout carries the data alone";
 
   Out js = Hpctl(addr_ + " export 1 -o json");

@@ -12,10 +12,16 @@
 #include <filesystem>
 #include <thread>
 #include <vector>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+#include <chrono>
+#include <string>
 
 #include "common/http_client.h"
 #include "tests/raw_http.h"
-#include "tests/server_process.h"
+#include "testing/server_process.h"
 
 namespace hpo {
 namespace {
@@ -43,8 +49,8 @@ class HttpServerTest : public ::testing::Test {
   void StartServer(std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"--store", "sqlite://" + dir_ + "/hpo.db"};
     args.insert(args.end(), extra.begin(), extra.end());
-    server_ = std::make_unique<testing::ServerProcess>(dir_, args);
-    ASSERT_TRUE(server_->Start()) << server_->Log();
+    server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, dir_, args);
+    ASSERT_TRUE(server_->Start().ok()) << server_->Log();
   }
   int Open() {
     const int fd = ConnectLoopback(server_->http_port());

@@ -9,11 +9,15 @@
 
 #include <string>
 #include <vector>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+#include <filesystem>
+#include <chrono>
 
 #include "common/http_client.h"
 #include "common/json_limits.h"
 #include "hpo/v1/worker.grpc.pb.h"
-#include "tests/server_process.h"
+#include "testing/server_process.h"
 
 namespace hpo {
 namespace {
@@ -87,6 +91,16 @@ TEST(ParseJsonTest, SyntaxErrorsSayWhereAndAreToldApart) {
   auto deep = ParseJsonIfJson(NestedArrays(100'000), "system.x");
   ASSERT_FALSE(deep.ok());
   EXPECT_EQ(deep.status().message(), "system.x: nested more than 32 levels deep");
+  // The form that keeps a bare word as the string it says.
+  auto kept = ParseJsonOrString("cuda:0", "system.device");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(*kept, "cuda:0");
+  auto parsed = ParseJsonOrString(R"("cuda:0")", "system.device");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(*parsed, "cuda:0");
+  EXPECT_EQ(ParseJsonOrString("4", "system.threads").value_or(nullptr), 4);
+  EXPECT_EQ(ParseJsonOrString(NestedArrays(100'000), "system.x").status().message(),
+            "system.x: nested more than 32 levels deep");
 }
 
 TEST(ParseJsonTest, SurrogatePairsAreOneCharacterAndLoneOnesAreRefused) {
@@ -123,9 +137,9 @@ class DeepJsonServerTest : public ::testing::Test {
   void SetUp() override {
     dir_ = ::testing::TempDir() + "/hpo-json-limits-" + std::to_string(getpid());
     fs::remove_all(dir_);
-    server_ = std::make_unique<testing::ServerProcess>(
+    server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, 
         dir_, std::vector<std::string>{"--token", kToken, "--store", "sqlite://" + dir_ + "/hpo.db"});
-    ASSERT_TRUE(server_->Start()) << server_->Log();
+    ASSERT_TRUE(server_->Start().ok()) << server_->Log();
   }
   void TearDown() override {
     server_.reset();

@@ -18,9 +18,21 @@
 #include <map>
 #include <optional>
 #include <regex>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+#include <fstream>
+#include <thread>
+#include <filesystem>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "common/http_client.h"
-#include "tests/server_process.h"
+#include "testing/files.h"
+#include "testing/server_process.h"
 
 namespace hpo {
 namespace {
@@ -47,12 +59,7 @@ bool PollUntil(const std::function<bool()>& done) {
   return PollUntil(Clock::now() + kPatience, done);
 }
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using hpo::testing::ReadFile;
 
 std::string UrlEncode(const std::string& s) {
   static const char* kHex = "0123456789ABCDEF";
@@ -126,7 +133,7 @@ class PrometheusProcess {
     return PollUntil([&] {
              if (Exited()) return true;
              std::smatch m;
-             const std::string log = Slurp(log_);
+             const std::string log = ReadFile(log_);
              if (port_ == 0 && std::regex_search(log, m, listening)) port_ = std::stoi(m[1]);
              if (port_ == 0) return false;
              auto ready = Get("/-/ready");
@@ -192,7 +199,7 @@ class PrometheusProcess {
     }
     return false;
   }
-  std::string Log() const { return Slurp(log_); }
+  std::string Log() const { return ReadFile(log_); }
 
  private:
   std::string dir_;
@@ -227,8 +234,8 @@ class PrometheusScrapeTest : public ::testing::Test {
   testing::ServerProcess& StartServer(const std::string& name, std::vector<std::string> args) {
     const std::string dir = dir_ + "/" + name;
     args.insert(args.end(), {"--store", "sqlite://" + dir + "/hpo.db", "--token", kToken});
-    servers_.push_back(std::make_unique<testing::ServerProcess>(dir, args));
-    EXPECT_TRUE(servers_.back()->Start()) << servers_.back()->Log();
+    servers_.push_back(std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, dir, args));
+    EXPECT_TRUE(servers_.back()->Start().ok()) << servers_.back()->Log();
     return *servers_.back();
   }
 

@@ -14,8 +14,9 @@
 #include "server/http/api.h"
 #include "server/http/dashboard.h"
 #include "server/http/http_status.h"
-#include "tests/store_backends.h"
-#include "tests/store_wrapper.h"
+#include "testing/store_backends.h"
+#include "testing/world.h"
+#include "testing/store_wrapper.h"
 
 namespace hpo::server {
 namespace {
@@ -53,17 +54,21 @@ executor: {client: {}}
 class RestApiTest : public ::testing::Test {
  protected:
   void Start(const std::string& token = "", const std::string& web_root = "") {
-    auto s = store::OpenStore(backend_.url());
-    ASSERT_TRUE(s.ok()) << s.status();
-    store_ = std::move(s).value();
-    counting_ = std::make_unique<CountingStore>(*store_);
-    EngineOptions eo;
-    eo.on_event = [this](std::string type, const json& data) { events_.Publish(std::move(type), data); };
-    engine_ = std::make_unique<Engine>(*counting_, eo);
-    ApiOptions ao;
-    ao.token = token;
-    ao.web_root = web_root;
-    api_ = std::make_unique<RestApi>(*engine_, events_, metrics_, ao);
+    testing::WorldOptions wo;
+    wo.store_url = backend_.url();
+    wo.wrap_store = [this](store::Store& s) {
+      auto counting = std::make_unique<CountingStore>(s);
+      counting_ = counting.get();
+      return std::unique_ptr<store::Store>(std::move(counting));
+    };
+    wo.api.token = token;
+    wo.api.web_root = web_root;
+    auto world = testing::World::Create(std::move(wo));
+    ASSERT_TRUE(world.ok()) << world.status();
+    world_ = std::move(world).value();
+    store_ = &world_->store();
+    engine_ = &world_->engine();
+    api_ = &world_->api();
     HttpServerOptions ho;
     ho.port = 0;
     ho.max_body_bytes = 64 << 10;
@@ -90,12 +95,11 @@ class RestApiTest : public ::testing::Test {
   }
 
   testing::SqliteBackend backend_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<CountingStore> counting_;
-  EventBus events_;
-  metrics::Registry metrics_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<RestApi> api_;
+  std::unique_ptr<testing::World> world_;
+  store::Store* store_ = nullptr;
+  CountingStore* counting_ = nullptr;  // between the store and the engine
+  Engine* engine_ = nullptr;
+  RestApi* api_ = nullptr;
   std::unique_ptr<HttpServer> server_;
   HttpClientOptions client_;
 };
@@ -131,7 +135,7 @@ TEST_F(RestApiTest, HostileRequestsGetA4xxNotACrash) {
             400);
   // Invented methods share one metrics label instead of adding one each.
   handle("FOO", "/api/v1/nope");
-  const std::string text = metrics_.Render();
+  const std::string text = world_->metrics().Render();
   EXPECT_EQ(text.find("method=\"FOO\""), std::string::npos);
   EXPECT_NE(text.find("method=\"other\""), std::string::npos);
 }
@@ -376,7 +380,7 @@ TEST_F(RestApiTest, EventsStreamTrialChangesLive) {
     });
     EXPECT_TRUE(s.ok()) << s;
   });
-  for (int i = 0; i < 100 && events_.subscribers() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (int i = 0; i < 100 && world_->events().subscribers() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CallJson("POST", "/api/v1/trials/" + tid + "/measurements", 200, R"({"step": 0, "metrics": {"loss": 0.5}})");
   CallJson("POST", "/api/v1/trials/" + tid + ":complete", 200, "{}");
   listener.join();
@@ -429,8 +433,8 @@ TEST_F(RestApiTest, DashboardFilesAndTheEventStreamOpenToABrowser) {
                                });
     EXPECT_TRUE(s.ok()) << s;
   });
-  for (int i = 0; i < 250 && events_.subscribers() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  events_.Publish("test.ping", json::object());
+  for (int i = 0; i < 250 && world_->events().subscribers() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  world_->events().Publish("test.ping", json::object());
   listener.join();
   EXPECT_TRUE(got);
   std::filesystem::remove_all(root);

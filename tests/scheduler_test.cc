@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "bench/objectives.h"
+#include "testing/objectives.h"
 #include "scheduler/offer.h"
 #include "scheduler/policy.h"
 #include "search/promotion.h"
@@ -471,7 +471,7 @@ TEST(Offer, TiedSpacesTakeTurnsThroughTheRankingsPick) {
   }
   search::Rng rng(1);
   const auto ranks =
-      search::RankSpaces({bench::Box("mlp", 2, 0, 1), bench::Box("cnn", 2, 0, 1)}, histories, {}, rng);
+      search::RankSpaces({testing::Box("mlp", 2, 0, 1), testing::Box("cnn", 2, 0, 1)}, histories, {}, rng);
   ASSERT_DOUBLE_EQ(ranks[0].share, ranks[1].share) << "an unexplored space ranks with the best explored one";
   in.shares = {ranks[0].share, ranks[1].share};
   in.workloads = {kMlp, kCnn};

@@ -2,7 +2,7 @@
 
 #include <numeric>
 
-#include "bench/objectives.h"
+#include "testing/objectives.h"
 #include "search/ranking.h"
 
 namespace hpo::search {
@@ -16,7 +16,7 @@ History Results(std::vector<double> values) {
   return h;
 }
 
-SearchSpace Box(int dims) { return bench::Box("s" + std::to_string(dims), dims, 0, 1); }
+SearchSpace Box(int dims) { return testing::Box("s" + std::to_string(dims), dims, 0, 1); }
 
 double ShareSum(const std::vector<SpaceRank>& r) {
   return std::accumulate(r.begin(), r.end(), 0.0, [](double a, const SpaceRank& x) { return a + x.share; });

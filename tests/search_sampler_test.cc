@@ -4,14 +4,14 @@
 
 #include <algorithm>
 
-#include "bench/objectives.h"
+#include "testing/objectives.h"
 #include "search/sampler.h"
 #include "search/tpe.h"
 
 namespace hpo::search {
 namespace {
 
-using bench::Objective;
+using testing::Objective;
 
 // Runs `trials` sequential suggestions; returns the best value found.
 double Optimize(Sampler& sampler, const Objective& obj, int trials, uint64_t seed) {
@@ -59,12 +59,12 @@ TEST_P(SamplerVsRandom, TpeBeatsRandomSearchOverManySeeds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Functions, SamplerVsRandom,
-                         ::testing::Values(bench::BraninObjective(), bench::Hartmann6(),
-                                           bench::Conditional()),
+                         ::testing::Values(testing::BraninObjective(), testing::Hartmann6(),
+                                           testing::Conditional()),
                          [](const auto& param_info) { return param_info.param.name; });
 
 TEST(TpeSampler, IsDeterministicForASeed) {
-  auto obj = bench::Conditional();
+  auto obj = testing::Conditional();
   auto s = MakeTpeSampler();
   Rng a(5), b(5);
   History h;
@@ -82,7 +82,7 @@ TEST(TpeSampler, IsDeterministicForASeed) {
 // the mean distance (in the unit cube) from each suggestion to its nearest
 // neighbour in the batch and to the nearest running trial.
 TEST(TpeSampler, BatchesAndRunningTrialsSpreadOut) {
-  auto obj = bench::BraninObjective();
+  auto obj = testing::BraninObjective();
   auto distance = [&](const Assignment& x, const Assignment& y) {
     double d2 = 0;
     for (int p = 0; p < obj.space.size(); ++p) {
@@ -136,7 +136,7 @@ TEST(TpeSampler, BatchesAndRunningTrialsSpreadOut) {
 TEST(TpeSampler, UsesPrunedTrialsPartialCurves) {
   // Only pruned trials, with curves that say low x is good: TPE must lean
   // towards low x instead of sampling uniformly.
-  search::SearchSpace s = bench::Box("x", 1, 0, 1);
+  search::SearchSpace s = testing::Box("x", 1, 0, 1);
   History h;
   Rng data(1);
   for (int t = 0; t < 40; ++t) {
@@ -156,7 +156,7 @@ TEST(TpeSampler, UsesPrunedTrialsPartialCurves) {
 // shared cap only lies were left in g(x), and TPE went back into the bad
 // region about half the time.
 TEST(TpeSampler, RunningTrialsDoNotCrowdOutRealBadResults) {
-  const search::SearchSpace s = bench::Box("x", 1, 0, 1);
+  const search::SearchSpace s = testing::Box("x", 1, 0, 1);
   TpeOptions o;
   o.max_bad_observations = 100;
   History h;

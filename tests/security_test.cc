@@ -11,11 +11,23 @@
 
 #include <future>
 #include <regex>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+#include <fstream>
+#include <filesystem>
+#include <chrono>
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "common/http_client.h"
 #include "hpo/v1/worker.grpc.pb.h"
-#include "tests/server_process.h"
-#include "tests/store_backends.h"
+#include "testing/files.h"
+#include "testing/server_process.h"
+#include "testing/store_backends.h"
 
 namespace hpo {
 namespace {
@@ -31,12 +43,7 @@ const char* kClientSpec = R"({"name": "sec", "objective": {"metric": "loss"},
   "spaces": [{"name": "main", "params": {"x": {"type": "float", "low": 0, "high": 1}}}],
   "budget": {"max_trials": 5, "max_parallel": 5, "steps_per_trial": 3}, "executor": {"client": {}}})";
 
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using hpo::testing::ReadFile;
 
 class SecurityTest : public ::testing::Test {
  protected:
@@ -64,8 +71,8 @@ class SecurityTest : public ::testing::Test {
       args.insert(args.end(), {"--store", "sqlite://" + dir_ + "/hpo.db"});
     }
     args.insert(args.end(), extra.begin(), extra.end());
-    server_ = std::make_unique<testing::ServerProcess>(dir_, args);
-    ASSERT_TRUE(server_->Start()) << server_->Log();
+    server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, dir_, args);
+    ASSERT_TRUE(server_->Start().ok()) << server_->Log();
   }
 
   HttpResult Call(const std::string& method, const std::string& target, const std::string& token,
@@ -233,7 +240,7 @@ TEST_F(SecurityTest, NeitherTheTokenNorTheDatabasePasswordIsLogged) {
   Call("GET", "/metrics", kToken);
   CallEveryRpc("Bearer wrong");
   CallEveryRpc(std::string("Bearer ") + kToken);
-  ASSERT_TRUE(WIFEXITED(server_->Kill(SIGTERM)));
+  ASSERT_TRUE(WIFEXITED(server_->Stop(SIGTERM)));
   const std::string log = server_->Log();
   EXPECT_NE(log.find("listening"), std::string::npos) << log;
   EXPECT_EQ(log.find(kToken), std::string::npos) << log;
@@ -241,8 +248,8 @@ TEST_F(SecurityTest, NeitherTheTokenNorTheDatabasePasswordIsLogged) {
 
   // A database that cannot be reached: the error names it, without the password.
   std::string unreachable = "postgresql://postgres:" + std::string(kPassword) + "@127.0.0.1:1/none";
-  testing::ServerProcess failing(dir_ + "/failing", {"--store", unreachable, "--token", kToken});
-  EXPECT_FALSE(failing.Start());
+  testing::ServerProcess failing(HPO_SERVER_BIN, dir_ + "/failing", {"--store", unreachable, "--token", kToken});
+  EXPECT_FALSE(failing.Start().ok());
   const std::string failed_log = failing.Log();
   EXPECT_NE(failed_log.find("127.0.0.1"), std::string::npos) << failed_log;
   EXPECT_EQ(failed_log.find(kPassword), std::string::npos) << failed_log;
@@ -431,10 +438,10 @@ TEST_F(SecurityTest, AWorkerSessionIsNeitherLoggedNorStored) {
   ASSERT_TRUE(stub->Lease(&lctx, lease, &lres).ok());
   const HttpResult workers = Call("GET", "/api/v1/workers", kToken);
   EXPECT_EQ(workers.body.find(session), std::string::npos);
-  ASSERT_TRUE(WIFEXITED(server_->Kill(SIGTERM)));
+  ASSERT_TRUE(WIFEXITED(server_->Stop(SIGTERM)));
   EXPECT_EQ(server_->Log().find(session), std::string::npos) << "the session was logged";
   for (const char* suffix : {"", "-wal"}) {
-    EXPECT_EQ(Slurp(dir_ + "/hpo.db" + suffix).find(session), std::string::npos) << "hpo.db" << suffix;
+    EXPECT_EQ(ReadFile(dir_ + "/hpo.db" + suffix).find(session), std::string::npos) << "hpo.db" << suffix;
   }
 }
 
@@ -460,7 +467,7 @@ TEST(SqlTest, StatementsTakeValuesOnlyAsBoundParameters) {
   for (const char* file : {"server/store/sql_store.cc", "server/store/sqlite_driver.cc",
                            "server/store/postgres_driver.cc", "server/store/store.cc",
                            "server/store/migrations.cc"}) {
-    const std::string text = Slurp(fs::path(HPO_SOURCE_DIR) / file);
+    const std::string text = ReadFile(fs::path(HPO_SOURCE_DIR) / file);
     ASSERT_FALSE(text.empty()) << file;
     for (const auto& m : SqlJoinedWithValues(text)) ADD_FAILURE() << file << ": SQL text joined with a value: " << m;
   }

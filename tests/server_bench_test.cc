@@ -10,9 +10,9 @@
 #include <map>
 #include <sstream>
 
-#include "bench/harness.h"
+#include "testing/harness.h"
 #include "server/store/store.h"
-#include "tests/store_backends.h"
+#include "testing/store_backends.h"
 
 namespace hpo {
 namespace {
@@ -37,10 +37,10 @@ class ServerBenchTest : public ::testing::Test {
     args.insert(args.begin(), HPO_SERVER_BENCH_BIN);
     args.insert(args.end(), {"--dir", dir_ + "/run"});
     const std::string log = dir_ + "/server_bench.log";
-    const pid_t pid = bench::Spawn(args, log);
-    const auto status = bench::WaitExit(pid, std::chrono::seconds(240));
-    if (!status) bench::KillAndReap(pid);
-    const std::string out = bench::ReadFile(log);
+    const pid_t pid = testing::Spawn(args, log);
+    const auto status = testing::WaitExit(pid, std::chrono::seconds(240));
+    if (!status) testing::KillAndReap(pid);
+    const std::string out = testing::ReadFile(log);
     EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << out;
     std::vector<Line> lines;
     std::istringstream in(out);
@@ -114,7 +114,7 @@ TEST_F(ServerBenchTest, PostgresPrintsEveryLineWithThePeers) {
   args.insert(args.end(), {"--stores", "postgresql"});
   // The peers need Debian's Optuna with psycopg2; without them the lines of
   // hpo-server are still checked.
-  const bool peers = bench::WaitExit(bench::Spawn({"/usr/bin/python3", "-c", "import optuna, psycopg2"},
+  const bool peers = testing::WaitExit(testing::Spawn({"/usr/bin/python3", "-c", "import optuna, psycopg2"},
                                                   dir_ + "/import.log"),
                                      std::chrono::seconds(60))
                          .value_or(1) == 0;

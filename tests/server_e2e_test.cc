@@ -5,11 +5,20 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+#include <fstream>
+#include <filesystem>
+#include <chrono>
+#include <string>
+#include <vector>
 
 #include "common/http_client.h"
 #include "hpo/v1/worker.grpc.pb.h"
-#include "tests/server_process.h"
-#include "tests/store_backends.h"
+#include "testing/server_process.h"
+#include "testing/store_backends.h"
 
 namespace hpo {
 namespace {
@@ -31,9 +40,9 @@ class ServerE2eTest : public ::testing::Test {
   void SetUp() override {
     dir_ = ::testing::TempDir() + "/hpo-e2e-" + std::to_string(getpid());
     std::filesystem::remove_all(dir_);
-    server_ = std::make_unique<testing::ServerProcess>(
+    server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, 
         dir_, std::vector<std::string>{"--store", "sqlite://" + dir_ + "/hpo.db", "--token", "tok"});
-    ASSERT_TRUE(server_->Start()) << server_->Log();
+    ASSERT_TRUE(server_->Start().ok()) << server_->Log();
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -143,11 +152,11 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
   }
 
   // Drain and restart: SIGTERM exits cleanly and the store keeps everything.
-  const int status = server_->Kill(SIGTERM);
+  const int status = server_->Stop(SIGTERM);
   ASSERT_TRUE(WIFEXITED(status)) << server_->Log();
   EXPECT_EQ(WEXITSTATUS(status), 0) << server_->Log();
   EXPECT_NE(server_->Log().find("draining"), std::string::npos);
-  ASSERT_TRUE(server_->Start()) << server_->Log();
+  ASSERT_TRUE(server_->Start().ok()) << server_->Log();
 
   // The worker carries on with its lease against the new process.
   EXPECT_EQ(report(inflight, 1), v1::DECISION_CONTINUE);
@@ -195,15 +204,15 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
 }
 
 TEST_F(ServerE2eTest, BadFlagsAndStoresFailWithOneLine) {
-  testing::ServerProcess bad(dir_ + "/bad", {"--store", "postgresql://u:pw@127.0.0.1:1/x?connect_timeout=2"});
-  EXPECT_FALSE(bad.Start());
+  testing::ServerProcess bad(HPO_SERVER_BIN, dir_ + "/bad", {"--store", "postgresql://u:pw@127.0.0.1:1/x?connect_timeout=2"});
+  EXPECT_FALSE(bad.Start().ok());
   const std::string log = bad.Log();
   EXPECT_NE(log.find("postgresql://u:***@127.0.0.1:1/x"), std::string::npos) << log;
   EXPECT_EQ(log.find(":pw@"), std::string::npos) << log;
   // The port the first server holds cannot be bound twice.
-  testing::ServerProcess clash(dir_ + "/clash", {"--store", "sqlite://" + dir_ + "/clash.db", "--http",
+  testing::ServerProcess clash(HPO_SERVER_BIN, dir_ + "/clash", {"--store", "sqlite://" + dir_ + "/clash.db", "--http",
                                                  "127.0.0.1:" + std::to_string(server_->http_port())});
-  EXPECT_FALSE(clash.Start());
+  EXPECT_FALSE(clash.Start().ok());
   EXPECT_NE(clash.Log().find("cannot listen on 127.0.0.1:" + std::to_string(server_->http_port())), std::string::npos)
       << clash.Log();
 }

@@ -13,10 +13,22 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <filesystem>
+#include <chrono>
+#include <algorithm>
+#include <string>
+#include <vector>
 
 #include "common/http_client.h"
-#include "tests/server_process.h"
-#include "tests/store_backends.h"
+#include "testing/files.h"
+#include "testing/server_process.h"
+#include "testing/store_backends.h"
 
 namespace hpo {
 namespace {
@@ -27,12 +39,7 @@ using Clock = std::chrono::steady_clock;
 constexpr int kTrials = 500;
 constexpr int kWorkersPerServer = 4;
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using hpo::testing::ReadFile;
 
 // The samples of one metric family in a /metrics page, by their label text
 // ({state="completed"} -> value).
@@ -81,16 +88,16 @@ class ServerReplicasTest : public ::testing::Test {
   std::string WorkerLogs() const {
     std::string out;
     for (size_t i = 0; i < workers_.size(); ++i) {
-      out += "--- worker " + std::to_string(i) + "\n" + Slurp(dir_ + "/worker-" + std::to_string(i) + ".log");
+      out += "--- worker " + std::to_string(i) + "\n" + ReadFile(dir_ + "/worker-" + std::to_string(i) + ".log");
     }
     return out;
   }
 
   void StartServers() {
     for (int i = 0; i < 2; ++i) {
-      servers_.push_back(std::make_unique<testing::ServerProcess>(
+      servers_.push_back(std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, 
           dir_ + "/server-" + std::to_string(i), std::vector<std::string>{"--store", db_->url()}));
-      ASSERT_TRUE(servers_.back()->Start()) << servers_.back()->Log();
+      ASSERT_TRUE(servers_.back()->Start().ok()) << servers_.back()->Log();
     }
   }
 
@@ -170,7 +177,7 @@ TEST_F(ServerReplicasTest, TwoServersOnOnePostgresqlRunEveryTrialExactlyOnce) {
   std::set<int> servers_that_ran;
   const std::regex started(R"(trial (\d+) \(experiment (\d+),)");
   for (size_t i = 0; i < 2 * kWorkersPerServer; ++i) {
-    const std::string log = Slurp(dir_ + "/worker-" + std::to_string(i) + ".log");
+    const std::string log = ReadFile(dir_ + "/worker-" + std::to_string(i) + ".log");
     for (std::sregex_iterator it(log.begin(), log.end(), started), end; it != end; ++it) {
       if (std::stoll((*it)[2]) != id) continue;
       ++runs[std::stoll((*it)[1])];

@@ -9,7 +9,8 @@
 #include <fstream>
 
 #include "server/store/migrations.h"
-#include "tests/store_backends.h"
+#include "testing/files.h"
+#include "testing/store_backends.h"
 
 namespace {
 
@@ -57,8 +58,7 @@ TEST(ServerStoreErrors, CorruptSqliteFileIsRefusedAndLeftAlone) {
   EXPECT_EQ(Lines(r.output), 1) << r.output;
   EXPECT_NE(r.output.find(b.url()), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("not a usable SQLite database"), std::string::npos) << r.output;
-  std::ifstream in(path);
-  std::string after((std::istreambuf_iterator<char>(in)), {});
+  const std::string after = hpo::testing::ReadFile(path);
   EXPECT_EQ(after, junk) << "the corrupt file was modified";
 }
 

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "server/store/store.h"
-#include "tests/store_backends.h"
+#include "testing/store_backends.h"
 
 namespace hpo::store {
 namespace {

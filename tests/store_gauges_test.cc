@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "server/store_gauges.h"
-#include "tests/store_backends.h"
+#include "testing/store_backends.h"
 
 namespace hpo::server {
 namespace {

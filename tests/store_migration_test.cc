@@ -6,7 +6,7 @@
 
 #include "server/store/migrations.h"
 #include "server/store/store.h"
-#include "tests/store_backends.h"
+#include "testing/store_backends.h"
 
 namespace hpo::store {
 namespace {

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "server/store/store.h"
-#include "tests/store_backends.h"
+#include "testing/store_backends.h"
 
 namespace hpo::store {
 namespace {

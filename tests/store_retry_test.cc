@@ -18,7 +18,7 @@
 #include <mutex>
 #include <thread>
 
-#include "tests/store_backends.h"
+#include "testing/store_backends.h"
 
 namespace hpo::store {
 namespace {

@@ -4,9 +4,20 @@
 // for gRPC (hpo-worker).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+#include <fstream>
+#include <thread>
+#include <filesystem>
+#include <chrono>
+#include <string>
+#include <vector>
 
 #include "common/http_client.h"
-#include "tests/server_process.h"
+#include "testing/files.h"
+#include "testing/server_process.h"
 
 namespace hpo {
 namespace {
@@ -14,12 +25,7 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using hpo::testing::ReadFile;
 
 // Runs argv to completion; its exit status, output in `log`.
 int RunToEnd(const std::vector<std::string>& argv, const std::string& log, int seconds = 60) {
@@ -46,7 +52,7 @@ class TlsTest : public ::testing::Test {
     const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
                             "-addext subjectAltName=IP:127.0.0.1 -keyout " + key_ + " -out " + cert_ +
                             " >" + dir_ + "/openssl.log 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << Slurp(dir_ + "/openssl.log");
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << ReadFile(dir_ + "/openssl.log");
   }
   void TearDown() override {
     server_.reset();
@@ -56,8 +62,8 @@ class TlsTest : public ::testing::Test {
   void StartServer(std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"--store", "sqlite://" + dir_ + "/hpo.db", "--tls-cert", cert_, "--tls-key", key_};
     args.insert(args.end(), extra.begin(), extra.end());
-    server_ = std::make_unique<testing::ServerProcess>(dir_ + "/server", args);
-    ASSERT_TRUE(server_->Start()) << server_->Log();
+    server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, dir_ + "/server", args);
+    ASSERT_TRUE(server_->Start().ok()) << server_->Log();
   }
   HttpClientOptions Https() const {
     HttpClientOptions o;
@@ -73,7 +79,7 @@ class TlsTest : public ::testing::Test {
     argv.insert(argv.end(), flags.begin(), flags.end());
     const std::string log = dir_ + "/refused.log";
     const int code = RunToEnd(argv, log, 20);
-    return {code, Slurp(log)};
+    return {code, ReadFile(log)};
   }
 
   std::string dir_, cert_, key_;
@@ -156,9 +162,9 @@ TEST_F(TlsTest, HpctlTalksHttpsWithTheCa) {
   StartServer();
   const std::string server = "https://127.0.0.1:" + std::to_string(server_->http_port());
   const std::string log = dir_ + "/hpctl.log";
-  EXPECT_EQ(RunToEnd({HPCTL_BIN, "--server", server, "--tls-ca", cert_, "list"}, log), 0) << Slurp(log);
+  EXPECT_EQ(RunToEnd({HPCTL_BIN, "--server", server, "--tls-ca", cert_, "list"}, log), 0) << ReadFile(log);
   EXPECT_NE(RunToEnd({HPCTL_BIN, "--server", server, "list"}, log), 0);
-  EXPECT_NE(Slurp(log).find("certificate"), std::string::npos) << Slurp(log);
+  EXPECT_NE(ReadFile(log).find("certificate"), std::string::npos) << ReadFile(log);
 }
 
 #ifdef HPO_WORKER_BIN
@@ -181,25 +187,25 @@ TEST_F(TlsTest, AWorkerWithTheCaCompletesTrialsOverTlsAndOneWithoutItStops) {
   std::vector<std::string> argv = common;
   argv.insert(argv.end(), {"--server", "https://" + grpc, "--max-trials", "1"});
   std::string log = dir_ + "/worker-untrusted.log";
-  EXPECT_EQ(RunToEnd(argv, log, 60), 1) << Slurp(log);
-  EXPECT_NE(Slurp(log).find("give the CA that signed it with --tls-ca"), std::string::npos) << Slurp(log);
+  EXPECT_EQ(RunToEnd(argv, log, 60), 1) << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("give the CA that signed it with --tls-ca"), std::string::npos) << ReadFile(log);
   // An unreadable CA file: refused before anything else.
   argv = common;
   argv.insert(argv.end(), {"--server", grpc, "--tls-ca", dir_ + "/nope.pem"});
   log = dir_ + "/worker-nofile.log";
-  EXPECT_EQ(RunToEnd(argv, log, 20), 1) << Slurp(log);
-  EXPECT_NE(Slurp(log).find("--tls-ca: cannot read '" + dir_ + "/nope.pem'"), std::string::npos) << Slurp(log);
+  EXPECT_EQ(RunToEnd(argv, log, 20), 1) << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("--tls-ca: cannot read '" + dir_ + "/nope.pem'"), std::string::npos) << ReadFile(log);
 
   // With the CA: both trials complete.
   argv = common;
   argv.insert(argv.end(), {"--server", grpc, "--tls-ca", cert_, "--max-trials", "2"});
   log = dir_ + "/worker.log";
-  ASSERT_EQ(RunToEnd(argv, log, 120), 0) << Slurp(log);
+  ASSERT_EQ(RunToEnd(argv, log, 120), 0) << ReadFile(log);
   auto trials = HttpRequestOnce(Https(), "GET", "/api/v1/experiments/1/trials");
   ASSERT_TRUE(trials.ok()) << trials.status();
   const json t = json::parse(trials->body)["trials"];
   ASSERT_EQ(t.size(), 2u) << trials->body;
-  for (const auto& trial : t) EXPECT_EQ(trial["state"], "completed") << trial.dump() << Slurp(log);
+  for (const auto& trial : t) EXPECT_EQ(trial["state"], "completed") << trial.dump() << ReadFile(log);
 }
 #endif
 

@@ -5,9 +5,19 @@
 #include <gtest/gtest.h>
 
 #include <thread>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+#include <fstream>
+#include <filesystem>
+#include <chrono>
+#include <string>
+#include <vector>
 
 #include "common/http_client.h"
-#include "tests/server_process.h"
+#include "testing/files.h"
+#include "testing/server_process.h"
 
 namespace hpo {
 namespace {
@@ -33,12 +43,7 @@ int WaitFor(pid_t pid, int seconds) {
   return -1;
 }
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using hpo::testing::ReadFile;
 
 class WorkerE2eTest : public ::testing::Test {
  protected:
@@ -66,8 +71,8 @@ class WorkerE2eTest : public ::testing::Test {
   void StartServer(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {"--store", "sqlite://" + dir_ + "/hpo.db"};
     args.insert(args.end(), extra.begin(), extra.end());
-    server_ = std::make_unique<testing::ServerProcess>(dir_, args);
-    ASSERT_TRUE(server_->Start()) << server_->Log();
+    server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, dir_, args);
+    ASSERT_TRUE(server_->Start().ok()) << server_->Log();
   }
   std::string Grpc() const { return "127.0.0.1:" + std::to_string(server_->grpc_port()); }
 
@@ -95,9 +100,9 @@ TEST_F(WorkerE2eTest, BuiltinTrainerRunsAnExperimentThroughTheServer) {
   const std::string log = dir_ + "/worker.log";
   const pid_t worker = StartWorker({"--server", Grpc(), "--max-trials", "2", "--labels", "pool=cpu,zone=a"}, log);
   const int status = WaitFor(worker, 120);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Slurp(log);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(log);
   json e = Get("/api/v1/experiments/" + std::to_string(id));
-  EXPECT_EQ(e["state"], "completed") << e.dump() << Slurp(log);
+  EXPECT_EQ(e["state"], "completed") << e.dump() << ReadFile(log);
   EXPECT_EQ(e["trials"]["completed"], 2);
   json best = Get("/api/v1/experiments/" + std::to_string(id) + "/best");
   EXPECT_GT(best["final_metrics"]["accuracy"].get<double>(), 0.5);
@@ -129,9 +134,9 @@ TEST_F(WorkerE2eTest, CommandExecutorRunsTheUsersProgram) {
   const std::string log = dir_ + "/worker.log";
   const pid_t worker = StartWorker({"--server", Grpc(), "--max-trials", "3"}, log);
   const int status = WaitFor(worker, 60);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Slurp(log);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(log);
   json e = Get("/api/v1/experiments/" + std::to_string(id));
-  EXPECT_EQ(e["state"], "completed") << e.dump() << Slurp(log);
+  EXPECT_EQ(e["state"], "completed") << e.dump() << ReadFile(log);
   json trials = Get("/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"];
   ASSERT_EQ(trials.size(), 3u);
   for (const auto& t : trials) {
@@ -144,11 +149,11 @@ TEST_F(WorkerE2eTest, AWorkerWaitsForItsServerAndFinishesItsTrialOnSigterm) {
   // Reserve a port for the server by starting and stopping one.
   StartServer();
   const uint16_t grpc_port = server_->grpc_port();
-  server_->Kill(SIGTERM);
+  server_->Stop(SIGTERM);
   const std::string log = dir_ + "/worker.log";
   const pid_t worker = StartWorker({"--server", "127.0.0.1:" + std::to_string(grpc_port)}, log);
   // Start the server only once the worker has found it missing.
-  for (int i = 0; i < 600 && Slurp(log).find("retrying") == std::string::npos; ++i) {
+  for (int i = 0; i < 600 && ReadFile(log).find("retrying") == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   StartServer({"--grpc", "127.0.0.1:" + std::to_string(grpc_port)});
@@ -166,8 +171,8 @@ TEST_F(WorkerE2eTest, AWorkerWaitsForItsServerAndFinishesItsTrialOnSigterm) {
   const int64_t completed_before = Get("/api/v1/experiments/" + std::to_string(id))["trials"]["completed"];
   kill(worker, SIGTERM);
   const int status = WaitFor(worker, 120);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Slurp(log);
-  const std::string out = Slurp(log);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(log);
+  const std::string out = ReadFile(log);
   EXPECT_NE(out.find("retrying"), std::string::npos) << out;
   json e = Get("/api/v1/experiments/" + std::to_string(id));
   EXPECT_EQ(e["trials"]["completed"], completed_before + 1)
@@ -205,7 +210,7 @@ TEST_F(WorkerE2eTest, PromotedTrialsResumeFromTheirCheckpointsOnRealWorkers) {
     kill(w, SIGTERM);
     WaitFor(w, 30);
   }
-  const std::string logs = Slurp(dir_ + "/worker-0.log") + Slurp(dir_ + "/worker-1.log");
+  const std::string logs = ReadFile(dir_ + "/worker-0.log") + ReadFile(dir_ + "/worker-1.log");
   ASSERT_EQ(e["state"], "completed") << e.dump() << logs;
   EXPECT_EQ(e["trials"]["total"], 6);
   EXPECT_EQ(e["trials"]["paused"], 0) << "paused trials end with the experiment";

@@ -16,13 +16,16 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+#include <filesystem>
 
 #include "common/http_client.h"
 #include "hpo/v1/worker.grpc.pb.h"
 #include "server/engine.h"
-#include "tests/server_process.h"
+#include "testing/server_process.h"
 #include "tests/event_log.h"
-#include "tests/store_backends.h"
+#include "testing/store_backends.h"
 
 namespace hpo {
 namespace {
@@ -280,10 +283,10 @@ class ServerLifecycleTest : public ::testing::Test {
   // timeout: a worker is gone after one unheard second.
   void StartServer(const std::string& retention_s) {
     server_.reset();
-    server_ = std::make_unique<testing::ServerProcess>(
+    server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, 
         dir_, std::vector<std::string>{"--store", backend_->url(), "--token", "tok", "--lease-timeout", "1",
                                        "--worker-gone-after", "1", "--worker-retention", retention_s});
-    ASSERT_TRUE(server_->Start()) << server_->Log();
+    ASSERT_TRUE(server_->Start().ok()) << server_->Log();
   }
   json Get(const std::string& path) {
     HttpClientOptions o;

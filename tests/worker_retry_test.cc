@@ -22,11 +22,15 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <unistd.h>
+#include <chrono>
+#include <string>
 
 #include "proto/grpc_status.h"
 #include "server/engine.h"
 #include "server/grpc/worker_service.h"
-#include "tests/server_process.h"
+#include "testing/files.h"
+#include "testing/server_process.h"
 
 namespace hpo::server {
 namespace {
@@ -93,12 +97,7 @@ class AbortingService final : public v1::WorkerService::Service {
   std::map<std::tuple<std::string, int64_t, int64_t>, int> calls_;  // GUARDED_BY(mu_)
 };
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using hpo::testing::ReadFile;
 
 constexpr int kSteps = 3;
 const char* kSpec = R"({"name": "retry", "objective": {"metric": "loss", "direction": "minimize"},
@@ -150,7 +149,7 @@ class WorkerRetryTest : public ::testing::Test {
       waitpid(pid, nullptr, 0);
       status = -1;
     }
-    log_ = Slurp(log);
+    log_ = ReadFile(log);
     return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
 

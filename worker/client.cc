@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "common/json_limits.h"
 #include "common/sha256.h"
 #include "hpo/v1/worker.grpc.pb.h"
 #include "proto/grpc_status.h"
@@ -27,10 +28,9 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-json ParseOrString(const std::string& s) {
-  json j = json::parse(s, nullptr, false);
-  return j.is_discarded() ? json(s) : j;
-}
+// The server sent these values within json_limits.h's limits; one beyond
+// them (an older server's) is kept as the string it came as.
+json ParseOrString(const std::string& s) { return ParseJsonOrString(s, "value").value_or(json(s)); }
 
 // A server certificate this worker does not trust will not become trusted
 // by asking again.

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/utf8.h"
 #include "worker/metric_line.h"
 
 namespace hpo::worker {
@@ -76,48 +77,6 @@ std::string SecondsText(int64_t ms) {
     text += "." + frac;
   }
   return text;
-}
-
-// Replaces every byte that is not part of valid UTF-8 with U+FFFD: the tail
-// travels in JSON and protobuf strings, which must be valid UTF-8.
-std::string ValidUtf8(std::string_view s) {
-  static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
-  std::string out;
-  out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      out.push_back(static_cast<char>(c));
-      ++i;
-      continue;
-    }
-    size_t len = 0;
-    uint32_t min = 0;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2, min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3, min = 0x800;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4, min = 0x10000;
-    }
-    bool ok = len != 0 && i + len <= s.size();
-    uint32_t cp = ok ? (c & (0x7Fu >> len)) : 0;
-    for (size_t k = 1; ok && k < len; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      ok = (cc & 0xC0) == 0x80;
-      cp = (cp << 6) | (cc & 0x3Fu);
-    }
-    ok = ok && cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-    if (ok) {
-      out.append(s.substr(i, len));
-      i += len;
-    } else {
-      out.append(kReplacement);
-      ++i;
-    }
-  }
-  return out;
 }
 
 // The last lines of output, bounded in lines and bytes.

@@ -111,8 +111,7 @@ Result<json> SystemToJson(const hpo::v1::SystemSetting& s, const std::string& wh
   for (const auto& [k, v] : s.values()) {
     // (A key too long is refused by the engine; here it only names the value.)
     const std::string field = what + "." + (k.size() > 64 ? k.substr(0, 64) + "..." : k);
-    HPO_ASSIGN_OR_RETURN(std::optional<json> parsed, ParseJsonIfJson(v, field));
-    out[k] = parsed ? std::move(*parsed) : json(v);
+    HPO_ASSIGN_OR_RETURN(out[k], ParseJsonOrString(v, field));
   }
   return out;
 }

@@ -54,6 +54,28 @@ class SqlRow {
 };
 using SqlRows = std::vector<SqlRow>;
 
+// Reads a row's columns in the order its SELECT names them, so that a
+// record reader lists fields rather than column numbers:
+//   SqlColumns in(row);
+//   in >> t.id >> t.name >> t.finished_ms;
+// A column of another type throws as SqlRow's accessors do; reading past the
+// last column throws std::out_of_range.
+class SqlColumns {
+ public:
+  explicit SqlColumns(const SqlRow& row) : row_(row) {}
+  SqlColumns& operator>>(int64_t& v) { return v = row_.Int(next_++), *this; }
+  SqlColumns& operator>>(int& v) { return v = static_cast<int>(row_.Int(next_++)), *this; }
+  SqlColumns& operator>>(double& v) { return v = row_.Real(next_++), *this; }
+  SqlColumns& operator>>(std::string& v) { return v = row_.Text(next_++), *this; }
+  SqlColumns& operator>>(std::optional<int64_t>& v) { return v = row_.OptInt(next_++), *this; }
+  // The next column as text, for a field parsed from it (a state's name).
+  std::string Text() { return row_.Text(next_++); }
+
+ private:
+  const SqlRow& row_;
+  size_t next_ = 0;
+};
+
 // One open connection. Not thread-safe: SqlStore hands each to one thread at
 // a time. SQL uses $1, $2, ... placeholders and two tokens the driver
 // rewrites for its dialect: {FOR_UPDATE} (row lock, or nothing where writes

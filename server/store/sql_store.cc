@@ -27,26 +27,11 @@ TrialState TrialStateOrThrow(const std::string& s) {
 
 TrialRecord ReadTrial(const SqlRow& r) {
   TrialRecord t;
-  t.id = r.Int(0);
-  t.experiment_id = r.Int(1);
-  t.space_id = r.OptInt(2);
-  t.number = r.Int(3);
-  t.params_json = r.Text(4);
-  t.system_params_json = r.Text(5);
-  t.state = TrialStateOrThrow(r.Text(6));
-  t.priority = r.Real(7);
-  t.attempt = static_cast<int>(r.Int(8));
-  t.lease_owner = r.Text(9);
-  t.lease_expires_ms = r.OptInt(10);
-  t.created_ms = r.Int(11);
-  t.started_ms = r.OptInt(12);
-  t.finished_ms = r.OptInt(13);
-  t.updated_ms = r.Int(14);
-  t.final_metrics_json = r.Text(15);
-  t.reason = r.Text(16);
-  t.level = static_cast<int>(r.Int(17));
-  t.stop_step = r.OptInt(18);
-  t.resume_step = r.Int(19);
+  SqlColumns in(r);
+  in >> t.id >> t.experiment_id >> t.space_id >> t.number >> t.params_json >> t.system_params_json;
+  t.state = TrialStateOrThrow(in.Text());
+  in >> t.priority >> t.attempt >> t.lease_owner >> t.lease_expires_ms >> t.created_ms >> t.started_ms >>
+      t.finished_ms >> t.updated_ms >> t.final_metrics_json >> t.reason >> t.level >> t.stop_step >> t.resume_step;
   return t;
 }
 
@@ -55,21 +40,20 @@ constexpr const char* kExperimentColumns =
 
 ExperimentRecord ReadExperiment(const SqlRow& r) {
   ExperimentRecord e;
-  e.id = r.Int(0);
-  e.name = r.Text(1);
-  e.spec_json = r.Text(2);
-  auto state = ParseExperimentState(r.Text(3));
-  if (!state.ok()) Throw(Status::DataLoss("stored experiment has unknown state '" + r.Text(3) + "'"));
+  SqlColumns in(r);
+  in >> e.id >> e.name >> e.spec_json;
+  const std::string state_name = in.Text();
+  auto state = ParseExperimentState(state_name);
+  if (!state.ok()) Throw(Status::DataLoss("stored experiment has unknown state '" + state_name + "'"));
   e.state = *state;
-  e.reason = r.Text(4);
-  e.created_ms = r.Int(5);
-  e.updated_ms = r.Int(6);
-  e.finished_ms = r.OptInt(7);
+  in >> e.reason >> e.created_ms >> e.updated_ms >> e.finished_ms;
   return e;
 }
 
 SearchSpaceRecord ReadSpace(const SqlRow& r) {
-  return SearchSpaceRecord{r.Int(0), r.Int(1), r.Text(2), r.Text(3)};
+  SearchSpaceRecord sp;
+  SqlColumns(r) >> sp.id >> sp.experiment_id >> sp.name >> sp.spec_json;
+  return sp;
 }
 
 std::string TrialName(Id id) { return "trial " + std::to_string(id); }
@@ -754,12 +738,8 @@ constexpr const char* kMeasurementColumns =
     "trial_id, step, metrics, samples_per_sec, system_setting, created_ms";
 MeasurementRecord ReadMeasurement(const SqlRow& r) {
   MeasurementRecord m;
-  m.trial_id = r.Int(0);
-  m.step = r.Int(1);
-  m.metrics_json = r.Text(2);
-  m.samples_per_sec = r.Real(3);
-  m.system_setting_json = r.Text(4);
-  m.created_ms = r.Int(5);
+  SqlColumns(r) >> m.trial_id >> m.step >> m.metrics_json >> m.samples_per_sec >> m.system_setting_json >>
+      m.created_ms;
   return m;
 }
 }  // namespace
@@ -844,17 +824,13 @@ Result<FinishResult> SqlStore::FinishTrial(Id trial_id, const std::string& owner
 namespace {
 DeviceRecord ReadDevice(const SqlRow& r) {
   DeviceRecord d;
-  d.id = r.Int(0);
-  d.worker_id = r.Int(1);
-  d.ordinal = static_cast<int>(r.Int(2));
-  auto kind = ParseDeviceKind(r.Text(3));
-  if (!kind.ok()) Throw(Status::DataLoss("stored device has unknown kind '" + r.Text(3) + "'"));
+  SqlColumns in(r);
+  in >> d.id >> d.worker_id >> d.ordinal;
+  const std::string kind_name = in.Text();
+  auto kind = ParseDeviceKind(kind_name);
+  if (!kind.ok()) Throw(Status::DataLoss("stored device has unknown kind '" + kind_name + "'"));
   d.kind = *kind;
-  d.name = r.Text(4);
-  d.device_class = r.Text(5);
-  d.cores = r.Real(6);
-  d.memory_bytes = r.Int(7);
-  d.benchmark_gflops = r.Real(8);
+  in >> d.name >> d.device_class >> d.cores >> d.memory_bytes >> d.benchmark_gflops;
   return d;
 }
 constexpr const char* kDeviceColumns =
@@ -936,7 +912,10 @@ namespace {
 constexpr const char* kWorkerColumns =
     "id, host, labels, registered_ms, last_seen_ms, session_hash, instance, gone_ms";
 WorkerRecord ReadWorker(const SqlRow& r) {
-  return WorkerRecord{r.Int(0), r.Text(1), r.Text(2), r.Int(3), r.Int(4), {}, r.Text(5), r.Text(6), r.OptInt(7)};
+  WorkerRecord w;  // its devices are read apart
+  SqlColumns(r) >> w.id >> w.host >> w.labels_json >> w.registered_ms >> w.last_seen_ms >> w.session_hash >>
+      w.instance >> w.gone_ms;
+  return w;
 }
 }  // namespace
 

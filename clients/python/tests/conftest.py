@@ -3,7 +3,7 @@
 It is started once per run on loopback with free ports (--http/--grpc
 127.0.0.1:0; it writes the ports it got to --port-file), a fresh SQLite file
 in a temporary directory, and a random token given in its environment, as
-tests/server_process.h does for the C++ tests. The binary is $HPO_SERVER_BIN
+testing/server_process.h does for the C++ tests. The binary is $HPO_SERVER_BIN
 (ctest passes it), else build/server/hpo-server of this checkout.
 
 The package is imported from this checkout (clients/python), not from an

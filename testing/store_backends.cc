@@ -1,4 +1,4 @@
-#include "tests/store_backends.h"
+#include "testing/store_backends.h"
 
 #include <pqxx/pqxx>
 #include <sqlite3.h>

@@ -28,61 +28,17 @@
 #include "common/status.h"
 #include "hpo/v1/worker.grpc.pb.h"
 #include "proto/grpc_status.h"
+#include "testing/files.h"
+#include "testing/process.h"
+#include "testing/server_process.h"
 
-namespace hpo::bench {
+namespace hpo::testing {
 
 using Clock = std::chrono::steady_clock;
 
 double MsSince(Clock::time_point start);
 // The q-quantile (0..1) of `v` (nearest rank); 0 for an empty vector.
 double Quantile(std::vector<double> v, double q);
-std::string ReadFile(const std::string& path);
-
-// Processes -----------------------------------------------------------------
-
-// Forks and execs argv[0]; stdout and stderr go to `log` (truncated).
-pid_t Spawn(const std::vector<std::string>& argv, const std::string& log);
-// Waits up to `timeout` for `pid` to exit; its wait status, or nullopt.
-std::optional<int> WaitExit(pid_t pid, std::chrono::milliseconds timeout);
-// SIGKILL and reap; nothing for pid <= 0.
-void KillAndReap(pid_t pid);
-// The peak resident set (VmHWM in /proc/PID/status) in MiB; 0 if unknown.
-double PeakRssMb(pid_t pid);
-// CPU seconds `pid` has used so far, user + system (utime + stime in
-// /proc/PID/stat); 0 if unknown. The difference of two readings is what a
-// process spent between them.
-double CpuSeconds(pid_t pid);
-// A port on 127.0.0.1 that was free a moment ago.
-uint16_t FreePort();
-
-// hpo-server as a process. The first Start binds free ports; every later
-// Start binds the same ones, so workers reconnect as they would to a
-// restarted server.
-class ServerProcess {
- public:
-  // `args` are passed after --http/--grpc/--port-file; logs go to `dir`.
-  ServerProcess(std::string binary, std::string dir, std::vector<std::string> args);
-  ~ServerProcess();  // SIGKILL
-
-  // Starts and waits (up to 30 s) until it listens.
-  Status Start();
-  // Sends `sig` and waits for the exit; returns the wait status.
-  int Stop(int sig);
-  bool running() const { return pid_ > 0; }
-  pid_t pid() const { return pid_; }
-  uint16_t http_port() const { return http_port_; }
-  std::string grpc_address() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
-  // The log of the current (or last) run.
-  std::string log_path() const { return log_; }
-
- private:
-  std::string binary_, dir_;
-  std::vector<std::string> args_;
-  std::string log_;
-  pid_t pid_ = -1;
-  int starts_ = 0;
-  uint16_t http_port_ = 0, grpc_port_ = 0;
-};
 
 // A PostgreSQL server of its own: initdb in a new /tmp/hpo-pg-XXXXXX (a
 // directory the postgres user can reach), on a free port of 127.0.0.1 with
@@ -312,4 +268,4 @@ class AskTellClients {
   AskTellStats stats_;  // GUARDED_BY(mu_)
 };
 
-}  // namespace hpo::bench
+}  // namespace hpo::testing

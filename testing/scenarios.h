@@ -17,7 +17,7 @@
 
 #include "common/status.h"
 
-namespace hpo::bench {
+namespace hpo::testing {
 
 struct Setup {
   std::string server_bin;
@@ -214,4 +214,4 @@ struct LoadResult {
 };
 Result<LoadResult> RunLoad(const Setup& setup, const LoadOptions& options);
 
-}  // namespace hpo::bench
+}  // namespace hpo::testing

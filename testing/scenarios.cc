@@ -1,4 +1,4 @@
-#include "bench/scenarios.h"
+#include "testing/scenarios.h"
 
 #include <signal.h>
 #include <spdlog/fmt/fmt.h>
@@ -14,11 +14,11 @@
 #include <set>
 #include <thread>
 
-#include "bench/harness.h"
+#include "testing/harness.h"
 #include "common/sha256.h"
 #include "server/store/artifact_store.h"
 
-namespace hpo::bench {
+namespace hpo::testing {
 namespace {
 
 using nlohmann::json;
@@ -995,4 +995,4 @@ Result<LoadResult> RunLoad(const Setup& setup, const LoadOptions& o) {
   return r;
 }
 
-}  // namespace hpo::bench
+}  // namespace hpo::testing

@@ -11,7 +11,7 @@
 
 #include "search/space.h"
 
-namespace hpo::bench {
+namespace hpo::testing {
 
 struct Objective {
   std::string name;
@@ -146,4 +146,4 @@ inline std::vector<Objective> AllObjectives() {
   return {BraninObjective(), Hartmann6(), Rosenbrock4(), Ackley5(), Levy5(), Conditional()};
 }
 
-}  // namespace hpo::bench
+}  // namespace hpo::testing

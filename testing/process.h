@@ -1,0 +1,35 @@
+// Child processes for tests, benches and fuzzers: spawn, wait, kill, and
+// what /proc says of them.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hpo::testing {
+
+// Forks and execs argv[0]; stdout and stderr go to `log` (truncated).
+// `in_child` runs in the child before the exec (e.g. to join a cgroup);
+// false makes the child exit 126. Without it the child only calls
+// async-signal-safe functions, as a multi-threaded parent's child must.
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log,
+            const std::function<bool()>& in_child = nullptr);
+// Waits up to `timeout` for `pid` to exit; its wait status, or nullopt.
+std::optional<int> WaitExit(pid_t pid, std::chrono::milliseconds timeout);
+// SIGKILL and reap; nothing for pid <= 0.
+void KillAndReap(pid_t pid);
+// The peak resident set (VmHWM in /proc/PID/status) in MiB; 0 if unknown.
+double PeakRssMb(pid_t pid);
+// CPU seconds `pid` has used so far, user + system (utime + stime in
+// /proc/PID/stat); 0 if unknown. The difference of two readings is what a
+// process spent between them.
+double CpuSeconds(pid_t pid);
+// A port on 127.0.0.1 that was free a moment ago.
+uint16_t FreePort();
+
+}  // namespace hpo::testing
