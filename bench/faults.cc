@@ -38,7 +38,7 @@ std::string Codes(const std::map<std::string, int64_t>& codes) {
 int main(int argc, char** argv) {
   CLI::App app{
       "bench/faults: kill workers, kill the server, restart PostgreSQL, pause workers, cut checkpoint uploads"};
-  std::string scenarios = "kill_worker,kill_server,restart_postgres,slow_worker,promotion";
+  std::string scenarios = "kill_worker,kill_server,kill_server_workers,restart_postgres,slow_worker,promotion";
   std::string stores = "sqlite,postgresql";
   std::string dir;
   Setup base;
@@ -48,12 +48,13 @@ int main(int argc, char** argv) {
 #endif
   WorkerKillOptions wk;
   ServerKillOptions sk;
+  ServerKillWorkersOptions skw;
   PostgresRestartOptions pr;
   SlowWorkerOptions sw;
   PromotionOptions po;
   int promotion_seconds = static_cast<int>(po.duration.count());
   app.add_option("--scenarios", scenarios, "comma-separated")->capture_default_str();
-  app.add_option("--stores", stores, "stores for kill_worker, kill_server, slow_worker, promotion")
+  app.add_option("--stores", stores, "stores for kill_worker, kill_server(_workers), slow_worker, promotion")
       ->capture_default_str();
   app.add_option("--dir", dir, "scratch directory (default: a new one under /tmp, removed on success)");
   app.add_option("--server-bin", base.server_bin)->capture_default_str();
@@ -62,7 +63,7 @@ int main(int argc, char** argv) {
   app.add_option("--workers", wk.workers, "hpo-worker processes in kill_worker")->capture_default_str();
   app.add_option("--lease-timeout", wk.lease_timeout_s, "seconds, for kill_worker, slow_worker and promotion")
       ->capture_default_str();
-  app.add_option("--server-kills", sk.kills)->capture_default_str();
+  app.add_option("--server-kills", sk.kills, "in kill_server and kill_server_workers")->capture_default_str();
   app.add_option("--pg-restarts", pr.restarts)->capture_default_str();
   app.add_option("--pauses", sw.pauses, "SIGSTOP/SIGCONT cycles in slow_worker")->capture_default_str();
   app.add_option("--promotion-kills", po.server_kills, "server kill -9s in promotion")->capture_default_str();
@@ -73,6 +74,7 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", base.verbose, "progress on stderr");
   CLI11_PARSE(app, argc, argv);
   sw.lease_timeout_s = wk.lease_timeout_s;
+  skw.kills = sk.kills;
   po.lease_timeout_s = wk.lease_timeout_s;
   po.duration = std::chrono::seconds(promotion_seconds);
 
@@ -149,6 +151,26 @@ int main(int argc, char** argv) {
     for (const auto& s : r->lost_samples) std::fprintf(stderr, "faults: lost: %s\n", s.c_str());
     std::fflush(stdout);
     survived = survived && r->lost_reports == 0 && r->acked_reports > 0;
+  }
+
+  for (const std::string& store : store_list) {
+    if (!wanted(scenarios, "kill_server_workers")) break;
+    auto setup = setup_for("kill_server_workers", store);
+    if (!setup.ok()) { fail(setup.status()); continue; }
+    auto r = KillServerWorkers(*setup, skw);
+    if (!r.ok()) { fail(r.status()); continue; }
+    std::printf(
+        "bench=faults scenario=kill_server_workers store=%s kills=%d workers=%d not_recovered=%d "
+        "trials_completed=%lld trials_failed=%lld restart_ms_p50=%.0f restart_ms_max=%.0f "
+        "worker_recovery_ms_p50=%.0f worker_recovery_ms_p99=%.0f worker_recovery_ms_max=%.0f "
+        "fleet_recovery_ms_p50=%.0f fleet_recovery_ms_p99=%.0f fleet_recovery_ms_max=%.0f\n",
+        store.c_str(), r->kills, skw.workers, r->not_recovered, (long long)r->trials_completed,
+        (long long)r->trials_failed, Quantile(r->restart_ms, 0.5), Quantile(r->restart_ms, 1),
+        Quantile(r->worker_recovery_ms, 0.5), Quantile(r->worker_recovery_ms, 0.99),
+        Quantile(r->worker_recovery_ms, 1), Quantile(r->fleet_recovery_ms, 0.5),
+        Quantile(r->fleet_recovery_ms, 0.99), Quantile(r->fleet_recovery_ms, 1));
+    std::fflush(stdout);
+    survived = survived && r->not_recovered == 0 && r->trials_failed == 0 && r->kills == skw.kills;
   }
 
   if (wanted(scenarios, "restart_postgres")) {

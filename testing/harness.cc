@@ -485,10 +485,13 @@ void SimFleet::Run(int index) {
         break;
       }
       Acked(trial, step, loss);
+      if (options_.on_report) options_.on_report(trial, lease.trial().attempt(), step, loss);
       if (res.decision() == v1::DECISION_PRUNE || res.decision() == v1::DECISION_CANCEL) ended = true;
     }
     if (ended || stop_) continue;
-    if (call("complete", [&] { return w.Complete(trial, loss_at(options_.steps - 1)); }).ok()) {
+    const double final_loss = loss_at(options_.steps - 1);
+    if (call("complete", [&] { return w.Complete(trial, final_loss); }).ok()) {
+      if (options_.on_complete) options_.on_complete(trial, final_loss);
       std::lock_guard lock(mu_);
       ++stats_.trials_completed;
     }

@@ -145,6 +145,11 @@ struct FleetOptions {
   // function of the trial's parameters (its Assignment as JSON) and the
   // step, so a model-based sampler has something to learn.
   std::function<double(const nlohmann::json& params, int64_t step)> objective;
+  // Called from a worker's thread as each Report and Complete is answered
+  // OK, so that a caller can record them where a kill -9 does not lose
+  // them (bench/soak writes them to a file as they come).
+  std::function<void(int64_t trial_id, int attempt, int64_t step, double loss)> on_report;
+  std::function<void(int64_t trial_id, double loss)> on_complete;
 };
 
 // What a fleet saw, added over its workers.

@@ -100,31 +100,46 @@ Result<json> Trials(uint16_t port, int64_t experiment, const std::string& query 
   return j["trials"];
 }
 
-// Checks every acknowledged report against the store: (lost, samples).
-Result<std::pair<int64_t, std::vector<std::string>>> CheckAcked(
-    uint16_t port, const std::map<int64_t, std::map<int64_t, double>>& acked) {
-  int64_t lost = 0;
-  std::vector<std::string> samples;
-  for (const auto& [trial, steps] : acked) {
+}  // namespace
+
+Result<AckCheck> CheckAcknowledged(uint16_t port, const std::map<int64_t, std::map<int64_t, double>>& reports,
+                                   const std::map<int64_t, double>& completions) {
+  AckCheck r;
+  auto same = [](double stored, double sent) { return std::abs(stored - sent) <= 1e-9 * std::max(1.0, std::abs(sent)); };
+  std::set<int64_t> trials;
+  for (const auto& [trial, steps] : reports) trials.insert(trial);
+  for (const auto& [trial, loss] : completions) trials.insert(trial);
+  for (const int64_t trial : trials) {
     HPO_ASSIGN_OR_RETURN(json t, GetTrial(port, trial));
-    std::map<int64_t, double> stored;
-    for (const auto& m : t["measurements"]) {
-      if (m["metrics"].contains("loss")) stored[m["step"].get<int64_t>()] = m["metrics"]["loss"].get<double>();
+    if (auto it = reports.find(trial); it != reports.end()) {
+      std::map<int64_t, double> stored;
+      for (const auto& m : t["measurements"]) {
+        if (m["metrics"].contains("loss")) stored[m["step"].get<int64_t>()] = m["metrics"]["loss"].get<double>();
+      }
+      for (const auto& [step, loss] : it->second) {
+        auto at = stored.find(step);
+        if (at != stored.end() && same(at->second, loss)) continue;
+        ++r.lost_reports;
+        if (r.samples.size() < 5) {
+          r.samples.push_back(fmt::format("trial {} step {}: sent {}, stored {}", trial, step, loss,
+                                          at == stored.end() ? std::string("nothing") : std::to_string(at->second)));
+        }
+      }
     }
-    for (const auto& [step, loss] : steps) {
-      auto it = stored.find(step);
-      if (it != stored.end() && std::abs(it->second - loss) <= 1e-9 * std::max(1.0, std::abs(loss))) continue;
-      ++lost;
-      if (samples.size() < 5) {
-        samples.push_back(fmt::format("trial {} step {}: sent {}, stored {}", trial, step, loss,
-                                      it == stored.end() ? std::string("nothing") : std::to_string(it->second)));
+    if (auto it = completions.find(trial); it != completions.end()) {
+      const json& final_metrics = t["final_metrics"];
+      const bool kept = t.value("state", "") == "completed" && final_metrics.is_object() &&
+                        final_metrics.contains("loss") && same(final_metrics["loss"].get<double>(), it->second);
+      if (kept) continue;
+      ++r.lost_completions;
+      if (r.samples.size() < 5) {
+        r.samples.push_back(fmt::format("trial {}: completed with {}, stored {} {}", trial, it->second,
+                                        t.value("state", ""), final_metrics.dump()));
       }
     }
   }
-  return std::make_pair(lost, samples);
+  return r;
 }
-
-}  // namespace
 
 // (a) -------------------------------------------------------------------------------
 
@@ -292,9 +307,106 @@ Result<ServerKillResult> KillServer(const Setup& setup, const ServerKillOptions&
   r.acked_reports = stats.acked_reports;
   r.trials_completed = stats.trials_completed;
   r.rpc_errors = stats.errors;
-  HPO_ASSIGN_OR_RETURN(auto lost, CheckAcked(server.http_port(), stats.acked));
-  r.lost_reports = lost.first;
-  r.lost_samples = lost.second;
+  HPO_ASSIGN_OR_RETURN(AckCheck lost, CheckAcknowledged(server.http_port(), stats.acked));
+  r.lost_reports = lost.lost_reports;
+  r.lost_samples = lost.samples;
+  return r;
+}
+
+// (b') ------------------------------------------------------------------------------
+
+Result<ServerKillWorkersResult> KillServerWorkers(const Setup& setup, const ServerKillWorkersOptions& o) {
+  if (setup.worker_bin.empty()) return Status::FailedPrecondition("KillServerWorkers needs hpo-worker");
+  // A long lease, as in KillServer: a restart must not cost a worker its
+  // lease, so the trials it runs through the kills complete.
+  ServerProcess server(setup.server_bin, setup.dir + "/server",
+                       {"--store", StoreUrl(setup), "--lease-timeout", "600"});
+  HPO_RETURN_IF_ERROR(server.Start());
+  HPO_ASSIGN_OR_RETURN(const int64_t id,
+                       CreateExperiment(server.http_port(), CommandSpec("kill-server-workers", 1'000'000, o.workers,
+                                                                        o.steps, o.step_ms / 1000.0)));
+  struct Alive : std::vector<pid_t> {
+    ~Alive() {
+      for (pid_t pid : *this) KillAndReap(pid);
+    }
+  } workers;
+  for (int i = 0; i < o.workers; ++i) {
+    workers.push_back(StartWorker(setup, server.grpc_address(), std::to_string(i), 500));
+  }
+  auto epoch_ms = [] {
+    return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  // By lease owner: the first report the store holds made at or after
+  // `since_ms` (by the server's clock, the same machine's).
+  auto first_reports = [&](int64_t since_ms) -> Result<std::map<std::string, int64_t>> {
+    HPO_ASSIGN_OR_RETURN(json trials, Trials(server.http_port(), id));
+    std::map<std::string, int64_t> first;
+    for (const auto& t : trials) {
+      const bool finished_since = t["finished_ms"].is_number() && t["finished_ms"].get<int64_t>() >= since_ms;
+      const bool current = t.value("state", "") == "running" || finished_since;
+      if (!current || !t["lease_owner"].is_string()) continue;
+      HPO_ASSIGN_OR_RETURN(json full, GetTrial(server.http_port(), t["id"].get<int64_t>()));
+      const std::string owner = t["lease_owner"].get<std::string>();
+      for (const auto& m : full["measurements"]) {
+        const int64_t at = m["created_ms"].is_number() ? m["created_ms"].get<int64_t>() : 0;
+        if (at < since_ms) continue;
+        auto [it, fresh] = first.emplace(owner, at);
+        if (!fresh) it->second = std::min(it->second, at);
+      }
+    }
+    return first;
+  };
+  // Waits until every worker has a report stored since `since_ms`; the
+  // times by owner, or fewer than o.workers entries after `timeout`.
+  auto wait_for_all = [&](int64_t since_ms, milliseconds timeout) -> Result<std::map<std::string, int64_t>> {
+    const auto until = Clock::now() + timeout;
+    for (;;) {
+      HPO_ASSIGN_OR_RETURN(auto first, first_reports(since_ms));
+      if (static_cast<int>(first.size()) >= o.workers || Clock::now() >= until) return first;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+  };
+
+  ServerKillWorkersResult r;
+  HPO_ASSIGN_OR_RETURN(auto started, wait_for_all(epoch_ms(), seconds(60)));
+  if (static_cast<int>(started.size()) < o.workers) {
+    return Status::DeadlineExceeded("not every worker reported within 60 s of the start; see " + setup.dir);
+  }
+  std::mt19937 rng(13);
+  for (int k = 0; k < o.kills; ++k) {
+    std::this_thread::sleep_for(milliseconds(
+        std::uniform_int_distribution<int64_t>(o.min_uptime.count(), o.max_uptime.count())(rng)));
+    const auto killed = Clock::now();
+    const int64_t killed_ms = epoch_ms();
+    server.Stop(SIGKILL);
+    HPO_RETURN_IF_ERROR(server.Start());
+    r.restart_ms.push_back(MsSince(killed));
+    ++r.kills;
+    HPO_ASSIGN_OR_RETURN(auto first, wait_for_all(killed_ms, seconds(30)));
+    double slowest = 0;
+    for (const auto& [owner, at] : first) {
+      r.worker_recovery_ms.push_back(static_cast<double>(at - killed_ms));
+      slowest = std::max(slowest, r.worker_recovery_ms.back());
+    }
+    if (static_cast<int>(first.size()) < o.workers) {
+      ++r.not_recovered;
+    } else {
+      r.fleet_recovery_ms.push_back(slowest);
+    }
+    Progress(setup, fmt::format("server kill {}: listening in {:.0f} ms, {} of {} workers reporting, the last "
+                                "after {:.0f} ms",
+                                r.kills, r.restart_ms.back(), first.size(), o.workers, slowest));
+  }
+  for (pid_t& pid : workers) {
+    KillAndReap(pid);
+  }
+  workers.clear();
+  HPO_ASSIGN_OR_RETURN(json trials, Trials(server.http_port(), id));
+  for (const auto& t : trials) {
+    const std::string state = t.value("state", "");
+    r.trials_completed += state == "completed";
+    r.trials_failed += state == "failed";
+  }
   return r;
 }
 
@@ -370,8 +482,8 @@ Result<PostgresRestartResult> RestartPostgres(const Setup& setup, const Postgres
   for (double ms : rs.latency_ms) r.max_rest_ms = std::max(r.max_rest_ms, ms);
   r.acked_reports = fs.acked_reports;
   if (r.server_survived) {
-    HPO_ASSIGN_OR_RETURN(auto lost, CheckAcked(server.http_port(), fs.acked));
-    r.lost_reports = lost.first;
+    HPO_ASSIGN_OR_RETURN(AckCheck lost, CheckAcknowledged(server.http_port(), fs.acked));
+    r.lost_reports = lost.lost_reports;
   }
   return r;
 }
@@ -894,9 +1006,9 @@ Result<PromotionResult> Promotion(const Setup& setup, const PromotionOptions& o)
   for (const auto& [trial, steps] : fleet.acked_) {
     for (const auto& [step, sent] : steps) acked[trial][step] = sent.first;
   }
-  HPO_ASSIGN_OR_RETURN(auto lost, CheckAcked(port, acked));
-  r.lost_reports = lost.first;
-  for (auto& s : lost.second) {
+  HPO_ASSIGN_OR_RETURN(AckCheck lost, CheckAcknowledged(port, acked));
+  r.lost_reports = lost.lost_reports;
+  for (auto& s : lost.samples) {
     if (r.samples.size() < 8) r.samples.push_back(s);
   }
   std::map<int64_t, json> by_id;

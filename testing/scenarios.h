@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -26,6 +27,17 @@ struct Setup {
   std::string store_url;   // empty: a fresh SQLite file in `dir`
   bool verbose = false;    // progress lines on stderr
 };
+
+// Checks what the server acknowledged against the store, over REST:
+// every report (trial -> step -> loss) must be stored with the value sent,
+// and every completion (trial -> final loss) must have left its trial
+// completed with that loss.
+struct AckCheck {
+  int64_t lost_reports = 0, lost_completions = 0;
+  std::vector<std::string> samples;  // the first few, described
+};
+Result<AckCheck> CheckAcknowledged(uint16_t port, const std::map<int64_t, std::map<int64_t, double>>& reports,
+                                   const std::map<int64_t, double>& completions = {});
 
 // (a) kill -9 a worker in the middle of a trial, `kills` times; a new
 // worker replaces each. Workers run a command whose steps sleep.
@@ -68,6 +80,29 @@ struct ServerKillResult {
   std::vector<double> recovery_ms;  // kill -> the first acknowledged report after it
 };
 Result<ServerKillResult> KillServer(const Setup& setup, const ServerKillOptions& options);
+
+// (b') the same kills, with real hpo-worker processes (issue #21): each runs
+// a command experiment whose steps take `step_ms`, so it reports about 20
+// times a second. For each kill, a worker's recovery is the time from the
+// kill until the server stored a report of it made after the kill; the
+// fleet's is the slowest worker's. At the end no trial may have failed: a
+// restart must not cost a trial.
+struct ServerKillWorkersOptions {
+  int kills = 20;
+  int workers = 3;
+  int steps = 20;  // per trial
+  int step_ms = 50;
+  std::chrono::milliseconds min_uptime{1000}, max_uptime{2000};  // between recovery and the next kill
+};
+struct ServerKillWorkersResult {
+  int kills = 0;
+  int not_recovered = 0;             // kills after which some worker reported nothing within 30 s
+  int64_t trials_completed = 0, trials_failed = 0;
+  std::vector<double> restart_ms;         // kill -> listening again
+  std::vector<double> worker_recovery_ms; // per worker and kill: kill -> its first report stored after it
+  std::vector<double> fleet_recovery_ms;  // per kill: the slowest worker's
+};
+Result<ServerKillWorkersResult> KillServerWorkers(const Setup& setup, const ServerKillWorkersOptions& options);
 
 // (c) stop and start a private PostgreSQL `restarts` times under load
 // (simulated workers and REST clients). Every call must return within

@@ -161,6 +161,10 @@ class PostgresConnection final : public SqlConnection {
         healthy_ = false;
         Throw(Status::Unavailable(display_ + ": " + OneLine(e.what())));
       }
+      // Class 53, insufficient resources (a full disk, memory, too many
+      // connections): the server may have room again later; the connection
+      // itself is fine.
+      if (state.rfind("53", 0) == 0) Throw(Status::Unavailable(display_ + ": " + OneLine(e.what())));
       Throw(Status::Internal(display_ + ": " + OneLine(e.what())));
     } catch (const pqxx::failure& e) {
       healthy_ = false;

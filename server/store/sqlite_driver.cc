@@ -28,7 +28,10 @@ Status SqliteStatus(sqlite3* db, int rc, std::string_view what, const std::strin
     case SQLITE_CORRUPT:
       return Status::DataLoss(msg + " (the file is not a usable SQLite database)");
     case SQLITE_FULL:
-      return Status::ResourceExhausted(msg);
+      // The disk is full: like an outage, the call may pass once space is
+      // back (UNAVAILABLE, HTTP 503 with Retry-After), and the transaction
+      // rolled back, so nothing of it is half written.
+      return Status::Unavailable(msg + " (the disk holding the store is full)");
     case SQLITE_CONSTRAINT:
       if (rc == SQLITE_CONSTRAINT_UNIQUE || rc == SQLITE_CONSTRAINT_PRIMARYKEY) {
         return Status::AlreadyExists(msg);

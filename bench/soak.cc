@@ -1,0 +1,522 @@
+// bench/soak: a chaos soak (issue #21). Simulated workers (in child
+// processes of this program, so that a worker can be killed or stopped)
+// and REST clients run against one hpo-server on a private PostgreSQL for
+// --minutes, while every 20-40 s one fault is injected at random:
+//
+//   kill_server       kill -9 of hpo-server, restarted on the same ports
+//   kill_worker       kill -9 of one worker process, a new one started
+//   restart_postgres  PostgreSQL stopped (fast) for 2 s, then started
+//   stop_worker       SIGSTOP of one worker process for its lease timeout
+//                     plus 2 s (its leases run out), then SIGCONT
+//
+// Each worker process writes every acknowledged report and completion to
+// its own file as it is answered, so a kill -9 loses none of the record.
+// At the end the workers are stopped, leases nobody holds are left to run
+// out (twice the lease timeout), and then:
+//
+//   - every acknowledged completion must have left its trial completed with
+//     the loss sent, and every acknowledged report of the attempt the store
+//     holds must be stored with its value. A report of an attempt whose
+//     lease then ran out (its worker killed or stopped) is dropped by the
+//     server by contract (the next attempt starts over); those count as
+//     `dropped_reports`, not lost.
+//   - no trial may still be leased (`stuck`): every owner is gone by then.
+//
+// Prints one line per fault (with -v, on stderr) and
+//
+//   bench=soak minutes=M store=postgresql workers=50 rest_clients=5 faults=F kill_server=A kill_worker=B
+//       restart_postgres=C stop_worker=D acked_reports=R acked_completions=K dropped_reports=X lost=0
+//       stuck=0 rpc_errors=... rest_errors=N server_rss_mb_start=S server_rss_mb_end=E server_fds_start=P
+//       server_fds_end=Q
+//
+// Then (--disk-seconds, 0 to skip) a separate phase on SQLite in a 32 MiB
+// tmpfs (mounting it needs root): the disk is filled while 10 simulated
+// workers run, and freed again. Every failed call while it is full must be
+// UNAVAILABLE or RESOURCE_EXHAUSTED, a REST write 503 or 507; reports must
+// be acknowledged again once space is back; nothing acknowledged is lost:
+//
+//   bench=soak_disk store=sqlite tmpfs_mb=32 seconds=S workers=10 rpc_errors_while_full=UNAVAILABLE:N
+//       unclean_rpc_errors=0 rest_write_while_full=503 recovered=1 recovery_ms=X ... lost=0 stuck=0
+//
+// The "start" figures are read 5 minutes in (or a sixth of a shorter run),
+// the "end" ones just before the workers stop; both of whichever server
+// process runs then (kill_server restarts it). Exits 1 when lost or stuck
+// is not 0.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/fmt/fmt.h>
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "bench/harness.h"
+#include "bench/scenarios.h"
+#include "common/http_client.h"
+
+namespace hpo::bench {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// A worker process: `workers` simulated workers until it is killed. Its
+// acknowledged calls go to `record` as lines "R trial attempt step loss"
+// and "C trial loss", each written (one write(2), O_APPEND) as it is
+// answered: in the kernel's hands before the next call, so kill -9 of this
+// process cannot lose a line.
+int RunChild(const std::string& address, int workers, int step_ms, int steps, const std::string& record) {
+  const int fd = ::open(record.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    std::perror(record.c_str());
+    return 2;
+  }
+  auto write_line = [fd](const std::string& line) {
+    // One write per line; O_APPEND keeps the threads' lines whole.
+    if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) std::abort();
+  };
+  FleetOptions fo;
+  fo.address = address;
+  fo.workers = workers;
+  fo.steps = steps;
+  fo.step_time = milliseconds(step_ms);
+  fo.heartbeat = true;
+  fo.deadline = milliseconds(10'000);
+  fo.on_report = [&](int64_t trial, int attempt, int64_t step, double loss) {
+    write_line(fmt::format("R {} {} {} {:.17g}\n", trial, attempt, step, loss));
+  };
+  fo.on_complete = [&](int64_t trial, double loss) { write_line(fmt::format("C {} {:.17g}\n", trial, loss)); };
+  SimFleet fleet(fo);
+  fleet.Start();
+  for (;;) std::this_thread::sleep_for(seconds(3600));  // until killed
+}
+
+double ProcStatusMb(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;  // kB
+  }
+  return 0;
+}
+
+int OpenFds(pid_t pid) {
+  std::error_code ec;
+  int n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
+
+struct Recorded {
+  // trial -> step -> (attempt, loss): the newest attempt's report of a step.
+  std::map<int64_t, std::map<int64_t, std::pair<int, double>>> reports;
+  std::map<int64_t, double> completions;
+  int64_t report_lines = 0;
+};
+
+Status ReadRecord(const std::string& path, Recorded& into) {
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream ss(line);
+    std::string kind;
+    int64_t trial = 0;
+    ss >> kind >> trial;
+    if (kind == "R") {
+      int attempt = 0;
+      int64_t step = 0;
+      double loss = 0;
+      ss >> attempt >> step >> loss;
+      if (!ss) return Status::DataLoss(path + ": a report line that does not parse: " + line);
+      auto& slot = into.reports[trial][step];
+      if (attempt >= slot.first) slot = {attempt, loss};
+      ++into.report_lines;
+    } else if (kind == "C") {
+      double loss = 0;
+      ss >> loss;
+      if (!ss) return Status::DataLoss(path + ": a completion line that does not parse: " + line);
+      into.completions[trial] = loss;
+    } else if (!line.empty()) {
+      return Status::DataLoss(path + ": an unknown line: " + line);
+    }
+  }
+  return Status::OK();
+}
+
+// Every trial of `experiment`, by id, a page at a time.
+Result<std::map<int64_t, json>> AllTrials(uint16_t port, int64_t experiment) {
+  std::map<int64_t, json> trials;
+  for (int64_t offset = 0;; offset += 1000) {
+    HPO_ASSIGN_OR_RETURN(json page, RestCall(port, "GET",
+                                             fmt::format("/api/v1/experiments/{}/trials?limit=1000&offset={}",
+                                                         experiment, offset)));
+    for (const auto& t : page["trials"]) trials[t["id"].get<int64_t>()] = t;
+    if (page["trials"].size() < 1000) return trials;
+  }
+}
+
+// Trials still leased: with every worker gone for twice the lease timeout,
+// none should be.
+int64_t Stuck(const std::map<int64_t, json>& trials) {
+  int64_t stuck = 0;
+  for (const auto& [id, t] : trials) {
+    const std::string state = t.value("state", "");
+    stuck += state == "leased" || state == "running";
+  }
+  return stuck;
+}
+
+// The reports the store must hold: those of the attempt it holds. A report
+// of an earlier attempt, or of a trial back in pending, went with a lease
+// that ran out: the server drops such an attempt's steps by contract.
+std::map<int64_t, std::map<int64_t, double>> Expected(const std::map<int64_t, json>& trials, const Recorded& rec,
+                                                      int64_t& dropped) {
+  std::map<int64_t, std::map<int64_t, double>> expected;
+  for (const auto& [trial, steps] : rec.reports) {
+    auto it = trials.find(trial);
+    const int attempt = it == trials.end() ? 0 : it->second.value("attempt", 0);
+    const bool requeued = it != trials.end() && it->second.value("state", "") == "pending";
+    for (const auto& [step, sent] : steps) {
+      if (requeued || sent.first < attempt) {
+        ++dropped;
+      } else {
+        expected[trial][step] = sent.second;
+      }
+    }
+  }
+  return expected;
+}
+
+json SoakSpec(int workers, int steps) {
+  return {{"name", "soak"},
+          {"objective", {{"metric", "loss"}}},
+          {"spaces",
+           {{{"name", "s"},
+             {"params",
+              {{"x", {{"type", "float"}, {"low", 0}, {"high", 1}}},
+               {"y", {{"type", "float"}, {"low", 1e-4}, {"high", 1}, {"log", true}}}}}}}},
+          {"algorithm", {{"sampler", "random"}, {"seed", 1}}},
+          {"early_stopping", {{"rule", "asha"}, {"type", "stop"}, {"min_resource", 1}, {"reduction_factor", 3}}},
+          {"budget", {{"max_trials", 10'000'000}, {"max_parallel", workers}, {"steps_per_trial", steps}}},
+          {"executor", {{"builtin", {{"trainer", "fashion-mnist-mlp"}}}}}};
+}
+
+struct SoakOptions {
+  int minutes = 30;
+  int workers = 50;
+  int workers_per_process = 5;
+  int rest_clients = 5;
+  int fault_min_s = 20, fault_max_s = 40;
+  int lease_timeout_s = 4;
+  int steps = 10;
+  int step_ms = 500;
+  int disk_seconds = 60;  // the full-disk phase on SQLite; 0: none
+  std::string dir;
+  std::string server_bin;
+  bool verbose = false;
+};
+
+Status Soak(const SoakOptions& o, const std::string& self) {
+  HPO_ASSIGN_OR_RETURN(auto pg, PostgresInstance::Create());
+  HPO_RETURN_IF_ERROR(pg->CreateDatabase("soak"));
+  ServerProcess server(o.server_bin, o.dir + "/server",
+                       {"--store", pg->Url("soak"), "--lease-timeout", std::to_string(o.lease_timeout_s)});
+  HPO_RETURN_IF_ERROR(server.Start());
+  HPO_ASSIGN_OR_RETURN(const int64_t experiment, CreateExperiment(server.http_port(), SoakSpec(o.workers, o.steps).dump()));
+
+  // Worker processes; each started one gets a record file of its own.
+  std::vector<pid_t> children;
+  std::vector<std::string> records;
+  auto spawn = [&](size_t slot) {
+    const std::string record = o.dir + "/acked-" + std::to_string(records.size()) + ".txt";
+    records.push_back(record);
+    const int n = std::min(o.workers_per_process, o.workers - static_cast<int>(slot) * o.workers_per_process);
+    children[slot] = Spawn({self, "--child", "--address", server.grpc_address(), "--workers", std::to_string(n),
+                            "--steps", std::to_string(o.steps), "--step-ms", std::to_string(o.step_ms), "--record",
+                            record},
+                           o.dir + "/worker-" + std::to_string(records.size() - 1) + ".log");
+  };
+  children.resize(static_cast<size_t>((o.workers + o.workers_per_process - 1) / o.workers_per_process));
+  for (size_t i = 0; i < children.size(); ++i) spawn(i);
+  struct Reaper {
+    std::vector<pid_t>& pids;
+    ~Reaper() {
+      for (pid_t pid : pids) {
+        ::kill(pid, SIGCONT);
+        KillAndReap(pid);
+      }
+    }
+  } reaper{children};
+
+  RestLoadOptions ro;
+  ro.port = server.http_port();
+  ro.clients = o.rest_clients;
+  ro.pause = milliseconds(200);
+  RestLoad rest(ro);
+  rest.Start();
+
+  std::mt19937 rng(21);
+  std::map<std::string, int> faults;
+  const auto start = Clock::now();
+  const auto end = start + std::chrono::minutes(o.minutes);
+  const auto warm = start + std::min<Clock::duration>(std::chrono::minutes(5), (end - start) / 6);
+  bool sampled_start = false;
+  double rss_start = 0, rss_end = 0;
+  int fds_start = 0, fds_end = 0;
+  auto next_fault = start + seconds(std::uniform_int_distribution<int>(o.fault_min_s, o.fault_max_s)(rng));
+  auto log = [&](const std::string& line) {
+    if (o.verbose) std::fprintf(stderr, "soak %6.0f s: %s\n", MsSince(start) / 1000.0, line.c_str());
+  };
+  while (Clock::now() < end) {
+    std::this_thread::sleep_for(milliseconds(200));
+    if (!sampled_start && Clock::now() >= warm) {
+      sampled_start = true;
+      rss_start = ProcStatusMb(server.pid(), "VmRSS");
+      fds_start = OpenFds(server.pid());
+      log(fmt::format("server rss {:.1f} MiB, {} open descriptors", rss_start, fds_start));
+    }
+    if (Clock::now() < next_fault) continue;
+    static const char* kKinds[] = {"kill_server", "kill_worker", "restart_postgres", "stop_worker"};
+    const std::string kind = kKinds[rng() % 4];
+    ++faults[kind];
+    const size_t slot = rng() % children.size();
+    if (kind == "kill_server") {
+      server.Stop(SIGKILL);
+      HPO_RETURN_IF_ERROR(server.Start());
+      log("kill -9 of the server; listening again");
+    } else if (kind == "kill_worker") {
+      KillAndReap(children[slot]);
+      spawn(slot);
+      log(fmt::format("kill -9 of worker process {}; a new one started", slot));
+    } else if (kind == "restart_postgres") {
+      HPO_RETURN_IF_ERROR(pg->Stop());
+      std::this_thread::sleep_for(seconds(2));
+      HPO_RETURN_IF_ERROR(pg->Start());
+      log("PostgreSQL stopped for 2 s and started");
+    } else {
+      ::kill(children[slot], SIGSTOP);
+      std::this_thread::sleep_for(seconds(o.lease_timeout_s + 2));
+      ::kill(children[slot], SIGCONT);
+      log(fmt::format("worker process {} stopped for {} s, past its lease", slot, o.lease_timeout_s + 2));
+    }
+    next_fault = Clock::now() + seconds(std::uniform_int_distribution<int>(o.fault_min_s, o.fault_max_s)(rng));
+  }
+  rss_end = ProcStatusMb(server.pid(), "VmRSS");
+  fds_end = OpenFds(server.pid());
+  for (pid_t& pid : children) {
+    KillAndReap(pid);
+    pid = -1;
+  }
+  rest.Stop();
+  log("workers stopped; waiting for the leases nobody holds to run out");
+  std::this_thread::sleep_for(seconds(2 * o.lease_timeout_s + 2));
+
+  Recorded rec;
+  for (const auto& path : records) HPO_RETURN_IF_ERROR(ReadRecord(path, rec));
+  HPO_ASSIGN_OR_RETURN(const auto trials, AllTrials(server.http_port(), experiment));
+  const int64_t stuck = Stuck(trials);
+  int64_t dropped = 0;
+  const auto expected = Expected(trials, rec, dropped);
+  log(fmt::format("checking {} reports of {} trials and {} completions against the store", rec.report_lines,
+                  rec.reports.size(), rec.completions.size()));
+  HPO_ASSIGN_OR_RETURN(AckCheck check, CheckAcknowledged(server.http_port(), expected, rec.completions));
+  for (const auto& s : check.samples) std::fprintf(stderr, "soak: lost: %s\n", s.c_str());
+  const RestStats rs = rest.Snapshot();
+  int total = 0;
+  for (const auto& [k, n] : faults) total += n;
+  const int64_t lost = check.lost_reports + check.lost_completions;
+  std::printf(
+      "bench=soak minutes=%d store=postgresql workers=%d rest_clients=%d faults=%d kill_server=%d kill_worker=%d "
+      "restart_postgres=%d stop_worker=%d acked_reports=%" PRId64 " acked_completions=%zu dropped_reports=%" PRId64
+      " lost=%" PRId64 " stuck=%" PRId64 " rest_calls=%" PRId64 " rest_errors=%" PRId64
+      " server_rss_mb_start=%.1f server_rss_mb_end=%.1f server_fds_start=%d server_fds_end=%d\n",
+      o.minutes, o.workers, o.rest_clients, total, faults["kill_server"], faults["kill_worker"],
+      faults["restart_postgres"], faults["stop_worker"], rec.report_lines, rec.completions.size(), dropped, lost,
+      stuck, rs.calls, rs.errors_total, rss_start, rss_end, fds_start, fds_end);
+  std::fflush(stdout);
+  if (lost != 0 || stuck != 0) return Status::Internal("lost or stuck work; logs in " + o.dir);
+  return Status::OK();
+}
+
+// The full-disk phase: hpo-server on SQLite in a small tmpfs, 10
+// simulated workers in this process. After a third of the phase the tmpfs
+// is filled to the last byte; a third later the filler goes. While it is
+// full, every failed call must be UNAVAILABLE or RESOURCE_EXHAUSTED (gRPC)
+// and a REST write 503 or 507; once space is back, reports must be
+// acknowledged again, and nothing acknowledged may be lost.
+Status DiskPhase(const SoakOptions& o) {
+  const std::string disk = o.dir + "/disk";
+  std::filesystem::create_directories(disk);
+  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=32m") != 0) {
+    std::printf("bench=soak_disk skipped=\"cannot mount a tmpfs (%s); run as root\"\n", std::strerror(errno));
+    return Status::OK();
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{disk};
+  const int workers = 10;
+  int64_t experiment = 0;
+  Recorded rec;
+  std::mutex rec_mu;
+  FleetStats before, full;
+  int rest_status_full = 0;
+  std::string rest_body_full;
+  bool recovered = false;
+  double recovery_ms = 0;
+  {
+    ServerProcess server(o.server_bin, o.dir + "/disk-server",
+                         {"--store", "sqlite://" + disk + "/hpo.db", "--lease-timeout", std::to_string(o.lease_timeout_s)});
+    HPO_RETURN_IF_ERROR(server.Start());
+    HPO_ASSIGN_OR_RETURN(experiment, CreateExperiment(server.http_port(), SoakSpec(workers, o.steps).dump()));
+    FleetOptions fo;
+    fo.address = server.grpc_address();
+    fo.workers = workers;
+    fo.steps = o.steps;
+    fo.step_time = milliseconds(o.step_ms);
+    fo.heartbeat = true;
+    fo.on_report = [&](int64_t trial, int attempt, int64_t step, double loss) {
+      std::lock_guard lock(rec_mu);
+      auto& slot = rec.reports[trial][step];
+      if (attempt >= slot.first) slot = {attempt, loss};
+      ++rec.report_lines;
+    };
+    fo.on_complete = [&](int64_t trial, double loss) {
+      std::lock_guard lock(rec_mu);
+      rec.completions[trial] = loss;
+    };
+    SimFleet fleet(fo);
+    fleet.Start();
+    const auto third = milliseconds(o.disk_seconds * 1000 / 3);
+    std::this_thread::sleep_for(third);
+    before = fleet.Snapshot();
+    {
+      // Fill the tmpfs: 1 MiB writes, then smaller ones, until none fits.
+      const std::string filler = disk + "/filler";
+      const int fd = ::open(filler.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) return Status::Internal(filler + ": " + std::strerror(errno));
+      std::string block(size_t{1} << 20, 'x');
+      for (size_t n = block.size(); n > 0;) {
+        if (::write(fd, block.data(), n) < 0) n /= 2;
+      }
+      ::close(fd);
+      std::this_thread::sleep_for(third / 2);
+      // A REST write while the disk is full.
+      HttpClientOptions ho;
+      ho.port = server.http_port();
+      auto r = HttpRequestOnce(ho, "POST", "/api/v1/experiments", SoakSpec(workers, o.steps).dump());
+      if (r.ok()) {
+        rest_status_full = r->status;
+        rest_body_full = r->body.substr(0, 200);
+      }
+      std::this_thread::sleep_for(third / 2);
+      full = fleet.Snapshot();
+      std::filesystem::remove(filler);
+    }
+    const auto freed = Clock::now();
+    recovered = fleet.WaitForReportAfter(freed, seconds(30));
+    recovery_ms = MsSince(freed);
+    std::this_thread::sleep_for(third);
+    fleet.Stop();
+    std::this_thread::sleep_for(seconds(2 * o.lease_timeout_s + 2));
+    HPO_ASSIGN_OR_RETURN(const auto trials, AllTrials(server.http_port(), experiment));
+    int64_t dropped = 0;
+    const auto expected = Expected(trials, rec, dropped);
+    HPO_ASSIGN_OR_RETURN(AckCheck check, CheckAcknowledged(server.http_port(), expected, rec.completions));
+    for (const auto& s : check.samples) std::fprintf(stderr, "soak: disk phase: lost: %s\n", s.c_str());
+    std::map<std::string, int64_t> errors_full;
+    int64_t unclean = 0;
+    for (const auto& [code, n] : full.errors) {
+      const int64_t during = n - (before.errors.count(code) ? before.errors.at(code) : 0);
+      if (during <= 0) continue;
+      errors_full[code] = during;
+      if (code != "UNAVAILABLE" && code != "RESOURCE_EXHAUSTED") unclean += during;
+    }
+    std::string codes;
+    for (const auto& [code, n] : errors_full) codes += (codes.empty() ? "" : ",") + code + ":" + std::to_string(n);
+    const bool rest_clean = rest_status_full == 503 || rest_status_full == 507;
+    const int64_t lost = check.lost_reports + check.lost_completions;
+    const int64_t stuck = Stuck(trials);
+    std::printf(
+        "bench=soak_disk store=sqlite tmpfs_mb=32 seconds=%d workers=%d rpc_errors_while_full=%s unclean_rpc_errors=%" PRId64
+        " rest_write_while_full=%d recovered=%d recovery_ms=%.0f acked_reports=%" PRId64 " acked_completions=%zu "
+        "dropped_reports=%" PRId64 " lost=%" PRId64 " stuck=%" PRId64 "\n",
+        o.disk_seconds, workers, codes.empty() ? "none" : codes.c_str(), unclean, rest_status_full,
+        recovered ? 1 : 0, recovery_ms, rec.report_lines, rec.completions.size(), dropped, lost, stuck);
+    if (!rest_clean) std::fprintf(stderr, "soak: disk phase: REST write while full: %d %s\n", rest_status_full,
+                                  rest_body_full.c_str());
+    std::fflush(stdout);
+    server.Stop(SIGTERM);
+    if (lost != 0 || stuck != 0 || unclean != 0 || !rest_clean || !recovered) {
+      return Status::Internal("the full-disk phase failed its checks; logs in " + o.dir);
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+}  // namespace hpo::bench
+
+int main(int argc, char** argv) {
+  using namespace hpo::bench;
+  CLI::App app{"bench/soak: faults at random under load, then a check that nothing acknowledged was lost"};
+  SoakOptions o;
+  o.server_bin = HPO_SERVER_BIN;
+  bool child = false;
+  std::string address, record;
+  app.add_option("--minutes", o.minutes)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--workers", o.workers, "simulated workers")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--workers-per-process", o.workers_per_process,
+                 "simulated workers per process (a kill or stop takes one process)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--rest-clients", o.rest_clients)->capture_default_str();
+  app.add_option("--fault-min-s", o.fault_min_s, "shortest time between faults")->capture_default_str();
+  app.add_option("--fault-max-s", o.fault_max_s, "longest time between faults")->capture_default_str();
+  app.add_option("--lease-timeout", o.lease_timeout_s, "seconds")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--steps", o.steps, "reports per trial")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--step-ms", o.step_ms, "time a simulated step takes")->capture_default_str();
+  app.add_option("--disk-seconds", o.disk_seconds, "the full-disk phase on SQLite after the soak; 0: none")
+      ->capture_default_str();
+  app.add_option("--dir", o.dir, "scratch directory (default: a new one under /tmp, removed on success)");
+  app.add_option("--server-bin", o.server_bin)->capture_default_str();
+  app.add_flag("-v,--verbose", o.verbose, "one line per fault on stderr");
+  // The worker processes this program starts run it again with these.
+  app.add_flag("--child", child)->group("");
+  app.add_option("--address", address)->group("");
+  app.add_option("--record", record)->group("");
+  CLI11_PARSE(app, argc, argv);
+  if (child) return RunChild(address, o.workers, o.step_ms, o.steps, record);
+  if (o.fault_min_s < 1 || o.fault_max_s < o.fault_min_s) {
+    std::fprintf(stderr, "soak: --fault-min-s must be at least 1 and at most --fault-max-s\n");
+    return 2;
+  }
+  const bool own_dir = o.dir.empty();
+  if (own_dir) {
+    char tmpl[] = "/tmp/hpo-soak-XXXXXX";
+    o.dir = mkdtemp(tmpl);
+  }
+  std::filesystem::create_directories(o.dir);
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  hpo::Status s = Soak(o, self);
+  if (s.ok() && o.disk_seconds > 0) s = DiskPhase(o);
+  if (!s.ok()) {
+    std::fprintf(stderr, "soak: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  if (own_dir) std::filesystem::remove_all(o.dir);
+  return 0;
+}
