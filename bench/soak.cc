@@ -61,12 +61,16 @@
 #include <sstream>
 #include <thread>
 
-#include "bench/harness.h"
-#include "bench/scenarios.h"
+#include "testing/harness.h"
+#include "testing/process.h"
+#include "testing/scenarios.h"
+#include "testing/server_process.h"
 #include "common/http_client.h"
 
 namespace hpo::bench {
 namespace {
+
+using namespace hpo::testing;
 
 using nlohmann::json;
 using std::chrono::milliseconds;

@@ -49,8 +49,19 @@ Result<std::optional<Assignment>> Engine::Lease(Id worker_id, Id device_id) {
     // experiment's next trial: then plan again (without new trials, which
     // nobody waits for).
     bool without_new = false;
-    for (int attempt = 0; attempt < 3; ++attempt) {
+    for (int attempt = 0; attempt < 4; ++attempt) {
       HPO_ASSIGN_OR_RETURN(LeasePlan plan, PlanLease(e, *c, device_id, asked, without_new));
+      if (!plan.decision.run && without_new) {
+        // Another lease is making this experiment's next trial and nothing
+        // else is left: wait until it is made (a suggestion takes
+        // milliseconds) and plan again with new trials, rather than send
+        // this device away for a retry-after of a second. Each device
+        // idled that second when a fleet leased at once, as it does after
+        // a server restart (issue #21: bench/faults kill_server_workers).
+        { std::lock_guard made(c->replenish_mu); }
+        without_new = false;
+        continue;
+      }
       if (!plan.decision.run) break;
       HPO_ASSIGN_OR_RETURN(Applied applied, ApplyPlan(e, *c, plan, worker_id, device_id));
       if (applied.busy_making_new) without_new = true;
