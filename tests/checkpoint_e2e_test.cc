@@ -19,7 +19,7 @@
 #include <mutex>
 #include <sstream>
 
-#include "server/engine.h"
+#include "server/engine/engine.h"
 #include "proto/grpc_status.h"
 #include "server/grpc/worker_service.h"
 #include "tests/server_process.h"

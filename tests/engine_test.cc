@@ -12,7 +12,7 @@
 #include <set>
 #include <thread>
 
-#include "server/engine.h"
+#include "server/engine/engine.h"
 #include "tests/store_backends.h"
 #include "tests/store_wrapper.h"
 

@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "common/sha256.h"
-#include "server/engine.h"
+#include "server/engine/engine.h"
 #include "server/grpc/worker_service.h"
 #include "tests/server_process.h"
 #include "tests/store_backends.h"

@@ -19,7 +19,7 @@
 
 #include "common/http_client.h"
 #include "hpo/v1/worker.grpc.pb.h"
-#include "server/engine.h"
+#include "server/engine/engine.h"
 #include "tests/server_process.h"
 #include "tests/event_log.h"
 #include "tests/store_backends.h"

@@ -24,7 +24,7 @@
 #include <thread>
 
 #include "proto/grpc_status.h"
-#include "server/engine.h"
+#include "server/engine/engine.h"
 #include "server/grpc/worker_service.h"
 #include "tests/server_process.h"
 

@@ -8,7 +8,7 @@
 
 #include "scheduler/offer.h"
 #include "search/ranking.h"
-#include "server/engine.h"
+#include "server/engine/engine.h"
 
 namespace hpo::server {
 

@@ -20,7 +20,7 @@
 
 #include "common/status.h"
 #include "hpo/v1/worker.grpc.pb.h"
-#include "server/engine.h"
+#include "server/engine/engine.h"
 
 namespace hpo::server {
 
@@ -37,7 +37,7 @@ struct WorkerServiceOptions {
 
 // The worker protocol's server side: each RPC translates its request for
 // the Engine (which validates, authenticates the worker's session and keeps
-// every limit; see server/engine.h) and the answer back. Beyond that:
+// every limit; see server/engine/engine.h) and the answer back. Beyond that:
 //  Register:  returns the worker's id, its device ids in request order and
 //             its session secret.
 //  Lease:     a trial with everything needed to run it, or retry_after_ms.

@@ -1,4 +1,4 @@
-#include "server/engine.h"
+#include "server/engine/engine.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>

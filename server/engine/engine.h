@@ -39,8 +39,8 @@
 #include "scheduler/speed_model.h"
 #include "server/engine/fleet_view.h"
 #include "server/engine/trial_view.h"
-#include "server/metrics.h"
-#include "server/spec.h"
+#include "server/metrics/metrics.h"
+#include "server/spec/spec.h"
 #include "server/store/artifact_store.h"
 #include "server/store/store.h"
 
@@ -319,7 +319,7 @@ class Engine {
   Status Complete(const WorkerCaller& caller, store::Id trial_id, bool failed, const nlohmann::json& final_metrics,
                   const std::string& reason, const std::string& log_tail);
 
-  // Checkpoints (promotion-type early stopping; server/engine_checkpoints.cc).
+  // Checkpoints (promotion-type early stopping; server/engine/engine_checkpoints.cc).
   // Each is a worker's call about a trial whose lease it holds (leased or
   // running under WorkerOwner(worker)); a trial it does not hold is
   // FailedPrecondition naming the trial and what it is now.
