@@ -86,7 +86,7 @@ class LeaseScript final : public v1::WorkerService::Service {
     if (!trial.ok()) return ToGrpcStatus(trial.status());
     auto spec = engine_.Spec(experiment_);
     if (!spec.ok()) return ToGrpcStatus(spec.status());
-    return ToGrpcStatus(FillTrial(Assignment{*trial, *spec, "a"}, *res->mutable_trial()));
+    return ToGrpcStatus(FillTrial(server::Lease{*trial, *spec, "a"}, *res->mutable_trial()));
   }
 
   // The rest is the real service's.

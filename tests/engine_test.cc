@@ -107,12 +107,12 @@ class EngineTest : public ::testing::Test {
     return {{r->worker.id, r->session}, r->worker.devices.at(0).id, Engine::WorkerOwner(r->worker.id)};
   }
   TestWorker AddWorker(const std::string& host) { return AddWorker(*engine_, host); }
-  Result<std::optional<Assignment>> LeaseFor(const TestWorker& w) {
+  Result<std::optional<Lease>> LeaseFor(const TestWorker& w) {
     return engine_->LeaseForWorker(w.caller, w.device);
   }
 
   // Runs one leased trial to its end; returns the decision that ended it.
-  Decision RunTrial(const Assignment& a, const std::string& owner, int steps = 4) {
+  Decision RunTrial(const Lease& a, const std::string& owner, int steps = 4) {
     const json params = json::parse(a.trial.params_json);
     for (int step = 0; step < steps; ++step) {
       TrialReport r{a.trial.id, owner, step, {{"loss", Loss(params, step)}}, 500, {{"threads", 2}}, std::nullopt};
@@ -228,7 +228,7 @@ TEST_F(EngineTest, CachedHistoryDecidesAndSuggestsAsReadingEverything) {
         for (int step = 0; step < 4; ++step) {
           for (size_t i = 0; i < batch->size(); ++i) {
             if (!live[i]) continue;
-            const Assignment& a = (*batch)[i];
+            const Lease& a = (*batch)[i];
             const json params = json::parse(a.trial.params_json);
             auto d = engine.Report({a.trial.id, Engine::kClientOwner, step, {{"loss", Loss(params, step)}}, 0,
                                     json::object(), std::nullopt});
@@ -423,7 +423,7 @@ TEST_F(EngineTest, CoTunesThreadsInsideTrialsAndRemembersTheWinnerPerDeviceClass
     const int t = system["threads"];
     return t == 2 ? 3000.0 : t == 1 ? 1800.0 : t == 3 ? 2400.0 : 2000.0;
   };
-  auto run = [&](const Assignment& a) {
+  auto run = [&](const Lease& a) {
     json system = json::parse(a.trial.system_params_json);
     const json first = system;
     const std::string owner = worker.owner;
@@ -730,7 +730,7 @@ TEST_F(EngineTest, ALeaseDoesNotWaitForAnotherLeaseMakingATrial) {
   ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
   stalled.Arm();
   // Worker 1's lease makes a new trial (there is nothing else) and stalls in the store.
-  std::optional<Result<std::optional<Assignment>>> a1;
+  std::optional<Result<std::optional<Lease>>> a1;
   std::thread worker1([&] { a1 = engine.LeaseForWorker(one.caller, one.device); });
   const bool stalled_making = stalled.WaitUntilStalled(std::chrono::seconds(30));
   // Meanwhile the first trial comes to wait for a device: its lease expired.
@@ -762,7 +762,7 @@ TEST_F(EngineTest, DevicesAskingAtOnceGetDistinctTrialsWithinMaxParallel) {
   ASSERT_TRUE(e.ok()) << e.status();
   std::vector<TestWorker> workers;
   for (int i = 0; i < 6; ++i) workers.push_back(AddWorker("w" + std::to_string(i)));
-  std::vector<std::future<Result<std::optional<Assignment>>>> asks;
+  std::vector<std::future<Result<std::optional<Lease>>>> asks;
   for (const auto& w : workers) {
     asks.push_back(std::async(std::launch::async, [&, w] { return engine_->LeaseForWorker(w.caller, w.device); }));
   }

@@ -585,7 +585,7 @@ void Engine::EmitCreated(Id experiment_id, const std::vector<store::TrialRecord>
   }
 }
 
-Result<std::vector<Assignment>> Engine::Suggest(Id experiment_id, int count) {
+Result<std::vector<Lease>> Engine::Suggest(Id experiment_id, int count) {
   if (count < 1 || count > 1000) return Status::InvalidArgument("count: must be between 1 and 1000");
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
   if (c->spec->executor != ExperimentSpec::ExecutorKind::kClient) {
@@ -603,10 +603,10 @@ Result<std::vector<Assignment>> Engine::Suggest(Id experiment_id, int count) {
     HPO_ASSIGN_OR_RETURN(created, CreateSuggestions(experiment_id, *c, count, std::nullopt));
   }
   EmitCreated(experiment_id, created);
-  std::vector<Assignment> out;
+  std::vector<Lease> out;
   for (const auto& t : created) {
     HPO_ASSIGN_OR_RETURN(auto leased, store_.LeaseTrial(t.id, kClientOwner, options_.client_lease_ms));
-    Assignment a{leased, c->spec, ""};
+    Lease a{leased, c->spec, ""};
     for (const auto& [name, id] : c->space_ids) {
       if (leased.space_id == id) a.space = name;
     }
@@ -823,7 +823,7 @@ Result<ReportReply> Engine::CoTune(const store::TrialRecord& trial, const Experi
 }
 
 Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id,
-                                  std::chrono::steady_clock::time_point asked, Assignment& a) {
+                                  std::chrono::steady_clock::time_point asked, Lease& a) {
   // Only the tunable (throughput-only) parameters come from what was
   // learned, chosen for this trial's own searched values (its batch size);
   // the rest are the trial's own.

@@ -219,8 +219,10 @@ class CheckpointUpload {
   std::unique_ptr<store::CheckpointWriter> writer_;
 };
 
-// A trial as handed out, with what is needed to run it.
-struct Assignment {
+// A leased trial as handed out (to a worker's device or an ask/tell
+// client), with what is needed to run it. Not search::Assignment, which is
+// a point of a search space.
+struct Lease {
   store::TrialRecord trial;
   std::shared_ptr<const ExperimentSpec> spec;
   std::string space;  // its search space's name
@@ -292,10 +294,10 @@ class Engine {
   // executor), started at the fastest system setting measured so far for
   // the device's class and the workload. nullopt: nothing to do now.
   // NotFound: the device is not one of this worker's.
-  Result<std::optional<Assignment>> LeaseForWorker(const WorkerCaller& caller, store::Id device_id);
+  Result<std::optional<Lease>> LeaseForWorker(const WorkerCaller& caller, store::Id device_id);
   // For an ask/tell client: `count` new trials, leased to kClientOwner.
   // FailedPrecondition: not a client experiment, or it has ended.
-  Result<std::vector<Assignment>> Suggest(store::Id experiment_id, int count);
+  Result<std::vector<Lease>> Suggest(store::Id experiment_id, int count);
   // Records a step and answers continue (maybe with a new system setting),
   // prune (the trial is now pruned) or stop (the experiment ended; the trial
   // is now cancelled). The caller vouches for report.owner (REST passes
@@ -455,7 +457,7 @@ class Engine {
   // NotFound unless `device_id` is one of the worker's.
   static Status CheckDevice(const WorkerCaller& caller, const WorkerAuth& auth, store::Id device_id);
   // A lease for the worker (authenticated) on one of its devices.
-  Result<std::optional<Assignment>> Lease(store::Id worker_id, store::Id device_id);
+  Result<std::optional<Lease>> GrantLease(store::Id worker_id, store::Id device_id);
   int64_t NowMs() const;
   friend class CheckpointUpload;
   // FailedPrecondition unless `trial` is leased or running under `owner`.
@@ -516,12 +518,12 @@ class Engine {
   Result<std::vector<scheduler::SystemDimension>> CoTunedDimensions(
       const ExperimentSpec& spec, const std::map<std::string, scheduler::SystemChange>& declared,
       std::optional<store::Id> device_id, std::vector<std::string>* unknown);
-  // Overrides the assignment's tunable system parameters with the fastest
+  // Overrides the lease's tunable system parameters with the fastest
   // setting measured for the device's class and the workload, then brings
   // threads within what the device takes (a trial.system_capped event says
   // so when the spec's range goes beyond it).
   Status StartAtBestSetting(const ExperimentSpec& spec, store::Id device_id,
-                            std::chrono::steady_clock::time_point asked, Assignment& a);
+                            std::chrono::steady_clock::time_point asked, Lease& a);
 
   std::unique_ptr<FleetView> fleet_;
   std::mutex mu_;

@@ -125,7 +125,7 @@ json MetricsToJson(const google::protobuf::Map<std::string, double>& m) {
 
 }  // namespace
 
-Status FillTrial(const Assignment& a, hpo::v1::Trial& t) {
+Status FillTrial(const Lease& a, hpo::v1::Trial& t) {
   const ExperimentSpec& spec = *a.spec;
   const store::TrialRecord& rec = a.trial;
   HPO_ASSIGN_OR_RETURN(json params, ParseStoredObject(rec.params_json, rec.id, "params"));
@@ -361,7 +361,7 @@ Status WorkerServiceImpl::DoRegister(const hpo::v1::RegisterRequest& request,
 
 Status WorkerServiceImpl::DoLease(const hpo::v1::LeaseRequest& request,
                                   hpo::v1::LeaseResponse& response) {
-  HPO_ASSIGN_OR_RETURN(std::optional<Assignment> a,
+  HPO_ASSIGN_OR_RETURN(std::optional<server::Lease> a,
                        engine_.LeaseForWorker({request.worker_id(), request.session()}, request.device_id()));
   if (!a) {
     response.set_retry_after_ms(options_.retry_after_ms);

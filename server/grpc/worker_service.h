@@ -118,11 +118,11 @@ class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
   const std::string expected_token_;  // empty: no auth
 };
 
-// The protocol's Trial for an assignment, as Lease answers it: the trial's
+// The protocol's Trial for a lease, as Lease answers it: the trial's
 // fields, its executor (a command's argv with its placeholders filled in,
 // see above), its seed, and stop_step / resume_step. DataLoss when what is
 // stored for it is not readable.
-Status FillTrial(const Assignment& a, hpo::v1::Trial& t);
+Status FillTrial(const Lease& a, hpo::v1::Trial& t);
 
 // TLS for the gRPC server: PEM files of the certificate chain and its key.
 // Both empty: plaintext.
