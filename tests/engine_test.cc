@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "server/engine/engine.h"
+#include "server/engine/trial_run.h"
 #include "tests/store_backends.h"
 #include "tests/store_wrapper.h"
 
@@ -872,6 +873,45 @@ TEST(CapTextTest, KeepsWholeUtf8CharactersAndTheRightEnd) {
   EXPECT_EQ(tail.substr(tail.size() - 12), "\xE2\x82\xAC" "the error");
   EXPECT_EQ(CapText(FreeText::kFailureReason, std::string(kMaxReasonLength, 'r')).size(), kMaxReasonLength)
       << "at the limit: kept whole";
+}
+
+// The seed a trial runs with: unrelated for nearby trial numbers (each
+// draws its own fork of the spec's seed), never negative, and the same for
+// the same spec seed and number (a retried or resumed trial repeats).
+TEST(TrialRunTest, SeedsDifferForNearbyTrialsAndRepeatForTheSame) {
+  ExperimentSpec spec;
+  spec.seed = 7;
+  std::set<int64_t> seeds;
+  std::set<int64_t> top_bytes;
+  for (int64_t number = 0; number < 256; ++number) {
+    const int64_t seed = TrialSeed(spec, number);
+    EXPECT_GE(seed, 0) << number;
+    EXPECT_EQ(seed, TrialSeed(spec, number)) << number;
+    seeds.insert(seed);
+    top_bytes.insert(seed >> 55);
+  }
+  EXPECT_EQ(seeds.size(), 256u);
+  // Consecutive numbers with nearby seeds would share their high bits.
+  EXPECT_GT(top_bytes.size(), 100u);
+  ExperimentSpec other = spec;
+  other.seed = 8;
+  EXPECT_NE(TrialSeed(other, 0), TrialSeed(spec, 0));
+}
+
+// A command's argv, as the engine fills it for any lease: {trial_id},
+// {steps}, the trial's parameters, then its system parameters; {step} and
+// unknown names stay for the worker, and a value with braces is not
+// expanded again.
+TEST(TrialRunTest, CommandArgvFillsWhatTheTrialKnowsOnce) {
+  ExperimentSpec spec;
+  spec.steps_per_trial = 5;
+  spec.argv = {"run", "--id={trial_id}", "--steps={steps}", "--x={x}", "--opt={opt}", "-j{threads}",
+               "--at={step}", "{nope}", "--s={s}", "{unclosed"};
+  const nlohmann::json params = {{"x", 0.5}, {"opt", "adam"}, {"s", "{x}"}};
+  const nlohmann::json system = {{"threads", 4}, {"x", "not this one"}};
+  EXPECT_EQ(CommandArgv(spec, 12, params, system),
+            (std::vector<std::string>{"run", "--id=12", "--steps=5", "--x=0.5", "--opt=adam", "-j4", "--at={step}",
+                                      "{nope}", "--s={x}", "{unclosed"}));
 }
 
 }  // namespace

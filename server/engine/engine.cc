@@ -120,12 +120,6 @@ json InitialSystem(const ExperimentSpec& spec) {
   return out;
 }
 
-uint64_t Mix(uint64_t a, uint64_t b) {
-  uint64_t z = a ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2));
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  return z ^ (z >> 31);
-}
-
 }  // namespace
 
 Engine::Engine(store::Store& store, EngineOptions options)
@@ -506,10 +500,35 @@ void Engine::ForgetHistory(Id experiment_id) {
   c->trials->Forget();
 }
 
+Status Engine::CheckStore() { return store_.SchemaVersion().status(); }
+Result<store::ExperimentRecord> Engine::GetExperiment(Id id) { return store_.GetExperiment(id); }
+Result<std::vector<store::ExperimentRecord>> Engine::ListExperiments(int64_t offset, int64_t limit) {
+  return store_.ListExperiments(offset, limit);
+}
+Result<store::TrialCounts> Engine::CountTrials(Id experiment_id) { return store_.CountTrials(experiment_id); }
+Result<store::TrialRecord> Engine::GetTrial(Id id) { return store_.GetTrial(id); }
+Result<std::vector<store::TrialRecord>> Engine::ListTrials(Id experiment_id, const store::TrialFilter& filter) {
+  return store_.ListTrials(experiment_id, filter);
+}
+Result<std::vector<store::TrialRecord>> Engine::ListLeasedTrials(int64_t limit) {
+  return store_.ListLeasedTrials(limit);
+}
+Result<std::vector<store::MeasurementRecord>> Engine::ListMeasurements(Id trial_id) {
+  return store_.ListMeasurements(trial_id);
+}
+Result<std::vector<store::MeasurementRecord>> Engine::ListExperimentMeasurements(Id experiment_id) {
+  return store_.ListExperimentMeasurements(experiment_id);
+}
+Result<std::vector<store::WorkerRecord>> Engine::ListWorkers() { return store_.ListWorkers(); }
+Result<std::vector<store::SpeedObservationRecord>> Engine::ListSpeedObservations(std::string_view workload,
+                                                                                 int64_t limit) {
+  return store_.ListSpeedObservations(workload, limit);
+}
+
 search::Rng Engine::ExperimentRng(const ExperimentSpec& spec, Id experiment_id, size_t trials_so_far) {
   // Deterministic for (seed, experiment, how far it got): a restarted server
   // suggests what the old one would have.
-  return search::Rng(Mix(Mix(spec.seed, static_cast<uint64_t>(experiment_id)), trials_so_far));
+  return search::Rng(spec.seed).Fork(static_cast<uint64_t>(experiment_id)).Fork(trials_so_far);
 }
 
 Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_id, Cached& c, int64_t count,

@@ -232,7 +232,6 @@ class Engine {
  public:
   explicit Engine(store::Store& store, EngineOptions options = {});
 
-  store::Store& store() { return store_; }
   const EngineOptions& options() const { return options_; }
   static std::string WorkerOwner(store::Id worker_id);
   static constexpr const char* kClientOwner = "client";
@@ -256,6 +255,23 @@ class Engine {
   Result<std::shared_ptr<const ExperimentSpec>> Spec(store::Id experiment_id);
   // The completed trial with the best objective, if any.
   Result<std::optional<store::TrialRecord>> BestTrial(store::Id experiment_id);
+
+  // Reads, as the store answers them (server/store/store.h), for the pages
+  // and listings of the REST API: the engine is the only way to the store.
+  // OK when the store answers (its schema version reads): the server is ready.
+  Status CheckStore();
+  Result<store::ExperimentRecord> GetExperiment(store::Id id);
+  Result<std::vector<store::ExperimentRecord>> ListExperiments(int64_t offset, int64_t limit);
+  Result<store::TrialCounts> CountTrials(store::Id experiment_id);
+  Result<store::TrialRecord> GetTrial(store::Id id);
+  Result<std::vector<store::TrialRecord>> ListTrials(store::Id experiment_id, const store::TrialFilter& filter);
+  // The leased and running trials of every running experiment, in one read.
+  Result<std::vector<store::TrialRecord>> ListLeasedTrials(int64_t limit);
+  Result<std::vector<store::MeasurementRecord>> ListMeasurements(store::Id trial_id);
+  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurements(store::Id experiment_id);
+  Result<std::vector<store::WorkerRecord>> ListWorkers();
+  // Speed observations of one workload (all when empty), at most `limit`.
+  Result<std::vector<store::SpeedObservationRecord>> ListSpeedObservations(std::string_view workload, int64_t limit);
 
   // Workers ----------------------------------------------------------------
   // Every call of a worker but RegisterWorker names the worker and presents
