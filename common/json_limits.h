@@ -21,7 +21,7 @@
 
 namespace hpo {
 
-// Defaults: what an experiment spec may hold (server/spec.h uses the same
+// Defaults: what an experiment spec may hold (server/spec/spec.h uses the same
 // numbers), and so far more than any request body or stored value needs.
 inline constexpr int kMaxJsonDepth = 32;             // arrays and objects open at once
 inline constexpr size_t kMaxJsonBytes = 1 << 20;     // the text

@@ -1,4 +1,4 @@
-// libFuzzer target: the experiment-spec parser (server/spec.h), YAML and
+// libFuzzer target: the experiment-spec parser (server/spec/spec.h), YAML and
 // JSON. Any text must give a spec or an InvalidArgument; never a crash, a
 // hang or a sanitizer report. A spec that parses must parse again from its
 // own JSON form (the server stores that form and re-reads it on restart).
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "server/spec.h"
+#include "server/spec/spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -35,7 +35,7 @@
 #include <string>
 #include <utility>
 
-#include "server/engine.h"
+#include "server/engine/engine.h"
 #include "server/grpc/worker_service.h"
 #include "server/store/artifact_store.h"
 #include "server/store/store.h"

@@ -1,6 +1,6 @@
 // The placement policy: when a device asks for work, what it runs next.
 // Pure (no I/O, no clock, no threads) and deterministic: the engine builds
-// the snapshot and applies the answer (server/engine.cc), and the fleet
+// the snapshot and applies the answer (server/engine/engine.cc), and the fleet
 // simulator drives this same function (scheduler/simulator.h).
 //
 // The snapshot. The work on offer, as WorkItems of three kinds:

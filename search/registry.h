@@ -1,6 +1,6 @@
 // The one registry of sampler names: what `algorithm.sampler` in a spec may
-// say, and the factory that makes each. The spec parser (server/spec.cc)
-// checks names against it and the engine (server/engine.cc) builds samplers
+// say, and the factory that makes each. The spec parser (server/spec/spec.cc)
+// checks names against it and the engine (server/engine/engine.cc) builds samplers
 // from it, so a name the spec accepts is always a sampler the engine has,
 // and an unknown name is an error naming the field, never a silent default.
 //

@@ -20,9 +20,9 @@
 
 #include "common/token.h"
 #include "server/http/api.h"
-#include "server/event_relay.h"
+#include "server/engine/event_relay.h"
 #include "server/grpc/worker_service.h"
-#include "server/store_gauges.h"
+#include "server/metrics/store_gauges.h"
 #include "server/store/artifact_store.h"
 #include "server/store/store.h"
 

@@ -10,10 +10,10 @@
 #include <string>
 
 #include "common/status.h"
-#include "server/engine.h"
+#include "server/engine/engine.h"
 #include "server/http/api.h"
 #include "server/http/events.h"
-#include "server/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/store/artifact_store.h"
 #include "server/store/store.h"
 

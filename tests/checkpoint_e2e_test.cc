@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "server/engine.h"
+#include "server/engine/engine.h"
 #include "proto/grpc_status.h"
 #include "server/grpc/worker_service.h"
 #include "testing/files.h"
@@ -95,7 +95,7 @@ class LeaseScript final : public v1::WorkerService::Service {
     if (!trial.ok()) return ToGrpcStatus(trial.status());
     auto spec = engine_.Spec(experiment_);
     if (!spec.ok()) return ToGrpcStatus(spec.status());
-    return ToGrpcStatus(FillTrial(Assignment{*trial, *spec, "a"}, *res->mutable_trial()));
+    return ToGrpcStatus(FillTrial(server::Lease{*trial, *spec, "a"}, *res->mutable_trial()));
   }
 
   // The rest is the real service's.

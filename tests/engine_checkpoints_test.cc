@@ -1,4 +1,4 @@
-// The engine's checkpoint calls (server/engine_checkpoints.cc) against a
+// The engine's checkpoint calls (server/engine/engine_checkpoints.cc) against a
 // real SQLite store and a real files artifact store: the pause answer at a
 // lease's stop_step, uploads only from the lease holder, pausing with and
 // without a checkpoint, downloads for the resumed trial's new holder,
@@ -12,7 +12,7 @@
 #include <mutex>
 
 #include "common/sha256.h"
-#include "server/engine.h"
+#include "server/engine/engine.h"
 #include "testing/store_backends.h"
 #include "testing/world.h"
 

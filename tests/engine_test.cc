@@ -12,7 +12,8 @@
 #include <set>
 #include <thread>
 
-#include "server/engine.h"
+#include "server/engine/engine.h"
+#include "server/engine/trial_run.h"
 #include "testing/store_backends.h"
 #include "testing/store_wrapper.h"
 
@@ -107,12 +108,12 @@ class EngineTest : public ::testing::Test {
     return {{r->worker.id, r->session}, r->worker.devices.at(0).id, Engine::WorkerOwner(r->worker.id)};
   }
   TestWorker AddWorker(const std::string& host) { return AddWorker(*engine_, host); }
-  Result<std::optional<Assignment>> LeaseFor(const TestWorker& w) {
+  Result<std::optional<Lease>> LeaseFor(const TestWorker& w) {
     return engine_->LeaseForWorker(w.caller, w.device);
   }
 
   // Runs one leased trial to its end; returns the decision that ended it.
-  Decision RunTrial(const Assignment& a, const std::string& owner, int steps = 4) {
+  Decision RunTrial(const Lease& a, const std::string& owner, int steps = 4) {
     const json params = json::parse(a.trial.params_json);
     for (int step = 0; step < steps; ++step) {
       TrialReport r{a.trial.id, owner, step, {{"loss", Loss(params, step)}}, 500, {{"threads", 2}}, std::nullopt};
@@ -228,7 +229,7 @@ TEST_F(EngineTest, CachedHistoryDecidesAndSuggestsAsReadingEverything) {
         for (int step = 0; step < 4; ++step) {
           for (size_t i = 0; i < batch->size(); ++i) {
             if (!live[i]) continue;
-            const Assignment& a = (*batch)[i];
+            const Lease& a = (*batch)[i];
             const json params = json::parse(a.trial.params_json);
             auto d = engine.Report({a.trial.id, Engine::kClientOwner, step, {{"loss", Loss(params, step)}}, 0,
                                     json::object(), std::nullopt});
@@ -423,7 +424,7 @@ TEST_F(EngineTest, CoTunesThreadsInsideTrialsAndRemembersTheWinnerPerDeviceClass
     const int t = system["threads"];
     return t == 2 ? 3000.0 : t == 1 ? 1800.0 : t == 3 ? 2400.0 : 2000.0;
   };
-  auto run = [&](const Assignment& a) {
+  auto run = [&](const Lease& a) {
     json system = json::parse(a.trial.system_params_json);
     const json first = system;
     const std::string owner = worker.owner;
@@ -730,7 +731,7 @@ TEST_F(EngineTest, ALeaseDoesNotWaitForAnotherLeaseMakingATrial) {
   ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
   stalled.Arm();
   // Worker 1's lease makes a new trial (there is nothing else) and stalls in the store.
-  std::optional<Result<std::optional<Assignment>>> a1;
+  std::optional<Result<std::optional<Lease>>> a1;
   std::thread worker1([&] { a1 = engine.LeaseForWorker(one.caller, one.device); });
   const bool stalled_making = stalled.WaitUntilStalled(std::chrono::seconds(30));
   // Meanwhile the first trial comes to wait for a device: its lease expired.
@@ -762,7 +763,7 @@ TEST_F(EngineTest, DevicesAskingAtOnceGetDistinctTrialsWithinMaxParallel) {
   ASSERT_TRUE(e.ok()) << e.status();
   std::vector<TestWorker> workers;
   for (int i = 0; i < 6; ++i) workers.push_back(AddWorker("w" + std::to_string(i)));
-  std::vector<std::future<Result<std::optional<Assignment>>>> asks;
+  std::vector<std::future<Result<std::optional<Lease>>>> asks;
   for (const auto& w : workers) {
     asks.push_back(std::async(std::launch::async, [&, w] { return engine_->LeaseForWorker(w.caller, w.device); }));
   }
@@ -872,6 +873,45 @@ TEST(CapTextTest, KeepsWholeUtf8CharactersAndTheRightEnd) {
   EXPECT_EQ(tail.substr(tail.size() - 12), "\xE2\x82\xAC" "the error");
   EXPECT_EQ(CapText(FreeText::kFailureReason, std::string(kMaxReasonLength, 'r')).size(), kMaxReasonLength)
       << "at the limit: kept whole";
+}
+
+// The seed a trial runs with: unrelated for nearby trial numbers (each
+// draws its own fork of the spec's seed), never negative, and the same for
+// the same spec seed and number (a retried or resumed trial repeats).
+TEST(TrialRunTest, SeedsDifferForNearbyTrialsAndRepeatForTheSame) {
+  ExperimentSpec spec;
+  spec.seed = 7;
+  std::set<int64_t> seeds;
+  std::set<int64_t> top_bytes;
+  for (int64_t number = 0; number < 256; ++number) {
+    const int64_t seed = TrialSeed(spec, number);
+    EXPECT_GE(seed, 0) << number;
+    EXPECT_EQ(seed, TrialSeed(spec, number)) << number;
+    seeds.insert(seed);
+    top_bytes.insert(seed >> 55);
+  }
+  EXPECT_EQ(seeds.size(), 256u);
+  // Consecutive numbers with nearby seeds would share their high bits.
+  EXPECT_GT(top_bytes.size(), 100u);
+  ExperimentSpec other = spec;
+  other.seed = 8;
+  EXPECT_NE(TrialSeed(other, 0), TrialSeed(spec, 0));
+}
+
+// A command's argv, as the engine fills it for any lease: {trial_id},
+// {steps}, the trial's parameters, then its system parameters; {step} and
+// unknown names stay for the worker, and a value with braces is not
+// expanded again.
+TEST(TrialRunTest, CommandArgvFillsWhatTheTrialKnowsOnce) {
+  ExperimentSpec spec;
+  spec.steps_per_trial = 5;
+  spec.argv = {"run", "--id={trial_id}", "--steps={steps}", "--x={x}", "--opt={opt}", "-j{threads}",
+               "--at={step}", "{nope}", "--s={s}", "{unclosed"};
+  const nlohmann::json params = {{"x", 0.5}, {"opt", "adam"}, {"s", "{x}"}};
+  const nlohmann::json system = {{"threads", 4}, {"x", "not this one"}};
+  EXPECT_EQ(CommandArgv(spec, 12, params, system),
+            (std::vector<std::string>{"run", "--id=12", "--steps=5", "--x=0.5", "--opt=adam", "-j4", "--at={step}",
+                                      "{nope}", "--s={x}", "{unclosed"}));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The relay of live events between replicas (server/event_relay.h) on a
+// The relay of live events between replicas (server/engine/event_relay.h) on a
 // real PostgreSQL: another replica's events reach this server's bus, and
 // when the listening connection breaks, the relay reconnects and publishes
 // "lagged" so that clients re-read what they may have missed.
@@ -7,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-#include "server/event_relay.h"
+#include "server/engine/event_relay.h"
 #include "testing/store_backends.h"
 
 namespace hpo::server {

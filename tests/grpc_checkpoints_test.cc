@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "common/sha256.h"
-#include "server/engine.h"
+#include "server/engine/engine.h"
 #include "server/grpc/worker_service.h"
 #include "testing/files.h"
 #include "testing/server_process.h"

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/engine.h"
+#include "server/engine/engine.h"
 #include "proto/grpc_status.h"
 #include "server/grpc/worker_service.h"
 #include "tests/event_log.h"

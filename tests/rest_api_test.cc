@@ -11,6 +11,7 @@
 
 #include "common/http_client.h"
 #include "common/token.h"
+#include "server/engine/trial_run.h"
 #include "server/http/api.h"
 #include "server/http/dashboard.h"
 #include "server/http/http_status.h"
@@ -188,6 +189,30 @@ TEST_F(RestApiTest, AskTellRoundTrip) {
   json page = CallJson("GET", "/api/v1/experiments/" + std::to_string(id) + "/trials?state=completed&offset=1&limit=1", 200);
   ASSERT_EQ(page["trials"].size(), 1u);
   EXPECT_EQ(page["trials"][0]["number"], 1);
+}
+
+// An ask/tell trial carries the seed a worker's lease of it would
+// (server/engine/trial_run.h), the same in every answer that shows it.
+TEST_F(RestApiTest, AskTellTrialsCarryTheSeedAWorkersLeaseWould) {
+  Start();
+  const int64_t id = CallJson("POST", "/api/v1/experiments", 201, kClientSpec)["id"];
+  json suggested = CallJson("POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest", 200,
+                            R"({"count": 3})");
+  ASSERT_EQ(suggested["trials"].size(), 3u);
+  auto spec = engine_->Spec(id);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  std::set<int64_t> seeds;
+  for (const auto& t : suggested["trials"]) {
+    ASSERT_TRUE(t["seed"].is_number_integer()) << t.dump();
+    const int64_t seed = t["seed"];
+    EXPECT_EQ(seed, TrialSeed(**spec, t["number"].get<int64_t>()));
+    seeds.insert(seed);
+    json got = CallJson("GET", "/api/v1/trials/" + std::to_string(t["id"].get<int64_t>()), 200);
+    EXPECT_EQ(got["seed"], seed);
+  }
+  EXPECT_EQ(seeds.size(), 3u) << "each trial has its own seed";
+  json page = CallJson("GET", "/api/v1/experiments/" + std::to_string(id) + "/trials", 200);
+  for (const auto& t : page["trials"]) EXPECT_TRUE(seeds.count(t["seed"].get<int64_t>())) << t.dump();
 }
 
 TEST_F(RestApiTest, ErrorsAreJsonWithTheRightStatusAndFieldPath) {

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "server/spec.h"
+#include "server/spec/spec.h"
 
 namespace hpo::server {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <thread>
 
-#include "server/store_gauges.h"
+#include "server/metrics/store_gauges.h"
 #include "testing/store_backends.h"
 
 namespace hpo::server {

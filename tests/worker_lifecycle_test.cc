@@ -22,7 +22,7 @@
 
 #include "common/http_client.h"
 #include "hpo/v1/worker.grpc.pb.h"
-#include "server/engine.h"
+#include "server/engine/engine.h"
 #include "testing/server_process.h"
 #include "tests/event_log.h"
 #include "testing/store_backends.h"

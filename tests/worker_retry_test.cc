@@ -27,7 +27,7 @@
 #include <string>
 
 #include "proto/grpc_status.h"
-#include "server/engine.h"
+#include "server/engine/engine.h"
 #include "server/grpc/worker_service.h"
 #include "testing/files.h"
 #include "testing/server_process.h"

@@ -2,7 +2,7 @@
 """The search-quality suite: every task defined once, here, for our samplers
 and the peers alike (issue #18).
 
-A task is a search space in the experiment spec's grammar (server/spec.h,
+A task is a search space in the experiment spec's grammar (server/spec/spec.h,
 search/space.h: {"name": ..., "params": {...}}, conditional subtrees
 included), a function of the *active* parameters in their JSON form (what a
 trainer sees), and its optimum. bench/search_bench (ours, through the

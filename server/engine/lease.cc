@@ -8,7 +8,7 @@
 
 #include "scheduler/offer.h"
 #include "search/ranking.h"
-#include "server/engine.h"
+#include "server/engine/engine.h"
 
 namespace hpo::server {
 
@@ -28,14 +28,14 @@ int64_t Engine::NowMs() const {
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
-Result<std::optional<Assignment>> Engine::LeaseForWorker(const WorkerCaller& caller, Id device_id) {
+Result<std::optional<Lease>> Engine::LeaseForWorker(const WorkerCaller& caller, Id device_id) {
   HPO_ASSIGN_OR_RETURN(const WorkerAuth auth, Authenticate(caller));
   HPO_RETURN_IF_ERROR(CheckDevice(caller, auth, device_id));
   HPO_RETURN_IF_ERROR(TouchWorker(caller.worker_id));
-  return Lease(caller.worker_id, device_id);
+  return GrantLease(caller.worker_id, device_id);
 }
 
-Result<std::optional<Assignment>> Engine::Lease(Id worker_id, Id device_id) {
+Result<std::optional<Lease>> Engine::GrantLease(Id worker_id, Id device_id) {
   std::optional<metrics::ScopedTimer> timer;
   if (lease_seconds_) timer.emplace(*lease_seconds_);
   HPO_ASSIGN_OR_RETURN(auto experiments, store_.ListExperiments(0, 10'000));
@@ -68,17 +68,17 @@ Result<std::optional<Assignment>> Engine::Lease(Id worker_id, Id device_id) {
       const std::optional<store::TrialRecord>& leased = applied.trial;
       if (!leased) continue;
       fleet_->SetBusy(device_id, plan.decision.estimated_seconds);
-      Assignment a{*leased, c->spec, ""};
+      Lease a{*leased, c->spec, ""};
       for (const auto& [name, id] : c->space_ids) {
         if (leased->space_id == id) a.space = name;
       }
       if (!c->spec->system.empty()) HPO_RETURN_IF_ERROR(StartAtBestSetting(*c->spec, device_id, asked, a));
       if (leases_granted_) leases_granted_->Increment();
-      return std::optional<Assignment>(std::move(a));
+      return std::optional<Lease>(std::move(a));
     }
   }
   if (leases_empty_) leases_empty_->Increment();
-  return std::optional<Assignment>();
+  return std::optional<Lease>();
 }
 
 Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Cached& c, Id device_id,

@@ -21,7 +21,7 @@
 #include "common/status.h"
 #include "search/history.h"
 #include "search/pruner.h"
-#include "server/spec.h"
+#include "server/spec/spec.h"
 #include "server/store/store.h"
 
 namespace hpo::server {

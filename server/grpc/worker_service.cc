@@ -18,6 +18,7 @@
 #include "common/json_limits.h"
 #include "common/token.h"
 #include "proto/grpc_status.h"
+#include "server/engine/trial_run.h"
 
 namespace hpo::server {
 
@@ -55,42 +56,6 @@ Result<store::DeviceInfo> ToDeviceInfo(const hpo::v1::Device& d, const std::stri
   return info;
 }
 
-// The value as a command-line argument: a string as it is (no JSON quotes),
-// anything else as JSON prints it (3, 0.01, true).
-std::string ArgText(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
-
-// Replaces each {name} that `lookup` knows; leaves the others as written.
-// One pass, so a value that itself contains braces is never expanded again.
-template <typename Lookup>
-std::string FillPlaceholders(const std::string& arg, Lookup&& lookup) {
-  std::string out;
-  size_t pos = 0;
-  while (pos < arg.size()) {
-    const size_t open = arg.find('{', pos);
-    const size_t close = open == std::string::npos ? open : arg.find('}', open + 1);
-    if (close == std::string::npos) break;
-    out.append(arg, pos, open - pos);
-    std::optional<std::string> value = lookup(arg.substr(open + 1, close - open - 1));
-    if (value) {
-      out += *value;
-    } else {
-      out.append(arg, open, close - open + 1);
-    }
-    pos = close + 1;
-  }
-  if (pos < arg.size()) out.append(arg, pos, std::string::npos);
-  return out;
-}
-
-// splitmix64's finalizer over both inputs: nearby trial numbers get
-// unrelated seeds.
-uint64_t Mix(uint64_t a, uint64_t b) {
-  uint64_t z = a ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2));
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 Result<json> ParseStoredObject(const std::string& text, Id trial_id, const char* what) {
   // Written by the server, so no size limit; the nesting limit still keeps
   // the dump() of each value below off a deep stored value.
@@ -124,7 +89,7 @@ json MetricsToJson(const google::protobuf::Map<std::string, double>& m) {
 
 }  // namespace
 
-Status FillTrial(const Assignment& a, hpo::v1::Trial& t) {
+Status FillTrial(const Lease& a, hpo::v1::Trial& t) {
   const ExperimentSpec& spec = *a.spec;
   const store::TrialRecord& rec = a.trial;
   HPO_ASSIGN_OR_RETURN(json params, ParseStoredObject(rec.params_json, rec.id, "params"));
@@ -149,14 +114,7 @@ Status FillTrial(const Assignment& a, hpo::v1::Trial& t) {
     }
     case ExperimentSpec::ExecutorKind::kCommand: {
       auto& c = *t.mutable_executor()->mutable_command();
-      auto lookup = [&](const std::string& name) -> std::optional<std::string> {
-        if (name == "trial_id") return std::to_string(rec.id);
-        if (name == "steps") return std::to_string(spec.steps_per_trial);
-        if (auto it = params.find(name); it != params.end()) return ArgText(*it);
-        if (auto it = system.find(name); it != system.end()) return ArgText(*it);
-        return std::nullopt;  // {step}, or a parameter this trial does not have
-      };
-      for (const auto& arg : spec.argv) c.add_argv(FillPlaceholders(arg, lookup));
+      for (auto& arg : CommandArgv(spec, rec.id, params, system)) c.add_argv(std::move(arg));
       for (const auto& [k, v] : spec.env) (*c.mutable_env())[k] = v;
       c.set_timeout_ms(spec.timeout_s ? *spec.timeout_s * 1000 : 0);
       break;
@@ -171,9 +129,7 @@ Status FillTrial(const Assignment& a, hpo::v1::Trial& t) {
   t.set_stop_step(rec.stop_step.value_or(0));
   t.set_resume_step(rec.resume_step);
   t.set_attempt(rec.attempt);
-  // Shifted to stay non-negative: trainers often take the seed as a signed
-  // or 32/63-bit value. No attempt in the mix, so a retried trial repeats.
-  t.set_seed(static_cast<int64_t>(Mix(spec.seed, static_cast<uint64_t>(rec.number)) >> 1));
+  t.set_seed(TrialSeed(spec, rec.number));
   t.set_objective_metric(spec.metric);
   return Status::OK();
 }
@@ -360,7 +316,7 @@ Status WorkerServiceImpl::DoRegister(const hpo::v1::RegisterRequest& request,
 
 Status WorkerServiceImpl::DoLease(const hpo::v1::LeaseRequest& request,
                                   hpo::v1::LeaseResponse& response) {
-  HPO_ASSIGN_OR_RETURN(std::optional<Assignment> a,
+  HPO_ASSIGN_OR_RETURN(std::optional<server::Lease> a,
                        engine_.LeaseForWorker({request.worker_id(), request.session()}, request.device_id()));
   if (!a) {
     response.set_retry_after_ms(options_.retry_after_ms);

@@ -20,7 +20,7 @@
 
 #include "common/status.h"
 #include "hpo/v1/worker.grpc.pb.h"
-#include "server/engine.h"
+#include "server/engine/engine.h"
 
 namespace hpo::server {
 
@@ -37,7 +37,7 @@ struct WorkerServiceOptions {
 
 // The worker protocol's server side: each RPC translates its request for
 // the Engine (which validates, authenticates the worker's session and keeps
-// every limit; see server/engine.h) and the answer back. Beyond that:
+// every limit; see server/engine/engine.h) and the answer back. Beyond that:
 //  Register:  returns the worker's id, its device ids in request order and
 //             its session secret.
 //  Lease:     a trial with everything needed to run it, or retry_after_ms.
@@ -118,11 +118,11 @@ class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
   const std::string expected_token_;  // empty: no auth
 };
 
-// The protocol's Trial for an assignment, as Lease answers it: the trial's
+// The protocol's Trial for a lease, as Lease answers it: the trial's
 // fields, its executor (a command's argv with its placeholders filled in,
 // see above), its seed, and stop_step / resume_step. DataLoss when what is
 // stored for it is not readable.
-Status FillTrial(const Assignment& a, hpo::v1::Trial& t);
+Status FillTrial(const Lease& a, hpo::v1::Trial& t);
 
 // TLS for the gRPC server: PEM files of the certificate chain and its key.
 // Both empty: plaintext.

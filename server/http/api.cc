@@ -9,6 +9,7 @@
 
 #include "common/json_limits.h"
 #include "common/token.h"
+#include "server/engine/trial_run.h"
 #include "server/http/dashboard.h"
 
 namespace hpo::server {
@@ -29,7 +30,10 @@ json ParseOr(const std::string& text, json fallback) {
 
 json Opt(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
 
-json TrialJson(const store::TrialRecord& t, const std::map<Id, std::string>& space_names) {
+// `spec`: the trial's experiment's, for its seed (null when it cannot be
+// read: the trial is still shown, with a null seed).
+json TrialJson(const store::TrialRecord& t, const std::map<Id, std::string>& space_names,
+               const ExperimentSpec* spec) {
   json j = {{"id", t.id},
             {"experiment_id", t.experiment_id},
             {"number", t.number},
@@ -48,12 +52,22 @@ json TrialJson(const store::TrialRecord& t, const std::map<Id, std::string>& spa
             {"reason", t.reason},
             {"level", t.level},
             {"stop_step", Opt(t.stop_step)},
-            {"resume_step", t.resume_step}};
+            {"resume_step", t.resume_step},
+            // The same seed a worker's lease carries (Trial.seed), so an
+            // ask/tell client can run the trial reproducibly too.
+            {"seed", spec ? json(TrialSeed(*spec, t.number)) : json(nullptr)}};
   if (t.space_id) {
     auto it = space_names.find(*t.space_id);
     if (it != space_names.end()) j["space"] = it->second;
   }
   return j;
+}
+
+// The experiment's spec, or null when it cannot be read (TrialJson then
+// shows no seed rather than failing the whole answer).
+std::shared_ptr<const ExperimentSpec> SpecOrNull(Engine& engine, Id experiment_id) {
+  auto spec = engine.Spec(experiment_id);
+  return spec.ok() ? *spec : nullptr;
 }
 
 std::map<Id, std::string> SpaceNames(const store::ExperimentRecord& e) {
@@ -274,7 +288,7 @@ Result<HttpResponse> RestApi::Dispatch(const Route& route, const RouteCall& call
 Result<HttpResponse> RestApi::Healthz(const RouteCall&) { return HttpResponse{200, "text/plain", "ok\n", {}, {}}; }
 
 Result<HttpResponse> RestApi::Readyz(const RouteCall&) {
-  HPO_RETURN_IF_ERROR(engine_.store().SchemaVersion().status());
+  HPO_RETURN_IF_ERROR(engine_.CheckStore());
   return HttpResponse{200, "text/plain", "ready\n", {}, {}};
 }
 
@@ -320,15 +334,15 @@ Result<json> RestApi::ListWorkers(const RouteCall& call) {
   // Gone workers (Engine::SweepWorkers) are history, not fleet: listed
   // only when asked for.
   HPO_ASSIGN_OR_RETURN(const bool include_gone, QueryBool(call.req, "include_gone", false));
-  HPO_ASSIGN_OR_RETURN(auto workers, engine_.store().ListWorkers());
+  HPO_ASSIGN_OR_RETURN(auto workers, engine_.ListWorkers());
   // The newest measured speed per (device, workload).
-  HPO_ASSIGN_OR_RETURN(auto speeds, engine_.store().ListSpeedObservations("", 5000));
+  HPO_ASSIGN_OR_RETURN(auto speeds, engine_.ListSpeedObservations("", 5000));
   std::map<Id, std::map<std::string, const store::SpeedObservationRecord*>> latest;
   for (const auto& o : speeds) latest[o.device_id][o.workload] = &o;
   // What each worker is running now: leased and running trials of running
   // experiments, by lease owner, in one query for every experiment.
   std::map<std::string, json> current;
-  if (auto ts = engine_.store().ListLeasedTrials(kMaxLeasedTrials); ts.ok()) {
+  if (auto ts = engine_.ListLeasedTrials(kMaxLeasedTrials); ts.ok()) {
     for (const auto& t : *ts) {
       current[t.lease_owner].push_back({{"trial_id", t.id}, {"experiment_id", t.experiment_id},
                                         {"number", t.number}, {"state", store::ToString(t.state)}});
@@ -337,7 +351,7 @@ Result<json> RestApi::ListWorkers(const RouteCall& call) {
   // Running experiments with prices (cost-aware placement): what each
   // device costs them per hour.
   std::vector<std::pair<Id, std::shared_ptr<const ExperimentSpec>>> priced;
-  if (auto exps = engine_.store().ListExperiments(0, 10'000); exps.ok()) {
+  if (auto exps = engine_.ListExperiments(0, 10'000); exps.ok()) {
     for (const auto& e : *exps) {
       if (e.state != store::ExperimentState::kRunning) continue;
       if (auto spec = engine_.Spec(e.id); spec.ok() && !(*spec)->prices.empty()) priced.emplace_back(e.id, *spec);
@@ -401,10 +415,10 @@ Result<json> RestApi::ValidateExperiment(const RouteCall& call) {
 Result<json> RestApi::ListExperiments(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(const int64_t offset, QueryInt(call.req, "offset", 0, 0, INT64_MAX));
   HPO_ASSIGN_OR_RETURN(const int64_t limit, QueryInt(call.req, "limit", 100, 0, options_.max_page));
-  HPO_ASSIGN_OR_RETURN(auto list, engine_.store().ListExperiments(offset, limit));
+  HPO_ASSIGN_OR_RETURN(auto list, engine_.ListExperiments(offset, limit));
   json out = json::array();
   for (const auto& e : list) {
-    auto n = engine_.store().CountTrials(e.id);
+    auto n = engine_.CountTrials(e.id);
     out.push_back({{"id", e.id}, {"name", e.name}, {"state", store::ToString(e.state)},
                    {"reason", e.reason}, {"created_ms", e.created_ms}, {"finished_ms", Opt(e.finished_ms)},
                    {"trials", n.ok() ? CountsJson(*n) : json(nullptr)}});
@@ -414,8 +428,8 @@ Result<json> RestApi::ListExperiments(const RouteCall& call) {
 
 Result<json> RestApi::GetExperiment(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "experiment"));
-  HPO_ASSIGN_OR_RETURN(auto e, engine_.store().GetExperiment(id));
-  HPO_ASSIGN_OR_RETURN(auto n, engine_.store().CountTrials(id));
+  HPO_ASSIGN_OR_RETURN(auto e, engine_.GetExperiment(id));
+  HPO_ASSIGN_OR_RETURN(auto n, engine_.CountTrials(id));
   json spaces = json::array();
   for (const auto& s : e.spaces) spaces.push_back(s.name);
   return json{{"id", e.id}, {"name", e.name}, {"state", store::ToString(e.state)},
@@ -435,10 +449,10 @@ Result<json> RestApi::CancelExperiment(const RouteCall& call) {
 
 Result<json> RestApi::BestTrial(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "experiment"));
-  HPO_ASSIGN_OR_RETURN(auto e, engine_.store().GetExperiment(id));
+  HPO_ASSIGN_OR_RETURN(auto e, engine_.GetExperiment(id));
   HPO_ASSIGN_OR_RETURN(auto best, engine_.BestTrial(id));
   if (!best) return Status::NotFound("experiment " + call.id + " has no completed trial yet");
-  return TrialJson(*best, SpaceNames(e));
+  return TrialJson(*best, SpaceNames(e), SpecOrNull(engine_, id).get());
 }
 
 Result<json> RestApi::LearningCurves(const RouteCall& call) {
@@ -446,7 +460,7 @@ Result<json> RestApi::LearningCurves(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(auto spec, engine_.Spec(id));
   const auto metric = call.req.query.find("metric");
   HPO_ASSIGN_OR_RETURN(const int64_t max_points, QueryInt(call.req, "max_points", 20'000, 1, 1'000'000));
-  HPO_ASSIGN_OR_RETURN(auto ms, engine_.store().ListExperimentMeasurements(id));
+  HPO_ASSIGN_OR_RETURN(auto ms, engine_.ListExperimentMeasurements(id));
   return dashboard::LearningCurves(ms, metric == call.req.query.end() ? spec->metric : metric->second, max_points);
 }
 
@@ -458,7 +472,7 @@ Result<json> RestApi::SystemTuning(const RouteCall& call) {
   for (const auto& space : spec->spaces) {
     workloads.push_back(Engine::Workload(id, *spec, space.name));
     // The newest 5000 per workload, as many as the engine's speed model reads.
-    HPO_ASSIGN_OR_RETURN(auto some, engine_.store().ListSpeedObservations(workloads.back(), 5000));
+    HPO_ASSIGN_OR_RETURN(auto some, engine_.ListSpeedObservations(workloads.back(), 5000));
     observations.insert(observations.end(), some.begin(), some.end());
   }
   return dashboard::SystemTuning(observations, workloads, Engine::TunableNames(*spec),
@@ -476,16 +490,16 @@ Result<json> RestApi::SuggestTrials(const RouteCall& call) {
     return Status::InvalidArgument("count: must be between 1 and 1000");
   }
   HPO_ASSIGN_OR_RETURN(auto out, engine_.Suggest(id, count.get<int>()));
-  HPO_ASSIGN_OR_RETURN(auto e, engine_.store().GetExperiment(id));
+  HPO_ASSIGN_OR_RETURN(auto e, engine_.GetExperiment(id));
   json trials = json::array();
-  for (const auto& a : out) trials.push_back(TrialJson(a.trial, SpaceNames(e)));
+  for (const auto& a : out) trials.push_back(TrialJson(a.trial, SpaceNames(e), a.spec.get()));
   return json{{"trials", trials}};
 }
 
 Result<json> RestApi::ListTrials(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "experiment"));
   const HttpRequest& req = call.req;
-  HPO_ASSIGN_OR_RETURN(auto e, engine_.store().GetExperiment(id));
+  HPO_ASSIGN_OR_RETURN(auto e, engine_.GetExperiment(id));
   store::TrialFilter f;
   if (auto st = req.query.find("state"); st != req.query.end()) {
     auto parsed = store::ParseTrialState(st->second);
@@ -500,10 +514,11 @@ Result<json> RestApi::ListTrials(const RouteCall& call) {
   }
   HPO_ASSIGN_OR_RETURN(f.offset, QueryInt(req, "offset", 0, 0, INT64_MAX));
   HPO_ASSIGN_OR_RETURN(f.limit, QueryInt(req, "limit", 100, 0, options_.max_page));
-  HPO_ASSIGN_OR_RETURN(auto list, engine_.store().ListTrials(id, f));
+  HPO_ASSIGN_OR_RETURN(auto list, engine_.ListTrials(id, f));
   json trials = json::array();
   const auto names = SpaceNames(e);
-  for (const auto& t : list) trials.push_back(TrialJson(t, names));
+  const auto spec = SpecOrNull(engine_, id);
+  for (const auto& t : list) trials.push_back(TrialJson(t, names, spec.get()));
   return json{{"trials", trials}, {"offset", f.offset}, {"limit", f.limit}};
 }
 
@@ -511,10 +526,10 @@ Result<json> RestApi::ListTrials(const RouteCall& call) {
 
 Result<json> RestApi::GetTrial(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "trial"));
-  HPO_ASSIGN_OR_RETURN(auto t, engine_.store().GetTrial(id));
-  HPO_ASSIGN_OR_RETURN(auto e, engine_.store().GetExperiment(t.experiment_id));
-  HPO_ASSIGN_OR_RETURN(auto ms, engine_.store().ListMeasurements(id));
-  json out = TrialJson(t, SpaceNames(e));
+  HPO_ASSIGN_OR_RETURN(auto t, engine_.GetTrial(id));
+  HPO_ASSIGN_OR_RETURN(auto e, engine_.GetExperiment(t.experiment_id));
+  HPO_ASSIGN_OR_RETURN(auto ms, engine_.ListMeasurements(id));
+  json out = TrialJson(t, SpaceNames(e), SpecOrNull(engine_, t.experiment_id).get());
   json measurements = json::array();
   for (const auto& m : ms) {
     measurements.push_back({{"step", m.step}, {"metrics", ParseOr(m.metrics_json, json::object())},

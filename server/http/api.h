@@ -27,12 +27,12 @@
 #include <variant>
 #include <vector>
 
-#include "server/engine.h"
+#include "server/engine/engine.h"
 #include "server/http/browser_guard.h"
 #include "server/http/events.h"
 #include "server/http/http_server.h"
 #include "server/http/http_status.h"
-#include "server/metrics.h"
+#include "server/metrics/metrics.h"
 
 namespace hpo::server {
 

@@ -37,6 +37,7 @@ constexpr const char* kFixedParts = R"json({
         "level": {"type": "integer", "description": "promotion-type early stopping: the rung it runs toward or is paused at"},
         "stop_step": {"type": "integer", "nullable": true, "description": "where its current lease pauses; null: at its end"},
         "resume_step": {"type": "integer", "description": "the checkpoint step its current segment resumed after; 0: from scratch"},
+        "seed": {"type": "integer", "nullable": true, "description": "the seed to run it with, from the spec's seed and the trial's number (the same as a worker's lease carries; a retry repeats it)"},
         "final_metrics": {"type": "object", "nullable": true}, "reason": {"type": "string"},
         "measurements": {"type": "array", "items": {"$ref": "#/components/schemas/Measurement"}}}},
       "Measurement": {"type": "object", "properties": {"step": {"type": "integer"}, "metrics": {"type": "object"},

@@ -79,8 +79,8 @@ const std::vector<RestApi::Route>& RestApi::Routes() {
      R"json("parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}], )json"
      R"json("requestBody": {"content": {"application/json": {"schema": {"type": "object", )json"
      R"json("properties": {"count": {"type": "integer", "minimum": 1, "maximum": 1000}}}}}}, )json"
-     R"json("responses": {"200": {"description": "{trials: [...]}"}, )json"
-     R"json("409": {"description": "not a client experiment, or ended"}}})json"},
+     R"json("responses": {"200": {"description": "{trials: [...]}, each with the seed to run it with (as a )json"
+     R"json(worker's lease carries one)"}, "409": {"description": "not a client experiment, or ended"}}})json"},
     {"GET", "/api/v1/trials/{id}", Access::kToken, 200, JsonHandler{&RestApi::GetTrial},
      R"json({"summary": "One trial with its measurements", "parameters": [{"name": "id", "in": "path", )json"
      R"json("required": true, "schema": {"type": "integer"}}], )json"

@@ -97,7 +97,7 @@ class Client:
         `spec` is a dict (sent as JSON), or the path (str or os.PathLike) of a
         YAML or JSON spec file, sent as it is: the server parses YAML itself,
         so its errors name the line, and no YAML library is needed here.
-        server/spec.h documents every field. A bad spec raises
+        server/spec/spec.h documents every field. A bad spec raises
         InvalidArgumentError whose `field` is the path of the bad field.
         """
         if isinstance(spec, dict):

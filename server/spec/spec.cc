@@ -1,4 +1,4 @@
-#include "server/spec.h"
+#include "server/spec/spec.h"
 
 #include "common/utf8.h"
 #include "scheduler/policy.h"

@@ -1,4 +1,4 @@
-#include "server/store_gauges.h"
+#include "server/metrics/store_gauges.h"
 
 #include <algorithm>
 #include <map>

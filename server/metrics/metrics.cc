@@ -1,4 +1,4 @@
-#include "server/metrics.h"
+#include "server/metrics/metrics.h"
 
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>

@@ -1,10 +1,10 @@
-// The engine's checkpoint calls (see "Checkpoints" in server/engine.h):
+// The engine's checkpoint calls (see "Checkpoints" in server/engine/engine.h):
 // uploads and downloads through the artifact store for the worker that
 // holds a trial's lease, pausing at a rung, restarting a trial whose
 // checkpoint cannot be used, and deleting checkpoints of trials that ended.
 #include <nlohmann/json.hpp>
 
-#include "server/engine.h"
+#include "server/engine/engine.h"
 
 namespace hpo::server {
 

@@ -1,4 +1,4 @@
-#include "server/event_relay.h"
+#include "server/engine/event_relay.h"
 
 #include <spdlog/spdlog.h>
 

@@ -39,8 +39,8 @@
 #include "scheduler/speed_model.h"
 #include "server/engine/fleet_view.h"
 #include "server/engine/trial_view.h"
-#include "server/metrics.h"
-#include "server/spec.h"
+#include "server/metrics/metrics.h"
+#include "server/spec/spec.h"
 #include "server/store/artifact_store.h"
 #include "server/store/store.h"
 
@@ -219,8 +219,10 @@ class CheckpointUpload {
   std::unique_ptr<store::CheckpointWriter> writer_;
 };
 
-// A trial as handed out, with what is needed to run it.
-struct Assignment {
+// A leased trial as handed out (to a worker's device or an ask/tell
+// client), with what is needed to run it. Not search::Assignment, which is
+// a point of a search space.
+struct Lease {
   store::TrialRecord trial;
   std::shared_ptr<const ExperimentSpec> spec;
   std::string space;  // its search space's name
@@ -230,7 +232,6 @@ class Engine {
  public:
   explicit Engine(store::Store& store, EngineOptions options = {});
 
-  store::Store& store() { return store_; }
   const EngineOptions& options() const { return options_; }
   static std::string WorkerOwner(store::Id worker_id);
   static constexpr const char* kClientOwner = "client";
@@ -254,6 +255,23 @@ class Engine {
   Result<std::shared_ptr<const ExperimentSpec>> Spec(store::Id experiment_id);
   // The completed trial with the best objective, if any.
   Result<std::optional<store::TrialRecord>> BestTrial(store::Id experiment_id);
+
+  // Reads, as the store answers them (server/store/store.h), for the pages
+  // and listings of the REST API: the engine is the only way to the store.
+  // OK when the store answers (its schema version reads): the server is ready.
+  Status CheckStore();
+  Result<store::ExperimentRecord> GetExperiment(store::Id id);
+  Result<std::vector<store::ExperimentRecord>> ListExperiments(int64_t offset, int64_t limit);
+  Result<store::TrialCounts> CountTrials(store::Id experiment_id);
+  Result<store::TrialRecord> GetTrial(store::Id id);
+  Result<std::vector<store::TrialRecord>> ListTrials(store::Id experiment_id, const store::TrialFilter& filter);
+  // The leased and running trials of every running experiment, in one read.
+  Result<std::vector<store::TrialRecord>> ListLeasedTrials(int64_t limit);
+  Result<std::vector<store::MeasurementRecord>> ListMeasurements(store::Id trial_id);
+  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurements(store::Id experiment_id);
+  Result<std::vector<store::WorkerRecord>> ListWorkers();
+  // Speed observations of one workload (all when empty), at most `limit`.
+  Result<std::vector<store::SpeedObservationRecord>> ListSpeedObservations(std::string_view workload, int64_t limit);
 
   // Workers ----------------------------------------------------------------
   // Every call of a worker but RegisterWorker names the worker and presents
@@ -292,10 +310,10 @@ class Engine {
   // executor), started at the fastest system setting measured so far for
   // the device's class and the workload. nullopt: nothing to do now.
   // NotFound: the device is not one of this worker's.
-  Result<std::optional<Assignment>> LeaseForWorker(const WorkerCaller& caller, store::Id device_id);
+  Result<std::optional<Lease>> LeaseForWorker(const WorkerCaller& caller, store::Id device_id);
   // For an ask/tell client: `count` new trials, leased to kClientOwner.
   // FailedPrecondition: not a client experiment, or it has ended.
-  Result<std::vector<Assignment>> Suggest(store::Id experiment_id, int count);
+  Result<std::vector<Lease>> Suggest(store::Id experiment_id, int count);
   // Records a step and answers continue (maybe with a new system setting),
   // prune (the trial is now pruned) or stop (the experiment ended; the trial
   // is now cancelled). The caller vouches for report.owner (REST passes
@@ -319,7 +337,7 @@ class Engine {
   Status Complete(const WorkerCaller& caller, store::Id trial_id, bool failed, const nlohmann::json& final_metrics,
                   const std::string& reason, const std::string& log_tail);
 
-  // Checkpoints (promotion-type early stopping; server/engine_checkpoints.cc).
+  // Checkpoints (promotion-type early stopping; server/engine/engine_checkpoints.cc).
   // Each is a worker's call about a trial whose lease it holds (leased or
   // running under WorkerOwner(worker)); a trial it does not hold is
   // FailedPrecondition naming the trial and what it is now.
@@ -455,7 +473,7 @@ class Engine {
   // NotFound unless `device_id` is one of the worker's.
   static Status CheckDevice(const WorkerCaller& caller, const WorkerAuth& auth, store::Id device_id);
   // A lease for the worker (authenticated) on one of its devices.
-  Result<std::optional<Assignment>> Lease(store::Id worker_id, store::Id device_id);
+  Result<std::optional<Lease>> GrantLease(store::Id worker_id, store::Id device_id);
   int64_t NowMs() const;
   friend class CheckpointUpload;
   // FailedPrecondition unless `trial` is leased or running under `owner`.
@@ -516,12 +534,12 @@ class Engine {
   Result<std::vector<scheduler::SystemDimension>> CoTunedDimensions(
       const ExperimentSpec& spec, const std::map<std::string, scheduler::SystemChange>& declared,
       std::optional<store::Id> device_id, std::vector<std::string>* unknown);
-  // Overrides the assignment's tunable system parameters with the fastest
+  // Overrides the lease's tunable system parameters with the fastest
   // setting measured for the device's class and the workload, then brings
   // threads within what the device takes (a trial.system_capped event says
   // so when the spec's range goes beyond it).
   Status StartAtBestSetting(const ExperimentSpec& spec, store::Id device_id,
-                            std::chrono::steady_clock::time_point asked, Assignment& a);
+                            std::chrono::steady_clock::time_point asked, Lease& a);
 
   std::unique_ptr<FleetView> fleet_;
   std::mutex mu_;

@@ -1,4 +1,4 @@
-#include "server/engine.h"
+#include "server/engine/engine.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -118,12 +118,6 @@ json InitialSystem(const ExperimentSpec& spec) {
   json out = json::object();
   for (const auto& p : spec.system) out[p.domain.name] = p.domain.ToJson(p.domain.FromUnit(0.5));
   return out;
-}
-
-uint64_t Mix(uint64_t a, uint64_t b) {
-  uint64_t z = a ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2));
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  return z ^ (z >> 31);
 }
 
 }  // namespace
@@ -506,10 +500,35 @@ void Engine::ForgetHistory(Id experiment_id) {
   c->trials->Forget();
 }
 
+Status Engine::CheckStore() { return store_.SchemaVersion().status(); }
+Result<store::ExperimentRecord> Engine::GetExperiment(Id id) { return store_.GetExperiment(id); }
+Result<std::vector<store::ExperimentRecord>> Engine::ListExperiments(int64_t offset, int64_t limit) {
+  return store_.ListExperiments(offset, limit);
+}
+Result<store::TrialCounts> Engine::CountTrials(Id experiment_id) { return store_.CountTrials(experiment_id); }
+Result<store::TrialRecord> Engine::GetTrial(Id id) { return store_.GetTrial(id); }
+Result<std::vector<store::TrialRecord>> Engine::ListTrials(Id experiment_id, const store::TrialFilter& filter) {
+  return store_.ListTrials(experiment_id, filter);
+}
+Result<std::vector<store::TrialRecord>> Engine::ListLeasedTrials(int64_t limit) {
+  return store_.ListLeasedTrials(limit);
+}
+Result<std::vector<store::MeasurementRecord>> Engine::ListMeasurements(Id trial_id) {
+  return store_.ListMeasurements(trial_id);
+}
+Result<std::vector<store::MeasurementRecord>> Engine::ListExperimentMeasurements(Id experiment_id) {
+  return store_.ListExperimentMeasurements(experiment_id);
+}
+Result<std::vector<store::WorkerRecord>> Engine::ListWorkers() { return store_.ListWorkers(); }
+Result<std::vector<store::SpeedObservationRecord>> Engine::ListSpeedObservations(std::string_view workload,
+                                                                                 int64_t limit) {
+  return store_.ListSpeedObservations(workload, limit);
+}
+
 search::Rng Engine::ExperimentRng(const ExperimentSpec& spec, Id experiment_id, size_t trials_so_far) {
   // Deterministic for (seed, experiment, how far it got): a restarted server
   // suggests what the old one would have.
-  return search::Rng(Mix(Mix(spec.seed, static_cast<uint64_t>(experiment_id)), trials_so_far));
+  return search::Rng(spec.seed).Fork(static_cast<uint64_t>(experiment_id)).Fork(trials_so_far);
 }
 
 Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_id, Cached& c, int64_t count,
@@ -585,7 +604,7 @@ void Engine::EmitCreated(Id experiment_id, const std::vector<store::TrialRecord>
   }
 }
 
-Result<std::vector<Assignment>> Engine::Suggest(Id experiment_id, int count) {
+Result<std::vector<Lease>> Engine::Suggest(Id experiment_id, int count) {
   if (count < 1 || count > 1000) return Status::InvalidArgument("count: must be between 1 and 1000");
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
   if (c->spec->executor != ExperimentSpec::ExecutorKind::kClient) {
@@ -603,10 +622,10 @@ Result<std::vector<Assignment>> Engine::Suggest(Id experiment_id, int count) {
     HPO_ASSIGN_OR_RETURN(created, CreateSuggestions(experiment_id, *c, count, std::nullopt));
   }
   EmitCreated(experiment_id, created);
-  std::vector<Assignment> out;
+  std::vector<Lease> out;
   for (const auto& t : created) {
     HPO_ASSIGN_OR_RETURN(auto leased, store_.LeaseTrial(t.id, kClientOwner, options_.client_lease_ms));
-    Assignment a{leased, c->spec, ""};
+    Lease a{leased, c->spec, ""};
     for (const auto& [name, id] : c->space_ids) {
       if (leased.space_id == id) a.space = name;
     }
@@ -823,7 +842,7 @@ Result<ReportReply> Engine::CoTune(const store::TrialRecord& trial, const Experi
 }
 
 Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id,
-                                  std::chrono::steady_clock::time_point asked, Assignment& a) {
+                                  std::chrono::steady_clock::time_point asked, Lease& a) {
   // Only the tunable (throughput-only) parameters come from what was
   // learned, chosen for this trial's own searched values (its batch size);
   // the rest are the trial's own.

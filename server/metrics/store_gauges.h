@@ -15,7 +15,7 @@
 #include <chrono>
 #include <functional>
 
-#include "server/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/store/store.h"
 
 namespace hpo::server {
