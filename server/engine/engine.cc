@@ -1,6 +1,5 @@
 #include "server/engine/engine.h"
 
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
@@ -10,6 +9,7 @@
 #include <cmath>
 
 #include "common/json_limits.h"
+#include "common/token.h"
 #include "search/ranking.h"
 #include "search/registry.h"
 #include "scheduler/cotuner.h"
@@ -446,12 +446,10 @@ Result<Engine::WorkerAuth> Engine::Authenticate(const WorkerCaller& caller) {
   };
   // Both sides are SHA-256 hex of equal length (a worker registered before
   // sessions has none, and nothing matches it), compared in constant time
-  // so the time taken says nothing of how much of a guess was right.
+  // (TokenEquals, as bearer tokens are) so the time taken says nothing of
+  // how much of a guess was right.
   const std::string given = SessionHash(caller.session);
-  auto matches = [&] {
-    return !caller.session.empty() && given.size() == auth->session_hash.size() &&
-           CRYPTO_memcmp(given.data(), auth->session_hash.data(), given.size()) == 0;
-  };
+  auto matches = [&] { return !caller.session.empty() && TokenEquals(given, auth->session_hash); };
   bool match = false;
   if (!auth) {
     HPO_RETURN_IF_ERROR(reread());
