@@ -756,6 +756,40 @@ TEST_F(EngineTest, ALeaseDoesNotWaitForAnotherLeaseMakingATrial) {
   EXPECT_EQ(n->leased, 2);
 }
 
+// ...but a lease that finds nothing else waits for the trial being made,
+// then makes its own, rather than sending its device away for a retry-after
+// of a second. A whole fleet leases at once after a server restart, and
+// each device but one idled that second (issue #21: bench/faults
+// kill_server_workers).
+TEST_F(EngineTest, ALeaseWithNothingElseToRunWaitsForTheTrialBeingMade) {
+  StalledTopUps stalled(*store_);
+  Engine engine(stalled, Options());
+  auto e = engine.CreateExperiment(Spec(kBuiltin, 20, 4));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const TestWorker one = AddWorker(engine, "one"), two = AddWorker(engine, "two");
+  stalled.Arm();
+  // Worker 1's lease makes the first trial and stalls in the store.
+  std::optional<Result<std::optional<Lease>>> a1;
+  std::thread worker1([&] { a1 = engine.LeaseForWorker(one.caller, one.device); });
+  const bool stalled_making = stalled.WaitUntilStalled(std::chrono::seconds(30));
+  // Worker 2 asks meanwhile, with nothing pending. The pause only lets its
+  // lease reach the engine before the release; what is checked is what it
+  // gets, however long the pause.
+  auto second = std::async(std::launch::async, [&] { return engine.LeaseForWorker(two.caller, two.device); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  stalled.Release();
+  worker1.join();
+  ASSERT_TRUE(stalled_making) << "worker 1's lease made no trial";
+  auto got = second.get();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(got->has_value()) << "worker 2 was sent away while worker 1's trial was being made";
+  ASSERT_TRUE(a1 && a1->ok() && (*a1)->has_value());
+  EXPECT_NE((*got)->trial.id, (**a1)->trial.id) << "one trial for two devices";
+  auto n = store_->CountTrials(e->id);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->leased, 2);
+}
+
 // However many devices ask at once, an experiment has at most max_parallel
 // trials out, each handed to one device.
 TEST_F(EngineTest, DevicesAskingAtOnceGetDistinctTrialsWithinMaxParallel) {

@@ -49,9 +49,10 @@ Result<std::optional<Lease>> Engine::GrantLease(Id worker_id, Id device_id) {
     // experiment's next trial: then plan again (without new trials, which
     // nobody waits for).
     bool without_new = false;
-    for (int attempt = 0; attempt < 4; ++attempt) {
+    constexpr int kAttempts = 4;
+    for (int attempt = 0; attempt < kAttempts; ++attempt) {
       HPO_ASSIGN_OR_RETURN(LeasePlan plan, PlanLease(e, *c, device_id, asked, without_new));
-      if (!plan.decision.run && without_new) {
+      if (!plan.decision.run && without_new && attempt + 1 < kAttempts) {
         // Another lease is making this experiment's next trial and nothing
         // else is left: wait until it is made (a suggestion takes
         // milliseconds) and plan again with new trials, rather than send
