@@ -42,6 +42,9 @@ class HPO_CAPABILITY("mutex") Mutex {
   void Unlock() HPO_RELEASE() { mu_.unlock(); }
   // Takes the lock if no one holds it; true when it did.
   bool TryLock() HPO_TRY_ACQUIRE(true) { return mu_.try_lock(); }
+  // Tells the analysis that the calling thread holds the lock, where it
+  // cannot see it taken (a LockedPtr made just before); checks nothing.
+  void AssertHeld() const HPO_ASSERT_CAPABILITY(this) {}
 
  private:
   friend class CondVar;
@@ -69,17 +72,18 @@ class HPO_SCOPED_CAPABILITY MutexLock {
 
 // A pointer to something guarded by a mutex, with the mutex held for the
 // pointer's lifetime: what a class hands out to let a caller work on its
-// guarded state (TrialView::Fresh). It can be moved (returned in a Result);
-// the analysis follows the lock inside the function that makes it, not in
-// the caller, who reaches the state only through the pointer.
+// guarded state (TrialView::Fresh). It can be moved (returned in a Result),
+// which the analysis cannot follow for a scoped lock, so it is not one: the
+// function that makes it calls mu.AssertHeld() right after, and the caller
+// reaches the guarded state only through the pointer.
 template <typename T>
-class HPO_SCOPED_CAPABILITY LockedPtr {
+class LockedPtr {
  public:
   // Takes `mu`; points at nothing until Reset.
-  explicit LockedPtr(Mutex& mu) HPO_ACQUIRE(mu) : mu_(&mu) { mu_->Lock(); }
+  explicit LockedPtr(Mutex& mu) HPO_NO_THREAD_SAFETY_ANALYSIS : mu_(&mu) { mu_->Lock(); }
   LockedPtr(LockedPtr&& other) noexcept : mu_(std::exchange(other.mu_, nullptr)), value_(other.value_) {}
   LockedPtr& operator=(LockedPtr&&) = delete;
-  ~LockedPtr() HPO_RELEASE() {
+  ~LockedPtr() HPO_NO_THREAD_SAFETY_ANALYSIS {
     if (mu_ != nullptr) mu_->Unlock();  // null: moved from
   }
 

@@ -37,6 +37,10 @@
 #define HPO_RELEASE(...) HPO_THREAD_ANNOTATION_(release_capability(__VA_ARGS__))
 #define HPO_TRY_ACQUIRE(...) HPO_THREAD_ANNOTATION_(try_acquire_capability(__VA_ARGS__))
 
+// A function that returns only if the lock is held (the analysis takes it
+// as held from there on, to the end of the scope).
+#define HPO_ASSERT_CAPABILITY(x) HPO_THREAD_ANNOTATION_(assert_capability(x))
+
 // Turns the analysis off for one function: for code it cannot follow. Say
 // why next to each use.
 #define HPO_NO_THREAD_SAFETY_ANALYSIS HPO_THREAD_ANNOTATION_(no_thread_safety_analysis)
