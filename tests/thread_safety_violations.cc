@@ -58,6 +58,7 @@ class Counter {
 
   int ReadThrough() {
     hpo::LockedPtr<int> locked(mu_);
+    mu_.AssertHeld();
     locked.Reset(&n_);
     return *locked;
   }
