@@ -8,16 +8,16 @@
 #include <cerrno>
 #include <cstring>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <random>
 #include <thread>
 
 #include "common/json_limits.h"
+#include "common/mutex.h"
 #include "common/sha256.h"
+#include "common/thread_annotations.h"
 #include "hpo/v1/worker.grpc.pb.h"
 #include "proto/grpc_status.h"
 #include "worker/checkpoint_archive.h"
@@ -100,14 +100,14 @@ struct WorkerClient::Impl {
     int64_t worker_id = 0;
     std::string session;
   };
-  std::mutex register_mu;            // one re-registration at a time
-  mutable std::mutex identity_mu;    // held only to read or replace these
-  Identity identity_;                // GUARDED_BY(identity_mu)
-  std::vector<int64_t> device_ids;   // GUARDED_BY(identity_mu)
+  Mutex register_mu;            // one re-registration at a time
+  mutable Mutex identity_mu;    // held only to read or replace these
+  Identity identity_ HPO_GUARDED_BY(identity_mu);
+  std::vector<int64_t> device_ids HPO_GUARDED_BY(identity_mu);
   std::atomic<int64_t> trials_done{0};
 
   Identity identity() const {
-    std::lock_guard lock(identity_mu);
+    MutexLock lock(identity_mu);
     return identity_;
   }
 
@@ -145,7 +145,7 @@ struct WorkerClient::Impl {
     }
   }
 
-  Status Register() {
+  Status Register() HPO_REQUIRES(register_mu) {
     v1::RegisterRequest req;
     char host[256] = {};
     gethostname(host, sizeof host - 1);
@@ -177,7 +177,7 @@ struct WorkerClient::Impl {
     }
     {
       // The session is a secret: never logged.
-      std::lock_guard lock(identity_mu);
+      MutexLock lock(identity_mu);
       identity_ = {res.worker_id(), res.session()};
       device_ids.assign(res.device_ids().begin(), res.device_ids().end());
     }
@@ -267,7 +267,7 @@ struct WorkerClient::Impl {
         case v1::DECISION_PAUSE:
           return Verdict::kPause;
         case v1::DECISION_CHANGE_SYSTEM: {
-          std::lock_guard lock(mu_);
+          MutexLock lock(mu_);
           new_system_ = json::object();
           for (const auto& [k, v] : res.new_system().values()) new_system_[k] = ParseOrString(v);
           return Verdict::kChangeSystem;
@@ -277,7 +277,7 @@ struct WorkerClient::Impl {
       }
     }
     json new_system() const override {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       return new_system_;
     }
     bool stop_requested() const override { return stop_ || w_.Stopping(2); }
@@ -292,8 +292,8 @@ struct WorkerClient::Impl {
     const SystemChanges declared_;
     std::atomic<bool> stop_{false};
     std::atomic<int64_t> last_step_{0};
-    mutable std::mutex mu_;
-    json new_system_ = json::object();
+    mutable Mutex mu_;
+    json new_system_ HPO_GUARDED_BY(mu_) = json::object();
   };
 
   // Renews a trial's lease every heartbeat_ms while it lives, and stops the
@@ -302,9 +302,14 @@ struct WorkerClient::Impl {
    public:
     Heartbeat(Impl& w, int64_t trial_id, GrpcReporter& reporter)
         : thread_([this, &w, trial_id, &reporter] {
-            std::unique_lock lock(mu_);
-            while (!cv_.wait_for(lock, std::chrono::milliseconds(w.options.heartbeat_ms), [&] { return done_; })) {
-              lock.unlock();
+            for (;;) {
+              {
+                MutexLock lock(mu_);
+                const auto until = Clock::now() + std::chrono::milliseconds(w.options.heartbeat_ms);
+                while (!done_ && cv_.WaitUntil(mu_, until)) {
+                }
+                if (done_) return;
+              }
               v1::HeartbeatRequest req;
               const Identity me = w.identity();
               req.set_worker_id(me.worker_id);
@@ -318,22 +323,21 @@ struct WorkerClient::Impl {
                   if (id == trial_id) reporter.RequestStop();
                 }
               }
-              lock.lock();
             }
           }) {}
     ~Heartbeat() {
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         done_ = true;
       }
-      cv_.notify_all();
+      cv_.NotifyAll();
       thread_.join();
     }
 
    private:
-    std::mutex mu_;
-    std::condition_variable cv_;
-    bool done_ = false;  // GUARDED_BY(mu_)
+    Mutex mu_;
+    CondVar cv_;
+    bool done_ HPO_GUARDED_BY(mu_) = false;
     std::thread thread_;  // last: it uses the members above
   };
 
@@ -639,7 +643,7 @@ struct WorkerClient::Impl {
       int64_t device_id;
       v1::LeaseRequest req;
       {
-        std::lock_guard lock(identity_mu);
+        MutexLock lock(identity_mu);
         device_id = device_ids.at(index);
         req.set_worker_id(identity_.worker_id);
         req.set_session(identity_.session);
@@ -656,7 +660,7 @@ struct WorkerClient::Impl {
         // The server does not know this registration (a new database: the
         // id is unknown, or is now another worker's, whose session ours is
         // not; or one from before sessions): register again.
-        std::lock_guard lock(register_mu);
+        MutexLock lock(register_mu);
         if (identity().worker_id == req.worker_id()) {
           spdlog::warn("lease: {}; registering again", s.error_message());
           if (!Register().ok()) return;
@@ -703,7 +707,10 @@ Status WorkerClient::Run(const std::atomic<int>& stop_level) {
   }
   w.channel = grpc::CreateCustomChannel(w.options.server, credentials, args);
   w.stub = v1::WorkerService::NewStub(w.channel);
-  HPO_RETURN_IF_ERROR(w.Register());
+  {
+    MutexLock lock(w.register_mu);
+    HPO_RETURN_IF_ERROR(w.Register());
+  }
   std::vector<std::thread> loops;
   for (size_t i = 0; i < w.options.devices.size(); ++i) loops.emplace_back([&w, i] { w.DeviceLoop(i); });
   for (auto& t : loops) t.join();

@@ -269,7 +269,7 @@ std::string Engine::WorkerOwner(Id worker_id) { return "worker/" + std::to_strin
 
 Result<Engine::Cached*> Engine::Load(Id experiment_id) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = cache_.find(experiment_id);
     if (it != cache_.end()) return it->second.get();
   }
@@ -287,7 +287,7 @@ Result<Engine::Cached*> Engine::Load(Id experiment_id) {
     HPO_ASSIGN_OR_RETURN(c->promotion, MakePromotionRule(*c->spec));
   }
   c->trials = std::make_unique<TrialView>(store_, experiment_id, c->spec, options_.history_cache);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto [it, inserted] = cache_.emplace(experiment_id, std::move(c));
   return it->second.get();
 }
@@ -384,7 +384,7 @@ Result<RegisteredWorker> Engine::RegisterWorker(const WorkerRegistration& w) {
   WorkerAuth auth{rec.session_hash, {}};
   for (const auto& d : rec.devices) auth.devices.insert(d.id);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     workers_[rec.id] = std::move(auth);
   }
   fleet_->Registered(rec);
@@ -395,7 +395,7 @@ Result<RegisteredWorker> Engine::RegisterWorker(const WorkerRegistration& w) {
 Status Engine::TouchWorker(Id worker_id) {
   Status s = store_.TouchWorker(worker_id);
   if (s.IsNotFound()) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     workers_.erase(worker_id);
   }
   return s;
@@ -417,7 +417,7 @@ Status Engine::SweepWorkers() {
   if (options_.worker_retention.count() <= 0) return Status::OK();
   HPO_ASSIGN_OR_RETURN(auto pruned, store_.PruneGoneWorkers(options_.worker_retention.count()));
   if (!pruned.empty()) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (Id id : pruned) workers_.erase(id);
   }
   return Status::OK();
@@ -426,7 +426,7 @@ Status Engine::SweepWorkers() {
 Result<Engine::WorkerAuth> Engine::Authenticate(const WorkerCaller& caller) {
   std::optional<WorkerAuth> auth;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (auto it = workers_.find(caller.worker_id); it != workers_.end()) auth = it->second;
   }
   auto reread = [&]() -> Status {
@@ -434,13 +434,13 @@ Result<Engine::WorkerAuth> Engine::Authenticate(const WorkerCaller& caller) {
     if (!rec.ok()) {
       // Unknown ones are not kept: the worker may register on another
       // replica. One pruned meanwhile is forgotten here too.
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       workers_.erase(caller.worker_id);
       return rec.status();
     }
     auth = WorkerAuth{rec->session_hash, {}};
     for (const auto& d : rec->devices) auth->devices.insert(d.id);
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     workers_[caller.worker_id] = *auth;
     return Status::OK();
   };
@@ -490,7 +490,7 @@ Result<std::vector<Id>> Engine::Heartbeat(const WorkerCaller& caller, const std:
 void Engine::ForgetHistory(Id experiment_id) {
   Cached* c = nullptr;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = cache_.find(experiment_id);
     if (it == cache_.end()) return;
     c = it->second.get();
@@ -616,7 +616,7 @@ Result<std::vector<Lease>> Engine::Suggest(Id experiment_id, int count) {
   }
   std::vector<store::TrialRecord> created;
   {
-    std::lock_guard lock(c->replenish_mu);
+    MutexLock lock(c->replenish_mu);
     HPO_ASSIGN_OR_RETURN(created, CreateSuggestions(experiment_id, *c, count, std::nullopt));
   }
   EmitCreated(experiment_id, created);
@@ -1033,7 +1033,7 @@ Status Engine::Tick() {
   // (an experiment's end, another replica's finish, a delete that failed).
   bool sweep = false;
   if (options_.artifacts) {
-    std::lock_guard lock(sweep_mu_);
+    MutexLock lock(sweep_mu_);
     const auto now = std::chrono::steady_clock::now();
     if (now - last_sweep_ >= options_.checkpoint_sweep) {
       last_sweep_ = now;

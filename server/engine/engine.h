@@ -22,13 +22,14 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "search/history.h"
 #include "search/promotion.h"
 #include "search/pruner.h"
@@ -420,7 +421,7 @@ class Engine {
     std::map<std::string, store::Id> space_ids;  // by space name
     std::unique_ptr<search::Pruner> pruner;      // stopping-type early stopping
     std::optional<search::PromotionRule> promotion;  // promotion-type
-    std::mutex replenish_mu;  // one batch of suggestions at a time per experiment
+    Mutex replenish_mu;  // one batch of suggestions at a time per experiment
     // What early stopping judges against, the samplers suggest from and
     // placement offers (EngineOptions::history_cache); its own lock, taken
     // after replenish_mu when both are held.
@@ -447,7 +448,8 @@ class Engine {
   Result<std::vector<store::TrialRecord>> CreateSuggestions(store::Id experiment_id, Cached& c,
                                                             int64_t count,
                                                             std::optional<int64_t> max_unfinished,
-                                                            const ForDevice* for_device = nullptr);
+                                                            const ForDevice* for_device = nullptr)
+      HPO_REQUIRES(c.replenish_mu);
   // "trial.created" for each; called without replenish_mu held.
   // `placed`, when an object, joins each event: a trial made for the device
   // that asked says which device and the policy's reason.
@@ -483,8 +485,8 @@ class Engine {
   // Best effort: deletes the trial's checkpoint now that it ended (the sweep
   // retries what fails).
   void DeleteCheckpoint(store::Id trial_id);
-  std::mutex sweep_mu_;
-  std::chrono::steady_clock::time_point last_sweep_;  // GUARDED_BY(sweep_mu_)
+  Mutex sweep_mu_;
+  std::chrono::steady_clock::time_point last_sweep_ HPO_GUARDED_BY(sweep_mu_);
 
   void Emit(std::string type, nlohmann::json data) const {
     if (options_.on_event) options_.on_event(std::move(type), data);
@@ -542,9 +544,9 @@ class Engine {
                             std::chrono::steady_clock::time_point asked, Lease& a);
 
   std::unique_ptr<FleetView> fleet_;
-  std::mutex mu_;
-  std::map<store::Id, std::unique_ptr<Cached>> cache_;  // GUARDED_BY(mu_)
-  std::map<store::Id, WorkerAuth> workers_;              // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<store::Id, std::unique_ptr<Cached>> cache_ HPO_GUARDED_BY(mu_);
+  std::map<store::Id, WorkerAuth> workers_ HPO_GUARDED_BY(mu_);
 };
 
 }  // namespace hpo::server

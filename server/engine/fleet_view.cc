@@ -77,7 +77,8 @@ double FleetView::FreeAtLocked(Id device_id) const {
 }
 
 Result<FleetView::Locked> FleetView::Fresh(Id device_id, Clock::time_point asked) {
-  std::unique_lock lock(mu_);
+  Locked locked(mu_);  // held until the caller drops it
+  mu_.AssertHeld();
   if (!view_ || view_->loaded + max_age_ < asked || !view_->devices.count(device_id)) {
     HPO_RETURN_IF_ERROR(ReadLocked(Clock::now()));
   }
@@ -86,11 +87,12 @@ Result<FleetView::Locked> FleetView::Fresh(Id device_id, Clock::time_point asked
     d->second.live = true;
     view_->live.Set(std::to_string(device_id), d->second.device_class, FreeAtLocked(device_id));
   }
-  return Locked(std::move(lock), &*view_);
+  locked.Reset(&*view_);
+  return locked;
 }
 
 Result<FleetView::Known> FleetView::KnownDevice(Id device_id) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   if (auto it = known_.find(device_id); it != known_.end()) return it->second;
   HPO_RETURN_IF_ERROR(ReadLocked(Clock::now()));
   if (auto it = known_.find(device_id); it != known_.end()) return it->second;
@@ -98,7 +100,7 @@ Result<FleetView::Known> FleetView::KnownDevice(Id device_id) {
 }
 
 void FleetView::Registered(const store::WorkerRecord& w) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& d : w.devices) {
     known_[d.id] = {d.device_class, DeviceThreadLimit(d)};
     if (!view_) continue;
@@ -127,7 +129,7 @@ Result<std::optional<int>> FleetView::ThreadLimit(Id device_id) {
 void FleetView::Observe(const std::string& device_class, const std::string& workload, const std::string& setting,
                         Id trial_id, int64_t step, double samples_per_sec) {
   const auto now = Clock::now();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (view_) view_->model.Observe(device_class, workload, setting, samples_per_sec);
   auto& last = last_report_[trial_id];
   if (last.seen && step > last.step && samples_per_sec > 0) {
@@ -149,7 +151,7 @@ void FleetView::Observe(const std::string& device_class, const std::string& work
 }
 
 double FleetView::SamplesPerStep(const std::string& workload) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = step_samples_.find(workload);
   if (it == step_samples_.end() || it->second.empty()) return 0;
   std::vector<double> v(it->second.begin(), it->second.end());
@@ -158,7 +160,7 @@ double FleetView::SamplesPerStep(const std::string& workload) {
 }
 
 void FleetView::SetBusy(Id device_id, double seconds) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!(seconds > 0) || !std::isfinite(seconds)) {
     busy_until_.erase(device_id);
   } else {
@@ -169,7 +171,7 @@ void FleetView::SetBusy(Id device_id, double seconds) {
 }
 
 void FleetView::SetIdle(Id device_id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   busy_until_.erase(device_id);
   if (view_) view_->live.SetFreeAt(std::to_string(device_id), FreeAtLocked(device_id));
 }

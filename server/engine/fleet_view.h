@@ -15,12 +15,13 @@
 #include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "scheduler/fleet_summary.h"
 #include "scheduler/policy.h"
 #include "scheduler/speed_model.h"
@@ -61,67 +62,57 @@ class FleetView {
   FleetView(store::Store& store, std::chrono::milliseconds max_age, std::chrono::milliseconds live_for,
             std::function<int64_t()> now_ms);
 
-  class Locked {
-   public:
-    FleetSnapshot& operator*() const { return *view_; }
-    FleetSnapshot* operator->() const { return view_; }
-
-   private:
-    friend class FleetView;
-    Locked(std::unique_lock<std::mutex> lock, FleetSnapshot* view) : lock_(std::move(lock)), view_(view) {}
-    std::unique_lock<std::mutex> lock_;
-    FleetSnapshot* view_;
-  };
+  using Locked = LockedPtr<FleetSnapshot>;
   // The view, reread unless it was read within max_age before `asked` (a
   // lease's start) and knows `device_id`; the asking device is live.
-  Result<Locked> Fresh(store::Id device_id, Clock::time_point asked);
+  Result<Locked> Fresh(store::Id device_id, Clock::time_point asked) HPO_EXCLUDES(mu_);
   // A steady-clock time as the summary's free times count it (seconds).
   static double Seconds(Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
   // A registered device's class. NotFound: not registered.
-  Result<std::string> DeviceClass(store::Id device_id);
+  Result<std::string> DeviceClass(store::Id device_id) HPO_EXCLUDES(mu_);
   // The worker registered (perhaps again, with its devices' classes
   // changed): its devices are live with these classes from now on.
-  void Registered(const store::WorkerRecord& w);
+  void Registered(const store::WorkerRecord& w) HPO_EXCLUDES(mu_);
   // A registered device's DeviceThreadLimit. NotFound: not registered.
-  Result<std::optional<int>> ThreadLimit(store::Id device_id);
+  Result<std::optional<int>> ThreadLimit(store::Id device_id) HPO_EXCLUDES(mu_);
 
   // One of this engine's reports: a speed observation (placement sees it on
   // the next lease) and, from the time since this trial's previous report
   // here, how many samples one step of the workload trains.
   void Observe(const std::string& device_class, const std::string& workload, const std::string& setting,
-               store::Id trial_id, int64_t step, double samples_per_sec);
+               store::Id trial_id, int64_t step, double samples_per_sec) HPO_EXCLUDES(mu_);
   // The median of the recent estimates of samples per step; 0 when none.
-  double SamplesPerStep(const std::string& workload);
+  double SamplesPerStep(const std::string& workload) HPO_EXCLUDES(mu_);
   // Placement's estimate: the device is busy for `seconds` from now.
-  void SetBusy(store::Id device_id, double seconds);
+  void SetBusy(store::Id device_id, double seconds) HPO_EXCLUDES(mu_);
   // The device's trial paused or ended: it is free.
-  void SetIdle(store::Id device_id);
+  void SetIdle(store::Id device_id) HPO_EXCLUDES(mu_);
 
  private:
-  Status ReadLocked(Clock::time_point now);
+  Status ReadLocked(Clock::time_point now) HPO_REQUIRES(mu_);
   // The device's free time for the summary: -infinity when not busy.
-  double FreeAtLocked(store::Id device_id) const;
+  double FreeAtLocked(store::Id device_id) const HPO_REQUIRES(mu_);
 
   store::Store& store_;
   const std::chrono::milliseconds max_age_;
   const std::chrono::milliseconds live_for_;
   const std::function<int64_t()> now_ms_;
-  std::mutex mu_;
-  std::optional<FleetSnapshot> view_;                      // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::optional<FleetSnapshot> view_ HPO_GUARDED_BY(mu_);
   struct Known {
     std::string device_class;
     std::optional<int> max_threads;
   };
-  Result<Known> KnownDevice(store::Id device_id);
-  std::map<store::Id, Known> known_;                       // GUARDED_BY(mu_); outlives rereads
-  std::map<store::Id, Clock::time_point> busy_until_;      // GUARDED_BY(mu_)
+  Result<Known> KnownDevice(store::Id device_id) HPO_EXCLUDES(mu_);
+  std::map<store::Id, Known> known_ HPO_GUARDED_BY(mu_);  // outlives rereads
+  std::map<store::Id, Clock::time_point> busy_until_ HPO_GUARDED_BY(mu_);
   struct LastReport {
     Clock::time_point at;
     int64_t step = 0;
     bool seen = false;
   };
-  std::map<store::Id, LastReport> last_report_;            // GUARDED_BY(mu_); by trial
-  std::map<std::string, std::deque<double>> step_samples_; // GUARDED_BY(mu_); by workload, newest last
+  std::map<store::Id, LastReport> last_report_ HPO_GUARDED_BY(mu_);  // by trial
+  std::map<std::string, std::deque<double>> step_samples_ HPO_GUARDED_BY(mu_);  // by workload, newest last
 };
 
 }  // namespace hpo::server

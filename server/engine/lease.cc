@@ -59,7 +59,7 @@ Result<std::optional<Lease>> Engine::GrantLease(Id worker_id, Id device_id) {
         // this device away for a retry-after of a second. Each device
         // idled that second when a fleet leased at once, as it does after
         // a server restart (issue #21: bench/faults kill_server_workers).
-        { std::lock_guard made(c->replenish_mu); }
+        { MutexLock made(c->replenish_mu); }
         without_new = false;
         continue;
       }
@@ -220,8 +220,8 @@ Result<Engine::Applied> Engine::ApplyPlan(const store::ExperimentRecord& e, Cach
         // One new trial at a time per experiment (two made at once from the
         // same history would be the same suggestion), and nobody waits for
         // it: while one is being made, the others take what else there is.
-        std::unique_lock lock(c.replenish_mu, std::try_to_lock);
-        if (!lock.owns_lock()) return Applied{std::nullopt, true};
+        if (!c.replenish_mu.TryLock()) return Applied{std::nullopt, true};
+        MutexLock lock(c.replenish_mu, AdoptLock());
         HPO_ASSIGN_OR_RETURN(created, CreateSuggestions(e.id, c, 1, spec.max_parallel, &fd));
       }
       if (created.empty()) return Applied{};  // the budget or the cap filled meanwhile

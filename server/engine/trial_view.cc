@@ -108,22 +108,24 @@ Result<TrialsSnapshot> TrialView::ReadNow() const {
 }
 
 Result<TrialView::Locked> TrialView::Fresh() {
-  std::unique_lock lock(mu_);
+  Locked locked(mu_);  // held until the caller drops it
+  mu_.AssertHeld();
   if (!view_ || std::chrono::steady_clock::now() - view_->loaded >= max_age_) {
     view_.reset();
     HPO_ASSIGN_OR_RETURN(TrialsSnapshot fresh, ReadNow());
     view_ = std::move(fresh);
   }
-  return Locked(std::move(lock), &*view_);
+  locked.Reset(&*view_);
+  return locked;
 }
 
 void TrialView::Apply(const store::TrialRecord& trial) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (view_) Add(*view_, trial);
 }
 
 void TrialView::SetOutcome(Id trial_id, TrialState state, std::optional<double> value) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!view_) return;
   auto it = view_->trials.find(trial_id);
   if (it == view_->trials.end()) return;
@@ -137,25 +139,24 @@ void TrialView::SetOutcome(Id trial_id, TrialState state, std::optional<double> 
 
 Result<bool> TrialView::ApplyReport(const store::TrialRecord& trial, int64_t step, double value, bool inserted,
                                     const search::Pruner* judge) {
-  std::unique_lock lock(mu_, std::defer_lock);
-  TrialsSnapshot* view = nullptr;
-  std::optional<Locked> fresh;
   if (judge) {
-    HPO_ASSIGN_OR_RETURN(Locked l, Fresh());
-    fresh.emplace(std::move(l));
-    view = &**fresh;
-  } else {
-    lock.lock();
-    if (!view_) return false;  // nothing to keep current, nothing to decide
-    view = &*view_;
+    HPO_ASSIGN_OR_RETURN(Locked view, Fresh());
+    return ApplyReportTo(*view, trial, step, value, inserted, judge);
   }
+  MutexLock lock(mu_);
+  if (!view_) return false;  // nothing to keep current, nothing to decide
+  return ApplyReportTo(*view_, trial, step, value, inserted, judge);
+}
+
+bool TrialView::ApplyReportTo(TrialsSnapshot& view, const store::TrialRecord& trial, int64_t step, double value,
+                              bool inserted, const search::Pruner* judge) const {
   // Created since the view was read (by another replica); a trial the view
   // holds keeps what the view knows (the record may be older).
-  if (!view->trials.count(trial.id)) Add(*view, trial);
-  auto w = view->trials.find(trial.id);
-  if (w == view->trials.end()) return false;  // not of a space in the spec
-  const search::History& h = view->histories[w->second.space];
-  search::Observation& o = view->histories[w->second.space].trials[w->second.index];
+  if (!view.trials.count(trial.id)) Add(view, trial);
+  auto w = view.trials.find(trial.id);
+  if (w == view.trials.end()) return false;  // not of a space in the spec
+  const search::History& h = view.histories[w->second.space];
+  search::Observation& o = view.histories[w->second.space].trials[w->second.index];
   o.status = search::TrialStatus::kRunning;
   w->second.state = TrialState::kRunning;
   if (inserted || o.curve.empty()) {
@@ -171,7 +172,7 @@ Result<bool> TrialView::ApplyReport(const store::TrialRecord& trial, int64_t ste
 }
 
 void TrialView::DropCurveAfter(Id trial_id, int64_t step) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!view_) return;
   auto it = view_->trials.find(trial_id);
   if (it == view_->trials.end()) return;
@@ -182,7 +183,7 @@ void TrialView::DropCurveAfter(Id trial_id, int64_t step) {
 }
 
 void TrialView::Forget() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   view_.reset();
 }
 

@@ -13,12 +13,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "search/history.h"
 #include "search/pruner.h"
 #include "server/spec/spec.h"
@@ -60,48 +61,42 @@ class TrialView {
             std::chrono::milliseconds max_age);
 
   // The view with its lock held.
-  class Locked {
-   public:
-    TrialsSnapshot& operator*() const { return *view_; }
-    TrialsSnapshot* operator->() const { return view_; }
-
-   private:
-    friend class TrialView;
-    Locked(std::unique_lock<std::mutex> lock, TrialsSnapshot* view) : lock_(std::move(lock)), view_(view) {}
-    std::unique_lock<std::mutex> lock_;
-    TrialsSnapshot* view_;
-  };
+  using Locked = LockedPtr<TrialsSnapshot>;
   // The view, read first when there is none or it is older than max_age.
   // One caller rereads while the others wait for it.
-  Result<Locked> Fresh();
+  Result<Locked> Fresh() HPO_EXCLUDES(mu_);
   // Everything read from the store now, not kept (tests, the dashboard).
   Result<TrialsSnapshot> ReadNow() const;
 
   // This engine's changes, applied to the view when there is one (none: the
   // next Fresh() reads them). A trial the view does not hold is added.
-  void Apply(const store::TrialRecord& trial);
+  void Apply(const store::TrialRecord& trial) HPO_EXCLUDES(mu_);
   // A trial's end (or pause) and its final value, if the view holds it.
-  void SetOutcome(store::Id trial_id, store::TrialState state, std::optional<double> value);
+  void SetOutcome(store::Id trial_id, store::TrialState state, std::optional<double> value) HPO_EXCLUDES(mu_);
   // Puts a report into the view (value minimized; `inserted`: new to the
   // store) and, with `judge`, asks it whether the trial should stop now
   // (reading the view first if it is too old). Without `judge` and without
   // a view it does nothing.
   Result<bool> ApplyReport(const store::TrialRecord& trial, int64_t step, double value, bool inserted,
-                           const search::Pruner* judge);
+                           const search::Pruner* judge) HPO_EXCLUDES(mu_);
   // The store deleted a trial's steps after `step` (a restart: 0).
-  void DropCurveAfter(store::Id trial_id, int64_t step);
+  void DropCurveAfter(store::Id trial_id, int64_t step) HPO_EXCLUDES(mu_);
   // Drops the view (a requeue deleted a curve; the experiment ended).
-  void Forget();
+  void Forget() HPO_EXCLUDES(mu_);
   // Apply() for a caller that holds the view from Fresh().
   void Add(TrialsSnapshot& locked_view, const store::TrialRecord& trial) const;
 
  private:
+  // ApplyReport's work on the view, held one way or the other.
+  bool ApplyReportTo(TrialsSnapshot& view, const store::TrialRecord& trial, int64_t step, double value,
+                     bool inserted, const search::Pruner* judge) const;
+
   store::Store& store_;
   const store::Id experiment_id_;
   const std::shared_ptr<const ExperimentSpec> spec_;
   const std::chrono::milliseconds max_age_;
-  std::mutex mu_;
-  std::optional<TrialsSnapshot> view_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::optional<TrialsSnapshot> view_ HPO_GUARDED_BY(mu_);
 };
 
 }  // namespace hpo::server

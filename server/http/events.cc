@@ -5,15 +5,18 @@
 namespace hpo::server {
 
 std::optional<Event> EventBus::Subscription::Next(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [&] { return !queue_.empty(); })) return std::nullopt;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(mu_);
+  while (queue_.empty()) {
+    if (!cv_.WaitUntil(mu_, deadline) && queue_.empty()) return std::nullopt;
+  }
   Event e = std::move(queue_.front());
   queue_.pop_front();
   return e;
 }
 
 uint64_t EventBus::Subscription::TakeDropped() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return std::exchange(dropped_, 0);
 }
 
@@ -21,7 +24,7 @@ void EventBus::Publish(std::string type, const nlohmann::json& data) {
   std::vector<std::shared_ptr<Subscription>> live;
   Event e;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     e.id = next_id_++;
     subs_.erase(std::remove_if(subs_.begin(), subs_.end(),
                                [&](const std::weak_ptr<Subscription>& w) {
@@ -36,26 +39,26 @@ void EventBus::Publish(std::string type, const nlohmann::json& data) {
   e.type = std::move(type);
   e.data = data.dump();
   for (auto& s : live) {
-    std::lock_guard lock(s->mu_);
+    MutexLock lock(s->mu_);
     if (s->queue_.size() >= s->capacity_) {
       s->queue_.pop_front();
       ++s->dropped_;
     }
     s->queue_.push_back(e);
-    s->cv_.notify_one();
+    s->cv_.NotifyOne();
   }
 }
 
 std::shared_ptr<EventBus::Subscription> EventBus::Subscribe(size_t capacity) {
   auto s = std::make_shared<Subscription>();
   s->capacity_ = std::max<size_t>(1, capacity);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   subs_.push_back(s);
   return s;
 }
 
 size_t EventBus::subscribers() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return std::count_if(subs_.begin(), subs_.end(), [](const auto& w) { return !w.expired(); });
 }
 

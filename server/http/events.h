@@ -6,13 +6,14 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 
 namespace hpo::server {
 
@@ -33,10 +34,10 @@ class EventBus {
 
    private:
     friend class EventBus;
-    std::mutex mu_;
-    std::condition_variable cv_;
-    std::deque<Event> queue_;  // GUARDED_BY(mu_)
-    uint64_t dropped_ = 0;     // GUARDED_BY(mu_)
+    Mutex mu_;
+    CondVar cv_;
+    std::deque<Event> queue_ HPO_GUARDED_BY(mu_);
+    uint64_t dropped_ HPO_GUARDED_BY(mu_) = 0;
     size_t capacity_ = 1024;
   };
 
@@ -45,9 +46,9 @@ class EventBus {
   size_t subscribers();
 
  private:
-  std::mutex mu_;
-  uint64_t next_id_ = 1;                                // GUARDED_BY(mu_)
-  std::vector<std::weak_ptr<Subscription>> subs_;        // GUARDED_BY(mu_)
+  Mutex mu_;
+  uint64_t next_id_ HPO_GUARDED_BY(mu_) = 1;
+  std::vector<std::weak_ptr<Subscription>> subs_ HPO_GUARDED_BY(mu_);
 };
 
 }  // namespace hpo::server

@@ -15,7 +15,6 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
 #include <fstream>
 #include <future>
@@ -25,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "server/http/http_status.h"
 
 namespace hpo::server {
@@ -142,11 +143,11 @@ struct HttpServer::Impl {
 
   // Declared before io: pending handlers that io's destructor drops may
   // hold the last reference to a connection, whose destructor locks mu.
-  std::mutex mu;
-  std::condition_variable cv;
-  std::list<std::weak_ptr<HttpConnection>> connections;  // GUARDED_BY(mu)
-  int active = 0;                                    // GUARDED_BY(mu): open connections
-  int streams = 0;                                   // GUARDED_BY(mu): streaming responses running
+  Mutex mu;
+  CondVar cv;
+  std::list<std::weak_ptr<HttpConnection>> connections HPO_GUARDED_BY(mu);
+  int active HPO_GUARDED_BY(mu) = 0;   // open connections
+  int streams HPO_GUARDED_BY(mu) = 0;  // streaming responses running
 
   net::io_context io;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
@@ -158,32 +159,32 @@ struct HttpServer::Impl {
   std::once_flag shutdown_once;
 
   void Register(const std::shared_ptr<HttpConnection>& c) {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     c->self = connections.insert(connections.end(), c);
     ++active;
   }
   void Unregister(HttpConnection& c) {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     connections.erase(c.self);
     --active;
-    cv.notify_all();
+    cv.NotifyAll();
   }
   bool BeginStream() {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     if (streams >= options.max_streams) return false;
     ++streams;
     return true;
   }
   void EndStream() {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     --streams;
-    cv.notify_all();
+    cv.NotifyAll();
   }
   // The live connections, taken under the lock and used after it: dropping
   // the last reference to one locks mu again.
   std::vector<std::shared_ptr<HttpConnection>> Snapshot() {
     std::vector<std::shared_ptr<HttpConnection>> out;
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     for (auto& w : connections) {
       if (auto c = w.lock()) out.push_back(std::move(c));
     }
@@ -535,7 +536,7 @@ void HttpServer::Impl::OnAccept(const beast::error_code& ec, tcp::socket socket)
   std::shared_ptr<HttpConnection> victim;
   bool full = false;
   {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     full = active >= options.max_connections;
   }
   if (full) {
@@ -651,16 +652,20 @@ void HttpServer::Impl::ShutdownNow() {
   // is off while stopping), or at the drain deadline.
   for (auto& c : Snapshot()) c->PostClose(true);
   {
-    std::unique_lock lock(mu);
-    cv.wait_until(lock, Clock::now() + options.drain_timeout, [&] { return active == 0 && streams == 0; });
+    MutexLock lock(mu);
+    const auto deadline = Clock::now() + options.drain_timeout;
+    while ((active != 0 || streams != 0) && cv.WaitUntil(mu, deadline)) {
+    }
   }
   for (auto& c : Snapshot()) c->PostClose(false);
   handlers->join();  // the handlers in flight return; their connections are closed
   {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return streams == 0; });  // they see stopping() and return
+    MutexLock lock(mu);
+    while (streams != 0) cv.Wait(mu);  // they see stopping() and return
     // Closed connections go once their aborted operations have run.
-    cv.wait_for(lock, std::chrono::seconds(2), [&] { return active == 0; });
+    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    while (active != 0 && cv.WaitUntil(mu, deadline)) {
+    }
   }
   work.reset();
   io.stop();

@@ -284,7 +284,7 @@ Counter& Registry::counter(std::string_view name, std::string_view help, const L
   assert(name.size() >= 6 && name.substr(name.size() - 6) == "_total" &&
          "counter names should end in _total");
   Labels key = Canonical(name, labels, /*histogram=*/false);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Family& family = FamilyFor(name, help, Type::kCounter);
   auto& slot = family.counters[key];
   if (slot == nullptr) {
@@ -297,7 +297,7 @@ Counter& Registry::counter(std::string_view name, std::string_view help, const L
 
 Gauge& Registry::gauge(std::string_view name, std::string_view help, const Labels& labels) {
   Labels key = Canonical(name, labels, /*histogram=*/false);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Family& family = FamilyFor(name, help, Type::kGauge);
   auto& slot = family.gauges[key];
   if (slot == nullptr) {
@@ -311,7 +311,7 @@ Gauge& Registry::gauge(std::string_view name, std::string_view help, const Label
 Histogram& Registry::histogram(std::string_view name, std::string_view help,
                                const std::vector<double>& buckets, const Labels& labels) {
   Labels key = Canonical(name, labels, /*histogram=*/true);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Family& family = FamilyFor(name, help, Type::kHistogram, buckets);
   auto& slot = family.histograms[key];
   if (slot == nullptr) {
@@ -327,7 +327,7 @@ Histogram& Registry::histogram(std::string_view name, std::string_view help,
 
 void Registry::gauge_callback(std::string_view name, std::string_view help,
                               std::function<GaugeSamples()> callback) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   FamilyFor(name, help, Type::kGaugeCallback);
   collectables_.push_back(
       std::make_shared<CallbackGauges>(std::string(name), std::string(help), std::move(callback)));
@@ -340,7 +340,7 @@ std::string Registry::Render() const {
   // and families lock themselves.
   std::vector<std::shared_ptr<const prometheus::Collectable>> sources;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     sources = collectables_;
   }
   std::vector<prometheus::MetricFamily> families;

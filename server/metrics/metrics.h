@@ -53,11 +53,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 
 namespace prometheus {
 class Collectable;
@@ -204,17 +206,17 @@ class Registry {
   struct Family;
 
   // Finds or creates the family, aborting on a type, help or bucket clash.
-  // `buckets` is used by histograms only. REQUIRES: mu_ held.
+  // `buckets` is used by histograms only.
   Family& FamilyFor(std::string_view name, std::string_view help, Type type,
-                    const std::vector<double>& buckets = {});
+                    const std::vector<double>& buckets = {}) HPO_REQUIRES(mu_);
 
   // Holds the counters, gauges and histograms. Its own locks are taken
   // inside mu_ (registration) or without it (Render), never the other way.
   const std::shared_ptr<prometheus::Registry> registry_;
-  mutable std::mutex mu_;
-  std::map<std::string, std::unique_ptr<Family>, std::less<>> families_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, std::unique_ptr<Family>, std::less<>> families_ HPO_GUARDED_BY(mu_);
   // What Render collects: registry_ first, then one per gauge callback.
-  std::vector<std::shared_ptr<const prometheus::Collectable>> collectables_;  // GUARDED_BY(mu_)
+  std::vector<std::shared_ptr<const prometheus::Collectable>> collectables_ HPO_GUARDED_BY(mu_);
 };
 
 }  // namespace hpo::metrics

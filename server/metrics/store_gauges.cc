@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
+
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 
 namespace hpo::server {
 namespace {
@@ -88,7 +90,7 @@ class CachedSnapshot {
   CachedSnapshot(store::Store& store, StoreGaugeOptions options) : store_(store), options_(std::move(options)) {}
 
   std::shared_ptr<const Snapshot> Get() {
-    std::lock_guard lock(mu_);  // held across the read: concurrent scrapes wait for one read
+    MutexLock lock(mu_);  // held across the read: concurrent scrapes wait for one read
     const auto now = std::chrono::steady_clock::now();
     if (!snapshot_ || now - read_at_ >= options_.max_age) {
       snapshot_ = std::make_shared<const Snapshot>(ReadStore(store_, options_));
@@ -100,9 +102,9 @@ class CachedSnapshot {
  private:
   store::Store& store_;
   const StoreGaugeOptions options_;
-  std::mutex mu_;
-  std::shared_ptr<const Snapshot> snapshot_;        // GUARDED_BY(mu_)
-  std::chrono::steady_clock::time_point read_at_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::shared_ptr<const Snapshot> snapshot_ HPO_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point read_at_ HPO_GUARDED_BY(mu_);
 };
 
 }  // namespace

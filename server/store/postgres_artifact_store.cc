@@ -14,10 +14,11 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <mutex>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/sha256.h"
+#include "common/thread_annotations.h"
 #include "server/store/artifact_store.h"
 #include "server/store/store_url.h"
 
@@ -105,7 +106,7 @@ class PostgresArtifactStore final : public ArtifactStore {
 
   Result<Lease> Connect() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (!idle_.empty()) {
         auto c = std::move(idle_.back());
         idle_.pop_back();
@@ -119,7 +120,7 @@ class PostgresArtifactStore final : public ArtifactStore {
   }
   void GiveBack(std::unique_ptr<pqxx::connection> c) {
     if (!c || !c->is_open()) return;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (idle_.size() < kMaxIdle) idle_.push_back(std::move(c));
   }
 
@@ -165,8 +166,8 @@ class PostgresArtifactStore final : public ArtifactStore {
   static constexpr size_t kMaxIdle = 4;
   const std::string url_, display_;
   const ArtifactStoreOptions options_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<pqxx::connection>> idle_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::vector<std::unique_ptr<pqxx::connection>> idle_ HPO_GUARDED_BY(mu_);
 };
 
 Lease::~Lease() {

@@ -100,33 +100,34 @@ TimeMs SqlStore::Now() const {
 }
 
 std::unique_ptr<SqlConnection> SqlStore::Acquire() {
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return !idle_.empty() || open_ < driver_->max_connections(); });
-  if (!idle_.empty()) {
-    auto c = std::move(idle_.back());
-    idle_.pop_back();
-    return c;
+  {
+    MutexLock lock(mu_);
+    while (idle_.empty() && open_ >= driver_->max_connections()) cv_.Wait(mu_);
+    if (!idle_.empty()) {
+      auto c = std::move(idle_.back());
+      idle_.pop_back();
+      return c;
+    }
+    ++open_;
   }
-  ++open_;
-  lock.unlock();
   try {
-    return driver_->Connect();
+    return driver_->Connect();  // without the lock: connecting can take seconds
   } catch (...) {
-    lock.lock();
+    MutexLock lock(mu_);
     --open_;
-    cv_.notify_one();
+    cv_.NotifyOne();
     throw;
   }
 }
 
 void SqlStore::Release(std::unique_ptr<SqlConnection> c) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (c->healthy()) {
     idle_.push_back(std::move(c));
   } else {
     --open_;  // dropped; the next Acquire reconnects
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 bool SqlStore::RetryAfter(const Status& s, bool committing, int attempt) {

@@ -2,11 +2,11 @@
 // PostgreSQL). See store.h for the contract.
 #pragma once
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "server/store/sql_driver.h"
 #include "server/store/store.h"
 
@@ -78,8 +78,8 @@ class SqlStore final : public Store {
   // Whether Run runs its body again after `s` on attempt `attempt` (0: the
   // first), the COMMIT sent or not; pauses first where a pause helps.
   bool RetryAfter(const Status& s, bool committing, int attempt);
-  std::unique_ptr<SqlConnection> Acquire();
-  void Release(std::unique_ptr<SqlConnection> c);
+  std::unique_ptr<SqlConnection> Acquire() HPO_EXCLUDES(mu_);
+  void Release(std::unique_ptr<SqlConnection> c) HPO_EXCLUDES(mu_);
   void Migrate(SqlConnection& c);
   // BeforeMigrations, one transaction of Migrate and CheckMigrated,
   // AfterMigrations, all on one connection.
@@ -88,10 +88,10 @@ class SqlStore final : public Store {
 
   std::unique_ptr<SqlDriver> driver_;
   StoreOptions options_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::unique_ptr<SqlConnection>> idle_;  // GUARDED_BY(mu_)
-  int open_ = 0;                                      // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<std::unique_ptr<SqlConnection>> idle_ HPO_GUARDED_BY(mu_);
+  int open_ HPO_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace hpo::store
