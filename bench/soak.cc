@@ -50,6 +50,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/fmt/fmt.h>
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -76,6 +77,11 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
+double Curve(const json& params, int64_t step) {
+  const double x = params.value("x", 0.5), y = params.value("y", 0.1);
+  return (x - 0.3) * (x - 0.3) + 0.1 * std::log10(y + 1) + 1.0 / static_cast<double>(step + 2);
+}
+
 // A worker process: `workers` simulated workers until it is killed. Its
 // acknowledged calls go to `record` as lines "R trial attempt step loss"
 // and "C trial loss", each written (one write(2), O_APPEND) as it is
@@ -98,6 +104,10 @@ int RunChild(const std::string& address, int workers, int step_ms, int steps, co
   fo.step_time = milliseconds(step_ms);
   fo.heartbeat = true;
   fo.deadline = milliseconds(10'000);
+  // A loss that depends on the parameters and falls with the steps, so that
+  // ASHA stops some trials and lets others complete (the default SimLoss
+  // grows with the trial id: nearly every later trial would be stopped).
+  fo.objective = Curve;
   fo.on_report = [&](int64_t trial, int attempt, int64_t step, double loss) {
     write_line(fmt::format("R {} {} {} {:.17g}\n", trial, attempt, step, loss));
   };
@@ -392,6 +402,7 @@ Status DiskPhase(const SoakOptions& o) {
     fo.steps = o.steps;
     fo.step_time = milliseconds(o.step_ms);
     fo.heartbeat = true;
+    fo.objective = Curve;
     fo.on_report = [&](int64_t trial, int attempt, int64_t step, double loss) {
       std::lock_guard lock(rec_mu);
       auto& slot = rec.reports[trial][step];
