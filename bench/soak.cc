@@ -140,6 +140,12 @@ struct Recorded {
   std::map<int64_t, std::map<int64_t, std::pair<int, double>>> reports;
   std::map<int64_t, double> completions;
   int64_t report_lines = 0;
+
+  void Report(int64_t trial, int attempt, int64_t step, double loss) {
+    auto& slot = reports[trial][step];
+    if (attempt >= slot.first) slot = {attempt, loss};
+    ++report_lines;
+  }
 };
 
 Status ReadRecord(const std::string& path, Recorded& into) {
@@ -155,9 +161,7 @@ Status ReadRecord(const std::string& path, Recorded& into) {
       double loss = 0;
       ss >> attempt >> step >> loss;
       if (!ss) return Status::DataLoss(path + ": a report line that does not parse: " + line);
-      auto& slot = into.reports[trial][step];
-      if (attempt >= slot.first) slot = {attempt, loss};
-      ++into.report_lines;
+      into.Report(trial, attempt, step, loss);
     } else if (kind == "C") {
       double loss = 0;
       ss >> loss;
@@ -405,9 +409,7 @@ Status DiskPhase(const SoakOptions& o) {
     fo.objective = Curve;
     fo.on_report = [&](int64_t trial, int attempt, int64_t step, double loss) {
       std::lock_guard lock(rec_mu);
-      auto& slot = rec.reports[trial][step];
-      if (attempt >= slot.first) slot = {attempt, loss};
-      ++rec.report_lines;
+      rec.Report(trial, attempt, step, loss);
     };
     fo.on_complete = [&](int64_t trial, double loss) {
       std::lock_guard lock(rec_mu);
