@@ -228,6 +228,7 @@ grpc::Status SimWorker::Lease(v1::LeaseResponse* out) {
   req.set_worker_id(worker_id_);
   req.set_session(session_);
   req.set_device_id(device_id_);
+  req.set_lists_held(true);
   grpc::ClientContext ctx;
   Prepare(ctx);
   return stub_->Lease(&ctx, req, out);

@@ -95,6 +95,9 @@ class SimWorker {
  public:
   SimWorker(const std::string& address, std::chrono::milliseconds deadline);
   grpc::Status Register(const std::string& host);
+  // Says this worker holds no trial (lists_held, none listed), as
+  // hpo-worker does between trials: its callers lease only between trials,
+  // so a trial still leased to it is one whose answer was lost.
   grpc::Status Lease(v1::LeaseResponse* out);
   grpc::Status Report(int64_t trial_id, int64_t step, double loss, v1::ReportResponse* out);
   grpc::Status Complete(int64_t trial_id, double loss);

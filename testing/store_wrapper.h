@@ -66,6 +66,10 @@ class StoreWrapper : public store::Store {
   Result<std::vector<store::Id>> ReclaimExpiredLeases(int max_attempts) override {
     return t_.ReclaimExpiredLeases(max_attempts);
   }
+  Result<std::vector<store::Id>> ExpireLeasesNotHeld(const std::string& owner,
+                                                     const std::vector<store::Id>& held) override {
+    return t_.ExpireLeasesNotHeld(owner, held);
+  }
   Result<store::ReportResult> ReportMeasurement(store::Id trial_id, const std::string& owner,
                                                 const store::Measurement& m,
                                                 std::optional<store::TimeMs> renew_lease_ms) override {

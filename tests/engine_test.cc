@@ -790,6 +790,35 @@ TEST_F(EngineTest, ALeaseWithNothingElseToRunWaitsForTheTrialBeingMade) {
   EXPECT_EQ(n->leased, 2);
 }
 
+// A server killed after it granted a lease loses the answer: the trial
+// stays leased to a worker that never got it. When that worker asks again,
+// listing what it holds, the trial runs again at once instead of holding
+// the experiment's only slot until its lease times out (issue #21).
+TEST_F(EngineTest, ALeaseWhoseAnswerWasLostEndsWhenTheWorkerSaysItHoldsNothing) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 20, 1));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const TestWorker w = AddWorker("w");
+  auto first = LeaseFor(w);  // its answer never arrives
+  ASSERT_TRUE(first.ok() && first->has_value());
+  const store::Id lost = (*first)->trial.id;
+  auto unsaid = LeaseFor(w);
+  ASSERT_TRUE(unsaid.ok()) << unsaid.status();
+  EXPECT_FALSE(unsaid->has_value()) << "max_parallel 1 let a second trial out";
+  auto holding = engine_->LeaseForWorker(w.caller, w.device, std::vector<store::Id>{lost});
+  ASSERT_TRUE(holding.ok()) << holding.status();
+  EXPECT_FALSE(holding->has_value());
+  EXPECT_EQ(store_->GetTrial(lost)->state, TrialState::kLeased) << "a lease the worker holds ended";
+
+  auto again = engine_->LeaseForWorker(w.caller, w.device, std::vector<store::Id>{});
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE(again->has_value()) << "the lost lease still holds the only slot";
+  EXPECT_EQ((*again)->trial.id, lost);
+  EXPECT_EQ((*again)->trial.attempt, 2);
+
+  const std::vector<store::Id> too_many(kMaxTrialsPerHeartbeat + 1, lost);
+  EXPECT_TRUE(engine_->LeaseForWorker(w.caller, w.device, too_many).status().IsInvalidArgument());
+}
+
 // However many devices ask at once, an experiment has at most max_parallel
 // trials out, each handed to one device.
 TEST_F(EngineTest, DevicesAskingAtOnceGetDistinctTrialsWithinMaxParallel) {

@@ -437,6 +437,29 @@ TYPED_TEST(StoreTest, RenewsManyLeasesInOneCallAndNamesTheOnesItCannot) {
   EXPECT_TRUE(this->store_->RenewLeases({mine.id}, "", 1000).status().IsInvalidArgument());
 }
 
+// A worker that says what it holds ends its other leases (answers it never
+// got); nobody else's lease and none it holds changes.
+TYPED_TEST(StoreTest, LeasesTheOwnerDoesNotHoldExpireAndAreReclaimed) {
+  auto e = this->MakeExperiment();
+  auto ts = this->MakeTrials(e.id, 5);
+  auto held = this->Lease("w1", 1000);
+  auto lost = this->Lease("w1", 1000);
+  auto done = this->Lease("w1", 1000);
+  auto theirs = this->Lease("w2", 1000);
+  ASSERT_TRUE(this->store_->FinishTrial(done.id, "w1", {TrialState::kCompleted, "{}", ""}).ok());
+  auto expired = this->store_->ExpireLeasesNotHeld("w1", {held.id, 999});
+  ASSERT_TRUE(expired.ok()) << expired.status();
+  EXPECT_EQ(*expired, std::vector<Id>{lost.id});
+  EXPECT_TRUE(this->store_->ExpireLeasesNotHeld("w1", {held.id})->empty()) << "expired twice";
+  ASSERT_EQ(*this->store_->ReclaimExpiredLeases(3), std::vector<Id>{lost.id});
+  EXPECT_EQ(this->store_->GetTrial(lost.id)->state, TrialState::kPending);
+  EXPECT_EQ(this->store_->GetTrial(held.id)->state, TrialState::kLeased);
+  EXPECT_EQ(this->store_->GetTrial(theirs.id)->state, TrialState::kLeased) << "another owner's lease ended";
+  EXPECT_EQ(this->store_->GetTrial(done.id)->state, TrialState::kCompleted);
+  EXPECT_EQ(this->store_->GetTrial(ts[4].id)->state, TrialState::kPending);
+  EXPECT_TRUE(this->store_->ExpireLeasesNotHeld("", {}).status().IsInvalidArgument());
+}
+
 TYPED_TEST(StoreTest, ExpiredLeasesAreReclaimedThenFailedAfterMaxAttempts) {
   auto e = this->MakeExperiment();
   auto ts = this->MakeTrials(e.id, 1);

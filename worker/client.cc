@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "common/json_limits.h"
@@ -105,6 +106,13 @@ struct WorkerClient::Impl {
   Identity identity_ HPO_GUARDED_BY(identity_mu);
   std::vector<int64_t> device_ids HPO_GUARDED_BY(identity_mu);
   std::atomic<int64_t> trials_done{0};
+  // One Lease call at a time, so that the trials a call lists (held_) are
+  // every trial this worker holds: a trial granted to one call is in held_
+  // before the next call is made, and the server may end the lease of any
+  // other trial it leased to this worker (an answer that never arrived).
+  Mutex lease_mu;
+  mutable Mutex held_mu;
+  std::set<int64_t> held_ HPO_GUARDED_BY(held_mu);
 
   Identity identity() const {
     MutexLock lock(identity_mu);
@@ -130,7 +138,7 @@ struct WorkerClient::Impl {
   // (ABORTED) is tried kMaxAbortedAttempts times in all. A repeat is
   // harmless: the server keeps one report per (trial, step) and
   // acknowledges a repeated completion or pause; a lease whose answer was
-  // lost expires and is handed out again.
+  // lost ends at the next lease call, which lists what this worker holds.
   template <typename F>
   grpc::Status WithRetry(const char* what, F rpc, int level = 2) {
     int64_t backoff = kFirstRetryMs;
@@ -650,11 +658,24 @@ struct WorkerClient::Impl {
       }
       req.set_device_id(device_id);
       v1::LeaseResponse res;
-      grpc::Status s = WithRetry("lease", [&] {
-        grpc::ClientContext ctx;
-        Prepare(ctx);
-        return stub->Lease(&ctx, req, &res);
-      }, 1);
+      grpc::Status s;
+      {
+        MutexLock serial(lease_mu);
+        req.set_lists_held(true);
+        {
+          MutexLock lock(held_mu);
+          for (const int64_t id : held_) req.add_held_trial_ids(id);
+        }
+        s = WithRetry("lease", [&] {
+          grpc::ClientContext ctx;
+          Prepare(ctx);
+          return stub->Lease(&ctx, req, &res);
+        }, 1);
+        if (s.ok() && res.has_trial()) {
+          MutexLock lock(held_mu);
+          held_.insert(res.trial().trial_id());
+        }
+      }
       const Status status = FromGrpcStatus(s);
       if (status.IsNotFound() || status.code() == StatusCode::kPermissionDenied) {
         // The server does not know this registration (a new database: the
@@ -678,6 +699,10 @@ struct WorkerClient::Impl {
         continue;
       }
       RunTrial(res.trial(), device, device_id);
+      {
+        MutexLock lock(held_mu);
+        held_.erase(res.trial().trial_id());  // completed, failed, paused or given up
+      }
       ++trials_done;
     }
   }

@@ -1008,7 +1008,9 @@ Result<std::optional<store::TrialRecord>> Engine::BestTrial(Id experiment_id) {
   return best;
 }
 
-Status Engine::ReclaimExpiredLeases() {
+Status Engine::ReclaimExpiredLeases() { return Reclaim({}); }
+
+Status Engine::Reclaim(const std::vector<Id>& answers_lost) {
   HPO_ASSIGN_OR_RETURN(const std::vector<Id> reclaimed, store_.ReclaimExpiredLeases(options_.max_attempts));
   for (const Id id : reclaimed) {
     HPO_ASSIGN_OR_RETURN(const store::TrialRecord t, store_.GetTrial(id));
@@ -1019,8 +1021,10 @@ Status Engine::ReclaimExpiredLeases() {
                               {"reason", t.reason}});
     } else {
       // Back to pending, or a promoted segment back to paused at its rung.
+      const bool lost = std::find(answers_lost.begin(), answers_lost.end(), id) != answers_lost.end();
       Emit("trial.requeued", {{"experiment_id", t.experiment_id}, {"trial_id", id}, {"attempt", t.attempt},
-                              {"state", std::string(store::ToString(t.state))}, {"level", t.level}});
+                              {"state", std::string(store::ToString(t.state))}, {"level", t.level},
+                              {"reason", lost ? "lease answer lost" : "lease expired"}});
     }
   }
   return Status::OK();

@@ -311,7 +311,11 @@ class Engine {
   // executor), started at the fastest system setting measured so far for
   // the device's class and the workload. nullopt: nothing to do now.
   // NotFound: the device is not one of this worker's.
-  Result<std::optional<Lease>> LeaseForWorker(const WorkerCaller& caller, store::Id device_id);
+  // `held`, when given, is every trial the worker holds (it makes one lease
+  // call at a time): first the leases it does not hold - answers that never
+  // reached it - end as if expired, so their trials run again at once.
+  Result<std::optional<Lease>> LeaseForWorker(const WorkerCaller& caller, store::Id device_id,
+                                              const std::optional<std::vector<store::Id>>& held = std::nullopt);
   // For an ask/tell client: `count` new trials, leased to kClientOwner.
   // FailedPrecondition: not a client experiment, or it has ended.
   Result<std::vector<Lease>> Suggest(store::Id experiment_id, int count);
@@ -459,6 +463,9 @@ class Engine {
   // promotion-type early stopping, no paused trial may be promoted any more
   // (the paused ones are then pruned, as never promoted).
   Status MaybeFinish(store::Id experiment_id, Cached& c);
+  // ReclaimExpiredLeases, whose events say which of the leases ended
+  // because their answers never reached the worker (`answers_lost`).
+  Status Reclaim(const std::vector<store::Id>& answers_lost);
   // Complete's body, with the reason already cut.
   Status Finish(store::Id trial_id, const std::string& owner, bool failed, const nlohmann::json& final_metrics,
                 const std::string& why);

@@ -28,10 +28,22 @@ int64_t Engine::NowMs() const {
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
-Result<std::optional<Lease>> Engine::LeaseForWorker(const WorkerCaller& caller, Id device_id) {
+Result<std::optional<Lease>> Engine::LeaseForWorker(const WorkerCaller& caller, Id device_id,
+                                                    const std::optional<std::vector<Id>>& held) {
   HPO_ASSIGN_OR_RETURN(const WorkerAuth auth, Authenticate(caller));
   HPO_RETURN_IF_ERROR(CheckDevice(caller, auth, device_id));
   HPO_RETURN_IF_ERROR(TouchWorker(caller.worker_id));
+  if (held && held->size() > kMaxTrialsPerHeartbeat) {
+    return Status::InvalidArgument("held_trial_ids: at most " + std::to_string(kMaxTrialsPerHeartbeat) +
+                                   " trials, one per device");
+  }
+  if (held) {
+    // Without this a lost answer would hold its trial, and a max_parallel
+    // slot, until the lease timeout (issue #21).
+    HPO_ASSIGN_OR_RETURN(const std::vector<Id> lost,
+                         store_.ExpireLeasesNotHeld(WorkerOwner(caller.worker_id), *held));
+    if (!lost.empty()) HPO_RETURN_IF_ERROR(Reclaim(lost));
+  }
   return GrantLease(caller.worker_id, device_id);
 }
 

@@ -316,8 +316,10 @@ Status WorkerServiceImpl::DoRegister(const hpo::v1::RegisterRequest& request,
 
 Status WorkerServiceImpl::DoLease(const hpo::v1::LeaseRequest& request,
                                   hpo::v1::LeaseResponse& response) {
+  std::optional<std::vector<store::Id>> held;
+  if (request.lists_held()) held.emplace(request.held_trial_ids().begin(), request.held_trial_ids().end());
   HPO_ASSIGN_OR_RETURN(std::optional<server::Lease> a,
-                       engine_.LeaseForWorker({request.worker_id(), request.session()}, request.device_id()));
+                       engine_.LeaseForWorker({request.worker_id(), request.session()}, request.device_id(), held));
   if (!a) {
     response.set_retry_after_ms(options_.retry_after_ms);
     return Status::OK();

@@ -106,7 +106,7 @@ const std::vector<RestApi::Route>& RestApi::Routes() {
      R"json("responses": {"200": {"description": "{workers: [...]}"}}})json"},
     {"GET", "/api/v1/events", Access::kStream, 200, RawHandler{&RestApi::Events},
      R"json({"summary": "Server-Sent Events: experiment.created, experiment.finished, trial.created, )json"
-     R"json(trial.reported, trial.requeued (a lease expired: pending again), trial.paused (at a rung, )json"
+     R"json(trial.reported, trial.requeued (a lease expired or its answer was lost: pending again), trial.paused (at a rung, )json"
      R"json(with or without its checkpoint), )json"
      R"json(trial.restarted (its checkpoint was missing or unusable: from step 0 again, with the reason), )json"
      R"json(trial.cotuning_stopped (the program ran another value of a system parameter than the one asked for: )json"

@@ -623,6 +623,38 @@ Result<std::vector<Id>> SqlStore::ReclaimExpiredLeases(int max_attempts) {
   });
 }
 
+Result<std::vector<Id>> SqlStore::ExpireLeasesNotHeld(const std::string& owner, const std::vector<Id>& held) {
+  if (owner.empty()) return Status::InvalidArgument("owner: must not be empty");
+  // Asked on every lease of a worker that lists what it holds, and almost
+  // always nothing is lost: a read first, a write only when there is one.
+  const std::set<Id> kept(held.begin(), held.end());
+  HPO_ASSIGN_OR_RETURN(std::vector<Id> lost, Run(TxMode::kRead, [&](SqlConnection& c) {
+    std::vector<Id> ids;
+    // Not those expired already: the next ReclaimExpiredLeases takes them.
+    for (const auto& r : c.Query("SELECT id FROM trials WHERE lease_owner = $1 AND state IN ('leased', 'running')"
+                                 " AND lease_expires_ms >= $2 ORDER BY id",
+                                 {owner, Now()})) {
+      if (!kept.count(r.Int(0))) ids.push_back(r.Int(0));
+    }
+    return ids;
+  }));
+  if (lost.empty()) return lost;
+  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+    std::vector<Id> expired;
+    for (const Id id : lost) {
+      // Still this owner's lease: meanwhile it may have expired and gone to
+      // another owner.
+      if (!c.Query("UPDATE trials SET lease_expires_ms = 0 WHERE id = $1 AND lease_owner = $2"
+                   " AND state IN ('leased', 'running') RETURNING id",
+                   {id, owner})
+               .empty()) {
+        expired.push_back(id);
+      }
+    }
+    return expired;
+  });
+}
+
 Status SqlStore::PauseTrial(Id trial_id, const std::string& owner, int64_t step) {
   if (owner.empty()) return Status::InvalidArgument("owner: must not be empty");
   if (step < 0) return Status::InvalidArgument("step: must not be negative");

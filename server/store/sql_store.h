@@ -44,6 +44,7 @@ class SqlStore final : public Store {
                                   std::optional<int64_t> stop_step, bool restart) override;
   Status RestartTrial(Id trial_id, const std::string& owner) override;
   Result<std::vector<Id>> ReclaimExpiredLeases(int max_attempts) override;
+  Result<std::vector<Id>> ExpireLeasesNotHeld(const std::string& owner, const std::vector<Id>& held) override;
   Result<ReportResult> ReportMeasurement(Id trial_id, const std::string& owner,
                                          const Measurement& m,
                                          std::optional<TimeMs> renew_lease_ms) override;

@@ -383,6 +383,11 @@ class Store {
   // already in their current segment (reason says so). Returns the ids
   // touched.
   virtual Result<std::vector<Id>> ReclaimExpiredLeases(int max_attempts) = 0;
+  // Marks expired (for the next ReclaimExpiredLeases) the leases of `owner`
+  // on leased or running trials other than `held`: the owner says it does
+  // not hold them (a lease whose answer was lost). Returns their ids, in id
+  // order; none is a read and no write.
+  virtual Result<std::vector<Id>> ExpireLeasesNotHeld(const std::string& owner, const std::vector<Id>& held) = 0;
 
   // Pauses a leased or running trial of `owner` after `step` (its
   // checkpoint's step): no lease, resume_step = step, attempt = 0 (the
