@@ -132,6 +132,25 @@ struct WorkerClient::Impl {
     while (Clock::now() < until && !Stopping(level)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 
+  // Sleep's pause before a call is tried again, during which the channel is
+  // kept connecting, and which ends early once it is connected. A
+  // synchronous client makes progress on a connection attempt only while
+  // some thread waits on gRPC; between fail-fast calls that fail at once
+  // nobody does, and the new server's accepted connection went unnoticed
+  // until gRPC's backup poller ran, every 5 s: the 3-8 s recoveries of
+  // issue #21. A call refused while connected (RESOURCE_EXHAUSTED) waits the
+  // whole pause.
+  void PauseBeforeRetry(int64_t ms, int level) const {
+    const auto until = Clock::now() + std::chrono::milliseconds(ms);
+    if (channel->GetState(false) == GRPC_CHANNEL_READY) return Sleep(ms, level);
+    while (!Stopping(level)) {
+      const auto now = Clock::now();
+      if (now >= until) return;
+      const auto slice = std::min<Clock::duration>(until - now, std::chrono::milliseconds(50));
+      if (channel->WaitForConnected(std::chrono::system_clock::now() + slice)) return;
+    }
+  }
+
   // Calls `rpc` until it succeeds, fails for good, or the worker stops. A
   // server that is away (UNAVAILABLE, DEADLINE_EXCEEDED) or full
   // (RESOURCE_EXHAUSTED) is waited for as long as it takes; a lost race
@@ -148,7 +167,7 @@ struct WorkerClient::Impl {
       if (FromGrpcStatus(s).IsAborted() && ++aborted >= kMaxAbortedAttempts) return s;
       const int64_t pause = Jittered(backoff);
       spdlog::warn("{}: {}; retrying in {} ms", what, Describe(s), pause);
-      Sleep(pause, level);
+      PauseBeforeRetry(pause, level);
       backoff = std::min(backoff * 2, kMaxRetryMs);
     }
   }
