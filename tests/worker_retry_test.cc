@@ -43,7 +43,11 @@ class AbortingService final : public v1::WorkerService::Service {
  public:
   // The first `aborts` Reports of each step and the first `aborts`
   // Completes of each trial are answered ABORTED.
-  AbortingService(WorkerServiceImpl& real, int aborts) : real_(real), aborts_(aborts) {}
+  // With `lose_first_lease`, the first Lease that grants a trial is
+  // answered UNAVAILABLE after the real service granted it: what a server
+  // killed before its answer left does.
+  AbortingService(WorkerServiceImpl& real, int aborts, bool lose_first_lease = false)
+      : real_(real), aborts_(aborts), lose_lease_(lose_first_lease) {}
 
   ::grpc::Status Report(::grpc::ServerContext* c, const v1::ReportRequest* q, v1::ReportResponse* r) override {
     if (Abort("report", q->trial_id(), q->step())) return Aborted();
@@ -54,7 +58,8 @@ class AbortingService final : public v1::WorkerService::Service {
     return real_.Complete(c, q, r);
   }
 
-  // How many calls of `what` ("report", "complete") arrived, aborted or not.
+  // How many calls of `what` ("report", "complete", "lease") arrived, aborted
+  // or not.
   int Calls(const std::string& what) {
     std::lock_guard lock(mu_);
     int n = 0;
@@ -69,7 +74,14 @@ class AbortingService final : public v1::WorkerService::Service {
     return real_.Register(c, q, r);
   }
   ::grpc::Status Lease(::grpc::ServerContext* c, const v1::LeaseRequest* q, v1::LeaseResponse* r) override {
-    return real_.Lease(c, q, r);
+    ::grpc::Status s = real_.Lease(c, q, r);
+    std::lock_guard lock(mu_);
+    ++calls_[{"lease", 0, 0}];
+    if (s.ok() && r->has_trial() && lose_lease_) {
+      lose_lease_ = false;
+      return ToGrpcStatus(Status::Unavailable("connection reset (the answer was lost)"));
+    }
+    return s;
   }
   ::grpc::Status Heartbeat(::grpc::ServerContext* c, const v1::HeartbeatRequest* q, v1::HeartbeatResponse* r) override {
     return real_.Heartbeat(c, q, r);
@@ -94,6 +106,7 @@ class AbortingService final : public v1::WorkerService::Service {
   WorkerServiceImpl& real_;
   const int aborts_;
   std::mutex mu_;
+  bool lose_lease_;  // GUARDED_BY(mu_)
   std::map<std::tuple<std::string, int64_t, int64_t>, int> calls_;  // GUARDED_BY(mu_)
 };
 
@@ -109,7 +122,7 @@ const char* kSpec = R"({"name": "retry", "objective": {"metric": "loss", "direct
 
 class WorkerRetryTest : public ::testing::Test {
  protected:
-  void Start(int aborts) {
+  void Start(int aborts, bool lose_first_lease = false) {
     dir_ = ::testing::TempDir() + "hpo-worker-retry-" + std::to_string(getpid()) + "-" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     fs::remove_all(dir_);
@@ -122,7 +135,7 @@ class WorkerRetryTest : public ::testing::Test {
     ASSERT_TRUE(e.ok()) << e.status();
     experiment_ = e->id;
     real_ = std::make_unique<WorkerServiceImpl>(*engine_, WorkerServiceOptions{"", 100});
-    aborting_ = std::make_unique<AbortingService>(*real_, aborts);
+    aborting_ = std::make_unique<AbortingService>(*real_, aborts, lose_first_lease);
     auto server = GrpcServer::Start("127.0.0.1:0", aborting_.get());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server).value();
@@ -182,6 +195,19 @@ TEST_F(WorkerRetryTest, AbortedReportsAndCompletionsAreRetriedAndTheTrialComplet
   EXPECT_EQ(aborting_->Calls("complete"), 3) << log_;
   EXPECT_NE(log_.find("report: ABORTED"), std::string::npos) << log_;
   EXPECT_EQ(log_.find("report refused"), std::string::npos) << log_;
+}
+
+// The server granted a lease whose answer never arrived. The worker's next
+// lease says it holds nothing, so the trial runs again at once; without that
+// it stayed leased to nobody for the lease timeout (60 s here), holding the
+// experiment's only slot (issue #21).
+TEST_F(WorkerRetryTest, ALeaseWhoseAnswerWasLostRunsAgainAtTheNextLease) {
+  Start(/*aborts=*/0, /*lose_first_lease=*/true);
+  ASSERT_TRUE(RunWorker()) << log_;
+  const store::TrialRecord trial = OnlyTrial();
+  EXPECT_EQ(trial.state, TrialState::kCompleted) << trial.reason << "\n" << log_;
+  EXPECT_EQ(trial.attempt, 2) << "the lost lease was not the one handed back";
+  EXPECT_GE(aborting_->Calls("lease"), 2) << log_;
 }
 
 TEST_F(WorkerRetryTest, AReportThatNeverWinsIsGivenUpAfterABoundedNumberOfTries) {
