@@ -517,6 +517,11 @@ Result<std::vector<store::MeasurementRecord>> Engine::ListMeasurements(Id trial_
 Result<std::vector<store::MeasurementRecord>> Engine::ListExperimentMeasurements(Id experiment_id) {
   return store_.ListExperimentMeasurements(experiment_id);
 }
+Result<std::vector<store::MeasurementRecord>> Engine::ListExperimentMeasurementsSince(Id experiment_id,
+                                                                                      int64_t since) {
+  return store_.ListExperimentMeasurementsSince(experiment_id, since);
+}
+Result<store::ReadCursor> Engine::ReadHorizon() { return store_.ReadHorizon(); }
 Result<std::vector<store::WorkerRecord>> Engine::ListWorkers() { return store_.ListWorkers(); }
 Result<std::vector<store::SpeedObservationRecord>> Engine::ListSpeedObservations(std::string_view workload,
                                                                                  int64_t limit) {
