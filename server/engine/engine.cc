@@ -999,8 +999,10 @@ Result<std::optional<store::TrialRecord>> Engine::BestTrial(Id experiment_id) {
   store::TrialFilter f;
   f.state = TrialState::kCompleted;
   f.limit = 10'000;
-  for (;; f.offset += f.limit) {
+  // Keyset pages (by number): each page reads from the index where the last ended.
+  for (;;) {
     HPO_ASSIGN_OR_RETURN(auto page, store_.ListTrials(experiment_id, f));
+    if (!page.empty()) f.after_number = page.back().number;
     for (auto& t : page) {
       auto v = ObjectiveOf(*c->spec, t.final_metrics_json);
       if (v && (!best || *v < best_value)) {
