@@ -47,7 +47,8 @@ class RestReadsTest : public ::testing::Test {
     world_ = std::move(world).value();
     HttpServerOptions ho;
     ho.port = 0;
-    auto server = HttpServer::Start(ho, [this](const HttpRequest& r) { return world_->api().Handle(r); });
+    auto server =
+        HttpServer::Start(ho, [this](const HttpRequest& r) { return world_->api().Handle(r); });
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server).value();
     client_.port = server_->port();
@@ -58,14 +59,17 @@ class RestReadsTest : public ::testing::Test {
     world_.reset();
   }
 
-  json CallJson(const std::string& method, const std::string& target, int want_status, const std::string& body = "") {
+  json CallJson(const std::string& method, const std::string& target, int want_status,
+                const std::string& body = "") {
     auto r = HttpRequestOnce(client_, method, target, body);
     EXPECT_TRUE(r.ok()) << r.status();
     if (!r.ok()) return json();
     EXPECT_EQ(r->status, want_status) << method << " " << target << ": " << r->body;
     return json::parse(r->body, nullptr, false);
   }
-  std::string Path(const std::string& rest) { return "/api/v1/experiments/" + std::to_string(experiment_) + rest; }
+  std::string Path(const std::string& rest) {
+    return "/api/v1/experiments/" + std::to_string(experiment_) + rest;
+  }
 
   std::vector<store::TrialRecord> MakeTrials(int n) {
     auto r = world_->store().CreateTrials(experiment_, std::vector<store::NewTrial>(n));
@@ -127,7 +131,8 @@ TYPED_TEST(RestReadsTest, SinceACursorOnlyTheTrialsAndPointsThatChangedComeBack)
   // Nothing changed after the latest cursor: nothing comes back.
   const std::string latest = curves["cursor"];
   EXPECT_TRUE(this->CallJson("GET", this->Path("/trials?since=" + latest), 200)["trials"].empty());
-  EXPECT_TRUE(this->CallJson("GET", this->Path("/measurements?since=" + latest), 200)["trials"].empty());
+  EXPECT_TRUE(
+      this->CallJson("GET", this->Path("/measurements?since=" + latest), 200)["trials"].empty());
 }
 
 TYPED_TEST(RestReadsTest, ACursorStaysGoodAcrossAServerRestart) {
@@ -160,7 +165,8 @@ TYPED_TEST(RestReadsTest, AnAttemptThatLostItsPointsReplacesTheTrialsCurve) {
 TYPED_TEST(RestReadsTest, ACursorOfAnotherStoreAsksForAFullRead) {
   const std::string cursor = this->CallJson("GET", this->Path("/trials"), 200)["cursor"];
   const std::string store_id = cursor.substr(0, cursor.rfind('-'));
-  for (const std::string& other : {std::string("0123456789abcdef-1"), store_id + "-999999999999999"}) {
+  for (const std::string& other :
+       {std::string("0123456789abcdef-1"), store_id + "-999999999999999"}) {
     const json e = this->CallJson("GET", this->Path("/trials?since=" + other), 409);
     EXPECT_NE(e.dump().find("without since"), std::string::npos) << e.dump();
     this->CallJson("GET", this->Path("/measurements?since=" + other), 409);
@@ -181,8 +187,10 @@ TYPED_TEST(RestReadsTest, KeysetPagesMissNoTrialWhileTheFilterChanges) {
   std::vector<int64_t> seen;
   json page = first;
   while (!page["next_after"].is_null()) {
-    page = this->CallJson("GET", this->Path("/trials?state=pending&limit=2&after=" +
-                                            std::to_string(page["next_after"].get<int64_t>())), 200);
+    page = this->CallJson("GET",
+                          this->Path("/trials?state=pending&limit=2&after=" +
+                                     std::to_string(page["next_after"].get<int64_t>())),
+                          200);
     for (int64_t n : this->Numbers(page)) seen.push_back(n);
   }
   EXPECT_EQ(seen, (std::vector<int64_t>{2, 3, 4, 5}));

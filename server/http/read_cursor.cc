@@ -4,7 +4,9 @@
 
 namespace hpo::server {
 
-std::string FormatCursor(const store::ReadCursor& c) { return c.store_id + "-" + std::to_string(c.revision); }
+std::string FormatCursor(const store::ReadCursor& c) {
+  return c.store_id + "-" + std::to_string(c.revision);
+}
 
 Result<std::optional<int64_t>> SinceRevision(const HttpRequest& req, const store::ReadCursor& now) {
   const auto it = req.query.find("since");
@@ -14,8 +16,8 @@ Result<std::optional<int64_t>> SinceRevision(const HttpRequest& req, const store
   int64_t revision = 0;
   const char* end = text.data() + text.size();
   const bool parsed = dash != std::string::npos && dash > 0 &&
-                      std::from_chars(text.data() + dash + 1, end, revision).ptr == end && dash + 1 < text.size() &&
-                      revision >= 0;
+                      std::from_chars(text.data() + dash + 1, end, revision).ptr == end &&
+                      dash + 1 < text.size() && revision >= 0;
   if (!parsed) {
     return Status::InvalidArgument("query parameter since: '" + text +
                                    "' is not a cursor (take one from an answer's \"cursor\")");
