@@ -25,6 +25,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -148,6 +149,71 @@ std::string Seconds(double s) {
   return buf;
 }
 
+// The best completed trial of an experiment, kept from reads of what changed
+// (server: ?since= cursors): the first read pages through every completed
+// trial by keyset, later ones ask only for trials completed since the last
+// read's cursor, so a poll of an experiment with 10,000 trials reads only its
+// news. Ties go to the lower number, as GET .../best. A cursor the server
+// refuses (409: it is another server's database now) starts a full read.
+class BestSoFar {
+ public:
+  BestSoFar(const HttpClientOptions& o, int64_t id, const json& objective)
+      : o_(o),
+        id_(id),
+        metric_(objective.value("metric", "")),
+        maximize_(objective.value("direction", "minimize") == "maximize") {}
+
+  // Reads what changed; the best trial so far, or null.
+  const json& Update() {
+    if (!Read()) {
+      cursor_.clear();
+      best_ = json();
+      Read();
+    }
+    return best_;
+  }
+
+ private:
+  // False when the server refused the cursor.
+  bool Read() {
+    std::string cursor;
+    for (json after;;) {
+      std::string target = "/api/v1/experiments/" + std::to_string(id_) + "/trials?state=completed&limit=10000";
+      if (!after.is_null()) target += "&after=" + after.dump();
+      if (!cursor_.empty()) target += "&since=" + cursor_;
+      auto r = hpo::HttpRequestOnce(o_, "GET", target);
+      if (r.ok() && r->status == 409 && !cursor_.empty()) return false;
+      // Any other failure: Call asks again and exits with the server's message.
+      json page = r.ok() && r->status == 200 ? json::parse(r->body, nullptr, false) : Call(o_, "GET", target);
+      if (cursor.empty()) cursor = Str(page["cursor"]);
+      for (const json& t : page["trials"]) Consider(t);
+      after = page["next_after"];
+      if (after.is_null()) break;
+    }
+    cursor_ = cursor;
+    return true;
+  }
+
+  void Consider(const json& t) {
+    const json v = t.value("final_metrics", json::object()).value(metric_, json());
+    if (!v.is_number()) return;
+    const double x = v.get<double>();
+    const bool better = best_.is_null() || (maximize_ ? x > best_value_ : x < best_value_) ||
+                        (x == best_value_ && t["number"].get<int64_t>() < best_["number"].get<int64_t>());
+    if (!better) return;
+    best_ = t;
+    best_value_ = x;
+  }
+
+  const HttpClientOptions& o_;
+  const int64_t id_;
+  const std::string metric_;
+  const bool maximize_;
+  std::string cursor_;  // empty: read everything
+  json best_;
+  double best_value_ = 0;
+};
+
 // The watch view: progress against the budget, the best so far, elapsed and
 // ETA. Redrawn in place on a terminal, one line per change otherwise; with
 // --quiet, nothing: it waits for the end, and the exit code says how it went.
@@ -155,6 +221,7 @@ int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
   const bool tty = isatty(STDOUT_FILENO);
   std::string last;
   int drawn_lines = 0;
+  std::optional<BestSoFar> best_so_far;
   for (;;) {
     if (g_interrupted) return kInterrupted;
     json e = Call(o, "GET", "/api/v1/experiments/" + std::to_string(id));
@@ -171,9 +238,9 @@ int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
     view << "  trials " << finished << "/" << budget << ": " << n.value("completed", 0) << " completed, "
          << n.value("pruned", 0) << " pruned, " << n.value("running", 0) + n.value("leased", 0) << " running, "
          << n.value("paused", 0) << " paused at a rung, " << n.value("failed", 0) << " failed\n";
-    auto best = hpo::HttpRequestOnce(o, "GET", "/api/v1/experiments/" + std::to_string(id) + "/best");
-    if (best.ok() && best->status == 200) {
-      json b = json::parse(best->body, nullptr, false);
+    if (!best_so_far) best_so_far.emplace(o, id, e["spec"]["objective"]);
+    const json& b = best_so_far->Update();
+    if (!b.is_null()) {
       const std::string metric = e["spec"]["objective"].value("metric", "");
       view << "  best: trial " << Str(b["number"]) << " (" << Str(b["space"]) << ") " << metric << "="
            << Str(b["final_metrics"].value(metric, json())) << " " << b["params"].dump() << "\n";

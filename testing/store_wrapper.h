@@ -81,6 +81,11 @@ class StoreWrapper : public store::Store {
   Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurements(store::Id experiment_id) override {
     return t_.ListExperimentMeasurements(experiment_id);
   }
+  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurementsSince(store::Id experiment_id,
+                                                                                int64_t since) override {
+    return t_.ListExperimentMeasurementsSince(experiment_id, since);
+  }
+  Result<store::ReadCursor> ReadHorizon() override { return t_.ReadHorizon(); }
   Result<store::FinishResult> FinishTrial(store::Id trial_id, const std::string& owner,
                                          const store::FinishRequest& f) override {
     return t_.FinishTrial(trial_id, owner, f);

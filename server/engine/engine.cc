@@ -517,6 +517,11 @@ Result<std::vector<store::MeasurementRecord>> Engine::ListMeasurements(Id trial_
 Result<std::vector<store::MeasurementRecord>> Engine::ListExperimentMeasurements(Id experiment_id) {
   return store_.ListExperimentMeasurements(experiment_id);
 }
+Result<std::vector<store::MeasurementRecord>> Engine::ListExperimentMeasurementsSince(Id experiment_id,
+                                                                                      int64_t since) {
+  return store_.ListExperimentMeasurementsSince(experiment_id, since);
+}
+Result<store::ReadCursor> Engine::ReadHorizon() { return store_.ReadHorizon(); }
 Result<std::vector<store::WorkerRecord>> Engine::ListWorkers() { return store_.ListWorkers(); }
 Result<std::vector<store::SpeedObservationRecord>> Engine::ListSpeedObservations(std::string_view workload,
                                                                                  int64_t limit) {
@@ -994,8 +999,10 @@ Result<std::optional<store::TrialRecord>> Engine::BestTrial(Id experiment_id) {
   store::TrialFilter f;
   f.state = TrialState::kCompleted;
   f.limit = 10'000;
-  for (;; f.offset += f.limit) {
+  // Keyset pages (by number): each page reads from the index where the last ended.
+  for (;;) {
     HPO_ASSIGN_OR_RETURN(auto page, store_.ListTrials(experiment_id, f));
+    if (!page.empty()) f.after_number = page.back().number;
     for (auto& t : page) {
       auto v = ObjectiveOf(*c->spec, t.final_metrics_json);
       if (v && (!best || *v < best_value)) {

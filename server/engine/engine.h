@@ -270,6 +270,10 @@ class Engine {
   Result<std::vector<store::TrialRecord>> ListLeasedTrials(int64_t limit);
   Result<std::vector<store::MeasurementRecord>> ListMeasurements(store::Id trial_id);
   Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurements(store::Id experiment_id);
+  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurementsSince(store::Id experiment_id,
+                                                                                int64_t since);
+  // Where a read that starts now stands among the store's changes (store::ReadCursor).
+  Result<store::ReadCursor> ReadHorizon();
   Result<std::vector<store::WorkerRecord>> ListWorkers();
   // Speed observations of one workload (all when empty), at most `limit`.
   Result<std::vector<store::SpeedObservationRecord>> ListSpeedObservations(std::string_view workload, int64_t limit);

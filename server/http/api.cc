@@ -11,6 +11,7 @@
 #include "common/token.h"
 #include "server/engine/trial_run.h"
 #include "server/http/dashboard.h"
+#include "server/http/read_cursor.h"
 
 namespace hpo::server {
 
@@ -460,8 +461,47 @@ Result<json> RestApi::LearningCurves(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(auto spec, engine_.Spec(id));
   const auto metric = call.req.query.find("metric");
   HPO_ASSIGN_OR_RETURN(const int64_t max_points, QueryInt(call.req, "max_points", 20'000, 1, 1'000'000));
-  HPO_ASSIGN_OR_RETURN(auto ms, engine_.ListExperimentMeasurements(id));
-  return dashboard::LearningCurves(ms, metric == call.req.query.end() ? spec->metric : metric->second, max_points);
+  const std::string name = metric == call.req.query.end() ? spec->metric : metric->second;
+  // Before the read: what it sees is then at least what the cursor says.
+  HPO_ASSIGN_OR_RETURN(const auto now, engine_.ReadHorizon());
+  HPO_ASSIGN_OR_RETURN(const auto since, SinceRevision(call.req, now));
+  json out;
+  if (since) {
+    HPO_ASSIGN_OR_RETURN(out, CurveChanges(id, name, *since));
+  } else {
+    HPO_ASSIGN_OR_RETURN(auto ms, engine_.ListExperimentMeasurements(id));
+    out = dashboard::LearningCurves(ms, name, max_points);
+  }
+  out["cursor"] = FormatCursor(now);
+  return out;
+}
+
+// The points written at revision `since` or later, unthinned; a trial that
+// lost measurements since (a reclaimed or restarted attempt) comes whole,
+// marked "replace", so that the client drops what it held of it.
+Result<json> RestApi::CurveChanges(Id experiment_id, const std::string& metric, int64_t since) {
+  HPO_ASSIGN_OR_RETURN(auto ms, engine_.ListExperimentMeasurementsSince(experiment_id, since));
+  store::TrialFilter changed;
+  changed.since_revision = since;
+  changed.limit = INT64_MAX;
+  HPO_ASSIGN_OR_RETURN(const auto trials, engine_.ListTrials(experiment_id, changed));
+  std::set<Id> reset;
+  for (const auto& t : trials) {
+    if (t.curve_reset_revision < since) continue;
+    reset.insert(t.id);
+    HPO_ASSIGN_OR_RETURN(auto whole, engine_.ListMeasurements(t.id));
+    ms.insert(ms.end(), whole.begin(), whole.end());
+  }
+  // The whole curves overlap the new points: sorted, each (trial, step) once.
+  std::stable_sort(ms.begin(), ms.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.trial_id, a.step) < std::tie(b.trial_id, b.step);
+  });
+  ms.erase(std::unique(ms.begin(), ms.end(),
+                       [](const auto& a, const auto& b) { return a.trial_id == b.trial_id && a.step == b.step; }),
+           ms.end());
+  json out = dashboard::LearningCurves(ms, metric, INT64_MAX);
+  for (json& c : out["trials"]) c["replace"] = reset.count(c["trial_id"].get<Id>()) > 0;
+  return out;
 }
 
 Result<json> RestApi::SystemTuning(const RouteCall& call) {
@@ -514,12 +554,25 @@ Result<json> RestApi::ListTrials(const RouteCall& call) {
   }
   HPO_ASSIGN_OR_RETURN(f.offset, QueryInt(req, "offset", 0, 0, INT64_MAX));
   HPO_ASSIGN_OR_RETURN(f.limit, QueryInt(req, "limit", 100, 0, options_.max_page));
+  if (req.query.count("after")) {
+    if (f.offset != 0) return Status::InvalidArgument("query parameter after: give after or offset, not both");
+    HPO_ASSIGN_OR_RETURN(f.after_number, QueryInt(req, "after", 0, -1, INT64_MAX));
+  }
+  // Before the read: what it sees is then at least what the cursor says.
+  HPO_ASSIGN_OR_RETURN(const auto now, engine_.ReadHorizon());
+  HPO_ASSIGN_OR_RETURN(f.since_revision, SinceRevision(req, now));
   HPO_ASSIGN_OR_RETURN(auto list, engine_.ListTrials(id, f));
   json trials = json::array();
   const auto names = SpaceNames(e);
   const auto spec = SpecOrNull(engine_, id);
   for (const auto& t : list) trials.push_back(TrialJson(t, names, spec.get()));
-  return json{{"trials", trials}, {"offset", f.offset}, {"limit", f.limit}};
+  // A full page may have more after it; a short one is the last.
+  const bool full = f.limit > 0 && static_cast<int64_t>(list.size()) == f.limit;
+  return json{{"trials", trials},
+              {"offset", f.offset},
+              {"limit", f.limit},
+              {"next_after", full ? json(list.back().number) : json()},
+              {"cursor", FormatCursor(now)}};
 }
 
 // Trials -------------------------------------------------------------------

@@ -108,6 +108,7 @@ class RestApi {
   Result<nlohmann::json> BestTrial(const RouteCall& call);
   Result<nlohmann::json> LearningCurves(const RouteCall& call);  // server/http/dashboard.h
   Result<nlohmann::json> SystemTuning(const RouteCall& call);    // server/http/dashboard.h
+  Result<nlohmann::json> CurveChanges(store::Id experiment_id, const std::string& metric, int64_t since);
   Result<nlohmann::json> SuggestTrials(const RouteCall& call);
   Result<nlohmann::json> ListTrials(const RouteCall& call);
   Result<nlohmann::json> GetTrial(const RouteCall& call);

@@ -47,11 +47,17 @@ const std::vector<RestApi::Route>& RestApi::Routes() {
      R"json("in": "path", "required": true, "schema": {"type": "integer"}}], )json"
      R"json("responses": {"200": {"description": "cancelled"}, "409": {"description": "already ended"}}})json"},
     {"GET", "/api/v1/experiments/{id}/trials", Access::kToken, 200, JsonHandler{&RestApi::ListTrials},
-     R"json({"summary": "List trials by number", "parameters": [{"name": "id", "in": "path", "required": true, )json"
+     R"json({"summary": "List trials by number, a page at a time: by keyset (after: the next_after of the )json"
+     R"json(previous page) or by offset", "parameters": [{"name": "id", "in": "path", "required": true, )json"
      R"json("schema": {"type": "integer"}}, {"name": "state", "in": "query", "schema": {"type": "string"}}, )json"
      R"json({"name": "space", "in": "query", "schema": {"type": "string"}}, {"name": "offset", "in": "query", )json"
-     R"json("schema": {"type": "integer"}}, {"name": "limit", "in": "query", "schema": {"type": "integer"}}], )json"
-     R"json("responses": {"200": {"description": "{trials: [...], offset, limit}"}}})json"},
+     R"json("schema": {"type": "integer"}}, {"name": "limit", "in": "query", "schema": {"type": "integer"}}, )json"
+     R"json({"name": "after", "in": "query", "schema": {"type": "integer"}, "description": "only trials )json"
+     R"json(numbered above this (not with offset)"}, {"name": "since", "in": "query", "schema": {"type": "string"}, )json"
+     R"json("description": "a cursor from an earlier answer: only the trials changed since it was taken"}], )json"
+     R"json("responses": {"200": {"description": "{trials: [...], offset, limit, next_after (null on the last )json"
+     R"json(page), cursor (for since; take the first page's when reading several)}"}, )json"
+     R"json("409": {"description": "since: a cursor of another store; read again without since"}}})json"},
     {"GET", "/api/v1/experiments/{id}/best", Access::kToken, 200, JsonHandler{&RestApi::BestTrial},
      R"json({"summary": "The best completed trial", "parameters": [{"name": "id", "in": "path", )json"
      R"json("required": true, "schema": {"type": "integer"}}], )json"
@@ -63,9 +69,13 @@ const std::vector<RestApi::Route>& RestApi::Routes() {
      R"json("parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}, )json"
      R"json({"name": "metric", "in": "query", "schema": {"type": "string"}, )json"
      R"json("description": "default: the objective's metric"}, {"name": "max_points", "in": "query", )json"
-     R"json("schema": {"type": "integer", "minimum": 1, "maximum": 1000000, "default": 20000}}], )json"
-     R"json("responses": {"200": {"description": "{metric, points, downsampled, trials: [{trial_id, )json"
-     R"json(steps: [...], values: [...]}]}"}, "404": {"description": "no such experiment"}}})json"},
+     R"json("schema": {"type": "integer", "minimum": 1, "maximum": 1000000, "default": 20000}}, )json"
+     R"json({"name": "since", "in": "query", "schema": {"type": "string"}, "description": "a cursor from an )json"
+     R"json(earlier answer: only the points written since, not thinned; a trial marked replace lost )json"
+     R"json(points since and comes whole"}], )json"
+     R"json("responses": {"200": {"description": "{metric, points, downsampled, cursor, trials: [{trial_id, )json"
+     R"json(steps: [...], values: [...], replace (with since)}]}"}, "404": {"description": "no such experiment"}, )json"
+     R"json("409": {"description": "since: a cursor of another store; read again without since"}}})json"},
     {"GET", "/api/v1/experiments/{id}/system-tuning", Access::kToken, 200, JsonHandler{&RestApi::SystemTuning},
      R"json({"summary": "System-parameter co-tuning per device class: for each of the experiment's workloads, )json"
      R"json(measured samples/s against the tuned parameters, one line per bucket of the searched batch size, )json"

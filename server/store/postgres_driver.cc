@@ -240,6 +240,10 @@ class PostgresDriver final : public SqlDriver {
   const std::string& display_url() const override { return display_; }
   int max_connections() const override { return pool_size_; }
   bool writable_cte() const override { return true; }
+  // Every transaction below the snapshot's xmin has ended.
+  std::string_view horizon_sql() const override {
+    return "SELECT (SELECT id FROM store_identity), pg_snapshot_xmin(pg_current_snapshot())::text::bigint";
+  }
 
   std::unique_ptr<SqlConnection> Connect() override {
     try {

@@ -126,6 +126,10 @@ class SqlDriver {
   virtual void CheckMigrated(SqlConnection&) {}
   virtual void AfterMigrations(SqlConnection&) {}
 
+  // The query answering (store id, revision) for Store::ReadHorizon: one
+  // row, see sql/<dialect>/0006_revisions.sql for why it is right.
+  virtual std::string_view horizon_sql() const = 0;
+
   // Change notifications (see Store::NotifyChange). The statement that
   // sends `$1` as one, or empty when the database has none; and a listener
   // on its own connection, or null.

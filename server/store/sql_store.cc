@@ -17,7 +17,7 @@ using TxMode = SqlConnection::TxMode;
 constexpr const char* kTrialColumns =
     "id, experiment_id, space_id, number, params, system_params, state, priority, attempt, "
     "lease_owner, lease_expires_ms, created_ms, started_ms, finished_ms, updated_ms, "
-    "final_metrics, reason, level, stop_step, resume_step";
+    "final_metrics, reason, level, stop_step, resume_step, revision, curve_reset_revision";
 
 TrialState TrialStateOrThrow(const std::string& s) {
   auto r = ParseTrialState(s);
@@ -31,7 +31,8 @@ TrialRecord ReadTrial(const SqlRow& r) {
   in >> t.id >> t.experiment_id >> t.space_id >> t.number >> t.params_json >> t.system_params_json;
   t.state = TrialStateOrThrow(in.Text());
   in >> t.priority >> t.attempt >> t.lease_owner >> t.lease_expires_ms >> t.created_ms >> t.started_ms >>
-      t.finished_ms >> t.updated_ms >> t.final_metrics_json >> t.reason >> t.level >> t.stop_step >> t.resume_step;
+      t.finished_ms >> t.updated_ms >> t.final_metrics_json >> t.reason >> t.level >> t.stop_step >> t.resume_step >> t.revision >>
+      t.curve_reset_revision;
   return t;
 }
 
@@ -471,8 +472,11 @@ Result<std::vector<TrialRecord>> SqlStore::ListTrials(Id experiment_id, const Tr
                      " FROM trials WHERE experiment_id = $1"
                      " AND (CAST($2 AS TEXT) IS NULL OR state = $2)"
                      " AND (CAST($3 AS BIGINT) IS NULL OR space_id = $3)"
+                     " AND (CAST($6 AS BIGINT) IS NULL OR number > $6)"
+                     " AND (CAST($7 AS BIGINT) IS NULL OR revision >= $7)"
                      " ORDER BY number LIMIT $4 OFFSET $5",
-                 {experiment_id, state, Opt(f.space_id), f.limit, f.offset})) {
+                 {experiment_id, state, Opt(f.space_id), f.limit, f.offset, Opt(f.after_number),
+                  Opt(f.since_revision)})) {
       out.push_back(ReadTrial(r));
     }
     return out;
@@ -768,11 +772,11 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
 
 namespace {
 constexpr const char* kMeasurementColumns =
-    "trial_id, step, metrics, samples_per_sec, system_setting, created_ms";
+    "trial_id, step, metrics, samples_per_sec, system_setting, created_ms, revision";
 MeasurementRecord ReadMeasurement(const SqlRow& r) {
   MeasurementRecord m;
   SqlColumns(r) >> m.trial_id >> m.step >> m.metrics_json >> m.samples_per_sec >> m.system_setting_json >>
-      m.created_ms;
+      m.created_ms >> m.revision;
   return m;
 }
 }  // namespace
@@ -797,13 +801,36 @@ Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurements(Id e
     RequireExperiment(c, experiment_id);
     std::vector<MeasurementRecord> out;
     for (const auto& r : c.Query("SELECT m.trial_id, m.step, m.metrics, m.samples_per_sec, "
-                                 "m.system_setting, m.created_ms FROM measurements m "
+                                 "m.system_setting, m.created_ms, m.revision FROM measurements m "
                                  "JOIN trials t ON t.id = m.trial_id WHERE t.experiment_id = $1 "
                                  "ORDER BY m.trial_id, m.step",
                                  {experiment_id})) {
       out.push_back(ReadMeasurement(r));
     }
     return out;
+  });
+}
+
+Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurementsSince(Id experiment_id, int64_t since) {
+  return Run(TxMode::kRead, [&](SqlConnection& c) {
+    RequireExperiment(c, experiment_id);
+    std::vector<MeasurementRecord> out;
+    // By revision first: a recent cursor reads a short range of the index.
+    for (const auto& r : c.Query("SELECT m.trial_id, m.step, m.metrics, m.samples_per_sec, "
+                                 "m.system_setting, m.created_ms, m.revision FROM measurements m "
+                                 "JOIN trials t ON t.id = m.trial_id WHERE m.revision >= $2 "
+                                 "AND t.experiment_id = $1 ORDER BY m.trial_id, m.step",
+                                 {experiment_id, since})) {
+      out.push_back(ReadMeasurement(r));
+    }
+    return out;
+  });
+}
+
+Result<ReadCursor> SqlStore::ReadHorizon() {
+  return Run(TxMode::kRead, [&](SqlConnection& c) {
+    auto rows = c.Query(driver_->horizon_sql(), {});
+    return ReadCursor{rows.at(0).Text(0), rows.at(0).Int(1)};
   });
 }
 

@@ -50,6 +50,9 @@ class SqlStore final : public Store {
                                          std::optional<TimeMs> renew_lease_ms) override;
   Result<std::vector<MeasurementRecord>> ListMeasurements(Id trial_id) override;
   Result<std::vector<MeasurementRecord>> ListExperimentMeasurements(Id experiment_id) override;
+  Result<std::vector<MeasurementRecord>> ListExperimentMeasurementsSince(Id experiment_id,
+                                                                         int64_t since) override;
+  Result<ReadCursor> ReadHorizon() override;
   Result<FinishResult> FinishTrial(Id trial_id, const std::string& owner, const FinishRequest& f) override;
 
   Result<WorkerRecord> RegisterWorker(const NewWorker& w) override;

@@ -164,6 +164,11 @@ struct TrialRecord {
   int level = 0;
   std::optional<int64_t> stop_step;
   int64_t resume_step = 0;
+  // Where the trial stands among the store's changes (see ReadCursor); read
+  // back by GetTrial and ListTrials, not necessarily by the calls that write.
+  int64_t revision = 0;
+  // The revision of the last deletion of some of its measurements (0: none).
+  int64_t curve_reset_revision = 0;
 };
 
 struct Measurement {
@@ -176,6 +181,21 @@ struct Measurement {
 struct MeasurementRecord : Measurement {
   Id trial_id = 0;
   TimeMs created_ms = 0;
+  int64_t revision = 0;  // see ReadCursor
+};
+
+// Where a reader stands among the changes of trials and measurements, for
+// reads of what changed since: every trial or measurement written (inserted,
+// updated, or for a trial, some of its measurements deleted) gets a
+// revision; when ReadHorizon() returned {store_id, N}, every write with a
+// revision below N had committed, so a read started after it sees them all,
+// and a later read of revisions >= N misses nothing (it may repeat a row
+// seen already). Revisions only grow, across restarts of the server and of
+// the database. store_id names the database (random, chosen when it was
+// created), so that a cursor from another one is recognised.
+struct ReadCursor {
+  std::string store_id;
+  int64_t revision = 0;
 };
 
 struct DeviceInfo {
@@ -242,6 +262,11 @@ struct TrialFilter {
   std::optional<Id> space_id;
   int64_t offset = 0;
   int64_t limit = 1000;  // at most this many, ordered by number
+  // Keyset paging: only trials numbered above this (offset then applies
+  // after it; callers use one or the other).
+  std::optional<int64_t> after_number;
+  // Only trials with revision >= this (a ReadCursor's revision).
+  std::optional<int64_t> since_revision;
 };
 
 struct LeaseRequest {
@@ -421,6 +446,13 @@ class Store {
   virtual Result<std::vector<MeasurementRecord>> ListMeasurements(Id trial_id) = 0;
   // Every measurement of an experiment's trials, ordered by trial, then step.
   virtual Result<std::vector<MeasurementRecord>> ListExperimentMeasurements(Id experiment_id) = 0;
+  // The measurements of an experiment's trials with revision >= `since`,
+  // ordered by trial, then step.
+  virtual Result<std::vector<MeasurementRecord>> ListExperimentMeasurementsSince(Id experiment_id,
+                                                                                 int64_t since) = 0;
+  // A cursor to read changes after: see ReadCursor. Take it before the
+  // read it stands for.
+  virtual Result<ReadCursor> ReadHorizon() = 0;
   // Ends a trial. See the rules above for repeated calls.
   // FailedPrecondition: pending (unless cancelled), another owner's lease,
   // or finished otherwise before. NotFound: no such trial.

@@ -3,7 +3,8 @@
 //   * experiments page: table rows and the trials-by-state chart;
 //   * a finished client experiment (3 spaces, steps, pruned trials): every
 //     chart holds data and paints pixels, the table sorts and filters, and a
-//     trial completed over REST shows up live, without a reload;
+//     trial completed over REST shows up live, without a reload, read with
+//     ?since= (only what changed);
 //   * a command experiment run by the worker: system-parameter tuning;
 //   * fleet: the worker, its device, measured speed and running trial, and
 //     the trial's end shown live;
@@ -254,6 +255,14 @@ try {
                                        (td) => td.textContent);
   assert.notEqual(await stateOfOpen(), 'completed');
   const before = await drawn('experiment.bestByTrial');
+  // The live refresh reads only what changed: trials and curves since the
+  // last read's cursor, not the whole experiment again.
+  const reads = [];
+  const onRequest = (r) => {
+    const url = new URL(r.url());
+    if (/\/experiments\/\d+\/(trials|measurements)$/.test(url.pathname)) reads.push(url);
+  };
+  page.on('request', onRequest);
   await api('POST', `/api/v1/trials/${open.id}:complete`, {});
   const t0 = Date.now();
   await page.waitForFunction((n) => {
@@ -261,7 +270,12 @@ try {
     return row?.textContent === 'completed';
   }, open.number, { timeout: 15000 });
   renders = await rendered(renders);
+  page.off('request', onRequest);
   log(`live update shown ${Date.now() - t0} ms after the trial completed`);
+  assert.ok(reads.length >= 2, `the live refresh read trials and curves: ${reads.map(String)}`);
+  for (const url of reads) {
+    assert.ok(url.searchParams.get('since'), `a live read asks only for changes (since=): ${url}`);
+  }
   assert.equal(await page.evaluate(() => window.notReloaded), true, 'no reload');
   const after = await drawn('experiment.bestByTrial');
   assert.equal(after.series[0], before.series[0] + 1, 'the completed trial is drawn');

@@ -62,14 +62,25 @@ export async function getJsonOrNull(path) {
   }
 }
 
-// Every trial of an experiment, in pages of the server's largest size.
-export async function allTrials(experimentId) {
+// Every trial of an experiment (or with `since`, a cursor from an earlier
+// read, those changed after it), in keyset pages of the server's largest
+// size. Answers { trials, cursor }: the cursor of the first page, taken
+// before any of them was read, so that a later read since it misses nothing.
+// A cursor the server cannot apply (another server's) throws an ApiError
+// with status 409: read everything again.
+export async function allTrials(experimentId, since = null) {
   const page = 10000;
   const out = [];
-  for (let offset = 0; ; offset += page) {
-    const r = await getJson(`/api/v1/experiments/${experimentId}/trials?offset=${offset}&limit=${page}`);
+  let cursor = null;
+  for (let after = null; ;) {
+    const query = new URLSearchParams({ limit: page });
+    if (after !== null) query.set('after', after);
+    if (since !== null) query.set('since', since);
+    const r = await getJson(`/api/v1/experiments/${experimentId}/trials?${query}`);
+    cursor ??= r.cursor;
     out.push(...r.trials);
-    if (r.trials.length < page) return out;
+    if (r.next_after === null || r.next_after === undefined) return { trials: out, cursor };
+    after = r.next_after;
   }
 }
 

@@ -3,7 +3,7 @@
 //   #/experiments/ID  one experiment
 //   #/fleet           workers and devices
 // kept live by /api/v1/events: an event the current page cares about
-// schedules one refresh (debounced; one at a time, another after it when
+// schedules one refresh (the experiment page's reads only what changed) (debounced; one at a time, another after it when
 // events came meanwhile), so a burst of reports costs one round of
 // requests, not one per report. A page with pollMs is also refreshed that
 // often (for changes that send no event).
@@ -53,8 +53,12 @@ function show() {
 async function refresh() {
   const mine = generation;
   try {
+    const start = performance.now();
     await page.refresh();
-    if (mine === generation) root.dataset.renders = String(Number(root.dataset.renders) + 1);
+    if (mine !== generation) return;
+    // For bench/dashboard_bench.mjs: how long the last refresh took, its reads and drawing.
+    root.dataset.refreshMs = (performance.now() - start).toFixed(1);
+    root.dataset.renders = String(Number(root.dataset.renders) + 1);
   } catch (e) {
     if (mine !== generation) return;
     if (e instanceof ApiError && e.status === 401) document.getElementById('token-form').hidden = false;

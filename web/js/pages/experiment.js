@@ -2,7 +2,13 @@
 // spaces' priority and share, parameter importance, system-parameter tuning
 // per device class, and the trials table. Built once, then updated in place
 // on each refresh so the table's filter, sort and page survive live updates.
-import { allTrials, getJson } from '../api.js';
+//
+// The first refresh reads every trial and the (thinned) learning curves;
+// later ones read only what changed since (?since=<cursor>) and merge it:
+// trials by id, curve points by step, a curve marked `replace` (its trial
+// lost points: a new attempt) swapped whole. A cursor the server refuses
+// (409: another server's) makes the next read a full one.
+import { allTrials, ApiError, getJson } from '../api.js';
 import { bestSoFar, bestTrial, duration, FINISHED, importance, objective, spaceHistory, tableRows } from '../analysis.js';
 import { baseOption, chart, formatDuration, formatNumber, formatTime, PALETTE } from '../charts.js';
 import { element, html, setHtml, stateBadge } from '../dom.js';
@@ -18,6 +24,10 @@ export class ExperimentPage {
     this.table = { state: '', space: '', sort: 'number', descending: false, page: 0 };
     this.parallelSpace = null;
     this.data = null;
+    this.cursor = null;  // where the last read stood (server/http/read_cursor.h)
+    this.trialsById = new Map();
+    this.curvesById = new Map();
+    this.downsampled = false;
   }
 
   wants(type, data) {
@@ -26,12 +36,11 @@ export class ExperimentPage {
 
   async refresh() {
     const base = `/api/v1/experiments/${this.id}`;
-    const [exp, trials, curves, tuning] = await Promise.all([
-      getJson(base), allTrials(this.id), getJson(`${base}/measurements?max_points=${CURVE_POINTS}`),
-      getJson(`${base}/system-tuning`)]);
+    const [exp, tuning, changes] = await Promise.all([
+      getJson(base), getJson(`${base}/system-tuning`), this.readTrialsAndCurves()]);
     const metric = exp.spec.objective.metric;
     const direction = exp.spec.objective.direction ?? 'minimize';
-    this.data = { exp, trials, curves, tuning, metric, direction };
+    this.data = { exp, trials: changes.trials, curves: changes.curves, tuning, metric, direction };
     if (!this.root.querySelector('#experiment')) this.build(exp);
     this.drawSummary();
     drawBest(this.data);
@@ -41,6 +50,54 @@ export class ExperimentPage {
     drawImportance(this.data);
     drawTuning(this.data);
     this.drawTable();
+  }
+
+  // Trials, then curves, read with one cursor (taken before the trials'
+  // read, so before the curves' too); everything at first, the changes
+  // since the last read after.
+  async readTrialsAndCurves() {
+    const base = `/api/v1/experiments/${this.id}`;
+    if (this.cursor) {
+      try {
+        const changed = await allTrials(this.id, this.cursor);
+        const curves = await getJson(`${base}/measurements?since=${encodeURIComponent(this.cursor)}`);
+        this.mergeTrials(changed.trials);
+        this.mergeCurves(curves);
+        this.cursor = changed.cursor;
+        return this.known();
+      } catch (e) {
+        if (!(e instanceof ApiError && e.status === 409)) throw e;
+      }
+    }
+    const all = await allTrials(this.id);
+    const curves = await getJson(`${base}/measurements?max_points=${CURVE_POINTS}`);
+    this.trialsById = new Map();
+    this.curvesById = new Map();
+    this.downsampled = curves.downsampled;
+    this.mergeTrials(all.trials);
+    this.mergeCurves(curves);
+    this.cursor = all.cursor;
+    return this.known();
+  }
+
+  mergeTrials(trials) {
+    for (const t of trials) this.trialsById.set(t.id, t);
+  }
+
+  mergeCurves(curves) {
+    for (const c of curves.trials) {
+      const held = this.curvesById.get(c.trial_id);
+      this.curvesById.set(c.trial_id, c.replace || !held ? { trial_id: c.trial_id, steps: c.steps, values: c.values }
+                                                         : mergeCurve(held, c));
+    }
+  }
+
+  // What the drawing reads: trials by number, curves as the server's answer is shaped.
+  known() {
+    const trials = [...this.trialsById.values()].sort((a, b) => a.number - b.number);
+    const list = [...this.curvesById.values()];
+    const points = list.reduce((n, c) => n + c.steps.length, 0);
+    return { trials, curves: { trials: list, points, downsampled: this.downsampled } };
   }
 
   build(exp) {
@@ -186,6 +243,14 @@ export class ExperimentPage {
     prev.disabled = this.table.page === 0;
     next.disabled = this.table.page >= pages - 1;
   }
+}
+
+// A curve with another's points added, by step (a repeated step takes the new value).
+function mergeCurve(held, add) {
+  const byStep = new Map(held.steps.map((s, i) => [s, held.values[i]]));
+  add.steps.forEach((s, i) => byStep.set(s, add.values[i]));
+  const steps = [...byStep.keys()].sort((a, b) => a - b);
+  return { trial_id: held.trial_id, steps, values: steps.map((s) => byStep.get(s)) };
 }
 
 function compact(obj) {

@@ -1,0 +1,33 @@
+#include "server/http/read_cursor.h"
+
+#include <charconv>
+
+namespace hpo::server {
+
+std::string FormatCursor(const store::ReadCursor& c) {
+  return c.store_id + "-" + std::to_string(c.revision);
+}
+
+Result<std::optional<int64_t>> SinceRevision(const HttpRequest& req, const store::ReadCursor& now) {
+  const auto it = req.query.find("since");
+  if (it == req.query.end()) return std::optional<int64_t>();
+  const std::string& text = it->second;
+  const auto dash = text.rfind('-');
+  int64_t revision = 0;
+  const char* end = text.data() + text.size();
+  const bool parsed = dash != std::string::npos && dash > 0 &&
+                      std::from_chars(text.data() + dash + 1, end, revision).ptr == end &&
+                      dash + 1 < text.size() && revision >= 0;
+  if (!parsed) {
+    return Status::InvalidArgument("query parameter since: '" + text +
+                                   "' is not a cursor (take one from an answer's \"cursor\")");
+  }
+  if (text.compare(0, dash, now.store_id) != 0 || revision > now.revision) {
+    return Status::FailedPrecondition("query parameter since: the cursor '" + text +
+                                      "' is from another store (or a restored copy of this one); "
+                                      "read everything again without since");
+  }
+  return std::optional<int64_t>(revision);
+}
+
+}  // namespace hpo::server
