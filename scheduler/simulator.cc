@@ -240,7 +240,7 @@ const Simulator::State::Ranking& Simulator::State::Rank() {
   if (ranking.version == history_version) return ranking;
   ranking.version = history_version;
   ranking.rng = search::Rng(o.seed).Fork(0x5EED0000ull + trials.size());
-  ranking.ranks = search::RankSpaces(spaces, histories, {}, ranking.rng);
+  ranking.ranks = search::RankSpaces(spaces, histories);
   ranking.preferred = search::PickSpace(ranking.ranks, per_space);
   return ranking;
 }

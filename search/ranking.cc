@@ -11,21 +11,38 @@ namespace {
 double NormalPdf(double z) { return 0.3989422804014327 * std::exp(-0.5 * z * z); }
 double NormalCdf(double z) { return 0.5 * std::erfc(-z / 1.4142135623730951); }
 
-double StdDev(const std::vector<double>& v) {
-  if (v.size() < 2) return 0;
-  double mean = 0;
-  for (double x : v) mean += x;
-  mean /= v.size();
-  double ss = 0;
-  for (double x : v) ss += (x - mean) * (x - mean);
-  return std::sqrt(ss / (v.size() - 1));
+// The standard deviation of min(y*) over every bootstrap resample y* of
+// `sorted` (n draws with replacement), exactly: P(min(y*) >= y(j)) =
+// ((n-j+1)/n)^n, 1-based. Past the first few dozen order statistics the
+// probabilities underflow to zero, so the loop ends early.
+// REQUIRES: `sorted` ascending and not empty.
+double BootstrapMinStdDev(const std::vector<double>& sorted) {
+  const size_t n = sorted.size();
+  const double dn = static_cast<double>(n);
+  // at_least(j) = P(min(y*) >= sorted[j]), 0-based j.
+  auto at_least = [&](size_t j) { return j >= n ? 0.0 : std::exp(dn * std::log1p(-static_cast<double>(j) / dn)); };
+  std::vector<double> p;
+  for (size_t j = 0; j < n; ++j) {
+    const double pj = at_least(j) - at_least(j + 1);
+    if (pj <= 0 && j > 0) break;  // the rest is below what a double holds
+    p.push_back(pj);
+  }
+  double mean = 0, mass = 0;
+  for (size_t j = 0; j < p.size(); ++j) {
+    mean += p[j] * sorted[j];
+    mass += p[j];
+  }
+  mean /= mass;
+  double var = 0;
+  for (size_t j = 0; j < p.size(); ++j) var += p[j] * (sorted[j] - mean) * (sorted[j] - mean);
+  return std::sqrt(std::max(0.0, var / mass));
 }
 
 }  // namespace
 
 std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
                                   const std::vector<History>& histories,
-                                  const RankingOptions& o, Rng& rng) {
+                                  const RankingOptions& o) {
   const size_t k = spaces.size();
   std::vector<SpaceRank> out(k);
   double max_bits = 0;
@@ -54,16 +71,11 @@ std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
   double global_best = std::numeric_limits<double>::infinity();
   for (size_t s = 0; s < k; ++s) {
     if (out[s].results < o.min_results) continue;
-    const auto& y = values[s];
-    out[s].best = *std::min_element(y.begin(), y.end());
+    std::vector<double>& y = values[s];
+    std::sort(y.begin(), y.end());
+    out[s].best = y.front();
     global_best = std::min(global_best, out[s].best);
-    Rng boot = rng.Fork(s + 1);
-    std::vector<double> mins(o.bootstrap_samples);
-    for (auto& m : mins) {
-      m = std::numeric_limits<double>::infinity();
-      for (size_t i = 0; i < y.size(); ++i) m = std::min(m, y[boot.Below(y.size())]);
-    }
-    out[s].uncertainty = std::max(StdDev(mins), floor_u);
+    out[s].uncertainty = std::max(BootstrapMinStdDev(y), floor_u);
   }
 
   double max_priority = 0;

@@ -819,6 +819,91 @@ TEST_F(EngineTest, ALeaseWhoseAnswerWasLostEndsWhenTheWorkerSaysItHoldsNothing) 
   EXPECT_TRUE(engine_->LeaseForWorker(w.caller, w.device, too_many).status().IsInvalidArgument());
 }
 
+// A store whose reads of an experiment's measurements (what a reread of
+// the trial view ends with) stall while armed, until released.
+class StalledRereads : public testing::StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  void Arm() {
+    std::lock_guard lock(mu_);
+    armed_ = true;
+  }
+  void Release() {
+    {
+      std::lock_guard lock(mu_);
+      armed_ = false;
+    }
+    cv_.notify_all();
+  }
+  bool WaitUntilStalled(std::chrono::seconds timeout) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return stalled_; });
+  }
+  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurements(store::Id experiment_id) override {
+    {
+      std::unique_lock lock(mu_);
+      if (armed_) {
+        stalled_ = true;
+        cv_.notify_all();
+        cv_.wait(lock, [&] { return !armed_; });
+      }
+    }
+    return StoreWrapper::ListExperimentMeasurements(experiment_id);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool armed_ = false;    // GUARDED_BY(mu_)
+  bool stalled_ = false;  // GUARDED_BY(mu_)
+};
+
+// The trial view is reread from the store once it is older than
+// history_cache, which at 10,000 trials takes tens of milliseconds. Reports
+// (judged by early stopping against the view) and completions used to wait
+// for the whole read, since it held the view's lock (issue #19); they now
+// go on with the view being replaced, and what they change is kept in the
+// new one.
+TEST_F(EngineTest, ReportsAndCompletionsDoNotWaitForARereadOfTheTrials) {
+  StalledRereads stalled(*store_);
+  EngineOptions o = Options();
+  o.history_cache = std::chrono::milliseconds(1);
+  Engine engine(stalled, o);
+  auto e = engine.CreateExperiment(SpecStopping(kClient, 20, 4, R"({"rule": "median", "startup_trials": 0})"));
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto batch = engine.Suggest(e->id, 3);
+  ASSERT_TRUE(batch.ok() && batch->size() == 3u) << batch.status();
+  auto report = [&](const Lease& a, int step) {
+    return engine.Report({a.trial.id, Engine::kClientOwner, step, {{"loss", 1.0}}, 0, json::object(), std::nullopt});
+  };
+  ASSERT_TRUE(report((*batch)[2], 0).ok());
+  // The view is now older than its bound (a millisecond): the next report
+  // rereads it, and stalls in the store.
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  stalled.Arm();
+  std::optional<Result<ReportReply>> first;
+  std::thread reader([&] { first = report((*batch)[0], 0); });
+  const bool stalled_reading = stalled.WaitUntilStalled(std::chrono::seconds(30));
+  // Another report and a completion meanwhile. (The 30 s only keep a
+  // broken engine from hanging the test.)
+  auto second = std::async(std::launch::async, [&] { return report((*batch)[1], 0); });
+  auto done = std::async(std::launch::async, [&] {
+    return engine.Complete((*batch)[2].trial.id, Engine::kClientOwner, false, {{"loss", 1.0}}, "");
+  });
+  const bool reported = second.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  const bool completed = done.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  stalled.Release();
+  reader.join();
+  ASSERT_TRUE(stalled_reading) << "no report reread the view";
+  EXPECT_TRUE(reported) << "a report waited for another call's reread of the trials";
+  EXPECT_TRUE(completed) << "a completion waited for another call's reread of the trials";
+  ASSERT_TRUE(first && first->ok()) << (first ? first->status() : Status::Internal("no reply"));
+  auto r = second.get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(done.get().ok());
+  EXPECT_EQ(store_->GetTrial((*batch)[2].trial.id)->state, TrialState::kCompleted);
+}
+
 // However many devices ask at once, an experiment has at most max_parallel
 // trials out, each handed to one device.
 TEST_F(EngineTest, DevicesAskingAtOnceGetDistinctTrialsWithinMaxParallel) {

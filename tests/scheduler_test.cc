@@ -469,9 +469,7 @@ TEST(Offer, TiedSpacesTakeTurnsThroughTheRankingsPick) {
     histories[0].trials.push_back(Reached(i, 0.2 + 0.1 * i, 1, search::TrialStatus::kPruned));
     in.trials.push_back({100 + i, 0, static_cast<size_t>(i), OfferTrial::Phase::kFinished, 0, 1, std::nullopt, 0});
   }
-  search::Rng rng(1);
-  const auto ranks =
-      search::RankSpaces({testing::Box("mlp", 2, 0, 1), testing::Box("cnn", 2, 0, 1)}, histories, {}, rng);
+  const auto ranks = search::RankSpaces({testing::Box("mlp", 2, 0, 1), testing::Box("cnn", 2, 0, 1)}, histories);
   ASSERT_DOUBLE_EQ(ranks[0].share, ranks[1].share) << "an unexplored space ranks with the best explored one";
   in.shares = {ranks[0].share, ranks[1].share};
   in.workloads = {kMlp, kCnn};

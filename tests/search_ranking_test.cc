@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "testing/objectives.h"
@@ -23,10 +25,8 @@ double ShareSum(const std::vector<SpaceRank>& r) {
 }
 
 TEST(SpaceRanking, FavoursTheSpaceLikelierToHoldTheBest) {
-  Rng rng(1);
   auto r = RankSpaces({Box(2), Box(2)},
-                      {Results({0.10, 0.12, 0.15, 0.30, 0.5}), Results({0.90, 0.95, 1.0, 1.1, 1.2})},
-                      {}, rng);
+                      {Results({0.10, 0.12, 0.15, 0.30, 0.5}), Results({0.90, 0.95, 1.0, 1.1, 1.2})});
   EXPECT_GT(r[0].share, r[1].share);
   EXPECT_GT(r[0].share, 0.6);
   EXPECT_NEAR(ShareSum(r), 1.0, 1e-12);
@@ -37,30 +37,45 @@ TEST(SpaceRanking, FavoursTheSpaceLikelierToHoldTheBest) {
 TEST(SpaceRanking, UnsettledSpacesRankAboveSettledOnesWithTheSameBest) {
   // Same best value; space 1's results spread widely, so its best is less
   // settled and it may still improve.
-  Rng rng(2);
   auto r = RankSpaces({Box(2), Box(2)},
-                      {Results({0.5, 0.5, 0.5, 0.51, 0.5, 0.5}), Results({0.5, 2.0, 0.9, 3.0, 1.5, 0.7})},
-                      {}, rng);
+                      {Results({0.5, 0.5, 0.5, 0.51, 0.5, 0.5}), Results({0.5, 2.0, 0.9, 3.0, 1.5, 0.7})});
   EXPECT_GT(r[1].uncertainty, r[0].uncertainty);
   EXPECT_GT(r[1].priority, r[0].priority);
 }
 
+// The uncertainty is the standard deviation of the best value over every
+// bootstrap resample, computed exactly (search/ranking.h): here against all
+// 4^4 resamples of four results, enumerated.
+TEST(SpaceRanking, UncertaintyIsTheExactBootstrapSpreadOfTheBest) {
+  const std::vector<double> y = {0.9, 0.2, 0.5, 0.3};
+  std::vector<double> mins;
+  for (int code = 0; code < 256; ++code) {
+    double m = 1e9;
+    for (int d = 0, c = code; d < 4; ++d, c /= 4) m = std::min(m, y[c % 4]);
+    mins.push_back(m);
+  }
+  double mean = 0, var = 0;
+  for (double m : mins) mean += m / mins.size();
+  for (double m : mins) var += (m - mean) * (m - mean) / mins.size();
+  auto r = RankSpaces({Box(2)}, {Results(y)});
+  EXPECT_NEAR(r[0].uncertainty, std::sqrt(var), 1e-12);
+  EXPECT_DOUBLE_EQ(r[0].share, 1.0);
+}
+
 TEST(SpaceRanking, LargerSpacesRankAboveSmallerOnesWithTheSameData) {
-  Rng rng(3);
   const History same = Results({0.3, 0.5, 0.4, 0.9, 0.35});
-  auto r = RankSpaces({Box(1), Box(8)}, {same, same}, {}, rng);
+  auto r = RankSpaces({Box(1), Box(8)}, {same, same});
   EXPECT_LT(r[0].complexity, r[1].complexity);
   EXPECT_DOUBLE_EQ(r[1].complexity, 1.0);
   EXPECT_GT(r[1].priority, r[0].priority);
 }
 
 TEST(SpaceRanking, UnexploredSpacesComeFirst) {
-  Rng rng(4);
   auto r = RankSpaces({Box(2), Box(2), Box(2)},
-                      {Results({0.1, 0.2, 0.3, 0.4}), Results({}), Results({0.5})}, {}, rng);
+                      {Results({0.1, 0.2, 0.3, 0.4}), Results({}), Results({0.5})});
   EXPECT_GE(r[1].priority, r[0].priority);
   EXPECT_GE(r[2].priority, r[0].priority) << "one result is not enough to judge a space";
-  auto none = RankSpaces({Box(2), Box(3)}, {Results({}), Results({})}, {}, rng);
+  auto none = RankSpaces({Box(2), Box(3)}, {Results({}), Results({})});
   EXPECT_DOUBLE_EQ(none[0].share, 0.5);
 }
 
@@ -69,14 +84,13 @@ TEST(SpaceRanking, UnexploredSpacesComeFirst) {
 // trials, all far worse than space 1's results: counting completions only,
 // it was "unexplored" and took space 1's priority.
 TEST(SpaceRanking, PrunedTrialsPartialResultsCount) {
-  Rng rng(6);
   History a = Results({5.0});
   for (int i = 0; i < 20; ++i) {
     a.trials.push_back({1 + i, TrialStatus::kPruned, {0.5}, std::nullopt, {{1, 9.0}, {3, 5.0 + 0.1 * i}}});
   }
   a.trials.push_back({30, TrialStatus::kPruned, {0.5}, std::nullopt, {}});  // no report: nothing to count
   const History b = Results({1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9});
-  auto r = RankSpaces({Box(2), Box(2)}, {a, b}, {}, rng);
+  auto r = RankSpaces({Box(2), Box(2)}, {a, b});
   EXPECT_EQ(r[0].results, 21);
   EXPECT_DOUBLE_EQ(r[0].best, 5.0);
   EXPECT_LT(r[0].priority, r[1].priority);
@@ -84,21 +98,19 @@ TEST(SpaceRanking, PrunedTrialsPartialResultsCount) {
 }
 
 TEST(SpaceRanking, ChangesAsResultsArrive) {
-  Rng rng(5);
   History a = Results({1.0, 1.1, 1.2});
   History b = Results({2.0, 2.1, 2.2});
-  auto before = RankSpaces({Box(2), Box(2)}, {a, b}, {}, rng);
+  auto before = RankSpaces({Box(2), Box(2)}, {a, b});
   b = Results({2.0, 2.1, 2.2, 0.2, 0.3});  // space b finds much better points
-  auto after = RankSpaces({Box(2), Box(2)}, {a, b}, {}, rng);
+  auto after = RankSpaces({Box(2), Box(2)}, {a, b});
   EXPECT_LT(before[1].share, before[0].share);
   EXPECT_GT(after[1].share, after[0].share);
 }
 
-TEST(SpaceRanking, IsDeterministicForASeed) {
+TEST(SpaceRanking, IsDeterministic) {
   const std::vector<History> h = {Results({0.3, 0.6, 0.2, 0.9}), Results({0.25, 0.7, 0.8, 0.4})};
-  Rng a(9), b(9);
-  auto x = RankSpaces({Box(2), Box(3)}, h, {}, a);
-  auto y = RankSpaces({Box(2), Box(3)}, h, {}, b);
+  auto x = RankSpaces({Box(2), Box(3)}, h);
+  auto y = RankSpaces({Box(2), Box(3)}, h);
   for (size_t s = 0; s < x.size(); ++s) EXPECT_DOUBLE_EQ(x[s].share, y[s].share);
 }
 

@@ -556,7 +556,7 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
   search::Rng rng = ExperimentRng(spec, experiment_id, total);
   std::vector<int> per_space_so_far;
   for (const auto& h : histories) per_space_so_far.push_back(static_cast<int>(h.trials.size()));
-  const auto ranks = search::RankSpaces(spec.spaces, histories, {}, rng);
+  const auto ranks = search::RankSpaces(spec.spaces, histories);
   std::vector<int> wanted(spec.spaces.size(), 0);
   if (for_device) {
     wanted[for_device->space] = 1;

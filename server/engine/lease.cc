@@ -130,8 +130,7 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
       in.trials.push_back(o);
       ++per_space[t.space];
     }
-    search::Rng rng = ExperimentRng(spec, e.id, in.trials.size());
-    const auto ranks = search::RankSpaces(spec.spaces, view->histories, {}, rng);
+    const auto ranks = search::RankSpaces(spec.spaces, view->histories);
     for (const auto& r : ranks) in.shares.push_back(r.share);
     in.preferred_space = search::PickSpace(ranks, per_space);
     scheduler::Offer offer = scheduler::OfferWork(in);

@@ -110,40 +110,89 @@ Result<TrialsSnapshot> TrialView::ReadNow() const {
 Result<TrialView::Locked> TrialView::Fresh() {
   Locked locked(mu_);  // held until the caller drops it
   mu_.AssertHeld();
-  if (!view_ || std::chrono::steady_clock::now() - view_->loaded >= max_age_) {
-    view_.reset();
-    HPO_ASSIGN_OR_RETURN(TrialsSnapshot fresh, ReadNow());
-    view_ = std::move(fresh);
+  for (;;) {
+    if (view_ && std::chrono::steady_clock::now() - view_->loaded < max_age_) break;
+    if (reading_) {
+      // Another call rereads it. A view that is there serves until then,
+      // unless every decision must read (max_age zero): then this call
+      // waits, and reads again, since that read may have begun before the
+      // change this call must see.
+      if (view_ && max_age_.count() > 0) break;
+      read_done_.Wait(mu_);
+      continue;
+    }
+    reading_ = true;
+    read_void_ = false;
+    missed_.clear();
+    mu_.Unlock();
+    Result<TrialsSnapshot> fresh = ReadNow();
+    mu_.Lock();
+    reading_ = false;
+    read_done_.NotifyAll();
+    std::vector<Change> missed = std::move(missed_);
+    missed_.clear();
+    if (!fresh.ok()) return fresh.status();  // the old view, if any, serves on
+    if (read_void_) continue;                // forgotten meanwhile: read again
+    for (const Change& change : missed) change(*fresh);
+    view_ = std::move(fresh).value();
+    break;
   }
   locked.Reset(&*view_);
   return locked;
 }
 
+void TrialView::Missed(Change change) {
+  if (reading_) missed_.push_back(std::move(change));
+}
+
 void TrialView::Apply(const store::TrialRecord& trial) {
   MutexLock lock(mu_);
   if (view_) Add(*view_, trial);
+  Missed([this, trial](TrialsSnapshot& view) { Add(view, trial); });
 }
 
-void TrialView::SetOutcome(Id trial_id, TrialState state, std::optional<double> value) {
-  MutexLock lock(mu_);
-  if (!view_) return;
-  auto it = view_->trials.find(trial_id);
-  if (it == view_->trials.end()) return;
+namespace {
+void SetOutcomeIn(TrialsSnapshot& view, Id trial_id, TrialState state, std::optional<double> value) {
+  auto it = view.trials.find(trial_id);
+  if (it == view.trials.end()) return;
   it->second.state = state;
-  search::Observation& o = view_->histories[it->second.space].trials[it->second.index];
+  search::Observation& o = view.histories[it->second.space].trials[it->second.index];
   o.status = SearchStatus(state);
   o.value = value;
   // As ReadNow: a completed trial without a final value counts with its last one.
   if (o.status == search::TrialStatus::kCompleted && !o.value && !o.curve.empty()) o.value = o.curve.back().second;
 }
 
+void DropCurveIn(TrialsSnapshot& view, Id trial_id, int64_t step) {
+  auto it = view.trials.find(trial_id);
+  if (it == view.trials.end()) return;
+  auto& curve = view.histories[it->second.space].trials[it->second.index].curve;
+  curve.erase(std::upper_bound(curve.begin(), curve.end(), step,
+                               [](int64_t s, const auto& point) { return s < point.first; }),
+              curve.end());
+}
+}  // namespace
+
+void TrialView::SetOutcome(Id trial_id, TrialState state, std::optional<double> value) {
+  MutexLock lock(mu_);
+  if (view_) SetOutcomeIn(*view_, trial_id, state, value);
+  Missed([=](TrialsSnapshot& view) { SetOutcomeIn(view, trial_id, state, value); });
+}
+
 Result<bool> TrialView::ApplyReport(const store::TrialRecord& trial, int64_t step, double value, bool inserted,
                                     const search::Pruner* judge) {
+  auto missed = [this, trial, step, value, inserted](TrialsSnapshot& view) {
+    ApplyReportTo(view, trial, step, value, inserted, nullptr);
+  };
   if (judge) {
     HPO_ASSIGN_OR_RETURN(Locked view, Fresh());
-    return ApplyReportTo(*view, trial, step, value, inserted, judge);
+    mu_.AssertHeld();  // by `view`
+    const bool prune = ApplyReportTo(*view, trial, step, value, inserted, judge);
+    Missed(missed);
+    return prune;
   }
   MutexLock lock(mu_);
+  Missed(missed);
   if (!view_) return false;  // nothing to keep current, nothing to decide
   return ApplyReportTo(*view_, trial, step, value, inserted, judge);
 }
@@ -173,18 +222,17 @@ bool TrialView::ApplyReportTo(TrialsSnapshot& view, const store::TrialRecord& tr
 
 void TrialView::DropCurveAfter(Id trial_id, int64_t step) {
   MutexLock lock(mu_);
-  if (!view_) return;
-  auto it = view_->trials.find(trial_id);
-  if (it == view_->trials.end()) return;
-  auto& curve = view_->histories[it->second.space].trials[it->second.index].curve;
-  curve.erase(std::upper_bound(curve.begin(), curve.end(), step,
-                               [](int64_t s, const auto& point) { return s < point.first; }),
-              curve.end());
+  if (view_) DropCurveIn(*view_, trial_id, step);
+  Missed([=](TrialsSnapshot& view) { DropCurveIn(view, trial_id, step); });
 }
 
 void TrialView::Forget() {
   MutexLock lock(mu_);
   view_.reset();
+  // A read in flight may hold what was forgotten (a curve a requeue
+  // deleted): it is not kept either.
+  if (reading_) read_void_ = true;
+  missed_.clear();
 }
 
 }  // namespace hpo::server

@@ -6,11 +6,16 @@
 //
 // Thread-safe: one lock per view. Fresh() hands out the locked view; every
 // other call takes the lock for itself. A caller holding Fresh()'s lock must
-// not call the other methods (the lock is not reentrant).
+// not call the other methods (the lock is not reentrant). The store is read
+// without the lock held: at 10,000 trials a reread takes tens of
+// milliseconds, and reports, completions and leases would all queue behind
+// it (issue #19). Meanwhile the view being replaced serves them, and the
+// changes they make are applied to both.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -63,7 +68,9 @@ class TrialView {
   // The view with its lock held.
   using Locked = LockedPtr<TrialsSnapshot>;
   // The view, read first when there is none or it is older than max_age.
-  // One caller rereads while the others wait for it.
+  // One caller rereads, without the lock; while it does, the others get
+  // the view it replaces (at most max_age plus one read old), or, when
+  // there is none or max_age is zero (every decision reads), wait for it.
   Result<Locked> Fresh() HPO_EXCLUDES(mu_);
   // Everything read from the store now, not kept (tests, the dashboard).
   Result<TrialsSnapshot> ReadNow() const;
@@ -95,8 +102,18 @@ class TrialView {
   const store::Id experiment_id_;
   const std::shared_ptr<const ExperimentSpec> spec_;
   const std::chrono::milliseconds max_age_;
+  // A change this engine made to the view while a reread was in flight:
+  // the read may have missed it, so it is applied to the new view too.
+  // Each is idempotent, as the read may also have seen it.
+  using Change = std::function<void(TrialsSnapshot&)>;
+  void Missed(Change change) HPO_REQUIRES(mu_);
+
   Mutex mu_;
+  CondVar read_done_;  // signalled when a reread ends
   std::optional<TrialsSnapshot> view_ HPO_GUARDED_BY(mu_);
+  bool reading_ HPO_GUARDED_BY(mu_) = false;  // a caller of Fresh() reads the store now
+  bool read_void_ HPO_GUARDED_BY(mu_) = false;  // Forget() since that read began: it is not kept
+  std::vector<Change> missed_ HPO_GUARDED_BY(mu_);  // changes made since that read began
 };
 
 }  // namespace hpo::server
