@@ -60,6 +60,7 @@ struct Options {
   std::vector<int> workers = {1, 4, 16, 64};
   std::vector<int> rest_clients = {1, 16};
   std::string sampler = "tpe";
+  bool group_commit = true;  // hpo-server --group-commit
   double seconds = 10, warmup_seconds = 2;
   int64_t min_trials = 1;  // a window lasts until it holds this many trials (at most 120 s more)
   int64_t existing_trials = 10'000;
@@ -308,7 +309,8 @@ class Bench {
       HPO_ASSIGN_OR_RETURN(url, CreatePostgresDatabase(o_.pg_admin, db));
     }
     Progress(label + ": starting hpo-server on " + (db.empty() ? url : db));
-    ServerProcess server(o_.server_bin, dir + "/server", {"--store", url});
+    ServerProcess server(o_.server_bin, dir + "/server",
+                         {"--store", url, "--group-commit", o_.group_commit ? "true" : "false"});
     HPO_RETURN_IF_ERROR(server.Start());
     HPO_ASSIGN_OR_RETURN(int64_t experiment, CreateExperiment(server.http_port(),
                                                               BenchSpec(o_.sampler, clients, rest).dump()));
@@ -410,6 +412,7 @@ class Bench {
     std::string line = "bench=server store=" + c.store +
                        (rest ? " rest_clients=" : " workers=") + std::to_string(clients) + " sampler=" + o_.sampler;
     if (c.existing_trials > 0) line += " existing_trials=" + std::to_string(c.existing_trials);
+    if (!o_.group_commit) line += " group_commit=off";
     const char* first = rest ? "suggest" : "lease";
     char pg_field[64] = "";  // PostgreSQL's processes, where there are some
     if (c.store == "postgresql") std::snprintf(pg_field, sizeof pg_field, " pg_cpu_ms_per_trial=%.3f", (pg1 - pg0) * per_trial);
@@ -494,6 +497,8 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--sampler", o.sampler)->capture_default_str();
+  app.add_option("--group-commit", o.group_commit, "the servers' --group-commit (false: the lines say group_commit=off)")
+      ->capture_default_str();
   app.add_option("--seconds", o.seconds, "the measured window of each line")->capture_default_str();
   app.add_option("--warmup-seconds", o.warmup_seconds, "before each window")->capture_default_str();
   app.add_option("--min-trials", o.min_trials,

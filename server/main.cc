@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
   std::string tls_cert, tls_key;
   bool migrate_only = false;
   bool public_metrics = false;
+  bool group_commit = true;
   std::string artifacts;
   int64_t max_checkpoint_mb = 1024;
   app.add_option("--store", store_url,
@@ -154,6 +155,10 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   app.add_flag("--public-metrics", public_metrics,
                "serve /metrics without the bearer token (for Prometheus; /healthz and /readyz never need it)");
+  app.add_option("--group-commit", group_commit,
+                 "batch the reports, heartbeats and completions that arrive while a commit is in flight into one "
+                 "transaction (false: one transaction each, for comparing)")
+      ->capture_default_str();
   app.add_flag("--migrate-only", migrate_only, "apply schema migrations, print the version, exit");
   CLI11_PARSE(app, argc, argv);
 
@@ -179,7 +184,9 @@ int main(int argc, char** argv) {
     return Fail("--grpc '" + grpc_address + "' must be HOST:PORT");
   }
 
-  auto opened = store::OpenStore(store_url);
+  store::StoreOptions store_options;
+  store_options.group_commit = group_commit;
+  auto opened = store::OpenStore(store_url, store_options);
   if (!opened.ok()) return Fail(opened.status().message());
   std::unique_ptr<store::Store> store = std::move(opened).value();
   auto version = store->SchemaVersion();

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -68,6 +70,32 @@ class StoreTest : public ::testing::Test {
     m.samples_per_sec = 1000 + step;
     m.system_setting_json = R"({"batch_size":64})";
     return m;
+  }
+
+  // Runs each of `calls` on a thread of its own, all at once, through a
+  // second handle whose batches hold exactly calls.size() calls: its window
+  // is long enough that the first caller waits for the last, so the calls
+  // meet in one batch without any timing in the test. Returns the sizes of
+  // the batches that handle committed (one of calls.size() when it works).
+  std::vector<size_t> RunAsOneBatch(const std::vector<std::function<void(Store&)>>& calls) {
+    std::mutex mu;
+    std::vector<size_t> sizes;
+    StoreOptions options;
+    options.clock = clock_.fn();
+    options.group_commit_max_batch = static_cast<int>(calls.size());
+    options.group_commit_window = std::chrono::seconds(60);
+    options.on_group_commit = [&](size_t n) {
+      std::lock_guard lock(mu);
+      sizes.push_back(n);
+    };
+    auto opened = OpenStore(backend_->url(), options);
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    if (!opened.ok()) return {};
+    std::vector<std::thread> threads;
+    for (const auto& call : calls) threads.emplace_back([&call, &opened] { call(**opened); });
+    for (auto& t : threads) t.join();
+    std::lock_guard lock(mu);
+    return sizes;
   }
 
   FakeClock clock_;
@@ -1038,6 +1066,149 @@ TYPED_TEST(StoreTest, TrialsCreatedForADeviceAreLeasedAndPausedOnesLeaveRoomUnde
   NewTrial bad = nt;
   bad.lease_ms = 0;
   EXPECT_TRUE(this->store_->CreateTrialsUpTo(e.id, {bad}, {}).status().IsInvalidArgument());
+}
+
+// --- group commit ----------------------------------------------------------------
+
+TYPED_TEST(StoreTest, ConcurrentReportsFromManyThreadsAllLandExactlyOnce) {
+  constexpr int kThreads = 16, kSteps = 10;
+  auto e = this->MakeExperiment();
+  this->MakeTrials(e.id, kThreads);
+  std::vector<TrialRecord> trials;
+  for (int i = 0; i < kThreads; ++i) trials.push_back(this->Lease("worker/" + std::to_string(i)));
+  std::atomic<size_t> batched_calls{0};
+  StoreOptions options;
+  options.clock = this->clock_.fn();
+  options.on_group_commit = [&](size_t n) { batched_calls += n; };
+  auto batching = OpenStore(this->backend_->url(), options);
+  ASSERT_TRUE(batching.ok()) << batching.status();
+  std::mutex mu;
+  std::vector<std::string> errors;
+  std::map<Id, int> inserted;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      const TrialRecord& t = trials[i];
+      // Every step twice, the second a retry: it must be acknowledged and
+      // change nothing, in whichever batch it lands.
+      for (int step = 0; step < 2 * kSteps; ++step) {
+        auto r = (*batching)->ReportMeasurement(t.id, t.lease_owner, this->Step(step / 2, 0.5), 60'000);
+        std::lock_guard lock(mu);
+        if (!r.ok()) errors.push_back(r.status().ToString());
+        else if (r->inserted) inserted[t.id]++;
+      }
+      auto done = (*batching)->FinishTrial(t.id, t.lease_owner, {TrialState::kCompleted, R"({"loss":0.1})", ""});
+      std::lock_guard lock(mu);
+      if (!done.ok()) errors.push_back(done.status().ToString());
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(errors.empty()) << errors.front();
+  for (const TrialRecord& t : trials) {
+    EXPECT_EQ(inserted[t.id], kSteps) << "trial " << t.id << ": each step inserted once, its retry not";
+    auto ms = this->store_->ListMeasurements(t.id);
+    ASSERT_TRUE(ms.ok()) << ms.status();
+    ASSERT_EQ(ms->size(), static_cast<size_t>(kSteps)) << "trial " << t.id;
+    for (int step = 0; step < kSteps; ++step) EXPECT_EQ((*ms)[step].step, step);
+    EXPECT_EQ(this->store_->GetTrial(t.id)->state, TrialState::kCompleted);
+  }
+  // How many calls shared a transaction depends on the scheduler; that
+  // every acknowledged one is there does not.
+  std::printf("  %zu of %d calls committed in batches\n", batched_calls.load(), kThreads * (2 * kSteps + 1));
+}
+
+TYPED_TEST(StoreTest, ADuplicateStepInsideOneBatchIsRecordedOnce) {
+  auto e = this->MakeExperiment();
+  this->MakeTrials(e.id, 2);
+  const TrialRecord a = this->Lease("worker/a"), b = this->Lease("worker/b");
+  std::mutex mu;
+  std::vector<ReportResult> same_step;
+  Status other;
+  auto report_a = [&](double loss) {
+    return [&, loss](Store& s) {
+      auto r = s.ReportMeasurement(a.id, "worker/a", this->Step(1, loss), std::nullopt);
+      ASSERT_TRUE(r.ok()) << r.status();
+      std::lock_guard lock(mu);
+      same_step.push_back(*r);
+    };
+  };
+  auto sizes = this->RunAsOneBatch({report_a(0.25), report_a(0.75), [&](Store& s) {
+                                      other = s.ReportMeasurement(b.id, "worker/b", this->Step(1, 0.5), std::nullopt)
+                                                  .status();
+                                    }});
+  EXPECT_EQ(sizes, std::vector<size_t>{3}) << "the three calls were not one batch";
+  ASSERT_EQ(same_step.size(), 2u);
+  EXPECT_NE(same_step[0].inserted, same_step[1].inserted) << "one report of step 1 inserts, the other is a repeat";
+  EXPECT_TRUE(other.ok()) << other;
+  auto ms = this->store_->ListMeasurements(a.id);
+  ASSERT_TRUE(ms.ok()) << ms.status();
+  ASSERT_EQ(ms->size(), 1u);
+  EXPECT_TRUE((*ms)[0].metrics_json == this->Step(1, 0.25).metrics_json ||
+              (*ms)[0].metrics_json == this->Step(1, 0.75).metrics_json)
+      << (*ms)[0].metrics_json;
+  EXPECT_EQ(this->store_->ListMeasurements(b.id)->size(), 1u);
+}
+
+TYPED_TEST(StoreTest, ACallWithAnotherOwnersLeaseFailsAloneInsideABatch) {
+  auto e = this->MakeExperiment();
+  this->MakeTrials(e.id, 4);
+  const TrialRecord a = this->Lease("worker/a"), b = this->Lease("worker/b"), c = this->Lease("worker/c"),
+                    d = this->Lease("worker/d");
+  Status stale, report, finish, renew;
+  auto sizes = this->RunAsOneBatch({
+      // A stale worker reports on a trial another holds: the lease's
+      // compare-and-set refuses it inside the batch as it does alone.
+      [&](Store& s) { stale = s.ReportMeasurement(a.id, "worker/stale", this->Step(1, 0.9), 60'000).status(); },
+      [&](Store& s) { report = s.ReportMeasurement(b.id, "worker/b", this->Step(1, 0.5), 60'000).status(); },
+      [&](Store& s) { finish = s.FinishTrial(c.id, "worker/c", {TrialState::kCompleted, R"({"loss":0.2})", ""}).status(); },
+      [&](Store& s) { renew = s.RenewLease(d.id, "worker/d", 90'000); },
+  });
+  EXPECT_EQ(sizes, std::vector<size_t>{4}) << "the four calls were not one batch";
+  EXPECT_TRUE(stale.IsFailedPrecondition()) << stale;
+  EXPECT_NE(stale.message().find("'worker/a'"), std::string::npos) << stale;
+  EXPECT_TRUE(report.ok()) << report;
+  EXPECT_TRUE(finish.ok()) << finish;
+  EXPECT_TRUE(renew.ok()) << renew;
+  EXPECT_TRUE(this->store_->ListMeasurements(a.id)->empty()) << "the refused report left a row";
+  EXPECT_EQ(this->store_->GetTrial(a.id)->state, TrialState::kLeased);
+  EXPECT_EQ(this->store_->ListMeasurements(b.id)->size(), 1u);
+  EXPECT_EQ(this->store_->GetTrial(b.id)->state, TrialState::kRunning);
+  EXPECT_EQ(this->store_->GetTrial(c.id)->state, TrialState::kCompleted);
+  EXPECT_EQ(this->store_->GetTrial(d.id)->lease_expires_ms, *this->clock_.now + 90'000);
+}
+
+TYPED_TEST(StoreTest, AStatementThatFailsInsideABatchIsUndoneAlone) {
+  // A foreign key the database itself refuses: on PostgreSQL that error
+  // aborts the whole transaction unless the call's savepoint takes it back.
+  auto e = this->MakeExperiment();
+  this->MakeTrials(e.id, 2);
+  const TrialRecord a = this->Lease("worker/a"), b = this->Lease("worker/b");
+  NewWorker w;
+  w.host = "h";
+  w.devices.push_back({0, DeviceKind::kCpu, "cpu", "cpu:x", 2, 1 << 30, 10});
+  auto worker = this->store_->RegisterWorker(w);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const Id device = worker->devices.at(0).id;
+  Status bad, first, second, good_observation;
+  auto sizes = this->RunAsOneBatch({
+      [&](Store& s) { first = s.ReportMeasurement(a.id, "worker/a", this->Step(1, 0.5), 60'000).status(); },
+      [&](Store& s) {
+        bad = s.AddSpeedObservation({device, "cpu:x", "wl", "{}", 100, Id{987654321}}).status();
+      },
+      [&](Store& s) { second = s.ReportMeasurement(b.id, "worker/b", this->Step(1, 0.5), 60'000).status(); },
+      [&](Store& s) { good_observation = s.AddSpeedObservation({device, "cpu:x", "wl", "{}", 200, a.id}).status(); },
+  });
+  EXPECT_EQ(sizes, std::vector<size_t>{4}) << "the four calls were not one batch";
+  EXPECT_TRUE(bad.IsInvalidArgument()) << bad;
+  EXPECT_TRUE(first.ok()) << first;
+  EXPECT_TRUE(second.ok()) << second;
+  EXPECT_TRUE(good_observation.ok()) << good_observation;
+  EXPECT_EQ(this->store_->ListMeasurements(a.id)->size(), 1u);
+  EXPECT_EQ(this->store_->ListMeasurements(b.id)->size(), 1u);
+  auto obs = this->store_->ListSpeedObservations("wl", 10);
+  ASSERT_TRUE(obs.ok()) << obs.status();
+  ASSERT_EQ(obs->size(), 1u) << "the refused observation left a row, or the good one is missing";
+  EXPECT_EQ((*obs)[0].samples_per_sec, 200);
 }
 
 }  // namespace

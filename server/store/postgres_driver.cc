@@ -38,6 +38,7 @@ class PostgresConnection final : public SqlConnection {
       : conn_(std::move(conn)), display_(std::move(display)) {}
 
   void Begin(TxMode mode) override {
+    release_pending_ = false;
     Guard([&] {
       switch (mode) {
         case TxMode::kRead:
@@ -70,6 +71,20 @@ class PostgresConnection final : public SqlConnection {
     tx_.reset();
   }
   bool healthy() const override { return healthy_ && conn_->is_open(); }
+
+  // Each call of a batch is a round trip of its own; the release of the
+  // previous call's savepoint rides along with the next SAVEPOINT (or the
+  // COMMIT, which releases them all), so a call costs two round trips,
+  // not three.
+  void Savepoint() override {
+    Guard([&] { tx_->exec(release_pending_ ? "RELEASE SAVEPOINT hpo_call; SAVEPOINT hpo_call" : "SAVEPOINT hpo_call"); });
+    release_pending_ = false;
+  }
+  void ReleaseSavepoint() override { release_pending_ = true; }
+  void RollbackToSavepoint() override {
+    Guard([&] { tx_->exec("ROLLBACK TO SAVEPOINT hpo_call"); });
+    release_pending_ = true;  // ROLLBACK TO keeps it; the next SAVEPOINT drops it
+  }
 
   void ExecScript(std::string_view sql) override {
     Guard([&] {
@@ -176,6 +191,7 @@ class PostgresConnection final : public SqlConnection {
   std::string display_;
   std::unique_ptr<pqxx::dbtransaction> tx_;
   bool healthy_ = true;
+  bool release_pending_ = false;  // see Savepoint
   std::unordered_map<std::string, std::string>
       prepared_;
 };

@@ -95,6 +95,15 @@ class SqlConnection {
   virtual void Commit() = 0;
   virtual void Rollback() noexcept = 0;  // best effort; marks broken on failure
   virtual SqlRows Query(std::string_view sql, std::initializer_list<SqlValue> params) = 0;
+  // Group commit (commit_batcher.h): one savepoint per call inside a kWrite
+  // transaction, so that one call's failure undoes that call alone.
+  // Savepoint marks the point; ReleaseSavepoint keeps what came after it
+  // (the driver may send that with the next statement); RollbackToSavepoint
+  // undoes it and leaves the transaction usable again, also after a
+  // statement that failed (PostgreSQL aborts the whole transaction then).
+  virtual void Savepoint() = 0;
+  virtual void ReleaseSavepoint() = 0;
+  virtual void RollbackToSavepoint() = 0;
   // Runs several statements without parameters (migrations).
   virtual void ExecScript(std::string_view sql) = 0;
   // False once the connection failed in a way that needs a new one.

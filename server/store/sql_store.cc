@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -92,7 +93,18 @@ Status CheckLeaseArgs(const std::string& owner, TimeMs lease_ms) {
 // Connection pool and transactions
 
 SqlStore::SqlStore(std::unique_ptr<SqlDriver> driver, StoreOptions options)
-    : driver_(std::move(driver)), options_(std::move(options)) {}
+    : driver_(std::move(driver)), options_(std::move(options)) {
+  if (options_.group_commit) {
+    CommitBatcher::Options b;
+    b.max_batch = std::clamp(options_.group_commit_max_batch, 1, 64);
+    b.window = std::max(options_.group_commit_window, std::chrono::microseconds(0));
+    // Half the pool at most, so that leases and reads always find a
+    // connection while batches commit.
+    b.max_in_flight = std::max(1, driver_->max_connections() / 2);
+    batcher_ = std::make_unique<CommitBatcher>(
+        b, [this](const std::vector<const CommitBatcher::Call*>& batch) { return CommitBatch(batch); });
+  }
+}
 
 TimeMs SqlStore::Now() const {
   if (options_.clock) return options_.clock();
@@ -191,6 +203,83 @@ auto SqlStore::Run(TxMode mode, F&& body) {
         Release(std::move(conn));
       }
       return Out(Status::Internal(driver_->display_url() + ": " + e.what()));
+    }
+  }
+}
+
+template <typename F>
+auto SqlStore::RunBatched(TxMode mode, int64_t order, F&& body) {
+  using T = std::invoke_result_t<F&, SqlConnection&>;
+  using Out = std::conditional_t<std::is_void_v<T>, Status, Result<T>>;
+  if (batcher_ == nullptr) return Out(Run(mode, std::forward<F>(body)));
+  if constexpr (std::is_void_v<T>) {
+    return Out(batcher_->Submit({[&](SqlConnection& c) { body(c); }, mode, order}));
+  } else {
+    T value{};
+    Status s = batcher_->Submit({[&](SqlConnection& c) { value = body(c); }, mode, order});
+    if (!s.ok()) return Out(std::move(s));
+    return Out(std::move(value));
+  }
+}
+
+namespace {
+// Whether a call's failure inside a batch fails the whole transaction: a
+// lost race or connection, or an error that may have rolled the
+// transaction back under us (SQLite does on a full disk or an I/O error),
+// is not one call's to keep. Everything else (the call's own conflict, a
+// bad argument, a constraint) is rolled back to that call's savepoint.
+bool FailsTheBatch(const Status& s, const SqlConnection& c) { return IsRetryable(s) || !c.healthy(); }
+}  // namespace
+
+std::vector<Status> SqlStore::CommitBatch(const std::vector<const CommitBatcher::Call*>& batch) {
+  if (batch.size() == 1) return {Run(batch[0]->mode, batch[0]->work)};
+  std::vector<Status> out(batch.size());
+  for (int attempt = 0;; ++attempt) {
+    std::unique_ptr<SqlConnection> conn;
+    bool committing = false;
+    try {
+      conn = Acquire();
+      conn->Begin(TxMode::kWrite);
+      for (size_t i = 0; i < batch.size(); ++i) {
+        conn->Savepoint();
+        try {
+          batch[i]->work(*conn);
+          conn->ReleaseSavepoint();
+          out[i] = Status::OK();
+        } catch (const SqlError& e) {
+          if (FailsTheBatch(e.status, *conn)) throw;
+          conn->RollbackToSavepoint();
+          out[i] = e.status;
+        } catch (const std::exception& e) {
+          conn->RollbackToSavepoint();
+          out[i] = Status::Internal(driver_->display_url() + ": " + e.what());
+        }
+      }
+      committing = true;
+      conn->Commit();
+      Release(std::move(conn));
+      if (options_.on_group_commit) options_.on_group_commit(batch.size());
+      return out;
+    } catch (const SqlError& e) {
+      if (conn) {
+        conn->Rollback();
+        Release(std::move(conn));
+      }
+      // Nothing of the batch committed (or, after a COMMIT whose answer was
+      // lost, nobody knows): every call gets the batch's failure, none an OK.
+      if (!RetryAfter(e.status, committing, attempt)) {
+        out.assign(batch.size(), e.status);
+        if (options_.on_group_commit) options_.on_group_commit(batch.size());
+        return out;
+      }
+    } catch (const std::exception& e) {
+      if (conn) {
+        conn->Rollback();
+        Release(std::move(conn));
+      }
+      out.assign(batch.size(), Status::Internal(driver_->display_url() + ": " + e.what()));
+      if (options_.on_group_commit) options_.on_group_commit(batch.size());
+      return out;
     }
   }
 }
@@ -567,7 +656,7 @@ constexpr const char* kRenew =
 
 Status SqlStore::RenewLease(Id trial_id, const std::string& owner, TimeMs lease_ms) {
   HPO_RETURN_IF_ERROR(CheckLeaseArgs(owner, lease_ms));
-  return Run(TxMode::kSingle, [&](SqlConnection& c) {
+  return RunBatched(TxMode::kSingle, trial_id, [&](SqlConnection& c) {
     const TimeMs now = Now();
     auto rows = c.Query(kRenew, {trial_id, owner, now + lease_ms, now});
     if (rows.empty()) Throw(ExplainTrialConflict(c, trial_id, owner, "renew the lease of"));
@@ -580,7 +669,7 @@ Result<std::vector<Id>> SqlStore::RenewLeases(const std::vector<Id>& trial_ids, 
   if (trial_ids.empty()) return std::vector<Id>{};
   // One transaction (one commit, one fsync on SQLite) for the whole
   // heartbeat rather than one per trial.
-  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+  return RunBatched(TxMode::kWrite, *std::min_element(trial_ids.begin(), trial_ids.end()), [&](SqlConnection& c) {
     const TimeMs now = Now();
     std::vector<Id> lost;
     for (const Id id : trial_ids) {
@@ -662,7 +751,7 @@ Result<std::vector<Id>> SqlStore::ExpireLeasesNotHeld(const std::string& owner, 
 Status SqlStore::PauseTrial(Id trial_id, const std::string& owner, int64_t step) {
   if (owner.empty()) return Status::InvalidArgument("owner: must not be empty");
   if (step < 0) return Status::InvalidArgument("step: must not be negative");
-  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+  return RunBatched(TxMode::kWrite, trial_id, [&](SqlConnection& c) {
     auto cur = c.Query("SELECT state, lease_owner, resume_step FROM trials WHERE id = $1", {trial_id});
     if (cur.empty()) Throw(Status::NotFound(TrialName(trial_id) + " does not exist"));
     const TrialState state = TrialStateOrThrow(cur[0].Text(0));
@@ -742,7 +831,7 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
       "WHERE id = $1 AND lease_owner = $2 AND state IN ('leased', 'running') RETURNING id";
   if (driver_->writable_cte()) {
     // One statement, one round trip.
-    return Run(TxMode::kSingle, [&](SqlConnection& c) {
+    return RunBatched(TxMode::kSingle, trial_id, [&](SqlConnection& c) {
       auto row = c.Query(std::string("WITH t AS (") + kClaim +
                              "), ins AS (INSERT INTO measurements (trial_id, step, metrics, "
                              "samples_per_sec, system_setting, created_ms) "
@@ -756,7 +845,7 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
       return ReportResult{row.Int(1) == 1, TrialState::kRunning};
     });
   }
-  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+  return RunBatched(TxMode::kWrite, trial_id, [&](SqlConnection& c) {
     const TimeMs now = Now();
     if (c.Query(kClaim, {trial_id, owner, now, expires}).empty()) {
       Throw(ExplainTrialConflict(c, trial_id, owner, "report on"));
@@ -839,7 +928,7 @@ Result<FinishResult> SqlStore::FinishTrial(Id trial_id, const std::string& owner
     return Status::InvalidArgument("state: a trial can only be finished as completed, pruned, "
                                    "failed or cancelled, not " + std::string(ToString(f.state)));
   }
-  return Run(TxMode::kSingle, [&](SqlConnection& c) {
+  return RunBatched(TxMode::kSingle, trial_id, [&](SqlConnection& c) {
     const TimeMs now = Now();
     const std::string state(ToString(f.state));
     // Anyone may cancel a trial nobody runs (pending or paused); only the lease holder may finish
@@ -959,7 +1048,9 @@ Result<WorkerRecord> SqlStore::RegisterWorker(const NewWorker& w) {
 }
 
 Status SqlStore::TouchWorker(Id worker_id) {
-  return Run(TxMode::kSingle, [&](SqlConnection& c) {
+  // Ordered after every trial: a batch locks trial rows, then workers.
+  constexpr int64_t kWorkersAfterTrials = int64_t{1} << 62;
+  return RunBatched(TxMode::kSingle, kWorkersAfterTrials + worker_id, [&](SqlConnection& c) {
     if (c.Query("UPDATE workers SET last_seen_ms = $2, gone_ms = NULL WHERE id = $1 RETURNING id",
                 {worker_id, Now()})
             .empty()) {
@@ -1047,7 +1138,9 @@ Result<Id> SqlStore::AddSpeedObservation(const SpeedObservation& o) {
     return Status::InvalidArgument("samples_per_sec: must be a finite number >= 0");
   }
   if (o.workload.empty()) return Status::InvalidArgument("workload: must not be empty");
-  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+  // Inserts only (no row lock to order): after the batch's updates.
+  constexpr int64_t kAfterUpdates = std::numeric_limits<int64_t>::max();
+  return RunBatched(TxMode::kWrite, kAfterUpdates, [&](SqlConnection& c) {
     if (c.Query("SELECT id FROM devices WHERE id = $1", {o.device_id}).empty()) {
       Throw(Status::NotFound("device " + std::to_string(o.device_id) + " is not registered"));
     }

@@ -7,6 +7,7 @@
 
 #include "common/mutex.h"
 #include "common/thread_annotations.h"
+#include "server/store/commit_batcher.h"
 #include "server/store/sql_driver.h"
 #include "server/store/store.h"
 
@@ -78,6 +79,15 @@ class SqlStore final : public Store {
   // the connection only: it keeps nothing from one attempt to the next.
   template <typename F>
   auto Run(SqlConnection::TxMode mode, F&& body);
+  // Run for the batched calls (store.h, "Group commit"): body joins the
+  // next batch through batcher_, or runs alone as Run(mode, body) when group
+  // commit is off. `order` is the row it locks first (a trial's id).
+  // REQUIRES: as Run's; the body's result type is default-constructible.
+  template <typename F>
+  auto RunBatched(SqlConnection::TxMode mode, int64_t order, F&& body);
+  // CommitBatcher's commit function: the batch in one write transaction,
+  // a savepoint per call; a batch of one through Run, in the call's mode.
+  std::vector<Status> CommitBatch(const std::vector<const CommitBatcher::Call*>& batch);
 
   // Whether Run runs its body again after `s` on attempt `attempt` (0: the
   // first), the COMMIT sent or not; pauses first where a pause helps.
@@ -96,6 +106,7 @@ class SqlStore final : public Store {
   CondVar cv_;
   std::vector<std::unique_ptr<SqlConnection>> idle_ HPO_GUARDED_BY(mu_);
   int open_ HPO_GUARDED_BY(mu_) = 0;
+  std::unique_ptr<CommitBatcher> batcher_;  // null: group commit off
 };
 
 }  // namespace hpo::store

@@ -77,6 +77,12 @@ class SqliteConnection final : public SqlConnection {
     if (sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr) != SQLITE_OK) healthy_ = false;
   }
   bool healthy() const override { return healthy_; }
+  void Savepoint() override { ExecScript("SAVEPOINT hpo_call"); }
+  void ReleaseSavepoint() override { ExecScript("RELEASE hpo_call"); }
+  // ROLLBACK TO keeps the savepoint on the stack; RELEASE drops it. Errors
+  // that roll back the whole transaction (a full disk, I/O) leave no
+  // savepoint to return to: that throws, and the batch fails whole.
+  void RollbackToSavepoint() override { ExecScript("ROLLBACK TO hpo_call; RELEASE hpo_call"); }
 
   void ExecScript(std::string_view sql) override {
     char* err = nullptr;

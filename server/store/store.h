@@ -50,6 +50,20 @@
 //    owner that finished it (a retried RPC). Any other finish of a finished
 //    trial - another state, other metrics, another owner - is
 //    FailedPrecondition, saying which of them differs.
+//  * Group commit: ReportMeasurement, RenewLease, RenewLeases, FinishTrial,
+//    PauseTrial, TouchWorker and AddSpeedObservation, the calls a fleet
+//    makes most, are batched: the calls that arrive while an earlier batch
+//    is committing (or within StoreOptions::group_commit_window) run in one
+//    transaction, each inside a savepoint of its own, and each caller
+//    returns once that transaction committed. So the rules above hold per
+//    call: one call's failure (not the owner, a finished trial) is rolled
+//    back to its savepoint and returned to that caller alone while the
+//    others commit; reports stay idempotent per (trial, step) and the lease
+//    checks stay compare-and-sets within a batch. A failure of the whole
+//    transaction (a lost race, a lost connection, a full disk) is retried
+//    for the whole batch by the rule above, or returned to every caller in
+//    it; none is told of a commit that did not happen. A call that finds
+//    no other waiting commits alone, as it would without batching.
 //  * Durability: a call that returned success survives a crash of the
 //    process and of the machine. PostgreSQL: synchronous_commit as configured
 //    on the server (on by default). SQLite: journal_mode=WAL with
@@ -311,6 +325,19 @@ struct StoreOptions {
   // with the failure that made it and the attempt about to start (2, 3,
   // ...). For logs and metrics; on the calling thread, so it must be cheap.
   std::function<void(const Status& why, int attempt)> on_retry;
+
+  // Group commit (see "Group commit" above). Off: every call commits on its
+  // own, as before it existed (for comparing the two in bench/server_bench).
+  bool group_commit = true;
+  // At most this many calls in one batch (1 to 64).
+  int group_commit_max_batch = 32;
+  // How long a batch waits for more calls before it commits. 0 (the
+  // default): it never waits; the calls that arrive while the previous
+  // batch commits make the next one, so a lone caller pays nothing.
+  std::chrono::microseconds group_commit_window{0};
+  // Called after each batch of two or more calls was committed (or failed
+  // whole), with its size, on the leader's thread. For metrics and tests.
+  std::function<void(size_t calls)> on_group_commit;
 };
 
 // How many times in all a store call runs a transaction that keeps losing
