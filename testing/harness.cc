@@ -196,7 +196,21 @@ SimWorker::SimWorker(const std::string& address, std::chrono::milliseconds deadl
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  stub_ = v1::WorkerService::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  stub_ = v1::WorkerService::NewStub(channel_);
+}
+
+void SimWorker::PauseBeforeRetry(std::chrono::milliseconds d, const std::atomic<bool>* stop) const {
+  const auto until = Clock::now() + d;
+  const bool connected = channel_->GetState(false) == GRPC_CHANNEL_READY;
+  while (Clock::now() < until && !(stop && *stop)) {
+    const auto slice = std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(20));
+    if (connected) {
+      std::this_thread::sleep_for(slice);
+    } else if (channel_->WaitForConnected(std::chrono::system_clock::now() + slice)) {
+      return;
+    }
+  }
 }
 
 void SimWorker::Prepare(grpc::ClientContext& ctx) const {
@@ -447,7 +461,7 @@ void SimFleet::Run(int index) {
       const Status status = FromGrpcStatus(s);
       if (s.ok() || !IsRetryable(status) || stop_) return s;
       if (status.IsAborted() && ++aborted >= kMaxAbortedAttempts) return s;
-      pause(options_.retry_pause);
+      w.PauseBeforeRetry(options_.retry_pause, &stop_);
     }
   };
   if (options_.start_spread.count() > 0) {

@@ -117,9 +117,16 @@ class SimWorker {
   grpc::Status DownloadCheckpoint(int64_t trial_id, std::string* data, int64_t* step, std::string* sha256);
   grpc::Status Restart(int64_t trial_id, const std::string& reason);
   int64_t worker_id() const { return worker_id_; }
+  // Waits up to `d` before a call is tried again, keeping the channel
+  // connecting meanwhile, and returns once it is connected (hpo-worker's
+  // PauseBeforeRetry: a synchronous client that only slept noticed a new
+  // server's connection at gRPC's 5 s backup poll). Connected already: it
+  // waits all of `d`. `stop`, when set, ends it early.
+  void PauseBeforeRetry(std::chrono::milliseconds d, const std::atomic<bool>* stop = nullptr) const;
 
  private:
   void Prepare(grpc::ClientContext& ctx) const;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   std::chrono::milliseconds deadline_;
   int64_t worker_id_ = 0, device_id_ = 0;
