@@ -124,9 +124,7 @@ Result<TrialView::Locked> TrialView::Fresh() {
     reading_ = true;
     read_void_ = false;
     missed_.clear();
-    mu_.Unlock();
-    Result<TrialsSnapshot> fresh = ReadNow();
-    mu_.Lock();
+    Result<TrialsSnapshot> fresh = ReadReleasing();
     reading_ = false;
     read_done_.NotifyAll();
     std::vector<Change> missed = std::move(missed_);
@@ -139,6 +137,13 @@ Result<TrialView::Locked> TrialView::Fresh() {
   }
   locked.Reset(&*view_);
   return locked;
+}
+
+Result<TrialsSnapshot> TrialView::ReadReleasing() {
+  mu_.Unlock();
+  Result<TrialsSnapshot> fresh = ReadNow();
+  mu_.Lock();
+  return fresh;
 }
 
 void TrialView::Missed(Change change) {

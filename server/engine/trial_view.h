@@ -107,6 +107,8 @@ class TrialView {
   // Each is idempotent, as the read may also have seen it.
   using Change = std::function<void(TrialsSnapshot&)>;
   void Missed(Change change) HPO_REQUIRES(mu_);
+  // ReadNow() with mu_ released for the read, held again after it.
+  Result<TrialsSnapshot> ReadReleasing() HPO_REQUIRES(mu_);
 
   Mutex mu_;
   CondVar read_done_;  // signalled when a reread ends
