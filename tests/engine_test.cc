@@ -676,11 +676,10 @@ TEST_F(EngineTest, ADearDeviceWaitsWhileACheapOneMeetsTheDeadline) {
   EXPECT_TRUE(c->has_value());
 }
 
-// A store whose CreateTrialsUpTo, while armed, waits until released: making
-// a trial stays under way for as long as a test wants.
-class StalledTopUps : public testing::StoreWrapper {
+// While armed, a call that reaches StallWhileArmed waits there until
+// Release: a store call stays under way for as long as a test wants.
+class StallGate {
  public:
-  using StoreWrapper::StoreWrapper;
   void Arm() {
     std::lock_guard lock(mu_);
     armed_ = true;
@@ -696,18 +695,15 @@ class StalledTopUps : public testing::StoreWrapper {
     std::unique_lock lock(mu_);
     return cv_.wait_for(lock, timeout, [&] { return stalled_; });
   }
-  Result<std::vector<store::TrialRecord>> CreateTrialsUpTo(store::Id experiment_id,
-                                                           const std::vector<store::NewTrial>& trials,
-                                                           const TrialLimits& limits) override {
-    {
-      std::unique_lock lock(mu_);
-      if (armed_) {
-        stalled_ = true;
-        cv_.notify_all();
-        cv_.wait(lock, [&] { return !armed_; });
-      }
+
+ protected:
+  void StallWhileArmed() {
+    std::unique_lock lock(mu_);
+    if (armed_) {
+      stalled_ = true;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return !armed_; });
     }
-    return StoreWrapper::CreateTrialsUpTo(experiment_id, trials, limits);
   }
 
  private:
@@ -715,6 +711,19 @@ class StalledTopUps : public testing::StoreWrapper {
   std::condition_variable cv_;
   bool armed_ = false;    // GUARDED_BY(mu_)
   bool stalled_ = false;  // GUARDED_BY(mu_)
+};
+
+// A store whose CreateTrialsUpTo, while armed, waits until released: making
+// a trial stays under way for as long as a test wants.
+class StalledTopUps : public testing::StoreWrapper, public StallGate {
+ public:
+  using StoreWrapper::StoreWrapper;
+  Result<std::vector<store::TrialRecord>> CreateTrialsUpTo(store::Id experiment_id,
+                                                           const std::vector<store::NewTrial>& trials,
+                                                           const TrialLimits& limits) override {
+    StallWhileArmed();
+    return StoreWrapper::CreateTrialsUpTo(experiment_id, trials, limits);
+  }
 };
 
 // With many workers, leases used to queue behind whichever call was making
@@ -821,41 +830,13 @@ TEST_F(EngineTest, ALeaseWhoseAnswerWasLostEndsWhenTheWorkerSaysItHoldsNothing) 
 
 // A store whose reads of an experiment's measurements (what a reread of
 // the trial view ends with) stall while armed, until released.
-class StalledRereads : public testing::StoreWrapper {
+class StalledRereads : public testing::StoreWrapper, public StallGate {
  public:
   using StoreWrapper::StoreWrapper;
-  void Arm() {
-    std::lock_guard lock(mu_);
-    armed_ = true;
-  }
-  void Release() {
-    {
-      std::lock_guard lock(mu_);
-      armed_ = false;
-    }
-    cv_.notify_all();
-  }
-  bool WaitUntilStalled(std::chrono::seconds timeout) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, timeout, [&] { return stalled_; });
-  }
   Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurements(store::Id experiment_id) override {
-    {
-      std::unique_lock lock(mu_);
-      if (armed_) {
-        stalled_ = true;
-        cv_.notify_all();
-        cv_.wait(lock, [&] { return !armed_; });
-      }
-    }
+    StallWhileArmed();
     return StoreWrapper::ListExperimentMeasurements(experiment_id);
   }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool armed_ = false;    // GUARDED_BY(mu_)
-  bool stalled_ = false;  // GUARDED_BY(mu_)
 };
 
 // The trial view is reread from the store once it is older than
