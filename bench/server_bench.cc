@@ -20,6 +20,7 @@
 //   bench=server store=sqlite rest_clients=16 sampler=tpe trials_per_s=N suggest_p99_ms=X report_p99_ms=Y
 //       cpu_ms_per_trial=Z suggest_p50_ms=... report_p50_ms=... complete_p50_ms=... ...
 //   bench=server store=postgresql workers=16 sampler=tpe existing_trials=10000 trials_per_s=N ...
+//   bench=server store=postgresql rest_clients=1 sampler=tpe existing_trials=10000 trials_per_s=N ...
 //
 // and, with --with-peers, bench/peers/optuna_rdb.py's lines on the same
 // PostgreSQL (peer=optuna-3.1). bench/README.md explains every field.
@@ -65,6 +66,7 @@ struct Options {
   int64_t min_trials = 1;  // a window lasts until it holds this many trials (at most 120 s more)
   int64_t existing_trials = 10'000;
   int existing_workers = 16;
+  int existing_rest_clients = 1;  // suggest's own latency at that size, apart from a fleet's queueing
   std::vector<std::string> existing_stores = {"postgresql"};
   bool with_peers = false;
   double peer_seconds = 20;
@@ -242,7 +244,8 @@ class Bench {
         if (s != "sqlite" && s != "postgresql") {
           return Fail(Status::InvalidArgument("--existing-stores: unknown store '" + s + "'"));
         }
-        configs.push_back({s, o_.existing_workers, 0, o_.existing_trials});
+        if (o_.existing_workers > 0) configs.push_back({s, o_.existing_workers, 0, o_.existing_trials});
+        if (o_.existing_rest_clients > 0) configs.push_back({s, 0, o_.existing_rest_clients, o_.existing_trials});
       }
     }
     const bool needs_pg = o_.with_peers || std::any_of(configs.begin(), configs.end(), [](const Config& c) {
@@ -507,7 +510,10 @@ int main(int argc, char** argv) {
   app.add_option("--existing-trials", o.existing_trials,
                  "finished trials in the experiment for the extra line (0: no such line)")
       ->capture_default_str();
-  app.add_option("--existing-workers", o.existing_workers, "gRPC workers of that line")->capture_default_str();
+  app.add_option("--existing-workers", o.existing_workers, "gRPC workers of that line (0: none)")->capture_default_str();
+  app.add_option("--existing-rest-clients", o.existing_rest_clients,
+                 "REST ask/tell clients of a second such line (0: none)")
+      ->capture_default_str();
   app.add_option("--existing-stores", o.existing_stores, "the stores that line runs on")
       ->delimiter(',')
       ->capture_default_str();

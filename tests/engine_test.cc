@@ -14,6 +14,7 @@
 
 #include "server/engine/engine.h"
 #include "server/engine/trial_run.h"
+#include "testing/stall_gate.h"
 #include "testing/store_backends.h"
 #include "testing/store_wrapper.h"
 
@@ -676,46 +677,9 @@ TEST_F(EngineTest, ADearDeviceWaitsWhileACheapOneMeetsTheDeadline) {
   EXPECT_TRUE(c->has_value());
 }
 
-// While armed, a call that reaches StallWhileArmed waits there until
-// Release: a store call stays under way for as long as a test wants.
-class StallGate {
- public:
-  void Arm() {
-    std::lock_guard lock(mu_);
-    armed_ = true;
-  }
-  void Release() {
-    {
-      std::lock_guard lock(mu_);
-      armed_ = false;
-    }
-    cv_.notify_all();
-  }
-  bool WaitUntilStalled(std::chrono::seconds timeout) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, timeout, [&] { return stalled_; });
-  }
-
- protected:
-  void StallWhileArmed() {
-    std::unique_lock lock(mu_);
-    if (armed_) {
-      stalled_ = true;
-      cv_.notify_all();
-      cv_.wait(lock, [&] { return !armed_; });
-    }
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool armed_ = false;    // GUARDED_BY(mu_)
-  bool stalled_ = false;  // GUARDED_BY(mu_)
-};
-
 // A store whose CreateTrialsUpTo, while armed, waits until released: making
 // a trial stays under way for as long as a test wants.
-class StalledTopUps : public testing::StoreWrapper, public StallGate {
+class StalledTopUps : public testing::StoreWrapper, public testing::StallGate {
  public:
   using StoreWrapper::StoreWrapper;
   Result<std::vector<store::TrialRecord>> CreateTrialsUpTo(store::Id experiment_id,
@@ -829,13 +793,19 @@ TEST_F(EngineTest, ALeaseWhoseAnswerWasLostEndsWhenTheWorkerSaysItHoldsNothing) 
 }
 
 // A store whose reads of an experiment's measurements (what a reread of
-// the trial view ends with) stall while armed, until released.
-class StalledRereads : public testing::StoreWrapper, public StallGate {
+// the trial view reads last, whole or since its cursor) stall while armed,
+// until released.
+class StalledRereads : public testing::StoreWrapper, public testing::StallGate {
  public:
   using StoreWrapper::StoreWrapper;
   Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurements(store::Id experiment_id) override {
     StallWhileArmed();
     return StoreWrapper::ListExperimentMeasurements(experiment_id);
+  }
+  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurementsSince(store::Id experiment_id,
+                                                                                int64_t since) override {
+    StallWhileArmed();
+    return StoreWrapper::ListExperimentMeasurementsSince(experiment_id, since);
   }
 };
 

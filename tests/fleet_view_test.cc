@@ -6,12 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "scheduler/fleet_summary.h"
 #include "server/engine/fleet_view.h"
+#include "testing/stall_gate.h"
 #include "testing/store_backends.h"
+#include "testing/store_wrapper.h"
 
 namespace hpo::server {
 namespace {
@@ -101,6 +106,59 @@ TEST_F(FleetViewTest, KeepsThePolicysSummaryAsDevicesBecomeBusyIdleAndLive) {
   ASSERT_EQ(seen_by_a.size(), 2u);
   EXPECT_EQ(seen_by_a[1].device_class, "slow");
   EXPECT_GT(seen_by_a[1].soonest_free_s, 50) << "c's busy time, kept while it was not live";
+}
+
+// A store whose reads of speed observations (what a fleet reread reads
+// last) stall while armed, until released.
+class StalledFleetReads : public testing::StoreWrapper, public testing::StallGate {
+ public:
+  using StoreWrapper::StoreWrapper;
+  Result<std::vector<store::SpeedObservationRecord>> ListSpeedObservations(std::string_view workload,
+                                                                           int64_t limit) override {
+    StallWhileArmed();
+    return StoreWrapper::ListSpeedObservations(workload, limit);
+  }
+};
+
+// The fleet is reread once it is older than fleet_cache: workers, devices
+// and thousands of observations. Leases of devices the view knows, and the
+// reports' speed observations, go on with the view being replaced while the
+// store is read, and an observation made meanwhile is in the new view.
+TEST_F(FleetViewTest, LeasesAndReportsDoNotWaitForARereadOfTheFleet) {
+  const auto [wa, a] = AddWorker("a", "fast");
+  const auto [wb, b] = AddWorker("b", "fast");
+  StalledFleetReads stalled(*store_);
+  FleetView view(stalled, std::chrono::milliseconds(1), std::chrono::seconds(60), clock_.fn());
+  ASSERT_TRUE(view.Fresh(a, Clock::now()).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  stalled.Arm();
+  std::optional<Status> reread;
+  std::thread reader([&] { reread = view.Fresh(a, Clock::now()).status(); });
+  const bool stalled_reading = stalled.WaitUntilStalled(std::chrono::seconds(30));
+  // (The 30 s only keep a broken view from hanging the test.)
+  auto lease = std::async(std::launch::async, [&] { return view.Fresh(b, Clock::now()).ok(); });
+  auto report = std::async(std::launch::async, [&] {
+    view.Observe("fast", "w", "", 1, 1, 123.0);
+    view.SetBusy(b, 10);
+  });
+  const bool leased = lease.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  const bool reported = report.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  stalled.Release();
+  reader.join();
+  ASSERT_TRUE(stalled_reading) << "no lease reread the fleet";
+  EXPECT_TRUE(leased) << "a lease waited for another lease's reread of the fleet";
+  EXPECT_TRUE(reported) << "a report waited for a lease's reread of the fleet";
+  ASSERT_TRUE(reread && reread->ok()) << (reread ? *reread : Status::Internal("no reply"));
+  EXPECT_TRUE(lease.get());
+  auto f = view.Fresh(a, Clock::now() - std::chrono::hours(1));  // the view as it is, not reread
+  ASSERT_TRUE(f.ok()) << f.status();
+  const auto estimate = (*f)->model.Estimate("fast", "w");
+  ASSERT_TRUE(estimate.has_value());
+  EXPECT_EQ(estimate->observations, 1) << "the observation made during the reread is not in the new view";
+  EXPECT_DOUBLE_EQ(estimate->samples_per_sec, 123.0);
+  const auto fast = (*f)->live.ClassesFor(std::to_string(a), "fast", FleetView::Seconds(Clock::now()));
+  ASSERT_EQ(fast.size(), 1u);
+  EXPECT_GT(fast[0].soonest_free_s, 0) << "b's busy time, set during the reread, is not in the new view";
 }
 
 }  // namespace

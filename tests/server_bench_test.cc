@@ -83,16 +83,19 @@ class ServerBenchTest : public ::testing::Test {
 
 const std::vector<std::string> kTiny = {"--workers", "2", "--rest-clients", "2", "--seconds", "1.5",
                                         "--warmup-seconds", "0.5", "--min-trials", "5", "--existing-trials", "30",
-                                        "--existing-workers", "2"};
+                                        "--existing-workers", "2", "--existing-rest-clients", "1"};
 
 TEST_F(ServerBenchTest, SqlitePrintsEveryLineAndTheStoreHasTheCompletions) {
   std::vector<std::string> args = kTiny;
   args.insert(args.end(), {"--stores", "sqlite", "--existing-stores", "sqlite"});
   const auto lines = Run(args);
-  ASSERT_EQ(lines.size(), 3u) << "gRPC, REST and existing-trials lines";
+  ASSERT_EQ(lines.size(), 4u) << "gRPC, REST and two existing-trials lines";
   EXPECT_EQ(lines[0].at("workers"), "2");
   EXPECT_EQ(lines[1].at("rest_clients"), "2");
   EXPECT_EQ(lines[2].at("existing_trials"), "30");
+  EXPECT_EQ(lines[2].at("workers"), "2");
+  EXPECT_EQ(lines[3].at("existing_trials"), "30");
+  EXPECT_EQ(lines[3].at("rest_clients"), "1");
   for (const auto& l : lines) {
     EXPECT_EQ(l.at("bench"), "server");
     EXPECT_EQ(l.at("store"), "sqlite");
@@ -120,17 +123,17 @@ TEST_F(ServerBenchTest, PostgresPrintsEveryLineWithThePeers) {
                          .value_or(1) == 0;
   if (peers) args.insert(args.end(), {"--with-peers", "--peer-seconds", "2", "--peer-processes", "2"});
   const auto lines = Run(args);
-  ASSERT_EQ(lines.size(), peers ? 5u : 3u);
-  for (size_t i = 0; i < 3; ++i) {
+  ASSERT_EQ(lines.size(), peers ? 6u : 4u);
+  for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(lines[i].at("store"), "postgresql");
     ExpectServerLine(lines[i]);
     EXPECT_GT(std::stod(lines[i].at("pg_cpu_ms_per_trial")), 0);
   }
   if (!peers) GTEST_SKIP() << "no python3-optuna or python3-psycopg2 for /usr/bin/python3: peers not run";
-  for (size_t i = 3; i < 5; ++i) {
+  for (size_t i = 4; i < 6; ++i) {
     SCOPED_TRACE(lines[i].at("line"));
     EXPECT_EQ(lines[i].at("peer"), "optuna-3.1");
-    EXPECT_EQ(lines[i].at("sampler"), i == 3 ? "random" : "tpe");
+    EXPECT_EQ(lines[i].at("sampler"), i == 4 ? "random" : "tpe");
     EXPECT_EQ(lines[i].at("workers"), "2");
     EXPECT_GT(std::stod(lines[i].at("trials_per_s")), 0);
   }

@@ -100,8 +100,9 @@ struct EngineOptions {
   // How old the trials an early-stopping decision or a suggestion reads may
   // be (another replica's trials and reports; this engine's own new trials,
   // reports, prunes and completions are applied to the cached copy at once,
-  // so on one server it is what a fresh read gives). Zero: read every trial
-  // and measurement of the experiment on every report and every top-up.
+  // so on one server it is what a fresh read gives). A reread reads what
+  // changed since the last (trial_view.h). Zero: reread on every report and
+  // every top-up.
   std::chrono::milliseconds history_cache{1000};
   // How old the fleet placement and co-tuning read on a lease may be
   // (workers, devices and the latest 5,000 speed observations; this

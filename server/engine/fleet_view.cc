@@ -32,9 +32,9 @@ FleetView::FleetView(store::Store& store, std::chrono::milliseconds max_age, std
                      std::function<int64_t()> now_ms)
     : store_(store), max_age_(max_age), live_for_(live_for), now_ms_(std::move(now_ms)) {}
 
-Status FleetView::ReadLocked(Clock::time_point now) {
+Result<FleetSnapshot> FleetView::ReadNow() const {
   FleetSnapshot v;
-  v.loaded = now;
+  v.loaded = Clock::now();  // what is read is at least this fresh
   HPO_ASSIGN_OR_RETURN(auto workers, store_.ListWorkers());
   HPO_ASSIGN_OR_RETURN(auto observations, store_.ListSpeedObservations("", kObservationsRead));
   const int64_t live_since = now_ms_() - live_for_.count();
@@ -55,11 +55,7 @@ Status FleetView::ReadLocked(Clock::time_point now) {
       fd.live = !w.gone_ms && w.last_seen_ms >= live_since;
       v.devices[d.id] = fd;
       v.model.AddBenchmark(d.device_class, d.benchmark_gflops);
-      known_[d.id] = {d.device_class, fd.max_threads};
     }
-  }
-  for (const auto& [id, d] : v.devices) {
-    if (d.live) v.live.Set(std::to_string(id), d.device_class, FreeAtLocked(id));
   }
   for (const auto& o : observations) {
     const json setting = json::parse(o.system_setting_json, nullptr, false);
@@ -67,9 +63,33 @@ Status FleetView::ReadLocked(Clock::time_point now) {
       v.model.Observe(o.device_class, o.workload, scheduler::SettingKey(setting), o.samples_per_sec);
     }
   }
+  return v;
+}
+
+Status FleetView::RereadReleasing() {
+  reading_ = true;
+  missed_.clear();
+  mu_.Unlock();
+  Result<FleetSnapshot> read = ReadNow();
+  mu_.Lock();
+  reading_ = false;
+  read_done_.NotifyAll();
+  std::vector<Change> missed = std::move(missed_);
+  missed_.clear();
+  if (!read.ok()) return read.status();  // the old view, if any, serves on
+  FleetSnapshot v = std::move(read).value();
+  for (const auto& [id, d] : v.devices) known_[id] = {d.device_class, d.max_threads};
+  // Observations and registrations since the read began (an observation
+  // the read saw as well counts twice, among thousands).
+  for (const Change& change : missed) change(v);
+  for (const auto& [id, d] : v.devices) {
+    if (d.live) v.live.Set(std::to_string(id), d.device_class, FreeAtLocked(id));
+  }
   view_ = std::move(v);
   return Status::OK();
 }
+
+bool FleetView::Current(Clock::time_point asked) const { return view_ && view_->loaded + max_age_ >= asked; }
 
 double FleetView::FreeAtLocked(Id device_id) const {
   const auto b = busy_until_.find(device_id);
@@ -79,8 +99,20 @@ double FleetView::FreeAtLocked(Id device_id) const {
 Result<FleetView::Locked> FleetView::Fresh(Id device_id, Clock::time_point asked) {
   Locked locked(mu_);  // held until the caller drops it
   mu_.AssertHeld();
-  if (!view_ || view_->loaded + max_age_ < asked || !view_->devices.count(device_id)) {
-    HPO_RETURN_IF_ERROR(ReadLocked(Clock::now()));
+  for (bool read = false; !read;) {
+    const bool knows = view_ && view_->devices.count(device_id);
+    if (knows && Current(asked)) break;
+    if (reading_) {
+      // Another call rereads. A view that knows this device serves until
+      // then, unless every lease must read (max_age zero); one that does
+      // not know it waits, and reads again if that read did not find it
+      // (it may have begun before the device registered).
+      if (knows && max_age_.count() > 0) break;
+      read_done_.Wait(mu_);
+      continue;
+    }
+    HPO_RETURN_IF_ERROR(RereadReleasing());
+    read = true;
   }
   // The asking device is live: it is asking.
   if (auto d = view_->devices.find(device_id); d != view_->devices.end() && !d->second.live) {
@@ -94,26 +126,35 @@ Result<FleetView::Locked> FleetView::Fresh(Id device_id, Clock::time_point asked
 Result<FleetView::Known> FleetView::KnownDevice(Id device_id) {
   MutexLock lock(mu_);
   if (auto it = known_.find(device_id); it != known_.end()) return it->second;
-  HPO_RETURN_IF_ERROR(ReadLocked(Clock::now()));
+  while (reading_) read_done_.Wait(mu_);
+  if (auto it = known_.find(device_id); it != known_.end()) return it->second;
+  HPO_RETURN_IF_ERROR(RereadReleasing());
   if (auto it = known_.find(device_id); it != known_.end()) return it->second;
   return Status::NotFound("device " + std::to_string(device_id) + " is not registered");
 }
 
 void FleetView::Registered(const store::WorkerRecord& w) {
   MutexLock lock(mu_);
-  for (const auto& d : w.devices) {
-    known_[d.id] = {d.device_class, DeviceThreadLimit(d)};
-    if (!view_) continue;
-    // A new device makes the next Fresh reread (it asks for one it does not
-    // know); one registered again is updated here, or it would keep its old
-    // class (and thread limit) until the next reread.
-    if (auto it = view_->devices.find(d.id); it != view_->devices.end()) {
-      it->second.device_class = d.device_class;
-      it->second.max_threads = DeviceThreadLimit(d);
-      it->second.live = true;
-      view_->live.Set(std::to_string(d.id), d.device_class, FreeAtLocked(d.id));
+  for (const auto& d : w.devices) known_[d.id] = {d.device_class, DeviceThreadLimit(d)};
+  // A new device makes the next Fresh reread (it asks for one it does not
+  // know); one registered again is updated here, or it would keep its old
+  // class (and thread limit) until the next reread.
+  auto update = [devices = w.devices](FleetSnapshot& view) {
+    for (const auto& d : devices) {
+      if (auto it = view.devices.find(d.id); it != view.devices.end()) {
+        it->second.device_class = d.device_class;
+        it->second.max_threads = DeviceThreadLimit(d);
+        it->second.live = true;
+      }
+    }
+  };
+  if (view_) {
+    update(*view_);
+    for (const auto& d : w.devices) {
+      if (view_->devices.count(d.id)) view_->live.Set(std::to_string(d.id), d.device_class, FreeAtLocked(d.id));
     }
   }
+  if (reading_) missed_.push_back(std::move(update));
 }
 
 Result<std::string> FleetView::DeviceClass(Id device_id) {
@@ -131,6 +172,9 @@ void FleetView::Observe(const std::string& device_class, const std::string& work
   const auto now = Clock::now();
   MutexLock lock(mu_);
   if (view_) view_->model.Observe(device_class, workload, setting, samples_per_sec);
+  if (reading_) {
+    missed_.push_back([=](FleetSnapshot& view) { view.model.Observe(device_class, workload, setting, samples_per_sec); });
+  }
   auto& last = last_report_[trial_id];
   if (last.seen && step > last.step && samples_per_sec > 0) {
     // Seconds between two reports times samples a second: the samples a

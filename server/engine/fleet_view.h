@@ -8,7 +8,11 @@
 // (EngineOptions::fleet_cache) or when a device it does not know asks.
 //
 // Thread-safe: one lock. Fresh() hands out the locked view; a caller holding
-// it must not call the other methods.
+// it must not call the other methods. The store is read without the lock
+// held (workers, devices and thousands of observations: tens of
+// milliseconds on PostgreSQL, which every lease and report waited for,
+// issue #19); meanwhile a view that knows the asking device serves, and the
+// engine's changes made during the read are applied to the new one too.
 #pragma once
 
 #include <chrono>
@@ -89,7 +93,14 @@ class FleetView {
   void SetIdle(store::Id device_id) HPO_EXCLUDES(mu_);
 
  private:
-  Status ReadLocked(Clock::time_point now) HPO_REQUIRES(mu_);
+  // The store's workers and observations as a view, without its live
+  // summary (the busy times are the lock's); no lock held.
+  Result<FleetSnapshot> ReadNow() const;
+  // Rereads with mu_ released for the read, held again after it; one
+  // caller at a time (the others wait on read_done_).
+  Status RereadReleasing() HPO_REQUIRES(mu_);
+  // Fresh()'s condition: the view was read within max_age before `asked`.
+  bool Current(Clock::time_point asked) const HPO_REQUIRES(mu_);
   // The device's free time for the summary: -infinity when not busy.
   double FreeAtLocked(store::Id device_id) const HPO_REQUIRES(mu_);
 
@@ -98,7 +109,13 @@ class FleetView {
   const std::chrono::milliseconds live_for_;
   const std::function<int64_t()> now_ms_;
   Mutex mu_;
+  CondVar read_done_;  // signalled when a reread ends
   std::optional<FleetSnapshot> view_ HPO_GUARDED_BY(mu_);
+  bool reading_ HPO_GUARDED_BY(mu_) = false;  // a caller rereads the store now
+  // Changes made to the view while a reread was in flight: the read may
+  // have missed them, so they are applied to the new view too.
+  using Change = std::function<void(FleetSnapshot&)>;
+  std::vector<Change> missed_ HPO_GUARDED_BY(mu_);
   struct Known {
     std::string device_class;
     std::optional<int> max_threads;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <set>
 
 namespace hpo::server {
 
@@ -76,7 +78,6 @@ void TrialView::Add(TrialsSnapshot& view, const store::TrialRecord& trial) const
 
 Result<TrialsSnapshot> TrialView::ReadNow() const {
   TrialsSnapshot view;
-  view.loaded = std::chrono::steady_clock::now();  // what is read is at least this fresh
   HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.GetExperiment(experiment_id_));
   for (size_t i = 0; i < spec_->spaces.size(); ++i) {
     for (const auto& s : rec.spaces) {
@@ -84,27 +85,85 @@ Result<TrialsSnapshot> TrialView::ReadNow() const {
     }
   }
   view.histories.resize(spec_->spaces.size());
-  for (int64_t offset = 0;; offset += 10'000) {
-    HPO_ASSIGN_OR_RETURN(auto page,
-                         store_.ListTrials(experiment_id_, {std::nullopt, std::nullopt, offset, 10'000}));
-    for (const auto& t : page) Add(view, t);
-    if (page.size() < 10'000) break;
+  HPO_ASSIGN_OR_RETURN(const Changes everything, ReadChanges(std::nullopt));
+  ApplyChanges(view, everything);
+  return view;
+}
+
+Result<TrialView::Changes> TrialView::ReadChanges(std::optional<int64_t> since) const {
+  Changes changes;
+  changes.read = std::chrono::steady_clock::now();
+  HPO_ASSIGN_OR_RETURN(changes.cursor, store_.ReadHorizon());
+  store::TrialFilter page;
+  page.limit = 10'000;
+  page.since_revision = since;
+  for (;;) {
+    HPO_ASSIGN_OR_RETURN(auto trials, store_.ListTrials(experiment_id_, page));
+    const bool last = trials.size() < static_cast<size_t>(page.limit);
+    if (!trials.empty()) page.after_number = trials.back().number;
+    std::move(trials.begin(), trials.end(), std::back_inserter(changes.trials));
+    if (last) break;
   }
-  HPO_ASSIGN_OR_RETURN(auto ms, store_.ListExperimentMeasurements(experiment_id_));
-  for (const auto& m : ms) {
-    auto it = view.trials.find(m.trial_id);
-    if (it == view.trials.end()) continue;
-    if (auto v = ObjectiveOf(*spec_, m.metrics_json)) {
-      view.histories[it->second.space].trials[it->second.index].curve.emplace_back(m.step, *v);
+  if (!since) {
+    HPO_ASSIGN_OR_RETURN(changes.measurements, store_.ListExperimentMeasurements(experiment_id_));
+    return changes;
+  }
+  HPO_ASSIGN_OR_RETURN(changes.measurements, store_.ListExperimentMeasurementsSince(experiment_id_, *since));
+  for (const auto& t : changes.trials) {
+    // Points the view holds may be gone (a reclaimed or restarted attempt).
+    if (t.curve_reset_revision >= *since) {
+      HPO_ASSIGN_OR_RETURN(changes.curves[t.id], store_.ListMeasurements(t.id));
     }
+  }
+  return changes;
+}
+
+void TrialView::ApplyChanges(TrialsSnapshot& view, const Changes& changes) const {
+  auto observation = [&view](Id trial_id) -> search::Observation* {
+    auto it = view.trials.find(trial_id);
+    if (it == view.trials.end()) return nullptr;  // not of a space in the spec
+    return &view.histories[it->second.space].trials[it->second.index];
+  };
+  std::set<Id> touched;
+  for (const auto& t : changes.trials) {
+    Add(view, t);
+    search::Observation* o = observation(t.id);
+    if (!o) continue;
+    // As a whole read: only a completed trial has a value (its final one,
+    // else its curve's last, set below once the curve is current).
+    o->value = t.state == TrialState::kCompleted ? ObjectiveOf(*spec_, t.final_metrics_json) : std::nullopt;
+    touched.insert(t.id);
+  }
+  for (const auto& [trial_id, measurements] : changes.curves) {
+    search::Observation* o = observation(trial_id);
+    if (!o) continue;
+    o->curve.clear();
+    for (const auto& m : measurements) {
+      if (auto v = ObjectiveOf(*spec_, m.metrics_json)) o->curve.emplace_back(m.step, *v);
+    }
+    touched.insert(trial_id);
+  }
+  for (const auto& m : changes.measurements) {
+    if (changes.curves.count(m.trial_id)) continue;  // read whole above
+    search::Observation* o = observation(m.trial_id);
+    const std::optional<double> v = o ? ObjectiveOf(*spec_, m.metrics_json) : std::nullopt;
+    if (!v) continue;
+    auto at = std::lower_bound(o->curve.begin(), o->curve.end(), m.step,
+                               [](const auto& point, int64_t s) { return point.first < s; });
+    if (at != o->curve.end() && at->first == m.step) {
+      at->second = *v;  // read again: a cursor may repeat a row
+    } else {
+      o->curve.insert(at, {m.step, *v});
+    }
+    touched.insert(m.trial_id);
   }
   // A completed trial that reported steps but no final value counts with its last one.
-  for (auto& h : view.histories) {
-    for (auto& o : h.trials) {
-      if (o.status == search::TrialStatus::kCompleted && !o.value && !o.curve.empty()) o.value = o.curve.back().second;
-    }
+  for (const Id id : touched) {
+    search::Observation& o = *observation(id);
+    if (o.status == search::TrialStatus::kCompleted && !o.value && !o.curve.empty()) o.value = o.curve.back().second;
   }
-  return view;
+  view.loaded = changes.read;
+  view.cursor = changes.cursor;
 }
 
 Result<TrialView::Locked> TrialView::Fresh() {
@@ -124,26 +183,44 @@ Result<TrialView::Locked> TrialView::Fresh() {
     reading_ = true;
     read_void_ = false;
     missed_.clear();
-    Result<TrialsSnapshot> fresh = ReadReleasing();
+    std::optional<store::ReadCursor> since;
+    if (view_) since = view_->cursor;
+    Result<Reread> reread = ReadReleasing(since);
     reading_ = false;
     read_done_.NotifyAll();
     std::vector<Change> missed = std::move(missed_);
     missed_.clear();
-    if (!fresh.ok()) return fresh.status();  // the old view, if any, serves on
-    if (read_void_) continue;                // forgotten meanwhile: read again
-    for (const Change& change : missed) change(*fresh);
-    view_ = std::move(fresh).value();
+    if (!reread.ok()) return reread.status();  // the old view, if any, serves on
+    if (read_void_) continue;                  // forgotten meanwhile: read again
+    if (reread->whole) {
+      view_ = std::move(*reread->whole);
+    } else {
+      // Only Forget() drops the view, and then read_void_ is set.
+      ApplyChanges(*view_, reread->changes);
+    }
+    // What this engine changed while the store was read: the read may be older.
+    for (const Change& change : missed) change(*view_);
     break;
   }
   locked.Reset(&*view_);
   return locked;
 }
 
-Result<TrialsSnapshot> TrialView::ReadReleasing() {
+Result<TrialView::Reread> TrialView::ReadReleasing(const std::optional<store::ReadCursor>& since) {
   mu_.Unlock();
-  Result<TrialsSnapshot> fresh = ReadNow();
+  Result<Reread> reread = [&]() -> Result<Reread> {
+    Reread r;
+    if (since) {
+      HPO_ASSIGN_OR_RETURN(r.changes, ReadChanges(since->revision));
+      if (r.changes.cursor.store_id == since->store_id) return r;
+      // Another database than the view was read from: its revisions say
+      // nothing about this one.
+    }
+    HPO_ASSIGN_OR_RETURN(r.whole, ReadNow());
+    return r;
+  }();
   mu_.Lock();
-  return fresh;
+  return reread;
 }
 
 void TrialView::Missed(Change change) {

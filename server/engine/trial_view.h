@@ -4,6 +4,14 @@
 // engine's own changes; reread when older than a bound, so another
 // replica's changes count within it (EngineOptions::history_cache).
 //
+// A reread reads only what changed since the view's cursor (trials and
+// measurements written since, whole curves of trials some of whose
+// measurements were deleted; see store::ReadCursor), so its cost follows the
+// rate of change, not the experiment's size (issue #19: at 10,000 trials a
+// whole read every second took tens of milliseconds and megabytes). The
+// view is read whole the first time, after Forget(), and when the store's
+// identity changes.
+//
 // Thread-safe: one lock per view. Fresh() hands out the locked view; every
 // other call takes the lock for itself. A caller holding Fresh()'s lock must
 // not call the other methods (the lock is not reentrant). The store is read
@@ -57,6 +65,7 @@ struct TrialsSnapshot {
   std::map<store::Id, TrialEntry> trials;  // by trial id, trials of the spec's spaces only
   std::map<store::Id, size_t> space_index;  // space id -> index
   std::chrono::steady_clock::time_point loaded;
+  store::ReadCursor cursor;  // a reread asks for what changed from here on
 };
 
 class TrialView {
@@ -107,8 +116,27 @@ class TrialView {
   // Each is idempotent, as the read may also have seen it.
   using Change = std::function<void(TrialsSnapshot&)>;
   void Missed(Change change) HPO_REQUIRES(mu_);
-  // ReadNow() with mu_ released for the read, held again after it.
-  Result<TrialsSnapshot> ReadReleasing() HPO_REQUIRES(mu_);
+  // What changed in the store since a cursor's revision (everything
+  // when none), read in that order.
+  struct Changes {
+    std::chrono::steady_clock::time_point read;  // what is read is at least this fresh
+    store::ReadCursor cursor;                    // taken before the reads
+    std::vector<store::TrialRecord> trials;
+    std::vector<store::MeasurementRecord> measurements;
+    // The whole curve of each trial some of whose measurements were deleted.
+    std::map<store::Id, std::vector<store::MeasurementRecord>> curves;
+  };
+  Result<Changes> ReadChanges(std::optional<int64_t> since) const;
+  // Brings `view` to what a whole read at `changes` would give (trial
+  // order aside: a trial new to the view goes last in its space).
+  void ApplyChanges(TrialsSnapshot& view, const Changes& changes) const;
+  // A whole new view (no cursor), or the changes since it, read with mu_
+  // released and held again after.
+  struct Reread {
+    std::optional<TrialsSnapshot> whole;
+    Changes changes;
+  };
+  Result<Reread> ReadReleasing(const std::optional<store::ReadCursor>& since) HPO_REQUIRES(mu_);
 
   Mutex mu_;
   CondVar read_done_;  // signalled when a reread ends

@@ -1,0 +1,184 @@
+// The engine's trial view (server/engine/trial_view.h) rereads only what
+// changed since its cursor. What it then holds must be what a whole read
+// gives, whatever another replica did meanwhile: new trials, reports,
+// completions with and without a final value, prunes, and a restart that
+// deleted a curve. On both stores: their revisions and cursors differ
+// (a counter on SQLite, transaction ids and snapshot xmin on PostgreSQL).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "server/engine/engine.h"
+#include "server/engine/trial_view.h"
+#include "server/spec/spec.h"
+#include "testing/store_backends.h"
+#include "testing/store_wrapper.h"
+
+namespace hpo::server {
+namespace {
+
+using nlohmann::json;
+using store::Id;
+using testing::PostgresBackend;
+using testing::SqliteBackend;
+
+const char* kSpec = R"({"name": "view", "objective": {"metric": "loss", "direction": "minimize"},
+  "spaces": [{"name": "a", "params": {"x": {"type": "float", "low": -1, "high": 1}}},
+             {"name": "b", "params": {"y": {"type": "float", "low": 0, "high": 2}}}],
+  "algorithm": {"sampler": "random", "seed": 5},
+  "early_stopping": {"rule": "none"},
+  "budget": {"max_trials": 200, "max_parallel": 200, "steps_per_trial": 4},
+  "executor": {"client": {}}})";
+
+// Counts the reads a reread makes: whole (every measurement) or since a cursor.
+class CountingStore : public testing::StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurements(Id experiment_id) override {
+    ++whole_reads;
+    return StoreWrapper::ListExperimentMeasurements(experiment_id);
+  }
+  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurementsSince(Id experiment_id,
+                                                                                int64_t since) override {
+    ++reads_since;
+    return StoreWrapper::ListExperimentMeasurementsSince(experiment_id, since);
+  }
+  Result<std::vector<store::TrialRecord>> ListTrials(Id experiment_id, const store::TrialFilter& f) override {
+    if (f.since_revision) ++trial_reads_since;
+    return StoreWrapper::ListTrials(experiment_id, f);
+  }
+  int whole_reads = 0, reads_since = 0, trial_reads_since = 0;
+};
+
+// The view as text, trial by trial in number order (a reread appends a
+// trial new to it, so the order within a space may differ from a whole
+// read's).
+std::string Describe(const TrialsSnapshot& view) {
+  std::map<int64_t, std::string> by_number;
+  for (const auto& [id, e] : view.trials) {
+    const search::Observation& o = view.histories[e.space].trials[e.index];
+    std::ostringstream s;
+    s << "trial " << id << " #" << e.number << " space " << e.space << " state " << store::ToString(e.state)
+      << " level " << e.level << " status " << static_cast<int>(o.status) << " value ";
+    if (o.value) s << *o.value; else s << "-";
+    s << " params";
+    for (double p : o.params) s << ' ' << p;
+    s << " curve";
+    for (const auto& [step, v] : o.curve) s << ' ' << step << ':' << v;
+    by_number[e.number] = s.str();
+  }
+  std::string out;
+  for (const auto& [n, line] : by_number) out += line + "\n";
+  return out;
+}
+
+template <typename Backend>
+class TrialViewTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HPO_REQUIRE_BACKEND(Backend);
+    backend_ = std::make_unique<Backend>();
+    auto s = store::OpenStore(backend_->url());
+    ASSERT_TRUE(s.ok()) << s.status();
+    store_ = std::move(s).value();
+    counting_ = std::make_unique<CountingStore>(*store_);
+    // The replica that changes the trials; the view under test only reads.
+    writer_ = std::make_unique<Engine>(*store_, EngineOptions{});
+    auto e = writer_->CreateExperiment(kSpec);
+    ASSERT_TRUE(e.ok()) << e.status();
+    experiment_ = e->id;
+    auto spec = ParseExperimentSpec(std::string(kSpec));
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    spec_ = std::make_shared<const ExperimentSpec>(std::move(spec).value());
+  }
+
+  std::vector<Lease> Suggest(int n) {
+    auto batch = writer_->Suggest(experiment_, n);
+    EXPECT_TRUE(batch.ok()) << batch.status();
+    return batch.ok() ? *batch : std::vector<Lease>{};
+  }
+  void Report(const Lease& a, int step, double loss) {
+    auto r = writer_->Report({a.trial.id, Engine::kClientOwner, step, {{"loss", loss}}, 0, json::object(), std::nullopt});
+    EXPECT_TRUE(r.ok()) << r.status();
+  }
+  void Complete(const Lease& a, const json& metrics) {
+    EXPECT_TRUE(writer_->Complete(a.trial.id, Engine::kClientOwner, false, metrics, "").ok());
+  }
+  // The view after a reread, next to a whole read of the same store.
+  void ExpectSameAsAWholeRead(TrialView& view, const std::string& after) {
+    std::string reread;
+    {
+      auto locked = view.Fresh();
+      ASSERT_TRUE(locked.ok()) << locked.status();
+      reread = Describe(**locked);
+    }
+    auto whole = view.ReadNow();
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    EXPECT_EQ(reread, Describe(*whole)) << "after " << after;
+  }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<CountingStore> counting_;
+  std::unique_ptr<Engine> writer_;
+  Id experiment_ = 0;
+  std::shared_ptr<const ExperimentSpec> spec_;
+};
+
+using Backends = ::testing::Types<SqliteBackend, PostgresBackend>;
+struct BackendNames {
+  template <typename T>
+  static std::string GetName(int) {
+    return T::kName;
+  }
+};
+TYPED_TEST_SUITE(TrialViewTest, Backends, BackendNames);
+
+TYPED_TEST(TrialViewTest, ARereadOfTheChangesHoldsWhatAWholeReadDoes) {
+  // max_age zero: every Fresh() rereads.
+  TrialView view(*this->counting_, this->experiment_, this->spec_, std::chrono::milliseconds(0));
+  auto first = this->Suggest(6);
+  ASSERT_EQ(first.size(), 6u);
+  this->Report(first[0], 0, 0.9);
+  this->Report(first[1], 0, 0.7);
+  this->ExpectSameAsAWholeRead(view, "the first read");
+
+  // Reports, a step sent again, a completion with its final value and one
+  // without (it counts with its curve's last), and new trials.
+  this->Report(first[0], 1, 0.5);
+  this->Report(first[0], 1, 0.5);
+  this->Report(first[1], 1, 0.6);
+  this->Report(first[2], 0, 0.4);
+  this->Complete(first[1], {{"loss", 0.55}});
+  this->Complete(first[2], json::object());
+  auto more = this->Suggest(3);
+  ASSERT_EQ(more.size(), 3u);
+  this->Report(more[0], 0, 0.3);
+  this->ExpectSameAsAWholeRead(view, "reports, completions and new trials");
+
+  // A restart deletes the trial's curve; it reports again from scratch.
+  ASSERT_TRUE(this->store_->RestartTrial(first[0].trial.id, Engine::kClientOwner).ok());
+  this->Report(first[0], 0, 0.8);
+  // A prune and a failure.
+  ASSERT_TRUE(this->writer_->Complete(first[3].trial.id, Engine::kClientOwner, true, json::object(), "boom").ok());
+  this->Report(first[4], 0, 2.0);
+  store::FinishRequest pruned;
+  pruned.state = store::TrialState::kPruned;
+  ASSERT_TRUE(this->store_->FinishTrial(first[4].trial.id, Engine::kClientOwner, pruned).ok());
+  this->ExpectSameAsAWholeRead(view, "a restart, a failure and a prune");
+
+  // Nothing changed: a reread keeps the view as it is.
+  this->ExpectSameAsAWholeRead(view, "no change");
+
+  // One whole read (the first); every later reread asked for changes only.
+  // (ReadNow() above is a whole read of its own each time.)
+  const int whole_reads_by_read_now = 4;
+  EXPECT_EQ(this->counting_->whole_reads, 1 + whole_reads_by_read_now);
+  EXPECT_EQ(this->counting_->reads_since, 3);
+  EXPECT_GE(this->counting_->trial_reads_since, 3);
+}
+
+}  // namespace
+}  // namespace hpo::server
