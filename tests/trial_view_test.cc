@@ -74,6 +74,23 @@ std::string Describe(const TrialsSnapshot& view) {
   return out;
 }
 
+// Histories as text, observation by observation in their order.
+std::string Describe(const std::vector<search::History>& histories) {
+  std::ostringstream s;
+  for (size_t h = 0; h < histories.size(); ++h) {
+    for (const search::Observation& o : histories[h].trials) {
+      s << "space " << h << " #" << o.number << " status " << static_cast<int>(o.status) << " value ";
+      if (o.value) s << *o.value; else s << "-";
+      s << " params";
+      for (double p : o.params) s << ' ' << p;
+      s << " curve";
+      for (const auto& [step, v] : o.curve) s << ' ' << step << ':' << v;
+      s << "\n";
+    }
+  }
+  return s.str();
+}
+
 template <typename Backend>
 class TrialViewTest : public ::testing::Test {
  protected:
@@ -117,6 +134,17 @@ class TrialViewTest : public ::testing::Test {
     auto whole = view.ReadNow();
     ASSERT_TRUE(whole.ok()) << whole.status();
     EXPECT_EQ(reread, Describe(*whole)) << "after " << after;
+  }
+
+  // Brings `copy` up to date with the view and checks it holds what the
+  // view does; returns how many observations it copied.
+  size_t UpdateCopy(TrialView& view, HistoriesCopy& copy, const std::string& after) {
+    auto locked = view.Fresh();
+    EXPECT_TRUE(locked.ok()) << locked.status();
+    if (!locked.ok()) return 0;
+    const size_t copied = copy.Update(**locked);
+    EXPECT_EQ(Describe(copy.histories), Describe((*locked)->histories)) << "after " << after;
+    return copied;
   }
 
   std::unique_ptr<Backend> backend_;
@@ -178,6 +206,49 @@ TYPED_TEST(TrialViewTest, ARereadOfTheChangesHoldsWhatAWholeReadDoes) {
   EXPECT_EQ(this->counting_->whole_reads, 1 + whole_reads_by_read_now);
   EXPECT_EQ(this->counting_->reads_since, 3);
   EXPECT_GE(this->counting_->trial_reads_since, 3);
+}
+
+// What suggestions are drawn from is the experiment's one copy of the
+// view's histories, kept between batches: only the observations that
+// changed since are copied again. After each kind of change the view makes
+// the copy must hold what the view holds, having copied only that.
+TYPED_TEST(TrialViewTest, AKeptCopyOfTheHistoriesCopiesOnlyWhatChanged) {
+  // This engine's own changes (no rereads within the hour).
+  TrialView view(*this->counting_, this->experiment_, this->spec_, std::chrono::hours(1));
+  HistoriesCopy copy;
+  auto first = this->Suggest(6);
+  ASSERT_EQ(first.size(), 6u);
+  this->Report(first[0], 0, 0.9);
+  EXPECT_EQ(this->UpdateCopy(view, copy, "the first read"), 6u) << "the first copy is whole";
+  EXPECT_EQ(this->UpdateCopy(view, copy, "no change"), 0u);
+
+  ASSERT_TRUE(view.ApplyReport(first[0].trial, 1, 0.5, true, nullptr).ok());
+  EXPECT_EQ(this->UpdateCopy(view, copy, "a report"), 1u);
+  view.SetOutcome(first[1].trial.id, store::TrialState::kCompleted, 0.25);
+  view.SetOutcome(first[2].trial.id, store::TrialState::kFailed, std::nullopt);
+  EXPECT_EQ(this->UpdateCopy(view, copy, "two outcomes"), 2u);
+  view.DropCurveAfter(first[0].trial.id, 0);
+  EXPECT_EQ(this->UpdateCopy(view, copy, "a curve cut back"), 1u);
+  auto more = this->Suggest(2);
+  ASSERT_EQ(more.size(), 2u);
+  for (const auto& a : more) view.Apply(a.trial);
+  EXPECT_EQ(this->UpdateCopy(view, copy, "two new trials"), 2u);
+
+  // A view read whole again is copied whole again.
+  view.Forget();
+  EXPECT_EQ(this->UpdateCopy(view, copy, "a whole reread"), 8u);
+
+  // Another replica's changes, read since the cursor (every Fresh() rereads).
+  TrialView rereading(*this->counting_, this->experiment_, this->spec_, std::chrono::milliseconds(0));
+  HistoriesCopy kept;
+  this->UpdateCopy(rereading, kept, "the first read");
+  this->Report(first[3], 0, 0.7);
+  this->Complete(first[3], {{"loss", 0.65}});
+  auto last = this->Suggest(1);
+  ASSERT_EQ(last.size(), 1u);
+  ASSERT_TRUE(this->store_->RestartTrial(first[0].trial.id, Engine::kClientOwner).ok());
+  this->Report(first[0], 0, 0.8);
+  EXPECT_LT(this->UpdateCopy(rereading, kept, "another replica's changes"), 9u) << "not a whole copy";
 }
 
 }  // namespace

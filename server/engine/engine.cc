@@ -536,7 +536,7 @@ search::Rng Engine::ExperimentRng(const ExperimentSpec& spec, Id experiment_id, 
 
 Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_id, Cached& c, int64_t count,
                                                                   std::optional<int64_t> max_unfinished,
-                                                                  const ForDevice* for_device) {
+                                                                  const LeasedTo* leased_to) {
   const auto timer = TimeIf(suggest_seconds_);
   const ExperimentSpec& spec = *c.spec;
   // The cached view, kept current with this engine's changes: the same
@@ -544,13 +544,13 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
   // count within history_cache).
   // A copy: sampling (a GP fit can take tens of milliseconds) and the
   // store's insert must not hold the lock that reports and leases read the
-  // view under. The caller's replenish_mu keeps two suggestions from being
-  // made from the same copy.
-  std::vector<search::History> histories;
+  // view under. It is this experiment's one copy, brought up to date with
+  // what changed since the last batch; the caller's replenish_mu guards it.
   {
     HPO_ASSIGN_OR_RETURN(TrialView::Locked view, c.trials->Fresh());
-    histories = view->histories;
+    c.sampling.Update(*view);
   }
+  const std::vector<search::History>& histories = c.sampling.histories;
   size_t total = 0;
   for (const auto& h : histories) total += h.trials.size();
   search::Rng rng = ExperimentRng(spec, experiment_id, total);
@@ -558,8 +558,8 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
   for (const auto& h : histories) per_space_so_far.push_back(static_cast<int>(h.trials.size()));
   const auto ranks = search::RankSpaces(spec.spaces, histories);
   std::vector<int> wanted(spec.spaces.size(), 0);
-  if (for_device) {
-    wanted[for_device->space] = 1;
+  if (leased_to && leased_to->space) {
+    wanted[*leased_to->space] = 1;
   } else {
     for (int64_t i = 0; i < count; ++i) {
       const int s = search::PickSpace(ranks, per_space_so_far);
@@ -584,10 +584,10 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
       }
       t.system_params_json = trial_system.dump();
       t.priority = ranks[s].share;  // higher-priority spaces are leased first
-      if (for_device) {
-        t.lease_owner = for_device->owner;
-        t.lease_ms = for_device->lease_ms;
-        t.stop_step = for_device->stop_step;
+      if (leased_to) {
+        t.lease_owner = leased_to->owner;
+        t.lease_ms = leased_to->lease_ms;
+        t.stop_step = leased_to->stop_step;
       }
       trials.push_back(std::move(t));
     }
@@ -619,18 +619,22 @@ Result<std::vector<Lease>> Engine::Suggest(Id experiment_id, int count) {
     return Status::FailedPrecondition("experiment " + std::to_string(experiment_id) + " has ended (" +
                                       std::string(store::ToString(rec.state)) + ")");
   }
+  // Created leased to the client: one write per batch, not one per trial
+  // more (on SQLite each write is an fsync).
+  LeasedTo client;
+  client.owner = kClientOwner;
+  client.lease_ms = options_.client_lease_ms;
   std::vector<store::TrialRecord> created;
   {
     MutexLock lock(c->replenish_mu);
-    HPO_ASSIGN_OR_RETURN(created, CreateSuggestions(experiment_id, *c, count, std::nullopt));
+    HPO_ASSIGN_OR_RETURN(created, CreateSuggestions(experiment_id, *c, count, std::nullopt, &client));
   }
   EmitCreated(experiment_id, created);
   std::vector<Lease> out;
   for (const auto& t : created) {
-    HPO_ASSIGN_OR_RETURN(auto leased, store_.LeaseTrial(t.id, kClientOwner, options_.client_lease_ms));
-    Lease a{leased, c->spec, ""};
+    Lease a{t, c->spec, ""};
     for (const auto& [name, id] : c->space_ids) {
-      if (leased.space_id == id) a.space = name;
+      if (t.space_id == id) a.space = name;
     }
     out.push_back(std::move(a));
   }

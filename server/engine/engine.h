@@ -435,6 +435,9 @@ class Engine {
     // placement offers (EngineOptions::history_cache); its own lock, taken
     // after replenish_mu when both are held.
     std::unique_ptr<TrialView> trials;
+    // The histories a batch of suggestions is drawn from, copied from
+    // `trials` and kept between batches (only what changed is copied again).
+    HistoriesCopy sampling HPO_GUARDED_BY(replenish_mu);
   };
   Result<Cached*> Load(store::Id experiment_id);
   // What samplers and the space ranking draw from: deterministic for
@@ -446,10 +449,11 @@ class Engine {
   Status CheckCost(const ExperimentSpec& spec);
   // Creates up to `count` new trials (within the budget, and leaving at most
   // `max_unfinished` unfinished if set) chosen by the space ranking and the
-  // spec's sampler; with `for_device`, one trial in its space, created
-  // leased to its owner (placement's answer to a device that asked).
-  struct ForDevice {
-    int space = 0;
+  // spec's sampler, pending; with `leased_to`, created leased to its owner
+  // in the same transaction (an ask/tell client's suggestion, or
+  // placement's answer to a device that asked: one trial in its space).
+  struct LeasedTo {
+    std::optional<int> space;  // one trial in this space; none: the ranking picks
     std::string owner;
     int64_t lease_ms = 0;
     std::optional<int64_t> stop_step;
@@ -457,7 +461,7 @@ class Engine {
   Result<std::vector<store::TrialRecord>> CreateSuggestions(store::Id experiment_id, Cached& c,
                                                             int64_t count,
                                                             std::optional<int64_t> max_unfinished,
-                                                            const ForDevice* for_device = nullptr)
+                                                            const LeasedTo* leased_to = nullptr)
       HPO_REQUIRES(c.replenish_mu);
   // "trial.created" for each; called without replenish_mu held.
   // `placed`, when an object, joins each event: a trial made for the device

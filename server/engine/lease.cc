@@ -221,7 +221,7 @@ Result<Engine::Applied> Engine::ApplyPlan(const store::ExperimentRecord& e, Cach
       break;
     }
     case scheduler::WorkItem::Kind::kNew: {
-      ForDevice fd;
+      LeasedTo fd;
       fd.space = item.space_index;
       fd.owner = owner;
       fd.lease_ms = lease_ms;

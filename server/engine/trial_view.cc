@@ -32,6 +32,44 @@ search::TrialStatus SearchStatus(TrialState s) {
   }
 }
 
+namespace {
+// The observation at (space, index), counted as changed: every change to a
+// view's histories goes through here, or appends an observation and counts
+// it (Add).
+search::Observation& Changing(TrialsSnapshot& view, size_t space, size_t index) {
+  view.changed[space][index] = ++view.revision;
+  return view.histories[space].trials[index];
+}
+}  // namespace
+
+size_t HistoriesCopy::Update(const TrialsSnapshot& view) {
+  bool whole = view.generation == 0 || generation != view.generation || histories.size() != view.histories.size();
+  for (size_t s = 0; !whole && s < histories.size(); ++s) {
+    whole = histories[s].trials.size() > view.histories[s].trials.size();
+  }
+  size_t copied = 0;
+  if (whole) {
+    histories = view.histories;
+    for (const auto& h : histories) copied += h.trials.size();
+  } else if (revision != view.revision) {
+    for (size_t s = 0; s < histories.size(); ++s) {
+      const auto& from = view.histories[s].trials;
+      const auto& changed = view.changed[s];
+      auto& to = histories[s].trials;
+      for (size_t i = 0; i < to.size(); ++i) {
+        if (changed[i] <= revision) continue;
+        to[i] = from[i];  // reuses the copy's storage for params and curve
+        ++copied;
+      }
+      copied += from.size() - to.size();
+      to.insert(to.end(), from.begin() + static_cast<std::ptrdiff_t>(to.size()), from.end());
+    }
+  }
+  generation = view.generation;
+  revision = view.revision;
+  return copied;
+}
+
 TrialView::TrialView(store::Store& store, Id experiment_id, std::shared_ptr<const ExperimentSpec> spec,
                      std::chrono::milliseconds max_age)
     : store_(store), experiment_id_(experiment_id), spec_(std::move(spec)), max_age_(max_age) {}
@@ -45,7 +83,7 @@ void TrialView::Add(TrialsSnapshot& view, const store::TrialRecord& trial) const
     e.resume_step = trial.resume_step;
     e.stop_step = trial.stop_step;
     e.updated_ms = trial.updated_ms;
-    search::Observation& o = view.histories[e.space].trials[e.index];
+    search::Observation& o = Changing(view, e.space, e.index);
     o.status = SearchStatus(trial.state);
     if (trial.state == TrialState::kCompleted) {
       o.value = ObjectiveOf(*spec_, trial.final_metrics_json);
@@ -74,6 +112,7 @@ void TrialView::Add(TrialsSnapshot& view, const store::TrialRecord& trial) const
   e.updated_ms = trial.updated_ms;
   view.trials.emplace(trial.id, e);
   trials.push_back(std::move(o));
+  view.changed[si->second].push_back(++view.revision);
 }
 
 Result<TrialsSnapshot> TrialView::ReadNow() const {
@@ -85,6 +124,7 @@ Result<TrialsSnapshot> TrialView::ReadNow() const {
     }
   }
   view.histories.resize(spec_->spaces.size());
+  view.changed.resize(spec_->spaces.size());
   HPO_ASSIGN_OR_RETURN(const Changes everything, ReadChanges(std::nullopt));
   ApplyChanges(view, everything);
   return view;
@@ -122,7 +162,7 @@ void TrialView::ApplyChanges(TrialsSnapshot& view, const Changes& changes) const
   auto observation = [&view](Id trial_id) -> search::Observation* {
     auto it = view.trials.find(trial_id);
     if (it == view.trials.end()) return nullptr;  // not of a space in the spec
-    return &view.histories[it->second.space].trials[it->second.index];
+    return &Changing(view, it->second.space, it->second.index);
   };
   std::set<Id> touched;
   for (const auto& t : changes.trials) {
@@ -194,6 +234,7 @@ Result<TrialView::Locked> TrialView::Fresh() {
     if (read_void_) continue;                  // forgotten meanwhile: read again
     if (reread->whole) {
       view_ = std::move(*reread->whole);
+      view_->generation = ++generations_;
     } else {
       // Only Forget() drops the view, and then read_void_ is set.
       ApplyChanges(*view_, reread->changes);
@@ -238,7 +279,7 @@ void SetOutcomeIn(TrialsSnapshot& view, Id trial_id, TrialState state, std::opti
   auto it = view.trials.find(trial_id);
   if (it == view.trials.end()) return;
   it->second.state = state;
-  search::Observation& o = view.histories[it->second.space].trials[it->second.index];
+  search::Observation& o = Changing(view, it->second.space, it->second.index);
   o.status = SearchStatus(state);
   o.value = value;
   // As ReadNow: a completed trial without a final value counts with its last one.
@@ -248,7 +289,7 @@ void SetOutcomeIn(TrialsSnapshot& view, Id trial_id, TrialState state, std::opti
 void DropCurveIn(TrialsSnapshot& view, Id trial_id, int64_t step) {
   auto it = view.trials.find(trial_id);
   if (it == view.trials.end()) return;
-  auto& curve = view.histories[it->second.space].trials[it->second.index].curve;
+  auto& curve = Changing(view, it->second.space, it->second.index).curve;
   curve.erase(std::upper_bound(curve.begin(), curve.end(), step,
                                [](int64_t s, const auto& point) { return s < point.first; }),
               curve.end());
@@ -287,7 +328,7 @@ bool TrialView::ApplyReportTo(TrialsSnapshot& view, const store::TrialRecord& tr
   auto w = view.trials.find(trial.id);
   if (w == view.trials.end()) return false;  // not of a space in the spec
   const search::History& h = view.histories[w->second.space];
-  search::Observation& o = view.histories[w->second.space].trials[w->second.index];
+  search::Observation& o = Changing(view, w->second.space, w->second.index);
   o.status = search::TrialStatus::kRunning;
   w->second.state = TrialState::kRunning;
   if (inserted || o.curve.empty()) {
