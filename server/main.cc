@@ -184,8 +184,13 @@ int main(int argc, char** argv) {
     return Fail("--grpc '" + grpc_address + "' must be HOST:PORT");
   }
 
+  metrics::Registry registry;
   store::StoreOptions store_options;
   store_options.group_commit = group_commit;
+  auto& batch_calls = registry.histogram(
+      "hpo_store_group_commit_calls", "Store calls committed together in one group-commit transaction",
+      {1, 2, 4, 8, 16, 32, 64});
+  store_options.on_group_commit = [&batch_calls](size_t calls) { batch_calls.Observe(static_cast<double>(calls)); };
   auto opened = store::OpenStore(store_url, store_options);
   if (!opened.ok()) return Fail(opened.status().message());
   std::unique_ptr<store::Store> store = std::move(opened).value();
@@ -208,7 +213,6 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error code, not a crash
 
-  metrics::Registry registry;
   EventBus events;
   // Events go to this server's subscribers and, on PostgreSQL, to the
   // other replicas' (and theirs come here).

@@ -12,9 +12,12 @@
 #include <algorithm>
 #include <string>
 #include <vector>
+#include <thread>
+#include <chrono>
 
 #include "common/http_client.h"
 #include "testing/files.h"
+#include "testing/process.h"
 #include "testing/server_process.h"
 
 namespace hpo {
@@ -45,7 +48,9 @@ class HpctlTest : public ::testing::Test {
   void SetUp() override {
     dir_ = ::testing::TempDir() + "/hpo-hpctl-" + std::to_string(getpid());
     std::filesystem::remove_all(dir_);
-    server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, dir_, std::vector<std::string>{"--store", "sqlite://" + dir_ + "/hpo.db"});
+    // At debug level the server logs one line per REST request.
+    const std::vector<std::string> args = {"--store", "sqlite://" + dir_ + "/hpo.db", "--log-level", "debug"};
+    server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, dir_, args);
     ASSERT_TRUE(server_->Start().ok()) << server_->Log();
     addr_ = "--server 127.0.0.1:" + std::to_string(server_->http_port());
     spec_ = dir_ + "/spec.yaml";
@@ -61,8 +66,9 @@ executor: {client: {}}
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  // Runs the experiment's trials as an ask/tell client would.
-  void Finish(int64_t id) {
+  // Runs the experiment's trials as an ask/tell client would, each
+  // reporting loss(x).
+  void Finish(int64_t id, double (*loss)(double) = [](double x) { return x * x; }) {
     HttpClientOptions o;
     o.port = server_->http_port();
     auto s = HttpRequestOnce(o, "POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest", R"({"count": 3})");
@@ -72,7 +78,7 @@ executor: {client: {}}
       const std::string tid = std::to_string(t["id"].get<int64_t>());
       const double x = t["params"]["x"];
       auto reported = HttpRequestOnce(o, "POST", "/api/v1/trials/" + tid + "/measurements",
-                                      json{{"step", 1}, {"metrics", {{"loss", x * x}}}}.dump());
+                                      json{{"step", 1}, {"metrics", {{"loss", loss(x)}}}}.dump());
       ASSERT_TRUE(reported.ok() && reported->status == 200);
       auto completed = HttpRequestOnce(o, "POST", "/api/v1/trials/" + tid + ":complete", "{}");
       ASSERT_TRUE(completed.ok() && completed->status == 200);
@@ -100,6 +106,68 @@ TEST_F(HpctlTest, SubmitWatchAndBest) {
   EXPECT_NE(status.text.find("completed"), std::string::npos);
   Out list = Hpctl(addr_ + " list");
   EXPECT_NE(list.text.find("cli"), std::string::npos) << list.text;
+}
+
+// hpctl watch keeps the best trial from reads of what changed: its first
+// read of the completed trials is whole, every later one carries the
+// cursor (since=), and the best it shows at the end is one that only such a
+// read could have brought. The server's debug log lists the reads.
+TEST_F(HpctlTest, WatchReadsOnlyWhatChangedAfterItsFirstRead) {
+  std::ofstream(spec_) << R"(
+name: cli
+objective: {metric: loss}
+spaces:
+  - name: main
+    params: {x: {type: float, low: -1, high: 1}}
+budget: {max_trials: 6, max_parallel: 3, steps_per_trial: 1}
+executor: {client: {}}
+)";
+  ASSERT_EQ(Hpctl(addr_ + " submit " + spec_).code, 0);
+  Finish(1);
+  const std::string out = dir_ + "/watch.out";
+  const pid_t watch = testing::Spawn(
+      {HPCTL_BIN, "--server", "127.0.0.1:" + std::to_string(server_->http_port()), "watch", "1"}, out);
+  ASSERT_GT(watch, 0);
+  const auto reads = [&] {
+    std::vector<std::string> lines;
+    std::istringstream log(server_->Log());
+    for (std::string line; std::getline(log, line);) {
+      if (line.find("http GET /api/v1/experiments/1/trials?") != std::string::npos &&
+          line.find("state=completed") != std::string::npos) {
+        lines.push_back(line);
+      }
+    }
+    return lines;
+  };
+  // Two reads: the whole one, then one since its cursor, before anything new.
+  for (int i = 0; i < 600 && reads().size() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_GE(reads().size(), 2u) << testing::ReadFile(out) << server_->Log();
+  EXPECT_NE(testing::ReadFile(out).find("trials 3/6"), std::string::npos) << testing::ReadFile(out);
+  // Three more trials, each better than any of the first three (x*x >= 0).
+  Finish(1, [](double x) { return x * x - 10; });
+  const auto status = testing::WaitExit(watch, std::chrono::seconds(60));
+  if (!status) testing::KillAndReap(watch);
+  ASSERT_TRUE(status) << "watch did not end with its experiment:\n" << testing::ReadFile(out);
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << testing::ReadFile(out);
+  const std::string text = testing::ReadFile(out);
+  EXPECT_NE(text.find("trials 6/6"), std::string::npos) << text;
+
+  const auto lines = reads();
+  ASSERT_GE(lines.size(), 3u);
+  EXPECT_EQ(lines[0].find("since="), std::string::npos) << "the first read is whole: " << lines[0];
+  for (size_t i = 1; i < lines.size(); ++i) {
+    EXPECT_NE(lines[i].find("since="), std::string::npos) << "read " << i << " is not since a cursor: " << lines[i];
+  }
+  // The best it shows last is the server's best, from the later trials.
+  Out best = Hpctl(addr_ + " best 1 -o json");
+  ASSERT_EQ(best.code, 0) << best.text;
+  const json b = json::parse(best.text);
+  EXPECT_LT(b["final_metrics"]["loss"].get<double>(), -9.0) << best.text;
+  const size_t shown = text.rfind("best: trial ");
+  ASSERT_NE(shown, std::string::npos) << text;
+  EXPECT_EQ(text.substr(shown, text.find(' ', shown + 12) - shown),
+            "best: trial " + std::to_string(b["number"].get<int64_t>()))
+      << text;
 }
 
 TEST_F(HpctlTest, TrialsInEveryFormat) {

@@ -188,6 +188,12 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
   EXPECT_NE(m->body.find("hpo_trials{state=\"completed\"} 6"), std::string::npos) << m->body;
   EXPECT_NE(m->body.find("hpo_leases_total{outcome=\"trial\"}"), std::string::npos);
   EXPECT_NE(m->body.find("hpo_report_duration_seconds_bucket"), std::string::npos);
+  // Every report, heartbeat and completion went through group commit: each
+  // transaction of it is one observation of its size.
+  const std::string batches = "\nhpo_store_group_commit_calls_count ";
+  const size_t at = m->body.find(batches);
+  ASSERT_NE(at, std::string::npos) << m->body;
+  EXPECT_GE(std::stod(m->body.substr(at + batches.size())), 3.0) << "three steps were reported";
   EXPECT_NE(m->body.find("hpo_device_samples_per_second{device_class=\"cpu:test cpu:x1.0\",workload=\"experiment-1/fashion-mnist-mlp/a\"}"),
             std::string::npos)
       << m->body;

@@ -9,6 +9,11 @@
 // test waits until PostgreSQL shows it waiting on a lock), and the test's
 // transaction commits. PostgreSQL then fails the store's UPDATE with
 // "could not serialize access due to concurrent update".
+//
+// The same held row stops a group-commit batch midway, after its first
+// call's write and before its second's, to show what a failure of the
+// whole batch does there: a conflict runs the batch again whole, and a
+// connection lost twice fails every call of it and leaves nothing written.
 #include <gtest/gtest.h>
 
 #include <pqxx/pqxx>
@@ -63,20 +68,67 @@ class StoreRetryTest : public ::testing::Test {
     pqxx::transaction<pqxx::repeatable_read> tx(holder);
     tx.exec("UPDATE trials SET " + update + " WHERE id = " + std::to_string(trial_));
     auto result = std::async(std::launch::async, call);
-    // Polled on a connection of its own, one snapshot per query (a
-    // transaction would keep showing the first one).
-    pqxx::connection watcher(backend_->url());
-    bool waiting = false;
-    for (int i = 0; i < 600 && !waiting; ++i) {  // a minute: a hang fails the test
-      pqxx::nontransaction n(watcher);
-      waiting = n.exec("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND "
-                       "wait_event_type = 'Lock'")[0][0]
-                    .as<int>() > 0;
-      if (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    EXPECT_TRUE(waiting) << "the store's call never waited for the row the test holds";
+    EXPECT_NE(WaitForALockWaiter(), 0) << "the store's call never waited for the row the test holds";
     tx.commit();
     return result.get();
+  }
+
+  // The pid of a backend of the test's database waiting for a lock (other
+  // than `except`), once there is one; 0 if none came within a minute.
+  // Polled on a connection of its own, one snapshot per query (a
+  // transaction would keep showing the first one).
+  int WaitForALockWaiter(int except = 0) {
+    pqxx::connection watcher(backend_->url());
+    for (int i = 0; i < 600; ++i) {  // a minute: a hang fails the test
+      pqxx::nontransaction n(watcher);
+      auto rows = n.exec("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND "
+                         "wait_event_type = 'Lock' AND pid <> " +
+                         std::to_string(except));
+      if (!rows.empty()) return rows[0][0].as<int>();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return 0;
+  }
+
+  // A second handle on the database whose group commit puts exactly two
+  // calls in a batch: its window is long enough that the first caller
+  // waits for the second, so two calls meet in one transaction without any
+  // timing in the test. Batches run their calls in trial-id order.
+  std::unique_ptr<Store> OpenBatchingPairs() {
+    StoreOptions options;
+    options.group_commit_max_batch = 2;
+    options.group_commit_window = std::chrono::seconds(60);
+    options.on_retry = [this](const Status& why, int attempt) {
+      std::lock_guard lock(mu_);
+      retries_.emplace_back(why, attempt);
+    };
+    options.on_group_commit = [this](size_t calls) {
+      std::lock_guard lock(mu_);
+      batches_.push_back(calls);
+    };
+    auto s = OpenStore(backend_->url(), options);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+
+  // A second trial leased to w1; its id is above trial_'s, so in a batch
+  // its call runs after trial_'s.
+  Id SecondTrial() {
+    NewTrial t;
+    t.lease_owner = "w1";
+    t.lease_ms = 600'000;
+    auto e = store_->GetTrial(trial_);
+    auto trials = store_->CreateTrials(e->experiment_id, {t});
+    EXPECT_TRUE(trials.ok()) << trials.status();
+    return trials.ok() ? trials->at(0).id : 0;
+  }
+
+  static Measurement Step1() { return {1, R"({"loss": 0.5})", 10, "{}"}; }
+
+  size_t MeasurementsOf(Id trial) {
+    auto ms = store_->ListMeasurements(trial);
+    EXPECT_TRUE(ms.ok()) << ms.status();
+    return ms.ok() ? ms->size() : 0;
   }
 
   std::vector<std::pair<Status, int>> Retries() {
@@ -89,6 +141,7 @@ class StoreRetryTest : public ::testing::Test {
   Id trial_ = 0;
   std::mutex mu_;
   std::vector<std::pair<Status, int>> retries_;  // GUARDED_BY(mu_)
+  std::vector<size_t> batches_;                  // GUARDED_BY(mu_)
 };
 
 TEST_F(StoreRetryTest, AReportThatLosesARaceIsRunAgainAndAcknowledged) {
@@ -126,6 +179,82 @@ TEST_F(StoreRetryTest, ARefusalWithoutAConflictIsNotRetried) {
   EXPECT_EQ(store_->RenewLease(trial_, "w2", 60'000).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(store_->RenewLease(trial_ + 1000, "w1", 60'000).code(), StatusCode::kNotFound);
   EXPECT_TRUE(Retries().empty());
+}
+
+// --- group commit: a failure of the whole batch, midway ----------------------
+
+TEST_F(StoreRetryTest, ABatchWhoseSecondCallLosesARaceRunsAgainWholeAndAcknowledgesBoth) {
+  const Id second = SecondTrial();
+  auto batching = OpenBatchingPairs();
+  ASSERT_NE(batching, nullptr);
+  // The test holds the second trial's row, so the batch's first call (the
+  // first trial's report) is written, then its second waits; the test's
+  // commit makes that second call lose the race. A conflict is the whole
+  // transaction's: PostgreSQL has rolled it back, the first call's write
+  // included, so the batch runs again from its first call.
+  pqxx::connection holder(backend_->url());
+  pqxx::transaction<pqxx::repeatable_read> tx(holder);
+  tx.exec("UPDATE trials SET priority = priority + 1 WHERE id = " + std::to_string(second));
+  auto first = std::async(std::launch::async, [&] { return batching->ReportMeasurement(trial_, "w1", Step1(), 60'000); });
+  auto other = std::async(std::launch::async, [&] { return batching->ReportMeasurement(second, "w1", Step1(), 60'000); });
+  ASSERT_NE(WaitForALockWaiter(), 0) << "the batch never waited for the row the test holds";
+  tx.commit();
+  auto a = first.get(), b = other.get();
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_TRUE(a->inserted);
+  EXPECT_TRUE(b->inserted);
+  {
+    std::lock_guard lock(mu_);
+    ASSERT_EQ(retries_.size(), 1u) << "one rerun of the batch";
+    EXPECT_EQ(retries_[0].first.code(), StatusCode::kAborted) << retries_[0].first;
+    EXPECT_EQ(batches_, std::vector<size_t>{2}) << "both calls in one transaction, committed once";
+  }
+  // Each step once: the first call's write was undone with the batch and
+  // made again by the rerun, not kept twice.
+  EXPECT_EQ(MeasurementsOf(trial_), 1u);
+  EXPECT_EQ(MeasurementsOf(second), 1u);
+  EXPECT_EQ(store_->GetTrial(second)->priority, 1) << "the winner's change is kept";
+}
+
+TEST_F(StoreRetryTest, ABatchWhoseConnectionDiesTwiceFailsEveryCallAndWritesNothing) {
+  const Id second = SecondTrial();
+  auto batching = OpenBatchingPairs();
+  ASSERT_NE(batching, nullptr);
+  pqxx::connection holder(backend_->url());
+  pqxx::transaction<pqxx::repeatable_read> tx(holder);
+  tx.exec("UPDATE trials SET priority = priority + 1 WHERE id = " + std::to_string(second));
+  auto first = std::async(std::launch::async, [&] { return batching->ReportMeasurement(trial_, "w1", Step1(), 60'000); });
+  auto other = std::async(std::launch::async, [&] { return batching->ReportMeasurement(second, "w1", Step1(), 60'000); });
+  // The batch's connection is ended while its first call's write is in and
+  // its second call waits: the batch is tried once more on a new
+  // connection, which is ended the same way.
+  pqxx::connection admin(backend_->url());
+  int waiter = 0;
+  for (int kill = 0; kill < 2; ++kill) {
+    waiter = WaitForALockWaiter(waiter);
+    ASSERT_NE(waiter, 0) << "kill " << kill << ": the batch never waited for the row the test holds";
+    pqxx::nontransaction(admin).exec("SELECT pg_terminate_backend(" + std::to_string(waiter) + ")");
+  }
+  auto a = first.get(), b = other.get();
+  tx.abort();
+  // Neither call is acknowledged, and neither is half-written: the first
+  // call's write went with the batch.
+  EXPECT_EQ(a.status().code(), StatusCode::kUnavailable) << a.status();
+  EXPECT_EQ(b.status().code(), StatusCode::kUnavailable) << b.status();
+  EXPECT_EQ(MeasurementsOf(trial_), 0u);
+  EXPECT_EQ(MeasurementsOf(second), 0u);
+  {
+    std::lock_guard lock(mu_);
+    ASSERT_EQ(retries_.size(), 1u) << "one more try after a lost connection, not two";
+    EXPECT_EQ(retries_[0].first.code(), StatusCode::kUnavailable) << retries_[0].first;
+  }
+  // The caller's own retry then lands (on the test's handle: alone, a call
+  // on the pairing one would wait out its window for a second).
+  auto again = store_->ReportMeasurement(trial_, "w1", Step1(), 60'000);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->inserted);
+  EXPECT_EQ(MeasurementsOf(trial_), 1u);
 }
 
 }  // namespace

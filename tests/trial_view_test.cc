@@ -248,7 +248,10 @@ TYPED_TEST(TrialViewTest, AKeptCopyOfTheHistoriesCopiesOnlyWhatChanged) {
   ASSERT_EQ(last.size(), 1u);
   ASSERT_TRUE(this->store_->RestartTrial(first[0].trial.id, Engine::kClientOwner).ok());
   this->Report(first[0], 0, 0.8);
-  EXPECT_LT(this->UpdateCopy(rereading, kept, "another replica's changes"), 9u) << "not a whole copy";
+  // Three observations changed: a report and a completion, a new trial, a
+  // restart. Rows the reread reads again unchanged (PostgreSQL's cursor may
+  // repeat many) are not copied.
+  EXPECT_EQ(this->UpdateCopy(rereading, kept, "another replica's changes"), 3u) << "only what changed";
 }
 
 }  // namespace

@@ -164,6 +164,26 @@ void TrialView::ApplyChanges(TrialsSnapshot& view, const Changes& changes) const
     if (it == view.trials.end()) return nullptr;  // not of a space in the spec
     return &Changing(view, it->second.space, it->second.index);
   };
+  // What each known trial's observation was before, so that a row read
+  // again unchanged does not count as a change for the copies
+  // (HistoriesCopy): a cursor may repeat rows, and on PostgreSQL an open
+  // transaction anywhere in the cluster makes it repeat many.
+  struct Before {
+    size_t space, index;
+    uint64_t changed;
+    search::Observation observation;
+  };
+  std::map<Id, Before> before;
+  auto remember = [&view, &before](Id trial_id) {
+    auto it = view.trials.find(trial_id);
+    if (it == view.trials.end() || before.count(trial_id)) return;
+    const TrialEntry& e = it->second;
+    before.emplace(trial_id, Before{e.space, e.index, view.changed[e.space][e.index],
+                                    view.histories[e.space].trials[e.index]});
+  };
+  for (const auto& t : changes.trials) remember(t.id);
+  for (const auto& c : changes.curves) remember(c.first);
+  for (const auto& m : changes.measurements) remember(m.trial_id);
   std::set<Id> touched;
   for (const auto& t : changes.trials) {
     Add(view, t);
@@ -201,6 +221,13 @@ void TrialView::ApplyChanges(TrialsSnapshot& view, const Changes& changes) const
   for (const Id id : touched) {
     search::Observation& o = *observation(id);
     if (o.status == search::TrialStatus::kCompleted && !o.value && !o.curve.empty()) o.value = o.curve.back().second;
+  }
+  for (const auto& [id, b] : before) {
+    const search::Observation& now = view.histories[b.space].trials[b.index];
+    const search::Observation& was = b.observation;
+    if (now.status == was.status && now.value == was.value && now.curve == was.curve) {
+      view.changed[b.space][b.index] = b.changed;  // read again, not changed
+    }
   }
   view.loaded = changes.read;
   view.cursor = changes.cursor;

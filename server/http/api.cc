@@ -7,6 +7,8 @@
 #include <set>
 #include <sstream>
 
+#include <spdlog/spdlog.h>
+
 #include "common/json_limits.h"
 #include "common/token.h"
 #include "server/engine/trial_run.h"
@@ -242,7 +244,25 @@ HttpResponse RestApi::Handle(const HttpRequest& original) {
                {{"method", kMethods.count(original.method) ? original.method : "other"},
                 {"code", std::to_string(r.status)}})
       .Increment();
+  if (spdlog::should_log(spdlog::level::debug)) LogRequest(original, r);
   return r;
+}
+
+void RestApi::LogRequest(const HttpRequest& req, const HttpResponse& r) {
+  // The query as the client sent it, less the event stream's token: a log
+  // must not hold a credential. Control characters a client sent become
+  // '?', so that one request is one line.
+  std::string target = req.path;
+  char sep = '?';
+  for (const auto& [name, value] : req.query) {
+    if (name == "access_token") continue;
+    target += sep + name + "=" + value;
+    sep = '&';
+  }
+  for (char& ch : target) {
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+  }
+  spdlog::debug("http {} {} {} {}B from {}", req.method, target, r.status, r.body.size(), req.remote);
 }
 
 HttpResponse RestApi::Answer(const HttpRequest& req) {

@@ -90,6 +90,9 @@ class RestApi {
   bool Authorized(const HttpRequest& req, const Route* route) const;
   // Health, the browser guard, auth, then the route or a static file.
   HttpResponse Answer(const HttpRequest& req);
+  // One line per request at --log-level debug: method, path and query (no
+  // token), status, body size, peer.
+  static void LogRequest(const HttpRequest& req, const HttpResponse& r);
   Result<HttpResponse> Dispatch(const Route& route, const RouteCall& call);
   Result<HttpResponse> Static(const HttpRequest& req);
 

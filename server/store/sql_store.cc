@@ -232,7 +232,11 @@ bool FailsTheBatch(const Status& s, const SqlConnection& c) { return IsRetryable
 }  // namespace
 
 std::vector<Status> SqlStore::CommitBatch(const std::vector<const CommitBatcher::Call*>& batch) {
-  if (batch.size() == 1) return {Run(batch[0]->mode, batch[0]->work)};
+  if (batch.size() == 1) {
+    Status s = Run(batch[0]->mode, batch[0]->work);
+    if (options_.on_group_commit) options_.on_group_commit(1);
+    return {std::move(s)};
+  }
   std::vector<Status> out(batch.size());
   for (int attempt = 0;; ++attempt) {
     std::unique_ptr<SqlConnection> conn;

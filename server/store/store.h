@@ -335,8 +335,9 @@ struct StoreOptions {
   // default): it never waits; the calls that arrive while the previous
   // batch commits make the next one, so a lone caller pays nothing.
   std::chrono::microseconds group_commit_window{0};
-  // Called after each batch of two or more calls was committed (or failed
-  // whole), with its size, on the leader's thread. For metrics and tests.
+  // Called after each transaction of the batcher was committed (or failed
+  // whole), with how many calls it held (1 for a call that found no
+  // company), on the leader's thread. For metrics and tests.
   std::function<void(size_t calls)> on_group_commit;
 };
 
