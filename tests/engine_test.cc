@@ -494,6 +494,46 @@ TEST_F(EngineTest, CoTuningStopsForAProgramThatIgnoresChanges) {
   EXPECT_EQ(stopped, 1);
 }
 
+// The live events carry what a view of the trials (the dashboard) needs to
+// apply them without reading: a new trial's number, space, params, state
+// and level; a report's step, metrics, speed and setting; an end's state
+// and metrics.
+TEST_F(EngineTest, TrialEventsCarryWhatAViewNeedsToApplyThem) {
+  std::vector<std::pair<std::string, json>> events;
+  EngineOptions o = Options();
+  o.on_event = [&](std::string type, const json& data) { events.emplace_back(type, data); };
+  engine_ = std::make_unique<Engine>(*store_, o);
+  const TestWorker worker = AddWorker(*engine_, "host", "test", 4);
+  ASSERT_TRUE(engine_->CreateExperiment(OneSpace(Spec(kBuiltin, 2, 1))).ok());
+  auto a = LeaseFor(worker);
+  ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
+  const store::TrialRecord& t = (*a)->trial;
+  const json system = json::parse(t.system_params_json);
+  ASSERT_TRUE(engine_->Report({t.id, worker.owner, 1, {{"loss", 0.5}}, 1234.0, system, worker.device}).ok());
+  ASSERT_TRUE(engine_->Complete(t.id, worker.owner, false, {{"loss", 0.25}}, "").ok());
+  auto of = [&](const std::string& type) {
+    for (const auto& [ty, data] : events) {
+      if (ty == type && data["trial_id"] == t.id) return data;
+    }
+    return json();
+  };
+  const json created = of("trial.created");
+  ASSERT_TRUE(created.is_object()) << "no trial.created for trial " << t.id;
+  EXPECT_EQ(created["number"], t.number);
+  EXPECT_EQ(created["space"], (*a)->space);
+  EXPECT_EQ(created["params"], json::parse(t.params_json));
+  EXPECT_EQ(created["state"], "leased") << "made for the device that asked";
+  EXPECT_EQ(created["level"], 0);
+  const json reported = of("trial.reported");
+  EXPECT_EQ(reported["step"], 1);
+  EXPECT_EQ(reported["metrics"], (json{{"loss", 0.5}}));
+  EXPECT_EQ(reported["samples_per_sec"], 1234.0);
+  EXPECT_EQ(reported["system"], system);
+  const json finished = of("trial.finished");
+  EXPECT_EQ(finished["state"], "completed");
+  EXPECT_EQ(finished["metrics"]["loss"], 0.25);
+}
+
 // What co-tuning learned stays with its experiment unless the spec names the
 // workload: then experiments naming the same one share it.
 TEST_F(EngineTest, LearnedSettingsAreSharedOnlyUnderANamedWorkload) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "server/engine/event_relay.h"
@@ -59,6 +60,35 @@ TEST(EventRelayTest, AfterTheListenerReconnectsClientsAreToldToReread) {
   EXPECT_TRUE(lagged) << "no lagged event within 10 s of the listener's connection ending";
   // And relaying goes on.
   EXPECT_TRUE(RelayedFromOtherReplica(*other, *sub, "trial.finished"));
+}
+
+TEST(EventRelayTest, AnEventTooLargeToRelayWholeReachesTheOtherReplicasTrimmed) {
+  HPO_REQUIRE_BACKEND(testing::PostgresBackend);
+  testing::PostgresBackend db;
+  auto mine = Open(db.url()), other = Open(db.url());
+  ASSERT_TRUE(mine && other);
+  EventBus bus, other_bus;
+  auto sub = bus.Subscribe();
+  EventRelay relay(*mine, bus);
+  ASSERT_TRUE(RelayedFromOtherReplica(*other, *sub, "probe")) << "no event relayed within 10 s";
+  EventRelay other_relay(*other, other_bus);
+  auto other_sub = other_bus.Subscribe();
+  // A trial whose params alone are past what one NOTIFY may carry.
+  const json data = {{"experiment_id", 3}, {"trial_id", 7}, {"state", "leased"},
+                     {"params", {{"note", std::string(store::Store::kMaxChangePayload, 'x')}}}};
+  other_relay.Publish("trial.created", data);
+  auto own = other_sub->Next(std::chrono::seconds(1));
+  ASSERT_TRUE(own && own->type == "trial.created");
+  EXPECT_EQ(json::parse(own->data), data) << "its own replica's clients get it whole";
+  std::optional<Event> got;
+  for (const auto deadline = Clock::now() + std::chrono::seconds(10); !got && Clock::now() < deadline;) {
+    auto e = sub->Next(std::chrono::milliseconds(200));
+    if (e && e->type == "trial.created") got = e;
+  }
+  ASSERT_TRUE(got) << "the large event never reached the other replica";
+  const json trimmed = json::parse(got->data);
+  EXPECT_EQ(trimmed, (json{{"trimmed", true}, {"experiment_id", 3}, {"trial_id", 7}, {"state", "leased"}}))
+      << "its ids, and word to read the rest";
 }
 
 }  // namespace

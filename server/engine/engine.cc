@@ -599,9 +599,22 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
   return created;
 }
 
-void Engine::EmitCreated(Id experiment_id, const std::vector<store::TrialRecord>& created, const json& placed) const {
+void Engine::EmitCreated(Id experiment_id, const Cached& c, const std::vector<store::TrialRecord>& created,
+                         const json& placed) const {
   for (const auto& t : created) {
-    json data = {{"experiment_id", experiment_id}, {"trial_id", t.id}, {"number", t.number}};
+    json space = nullptr;
+    for (const auto& [name, id] : c.space_ids) {
+      if (t.space_id == id) space = name;
+    }
+    json params = json::parse(t.params_json, nullptr, false);
+    if (params.is_discarded()) params = json::object();  // unreadable: not expected of what the engine wrote
+    json data = {{"experiment_id", experiment_id},
+                 {"trial_id", t.id},
+                 {"number", t.number},
+                 {"space", std::move(space)},
+                 {"params", std::move(params)},
+                 {"state", std::string(store::ToString(t.state))},
+                 {"level", t.level}};
     if (placed.is_object()) data.update(placed);
     Emit("trial.created", std::move(data));
   }
@@ -629,7 +642,7 @@ Result<std::vector<Lease>> Engine::Suggest(Id experiment_id, int count) {
     MutexLock lock(c->replenish_mu);
     HPO_ASSIGN_OR_RETURN(created, CreateSuggestions(experiment_id, *c, count, std::nullopt, &client));
   }
-  EmitCreated(experiment_id, created);
+  EmitCreated(experiment_id, *c, created);
   std::vector<Lease> out;
   for (const auto& t : created) {
     Lease a{t, c->spec, ""};
@@ -728,7 +741,8 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   }
   if (reported.inserted) {
     Emit("trial.reported", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
-                            {"step", r.step}, {"metrics", r.metrics}, {"samples_per_sec", r.samples_per_sec}});
+                            {"step", r.step}, {"metrics", r.metrics}, {"samples_per_sec", r.samples_per_sec},
+                            {"system", r.system}});
   }
 
   // Stopping-type early stopping on this space's trials, this report
@@ -763,7 +777,7 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   if (r.device_id) fleet_->SetIdle(*r.device_id);
   DeleteCheckpoint(r.trial_id);
   Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
-                          {"state", "pruned"}, {"reason", why}});
+                          {"state", "pruned"}, {"reason", why}, {"metrics", r.metrics}});
   HPO_RETURN_IF_ERROR(MaybeFinish(trial.experiment_id, *c));
   return ReportReply{Decision::kPrune, std::nullopt, why};
 }

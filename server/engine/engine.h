@@ -463,10 +463,12 @@ class Engine {
                                                             std::optional<int64_t> max_unfinished,
                                                             const LeasedTo* leased_to = nullptr)
       HPO_REQUIRES(c.replenish_mu);
-  // "trial.created" for each; called without replenish_mu held.
-  // `placed`, when an object, joins each event: a trial made for the device
-  // that asked says which device and the policy's reason.
-  void EmitCreated(store::Id experiment_id, const std::vector<store::TrialRecord>& created,
+  // "trial.created" for each, with what a view of the trials needs to add
+  // it without a read (number, space, params, state, level); called
+  // without replenish_mu held. `placed`, when an object, joins each event:
+  // a trial made for the device that asked says which device and the
+  // policy's reason.
+  void EmitCreated(store::Id experiment_id, const Cached& c, const std::vector<store::TrialRecord>& created,
                    const nlohmann::json& placed = nullptr) const;
   // Ends the experiment when every trial of its budget has finished and, for
   // promotion-type early stopping, no paused trial may be promoted any more

@@ -33,10 +33,17 @@ EventRelay::~EventRelay() {
 void EventRelay::Publish(std::string type, const nlohmann::json& data) {
   bus_.Publish(type, data);
   if (!listener_) return;
-  const std::string payload = nlohmann::json{{"origin", origin_}, {"type", type}, {"data", data}}.dump();
+  std::string payload = nlohmann::json{{"origin", origin_}, {"type", type}, {"data", data}}.dump();
   if (payload.size() > store::Store::kMaxChangePayload) {
-    spdlog::debug("event {} ({} bytes) is too large to relay to other replicas", type, payload.size());
-    return;
+    // Too large for a NOTIFY (a trial's params, say): the other replicas'
+    // clients get its ids and "trimmed", which tells them to read the
+    // rows instead of applying the event.
+    nlohmann::json ids = {{"trimmed", true}};
+    for (const char* key : {"experiment_id", "trial_id", "worker_id", "state", "step"}) {
+      if (data.is_object() && data.contains(key)) ids[key] = data[key];
+    }
+    payload = nlohmann::json{{"origin", origin_}, {"type", type}, {"data", ids}}.dump();
+    spdlog::debug("event {} is too large to relay whole to other replicas; relayed trimmed", type);
   }
   if (Status s = store_.NotifyChange(payload); !s.ok()) {
     spdlog::warn("relaying event {} to other replicas: {}", type, s.ToString());

@@ -236,7 +236,7 @@ Result<Engine::Applied> Engine::ApplyPlan(const store::ExperimentRecord& e, Cach
         HPO_ASSIGN_OR_RETURN(created, CreateSuggestions(e.id, c, 1, spec.max_parallel, &fd));
       }
       if (created.empty()) return Applied{};  // the budget or the cap filled meanwhile
-      EmitCreated(e.id, created, {{"device_id", device_id}, {"reason", plan.decision.reason}});
+      EmitCreated(e.id, c, created, {{"device_id", device_id}, {"reason", plan.decision.reason}});
       leased = created.front();
       break;
     }

@@ -2,7 +2,9 @@
 import assert from 'node:assert/strict';
 import test from 'node:test';
 
-import { bestSoFar, bestTrial, fleetUtilization, importance, spaceHistory, tableRows } from '../../web/js/analysis.js';
+import {
+  bestSoFar, bestTrial, CurveSet, fleetUtilization, importance, spaceHistory, tableRows, trialChanges, TrialSet,
+} from '../../web/js/analysis.js';
 
 const trial = (number, state, loss, params = {}, extra = {}) => ({
   number, state, params, space: 'a', priority: 0.5, final_metrics: loss === null ? null : { loss },
@@ -77,4 +79,46 @@ test('fleet utilization counts one trial per device', () => {
   assert.equal(u.devices, 3);
   assert.equal(u.busy, 1);
   assert.equal(u.perWorker[0].utilization, 0.5);
+});
+
+test('the trial set keeps trials by number as reads add and replace them', () => {
+  const set = new TrialSet();
+  const t = (id, number, state = 'running') => ({ id, number, state });
+  assert.deepEqual(set.merge([t(1, 0), t(2, 1), t(4, 3)]).map((c) => c.before), [undefined, undefined, undefined]);
+  const changes = set.merge([t(2, 1, 'completed'), t(3, 2), t(5, 4)]);
+  assert.deepEqual(changes.map((c) => [c.before?.state, c.after.state]),
+                   [['running', 'completed'], [undefined, 'running'], [undefined, 'running']]);
+  assert.deepEqual(set.list.map((x) => x.number), [0, 1, 2, 3, 4]);
+  assert.equal(set.byId.get(2).state, 'completed');
+  assert.equal(set.list[1], set.byId.get(2));
+});
+
+test('the curve set merges points by step and swaps a replaced curve whole', () => {
+  const set = new CurveSet();
+  set.merge([{ trial_id: 1, steps: [0, 1], values: [5, 4] }]);
+  assert.deepEqual(set.merge([{ trial_id: 1, steps: [2], values: [3] }]), [1]);
+  assert.deepEqual(set.byId.get(1), { trial_id: 1, steps: [0, 1, 2], values: [5, 4, 3] });
+  set.merge([{ trial_id: 1, steps: [1, 3], values: [4.5, 2] }]);  // a repeated step takes the new value
+  assert.deepEqual(set.byId.get(1), { trial_id: 1, steps: [0, 1, 2, 3], values: [5, 4.5, 3, 2] });
+  set.merge([{ trial_id: 1, steps: [0], values: [9], replace: true }]);
+  assert.deepEqual(set.byId.get(1), { trial_id: 1, steps: [0], values: [9] });
+});
+
+test('trial changes say what a live update must redraw', () => {
+  const running = trial(7, 'running', null, {}, { id: 7 });
+  const changed = (before, after) => trialChanges([{ before, after }], 'loss');
+  // A report on a running trial: only the table and the summary.
+  assert.deepEqual(changed(running, { ...running, updated_ms: 1 }),
+                   { outcomes: new Set(), states: false, spaces: false, any: true });
+  // It completes: everything drawn from completed trials, in its space.
+  const done = changed(running, { ...running, state: 'completed', final_metrics: { loss: 1 } });
+  assert.deepEqual([...done.outcomes], ['a']);
+  assert.equal(done.states, true);
+  assert.equal(done.spaces, false);
+  // A new trial: the spaces' share, the curves' kinds.
+  const created = changed(undefined, trial(8, 'pending', null));
+  assert.deepEqual([created.outcomes.size, created.states, created.spaces], [0, true, true]);
+  // Pruned: its curve changes kind; no completed trial changed.
+  assert.deepEqual(changed(running, { ...running, state: 'pruned' }).outcomes, new Set());
+  assert.equal(trialChanges([], 'loss').any, false);
 });

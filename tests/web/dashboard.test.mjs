@@ -2,9 +2,11 @@
 // hpo-server with a token, a real hpo-worker and data made through the API:
 //   * experiments page: table rows and the trials-by-state chart;
 //   * a finished client experiment (3 spaces, steps, pruned trials): every
-//     chart holds data and paints pixels, the table sorts and filters, and a
-//     trial completed over REST shows up live, without a reload, read with
-//     ?since= (only what changed);
+//     chart holds data and paints pixels, the table sorts and filters, a
+//     step reported on a running trial redraws its learning curve and none
+//     of the charts of completed trials, and a trial completed over REST
+//     shows up live, without a reload, read with ?since= (only what
+//     changed), its curve moved to the completed ones;
 //   * a command experiment run by the worker: system-parameter tuning;
 //   * fleet: the worker, its device, measured speed and running trial, and
 //     the trial's end shown live;
@@ -250,11 +252,42 @@ try {
   await assertChart('experiment.parallel', (s) =>
     assert.deepEqual(s, [mixedTrials.filter((t) => t.space === 'cnn' && t.state === 'completed').length]));
 
+  // Live: a step reported on the open (running) trial redraws its learning
+  // curve, and none of the charts drawn from completed trials or from which
+  // trials exist (web/js/pages/experiment.js redraws only what an update
+  // touches).
+  const redrawable = ['experiment.bestByTrial', 'experiment.bestByTime', 'experiment.curves', 'experiment.parallel',
+                      'experiment.spaces', 'experiment.importance'];
+  await page.evaluate((names) => {
+    window.setOptionCalls = {};
+    for (const name of names) {
+      const c = window.hpoCharts.get(name);
+      const setOption = c.setOption;
+      window.setOptionCalls[name] = 0;
+      c.setOption = function (...args) {
+        window.setOptionCalls[name]++;
+        return setOption.apply(this, args);
+      };
+    }
+  }, redrawable);
+  const curvePoints = async () => Number((await page.textContent('#curves-note')).match(/trials, (\d+) points/)[1]);
+  const pointsBefore = await curvePoints();
+  const step = await api('POST', `/api/v1/trials/${open.id}/measurements`, { step: 1, metrics: { loss: lossOf(open, 1) } });
+  assert.equal(step.decision, 'continue');
+  renders = await rendered(renders);
+  const calls = await page.evaluate(() => window.setOptionCalls);
+  assert.ok(calls['experiment.curves'] > 0, `the learning curves are redrawn: ${JSON.stringify(calls)}`);
+  for (const name of redrawable.filter((n) => n !== 'experiment.curves')) {
+    assert.equal(calls[name], 0, `a report on a running trial does not redraw ${name}: ${JSON.stringify(calls)}`);
+  }
+  assert.equal(await curvePoints(), pointsBefore + 1, 'the reported point is drawn');
+
   // Live: finishing the open trial over REST updates the page in place.
   const stateOfOpen = () => page.$eval(`#trials tbody tr[data-number="${open.number}"] td:nth-child(2)`,
                                        (td) => td.textContent);
   assert.notEqual(await stateOfOpen(), 'completed');
   const before = await drawn('experiment.bestByTrial');
+  const curvesBefore = await drawn('experiment.curves');
   // The live refresh reads only what changed: trials and curves since the
   // last read's cursor, not the whole experiment again.
   const reads = [];
@@ -279,6 +312,13 @@ try {
   assert.equal(await page.evaluate(() => window.notReloaded), true, 'no reload');
   const after = await drawn('experiment.bestByTrial');
   assert.equal(after.series[0], before.series[0] + 1, 'the completed trial is drawn');
+  // Its curve moves from "running and other" to "completed", and the
+  // completed curves, their series given new data, are still drawn.
+  const curvesAfter = await drawn('experiment.curves');
+  assert.deepEqual(curvesAfter.series.slice(0, 3), [curvesBefore.series[0] + 1, curvesBefore.series[1],
+                                                    curvesBefore.series[2] - 1], 'the curve is drawn as completed');
+  assert.ok(curvesAfter.painted > 0.9 * curvesBefore.painted,
+            `the learning curves are all still drawn: ${curvesAfter.painted} pixels, ${curvesBefore.painted} before`);
   await page.waitForFunction(() => document.querySelector('#summary .state')?.textContent === 'completed');
   await screenshot('experiment');
 
