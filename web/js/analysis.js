@@ -56,43 +56,47 @@ export function bestSoFar(trials, metric, direction) {
 // bin are left out. It sees each parameter alone (no interactions) and
 // overstates parameters with few trials per bin.
 export function importance(trials, metric) {
+  // Per parameter, its values and the objective values beside them (arrays,
+  // not an object per point: this runs over every completed trial).
   const byParam = new Map();
   for (const t of trials) {
     const y = t.state === 'completed' ? objective(t, metric) : null;
-    if (y === null) continue;
-    for (const [name, value] of Object.entries(t.params ?? {})) {
-      if (!byParam.has(name)) byParam.set(name, []);
-      byParam.get(name).push({ value, y });
+    if (y === null || !t.params) continue;
+    for (const [name, value] of Object.entries(t.params)) {
+      let p = byParam.get(name);
+      if (!p) byParam.set(name, (p = { values: [], ys: [] }));
+      p.values.push(value);
+      p.ys.push(y);
     }
   }
   const out = [];
-  for (const [param, points] of byParam) {
-    const eta2 = correlationRatio(binned(points));
-    if (eta2 !== null) out.push({ param, importance: eta2, trials: points.length });
+  for (const [param, { values, ys }] of byParam) {
+    const eta2 = correlationRatio(binned(values, ys));
+    if (eta2 !== null) out.push({ param, importance: eta2, trials: values.length });
   }
   return out.sort((a, b) => b.importance - a.importance || a.param.localeCompare(b.param));
 }
 
 // Groups of objective values, one per bin of the parameter's value.
-function binned(points) {
-  if (points.some((p) => typeof p.value !== 'number')) {
+function binned(values, ys) {
+  if (values.some((v) => typeof v !== 'number')) {
     const groups = new Map();
-    for (const p of points) {
-      const key = String(p.value);
+    values.forEach((v, i) => {
+      const key = String(v);
       if (!groups.has(key)) groups.set(key, []);
-      groups.get(key).push(p.y);
-    }
+      groups.get(key).push(ys[i]);
+    });
     return [...groups.values()];
   }
-  const sorted = [...points].sort((a, b) => a.value - b.value);
-  const n = sorted.length;
+  const order = values.map((_, i) => i).sort((a, b) => values[a] - values[b]);  // stable: ties keep their order
+  const n = order.length;
   const bins = Math.min(10, Math.max(2, Math.floor(Math.sqrt(n))));
   const groups = [];
   let rankOfValue = 0;
   for (let i = 0; i < n; i++) {
-    if (i === 0 || sorted[i].value !== sorted[i - 1].value) rankOfValue = i;
+    if (i === 0 || values[order[i]] !== values[order[i - 1]]) rankOfValue = i;
     const b = Math.floor((rankOfValue * bins) / n);
-    (groups[b] ??= []).push(sorted[i].y);
+    (groups[b] ??= []).push(ys[order[i]]);
   }
   return groups.filter(Boolean);
 }
@@ -170,4 +174,108 @@ export function fleetUtilization(workers) {
     return { id: w.id, host: w.host, devices: d, busy: b, utilization: d ? b / d : 0 };
   });
   return { devices, busy, utilization: devices ? busy / devices : 0, perWorker };
+}
+
+// An experiment's trials as the page holds them: by id, and in number order
+// (what every chart and the table read), merged from the server's reads.
+// merge() answers what it changed, [{ before, after }] (before undefined for
+// a trial not held yet), so that a live update redraws only what it touches;
+// it keeps the order by number without sorting everything again (a new
+// trial usually goes last).
+export class TrialSet {
+  constructor() {
+    this.byId = new Map();
+    this.list = [];
+  }
+
+  merge(trials) {
+    const changes = [];
+    for (const after of trials) {
+      const before = this.byId.get(after.id);
+      this.byId.set(after.id, after);
+      if (before) {
+        this.list[this.indexOf(before.number)] = after;
+      } else if (this.list.length === 0 || this.list.at(-1).number < after.number) {
+        this.list.push(after);
+      } else {
+        this.list.splice(this.indexOf(after.number), 0, after);
+      }
+      changes.push({ before, after });
+    }
+    return changes;
+  }
+
+  // Where a trial of this number is held, or would go.
+  indexOf(number) {
+    let lo = 0;
+    let hi = this.list.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (this.list[mid].number < number) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+}
+
+// Learning curves by trial id, merged from the server's reads
+// (/measurements: thinned at first, then the points written since): points
+// by step, a repeated step taking the new value; a curve marked `replace`
+// (its trial lost points: a new attempt) swapped whole. merge() answers the
+// ids of the curves it changed.
+export class CurveSet {
+  constructor() {
+    this.byId = new Map();
+  }
+
+  merge(curves) {
+    const changed = [];
+    for (const c of curves) {
+      const held = this.byId.get(c.trial_id);
+      this.byId.set(c.trial_id, c.replace || !held ? { trial_id: c.trial_id, steps: c.steps, values: c.values }
+                                                   : mergeCurve(held, c));
+      changed.push(c.trial_id);
+    }
+    return changed;
+  }
+}
+
+// A curve with another's points added, by step (a repeated step takes the
+// new value). New points usually come after the held ones: then they are
+// appended, without a map of every step.
+export function mergeCurve(held, add) {
+  const last = held.steps.length ? held.steps.at(-1) : -Infinity;
+  if (add.steps.every((s, i) => s > (i === 0 ? last : add.steps[i - 1]))) {
+    return { trial_id: held.trial_id, steps: [...held.steps, ...add.steps], values: [...held.values, ...add.values] };
+  }
+  const byStep = new Map(held.steps.map((s, i) => [s, held.values[i]]));
+  add.steps.forEach((s, i) => byStep.set(s, add.values[i]));
+  const steps = [...byStep.keys()].sort((a, b) => a - b);
+  return { trial_id: held.trial_id, steps, values: steps.map((s) => byStep.get(s)) };
+}
+
+// What a merge of trials (TrialSet.merge's answer) changes on the page, so
+// that a live update redraws only that:
+//   outcomes     spaces whose completed trials (their objective values, what
+//                best-so-far, parallel coordinates and importance draw)
+//                changed: a trial completed, or a completed one changed
+//   states       a trial changed state (which colour its learning curve has)
+//   spaces       a trial was created, or changed space or priority (the
+//                spaces' priority and share)
+//   any          anything came at all (the table, the summary)
+// A report on a running trial, the common update, changes none of the first
+// three.
+export function trialChanges(changes, metric) {
+  const outcome = (t) => (t?.state === 'completed' ? objective(t, metric) : null);
+  const out = { outcomes: new Set(), states: false, spaces: false, any: changes.length > 0 };
+  for (const { before, after } of changes) {
+    const [was, now] = [outcome(before), outcome(after)];
+    if (was !== now || (now !== null && (before.finished_ms !== after.finished_ms || before.space !== after.space))) {
+      if (was !== null) out.outcomes.add(before.space);
+      if (now !== null) out.outcomes.add(after.space);
+    }
+    if (before?.state !== after.state) out.states = true;
+    if (!before || before.space !== after.space || before.priority !== after.priority) out.spaces = true;
+  }
+  return out;
 }

@@ -3,14 +3,28 @@
 // per device class, and the trials table. Built once, then updated in place
 // on each refresh so the table's filter, sort and page survive live updates.
 //
-// The first refresh reads every trial and the (thinned) learning curves;
-// later ones read only what changed since (?since=<cursor>) and merge it:
-// trials by id, curve points by step, a curve marked `replace` (its trial
-// lost points: a new attempt) swapped whole. A cursor the server refuses
-// (409: another server's) makes the next read a full one.
-import { allTrials, ApiError, getJson } from '../api.js';
-import { bestSoFar, bestTrial, duration, FINISHED, importance, objective, spaceHistory, tableRows } from '../analysis.js';
-import { baseOption, chart, formatDuration, formatNumber, formatTime, PALETTE } from '../charts.js';
+// The first refresh reads every trial (keyset pages read at once), then the
+// (thinned) learning curves, drawing the summary, the table and then the
+// charts of trials while the server thins the curves. Later ones read only
+// what changed since (?since=<cursor>) and merge it (TrialSet and CurveSet
+// in analysis.js). A cursor the server refuses (409: another server's)
+// makes the next read a full one.
+//
+// A live refresh redraws only what its changes touch (trialChanges in
+// analysis.js): a report on a running trial, the common update, changes its
+// learning curve, the table and the summary, not best-so-far, parallel
+// coordinates, the spaces or importance, which draw from completed trials
+// and from which trials exist. A chart that is redrawn is given only its
+// series' data (ECharts merges it into what it holds), and the learning
+// curves only the series of the kind of trial that changed (CurvesChart).
+import { allTrials, allTrialsAtOnce, ApiError, getJson } from '../api.js';
+import {
+  bestSoFar, bestTrial, CurveSet, duration, FINISHED, importance, objective, spaceHistory, tableRows, trialChanges,
+  TrialSet,
+} from '../analysis.js';
+import {
+  baseOption, chart, formatDuration, formatNumber, formatTime, PALETTE, seriesData,
+} from '../charts.js';
 import { element, html, setHtml, stateBadge } from '../dom.js';
 
 const ROWS_PER_PAGE = 50;
@@ -24,10 +38,17 @@ export class ExperimentPage {
     this.table = { state: '', space: '', sort: 'number', descending: false, page: 0 };
     this.parallelSpace = null;
     this.data = null;
-    this.cursor = null;  // where the last read stood (server/http/read_cursor.h)
-    this.trialsById = new Map();
-    this.curvesById = new Map();
+    this.el = null;  // this page's element under root, once built
+    // Where the last reads stood (server/http/read_cursor.h): one cursor per
+    // route, each taken before its own read, so the two reads can run at once.
+    this.cursors = null;  // { trials, curves }
+    this.trials = new TrialSet();
+    this.curves = new CurveSet();
     this.downsampled = false;
+    this.best = null;          // the best completed trial
+    this.curvesChart = null;   // what the learning-curve chart draws (CurvesChart)
+    this.tuningJson = null;    // the system tuning last drawn, as JSON
+    this.markup = new WeakMap();  // element -> the markup or text this page last gave it
   }
 
   wants(type, data) {
@@ -36,68 +57,110 @@ export class ExperimentPage {
 
   async refresh() {
     const base = `/api/v1/experiments/${this.id}`;
-    const [exp, tuning, changes] = await Promise.all([
-      getJson(base), getJson(`${base}/system-tuning`), this.readTrialsAndCurves()]);
-    const metric = exp.spec.objective.metric;
-    const direction = exp.spec.objective.direction ?? 'minimize';
-    this.data = { exp, trials: changes.trials, curves: changes.curves, tuning, metric, direction };
-    if (!this.root.querySelector('#experiment')) this.build(exp);
-    this.drawSummary();
-    drawBest(this.data);
-    drawCurves(this.data);
-    this.drawParallel();
-    drawSpaces(this.data);
-    drawImportance(this.data);
-    drawTuning(this.data);
-    this.drawTable();
+    const experiment = getJson(base);
+    const tuning = getJson(`${base}/system-tuning`);
+    tuning.catch(() => {});  // awaited later, or not at all when the trials' read fails first
+    const drawn = this.cursors && this.el && this.root.contains(this.el) &&
+      await this.refreshChanges(experiment, tuning);
+    if (!drawn) await this.refreshAll(experiment, tuning);
   }
 
-  // Trials, then curves, read with one cursor (taken before the trials'
-  // read, so before the curves' too); everything at first, the changes
-  // since the last read after.
-  async readTrialsAndCurves() {
+  // Reads what changed since the last reads and redraws what that touches.
+  // Answers false, having drawn nothing, when the server refused the
+  // cursors (409: another server's): read everything again.
+  async refreshChanges(experiment, tuningRead) {
     const base = `/api/v1/experiments/${this.id}`;
-    if (this.cursor) {
-      try {
-        const changed = await allTrials(this.id, this.cursor);
-        const curves = await getJson(`${base}/measurements?since=${encodeURIComponent(this.cursor)}`);
-        this.mergeTrials(changed.trials);
-        this.mergeCurves(curves);
-        this.cursor = changed.cursor;
-        return this.known();
-      } catch (e) {
-        if (!(e instanceof ApiError && e.status === 409)) throw e;
-      }
+    let read;
+    try {
+      read = await Promise.all([
+        experiment, tuningRead, allTrials(this.id, this.cursors.trials),
+        getJson(`${base}/measurements?since=${encodeURIComponent(this.cursors.curves)}`)]);
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 409) return false;
+      throw e;
     }
-    const all = await allTrials(this.id);
-    const curves = await getJson(`${base}/measurements?max_points=${CURVE_POINTS}`);
-    this.trialsById = new Map();
-    this.curvesById = new Map();
+    const [exp, tuning, trials, curves] = read;
+    this.cursors = { trials: trials.cursor, curves: curves.cursor };
+    const trialsChanged = this.trials.merge(trials.trials);
+    const curvesChanged = this.curves.merge(curves.trials);
+    this.setData(exp, tuning);
+    const { metric } = this.data;
+    const changed = trialChanges(trialsChanged, metric);
+    if (changed.outcomes.size) this.best = bestTrial(this.trials.list, metric, this.data.direction);
+    // The charts before any change to the page's markup: ECharts reads the
+    // page's layout as it draws, which would make the browser lay out the
+    // changed page once per chart.
+    if (changed.outcomes.size) drawBest(this.data, false);
+    if (curvesChanged.length || changed.states) {
+      this.curvesChart.draw(this.data, [...curvesChanged, ...trialsChanged.map((c) => c.after.id)]);
+    }
+    if (changed.outcomes.has(this.parallelSpace ?? exp.spaces[0])) this.drawParallel();
+    if (changed.spaces) drawSpaces(this.data, false);
+    if (changed.outcomes.size) drawImportance(this.data, false);
+    this.drawTuning();
+    if (curvesChanged.length || changed.states) this.drawCurvesNote();
+    this.drawSummary();
+    if (changed.any) this.drawTable();
+    return true;
+  }
+
+  // Reads everything and draws the page anew: the trials first, then the
+  // curves, whose read (the server reads every measurement to thin them)
+  // runs while the summary, the table and the charts of trials are drawn.
+  // One after the other, not at once: on a small machine the two reads only
+  // slow each other down, while the server's work on the curves and the
+  // page's drawing run side by side.
+  async refreshAll(experiment, tuningRead) {
+    const base = `/api/v1/experiments/${this.id}`;
+    const [exp, trials] = await Promise.all([
+      experiment, allTrialsAtOnce(this.id, experiment.then((e) => e.trials.total))]);
+    const curvesRead = getJson(`${base}/measurements?max_points=${CURVE_POINTS}`);
+    curvesRead.catch(() => {});  // awaited below; a failure before that is the trials' to report
+    this.trials = new TrialSet();
+    this.trials.merge(trials.trials);
+    this.setData(exp, null);
+    this.best = bestTrial(this.trials.list, this.data.metric, this.data.direction);
+    if (!this.el || !this.root.contains(this.el)) this.build(exp);
+    this.drawSummary();
+    this.drawTable();
+    // Let the summary and the table show while the charts are drawn.
+    await nextFrame();
+    if (!this.root.contains(this.el)) return;
+    drawBest(this.data, true);
+    this.drawParallel();
+    drawSpaces(this.data, true);
+    drawImportance(this.data, true);
+    const [curves, tuning] = await Promise.all([curvesRead, tuningRead]);
+    if (!this.root.contains(this.el)) return;
+    this.curves = new CurveSet();
+    this.curves.merge(curves.trials);
     this.downsampled = curves.downsampled;
-    this.mergeTrials(all.trials);
-    this.mergeCurves(curves);
-    this.cursor = all.cursor;
-    return this.known();
+    this.setData(exp, tuning);
+    this.curvesChart = new CurvesChart(this.el.querySelector('#curves'));
+    this.curvesChart.draw(this.data, null);
+    this.tuningJson = null;
+    this.drawTuning();
+    this.drawCurvesNote();
+    this.cursors = { trials: trials.cursor, curves: curves.cursor };
   }
 
-  mergeTrials(trials) {
-    for (const t of trials) this.trialsById.set(t.id, t);
+  // What the drawing reads, as the last reads left it.
+  setData(exp, tuning) {
+    this.data = {
+      exp, tuning, trials: this.trials.list, trialsById: this.trials.byId, curves: this.curves.byId,
+      metric: exp.spec.objective.metric, direction: exp.spec.objective.direction ?? 'minimize',
+    };
   }
 
-  mergeCurves(curves) {
-    for (const c of curves.trials) {
-      const held = this.curvesById.get(c.trial_id);
-      this.curvesById.set(c.trial_id, c.replace || !held ? { trial_id: c.trial_id, steps: c.steps, values: c.values }
-                                                         : mergeCurve(held, c));
-    }
+  drawTuning() {
+    const json = JSON.stringify(this.data.tuning);
+    if (json === this.tuningJson) return;
+    drawTuning(this.data);
+    this.tuningJson = json;
   }
 
-  // What the drawing reads: trials by number, curves as the server's answer is shaped.
-  known() {
-    const trials = [...this.trialsById.values()].sort((a, b) => a.number - b.number);
-    const list = [...this.curvesById.values()];
-    const points = list.reduce((n, c) => n + c.steps.length, 0);
-    return { trials, curves: { trials: list, points, downsampled: this.downsampled } };
+  drawCurvesNote() {
+    this.setText(this.el.querySelector('#curves-note'), this.curvesChart.note(this.downsampled));
   }
 
   build(exp) {
@@ -141,6 +204,7 @@ export class ExperimentPage {
             <button data-page="1">next</button></div>
         </div>
       </div>`);
+    this.el = this.root.querySelector('#experiment');
     const select = this.root.querySelector('#parallel-space');
     setHtml(select, html`${exp.spaces.map((s) => html`<option>${s}</option>`)}`);
     select.onchange = () => {
@@ -161,17 +225,33 @@ export class ExperimentPage {
     };
   }
 
+  // setHtml and textContent, unless the element holds that already: a
+  // refresh that leaves the summary or the table's page as it was does not
+  // make the browser parse and lay them out again.
+  setHtml(el, markup) {
+    const text = String(markup);
+    if (this.markup.get(el) === text) return;
+    this.markup.set(el, text);
+    setHtml(el, markup);
+  }
+
+  setText(el, text) {
+    if (this.markup.get(el) === text) return;
+    this.markup.set(el, text);
+    el.textContent = text;
+  }
+
   setTable(change) {
     Object.assign(this.table, change);
     this.drawTable();
   }
 
   drawSummary() {
-    const { exp, trials, metric, direction } = this.data;
-    const best = bestTrial(trials, metric, direction);
+    const { exp, metric, direction } = this.data;
+    const { best } = this;
     const n = exp.trials;
     const budget = exp.spec.budget?.max_trials ?? 100;
-    setHtml(this.root.querySelector('#summary'), html`
+    this.setHtml(this.root.querySelector('#summary'), html`
       <div><span class="muted">state</span>${stateBadge(exp.state)}</div>
       <div><span class="muted">trials</span><b>${n.total} / ${budget}</b></div>
       <div><span class="muted">completed · pruned · failed</span><b>${n.completed} · ${n.pruned} · ${n.failed}</b></div>
@@ -187,7 +267,8 @@ export class ExperimentPage {
   drawParallel() {
     const { exp, trials, metric } = this.data;
     const space = this.parallelSpace ?? exp.spaces[0];
-    this.root.querySelector('#parallel-space').value = space;
+    const select = this.root.querySelector('#parallel-space');
+    if (select.value !== space) select.value = space;
     const specParams = (exp.spec.spaces ?? []).find((s) => s.name === space)?.params ?? {};
     const done = trials.filter((t) => t.space === space && t.state === 'completed' && objective(t, metric) !== null);
     const names = [...new Set(done.flatMap((t) => Object.keys(t.params)))].sort();
@@ -201,17 +282,17 @@ export class ExperimentPage {
     });
     const objectiveValues = done.map((t) => objective(t, metric));
     axes.push({ dim: names.length, name: metric, type: 'value', scale: true, nameTextStyle: { fontWeight: 'bold' } });
-    const data = done.map((t) => [
+    const data = seriesData(done.map((t) => [
       ...names.map((n, i) => (t.params[n] === undefined ? '-' : axes[i].type === 'category' ? String(t.params[n]) : t.params[n])),
-      objective(t, metric)]);
+      objective(t, metric)]));
     chart(this.root.querySelector('#parallel'), 'experiment.parallel').setOption({
       ...baseOption,
       parallel: { left: 40, right: 110, top: 40, bottom: 30 },
       parallelAxis: axes,
       visualMap: {
         type: 'continuous', dimension: names.length, calculable: true, right: 0, top: 'middle', itemHeight: 120,
-        min: objectiveValues.length ? Math.min(...objectiveValues) : 0,
-        max: objectiveValues.length ? Math.max(...objectiveValues) : 1,
+        min: objectiveValues.length ? objectiveValues.reduce((a, b) => Math.min(a, b)) : 0,
+        max: objectiveValues.length ? objectiveValues.reduce((a, b) => Math.max(a, b)) : 1,
         inRange: { color: ['#1a9b5c', '#e8c33d', '#c2410c'] },
         formatter: (v) => formatNumber(v, 3),
         inverse: this.data.direction === 'maximize',
@@ -228,96 +309,191 @@ export class ExperimentPage {
     const shown = rows.slice(this.table.page * ROWS_PER_PAGE, (this.table.page + 1) * ROWS_PER_PAGE);
     const arrow = (key) => (this.table.sort === key ? (this.table.descending ? ' ▼' : ' ▲') : '');
     const th = (key, label) => html`<th class="sortable" data-sort="${key}">${label}${arrow(key)}</th>`;
-    setHtml(this.root.querySelector('#trials thead'), html`<tr>${th('number', '#')}${th('state', 'state')}
+    this.setHtml(this.root.querySelector('#trials thead'), html`<tr>${th('number', '#')}${th('state', 'state')}
       ${th('space', 'space')}${th('objective', metric)}<th>params</th><th>system</th>${th('started', 'started')}
       ${th('duration', 'duration')}<th>reason</th></tr>`);
-    setHtml(this.root.querySelector('#trials tbody'), html`${shown.map((t) => html`<tr data-number="${t.number}">
+    this.setHtml(this.root.querySelector('#trials tbody'), html`${shown.map((t) => html`<tr data-number="${t.number}">
       <td class="num">${t.number}</td><td>${stateBadge(t.state)}</td><td>${t.space ?? ''}</td>
       <td class="num">${formatNumber(objective(t, metric))}</td>
       <td><code>${compact(t.params)}</code></td><td><code>${compact(t.system)}</code></td>
       <td>${formatTime(t.started_ms)}</td><td class="num">${formatDuration(duration(t))}</td>
       <td class="muted">${t.reason}</td></tr>`)}`);
-    this.root.querySelector('#table-count').textContent = `${rows.length} of ${trials.length} trials`;
-    this.root.querySelector('#table-page').textContent = `page ${this.table.page + 1} of ${pages}`;
+    this.setText(this.root.querySelector('#table-count'), `${rows.length} of ${trials.length} trials`);
+    this.setText(this.root.querySelector('#table-page'), `page ${this.table.page + 1} of ${pages}`);
     const [prev, next] = this.root.querySelectorAll('.pager button');
     prev.disabled = this.table.page === 0;
     next.disabled = this.table.page >= pages - 1;
   }
 }
 
-// A curve with another's points added, by step (a repeated step takes the new value).
-function mergeCurve(held, add) {
-  const byStep = new Map(held.steps.map((s, i) => [s, held.values[i]]));
-  add.steps.forEach((s, i) => byStep.set(s, add.values[i]));
-  const steps = [...byStep.keys()].sort((a, b) => a - b);
-  return { trial_id: held.trial_id, steps, values: steps.map((s) => byStep.get(s)) };
-}
-
 function compact(obj) {
   return Object.entries(obj ?? {}).map(([k, v]) => `${k}=${typeof v === 'number' ? formatNumber(v) : v}`).join(' ');
 }
 
-function drawBest({ trials, metric, direction }) {
+// Best so far by trial number and over time: a dot per completed trial, the
+// best-so-far as a step line. `full`: draw the charts anew; otherwise only
+// their series' data changes.
+function drawBest({ trials, metric, direction }, full) {
   const best = bestSoFar(trials, metric, direction);
   const done = trials.filter((t) => t.state === 'completed' && objective(t, metric) !== null);
-  const option = (x, points, xAxis) => ({
+  const series = (x, points) => [
+    { id: 'trial', name: 'trial', type: 'scatter', large: true, symbolSize: done.length > 1000 ? 3 : 6,
+      itemStyle: { color: '#9ca3af', opacity: 0.6 }, data: seriesData(done.map((t) => [x(t), objective(t, metric)])) },
+    { id: 'best', name: 'best so far', type: 'line', step: 'end', showSymbol: false, lineStyle: { width: 2 },
+      data: seriesData(points) },
+  ];
+  const option = (x, points, xAxis) => (full ? {
     ...baseOption,
     tooltip: { trigger: 'axis' },
     legend: { top: 0 },
     xAxis, yAxis: { type: 'value', name: metric, scale: true },
-    series: [
-      { name: 'trial', type: 'scatter', large: true, symbolSize: done.length > 1000 ? 3 : 6, itemStyle: { color: '#9ca3af', opacity: 0.6 },
-        data: done.map((t) => [x(t), objective(t, metric)]) },
-      { name: 'best so far', type: 'line', step: 'end', showSymbol: false, lineStyle: { width: 2 }, data: points },
-    ],
-  });
+    series: series(x, points),
+  } : { series: series(x, points) });
   chart(document.getElementById('best-trials'), 'experiment.bestByTrial')
-    .setOption(option((t) => t.number, best.byTrial, { type: 'value', name: 'trial' }), true);
+    .setOption(option((t) => t.number, best.byTrial, { type: 'value', name: 'trial' }), full);
   chart(document.getElementById('best-time'), 'experiment.bestByTime')
     .setOption(option((t) => t.finished_ms, best.byTime,
-                      { type: 'time', axisLabel: { hideOverlap: true } }), true);
+                      { type: 'time', axisLabel: { hideOverlap: true } }), full);
 }
 
-function drawCurves({ trials, curves, metric }) {
-  const byId = new Map(trials.map((t) => [t.id, t]));
-  const groups = { completed: [], pruned: [], other: [] };
-  const prunedEnds = [];
-  // 'lines' series do not widen the axes: their extent is set here.
-  const extent = { x: [Infinity, -Infinity], y: [Infinity, -Infinity] };
-  const widen = (e, v) => {
-    e[0] = Math.min(e[0], v);
-    e[1] = Math.max(e[1], v);
-  };
-  for (const c of curves.trials) {
-    c.steps.forEach((s) => widen(extent.x, s));
-    c.values.forEach((v) => widen(extent.y, v));
-    const state = byId.get(c.trial_id)?.state;
-    const coords = c.steps.map((s, i) => [s, c.values[i]]);
-    if (coords.length === 1) coords.push(coords[0]);  // ECharts' large polylines need two points
-    (groups[state] ?? groups.other).push({ coords });
-    if (state === 'pruned') prunedEnds.push(coords[coords.length - 1]);
+// The learning curves of every trial, a large `lines` series per kind of
+// trial (completed, pruned, the rest), and a ▲ where each pruned trial
+// stopped. It keeps each trial's kind, so that an update hands ECharts only
+// the series whose curves it touched: a report on a running trial changes
+// "running and other" (usually a few curves), not the 10,000 others. Each
+// series' data is ECharts' flat form of polylines, one Float64Array of
+// [points, x, y, x, y, ..., points, x, y, ...], which it lays out without
+// an object per curve.
+class CurvesChart {
+  constructor(el) {
+    this.el = el;
+    this.items = new Map();  // trial id -> { group, curve }
+    this.groups = { completed: flatLines([]), pruned: flatLines([]), other: flatLines([]) };
+    this.prunedEnds = [];
+    this.extent = null;      // { x: [lo, hi], y: [lo, hi] } as last drawn
+    this.points = 0;
+    this.drawn = false;
   }
-  const lines = (name, data, color, opacity) => ({
-    name, type: 'lines', coordinateSystem: 'cartesian2d', polyline: true, large: true, largeThreshold: 500,
-    data, lineStyle: { color, width: 1, opacity },
-  });
-  chart(document.getElementById('curves'), 'experiment.curves').setOption({
-    ...baseOption,
-    legend: { top: 0, data: ['completed', 'pruned', 'running and other', 'pruned at'] },
-    xAxis: { type: 'value', name: 'step', ...axisRange(extent.x) },
-    yAxis: { type: 'value', name: metric, ...axisRange(extent.y, 0.05) },
-    series: [
-      lines('completed', groups.completed, PALETTE[0], 0.35),
-      lines('pruned', groups.pruned, PALETTE[1], 0.35),
-      lines('running and other', groups.other, PALETTE[4], 0.6),
-      { name: 'pruned at', type: 'scatter', symbol: 'triangle', symbolSize: 6, large: true,
-        itemStyle: { color: PALETTE[1] }, data: prunedEnds },
-    ],
-  }, true);
-  document.getElementById('curves-note').textContent =
-    `${curves.trials.length} trials, ${curves.points} points` +
-    (curves.downsampled ? ' (long curves thinned by the server, first and last steps kept)' : '') +
-    `; ${prunedEnds.length} pruned, marked ▲ where they stopped.`;
+
+  // Draws the curves of `ids` (trial ids whose curve or state changed), or
+  // of every trial when ids is null.
+  draw({ trialsById, curves, metric }, ids) {
+    const touched = new Set();
+    const update = (id) => {
+      const c = curves.get(id);
+      if (!c) return;
+      const held = this.items.get(id);
+      const state = trialsById.get(id)?.state;
+      const group = state === 'completed' || state === 'pruned' ? state : 'other';
+      if (held && held.group === group && held.curve === c) return;
+      if (held) touched.add(held.group);
+      touched.add(group);
+      this.items.set(id, { group, curve: c });
+    };
+    if (ids === null) {
+      this.items.clear();
+      for (const id of curves.keys()) update(id);
+    } else {
+      for (const id of new Set(ids)) update(id);
+    }
+    if (touched.size === 0 && this.drawn) return;
+    for (const g of touched) {
+      const curvesOf = [];
+      for (const item of this.items.values()) if (item.group === g) curvesOf.push(item.curve);
+      this.groups[g] = flatLines(curvesOf);
+      if (g === 'pruned') {
+        this.prunedEnds = curvesOf.map((c) => [c.steps.at(-1), c.values.at(-1)]);
+      }
+    }
+    // 'lines' series do not widen the axes: their extent is set here.
+    const extent = { x: [Infinity, -Infinity], y: [Infinity, -Infinity] };
+    this.points = 0;
+    for (const c of curves.values()) {
+      this.points += c.steps.length;
+      for (const s of c.steps) {
+        if (s < extent.x[0]) extent.x[0] = s;
+        if (s > extent.x[1]) extent.x[1] = s;
+      }
+      for (const v of c.values) {
+        if (v < extent.y[0]) extent.y[0] = v;
+        if (v > extent.y[1]) extent.y[1] = v;
+      }
+    }
+    const sameExtent = this.extent && ['x', 'y'].every((a) => extent[a].every((v, i) => v === this.extent[a][i]));
+    this.extent = extent;
+    const lines = (id, name, color, opacity) => ({
+      id, name, type: 'lines', coordinateSystem: 'cartesian2d', polyline: true, large: true, largeThreshold: 500,
+      // ECharts keeps flat data as a typed array of a value per curve, and its
+      // development build wants typed data's dimensions named.
+      dimensions: ['value'], data: this.groups[id], lineStyle: { color, width: 1, opacity },
+    });
+    const prunedAt = () => ({
+      id: 'pruned at', name: 'pruned at', type: 'scatter', symbol: 'triangle', symbolSize: 6, large: true,
+      itemStyle: { color: PALETTE[1] }, data: seriesData(this.prunedEnds),
+    });
+    const axes = {
+      xAxis: { type: 'value', name: 'step', ...axisRange(extent.x) },
+      yAxis: { type: 'value', name: metric, ...axisRange(extent.y, 0.05) },
+    };
+    const c = chart(this.el, 'experiment.curves');
+    if (!this.drawn) {
+      c.setOption({
+        ...baseOption,
+        legend: { top: 0, data: ['completed', 'pruned', 'running and other', 'pruned at'] },
+        ...axes,
+        series: [
+          lines('completed', 'completed', PALETTE[0], 0.35),
+          lines('pruned', 'pruned', PALETTE[1], 0.35),
+          lines('other', 'running and other', PALETTE[4], 0.6),
+          prunedAt(),
+        ],
+      }, true);
+      this.drawn = true;
+      return;
+    }
+    const series = [];
+    if (touched.has('completed')) series.push(lines('completed', 'completed', PALETTE[0], 0.35));
+    if (touched.has('pruned')) series.push(lines('pruned', 'pruned', PALETTE[1], 0.35), prunedAt());
+    if (touched.has('other')) series.push(lines('other', 'running and other', PALETTE[4], 0.6));
+    // ECharts (6.1) offsets a lines series' new flat data by the coordinates
+    // the series held (as appendData must), which lays the new curves out as
+    // NaN: the series are emptied first, without drawing (lazyUpdate; the
+    // next setOption draws).
+    c.setOption({ series: series.filter((s) => s.type === 'lines').map(({ id }) => ({ id, data: [] })) },
+                { lazyUpdate: true });
+    c.setOption({ ...(sameExtent ? {} : axes), series });
+  }
+
+  note(downsampled) {
+    return `${this.items.size} trials, ${this.points} points` +
+      (downsampled ? ' (long curves thinned by the server, first and last steps kept)' : '') +
+      `; ${this.prunedEnds.length} pruned, marked ▲ where they stopped.`;
+  }
+}
+
+// Curves ({ steps, values }) as one series' data in ECharts' flat form of
+// polylines (lines series, SeriesLinesOption.data). A curve of one point is
+// drawn as two (ECharts' large polylines need two).
+function flatLines(curves) {
+  let size = 0;
+  for (const c of curves) size += c.steps.length ? 1 + 2 * Math.max(2, c.steps.length) : 0;
+  if (size === 0) return [];  // ECharts takes an empty typed array for another format
+  const out = new Float64Array(size);
+  let at = 0;
+  for (const { steps, values } of curves) {
+    const n = steps.length;
+    if (n === 0) continue;
+    out[at++] = Math.max(2, n);
+    for (let i = 0; i < n; i++) {
+      out[at++] = steps[i];
+      out[at++] = values[i];
+    }
+    if (n === 1) {
+      out[at++] = steps[0];
+      out[at++] = values[0];
+    }
+  }
+  return out;
 }
 
 // Axis bounds for [lo, hi] (none when empty), with a margin of `pad` of the span.
@@ -327,34 +503,41 @@ function axisRange([lo, hi], pad = 0) {
   return { min: lo - margin, max: hi + margin, axisLabel: { formatter: (v) => formatNumber(v, 3) } };
 }
 
-function drawSpaces({ exp, trials }) {
+function drawSpaces({ exp, trials }, full) {
   const history = spaceHistory(trials, exp.spaces);
   const series = exp.spaces.flatMap((s, i) => [
-    { name: `${s} priority`, type: 'line', step: 'end', showSymbol: false, color: PALETTE[i % PALETTE.length],
-      data: history[s].priority },
-    { name: `${s} share`, type: 'line', showSymbol: false, color: PALETTE[i % PALETTE.length],
-      lineStyle: { type: 'dashed' }, data: history[s].share },
+    { id: `${i} priority`, name: `${s} priority`, type: 'line', step: 'end', showSymbol: false,
+      color: PALETTE[i % PALETTE.length], data: seriesData(history[s].priority) },
+    { id: `${i} share`, name: `${s} share`, type: 'line', showSymbol: false, color: PALETTE[i % PALETTE.length],
+      lineStyle: { type: 'dashed' }, data: seriesData(history[s].share) },
   ]);
-  chart(document.getElementById('spaces'), 'experiment.spaces').setOption({
+  chart(document.getElementById('spaces'), 'experiment.spaces').setOption(full ? {
     ...baseOption,
     tooltip: { trigger: 'axis', valueFormatter: (v) => formatNumber(v, 3) },
     legend: { top: 0, type: 'scroll' },
     xAxis: { type: 'value', name: 'trial', min: 'dataMin', max: 'dataMax' },
     yAxis: { type: 'value', min: 0, max: 1 },
     series,
-  }, true);
+  } : { series }, full);
 }
 
-function drawImportance({ trials, metric }) {
+function drawImportance({ trials, metric }, full) {
   const rows = importance(trials, metric);
-  chart(document.getElementById('importance'), 'experiment.importance').setOption({
+  const yAxis = { type: 'category', inverse: true, data: rows.map((r) => `${r.param} (${r.trials})`) };
+  const series = [{ id: 'importance', type: 'bar', name: 'importance', data: rows.map((r) => r.importance),
+                    label: { show: true, position: 'right', formatter: ({ value }) => formatNumber(value, 2) } }];
+  chart(document.getElementById('importance'), 'experiment.importance').setOption(full ? {
     ...baseOption,
     tooltip: { trigger: 'axis', axisPointer: { type: 'shadow' }, valueFormatter: (v) => formatNumber(v, 3) },
     xAxis: { type: 'value', name: 'η²', min: 0, max: 1 },
-    yAxis: { type: 'category', inverse: true, data: rows.map((r) => `${r.param} (${r.trials})`) },
-    series: [{ type: 'bar', name: 'importance', data: rows.map((r) => r.importance),
-               label: { show: true, position: 'right', formatter: ({ value }) => formatNumber(value, 2) } }],
-  }, true);
+    yAxis,
+    series,
+  } : { yAxis, series }, full);
+}
+
+// Waits until the browser has drawn a frame (a paint of what the page holds).
+function nextFrame() {
+  return new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
 }
 
 // Measured samples/s against the tuned (throughput-only) parameters' values,
