@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
   int64_t worker_retention_s = 7 * 24 * 3600;
   int max_attempts = 3;
   int tick_ms = 1000;
+  int trim_memory_s = 30;
   int history_cache_ms = 1000, fleet_cache_ms = 1000;
   std::string tls_cert, tls_key;
   bool migrate_only = false;
@@ -176,6 +177,10 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   app.add_flag("--public-metrics", public_metrics,
                "serve /metrics without the bearer token (for Prometheus; /healthz and /readyz never need it)");
+  app.add_option("--trim-memory-s", trim_memory_s,
+                 "every this many seconds, hand the free pages of malloc's arenas back to the system (0: never)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--group-commit", group_commit,
                  "batch the reports, heartbeats and completions that arrive while a commit is in flight into one "
                  "transaction (false: one transaction each, for comparing)")
@@ -310,6 +315,14 @@ int main(int argc, char** argv) {
   // trial is pending again within that of its lease's expiry, not up to a
   // whole tick later), end experiments at their budget every tick_ms.
   constexpr int kReclaimMs = 100;
+  // And hand the free pages of malloc's arenas back to the system every
+  // --trim-memory-s: a whole read of a big experiment (at a start, after a
+  // requeue) and a REST read of its trials peak at a hundred megabytes
+  // that glibc would otherwise keep (bench/README.md, soak: 138 MB kept
+  // after reads of 10,000 trials, 37 MB after a trim). A trim that frees
+  // that much took 17 ms, one with nothing to free 0.1 ms; allocations in
+  // an arena wait while it is trimmed.
+  const auto trim_every = std::chrono::seconds(trim_memory_s);
   std::mutex tick_mu;
   std::condition_variable tick_cv;
   bool stopping = false;
@@ -317,6 +330,7 @@ int main(int argc, char** argv) {
     const auto period = std::chrono::milliseconds(std::min(tick_ms, kReclaimMs));
     auto next_tick = std::chrono::steady_clock::now() + std::chrono::milliseconds(tick_ms);
     std::chrono::steady_clock::time_point last_warning;  // one a second while the store is down
+    auto next_trim = std::chrono::steady_clock::now() + trim_every;
     std::unique_lock lock(tick_mu);
     while (!tick_cv.wait_for(lock, period, [&] { return stopping; })) {
       lock.unlock();
@@ -326,6 +340,13 @@ int main(int argc, char** argv) {
       if (!s.ok() && std::chrono::steady_clock::now() - last_warning >= std::chrono::seconds(1)) {
         last_warning = std::chrono::steady_clock::now();
         spdlog::warn("housekeeping: {}", s.ToString());
+      }
+      if (trim_memory_s > 0 && std::chrono::steady_clock::now() >= next_trim) {
+        const auto began = std::chrono::steady_clock::now();
+        next_trim = began + trim_every;
+        malloc_trim(0);
+        spdlog::debug("malloc_trim: {:.1f} ms",
+                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count());
       }
       lock.lock();
     }

@@ -1,6 +1,7 @@
 #include "server/store/sql_store.h"
 
 #include <algorithm>
+#include <tuple>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -909,13 +910,21 @@ Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurementsSince
     RequireExperiment(c, experiment_id);
     std::vector<MeasurementRecord> out;
     // By revision first: a recent cursor reads a short range of the index.
+    // The unary plus keeps the planner off the experiment's index (SQLite
+    // walked all of the experiment's measurements by it, 40-60 ms at
+    // 100,000, against under a millisecond by revision), and the order is
+    // made here rather than by a sort that would make the planner prefer
+    // (trial, step) order too.
     for (const auto& r : c.Query("SELECT m.trial_id, m.step, m.metrics, m.samples_per_sec, "
                                  "m.system_setting, m.created_ms, m.revision FROM measurements m "
                                  "JOIN trials t ON t.id = m.trial_id WHERE m.revision >= $2 "
-                                 "AND t.experiment_id = $1 ORDER BY m.trial_id, m.step",
+                                 "AND +t.experiment_id = $1",
                                  {experiment_id, since})) {
       out.push_back(ReadMeasurement(r));
     }
+    std::sort(out.begin(), out.end(), [](const MeasurementRecord& a, const MeasurementRecord& b) {
+      return std::tie(a.trial_id, a.step) < std::tie(b.trial_id, b.step);
+    });
     return out;
   });
 }
