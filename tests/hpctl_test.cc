@@ -54,13 +54,17 @@ class HpctlTest : public ::testing::Test {
     ASSERT_TRUE(server_->Start().ok()) << server_->Log();
     addr_ = "--server 127.0.0.1:" + std::to_string(server_->http_port());
     spec_ = dir_ + "/spec.yaml";
+    WriteSpec(3);
+  }
+  // The spec file: an ask/tell experiment of `max_trials`, three at once.
+  void WriteSpec(int max_trials) {
     std::ofstream(spec_) << R"(
 name: cli
 objective: {metric: loss}
 spaces:
   - name: main
     params: {x: {type: float, low: -1, high: 1}}
-budget: {max_trials: 3, max_parallel: 3, steps_per_trial: 1}
+budget: {max_trials: )" << max_trials << R"(, max_parallel: 3, steps_per_trial: 1}
 executor: {client: {}}
 )";
   }
@@ -113,15 +117,7 @@ TEST_F(HpctlTest, SubmitWatchAndBest) {
 // cursor (since=), and the best it shows at the end is one that only such a
 // read could have brought. The server's debug log lists the reads.
 TEST_F(HpctlTest, WatchReadsOnlyWhatChangedAfterItsFirstRead) {
-  std::ofstream(spec_) << R"(
-name: cli
-objective: {metric: loss}
-spaces:
-  - name: main
-    params: {x: {type: float, low: -1, high: 1}}
-budget: {max_trials: 6, max_parallel: 3, steps_per_trial: 1}
-executor: {client: {}}
-)";
+  WriteSpec(6);
   ASSERT_EQ(Hpctl(addr_ + " submit " + spec_).code, 0);
   Finish(1);
   const std::string out = dir_ + "/watch.out";

@@ -125,6 +125,28 @@ class StoreRetryTest : public ::testing::Test {
 
   static Measurement Step1() { return {1, R"({"loss": 0.5})", 10, "{}"}; }
 
+  // A batch stopped midway: the test's transaction holds `second`'s row,
+  // then trial_'s and `second`'s reports go through `batching` together, so
+  // that the batch writes trial_'s step (it runs first, by trial id) and
+  // waits for the row. Until `tx` ends.
+  struct HeldBatch {
+    explicit HeldBatch(const std::string& url) : holder(url), tx(holder) {}
+    pqxx::connection holder;
+    pqxx::transaction<pqxx::repeatable_read> tx;
+    std::future<Result<ReportResult>> first, second;
+  };
+  std::unique_ptr<HeldBatch> StartHeldBatch(Store& batching, Id second) {
+    auto held = std::make_unique<HeldBatch>(backend_->url());
+    held->tx.exec("UPDATE trials SET priority = priority + 1 WHERE id = " + std::to_string(second));
+    held->first = std::async(std::launch::async, [this, &batching] {
+      return batching.ReportMeasurement(trial_, "w1", Step1(), 60'000);
+    });
+    held->second = std::async(std::launch::async, [&batching, second] {
+      return batching.ReportMeasurement(second, "w1", Step1(), 60'000);
+    });
+    return held;
+  }
+
   size_t MeasurementsOf(Id trial) {
     auto ms = store_->ListMeasurements(trial);
     EXPECT_TRUE(ms.ok()) << ms.status();
@@ -192,14 +214,10 @@ TEST_F(StoreRetryTest, ABatchWhoseSecondCallLosesARaceRunsAgainWholeAndAcknowled
   // commit makes that second call lose the race. A conflict is the whole
   // transaction's: PostgreSQL has rolled it back, the first call's write
   // included, so the batch runs again from its first call.
-  pqxx::connection holder(backend_->url());
-  pqxx::transaction<pqxx::repeatable_read> tx(holder);
-  tx.exec("UPDATE trials SET priority = priority + 1 WHERE id = " + std::to_string(second));
-  auto first = std::async(std::launch::async, [&] { return batching->ReportMeasurement(trial_, "w1", Step1(), 60'000); });
-  auto other = std::async(std::launch::async, [&] { return batching->ReportMeasurement(second, "w1", Step1(), 60'000); });
+  auto held = StartHeldBatch(*batching, second);
   ASSERT_NE(WaitForALockWaiter(), 0) << "the batch never waited for the row the test holds";
-  tx.commit();
-  auto a = first.get(), b = other.get();
+  held->tx.commit();
+  auto a = held->first.get(), b = held->second.get();
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_TRUE(a->inserted);
@@ -221,11 +239,7 @@ TEST_F(StoreRetryTest, ABatchWhoseConnectionDiesTwiceFailsEveryCallAndWritesNoth
   const Id second = SecondTrial();
   auto batching = OpenBatchingPairs();
   ASSERT_NE(batching, nullptr);
-  pqxx::connection holder(backend_->url());
-  pqxx::transaction<pqxx::repeatable_read> tx(holder);
-  tx.exec("UPDATE trials SET priority = priority + 1 WHERE id = " + std::to_string(second));
-  auto first = std::async(std::launch::async, [&] { return batching->ReportMeasurement(trial_, "w1", Step1(), 60'000); });
-  auto other = std::async(std::launch::async, [&] { return batching->ReportMeasurement(second, "w1", Step1(), 60'000); });
+  auto held = StartHeldBatch(*batching, second);
   // The batch's connection is ended while its first call's write is in and
   // its second call waits: the batch is tried once more on a new
   // connection, which is ended the same way.
@@ -236,8 +250,8 @@ TEST_F(StoreRetryTest, ABatchWhoseConnectionDiesTwiceFailsEveryCallAndWritesNoth
     ASSERT_NE(waiter, 0) << "kill " << kill << ": the batch never waited for the row the test holds";
     pqxx::nontransaction(admin).exec("SELECT pg_terminate_backend(" + std::to_string(waiter) + ")");
   }
-  auto a = first.get(), b = other.get();
-  tx.abort();
+  auto a = held->first.get(), b = held->second.get();
+  held->tx.abort();
   // Neither call is acknowledged, and neither is half-written: the first
   // call's write went with the batch.
   EXPECT_EQ(a.status().code(), StatusCode::kUnavailable) << a.status();
