@@ -22,9 +22,15 @@
 //     `dropped_reports`, not lost.
 //   - no trial may still be leased (`stuck`): every owner is gone by then.
 //
+// The experiment has a budget of --trials-per-experiment trials (2,000);
+// when it ends the next is created, as on a server that runs experiment
+// after experiment (0: one experiment that never ends, whose view the
+// server keeps growing).
+//
 // Prints one line per fault (with -v, on stderr) and
 //
-//   bench=soak minutes=M store=postgresql workers=50 rest_clients=5 faults=F kill_server=A kill_worker=B
+//   bench=soak minutes=M store=postgresql workers=50 rest_clients=5 trials_per_experiment=N experiments=K
+//       faults=F kill_server=A kill_worker=B
 //       restart_postgres=C stop_worker=D acked_reports=R acked_completions=K dropped_reports=X lost=0
 //       stuck=0 rpc_errors=... rest_errors=N server_rss_mb_start=S server_rss_mb_end=E server_fds_start=P
 //       server_fds_end=Q
@@ -218,7 +224,7 @@ std::map<int64_t, std::map<int64_t, double>> Expected(const std::map<int64_t, js
   return expected;
 }
 
-json SoakSpec(int workers, int steps) {
+json SoakSpec(int workers, int steps, int64_t max_trials = 10'000'000) {
   return {{"name", "soak"},
           {"objective", {{"metric", "loss"}}},
           {"spaces",
@@ -228,7 +234,7 @@ json SoakSpec(int workers, int steps) {
                {"y", {{"type", "float"}, {"low", 1e-4}, {"high", 1}, {"log", true}}}}}}}},
           {"algorithm", {{"sampler", "random"}, {"seed", 1}}},
           {"early_stopping", {{"rule", "asha"}, {"type", "stop"}, {"min_resource", 1}, {"reduction_factor", 3}}},
-          {"budget", {{"max_trials", 10'000'000}, {"max_parallel", workers}, {"steps_per_trial", steps}}},
+          {"budget", {{"max_trials", max_trials}, {"max_parallel", workers}, {"steps_per_trial", steps}}},
           {"executor", {{"builtin", {{"trainer", "fashion-mnist-mlp"}}}}}};
 }
 
@@ -242,6 +248,10 @@ struct SoakOptions {
   int steps = 10;
   int step_ms = 500;
   int disk_seconds = 60;  // the full-disk phase on SQLite; 0: none
+  // Each experiment's trial budget; when one ends the next is created, as
+  // on a server that runs experiment after experiment. 0: one experiment
+  // that never ends.
+  int64_t trials_per_experiment = 2000;
   std::string dir;
   std::string server_bin;
   bool verbose = false;
@@ -253,7 +263,10 @@ Status Soak(const SoakOptions& o, const std::string& self) {
   ServerProcess server(o.server_bin, o.dir + "/server",
                        {"--store", pg->Url("soak"), "--lease-timeout", std::to_string(o.lease_timeout_s)});
   HPO_RETURN_IF_ERROR(server.Start());
-  HPO_ASSIGN_OR_RETURN(const int64_t experiment, CreateExperiment(server.http_port(), SoakSpec(o.workers, o.steps).dump()));
+  const std::string spec =
+      SoakSpec(o.workers, o.steps, o.trials_per_experiment > 0 ? o.trials_per_experiment : 10'000'000).dump();
+  HPO_ASSIGN_OR_RETURN(int64_t experiment, CreateExperiment(server.http_port(), spec));
+  int experiments = 1;
 
   // Worker processes; each started one gets a record file of its own.
   std::vector<pid_t> children;
@@ -298,8 +311,23 @@ Status Soak(const SoakOptions& o, const std::string& self) {
   auto log = [&](const std::string& line) {
     if (o.verbose) std::fprintf(stderr, "soak %6.0f s: %s\n", MsSince(start) / 1000.0, line.c_str());
   };
+  auto next_check = start;
   while (Clock::now() < end) {
     std::this_thread::sleep_for(milliseconds(200));
+    if (o.trials_per_experiment > 0 && Clock::now() >= next_check) {
+      // The next experiment once this one has ended. A call that meets a
+      // fault is tried again at the next check; one whose answer a fault
+      // lost leaves an experiment more, which the checks read all the same.
+      next_check = Clock::now() + seconds(2);
+      auto e = RestCall(server.http_port(), "GET", "/api/v1/experiments/" + std::to_string(experiment));
+      if (e.ok() && e->value("state", "") != "running") {
+        auto next = CreateExperiment(server.http_port(), spec);
+        if (next.ok()) {
+          experiment = *next;
+          log(fmt::format("experiment {} created ({} so far)", experiment, ++experiments));
+        }
+      }
+    }
     if (!sampled_start && Clock::now() >= warm) {
       sampled_start = true;
       rss_start = ProcStatusMb(server.pid(), "VmRSS");
@@ -344,7 +372,14 @@ Status Soak(const SoakOptions& o, const std::string& self) {
 
   Recorded rec;
   for (const auto& path : records) HPO_RETURN_IF_ERROR(ReadRecord(path, rec));
-  HPO_ASSIGN_OR_RETURN(const auto trials, AllTrials(server.http_port(), experiment));
+  // Every experiment's trials, also those of one created by a call whose
+  // answer was lost.
+  std::map<int64_t, json> trials;
+  HPO_ASSIGN_OR_RETURN(json listed, RestCall(server.http_port(), "GET", "/api/v1/experiments?limit=1000"));
+  for (const auto& e : listed["experiments"]) {
+    HPO_ASSIGN_OR_RETURN(auto of, AllTrials(server.http_port(), e["id"].get<int64_t>()));
+    trials.merge(of);
+  }
   const int64_t stuck = Stuck(trials);
   int64_t dropped = 0;
   const auto expected = Expected(trials, rec, dropped);
@@ -357,13 +392,14 @@ Status Soak(const SoakOptions& o, const std::string& self) {
   for (const auto& [k, n] : faults) total += n;
   const int64_t lost = check.lost_reports + check.lost_completions;
   std::printf(
-      "bench=soak minutes=%d store=postgresql workers=%d rest_clients=%d faults=%d kill_server=%d kill_worker=%d "
+      "bench=soak minutes=%d store=postgresql workers=%d rest_clients=%d trials_per_experiment=%" PRId64
+      " experiments=%zu faults=%d kill_server=%d kill_worker=%d "
       "restart_postgres=%d stop_worker=%d acked_reports=%" PRId64 " acked_completions=%zu dropped_reports=%" PRId64
       " lost=%" PRId64 " stuck=%" PRId64 " rest_calls=%" PRId64 " rest_errors=%" PRId64
       " server_rss_mb_start=%.1f server_rss_mb_end=%.1f server_fds_start=%d server_fds_end=%d\n",
-      o.minutes, o.workers, o.rest_clients, total, faults["kill_server"], faults["kill_worker"],
-      faults["restart_postgres"], faults["stop_worker"], rec.report_lines, rec.completions.size(), dropped, lost,
-      stuck, rs.calls, rs.errors_total, rss_start, rss_end, fds_start, fds_end);
+      o.minutes, o.workers, o.rest_clients, o.trials_per_experiment, listed["experiments"].size(), total,
+      faults["kill_server"], faults["kill_worker"], faults["restart_postgres"], faults["stop_worker"], rec.report_lines,
+      rec.completions.size(), dropped, lost, stuck, rs.calls, rs.errors_total, rss_start, rss_end, fds_start, fds_end);
   std::fflush(stdout);
   if (lost != 0 || stuck != 0) return Status::Internal("lost or stuck work; logs in " + o.dir);
   return Status::OK();
@@ -506,6 +542,10 @@ int main(int argc, char** argv) {
   app.add_option("--lease-timeout", o.lease_timeout_s, "seconds")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--steps", o.steps, "reports per trial")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--step-ms", o.step_ms, "time a simulated step takes")->capture_default_str();
+  app.add_option("--trials-per-experiment", o.trials_per_experiment,
+                 "each experiment's trial budget; the next starts when one ends (0: one endless experiment)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--disk-seconds", o.disk_seconds, "the full-disk phase on SQLite after the soak; 0: none")
       ->capture_default_str();
   app.add_option("--dir", o.dir, "scratch directory (default: a new one under /tmp, removed on success)");

@@ -179,6 +179,48 @@ TEST_F(EngineTest, WorkersGetEveryTrialOnceAndTheExperimentEnds) {
   EXPECT_EQ(store_->GetExperiment(e->id)->state, store::ExperimentState::kCompleted);
 }
 
+// A server runs experiment after experiment: what it keeps in memory for
+// one (the view of its trials, its samplers' copy of the histories) goes
+// once the experiment has ended, and /metrics says how much is kept.
+TEST_F(EngineTest, AnEndedExperimentsTrialsAreNotKeptInMemory) {
+  metrics::Registry registry;
+  EngineOptions o = Options();
+  o.metrics = &registry;
+  engine_ = std::make_unique<Engine>(*store_, o);
+  auto ended = engine_->CreateExperiment(Spec(kClient, 20, 4));
+  auto running = engine_->CreateExperiment(Spec(kClient, 100, 4));
+  ASSERT_TRUE(ended.ok() && running.ok());
+  for (int done = 0; done < 20;) {
+    auto batch = engine_->Suggest(ended->id, 4);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    for (const auto& a : *batch) {
+      RunTrial(a, Engine::kClientOwner);
+      ++done;
+    }
+  }
+  ASSERT_EQ(store_->GetExperiment(ended->id)->state, store::ExperimentState::kCompleted);
+  auto batch = engine_->Suggest(running->id, 2);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_EQ(batch->size(), 2u);
+  // The ended one's last batch was drawn from a copy of its first 16 trials.
+  EXPECT_GE(engine_->KeptTrials(), 16u);
+
+  ASSERT_TRUE(engine_->Tick().ok());
+  // The running experiment's 2 trials, in its view and at most once more
+  // in a copy; nothing of the ended one.
+  const size_t kept = engine_->KeptTrials();
+  EXPECT_GE(kept, 2u);
+  EXPECT_LE(kept, 4u);
+  const std::string text = registry.Render();
+  const std::string series = "\nhpo_engine_kept_trials ";
+  const auto at = text.find(series);
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_EQ(std::stod(text.substr(at + series.size())), static_cast<double>(kept));
+  // The ended experiment still answers what it found.
+  auto best = engine_->BestTrial(ended->id);
+  ASSERT_TRUE(best.ok() && best->has_value());
+}
+
 TEST_F(EngineTest, AshaPrunesBadTrialsDuringReports) {
   auto e = engine_->CreateExperiment(Spec(kClient, 12, 1, R"(asha", "min_resource": 1, "reduction_factor": "3)"));
   ASSERT_FALSE(e.ok()) << "a string where a number belongs";

@@ -142,6 +142,9 @@ Engine::Engine(store::Store& store, EngineOptions options)
                                 {{"outcome", "none"}});
     workers_gone_ = &m->counter("hpo_workers_gone_total",
                                 "Workers this server marked gone (unseen for several lease timeouts)");
+    kept_trials_ = &m->gauge("hpo_engine_kept_trials",
+                             "Trials kept in memory for search and placement (the experiments' views and "
+                             "their samplers' copies, a trial once per copy)");
   }
 }
 
@@ -498,6 +501,34 @@ void Engine::ForgetHistory(Id experiment_id) {
   c->trials->Forget();
 }
 
+void Engine::ForgetEnded(Id experiment_id) {
+  Cached* c = nullptr;
+  {
+    MutexLock lock(mu_);
+    auto it = cache_.find(experiment_id);
+    if (it == cache_.end()) return;
+    c = it->second.get();
+  }
+  c->trials->Forget();
+  // Checked first, so that Tick waits for a batch of suggestions holding
+  // replenish_mu only when there is a copy to drop.
+  if (c->sampling_trials.load() == 0) return;
+  MutexLock lock(c->replenish_mu);
+  c->sampling = HistoriesCopy{};
+  c->sampling_trials.store(0);
+}
+
+size_t Engine::KeptTrials() {
+  std::vector<Cached*> cached;
+  {
+    MutexLock lock(mu_);
+    for (auto& [id, c] : cache_) cached.push_back(c.get());
+  }
+  size_t kept = 0;
+  for (Cached* c : cached) kept += c->trials->Kept() + c->sampling_trials.load();
+  return kept;
+}
+
 Status Engine::CheckStore() { return store_.SchemaVersion().status(); }
 Result<store::ExperimentRecord> Engine::GetExperiment(Id id) { return store_.GetExperiment(id); }
 Result<std::vector<store::ExperimentRecord>> Engine::ListExperiments(int64_t offset, int64_t limit) {
@@ -553,6 +584,7 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
   const std::vector<search::History>& histories = c.sampling.histories;
   size_t total = 0;
   for (const auto& h : histories) total += h.trials.size();
+  c.sampling_trials.store(total);
   search::Rng rng = ExperimentRng(spec, experiment_id, total);
   std::vector<int> per_space_so_far;
   for (const auto& h : histories) per_space_so_far.push_back(static_cast<int>(h.trials.size()));
@@ -1074,7 +1106,7 @@ Status Engine::Tick() {
   const int64_t now = NowMs();
   for (const auto& e : experiments) {
     if (e.state != store::ExperimentState::kRunning) {
-      ForgetHistory(e.id);  // nothing left to judge: free the memory
+      ForgetEnded(e.id);  // nothing left to judge or sample: free the memory
       continue;
     }
     HPO_ASSIGN_OR_RETURN(Cached * c, Load(e.id));
@@ -1089,6 +1121,7 @@ Status Engine::Tick() {
     }
     HPO_RETURN_IF_ERROR(MaybeFinish(e.id, *c));
   }
+  if (kept_trials_) kept_trials_->Set(static_cast<double>(KeptTrials()));
   return Status::OK();
 }
 

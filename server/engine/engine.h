@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -413,6 +414,11 @@ class Engine {
   // next decision reads them from the store (a change made around this
   // engine counts at once rather than within history_cache).
   void ForgetHistory(store::Id experiment_id);
+  // Trials this engine keeps in memory for search and placement, in the
+  // experiments' views and in their samplers' copies (a trial counted once
+  // per copy). Tick drops both for an experiment that is no longer
+  // running, and exports the sum as hpo_engine_kept_trials.
+  size_t KeptTrials();
 
   // The system parameters co-tuned inside trials (not affects_accuracy).
   static std::vector<std::string> TunableNames(const ExperimentSpec& spec);
@@ -438,7 +444,12 @@ class Engine {
     // The histories a batch of suggestions is drawn from, copied from
     // `trials` and kept between batches (only what changed is copied again).
     HistoriesCopy sampling HPO_GUARDED_BY(replenish_mu);
+    std::atomic<size_t> sampling_trials{0};  // in `sampling`, read without replenish_mu
   };
+  // An experiment that is no longer running: its view and its samplers'
+  // copy go (a server that runs experiment after experiment would keep
+  // every ended one's otherwise).
+  void ForgetEnded(store::Id experiment_id);
   Result<Cached*> Load(store::Id experiment_id);
   // What samplers and the space ranking draw from: deterministic for
   // (seed, experiment, trials so far), so a restarted server suggests what
@@ -519,6 +530,7 @@ class Engine {
   metrics::Counter* leases_granted_ = nullptr;
   metrics::Counter* leases_empty_ = nullptr;
   metrics::Counter* workers_gone_ = nullptr;
+  metrics::Gauge* kept_trials_ = nullptr;
   // Placement for one experiment (scheduler/policy.h; server/engine/lease.cc):
   // the work it offers this device - promotable paused trials, pending
   // trials, a new trial per space while budget and max_parallel allow -

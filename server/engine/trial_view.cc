@@ -385,4 +385,9 @@ void TrialView::Forget() {
   missed_.clear();
 }
 
+size_t TrialView::Kept() {
+  MutexLock lock(mu_);
+  return view_ ? view_->trials.size() : 0;
+}
+
 }  // namespace hpo::server

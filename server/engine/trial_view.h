@@ -120,6 +120,8 @@ class TrialView {
   void DropCurveAfter(store::Id trial_id, int64_t step) HPO_EXCLUDES(mu_);
   // Drops the view (a requeue deleted a curve; the experiment ended).
   void Forget() HPO_EXCLUDES(mu_);
+  // The trials the view holds now (0 when there is none).
+  size_t Kept() HPO_EXCLUDES(mu_);
   // Apply() for a caller that holds the view from Fresh().
   void Add(TrialsSnapshot& locked_view, const store::TrialRecord& trial) const;
 
