@@ -9,16 +9,24 @@
 //   stop_worker       SIGSTOP of one worker process for its lease timeout
 //                     plus 2 s (its leases run out), then SIGCONT
 //
-// Each worker process writes every acknowledged report and completion to
-// its own file as it is answered, so a kill -9 loses none of the record.
-// At the end the workers are stopped, leases nobody holds are left to run
-// out (twice the lease timeout), and then:
+// Early stopping is promotion-type ASHA by default (--early-stopping):
+// trials pause at their rungs, the workers upload a checkpoint, and a
+// promoted trial resumes on whichever worker asks, from that checkpoint.
+//
+// Each worker process writes every acknowledged report and completion, and
+// how each lease's segment of a trial began and ended, to its own file as
+// it is answered, so a kill -9 loses none of the record. At the end the
+// workers are stopped, leases nobody holds are left to run out (twice the
+// lease timeout), and then:
 //
 //   - every acknowledged completion must have left its trial completed with
-//     the loss sent, and every acknowledged report of the attempt the store
-//     holds must be stored with its value. A report of an attempt whose
-//     lease then ran out (its worker killed or stopped) is dropped by the
-//     server by contract (the next attempt starts over); those count as
+//     the loss sent, and every acknowledged report of a segment whose end
+//     was acknowledged (paused with its checkpoint, completed, or stopped
+//     by the rule) must be stored with its value, unless a later restart of
+//     the trial (an unusable checkpoint, acknowledged) dropped it. The
+//     reports of a segment whose lease was lost or ran out (its worker
+//     killed or stopped) are dropped by the server by contract (the next
+//     lease starts over from the last rung); those count as
 //     `dropped_reports`, not lost.
 //   - no trial may still be leased (`stuck`): every owner is gone by then.
 //
@@ -29,8 +37,8 @@
 //
 // Prints one line per fault (with -v, on stderr) and
 //
-//   bench=soak minutes=M store=postgresql workers=50 rest_clients=5 trials_per_experiment=N experiments=K
-//       faults=F kill_server=A kill_worker=B
+//   bench=soak minutes=M store=postgresql workers=50 rest_clients=5 early_stopping=promotion
+//       trials_per_experiment=N experiments=K pauses=P promotions=Q restarts=0 faults=F kill_server=A kill_worker=B
 //       restart_postgres=C stop_worker=D acked_reports=R acked_completions=K dropped_reports=X lost=0
 //       stuck=0 rpc_errors=... rest_errors=N server_rss_mb_start=S server_rss_mb_end=E server_fds_start=P
 //       server_fds_end=Q
@@ -83,16 +91,21 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 double Curve(const json& params, int64_t step) {
   const double x = params.value("x", 0.5), y = params.value("y", 0.1);
   return (x - 0.3) * (x - 0.3) + 0.1 * std::log10(y + 1) + 1.0 / static_cast<double>(step + 2);
 }
 
 // A worker process: `workers` simulated workers until it is killed. Its
-// acknowledged calls go to `record` as lines "R trial attempt step loss"
-// and "C trial loss", each written (one write(2), O_APPEND) as it is
-// answered: in the kernel's hands before the next call, so kill -9 of this
-// process cannot lose a line.
+// acknowledged calls go to `record` as lines "R segment trial step loss",
+// "S segment trial event step time_ms" (SegmentEvent; time_ms on the
+// steady clock, which every process shares) and "C trial loss", each
+// written (one write(2), O_APPEND) as it is answered: in the kernel's hands
+// before the next call, so kill -9 of this process cannot lose a line.
 int RunChild(const std::string& address, int workers, int step_ms, int steps, const std::string& record) {
   const int fd = ::open(record.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -103,6 +116,7 @@ int RunChild(const std::string& address, int workers, int step_ms, int steps, co
     // One write per line; O_APPEND keeps the threads' lines whole.
     if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) std::abort();
   };
+  const int pid = static_cast<int>(::getpid());
   FleetOptions fo;
   fo.address = address;
   fo.workers = workers;
@@ -114,8 +128,11 @@ int RunChild(const std::string& address, int workers, int step_ms, int steps, co
   // ASHA stops some trials and lets others complete (the default SimLoss
   // grows with the trial id: nearly every later trial would be stopped).
   fo.objective = Curve;
-  fo.on_report = [&](int64_t trial, int attempt, int64_t step, double loss) {
-    write_line(fmt::format("R {} {} {} {:.17g}\n", trial, attempt, step, loss));
+  fo.on_report = [&](int64_t segment, int64_t trial, int64_t step, double loss) {
+    write_line(fmt::format("R {}.{} {} {} {:.17g}\n", pid, segment, trial, step, loss));
+  };
+  fo.on_segment = [&](int64_t segment, int64_t trial, SegmentEvent e, int64_t step) {
+    write_line(fmt::format("S {}.{} {} {} {} {}\n", pid, segment, trial, SegmentEventName(e), step, SteadyMs()));
   };
   fo.on_complete = [&](int64_t trial, double loss) { write_line(fmt::format("C {} {:.17g}\n", trial, loss)); };
   SimFleet fleet(fo);
@@ -141,16 +158,46 @@ int OpenFds(pid_t pid) {
   return n;
 }
 
+// What the workers' records say, segment by segment.
 struct Recorded {
-  // trial -> step -> (attempt, loss): the newest attempt's report of a step.
-  std::map<int64_t, std::map<int64_t, std::pair<int, double>>> reports;
+  struct Segment {
+    int64_t trial = 0;
+    std::vector<std::pair<int64_t, double>> reports;  // acknowledged, since its last restart
+    bool acked_end = false;  // paused with its checkpoint, completed or stopped, acknowledged
+    int64_t end_ms = 0;
+  };
+  std::map<std::string, Segment> segments;
+  std::map<int64_t, std::vector<int64_t>> restarts;  // trial -> when each acknowledged restart returned
   std::map<int64_t, double> completions;
-  int64_t report_lines = 0;
+  int64_t report_lines = 0, pauses = 0, promotions = 0, restarted = 0, dropped_by_restart = 0;
 
-  void Report(int64_t trial, int attempt, int64_t step, double loss) {
-    auto& slot = reports[trial][step];
-    if (attempt >= slot.first) slot = {attempt, loss};
+  void Report(const std::string& segment, int64_t trial, int64_t step, double loss) {
+    Segment& s = segments[segment];
+    s.trial = trial;
+    s.reports.emplace_back(step, loss);
     ++report_lines;
+  }
+  Status Event(const std::string& segment, int64_t trial, const std::string& event, int64_t step, int64_t ms) {
+    Segment& s = segments[segment];
+    s.trial = trial;
+    if (event == "leased") {
+      promotions += step > 0;
+    } else if (event == "restarted") {
+      // The server dropped every step of the trial, this segment's so far too.
+      dropped_by_restart += static_cast<int64_t>(s.reports.size());
+      s.reports.clear();
+      restarts[trial].push_back(ms);
+      ++restarted;
+    } else if (event == "paused" || event == "completed" || event == "stopped") {
+      s.acked_end = true;
+      s.end_ms = ms;
+      pauses += event == "paused";
+    } else if (event == "paused_bare") {
+      ++pauses;  // without a checkpoint its promotion starts over: nothing of it need stay
+    } else {
+      return Status::DataLoss("an unknown segment event: " + event);
+    }
+    return Status::OK();
   }
 };
 
@@ -159,18 +206,24 @@ Status ReadRecord(const std::string& path, Recorded& into) {
   for (std::string line; std::getline(in, line);) {
     std::istringstream ss(line);
     std::string kind;
-    int64_t trial = 0;
-    ss >> kind >> trial;
+    ss >> kind;
     if (kind == "R") {
-      int attempt = 0;
-      int64_t step = 0;
+      std::string segment;
+      int64_t trial = 0, step = 0;
       double loss = 0;
-      ss >> attempt >> step >> loss;
+      ss >> segment >> trial >> step >> loss;
       if (!ss) return Status::DataLoss(path + ": a report line that does not parse: " + line);
-      into.Report(trial, attempt, step, loss);
+      into.Report(segment, trial, step, loss);
+    } else if (kind == "S") {
+      std::string segment, event;
+      int64_t trial = 0, step = 0, ms = 0;
+      ss >> segment >> trial >> event >> step >> ms;
+      if (!ss) return Status::DataLoss(path + ": a segment line that does not parse: " + line);
+      HPO_RETURN_IF_ERROR(into.Event(segment, trial, event, step, ms));
     } else if (kind == "C") {
+      int64_t trial = 0;
       double loss = 0;
-      ss >> loss;
+      ss >> trial >> loss;
       if (!ss) return Status::DataLoss(path + ": a completion line that does not parse: " + line);
       into.completions[trial] = loss;
     } else if (!line.empty()) {
@@ -203,28 +256,28 @@ int64_t Stuck(const std::map<int64_t, json>& trials) {
   return stuck;
 }
 
-// The reports the store must hold: those of the attempt it holds. A report
-// of an earlier attempt, or of a trial back in pending, went with a lease
-// that ran out: the server drops such an attempt's steps by contract.
-std::map<int64_t, std::map<int64_t, double>> Expected(const std::map<int64_t, json>& trials, const Recorded& rec,
-                                                      int64_t& dropped) {
+// The reports the store must hold: those of segments whose end was
+// acknowledged, unless a restart of their trial acknowledged after that end
+// dropped them. The rest went with a lease that was lost or ran out: the
+// server drops such a segment's steps by contract (`dropped`).
+std::map<int64_t, std::map<int64_t, double>> Expected(const Recorded& rec, int64_t& dropped) {
   std::map<int64_t, std::map<int64_t, double>> expected;
-  for (const auto& [trial, steps] : rec.reports) {
-    auto it = trials.find(trial);
-    const int attempt = it == trials.end() ? 0 : it->second.value("attempt", 0);
-    const bool requeued = it != trials.end() && it->second.value("state", "") == "pending";
-    for (const auto& [step, sent] : steps) {
-      if (requeued || sent.first < attempt) {
-        ++dropped;
-      } else {
-        expected[trial][step] = sent.second;
-      }
+  dropped = rec.dropped_by_restart;
+  for (const auto& [key, s] : rec.segments) {
+    bool kept = s.acked_end;
+    if (auto it = rec.restarts.find(s.trial); kept && it != rec.restarts.end()) {
+      for (int64_t ms : it->second) kept = kept && ms <= s.end_ms;
     }
+    if (!kept) {
+      dropped += static_cast<int64_t>(s.reports.size());
+      continue;
+    }
+    for (const auto& [step, loss] : s.reports) expected[s.trial][step] = loss;
   }
   return expected;
 }
 
-json SoakSpec(int workers, int steps, int64_t max_trials = 10'000'000) {
+json SoakSpec(int workers, int steps, const std::string& early_stopping, int64_t max_trials = 10'000'000) {
   return {{"name", "soak"},
           {"objective", {{"metric", "loss"}}},
           {"spaces",
@@ -233,7 +286,8 @@ json SoakSpec(int workers, int steps, int64_t max_trials = 10'000'000) {
               {{"x", {{"type", "float"}, {"low", 0}, {"high", 1}}},
                {"y", {{"type", "float"}, {"low", 1e-4}, {"high", 1}, {"log", true}}}}}}}},
           {"algorithm", {{"sampler", "random"}, {"seed", 1}}},
-          {"early_stopping", {{"rule", "asha"}, {"type", "stop"}, {"min_resource", 1}, {"reduction_factor", 3}}},
+          {"early_stopping",
+           {{"rule", "asha"}, {"type", early_stopping}, {"min_resource", 1}, {"reduction_factor", 3}}},
           {"budget", {{"max_trials", max_trials}, {"max_parallel", workers}, {"steps_per_trial", steps}}},
           {"executor", {{"builtin", {{"trainer", "fashion-mnist-mlp"}}}}}};
 }
@@ -252,6 +306,7 @@ struct SoakOptions {
   // on a server that runs experiment after experiment. 0: one experiment
   // that never ends.
   int64_t trials_per_experiment = 2000;
+  std::string early_stopping = "promotion";  // ASHA's type: promotion or stop
   std::string dir;
   std::string server_bin;
   bool verbose = false;
@@ -264,7 +319,8 @@ Status Soak(const SoakOptions& o, const std::string& self) {
                        {"--store", pg->Url("soak"), "--lease-timeout", std::to_string(o.lease_timeout_s)});
   HPO_RETURN_IF_ERROR(server.Start());
   const std::string spec =
-      SoakSpec(o.workers, o.steps, o.trials_per_experiment > 0 ? o.trials_per_experiment : 10'000'000).dump();
+      SoakSpec(o.workers, o.steps, o.early_stopping, o.trials_per_experiment > 0 ? o.trials_per_experiment : 10'000'000)
+          .dump();
   HPO_ASSIGN_OR_RETURN(int64_t experiment, CreateExperiment(server.http_port(), spec));
   int experiments = 1;
 
@@ -382,9 +438,9 @@ Status Soak(const SoakOptions& o, const std::string& self) {
   }
   const int64_t stuck = Stuck(trials);
   int64_t dropped = 0;
-  const auto expected = Expected(trials, rec, dropped);
-  log(fmt::format("checking {} reports of {} trials and {} completions against the store", rec.report_lines,
-                  rec.reports.size(), rec.completions.size()));
+  const auto expected = Expected(rec, dropped);
+  log(fmt::format("checking {} reports of {} segments and {} completions against the store", rec.report_lines,
+                  rec.segments.size(), rec.completions.size()));
   HPO_ASSIGN_OR_RETURN(AckCheck check, CheckAcknowledged(server.http_port(), expected, rec.completions));
   for (const auto& s : check.samples) std::fprintf(stderr, "soak: lost: %s\n", s.c_str());
   const RestStats rs = rest.Snapshot();
@@ -392,12 +448,14 @@ Status Soak(const SoakOptions& o, const std::string& self) {
   for (const auto& [k, n] : faults) total += n;
   const int64_t lost = check.lost_reports + check.lost_completions;
   std::printf(
-      "bench=soak minutes=%d store=postgresql workers=%d rest_clients=%d trials_per_experiment=%" PRId64
-      " experiments=%zu faults=%d kill_server=%d kill_worker=%d "
+      "bench=soak minutes=%d store=postgresql workers=%d rest_clients=%d early_stopping=%s "
+      "trials_per_experiment=%" PRId64 " experiments=%zu pauses=%" PRId64 " promotions=%" PRId64 " restarts=%" PRId64
+      " faults=%d kill_server=%d kill_worker=%d "
       "restart_postgres=%d stop_worker=%d acked_reports=%" PRId64 " acked_completions=%zu dropped_reports=%" PRId64
       " lost=%" PRId64 " stuck=%" PRId64 " rest_calls=%" PRId64 " rest_errors=%" PRId64
       " server_rss_mb_start=%.1f server_rss_mb_end=%.1f server_fds_start=%d server_fds_end=%d\n",
-      o.minutes, o.workers, o.rest_clients, o.trials_per_experiment, listed["experiments"].size(), total,
+      o.minutes, o.workers, o.rest_clients, o.early_stopping.c_str(), o.trials_per_experiment,
+      listed["experiments"].size(), rec.pauses, rec.promotions, rec.restarted, total,
       faults["kill_server"], faults["kill_worker"], faults["restart_postgres"], faults["stop_worker"], rec.report_lines,
       rec.completions.size(), dropped, lost, stuck, rs.calls, rs.errors_total, rss_start, rss_end, fds_start, fds_end);
   std::fflush(stdout);
@@ -435,7 +493,8 @@ Status DiskPhase(const SoakOptions& o) {
     ServerProcess server(o.server_bin, o.dir + "/disk-server",
                          {"--store", "sqlite://" + disk + "/hpo.db", "--lease-timeout", std::to_string(o.lease_timeout_s)});
     HPO_RETURN_IF_ERROR(server.Start());
-    HPO_ASSIGN_OR_RETURN(experiment, CreateExperiment(server.http_port(), SoakSpec(workers, o.steps).dump()));
+    HPO_ASSIGN_OR_RETURN(experiment,
+                         CreateExperiment(server.http_port(), SoakSpec(workers, o.steps, o.early_stopping).dump()));
     FleetOptions fo;
     fo.address = server.grpc_address();
     fo.workers = workers;
@@ -443,9 +502,13 @@ Status DiskPhase(const SoakOptions& o) {
     fo.step_time = milliseconds(o.step_ms);
     fo.heartbeat = true;
     fo.objective = Curve;
-    fo.on_report = [&](int64_t trial, int attempt, int64_t step, double loss) {
+    fo.on_report = [&](int64_t segment, int64_t trial, int64_t step, double loss) {
       std::lock_guard lock(rec_mu);
-      rec.Report(trial, attempt, step, loss);
+      rec.Report(std::to_string(segment), trial, step, loss);
+    };
+    fo.on_segment = [&](int64_t segment, int64_t trial, SegmentEvent e, int64_t step) {
+      std::lock_guard lock(rec_mu);
+      (void)rec.Event(std::to_string(segment), trial, SegmentEventName(e), step, SteadyMs());
     };
     fo.on_complete = [&](int64_t trial, double loss) {
       std::lock_guard lock(rec_mu);
@@ -470,7 +533,7 @@ Status DiskPhase(const SoakOptions& o) {
       // A REST write while the disk is full.
       HttpClientOptions ho;
       ho.port = server.http_port();
-      auto r = HttpRequestOnce(ho, "POST", "/api/v1/experiments", SoakSpec(workers, o.steps).dump());
+      auto r = HttpRequestOnce(ho, "POST", "/api/v1/experiments", SoakSpec(workers, o.steps, o.early_stopping).dump());
       if (r.ok()) {
         rest_status_full = r->status;
         rest_body_full = r->body.substr(0, 200);
@@ -487,7 +550,7 @@ Status DiskPhase(const SoakOptions& o) {
     std::this_thread::sleep_for(seconds(2 * o.lease_timeout_s + 2));
     HPO_ASSIGN_OR_RETURN(const auto trials, AllTrials(server.http_port(), experiment));
     int64_t dropped = 0;
-    const auto expected = Expected(trials, rec, dropped);
+    const auto expected = Expected(rec, dropped);
     HPO_ASSIGN_OR_RETURN(AckCheck check, CheckAcknowledged(server.http_port(), expected, rec.completions));
     for (const auto& s : check.samples) std::fprintf(stderr, "soak: disk phase: lost: %s\n", s.c_str());
     std::map<std::string, int64_t> errors_full;
@@ -546,6 +609,9 @@ int main(int argc, char** argv) {
                  "each experiment's trial budget; the next starts when one ends (0: one endless experiment)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--early-stopping", o.early_stopping, "ASHA's type")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"promotion", "stop"}));
   app.add_option("--disk-seconds", o.disk_seconds, "the full-disk phase on SQLite after the soak; 0: none")
       ->capture_default_str();
   app.add_option("--dir", o.dir, "scratch directory (default: a new one under /tmp, removed on success)");

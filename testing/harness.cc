@@ -365,6 +365,22 @@ double SimLoss(int64_t trial_id, int64_t step) {
   return static_cast<double>(trial_id) + 1.0 / static_cast<double>(step + 2);
 }
 
+const char* SegmentEventName(SegmentEvent e) {
+  switch (e) {
+    case SegmentEvent::kLeased: return "leased";
+    case SegmentEvent::kRestarted: return "restarted";
+    case SegmentEvent::kPaused: return "paused";
+    case SegmentEvent::kPausedBare: return "paused_bare";
+    case SegmentEvent::kCompleted: return "completed";
+    case SegmentEvent::kStopped: return "stopped";
+  }
+  return "?";
+}
+
+std::string SimCheckpoint(int64_t trial_id, int64_t step) {
+  return "sim-checkpoint trial=" + std::to_string(trial_id) + " step=" + std::to_string(step);
+}
+
 // SimFleet --------------------------------------------------------------------------
 
 std::string CodeName(grpc::StatusCode code) {
@@ -437,6 +453,11 @@ grpc::Status SimFleet::Timed(const char* what, const std::function<grpc::Status(
   return s;
 }
 
+void SimFleet::Count(int64_t FleetStats::*counter) {
+  std::lock_guard lock(mu_);
+  ++(stats_.*counter);
+}
+
 void SimFleet::Acked(int64_t trial_id, int64_t step, double loss) {
   std::lock_guard lock(mu_);
   stats_.acked[trial_id][step] = loss;
@@ -479,18 +500,49 @@ void SimFleet::Run(int index) {
       pause(std::chrono::milliseconds(std::max<int64_t>(100, lease.retry_after_ms())));
       continue;
     }
-    const int64_t trial = lease.trial().trial_id();
-    const json params =
-        options_.objective ? json::parse(lease.trial().params_json(), nullptr, false) : json::object();
+    const v1::Trial& t = lease.trial();
+    const int64_t trial = t.trial_id();
+    const int64_t segment = next_segment_++;
+    auto event = [&](SegmentEvent e, int64_t step) {
+      if (options_.on_segment) options_.on_segment(segment, trial, e, step);
+    };
+    event(SegmentEvent::kLeased, t.resume_step());
+    const json params = options_.objective ? json::parse(t.params_json(), nullptr, false) : json::object();
     auto loss_at = [&](int64_t step) {
       return options_.objective ? options_.objective(params, step) : SimLoss(trial, step);
     };
+    int64_t first = 0;
+    if (t.resume_step() > 0) {
+      // A promotion: this trial's checkpoint of its rung, or from scratch
+      // when it is not usable (what hpo-worker does, worker.proto).
+      std::string data, sha;
+      int64_t at = -1;
+      const grpc::Status s = call("download", [&] { return w.DownloadCheckpoint(trial, &data, &at, &sha); });
+      std::string wrong;
+      if (!s.ok()) {
+        wrong = CodeName(s.error_code()) + ": " + s.error_message();
+      } else if (at != t.resume_step() || data != SimCheckpoint(trial, t.resume_step())) {
+        wrong = "a checkpoint of step " + std::to_string(at) + " that is not the one uploaded";
+      }
+      if (wrong.empty()) {
+        first = t.resume_step() + 1;
+        Count(&FleetStats::resumes);
+      } else {
+        if (!call("restart", [&] { return w.Restart(trial, wrong); }).ok()) continue;  // not ours any more
+        event(SegmentEvent::kRestarted, 0);
+        Count(&FleetStats::restarts);
+      }
+    }
     bool ended = false;
-    for (int64_t step = 0; step < options_.steps && !stop_ && !ended; ++step) {
+    std::optional<int64_t> paused_at;
+    for (int64_t step = first; step < options_.steps && !stop_ && !ended && !paused_at; ++step) {
       pause(options_.step_time);
       if (options_.heartbeat) {
         v1::HeartbeatResponse hb;
-        if (call("heartbeat", [&] { return w.Heartbeat(trial, &hb); }).ok() && hb.stop_trial_ids_size() > 0) break;
+        if (call("heartbeat", [&] { return w.Heartbeat(trial, &hb); }).ok() && hb.stop_trial_ids_size() > 0) {
+          ended = true;  // stopped by someone else meanwhile
+          break;
+        }
       }
       const double loss = loss_at(step);
       v1::ReportResponse res;
@@ -500,12 +552,32 @@ void SimFleet::Run(int index) {
         break;
       }
       Acked(trial, step, loss);
-      if (options_.on_report) options_.on_report(trial, lease.trial().attempt(), step, loss);
-      if (res.decision() == v1::DECISION_PRUNE || res.decision() == v1::DECISION_CANCEL) ended = true;
+      if (options_.on_report) options_.on_report(segment, trial, step, loss);
+      if (res.decision() == v1::DECISION_PRUNE || res.decision() == v1::DECISION_CANCEL) {
+        event(SegmentEvent::kStopped, step);
+        ended = true;
+      } else if (res.decision() == v1::DECISION_PAUSE) {
+        paused_at = step;
+      }
+    }
+    if (paused_at) {
+      // The rung's checkpoint, which pauses the trial as it is stored; then
+      // Pause (refused as FAILED_PRECONDITION once the trial was promoted
+      // meanwhile, which the upload already allowed).
+      const bool uploaded =
+          call("upload", [&] { return w.UploadCheckpoint(trial, *paused_at, SimCheckpoint(trial, *paused_at), 4096); })
+              .ok();
+      const bool paused = call("pause", [&] { return w.Pause(trial, *paused_at, uploaded); }).ok();
+      if (uploaded || paused) {
+        event(uploaded ? SegmentEvent::kPaused : SegmentEvent::kPausedBare, *paused_at);
+        Count(&FleetStats::pauses);
+      }
+      continue;
     }
     if (ended || stop_) continue;
     const double final_loss = loss_at(options_.steps - 1);
     if (call("complete", [&] { return w.Complete(trial, final_loss); }).ok()) {
+      event(SegmentEvent::kCompleted, options_.steps - 1);
       if (options_.on_complete) options_.on_complete(trial, final_loss);
       std::lock_guard lock(mu_);
       ++stats_.trials_completed;

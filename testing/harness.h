@@ -140,6 +140,23 @@ std::string CodeName(grpc::StatusCode code);
 // report, so a check can tell one stored measurement from another.
 double SimLoss(int64_t trial_id, int64_t step);
 
+// What happened to one segment of a trial on a simulated worker: the part
+// of it run under one lease (a whole trial, or with promotion-type early
+// stopping the part up to a rung, or from a rung to the next).
+enum class SegmentEvent {
+  kLeased,      // `step`: the lease's resume_step (0: from scratch)
+  kRestarted,   // its checkpoint was unusable; Restart acknowledged: the server dropped every step
+  kPaused,      // at the rung `step`, its checkpoint uploaded
+  kPausedBare,  // at the rung `step`, Pause acknowledged without a checkpoint
+  kCompleted,   // Complete acknowledged
+  kStopped,     // a report at `step` was answered prune or cancel
+};
+const char* SegmentEventName(SegmentEvent e);
+
+// The checkpoint a simulated worker uploads at a rung: names the trial and
+// the step, so a resumed segment can tell its own from another's.
+std::string SimCheckpoint(int64_t trial_id, int64_t step);
+
 struct FleetOptions {
   std::string address;   // the server's gRPC address
   int workers = 8;
@@ -158,7 +175,12 @@ struct FleetOptions {
   // Called from a worker's thread as each Report and Complete is answered
   // OK, so that a caller can record them where a kill -9 does not lose
   // them (bench/soak writes them to a file as they come).
-  std::function<void(int64_t trial_id, int attempt, int64_t step, double loss)> on_report;
+  // `segment` numbers the fleet's leases (from 0), so that a caller can
+  // tell which reports went with which lease; on_segment says how each
+  // began and ended (an end not acknowledged - the lease lost or run out -
+  // is not called).
+  std::function<void(int64_t segment, int64_t trial_id, int64_t step, double loss)> on_report;
+  std::function<void(int64_t segment, int64_t trial_id, SegmentEvent event, int64_t step)> on_segment;
   std::function<void(int64_t trial_id, double loss)> on_complete;
 };
 
@@ -173,6 +195,9 @@ struct FleetStats {
   // "heartbeat"), each in the order the calls returned.
   std::map<std::string, std::vector<double>> call_ms;
   int64_t trials_completed = 0;
+  // Promotion-type early stopping: segments paused at a rung, resumed
+  // from their checkpoint, restarted from scratch (an unusable checkpoint).
+  int64_t pauses = 0, resumes = 0, restarts = 0;
   // Every Report the server answered OK: trial -> step -> loss sent.
   std::map<int64_t, std::map<int64_t, double>> acked;
   int64_t acked_reports = 0;
@@ -181,7 +206,10 @@ struct FleetStats {
 };
 
 // Threads of SimWorkers, each: Register, then Lease -> Report every step ->
-// Complete, forever. A call that fails with an error IsRetryable accepts
+// Complete, forever. A lease with a stop_step pauses there as hpo-worker
+// does (UploadCheckpoint of SimCheckpoint, then Pause); one with a
+// resume_step downloads its checkpoint and goes on after it, or Restarts
+// from step 0 when it is missing or not its own. A call that fails with an error IsRetryable accepts
 // (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED: the server may be
 // restarting or full; ABORTED up to kMaxAbortedAttempts times: a lost race)
 // is retried after retry_pause, as hpo-worker retries it; a Report or
@@ -201,9 +229,11 @@ class SimFleet {
   void Run(int index);
   grpc::Status Timed(const char* what, const std::function<grpc::Status()>& rpc);
   void Acked(int64_t trial_id, int64_t step, double loss);
+  void Count(int64_t FleetStats::*counter);
 
   FleetOptions options_;
   std::atomic<bool> stop_{false};
+  std::atomic<int64_t> next_segment_{0};
   std::vector<std::thread> threads_;
   mutable std::mutex mu_;
   FleetStats stats_;  // GUARDED_BY(mu_)
