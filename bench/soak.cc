@@ -559,7 +559,11 @@ Status DiskPhase(const SoakOptions& o) {
       const int64_t during = n - (before.errors.count(code) ? before.errors.at(code) : 0);
       if (during <= 0) continue;
       errors_full[code] = during;
-      if (code != "UNAVAILABLE" && code != "RESOURCE_EXHAUSTED") unclean += during;
+      if (code != "UNAVAILABLE" && code != "RESOURCE_EXHAUSTED") {
+        unclean += during;
+        std::fprintf(stderr, "soak: disk phase: %" PRId64 " calls failed %s while the disk was full; the first: %s\n",
+                     during, code.c_str(), full.first_error[code].c_str());
+      }
     }
     std::string codes;
     for (const auto& [code, n] : errors_full) codes += (codes.empty() ? "" : ",") + code + ":" + std::to_string(n);

@@ -446,9 +446,9 @@ grpc::Status SimFleet::Timed(const char* what, const std::function<grpc::Status(
     ++stats_.errors[CodeName(s.error_code())];
     ++stats_.errors_total;
     stats_.last_error = Clock::now();
-    if (stats_.error_samples.size() < 5) {
-      stats_.error_samples.push_back(std::string(what) + ": " + CodeName(s.error_code()) + ": " + s.error_message());
-    }
+    const std::string sample = std::string(what) + ": " + CodeName(s.error_code()) + ": " + s.error_message();
+    if (stats_.error_samples.size() < 5) stats_.error_samples.push_back(sample);
+    stats_.first_error.emplace(CodeName(s.error_code()), sample);
   }
   return s;
 }

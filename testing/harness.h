@@ -190,6 +190,7 @@ struct FleetStats {
   std::map<std::string, int64_t> errors;  // by gRPC code name, e.g. "UNAVAILABLE"
   int64_t errors_total = 0;
   std::vector<std::string> error_samples;  // the first few failed calls
+  std::map<std::string, std::string> first_error;  // by gRPC code name: the first call that failed so
   std::vector<double> latency_ms;         // of every RPC
   // The same, by call ("register", "lease", "report", "complete",
   // "heartbeat"), each in the order the calls returned.
