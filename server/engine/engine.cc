@@ -271,11 +271,7 @@ std::string SessionHash(std::string_view session) {
 std::string Engine::WorkerOwner(Id worker_id) { return "worker/" + std::to_string(worker_id); }
 
 Result<Engine::Cached*> Engine::Load(Id experiment_id) {
-  {
-    MutexLock lock(mu_);
-    auto it = cache_.find(experiment_id);
-    if (it != cache_.end()) return it->second.get();
-  }
+  if (Cached* c = Find(experiment_id)) return c;
   HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.GetExperiment(experiment_id));
   auto parsed = ParseExperimentSpec(rec.spec_json);
   if (!parsed.ok()) {
@@ -490,25 +486,19 @@ Result<std::vector<Id>> Engine::Heartbeat(const WorkerCaller& caller, const std:
   return store_.RenewLeases(trial_ids, WorkerOwner(caller.worker_id), options_.worker_lease_ms);
 }
 
+Engine::Cached* Engine::Find(Id experiment_id) {
+  MutexLock lock(mu_);
+  auto it = cache_.find(experiment_id);
+  return it == cache_.end() ? nullptr : it->second.get();
+}
+
 void Engine::ForgetHistory(Id experiment_id) {
-  Cached* c = nullptr;
-  {
-    MutexLock lock(mu_);
-    auto it = cache_.find(experiment_id);
-    if (it == cache_.end()) return;
-    c = it->second.get();
-  }
-  c->trials->Forget();
+  if (Cached* c = Find(experiment_id)) c->trials->Forget();
 }
 
 void Engine::ForgetEnded(Id experiment_id) {
-  Cached* c = nullptr;
-  {
-    MutexLock lock(mu_);
-    auto it = cache_.find(experiment_id);
-    if (it == cache_.end()) return;
-    c = it->second.get();
-  }
+  Cached* c = Find(experiment_id);
+  if (!c) return;
   c->trials->Forget();
   // Checked first, so that Tick waits for a batch of suggestions holding
   // replenish_mu only when there is a copy to drop.

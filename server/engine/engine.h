@@ -451,6 +451,7 @@ class Engine {
   // every ended one's otherwise).
   void ForgetEnded(store::Id experiment_id);
   Result<Cached*> Load(store::Id experiment_id);
+  Cached* Find(store::Id experiment_id) HPO_EXCLUDES(mu_);  // the cached entry, or null
   // What samplers and the space ranking draw from: deterministic for
   // (seed, experiment, trials so far), so a restarted server suggests what
   // the old one would have.
