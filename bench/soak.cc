@@ -49,8 +49,16 @@
 // UNAVAILABLE or RESOURCE_EXHAUSTED, a REST write 503 or 507; reports must
 // be acknowledged again once space is back; nothing acknowledged is lost:
 //
-//   bench=soak_disk store=sqlite tmpfs_mb=32 seconds=S workers=10 rpc_errors_while_full=UNAVAILABLE:N
-//       unclean_rpc_errors=0 rest_write_while_full=503 recovered=1 recovery_ms=X ... lost=0 stuck=0
+//   bench=soak_disk store=sqlite tmpfs_mb=32 seconds=S workers=10 early_stopping=promotion
+//       rpc_errors_while_full=UNAVAILABLE:N refused_late_calls=L unclean_rpc_errors=0
+//       rest_write_while_full=503 recovered=1 recovery_ms=X ... lost=0 stuck=0
+//
+// The disk is kept full for its whole window (the server frees space as
+// trials end and their checkpoints go; the filler takes it again). A lease
+// that runs out meanwhile (its renewals are writes too) goes to another
+// worker once a write gets through, and its first owner's late calls are
+// refused (FAILED_PRECONDITION, "not leased to"): `refused_late_calls`,
+// by contract, not unclean.
 //
 // The "start" figures are read 5 minutes in (or a sixth of a shorter run),
 // the "end" ones just before the workers stop; both of whichever server
@@ -64,6 +72,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/fmt/fmt.h>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cerrno>
 #include <cinttypes>
@@ -520,15 +529,40 @@ Status DiskPhase(const SoakOptions& o) {
     std::this_thread::sleep_for(third);
     before = fleet.Snapshot();
     {
-      // Fill the tmpfs: 1 MiB writes, then smaller ones, until none fits.
+      // Fill the tmpfs: 1 MiB writes, then smaller ones, until none fits;
+      // and keep it full: the server frees space as it goes (the
+      // checkpoints of trials that end are deleted), which the filler takes
+      // again every 20 ms, so that the disk stays full for the whole window.
       const std::string filler = disk + "/filler";
-      const int fd = ::open(filler.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      const int fd = ::open(filler.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
       if (fd < 0) return Status::Internal(filler + ": " + std::strerror(errno));
-      std::string block(size_t{1} << 20, 'x');
-      for (size_t n = block.size(); n > 0;) {
-        if (::write(fd, block.data(), n) < 0) n /= 2;
-      }
-      ::close(fd);
+      const std::string block(size_t{1} << 20, 'x');
+      auto fill = [&] {
+        for (size_t n = block.size(); n > 0;) {
+          if (::write(fd, block.data(), n) < 0) n /= 2;
+        }
+      };
+      fill();
+      std::atomic<bool> keep_full{true};
+      std::thread refill([&] {
+        while (keep_full) {
+          std::this_thread::sleep_for(milliseconds(20));
+          fill();
+        }
+      });
+      struct Join {
+        std::atomic<bool>& flag;
+        std::thread& t;
+        int fd;
+        void operator()() {
+          flag = false;
+          if (t.joinable()) t.join();
+        }
+        ~Join() {
+          (*this)();
+          ::close(fd);
+        }
+      } stop_filling{keep_full, refill, fd};
       std::this_thread::sleep_for(third / 2);
       // A REST write while the disk is full.
       HttpClientOptions ho;
@@ -540,6 +574,7 @@ Status DiskPhase(const SoakOptions& o) {
       }
       std::this_thread::sleep_for(third / 2);
       full = fleet.Snapshot();
+      stop_filling();
       std::filesystem::remove(filler);
     }
     const auto freed = Clock::now();
@@ -555,8 +590,15 @@ Status DiskPhase(const SoakOptions& o) {
     for (const auto& s : check.samples) std::fprintf(stderr, "soak: disk phase: lost: %s\n", s.c_str());
     std::map<std::string, int64_t> errors_full;
     int64_t unclean = 0;
+    // A lease that ran out while the disk was full (its renewals failed
+    // too) passes to another worker once a write gets through; the late
+    // calls of its first owner are then refused by contract, as after a
+    // stopped worker in the main phase, and its segment's reports count as
+    // dropped. They are counted apart, not as unclean.
+    const int64_t refused_late = full.refused_not_leased - before.refused_not_leased;
     for (const auto& [code, n] : full.errors) {
-      const int64_t during = n - (before.errors.count(code) ? before.errors.at(code) : 0);
+      int64_t during = n - (before.errors.count(code) ? before.errors.at(code) : 0);
+      if (code == "FAILED_PRECONDITION") during -= refused_late;
       if (during <= 0) continue;
       errors_full[code] = during;
       if (code != "UNAVAILABLE" && code != "RESOURCE_EXHAUSTED") {
@@ -571,10 +613,12 @@ Status DiskPhase(const SoakOptions& o) {
     const int64_t lost = check.lost_reports + check.lost_completions;
     const int64_t stuck = Stuck(trials);
     std::printf(
-        "bench=soak_disk store=sqlite tmpfs_mb=32 seconds=%d workers=%d rpc_errors_while_full=%s unclean_rpc_errors=%" PRId64
+        "bench=soak_disk store=sqlite tmpfs_mb=32 seconds=%d workers=%d early_stopping=%s rpc_errors_while_full=%s "
+        "refused_late_calls=%" PRId64 " unclean_rpc_errors=%" PRId64
         " rest_write_while_full=%d recovered=%d recovery_ms=%.0f acked_reports=%" PRId64 " acked_completions=%zu "
         "dropped_reports=%" PRId64 " lost=%" PRId64 " stuck=%" PRId64 "\n",
-        o.disk_seconds, workers, codes.empty() ? "none" : codes.c_str(), unclean, rest_status_full,
+        o.disk_seconds, workers, o.early_stopping.c_str(), codes.empty() ? "none" : codes.c_str(), refused_late,
+        unclean, rest_status_full,
         recovered ? 1 : 0, recovery_ms, rec.report_lines, rec.completions.size(), dropped, lost, stuck);
     if (!rest_clean) std::fprintf(stderr, "soak: disk phase: REST write while full: %d %s\n", rest_status_full,
                                   rest_body_full.c_str());
@@ -597,7 +641,9 @@ int main(int argc, char** argv) {
   o.server_bin = HPO_SERVER_BIN;
   bool child = false;
   std::string address, record;
-  app.add_option("--minutes", o.minutes)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--minutes", o.minutes, "the soak on PostgreSQL; 0: only the full-disk phase")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--workers", o.workers, "simulated workers")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--workers-per-process", o.workers_per_process,
                  "simulated workers per process (a kill or stop takes one process)")
@@ -638,7 +684,7 @@ int main(int argc, char** argv) {
   }
   std::filesystem::create_directories(o.dir);
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  hpo::Status s = Soak(o, self);
+  hpo::Status s = o.minutes > 0 ? Soak(o, self) : hpo::Status::OK();
   if (s.ok() && o.disk_seconds > 0) s = DiskPhase(o);
   if (!s.ok()) {
     std::fprintf(stderr, "soak: %s\n", s.ToString().c_str());

@@ -30,4 +30,11 @@ Status FromGrpcStatus(const ::grpc::Status& s);
 // and completions are idempotent on the server, so a repeat is harmless.
 inline constexpr int kMaxAbortedAttempts = 5;
 
+// How many times in all a worker tries to send (or fetch) one checkpoint
+// whose transfer failed with an error IsRetryable accepts, short of a
+// refusal that will not pass (RESOURCE_EXHAUSTED: a size over the server's
+// limit). Then it pauses the trial without one (or restarts it from step
+// 0): a checkpoint is worth a few tries, not a lease that runs out.
+inline constexpr int kCheckpointTransferAttempts = 3;
+
 }  // namespace hpo

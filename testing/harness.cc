@@ -449,6 +449,10 @@ grpc::Status SimFleet::Timed(const char* what, const std::function<grpc::Status(
     const std::string sample = std::string(what) + ": " + CodeName(s.error_code()) + ": " + s.error_message();
     if (stats_.error_samples.size() < 5) stats_.error_samples.push_back(sample);
     stats_.first_error.emplace(CodeName(s.error_code()), sample);
+    if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+        s.error_message().find("not leased to") != std::string::npos) {
+      ++stats_.refused_not_leased;
+    }
   }
   return s;
 }
@@ -563,10 +567,24 @@ void SimFleet::Run(int index) {
     if (paused_at) {
       // The rung's checkpoint, which pauses the trial as it is stored; then
       // Pause (refused as FAILED_PRECONDITION once the trial was promoted
-      // meanwhile, which the upload already allowed).
-      const bool uploaded =
-          call("upload", [&] { return w.UploadCheckpoint(trial, *paused_at, SimCheckpoint(trial, *paused_at), 4096); })
-              .ok();
+      // meanwhile, which the upload already allowed). As hpo-worker does
+      // (worker/client.cc, UploadCheckpoint): a few tries, none after a
+      // refusal that will not pass (a size over the limit), the lease
+      // renewed between them; then the trial pauses without a checkpoint.
+      bool uploaded = false;
+      for (int attempt = 0; attempt < kCheckpointTransferAttempts && !stop_; ++attempt) {
+        if (attempt > 0) {
+          w.PauseBeforeRetry(options_.retry_pause, &stop_);
+          v1::HeartbeatResponse hb;
+          (void)Timed("heartbeat", [&] { return w.Heartbeat(trial, &hb); });
+        }
+        const grpc::Status s = Timed(
+            "upload", [&] { return w.UploadCheckpoint(trial, *paused_at, SimCheckpoint(trial, *paused_at), 4096); });
+        uploaded = s.ok();
+        if (s.ok() || !IsRetryable(FromGrpcStatus(s)) || s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+          break;
+        }
+      }
       const bool paused = call("pause", [&] { return w.Pause(trial, *paused_at, uploaded); }).ok();
       if (uploaded || paused) {
         event(uploaded ? SegmentEvent::kPaused : SegmentEvent::kPausedBare, *paused_at);

@@ -202,13 +202,19 @@ struct FleetStats {
   // Every Report the server answered OK: trial -> step -> loss sent.
   std::map<int64_t, std::map<int64_t, double>> acked;
   int64_t acked_reports = 0;
+  // Of `errors`, the calls refused because the trial was no longer this
+  // worker's (FAILED_PRECONDITION, "not leased to"): the late calls of a
+  // lease that ran out while the worker could not renew it. The server
+  // refuses them by contract; their segment's reports count as dropped.
+  int64_t refused_not_leased = 0;
   std::optional<Clock::time_point> last_error;  // when the last failed RPC returned
   Clock::time_point last_ok{};                 // when the last OK Report returned
 };
 
 // Threads of SimWorkers, each: Register, then Lease -> Report every step ->
 // Complete, forever. A lease with a stop_step pauses there as hpo-worker
-// does (UploadCheckpoint of SimCheckpoint, then Pause); one with a
+// does (UploadCheckpoint of SimCheckpoint, tried kCheckpointTransferAttempts times
+// with a heartbeat between tries, then Pause); one with a
 // resume_step downloads its checkpoint and goes on after it, or Restarts
 // from step 0 when it is missing or not its own. A call that fails with an error IsRetryable accepts
 // (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED: the server may be

@@ -6,9 +6,12 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -382,6 +385,72 @@ TYPED_TEST(ArtifactStoreTest, ConcurrentUploadsOfOneTrialLeaveOneWholeCheckpoint
   ASSERT_GE(step, 1);
   ASSERT_LE(step, kWriters);
   EXPECT_EQ(*this->Get(30), Bytes(400'000, 100 + static_cast<uint32_t>(step) - 1));
+}
+
+// A full disk (files backend) --------------------------------------------
+
+// The checkpoints' disk fills up: a new checkpoint fails as UNAVAILABLE
+// naming the full disk (as the store's SQLITE_FULL does), not as
+// RESOURCE_EXHAUSTED, which says "over the size limit" and which a worker
+// does not retry; the previous checkpoint stays whole; once space is back
+// the same upload goes through. A 1 MiB tmpfs, so it needs root (skips
+// otherwise).
+TEST(FileArtifactStoreFullDiskTest, AFullDiskIsUnavailableNamingItAndKeepsThePreviousCheckpoint) {
+  char tmpl[] = "/tmp/hpo-artifacts-full-XXXXXX";
+  const fs::path dir = mkdtemp(tmpl);
+  if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") != 0) {
+    const int err = errno;
+    fs::remove_all(dir);
+    GTEST_SKIP() << "cannot mount a tmpfs (" << std::strerror(err) << "); needs root";
+  }
+  struct Unmount {
+    fs::path dir;
+    ~Unmount() {
+      ::umount2(dir.c_str(), MNT_DETACH);
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } unmount{dir};
+  ArtifactStoreOptions o;
+  o.max_checkpoint_bytes = int64_t{64} << 20;
+  auto opened = OpenFileArtifactStore((dir / "checkpoints").string(), o);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  ArtifactStore& store = **opened;
+  auto put = [&](Id trial, int64_t step, const std::string& data) -> Status {
+    HPO_ASSIGN_OR_RETURN(auto w, store.Begin(trial, step, static_cast<int64_t>(data.size())));
+    for (size_t i = 0; i < data.size(); i += 50'000) {
+      HPO_RETURN_IF_ERROR(w->Append(std::string_view(data).substr(i, 50'000)));
+    }
+    return w->Commit(Sha256Hex(data));
+  };
+  const std::string v1 = Bytes(100'000, 1), v2 = Bytes(300'000, 2);
+  ASSERT_TRUE(put(7, 1, v1).ok());
+  {
+    // Fill what is left of the disk.
+    std::ofstream filler(dir / "filler", std::ios::binary);
+    const std::string block(4096, 'x');
+    while (filler.write(block.data(), block.size())) filler.flush();
+  }
+  const Status full = put(7, 2, v2);
+  ASSERT_FALSE(full.ok());
+  EXPECT_TRUE(full.IsUnavailable()) << full;
+  EXPECT_NE(full.message().find("the disk holding the checkpoints is full"), std::string::npos) << full;
+  auto info = store.Stat(7);
+  ASSERT_TRUE(info.ok() && info->has_value()) << info.status();
+  EXPECT_EQ((*info)->step, 1) << "the previous checkpoint is still the trial's";
+  auto reader = store.Open(7);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::string back;
+  for (;;) {
+    auto piece = (*reader)->Read(65536);
+    ASSERT_TRUE(piece.ok()) << piece.status();
+    if (piece->empty()) break;
+    back += *piece;
+  }
+  EXPECT_EQ(back, v1);
+  fs::remove(dir / "filler");
+  EXPECT_TRUE(put(7, 2, v2).ok()) << "space is back";
+  EXPECT_EQ(store.Stat(7)->value().step, 2);
 }
 
 // The factory ------------------------------------------------------------

@@ -420,7 +420,7 @@ struct WorkerClient::Impl {
     // Long enough for a slow link (1 MiB/s), not forever.
     const int seconds = static_cast<int>(std::min<int64_t>(60 + (size >> 20), 24 * 3600));
     grpc::Status s;
-    for (int attempt = 0; attempt < 3; ++attempt) {
+    for (int attempt = 0; attempt < kCheckpointTransferAttempts; ++attempt) {
       if (attempt > 0) Sleep(1000 << attempt, 2);
       std::ifstream in(path, std::ios::binary);
       if (!in) return Status::Internal("cannot read " + path);
@@ -465,7 +465,7 @@ struct WorkerClient::Impl {
   // checked against the size and SHA-256 the server sends with it.
   Status DownloadCheckpoint(int64_t trial_id, int64_t resume_step, const std::string& path) {
     grpc::Status s;
-    for (int attempt = 0; attempt < 3; ++attempt) {
+    for (int attempt = 0; attempt < kCheckpointTransferAttempts; ++attempt) {
       if (attempt > 0) Sleep(1000 << attempt, 2);
       grpc::ClientContext ctx;
       Prepare(ctx, 24 * 3600);  // bounded by its size, checked as it comes

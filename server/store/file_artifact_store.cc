@@ -33,10 +33,14 @@ constexpr std::string_view kUploadInfix = ".ckpt.upload-";
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
-// An I/O error of the directory: a full disk is the operator's to fix
-// (ResourceExhausted); anything else may pass (Unavailable).
+// An I/O error of the directory: Unavailable, which passes once the cause
+// is gone. A full disk says so, as the store's does (SQLITE_FULL, SQLSTATE
+// class 53): it is not ResourceExhausted, which the worker protocol keeps
+// for a checkpoint over the size limit, a refusal no retry gets past.
 Status IoError(const std::string& what, int err) {
-  if (err == ENOSPC || err == EDQUOT) return Status::ResourceExhausted(what + ": " + ErrnoText(err));
+  if (err == ENOSPC || err == EDQUOT) {
+    return Status::Unavailable(what + ": " + ErrnoText(err) + " (the disk holding the checkpoints is full)");
+  }
   return Status::Unavailable(what + ": " + ErrnoText(err));
 }
 
