@@ -62,7 +62,9 @@
 //
 // The "start" figures are read 5 minutes in (or a sixth of a shorter run),
 // the "end" ones just before the workers stop; both of whichever server
-// process runs then (kill_server restarts it). Exits 1 when lost or stuck
+// process runs then (kill_server restarts it), one that has run for a
+// minute at least (no fault comes in the last minute; the start figures
+// wait for a server restarted just before). Exits 1 when lost or stuck
 // is not 0.
 #include <fcntl.h>
 #include <signal.h>
@@ -373,6 +375,12 @@ Status Soak(const SoakOptions& o, const std::string& self) {
   double rss_start = 0, rss_end = 0;
   int fds_start = 0, fds_end = 0;
   auto next_fault = start + seconds(std::uniform_int_distribution<int>(o.fault_min_s, o.fault_max_s)(rng));
+  // The RSS and descriptor figures compare like with like: each is read
+  // from a server process that has run under the load for a minute at
+  // least (a server just restarted by kill_server has not opened its pool
+  // or grown its heap yet), so no fault comes in the soak's last minute.
+  const auto settle = std::min<Clock::duration>(std::chrono::minutes(1), (end - start) / 6);
+  auto server_started = start;
   auto log = [&](const std::string& line) {
     if (o.verbose) std::fprintf(stderr, "soak %6.0f s: %s\n", MsSince(start) / 1000.0, line.c_str());
   };
@@ -393,13 +401,13 @@ Status Soak(const SoakOptions& o, const std::string& self) {
         }
       }
     }
-    if (!sampled_start && Clock::now() >= warm) {
+    if (!sampled_start && Clock::now() >= warm && Clock::now() - server_started >= settle) {
       sampled_start = true;
       rss_start = ProcStatusMb(server.pid(), "VmRSS");
       fds_start = OpenFds(server.pid());
       log(fmt::format("server rss {:.1f} MiB, {} open descriptors", rss_start, fds_start));
     }
-    if (Clock::now() < next_fault) continue;
+    if (Clock::now() < next_fault || Clock::now() >= end - settle) continue;
     static const char* kKinds[] = {"kill_server", "kill_worker", "restart_postgres", "stop_worker"};
     const std::string kind = kKinds[rng() % 4];
     ++faults[kind];
@@ -407,6 +415,7 @@ Status Soak(const SoakOptions& o, const std::string& self) {
     if (kind == "kill_server") {
       server.Stop(SIGKILL);
       HPO_RETURN_IF_ERROR(server.Start());
+      server_started = Clock::now();
       log("kill -9 of the server; listening again");
     } else if (kind == "kill_worker") {
       KillAndReap(children[slot]);
