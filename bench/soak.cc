@@ -60,11 +60,11 @@
 // refused (FAILED_PRECONDITION, "not leased to"): `refused_late_calls`,
 // by contract, not unclean.
 //
-// The "start" figures are read 5 minutes in (or a sixth of a shorter run),
-// the "end" ones just before the workers stop; both of whichever server
-// process runs then (kill_server restarts it), one that has run for a
-// minute at least (no fault comes in the last minute; the start figures
-// wait for a server restarted just before). Exits 1 when lost or stuck
+// The "start" figures are the highest of the samples (every 10 s) in the
+// 5 minutes after the first 5 (a sixth of a shorter run each), the "end"
+// ones the highest in the last 5: the plateau of whichever server
+// processes ran then (kill_server restarts it, and a new one grows to its
+// plateau within a minute or two). Exits 1 when lost or stuck
 // is not 0.
 #include <fcntl.h>
 #include <signal.h>
@@ -370,17 +370,20 @@ Status Soak(const SoakOptions& o, const std::string& self) {
   std::map<std::string, int> faults;
   const auto start = Clock::now();
   const auto end = start + std::chrono::minutes(o.minutes);
-  const auto warm = start + std::min<Clock::duration>(std::chrono::minutes(5), (end - start) / 6);
-  bool sampled_start = false;
+  // The RSS and descriptor figures: the highest of the samples (every 10
+  // s) in a window after the first 5 minutes, and in the last window of
+  // the run, each window 5 minutes long (a sixth of a shorter run). A
+  // server restarted by kill_server starts small and grows to its plateau
+  // (pool, caches, malloc's arenas) in a minute or two, so one sample would
+  // compare a young process with an old one; the highest of a window is
+  // the plateau of whichever processes ran in it, and a leak shows as a
+  // later plateau higher than the earlier one.
+  const auto window = std::min<Clock::duration>(std::chrono::minutes(5), (end - start) / 6);
+  const auto warm = start + window;
   double rss_start = 0, rss_end = 0;
   int fds_start = 0, fds_end = 0;
+  auto next_sample = warm;
   auto next_fault = start + seconds(std::uniform_int_distribution<int>(o.fault_min_s, o.fault_max_s)(rng));
-  // The RSS and descriptor figures compare like with like: each is read
-  // from a server process that has run under the load for a minute at
-  // least (a server just restarted by kill_server has not opened its pool
-  // or grown its heap yet), so no fault comes in the soak's last minute.
-  const auto settle = std::min<Clock::duration>(std::chrono::minutes(1), (end - start) / 6);
-  auto server_started = start;
   auto log = [&](const std::string& line) {
     if (o.verbose) std::fprintf(stderr, "soak %6.0f s: %s\n", MsSince(start) / 1000.0, line.c_str());
   };
@@ -401,13 +404,21 @@ Status Soak(const SoakOptions& o, const std::string& self) {
         }
       }
     }
-    if (!sampled_start && Clock::now() >= warm && Clock::now() - server_started >= settle) {
-      sampled_start = true;
-      rss_start = ProcStatusMb(server.pid(), "VmRSS");
-      fds_start = OpenFds(server.pid());
-      log(fmt::format("server rss {:.1f} MiB, {} open descriptors", rss_start, fds_start));
+    if (Clock::now() >= next_sample) {
+      next_sample = Clock::now() + seconds(10);
+      const double rss = ProcStatusMb(server.pid(), "VmRSS");
+      const int fds = OpenFds(server.pid());
+      if (Clock::now() < warm + window) {
+        rss_start = std::max(rss_start, rss);
+        fds_start = std::max(fds_start, fds);
+      }
+      if (Clock::now() >= end - window) {
+        rss_end = std::max(rss_end, rss);
+        fds_end = std::max(fds_end, fds);
+      }
+      log(fmt::format("server rss {:.1f} MiB, {} open descriptors", rss, fds));
     }
-    if (Clock::now() < next_fault || Clock::now() >= end - settle) continue;
+    if (Clock::now() < next_fault) continue;
     static const char* kKinds[] = {"kill_server", "kill_worker", "restart_postgres", "stop_worker"};
     const std::string kind = kKinds[rng() % 4];
     ++faults[kind];
@@ -415,7 +426,6 @@ Status Soak(const SoakOptions& o, const std::string& self) {
     if (kind == "kill_server") {
       server.Stop(SIGKILL);
       HPO_RETURN_IF_ERROR(server.Start());
-      server_started = Clock::now();
       log("kill -9 of the server; listening again");
     } else if (kind == "kill_worker") {
       KillAndReap(children[slot]);
@@ -434,8 +444,6 @@ Status Soak(const SoakOptions& o, const std::string& self) {
     }
     next_fault = Clock::now() + seconds(std::uniform_int_distribution<int>(o.fault_min_s, o.fault_max_s)(rng));
   }
-  rss_end = ProcStatusMb(server.pid(), "VmRSS");
-  fds_end = OpenFds(server.pid());
   for (pid_t& pid : children) {
     KillAndReap(pid);
     pid = -1;
