@@ -23,11 +23,13 @@ ARG NODE_EXTRA_CA_CERTS
 ARG CCACHE_DIR
 ARG CCACHE_BASEDIR
 WORKDIR /src
-# Packages first, in their own layer: source edits do not reinstall them.
-COPY scripts/ scripts/
+# Packages first, in their own layer: source edits (and edits of other
+# scripts) do not reinstall them.
+COPY scripts/setup scripts/
 # The dashboard's npm lockfile too: scripts/setup installs its chart library.
 COPY web/package.json web/package-lock.json web/
 RUN --mount=type=secret,id=host-ca scripts/setup --deps-only --component server && rm -rf /var/lib/apt/lists/*
+COPY scripts/runtime-packages scripts/
 COPY CMakeLists.txt ./
 COPY cmake/ cmake/
 COPY common/ common/
@@ -37,7 +39,6 @@ COPY search/ search/
 COPY scheduler/ scheduler/
 COPY server/ server/
 COPY cli/ cli/
-COPY bench/ bench/
 COPY web/ web/
 RUN scripts/setup --no-deps --component server \
  && strip build/server/hpo-server build/cli/hpctl \

@@ -1,13 +1,23 @@
 # syntax=docker/dockerfile:1
 # hpo-worker for CPU nodes: Debian 12 with Debian's LibTorch (libtorch-dev)
-# and the threaded OpenBLAS. Build from the repository root:
+# and the threaded OpenBLAS (libopenblas0-pthread, which scripts/setup
+# installs with it). Build from the repository root:
 #
 #   docker build -f docker/worker-cpu.Dockerfile -t heterotune/worker-cpu .
 #
-# The build stage runs scripts/setup (the worker component only); the
-# runtime stage installs the libraries the binary links
-# (scripts/runtime-packages), OpenBLAS and the Fashion-MNIST data for the
-# built-in trainers.
+# The build stage runs scripts/setup (the worker component only) and
+# copies the shared libraries hpo-worker loads, and nothing else, into
+# /opt/heterotune/lib (scripts/runtime-libs); hpo-worker is linked to find
+# them there (a DT_RPATH). The runtime stage adds the Fashion-MNIST data for
+# the built-in trainers and python3 for command programs.
+#
+# Why not the packages, as the server image does: Debian's libtorch1.13
+# depends, through OpenCV, on packages that bring far more than the
+# libraries it loads (Mesa's DRI drivers with LLVM, PROJ's and GDAL's data,
+# Perl, documentation): 1.47 GB installed that way, against about half of
+# that for the files the loader opens (docs/deploy.md). The copied
+# libraries are not dpkg's, so apt in an image FROM this one neither sees
+# nor breaks them; rebuild the image to update them.
 #
 # Nothing here downloads over HTTPS (apt uses Debian's HTTP mirrors), so
 # it needs no CA argument. CCACHE_DIR and CCACHE_BASEDIR (build arguments)
@@ -18,30 +28,33 @@ FROM ${DEBIAN_IMAGE} AS build
 ARG CCACHE_DIR
 ARG CCACHE_BASEDIR
 WORKDIR /src
-COPY scripts/ scripts/
+# Packages first, in their own layer: source edits do not reinstall them.
+COPY scripts/setup scripts/
 RUN scripts/setup --deps-only --component worker --torch debian && rm -rf /var/lib/apt/lists/*
+COPY scripts/runtime-libs scripts/
 COPY CMakeLists.txt ./
 COPY cmake/ cmake/
 COPY common/ common/
 COPY proto/ proto/
 COPY worker/ worker/
-RUN scripts/setup --no-deps --component worker --torch debian \
+RUN HPO_CMAKE_ARGS="-DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags,-rpath,/opt/heterotune/lib" \
+    scripts/setup --no-deps --component worker --torch debian \
  && strip build/worker/hpo-worker \
- && scripts/runtime-packages build/worker/hpo-worker > /runtime-packages.txt
+ && scripts/runtime-libs /opt/heterotune/lib build/worker/hpo-worker
 
 FROM ${DEBIAN_IMAGE}-slim AS runtime
-COPY --from=build /runtime-packages.txt /tmp/runtime-packages.txt
-# libopenblas0-pthread: LibTorch's BLAS goes through the libblas.so.3
-# alternative, which the threaded OpenBLAS takes over (about 10x the
-# reference BLAS). python3 runs command-executor programs such as
-# examples/train_example.py; add what your own programs need in an image
-# FROM this one.
+# python3 runs command-executor programs such as examples/train_example.py;
+# add what your own programs need in an image FROM this one.
 RUN apt-get update -qq \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      $(cat /tmp/runtime-packages.txt) libopenblas0-pthread dataset-fashion-mnist python3 \
- && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dataset-fashion-mnist python3 \
+ && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --create-home --home-dir /home/hpo --shell /usr/sbin/nologin hpo
+COPY --from=build /opt/heterotune/lib/ /opt/heterotune/lib/
 COPY --from=build /src/build/worker/hpo-worker /usr/local/bin/
+# Every library from /opt/heterotune/lib, none missing; and it starts.
+RUN missing=$(ldd /usr/local/bin/hpo-worker | grep "not found" || true); \
+    if [ -n "$missing" ]; then echo "hpo-worker cannot load: $missing" >&2; exit 1; fi; \
+    hpo-worker --help >/dev/null
 COPY examples/train_example.py /opt/heterotune/examples/
 USER hpo
 # Command experiments name their program relative to the worker's working

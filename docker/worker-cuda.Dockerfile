@@ -22,8 +22,9 @@ ARG PYTORCH_TAG=2.7.1-cuda12.8-cudnn9
 FROM pytorch/pytorch:${PYTORCH_TAG}-devel AS build
 ARG PIP_CERT
 WORKDIR /src
-COPY scripts/ scripts/
+COPY scripts/setup scripts/
 RUN scripts/setup --deps-only --component worker --torch external && rm -rf /var/lib/apt/lists/*
+COPY scripts/runtime-packages scripts/
 # The image's Ubuntu 22.04 has CMake 3.22; the build needs 3.25.
 RUN --mount=type=secret,id=host-ca python -m pip install --no-cache-dir "cmake>=3.25,<4"
 RUN python -c 'import sys, torch; sys.exit(0 if torch._C._GLIBCXX_USE_CXX11_ABI else "this LibTorch uses the old C++ ABI: use a PyTorch 2.7+ base image")'

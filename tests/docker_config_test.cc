@@ -210,7 +210,13 @@ TEST_F(DockerConfigTest, DockerfilesCopyWhatExistsAndRunTheRepositoryScripts) {
   EXPECT_NE(server.find("HEALTHCHECK"), std::string::npos);
   EXPECT_NE(server.find("/healthz"), std::string::npos);
   EXPECT_NE(server.find("EXPOSE 8080 50051"), std::string::npos);
-  EXPECT_NE(ReadFile(kDocker / "worker-cpu.Dockerfile").find("libopenblas0-pthread"), std::string::npos);
+  // The CPU worker carries the libraries hpo-worker loads (scripts/runtime-libs,
+  // found through a DT_RPATH naming where they are), checked in the image.
+  const std::string cpu = ReadFile(kDocker / "worker-cpu.Dockerfile");
+  EXPECT_NE(cpu.find("scripts/runtime-libs /opt/heterotune/lib build/worker/hpo-worker"), std::string::npos);
+  EXPECT_NE(cpu.find("--disable-new-dtags,-rpath,/opt/heterotune/lib"), std::string::npos)
+      << "a DT_RUNPATH would be searched for hpo-worker's own libraries only, not theirs";
+  EXPECT_NE(cpu.find("ldd /usr/local/bin/hpo-worker"), std::string::npos);
   EXPECT_NE(ReadFile(kDocker / "worker-cuda.Dockerfile").find("torch.utils.cmake_prefix_path"), std::string::npos);
 }
 
