@@ -50,7 +50,7 @@ COPY --from=build /runtime-packages.txt /tmp/runtime-packages.txt
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       ca-certificates curl $(cat /tmp/runtime-packages.txt) \
- && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt \
  && useradd --system --uid 10001 --create-home --home-dir /var/lib/heterotune --shell /usr/sbin/nologin hpo
 COPY --from=build /src/build/server/hpo-server /src/build/cli/hpctl /usr/local/bin/
 # The dashboard: its pages and the one chart-library file they load.

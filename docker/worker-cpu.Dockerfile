@@ -47,7 +47,7 @@ FROM ${DEBIAN_IMAGE}-slim AS runtime
 # add what your own programs need in an image FROM this one.
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dataset-fashion-mnist python3 \
- && rm -rf /var/lib/apt/lists/* \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --create-home --home-dir /home/hpo --shell /usr/sbin/nologin hpo
 COPY --from=build /opt/heterotune/lib/ /opt/heterotune/lib/
 COPY --from=build /src/build/worker/hpo-worker /usr/local/bin/
