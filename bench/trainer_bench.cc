@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/blas.h"
 #include "worker/builtin_trainer.h"
 #include "worker/executor.h"
 #include "worker/idx.h"
@@ -73,7 +74,11 @@ torch::nn::Sequential ReferenceModel(bool cnn) {
 // One epoch of the plain loop over (x, y), in samples per second.
 double ReferenceEpoch(bool cnn, const torch::Tensor& x, const torch::Tensor& y, int64_t batch, int threads,
                       const torch::Device& device) {
+  // The BLAS pool sized as the trainer sizes it (worker/blas.h), so the
+  // two loops differ in nothing but the loop: Debian's LibTorch does its
+  // matrix products in OpenBLAS, whose pool set_num_threads leaves alone.
   torch::set_num_threads(threads);
+  hpo::worker::SetBlasThreads(threads);
   torch::manual_seed(1);
   auto net = ReferenceModel(cnn);
   net->to(device);

@@ -37,8 +37,18 @@ std::vector<json> CandidateValues(const search::Param& p, int max_values) {
   return out;
 }
 
+std::string TunableKey(const std::vector<SystemDimension>& dims, const json& setting) {
+  json t = json::object();
+  if (setting.is_object()) {
+    for (const auto& dim : dims) {
+      if (const auto v = setting.find(dim.name); v != setting.end()) t[dim.name] = *v;
+    }
+  }
+  return SettingKey(t);
+}
+
 CoTuneDecision NextSetting(const std::vector<SystemDimension>& dims, const std::vector<EpochSpeed>& history,
-                           const json& start, const CoTuneOptions& o) {
+                           const json& start, const CoTuneOptions& o, const KnownSpeeds& known) {
   if (history.empty()) return {start, false, "no epoch measured yet"};
 
   // The current phase starts at the last drift: a settled setting whose
@@ -77,6 +87,14 @@ CoTuneDecision NextSetting(const std::vector<SystemDimension>& dims, const std::
     }
   }
   const json& best = settings[best_key];
+  // Step 4: a candidate earlier trials measured slower than the best so
+  // far, compared on the model's own predictions (one scale for both).
+  const auto known_best = drifted ? known.end() : known.find(TunableKey(dims, best));
+  auto known_slower = [&](const json& candidate) {
+    if (known_best == known.end()) return false;
+    const auto it = known.find(TunableKey(dims, candidate));
+    return it != known.end() && it->second < known_best->second * (1 - o.known_slower);
+  };
 
   if (static_cast<int>(tried.size()) - 1 < o.max_probes) {
     for (const auto& dim : dims) {
@@ -90,30 +108,39 @@ CoTuneDecision NextSetting(const std::vector<SystemDimension>& dims, const std::
         if (next < 0 || next >= static_cast<long>(values.size())) continue;
         json candidate = best;
         candidate[dim.name] = values[next];
-        if (!tried.count(SettingKey(candidate))) {
+        if (!tried.count(SettingKey(candidate)) && !known_slower(candidate)) {
           return {candidate, true,
                   std::string(drifted ? "drift; " : "") + "probe " + dim.name + "=" + values[next].dump()};
         }
       }
     }
   }
-  return {best, false, drifted ? "settled after drift" : "settled"};
+  return {best, false,
+          drifted ? "settled after drift" : known_best != known.end() ? "settled (neighbours known slower)" : "settled"};
 }
 
 std::optional<IgnoredChange> FirstIgnoredChange(const std::vector<SystemDimension>& dims,
                                                 const std::vector<EpochSpeed>& history, const CoTuneOptions& options,
-                                                size_t window) {
+                                                size_t window, const KnownSpeeds& known) {
+  // The first parameter of `ran` that differs from `asked`, or nullopt.
+  auto differs = [&](const json& asked, const json& ran) -> std::optional<std::string> {
+    for (const auto& dim : dims) {
+      if (!dim.may_change_mid_trial || !asked.contains(dim.name)) continue;
+      if (!ran.is_object() || !ran.contains(dim.name) || ran[dim.name] != asked[dim.name]) return dim.name;
+    }
+    return std::nullopt;
+  };
   const size_t from = std::max<size_t>(1, history.size() > window ? history.size() - window : 0);
   for (size_t i = from; i < history.size(); ++i) {
     const std::vector<EpochSpeed> before(history.begin(), history.begin() + static_cast<long>(i));
     const json asked = NextSetting(dims, before, before.back().setting, options).setting;
     const json& ran = history[i].setting;
-    for (const auto& dim : dims) {
-      if (!dim.may_change_mid_trial || !asked.contains(dim.name)) continue;
-      if (!ran.is_object() || !ran.contains(dim.name) || ran[dim.name] != asked[dim.name]) {
-        return IgnoredChange{i, dim.name, asked[dim.name], ran.is_object() ? ran.value(dim.name, json()) : json()};
-      }
+    const auto parameter = differs(asked, ran);
+    if (!parameter) continue;
+    if (!known.empty() && !differs(NextSetting(dims, before, before.back().setting, options, known).setting, ran)) {
+      continue;
     }
+    return IgnoredChange{i, *parameter, asked[*parameter], ran.is_object() ? ran.value(*parameter, json()) : json()};
   }
   return std::nullopt;
 }

@@ -12,6 +12,14 @@
 //   3. Drift: when a settled epoch's speed differs from what that setting
 //      measured before by more than `drift` (20%), probing starts over from
 //      that epoch (the machine got busier, or a cgroup limit changed).
+//   4. Reuse (PipeTune's second half): a neighbour that earlier trials on
+//      the same device class and workload measured slower than this
+//      trial's best setting so far, for this trial's searched values, by
+//      more than `known_slower` (10%), is not probed again (KnownSpeeds:
+//      SpeedModel::PredictAllTunables). So the first trials of a class
+//      probe and later ones, which start at the remembered best
+//      (SpeedModel::BestTunables), settle at once. Not after a drift: what
+//      was measured before no longer says how the machine runs now.
 //
 // Which parameters are probed: those the spec marks `mutable` and the
 // worker's program can change mid-trial (RestrictToDeclared), within what
@@ -80,7 +88,21 @@ struct EpochSpeed {
 struct CoTuneOptions {
   int max_probes = 4;   // settings tried besides the first, per probing phase
   double drift = 0.2;   // relative speed change that restarts probing
+  // A neighbour whose known speed is below the best setting's known speed
+  // by more than this fraction is not probed (step 4 above). Larger than
+  // the epoch-to-epoch noise of one setting, and than what a trial's own
+  // hyperparameters leave in the model's per-setting means.
+  double known_slower = 0.1;
 };
+
+// What earlier trials measured on this device class and workload, for
+// this trial's searched values: predicted samples/s by TunableKey.
+using KnownSpeeds = std::map<std::string, double>;
+
+// The key KnownSpeeds is by: SettingKey of `setting`'s values of the
+// parameters in `dims` (those it has), which is how SpeedModel keys a
+// tunable setting (BestTunables, PredictAllTunables).
+std::string TunableKey(const std::vector<SystemDimension>& dims, const nlohmann::json& setting);
 
 struct CoTuneDecision {
   nlohmann::json setting;  // what the next epoch should use
@@ -89,9 +111,11 @@ struct CoTuneDecision {
 };
 
 // The setting for the next epoch, given this trial's epochs so far (oldest
-// first). With no history, `start` is returned unchanged.
+// first) and what earlier trials measured (`known`, may be empty). With no
+// history, `start` is returned unchanged.
 CoTuneDecision NextSetting(const std::vector<SystemDimension>& dims, const std::vector<EpochSpeed>& history,
-                           const nlohmann::json& start, const CoTuneOptions& options = {});
+                           const nlohmann::json& start, const CoTuneOptions& options = {},
+                           const KnownSpeeds& known = {});
 
 // An epoch that ran another value than the co-tuner asked for.
 struct IgnoredChange {
@@ -104,13 +128,17 @@ struct IgnoredChange {
 // Whether the program applies what the co-tuner asks: the first of the
 // newest `window` epochs (and not the first epoch, whose setting came with
 // the lease) that ran, on a parameter probed within trials, another value
-// than NextSetting gave for it, or nullopt when they all ran as asked. A program that ignores changes (a command that never
-// reads HPO_SYSTEM_FILE, a parameter its trainer fixes per process) would
+// than NextSetting gave for it, or nullopt when they all ran as asked. A
+// program that ignores changes (a command that never reads
+// HPO_SYSTEM_FILE, a parameter its trainer fixes per process) would
 // otherwise be sent the same probe every epoch; the engine stops co-tuning
-// such a trial and says so in its events. O(window x history).
+// such a trial and says so in its events. What was asked is replayed with
+// and without `known`, and either counts as asked: `known` is what the
+// model says now, and an epoch asked for earlier may have been asked under
+// less of it. O(window x history).
 std::optional<IgnoredChange> FirstIgnoredChange(const std::vector<SystemDimension>& dims,
                                          const std::vector<EpochSpeed>& history, const CoTuneOptions& options = {},
-                                         size_t window = 64);
+                                         size_t window = 64, const KnownSpeeds& known = {});
 
 // Canonical text of a setting (sorted keys), used as a map key.
 std::string SettingKey(const nlohmann::json& setting);

@@ -195,6 +195,19 @@ std::optional<double> SpeedModel::PredictTunables(const std::string& device_clas
   return std::exp(it->second.Predict(LogBatch(given, tunable)));
 }
 
+std::map<std::string, double> SpeedModel::PredictAllTunables(const std::string& device_class,
+                                                             const std::string& workload,
+                                                             const std::vector<std::string>& tunable,
+                                                             const nlohmann::json& given, int min_observations) const {
+  const std::optional<double> x = LogBatch(given, tunable);
+  std::map<std::string, double> out;
+  for (const auto& [key, l] : Fit(device_class, workload, tunable)) {
+    if (l.tunables.empty() || l.n < std::max(1, min_observations)) continue;
+    out[key] = std::exp(l.Predict(x));
+  }
+  return out;
+}
+
 std::vector<std::string> SpeedModel::DeviceClasses() const {
   std::set<std::string> classes;
   for (const auto& [cls, g] : gflops_) classes.insert(cls);

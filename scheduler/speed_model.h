@@ -92,6 +92,13 @@ class SpeedModel {
   std::optional<double> PredictTunables(const std::string& device_class, const std::string& workload,
                                         const std::vector<std::string>& tunable, const nlohmann::json& tunables,
                                         const nlohmann::json& given) const;
+  // PredictTunables of every tunable setting with at least
+  // `min_observations` observations, by the SettingKey of its tunables (as
+  // BestTunables returns them): what earlier trials measured, for these
+  // searched values, in one fit.
+  std::map<std::string, double> PredictAllTunables(const std::string& device_class, const std::string& workload,
+                                                   const std::vector<std::string>& tunable,
+                                                   const nlohmann::json& given, int min_observations = 1) const;
   // Classes with a benchmark or an observation, sorted.
   std::vector<std::string> DeviceClasses() const;
 

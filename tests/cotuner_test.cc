@@ -164,6 +164,60 @@ TEST(CoTuner, NoHistoryKeepsTheStartAndDriftRestartsProbing) {
   EXPECT_NE(d.setting, start);
 }
 
+// Reuse: what earlier trials measured (KnownSpeeds, by the tunable part of
+// a setting) spares a trial the probes of neighbours known slower than its
+// best so far; a neighbour known faster, or not known, is still probed; a
+// drift makes what was known stale, and probing is as without it. A
+// program that applied the probes it was asked before anything was known
+// is not taken for one that ignores changes.
+TEST(CoTuner, NeighboursKnownSlowerAreNotProbedAgain) {
+  const auto dims = Dims();
+  auto key = [&](int threads, int batch) {
+    return TunableKey(dims, {{"threads", threads}, {"batch_size", batch}, {"device", "cpu"}});
+  };
+  EXPECT_EQ(key(2, 256), TunableKey(dims, {{"batch_size", 256}, {"threads", 2}, {"device", "cpu"}, {"other", 1}}))
+      << "only the co-tuned parameters, in one order";
+  // Earlier trials found 2 threads and batch 256 fastest; every neighbour of
+  // it is known, and slower by more than 10%.
+  KnownSpeeds known;
+  for (int t : {1, 2, 4}) {
+    for (int b : {64, 128, 256}) known[key(t, b)] = Speed({{"threads", t}, {"batch_size", b}});
+  }
+  const json best = {{"threads", 2}, {"batch_size", 256}, {"device", "cpu"}};
+  std::vector<EpochSpeed> h = {{best, Speed(best)}};
+  const auto reused = NextSetting(dims, h, best, {}, known);
+  EXPECT_FALSE(reused.probing) << reused.reason;
+  EXPECT_EQ(reused.setting, best);
+  EXPECT_EQ(reused.reason, "settled (neighbours known slower)");
+  const auto alone = NextSetting(dims, h, best);
+  EXPECT_TRUE(alone.probing) << "without what was known, the trial probes its neighbours";
+
+  // A neighbour within 10% of the best, or one never measured, is probed.
+  KnownSpeeds close = known;
+  close[key(4, 256)] = 0.95 * known[key(2, 256)];
+  EXPECT_EQ(NextSetting(dims, h, best, {}, close).setting["threads"], 4);
+  KnownSpeeds partial = known;
+  partial.erase(key(1, 256));
+  EXPECT_EQ(NextSetting(dims, h, best, {}, partial).setting["threads"], 1);
+
+  // After a drift the trial probes as if nothing were known.
+  std::vector<EpochSpeed> drifted = {{best, 2600}, {best, 2600}, {best, 1200}};
+  const auto d = NextSetting(dims, drifted, best, {}, known);
+  EXPECT_TRUE(d.probing) << d.reason;
+  EXPECT_NE(d.reason.find("drift"), std::string::npos) << d.reason;
+
+  // A trial that probed threads=1 before anything was known, and ran it as
+  // asked, did not ignore a change though the model now says it is slower.
+  const json one = {{"threads", 1}, {"batch_size", 256}, {"device", "cpu"}};
+  std::vector<EpochSpeed> probed = {{best, Speed(best)}, {one, Speed(one)}};
+  EXPECT_EQ(NextSetting(dims, {probed.front()}, best).setting, one) << "what it was asked then";
+  EXPECT_FALSE(FirstIgnoredChange(dims, probed, {}, 64, known));
+  // One that keeps running its setting when a probe nothing rules out is
+  // asked is still caught.
+  std::vector<EpochSpeed> stuck = {{best, Speed(best)}, {best, Speed(best)}};
+  EXPECT_TRUE(FirstIgnoredChange(dims, stuck, {}, 64, partial));
+}
+
 TEST(CoTuner, CandidateValuesFollowTheDomain) {
   search::Param threads;
   threads.name = "threads";

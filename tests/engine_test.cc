@@ -614,6 +614,44 @@ TEST_F(EngineTest, LearnedSettingsAreSharedOnlyUnderANamedWorkload) {
   EXPECT_EQ(run_experiment(spec("quad-shared"))["threads"], 2) << "the named workload's remembered winner";
 }
 
+// Reuse spares probes: once earlier trials on the device class measured
+// each neighbour of the remembered best (kMinObservationsToReuseSetting
+// times), a trial that starts there runs every epoch at it; before that,
+// trials probe as ever.
+TEST_F(EngineTest, LaterTrialsDoNotProbeWhatEarlierTrialsMeasuredSlower) {
+  const TestWorker worker = AddWorker(*engine_, "host", "test", 4);
+  auto speed = [](const json& system) { return system["threads"] == 2 ? 3000.0 : 1500.0; };
+  std::string spec = OneSpace(Spec(kBuiltin, 3, 1));
+  spec.replace(spec.find(R"("steps_per_trial": 4)"), 20, R"("steps_per_trial": 6)");
+  auto e = engine_->CreateExperiment(spec);
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<std::set<int>> ran;  // the thread counts each trial's epochs ran
+  std::vector<int> asked;          // how many times each trial was asked to change
+  for (int trial = 0; trial < 3; ++trial) {
+    auto a = LeaseFor(worker);
+    ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
+    json system = json::parse((*a)->trial.system_params_json);
+    ran.emplace_back();
+    asked.push_back(0);
+    for (int step = 1; step <= 6; ++step) {
+      ran.back().insert(system["threads"].get<int>());
+      auto reply = engine_->Report(
+          {(*a)->trial.id, worker.owner, step, {{"loss", 1.0 / step}}, speed(system), system, worker.device});
+      ASSERT_TRUE(reply.ok()) << reply.status();
+      if (reply->new_system) {
+        system = *reply->new_system;
+        ++asked.back();
+      }
+    }
+    EXPECT_EQ(system["threads"], 2) << "trial " << trial << " settles on the fastest";
+    ASSERT_TRUE(engine_->Complete((*a)->trial.id, worker.owner, false, json::object(), "").ok());
+  }
+  EXPECT_EQ(ran[0], (std::set<int>{1, 2, 3})) << "nothing known: the middle, then its neighbours";
+  EXPECT_EQ(ran[1], (std::set<int>{1, 2, 3})) << "starts at 2, but 1 and 3 were measured once only: probed again";
+  EXPECT_EQ(ran[2], (std::set<int>{2})) << "1 and 3 known slower twice over: no probe";
+  EXPECT_EQ(asked[2], 0);
+}
+
 }  // namespace
 }  // namespace hpo::server
 

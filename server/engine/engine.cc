@@ -748,12 +748,12 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   m.system_setting_json = r.system.dump();
   const int64_t lease = r.owner == kClientOwner ? options_.client_lease_ms : options_.worker_lease_ms;
   HPO_ASSIGN_OR_RETURN(auto reported, store_.ReportMeasurement(r.trial_id, r.owner, m, lease));
+  std::string space;
+  for (const auto& [name, id] : c->space_ids) {
+    if (trial.space_id == id) space = name;
+  }
+  const std::string workload = Workload(trial.experiment_id, spec, space);
   if (reported.inserted && device_class && r.samples_per_sec > 0) {
-    std::string space;
-    for (const auto& [name, id] : c->space_ids) {
-      if (trial.space_id == id) space = name;
-    }
-    const std::string workload = Workload(trial.experiment_id, spec, space);
     HPO_RETURN_IF_ERROR(store_
                             .AddSpeedObservation({*r.device_id, *device_class, workload, r.system.dump(),
                                                   r.samples_per_sec, r.trial_id})
@@ -784,7 +784,7 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
                          "pause after step " + std::to_string(*trial.stop_step) + " (rung " +
                              std::to_string(trial.level) + ")"};
     }
-    return CoTune(trial, spec, r, reported.inserted);
+    return CoTune(trial, spec, r, reported.inserted, workload);
   }
   const std::string why = "pruned by " + spec.early_stopping + " at step " + std::to_string(r.step);
   auto finished = store_.FinishTrial(r.trial_id, r.owner, {TrialState::kPruned, r.metrics.dump(), why});
@@ -828,7 +828,7 @@ Result<std::vector<scheduler::SystemDimension>> Engine::CoTunedDimensions(
 }
 
 Result<ReportReply> Engine::CoTune(const store::TrialRecord& trial, const ExperimentSpec& spec, const TrialReport& r,
-                                   bool inserted) {
+                                   bool inserted, const std::string& workload) {
   ReportReply reply;
   const Id experiment_id = trial.experiment_id;
   std::vector<std::string> unknown;
@@ -858,7 +858,14 @@ Result<ReportReply> Engine::CoTune(const store::TrialRecord& trial, const Experi
       history.push_back({json::parse(m.system_setting_json, nullptr, false), m.samples_per_sec});
     }
   }
-  if (const auto ignored = scheduler::FirstIgnoredChange(dims, history)) {
+  // What earlier trials measured on this device's class, for this trial's
+  // searched values: the neighbours known slower are not probed again.
+  scheduler::KnownSpeeds known;
+  if (r.device_id && !history.empty()) {
+    HPO_ASSIGN_OR_RETURN(known, fleet_->PredictAllTunables(*r.device_id, workload, TunableNames(spec), r.system,
+                                                           kMinObservationsToReuseSetting));
+  }
+  if (const auto ignored = scheduler::FirstIgnoredChange(dims, history, {}, 64, known)) {
     // Asking again would only get the same answer: the trial runs on as it
     // is. Said once, at the epoch that showed it.
     if (ignored->epoch + 1 == history.size()) {
@@ -876,7 +883,7 @@ Result<ReportReply> Engine::CoTune(const store::TrialRecord& trial, const Experi
     }
     return reply;
   }
-  const auto next = scheduler::NextSetting(dims, history, r.system);
+  const auto next = scheduler::NextSetting(dims, history, r.system, {}, known);
   if (scheduler::SettingKey(next.setting) != scheduler::SettingKey(r.system)) {
     reply.new_system = next.setting;
     reply.reason = next.reason;

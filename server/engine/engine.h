@@ -557,8 +557,10 @@ class Engine {
                                      const store::ExperimentRecord& e, int64_t now_ms);
   // Co-tuning after a report: maybe a new system setting for the next epoch.
   // `inserted`: the report was new (not a retry), so its events are due.
+  // `workload`: the trial's (Workload), whose speeds measured on the
+  // device's class spare it probes (scheduler::KnownSpeeds).
   Result<ReportReply> CoTune(const store::TrialRecord& trial, const ExperimentSpec& spec, const TrialReport& r,
-                             bool inserted);
+                             bool inserted, const std::string& workload);
   // The system parameters co-tuned within this trial's epochs on this
   // device: the spec's throughput-only ones, probed only where the spec and
   // the worker's declaration allow it (scheduler::RestrictToDeclared), with

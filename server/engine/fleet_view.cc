@@ -167,6 +167,17 @@ Result<std::optional<int>> FleetView::ThreadLimit(Id device_id) {
   return k.max_threads;
 }
 
+Result<std::map<std::string, double>> FleetView::PredictAllTunables(Id device_id, const std::string& workload,
+                                                                    const std::vector<std::string>& tunable,
+                                                                    const nlohmann::json& given, int min_observations) {
+  HPO_ASSIGN_OR_RETURN(Known k, KnownDevice(device_id));
+  MutexLock lock(mu_);
+  // No view read yet (no lease on this server since it started): nothing
+  // known here, which costs only probes.
+  if (!view_) return std::map<std::string, double>{};
+  return view_->model.PredictAllTunables(k.device_class, workload, tunable, given, min_observations);
+}
+
 void FleetView::Observe(const std::string& device_class, const std::string& workload, const std::string& setting,
                         Id trial_id, int64_t step, double samples_per_sec) {
   const auto now = Clock::now();

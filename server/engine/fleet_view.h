@@ -79,6 +79,12 @@ class FleetView {
   void Registered(const store::WorkerRecord& w) HPO_EXCLUDES(mu_);
   // A registered device's DeviceThreadLimit. NotFound: not registered.
   Result<std::optional<int>> ThreadLimit(store::Id device_id) HPO_EXCLUDES(mu_);
+  // SpeedModel::PredictAllTunables on a registered device's class.
+  // NotFound: not registered.
+  Result<std::map<std::string, double>> PredictAllTunables(store::Id device_id, const std::string& workload,
+                                                           const std::vector<std::string>& tunable,
+                                                           const nlohmann::json& given, int min_observations)
+      HPO_EXCLUDES(mu_);
 
   // One of this engine's reports: a speed observation (placement sees it on
   // the next lease) and, from the time since this trial's previous report
