@@ -754,7 +754,10 @@ TEST_F(EngineTest, APromotionExperimentEndsWhenNoPausedTrialMayGoOn) {
   auto n = *store_->CountTrials(e->id);
   EXPECT_EQ(n.completed, 1);
   EXPECT_EQ(n.pruned, 2);
-  for (const auto& t : *store_->ListTrials(e->id, {store::TrialState::kPruned, std::nullopt, 0, 10})) {
+  store::TrialFilter pruned;
+  pruned.state = store::TrialState::kPruned;
+  pruned.limit = 10;
+  for (const auto& t : *store_->ListTrials(e->id, pruned)) {
     EXPECT_NE(t.reason.find("not promoted"), std::string::npos) << t.reason;
   }
 }
