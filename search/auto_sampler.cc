@@ -1,5 +1,6 @@
 #include "search/auto_sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -7,14 +8,10 @@ namespace hpo::search {
 
 AutoChoice ChooseAutoSampler(const SearchSpace& space, const History& history,
                              const AutoOptions& options) {
-  int categorical = 0;
-  for (const Param& p : space.params) {
-    if (p.conditional()) return AutoChoice::kTpe;
-    categorical += p.kind == ParamKind::kCategorical;
-  }
-  if (space.size() > 0 && categorical >= options.max_categorical_fraction * space.size()) {
-    return AutoChoice::kTpe;
-  }
+  const bool all_categorical =
+      !space.params.empty() && std::all_of(space.params.begin(), space.params.end(),
+                                           [](const Param& p) { return p.kind == ParamKind::kCategorical; });
+  if (all_categorical) return AutoChoice::kTpe;
   int results = 0;
   for (const Observation& t : history.trials) {
     const bool completed = t.status == TrialStatus::kCompleted && t.value && std::isfinite(*t.value);
