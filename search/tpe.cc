@@ -19,6 +19,13 @@ constexpr double kLogSqrt2Pi = 0.91893853320467274;
 
 double NormalCdf(double z) { return 0.5 * std::erfc(-z / kSqrt2); }
 
+// log(e^a + e^b), either of them -infinity.
+double LogAddExp(double a, double b) {
+  const double hi = std::max(a, b);
+  if (hi == -std::numeric_limits<double>::infinity()) return hi;
+  return hi + std::log(std::exp(a - hi) + std::exp(b - hi));
+}
+
 // A Parzen mixture: one kernel per observation plus a uniform prior
 // component. Kernels are stored parameter-major (all kernels' values of one
 // parameter side by side), since a suggestion scores every candidate against
@@ -368,8 +375,7 @@ class TpeSampler final : public Sampler {
     const Mixture g(space, bad, RecencyWeights(bad.size()), o_, o_.prior_weight);
     const double batch_sigma =
         std::max(1.0 / std::min(100.0, static_cast<double>(bad.size() + count)), o_.min_bandwidth);
-    out.reserve(count);  // `own` below points into it
-    std::vector<const Assignment*> own;
+    out.reserve(count);
     // A batch shares one pool of candidates, `candidates` per suggestion for
     // up to three suggestions: g(x) is scored once per candidate, and each
     // suggestion takes the best unused one under its own lies. (So a batch
@@ -385,23 +391,19 @@ class TpeSampler final : public Sampler {
       log_g.push_back(std::log(g.total_weight()) + g.LogDensity(pool.back()));
     }
     std::vector<char> used(pool_size, 0);
+    // log of the summed kernels of the batch's suggestions so far at each
+    // candidate: each kernel has the same fixed width and weight 1, so the
+    // second mixture's weighted density grows by one kernel per suggestion,
+    // added here instead of rebuilding it (a batch of 16 costs O(pool) per
+    // suggestion, not O(pool * batch)).
+    std::vector<double> log_own(pool_size, -std::numeric_limits<double>::infinity());
     for (int s = 0; s < count; ++s) {
-      std::optional<Mixture> g_own;
-      if (o_.constant_liar && !own.empty()) {
-        g_own.emplace(space, own, std::vector<double>(own.size(), 1.0), o_, 0.0, batch_sigma);
-      }
-      const double log_total = std::log(g.total_weight() + (g_own ? g_own->total_weight() : 0.0));
+      const double log_total = std::log(g.total_weight() + (o_.constant_liar ? s : 0));
       int best = -1;
       double best_score = -std::numeric_limits<double>::infinity();
       for (int c = 0; c < pool_size; ++c) {
         if (used[c]) continue;
-        double lg = log_g[c];
-        if (g_own) {
-          const double extra = std::log(g_own->total_weight()) + g_own->LogDensity(pool[c]);
-          const double hi = std::max(lg, extra);
-          lg = hi + std::log(std::exp(lg - hi) + std::exp(extra - hi));
-        }
-        const double score = log_l[c] - (lg - log_total);
+        const double score = log_l[c] - (LogAddExp(log_g[c], log_own[c]) - log_total);
         if (score > best_score || best < 0) {
           best_score = score;
           best = c;
@@ -413,7 +415,11 @@ class TpeSampler final : public Sampler {
         used[best] = 1;
         out.push_back(pool[best]);
       }
-      own.push_back(&out.back());
+      if (!o_.constant_liar || s + 1 == count) continue;
+      const Mixture kernel(space, {&out.back()}, {1.0}, o_, 0.0, batch_sigma);
+      for (int c = 0; c < pool_size; ++c) {
+        if (!used[c]) log_own[c] = LogAddExp(log_own[c], kernel.LogDensity(pool[c]));
+      }
     }
     return out;
   }

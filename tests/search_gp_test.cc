@@ -498,6 +498,41 @@ TEST(GpSamplerTest, SubsamplesLargeHistories) {
   EXPECT_LT(v, values[500]);
 }
 
+// TuRBO-style trust regions (GpOptions::trust_region_dims): after the
+// start-up, every 6 values in a row that fail to improve on the best halve
+// the region's side, so after 42 failures (7 halvings, 0.8 / 128) the box
+// around the incumbent reaches at most 0.032 from it along any axis, even
+// with the most uneven lengthscales (one axis weighted 4, five 1/4, see
+// gp_sampler.cc), and every suggestion keeps each coordinate within 0.05. The same history without trust regions sends
+// suggestions well away from the incumbent.
+TEST(GpSamplerTest, TrustRegionShrinksAroundTheIncumbentAfterFailures) {
+  const SearchSpace space = Box(6, 0, 1);
+  Rng data_rng(7);
+  History history;
+  const Assignment incumbent = {0.3, 0.6, 0.2, 0.7, 0.4, 0.5};
+  history.trials.push_back(Completed(0, incumbent, 0.0));
+  for (int i = 1; i < 10 + 42; ++i) {
+    const Assignment x = SampleUniform(space, data_rng);
+    double v = 1;
+    for (int j = 0; j < 6; ++j) v += (x[j] - 0.9) * (x[j] - 0.9);
+    history.trials.push_back(Completed(i, x, v));
+  }
+  auto farthest = [&](const GpOptions& options) {
+    Rng rng(3);
+    double out = 0;
+    for (const Assignment& a : MakeGpSampler(options)->Suggest(space, history, 4, rng)) {
+      for (int j = 0; j < 6; ++j) out = std::max(out, std::abs(a[j] - incumbent[j]));
+    }
+    return out;
+  };
+  GpOptions with_region;
+  with_region.trust_region_dims = 6;
+  EXPECT_LE(farthest(with_region), 0.05 + 1e-9);
+  GpOptions without;
+  without.trust_region_dims = 0;
+  EXPECT_GT(farthest(without), 0.1);
+}
+
 // --- Against random search -----------------------------------------------------
 
 double Branin(const Assignment& a) {
