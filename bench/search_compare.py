@@ -233,7 +233,7 @@ def cmd_table(a):
     for ours in [s for s in samplers if s in ("auto", "gp", "tpe")]:
         n = vs_best = vs_mv = n_mv = 0
         for name, got in rows.items():
-            if ours not in got or not all(p in got for p in peers):
+            if ours not in got or not peers or not all(p in got for p in peers):
                 continue
             n += 1
             m = stats(got[ours])[0]

@@ -21,6 +21,28 @@ constexpr int kWarpFitValues = 256;
 
 bool IsNumeric(const Param& p) { return p.kind != ParamKind::kCategorical; }
 
+// HEBO's input warp (Cowen-Rivers et al., 2022): a number's unit value u
+// becomes the Kumaraswamy CDF 1 - (1 - u^a)^b, which stretches the part of
+// the range where the objective changes fast (a < 1 near 0, b < 1 near 1)
+// so that one stationary kernel fits it. a = b = 1 is the identity.
+struct InputWarp {
+  double a = 1, b = 1;
+
+  bool identity() const { return a == 1 && b == 1; }
+  double operator()(double u) const {
+    if (identity()) return u;
+    u = std::clamp(u, 0.0, 1.0);
+    return 1 - std::pow(1 - std::pow(u, a), b);
+  }
+  // d/du; finite inside (0, 1) (the ends are clipped by a hair).
+  double Derivative(double u) const {
+    if (identity()) return 1;
+    u = std::clamp(u, 1e-9, 1 - 1e-9);
+    const double ua = std::pow(u, a);
+    return a * b * ua / u * std::pow(1 - ua, b - 1);
+  }
+};
+
 // A point while the acquisition is optimized: one value per param, for all of
 // them, active or not: the unit value of a number, the choice index of a
 // categorical. Which ones are active follows from the categorical values, so
@@ -43,14 +65,15 @@ class Codec {
     return active;
   }
 
-  // The GP features of z, its numbers taken as they are (snapped or not).
+  // The GP features of z, its numbers taken as they are (snapped or not)
+  // and then through their input warp.
   Eigen::VectorXd Features(const Latent& z) const {
     Eigen::VectorXd x = Eigen::VectorXd::Zero(encoding_.dims());
     const std::vector<char> active = Active(z);
     for (int i = 0; i < space_.size(); ++i) {
       const Param& p = space_.params[i];
       if (IsNumeric(p)) {
-        x(encoding_.column(i)) = active[i] ? z[i] : kInactiveUnit;
+        x(encoding_.column(i)) = active[i] ? Warp(i)(z[i]) : kInactiveUnit;
       } else if (active[i]) {
         x(encoding_.column(i) + static_cast<int>(IndexIn(z[i], p.num_choices()))) = 1;
       }
@@ -112,13 +135,29 @@ class Codec {
   double Lower(int i) const { return lower_.empty() ? 0.0 : lower_[i]; }
   double Upper(int i) const { return upper_.empty() ? 1.0 : upper_[i]; }
 
+  // The Kumaraswamy warp of number i's unit value (identity unless set).
+  const InputWarp& Warp(int i) const { return warps_.empty() ? kIdentity : warps_[i]; }
+  void SetWarps(std::vector<InputWarp> warps) { warps_ = std::move(warps); }
+
+  // The features of an observed or pending assignment.
+  Eigen::VectorXd Encode(const Assignment& a) const {
+    Eigen::VectorXd x = encoding_.Encode(a);
+    if (warps_.empty()) return x;
+    for (int i = 0; i < space_.size(); ++i) {
+      if (IsNumeric(space_.params[i]) && !IsInactive(a[i])) x(encoding_.column(i)) = warps_[i](x(encoding_.column(i)));
+    }
+    return x;
+  }
+
   const SearchSpace& space() const { return space_; }
   const GpEncoding& encoding() const { return encoding_; }
 
  private:
+  static constexpr InputWarp kIdentity{};
   const SearchSpace& space_;
   const GpEncoding& encoding_;
   std::vector<double> lower_, upper_;
+  std::vector<InputWarp> warps_;  // per param; empty: all identity
 };
 
 // TuRBO's trust-region side length (Eriksson et al., NeurIPS 2019), replayed
@@ -369,7 +408,7 @@ class GpSampler : public Sampler {
       X->resize(static_cast<Eigen::Index>(idx.size()), encoding.dims());
       y->resize(static_cast<Eigen::Index>(idx.size()));
       for (size_t r = 0; r < idx.size(); ++r) {
-        X->row(r) = encoding.Encode(*data.points[idx[r]]).transpose();
+        X->row(r) = codec.Encode(*data.points[idx[r]]).transpose();
         (*y)(r) = data.values[idx[r]];
       }
     };
@@ -402,6 +441,7 @@ class GpSampler : public Sampler {
         data.values = warp.Apply(data.values);
       }
     }
+    if (options_.warp_inputs) WarpInputs(codec, fit_set, matrix_of, rng, &*fitted);
     if (fit_set.size() != chosen.size()) {
       matrix_of(chosen, &X, &y);
       fitted = GaussianProcess::WithHyperparameters(X, y, fitted->hyperparameters());
@@ -456,7 +496,7 @@ class GpSampler : public Sampler {
     Acquisition acquisition(gp, best, options_.min_pending_distance);
     Pending later;
     for (size_t i = 0; i < pending.size(); ++i) {
-      const Eigen::VectorXd x = encoding.Encode(pending[i]->params);
+      const Eigen::VectorXd x = codec.Encode(pending[i]->params);
       if (static_cast<int>(i) >= options_.max_pending) {
         later.push_back(x);
         continue;
@@ -486,6 +526,53 @@ class GpSampler : public Sampler {
       const Eigen::VectorXd x = codec.Features(z);
       if (!gp.AddObservation(x, best, true).ok()) return;
       acquisition.Exclude(x);
+    }
+  }
+
+  // Chooses input warps (GpOptions::warp_inputs) for the numbers and, if
+  // they are kept (set in the codec), replaces `gp` by a refit with them.
+  // A coordinate search, at the fitted hyperparameters, over a few
+  // warps per number (one factorization each), then one refit with the
+  // chosen ones; they are kept if its likelihood beats the unwarped model's
+  // by more than BIC's penalty, log n per warped number (two parameters).
+  template <typename MatrixOf>
+  void WarpInputs(Codec& codec, const std::vector<int>& fit_set, const MatrixOf& matrix_of, Rng& rng,
+                  GaussianProcess* gp) const {
+    static constexpr InputWarp kCandidates[] = {{0.5, 1}, {2, 1}, {1, 0.5}, {1, 2}};
+    const SearchSpace& space = codec.space();
+    Eigen::MatrixXd X;
+    Eigen::VectorXd y;
+    std::vector<InputWarp> warps(space.size());
+    const double unwarped = gp->log_marginal_likelihood();
+    double best = unwarped;
+    int warped = 0;
+    for (int i = 0; i < space.size(); ++i) {
+      if (!IsNumeric(space.params[i])) continue;
+      InputWarp keep;
+      for (const InputWarp& w : kCandidates) {
+        warps[i] = w;
+        codec.SetWarps(warps);
+        matrix_of(fit_set, &X, &y);
+        const Result<GaussianProcess> trial =
+            GaussianProcess::WithHyperparameters(X, y, gp->hyperparameters());
+        if (trial.ok() && trial->log_marginal_likelihood() > best) {
+          best = trial->log_marginal_likelihood();
+          keep = w;
+        }
+      }
+      warps[i] = keep;
+      warped += !keep.identity();
+    }
+    codec.SetWarps({});
+    if (warped == 0) return;
+    codec.SetWarps(warps);
+    matrix_of(fit_set, &X, &y);
+    Result<GaussianProcess> refit = GaussianProcess::Fit(X, y, rng, options_.fit);
+    if (refit.ok() && refit->log_marginal_likelihood() - warped * std::log(static_cast<double>(y.size())) >
+                          unwarped) {
+      *gp = std::move(*refit);
+    } else {
+      codec.SetWarps({});
     }
   }
 
@@ -630,7 +717,9 @@ class GpSampler : public Sampler {
         const double value = acquisition.ValueAndGradient(codec.Features(work), &gx);
         if (!std::isfinite(value)) return std::numeric_limits<double>::infinity();
         grad->resize(n);
-        for (int j = 0; j < n; ++j) (*grad)(j) = -gx(encoding.column(vars[j]));
+        for (int j = 0; j < n; ++j) {
+          (*grad)(j) = -gx(encoding.column(vars[j])) * codec.Warp(vars[j]).Derivative(u(j));
+        }
         return -value;
       };
       Eigen::VectorXd lower(n), upper(n);
