@@ -102,11 +102,12 @@ struct GpOptions {
   // refinement stay inside a TuRBO trust region around the best point (its
   // side replayed from the values in trial order: see TrustRegionLength in
   // gp_sampler.cc). On bench/search_compare.py's suite (bench/README.md,
-  // "search suite") it lowered the median regret at 100 trials on 17 of the
-  // 20 tasks with 5 to 10 numbers, often by several times (bent cigar 10-D
-  // 1.2e6 -> 6.1e4, mixed Ackley 2.41 -> 0.53); it cost most on Levy 5-D
-  // (0.22 -> 1.73), whose many equal basins reward leaving the first one.
-  // Below 5 numbers a global model covers the space well enough.
+  // "search suite") it lowered the median regret on 14 of the 17 tasks with
+  // 5 to 10 numbers, at 50 trials and at 100, often by several times (bent
+  // cigar 10-D 1.2e6 -> 6.1e4 at 100, mixed Ackley 2.41 -> 0.53); it cost
+  // most on Levy 5-D at 100 (0.22 -> 1.73), whose many equal basins reward
+  // leaving the first one. Below 5 numbers a global model covers the space
+  // well enough.
   int trust_region_dims = 5;
   // HEBO's Kumaraswamy input warps for the numbers, chosen by likelihood
   // (see WarpInputs in gp_sampler.cc). On the suite's 31 synthetic tasks the
