@@ -120,6 +120,22 @@ class Mixture {
     return a;
   }
 
+  // log of kernel k's weighted density at `a` (its term of LogDensity).
+  double LogKernelDensity(size_t k, const Assignment& a) const {
+    double lp = log_weight_[k];
+    for (size_t i = 0; i < d_; ++i) {
+      if (IsInactive(a[i])) continue;
+      const size_t at = i * n_ + k;
+      if (categorical_[i]) {
+        lp += center_[at] == a[i] ? log_norm_[at] : inv2s2_[at];
+      } else {
+        const double dx = space_.params[i].ToUnit(a[i]) - center_[at];
+        lp += log_norm_[at] - dx * dx * inv2s2_[at];
+      }
+    }
+    return lp;
+  }
+
   // log density of `a` under the mixture.
   double LogDensity(const Assignment& a) const {
     // Prior: uniform over the unit cube, 1/k per categorical.
@@ -391,19 +407,19 @@ class TpeSampler final : public Sampler {
       log_g.push_back(std::log(g.total_weight()) + g.LogDensity(pool.back()));
     }
     std::vector<char> used(pool_size, 0);
-    // log of the summed kernels of the batch's suggestions so far at each
-    // candidate: each kernel has the same fixed width and weight 1, so the
-    // second mixture's weighted density grows by one kernel per suggestion,
-    // added here instead of rebuilding it (a batch of 16 costs O(pool) per
-    // suggestion, not O(pool * batch)).
-    std::vector<double> log_own(pool_size, -std::numeric_limits<double>::infinity());
+    // The batch's own suggestions add one kernel each to g at every
+    // candidate (same fixed width, weight 1: see above), kept in log_g
+    // itself; a kernel below e^-40 of what is there changes nothing and is
+    // skipped, which with widths near 1/100 is almost every candidate, so a
+    // batch of 16 costs little more than scoring its pool once. (The
+    // normalizer, g's total weight plus the kernels, is the same for every
+    // candidate of a round and is left out of the comparison.)
     for (int s = 0; s < count; ++s) {
-      const double log_total = std::log(g.total_weight() + (o_.constant_liar ? s : 0));
       int best = -1;
       double best_score = -std::numeric_limits<double>::infinity();
       for (int c = 0; c < pool_size; ++c) {
         if (used[c]) continue;
-        const double score = log_l[c] - (LogAddExp(log_g[c], log_own[c]) - log_total);
+        const double score = log_l[c] - log_g[c];
         if (score > best_score || best < 0) {
           best_score = score;
           best = c;
@@ -418,7 +434,9 @@ class TpeSampler final : public Sampler {
       if (!o_.constant_liar || s + 1 == count) continue;
       const Mixture kernel(space, {&out.back()}, {1.0}, o_, 0.0, batch_sigma);
       for (int c = 0; c < pool_size; ++c) {
-        if (!used[c]) log_own[c] = LogAddExp(log_own[c], kernel.LogDensity(pool[c]));
+        if (used[c]) continue;
+        const double k = kernel.LogKernelDensity(0, pool[c]);
+        if (k > log_g[c] - 40) log_g[c] = LogAddExp(log_g[c], k);
       }
     }
     return out;
