@@ -25,6 +25,14 @@
 //   warping (as HEBO does) helped on every smooth bench function but
 //   trapped the conditional one in its easy branch; choosing by likelihood
 //   keeps most of the gain without the trap. It doubles the fitting cost.
+// - Input warps (warp_inputs, HEBO's): each number may go through a
+//   Kumaraswamy CDF before the kernel sees it, chosen per number among a
+//   few shapes by the marginal likelihood and kept only if the refitted
+//   model beats the unwarped one by more than a BIC penalty; a stationary
+//   kernel then fits an objective that changes fast near one end of a range.
+// - Trust region (trust_region_dims, TuRBO's): with 5 numbers or more the
+//   candidates and their refinement stay in a box around the best point,
+//   its side shrinking after failures and growing after successes.
 // - Pending points: running trials without a value in the model and the
 //   earlier suggestions of the same call are fantasized with the constant
 //   liar at the best observed value, taken
