@@ -8,9 +8,9 @@ namespace hpo::search {
 
 AutoChoice ChooseAutoSampler(const SearchSpace& space, const History& history,
                              const AutoOptions& options) {
+  auto categorical = [](const Param& p) { return p.kind == ParamKind::kCategorical; };
   const bool all_categorical =
-      !space.params.empty() && std::all_of(space.params.begin(), space.params.end(),
-                                           [](const Param& p) { return p.kind == ParamKind::kCategorical; });
+      !space.params.empty() && std::all_of(space.params.begin(), space.params.end(), categorical);
   if (all_categorical) return AutoChoice::kTpe;
   int results = 0;
   for (const Observation& t : history.trials) {

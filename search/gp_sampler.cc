@@ -144,7 +144,9 @@ class Codec {
     Eigen::VectorXd x = encoding_.Encode(a);
     if (warps_.empty()) return x;
     for (int i = 0; i < space_.size(); ++i) {
-      if (IsNumeric(space_.params[i]) && !IsInactive(a[i])) x(encoding_.column(i)) = warps_[i](x(encoding_.column(i)));
+      if (!IsNumeric(space_.params[i]) || IsInactive(a[i])) continue;
+      double& u = x(encoding_.column(i));
+      u = warps_[i](u);
     }
     return x;
   }
@@ -536,8 +538,8 @@ class GpSampler : public Sampler {
   // chosen ones; they are kept if its likelihood beats the unwarped model's
   // by more than BIC's penalty, log n per warped number (two parameters).
   template <typename MatrixOf>
-  void WarpInputs(Codec& codec, const std::vector<int>& fit_set, const MatrixOf& matrix_of, Rng& rng,
-                  GaussianProcess* gp) const {
+  void WarpInputs(Codec& codec, const std::vector<int>& fit_set, const MatrixOf& matrix_of,
+                  Rng& rng, GaussianProcess* gp) const {
     static constexpr InputWarp kCandidates[] = {{0.5, 1}, {2, 1}, {1, 0.5}, {1, 2}};
     const SearchSpace& space = codec.space();
     Eigen::MatrixXd X;
@@ -568,8 +570,8 @@ class GpSampler : public Sampler {
     codec.SetWarps(warps);
     matrix_of(fit_set, &X, &y);
     Result<GaussianProcess> refit = GaussianProcess::Fit(X, y, rng, options_.fit);
-    if (refit.ok() && refit->log_marginal_likelihood() - warped * std::log(static_cast<double>(y.size())) >
-                          unwarped) {
+    const double penalty = warped * std::log(static_cast<double>(y.size()));
+    if (refit.ok() && refit->log_marginal_likelihood() - penalty > unwarped) {
       *gp = std::move(*refit);
     } else {
       codec.SetWarps({});

@@ -503,8 +503,9 @@ TEST(GpSamplerTest, SubsamplesLargeHistories) {
 // the region's side, so after 42 failures (7 halvings, 0.8 / 128) the box
 // around the incumbent reaches at most 0.032 from it along any axis, even
 // with the most uneven lengthscales (one axis weighted 4, five 1/4, see
-// gp_sampler.cc), and every suggestion keeps each coordinate within 0.05. The same history without trust regions sends
-// suggestions well away from the incumbent.
+// gp_sampler.cc), and every suggestion keeps each coordinate within 0.05.
+// The same history without trust regions sends suggestions well away from
+// the incumbent.
 TEST(GpSamplerTest, TrustRegionShrinksAroundTheIncumbentAfterFailures) {
   const SearchSpace space = Box(6, 0, 1);
   Rng data_rng(7);
@@ -577,7 +578,8 @@ TEST(GpSamplerTest, InputWarpsHelpWhereTheObjectiveChangesNearOneEnd) {
     with.push_back(BestAfter(*MakeGpSampler(warped), space, f, seed, 25));
     without.push_back(BestAfter(*MakeGpSampler(plain), space, f, seed, 25));
   }
-  EXPECT_LT(Median(with), Median(without)) << "median best after 25 trials: warped " << Median(with) << ", plain " << Median(without);
+  EXPECT_LT(Median(with), Median(without))
+      << "median best after 25 trials: warped " << Median(with) << ", plain " << Median(without);
 }
 
 void ExpectBeatsRandom(const SearchSpace& space, const std::function<double(const Assignment&)>& f,

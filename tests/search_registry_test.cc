@@ -102,7 +102,9 @@ TEST(AutoSampler, PicksGpForConditionalAndCategoricalHeavySpacesTpeForAllCategor
   EXPECT_EQ(ChooseAutoSampler(conditional, {}), AutoChoice::kGp);
 
   SearchSpace categorical = Numeric(1);
-  for (const char* name : {"a", "b", "c"}) categorical.params.push_back(Param::Categorical(name, {"x", "y", "z"}));
+  for (const char* name : {"a", "b", "c"}) {
+    categorical.params.push_back(Param::Categorical(name, {"x", "y", "z"}));
+  }
   EXPECT_EQ(ChooseAutoSampler(categorical, {}), AutoChoice::kGp) << "three in four categorical";
   categorical.params.erase(categorical.params.begin());
   EXPECT_EQ(ChooseAutoSampler(categorical, {}), AutoChoice::kTpe) << "no number at all";
