@@ -419,6 +419,15 @@ class GpSampler : public Sampler {
     matrix_of(fit_set, &X_fit, &y_fit);
     Result<GaussianProcess> fitted = GaussianProcess::Fit(X_fit, y_fit, rng, options_.fit);
     if (!fitted.ok()) return;
+    int numeric = 0;
+    for (const Param& p : space.params) numeric += IsNumeric(p);
+    const bool trust_region =
+        options_.trust_region_dims > 0 && numeric >= options_.trust_region_dims;
+    // Replayed from the values as reported, before the output warp below
+    // may replace them: the warp changes from one suggestion to the next,
+    // and the rule's threshold (1e-3 of the best) would change with it.
+    const double trust_region_length =
+        trust_region ? TrustRegionLength(data.values, needed, numeric) : 1.0;
     if (options_.warp_output) {
       // The warped model is used if it explains the raw values better: both
       // likelihoods are taken in the units of y (the warp's and each GP's
@@ -451,13 +460,10 @@ class GpSampler : public Sampler {
     }
     GaussianProcess& gp = *fitted;
     const double best = data.values[ranked[0]];
-    int numeric = 0;
-    for (const Param& p : space.params) numeric += IsNumeric(p);
-    if (options_.trust_region_dims > 0 && numeric >= options_.trust_region_dims) {
+    if (trust_region) {
       // A box around the incumbent, each side in proportion to its
       // lengthscale (relative to their geometric mean, clipped to [1/4, 4]
       // as TuRBO does), of volume length^numeric.
-      const double length = TrustRegionLength(data.values, needed, numeric);
       const Latent center = codec.FromAssignment(*data.points[ranked[0]]);
       const Eigen::VectorXd ls = gp.lengthscales();
       std::vector<double> w(space.size(), 1.0);
@@ -476,7 +482,7 @@ class GpSampler : public Sampler {
       }
       for (int i = 0; i < space.size(); ++i) {
         if (!IsNumeric(space.params[i])) continue;
-        const double half = 0.5 * length * w[i] / std::exp(log_volume);
+        const double half = 0.5 * trust_region_length * w[i] / std::exp(log_volume);
         lower[i] = std::clamp(center[i] - half, 0.0, 1.0);
         upper[i] = std::clamp(center[i] + half, 0.0, 1.0);
       }
