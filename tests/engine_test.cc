@@ -179,6 +179,29 @@ TEST_F(EngineTest, WorkersGetEveryTrialOnceAndTheExperimentEnds) {
   EXPECT_EQ(store_->GetExperiment(e->id)->state, store::ExperimentState::kCompleted);
 }
 
+// An experiment whose stored spec this server cannot read (another
+// version wrote it; here a spec without a name, as a bare store client
+// writes one) is skipped by leases: before, every lease failed with its
+// DATA_LOSS, so one such experiment stopped the whole fleet.
+TEST_F(EngineTest, AnExperimentWithAnUnreadableSpecDoesNotStopLeasesForTheOthers) {
+  auto unreadable = store_->CreateExperiment({"unreadable", "{}", {}});
+  ASSERT_TRUE(unreadable.ok()) << unreadable.status();
+  ASSERT_EQ(unreadable->state, store::ExperimentState::kRunning);
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 2, 1));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const TestWorker w = AddWorker("a");
+  for (int i = 0; i < 2; ++i) {
+    auto a = LeaseFor(w);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(a->has_value()) << "lease " << i;
+    EXPECT_EQ((*a)->trial.experiment_id, e->id);
+    RunTrial(**a, w.owner);
+  }
+  EXPECT_EQ(store_->GetExperiment(e->id)->state, store::ExperimentState::kCompleted);
+  // The unreadable one still says why, to whoever asks for it.
+  EXPECT_EQ(engine_->Spec(unreadable->id).status().code(), StatusCode::kDataLoss);
+}
+
 // A server runs experiment after experiment: what it keeps in memory for
 // one (the view of its trials, its samplers' copy of the histories) goes
 // once the experiment has ended, and /metrics says how much is kept.

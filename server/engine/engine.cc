@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <charconv>
@@ -289,6 +290,14 @@ Result<Engine::Cached*> Engine::Load(Id experiment_id) {
   MutexLock lock(mu_);
   auto [it, inserted] = cache_.emplace(experiment_id, std::move(c));
   return it->second.get();
+}
+
+void Engine::WarnUnreadable(Id experiment_id, const Status& why) {
+  {
+    MutexLock lock(mu_);
+    if (!warned_unreadable_.insert(experiment_id).second) return;
+  }
+  spdlog::warn("leases skip experiment {}: {}", experiment_id, why.ToString());
 }
 
 Result<std::shared_ptr<const ExperimentSpec>> Engine::Spec(Id experiment_id) {

@@ -451,6 +451,9 @@ class Engine {
   // every ended one's otherwise).
   void ForgetEnded(store::Id experiment_id);
   Result<Cached*> Load(store::Id experiment_id);
+  // Logs, once per experiment and server, that leases skip it (see
+  // GrantLease).
+  void WarnUnreadable(store::Id experiment_id, const Status& why) HPO_EXCLUDES(mu_);
   Cached* Find(store::Id experiment_id) HPO_EXCLUDES(mu_);  // the cached entry, or null
   // What samplers and the space ranking draw from: deterministic for
   // (seed, experiment, trials so far), so a restarted server suggests what
@@ -580,6 +583,7 @@ class Engine {
   Mutex mu_;
   std::map<store::Id, std::unique_ptr<Cached>> cache_ HPO_GUARDED_BY(mu_);
   std::map<store::Id, WorkerAuth> workers_ HPO_GUARDED_BY(mu_);
+  std::set<store::Id> warned_unreadable_ HPO_GUARDED_BY(mu_);
 };
 
 }  // namespace hpo::server
