@@ -6,6 +6,7 @@
 //
 //   bench=load workers=200 rest_clients=20 seconds=300 store=postgresql rpc_total=... rpc_errors=0
 //       rest_total=... rest_errors=0 rpc_p50_ms=... rpc_p99_ms=... rest_p99_ms=... server_peak_rss_mb=...
+//       lease_p99_ms=... report_p99_ms=... (one p99 per kind of RPC the workers made)
 //
 // and exits 1 when there were errors.
 #include <unistd.h>
@@ -76,12 +77,14 @@ int main(int argc, char** argv) {
       "bench=load workers=%d rest_clients=%d seconds=%d store=%s early_stopping=%s server_args=%s "
       "rpc_total=%lld rpc_errors=%lld "
       "rest_total=%lld rest_errors=%lld rpc_p50_ms=%.1f rpc_p99_ms=%.1f rpc_max_ms=%.0f rest_p50_ms=%.1f "
-      "rest_p99_ms=%.1f rest_max_ms=%.0f reports=%lld trials_completed=%lld server_peak_rss_mb=%.0f\n",
+      "rest_p99_ms=%.1f rest_max_ms=%.0f reports=%lld trials_completed=%lld server_peak_rss_mb=%.0f",
       o.workers, o.rest_clients, seconds, store.c_str(), o.early_stopping.c_str(), server_args.c_str(),
       (long long)r->rpcs, (long long)r->rpc_errors,
       (long long)r->rest_calls, (long long)r->rest_errors, r->rpc_p50_ms, r->rpc_p99_ms, r->rpc_max_ms,
       r->rest_p50_ms, r->rest_p99_ms, r->rest_max_ms, (long long)r->reports, (long long)r->trials_completed,
       r->server_peak_rss_mb);
+  for (const auto& [call, ms] : r->call_p99_ms) std::printf(" %s_p99_ms=%.1f", call.c_str(), ms);
+  std::printf("\n");
   for (const auto& [code, n] : r->rpc_error_codes) std::fprintf(stderr, "load: rpc %s: %lld\n", code.c_str(), (long long)n);
   for (const auto& s : r->rpc_error_samples) std::fprintf(stderr, "load: RPC error: %s\n", s.c_str());
   for (const auto& s : r->rest_error_samples) std::fprintf(stderr, "load: REST error: %s\n", s.c_str());

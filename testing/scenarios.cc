@@ -1096,6 +1096,7 @@ Result<LoadResult> RunLoad(const Setup& setup, const LoadOptions& o) {
   r.rpc_p50_ms = Quantile(fs.latency_ms, 0.5);
   r.rpc_p99_ms = Quantile(fs.latency_ms, 0.99);
   r.rpc_max_ms = Quantile(fs.latency_ms, 1.0);
+  for (const auto& [call, ms] : fs.call_ms) r.call_p99_ms[call] = Quantile(ms, 0.99);
   r.rest_calls = rs.calls;
   r.rest_errors = rs.errors_total;
   r.rest_error_samples = rs.error_samples;

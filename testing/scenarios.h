@@ -241,6 +241,8 @@ struct LoadResult {
   std::map<std::string, int64_t> rpc_error_codes;
   std::vector<std::string> rpc_error_samples;
   double rpc_p50_ms = 0, rpc_p99_ms = 0, rpc_max_ms = 0;
+  // The p99 of each kind of RPC ("lease", "report", "pause", ...).
+  std::map<std::string, double> call_p99_ms;
   int64_t rest_calls = 0, rest_errors = 0;
   std::vector<std::string> rest_error_samples;
   double rest_p50_ms = 0, rest_p99_ms = 0, rest_max_ms = 0;
