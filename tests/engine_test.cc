@@ -181,9 +181,10 @@ TEST_F(EngineTest, WorkersGetEveryTrialOnceAndTheExperimentEnds) {
 
 // An experiment whose stored spec this server cannot read (another
 // version wrote it; here a spec without a name, as a bare store client
-// writes one) is skipped by leases: before, every lease failed with its
-// DATA_LOSS, so one such experiment stopped the whole fleet.
-TEST_F(EngineTest, AnExperimentWithAnUnreadableSpecDoesNotStopLeasesForTheOthers) {
+// writes one) is skipped by leases and ticks: before, every lease failed
+// with its DATA_LOSS, so one such experiment stopped the whole fleet, and
+// a tick stopped at it before judging the experiments after it.
+TEST_F(EngineTest, AnExperimentWithAnUnreadableSpecDoesNotStopTheOthersWork) {
   auto unreadable = store_->CreateExperiment({"unreadable", "{}", {}});
   ASSERT_TRUE(unreadable.ok()) << unreadable.status();
   ASSERT_EQ(unreadable->state, store::ExperimentState::kRunning);
@@ -200,6 +201,16 @@ TEST_F(EngineTest, AnExperimentWithAnUnreadableSpecDoesNotStopLeasesForTheOthers
   EXPECT_EQ(store_->GetExperiment(e->id)->state, store::ExperimentState::kCompleted);
   // The unreadable one still says why, to whoever asks for it.
   EXPECT_EQ(engine_->Spec(unreadable->id).status().code(), StatusCode::kDataLoss);
+
+  // A tick still ends an experiment whose wall-time budget ran out.
+  std::string timed = Spec(kBuiltin, 10, 1);
+  const std::string budget = R"("steps_per_trial": 4)";
+  timed.replace(timed.find(budget), budget.size(), budget + R"(, "max_wall_time_s": 1)");
+  auto t = engine_->CreateExperiment(timed);
+  ASSERT_TRUE(t.ok()) << t.status();
+  clock_.Advance(2'000);
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_EQ(store_->GetExperiment(t->id)->state, store::ExperimentState::kCompleted);
 }
 
 // A server runs experiment after experiment: what it keeps in memory for

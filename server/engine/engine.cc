@@ -292,12 +292,15 @@ Result<Engine::Cached*> Engine::Load(Id experiment_id) {
   return it->second.get();
 }
 
-void Engine::WarnUnreadable(Id experiment_id, const Status& why) {
+Result<Engine::Cached*> Engine::LoadUnlessUnreadable(Id experiment_id) {
+  Result<Cached*> loaded = Load(experiment_id);
+  if (loaded.ok() || loaded.status().code() != StatusCode::kDataLoss) return loaded;
   {
     MutexLock lock(mu_);
-    if (!warned_unreadable_.insert(experiment_id).second) return;
+    if (!warned_unreadable_.insert(experiment_id).second) return nullptr;
   }
-  spdlog::warn("leases skip experiment {}: {}", experiment_id, why.ToString());
+  spdlog::warn("leases and ticks skip experiment {}: {}", experiment_id, loaded.status().ToString());
+  return nullptr;
 }
 
 Result<std::shared_ptr<const ExperimentSpec>> Engine::Spec(Id experiment_id) {
@@ -1115,7 +1118,8 @@ Status Engine::Tick() {
       ForgetEnded(e.id);  // nothing left to judge or sample: free the memory
       continue;
     }
-    HPO_ASSIGN_OR_RETURN(Cached * c, Load(e.id));
+    HPO_ASSIGN_OR_RETURN(Cached * c, LoadUnlessUnreadable(e.id));
+    if (!c) continue;
     const ExperimentSpec& spec = *c->spec;
     if (spec.max_wall_time_s && now - e.created_ms > *spec.max_wall_time_s * 1000) {
       const std::string why =

@@ -451,9 +451,12 @@ class Engine {
   // every ended one's otherwise).
   void ForgetEnded(store::Id experiment_id);
   Result<Cached*> Load(store::Id experiment_id);
-  // Logs, once per experiment and server, that leases skip it (see
-  // GrantLease).
-  void WarnUnreadable(store::Id experiment_id, const Status& why) HPO_EXCLUDES(mu_);
+  // Load for the loops over every running experiment (leases, ticks): an
+  // experiment whose stored spec this server cannot read (written by a
+  // newer version, say) is skipped, null, and logged once per server, so
+  // that it does not stop the others' work. Its REST reads answer Load's
+  // DATA_LOSS, so it is not hidden.
+  Result<Cached*> LoadUnlessUnreadable(store::Id experiment_id) HPO_EXCLUDES(mu_);
   Cached* Find(store::Id experiment_id) HPO_EXCLUDES(mu_);  // the cached entry, or null
   // What samplers and the space ranking draw from: deterministic for
   // (seed, experiment, trials so far), so a restarted server suggests what

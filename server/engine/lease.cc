@@ -55,17 +55,8 @@ Result<std::optional<Lease>> Engine::GrantLease(Id worker_id, Id device_id) {
   const auto asked = std::chrono::steady_clock::now();  // the fleet view may be older by fleet_cache
   for (const auto& e : experiments) {
     if (e.state != store::ExperimentState::kRunning) continue;
-    Result<Cached*> loaded = Load(e.id);
-    if (!loaded.ok() && loaded.status().code() == StatusCode::kDataLoss) {
-      // An experiment whose stored spec this server cannot read (written by
-      // a newer version, say) gets no leases, and the fleet goes on with
-      // the others instead of every lease failing. Its REST reads answer
-      // the same error, so it is not hidden.
-      WarnUnreadable(e.id, loaded.status());
-      continue;
-    }
-    HPO_ASSIGN_OR_RETURN(Cached * c, std::move(loaded));
-    if (c->spec->executor == ExperimentSpec::ExecutorKind::kClient) continue;
+    HPO_ASSIGN_OR_RETURN(Cached * c, LoadUnlessUnreadable(e.id));
+    if (!c || c->spec->executor == ExperimentSpec::ExecutorKind::kClient) continue;
     // Another lease may take the chosen work first, or be making this
     // experiment's next trial: then plan again (without new trials, which
     // nobody waits for).
