@@ -293,11 +293,17 @@ Result<Engine::Cached*> Engine::Load(Id experiment_id) {
 }
 
 Result<Engine::Cached*> Engine::LoadUnlessUnreadable(Id experiment_id) {
+  {
+    // A stored spec never changes, so one that could not be read is not
+    // read again on every lease.
+    MutexLock lock(mu_);
+    if (unreadable_.count(experiment_id)) return nullptr;
+  }
   Result<Cached*> loaded = Load(experiment_id);
   if (loaded.ok() || loaded.status().code() != StatusCode::kDataLoss) return loaded;
   {
     MutexLock lock(mu_);
-    if (!warned_unreadable_.insert(experiment_id).second) return nullptr;
+    if (!unreadable_.insert(experiment_id).second) return nullptr;
   }
   spdlog::warn("leases and ticks skip experiment {}: {}", experiment_id, loaded.status().ToString());
   return nullptr;

@@ -453,8 +453,8 @@ class Engine {
   Result<Cached*> Load(store::Id experiment_id);
   // Load for the loops over every running experiment (leases, ticks): an
   // experiment whose stored spec this server cannot read (written by a
-  // newer version, say) is skipped, null, and logged once per server, so
-  // that it does not stop the others' work. Its REST reads answer Load's
+  // newer version, say) is skipped, null, logged and remembered once per
+  // server, so that it does not stop the others' work. Its REST reads answer Load's
   // DATA_LOSS, so it is not hidden.
   Result<Cached*> LoadUnlessUnreadable(store::Id experiment_id) HPO_EXCLUDES(mu_);
   Cached* Find(store::Id experiment_id) HPO_EXCLUDES(mu_);  // the cached entry, or null
@@ -586,7 +586,7 @@ class Engine {
   Mutex mu_;
   std::map<store::Id, std::unique_ptr<Cached>> cache_ HPO_GUARDED_BY(mu_);
   std::map<store::Id, WorkerAuth> workers_ HPO_GUARDED_BY(mu_);
-  std::set<store::Id> warned_unreadable_ HPO_GUARDED_BY(mu_);
+  std::set<store::Id> unreadable_ HPO_GUARDED_BY(mu_);  // see LoadUnlessUnreadable
 };
 
 }  // namespace hpo::server
