@@ -1,5 +1,7 @@
 #include "scheduler/offer.h"
 
+#include "search/ranking.h"
+
 namespace hpo::scheduler {
 
 Offer OfferWork(const OfferInput& in) {
@@ -73,7 +75,7 @@ Offer OfferWork(const OfferInput& in) {
       // Only spaces still below their share after one more trial: matching
       // alone would give the fastest device the top space's new trial every
       // time, and the fast device makes most of the trials.
-      if (s != first && !(share(s) * static_cast<double>(total + 1) - static_cast<double>(per_space[s]) > 0)) continue;
+      if (s != first && !search::BelowShareAfterOneMore(share(s), total, per_space[s])) continue;
       WorkItem item;
       item.kind = WorkItem::Kind::kNew;
       item.space_index = static_cast<int>(s);

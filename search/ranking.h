@@ -38,6 +38,7 @@
 // Pure and deterministic: a function of the histories alone.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "search/history.h"
@@ -68,5 +69,13 @@ std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
 // The space the next trial should come from: the one furthest below its
 // share, given how many trials each space has had (lowest index on ties).
 int PickSpace(const std::vector<SpaceRank>& ranks, const std::vector<int>& trials_so_far);
+
+// Whether a space with this share, `in_space` of the experiment's `total`
+// trials, is still below its share after one more trial of its own: the
+// bound that keeps the split between spaces the ranking's when something
+// other than PickSpace (placement, scheduler/offer.h) chooses the space.
+inline bool BelowShareAfterOneMore(double share, int64_t total, int64_t in_space) {
+  return share * static_cast<double>(total + 1) - static_cast<double>(in_space) > 0;
+}
 
 }  // namespace hpo::search

@@ -886,6 +886,84 @@ TEST_F(EngineTest, ALeaseDoesNotWaitForAnotherLeaseMakingATrial) {
   EXPECT_EQ(n->leased, 2);
 }
 
+// StalledTopUps that also records how many trials each insert made.
+class CountedTopUps : public StalledTopUps {
+ public:
+  using StalledTopUps::StalledTopUps;
+  Result<std::vector<store::TrialRecord>> CreateTrialsUpTo(store::Id experiment_id,
+                                                           const std::vector<store::NewTrial>& trials,
+                                                           const TrialLimits& limits) override {
+    {
+      std::lock_guard lock(mu_);
+      inserts_.push_back(trials.size());
+    }
+    return StalledTopUps::CreateTrialsUpTo(experiment_id, trials, limits);
+  }
+  std::vector<size_t> inserts() {
+    std::lock_guard lock(mu_);
+    return inserts_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<size_t> inserts_;
+};
+
+// Devices that ask at once, with nothing to run but new trials, used to
+// queue for one new trial each (a suggestion and an insert apiece), and a
+// fleet of 200 waited seconds for its leases under ASHA (bench/load). Those
+// that ask while one is being made now get theirs together, from one
+// sampler call and one insert: a trial each, and the space ranking's split
+// between the two spaces kept, as one at a time would.
+TEST_F(EngineTest, DevicesThatAskAtOnceGetTheirNewTrialsFromOneBatch) {
+  CountedTopUps counted(*store_);
+  Engine engine(counted, Options());
+  auto e = engine.CreateExperiment(Spec(kBuiltin, 20, 8));
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<TestWorker> workers;
+  for (int i = 0; i < 5; ++i) workers.push_back(AddWorker(engine, "w" + std::to_string(i)));
+  counted.Arm();
+  // Worker 0's lease makes the first trial and stalls in the store.
+  std::optional<Result<std::optional<Lease>>> a0;
+  std::thread worker0([&] { a0 = engine.LeaseForWorker(workers[0].caller, workers[0].device); });
+  const bool stalled_making = counted.WaitUntilStalled(std::chrono::seconds(30));
+  // The other four ask meanwhile, and wait for the next batch. (The 30 s
+  // only keep a broken engine from hanging the test.)
+  std::vector<std::future<Result<std::optional<Lease>>>> others;
+  for (int i = 1; i < 5; ++i) {
+    others.push_back(std::async(std::launch::async, [&engine, w = workers[i]] {
+      return engine.LeaseForWorker(w.caller, w.device);
+    }));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (engine.NewTrialsWaiting(e->id) < 4 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const size_t waiting = engine.NewTrialsWaiting(e->id);
+  counted.Release();
+  worker0.join();
+  ASSERT_TRUE(stalled_making) << "worker 0's lease made no trial";
+  EXPECT_EQ(waiting, 4u);
+  std::set<store::Id> ids;
+  ASSERT_TRUE(a0 && a0->ok() && (*a0)->has_value());
+  ids.insert((**a0)->trial.id);
+  std::map<std::string, int> per_space;
+  ++per_space[(**a0)->space];
+  for (auto& f : others) {
+    auto got = f.get();
+    ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
+    EXPECT_TRUE(ids.insert((*got)->trial.id).second) << "trial " << (*got)->trial.id << " went to two devices";
+    ++per_space[(*got)->space];
+  }
+  EXPECT_EQ(counted.inserts(), (std::vector<size_t>{1, 4})) << "the four waiting devices' trials in one insert";
+  EXPECT_GE(per_space["a"], 2) << "space b took the batch";
+  EXPECT_GE(per_space["b"], 2) << "space a took the batch";
+  auto n = store_->CountTrials(e->id);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->leased, 5);
+  EXPECT_EQ(n->pending, 0);
+}
+
 // ...but a lease that finds nothing else waits for the trial being made,
 // then makes its own, rather than sending its device away for a retry-after
 // of a second. A whole fleet leases at once after a server restart, and

@@ -287,6 +287,12 @@ Result<Engine::Cached*> Engine::Load(Id experiment_id) {
     HPO_ASSIGN_OR_RETURN(c->promotion, MakePromotionRule(*c->spec));
   }
   c->trials = std::make_unique<TrialView>(store_, experiment_id, c->spec, options_.history_cache);
+  Batcher<NewTrialRequest>::Options batches;
+  batches.max_batch = kMaxNewTrialsPerBatch;
+  c->new_trials = std::make_unique<Batcher<NewTrialRequest>>(
+      batches, [this, experiment_id, cached = c.get()](const std::vector<NewTrialRequest*>& batch) {
+        return MakeNewTrials(experiment_id, *cached, batch);
+      });
   MutexLock lock(mu_);
   auto [it, inserted] = cache_.emplace(experiment_id, std::move(c));
   return it->second.get();
@@ -537,6 +543,11 @@ size_t Engine::KeptTrials() {
   return kept;
 }
 
+size_t Engine::NewTrialsWaiting(Id experiment_id) {
+  Cached* c = Find(experiment_id);
+  return c ? c->new_trials->Queued() : 0;
+}
+
 Status Engine::CheckStore() { return store_.SchemaVersion().status(); }
 Result<store::ExperimentRecord> Engine::GetExperiment(Id id) { return store_.GetExperiment(id); }
 Result<std::vector<store::ExperimentRecord>> Engine::ListExperiments(int64_t offset, int64_t limit) {
@@ -573,9 +584,9 @@ search::Rng Engine::ExperimentRng(const ExperimentSpec& spec, Id experiment_id, 
   return search::Rng(spec.seed).Fork(static_cast<uint64_t>(experiment_id)).Fork(trials_so_far);
 }
 
-Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_id, Cached& c, int64_t count,
-                                                                  std::optional<int64_t> max_unfinished,
-                                                                  const LeasedTo* leased_to) {
+Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_id, Cached& c,
+                                                                  const std::vector<NewTrialFor>& wanted,
+                                                                  std::optional<int64_t> max_unfinished) {
   const auto timer = TimeIf(suggest_seconds_);
   const ExperimentSpec& spec = *c.spec;
   // The cached view, kept current with this engine's changes: the same
@@ -597,46 +608,70 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
   std::vector<int> per_space_so_far;
   for (const auto& h : histories) per_space_so_far.push_back(static_cast<int>(h.trials.size()));
   const auto ranks = search::RankSpaces(spec.spaces, histories);
-  std::vector<int> wanted(spec.spaces.size(), 0);
-  if (leased_to && leased_to->space) {
-    wanted[*leased_to->space] = 1;
-  } else {
-    for (int64_t i = 0; i < count; ++i) {
-      const int s = search::PickSpace(ranks, per_space_so_far);
-      ++per_space_so_far[s];
-      ++wanted[s];
+  // Each wanted trial's space, in order, counting the batch's earlier ones.
+  std::vector<size_t> space_of;
+  std::vector<int> per_space_wanted(spec.spaces.size(), 0);
+  for (const auto& w : wanted) {
+    int s = search::PickSpace(ranks, per_space_so_far);
+    if (w.space && *w.space >= 0 && static_cast<size_t>(*w.space) < spec.spaces.size()) {
+      int64_t so_far = 0;
+      for (int n : per_space_so_far) so_far += n;
+      if (search::BelowShareAfterOneMore(ranks[*w.space].share, so_far, per_space_so_far[*w.space])) s = *w.space;
     }
+    ++per_space_so_far[s];
+    ++per_space_wanted[s];
+    space_of.push_back(static_cast<size_t>(s));
   }
   HPO_ASSIGN_OR_RETURN(auto sampler, search::MakeSampler(spec.sampler, {}, "algorithm.sampler"));
   const json system = InitialSystem(spec);
-  std::vector<store::NewTrial> trials;
+  // One Suggest per space, for all of its trials; handed out in order.
+  std::vector<std::vector<search::Assignment>> suggested(spec.spaces.size());
+  std::vector<size_t> next(spec.spaces.size(), 0);
   for (size_t s = 0; s < spec.spaces.size(); ++s) {
-    if (wanted[s] == 0) continue;
-    for (const auto& a : sampler->Suggest(spec.spaces[s], histories[s], wanted[s], rng)) {
-      store::NewTrial t;
-      t.space_id = c.space_ids.at(spec.spaces[s].name);
-      const json params = spec.spaces[s].ToJson(a);
-      t.params_json = params.dump();
-      // A system parameter searched as a hyperparameter runs as sampled.
-      json trial_system = system;
-      for (const auto& p : spec.system) {
-        if (p.affects_accuracy && params.contains(p.domain.name)) trial_system[p.domain.name] = params[p.domain.name];
-      }
-      t.system_params_json = trial_system.dump();
-      t.priority = ranks[s].share;  // higher-priority spaces are leased first
-      if (leased_to) {
-        t.lease_owner = leased_to->owner;
-        t.lease_ms = leased_to->lease_ms;
-        t.stop_step = leased_to->stop_step;
-      }
-      trials.push_back(std::move(t));
+    if (per_space_wanted[s] > 0) suggested[s] = sampler->Suggest(spec.spaces[s], histories[s], per_space_wanted[s], rng);
+  }
+  std::vector<store::NewTrial> trials;
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    const size_t s = space_of[i];
+    if (next[s] >= suggested[s].size()) break;  // a sampler that gave fewer: the rest are not made
+    const json params = spec.spaces[s].ToJson(suggested[s][next[s]++]);
+    store::NewTrial t;
+    t.space_id = c.space_ids.at(spec.spaces[s].name);
+    t.params_json = params.dump();
+    // A system parameter searched as a hyperparameter runs as sampled.
+    json trial_system = system;
+    for (const auto& p : spec.system) {
+      if (p.affects_accuracy && params.contains(p.domain.name)) trial_system[p.domain.name] = params[p.domain.name];
     }
+    t.system_params_json = trial_system.dump();
+    t.priority = ranks[s].share;  // higher-priority spaces are leased first
+    t.lease_owner = wanted[i].owner;
+    t.lease_ms = wanted[i].lease_ms;
+    if (wanted[i].to_first_rung && c.promotion) {
+      // Its number, on one server: the trials so far and the batch's earlier ones.
+      const int64_t first = c.promotion->FirstStop(static_cast<int64_t>(total + i));
+      if (first < spec.steps_per_trial) t.stop_step = first;
+    }
+    trials.push_back(std::move(t));
   }
   // The caller emits "trial.created" once it has let go of the view: on
   // PostgreSQL each event is a NOTIFY, a store call of its own.
   HPO_ASSIGN_OR_RETURN(auto created, store_.CreateTrialsUpTo(experiment_id, trials, {spec.max_trials, max_unfinished}));
   for (const auto& t : created) c.trials->Apply(t);
   return created;
+}
+
+std::vector<Status> Engine::MakeNewTrials(Id experiment_id, Cached& c, const std::vector<NewTrialRequest*>& batch) {
+  std::vector<NewTrialFor> wanted;
+  wanted.reserve(batch.size());
+  for (const NewTrialRequest* r : batch) wanted.push_back(r->wanted);
+  Result<std::vector<store::TrialRecord>> created = [&]() -> Result<std::vector<store::TrialRecord>> {
+    MutexLock lock(c.replenish_mu);
+    return CreateSuggestions(experiment_id, c, wanted, c.spec->max_parallel);
+  }();
+  if (!created.ok()) return std::vector<Status>(batch.size(), created.status());
+  for (size_t i = 0; i < created->size() && i < batch.size(); ++i) batch[i]->made = std::move((*created)[i]);
+  return std::vector<Status>(batch.size(), Status::OK());
 }
 
 void Engine::EmitCreated(Id experiment_id, const Cached& c, const std::vector<store::TrialRecord>& created,
@@ -674,13 +709,14 @@ Result<std::vector<Lease>> Engine::Suggest(Id experiment_id, int count) {
   }
   // Created leased to the client: one write per batch, not one per trial
   // more (on SQLite each write is an fsync).
-  LeasedTo client;
+  NewTrialFor client;  // in the space ranking's pick
   client.owner = kClientOwner;
   client.lease_ms = options_.client_lease_ms;
   std::vector<store::TrialRecord> created;
   {
     MutexLock lock(c->replenish_mu);
-    HPO_ASSIGN_OR_RETURN(created, CreateSuggestions(experiment_id, *c, count, std::nullopt, &client));
+    HPO_ASSIGN_OR_RETURN(created, CreateSuggestions(experiment_id, *c, std::vector<NewTrialFor>(count, client),
+                                                    std::nullopt));
   }
   EmitCreated(experiment_id, *c, created);
   std::vector<Lease> out;

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "common/batcher.h"
 #include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
@@ -59,6 +60,10 @@ inline constexpr size_t kMaxLabels = 64;             // labels of one worker
 // Trial ids in one heartbeat. A worker runs one trial per device, so it
 // never needs more; each id is a statement of the renewal.
 inline constexpr size_t kMaxTrialsPerHeartbeat = kMaxDevicesPerWorker;
+// New trials made in one batch for the devices that asked at once (one
+// sampler call per space: TPE's and the GP's batch suggestions spread them
+// with fantasized results, whose cost grows with the batch).
+inline constexpr size_t kMaxNewTrialsPerBatch = 32;
 
 // Free text a caller sends that the server keeps and passes on (stored
 // reasons, events, every page that lists them). Each kind has one limit and
@@ -419,6 +424,10 @@ class Engine {
   // per copy). Tick drops both for an experiment that is no longer
   // running, and exports the sum as hpo_engine_kept_trials.
   size_t KeptTrials();
+  // Devices waiting for the next batch of this experiment's new trials
+  // (server/engine/lease.cc), for tests and diagnostics; 0 when it is not
+  // loaded.
+  size_t NewTrialsWaiting(store::Id experiment_id);
 
   // The system parameters co-tuned inside trials (not affects_accuracy).
   static std::vector<std::string> TunableNames(const ExperimentSpec& spec);
@@ -431,6 +440,25 @@ class Engine {
   static std::string Workload(store::Id experiment_id, const ExperimentSpec& spec, const std::string& space);
 
  private:
+  // What one new trial is made for: an ask/tell client's suggestion, or
+  // placement's answer to a device that asked.
+  struct NewTrialFor {
+    // In this space unless it is at its share of the trials after one more
+    // (search::BelowShareAfterOneMore; then, as with none, the space
+    // ranking's pick): trials made in one batch for many devices keep the
+    // ranking's split, as one at a time would.
+    std::optional<int> space;
+    // Non-empty: created leased to this owner, in the same transaction.
+    std::string owner;
+    int64_t lease_ms = 0;
+    // Its lease ends at the promotion rule's first rung for its trial number
+    // (promotion-type early stopping).
+    bool to_first_rung = false;
+  };
+  struct NewTrialRequest {
+    NewTrialFor wanted;
+    std::optional<store::TrialRecord> made;  // none: the budget or max_parallel ran out
+  };
   struct Cached {
     std::shared_ptr<const ExperimentSpec> spec;
     std::map<std::string, store::Id> space_ids;  // by space name
@@ -445,6 +473,13 @@ class Engine {
     // `trials` and kept between batches (only what changed is copied again).
     HistoriesCopy sampling HPO_GUARDED_BY(replenish_mu);
     std::atomic<size_t> sampling_trials{0};  // in `sampling`, read without replenish_mu
+    // The new trials devices ask for (server/engine/lease.cc): those that
+    // ask while a batch is being made queue and are made together in the
+    // next, one batch at a time (two made at once from the same history
+    // would be the same suggestion). One at a time, a fleet that asked at
+    // once queued for one suggestion each (issue #19: bench/load's lease
+    // p99 of 4 s under ASHA).
+    std::unique_ptr<Batcher<NewTrialRequest>> new_trials;
   };
   // An experiment that is no longer running: its view and its samplers'
   // copy go (a server that runs experiment after experiment would keep
@@ -465,22 +500,19 @@ class Engine {
   // The spec's cost section against the fleet: every priced class or label
   // names a registered device or worker, and a deadline is in the future.
   Status CheckCost(const ExperimentSpec& spec);
-  // Creates up to `count` new trials (within the budget, and leaving at most
-  // `max_unfinished` unfinished if set) chosen by the space ranking and the
-  // spec's sampler, pending; with `leased_to`, created leased to its owner
-  // in the same transaction (an ask/tell client's suggestion, or
-  // placement's answer to a device that asked: one trial in its space).
-  struct LeasedTo {
-    std::optional<int> space;  // one trial in this space; none: the ranking picks
-    std::string owner;
-    int64_t lease_ms = 0;
-    std::optional<int64_t> stop_step;
-  };
+  // Creates a new trial for each of `wanted`, in its order, drawn by the
+  // spec's sampler (one call per space for all of a space's trials, so a
+  // batch is spread, not the same suggestion again), as many of the first
+  // ones as the budget allows while leaving at most `max_unfinished`
+  // unfinished if set; the records in `wanted`'s order (maybe fewer).
   Result<std::vector<store::TrialRecord>> CreateSuggestions(store::Id experiment_id, Cached& c,
-                                                            int64_t count,
-                                                            std::optional<int64_t> max_unfinished,
-                                                            const LeasedTo* leased_to = nullptr)
+                                                            const std::vector<NewTrialFor>& wanted,
+                                                            std::optional<int64_t> max_unfinished)
       HPO_REQUIRES(c.replenish_mu);
+  // The batch of new trials that devices asked for at once (Cached::
+  // new_trials): one CreateSuggestions for all, each request's trial back in
+  // it (none where the budget or max_parallel ran out).
+  std::vector<Status> MakeNewTrials(store::Id experiment_id, Cached& c, const std::vector<NewTrialRequest*>& batch);
   // "trial.created" for each, with what a view of the trials needs to add
   // it without a read (number, space, params, state, level); called
   // without replenish_mu held. `placed`, when an object, joins each event:
@@ -541,7 +573,7 @@ class Engine {
   // Placement for one experiment (scheduler/policy.h; server/engine/lease.cc):
   // the work it offers this device - promotable paused trials, pending
   // trials, a new trial per space while budget and max_parallel allow -
-  // and the policy's choice among them.
+  // and the policy's choice among them (`without_new`: no new trial offered).
   struct LeasePlan {
     std::vector<scheduler::WorkItem> items;
     std::map<store::Id, search::Promotion> promotion_of;  // of the kResume items, by trial id
@@ -550,13 +582,9 @@ class Engine {
   Result<LeasePlan> PlanLease(const store::ExperimentRecord& e, Cached& c, store::Id device_id,
                               std::chrono::steady_clock::time_point asked, bool without_new);
   // Carries out the plan's decision for the worker's device: the trial
-  // leased, or none when another lease took it first, or (busy_making_new)
-  // another lease is making this experiment's next trial right now.
-  struct Applied {
-    std::optional<store::TrialRecord> trial;
-    bool busy_making_new = false;
-  };
-  Result<Applied> ApplyPlan(const store::ExperimentRecord& e, Cached& c, const LeasePlan& plan, store::Id worker_id,
+  // leased, or none when another lease took it first (or the budget or
+  // max_parallel ran out for a new one).
+  Result<std::optional<store::TrialRecord>> ApplyPlan(const store::ExperimentRecord& e, Cached& c, const LeasePlan& plan, store::Id worker_id,
                             store::Id device_id);
   // The policy's options for this experiment's spec and fleet.
   scheduler::PolicyOptions PolicyFor(const ExperimentSpec& spec, const FleetSnapshot& fleet,

@@ -20,6 +20,8 @@ namespace {
 
 double SecondsSince(int64_t now_ms, int64_t then_ms) { return std::max<int64_t>(0, now_ms - then_ms) / 1000.0; }
 
+Result<std::optional<store::TrialRecord>> NoTrial() { return std::optional<store::TrialRecord>(); }
+
 }  // namespace
 
 int64_t Engine::NowMs() const {
@@ -57,28 +59,21 @@ Result<std::optional<Lease>> Engine::GrantLease(Id worker_id, Id device_id) {
     if (e.state != store::ExperimentState::kRunning) continue;
     HPO_ASSIGN_OR_RETURN(Cached * c, LoadUnlessUnreadable(e.id));
     if (!c || c->spec->executor == ExperimentSpec::ExecutorKind::kClient) continue;
-    // Another lease may take the chosen work first, or be making this
-    // experiment's next trial: then plan again (without new trials, which
-    // nobody waits for).
-    bool without_new = false;
+    // Another lease may take the chosen work first: then plan again.
     constexpr int kAttempts = 4;
     for (int attempt = 0; attempt < kAttempts; ++attempt) {
-      HPO_ASSIGN_OR_RETURN(LeasePlan plan, PlanLease(e, *c, device_id, asked, without_new));
-      if (!plan.decision.run && without_new && attempt + 1 < kAttempts) {
-        // Another lease is making this experiment's next trial and nothing
-        // else is left: wait until it is made (a suggestion takes
-        // milliseconds) and plan again with new trials, rather than send
-        // this device away for a retry-after of a second. Each device
-        // idled that second when a fleet leased at once, as it does after
-        // a server restart (issue #21: bench/faults kill_server_workers).
-        { MutexLock made(c->replenish_mu); }
-        without_new = false;
-        continue;
-      }
+      HPO_ASSIGN_OR_RETURN(LeasePlan plan, PlanLease(e, *c, device_id, asked, /*without_new=*/false));
       if (!plan.decision.run) break;
-      HPO_ASSIGN_OR_RETURN(Applied applied, ApplyPlan(e, *c, plan, worker_id, device_id));
-      if (applied.busy_making_new) without_new = true;
-      const std::optional<store::TrialRecord>& leased = applied.trial;
+      if (plan.items[plan.decision.item].kind == scheduler::WorkItem::Kind::kNew && c->new_trials->Running()) {
+        // A batch of new trials is being made, and this one would wait for
+        // the next: other work (a requeued trial, a promotion) goes now if
+        // there is some. Leases used to queue behind the trials being made
+        // until they ran past their deadlines.
+        HPO_ASSIGN_OR_RETURN(LeasePlan other, PlanLease(e, *c, device_id, asked, /*without_new=*/true));
+        if (other.decision.run) plan = std::move(other);
+      }
+      HPO_ASSIGN_OR_RETURN(const std::optional<store::TrialRecord> leased,
+                           ApplyPlan(e, *c, plan, worker_id, device_id));
       if (!leased) continue;
       fleet_->SetBusy(device_id, plan.decision.estimated_seconds);
       Lease a{*leased, c->spec, ""};
@@ -185,9 +180,8 @@ scheduler::PolicyOptions Engine::PolicyFor(const ExperimentSpec& spec, const Fle
   return o;
 }
 
-Result<Engine::Applied> Engine::ApplyPlan(const store::ExperimentRecord& e, Cached& c, const LeasePlan& plan,
+Result<std::optional<store::TrialRecord>> Engine::ApplyPlan(const store::ExperimentRecord& e, Cached& c, const LeasePlan& plan,
                                           Id worker_id, Id device_id) {
-  const ExperimentSpec& spec = *c.spec;
   const scheduler::WorkItem& item = plan.items[plan.decision.item];
   const std::string owner = WorkerOwner(worker_id);
   const int64_t lease_ms = options_.worker_lease_ms;
@@ -196,7 +190,7 @@ Result<Engine::Applied> Engine::ApplyPlan(const store::ExperimentRecord& e, Cach
     case scheduler::WorkItem::Kind::kPending: {
       auto r = store_.LeaseTrial(item.trial_id, owner, lease_ms);
       if (!r.ok()) {
-        if (r.status().IsFailedPrecondition()) return Applied{};  // taken meanwhile
+        if (r.status().IsFailedPrecondition()) return NoTrial();  // taken meanwhile
         return r.status();
       }
       leased = std::move(r).value();
@@ -210,7 +204,7 @@ Result<Engine::Applied> Engine::ApplyPlan(const store::ExperimentRecord& e, Cach
       auto r = store_.ResumeTrial(item.trial_id, owner, lease_ms,
                                   p.to_end ? std::nullopt : std::optional<int64_t>(p.to_step), !usable);
       if (!r.ok()) {
-        if (r.status().IsFailedPrecondition()) return Applied{};
+        if (r.status().IsFailedPrecondition()) return NoTrial();
         return r.status();
       }
       leased = std::move(r).value();
@@ -221,28 +215,22 @@ Result<Engine::Applied> Engine::ApplyPlan(const store::ExperimentRecord& e, Cach
       break;
     }
     case scheduler::WorkItem::Kind::kNew: {
-      LeasedTo fd;
-      fd.space = item.space_index;
-      fd.owner = owner;
-      fd.lease_ms = lease_ms;
-      if (c.promotion && item.steps < spec.steps_per_trial) fd.stop_step = item.steps;
-      std::vector<store::TrialRecord> created;
-      {
-        // One new trial at a time per experiment (two made at once from the
-        // same history would be the same suggestion), and nobody waits for
-        // it: while one is being made, the others take what else there is.
-        if (!c.replenish_mu.TryLock()) return Applied{std::nullopt, true};
-        MutexLock lock(c.replenish_mu, AdoptLock());
-        HPO_ASSIGN_OR_RETURN(created, CreateSuggestions(e.id, c, 1, spec.max_parallel, &fd));
-      }
-      if (created.empty()) return Applied{};  // the budget or the cap filled meanwhile
-      EmitCreated(e.id, c, created, {{"device_id", device_id}, {"reason", plan.decision.reason}});
-      leased = created.front();
+      // Made with the new trials other devices asked for meanwhile, in one
+      // batch (Cached::new_trials).
+      NewTrialRequest r;
+      r.wanted.space = item.space_index;
+      r.wanted.owner = owner;
+      r.wanted.lease_ms = lease_ms;
+      r.wanted.to_first_rung = c.promotion.has_value();
+      HPO_RETURN_IF_ERROR(c.new_trials->Submit(r));
+      if (!r.made) return NoTrial();  // the budget or max_parallel filled meanwhile
+      EmitCreated(e.id, c, {*r.made}, {{"device_id", device_id}, {"reason", plan.decision.reason}});
+      leased = std::move(r.made);
       break;
     }
   }
   c.trials->Apply(*leased);
-  return Applied{leased, false};
+  return leased;
 }
 
 Status Engine::CheckCost(const ExperimentSpec& spec) {

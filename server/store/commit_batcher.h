@@ -10,22 +10,20 @@
 //  * A call's failure is its own: the committer runs each call inside a
 //    savepoint and rolls back to it on that call's error, so the other calls
 //    of the batch still commit (SqlStore::CommitBatch).
-//  * The batcher itself knows nothing of SQL: it groups calls and hands each
-//    group to the commit function it was built with, on the thread of the
-//    call at the head of the queue (the leader; no thread of its own).
+//  * The batcher itself knows nothing of SQL: it groups calls (common/
+//    batcher.h) and hands each group, in `order`, to the commit function it
+//    was built with, on the thread of the call at the head of the queue.
 //
 // Internal to server/store.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <vector>
 
-#include "common/mutex.h"
+#include "common/batcher.h"
 #include "common/status.h"
-#include "common/thread_annotations.h"
 #include "server/store/sql_driver.h"
 
 namespace hpo::store {
@@ -75,31 +73,10 @@ class CommitBatcher {
   // Queues `call`, waits for the batch that holds it, and returns its
   // status. `call` must stay valid until then (it lives on the caller's
   // stack). Thread-safe.
-  Status Submit(const Call& call) HPO_EXCLUDES(mu_);
+  Status Submit(const Call& call);
 
  private:
-  // A queued call and its outcome. On its caller's stack; `wake`, `done`
-  // and `status` are read and written with mu_ held only (the analysis
-  // cannot name another object's mutex for a member, hence the comment).
-  struct Waiter {
-    explicit Waiter(const Call* c) : call(c) {}
-    const Call* call;
-    CondVar wake;
-    bool done = false;
-    Status status;
-  };
-
-  // Whether `w` may lead a batch now: first in line, and a connection's
-  // share free.
-  bool MayLead(const Waiter& w) const HPO_REQUIRES(mu_);
-  // Wakes the waiter at the head of the queue if it may lead now.
-  void WakeNextLeader() HPO_REQUIRES(mu_);
-
-  const Options options_;
-  const CommitFn commit_;
-  Mutex mu_;
-  std::deque<Waiter*> queue_ HPO_GUARDED_BY(mu_);
-  int in_flight_ HPO_GUARDED_BY(mu_) = 0;
+  Batcher<const Call> batcher_;
 };
 
 }  // namespace hpo::store
