@@ -138,7 +138,7 @@ TEST_F(FleetViewTest, LeasesAndReportsDoNotWaitForARereadOfTheFleet) {
   // (The 30 s only keep a broken view from hanging the test.)
   auto lease = std::async(std::launch::async, [&] { return view.Fresh(b, Clock::now()).ok(); });
   auto report = std::async(std::launch::async, [&] {
-    view.Observe("fast", "w", "", 1, 1, 123.0);
+    view.Observe(b, "fast", "w", 1, {123.0, nlohmann::json::object(), 0, 1});
     view.SetBusy(b, 10);
   });
   const bool leased = lease.wait_for(std::chrono::seconds(30)) == std::future_status::ready;

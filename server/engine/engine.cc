@@ -573,6 +573,7 @@ Result<std::vector<store::MeasurementRecord>> Engine::ListExperimentMeasurements
 }
 Result<store::ReadCursor> Engine::ReadHorizon() { return store_.ReadHorizon(); }
 Result<std::vector<store::WorkerRecord>> Engine::ListWorkers() { return store_.ListWorkers(); }
+Result<MeasuredSpeeds> Engine::Measured() { return fleet_->Measured(FleetView::Clock::now()); }
 Result<std::vector<store::SpeedObservationRecord>> Engine::ListSpeedObservations(std::string_view workload,
                                                                                  int64_t limit) {
   return store_.ListSpeedObservations(workload, limit);
@@ -813,7 +814,8 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
                                                   r.samples_per_sec, r.trial_id})
                             .status());
     // Placement sees it on the next lease.
-    fleet_->Observe(*device_class, workload, scheduler::SettingKey(r.system), r.trial_id, r.step, r.samples_per_sec);
+    fleet_->Observe(*r.device_id, *device_class, workload, r.step,
+                    {r.samples_per_sec, r.system.is_object() ? r.system : json::object(), NowMs(), r.trial_id});
   }
   if (reported.inserted) {
     Emit("trial.reported", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},

@@ -284,6 +284,10 @@ class Engine {
   Result<std::vector<store::WorkerRecord>> ListWorkers();
   // Speed observations of one workload (all when empty), at most `limit`.
   Result<std::vector<store::SpeedObservationRecord>> ListSpeedObservations(std::string_view workload, int64_t limit);
+  // The newest measured speed per device and workload: the fleet view's
+  // (FleetView::Measured), this engine's reports at once, other replicas'
+  // within fleet_cache.
+  Result<MeasuredSpeeds> Measured();
 
   // Workers ----------------------------------------------------------------
   // Every call of a worker but RegisterWorker names the worker and presents

@@ -57,11 +57,13 @@ Result<FleetSnapshot> FleetView::ReadNow() const {
       v.model.AddBenchmark(d.device_class, d.benchmark_gflops);
     }
   }
-  for (const auto& o : observations) {
-    const json setting = json::parse(o.system_setting_json, nullptr, false);
-    if (!setting.is_discarded()) {
-      v.model.Observe(o.device_class, o.workload, scheduler::SettingKey(setting), o.samples_per_sec);
-    }
+  for (const auto& o : observations) {  // oldest first: the newest per key is kept
+    json setting = json::parse(o.system_setting_json, nullptr, false);
+    if (setting.is_discarded()) continue;
+    v.model.Observe(o.device_class, o.workload, scheduler::SettingKey(setting), o.samples_per_sec);
+    if (o.device_id == 0) continue;  // its device was pruned
+    if (!setting.is_object()) setting = json::object();
+    v.measured[o.device_id][o.workload] = {o.samples_per_sec, std::move(setting), o.observed_ms, o.trial_id};
   }
   return v;
 }
@@ -157,6 +159,21 @@ void FleetView::Registered(const store::WorkerRecord& w) {
   if (reading_) missed_.push_back(std::move(update));
 }
 
+Result<MeasuredSpeeds> FleetView::Measured(Clock::time_point asked) {
+  MutexLock lock(mu_);
+  while (!view_ || !Current(asked)) {
+    if (reading_) {
+      // Another call rereads: the view serves until then, as for a lease.
+      if (view_ && max_age_.count() > 0) break;
+      read_done_.Wait(mu_);
+      continue;
+    }
+    HPO_RETURN_IF_ERROR(RereadReleasing());
+    break;
+  }
+  return view_->measured;
+}
+
 Result<std::string> FleetView::DeviceClass(Id device_id) {
   HPO_ASSIGN_OR_RETURN(Known k, KnownDevice(device_id));
   return k.device_class;
@@ -178,14 +195,19 @@ Result<std::map<std::string, double>> FleetView::PredictAllTunables(Id device_id
   return view_->model.PredictAllTunables(k.device_class, workload, tunable, given, min_observations);
 }
 
-void FleetView::Observe(const std::string& device_class, const std::string& workload, const std::string& setting,
-                        Id trial_id, int64_t step, double samples_per_sec) {
+void FleetView::Observe(Id device_id, const std::string& device_class, const std::string& workload, int64_t step,
+                        const MeasuredSpeed& speed) {
   const auto now = Clock::now();
+  const std::string setting = scheduler::SettingKey(speed.system);
+  const double samples_per_sec = speed.samples_per_sec;
+  auto apply = [=](FleetSnapshot& view) {
+    view.model.Observe(device_class, workload, setting, samples_per_sec);
+    view.measured[device_id][workload] = speed;
+  };
   MutexLock lock(mu_);
-  if (view_) view_->model.Observe(device_class, workload, setting, samples_per_sec);
-  if (reading_) {
-    missed_.push_back([=](FleetSnapshot& view) { view.model.Observe(device_class, workload, setting, samples_per_sec); });
-  }
+  if (view_) apply(*view_);
+  if (reading_) missed_.push_back(apply);
+  const Id trial_id = speed.trial_id.value_or(0);
   auto& last = last_report_[trial_id];
   if (last.seen && step > last.step && samples_per_sec > 0) {
     // Seconds between two reports times samples a second: the samples a

@@ -357,9 +357,7 @@ Result<json> RestApi::ListWorkers(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(const bool include_gone, QueryBool(call.req, "include_gone", false));
   HPO_ASSIGN_OR_RETURN(auto workers, engine_.ListWorkers());
   // The newest measured speed per (device, workload).
-  HPO_ASSIGN_OR_RETURN(auto speeds, engine_.ListSpeedObservations("", 5000));
-  std::map<Id, std::map<std::string, const store::SpeedObservationRecord*>> latest;
-  for (const auto& o : speeds) latest[o.device_id][o.workload] = &o;
+  HPO_ASSIGN_OR_RETURN(MeasuredSpeeds latest, engine_.Measured());
   // What each worker is running now: leased and running trials of running
   // experiments, by lease owner, in one query for every experiment.
   std::map<std::string, json> current;
@@ -404,9 +402,9 @@ Result<json> RestApi::ListWorkers(const RouteCall& call) {
                          {"memory_bytes", d.memory_bytes}, {"benchmark_gflops", d.benchmark_gflops},
                          {"measured", json::array()}, {"prices", prices}});
       for (const auto& [workload, o] : latest[d.id]) {
-        devices.back()["measured"].push_back({{"workload", workload}, {"samples_per_sec", o->samples_per_sec},
-                                              {"system", ParseOr(o->system_setting_json, json::object())},
-                                              {"observed_ms", o->observed_ms}, {"trial_id", Opt(o->trial_id)}});
+        devices.back()["measured"].push_back({{"workload", workload}, {"samples_per_sec", o.samples_per_sec},
+                                              {"system", o.system}, {"observed_ms", o.observed_ms},
+                                              {"trial_id", Opt(o.trial_id)}});
       }
     }
     auto running = current.find(Engine::WorkerOwner(w.id));
