@@ -51,6 +51,7 @@ class PostgresConnection final : public SqlConnection {
           tx_ = std::make_unique<pqxx::work>(*conn_);
           break;
         case TxMode::kSingle:
+        case TxMode::kReadOne:
           break;
       }
     });

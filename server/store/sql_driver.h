@@ -89,7 +89,14 @@ class SqlConnection {
   // its own: PostgreSQL then skips BEGIN/COMMIT (one round trip instead of
   // three); SQLite still uses BEGIN IMMEDIATE. Statements that only explain
   // why that one statement changed nothing may follow.
-  enum class TxMode { kRead, kWrite, kSingle };
+  // kReadOne promises a body that only reads and needs no common snapshot:
+  // one statement, or one after checks of rows never deleted or changed
+  // once visible (an experiment exists; its spaces). PostgreSQL then skips
+  // BEGIN/COMMIT as for kSingle (each statement its own snapshot); SQLite
+  // reads as for kRead, without the write lock. The hot reads (a trial, an
+  // experiment's counts) were three round trips each, and bench/load's
+  // PostgreSQL spent more statement time on COMMIT than on anything else.
+  enum class TxMode { kRead, kWrite, kSingle, kReadOne };
   virtual ~SqlConnection() = default;
   virtual void Begin(TxMode mode) = 0;
   virtual void Commit() = 0;

@@ -349,7 +349,7 @@ void SqlStore::Migrate(SqlConnection& c) {
 }
 
 Result<int> SqlStore::SchemaVersion() {
-  return Run(TxMode::kRead, [&](SqlConnection& c) {
+  return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     return static_cast<int>(
         c.Query("SELECT COALESCE(MAX(version), 0) FROM schema_version", {})[0].Int(0));
   });
@@ -390,7 +390,7 @@ Result<ExperimentRecord> SqlStore::CreateExperiment(const NewExperiment& e) {
 }
 
 Result<ExperimentRecord> SqlStore::GetExperiment(Id id) {
-  return Run(TxMode::kRead, [&](SqlConnection& c) {
+  return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     auto rows = c.Query(
         "SELECT " + std::string(kExperimentColumns) + " FROM experiments WHERE id = $1", {id});
     if (rows.empty()) Throw(Status::NotFound("experiment " + std::to_string(id) + " does not exist"));
@@ -408,7 +408,7 @@ Result<std::vector<ExperimentRecord>> SqlStore::ListExperiments(int64_t offset, 
   if (offset < 0 || limit < 0) {
     return Status::InvalidArgument("offset and limit: must not be negative");
   }
-  return Run(TxMode::kRead, [&](SqlConnection& c) {
+  return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     std::vector<ExperimentRecord> out;
     for (const auto& r : c.Query("SELECT " + std::string(kExperimentColumns) +
                                      " FROM experiments ORDER BY id DESC LIMIT $1 OFFSET $2",
@@ -538,7 +538,7 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrialsUpTo(Id experiment_id,
 }
 
 Result<TrialRecord> SqlStore::GetTrial(Id id) {
-  return Run(TxMode::kSingle, [&](SqlConnection& c) {
+  return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     auto rows = c.Query("SELECT " + std::string(kTrialColumns) + " FROM trials WHERE id = $1", {id});
     if (rows.empty()) Throw(Status::NotFound(TrialName(id) + " does not exist"));
     return ReadTrial(rows[0]);
@@ -557,7 +557,7 @@ Result<std::vector<TrialRecord>> SqlStore::ListTrials(Id experiment_id, const Tr
   if (f.offset < 0 || f.limit < 0) {
     return Status::InvalidArgument("offset and limit: must not be negative");
   }
-  return Run(TxMode::kRead, [&](SqlConnection& c) {
+  return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     RequireExperiment(c, experiment_id);
     std::vector<TrialRecord> out;
     SqlValue state = f.state ? SqlValue(std::string(ToString(*f.state))) : Null();
@@ -579,7 +579,7 @@ Result<std::vector<TrialRecord>> SqlStore::ListTrials(Id experiment_id, const Tr
 
 Result<std::vector<TrialRecord>> SqlStore::ListLeasedTrials(int64_t limit) {
   if (limit < 0) return Status::InvalidArgument("limit: must not be negative");
-  return Run(TxMode::kRead, [&](SqlConnection& c) {
+  return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     std::vector<TrialRecord> out;
     // "leased" sorts before "running", as the order promises.
     for (const auto& r : c.Query("SELECT " + std::string(kTrialColumns) +
@@ -596,7 +596,7 @@ Result<std::vector<TrialRecord>> SqlStore::ListLeasedTrials(int64_t limit) {
 }
 
 Result<TrialCounts> SqlStore::CountTrials(Id experiment_id) {
-  return Run(TxMode::kRead, [&](SqlConnection& c) {
+  return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     RequireExperiment(c, experiment_id);
     TrialCounts n;
     for (const auto& r : c.Query("SELECT state, COUNT(*) FROM trials WHERE experiment_id = $1 "
@@ -876,7 +876,7 @@ MeasurementRecord ReadMeasurement(const SqlRow& r) {
 }  // namespace
 
 Result<std::vector<MeasurementRecord>> SqlStore::ListMeasurements(Id trial_id) {
-  return Run(TxMode::kRead, [&](SqlConnection& c) {
+  return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     if (c.Query("SELECT id FROM trials WHERE id = $1", {trial_id}).empty()) {
       Throw(Status::NotFound(TrialName(trial_id) + " does not exist"));
     }
@@ -891,7 +891,7 @@ Result<std::vector<MeasurementRecord>> SqlStore::ListMeasurements(Id trial_id) {
 }
 
 Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurements(Id experiment_id) {
-  return Run(TxMode::kRead, [&](SqlConnection& c) {
+  return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     RequireExperiment(c, experiment_id);
     std::vector<MeasurementRecord> out;
     for (const auto& r : c.Query("SELECT m.trial_id, m.step, m.metrics, m.samples_per_sec, "
@@ -906,7 +906,7 @@ Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurements(Id e
 }
 
 Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurementsSince(Id experiment_id, int64_t since) {
-  return Run(TxMode::kRead, [&](SqlConnection& c) {
+  return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     RequireExperiment(c, experiment_id);
     std::vector<MeasurementRecord> out;
     // By revision first: a recent cursor reads a short range of the index.
@@ -930,7 +930,7 @@ Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurementsSince
 }
 
 Result<ReadCursor> SqlStore::ReadHorizon() {
-  return Run(TxMode::kRead, [&](SqlConnection& c) {
+  return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     auto rows = c.Query(driver_->horizon_sql(), {});
     return ReadCursor{rows.at(0).Text(0), rows.at(0).Int(1)};
   });
@@ -1171,7 +1171,7 @@ Result<Id> SqlStore::AddSpeedObservation(const SpeedObservation& o) {
 Result<std::vector<SpeedObservationRecord>> SqlStore::ListSpeedObservations(
     std::string_view workload, int64_t limit) {
   if (limit < 0) return Status::InvalidArgument("limit: must not be negative");
-  return Run(TxMode::kRead, [&](SqlConnection& c) {
+  return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     std::vector<SpeedObservationRecord> out;
     for (const auto& r : c.Query(
              "SELECT id, device_id, device_class, workload, system_setting, samples_per_sec, "

@@ -69,7 +69,8 @@ class SqliteConnection final : public SqlConnection {
   }
 
   void Begin(TxMode mode) override {
-    ExecScript(mode == TxMode::kRead ? "BEGIN DEFERRED" : "BEGIN IMMEDIATE");
+    const bool reads_only = mode == TxMode::kRead || mode == TxMode::kReadOne;
+    ExecScript(reads_only ? "BEGIN DEFERRED" : "BEGIN IMMEDIATE");
   }
   void Commit() override { ExecScript("COMMIT"); }
   void Rollback() noexcept override {
