@@ -37,6 +37,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -120,18 +121,32 @@ json RandomParams(std::mt19937_64& rng) {
   return p;
 }
 
-// CPU seconds of every process named "postgres" on this machine (the
+// CPU seconds of each process named "postgres" on this machine, by pid (the
 // session's PostgreSQL serves other clients too: a figure, not a proof).
-double PostgresCpuSeconds() {
-  double total = 0;
+std::map<pid_t, double> PostgresCpuByPid() {
+  std::map<pid_t, double> out;
   DIR* d = opendir("/proc");
-  if (!d) return 0;
+  if (!d) return out;
   while (dirent* e = readdir(d)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     if (ReadFile(std::string("/proc/") + e->d_name + "/comm") != "postgres\n") continue;
-    total += CpuSeconds(static_cast<pid_t>(std::atol(e->d_name)));
+    const auto pid = static_cast<pid_t>(std::atol(e->d_name));
+    out[pid] = CpuSeconds(pid);
   }
   closedir(d);
+  return out;
+}
+
+// The CPU the postgres processes alive at the end spent since the start: one
+// started meanwhile counts whole; one that ended meanwhile (another client's
+// backend) is left out. A sum over all of them at both ends went negative
+// when other clients disconnected within the window (ctest -j2).
+double PostgresCpuBetween(const std::map<pid_t, double>& start, const std::map<pid_t, double>& end) {
+  double total = 0;
+  for (const auto& [pid, cpu] : end) {
+    const auto before = start.find(pid);
+    total += std::max(0.0, cpu - (before == start.end() ? 0.0 : before->second));
+  }
   return total;
 }
 
@@ -372,7 +387,8 @@ class Bench {
     };
     sleep_for(o_.warmup_seconds);
     const Window w0 = snapshot();
-    const double cpu0 = CpuSeconds(server.pid()), pg0 = PostgresCpuSeconds(), self0 = CpuSeconds(getpid());
+    const auto pg0 = PostgresCpuByPid();
+    const double cpu0 = CpuSeconds(server.pid()), self0 = CpuSeconds(getpid());
     const auto t0 = Clock::now();
     for (double left = o_.seconds; left > 0; left -= 5) {
       sleep_for(std::min(5.0, left));
@@ -389,7 +405,8 @@ class Bench {
     }
     const Window w1 = snapshot();
     const double secs = MsSince(t0) / 1000;
-    const double cpu1 = CpuSeconds(server.pid()), pg1 = PostgresCpuSeconds(), self1 = CpuSeconds(getpid());
+    const auto pg1 = PostgresCpuByPid();
+    const double cpu1 = CpuSeconds(server.pid()), self1 = CpuSeconds(getpid());
     if (fleet) fleet->Stop();
     if (asktell) asktell->Stop();
     const Window end = snapshot();
@@ -418,7 +435,7 @@ class Bench {
     if (!o_.group_commit) line += " group_commit=off";
     const char* first = rest ? "suggest" : "lease";
     char pg_field[64] = "";  // PostgreSQL's processes, where there are some
-    if (c.store == "postgresql") std::snprintf(pg_field, sizeof pg_field, " pg_cpu_ms_per_trial=%.3f", (pg1 - pg0) * per_trial);
+    if (c.store == "postgresql") std::snprintf(pg_field, sizeof pg_field, " pg_cpu_ms_per_trial=%.3f", PostgresCpuBetween(pg0, pg1) * per_trial);
     char buf[1024];
     std::snprintf(buf, sizeof buf,
                   " trials_per_s=%.1f %s_p99_ms=%.2f report_p99_ms=%.2f cpu_ms_per_trial=%.3f %s_p50_ms=%.2f "
