@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
+#include <utility>
+#include <vector>
 
 namespace hpo::search {
 namespace {
@@ -58,46 +61,77 @@ std::vector<int64_t> PromotionRule::Rungs(int64_t trial_number) const {
 
 std::vector<Promotion> PromotionRule::Promotable(const History& history,
                                                  const std::vector<PausedTrial>& paused) const {
-  // Rungs by bracket, computed once each.
-  std::map<int, std::vector<int64_t>> rungs_of_bracket;
-  auto rungs_of = [&](const Observation& o) -> const std::vector<int64_t>& {
-    const int b = Bracket(o.number);
-    auto it = rungs_of_bracket.find(b);
-    if (it == rungs_of_bracket.end()) it = rungs_of_bracket.emplace(b, Rungs(o.number)).first;
+  // Placement asks this on every lease, over every trial of the experiment
+  // (issue #19: 11% of the server's CPU at a few thousand trials under
+  // bench/load), so it allocates per rung, not per trial, and finds each
+  // rung's top 1/eta by selection rather than a sort.
+  std::map<int, std::vector<int64_t>> rungs_of_bracket;  // a handful of brackets, each computed once
+  auto rungs_of = [&](int bracket, int64_t number) -> const std::vector<int64_t>& {
+    auto it = rungs_of_bracket.find(bracket);
+    if (it == rungs_of_bracket.end()) it = rungs_of_bracket.emplace(bracket, Rungs(number)).first;
     return it->second;
   };
-  std::map<size_t, int> paused_level;
-  for (const auto& p : paused) paused_level[p.index] = p.level;
-
-  std::vector<Promotion> out;
-  // (bracket, level) -> the values at that rung of the trials that reached it.
-  std::map<std::pair<int, int>, std::vector<std::pair<double, int64_t>>> reached;
-  for (size_t i = 0; i < history.trials.size(); ++i) {
-    const Observation& o = history.trials[i];
-    if (o.status == TrialStatus::kFailed || o.curve.empty()) continue;
-    const auto& r = rungs_of(o);
-    const auto last = *o.LastStep();
-    for (size_t j = 0; j + 1 < r.size() && r[j] <= last; ++j) {
-      const auto v = o.ValueAt(r[j]);
-      if (!v || std::isnan(*v)) continue;
-      reached[{Bracket(o.number), static_cast<int>(j)}].emplace_back(*v, o.number);
+  const size_t n = history.trials.size();
+  std::vector<int> bracket_of(n, 0);
+  for (size_t i = 0; i < n; ++i) bracket_of[i] = Bracket(history.trials[i].number);
+  std::vector<int> paused_level(n, -1);  // -1: not paused; the last entry for an index counts
+  bool any_paused = false;
+  for (const auto& p : paused) {
+    if (p.index < n) {
+      paused_level[p.index] = p.level;
+      any_paused = true;
     }
   }
-  for (auto& [key, values] : reached) std::sort(values.begin(), values.end());
-  for (const auto& [index, level] : paused_level) {
-    if (index >= history.trials.size()) continue;
+  if (!any_paused) return {};
+
+  // (bracket, level) -> the (value, number) at that rung of the trials that reached it.
+  using Key = std::pair<int, int>;
+  std::map<Key, std::vector<std::pair<double, int64_t>>> reached;
+  for (size_t i = 0; i < n; ++i) {
+    const Observation& o = history.trials[i];
+    if (o.status == TrialStatus::kFailed || o.curve.empty()) continue;
+    const auto& r = rungs_of(bracket_of[i], o.number);
+    // The value at each rung below the last: the curve's last point at or
+    // before it, found in one pass (both are in step order).
+    size_t c = 0;
+    std::optional<double> at;
+    for (size_t j = 0; j + 1 < r.size() && r[j] <= o.curve.back().first; ++j) {
+      for (; c < o.curve.size() && o.curve[c].first <= r[j]; ++c) at = o.curve[c].second;
+      if (!at || std::isnan(*at)) continue;
+      reached[{bracket_of[i], static_cast<int>(j)}].emplace_back(*at, o.number);
+    }
+  }
+  // A trial is in the top 1/eta of its rung when fewer than `best` values
+  // there sort before its own: when its (value, number) is at most the
+  // best-th smallest. Selected once per rung that has a paused trial.
+  std::map<Key, std::optional<std::pair<double, int64_t>>> threshold;
+  auto threshold_of = [&](const Key& key) -> const std::optional<std::pair<double, int64_t>>& {
+    auto t = threshold.find(key);
+    if (t != threshold.end()) return t->second;
+    std::optional<std::pair<double, int64_t>> limit;
+    if (auto it = reached.find(key); it != reached.end()) {
+      auto& values = it->second;
+      const size_t best =
+          static_cast<size_t>(std::floor(static_cast<double>(values.size()) / eta_ * (1 + kRelTolerance)));
+      if (best > 0) {
+        std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(best - 1), values.end());
+        limit = values[best - 1];
+      }
+    }
+    return threshold.emplace(key, limit).first->second;
+  };
+
+  std::vector<Promotion> out;
+  for (size_t index = 0; index < n; ++index) {
+    const int level = paused_level[index];
+    if (level < 0) continue;
     const Observation& o = history.trials[index];
-    const auto& r = rungs_of(o);
-    if (level < 0 || static_cast<size_t>(level) + 1 >= r.size()) continue;  // nothing above it
-    const auto it = reached.find({Bracket(o.number), level});
-    if (it == reached.end()) continue;
+    const auto& r = rungs_of(bracket_of[index], o.number);
+    if (static_cast<size_t>(level) + 1 >= r.size()) continue;  // nothing above it
     const auto v = o.ValueAt(r[level]);
     if (!v || std::isnan(*v)) continue;
-    const auto& values = it->second;
-    const size_t best = static_cast<size_t>(std::floor(static_cast<double>(values.size()) / eta_ * (1 + kRelTolerance)));
-    // Its place among the values at the rung: sorted by (value, number).
-    const auto place = std::lower_bound(values.begin(), values.end(), std::make_pair(*v, o.number)) - values.begin();
-    if (static_cast<size_t>(place) >= best) continue;
+    const auto& limit = threshold_of({bracket_of[index], level});
+    if (!limit || std::make_pair(*v, o.number) > *limit) continue;
     Promotion p;
     p.index = index;
     p.from_level = level;

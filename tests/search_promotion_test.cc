@@ -4,6 +4,13 @@
 
 #include "search/promotion.h"
 
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+#include <tuple>
+
 namespace hpo::search {
 namespace {
 
@@ -120,6 +127,94 @@ TEST(PromotionRuleTest, HyperbandBracketsDoNotCompete) {
   auto p = rule.Promotable(h, {{0, 0}, {1, 0}, {2, 0}});
   ASSERT_EQ(p.size(), 1u);
   EXPECT_EQ(p[0].index, 1u);
+}
+
+// The rule as search/promotion.h states it, written the plain way (every
+// rung's values sorted, a trial's place looked up), against Promotable,
+// which selects instead of sorting (it runs on every lease): random
+// histories with ties, NaN steps, failed trials, trials short of a rung and
+// Hyperband's brackets give the same promotions in the same order.
+std::vector<Promotion> ByTheDefinition(const PromotionRule& rule, double eta, const History& h,
+                                       const std::vector<PausedTrial>& paused,
+                                       const std::function<int(int64_t)>& bracket) {
+  std::map<std::pair<int, int>, std::vector<std::pair<double, int64_t>>> at_rung;
+  for (const auto& o : h.trials) {
+    if (o.status == TrialStatus::kFailed || o.curve.empty()) continue;
+    const auto r = rule.Rungs(o.number);
+    for (size_t j = 0; j + 1 < r.size() && r[j] <= *o.LastStep(); ++j) {
+      const auto v = o.ValueAt(r[j]);
+      if (v && !std::isnan(*v)) at_rung[{bracket(o.number), static_cast<int>(j)}].emplace_back(*v, o.number);
+    }
+  }
+  for (auto& [k, values] : at_rung) std::sort(values.begin(), values.end());
+  std::map<size_t, int> level_of;
+  for (const auto& p : paused) level_of[p.index] = p.level;
+  std::vector<Promotion> out;
+  for (const auto& [index, level] : level_of) {
+    if (index >= h.trials.size() || level < 0) continue;
+    const Observation& o = h.trials[index];
+    const auto r = rule.Rungs(o.number);
+    if (static_cast<size_t>(level) + 1 >= r.size()) continue;
+    const auto v = o.ValueAt(r[level]);
+    const auto it = at_rung.find({bracket(o.number), level});
+    if (!v || std::isnan(*v) || it == at_rung.end()) continue;
+    const size_t best = static_cast<size_t>(std::floor(it->second.size() / eta * (1 + 1e-12)));
+    const size_t place =
+        std::lower_bound(it->second.begin(), it->second.end(), std::make_pair(*v, o.number)) - it->second.begin();
+    if (place >= best) continue;
+    out.push_back({index, level, r[level], r[level + 1], static_cast<size_t>(level) + 2 == r.size(), *v});
+  }
+  std::sort(out.begin(), out.end(), [](const Promotion& a, const Promotion& b) {
+    return std::make_tuple(-a.from_level, a.value, a.index) < std::make_tuple(-b.from_level, b.value, b.index);
+  });
+  return out;
+}
+
+TEST(PromotionRuleTest, PromotableIsTheRuleAsDefinedOnRandomHistories) {
+  std::mt19937_64 rng(7);
+  HyperbandOptions hb;
+  hb.min_resource = 1;
+  hb.max_resource = 27;
+  hb.reduction_factor = 3;
+  const auto hyperband = *PromotionRule::Hyperband(hb, 27);
+  const auto asha = *PromotionRule::Asha(Asha(1, 3), 27);
+  int promoted = 0;
+  for (int round = 0; round < 200; ++round) {
+    const bool is_hb = round % 2 == 1;
+    const PromotionRule& rule = is_hb ? hyperband : asha;
+    const std::function<int(int64_t)> bracket = [&](int64_t n) { return is_hb ? HyperbandBracket(hb, n) : 0; };
+    History h;
+    std::vector<PausedTrial> paused;
+    const int n = 1 + static_cast<int>(rng() % 60);
+    for (int i = 0; i < n; ++i) {
+      Observation o;
+      o.number = i;
+      o.status = rng() % 10 == 0 ? TrialStatus::kFailed : TrialStatus::kPruned;
+      const int64_t last = static_cast<int64_t>(rng() % 28);
+      for (int64_t step = 1; step <= last; ++step) {
+        if (rng() % 4 == 0) continue;  // steps not reported
+        double v = static_cast<double>(rng() % 8) / 8;  // ties
+        if (rng() % 25 == 0) v = std::nan("");
+        o.curve.emplace_back(step, v);
+      }
+      h.trials.push_back(o);
+      if (rng() % 2 == 0) paused.push_back({static_cast<size_t>(i), static_cast<int>(rng() % 4) - (rng() % 20 == 0)});
+    }
+    if (rng() % 5 == 0 && !paused.empty()) paused.push_back({paused.front().index, 0});  // listed twice: the last counts
+    const auto got = rule.Promotable(h, paused);
+    const auto want = ByTheDefinition(rule, 3, h, paused, bracket);
+    ASSERT_EQ(got.size(), want.size()) << "round " << round;
+    for (size_t k = 0; k < got.size(); ++k) {
+      EXPECT_EQ(got[k].index, want[k].index) << "round " << round;
+      EXPECT_EQ(got[k].from_level, want[k].from_level);
+      EXPECT_EQ(got[k].from_step, want[k].from_step);
+      EXPECT_EQ(got[k].to_step, want[k].to_step);
+      EXPECT_EQ(got[k].to_end, want[k].to_end);
+      EXPECT_EQ(got[k].value, want[k].value);
+    }
+    promoted += static_cast<int>(got.size());
+  }
+  EXPECT_GT(promoted, 100) << "the histories hardly exercised promotion";
 }
 
 }  // namespace

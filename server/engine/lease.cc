@@ -106,6 +106,7 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
     in.steps_per_trial = spec.steps_per_trial;
     in.promotion = c.promotion ? &*c.promotion : nullptr;
     std::vector<int> per_space(spec.spaces.size(), 0);
+    in.trials.reserve(view->trials.size());
     for (const auto& [id, t] : view->trials) {
       scheduler::OfferTrial o;
       o.id = id;
