@@ -161,8 +161,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 60'000))
       ->capture_default_str();
   app.add_option("--fleet-cache-ms", fleet_cache_ms,
-                 "how old the fleet (devices, measured speeds) placement reads on a lease may be "
-                 "(0: read it on every lease)")
+                 "how old the fleet (devices, measured speeds) that placement reads on a lease and GET /workers lists may be "
+                 "(0: read it on every lease and listing)")
       ->check(CLI::Range(0, 60'000))
       ->capture_default_str();
   app.add_option("--artifacts", artifacts,

@@ -110,10 +110,11 @@ struct EngineOptions {
   // changed since the last (trial_view.h). Zero: reread on every report and
   // every top-up.
   std::chrono::milliseconds history_cache{1000};
-  // How old the fleet placement and co-tuning read on a lease may be
-  // (workers, devices and the latest 5,000 speed observations; this
-  // engine's own observations are added at once, and a device it has not
-  // seen reloads it). Zero: read it on every lease that needs it.
+  // How old the fleet placement and co-tuning read on a lease, and GET
+  // /workers' measured speeds, may be (workers, devices and the latest 5,000
+  // speed observations; this engine's own observations are added at once,
+  // and a device it has not seen reloads it). Zero: read it on every lease
+  // that needs it.
   std::chrono::milliseconds fleet_cache{1000};
   // Milliseconds since the epoch, as the store's clock reads them (how long
   // a trial has waited is the difference of the two); the system clock
