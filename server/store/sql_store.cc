@@ -726,14 +726,19 @@ Result<std::vector<Id>> SqlStore::ExpireLeasesNotHeld(const std::string& owner, 
   // Asked on every lease of a worker that lists what it holds, and almost
   // always nothing is lost: a read first, a write only when there is one.
   const std::set<Id> kept(held.begin(), held.end());
-  HPO_ASSIGN_OR_RETURN(std::vector<Id> lost, Run(TxMode::kRead, [&](SqlConnection& c) {
+  HPO_ASSIGN_OR_RETURN(std::vector<Id> lost, Run(TxMode::kReadOne, [&](SqlConnection& c) {
     std::vector<Id> ids;
     // Not those expired already: the next ReclaimExpiredLeases takes them.
+    // Sorted here, not by an ORDER BY: with one, SQLite's planner scanned
+    // the whole table instead of the live leases' index (trials_lease_idx),
+    // on every lease (a quarter of the server's CPU at 8,000 trials,
+    // bench/server_bench).
     for (const auto& r : c.Query("SELECT id FROM trials WHERE lease_owner = $1 AND state IN ('leased', 'running')"
-                                 " AND lease_expires_ms >= $2 ORDER BY id",
+                                 " AND lease_expires_ms >= $2",
                                  {owner, Now()})) {
       if (!kept.count(r.Int(0))) ids.push_back(r.Int(0));
     }
+    std::sort(ids.begin(), ids.end());
     return ids;
   }));
   if (lost.empty()) return lost;
