@@ -11,6 +11,7 @@ Offer OfferWork(const OfferInput& in) {
   // Trial ids by (space, index in its history).
   std::vector<std::vector<const OfferTrial*>> at(spaces);
   for (size_t s = 0; s < spaces; ++s) at[s].resize((*in.histories)[s].trials.size(), nullptr);
+  for (size_t sp = 0; sp < spaces && sp < in.finished_per_space.size(); ++sp) total += in.finished_per_space[sp];
   for (const auto& t : in.trials) {
     if (t.space >= spaces || t.index >= at[t.space].size()) continue;
     ++total;
@@ -67,6 +68,7 @@ Offer OfferWork(const OfferInput& in) {
                              ? static_cast<size_t>(in.preferred_space)
                              : 0;
     std::vector<int64_t> per_space(spaces, 0);
+    for (size_t sp = 0; sp < spaces && sp < in.finished_per_space.size(); ++sp) per_space[sp] = in.finished_per_space[sp];
     for (const auto& t : in.trials) {
       if (t.space < spaces) ++per_space[t.space];
     }

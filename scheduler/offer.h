@@ -50,6 +50,10 @@ struct OfferTrial {
 struct OfferInput {
   const std::vector<search::History>* histories = nullptr;  // one per space
   std::vector<OfferTrial> trials;
+  // Finished trials left out of `trials`, per space: they are only counted
+  // (toward max_trials and the spaces' shares), so a caller with thousands
+  // need not list them on every lease.
+  std::vector<int64_t> finished_per_space;
   std::vector<double> shares;          // per space (search::SpaceRank::share)
   std::vector<std::string> workloads;  // per space
   int preferred_space = 0;             // search::PickSpace's choice

@@ -542,5 +542,48 @@ TEST(Offer, NewTrialsKeepTheRankingsSplitBetweenSpaces) {
   EXPECT_EQ(new_spaces(), (std::vector<int>{1, 0}));
 }
 
+// A caller may count its finished trials instead of listing them (the
+// engine has thousands, and listed them on every lease): the split between
+// spaces and the budget see them the same way.
+TEST(Offer, FinishedTrialsCountedOrListedMakeTheSameOffer) {
+  std::vector<search::History> histories(2);
+  OfferInput listed;
+  listed.histories = &histories;
+  listed.shares = {0.6, 0.4};
+  listed.workloads = {kMlp, kCnn};
+  listed.max_trials = 7;
+  listed.max_parallel = 100;
+  listed.steps_per_trial = 8;
+  listed.preferred_space = 0;
+  OfferInput counted = listed;
+  counted.finished_per_space = {0, 0};
+  const auto finish = [&](size_t space) {
+    const size_t index = histories[space].trials.size();
+    histories[space].trials.push_back(Reached(static_cast<int>(index), 0.5, 1, search::TrialStatus::kPruned));
+    listed.trials.push_back({static_cast<int64_t>(listed.trials.size() + 1), space, index, OfferTrial::Phase::kFinished,
+                             0, 1, std::nullopt, 0});
+    ++counted.finished_per_space[space];
+  };
+  const auto news = [](const OfferInput& in) {
+    std::vector<int> out;
+    for (const auto& item : OfferWork(in).items) {
+      if (item.kind == WorkItem::Kind::kNew) out.push_back(item.space_index);
+    }
+    return out;
+  };
+  for (int i = 0; i < 3; ++i) finish(0);
+  finish(1);
+  EXPECT_EQ(news(counted), news(listed));
+  EXPECT_EQ(news(counted), (std::vector<int>{0, 1})) << "3 and 1 of 4: both below their share of 5";
+  finish(1);
+  finish(1);
+  EXPECT_EQ(news(counted), news(listed));
+  EXPECT_EQ(news(counted), (std::vector<int>{0})) << "3 and 3 of 6: space 1's share of 7 is 2.8";
+  finish(0);
+  // 7 trials: the budget.
+  EXPECT_TRUE(news(listed).empty());
+  EXPECT_TRUE(news(counted).empty()) << "the counted trials do not count toward max_trials";
+}
+
 }  // namespace
 }  // namespace hpo::scheduler
