@@ -159,6 +159,36 @@ TEST_F(EngineTest, AskTellRunsAClientExperimentToItsBudget) {
   EXPECT_EQ((*best)->state, TrialState::kCompleted);
 }
 
+// A completion settles "not at the budget yet" from its engine's view,
+// without counting the experiment's trials in the store. Two engines (two
+// replicas) that each made half the budget each see only their half until
+// their views are reread, so neither ends the experiment at its last
+// completion; the tick, which counts in the store, does.
+TEST_F(EngineTest, ABudgetReachedThroughAnotherReplicaEndsAtTheTick) {
+  EngineOptions o = Options();
+  o.history_cache = std::chrono::hours(1);  // the views are not reread in this test
+  Engine a(*store_, o), b(*store_, o);
+  auto e = a.CreateExperiment(Spec(kClient, 4, 4));
+  ASSERT_TRUE(e.ok()) << e.status();
+  // b makes one trial (its view holds that one), then a makes three (a's
+  // view holds all four); a's trials complete first, b's last.
+  std::vector<std::pair<Engine*, Lease>> made;
+  for (auto [engine, count] : {std::pair<Engine*, int>{&b, 1}, {&a, 3}}) {
+    auto batch = engine->Suggest(e->id, count);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    for (auto& l : *batch) made.emplace_back(engine, l);
+  }
+  std::rotate(made.begin(), made.begin() + 1, made.end());
+  ASSERT_EQ(made.size(), 4u);
+  for (auto& [engine, l] : made) {
+    ASSERT_TRUE(engine->Complete(l.trial.id, Engine::kClientOwner, false, {{"loss", 0.5}}, "").ok());
+  }
+  EXPECT_EQ(store_->CountTrials(e->id)->completed, 4);
+  ASSERT_TRUE(b.Tick().ok());  // b, whose view holds one trial of the four
+  auto exp = store_->GetExperiment(e->id);
+  EXPECT_EQ(exp->state, store::ExperimentState::kCompleted) << exp->reason;
+}
+
 TEST_F(EngineTest, WorkersGetEveryTrialOnceAndTheExperimentEnds) {
   auto e = engine_->CreateExperiment(Spec(kBuiltin, 12, 3));
   ASSERT_TRUE(e.ok()) << e.status();

@@ -1057,8 +1057,12 @@ Status Engine::Finish(Id trial_id, const std::string& owner, bool failed, const 
   return MaybeFinish(trial.experiment_id, *c);
 }
 
-Status Engine::MaybeFinish(Id experiment_id, Cached& c) {
+Status Engine::MaybeFinish(Id experiment_id, Cached& c, bool after_change) {
   const ExperimentSpec& spec = *c.spec;
+  if (after_change) {
+    const size_t kept = c.trials->Kept();  // 0: no view (forgotten): ask the store
+    if (kept > 0 && static_cast<int64_t>(kept) < spec.max_trials) return Status::OK();
+  }
   HPO_ASSIGN_OR_RETURN(store::TrialCounts n, store_.CountTrials(experiment_id));
   if (n.total() < spec.max_trials || n.pending + n.leased + n.running > 0) return Status::OK();
   if (n.paused > 0 && c.promotion) {
@@ -1173,7 +1177,7 @@ Status Engine::Tick() {
       if (!s.ok() && !s.IsFailedPrecondition()) return s;
       continue;
     }
-    HPO_RETURN_IF_ERROR(MaybeFinish(e.id, *c));
+    HPO_RETURN_IF_ERROR(MaybeFinish(e.id, *c, /*after_change=*/false));
   }
   if (kept_trials_) kept_trials_->Set(static_cast<double>(KeptTrials()));
   return Status::OK();
