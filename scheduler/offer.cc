@@ -68,7 +68,9 @@ Offer OfferWork(const OfferInput& in) {
                              ? static_cast<size_t>(in.preferred_space)
                              : 0;
     std::vector<int64_t> per_space(spaces, 0);
-    for (size_t sp = 0; sp < spaces && sp < in.finished_per_space.size(); ++sp) per_space[sp] = in.finished_per_space[sp];
+    for (size_t sp = 0; sp < spaces && sp < in.finished_per_space.size(); ++sp) {
+      per_space[sp] = in.finished_per_space[sp];
+    }
     for (const auto& t : in.trials) {
       if (t.space < spaces) ++per_space[t.space];
     }

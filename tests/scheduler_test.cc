@@ -500,18 +500,24 @@ TEST(Offer, TiedSpacesTakeTurnsThroughTheRankingsPick) {
   }
 }
 
+// Two spaces with shares 0.6 and 0.4, room for every trial on a device.
+OfferInput TwoSpaces(const std::vector<search::History>& histories, int64_t max_trials) {
+  OfferInput in;
+  in.histories = &histories;
+  in.shares = {0.6, 0.4};
+  in.workloads = {kMlp, kCnn};
+  in.max_trials = max_trials;
+  in.max_parallel = 100;
+  in.steps_per_trial = 8;
+  return in;
+}
+
 // Found by bench/hetero: every space's new trial was offered, so the fastest
 // worker (q = 1) took the top-share space's every time, and made most of
 // the trials: 66 MLPs to 13 CNNs in one run with shares near 1:1.
 TEST(Offer, NewTrialsKeepTheRankingsSplitBetweenSpaces) {
   std::vector<search::History> histories(2);
-  OfferInput in;
-  in.histories = &histories;
-  in.shares = {0.6, 0.4};
-  in.workloads = {kMlp, kCnn};
-  in.max_trials = 100;
-  in.max_parallel = 100;
-  in.steps_per_trial = 8;
+  OfferInput in = TwoSpaces(histories, 100);
   const auto add = [&](size_t space) {
     const size_t index = histories[space].trials.size();
     histories[space].trials.push_back(Reached(static_cast<int>(in.trials.size()), 0.5, 1, search::TrialStatus::kPruned));
@@ -547,13 +553,7 @@ TEST(Offer, NewTrialsKeepTheRankingsSplitBetweenSpaces) {
 // spaces and the budget see them the same way.
 TEST(Offer, FinishedTrialsCountedOrListedMakeTheSameOffer) {
   std::vector<search::History> histories(2);
-  OfferInput listed;
-  listed.histories = &histories;
-  listed.shares = {0.6, 0.4};
-  listed.workloads = {kMlp, kCnn};
-  listed.max_trials = 7;
-  listed.max_parallel = 100;
-  listed.steps_per_trial = 8;
+  OfferInput listed = TwoSpaces(histories, 7);
   listed.preferred_space = 0;
   OfferInput counted = listed;
   counted.finished_per_space = {0, 0};

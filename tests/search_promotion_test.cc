@@ -198,9 +198,15 @@ TEST(PromotionRuleTest, PromotableIsTheRuleAsDefinedOnRandomHistories) {
         o.curve.emplace_back(step, v);
       }
       h.trials.push_back(o);
-      if (rng() % 2 == 0) paused.push_back({static_cast<size_t>(i), static_cast<int>(rng() % 4) - (rng() % 20 == 0)});
+      if (rng() % 2 == 0) {
+        const int level = static_cast<int>(rng() % 4);
+        const bool negative = rng() % 20 == 0;  // a level below 0 counts as nothing to promote
+        paused.push_back({static_cast<size_t>(i), negative ? -1 : level});
+      }
     }
-    if (rng() % 5 == 0 && !paused.empty()) paused.push_back({paused.front().index, 0});  // listed twice: the last counts
+    if (rng() % 5 == 0 && !paused.empty()) {
+      paused.push_back({paused.front().index, 0});  // listed twice: the last counts
+    }
     const auto got = rule.Promotable(h, paused);
     const auto want = ByTheDefinition(rule, 3, h, paused, bracket);
     ASSERT_EQ(got.size(), want.size()) << "round " << round;

@@ -629,7 +629,9 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
   std::vector<std::vector<search::Assignment>> suggested(spec.spaces.size());
   std::vector<size_t> next(spec.spaces.size(), 0);
   for (size_t s = 0; s < spec.spaces.size(); ++s) {
-    if (per_space_wanted[s] > 0) suggested[s] = sampler->Suggest(spec.spaces[s], histories[s], per_space_wanted[s], rng);
+    if (per_space_wanted[s] > 0) {
+      suggested[s] = sampler->Suggest(spec.spaces[s], histories[s], per_space_wanted[s], rng);
+    }
   }
   std::vector<store::NewTrial> trials;
   for (size_t i = 0; i < wanted.size(); ++i) {

@@ -594,8 +594,9 @@ class Engine {
   // Carries out the plan's decision for the worker's device: the trial
   // leased, or none when another lease took it first (or the budget or
   // max_parallel ran out for a new one).
-  Result<std::optional<store::TrialRecord>> ApplyPlan(const store::ExperimentRecord& e, Cached& c, const LeasePlan& plan, store::Id worker_id,
-                            store::Id device_id);
+  Result<std::optional<store::TrialRecord>> ApplyPlan(const store::ExperimentRecord& e, Cached& c,
+                                                      const LeasePlan& plan, store::Id worker_id,
+                                                      store::Id device_id);
   // The policy's options for this experiment's spec and fleet.
   scheduler::PolicyOptions PolicyFor(const ExperimentSpec& spec, const FleetSnapshot& fleet,
                                      const store::ExperimentRecord& e, int64_t now_ms);

@@ -185,8 +185,9 @@ scheduler::PolicyOptions Engine::PolicyFor(const ExperimentSpec& spec, const Fle
   return o;
 }
 
-Result<std::optional<store::TrialRecord>> Engine::ApplyPlan(const store::ExperimentRecord& e, Cached& c, const LeasePlan& plan,
-                                          Id worker_id, Id device_id) {
+Result<std::optional<store::TrialRecord>> Engine::ApplyPlan(const store::ExperimentRecord& e,
+                                                            Cached& c, const LeasePlan& plan,
+                                                            Id worker_id, Id device_id) {
   const scheduler::WorkItem& item = plan.items[plan.decision.item];
   const std::string owner = WorkerOwner(worker_id);
   const int64_t lease_ms = options_.worker_lease_ms;
