@@ -1033,6 +1033,27 @@ TEST_F(EngineTest, DevicesThatAskAtOnceGetTheirNewTrialsFromOneBatch) {
   EXPECT_EQ(n->pending, 0);
 }
 
+// An experiment cancelled while a device's new trial is being made: the
+// device hears there is no work, not an error.
+TEST_F(EngineTest, ALeaseMakingATrialOfAnExperimentThatEndsMeanwhileGetsNoWork) {
+  StalledTopUps stalled(*store_);
+  Engine engine(stalled, Options());
+  auto e = engine.CreateExperiment(Spec(kBuiltin, 20, 4));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const TestWorker w = AddWorker(engine, "w");
+  stalled.Arm();
+  auto lease = std::async(std::launch::async, [&] { return engine.LeaseForWorker(w.caller, w.device); });
+  ASSERT_TRUE(stalled.WaitUntilStalled(std::chrono::seconds(30)));
+  // The cancel takes no lock of the engine's: it lands before the stalled
+  // insert goes on.
+  const Status cancelled = engine.CancelExperiment(e->id, "by the test");
+  stalled.Release();
+  ASSERT_TRUE(cancelled.ok()) << cancelled;
+  auto got = lease.get();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE(got->has_value()) << "a trial of a cancelled experiment";
+}
+
 // ...but a lease that finds nothing else waits for the trial being made,
 // then makes its own, rather than sending its device away for a retry-after
 // of a second. A whole fleet leases at once after a server restart, and

@@ -228,7 +228,11 @@ Result<std::optional<store::TrialRecord>> Engine::ApplyPlan(const store::Experim
       r.wanted.owner = owner;
       r.wanted.lease_ms = lease_ms;
       r.wanted.to_first_rung = c.promotion.has_value();
-      HPO_RETURN_IF_ERROR(c.new_trials->Submit(r));
+      const Status made = c.new_trials->Submit(r);
+      // The experiment ended meanwhile (the store creates trials only in a
+      // running one): no work here, not an error for the device that asked.
+      if (made.IsFailedPrecondition()) return NoTrial();
+      HPO_RETURN_IF_ERROR(made);
       if (!r.made) return NoTrial();  // the budget or max_parallel filled meanwhile
       EmitCreated(e.id, c, {*r.made}, {{"device_id", device_id}, {"reason", plan.decision.reason}});
       leased = std::move(r.made);
