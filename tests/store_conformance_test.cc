@@ -164,6 +164,24 @@ TYPED_TEST(StoreTest, RejectsBadExperimentsNamingTheField) {
   ASSERT_TRUE(list.ok());
   EXPECT_TRUE(list->empty()) << "a rejected experiment left rows behind";
   EXPECT_TRUE(this->store_->GetExperiment(12345).status().IsNotFound());
+  EXPECT_TRUE(this->store_->GetExperimentState(12345).status().IsNotFound());
+}
+
+// The state a report checks, read alone: what GetExperiment says.
+TYPED_TEST(StoreTest, AnExperimentsStateReadAloneIsGetExperimentsState) {
+  const auto running = this->MakeExperiment({"a"});
+  const auto cancelled = this->MakeExperiment({"b"});
+  const auto completed = this->MakeExperiment({"c"});
+  ASSERT_TRUE(this->store_->FinishExperiment(cancelled.id, ExperimentState::kCancelled, "x").ok());
+  ASSERT_TRUE(this->store_->FinishExperiment(completed.id, ExperimentState::kCompleted, "y").ok());
+  for (const auto& [id, want] : {std::pair{running.id, ExperimentState::kRunning},
+                                 std::pair{cancelled.id, ExperimentState::kCancelled},
+                                 std::pair{completed.id, ExperimentState::kCompleted}}) {
+    auto state = this->store_->GetExperimentState(id);
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ(*state, want) << id;
+    EXPECT_EQ(*state, this->store_->GetExperiment(id)->state) << id;
+  }
 }
 
 TYPED_TEST(StoreTest, ListsExperimentsNewestFirstWithPaging) {

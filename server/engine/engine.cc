@@ -705,10 +705,10 @@ Result<std::vector<Lease>> Engine::Suggest(Id experiment_id, int count) {
     return Status::FailedPrecondition("experiment " + std::to_string(experiment_id) +
                                       " runs on workers; only client experiments take suggest calls");
   }
-  HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.GetExperiment(experiment_id));
-  if (rec.state != store::ExperimentState::kRunning) {
+  HPO_ASSIGN_OR_RETURN(const store::ExperimentState state, store_.GetExperimentState(experiment_id));
+  if (state != store::ExperimentState::kRunning) {
     return Status::FailedPrecondition("experiment " + std::to_string(experiment_id) + " has ended (" +
-                                      std::string(store::ToString(rec.state)) + ")");
+                                      std::string(store::ToString(state)) + ")");
   }
   // Created leased to the client: one write per batch, not one per trial
   // more (on SQLite each write is an fsync).
@@ -778,11 +778,11 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   if (r.device_id) {
     HPO_ASSIGN_OR_RETURN(device_class, fleet_->DeviceClass(*r.device_id));
   }
-  HPO_ASSIGN_OR_RETURN(store::ExperimentRecord exp, store_.GetExperiment(trial.experiment_id));
-  if (exp.state != store::ExperimentState::kRunning) {
+  HPO_ASSIGN_OR_RETURN(const store::ExperimentState state, store_.GetExperimentState(trial.experiment_id));
+  if (state != store::ExperimentState::kRunning) {
     // The experiment ended while this trial ran: stop it.
     auto s = store_.FinishTrial(r.trial_id, r.owner, {TrialState::kCancelled, r.metrics.dump(),
-                                                      "experiment " + std::string(store::ToString(exp.state))});
+                                                      "experiment " + std::string(store::ToString(state))});
     if (!s.ok() && !s.status().IsFailedPrecondition()) return s.status();
     return ReportReply{Decision::kStop, std::nullopt, "experiment ended"};
   }

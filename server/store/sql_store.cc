@@ -404,6 +404,17 @@ Result<ExperimentRecord> SqlStore::GetExperiment(Id id) {
   });
 }
 
+Result<ExperimentState> SqlStore::GetExperimentState(Id id) {
+  return Run(TxMode::kReadOne, [&](SqlConnection& c) {
+    auto rows = c.Query("SELECT state FROM experiments WHERE id = $1", {id});
+    if (rows.empty()) Throw(Status::NotFound("experiment " + std::to_string(id) + " does not exist"));
+    const std::string name = rows[0].Text(0);
+    auto state = ParseExperimentState(name);
+    if (!state.ok()) Throw(Status::DataLoss("stored experiment has unknown state '" + name + "'"));
+    return *state;
+  });
+}
+
 Result<std::vector<ExperimentRecord>> SqlStore::ListExperiments(int64_t offset, int64_t limit) {
   if (offset < 0 || limit < 0) {
     return Status::InvalidArgument("offset and limit: must not be negative");

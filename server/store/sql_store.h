@@ -25,6 +25,7 @@ class SqlStore final : public Store {
 
   Result<ExperimentRecord> CreateExperiment(const NewExperiment& e) override;
   Result<ExperimentRecord> GetExperiment(Id id) override;
+  Result<ExperimentState> GetExperimentState(Id id) override;
   Result<std::vector<ExperimentRecord>> ListExperiments(int64_t offset, int64_t limit) override;
   Status FinishExperiment(Id id, ExperimentState state, std::string_view reason) override;
 

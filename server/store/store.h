@@ -377,6 +377,13 @@ class Store {
   // InvalidArgument: empty name or duplicated space names.
   virtual Result<ExperimentRecord> CreateExperiment(const NewExperiment& e) = 0;
   virtual Result<ExperimentRecord> GetExperiment(Id id) = 0;
+  // The experiment's state alone, which every report checks: GetExperiment's
+  // unless a store reads it more cheaply (SqlStore: one row, no spaces).
+  // NotFound as GetExperiment.
+  virtual Result<ExperimentState> GetExperimentState(Id id) {
+    HPO_ASSIGN_OR_RETURN(ExperimentRecord e, GetExperiment(id));
+    return e.state;
+  }
   // Newest first.
   virtual Result<std::vector<ExperimentRecord>> ListExperiments(int64_t offset,
                                                                 int64_t limit) = 0;
