@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -130,10 +131,30 @@ class TrialViewTest : public ::testing::Test {
       auto locked = view.Fresh();
       ASSERT_TRUE(locked.ok()) << locked.status();
       reread = Describe(**locked);
+      ExpectOpenAndFinishedAsTheStatesSay(**locked, after);
     }
     auto whole = view.ReadNow();
     ASSERT_TRUE(whole.ok()) << whole.status();
     EXPECT_EQ(reread, Describe(*whole)) << "after " << after;
+    ExpectOpenAndFinishedAsTheStatesSay(*whole, "a whole read " + after);
+  }
+
+  // What a lease lists and counts (TrialsSnapshot::open and
+  // finished_per_space), kept as states change, against the states.
+  static void ExpectOpenAndFinishedAsTheStatesSay(const TrialsSnapshot& view, const std::string& after) {
+    std::set<Id> open;
+    std::vector<int64_t> finished(view.histories.size(), 0);
+    for (const auto& [id, t] : view.trials) {
+      if (IsOpen(t.state)) {
+        open.insert(id);
+      } else {
+        ++finished[t.space];
+      }
+    }
+    std::vector<int64_t> kept = view.finished_per_space;
+    kept.resize(view.histories.size(), 0);
+    EXPECT_EQ(view.open, open) << "after " << after;
+    EXPECT_EQ(kept, finished) << "after " << after;
   }
 
   // Brings `copy` up to date with the view and checks it holds what the
@@ -142,6 +163,7 @@ class TrialViewTest : public ::testing::Test {
     auto locked = view.Fresh();
     EXPECT_TRUE(locked.ok()) << locked.status();
     if (!locked.ok()) return 0;
+    ExpectOpenAndFinishedAsTheStatesSay(**locked, after);
     const size_t copied = copy.Update(**locked);
     EXPECT_EQ(Describe(copy.histories), Describe((*locked)->histories)) << "after " << after;
     return copied;

@@ -105,21 +105,22 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
     in.max_parallel = spec.max_parallel;
     in.steps_per_trial = spec.steps_per_trial;
     in.promotion = c.promotion ? &*c.promotion : nullptr;
-    std::vector<int> per_space(spec.spaces.size(), 0);
-    in.finished_per_space.assign(spec.spaces.size(), 0);
-    for (const auto& [id, t] : view->trials) {
+    // The finished trials only counted, the others listed (TrialsSnapshot::open).
+    in.finished_per_space = view->finished_per_space;
+    in.finished_per_space.resize(spec.spaces.size(), 0);
+    std::vector<int> per_space(in.finished_per_space.begin(), in.finished_per_space.end());
+    in.trials.reserve(view->open.size());
+    for (const Id id : view->open) {
+      const auto found = view->trials.find(id);
+      if (found == view->trials.end()) continue;
+      const TrialEntry& t = found->second;
       ++per_space[t.space];
       scheduler::OfferTrial o;
       switch (t.state) {
         case TrialState::kPending: o.phase = scheduler::OfferTrial::Phase::kPending; break;
         case TrialState::kLeased:
         case TrialState::kRunning: o.phase = scheduler::OfferTrial::Phase::kOnDevice; break;
-        case TrialState::kPaused: o.phase = scheduler::OfferTrial::Phase::kPaused; break;
-        default:
-          // Only counted: thousands of them, listed on every lease, were
-          // most of a lease's CPU (bench/server_bench at 10,000 trials).
-          ++in.finished_per_space[t.space];
-          continue;
+        default: o.phase = scheduler::OfferTrial::Phase::kPaused; break;  // the one other open state
       }
       o.id = id;
       o.space = t.space;

@@ -70,6 +70,30 @@ size_t HistoriesCopy::Update(const TrialsSnapshot& view) {
   return copied;
 }
 
+bool IsOpen(TrialState s) {
+  return s == TrialState::kPending || s == TrialState::kLeased || s == TrialState::kRunning ||
+         s == TrialState::kPaused;
+}
+
+namespace {
+// Every change of a trial's state in a view goes through here (`added`: the
+// trial is new to the view), so that `open` and `finished_per_space` stay
+// what the states say.
+void SetState(TrialsSnapshot& view, Id trial_id, TrialEntry& e, TrialState state, bool added) {
+  if (view.finished_per_space.size() < view.histories.size()) view.finished_per_space.resize(view.histories.size(), 0);
+  const bool was_open = !added && IsOpen(e.state);
+  const bool was_finished = !added && !IsOpen(e.state);
+  e.state = state;
+  if (IsOpen(state)) {
+    if (was_finished) --view.finished_per_space[e.space];
+    view.open.insert(trial_id);
+  } else {
+    if (was_open) view.open.erase(trial_id);
+    if (!was_finished) ++view.finished_per_space[e.space];
+  }
+}
+}  // namespace
+
 TrialView::TrialView(store::Store& store, Id experiment_id, std::shared_ptr<const ExperimentSpec> spec,
                      std::chrono::milliseconds max_age)
     : store_(store), experiment_id_(experiment_id), spec_(std::move(spec)), max_age_(max_age) {}
@@ -78,7 +102,7 @@ void TrialView::Add(TrialsSnapshot& view, const store::TrialRecord& trial) const
   auto known = view.trials.find(trial.id);
   if (known != view.trials.end()) {
     TrialEntry& e = known->second;
-    e.state = trial.state;
+    SetState(view, trial.id, e, trial.state, /*added=*/false);
     e.level = trial.level;
     e.resume_step = trial.resume_step;
     e.stop_step = trial.stop_step;
@@ -105,12 +129,11 @@ void TrialView::Add(TrialsSnapshot& view, const store::TrialRecord& trial) const
   e.space = si->second;
   e.index = trials.size();
   e.number = trial.number;
-  e.state = trial.state;
   e.level = trial.level;
   e.resume_step = trial.resume_step;
   e.stop_step = trial.stop_step;
   e.updated_ms = trial.updated_ms;
-  view.trials.emplace(trial.id, e);
+  SetState(view, trial.id, view.trials.emplace(trial.id, e).first->second, trial.state, /*added=*/true);
   trials.push_back(std::move(o));
   view.changed[si->second].push_back(++view.revision);
 }
@@ -305,7 +328,7 @@ namespace {
 void SetOutcomeIn(TrialsSnapshot& view, Id trial_id, TrialState state, std::optional<double> value) {
   auto it = view.trials.find(trial_id);
   if (it == view.trials.end()) return;
-  it->second.state = state;
+  SetState(view, trial_id, it->second, state, /*added=*/false);
   search::Observation& o = Changing(view, it->second.space, it->second.index);
   o.status = SearchStatus(state);
   o.value = value;
@@ -357,7 +380,7 @@ bool TrialView::ApplyReportTo(TrialsSnapshot& view, const store::TrialRecord& tr
   const search::History& h = view.histories[w->second.space];
   search::Observation& o = Changing(view, w->second.space, w->second.index);
   o.status = search::TrialStatus::kRunning;
-  w->second.state = TrialState::kRunning;
+  SetState(view, trial.id, w->second, TrialState::kRunning, /*added=*/false);
   if (inserted || o.curve.empty()) {
     // The report is the newest point: whatever the view holds from this
     // step on belongs to an earlier attempt (requeued). A step sent again
