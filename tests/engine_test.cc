@@ -189,6 +189,30 @@ TEST_F(EngineTest, ABudgetReachedThroughAnotherReplicaEndsAtTheTick) {
   EXPECT_EQ(exp->state, store::ExperimentState::kCompleted) << exp->reason;
 }
 
+// With many finished trials a lease lists the open ones from the view's
+// index of them (TrialsSnapshot::open) rather than walking every trial: a
+// trial that comes back to wait for a device is still offered, and at
+// max_parallel 1 it is the only thing offered.
+TEST_F(EngineTest, AfterManyFinishedTrialsAWaitingTrialIsStillOffered) {
+  auto e = engine_->CreateExperiment(OneSpace(Spec(kBuiltin, 40, 1)));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const TestWorker w = AddWorker("w");
+  for (int i = 0; i < 20; ++i) {
+    auto a = LeaseFor(w);
+    ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
+    RunTrial(**a, w.owner);
+  }
+  auto waiting = LeaseFor(w);
+  ASSERT_TRUE(waiting.ok() && waiting->has_value()) << waiting.status();
+  clock_.Advance(engine_->options().worker_lease_ms + 1);
+  ASSERT_TRUE(engine_->ReclaimExpiredLeases().ok());
+  ASSERT_EQ(store_->GetTrial((*waiting)->trial.id)->state, TrialState::kPending);
+  auto again = LeaseFor(w);
+  ASSERT_TRUE(again.ok() && again->has_value()) << again.status();
+  EXPECT_EQ((*again)->trial.id, (*waiting)->trial.id) << "the waiting trial was not offered";
+  EXPECT_EQ(store_->CountTrials(e->id)->total(), 21);
+}
+
 TEST_F(EngineTest, WorkersGetEveryTrialOnceAndTheExperimentEnds) {
   auto e = engine_->CreateExperiment(Spec(kBuiltin, 12, 3));
   ASSERT_TRUE(e.ok()) << e.status();
