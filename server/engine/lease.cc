@@ -108,8 +108,9 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
     // The finished trials only counted, the others listed. Few open trials
     // (no promotion): from the view's index of them (TrialsSnapshot::open),
     // a lookup each. Many (promotion-type ASHA leaves most trials paused):
-    // one walk of all of them, which is cheaper than that many lookups (a
-    // lease over the index alone was several times slower under bench/load).
+    // one walk of all of them, which is cheaper than a lookup each (with the
+    // index alone, a 5-minute bench/load run under ASHA was worse: RPC p99
+    // 2.4 s against 1.3-1.9 s).
     in.finished_per_space = view->finished_per_space;
     in.finished_per_space.resize(spec.spaces.size(), 0);
     std::vector<int> per_space(in.finished_per_space.begin(), in.finished_per_space.end());
