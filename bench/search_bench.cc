@@ -78,6 +78,7 @@ bool ApplyGpOptions(const std::string& spec, GpOptions* o) {
     else if (k == "min_noise") o->fit.min_noise = v;
     else if (k == "trust_region_dims") o->trust_region_dims = static_cast<int>(v);
     else if (k == "warp_inputs") o->warp_inputs = v != 0;
+    else if (k == "incumbent_by_mean") o->incumbent_by_mean = v != 0;
     else return false;
   }
   return true;

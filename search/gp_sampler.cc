@@ -459,12 +459,22 @@ class GpSampler : public Sampler {
       if (!fitted.ok()) return;
     }
     GaussianProcess& gp = *fitted;
-    const double best = data.values[ranked[0]];
+    int incumbent = ranked[0];
+    double best = data.values[incumbent];
+    if (options_.incumbent_by_mean) {
+      // `chosen` holds the best values, so the lowest mean is among them.
+      if (X.rows() == 0) matrix_of(chosen, &X, &y);
+      Eigen::VectorXd mean, var;
+      gp.Predict(X, &mean, &var);
+      Eigen::Index at = 0;
+      best = mean.minCoeff(&at);
+      incumbent = chosen[at];
+    }
     if (trust_region) {
       // A box around the incumbent, each side in proportion to its
       // lengthscale (relative to their geometric mean, clipped to [1/4, 4]
       // as TuRBO does), of volume length^numeric.
-      const Latent center = codec.FromAssignment(*data.points[ranked[0]]);
+      const Latent center = codec.FromAssignment(*data.points[incumbent]);
       const Eigen::VectorXd ls = gp.lengthscales();
       std::vector<double> w(space.size(), 1.0);
       double log_mean = 0;

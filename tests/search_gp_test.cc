@@ -534,6 +534,50 @@ TEST(GpSamplerTest, TrustRegionShrinksAroundTheIncumbentAfterFailures) {
   EXPECT_GT(farthest(without), 0.1);
 }
 
+// GpOptions::incumbent_by_mean: the incumbent is the observed point with the
+// lowest posterior mean. Here the lowest value seen, -1 at B, is luck: ten
+// readings within 0.01 of B all scored 3, so the GP explains it as noise,
+// while 40 readings around A score 0.2 or so. After 41 failures to improve
+// on -1 the trust region has shrunk (see the test above), and it is around
+// A under the rule; taking the lowest value as the incumbent puts it at B.
+TEST(GpSamplerTest, TheIncumbentIsTheLowestPosteriorMeanNotALuckyReading) {
+  const SearchSpace space = Box(6, 0, 1);
+  const Assignment a = {0.3, 0.6, 0.2, 0.7, 0.4, 0.5};
+  const Assignment b = {0.8, 0.2, 0.9, 0.3, 0.7, 0.1};
+  Rng data_rng(11);
+  History history;
+  auto near = [&](const Assignment& center, double radius) {
+    Assignment x = center;
+    for (double& v : x) v = std::clamp(v + radius * (2 * data_rng.Uniform() - 1), 0.0, 1.0);
+    return x;
+  };
+  history.trials.push_back(Completed(0, b, -1.0));
+  for (int i = 1; i <= 10; ++i) history.trials.push_back(Completed(i, near(b, 0.01), 3.0));
+  for (int i = 11; i <= 50; ++i) {
+    history.trials.push_back(Completed(i, near(a, 0.05), 0.2 + 0.05 * (data_rng.Uniform() - 0.5)));
+  }
+  auto distances = [&](bool by_mean) {
+    GpOptions options;
+    options.trust_region_dims = 6;
+    options.incumbent_by_mean = by_mean;
+    Rng rng(5);
+    double to_a = 0, to_b = 0;
+    for (const Assignment& x : MakeGpSampler(options)->Suggest(space, history, 4, rng)) {
+      for (int j = 0; j < 6; ++j) {
+        to_a = std::max(to_a, std::abs(x[j] - a[j]));
+        to_b = std::max(to_b, std::abs(x[j] - b[j]));
+      }
+    }
+    return std::make_pair(to_a, to_b);
+  };
+  const auto [mean_to_a, mean_to_b] = distances(true);
+  EXPECT_LT(mean_to_a, 0.15);
+  EXPECT_GT(mean_to_b, 0.3);
+  const auto [value_to_a, value_to_b] = distances(false);
+  EXPECT_GT(value_to_a, 0.3);
+  EXPECT_LT(value_to_b, 0.15);
+}
+
 // --- Against random search -----------------------------------------------------
 
 double Branin(const Assignment& a) {
