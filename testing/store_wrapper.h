@@ -70,10 +70,12 @@ class StoreWrapper : public store::Store {
                                                      const std::vector<store::Id>& held) override {
     return t_.ExpireLeasesNotHeld(owner, held);
   }
+  using store::Store::ReportMeasurement;
   Result<store::ReportResult> ReportMeasurement(store::Id trial_id, const std::string& owner,
                                                 const store::Measurement& m,
-                                                std::optional<store::TimeMs> renew_lease_ms) override {
-    return t_.ReportMeasurement(trial_id, owner, m, renew_lease_ms);
+                                                std::optional<store::TimeMs> renew_lease_ms,
+                                                const std::optional<store::SpeedObservation>& speed) override {
+    return t_.ReportMeasurement(trial_id, owner, m, renew_lease_ms, speed);
   }
   Result<std::vector<store::MeasurementRecord>> ListMeasurements(store::Id trial_id) override {
     return t_.ListMeasurements(trial_id);

@@ -877,6 +877,55 @@ TYPED_TEST(StoreTest, RecordsSpeedObservations) {
   EXPECT_TRUE(this->store_->AddSpeedObservation(bad).status().IsInvalidArgument());
 }
 
+// A report carries its step's speed: stored in the same transaction, with
+// a new step only, and dropped (the report kept) once the device is gone.
+TYPED_TEST(StoreTest, AReportsSpeedIsStoredWithItsNewStepOnly) {
+  NewWorker w{"h", "{}", {{0, DeviceKind::kCpu, "cpu", "cpu:x1", 1, 1, 1}}, "pod-a"};
+  auto worker = *this->store_->RegisterWorker(w);
+  const Id dev = worker.devices[0].id;
+  auto e = this->MakeExperiment();
+  this->MakeTrials(e.id, 1);
+  const std::string owner = "worker/" + std::to_string(worker.id);
+  auto t = this->Lease(owner);
+  auto speed = [&](double sps) { return SpeedObservation{dev, "cpu:x1", "mlp", R"({"threads":1})", sps, t.id}; };
+  auto r = this->store_->ReportMeasurement(t.id, owner, this->Step(0, 0.9), std::nullopt, speed(100));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->inserted);
+  // The same step again: neither the step nor its speed is added.
+  r = this->store_->ReportMeasurement(t.id, owner, this->Step(0, 0.9), std::nullopt, speed(200));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->inserted);
+  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, owner, this->Step(1, 0.8), std::nullopt, speed(300)).ok());
+  auto obs = *this->store_->ListSpeedObservations("mlp", 10);
+  ASSERT_EQ(obs.size(), 2u);
+  EXPECT_DOUBLE_EQ(obs[0].samples_per_sec, 100);
+  EXPECT_DOUBLE_EQ(obs[1].samples_per_sec, 300);
+  EXPECT_EQ(obs[1].device_id, dev);
+  EXPECT_EQ(obs[1].device_class, "cpu:x1");
+  EXPECT_EQ(obs[1].trial_id, t.id);
+  EXPECT_NE(obs[1].system_setting_json.find("threads"), std::string::npos);
+  // Not the holder: refused, and nothing is recorded.
+  EXPECT_TRUE(this->store_->ReportMeasurement(t.id, "someone-else", this->Step(2, 0.7), std::nullopt, speed(400))
+                  .status()
+                  .IsFailedPrecondition());
+  // A bad observation fails the report before anything is written.
+  SpeedObservation bad = speed(-1);
+  EXPECT_TRUE(this->store_->ReportMeasurement(t.id, owner, this->Step(2, 0.7), std::nullopt, bad)
+                  .status()
+                  .IsInvalidArgument());
+  EXPECT_EQ(this->store_->ListMeasurements(t.id)->size(), 2u);
+  // The device's worker pruned: the step is stored, its speed is not.
+  this->clock_.Advance(10'000);
+  ASSERT_EQ(this->store_->MarkWorkersGone(5'000)->size(), 1u);
+  this->clock_.Advance(10'000);
+  ASSERT_EQ(this->store_->PruneGoneWorkers(5'000)->size(), 1u);
+  r = this->store_->ReportMeasurement(t.id, owner, this->Step(2, 0.7), std::nullopt, speed(500));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->inserted);
+  EXPECT_EQ(this->store_->ListSpeedObservations("mlp", 10)->size(), 2u);
+  EXPECT_EQ(this->store_->ListMeasurements(t.id)->size(), 3u);
+}
+
 // --- concurrency and durability ----------------------------------------------------
 
 TYPED_TEST(StoreTest, FourThreadsOnTwoHandlesLeaseEveryTrialExactlyOnce) {

@@ -804,17 +804,20 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   m.samples_per_sec = r.samples_per_sec;
   m.system_setting_json = r.system.dump();
   const int64_t lease = r.owner == kClientOwner ? options_.client_lease_ms : options_.worker_lease_ms;
-  HPO_ASSIGN_OR_RETURN(auto reported, store_.ReportMeasurement(r.trial_id, r.owner, m, lease));
   std::string space;
   for (const auto& [name, id] : c->space_ids) {
     if (trial.space_id == id) space = name;
   }
   const std::string workload = Workload(trial.experiment_id, spec, space);
-  if (reported.inserted && device_class && r.samples_per_sec > 0) {
-    HPO_RETURN_IF_ERROR(store_
-                            .AddSpeedObservation({*r.device_id, *device_class, workload, r.system.dump(),
-                                                  r.samples_per_sec, r.trial_id})
-                            .status());
+  const bool measured = device_class && r.samples_per_sec > 0;
+  std::optional<store::SpeedObservation> speed;
+  if (measured) {
+    speed = store::SpeedObservation{*r.device_id, *device_class, workload, m.system_setting_json,
+                                    r.samples_per_sec, r.trial_id};
+  }
+  // The step and its speed in one transaction.
+  HPO_ASSIGN_OR_RETURN(auto reported, store_.ReportMeasurement(r.trial_id, r.owner, m, lease, speed));
+  if (reported.inserted && measured) {
     // Placement sees it on the next lease.
     fleet_->Observe(*r.device_id, *device_class, workload, r.step,
                     {r.samples_per_sec, r.system.is_object() ? r.system : json::object(), NowMs(), r.trial_id});

@@ -82,6 +82,14 @@ Status ExplainTrialConflict(SqlConnection& c, Id trial_id, const std::string& ow
 
 bool IsFiniteNonNegative(double v) { return std::isfinite(v) && v >= 0; }
 
+Status CheckSpeedObservation(const SpeedObservation& o) {
+  if (!IsFiniteNonNegative(o.samples_per_sec)) {
+    return Status::InvalidArgument("samples_per_sec: must be a finite number >= 0");
+  }
+  if (o.workload.empty()) return Status::InvalidArgument("workload: must not be empty");
+  return Status::OK();
+}
+
 Status CheckLeaseArgs(const std::string& owner, TimeMs lease_ms) {
   if (owner.empty()) return Status::InvalidArgument("owner: must not be empty");
   if (lease_ms <= 0) return Status::InvalidArgument("lease_ms: must be positive");
@@ -835,7 +843,8 @@ Status SqlStore::RestartTrial(Id trial_id, const std::string& owner) {
 
 Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string& owner,
                                                  const Measurement& m,
-                                                 std::optional<TimeMs> renew_lease_ms) {
+                                                 std::optional<TimeMs> renew_lease_ms,
+                                                 const std::optional<SpeedObservation>& speed) {
   if (m.step < 0) return Status::InvalidArgument("step: must not be negative");
   if (!IsFiniteNonNegative(m.samples_per_sec)) {
     return Status::InvalidArgument("samples_per_sec: must be a finite number >= 0");
@@ -843,40 +852,61 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
   if (renew_lease_ms && *renew_lease_ms <= 0) {
     return Status::InvalidArgument("renew_lease_ms: must be positive");
   }
-  const SqlValue expires = renew_lease_ms ? SqlValue(Now() + *renew_lease_ms) : Null();
+  if (speed) HPO_RETURN_IF_ERROR(CheckSpeedObservation(*speed));
+  const TimeMs now = Now();
+  const SqlValue expires = renew_lease_ms ? SqlValue(now + *renew_lease_ms) : Null();
   // The UPDATE checks ownership and locks the trial row, so a concurrent
   // FinishTrial cannot slip between the check and the insert.
   constexpr const char* kClaim =
       "UPDATE trials SET state = 'running', updated_ms = $3,"
       " lease_expires_ms = COALESCE(CAST($4 AS BIGINT), lease_expires_ms) "
       "WHERE id = $1 AND lease_owner = $2 AND state IN ('leased', 'running') RETURNING id";
+  // The observation goes in with a new step only, and only while its
+  // device is registered (its foreign key would fail the report otherwise).
   if (driver_->writable_cte()) {
     // One statement, one round trip.
+    std::string sql = std::string("WITH t AS (") + kClaim +
+                      "), ins AS (INSERT INTO measurements (trial_id, step, metrics, "
+                      "samples_per_sec, system_setting, created_ms) "
+                      "SELECT id, $5, $6, $7, $8, $3 FROM t "
+                      "ON CONFLICT (trial_id, step) DO NOTHING RETURNING step)";
+    if (speed) {
+      sql += ", sp AS (INSERT INTO speed_observations (device_id, device_class, workload, system_setting, "
+             "samples_per_sec, trial_id, observed_ms) SELECT $9, $10, $11, $12, $13, $14, $3 FROM ins "
+             "WHERE EXISTS (SELECT 1 FROM devices WHERE id = $9))";
+    }
+    sql += " SELECT (SELECT COUNT(*) FROM t), (SELECT COUNT(*) FROM ins)";
     return RunBatched(TxMode::kSingle, trial_id, [&](SqlConnection& c) {
-      auto row = c.Query(std::string("WITH t AS (") + kClaim +
-                             "), ins AS (INSERT INTO measurements (trial_id, step, metrics, "
-                             "samples_per_sec, system_setting, created_ms) "
-                             "SELECT id, $5, $6, $7, $8, $3 FROM t "
-                             "ON CONFLICT (trial_id, step) DO NOTHING RETURNING step) "
-                             "SELECT (SELECT COUNT(*) FROM t), (SELECT COUNT(*) FROM ins)",
-                         {trial_id, owner, Now(), expires, m.step, m.metrics_json,
-                          m.samples_per_sec, m.system_setting_json})
-                     .at(0);
+      const SqlRow row =
+          speed ? c.Query(sql, {trial_id, owner, now, expires, m.step, m.metrics_json, m.samples_per_sec,
+                                m.system_setting_json, speed->device_id, speed->device_class, speed->workload,
+                                speed->system_setting_json, speed->samples_per_sec, Opt(speed->trial_id)})
+                      .at(0)
+                : c.Query(sql, {trial_id, owner, now, expires, m.step, m.metrics_json, m.samples_per_sec,
+                                m.system_setting_json})
+                      .at(0);
       if (row.Int(0) == 0) Throw(ExplainTrialConflict(c, trial_id, owner, "report on"));
       return ReportResult{row.Int(1) == 1, TrialState::kRunning};
     });
   }
   return RunBatched(TxMode::kWrite, trial_id, [&](SqlConnection& c) {
-    const TimeMs now = Now();
     if (c.Query(kClaim, {trial_id, owner, now, expires}).empty()) {
       Throw(ExplainTrialConflict(c, trial_id, owner, "report on"));
     }
-    auto ins = c.Query(
-        "INSERT INTO measurements (trial_id, step, metrics, samples_per_sec, system_setting, "
-        "created_ms) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (trial_id, step) DO NOTHING "
-        "RETURNING step",
-        {trial_id, m.step, m.metrics_json, m.samples_per_sec, m.system_setting_json, now});
-    return ReportResult{!ins.empty(), TrialState::kRunning};
+    const bool inserted =
+        !c.Query("INSERT INTO measurements (trial_id, step, metrics, samples_per_sec, system_setting, "
+                 "created_ms) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (trial_id, step) DO NOTHING "
+                 "RETURNING step",
+                 {trial_id, m.step, m.metrics_json, m.samples_per_sec, m.system_setting_json, now})
+             .empty();
+    if (inserted && speed) {
+      c.Query("INSERT INTO speed_observations (device_id, device_class, workload, system_setting, "
+              "samples_per_sec, trial_id, observed_ms) SELECT $1, $2, $3, $4, $5, $6, $7 "
+              "WHERE EXISTS (SELECT 1 FROM devices WHERE id = $1)",
+              {speed->device_id, speed->device_class, speed->workload, speed->system_setting_json,
+               speed->samples_per_sec, Opt(speed->trial_id), now});
+    }
+    return ReportResult{inserted, TrialState::kRunning};
   });
 }
 
@@ -1163,10 +1193,7 @@ Result<std::vector<Id>> SqlStore::PruneGoneWorkers(TimeMs unseen_ms) {
 }
 
 Result<Id> SqlStore::AddSpeedObservation(const SpeedObservation& o) {
-  if (!IsFiniteNonNegative(o.samples_per_sec)) {
-    return Status::InvalidArgument("samples_per_sec: must be a finite number >= 0");
-  }
-  if (o.workload.empty()) return Status::InvalidArgument("workload: must not be empty");
+  HPO_RETURN_IF_ERROR(CheckSpeedObservation(o));
   // Inserts only (no row lock to order): after the batch's updates.
   constexpr int64_t kAfterUpdates = std::numeric_limits<int64_t>::max();
   return RunBatched(TxMode::kWrite, kAfterUpdates, [&](SqlConnection& c) {

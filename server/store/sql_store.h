@@ -47,9 +47,11 @@ class SqlStore final : public Store {
   Status RestartTrial(Id trial_id, const std::string& owner) override;
   Result<std::vector<Id>> ReclaimExpiredLeases(int max_attempts) override;
   Result<std::vector<Id>> ExpireLeasesNotHeld(const std::string& owner, const std::vector<Id>& held) override;
+  using Store::ReportMeasurement;
   Result<ReportResult> ReportMeasurement(Id trial_id, const std::string& owner,
                                          const Measurement& m,
-                                         std::optional<TimeMs> renew_lease_ms) override;
+                                         std::optional<TimeMs> renew_lease_ms,
+                                         const std::optional<SpeedObservation>& speed) override;
   Result<std::vector<MeasurementRecord>> ListMeasurements(Id trial_id) override;
   Result<std::vector<MeasurementRecord>> ListExperimentMeasurements(Id experiment_id) override;
   Result<std::vector<MeasurementRecord>> ListExperimentMeasurementsSince(Id experiment_id,

@@ -474,9 +474,17 @@ class Store {
   // report is a heartbeat). Idempotent per (trial, step).
   // FailedPrecondition: the trial is finished, pending, or leased by someone
   // else. InvalidArgument: a negative step or samples_per_sec.
+  // With `speed`, the step's speed observation is added in the same
+  // transaction when the step is new (inserted), and only if its device is
+  // still registered (a device pruned meanwhile loses it, not the report).
   virtual Result<ReportResult> ReportMeasurement(Id trial_id, const std::string& owner,
                                                  const Measurement& m,
-                                                 std::optional<TimeMs> renew_lease_ms) = 0;
+                                                 std::optional<TimeMs> renew_lease_ms,
+                                                 const std::optional<SpeedObservation>& speed) = 0;
+  Result<ReportResult> ReportMeasurement(Id trial_id, const std::string& owner, const Measurement& m,
+                                         std::optional<TimeMs> renew_lease_ms) {
+    return ReportMeasurement(trial_id, owner, m, renew_lease_ms, std::nullopt);
+  }
   // Ordered by step.
   virtual Result<std::vector<MeasurementRecord>> ListMeasurements(Id trial_id) = 0;
   // Every measurement of an experiment's trials, ordered by trial, then step.
