@@ -82,6 +82,12 @@ Status ExplainTrialConflict(SqlConnection& c, Id trial_id, const std::string& ow
 
 bool IsFiniteNonNegative(double v) { return std::isfinite(v) && v >= 0; }
 
+// A speed observation's insert, up to its values (SpeedObservation's
+// fields in order, then the time observed).
+constexpr const char* kInsertSpeed =
+    "INSERT INTO speed_observations (device_id, device_class, workload, system_setting, "
+    "samples_per_sec, trial_id, observed_ms) ";
+
 Status CheckSpeedObservation(const SpeedObservation& o) {
   if (!IsFiniteNonNegative(o.samples_per_sec)) {
     return Status::InvalidArgument("samples_per_sec: must be a finite number >= 0");
@@ -871,9 +877,8 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
                       "SELECT id, $5, $6, $7, $8, $3 FROM t "
                       "ON CONFLICT (trial_id, step) DO NOTHING RETURNING step)";
     if (speed) {
-      sql += ", sp AS (INSERT INTO speed_observations (device_id, device_class, workload, system_setting, "
-             "samples_per_sec, trial_id, observed_ms) SELECT $9, $10, $11, $12, $13, $14, $3 FROM ins "
-             "WHERE EXISTS (SELECT 1 FROM devices WHERE id = $9))";
+      sql += std::string(", sp AS (") + kInsertSpeed +
+             "SELECT $9, $10, $11, $12, $13, $14, $3 FROM ins WHERE EXISTS (SELECT 1 FROM devices WHERE id = $9))";
     }
     sql += " SELECT (SELECT COUNT(*) FROM t), (SELECT COUNT(*) FROM ins)";
     return RunBatched(TxMode::kSingle, trial_id, [&](SqlConnection& c) {
@@ -900,9 +905,8 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
                  {trial_id, m.step, m.metrics_json, m.samples_per_sec, m.system_setting_json, now})
              .empty();
     if (inserted && speed) {
-      c.Query("INSERT INTO speed_observations (device_id, device_class, workload, system_setting, "
-              "samples_per_sec, trial_id, observed_ms) SELECT $1, $2, $3, $4, $5, $6, $7 "
-              "WHERE EXISTS (SELECT 1 FROM devices WHERE id = $1)",
+      c.Query(std::string(kInsertSpeed) +
+                  "SELECT $1, $2, $3, $4, $5, $6, $7 WHERE EXISTS (SELECT 1 FROM devices WHERE id = $1)",
               {speed->device_id, speed->device_class, speed->workload, speed->system_setting_json,
                speed->samples_per_sec, Opt(speed->trial_id), now});
     }
@@ -1201,9 +1205,7 @@ Result<Id> SqlStore::AddSpeedObservation(const SpeedObservation& o) {
       Throw(Status::NotFound("device " + std::to_string(o.device_id) + " is not registered"));
     }
     return c
-        .Query("INSERT INTO speed_observations (device_id, device_class, workload, system_setting, "
-               "samples_per_sec, trial_id, observed_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) "
-               "RETURNING id",
+        .Query(std::string(kInsertSpeed) + "VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
                {o.device_id, o.device_class, o.workload, o.system_setting_json, o.samples_per_sec,
                 Opt(o.trial_id), Now()})
         .at(0)
