@@ -393,6 +393,9 @@ GrpcServer::~GrpcServer() { Shutdown(std::chrono::milliseconds(0)); }
 
 namespace {
 
+// Idle call threads the gRPC server keeps (see GrpcServer::Start).
+constexpr int kMaxIdleCallThreads = 256;
+
 Result<std::string> ReadPemFile(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -427,6 +430,14 @@ Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address
   // gRPC turns SO_REUSEPORT on by default on Linux, so a second server on a
   // busy port would start and silently take half of the first one's calls.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // The sync server keeps at most MAX_POLLERS idle threads (gRPC's default
+  // is 2) and ends any thread beyond that as soon as its call returns. A
+  // fleet's calls wait on the store's group commit for milliseconds, so
+  // dozens are in flight at once, and with the default nearly every call
+  // started a thread and ended one (issue #19: the server's CPU went to
+  // clone, exit and unmapping stacks). Idle threads are kept up to a fleet's
+  // usual concurrency; more calls still get threads, as before.
+  builder.SetSyncServerOption(::grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, kMaxIdleCallThreads);
   int selected_port = 0;
   builder.AddListeningPort(address, credentials, &selected_port);
   builder.RegisterService(service);
