@@ -109,7 +109,7 @@ class StoreWrapper : public store::Store {
                                                                            int64_t limit) override {
     return t_.ListSpeedObservations(workload, limit);
   }
-  Status NotifyChange(std::string_view payload) override { return t_.NotifyChange(payload); }
+  Status NotifyChanges(const std::vector<std::string>& payloads) override { return t_.NotifyChanges(payloads); }
   Result<std::unique_ptr<store::ChangeListener>> ListenForChanges() override { return t_.ListenForChanges(); }
 
  private:

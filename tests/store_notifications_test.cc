@@ -38,11 +38,41 @@ TEST(StoreNotificationsTest, PostgresqlDeliversToTheListenersOfEveryHandleInOrde
   EXPECT_TRUE(a->NotifyChange(std::string(Store::kMaxChangePayload + 1, 'x')).IsInvalidArgument());
 }
 
+TEST(StoreNotificationsTest, SeveralInOneCallArriveWholeAndInOrder) {
+  HPO_REQUIRE_BACKEND(testing::PostgresBackend);
+  testing::PostgresBackend db;
+  auto a = Open(db.url()), b = Open(db.url());
+  ASSERT_TRUE(a && b);
+  auto listener = b->ListenForChanges();
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  ASSERT_TRUE((*listener)->Next(std::chrono::milliseconds(100)).ok());  // listening from here on
+  // What an array literal would mistake for its own syntax, and text that
+  // is not ASCII.
+  const std::vector<std::string> sent = {R"({"q":"a \"quoted\" word"})", R"(back\slash)", "{a,b}", "", "NULL",
+                                         "caf\u00e9 \xc3\xa9", std::string(Store::kMaxChangePayload, 'y')};
+  ASSERT_TRUE(a->NotifyChanges(sent).ok());
+  for (const std::string& want : sent) {
+    auto got = (*listener)->Next(std::chrono::seconds(5));
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_TRUE(got->has_value()) << "no notification within 5 s for '" << want.substr(0, 40) << "'";
+    EXPECT_EQ(**got, want);
+  }
+  // One too large: none of them is sent.
+  const auto bad = a->NotifyChanges({"first", std::string(Store::kMaxChangePayload + 1, 'x')});
+  EXPECT_TRUE(bad.IsInvalidArgument()) << bad;
+  EXPECT_NE(bad.message().find("payloads[1]"), std::string::npos) << bad;
+  ASSERT_TRUE(a->NotifyChange("after").ok());
+  auto next = (*listener)->Next(std::chrono::seconds(5));
+  ASSERT_TRUE(next.ok() && next->has_value());
+  EXPECT_EQ(**next, "after") << "the refused call sent nothing";
+}
+
 TEST(StoreNotificationsTest, SqliteHasNoOtherProcessToTell) {
   testing::SqliteBackend db;
   auto s = Open(db.url());
   ASSERT_TRUE(s);
   EXPECT_TRUE(s->NotifyChange("{}").ok());
+  EXPECT_TRUE(s->NotifyChanges({"{}", "{}"}).ok());
   EXPECT_EQ(s->ListenForChanges().status().code(), StatusCode::kUnimplemented);
 }
 

@@ -2,8 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <random>
+#include <utility>
+#include <vector>
 
 namespace hpo::server {
 namespace {
@@ -23,9 +27,16 @@ EventRelay::EventRelay(store::Store& store, EventBus& bus) : store_(store), bus_
   if (!listener.ok()) return;  // Unimplemented: no other replica to hear from
   listener_ = std::move(listener).value();
   thread_ = std::thread([this] { Listen(); });
+  sender_ = std::thread([this] { Send(); });
 }
 
 EventRelay::~EventRelay() {
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;
+  }
+  queued_.NotifyAll();
+  if (sender_.joinable()) sender_.join();
   stop_ = true;
   if (thread_.joinable()) thread_.join();
 }
@@ -33,7 +44,10 @@ EventRelay::~EventRelay() {
 void EventRelay::Publish(std::string type, const nlohmann::json& data) {
   bus_.Publish(type, data);
   if (!listener_) return;
-  std::string payload = nlohmann::json{{"origin", origin_}, {"type", type}, {"data", data}}.dump();
+  // Numbered: PostgreSQL delivers one of identical notifications sent in
+  // one transaction, and a statement carries many.
+  const uint64_t seq = ++sequence_;
+  std::string payload = nlohmann::json{{"origin", origin_}, {"seq", seq}, {"type", type}, {"data", data}}.dump();
   if (payload.size() > store::Store::kMaxChangePayload) {
     // Too large for a NOTIFY (a trial's params, say): the other replicas'
     // clients get its ids and "trimmed", which tells them to read the
@@ -42,11 +56,45 @@ void EventRelay::Publish(std::string type, const nlohmann::json& data) {
     for (const char* key : {"experiment_id", "trial_id", "worker_id", "state", "step"}) {
       if (data.is_object() && data.contains(key)) ids[key] = data[key];
     }
-    payload = nlohmann::json{{"origin", origin_}, {"type", type}, {"data", ids}}.dump();
+    payload = nlohmann::json{{"origin", origin_}, {"seq", seq}, {"type", type}, {"data", ids}}.dump();
     spdlog::debug("event {} is too large to relay whole to other replicas; relayed trimmed", type);
   }
-  if (Status s = store_.NotifyChange(payload); !s.ok()) {
-    spdlog::warn("relaying event {} to other replicas: {}", type, s.ToString());
+  MutexLock lock(mu_);
+  if (queue_.size() >= kMaxQueued) {
+    ++dropped_;  // the sender tells the other replicas to re-read
+    return;
+  }
+  queue_.push_back(std::move(payload));
+  queued_.NotifyOne();
+}
+
+void EventRelay::Send() {
+  std::vector<std::string> batch;
+  for (;;) {
+    size_t dropped = 0;
+    {
+      MutexLock lock(mu_);
+      while (queue_.empty() && dropped_ == 0 && !stopping_) queued_.Wait(mu_);
+      if (queue_.empty() && dropped_ == 0) return;  // stopping, and everything sent
+      const auto n = static_cast<std::ptrdiff_t>(std::min(queue_.size(), kMaxPerStatement));
+      batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.begin() + n));
+      queue_.erase(queue_.begin(), queue_.begin() + n);
+      dropped = std::exchange(dropped_, 0);
+    }
+    if (dropped > 0) {
+      spdlog::warn("{} events were not relayed to other replicas ({} were queued already); their clients are "
+                   "told to re-read",
+                   dropped, kMaxQueued);
+      batch.push_back(nlohmann::json{{"origin", origin_},
+                                     {"seq", ++sequence_},
+                                     {"type", "lagged"},
+                                     {"data", {{"reason", "another replica dropped events it could not relay"}}}}
+                          .dump());
+    }
+    if (Status s = store_.NotifyChanges(batch); !s.ok()) {
+      spdlog::warn("relaying {} events to other replicas: {}", batch.size(), s.ToString());
+    }
+    batch.clear();
   }
 }
 

@@ -280,7 +280,7 @@ class PostgresDriver final : public SqlDriver {
   }
 
   std::string_view notify_sql() const override {
-    static const std::string sql = std::string("SELECT pg_notify('") + kChangeChannel + "', $1)";
+    static const std::string sql = std::string("SELECT pg_notify('") + kChangeChannel + "', p) FROM unnest($1::text[]) AS p";
     return sql;
   }
   std::unique_ptr<ChangeListener> Listen() override {

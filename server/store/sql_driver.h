@@ -146,8 +146,9 @@ class SqlDriver {
   // row, see sql/<dialect>/0006_revisions.sql for why it is right.
   virtual std::string_view horizon_sql() const = 0;
 
-  // Change notifications (see Store::NotifyChange). The statement that
-  // sends `$1` as one, or empty when the database has none; and a listener
+  // Change notifications (see Store::NotifyChanges). The statement that
+  // sends each element of the text array `$1`, in order, as one, or empty
+  // when the database has none; and a listener
   // on its own connection, or null.
   virtual std::string_view notify_sql() const { return {}; }
   virtual std::unique_ptr<ChangeListener> Listen() { return nullptr; }

@@ -1242,14 +1242,33 @@ Result<std::vector<SpeedObservationRecord>> SqlStore::ListSpeedObservations(
 // ---------------------------------------------------------------------------
 // Change notifications
 
-Status SqlStore::NotifyChange(std::string_view payload) {
-  if (payload.size() > kMaxChangePayload) {
-    return Status::InvalidArgument("payload: " + std::to_string(payload.size()) + " bytes, more than the " +
-                                   std::to_string(kMaxChangePayload) + " a notification holds");
+Status SqlStore::NotifyChanges(const std::vector<std::string>& payloads) {
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    if (payloads[i].size() > kMaxChangePayload) {
+      return Status::InvalidArgument("payloads[" + std::to_string(i) + "]: " + std::to_string(payloads[i].size()) +
+                                     " bytes, more than the " + std::to_string(kMaxChangePayload) +
+                                     " a notification holds");
+    }
+    if (payloads[i].find('\0') != std::string::npos) {
+      return Status::InvalidArgument("payloads[" + std::to_string(i) + "]: holds a NUL byte");
+    }
   }
   const std::string_view sql = driver_->notify_sql();
-  if (sql.empty()) return Status::OK();
-  return Run(TxMode::kSingle, [&](SqlConnection& c) { c.Query(sql, {std::string(payload)}); });
+  if (sql.empty() || payloads.empty()) return Status::OK();
+  // One text array literal: each element quoted, its quotes and
+  // backslashes escaped (PostgreSQL's array input syntax).
+  std::string array = "{";
+  for (const std::string& p : payloads) {
+    if (array.size() > 1) array += ',';
+    array += '"';
+    for (const char ch : p) {
+      if (ch == '"' || ch == '\\') array += '\\';
+      array += ch;
+    }
+    array += '"';
+  }
+  array += '}';
+  return Run(TxMode::kSingle, [&](SqlConnection& c) { c.Query(sql, {std::move(array)}); });
 }
 
 Result<std::unique_ptr<ChangeListener>> SqlStore::ListenForChanges() {

@@ -66,7 +66,7 @@ class SqlStore final : public Store {
   Result<std::vector<WorkerRecord>> MarkWorkersGone(TimeMs unseen_ms) override;
   Result<std::vector<Id>> PruneGoneWorkers(TimeMs unseen_ms) override;
   Result<Id> AddSpeedObservation(const SpeedObservation& o) override;
-  Status NotifyChange(std::string_view payload) override;
+  Status NotifyChanges(const std::vector<std::string>& payloads) override;
   Result<std::unique_ptr<ChangeListener>> ListenForChanges() override;
   Result<std::vector<SpeedObservationRecord>> ListSpeedObservations(std::string_view workload,
                                                                     int64_t limit) override;

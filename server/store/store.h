@@ -539,7 +539,11 @@ class Store {
   // ListenForChanges answers Unimplemented.
   static constexpr size_t kMaxChangePayload = 7900;  // PostgreSQL allows < 8000 bytes
   // InvalidArgument: a payload over kMaxChangePayload bytes.
-  virtual Status NotifyChange(std::string_view payload) = 0;
+  Status NotifyChange(std::string_view payload) { return NotifyChanges({std::string(payload)}); }
+  // Several, in this order, in one statement (a busy replica's events cost
+  // one round trip together, not one each). InvalidArgument, and none sent,
+  // when one is over kMaxChangePayload bytes.
+  virtual Status NotifyChanges(const std::vector<std::string>& payloads) = 0;
   virtual Result<std::unique_ptr<ChangeListener>> ListenForChanges() = 0;
 };
 
