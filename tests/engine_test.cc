@@ -437,6 +437,23 @@ TEST_F(EngineTest, ReportsNeedTheObjectiveAndStopAfterCancel) {
   EXPECT_EQ(store_->GetTrial(batch[1].trial.id)->state, TrialState::kCancelled);
 }
 
+TEST_F(EngineTest, AReportAfterItsExperimentCompletedIsKeptAndStopsTheTrial) {
+  auto e = engine_->CreateExperiment(Spec(kClient, 5, 2));
+  ASSERT_TRUE(e.ok());
+  auto batch = *engine_->Suggest(e->id, 1);
+  const store::Id trial = batch[0].trial.id;
+  // Completed (as by its budget through another replica): trials in flight
+  // are not cancelled, and learn it from their next report.
+  ASSERT_TRUE(store_->FinishExperiment(e->id, store::ExperimentState::kCompleted, "budget").ok());
+  auto d = engine_->Report({trial, Engine::kClientOwner, 0, {{"loss", 0.5}}, 0, json::object(), std::nullopt});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->decision, Decision::kStop);
+  EXPECT_EQ(store_->GetTrial(trial)->state, TrialState::kCancelled);
+  const auto steps = store_->ListMeasurements(trial);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  EXPECT_EQ(steps->size(), 1u) << "the step it ran is kept";
+}
+
 TEST_F(EngineTest, BadSpecsAreRejectedWithTheirPathAndWriteNothing) {
   auto e = engine_->CreateExperiment(R"({"name": "x", "objective": {"metric": "loss"},
     "spaces": [{"name": "s", "params": {"lr": {"type": "float", "low": 1, "high": 0}}}],

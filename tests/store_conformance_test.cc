@@ -879,6 +879,26 @@ TYPED_TEST(StoreTest, RecordsSpeedObservations) {
 
 // A report carries its step's speed: stored in the same transaction, with
 // a new step only, and dropped (the report kept) once the device is gone.
+TYPED_TEST(StoreTest, AReportCarriesItsExperimentsState) {
+  auto e = this->MakeExperiment();
+  this->MakeTrials(e.id, 2);
+  auto a = this->Lease("w1");
+  auto b = this->Lease("w2");
+  auto r = this->store_->ReportMeasurement(a.id, "w1", this->Step(0, 0.9), std::nullopt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->experiment_state, ExperimentState::kRunning);
+  // Completed: its trials in flight still report, and are told.
+  ASSERT_TRUE(this->store_->FinishExperiment(e.id, ExperimentState::kCompleted, "budget").ok());
+  r = this->store_->ReportMeasurement(a.id, "w1", this->Step(1, 0.8), std::nullopt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->inserted);
+  EXPECT_EQ(r->experiment_state, ExperimentState::kCompleted);
+  r = this->store_->ReportMeasurement(b.id, "w2", this->Step(0, 0.7), std::nullopt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->experiment_state, ExperimentState::kCompleted);
+  EXPECT_EQ(this->store_->ListMeasurements(a.id)->size(), 2u);
+}
+
 TYPED_TEST(StoreTest, AReportsSpeedIsStoredWithItsNewStepOnly) {
   NewWorker w{"h", "{}", {{0, DeviceKind::kCpu, "cpu", "cpu:x1", 1, 1, 1}}, "pod-a"};
   auto worker = *this->store_->RegisterWorker(w);

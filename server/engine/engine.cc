@@ -778,14 +778,6 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   if (r.device_id) {
     HPO_ASSIGN_OR_RETURN(device_class, fleet_->DeviceClass(*r.device_id));
   }
-  HPO_ASSIGN_OR_RETURN(const store::ExperimentState state, store_.GetExperimentState(trial.experiment_id));
-  if (state != store::ExperimentState::kRunning) {
-    // The experiment ended while this trial ran: stop it.
-    auto s = store_.FinishTrial(r.trial_id, r.owner, {TrialState::kCancelled, r.metrics.dump(),
-                                                      "experiment " + std::string(store::ToString(state))});
-    if (!s.ok() && !s.status().IsFailedPrecondition()) return s.status();
-    return ReportReply{Decision::kStop, std::nullopt, "experiment ended"};
-  }
   // A lease that ends at a rung covers the steps up to its stop_step and no
   // further: a later step would carry the trial past the rung before any
   // promotion decided it, and the pause that follows (of that step) would
@@ -815,8 +807,21 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
     speed = store::SpeedObservation{*r.device_id, *device_class, workload, m.system_setting_json,
                                     r.samples_per_sec, r.trial_id};
   }
-  // The step and its speed in one transaction.
-  HPO_ASSIGN_OR_RETURN(auto reported, store_.ReportMeasurement(r.trial_id, r.owner, m, lease, speed));
+  // The step and its speed in one transaction, which also reads whether the
+  // experiment still runs.
+  auto report_result = store_.ReportMeasurement(r.trial_id, r.owner, m, lease, speed);
+  if (!report_result.ok()) {
+    // Ending an experiment cancels its trials: their workers are told to
+    // stop, as the report below is, rather than answered an error.
+    if (report_result.status().IsFailedPrecondition()) {
+      auto state = store_.GetExperimentState(trial.experiment_id);
+      if (state.ok() && *state != store::ExperimentState::kRunning) {
+        return ReportReply{Decision::kStop, std::nullopt, "experiment ended"};
+      }
+    }
+    return report_result.status();
+  }
+  const store::ReportResult reported = *report_result;
   if (reported.inserted && measured) {
     // Placement sees it on the next lease.
     fleet_->Observe(*r.device_id, *device_class, workload, r.step,
@@ -826,6 +831,15 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
     Emit("trial.reported", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
                             {"step", r.step}, {"metrics", r.metrics}, {"samples_per_sec", r.samples_per_sec},
                             {"system", r.system}});
+  }
+  if (reported.experiment_state != store::ExperimentState::kRunning) {
+    // The experiment ended while this trial ran: its step is kept, and the
+    // trial stops.
+    auto s = store_.FinishTrial(
+        r.trial_id, r.owner,
+        {TrialState::kCancelled, r.metrics.dump(), "experiment " + std::string(store::ToString(reported.experiment_state))});
+    if (!s.ok() && !s.status().IsFailedPrecondition()) return s.status();
+    return ReportReply{Decision::kStop, std::nullopt, "experiment ended"};
   }
 
   // Stopping-type early stopping on this space's trials, this report

@@ -41,14 +41,17 @@ TrialRecord ReadTrial(const SqlRow& r) {
 constexpr const char* kExperimentColumns =
     "id, name, spec, state, reason, created_ms, updated_ms, finished_ms";
 
+ExperimentState ExperimentStateOrThrow(const std::string& name) {
+  auto state = ParseExperimentState(name);
+  if (!state.ok()) Throw(Status::DataLoss("stored experiment has unknown state '" + name + "'"));
+  return *state;
+}
+
 ExperimentRecord ReadExperiment(const SqlRow& r) {
   ExperimentRecord e;
   SqlColumns in(r);
   in >> e.id >> e.name >> e.spec_json;
-  const std::string state_name = in.Text();
-  auto state = ParseExperimentState(state_name);
-  if (!state.ok()) Throw(Status::DataLoss("stored experiment has unknown state '" + state_name + "'"));
-  e.state = *state;
+  e.state = ExperimentStateOrThrow(in.Text());
   in >> e.reason >> e.created_ms >> e.updated_ms >> e.finished_ms;
   return e;
 }
@@ -422,10 +425,7 @@ Result<ExperimentState> SqlStore::GetExperimentState(Id id) {
   return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     auto rows = c.Query("SELECT state FROM experiments WHERE id = $1", {id});
     if (rows.empty()) Throw(Status::NotFound("experiment " + std::to_string(id) + " does not exist"));
-    const std::string name = rows[0].Text(0);
-    auto state = ParseExperimentState(name);
-    if (!state.ok()) Throw(Status::DataLoss("stored experiment has unknown state '" + name + "'"));
-    return *state;
+    return ExperimentStateOrThrow(rows[0].Text(0));
   });
 }
 
@@ -867,6 +867,9 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
       "UPDATE trials SET state = 'running', updated_ms = $3,"
       " lease_expires_ms = COALESCE(CAST($4 AS BIGINT), lease_expires_ms) "
       "WHERE id = $1 AND lease_owner = $2 AND state IN ('leased', 'running') RETURNING id";
+  // The trial's experiment's state, as the report's result carries it.
+  constexpr const char* kExperimentStateOfTrial =
+      "(SELECT e.state FROM experiments e JOIN trials tr ON tr.experiment_id = e.id WHERE tr.id = $1)";
   // The observation goes in with a new step only, and only while its
   // device is registered (its foreign key would fail the report otherwise).
   if (driver_->writable_cte()) {
@@ -880,7 +883,7 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
       sql += std::string(", sp AS (") + kInsertSpeed +
              "SELECT $9, $10, $11, $12, $13, $14, $3 FROM ins WHERE EXISTS (SELECT 1 FROM devices WHERE id = $9))";
     }
-    sql += " SELECT (SELECT COUNT(*) FROM t), (SELECT COUNT(*) FROM ins)";
+    sql += " SELECT (SELECT COUNT(*) FROM t), (SELECT COUNT(*) FROM ins), " + std::string(kExperimentStateOfTrial);
     return RunBatched(TxMode::kSingle, trial_id, [&](SqlConnection& c) {
       const SqlRow row =
           speed ? c.Query(sql, {trial_id, owner, now, expires, m.step, m.metrics_json, m.samples_per_sec,
@@ -891,7 +894,7 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
                                 m.system_setting_json})
                       .at(0);
       if (row.Int(0) == 0) Throw(ExplainTrialConflict(c, trial_id, owner, "report on"));
-      return ReportResult{row.Int(1) == 1, TrialState::kRunning};
+      return ReportResult{row.Int(1) == 1, TrialState::kRunning, ExperimentStateOrThrow(row.Text(2))};
     });
   }
   return RunBatched(TxMode::kWrite, trial_id, [&](SqlConnection& c) {
@@ -910,7 +913,9 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
               {speed->device_id, speed->device_class, speed->workload, speed->system_setting_json,
                speed->samples_per_sec, Opt(speed->trial_id), now});
     }
-    return ReportResult{inserted, TrialState::kRunning};
+    const std::string experiment_state =
+        c.Query("SELECT " + std::string(kExperimentStateOfTrial), {trial_id}).at(0).Text(0);
+    return ReportResult{inserted, TrialState::kRunning, ExperimentStateOrThrow(experiment_state)};
   });
 }
 

@@ -293,6 +293,9 @@ struct LeaseRequest {
 struct ReportResult {
   bool inserted = false;  // false: this (trial, step) was already recorded
   TrialState state = TrialState::kRunning;
+  // The trial's experiment's, read with the report (one round trip less
+  // for a caller that acts on an ended experiment).
+  ExperimentState experiment_state = ExperimentState::kRunning;
 };
 
 // What FinishTrial did: finished the trial now, or acknowledged the same
@@ -477,6 +480,8 @@ class Store {
   // With `speed`, the step's speed observation is added in the same
   // transaction when the step is new (inserted), and only if its device is
   // still registered (a device pruned meanwhile loses it, not the report).
+  // The report is stored whatever its experiment's state, which the result
+  // carries.
   virtual Result<ReportResult> ReportMeasurement(Id trial_id, const std::string& owner,
                                                  const Measurement& m,
                                                  std::optional<TimeMs> renew_lease_ms,
