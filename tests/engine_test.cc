@@ -233,6 +233,45 @@ TEST_F(EngineTest, WorkersGetEveryTrialOnceAndTheExperimentEnds) {
   EXPECT_EQ(store_->GetExperiment(e->id)->state, store::ExperimentState::kCompleted);
 }
 
+// A lease looks through the running experiments as read at most
+// history_cache ago: one this server creates or ends counts at once,
+// another replica's within the bound.
+TEST_F(EngineTest, LeasesSeeAnotherReplicasNewExperimentWithinTheCacheBound) {
+  auto other = store::OpenStore(backend_.url());
+  ASSERT_TRUE(other.ok()) << other.status();
+  EngineOptions o = Options();
+  o.history_cache = std::chrono::milliseconds(300);
+  Engine a(*store_, o), b(**other, o);
+  const TestWorker w = AddWorker(a, "a");
+  auto none = a.LeaseForWorker(w.caller, w.device);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_value()) << "no experiment yet";
+  // Created here: offered at once.
+  auto mine = a.CreateExperiment(Spec(kBuiltin, 1, 1));
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  auto first = a.LeaseForWorker(w.caller, w.device);
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
+  EXPECT_EQ((*first)->trial.experiment_id, mine->id);
+  ASSERT_TRUE(a.CancelExperiment(mine->id, "done").ok());
+  none = a.LeaseForWorker(w.caller, w.device);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_value()) << "ended here: not offered";
+  // Created through the other replica after that read: offered once the
+  // bound has passed.
+  auto theirs = b.CreateExperiment(Spec(kBuiltin, 1, 1));
+  ASSERT_TRUE(theirs.ok()) << theirs.status();
+  std::optional<Lease> got;
+  for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       !got && std::chrono::steady_clock::now() < deadline;) {
+    auto l = a.LeaseForWorker(w.caller, w.device);
+    ASSERT_TRUE(l.ok()) << l.status();
+    if (l->has_value()) got = **l;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(got) << "another replica's experiment was never offered";
+  EXPECT_EQ(got->trial.experiment_id, theirs->id);
+}
+
 // An experiment whose stored spec this server cannot read (another
 // version wrote it; here a spec without a name, as a bare store client
 // writes one) is skipped by leases and ticks: before, every lease failed

@@ -346,6 +346,7 @@ Result<store::ExperimentRecord> Engine::CreateExperiment(const std::string& spec
     e.spaces.push_back({s.name, params.dump()});
   }
   HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.CreateExperiment(e));
+  ExperimentsChanged();
   // A worker experiment's trials are made when devices ask for work, each
   // for the device that asked (server/engine/lease.cc).
   Emit("experiment.created", {{"experiment_id", rec.id}, {"name", rec.name}});
@@ -355,6 +356,7 @@ Result<store::ExperimentRecord> Engine::CreateExperiment(const std::string& spec
 Status Engine::CancelExperiment(Id id, std::string_view reason) {
   const std::string why = CapText(FreeText::kCancelReason, reason);
   HPO_RETURN_IF_ERROR(store_.FinishExperiment(id, store::ExperimentState::kCancelled, why));
+  ExperimentsChanged();
   Emit("experiment.finished", {{"experiment_id", id}, {"state", "cancelled"}, {"reason", why}});
   return Status::OK();
 }
@@ -550,6 +552,25 @@ size_t Engine::NewTrialsWaiting(Id experiment_id) {
 
 Status Engine::CheckStore() { return store_.SchemaVersion().status(); }
 Result<store::ExperimentRecord> Engine::GetExperiment(Id id) { return store_.GetExperiment(id); }
+Result<Engine::ExperimentList> Engine::RunningExperiments() {
+  MutexLock lock(experiments_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (running_experiments_ && now - running_experiments_read_ < options_.history_cache) return running_experiments_;
+  HPO_ASSIGN_OR_RETURN(auto all, store_.ListExperiments(0, 10'000));
+  std::vector<store::ExperimentRecord> running;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {  // oldest first
+    if (it->state == store::ExperimentState::kRunning) running.push_back(std::move(*it));
+  }
+  running_experiments_ = std::make_shared<const std::vector<store::ExperimentRecord>>(std::move(running));
+  running_experiments_read_ = now;
+  return running_experiments_;
+}
+
+void Engine::ExperimentsChanged() {
+  MutexLock lock(experiments_mu_);
+  running_experiments_.reset();
+}
+
 Result<std::vector<store::ExperimentRecord>> Engine::ListExperiments(int64_t offset, int64_t limit) {
   return store_.ListExperiments(offset, limit);
 }
@@ -1098,6 +1119,7 @@ Status Engine::MaybeFinish(Id experiment_id, Cached& c, bool after_change) {
   const std::string why = "all " + std::to_string(spec.max_trials) + " trials finished";
   Status s = store_.FinishExperiment(experiment_id, store::ExperimentState::kCompleted, why);
   if (s.ok()) {
+    ExperimentsChanged();
     c.trials->Forget();  // its paused trials were pruned with it
     Emit("experiment.finished", {{"experiment_id", experiment_id}, {"state", "completed"}, {"reason", why}});
   }
@@ -1192,6 +1214,7 @@ Status Engine::Tick() {
       const std::string why =
           "wall-time budget of " + std::to_string(*spec.max_wall_time_s) + " s reached";
       Status s = store_.FinishExperiment(e.id, store::ExperimentState::kCompleted, why);
+      if (s.ok()) ExperimentsChanged();
       if (s.ok()) Emit("experiment.finished", {{"experiment_id", e.id}, {"state", "completed"}, {"reason", why}});
       if (!s.ok() && !s.IsFailedPrecondition()) return s;
       continue;

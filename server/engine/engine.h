@@ -566,6 +566,18 @@ class Engine {
   Mutex sweep_mu_;
   std::chrono::steady_clock::time_point last_sweep_ HPO_GUARDED_BY(sweep_mu_);
 
+  // The running experiments, oldest first, as a lease looks through them:
+  // read at most history_cache ago (another replica's new or ended
+  // experiments count within it), and again after this engine created or
+  // ended one (issue #19: a list of every experiment, specs included, was a
+  // round trip and a few percent of the server's CPU per lease).
+  using ExperimentList = std::shared_ptr<const std::vector<store::ExperimentRecord>>;
+  Result<ExperimentList> RunningExperiments() HPO_EXCLUDES(experiments_mu_);
+  void ExperimentsChanged() HPO_EXCLUDES(experiments_mu_);
+  Mutex experiments_mu_;
+  ExperimentList running_experiments_ HPO_GUARDED_BY(experiments_mu_);
+  std::chrono::steady_clock::time_point running_experiments_read_ HPO_GUARDED_BY(experiments_mu_);
+
   void Emit(std::string type, nlohmann::json data) const {
     if (options_.on_event) options_.on_event(std::move(type), data);
   }

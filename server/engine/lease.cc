@@ -52,11 +52,9 @@ Result<std::optional<Lease>> Engine::LeaseForWorker(const WorkerCaller& caller, 
 Result<std::optional<Lease>> Engine::GrantLease(Id worker_id, Id device_id) {
   std::optional<metrics::ScopedTimer> timer;
   if (lease_seconds_) timer.emplace(*lease_seconds_);
-  HPO_ASSIGN_OR_RETURN(auto experiments, store_.ListExperiments(0, 10'000));
-  std::reverse(experiments.begin(), experiments.end());  // oldest first
+  HPO_ASSIGN_OR_RETURN(const ExperimentList experiments, RunningExperiments());
   const auto asked = std::chrono::steady_clock::now();  // the fleet view may be older by fleet_cache
-  for (const auto& e : experiments) {
-    if (e.state != store::ExperimentState::kRunning) continue;
+  for (const auto& e : *experiments) {
     HPO_ASSIGN_OR_RETURN(Cached * c, LoadUnlessUnreadable(e.id));
     if (!c || c->spec->executor == ExperimentSpec::ExecutorKind::kClient) continue;
     // Another lease may take the chosen work first: then plan again.
