@@ -89,6 +89,32 @@ TEST(EventRelayTest, ABurstOfEventsReachesTheOtherReplicasWholeAndInOrder) {
   EXPECT_EQ(next, kEvents) << "events lost on the way";
 }
 
+TEST(EventRelayTest, AReplicasOwnEventsAreNotPublishedTwiceOnItsBus) {
+  HPO_REQUIRE_BACKEND(testing::PostgresBackend);
+  testing::PostgresBackend db;
+  auto mine = Open(db.url()), other = Open(db.url());
+  ASSERT_TRUE(mine && other);
+  EventBus bus, other_bus;
+  auto sub = bus.Subscribe();
+  EventRelay relay(*mine, bus);
+  ASSERT_TRUE(RelayedFromOtherReplica(*other, *sub, "probe")) << "no event relayed within 10 s";
+  EventRelay other_relay(*other, other_bus);
+  ASSERT_TRUE(RelayedFromOtherReplica(*mine, *other_bus.Subscribe(), "probe")) << "the other relay never listened";
+  auto other_sub = other_bus.Subscribe();
+  other_relay.Publish("trial.finished", {{"trial_id", 5}});
+  bool relayed = false;
+  for (const auto deadline = Clock::now() + std::chrono::seconds(10); !relayed && Clock::now() < deadline;) {
+    auto e = sub->Next(std::chrono::milliseconds(200));
+    relayed = e && e->type == "trial.finished";
+  }
+  ASSERT_TRUE(relayed) << "never reached this replica";
+  // By now its own listener has heard it back too.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int seen = 0;
+  while (auto e = other_sub->Next(std::chrono::milliseconds(0))) seen += e->type == "trial.finished";
+  EXPECT_EQ(seen, 1) << "its clients got its own event more than once";
+}
+
 TEST(EventRelayTest, AnEventTooLargeToRelayWholeReachesTheOtherReplicasTrimmed) {
   HPO_REQUIRE_BACKEND(testing::PostgresBackend);
   testing::PostgresBackend db;

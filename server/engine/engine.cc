@@ -418,10 +418,22 @@ Result<RegisteredWorker> Engine::RegisterWorker(const WorkerRegistration& w) {
 }
 
 Status Engine::TouchWorker(Id worker_id) {
-  Status s = store_.TouchWorker(worker_id);
-  if (s.IsNotFound()) {
+  const int64_t now = NowMs();
+  const int64_t interval = std::min<int64_t>(1000, options_.worker_lease_ms / 10);
+  {
     MutexLock lock(mu_);
+    const auto it = workers_.find(worker_id);
+    if (it != workers_.end() && it->second.touched_ms > 0 && now - it->second.touched_ms < interval &&
+        now >= it->second.touched_ms) {
+      return Status::OK();
+    }
+  }
+  Status s = store_.TouchWorker(worker_id);
+  MutexLock lock(mu_);
+  if (s.IsNotFound()) {
     workers_.erase(worker_id);
+  } else if (const auto it = workers_.find(worker_id); s.ok() && it != workers_.end()) {
+    it->second.touched_ms = now;
   }
   return s;
 }
@@ -893,7 +905,9 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   }
   c->trials->SetOutcome(r.trial_id, TrialState::kPruned, std::nullopt);
   if (r.device_id) fleet_->SetIdle(*r.device_id);
-  DeleteCheckpoint(r.trial_id);
+  // Only a trial that paused has a checkpoint, and only promotion-type
+  // early stopping pauses trials (the sweep removes any left behind).
+  if (c->promotion) DeleteCheckpoint(r.trial_id);
   Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
                           {"state", "pruned"}, {"reason", why}, {"metrics", r.metrics}});
   HPO_RETURN_IF_ERROR(MaybeFinish(trial.experiment_id, *c));
@@ -1091,7 +1105,7 @@ Status Engine::Finish(Id trial_id, const std::string& owner, bool failed, const 
   if (finished == store::FinishResult::kRepeated) return Status::OK();
   c->trials->SetOutcome(trial_id, failed ? TrialState::kFailed : TrialState::kCompleted,
                         failed ? std::nullopt : ObjectiveOf(spec, metrics.dump()));
-  DeleteCheckpoint(trial_id);
+  if (c->promotion) DeleteCheckpoint(trial_id);  // only a paused trial has one (see Report)
   Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", trial_id},
                           {"state", failed ? "failed" : "completed"}, {"metrics", metrics}});
   return MaybeFinish(trial.experiment_id, *c);

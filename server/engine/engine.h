@@ -545,10 +545,13 @@ class Engine {
   struct WorkerAuth {
     std::string session_hash;
     std::set<store::Id> devices;
+    int64_t touched_ms = 0;  // when TouchWorker last wrote its last_seen_ms (NowMs)
   };
   Result<WorkerAuth> Authenticate(const WorkerCaller& caller);
-  // store::Store::TouchWorker; a worker that is not there (pruned) is
-  // forgotten by Authenticate's cache too.
+  // store::Store::TouchWorker, unless this engine wrote it within the last
+  // tenth of a worker lease (at most a second): a worker's every lease and
+  // heartbeat wrote it before (issue #19). A worker that is not there
+  // (pruned) is forgotten by Authenticate's cache too.
   Status TouchWorker(store::Id worker_id);
   // NotFound unless `device_id` is one of the worker's.
   static Status CheckDevice(const WorkerCaller& caller, const WorkerAuth& auth, store::Id device_id);

@@ -22,7 +22,8 @@ std::string RandomOrigin() {
 
 }  // namespace
 
-EventRelay::EventRelay(store::Store& store, EventBus& bus) : store_(store), bus_(bus), origin_(RandomOrigin()) {
+EventRelay::EventRelay(store::Store& store, EventBus& bus)
+    : store_(store), bus_(bus), origin_(RandomOrigin()), own_prefix_("{\"origin\":\"" + origin_ + "\"") {
   auto listener = store_.ListenForChanges();
   if (!listener.ok()) return;  // Unimplemented: no other replica to hear from
   listener_ = std::move(listener).value();
@@ -47,7 +48,7 @@ void EventRelay::Publish(std::string type, const nlohmann::json& data) {
   // Numbered: PostgreSQL delivers one of identical notifications sent in
   // one transaction, and a statement carries many.
   const uint64_t seq = ++sequence_;
-  std::string payload = nlohmann::json{{"origin", origin_}, {"seq", seq}, {"type", type}, {"data", data}}.dump();
+  std::string payload = Envelope(seq, type, data.dump());
   if (payload.size() > store::Store::kMaxChangePayload) {
     // Too large for a NOTIFY (a trial's params, say): the other replicas'
     // clients get its ids and "trimmed", which tells them to read the
@@ -56,7 +57,7 @@ void EventRelay::Publish(std::string type, const nlohmann::json& data) {
     for (const char* key : {"experiment_id", "trial_id", "worker_id", "state", "step"}) {
       if (data.is_object() && data.contains(key)) ids[key] = data[key];
     }
-    payload = nlohmann::json{{"origin", origin_}, {"seq", seq}, {"type", type}, {"data", ids}}.dump();
+    payload = Envelope(seq, type, ids.dump());
     spdlog::debug("event {} is too large to relay whole to other replicas; relayed trimmed", type);
   }
   MutexLock lock(mu_);
@@ -66,6 +67,11 @@ void EventRelay::Publish(std::string type, const nlohmann::json& data) {
   }
   queue_.push_back(std::move(payload));
   queued_.NotifyOne();
+}
+
+std::string EventRelay::Envelope(uint64_t seq, const std::string& type, const std::string& data_json) const {
+  return own_prefix_ + ",\"seq\":" + std::to_string(seq) + ",\"type\":" + nlohmann::json(type).dump() +
+         ",\"data\":" + data_json + "}";
 }
 
 void EventRelay::Send() {
@@ -85,11 +91,8 @@ void EventRelay::Send() {
       spdlog::warn("{} events were not relayed to other replicas ({} were queued already); their clients are "
                    "told to re-read",
                    dropped, kMaxQueued);
-      batch.push_back(nlohmann::json{{"origin", origin_},
-                                     {"seq", ++sequence_},
-                                     {"type", "lagged"},
-                                     {"data", {{"reason", "another replica dropped events it could not relay"}}}}
-                          .dump());
+      const nlohmann::json why = {{"reason", "another replica dropped events it could not relay"}};
+      batch.push_back(Envelope(++sequence_, "lagged", why.dump()));
     }
     if (Status s = store_.NotifyChanges(batch); !s.ok()) {
       spdlog::warn("relaying {} events to other replicas: {}", batch.size(), s.ToString());
@@ -117,6 +120,8 @@ void EventRelay::Listen() {
     }
     failing = false;
     if (!next->has_value()) continue;
+    // Its own, heard back: skipped unparsed.
+    if ((*next)->compare(0, own_prefix_.size(), own_prefix_) == 0) continue;
     const nlohmann::json n = nlohmann::json::parse(**next, nullptr, false);
     if (!n.is_object() || n.value("origin", "") == origin_ || !n.contains("type")) continue;
     bus_.Publish(n["type"].get<std::string>(), n.value("data", nlohmann::json::object()));

@@ -62,10 +62,15 @@ class EventRelay {
  private:
   void Listen();
   void Send() HPO_EXCLUDES(mu_);
+  // A notification's text: this relay's origin first (its listener hears
+  // its own too, and skips them by that prefix without parsing them), then
+  // its number, type and data (JSON text).
+  std::string Envelope(uint64_t seq, const std::string& type, const std::string& data_json) const;
 
   store::Store& store_;
   EventBus& bus_;
   const std::string origin_;  // tells this process's notifications from others'
+  const std::string own_prefix_;  // how each of this relay's notifications begins
   std::unique_ptr<store::ChangeListener> listener_;
   std::atomic<bool> stop_{false};
   std::thread thread_;  // listens
