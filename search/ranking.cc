@@ -42,8 +42,28 @@ double BootstrapMinStdDev(const std::vector<double>& sorted) {
 
 }  // namespace
 
+double RankedValue(const Observation& t) {
+  std::optional<double> v;
+  if (t.status == TrialStatus::kCompleted) v = t.value;
+  if (t.status == TrialStatus::kPruned && !t.curve.empty()) v = t.curve.back().second;
+  return v && std::isfinite(*v) ? *v : std::numeric_limits<double>::quiet_NaN();
+}
+
 std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
                                   const std::vector<History>& histories,
+                                  const RankingOptions& o) {
+  std::vector<std::vector<double>> ranked(histories.size());
+  for (size_t s = 0; s < histories.size(); ++s) {
+    for (const Observation& t : histories[s].trials) {
+      const double v = RankedValue(t);
+      if (!std::isnan(v)) ranked[s].push_back(v);
+    }
+  }
+  return RankSpaces(spaces, ranked, o);
+}
+
+std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
+                                  const std::vector<std::vector<double>>& ranked_values,
                                   const RankingOptions& o) {
   const size_t k = spaces.size();
   std::vector<SpaceRank> out(k);
@@ -56,14 +76,11 @@ std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
   for (size_t s = 0; s < k; ++s) {
     out[s].complexity = max_bits > 0 ? out[s].complexity_bits / max_bits : 0;
-    for (const Observation& t : histories[s].trials) {
-      std::optional<double> v;
-      if (t.status == TrialStatus::kCompleted) v = t.value;
-      if (t.status == TrialStatus::kPruned && !t.curve.empty()) v = t.curve.back().second;
-      if (!v || !std::isfinite(*v)) continue;
-      values[s].push_back(*v);
-      lo = std::min(lo, *v);
-      hi = std::max(hi, *v);
+    for (const double v : ranked_values[s]) {
+      if (std::isnan(v)) continue;
+      values[s].push_back(v);
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
     }
     out[s].results = static_cast<int>(values[s].size());
   }

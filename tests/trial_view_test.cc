@@ -92,6 +92,17 @@ std::string Describe(const std::vector<search::History>& histories) {
   return s.str();
 }
 
+// A space ranking as text.
+std::string Describe(const std::vector<search::SpaceRank>& ranks) {
+  std::ostringstream s;
+  s.precision(12);
+  for (const auto& r : ranks) {
+    s << "results " << r.results << " best " << (r.results ? r.best : 0) << " uncertainty " << r.uncertainty
+      << " priority " << r.priority << " share " << r.share << "\n";
+  }
+  return s.str();
+}
+
 template <typename Backend>
 class TrialViewTest : public ::testing::Test {
  protected:
@@ -126,16 +137,19 @@ class TrialViewTest : public ::testing::Test {
   }
   // The view after a reread, next to a whole read of the same store.
   void ExpectSameAsAWholeRead(TrialView& view, const std::string& after) {
-    std::string reread;
+    std::string reread, ranking;
     {
       auto locked = view.Fresh();
       ASSERT_TRUE(locked.ok()) << locked.status();
       reread = Describe(**locked);
+      ranking = Describe(SpaceRanking(**locked, spec_->spaces));
       ExpectOpenAndFinishedAsTheStatesSay(**locked, after);
     }
     auto whole = view.ReadNow();
     ASSERT_TRUE(whole.ok()) << whole.status();
     EXPECT_EQ(reread, Describe(*whole)) << "after " << after;
+    EXPECT_EQ(ranking, Describe(search::RankSpaces(spec_->spaces, whole->histories)))
+        << "the kept ranking after " << after;
     ExpectOpenAndFinishedAsTheStatesSay(*whole, "a whole read " + after);
   }
 
@@ -166,6 +180,11 @@ class TrialViewTest : public ::testing::Test {
     ExpectOpenAndFinishedAsTheStatesSay(**locked, after);
     const size_t copied = copy.Update(**locked);
     EXPECT_EQ(Describe(copy.histories), Describe((*locked)->histories)) << "after " << after;
+    // The ranking kept with the view, made again only for changed values,
+    // against one made from every trial.
+    EXPECT_EQ(Describe(SpaceRanking(**locked, spec_->spaces)),
+              Describe(search::RankSpaces(spec_->spaces, (*locked)->histories)))
+        << "the kept ranking after " << after;
     return copied;
   }
 
@@ -255,6 +274,15 @@ TYPED_TEST(TrialViewTest, AKeptCopyOfTheHistoriesCopiesOnlyWhatChanged) {
   ASSERT_EQ(more.size(), 2u);
   for (const auto& a : more) view.Apply(a.trial);
   EXPECT_EQ(this->UpdateCopy(view, copy, "two new trials"), 2u);
+  // Enough results (7 over two spaces) for the ranking to judge a space.
+  double value = 0.9;
+  for (const Lease* a : {&first[0], &first[3], &first[4], &first[5], &more[0], &more[1]}) {
+    view.SetOutcome(a->trial.id, store::TrialState::kCompleted, value);
+    value -= 0.1;
+  }
+  EXPECT_EQ(this->UpdateCopy(view, copy, "six outcomes"), 6u);
+  ASSERT_TRUE(view.ApplyReport(more[1].trial, 3, 0.05, true, nullptr).ok());  // running again (requeued)
+  EXPECT_EQ(this->UpdateCopy(view, copy, "a finished trial reporting again"), 1u);
 
   // A view read whole again is copied whole again.
   view.Forget();

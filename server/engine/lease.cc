@@ -140,7 +140,7 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
         if (IsOpen(t.state)) list(id, t);
       }
     }
-    const auto ranks = search::RankSpaces(spec.spaces, view->histories);
+    const auto& ranks = SpaceRanking(*view, spec.spaces);
     for (const auto& r : ranks) in.shares.push_back(r.share);
     in.preferred_space = search::PickSpace(ranks, per_space);
     scheduler::Offer offer = scheduler::OfferWork(in);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
 #include <set>
 
 namespace hpo::server {
@@ -41,6 +42,34 @@ search::Observation& Changing(TrialsSnapshot& view, size_t space, size_t index) 
   return view.histories[space].trials[index];
 }
 }  // namespace
+
+const std::vector<search::SpaceRank>& SpaceRanking(TrialsSnapshot& view,
+                                                   const std::vector<search::SearchSpace>& spaces) {
+  TrialsSnapshot::Ranking& r = view.ranking;
+  bool changed = !r.made;
+  if (!r.made) r.ranked_values.assign(view.histories.size(), {});
+  if (!r.made || r.revision != view.revision) {
+    for (size_t s = 0; s < view.histories.size(); ++s) {
+      const auto& trials = view.histories[s].trials;
+      auto& values = r.ranked_values[s];
+      const size_t known = values.size();
+      if (trials.size() < known) changed = true;  // not expected of a view: trials are only added
+      values.resize(trials.size(), std::numeric_limits<double>::quiet_NaN());
+      for (size_t i = 0; i < trials.size(); ++i) {
+        if (r.made && i < known && view.changed[s][i] <= r.revision) continue;
+        const double v = search::RankedValue(trials[i]);
+        if (std::isnan(v) ? !std::isnan(values[i]) : v != values[i]) {
+          values[i] = v;
+          changed = true;
+        }
+      }
+    }
+    r.revision = view.revision;
+  }
+  if (changed) r.ranks = search::RankSpaces(spaces, r.ranked_values);
+  r.made = true;
+  return r.ranks;
+}
 
 size_t HistoriesCopy::Update(const TrialsSnapshot& view) {
   bool whole = view.generation == 0 || generation != view.generation || histories.size() != view.histories.size();

@@ -36,6 +36,8 @@
 #include "common/thread_annotations.h"
 #include "search/history.h"
 #include "search/pruner.h"
+#include "search/ranking.h"
+#include "search/space.h"
 #include "server/spec/spec.h"
 #include "server/store/store.h"
 
@@ -81,7 +83,23 @@ struct TrialsSnapshot {
   // quarter of a lease's CPU in bench/server_bench).
   std::set<store::Id> open;
   std::vector<int64_t> finished_per_space;
+  // The space ranking of `histories`, kept by SpaceRanking() with what
+  // each trial gave it (search::RankedValue), as of `revision`.
+  struct Ranking {
+    bool made = false;
+    uint64_t revision = 0;
+    std::vector<std::vector<double>> ranked_values;  // parallel to `histories`
+    std::vector<search::SpaceRank> ranks;
+  };
+  Ranking ranking;
 };
+
+// search::RankSpaces of the view's histories (default options): made again
+// only when a trial's ranked value changed since it was last made, which
+// the trials changed since then (TrialsSnapshot::changed) tell. A report of
+// a running trial changes none. Call with the view's lock held.
+const std::vector<search::SpaceRank>& SpaceRanking(TrialsSnapshot& view,
+                                                   const std::vector<search::SearchSpace>& spaces);
 
 // Whether a trial in this state is still to run or running (IsOpen), or
 // has finished.
