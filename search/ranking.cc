@@ -24,10 +24,13 @@ double BootstrapMinStdDev(const std::vector<double>& sorted) {
   // at_least(j) = P(min(y*) >= sorted[j]), 0-based j.
   auto at_least = [&](size_t j) { return j >= n ? 0.0 : std::exp(dn * std::log1p(-static_cast<double>(j) / dn)); };
   std::vector<double> p;
+  double at_least_j = at_least(0);
   for (size_t j = 0; j < std::min(n, kBootstrapOrderStatistics); ++j) {
-    const double pj = at_least(j) - at_least(j + 1);
+    const double at_least_next = at_least(j + 1);
+    const double pj = at_least_j - at_least_next;
     if (pj <= 0 && j > 0) break;  // the rest is below what a double holds
     p.push_back(pj);
+    at_least_j = at_least_next;
   }
   double mean = 0, mass = 0;
   for (size_t j = 0; j < p.size(); ++j) {

@@ -630,9 +630,11 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
   // store's insert must not hold the lock that reports and leases read the
   // view under. It is this experiment's one copy, brought up to date with
   // what changed since the last batch; the caller's replenish_mu guards it.
+  std::vector<search::SpaceRank> ranks;
   {
     HPO_ASSIGN_OR_RETURN(TrialView::Locked view, c.trials->Fresh());
     c.sampling.Update(*view);
+    ranks = SpaceRanking(*view, spec.spaces);  // of the same histories, kept with the view
   }
   const std::vector<search::History>& histories = c.sampling.histories;
   size_t total = 0;
@@ -641,7 +643,6 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
   search::Rng rng = ExperimentRng(spec, experiment_id, total);
   std::vector<int> per_space_so_far;
   for (const auto& h : histories) per_space_so_far.push_back(static_cast<int>(h.trials.size()));
-  const auto ranks = search::RankSpaces(spec.spaces, histories);
   // Each wanted trial's space, in order, counting the batch's earlier ones.
   std::vector<size_t> space_of;
   std::vector<int> per_space_wanted(spec.spaces.size(), 0);

@@ -66,7 +66,9 @@ void EventRelay::Publish(std::string type, const nlohmann::json& data) {
     return;
   }
   queue_.push_back(std::move(payload));
-  queued_.NotifyOne();
+  // The sender waits for a statement's first, then for a full one or the
+  // end of its window.
+  if (queue_.size() == 1 || queue_.size() == kMaxPerStatement) queued_.NotifyOne();
 }
 
 std::string EventRelay::Envelope(uint64_t seq, const std::string& type, const std::string& data_json) const {
@@ -82,6 +84,11 @@ void EventRelay::Send() {
       MutexLock lock(mu_);
       while (queue_.empty() && dropped_ == 0 && !stopping_) queued_.Wait(mu_);
       if (queue_.empty() && dropped_ == 0) return;  // stopping, and everything sent
+      // A busy server's next events are a few milliseconds behind: they go
+      // in the same statement.
+      const auto until = std::chrono::steady_clock::now() + kSendWindow;
+      while (!stopping_ && queue_.size() < kMaxPerStatement && queued_.WaitUntil(mu_, until)) {
+      }
       const auto n = static_cast<std::ptrdiff_t>(std::min(queue_.size(), kMaxPerStatement));
       batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.begin() + n));
       queue_.erase(queue_.begin(), queue_.begin() + n);

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -58,6 +59,8 @@ class EventRelay {
   // in one statement at most.
   static constexpr size_t kMaxQueued = 10000;
   static constexpr size_t kMaxPerStatement = 500;
+  // How long the sender waits for more after the first of a statement.
+  static constexpr std::chrono::milliseconds kSendWindow{5};
 
  private:
   void Listen();
