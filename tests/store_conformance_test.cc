@@ -1155,6 +1155,48 @@ TYPED_TEST(StoreTest, TrialsCreatedForADeviceAreLeasedAndPausedOnesLeaveRoomUnde
   EXPECT_TRUE(this->store_->CreateTrialsUpTo(e.id, {bad}, {}).status().IsInvalidArgument());
 }
 
+TYPED_TEST(StoreTest, AReportReturnsItsTrialAndStopsAtItsLeasesStopStep) {
+  auto e = this->MakeExperiment();
+  NewTrial nt;
+  nt.params_json = R"({"lr":0.5})";
+  nt.lease_owner = "worker/1";
+  nt.lease_ms = 5000;
+  nt.stop_step = 3;
+  auto made = this->store_->CreateTrialsUpTo(e.id, {nt}, {});
+  ASSERT_TRUE(made.ok() && made->size() == 1u) << made.status();
+  const TrialRecord& t = (*made)[0];
+  this->clock_.Advance(100);
+  auto r = this->store_->ReportMeasurement(t.id, "worker/1", this->Step(1, 0.5), 8000);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // The trial as the report left it: running, its lease renewed.
+  EXPECT_EQ(r->trial.id, t.id);
+  EXPECT_EQ(r->trial.experiment_id, e.id);
+  EXPECT_EQ(r->trial.number, t.number);
+  EXPECT_EQ(r->trial.params_json, R"({"lr":0.5})");
+  EXPECT_EQ(r->trial.state, TrialState::kRunning);
+  EXPECT_EQ(r->trial.lease_owner, "worker/1");
+  EXPECT_EQ(r->trial.lease_expires_ms, *this->clock_.now + 8000);
+  EXPECT_EQ(r->trial.stop_step, 3);
+  // Up to the stop_step, and again (idempotent); not past it.
+  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "worker/1", this->Step(3, 0.4), std::nullopt).ok());
+  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "worker/1", this->Step(3, 0.4), std::nullopt).ok());
+  auto past = this->store_->ReportMeasurement(t.id, "worker/1", this->Step(4, 0.3), std::nullopt);
+  EXPECT_TRUE(past.status().IsFailedPrecondition()) << past.status();
+  EXPECT_NE(past.status().message().find("stop_step 3"), std::string::npos) << past.status();
+  EXPECT_EQ(this->store_->ListMeasurements(t.id)->size(), 2u) << "nothing written past it";
+  // Another owner is told it does not hold the lease, whatever the step.
+  auto other = this->store_->ReportMeasurement(t.id, "worker/2", this->Step(4, 0.3), std::nullopt);
+  EXPECT_TRUE(other.status().IsFailedPrecondition());
+  EXPECT_NE(other.status().message().find("held by"), std::string::npos) << other.status();
+  // A lease to the end (no stop_step) takes any step.
+  ASSERT_TRUE(this->store_->PauseTrial(t.id, "worker/1", 3).ok());
+  ASSERT_TRUE(this->store_->ResumeTrial(t.id, "worker/1", 5000, std::nullopt).ok());
+  r = this->store_->ReportMeasurement(t.id, "worker/1", this->Step(9, 0.2), std::nullopt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->trial.level, 1);
+  EXPECT_FALSE(r->trial.stop_step);
+}
+
 // --- group commit ----------------------------------------------------------------
 
 TYPED_TEST(StoreTest, ConcurrentReportsFromManyThreadsAllLandExactlyOnce) {

@@ -758,6 +758,7 @@ Result<std::vector<Lease>> Engine::Suggest(Id experiment_id, int count) {
   EmitCreated(experiment_id, *c, created);
   std::vector<Lease> out;
   for (const auto& t : created) {
+    RememberHome(t);
     Lease a{t, c->spec, ""};
     for (const auto& [name, id] : c->space_ids) {
       if (t.space_id == id) a.space = name;
@@ -776,10 +777,26 @@ Result<ReportReply> Engine::Report(const WorkerCaller& caller, TrialReport repor
   return Report(report);
 }
 
+Result<Engine::TrialHome> Engine::HomeOf(Id trial_id) {
+  {
+    MutexLock lock(homes_mu_);
+    if (const auto it = trial_homes_.find(trial_id); it != trial_homes_.end()) return it->second;
+  }
+  HPO_ASSIGN_OR_RETURN(const store::TrialRecord trial, store_.GetTrial(trial_id));
+  RememberHome(trial);
+  return TrialHome{trial.experiment_id, trial.space_id};
+}
+
+void Engine::RememberHome(const store::TrialRecord& trial) {
+  MutexLock lock(homes_mu_);
+  if (trial_homes_.size() >= kMaxTrialHomes) trial_homes_.clear();
+  trial_homes_[trial.id] = TrialHome{trial.experiment_id, trial.space_id};
+}
+
 Result<ReportReply> Engine::Report(const TrialReport& given) {
   const auto timer = TimeIf(report_seconds_);
-  HPO_ASSIGN_OR_RETURN(store::TrialRecord trial, store_.GetTrial(given.trial_id));
-  HPO_ASSIGN_OR_RETURN(Cached * c, Load(trial.experiment_id));
+  HPO_ASSIGN_OR_RETURN(const TrialHome home, HomeOf(given.trial_id));
+  HPO_ASSIGN_OR_RETURN(Cached * c, Load(home.experiment_id));
   const ExperimentSpec& spec = *c->spec;
   HPO_RETURN_IF_ERROR(CheckMetrics(given.metrics, "metrics"));
   HPO_RETURN_IF_ERROR(CheckSystem(given.system));
@@ -813,17 +830,11 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
     HPO_ASSIGN_OR_RETURN(device_class, fleet_->DeviceClass(*r.device_id));
   }
   // A lease that ends at a rung covers the steps up to its stop_step and no
-  // further: a later step would carry the trial past the rung before any
-  // promotion decided it, and the pause that follows (of that step) would
-  // leave the trial a step ahead of its rung, so that its promotion's lease
-  // resumes after the step it is told to stop at. (The lease's owner only:
-  // anyone else is refused by the store, as not holding it.)
-  if (trial.stop_step && *trial.stop_step < spec.steps_per_trial && r.step > *trial.stop_step &&
-      trial.lease_owner == r.owner) {
-    return Status::FailedPrecondition("step: " + std::to_string(r.step) + " is past the lease's stop_step " +
-                                      std::to_string(*trial.stop_step) + " of trial " + std::to_string(r.trial_id) +
-                                      " (its report was answered pause; upload its checkpoint and pause it)");
-  }
+  // further, which the store's write checks: a later step would carry the
+  // trial past the rung before any promotion decided it, and the pause that
+  // follows (of that step) would leave the trial a step ahead of its rung,
+  // so that its promotion's lease resumes after the step it is told to stop
+  // at.
   store::Measurement m;
   m.step = r.step;
   m.metrics_json = r.metrics.dump();
@@ -832,9 +843,9 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   const int64_t lease = r.owner == kClientOwner ? options_.client_lease_ms : options_.worker_lease_ms;
   std::string space;
   for (const auto& [name, id] : c->space_ids) {
-    if (trial.space_id == id) space = name;
+    if (home.space_id == id) space = name;
   }
-  const std::string workload = Workload(trial.experiment_id, spec, space);
+  const std::string workload = Workload(home.experiment_id, spec, space);
   const bool measured = device_class && r.samples_per_sec > 0;
   std::optional<store::SpeedObservation> speed;
   if (measured) {
@@ -848,14 +859,15 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
     // Ending an experiment cancels its trials: their workers are told to
     // stop, as the report below is, rather than answered an error.
     if (report_result.status().IsFailedPrecondition()) {
-      auto state = store_.GetExperimentState(trial.experiment_id);
+      auto state = store_.GetExperimentState(home.experiment_id);
       if (state.ok() && *state != store::ExperimentState::kRunning) {
         return ReportReply{Decision::kStop, std::nullopt, "experiment ended"};
       }
     }
     return report_result.status();
   }
-  const store::ReportResult reported = *report_result;
+  const store::ReportResult reported = std::move(report_result).value();
+  const store::TrialRecord& trial = reported.trial;  // as the report left it
   if (reported.inserted && measured) {
     // Placement sees it on the next lease.
     fleet_->Observe(*r.device_id, *device_class, workload, r.step,
@@ -906,9 +918,7 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   }
   c->trials->SetOutcome(r.trial_id, TrialState::kPruned, std::nullopt);
   if (r.device_id) fleet_->SetIdle(*r.device_id);
-  // Only a trial that paused has a checkpoint, and only promotion-type
-  // early stopping pauses trials (the sweep removes any left behind).
-  if (c->promotion) DeleteCheckpoint(r.trial_id);
+  if (MayHaveCheckpoint(*c, trial)) DeleteCheckpoint(r.trial_id);
   Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
                           {"state", "pruned"}, {"reason", why}, {"metrics", r.metrics}});
   HPO_RETURN_IF_ERROR(MaybeFinish(trial.experiment_id, *c));
@@ -1106,7 +1116,7 @@ Status Engine::Finish(Id trial_id, const std::string& owner, bool failed, const 
   if (finished == store::FinishResult::kRepeated) return Status::OK();
   c->trials->SetOutcome(trial_id, failed ? TrialState::kFailed : TrialState::kCompleted,
                         failed ? std::nullopt : ObjectiveOf(spec, metrics.dump()));
-  if (c->promotion) DeleteCheckpoint(trial_id);  // only a paused trial has one (see Report)
+  if (MayHaveCheckpoint(*c, trial)) DeleteCheckpoint(trial_id);
   Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", trial_id},
                           {"state", failed ? "failed" : "completed"}, {"metrics", metrics}});
   return MaybeFinish(trial.experiment_id, *c);

@@ -26,6 +26,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/batcher.h"
@@ -566,6 +567,14 @@ class Engine {
   // Best effort: deletes the trial's checkpoint now that it ended (the sweep
   // retries what fails).
   void DeleteCheckpoint(store::Id trial_id);
+  // Whether a trial that ends may leave a checkpoint to delete at once: one
+  // of an experiment whose trials pause at rungs, or one that paused and
+  // resumed. Any other (a checkpoint uploaded by a worker that died before
+  // its pause) is left to the sweep, rather than every trial's end costing
+  // a delete (issue #19).
+  static bool MayHaveCheckpoint(const Cached& c, const store::TrialRecord& trial) {
+    return c.promotion.has_value() || trial.level > 0 || trial.resume_step > 0;
+  }
   Mutex sweep_mu_;
   std::chrono::steady_clock::time_point last_sweep_ HPO_GUARDED_BY(sweep_mu_);
 
@@ -579,6 +588,21 @@ class Engine {
   void ExperimentsChanged() HPO_EXCLUDES(experiments_mu_);
   Mutex experiments_mu_;
   ExperimentList running_experiments_ HPO_GUARDED_BY(experiments_mu_);
+
+  // A trial's experiment and space, which never change: a report needs its
+  // spec and workload before its write, and read the whole trial for them
+  // (issue #19: a round trip per report). Kept for the trials this engine
+  // made or leased, and read on a miss; cleared whole when it holds
+  // kMaxTrialHomes (misses refill it).
+  struct TrialHome {
+    store::Id experiment_id = 0;
+    std::optional<store::Id> space_id;
+  };
+  static constexpr size_t kMaxTrialHomes = 200'000;
+  Result<TrialHome> HomeOf(store::Id trial_id) HPO_EXCLUDES(homes_mu_);
+  void RememberHome(const store::TrialRecord& trial) HPO_EXCLUDES(homes_mu_);
+  Mutex homes_mu_;
+  std::unordered_map<store::Id, TrialHome> trial_homes_ HPO_GUARDED_BY(homes_mu_);
   std::chrono::steady_clock::time_point running_experiments_read_ HPO_GUARDED_BY(experiments_mu_);
 
   void Emit(std::string type, nlohmann::json data) const {

@@ -250,6 +250,7 @@ Result<std::optional<store::TrialRecord>> Engine::ApplyPlan(const store::Experim
     }
   }
   c.trials->Apply(*leased);
+  RememberHome(*leased);
   return leased;
 }
 

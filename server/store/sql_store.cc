@@ -861,12 +861,27 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
   if (speed) HPO_RETURN_IF_ERROR(CheckSpeedObservation(*speed));
   const TimeMs now = Now();
   const SqlValue expires = renew_lease_ms ? SqlValue(now + *renew_lease_ms) : Null();
-  // The UPDATE checks ownership and locks the trial row, so a concurrent
-  // FinishTrial cannot slip between the check and the insert.
-  constexpr const char* kClaim =
+  // The UPDATE checks ownership and the lease's stop_step, and locks the
+  // trial row, so a concurrent FinishTrial cannot slip between the check
+  // and the insert. It returns the trial as the report leaves it.
+  static const std::string kClaim =
       "UPDATE trials SET state = 'running', updated_ms = $3,"
       " lease_expires_ms = COALESCE(CAST($4 AS BIGINT), lease_expires_ms) "
-      "WHERE id = $1 AND lease_owner = $2 AND state IN ('leased', 'running') RETURNING id";
+      "WHERE id = $1 AND lease_owner = $2 AND state IN ('leased', 'running') "
+      "AND (stop_step IS NULL OR stop_step >= $5) RETURNING " +
+      std::string(kTrialColumns);
+  // Why the claim took no row.
+  auto refused = [&](SqlConnection& c) {
+    auto rows = c.Query("SELECT state, lease_owner, stop_step FROM trials WHERE id = $1", {trial_id});
+    if (!rows.empty() && (rows[0].Text(0) == "leased" || rows[0].Text(0) == "running") &&
+        rows[0].Text(1) == owner && !rows[0].IsNull(2) && rows[0].Int(2) < m.step) {
+      Throw(Status::FailedPrecondition("step: " + std::to_string(m.step) + " is past the lease's stop_step " +
+                                       std::to_string(rows[0].Int(2)) + " of " + TrialName(trial_id) +
+                                       " (a lease that ends at a rung covers the steps up to it; the report "
+                                       "of that step was answered pause: upload the checkpoint and pause)"));
+    }
+    Throw(ExplainTrialConflict(c, trial_id, owner, "report on"));
+  };
   // The trial's experiment's state, as the report's result carries it.
   constexpr const char* kExperimentStateOfTrial =
       "(SELECT e.state FROM experiments e JOIN trials tr ON tr.experiment_id = e.id WHERE tr.id = $1)";
@@ -874,7 +889,7 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
   // device is registered (its foreign key would fail the report otherwise).
   if (driver_->writable_cte()) {
     // One statement, one round trip.
-    std::string sql = std::string("WITH t AS (") + kClaim +
+    std::string sql = "WITH t AS (" + kClaim +
                       "), ins AS (INSERT INTO measurements (trial_id, step, metrics, "
                       "samples_per_sec, system_setting, created_ms) "
                       "SELECT id, $5, $6, $7, $8, $3 FROM t "
@@ -883,7 +898,10 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
       sql += std::string(", sp AS (") + kInsertSpeed +
              "SELECT $9, $10, $11, $12, $13, $14, $3 FROM ins WHERE EXISTS (SELECT 1 FROM devices WHERE id = $9))";
     }
-    sql += " SELECT (SELECT COUNT(*) FROM t), (SELECT COUNT(*) FROM ins), " + std::string(kExperimentStateOfTrial);
+    // One row whether or not the claim took the trial: its columns (NULL
+    // when not), the steps inserted, the experiment's state.
+    sql += " SELECT " + std::string(kTrialColumns) + ", (SELECT COUNT(*) FROM ins), " +
+           std::string(kExperimentStateOfTrial) + " FROM (SELECT 1) AS one LEFT JOIN t ON TRUE";
     return RunBatched(TxMode::kSingle, trial_id, [&](SqlConnection& c) {
       const SqlRow row =
           speed ? c.Query(sql, {trial_id, owner, now, expires, m.step, m.metrics_json, m.samples_per_sec,
@@ -893,14 +911,15 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
                 : c.Query(sql, {trial_id, owner, now, expires, m.step, m.metrics_json, m.samples_per_sec,
                                 m.system_setting_json})
                       .at(0);
-      if (row.Int(0) == 0) Throw(ExplainTrialConflict(c, trial_id, owner, "report on"));
-      return ReportResult{row.Int(1) == 1, TrialState::kRunning, ExperimentStateOrThrow(row.Text(2))};
+      if (row.IsNull(0)) refused(c);
+      const size_t n = row.size();
+      return ReportResult{row.Int(n - 2) == 1, TrialState::kRunning, ExperimentStateOrThrow(row.Text(n - 1)),
+                          ReadTrial(row)};
     });
   }
   return RunBatched(TxMode::kWrite, trial_id, [&](SqlConnection& c) {
-    if (c.Query(kClaim, {trial_id, owner, now, expires}).empty()) {
-      Throw(ExplainTrialConflict(c, trial_id, owner, "report on"));
-    }
+    const SqlRows claimed = c.Query(kClaim, {trial_id, owner, now, expires, m.step});
+    if (claimed.empty()) refused(c);
     const bool inserted =
         !c.Query("INSERT INTO measurements (trial_id, step, metrics, samples_per_sec, system_setting, "
                  "created_ms) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (trial_id, step) DO NOTHING "
@@ -915,7 +934,8 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
     }
     const std::string experiment_state =
         c.Query("SELECT " + std::string(kExperimentStateOfTrial), {trial_id}).at(0).Text(0);
-    return ReportResult{inserted, TrialState::kRunning, ExperimentStateOrThrow(experiment_state)};
+    return ReportResult{inserted, TrialState::kRunning, ExperimentStateOrThrow(experiment_state),
+                        ReadTrial(claimed[0])};
   });
 }
 

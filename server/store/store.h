@@ -296,6 +296,9 @@ struct ReportResult {
   // The trial's experiment's, read with the report (one round trip less
   // for a caller that acts on an ended experiment).
   ExperimentState experiment_state = ExperimentState::kRunning;
+  // The trial as the report left it (running, its lease renewed): what a
+  // caller would otherwise read again.
+  TrialRecord trial;
 };
 
 // What FinishTrial did: finished the trial now, or acknowledged the same
@@ -476,7 +479,9 @@ class Store {
   // renew_lease_ms is set, extends the lease to now + renew_lease_ms (a
   // report is a heartbeat). Idempotent per (trial, step).
   // FailedPrecondition: the trial is finished, pending, or leased by someone
-  // else. InvalidArgument: a negative step or samples_per_sec.
+  // else, or the step is past the lease's stop_step (a lease that ends at a
+  // rung covers the steps up to it). InvalidArgument: a negative step or
+  // samples_per_sec.
   // With `speed`, the step's speed observation is added in the same
   // transaction when the step is new (inserted), and only if its device is
   // still registered (a device pruned meanwhile loses it, not the report).
