@@ -1091,8 +1091,8 @@ Status Engine::Complete(const WorkerCaller& caller, Id trial_id, bool failed, co
 
 Status Engine::Finish(Id trial_id, const std::string& owner, bool failed, const json& final_metrics,
                       const std::string& why) {
-  HPO_ASSIGN_OR_RETURN(store::TrialRecord trial, store_.GetTrial(trial_id));
-  HPO_ASSIGN_OR_RETURN(Cached * c, Load(trial.experiment_id));
+  HPO_ASSIGN_OR_RETURN(const TrialHome home, HomeOf(trial_id));
+  HPO_ASSIGN_OR_RETURN(Cached * c, Load(home.experiment_id));
   const ExperimentSpec& spec = *c->spec;
   json metrics = final_metrics.is_object() ? final_metrics : json::object();
   HPO_RETURN_IF_ERROR(CheckMetrics(metrics, "final_metrics"));
@@ -1116,10 +1116,13 @@ Status Engine::Finish(Id trial_id, const std::string& owner, bool failed, const 
   if (finished == store::FinishResult::kRepeated) return Status::OK();
   c->trials->SetOutcome(trial_id, failed ? TrialState::kFailed : TrialState::kCompleted,
                         failed ? std::nullopt : ObjectiveOf(spec, metrics.dump()));
-  if (MayHaveCheckpoint(*c, trial)) DeleteCheckpoint(trial_id);
-  Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", trial_id},
+  // Where one may exist (see MayHaveCheckpoint), as the view knows the
+  // trial; one the view does not hold may have one.
+  const std::optional<TrialEntry> entry = c->trials->Find(trial_id);
+  if (c->promotion || !entry || entry->level > 0 || entry->resume_step > 0) DeleteCheckpoint(trial_id);
+  Emit("trial.finished", {{"experiment_id", home.experiment_id}, {"trial_id", trial_id},
                           {"state", failed ? "failed" : "completed"}, {"metrics", metrics}});
-  return MaybeFinish(trial.experiment_id, *c);
+  return MaybeFinish(home.experiment_id, *c);
 }
 
 Status Engine::MaybeFinish(Id experiment_id, Cached& c, bool after_change) {

@@ -437,6 +437,14 @@ void TrialView::Forget() {
   missed_.clear();
 }
 
+std::optional<TrialEntry> TrialView::Find(store::Id trial_id) {
+  MutexLock lock(mu_);
+  if (!view_) return std::nullopt;
+  const auto it = view_->trials.find(trial_id);
+  if (it == view_->trials.end()) return std::nullopt;
+  return it->second;
+}
+
 size_t TrialView::Kept() {
   MutexLock lock(mu_);
   return view_ ? view_->trials.size() : 0;

@@ -152,6 +152,8 @@ class TrialView {
   void Forget() HPO_EXCLUDES(mu_);
   // The trials the view holds now (0 when there is none).
   size_t Kept() HPO_EXCLUDES(mu_);
+  // A trial as the view holds it, if it does.
+  std::optional<TrialEntry> Find(store::Id trial_id) HPO_EXCLUDES(mu_);
   // Apply() for a caller that holds the view from Fresh().
   void Add(TrialsSnapshot& locked_view, const store::TrialRecord& trial) const;
 
