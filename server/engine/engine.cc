@@ -485,8 +485,19 @@ Result<Engine::WorkerAuth> Engine::Authenticate(const WorkerCaller& caller) {
   // sessions has none, and nothing matches it), compared in constant time
   // (TokenEquals, as bearer tokens are) so the time taken says nothing of
   // how much of a guess was right.
-  const std::string given = SessionHash(caller.session);
-  auto matches = [&] { return !caller.session.empty() && TokenEquals(given, auth->session_hash); };
+  std::optional<std::string> given;
+  auto matches = [&] {
+    if (caller.session.empty()) return false;
+    if (!auth->verified_session.empty() && TokenEquals(caller.session, auth->verified_session)) return true;
+    if (!given) given = SessionHash(caller.session);
+    if (!TokenEquals(*given, auth->session_hash)) return false;
+    auth->verified_session = caller.session;
+    MutexLock lock(mu_);
+    if (auto it = workers_.find(caller.worker_id); it != workers_.end() && it->second.session_hash == auth->session_hash) {
+      it->second.verified_session = caller.session;
+    }
+    return true;
+  };
   bool match = false;
   if (!auth) {
     HPO_RETURN_IF_ERROR(reread());

@@ -547,6 +547,10 @@ class Engine {
     std::string session_hash;
     std::set<store::Id> devices;
     int64_t touched_ms = 0;  // when TouchWorker last wrote its last_seen_ms (NowMs)
+    // The session that last matched session_hash: the next call with it is
+    // compared with it (in constant time) rather than hashed again (issue
+    // #19: a SHA-256 per call). In memory only; the store keeps the hash.
+    std::string verified_session;
   };
   Result<WorkerAuth> Authenticate(const WorkerCaller& caller);
   // store::Store::TouchWorker, unless this engine wrote it within the last
