@@ -156,8 +156,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   app.add_option("--history-cache-ms", history_cache_ms,
-                 "how old the trials early stopping and suggestions read may be (another replica's "
-                 "trials and reports; 0: read them all on every report and top-up)")
+                 "how old the trials early stopping and suggestions read, and the running experiments a "
+                 "lease looks through, may be (another replica's changes; 0: read them on every report, "
+                 "top-up and lease)")
       ->check(CLI::Range(0, 60'000))
       ->capture_default_str();
   app.add_option("--fleet-cache-ms", fleet_cache_ms,

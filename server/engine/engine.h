@@ -108,8 +108,9 @@ struct EngineOptions {
   // be (another replica's trials and reports; this engine's own new trials,
   // reports, prunes and completions are applied to the cached copy at once,
   // so on one server it is what a fresh read gives). A reread reads what
-  // changed since the last (trial_view.h). Zero: reread on every report and
-  // every top-up.
+  // changed since the last (trial_view.h). Also how old the list of running
+  // experiments a lease looks through may be. Zero: reread on every report,
+  // every top-up and every lease.
   std::chrono::milliseconds history_cache{1000};
   // How old the fleet placement and co-tuning read on a lease, and GET
   // /workers' measured speeds, may be (workers, devices and the latest 5,000

@@ -103,6 +103,14 @@ void EventRelay::Send() {
     }
     if (Status s = store_.NotifyChanges(batch); !s.ok()) {
       spdlog::warn("relaying {} events to other replicas: {}", batch.size(), s.ToString());
+      MutexLock lock(mu_);
+      if (stopping_ && !queue_.empty()) {
+        // Shutting down with the database unreachable: one failure is
+        // enough, rather than one per statement of what is left.
+        spdlog::warn("{} more events not relayed to other replicas: stopping", queue_.size());
+        queue_.clear();
+        dropped_ = 0;
+      }
     }
     batch.clear();
   }

@@ -45,7 +45,7 @@ class EventRelay {
   // Starts listening when the store has notifications.
   // REQUIRES: `store` and `bus` outlive the relay.
   EventRelay(store::Store& store, EventBus& bus);
-  ~EventRelay();  // sends what is queued, then stops listening
+  ~EventRelay();  // sends what is queued (gives up at the first failure), then stops listening
   EventRelay(const EventRelay&) = delete;
   EventRelay& operator=(const EventRelay&) = delete;
 
