@@ -868,10 +868,16 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   auto report_result = store_.ReportMeasurement(r.trial_id, r.owner, m, lease, speed);
   if (!report_result.ok()) {
     // Ending an experiment cancels its trials: their workers are told to
-    // stop, as the report below is, rather than answered an error.
+    // stop, as the report below is, rather than answered an error. A
+    // completed experiment leaves them running: one refused for another
+    // reason (a step past its stop_step) is cancelled here, as below.
     if (report_result.status().IsFailedPrecondition()) {
       auto state = store_.GetExperimentState(home.experiment_id);
       if (state.ok() && *state != store::ExperimentState::kRunning) {
+        auto s = store_.FinishTrial(r.trial_id, r.owner,
+                                    {TrialState::kCancelled, r.metrics.dump(),
+                                     "experiment " + std::string(store::ToString(*state))});
+        if (!s.ok() && !s.status().IsFailedPrecondition()) return s.status();
         return ReportReply{Decision::kStop, std::nullopt, "experiment ended"};
       }
     }

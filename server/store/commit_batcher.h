@@ -7,9 +7,11 @@
 // What a caller may rely on:
 //  * Submit returns only once the transaction that holds its call committed
 //    (OK) or its call failed; a call is never acknowledged before its commit.
-//  * A call's failure is its own: the committer runs each call inside a
-//    savepoint and rolls back to it on that call's error, so the other calls
-//    of the batch still commit (SqlStore::CommitBatch).
+//  * A call's failure is its own: the committer runs the calls without
+//    savepoints first and, when one fails, rolls the batch back and runs it
+//    again with each call inside a savepoint, rolled back to on that call's
+//    error, so the other calls of the batch still commit
+//    (SqlStore::CommitBatch). A call's work may therefore run twice.
 //  * The batcher itself knows nothing of SQL: it groups calls (common/
 //    batcher.h) and hands each group, in `order`, to the commit function it
 //    was built with, on the thread of the call at the head of the queue.

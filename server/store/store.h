@@ -297,7 +297,9 @@ struct ReportResult {
   // for a caller that acts on an ended experiment).
   ExperimentState experiment_state = ExperimentState::kRunning;
   // The trial as the report left it (running, its lease renewed): what a
-  // caller would otherwise read again.
+  // caller would otherwise read again. Its `revision` is the report's on
+  // PostgreSQL and the one before it on SQLite (a trigger sets it after
+  // the row RETURNING reads).
   TrialRecord trial;
 };
 
