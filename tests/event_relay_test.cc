@@ -37,77 +37,71 @@ bool RelayedFromOtherReplica(store::Store& other, EventBus::Subscription& sub, c
   return false;
 }
 
-TEST(EventRelayTest, AfterTheListenerReconnectsClientsAreToldToReread) {
-  HPO_REQUIRE_BACKEND(testing::PostgresBackend);
-  testing::PostgresBackend db;
-  auto mine = Open(db.url()), other = Open(db.url());
-  ASSERT_TRUE(mine && other);
-  EventBus bus;
-  auto sub = bus.Subscribe();
-  EventRelay relay(*mine, bus);
-  ASSERT_TRUE(relay.relaying());
-  ASSERT_TRUE(RelayedFromOtherReplica(*other, *sub, "trial.created")) << "no event relayed within 10 s";
-
-  // The listening connection dies (a PostgreSQL restart or a network cut
-  // looks the same to it).
-  db.Raw("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-         "WHERE datname = current_database() AND query LIKE 'LISTEN%' AND pid <> pg_backend_pid()");
-  bool lagged = false;
-  for (const auto deadline = Clock::now() + std::chrono::seconds(10); !lagged && Clock::now() < deadline;) {
-    auto e = sub->Next(std::chrono::milliseconds(200));
-    lagged = e && e->type == "lagged";
+// The next event of `type` on `sub` within `wait`, if one comes.
+std::optional<Event> NextOf(EventBus::Subscription& sub, const std::string& type,
+                            std::chrono::milliseconds wait = std::chrono::seconds(10)) {
+  for (const auto deadline = Clock::now() + wait; Clock::now() < deadline;) {
+    auto e = sub.Next(std::chrono::milliseconds(200));
+    if (e && e->type == type) return e;
   }
-  EXPECT_TRUE(lagged) << "no lagged event within 10 s of the listener's connection ending";
-  // And relaying goes on.
-  EXPECT_TRUE(RelayedFromOtherReplica(*other, *sub, "trial.finished"));
+  return std::nullopt;
 }
 
-TEST(EventRelayTest, ABurstOfEventsReachesTheOtherReplicasWholeAndInOrder) {
-  HPO_REQUIRE_BACKEND(testing::PostgresBackend);
-  testing::PostgresBackend db;
-  auto mine = Open(db.url()), other = Open(db.url());
-  ASSERT_TRUE(mine && other);
-  EventBus bus, other_bus;
-  auto sub = bus.Subscribe(4096);  // room for every event of the burst
-  EventRelay relay(*mine, bus);
-  ASSERT_TRUE(RelayedFromOtherReplica(*other, *sub, "probe")) << "no event relayed within 10 s";
+// Two replicas on one PostgreSQL: this one (`mine`, its relay listening
+// and heard from) and the other one, whose relay each test starts.
+class EventRelayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HPO_REQUIRE_BACKEND(testing::PostgresBackend);
+    db_ = std::make_unique<testing::PostgresBackend>();
+    mine_ = Open(db_->url());
+    other_ = Open(db_->url());
+    ASSERT_TRUE(mine_ && other_);
+    sub_ = bus_.Subscribe(4096);  // room for a burst
+    relay_ = std::make_unique<EventRelay>(*mine_, bus_);
+    ASSERT_TRUE(relay_->relaying());
+    ASSERT_TRUE(RelayedFromOtherReplica(*other_, *sub_, "probe")) << "no event relayed within 10 s";
+  }
+
+  std::unique_ptr<testing::PostgresBackend> db_;
+  std::unique_ptr<store::Store> mine_, other_;
+  EventBus bus_, other_bus_;
+  std::shared_ptr<EventBus::Subscription> sub_;
+  std::unique_ptr<EventRelay> relay_;
+};
+
+TEST_F(EventRelayTest, AfterTheListenerReconnectsClientsAreToldToReread) {
+  // The listening connection dies (a PostgreSQL restart or a network cut
+  // looks the same to it).
+  db_->Raw("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+           "WHERE datname = current_database() AND query LIKE 'LISTEN%' AND pid <> pg_backend_pid()");
+  EXPECT_TRUE(NextOf(*sub_, "lagged")) << "no lagged event within 10 s of the listener's connection ending";
+  // And relaying goes on.
+  EXPECT_TRUE(RelayedFromOtherReplica(*other_, *sub_, "trial.finished"));
+}
+
+TEST_F(EventRelayTest, ABurstOfEventsReachesTheOtherReplicasWholeAndInOrder) {
   // More than one statement carries, published faster than they are sent.
   constexpr int kEvents = static_cast<int>(EventRelay::kMaxPerStatement) * 2 + 7;
   {
-    EventRelay other_relay(*other, other_bus);
+    EventRelay other_relay(*other_, other_bus_);
     for (int i = 0; i < kEvents; ++i) other_relay.Publish("trial.reported", {{"trial_id", 1}, {"step", i / 2}});
   }  // what is queued is sent before the relay stops
   int next = 0;
-  for (const auto deadline = Clock::now() + std::chrono::seconds(20); next < kEvents && Clock::now() < deadline;) {
-    auto e = sub->Next(std::chrono::milliseconds(200));
-    if (!e || e->type != "trial.reported") continue;
+  for (std::optional<Event> e; next < kEvents && (e = NextOf(*sub_, "trial.reported")); ++next) {
     // Each twice: PostgreSQL would deliver one of two identical
     // notifications of one statement, were they not numbered.
     ASSERT_EQ(json::parse(e->data), (json{{"trial_id", 1}, {"step", next / 2}})) << "out of order or changed";
-    ++next;
   }
   EXPECT_EQ(next, kEvents) << "events lost on the way";
 }
 
-TEST(EventRelayTest, AReplicasOwnEventsAreNotPublishedTwiceOnItsBus) {
-  HPO_REQUIRE_BACKEND(testing::PostgresBackend);
-  testing::PostgresBackend db;
-  auto mine = Open(db.url()), other = Open(db.url());
-  ASSERT_TRUE(mine && other);
-  EventBus bus, other_bus;
-  auto sub = bus.Subscribe();
-  EventRelay relay(*mine, bus);
-  ASSERT_TRUE(RelayedFromOtherReplica(*other, *sub, "probe")) << "no event relayed within 10 s";
-  EventRelay other_relay(*other, other_bus);
-  ASSERT_TRUE(RelayedFromOtherReplica(*mine, *other_bus.Subscribe(), "probe")) << "the other relay never listened";
-  auto other_sub = other_bus.Subscribe();
+TEST_F(EventRelayTest, AReplicasOwnEventsAreNotPublishedTwiceOnItsBus) {
+  EventRelay other_relay(*other_, other_bus_);
+  ASSERT_TRUE(RelayedFromOtherReplica(*mine_, *other_bus_.Subscribe(), "probe")) << "the other relay never listened";
+  auto other_sub = other_bus_.Subscribe();
   other_relay.Publish("trial.finished", {{"trial_id", 5}});
-  bool relayed = false;
-  for (const auto deadline = Clock::now() + std::chrono::seconds(10); !relayed && Clock::now() < deadline;) {
-    auto e = sub->Next(std::chrono::milliseconds(200));
-    relayed = e && e->type == "trial.finished";
-  }
-  ASSERT_TRUE(relayed) << "never reached this replica";
+  ASSERT_TRUE(NextOf(*sub_, "trial.finished")) << "never reached this replica";
   // By now its own listener has heard it back too.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   int seen = 0;
@@ -115,17 +109,9 @@ TEST(EventRelayTest, AReplicasOwnEventsAreNotPublishedTwiceOnItsBus) {
   EXPECT_EQ(seen, 1) << "its clients got its own event more than once";
 }
 
-TEST(EventRelayTest, AnEventTooLargeToRelayWholeReachesTheOtherReplicasTrimmed) {
-  HPO_REQUIRE_BACKEND(testing::PostgresBackend);
-  testing::PostgresBackend db;
-  auto mine = Open(db.url()), other = Open(db.url());
-  ASSERT_TRUE(mine && other);
-  EventBus bus, other_bus;
-  auto sub = bus.Subscribe();
-  EventRelay relay(*mine, bus);
-  ASSERT_TRUE(RelayedFromOtherReplica(*other, *sub, "probe")) << "no event relayed within 10 s";
-  EventRelay other_relay(*other, other_bus);
-  auto other_sub = other_bus.Subscribe();
+TEST_F(EventRelayTest, AnEventTooLargeToRelayWholeReachesTheOtherReplicasTrimmed) {
+  EventRelay other_relay(*other_, other_bus_);
+  auto other_sub = other_bus_.Subscribe();
   // A trial whose params alone are past what one NOTIFY may carry.
   const json data = {{"experiment_id", 3}, {"trial_id", 7}, {"state", "leased"},
                      {"params", {{"note", std::string(store::Store::kMaxChangePayload, 'x')}}}};
@@ -133,11 +119,7 @@ TEST(EventRelayTest, AnEventTooLargeToRelayWholeReachesTheOtherReplicasTrimmed) 
   auto own = other_sub->Next(std::chrono::seconds(1));
   ASSERT_TRUE(own && own->type == "trial.created");
   EXPECT_EQ(json::parse(own->data), data) << "its own replica's clients get it whole";
-  std::optional<Event> got;
-  for (const auto deadline = Clock::now() + std::chrono::seconds(10); !got && Clock::now() < deadline;) {
-    auto e = sub->Next(std::chrono::milliseconds(200));
-    if (e && e->type == "trial.created") got = e;
-  }
+  const std::optional<Event> got = NextOf(*sub_, "trial.created");
   ASSERT_TRUE(got) << "the large event never reached the other replica";
   const json trimmed = json::parse(got->data);
   EXPECT_EQ(trimmed, (json{{"trimmed", true}, {"experiment_id", 3}, {"trial_id", 7}, {"state", "leased"}}))

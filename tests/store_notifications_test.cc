@@ -16,21 +16,36 @@ std::unique_ptr<Store> Open(const std::string& url) {
   return s.ok() ? std::move(s).value() : nullptr;
 }
 
+// Two handles on one PostgreSQL, the second listening.
+struct ListeningPair {
+  testing::PostgresBackend db;
+  std::unique_ptr<Store> a = Open(db.url()), b = Open(db.url());
+  std::unique_ptr<ChangeListener> listener;
+};
+std::unique_ptr<ListeningPair> Listening() {
+  auto p = std::make_unique<ListeningPair>();
+  if (!p->a || !p->b) return nullptr;
+  auto l = p->b->ListenForChanges();
+  EXPECT_TRUE(l.ok()) << l.status();
+  if (!l.ok()) return nullptr;
+  p->listener = std::move(l).value();
+  return p;
+}
+
 TEST(StoreNotificationsTest, PostgresqlDeliversToTheListenersOfEveryHandleInOrder) {
   HPO_REQUIRE_BACKEND(testing::PostgresBackend);
-  testing::PostgresBackend db;
-  auto a = Open(db.url()), b = Open(db.url());
-  ASSERT_TRUE(a && b);
-  auto listener = b->ListenForChanges();
-  ASSERT_TRUE(listener.ok()) << listener.status();
+  auto pair = Listening();
+  ASSERT_TRUE(pair);
+  auto& a = pair->a;
+  auto& listener = pair->listener;
   // Nothing yet: the wait times out.
-  auto none = (*listener)->Next(std::chrono::milliseconds(100));
+  auto none = listener->Next(std::chrono::milliseconds(100));
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_FALSE(none->has_value());
   ASSERT_TRUE(a->NotifyChange(R"({"n":1})").ok());
   ASSERT_TRUE(a->NotifyChange(R"({"n":2})").ok());
   for (const char* want : {R"({"n":1})", R"({"n":2})"}) {
-    auto got = (*listener)->Next(std::chrono::seconds(5));
+    auto got = listener->Next(std::chrono::seconds(5));
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_TRUE(got->has_value()) << "no notification within 5 s";
     EXPECT_EQ(**got, want);
@@ -40,19 +55,18 @@ TEST(StoreNotificationsTest, PostgresqlDeliversToTheListenersOfEveryHandleInOrde
 
 TEST(StoreNotificationsTest, SeveralInOneCallArriveWholeAndInOrder) {
   HPO_REQUIRE_BACKEND(testing::PostgresBackend);
-  testing::PostgresBackend db;
-  auto a = Open(db.url()), b = Open(db.url());
-  ASSERT_TRUE(a && b);
-  auto listener = b->ListenForChanges();
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  ASSERT_TRUE((*listener)->Next(std::chrono::milliseconds(100)).ok());  // listening from here on
+  auto pair = Listening();
+  ASSERT_TRUE(pair);
+  auto& a = pair->a;
+  auto& listener = pair->listener;
+  ASSERT_TRUE(listener->Next(std::chrono::milliseconds(100)).ok());  // listening from here on
   // What an array literal would mistake for its own syntax, and text that
   // is not ASCII.
   const std::vector<std::string> sent = {R"({"q":"a \"quoted\" word"})", R"(back\slash)", "{a,b}", "", "NULL",
                                          "caf\u00e9 \xc3\xa9", std::string(Store::kMaxChangePayload, 'y')};
   ASSERT_TRUE(a->NotifyChanges(sent).ok());
   for (const std::string& want : sent) {
-    auto got = (*listener)->Next(std::chrono::seconds(5));
+    auto got = listener->Next(std::chrono::seconds(5));
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_TRUE(got->has_value()) << "no notification within 5 s for '" << want.substr(0, 40) << "'";
     EXPECT_EQ(**got, want);
@@ -62,7 +76,7 @@ TEST(StoreNotificationsTest, SeveralInOneCallArriveWholeAndInOrder) {
   EXPECT_TRUE(bad.IsInvalidArgument()) << bad;
   EXPECT_NE(bad.message().find("payloads[1]"), std::string::npos) << bad;
   ASSERT_TRUE(a->NotifyChange("after").ok());
-  auto next = (*listener)->Next(std::chrono::seconds(5));
+  auto next = listener->Next(std::chrono::seconds(5));
   ASSERT_TRUE(next.ok() && next->has_value());
   EXPECT_EQ(**next, "after") << "the refused call sent nothing";
 }
