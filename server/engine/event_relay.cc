@@ -20,6 +20,12 @@ std::string RandomOrigin() {
   return buf;
 }
 
+// JSON text; bytes that are not UTF-8 (a value quoted from a client) become
+// U+FFFD rather than an exception in the call that published the event.
+std::string DumpText(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace
 
 EventRelay::EventRelay(store::Store& store, EventBus& bus)
@@ -48,7 +54,7 @@ void EventRelay::Publish(std::string type, const nlohmann::json& data) {
   // Numbered: PostgreSQL delivers one of identical notifications sent in
   // one transaction, and a statement carries many.
   const uint64_t seq = ++sequence_;
-  std::string payload = Envelope(seq, type, data.dump());
+  std::string payload = Envelope(seq, type, DumpText(data));
   if (payload.size() > store::Store::kMaxChangePayload) {
     // Too large for a NOTIFY (a trial's params, say): the other replicas'
     // clients get its ids and "trimmed", which tells them to read the
@@ -57,7 +63,7 @@ void EventRelay::Publish(std::string type, const nlohmann::json& data) {
     for (const char* key : {"experiment_id", "trial_id", "worker_id", "state", "step"}) {
       if (data.is_object() && data.contains(key)) ids[key] = data[key];
     }
-    payload = Envelope(seq, type, ids.dump());
+    payload = Envelope(seq, type, DumpText(ids));
     spdlog::debug("event {} is too large to relay whole to other replicas; relayed trimmed", type);
   }
   MutexLock lock(mu_);
