@@ -804,6 +804,14 @@ void Engine::RememberHome(const store::TrialRecord& trial) {
   trial_homes_[trial.id] = TrialHome{trial.experiment_id, trial.space_id};
 }
 
+Result<ReportReply> Engine::StopForEndedExperiment(const TrialReport& r, store::ExperimentState state) {
+  auto s = store_.FinishTrial(r.trial_id, r.owner, {TrialState::kCancelled, r.metrics.dump(),
+                                                    "experiment " + std::string(store::ToString(state))});
+  // FailedPrecondition: the experiment's end finished it already.
+  if (!s.ok() && !s.status().IsFailedPrecondition()) return s.status();
+  return ReportReply{Decision::kStop, std::nullopt, "experiment ended"};
+}
+
 Result<ReportReply> Engine::Report(const TrialReport& given) {
   const auto timer = TimeIf(report_seconds_);
   HPO_ASSIGN_OR_RETURN(const TrialHome home, HomeOf(given.trial_id));
@@ -873,13 +881,7 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
     // reason (a step past its stop_step) is cancelled here, as below.
     if (report_result.status().IsFailedPrecondition()) {
       auto state = store_.GetExperimentState(home.experiment_id);
-      if (state.ok() && *state != store::ExperimentState::kRunning) {
-        auto s = store_.FinishTrial(r.trial_id, r.owner,
-                                    {TrialState::kCancelled, r.metrics.dump(),
-                                     "experiment " + std::string(store::ToString(*state))});
-        if (!s.ok() && !s.status().IsFailedPrecondition()) return s.status();
-        return ReportReply{Decision::kStop, std::nullopt, "experiment ended"};
-      }
+      if (state.ok() && *state != store::ExperimentState::kRunning) return StopForEndedExperiment(r, *state);
     }
     return report_result.status();
   }
@@ -898,11 +900,7 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   if (reported.experiment_state != store::ExperimentState::kRunning) {
     // The experiment ended while this trial ran: its step is kept, and the
     // trial stops.
-    auto s = store_.FinishTrial(
-        r.trial_id, r.owner,
-        {TrialState::kCancelled, r.metrics.dump(), "experiment " + std::string(store::ToString(reported.experiment_state))});
-    if (!s.ok() && !s.status().IsFailedPrecondition()) return s.status();
-    return ReportReply{Decision::kStop, std::nullopt, "experiment ended"};
+    return StopForEndedExperiment(r, reported.experiment_state);
   }
 
   // Stopping-type early stopping on this space's trials, this report
@@ -935,7 +933,7 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   }
   c->trials->SetOutcome(r.trial_id, TrialState::kPruned, std::nullopt);
   if (r.device_id) fleet_->SetIdle(*r.device_id);
-  if (MayHaveCheckpoint(*c, trial)) DeleteCheckpoint(r.trial_id);
+  if (MayHaveCheckpoint(*c, trial.level, trial.resume_step)) DeleteCheckpoint(r.trial_id);
   Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
                           {"state", "pruned"}, {"reason", why}, {"metrics", r.metrics}});
   HPO_RETURN_IF_ERROR(MaybeFinish(trial.experiment_id, *c));
@@ -1133,10 +1131,9 @@ Status Engine::Finish(Id trial_id, const std::string& owner, bool failed, const 
   if (finished == store::FinishResult::kRepeated) return Status::OK();
   c->trials->SetOutcome(trial_id, failed ? TrialState::kFailed : TrialState::kCompleted,
                         failed ? std::nullopt : ObjectiveOf(spec, metrics.dump()));
-  // Where one may exist (see MayHaveCheckpoint), as the view knows the
-  // trial; one the view does not hold may have one.
+  // As the view knows the trial; one the view does not hold may have one.
   const std::optional<TrialEntry> entry = c->trials->Find(trial_id);
-  if (c->promotion || !entry || entry->level > 0 || entry->resume_step > 0) DeleteCheckpoint(trial_id);
+  if (!entry || MayHaveCheckpoint(*c, entry->level, entry->resume_step)) DeleteCheckpoint(trial_id);
   Emit("trial.finished", {{"experiment_id", home.experiment_id}, {"trial_id", trial_id},
                           {"state", failed ? "failed" : "completed"}, {"metrics", metrics}});
   return MaybeFinish(home.experiment_id, *c);
@@ -1259,8 +1256,10 @@ Status Engine::Tick() {
       const std::string why =
           "wall-time budget of " + std::to_string(*spec.max_wall_time_s) + " s reached";
       Status s = store_.FinishExperiment(e.id, store::ExperimentState::kCompleted, why);
-      if (s.ok()) ExperimentsChanged();
-      if (s.ok()) Emit("experiment.finished", {{"experiment_id", e.id}, {"state", "completed"}, {"reason", why}});
+      if (s.ok()) {
+        ExperimentsChanged();
+        Emit("experiment.finished", {{"experiment_id", e.id}, {"state", "completed"}, {"reason", why}});
+      }
       if (!s.ok() && !s.IsFailedPrecondition()) return s;
       continue;
     }

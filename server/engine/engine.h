@@ -577,8 +577,8 @@ class Engine {
   // resumed. Any other (a checkpoint uploaded by a worker that died before
   // its pause) is left to the sweep, rather than every trial's end costing
   // a delete (issue #19).
-  static bool MayHaveCheckpoint(const Cached& c, const store::TrialRecord& trial) {
-    return c.promotion.has_value() || trial.level > 0 || trial.resume_step > 0;
+  static bool MayHaveCheckpoint(const Cached& c, int level, int64_t resume_step) {
+    return c.promotion.has_value() || level > 0 || resume_step > 0;
   }
   Mutex sweep_mu_;
   std::chrono::steady_clock::time_point last_sweep_ HPO_GUARDED_BY(sweep_mu_);
@@ -644,6 +644,9 @@ class Engine {
   // The policy's options for this experiment's spec and fleet.
   scheduler::PolicyOptions PolicyFor(const ExperimentSpec& spec, const FleetSnapshot& fleet,
                                      const store::ExperimentRecord& e, int64_t now_ms);
+  // A report's answer once its experiment ended: the trial cancelled (unless
+  // the experiment's end finished it already), the worker told to stop.
+  Result<ReportReply> StopForEndedExperiment(const TrialReport& r, store::ExperimentState state);
   // Co-tuning after a report: maybe a new system setting for the next epoch.
   // `inserted`: the report was new (not a retry), so its events are due.
   // `workload`: the trial's (Workload), whose speeds measured on the

@@ -921,20 +921,26 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
   // The observation goes in with a new step only, and only while its
   // device is registered (its foreign key would fail the report otherwise).
   if (driver_->writable_cte()) {
-    // One statement, one round trip.
-    std::string sql = "WITH t AS (" + kClaim +
-                      "), ins AS (INSERT INTO measurements (trial_id, step, metrics, "
-                      "samples_per_sec, system_setting, created_ms) "
-                      "SELECT id, $5, $6, $7, $8, $3 FROM t "
-                      "ON CONFLICT (trial_id, step) DO NOTHING RETURNING step)";
-    if (speed) {
-      sql += std::string(", sp AS (") + kInsertSpeed +
-             "SELECT $9, $10, $11, $12, $13, $14, $3 FROM ins WHERE EXISTS (SELECT 1 FROM devices WHERE id = $9))";
-    }
-    // One row whether or not the claim took the trial: its columns (NULL
-    // when not), the steps inserted, the experiment's state.
-    sql += " SELECT " + std::string(kTrialColumns) + ", (SELECT COUNT(*) FROM ins), " +
-           std::string(kExperimentStateOfTrial) + " FROM (SELECT 1) AS one LEFT JOIN t ON TRUE";
+    // One statement, one round trip; its text made once, with and without
+    // the speed observation.
+    const auto statement = [](bool with_speed) {
+      std::string sql = "WITH t AS (" + kClaim +
+                        "), ins AS (INSERT INTO measurements (trial_id, step, metrics, "
+                        "samples_per_sec, system_setting, created_ms) "
+                        "SELECT id, $5, $6, $7, $8, $3 FROM t "
+                        "ON CONFLICT (trial_id, step) DO NOTHING RETURNING step)";
+      if (with_speed) {
+        sql += std::string(", sp AS (") + kInsertSpeed +
+               "SELECT $9, $10, $11, $12, $13, $14, $3 FROM ins WHERE EXISTS (SELECT 1 FROM devices WHERE id = $9))";
+      }
+      // One row whether or not the claim took the trial: its columns (NULL
+      // when not), the steps inserted, the experiment's state.
+      sql += " SELECT " + std::string(kTrialColumns) + ", (SELECT COUNT(*) FROM ins), " +
+             std::string(kExperimentStateOfTrial) + " FROM (SELECT 1) AS one LEFT JOIN t ON TRUE";
+      return sql;
+    };
+    static const std::string kWithSpeed = statement(true), kWithoutSpeed = statement(false);
+    const std::string& sql = speed ? kWithSpeed : kWithoutSpeed;
     return RunBatched(TxMode::kSingle, trial_id, [&](SqlConnection& c) {
       const SqlRow row =
           speed ? c.Query(sql, {trial_id, owner, now, expires, m.step, m.metrics_json, m.samples_per_sec,
