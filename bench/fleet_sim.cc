@@ -176,6 +176,12 @@ int main(int argc, char** argv) {
       base.bowl_scale = std::atof(value.c_str());
     } else if (flag == "--target") {
       base.target = std::atof(value.c_str());
+    } else if (flag == "--min-resource") {
+      base.min_resource = std::atoll(value.c_str());
+    } else if (flag == "--steps") {
+      base.steps_per_trial = std::atoll(value.c_str());
+    } else if (flag == "--reduction-factor") {
+      base.reduction_factor = std::atof(value.c_str());
     } else if (flag == "--timing-workers") {
       timing_workers = std::atoi(value.c_str());
     } else if (flag == "--timing-decisions") {

@@ -122,6 +122,7 @@ int RunOne(const std::string& url, const std::string& backend, int threads, int 
 int main(int argc, char** argv) {
   std::string sqlite_dir, pg_url;
   int trials = 2000;
+  std::vector<int> thread_counts = {1, 4};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--sqlite" && i + 1 < argc) {
@@ -130,8 +131,22 @@ int main(int argc, char** argv) {
       pg_url = argv[++i];
     } else if (a == "--trials" && i + 1 < argc) {
       trials = std::atoi(argv[++i]);
+    } else if (a == "--threads" && i + 1 < argc) {
+      thread_counts.clear();
+      for (const char* p = argv[++i]; *p;) {
+        char* end = nullptr;
+        const long n = std::strtol(p, &end, 10);
+        if (end == p || n < 1 || n > 1024 || (*end != ',' && *end != '\0')) {
+          std::fprintf(stderr, "store_bench: --threads: '%s' is not a list of counts 1-1024\n",
+                       argv[i]);
+          return 2;
+        }
+        thread_counts.push_back(static_cast<int>(n));
+        p = *end == ',' ? end + 1 : end;
+      }
     } else {
-      std::fprintf(stderr, "usage: store_bench [--sqlite DIR] [--postgresql URL] [--trials N]\n");
+      std::fprintf(stderr, "usage: store_bench [--sqlite DIR] [--postgresql URL] [--trials N] "
+                           "[--threads 1,4]\n");
       return 2;
     }
   }
@@ -141,7 +156,7 @@ int main(int argc, char** argv) {
   }
   int rc = 0;
   for (bool create : {false, true}) {
-    for (int threads : {1, 4}) {
+    for (int threads : thread_counts) {
       if (!sqlite_dir.empty()) {
         const auto path =
             std::filesystem::path(sqlite_dir) / ("bench-" + std::to_string(threads) + ".db");

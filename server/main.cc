@@ -88,6 +88,8 @@ int main(int argc, char** argv) {
   std::string token, token_file;
   std::vector<std::string> allowed_hosts, allowed_origins;
   int http_max_connections = 4096;
+  int http_read_nice = 10;
+  int http_read_threads = 4;
   std::string web_root;
   std::string port_file;
   std::string log_level = "info";
@@ -134,6 +136,17 @@ int main(int argc, char** argv) {
   app.add_option("--http-max-connections", http_max_connections,
                  "open REST connections; at the cap the longest-idle one is closed for a new one")
       ->check(CLI::Range(16, 1'000'000))
+      ->capture_default_str();
+  app.add_option("--http-read-nice", http_read_nice,
+                 "how much lower the CPU priority of REST reads (GET: dashboards, listings, /metrics) is than "
+                 "the rest of the server's (a nice increment): on a saturated machine they yield to writes and "
+                 "to workers' RPCs, whose leases expire when answered late (0: the same priority)")
+      ->check(CLI::Range(0, 19))
+      ->capture_default_str();
+  app.add_option("--http-read-threads", http_read_threads,
+                 "REST reads (GET) handled at once, each holding at most one store connection while it reads; "
+                 "more wait their turn, while writes and workers' RPCs keep the other connections")
+      ->check(CLI::Range(1, 256))
       ->capture_default_str();
   app.add_option("--web-root", web_root, "directory of the dashboard's static files");
   app.add_option("--tls-cert", tls_cert,
@@ -291,6 +304,8 @@ int main(int argc, char** argv) {
   http_options.tls_cert_file = tls_cert;
   http_options.tls_key_file = tls_key;
   http_options.max_connections = http_max_connections;
+  http_options.read_nice = http_read_nice;
+  http_options.read_handler_threads = http_read_threads;
   auto http = HttpServer::Start(http_options, [&](const HttpRequest& r) { return api.Handle(r); });
   if (!http.ok()) return Fail(http.status().message());
   WorkerServiceImpl worker_service(engine, WorkerServiceOptions{token, 1000});

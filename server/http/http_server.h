@@ -92,7 +92,16 @@ struct HttpServerOptions {
   // every connection is closed.
   std::chrono::milliseconds drain_timeout{5'000};
   int io_threads = 2;        // run the sockets
-  int handler_threads = 16;  // run the handler (it may block on the store)
+  int handler_threads = 16;  // run the handler (it may block on the store) for writes: POST, PUT, ...
+  // GET and HEAD requests (dashboards, listings, /metrics) run on a pool of
+  // their own, whose threads lower their CPU priority by read_nice (a Linux
+  // thread's nice value is its own; 0 leaves it). On a saturated machine
+  // the reads then yield the CPU to the writes and to whatever else the
+  // process runs at its own priority: the server's worker RPCs, whose
+  // leases expire when their answers come late. Reads still get the CPU
+  // nobody else wants, so they are slower under load, never starved.
+  int read_handler_threads = 4;  // also bounds the store connections reads hold at once
+  int read_nice = 0;
   int max_streams = 256;     // streaming responses at once; more get 503
   // Bytes of response bodies produced and not yet sent; beyond it new
   // requests get 503 until slow readers are served or timed out.
