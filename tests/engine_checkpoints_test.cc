@@ -203,6 +203,31 @@ TEST_F(EngineCheckpointsTest, APauseWithItsCheckpointCanBeResumedByAnotherWorker
   EXPECT_FALSE(artifacts_->Stat(t.id)->has_value()) << "a finished trial's checkpoint is deleted";
 }
 
+// Found by bench/load: the upload of the rung's checkpoint pauses the trial,
+// a promotion can lease it to another worker before the uploader's Pause
+// arrives, and that Pause was refused as if the uploader had lost its lease.
+TEST_F(EngineCheckpointsTest, APauseAfterItsUploadPausedTheTrialIsAcknowledgedWhenAPromotionCameFirst) {
+  const auto t = LeasedTrial(a_, 2);
+  ReportSteps(a_, t.id, 1, 2);
+  ASSERT_TRUE(Upload(a_, t.id, 2, "weights after step 2").ok());
+  ASSERT_EQ(store_->GetTrial(t.id)->state, TrialState::kPaused) << "the rung's checkpoint pauses the trial";
+  ASSERT_TRUE(store_->ResumeTrial(t.id, b_.owner, 60'000, std::nullopt).ok());
+
+  EXPECT_TRUE(engine_->PauseTrial(a_.caller, t.id, 2, true).ok());
+  const auto after = *store_->GetTrial(t.id);
+  EXPECT_EQ(after.state, TrialState::kLeased) << "acknowledged, and nothing changed";
+  EXPECT_EQ(after.lease_owner, b_.owner);
+  EXPECT_EQ(Events("trial.paused").size(), 1u) << "announced once, by the upload";
+  // Only that pause is acknowledged: one that says no checkpoint went up,
+  // of another step, or from a worker that never held the trial, is not.
+  EXPECT_TRUE(engine_->PauseTrial(a_.caller, t.id, 2, false).IsFailedPrecondition());
+  EXPECT_TRUE(engine_->PauseTrial(a_.caller, t.id, 1, true).IsFailedPrecondition());
+  const auto u = LeasedTrial(a_, 2);
+  ReportSteps(a_, u.id, 1, 2);
+  EXPECT_TRUE(engine_->PauseTrial(b_.caller, u.id, 2, true).IsFailedPrecondition());
+  EXPECT_EQ(store_->GetTrial(u.id)->state, TrialState::kRunning);
+}
+
 TEST_F(EngineCheckpointsTest, APauseWithoutACheckpointIsRecordedSoThatAResumeRestarts) {
   const auto t = LeasedTrial(a_, 2);
   ReportSteps(a_, t.id, 1, 2);

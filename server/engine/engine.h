@@ -381,7 +381,11 @@ class Engine {
   // without one (or with one of another step) the pause is recorded
   // without a checkpoint (any older one is deleted), so a promotion
   // restarts it from scratch. InvalidArgument: `step` is not its last
-  // reported step. A repeated pause (a retried call) is acknowledged once.
+  // reported step. A repeated pause (a retried call) is acknowledged once,
+  // and so is the Pause of a worker whose upload of the rung's checkpoint
+  // already paused the trial, even when a promotion has since leased it to
+  // another worker (it changes nothing then). FailedPrecondition: the
+  // caller does not hold the trial's lease, and no pause of its took effect.
   Status PauseTrial(const WorkerCaller& caller, store::Id trial_id, int64_t step, bool checkpoint_uploaded);
   // The worker could not restore the resumed trial's checkpoint: it trains
   // from scratch under the same lease (store::Store::RestartTrial), the
@@ -567,6 +571,9 @@ class Engine {
   friend class CheckpointUpload;
   // FailedPrecondition unless `trial` is leased or running under `owner`.
   static Status CheckHolds(const store::TrialRecord& trial, const std::string& owner, std::string_view action);
+  // Whether a Pause at `step` from a worker that no longer holds `trial`
+  // already took effect through its checkpoint's upload (PauseTrial).
+  Result<bool> PausedByItsUpload(const store::TrialRecord& trial, int64_t step, bool checkpoint_uploaded);
   // PauseTrial once the caller is known to hold `trial`'s lease.
   Status PauseHeld(const store::TrialRecord& trial, const std::string& owner, int64_t step, bool checkpoint_uploaded);
   // Best effort: deletes the trial's checkpoint now that it ended (the sweep

@@ -98,12 +98,31 @@ Result<std::unique_ptr<store::CheckpointReader>> Engine::OpenCheckpoint(const Wo
 Status Engine::PauseTrial(const WorkerCaller& caller, Id trial_id, int64_t step, bool checkpoint_uploaded) {
   HPO_RETURN_IF_ERROR(Authenticate(caller).status());
   const std::string owner = WorkerOwner(caller.worker_id);
-  HPO_ASSIGN_OR_RETURN(const store::TrialRecord trial, store_.GetTrial(trial_id));
+  HPO_ASSIGN_OR_RETURN(store::TrialRecord trial, store_.GetTrial(trial_id));
   if (trial.state == TrialState::kPaused && trial.lease_owner == owner && trial.resume_step == step) {
-    return store_.PauseTrial(trial_id, owner, step);  // a retried call: acknowledged, announced once
+    // A retried call: acknowledged, announced once. Refused only when the
+    // trial was promoted in between, which the check below answers.
+    Status s = store_.PauseTrial(trial_id, owner, step);
+    if (!s.IsFailedPrecondition()) return s;
+    HPO_ASSIGN_OR_RETURN(trial, store_.GetTrial(trial_id));
   }
-  HPO_RETURN_IF_ERROR(CheckHolds(trial, owner, "pause"));
+  if (Status holds = CheckHolds(trial, owner, "pause"); !holds.ok()) {
+    HPO_ASSIGN_OR_RETURN(const bool done, PausedByItsUpload(trial, step, checkpoint_uploaded));
+    return done ? Status::OK() : holds;
+  }
   return PauseHeld(trial, owner, step, checkpoint_uploaded);
+}
+
+Result<bool> Engine::PausedByItsUpload(const store::TrialRecord& trial, int64_t step, bool checkpoint_uploaded) {
+  // The upload of the rung's checkpoint paused the trial (CheckpointUpload::
+  // Commit), and a promotion may lease it to another worker before this
+  // worker's Pause arrives: its pause took effect, so it is acknowledged
+  // and changes nothing. Only an upload by the lease holder commits, and
+  // only a pause at `step` leaves resume_step there with that step's
+  // checkpoint, so nobody else's pause answers to these.
+  if (!checkpoint_uploaded || !options_.artifacts || step <= 0 || trial.resume_step != step) return false;
+  HPO_ASSIGN_OR_RETURN(const auto info, options_.artifacts->Stat(trial.id));
+  return info && info->step == step;
 }
 
 Status Engine::PauseHeld(const store::TrialRecord& trial, const std::string& owner, int64_t step,
