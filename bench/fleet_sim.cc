@@ -4,6 +4,7 @@
 //
 //   fleet_sim [--workers 100,1000] [--spread 10] [--seeds 5] [--policies speed,fifo,shadho]
 //             [--sampler auto] [--failure 0.02] [--target 0.075] [--budget TRIALS]
+//             [--min-resource 3] [--steps 27] [--reduction-factor 3]
 //             [--timing-workers 10000] [--timing-decisions 5000] [-v]
 //
 // Policies, all with the same sampler, the same promotion-type ASHA and the
@@ -134,6 +135,7 @@ int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--workers 100,1000] [--spread 10] [--seeds 5] [--policies speed,fifo,shadho]\n"
                "          [--sampler auto|tpe|gp|random] [--failure 0.02] [--target 0.075] [--budget TRIALS]\n"
+               "          [--min-resource 3] [--steps 27] [--reduction-factor 3]\n"
                "          [--timing-workers 10000] [--timing-decisions 5000] [-v]\n",
                argv0);
   return 2;
