@@ -26,7 +26,6 @@
 // PostgreSQL (peer=optuna-3.1). bench/README.md explains every field.
 // Exit status 1 when a call failed or the store disagrees with what the
 // clients were told; 2 when the bench could not run.
-#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -119,35 +118,6 @@ json RandomParams(std::mt19937_64& rng) {
             {"activation", activations[rng() % 3]}};
   for (int i = 0; i < 4; ++i) p["x" + std::to_string(i)] = -5 + 10 * u(rng);
   return p;
-}
-
-// CPU seconds of each process named "postgres" on this machine, by pid (the
-// session's PostgreSQL serves other clients too: a figure, not a proof).
-std::map<pid_t, double> PostgresCpuByPid() {
-  std::map<pid_t, double> out;
-  DIR* d = opendir("/proc");
-  if (!d) return out;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    if (ReadFile(std::string("/proc/") + e->d_name + "/comm") != "postgres\n") continue;
-    const auto pid = static_cast<pid_t>(std::atol(e->d_name));
-    out[pid] = CpuSeconds(pid);
-  }
-  closedir(d);
-  return out;
-}
-
-// The CPU the postgres processes alive at the end spent since the start: one
-// started meanwhile counts whole; one that ended meanwhile (another client's
-// backend) is left out. A sum over all of them at both ends went negative
-// when other clients disconnected within the window (ctest -j2).
-double PostgresCpuBetween(const std::map<pid_t, double>& start, const std::map<pid_t, double>& end) {
-  double total = 0;
-  for (const auto& [pid, cpu] : end) {
-    const auto before = start.find(pid);
-    total += std::max(0.0, cpu - (before == start.end() ? 0.0 : before->second));
-  }
-  return total;
 }
 
 void Progress(const std::string& line) { std::fprintf(stderr, "server_bench: %s\n", line.c_str()); }

@@ -9,18 +9,25 @@
 //
 // Prints one line per measurement:
 //   bench=store backend=postgresql threads=4 trials=N seconds=S trials_per_s=X errors=E
-//   bench=store backend=postgresql threads=4 create=1 trials=N seconds=S trials_per_s=X errors=E
+//       cpu_ms_per_trial=C [pg_cpu_ms_per_trial=P]
+//   bench=store backend=postgresql threads=4 create=1 trials=N seconds=S trials_per_s=X errors=E ...
+// cpu_ms_per_trial is this process's CPU over the timed loop (the store's
+// client side); pg_cpu_ms_per_trial the PostgreSQL processes' on this
+// machine (testing/process.h: a figure, not a proof, if others use it).
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "server/store/store.h"
+#include "testing/process.h"
 
 using namespace hpo::store;
 
@@ -84,6 +91,9 @@ int RunOne(const std::string& url, const std::string& backend, int threads, int 
       return (*lease)->id;
     }
   };
+  const bool pg = backend == "postgresql";
+  const auto pg0 = pg ? hpo::testing::PostgresCpuByPid() : std::map<pid_t, double>{};
+  const double self0 = hpo::testing::CpuSeconds(getpid());
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
@@ -109,10 +119,17 @@ int RunOne(const std::string& url, const std::string& backend, int threads, int 
   for (auto& th : pool) th.join();
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double per_trial = done > 0 ? 1000.0 / done : 0;
+  const double self_ms = (hpo::testing::CpuSeconds(getpid()) - self0) * per_trial;
+  char pg_field[64] = "";
+  if (pg) {
+    std::snprintf(pg_field, sizeof pg_field, " pg_cpu_ms_per_trial=%.3f",
+                  hpo::testing::PostgresCpuBetween(pg0, hpo::testing::PostgresCpuByPid()) * per_trial);
+  }
   std::printf("bench=store backend=%s threads=%d%s trials=%d seconds=%.3f trials_per_s=%.1f "
-              "errors=%d\n",
+              "errors=%d cpu_ms_per_trial=%.3f%s\n",
               backend.c_str(), threads, create ? " create=1" : "", done.load(), secs, done / secs,
-              errors.load());
+              errors.load(), self_ms, pg_field);
   std::fflush(stdout);
   return errors == 0 && done == trials ? 0 : 1;
 }

@@ -1,6 +1,7 @@
 #include "testing/process.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -91,6 +92,29 @@ double CpuSeconds(pid_t pid) {
     if (i >= 14) ticks += std::stod(field);
   }
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+std::map<pid_t, double> PostgresCpuByPid() {
+  std::map<pid_t, double> out;
+  DIR* d = opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    if (ReadFile(std::string("/proc/") + e->d_name + "/comm") != "postgres\n") continue;
+    const auto pid = static_cast<pid_t>(std::atol(e->d_name));
+    out[pid] = CpuSeconds(pid);
+  }
+  closedir(d);
+  return out;
+}
+
+double PostgresCpuBetween(const std::map<pid_t, double>& start, const std::map<pid_t, double>& end) {
+  double total = 0;
+  for (const auto& [pid, cpu] : end) {
+    const auto before = start.find(pid);
+    total += std::max(0.0, cpu - (before == start.end() ? 0.0 : before->second));
+  }
+  return total;
 }
 
 uint16_t FreePort() {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +30,14 @@ double PeakRssMb(pid_t pid);
 // /proc/PID/stat); 0 if unknown. The difference of two readings is what a
 // process spent between them.
 double CpuSeconds(pid_t pid);
+// CPU seconds of each process named "postgres" on this machine, by pid (a
+// shared PostgreSQL serves other clients too: a figure, not a proof).
+std::map<pid_t, double> PostgresCpuByPid();
+// The CPU the postgres processes alive at `end` spent since `start`: one
+// started meanwhile counts whole; one that ended meanwhile (another client's
+// backend) is left out. A sum over all of them at both ends went negative
+// when other clients disconnected within the window (ctest -j2).
+double PostgresCpuBetween(const std::map<pid_t, double>& start, const std::map<pid_t, double>& end);
 // A port on 127.0.0.1 that was free a moment ago.
 uint16_t FreePort();
 
