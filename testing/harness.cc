@@ -566,8 +566,8 @@ void SimFleet::Run(int index) {
     }
     if (paused_at) {
       // The rung's checkpoint, which pauses the trial as it is stored; then
-      // Pause (refused as FAILED_PRECONDITION once the trial was promoted
-      // meanwhile, which the upload already allowed). As hpo-worker does
+      // Pause (acknowledged also once the trial was promoted meanwhile: the
+      // upload already paused it). As hpo-worker does
       // (worker/client.cc, UploadCheckpoint): a few tries, none after a
       // refusal that will not pass (a size over the limit), the lease
       // renewed between them; then the trial pauses without a checkpoint.

@@ -884,8 +884,9 @@ class PromotionFleet {
         if (leases_[trial] == lease) uploaded_[trial] = paused_at;
       }
       const grpc::Status paused = Call("pause", [&] { return w->Pause(trial, paused_at, uploaded); });
-      // The rung's checkpoint paused the trial as it committed (worker.proto):
-      // a Pause refused after it means the trial was promoted meanwhile.
+      // The rung's checkpoint paused the trial as it committed (worker.proto),
+      // and the Pause is acknowledged even after a promotion; refused after
+      // it, the trial has moved on since (its checkpoint replaced or gone).
       if (!paused.ok() && !(uploaded && paused.error_code() == grpc::StatusCode::FAILED_PRECONDITION)) {
         std::lock_guard lock(mu_);
         ++r_.expired_segments;
