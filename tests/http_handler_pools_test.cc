@@ -125,6 +125,25 @@ TEST_F(HttpHandlerPoolsTest, AWriteIsAnsweredWhileEveryReadThreadIsBusy) {
   EXPECT_EQ(Blocked(), 3);
 }
 
+TEST_F(HttpHandlerPoolsTest, WhatTheCallerCallsNoReadSkipsTheReadPool) {
+  const int base = ThisThreadsNice();
+  if (base > 14) GTEST_SKIP() << "this test runs at nice " << base << ": no room to lower reads by 5";
+  HttpServerOptions o;
+  o.read_nice = 5;
+  o.read_handler_threads = 1;
+  o.is_read = [](const HttpRequest& r) { return r.method == "GET" && r.path != "/probe"; };
+  Start(o);
+  auto blocked = std::async(std::launch::async, [this] { return HttpRequestOnce(client_, "GET", "/block"); });
+  ASSERT_TRUE(WaitBlocked(1, 10s)) << "the one read thread should be busy";
+  auto probe = HttpRequestOnce(client_, "GET", "/probe");
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  EXPECT_EQ(probe->body, std::to_string(base)) << "answered beside the busy read, at the server's priority";
+  Release();
+  auto got = blocked.get();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->body, std::to_string(base + 5));
+}
+
 TEST_F(HttpHandlerPoolsTest, ANiceOutsideZeroToNineteenIsRefusedByName) {
   for (int bad : {-1, 20}) {
     HttpServerOptions o;

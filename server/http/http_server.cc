@@ -384,7 +384,7 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
       return Respond(ErrorResponse(Status::Unavailable("the server is busy sending other responses; retry later")),
                      false);
     }
-    const bool read = msg.method() == http::verb::get || head_;
+    const bool read = impl_.options.is_read ? impl_.options.is_read(req) : req.method == "GET" || head_;
     net::post(read ? *impl_.read_handlers : *impl_.handlers, [self = Self(), req = std::move(req), read] {
       if (read) LowerThisThreadsPriority(self->impl_.options.read_nice);
       HttpResponse res = self->impl_.Call(req);

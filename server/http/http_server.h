@@ -102,6 +102,9 @@ struct HttpServerOptions {
   // nobody else wants, so they are slower under load, never starved.
   int read_handler_threads = 4;  // also bounds the store connections reads hold at once
   int read_nice = 0;
+  // Which requests are reads; unset: every GET and HEAD. A caller leaves
+  // out what must not queue behind reads, such as health probes.
+  std::function<bool(const HttpRequest&)> is_read;
   int max_streams = 256;     // streaming responses at once; more get 503
   // Bytes of response bodies produced and not yet sent; beyond it new
   // requests get 503 until slow readers are served or timed out.
