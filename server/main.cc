@@ -306,11 +306,7 @@ int main(int argc, char** argv) {
   http_options.max_connections = http_max_connections;
   http_options.read_nice = http_read_nice;
   http_options.read_handler_threads = http_read_threads;
-  // Health probes answer at the server's priority, never behind slow reads:
-  // a liveness probe that times out on a busy server restarts it.
-  http_options.is_read = [](const HttpRequest& r) {
-    return (r.method == "GET" || r.method == "HEAD") && r.path != "/healthz" && r.path != "/readyz";
-  };
+  http_options.is_read = &RestApi::IsBackgroundRead;
   auto http = HttpServer::Start(http_options, [&](const HttpRequest& r) { return api.Handle(r); });
   if (!http.ok()) return Fail(http.status().message());
   WorkerServiceImpl worker_service(engine, WorkerServiceOptions{token, 1000});

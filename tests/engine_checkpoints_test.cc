@@ -204,8 +204,8 @@ TEST_F(EngineCheckpointsTest, APauseWithItsCheckpointCanBeResumedByAnotherWorker
 }
 
 // Found by bench/load: the upload of the rung's checkpoint pauses the trial,
-// a promotion can lease it to another worker before the uploader's Pause
-// arrives, and that Pause was refused as if the uploader had lost its lease.
+// a promotion can lease it again before the uploader's Pause arrives, and
+// that Pause was refused as if the uploader had lost its lease.
 TEST_F(EngineCheckpointsTest, APauseAfterItsUploadPausedTheTrialIsAcknowledgedWhenAPromotionCameFirst) {
   const auto t = LeasedTrial(a_, 2);
   ReportSteps(a_, t.id, 1, 2);
@@ -218,14 +218,38 @@ TEST_F(EngineCheckpointsTest, APauseAfterItsUploadPausedTheTrialIsAcknowledgedWh
   EXPECT_EQ(after.state, TrialState::kLeased) << "acknowledged, and nothing changed";
   EXPECT_EQ(after.lease_owner, b_.owner);
   EXPECT_EQ(Events("trial.paused").size(), 1u) << "announced once, by the upload";
-  // Only that pause is acknowledged: one that says no checkpoint went up,
-  // of another step, or from a worker that never held the trial, is not.
+  // Only that pause is acknowledged: not one that says no checkpoint went
+  // up, nor one of another step, nor one from a worker whose upload did
+  // not pause it (here b, which holds the resumed lease and ran nothing:
+  // a Pause there would end the promotion before it ran).
   EXPECT_TRUE(engine_->PauseTrial(a_.caller, t.id, 2, false).IsFailedPrecondition());
   EXPECT_TRUE(engine_->PauseTrial(a_.caller, t.id, 1, true).IsFailedPrecondition());
-  const auto u = LeasedTrial(a_, 2);
-  ReportSteps(a_, u.id, 1, 2);
-  EXPECT_TRUE(engine_->PauseTrial(b_.caller, u.id, 2, true).IsFailedPrecondition());
-  EXPECT_EQ(store_->GetTrial(u.id)->state, TrialState::kRunning);
+  const Status by_b = engine_->PauseTrial(b_.caller, t.id, 2, true);
+  EXPECT_TRUE(by_b.IsFailedPrecondition()) << by_b;
+  EXPECT_NE(by_b.message().find("resumed after that step and has reported no step since"), std::string::npos)
+      << by_b;
+  EXPECT_EQ(store_->GetTrial(t.id)->state, TrialState::kLeased);
+  EXPECT_EQ(Events("trial.paused").size(), 1u);
+}
+
+// A worker runs a device loop each under one worker id: a promotion can go
+// to another device of the worker that paused the trial, and that worker's
+// late Pause must not pause the trial again under its other device's lease.
+TEST_F(EngineCheckpointsTest, ALatePauseDoesNotEndAPromotionToTheSameWorker) {
+  const auto t = LeasedTrial(a_, 2);
+  ReportSteps(a_, t.id, 1, 2);
+  ASSERT_TRUE(Upload(a_, t.id, 2, "weights after step 2").ok());
+  ASSERT_TRUE(store_->ResumeTrial(t.id, a_.owner, 60'000, std::nullopt).ok());
+  EXPECT_TRUE(engine_->PauseTrial(a_.caller, t.id, 2, true).ok());
+  EXPECT_EQ(store_->GetTrial(t.id)->state, TrialState::kLeased) << "the promotion goes on";
+  EXPECT_EQ(Events("trial.paused").size(), 1u);
+  // Without the upload's pause on record (a Pause that says nothing went
+  // up), it is refused, still without pausing the trial.
+  EXPECT_TRUE(engine_->PauseTrial(a_.caller, t.id, 2, false).IsFailedPrecondition());
+  EXPECT_EQ(store_->GetTrial(t.id)->state, TrialState::kLeased);
+  // Once the resumed lease has reported a step, its own rung's pause works.
+  ReportSteps(a_, t.id, 3, 3);
+  EXPECT_EQ(store_->GetTrial(t.id)->state, TrialState::kRunning);
 }
 
 TEST_F(EngineCheckpointsTest, APauseWithoutACheckpointIsRecordedSoThatAResumeRestarts) {

@@ -6,15 +6,14 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <future>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/http_client.h"
+#include "common/mutex.h"
+#include "server/http/api.h"
 #include "server/http/http_server.h"
 
 namespace hpo::server {
@@ -43,26 +42,30 @@ class HttpHandlerPoolsTest : public ::testing::Test {
   // value of the thread that ran it.
   HttpResponse Handle(const HttpRequest& r) {
     if (r.path == "/block") {
-      std::unique_lock lock(mu_);
+      MutexLock lock(mu_);
       ++blocked_;
-      cv_.notify_all();
-      cv_.wait(lock, [&] { return released_; });
+      cv_.NotifyAll();
+      while (!released_) cv_.Wait(mu_);
     }
     HttpResponse res;
     res.body = std::to_string(ThisThreadsNice());
     return res;
   }
   void Release() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     released_ = true;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   bool WaitBlocked(int n, std::chrono::milliseconds within) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, within, [&] { return blocked_ >= n; });
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    MutexLock lock(mu_);
+    while (blocked_ < n) {
+      if (!cv_.WaitUntil(mu_, deadline)) return blocked_ >= n;
+    }
+    return true;
   }
   int Blocked() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return blocked_;
   }
   // The nice value a request's handler ran at.
@@ -76,10 +79,10 @@ class HttpHandlerPoolsTest : public ::testing::Test {
 
   std::unique_ptr<HttpServer> server_;
   HttpClientOptions client_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int blocked_ = 0;
-  bool released_ = false;
+  Mutex mu_;
+  CondVar cv_;
+  int blocked_ HPO_GUARDED_BY(mu_) = 0;
+  bool released_ HPO_GUARDED_BY(mu_) = false;
 };
 
 TEST_F(HttpHandlerPoolsTest, ReadsRunAtTheLowerPriorityAndWritesAtTheProcesss) {
@@ -87,6 +90,7 @@ TEST_F(HttpHandlerPoolsTest, ReadsRunAtTheLowerPriorityAndWritesAtTheProcesss) {
   if (base > 14) GTEST_SKIP() << "this test runs at nice " << base << ": no room to lower reads by 5";
   HttpServerOptions o;
   o.read_nice = 5;
+  o.read_handler_threads = 1;  // so that the second GET runs on the thread of the first
   Start(o);
   EXPECT_EQ(NiceOf("GET"), base + 5);
   EXPECT_EQ(NiceOf("GET"), base + 5) << "lowered once per thread, not once per request";
@@ -142,6 +146,23 @@ TEST_F(HttpHandlerPoolsTest, WhatTheCallerCallsNoReadSkipsTheReadPool) {
   auto got = blocked.get();
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->body, std::to_string(base + 5));
+}
+
+TEST(RestApiReads, ProbesMetricsAndWritesAreNotBackgroundReads) {
+  const auto request = [](std::string method, std::string path) {
+    HttpRequest r;
+    r.method = std::move(method);
+    r.path = std::move(path);
+    return r;
+  };
+  EXPECT_TRUE(RestApi::IsBackgroundRead(request("GET", "/api/v1/experiments")));
+  EXPECT_TRUE(RestApi::IsBackgroundRead(request("HEAD", "/api/v1/workers")));
+  EXPECT_TRUE(RestApi::IsBackgroundRead(request("GET", "/")));
+  EXPECT_FALSE(RestApi::IsBackgroundRead(request("GET", "/healthz")));
+  EXPECT_FALSE(RestApi::IsBackgroundRead(request("GET", "/readyz")));
+  EXPECT_FALSE(RestApi::IsBackgroundRead(request("GET", "/metrics")));
+  EXPECT_FALSE(RestApi::IsBackgroundRead(request("POST", "/api/v1/experiments/1/trials:suggest")));
+  EXPECT_FALSE(RestApi::IsBackgroundRead(request("DELETE", "/api/v1/experiments/1")));
 }
 
 TEST_F(HttpHandlerPoolsTest, ANiceOutsideZeroToNineteenIsRefusedByName) {

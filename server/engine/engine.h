@@ -382,10 +382,12 @@ class Engine {
   // without a checkpoint (any older one is deleted), so a promotion
   // restarts it from scratch. InvalidArgument: `step` is not its last
   // reported step. A repeated pause (a retried call) is acknowledged once,
-  // and so is the Pause of a worker whose upload of the rung's checkpoint
-  // already paused the trial, even when a promotion has since leased it to
-  // another worker (it changes nothing then). FailedPrecondition: the
-  // caller does not hold the trial's lease, and no pause of its took effect.
+  // and so is the Pause of a worker whose upload of the rung's checkpoint,
+  // to this server, already paused the trial, even when a promotion has
+  // since leased it again (it changes nothing then). FailedPrecondition:
+  // the caller does not hold the trial's lease, and no pause of its took
+  // effect; or the lease resumed the trial after `step` and has reported
+  // nothing since (a late Pause of the segment before).
   Status PauseTrial(const WorkerCaller& caller, store::Id trial_id, int64_t step, bool checkpoint_uploaded);
   // The worker could not restore the resumed trial's checkpoint: it trains
   // from scratch under the same lease (store::Store::RestartTrial), the
@@ -571,9 +573,6 @@ class Engine {
   friend class CheckpointUpload;
   // FailedPrecondition unless `trial` is leased or running under `owner`.
   static Status CheckHolds(const store::TrialRecord& trial, const std::string& owner, std::string_view action);
-  // Whether a Pause at `step` from a worker that no longer holds `trial`
-  // already took effect through its checkpoint's upload (PauseTrial).
-  Result<bool> PausedByItsUpload(const store::TrialRecord& trial, int64_t step, bool checkpoint_uploaded);
   // PauseTrial once the caller is known to hold `trial`'s lease.
   Status PauseHeld(const store::TrialRecord& trial, const std::string& owner, int64_t step, bool checkpoint_uploaded);
   // Best effort: deletes the trial's checkpoint now that it ended (the sweep
@@ -615,6 +614,23 @@ class Engine {
   void RememberHome(const store::TrialRecord& trial) HPO_EXCLUDES(homes_mu_);
   Mutex homes_mu_;
   std::unordered_map<store::Id, TrialHome> trial_homes_ HPO_GUARDED_BY(homes_mu_);
+
+  // The pauses that uploads of a rung's checkpoint made (CheckpointUpload::
+  // Commit), by trial: the owner and step, so that the owner's own Pause,
+  // which may arrive after a promotion leased the trial again, is
+  // acknowledged (PauseTrial). This server's uploads only: a Pause that
+  // reaches another replica after a promotion is refused, as before.
+  // Cleared whole at kMaxUploadPauses.
+  struct UploadPause {
+    std::string owner;
+    int64_t step = 0;
+  };
+  static constexpr size_t kMaxUploadPauses = 100'000;
+  void RememberUploadPause(store::Id trial_id, const std::string& owner, int64_t step)
+      HPO_EXCLUDES(upload_pauses_mu_);
+  bool PausedByUpload(store::Id trial_id, const std::string& owner, int64_t step) HPO_EXCLUDES(upload_pauses_mu_);
+  Mutex upload_pauses_mu_;
+  std::unordered_map<store::Id, UploadPause> upload_pauses_ HPO_GUARDED_BY(upload_pauses_mu_);
   std::chrono::steady_clock::time_point running_experiments_read_ HPO_GUARDED_BY(experiments_mu_);
 
   void Emit(std::string type, nlohmann::json data) const {

@@ -56,6 +56,7 @@ Status CheckpointUpload::Commit(std::string_view sha256) {
   // and the trial would start over from step 1.
   if (trial.stop_step && *trial.stop_step == step_) {
     Status s = engine_.PauseHeld(trial, owner_, step_, /*checkpoint_uploaded=*/true);
+    if (s.ok()) engine_.RememberUploadPause(trial_id_, owner_, step_);
     // Not reported up to its rung yet: the worker's own Pause decides.
     if (!s.IsInvalidArgument()) return s;
   }
@@ -106,23 +107,32 @@ Status Engine::PauseTrial(const WorkerCaller& caller, Id trial_id, int64_t step,
     if (!s.IsFailedPrecondition()) return s;
     HPO_ASSIGN_OR_RETURN(trial, store_.GetTrial(trial_id));
   }
-  if (Status holds = CheckHolds(trial, owner, "pause"); !holds.ok()) {
-    HPO_ASSIGN_OR_RETURN(const bool done, PausedByItsUpload(trial, step, checkpoint_uploaded));
-    return done ? Status::OK() : holds;
+  // The upload of the rung's checkpoint paused the trial already, and a
+  // promotion may have leased it again since, to any device (this worker's
+  // own included): the pause took effect, and nothing changes.
+  if (checkpoint_uploaded && trial.resume_step == step && PausedByUpload(trial_id, owner, step)) {
+    return Status::OK();
+  }
+  HPO_RETURN_IF_ERROR(CheckHolds(trial, owner, "pause"));
+  if (trial.state == TrialState::kLeased && step > 0 && step == trial.resume_step) {
+    // A lease that resumed the trial after `step` and ran nothing yet: the
+    // late Pause of the segment before it must not end this one.
+    return Status::FailedPrecondition("cannot pause " + TrialName(trial_id) + " after step " + std::to_string(step) +
+                                      ": it resumed after that step and has reported no step since");
   }
   return PauseHeld(trial, owner, step, checkpoint_uploaded);
 }
 
-Result<bool> Engine::PausedByItsUpload(const store::TrialRecord& trial, int64_t step, bool checkpoint_uploaded) {
-  // The upload of the rung's checkpoint paused the trial (CheckpointUpload::
-  // Commit), and a promotion may lease it to another worker before this
-  // worker's Pause arrives: its pause took effect, so it is acknowledged
-  // and changes nothing. Only an upload by the lease holder commits, and
-  // only a pause at `step` leaves resume_step there with that step's
-  // checkpoint, so nobody else's pause answers to these.
-  if (!checkpoint_uploaded || !options_.artifacts || step <= 0 || trial.resume_step != step) return false;
-  HPO_ASSIGN_OR_RETURN(const auto info, options_.artifacts->Stat(trial.id));
-  return info && info->step == step;
+void Engine::RememberUploadPause(Id trial_id, const std::string& owner, int64_t step) {
+  MutexLock lock(upload_pauses_mu_);
+  if (upload_pauses_.size() >= kMaxUploadPauses) upload_pauses_.clear();
+  upload_pauses_[trial_id] = UploadPause{owner, step};
+}
+
+bool Engine::PausedByUpload(Id trial_id, const std::string& owner, int64_t step) {
+  MutexLock lock(upload_pauses_mu_);
+  const auto it = upload_pauses_.find(trial_id);
+  return it != upload_pauses_.end() && it->second.owner == owner && it->second.step == step;
 }
 
 Status Engine::PauseHeld(const store::TrialRecord& trial, const std::string& owner, int64_t step,

@@ -308,6 +308,11 @@ Result<HttpResponse> RestApi::Dispatch(const Route& route, const RouteCall& call
 
 Result<HttpResponse> RestApi::Healthz(const RouteCall&) { return HttpResponse{200, "text/plain", "ok\n", {}, {}}; }
 
+bool RestApi::IsBackgroundRead(const HttpRequest& req) {
+  if (req.method != "GET" && req.method != "HEAD") return false;
+  return req.path != "/healthz" && req.path != "/readyz" && req.path != "/metrics";
+}
+
 Result<HttpResponse> RestApi::Readyz(const RouteCall&) {
   HPO_RETURN_IF_ERROR(engine_.CheckStore());
   return HttpResponse{200, "text/plain", "ready\n", {}, {}};

@@ -49,6 +49,12 @@ class RestApi {
  public:
   RestApi(Engine& engine, EventBus& events, metrics::Registry& metrics, ApiOptions options);
   HttpResponse Handle(const HttpRequest& req);
+  // Whether `req` is a read that yields to the workers' RPCs under load
+  // (HttpServerOptions::is_read): a GET or HEAD, except the health probes
+  // and /metrics, which must answer a saturated server in time (a liveness
+  // probe that times out restarts it; a scrape that does is a gap in the
+  // graphs when they matter most).
+  static bool IsBackgroundRead(const HttpRequest& req);
   // The OpenAPI 3 document served at /openapi.json: the fixed parts of
   // server/http/openapi.cc and one operation per row of Routes().
   static const std::string& OpenApi();
