@@ -148,7 +148,7 @@ TEST_F(HttpHandlerPoolsTest, WhatTheCallerCallsNoReadSkipsTheReadPool) {
   EXPECT_EQ(got->body, std::to_string(base + 5));
 }
 
-TEST(RestApiReads, ProbesMetricsAndWritesAreNotBackgroundReads) {
+TEST(RestApiReads, ProbesAndWritesAreNotBackgroundReads) {
   const auto request = [](std::string method, std::string path) {
     HttpRequest r;
     r.method = std::move(method);
@@ -160,7 +160,7 @@ TEST(RestApiReads, ProbesMetricsAndWritesAreNotBackgroundReads) {
   EXPECT_TRUE(RestApi::IsBackgroundRead(request("GET", "/")));
   EXPECT_FALSE(RestApi::IsBackgroundRead(request("GET", "/healthz")));
   EXPECT_FALSE(RestApi::IsBackgroundRead(request("GET", "/readyz")));
-  EXPECT_FALSE(RestApi::IsBackgroundRead(request("GET", "/metrics")));
+  EXPECT_TRUE(RestApi::IsBackgroundRead(request("GET", "/metrics")));
   EXPECT_FALSE(RestApi::IsBackgroundRead(request("POST", "/api/v1/experiments/1/trials:suggest")));
   EXPECT_FALSE(RestApi::IsBackgroundRead(request("DELETE", "/api/v1/experiments/1")));
 }

@@ -310,7 +310,7 @@ Result<HttpResponse> RestApi::Healthz(const RouteCall&) { return HttpResponse{20
 
 bool RestApi::IsBackgroundRead(const HttpRequest& req) {
   if (req.method != "GET" && req.method != "HEAD") return false;
-  return req.path != "/healthz" && req.path != "/readyz" && req.path != "/metrics";
+  return req.path != "/healthz" && req.path != "/readyz";
 }
 
 Result<HttpResponse> RestApi::Readyz(const RouteCall&) {
