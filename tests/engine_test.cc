@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -994,6 +995,62 @@ TEST_F(EngineTest, ALeaseDoesNotWaitForAnotherLeaseMakingATrial) {
   auto n = store_->CountTrials(e->id);
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(n->leased, 2);
+}
+
+// While armed, stalls every lease of the first pending trial a lease takes
+// once armed (`stalled_trial`); the others go through.
+class StalledLeaseOfOne : public testing::StoreWrapper, public testing::StallGate {
+ public:
+  using StoreWrapper::StoreWrapper;
+  std::atomic<bool> choosing{false};
+  std::atomic<store::Id> stalled_trial{0};
+  Result<store::TrialRecord> LeaseTrial(store::Id trial_id, const std::string& owner, int64_t lease_ms) override {
+    store::Id none = 0;
+    if (choosing) stalled_trial.compare_exchange_strong(none, trial_id);
+    if (trial_id == stalled_trial.load()) StallWhileArmed();
+    return StoreWrapper::LeaseTrial(trial_id, owner, lease_ms);
+  }
+};
+
+// Leases that asked at once all chose the same waiting trial; all but one
+// lost the race in the store and planned again (bench/load's lease tail).
+// A lease now plans without the trials other leases are taking.
+TEST_F(EngineTest, ALeaseDoesNotChooseTheTrialAnotherLeaseIsTaking) {
+  StalledLeaseOfOne stalled(*store_);
+  Engine engine(stalled, Options());
+  // max_parallel 2: with both trials waiting, only they are offered.
+  auto e = engine.CreateExperiment(Spec(kBuiltin, 20, 2));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const TestWorker one = AddWorker(engine, "one"), two = AddWorker(engine, "two"), three = AddWorker(engine, "three");
+  // Two trials come to wait for a device: their leases expired.
+  auto a = engine.LeaseForWorker(three.caller, three.device);
+  auto b = engine.LeaseForWorker(three.caller, three.device);
+  ASSERT_TRUE(a.ok() && a->has_value() && b.ok() && b->has_value());
+  clock_.Advance(engine.options().worker_lease_ms + 1);
+  ASSERT_TRUE(engine.ReclaimExpiredLeases().ok());
+  ASSERT_EQ(store_->GetTrial((*a)->trial.id)->state, TrialState::kPending);
+  ASSERT_EQ(store_->GetTrial((*b)->trial.id)->state, TrialState::kPending);
+  // Worker 1 takes one of them, and stalls in the store doing so.
+  stalled.choosing = true;
+  stalled.Arm();
+  std::optional<Result<std::optional<Lease>>> got1;
+  std::thread worker1([&] { got1 = engine.LeaseForWorker(one.caller, one.device); });
+  const bool stalled_taking = stalled.WaitUntilStalled(std::chrono::seconds(30));
+  // Worker 2 asks meanwhile: it takes the other one and goes. (The 30 s
+  // only keep a broken engine from hanging the test.)
+  auto second = std::async(std::launch::async, [&] { return engine.LeaseForWorker(two.caller, two.device); });
+  const bool returned = second.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  stalled.Release();
+  worker1.join();
+  ASSERT_TRUE(stalled_taking) << "worker 1's lease took no waiting trial";
+  EXPECT_TRUE(returned) << "worker 2's lease chose the trial worker 1 was taking";
+  const store::Id taken = stalled.stalled_trial;
+  const store::Id other = taken == (*a)->trial.id ? (*b)->trial.id : (*a)->trial.id;
+  auto got2 = second.get();
+  ASSERT_TRUE(got2.ok() && got2->has_value()) << got2.status();
+  EXPECT_EQ((*got2)->trial.id, other) << "the other waiting trial, not a new one";
+  ASSERT_TRUE(got1 && got1->ok() && (*got1)->has_value());
+  EXPECT_EQ((**got1)->trial.id, taken);
 }
 
 // GET /workers lists each device's newest measured speed per workload from

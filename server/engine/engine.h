@@ -27,6 +27,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/batcher.h"
@@ -493,6 +494,13 @@ class Engine {
     // once queued for one suggestion each (issue #19: bench/load's lease
     // p99 of 4 s under ASHA).
     std::unique_ptr<Batcher<NewTrialRequest>> new_trials;
+    // The paused or pending trials a lease in flight chose and has not yet
+    // written (lease.cc, LeaseClaim): other leases plan without them.
+    // Before, every lease that asked at once chose the same promotion, and
+    // all but one lost the race in the store and planned again (bench/load's
+    // lease tail).
+    Mutex claims_mu;
+    std::unordered_set<store::Id> claimed HPO_GUARDED_BY(claims_mu);
   };
   // An experiment that is no longer running: its view and its samplers'
   // copy go (a server that runs experiment after experiment would keep
@@ -651,6 +659,7 @@ class Engine {
   // the work it offers this device - promotable paused trials, pending
   // trials, a new trial per space while budget and max_parallel allow -
   // and the policy's choice among them (`without_new`: no new trial offered).
+  class LeaseClaim;  // lease.cc
   struct LeasePlan {
     std::vector<scheduler::WorkItem> items;
     std::map<store::Id, search::Promotion> promotion_of;  // of the kResume items, by trial id

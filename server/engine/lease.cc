@@ -24,6 +24,30 @@ Result<std::optional<store::TrialRecord>> NoTrial() { return std::optional<store
 
 }  // namespace
 
+// A lease's claim on the paused or pending trial it chose, from its choice
+// until its write is in the view (Cached::claimed); a trial another lease
+// claimed first is not taken.
+class Engine::LeaseClaim {
+ public:
+  LeaseClaim(Cached& c, Id trial_id) : c_(c), trial_id_(trial_id) {
+    MutexLock lock(c_.claims_mu);
+    held_ = c_.claimed.insert(trial_id_).second;
+  }
+  ~LeaseClaim() {
+    if (!held_) return;
+    MutexLock lock(c_.claims_mu);
+    c_.claimed.erase(trial_id_);
+  }
+  LeaseClaim(const LeaseClaim&) = delete;
+  LeaseClaim& operator=(const LeaseClaim&) = delete;
+  bool held() const { return held_; }
+
+ private:
+  Cached& c_;
+  const Id trial_id_;
+  bool held_ = false;
+};
+
 int64_t Engine::NowMs() const {
   if (options_.clock) return options_.clock();
   using namespace std::chrono;
@@ -70,6 +94,12 @@ Result<std::optional<Lease>> Engine::GrantLease(Id worker_id, Id device_id) {
         HPO_ASSIGN_OR_RETURN(LeasePlan other, PlanLease(e, *c, device_id, asked, /*without_new=*/true));
         if (other.decision.run) plan = std::move(other);
       }
+      const scheduler::WorkItem& chosen = plan.items[plan.decision.item];
+      std::optional<LeaseClaim> claim;
+      if (chosen.kind != scheduler::WorkItem::Kind::kNew) {
+        claim.emplace(*c, chosen.trial_id);
+        if (!claim->held()) continue;  // another lease chose it since this one planned
+      }
       HPO_ASSIGN_OR_RETURN(const std::optional<store::TrialRecord> leased,
                            ApplyPlan(e, *c, plan, worker_id, device_id));
       if (!leased) continue;
@@ -112,6 +142,11 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
     in.finished_per_space = view->finished_per_space;
     in.finished_per_space.resize(spec.spaces.size(), 0);
     std::vector<int> per_space(in.finished_per_space.begin(), in.finished_per_space.end());
+    std::unordered_set<Id> claimed;
+    {
+      MutexLock lock(c.claims_mu);
+      claimed = c.claimed;
+    }
     const auto list = [&](Id id, const TrialEntry& t) {
       ++per_space[t.space];
       scheduler::OfferTrial o;
@@ -121,6 +156,8 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
         case TrialState::kRunning: o.phase = scheduler::OfferTrial::Phase::kOnDevice; break;
         default: o.phase = scheduler::OfferTrial::Phase::kPaused; break;  // the one other open state
       }
+      // Another lease is putting it on a device: counted there, not offered.
+      if (!claimed.empty() && claimed.count(id)) o.phase = scheduler::OfferTrial::Phase::kOnDevice;
       o.id = id;
       o.space = t.space;
       o.index = t.index;
