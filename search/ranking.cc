@@ -11,35 +11,37 @@ namespace {
 double NormalPdf(double z) { return 0.3989422804014327 * std::exp(-0.5 * z * z); }
 double NormalCdf(double z) { return 0.5 * std::erfc(-z / 1.4142135623730951); }
 
-// The standard deviation of min(y*) over every bootstrap resample y* of
-// `sorted` (n draws with replacement), exactly: P(min(y*) >= y(j)) =
-// ((n-j+1)/n)^n, 1-based. Past the first few dozen order statistics the
-// probabilities underflow to zero, so the loop ends early.
-// REQUIRES: `sorted` ascending and not empty; only its first
-// kBootstrapOrderStatistics are read.
-constexpr size_t kBootstrapOrderStatistics = 747;  // exp(-j) underflows past j = 745
-double BootstrapMinStdDev(const std::vector<double>& sorted) {
-  const size_t n = sorted.size();
+// The standard deviation of min(y*) over every bootstrap resample y* of n
+// results (n draws with replacement), exactly: P(min(y*) >= y(j)) =
+// ((n-j+1)/n)^n, 1-based. `smallest` holds the first order statistics, at
+// most kRankingOrderStatistics of them (the weight past those is below what
+// a double holds next to the rest, search/ranking.h).
+// REQUIRES: `smallest` ascending and not empty, n >= smallest.size().
+double BootstrapMinStdDev(const std::vector<double>& smallest, int64_t n) {
   const double dn = static_cast<double>(n);
-  // at_least(j) = P(min(y*) >= sorted[j]), 0-based j.
-  auto at_least = [&](size_t j) { return j >= n ? 0.0 : std::exp(dn * std::log1p(-static_cast<double>(j) / dn)); };
-  std::vector<double> p;
+  const size_t m = std::min(smallest.size(), kRankingOrderStatistics);
+  // at_least(j) = P(min(y*) >= y(j+1)), 0-based j.
+  auto at_least = [&](size_t j) {
+    return j >= static_cast<size_t>(n) ? 0.0 : std::exp(dn * std::log1p(-static_cast<double>(j) / dn));
+  };
+  double p[kRankingOrderStatistics];
+  size_t used = 0;
   double at_least_j = at_least(0);
-  for (size_t j = 0; j < std::min(n, kBootstrapOrderStatistics); ++j) {
+  for (size_t j = 0; j < m; ++j) {
     const double at_least_next = at_least(j + 1);
     const double pj = at_least_j - at_least_next;
     if (pj <= 0 && j > 0) break;  // the rest is below what a double holds
-    p.push_back(pj);
+    p[used++] = pj;
     at_least_j = at_least_next;
   }
   double mean = 0, mass = 0;
-  for (size_t j = 0; j < p.size(); ++j) {
-    mean += p[j] * sorted[j];
+  for (size_t j = 0; j < used; ++j) {
+    mean += p[j] * smallest[j];
     mass += p[j];
   }
   mean /= mass;
   double var = 0;
-  for (size_t j = 0; j < p.size(); ++j) var += p[j] * (sorted[j] - mean) * (sorted[j] - mean);
+  for (size_t j = 0; j < used; ++j) var += p[j] * (smallest[j] - mean) * (smallest[j] - mean);
   return std::sqrt(std::max(0.0, var / mass));
 }
 
@@ -68,6 +70,27 @@ std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
 std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
                                   const std::vector<std::vector<double>>& ranked_values,
                                   const RankingOptions& o) {
+  std::vector<SpaceResults> results(ranked_values.size());
+  for (size_t s = 0; s < ranked_values.size(); ++s) {
+    std::vector<double> y;
+    y.reserve(ranked_values[s].size());
+    for (const double v : ranked_values[s]) {
+      if (!std::isnan(v)) y.push_back(v);
+    }
+    SpaceResults& r = results[s];
+    r.count = static_cast<int64_t>(y.size());
+    if (y.empty()) continue;
+    r.largest = *std::max_element(y.begin(), y.end());
+    const auto kept = y.begin() + static_cast<std::ptrdiff_t>(std::min(y.size(), kRankingOrderStatistics));
+    std::nth_element(y.begin(), kept, y.end());
+    std::sort(y.begin(), kept);
+    r.smallest.assign(y.begin(), kept);
+  }
+  return RankSpaces(spaces, results, o);
+}
+
+std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces, const std::vector<SpaceResults>& results,
+                                  const RankingOptions& o) {
   const size_t k = spaces.size();
   std::vector<SpaceRank> out(k);
   double max_bits = 0;
@@ -75,17 +98,13 @@ std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
     out[s].complexity_bits = spaces[s].ComplexityBits();
     max_bits = std::max(max_bits, out[s].complexity_bits);
   }
-  std::vector<std::vector<double>> values(k);
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
   for (size_t s = 0; s < k; ++s) {
     out[s].complexity = max_bits > 0 ? out[s].complexity_bits / max_bits : 0;
-    for (const double v : ranked_values[s]) {
-      if (std::isnan(v)) continue;
-      values[s].push_back(v);
-      lo = std::min(lo, v);
-      hi = std::max(hi, v);
-    }
-    out[s].results = static_cast<int>(values[s].size());
+    out[s].results = static_cast<int>(results[s].count);
+    if (results[s].count == 0) continue;
+    lo = std::min(lo, results[s].smallest.front());
+    hi = std::max(hi, results[s].largest);
   }
   // Spreads below 1% of the overall range are noise, not certainty.
   const double floor_u = std::isfinite(hi - lo) && hi > lo ? 0.01 * (hi - lo) : 1e-9;
@@ -93,15 +112,9 @@ std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
   double global_best = std::numeric_limits<double>::infinity();
   for (size_t s = 0; s < k; ++s) {
     if (out[s].results < o.min_results) continue;
-    // Only the smallest values count (see BootstrapMinStdDev): at 10,000
-    // trials a sort of all of them was most of a ranking's time.
-    std::vector<double>& y = values[s];
-    const auto sorted_end = y.begin() + static_cast<std::ptrdiff_t>(std::min(y.size(), kBootstrapOrderStatistics));
-    std::nth_element(y.begin(), sorted_end, y.end());
-    std::sort(y.begin(), sorted_end);
-    out[s].best = y.front();
+    out[s].best = results[s].smallest.front();
     global_best = std::min(global_best, out[s].best);
-    out[s].uncertainty = std::max(BootstrapMinStdDev(y), floor_u);
+    out[s].uncertainty = std::max(BootstrapMinStdDev(results[s].smallest, results[s].count), floor_u);
   }
 
   double max_priority = 0;

@@ -304,5 +304,38 @@ TYPED_TEST(TrialViewTest, AKeptCopyOfTheHistoriesCopiesOnlyWhatChanged) {
   EXPECT_EQ(this->UpdateCopy(rereading, kept, "another replica's changes"), 3u) << "only what changed";
 }
 
+// The kept ranking lists the trials changed since it last read them, and
+// past what that list holds (65,536) reads every trial. Both ways, and with
+// values that come, change and go, it must give what a ranking made from
+// every trial gives.
+TYPED_TEST(TrialViewTest, AKeptRankingFollowsChangesPastWhatItLists) {
+  TrialView view(*this->counting_, this->experiment_, this->spec_, std::chrono::hours(1));
+  HistoriesCopy copy;
+  auto trials = this->Suggest(10);
+  ASSERT_EQ(trials.size(), 10u);
+  // Outcome i goes to trial `first + i % count`.
+  auto outcomes = [&](int from, int to, size_t first, size_t count) {
+    for (int i = from; i < to; ++i) {
+      const auto& t = trials[first + static_cast<size_t>(i) % count].trial;
+      if (i % 7 == 3) {
+        view.SetOutcome(t.id, store::TrialState::kFailed, std::nullopt);  // its value goes
+      } else {
+        view.SetOutcome(t.id, store::TrialState::kCompleted, 0.1 + ((i * 37) % 101) / 100.0);
+      }
+    }
+  };
+  this->UpdateCopy(view, copy, "the first read");
+  outcomes(0, 20, 0, 10);
+  this->UpdateCopy(view, copy, "20 outcomes, listed");
+  // The first five trials change first, then only the last five, more
+  // times than the list holds.
+  outcomes(20, 25, 0, 5);
+  outcomes(25, 70'025, 5, 5);
+  this->UpdateCopy(view, copy, "70,005 outcomes, more than the list holds");
+  outcomes(70'025, 70'030, 0, 10);
+  ASSERT_TRUE(view.ApplyReport(trials[0].trial, 3, 0.01, true, nullptr).ok());  // running again: no value
+  this->UpdateCopy(view, copy, "listed again after a whole reading");
+}
+
 }  // namespace
 }  // namespace hpo::server

@@ -34,40 +34,80 @@ search::TrialStatus SearchStatus(TrialState s) {
 }
 
 namespace {
-// The observation at (space, index), counted as changed: every change to a
-// view's histories goes through here, or appends an observation and counts
-// it (Add).
+// Counts the observation at (space, index) as changed: every change to a
+// view's histories goes through here.
+void NoteChanged(TrialsSnapshot& view, size_t space, size_t index) {
+  if (index < view.changed[space].size()) {
+    view.changed[space][index] = ++view.revision;
+  } else {
+    view.changed[space].push_back(++view.revision);  // appended
+  }
+  TrialsSnapshot::Ranking& r = view.ranking;
+  if (!r.made || r.all_stale) return;  // the next ranking reads every trial
+  // Past this many the next ranking reads every trial: about what a list
+  // of them would cost it.
+  constexpr size_t kMaxStale = 65'536;
+  if (r.stale.size() >= kMaxStale) {
+    r.stale.clear();
+    r.all_stale = true;
+    return;
+  }
+  r.stale.emplace_back(space, index);
+}
+
+// The observation at (space, index), counted as changed.
 search::Observation& Changing(TrialsSnapshot& view, size_t space, size_t index) {
-  view.changed[space][index] = ++view.revision;
+  NoteChanged(view, space, index);
   return view.histories[space].trials[index];
+}
+
+// Brings what the ranking holds of one trial to its ranked value; returns
+// whether that changed.
+bool Rerank(TrialsSnapshot::Ranking& r, size_t space, size_t index, double value) {
+  std::vector<double>& values = r.ranked_values[space];
+  if (values.size() <= index) values.resize(index + 1, std::numeric_limits<double>::quiet_NaN());
+  double& was = values[index];
+  if (std::isnan(value) ? std::isnan(was) : value == was) return false;
+  std::multiset<double>& ordered = r.ordered[space];
+  if (!std::isnan(was)) ordered.erase(ordered.find(was));
+  if (!std::isnan(value)) ordered.insert(value);
+  was = value;
+  return true;
 }
 }  // namespace
 
 const std::vector<search::SpaceRank>& SpaceRanking(TrialsSnapshot& view,
                                                    const std::vector<search::SearchSpace>& spaces) {
   TrialsSnapshot::Ranking& r = view.ranking;
-  bool changed = !r.made;
-  if (!r.made) r.ranked_values.assign(view.histories.size(), {});
-  if (!r.made || r.revision != view.revision) {
+  bool changed = false;
+  if (!r.made || r.all_stale) {
+    r.ranked_values.assign(view.histories.size(), {});
+    r.ordered.assign(view.histories.size(), {});
     for (size_t s = 0; s < view.histories.size(); ++s) {
       const auto& trials = view.histories[s].trials;
-      auto& values = r.ranked_values[s];
-      const size_t known = values.size();
-      if (trials.size() < known) changed = true;  // not expected of a view: trials are only added
-      values.resize(trials.size(), std::numeric_limits<double>::quiet_NaN());
-      for (size_t i = 0; i < trials.size(); ++i) {
-        if (r.made && i < known && view.changed[s][i] <= r.revision) continue;
-        const double v = search::RankedValue(trials[i]);
-        if (std::isnan(v) ? !std::isnan(values[i]) : v != values[i]) {
-          values[i] = v;
-          changed = true;
-        }
+      for (size_t i = 0; i < trials.size(); ++i) Rerank(r, s, i, search::RankedValue(trials[i]));
+    }
+    changed = true;
+  } else {
+    for (const auto& [s, i] : r.stale) changed |= Rerank(r, s, i, search::RankedValue(view.histories[s].trials[i]));
+  }
+  r.stale.clear();
+  r.all_stale = false;
+  r.made = true;
+  if (changed) {
+    std::vector<search::SpaceResults> results(r.ordered.size());
+    for (size_t s = 0; s < r.ordered.size(); ++s) {
+      const std::multiset<double>& ordered = r.ordered[s];
+      results[s].count = static_cast<int64_t>(ordered.size());
+      if (ordered.empty()) continue;
+      results[s].largest = *ordered.rbegin();
+      for (auto it = ordered.begin();
+           it != ordered.end() && results[s].smallest.size() < search::kRankingOrderStatistics; ++it) {
+        results[s].smallest.push_back(*it);
       }
     }
-    r.revision = view.revision;
+    r.ranks = search::RankSpaces(spaces, results);
   }
-  if (changed) r.ranks = search::RankSpaces(spaces, r.ranked_values);
-  r.made = true;
   return r.ranks;
 }
 
@@ -164,7 +204,7 @@ void TrialView::Add(TrialsSnapshot& view, const store::TrialRecord& trial) const
   e.updated_ms = trial.updated_ms;
   SetState(view, trial.id, view.trials.emplace(trial.id, e).first->second, trial.state, /*added=*/true);
   trials.push_back(std::move(o));
-  view.changed[si->second].push_back(++view.revision);
+  NoteChanged(view, si->second, e.index);
 }
 
 Result<TrialsSnapshot> TrialView::ReadNow() const {

@@ -84,20 +84,27 @@ struct TrialsSnapshot {
   std::set<store::Id> open;
   std::vector<int64_t> finished_per_space;
   // The space ranking of `histories`, kept by SpaceRanking() with what
-  // each trial gave it (search::RankedValue), as of `revision`.
+  // each trial gave it (search::RankedValue), and those values per space
+  // in order, so that a ranking reads only their smallest
+  // (search::SpaceResults) and a change costs O(log n).
   struct Ranking {
     bool made = false;
-    uint64_t revision = 0;
     std::vector<std::vector<double>> ranked_values;  // parallel to `histories`
+    std::vector<std::multiset<double>> ordered;      // per space: its ranked values but NaN
     std::vector<search::SpaceRank> ranks;
+    // The observations changed since the ranking last read them (space,
+    // index), so that it does not walk every trial on each lease; when
+    // they are too many to list, `all_stale` says to read every one.
+    std::vector<std::pair<size_t, size_t>> stale;
+    bool all_stale = false;
   };
   Ranking ranking;
 };
 
 // search::RankSpaces of the view's histories (default options): made again
 // only when a trial's ranked value changed since it was last made, which
-// the trials changed since then (TrialsSnapshot::changed) tell. A report of
-// a running trial changes none. Call with the view's lock held.
+// the trials changed since then (TrialsSnapshot::Ranking::stale) tell. A
+// report of a running trial changes none. Call with the view's lock held.
 const std::vector<search::SpaceRank>& SpaceRanking(TrialsSnapshot& view,
                                                    const std::vector<search::SearchSpace>& spaces);
 
