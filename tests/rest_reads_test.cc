@@ -119,7 +119,6 @@ TYPED_TEST_SUITE(RestReadsTest, Backends, BackendNames);
 TYPED_TEST(RestReadsTest, SinceACursorOnlyTheTrialsAndPointsThatChangedComeBack) {
   auto trials = this->MakeTrials(4);
   this->Lease(trials[1]);
-  this->Report(trials[1], 0, 0.9);
   const json full = this->CallJson("GET", this->Path("/trials?limit=100"), 200);
   ASSERT_EQ(full["trials"].size(), 4u);
   const std::string cursor = full["cursor"];
@@ -148,6 +147,15 @@ TYPED_TEST(RestReadsTest, SinceACursorOnlyTheTrialsAndPointsThatChangedComeBack)
   // Nothing changed after the latest cursor: nothing comes back.
   EXPECT_TRUE(after_trials["trials"].empty()) << after_trials.dump();
   EXPECT_TRUE(after_curves["trials"].empty()) << after_curves.dump();
+
+  // A running trial's next point comes back; the trial does not, as its
+  // row did not change (a report writes a running trial's row only to renew
+  // its lease: Store::ReportRenewsBefore).
+  this->Report(trials[1], 2, 0.4);
+  EXPECT_TRUE(this->CallJson("GET", this->Path("/trials?since=" + latest), 200)["trials"].empty());
+  const json point = this->CallJson("GET", this->Path("/measurements?since=" + latest), 200);
+  ASSERT_EQ(point["trials"].size(), 1u) << point.dump();
+  EXPECT_EQ(point["trials"][0]["steps"], json::array({2}));
 }
 
 TYPED_TEST(RestReadsTest, ACursorStaysGoodAcrossAServerRestart) {

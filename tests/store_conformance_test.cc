@@ -1155,6 +1155,68 @@ TYPED_TEST(StoreTest, TrialsCreatedForADeviceAreLeasedAndPausedOnesLeaveRoomUnde
   EXPECT_TRUE(this->store_->CreateTrialsUpTo(e.id, {bad}, {}).status().IsInvalidArgument());
 }
 
+// A report renews the lease only when less than nearly its length is left
+// (Store::ReportRenewsBefore: 10% of it, at most a second), and otherwise
+// leaves the trial's row as it is: its revision too, while the step is kept.
+TYPED_TEST(StoreTest, AReportRenewsItsLeaseOnlyWhenItIsNeeded) {
+  auto e = this->MakeExperiment();
+  NewTrial nt;
+  nt.lease_owner = "worker/1";
+  nt.lease_ms = 20'000;
+  auto made = this->store_->CreateTrialsUpTo(e.id, {nt}, {});
+  ASSERT_TRUE(made.ok() && made->size() == 1u) << made.status();
+  const Id id = (*made)[0].id;
+  const TimeMs start = *this->clock_.now;
+  // The first report writes the row (leased -> running) and renews.
+  auto first = this->store_->ReportMeasurement(id, "worker/1", this->Step(0, 0.9), 10'000);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->trial.state, TrialState::kRunning);
+  EXPECT_EQ(first->trial.lease_expires_ms, start + 10'000);
+  // 0.9 s later 9.1 s are left, more than 10 s less a second: not renewed.
+  this->clock_.Advance(900);
+  auto second = this->store_->ReportMeasurement(id, "worker/1", this->Step(1, 0.8), 10'000);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(second->inserted);
+  EXPECT_EQ(second->trial.lease_expires_ms, start + 10'000);
+  EXPECT_EQ(second->trial.revision, first->trial.revision) << "the row was written again";
+  auto stored = this->store_->GetTrial(id);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->lease_expires_ms, start + 10'000);
+  EXPECT_EQ(stored->revision, first->trial.revision);
+  EXPECT_EQ(this->store_->ListMeasurements(id)->size(), 2u) << "the step is kept all the same";
+  // 0.2 s later 8.9 s are left: renewed to 10 s from now.
+  this->clock_.Advance(200);
+  auto third = this->store_->ReportMeasurement(id, "worker/1", this->Step(2, 0.7), 10'000);
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(third->trial.lease_expires_ms, *this->clock_.now + 10'000);
+  EXPECT_GT(third->trial.revision, first->trial.revision);
+  // Without renew_lease_ms nothing is renewed.
+  this->clock_.Advance(450);
+  auto no_renew = this->store_->ReportMeasurement(id, "worker/1", this->Step(3, 0.6), std::nullopt);
+  ASSERT_TRUE(no_renew.ok()) << no_renew.status();
+  EXPECT_EQ(no_renew->trial.lease_expires_ms, third->trial.lease_expires_ms);
+  // A short lease keeps 90% of its length: 500 ms, renewed below 450 left.
+  nt.lease_ms = 500;
+  auto made_short = this->store_->CreateTrialsUpTo(e.id, {nt}, {});
+  ASSERT_TRUE(made_short.ok() && made_short->size() == 1u) << made_short.status();
+  const Id short_id = (*made_short)[0].id;
+  ASSERT_TRUE(this->store_->ReportMeasurement(short_id, "worker/1", this->Step(0, 0.9), 500).ok());
+  const TimeMs short_start = *this->clock_.now;
+  this->clock_.Advance(40);
+  EXPECT_EQ(this->store_->ReportMeasurement(short_id, "worker/1", this->Step(1, 0.8), 500)->trial.lease_expires_ms,
+            short_start + 500);
+  this->clock_.Advance(20);
+  EXPECT_EQ(this->store_->ReportMeasurement(short_id, "worker/1", this->Step(2, 0.7), 500)->trial.lease_expires_ms,
+            *this->clock_.now + 500);
+  // A finished trial still refuses a report.
+  FinishRequest done;
+  done.state = TrialState::kCompleted;
+  ASSERT_TRUE(this->store_->FinishTrial(id, "worker/1", done).ok());
+  EXPECT_TRUE(this->store_->ReportMeasurement(id, "worker/1", this->Step(4, 0.4), 10'000)
+                  .status()
+                  .IsFailedPrecondition());
+}
+
 TYPED_TEST(StoreTest, AReportReturnsItsTrialAndStopsAtItsLeasesStopStep) {
   auto e = this->MakeExperiment();
   NewTrial nt;

@@ -894,15 +894,17 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
   if (speed) HPO_RETURN_IF_ERROR(CheckSpeedObservation(*speed));
   const TimeMs now = Now();
   const SqlValue expires = renew_lease_ms ? SqlValue(now + *renew_lease_ms) : Null();
-  // The UPDATE checks ownership and the lease's stop_step, and locks the
-  // trial row, so a concurrent FinishTrial cannot slip between the check
-  // and the insert. It returns the trial as the report leaves it.
-  static const std::string kClaim =
+  const SqlValue renew_before = renew_lease_ms ? SqlValue(ReportRenewsBefore(now, *renew_lease_ms)) : Null();
+  // Whether the trial is the owner's to report on, at this step.
+  static const std::string kClaimable =
+      "id = $1 AND lease_owner = $2 AND state IN ('leased', 'running') AND (stop_step IS NULL OR stop_step >= $5)";
+  // The trial's row is written only when the report changes it: its first
+  // (leased -> running), or a lease to renew (Store::ReportRenewsBefore).
+  static const std::string kClaimWrite =
       "UPDATE trials SET state = 'running', updated_ms = $3,"
       " lease_expires_ms = COALESCE(CAST($4 AS BIGINT), lease_expires_ms) "
-      "WHERE id = $1 AND lease_owner = $2 AND state IN ('leased', 'running') "
-      "AND (stop_step IS NULL OR stop_step >= $5) RETURNING " +
-      std::string(kTrialColumns);
+      "WHERE " + kClaimable + " AND (state = 'leased' OR (CAST($6 AS BIGINT) IS NOT NULL AND"
+      " (lease_expires_ms IS NULL OR lease_expires_ms < $6)))";
   // Why the claim took no row.
   auto refused = [&](SqlConnection& c) {
     auto rows = c.Query("SELECT state, lease_owner, stop_step FROM trials WHERE id = $1", {trial_id});
@@ -922,16 +924,21 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
   // device is registered (its foreign key would fail the report otherwise).
   if (driver_->writable_cte()) {
     // One statement, one round trip; its text made once, with and without
-    // the speed observation.
+    // the speed observation. `t` is the trial as the report leaves it:
+    // written (w), or else read and locked against a concurrent finish
+    // (FOR SHARE, which a finish's UPDATE waits for), so that the finish
+    // cannot slip between the check and the insert.
     const auto statement = [](bool with_speed) {
-      std::string sql = "WITH t AS (" + kClaim +
-                        "), ins AS (INSERT INTO measurements (trial_id, step, metrics, "
+      std::string sql = "WITH w AS (" + kClaimWrite + " RETURNING " + std::string(kTrialColumns) +
+                        "), r AS (SELECT " + std::string(kTrialColumns) + " FROM trials WHERE " + kClaimable +
+                        " AND NOT EXISTS (SELECT 1 FROM w) FOR SHARE), t AS (SELECT * FROM w UNION ALL "
+                        "SELECT * FROM r), ins AS (INSERT INTO measurements (trial_id, step, metrics, "
                         "samples_per_sec, system_setting, created_ms) "
-                        "SELECT id, $5, $6, $7, $8, $3 FROM t "
+                        "SELECT id, $5, $7, $8, $9, $3 FROM t "
                         "ON CONFLICT (trial_id, step) DO NOTHING RETURNING step)";
       if (with_speed) {
         sql += std::string(", sp AS (") + kInsertSpeed +
-               "SELECT $9, $10, $11, $12, $13, $14, $3 FROM ins WHERE EXISTS (SELECT 1 FROM devices WHERE id = $9))";
+               "SELECT $10, $11, $12, $13, $14, $15, $3 FROM ins WHERE EXISTS (SELECT 1 FROM devices WHERE id = $10))";
       }
       // One row whether or not the claim took the trial: its columns (NULL
       // when not), the steps inserted, the experiment's state.
@@ -943,12 +950,13 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
     const std::string& sql = speed ? kWithSpeed : kWithoutSpeed;
     return RunBatched(TxMode::kSingle, trial_id, [&](SqlConnection& c) {
       const SqlRow row =
-          speed ? c.Query(sql, {trial_id, owner, now, expires, m.step, m.metrics_json, m.samples_per_sec,
-                                m.system_setting_json, speed->device_id, speed->device_class, speed->workload,
-                                speed->system_setting_json, speed->samples_per_sec, Opt(speed->trial_id)})
+          speed ? c.Query(sql, {trial_id, owner, now, expires, m.step, renew_before, m.metrics_json,
+                                m.samples_per_sec, m.system_setting_json, speed->device_id, speed->device_class,
+                                speed->workload, speed->system_setting_json, speed->samples_per_sec,
+                                Opt(speed->trial_id)})
                       .at(0)
-                : c.Query(sql, {trial_id, owner, now, expires, m.step, m.metrics_json, m.samples_per_sec,
-                                m.system_setting_json})
+                : c.Query(sql, {trial_id, owner, now, expires, m.step, renew_before, m.metrics_json,
+                                m.samples_per_sec, m.system_setting_json})
                       .at(0);
       if (row.IsNull(0)) refused(c);
       const size_t n = row.size();
@@ -956,8 +964,13 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
                           ReadTrial(row)};
     });
   }
+  // One writer at a time (SQLite): the write, if any, then the trial as it
+  // left it, read in the same transaction. (A read, not RETURNING, which
+  // SQLite buffers in a temporary table of its own.)
   return RunBatched(TxMode::kWrite, trial_id, [&](SqlConnection& c) {
-    const SqlRows claimed = c.Query(kClaim, {trial_id, owner, now, expires, m.step});
+    c.Query(kClaimWrite, {trial_id, owner, now, expires, m.step, renew_before});
+    const SqlRows claimed = c.Query("SELECT " + std::string(kTrialColumns) + " FROM trials WHERE " + kClaimable,
+                                    {trial_id, owner, Null(), Null(), m.step});
     if (claimed.empty()) refused(c);
     const bool inserted =
         !c.Query("INSERT INTO measurements (trial_id, step, metrics, samples_per_sec, system_setting, "

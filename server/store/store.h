@@ -82,6 +82,7 @@
 // Times are milliseconds since the Unix epoch, read from StoreOptions::clock.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -479,7 +480,8 @@ class Store {
 
   // Records one step (leased -> running on the first) and, when
   // renew_lease_ms is set, extends the lease to now + renew_lease_ms (a
-  // report is a heartbeat). Idempotent per (trial, step).
+  // report is a heartbeat) when less than nearly that is left
+  // (ReportRenewsBefore). Idempotent per (trial, step).
   // FailedPrecondition: the trial is finished, pending, or leased by someone
   // else, or the step is past the lease's stop_step (a lease that ends at a
   // rung covers the steps up to it). InvalidArgument: a negative step or
@@ -489,6 +491,17 @@ class Store {
   // still registered (a device pruned meanwhile loses it, not the report).
   // The report is stored whatever its experiment's state, which the result
   // carries.
+  // A report renews its trial's lease only when less than renew_lease_ms
+  // less min(1 s, 10% of it) is left, so a lease lasts at least that long
+  // after its last report. Otherwise the report writes only its step, not
+  // the trial's row: a running trial reports seconds apart or less, and at
+  // fleet scale rewriting the row (every index of `trials`, and the
+  // revision its trigger sets) on each report was most of the report's
+  // cost in the database (issue #19). Returns the time before which a
+  // lease is renewed by a report at `now`.
+  static TimeMs ReportRenewsBefore(TimeMs now, TimeMs renew_lease_ms) {
+    return now + renew_lease_ms - std::min<TimeMs>(1000, renew_lease_ms / 10);
+  }
   virtual Result<ReportResult> ReportMeasurement(Id trial_id, const std::string& owner,
                                                  const Measurement& m,
                                                  std::optional<TimeMs> renew_lease_ms,
