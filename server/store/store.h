@@ -494,11 +494,10 @@ class Store {
   // A report renews its trial's lease only when less than renew_lease_ms
   // less min(1 s, 10% of it) is left, so a lease lasts at least that long
   // after its last report. Otherwise the report writes only its step, not
-  // the trial's row: a running trial reports seconds apart or less, and at
-  // fleet scale rewriting the row (every index of `trials`, and the
-  // revision its trigger sets) on each report was most of the report's
-  // cost in the database (issue #19). Returns the time before which a
-  // lease is renewed by a report at `now`.
+  // the trial's row: a running trial reports seconds apart or less, and
+  // rewriting the row writes every index of `trials` (its revision, which
+  // a trigger sets, changes each time), on SQLite twice (issue #19).
+  // Returns the time before which a lease is renewed by a report at `now`.
   static TimeMs ReportRenewsBefore(TimeMs now, TimeMs renew_lease_ms) {
     return now + renew_lease_ms - std::min<TimeMs>(1000, renew_lease_ms / 10);
   }
