@@ -1404,5 +1404,54 @@ TYPED_TEST(StoreTest, AStatementThatFailsInsideABatchIsUndoneAlone) {
   EXPECT_EQ((*obs)[0].samples_per_sec, 200);
 }
 
+TYPED_TEST(StoreTest, TrialsMadeInsideABatchKeepTheLimitsAndARefusalFailsAlone) {
+  // Trials made for leases join the group commit; the limits are still
+  // counted in the transaction that inserts, and an ended experiment
+  // refuses only the call that asked it for a trial.
+  auto e = this->MakeExperiment();
+  auto ended = this->MakeExperiment();
+  ASSERT_TRUE(this->store_->FinishExperiment(ended.id, ExperimentState::kCancelled, "test").ok());
+  this->MakeTrials(e.id, 2);
+  const TrialRecord a = this->Lease("worker/a");
+  const Store::TrialLimits one_more{std::nullopt, 3};  // 2 unfinished already
+  auto leased_to = [](const std::string& owner) {
+    NewTrial t;
+    t.lease_owner = owner;
+    t.lease_ms = 60'000;
+    return std::vector<NewTrial>{t};
+  };
+  Result<std::vector<TrialRecord>> made_c = Status::Internal("not run"), made_d = made_c, refused = made_c;
+  Status report;
+  auto sizes = this->RunAsOneBatch({
+      [&](Store& s) { made_c = s.CreateTrialsUpTo(e.id, leased_to("worker/c"), one_more); },
+      [&](Store& s) { report = s.ReportMeasurement(a.id, "worker/a", this->Step(1, 0.5), 60'000).status(); },
+      [&](Store& s) { refused = s.CreateTrialsUpTo(ended.id, leased_to("worker/x"), {}); },
+      [&](Store& s) { made_d = s.CreateTrialsUpTo(e.id, leased_to("worker/d"), one_more); },
+  });
+  EXPECT_EQ(sizes, std::vector<size_t>{4}) << "the four calls were not one batch";
+  EXPECT_TRUE(report.ok()) << report;
+  EXPECT_TRUE(refused.status().IsFailedPrecondition()) << refused.status();
+  ASSERT_TRUE(made_c.ok()) << made_c.status();
+  ASSERT_TRUE(made_d.ok()) << made_d.status();
+  // One slot under max_unfinished: one of the two callers got it.
+  ASSERT_EQ(made_c->size() + made_d->size(), 1u);
+  const TrialRecord& made = made_c->empty() ? made_d->front() : made_c->front();
+  EXPECT_EQ(made.number, 2) << "numbers go on from the experiment's";
+  EXPECT_EQ(made.state, TrialState::kLeased);
+  auto stored = this->store_->GetTrial(made.id);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->lease_owner, made_c->empty() ? "worker/d" : "worker/c");
+  EXPECT_EQ(this->store_->ListMeasurements(a.id)->size(), 1u);
+  auto in_ended = this->store_->ListTrials(ended.id, {});
+  ASSERT_TRUE(in_ended.ok()) << in_ended.status();
+  EXPECT_TRUE(in_ended->empty()) << "the refused creation left a trial";
+  auto counts = this->store_->CountTrials(e.id);
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  EXPECT_EQ(counts->pending, 1);
+  EXPECT_EQ(counts->leased, 1);
+  EXPECT_EQ(counts->running, 1);
+  EXPECT_EQ(counts->total(), 3);
+}
+
 }  // namespace
 }  // namespace hpo::store

@@ -541,7 +541,12 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrialsUpTo(Id experiment_id,
                               .WithContext("trials[" + std::to_string(i) + "]"));
     }
   }
-  return Run(TxMode::kWrite, [&](SqlConnection& c) {
+  // In the group commit with the reports and completions of the moment: a
+  // trial made for a lease then costs no commit of its own. First in its
+  // batch, so that every batch locks the experiment's row before any
+  // trial's, as ending an experiment does (no deadlock on PostgreSQL).
+  constexpr int64_t kBeforeTrials = std::numeric_limits<int64_t>::min();
+  return RunBatched(TxMode::kWrite, kBeforeTrials, [&](SqlConnection& c) {
     auto exp = c.Query("SELECT state, next_number FROM experiments WHERE id = $1 {FOR_UPDATE}",
                        {experiment_id});
     const std::string name = "experiment " + std::to_string(experiment_id);
