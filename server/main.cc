@@ -196,8 +196,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--group-commit", group_commit,
-                 "batch the reports, heartbeats, completions and the trials made for leases that arrive while a "
-                 "commit is in flight into one transaction (false: one transaction each, for comparing)")
+                 "batch the reports, heartbeats and completions (and on SQLite the trials made for leases) that "
+                 "arrive while a commit is in flight into one transaction (false: one transaction each, for "
+                 "comparing)")
       ->capture_default_str();
   app.add_flag("--migrate-only", migrate_only, "apply schema migrations, print the version, exit");
   CLI11_PARSE(app, argc, argv);

@@ -1405,9 +1405,11 @@ TYPED_TEST(StoreTest, AStatementThatFailsInsideABatchIsUndoneAlone) {
 }
 
 TYPED_TEST(StoreTest, TrialsMadeInsideABatchKeepTheLimitsAndARefusalFailsAlone) {
-  // Trials made for leases join the group commit; the limits are still
-  // counted in the transaction that inserts, and an ended experiment
-  // refuses only the call that asked it for a trial.
+  // With one connection (SQLite) trials made for leases join the group
+  // commit; the limits are still counted in the transaction that inserts,
+  // and an ended experiment refuses only the call that asked it for a
+  // trial. PostgreSQL makes them in transactions of their own.
+  if (std::string(TypeParam::kName) != "sqlite") GTEST_SKIP() << "trials are made in batches on SQLite only";
   auto e = this->MakeExperiment();
   auto ended = this->MakeExperiment();
   ASSERT_TRUE(this->store_->FinishExperiment(ended.id, ExperimentState::kCancelled, "test").ok());
