@@ -1,8 +1,9 @@
 // CommitBatcher: group commit for the store's small, hot writes (reports,
-// heartbeats, completions; on SQLite the trials made for leases too). Calls that arrive while a batch is committing
-// (or within the window, when there is one) queue up and commit together in
-// one transaction, so a fleet's reports cost one commit (one fsync on
-// SQLite, one WAL flush on PostgreSQL) per batch rather than one each.
+// heartbeats, completions; on SQLite the trials made for leases too).
+// Calls that arrive while a batch is committing (or within the window, when
+// there is one) queue up and commit together in one transaction, so a
+// fleet's reports cost one commit (one fsync on SQLite, one WAL flush on
+// PostgreSQL) per batch rather than one each.
 //
 // What a caller may rely on:
 //  * Submit returns only once the transaction that holds its call committed

@@ -601,7 +601,7 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrialsUpTo(Id experiment_id,
   // experiment's row lock taken above would be held while the rest of the
   // batch runs, and the leases making trials for that experiment in other
   // batches would queue behind it (bench/load, 200 workers: lease p99
-  // 178-197 -> 263-284 ms). First in their batch all the same.
+  // 178-197 -> 263-284 ms). In a batch they come first (the lowest order).
   if (driver_->max_connections() == 1) {
     return RunBatched(TxMode::kWrite, std::numeric_limits<int64_t>::min(), create);
   }
