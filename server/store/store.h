@@ -53,8 +53,9 @@
 //  * Group commit: ReportMeasurement, RenewLease, RenewLeases, FinishTrial,
 //    PauseTrial, TouchWorker and AddSpeedObservation, the calls a fleet
 //    makes most, are batched (and CreateTrialsUpTo on a store with one
-//    connection, SQLite, where it would wait for the batch anyway): the calls that arrive while an earlier batch
-//    is committing (or within StoreOptions::group_commit_window) run in one
+//    connection, SQLite, where it would wait for the batch anyway): the
+//    calls that arrive while an earlier batch is committing (or within
+//    StoreOptions::group_commit_window) run in one
 //    transaction, each inside a savepoint of its own, and each caller
 //    returns once that transaction committed. So the rules above hold per
 //    call: one call's failure (not the owner, a finished trial) is rolled
