@@ -228,7 +228,7 @@ grpc::Status SimWorker::Register(const std::string& host) {
   v1::RegisterResponse res;
   grpc::ClientContext ctx;
   Prepare(ctx);
-  grpc::Status s = stub_->Register(&ctx, req, &res);
+  grpc::Status s = Counted(stub_->Register(&ctx, req, &res));
   if (s.ok()) {
     worker_id_ = res.worker_id();
     device_id_ = res.device_ids(0);
@@ -237,15 +237,23 @@ grpc::Status SimWorker::Register(const std::string& host) {
   return s;
 }
 
+grpc::Status SimWorker::Counted(grpc::Status s) {
+  if (!s.ok()) ++failed_calls_;
+  return s;
+}
+
 grpc::Status SimWorker::Lease(v1::LeaseResponse* out) {
   v1::LeaseRequest req;
   req.set_worker_id(worker_id_);
   req.set_session(session_);
   req.set_device_id(device_id_);
-  req.set_lists_held(true);
+  const int64_t failed = failed_calls_;
+  req.set_lists_held(failed != listed_after_);  // none listed: its callers lease only between trials
   grpc::ClientContext ctx;
   Prepare(ctx);
-  return stub_->Lease(&ctx, req, out);
+  grpc::Status s = Counted(stub_->Lease(&ctx, req, out));
+  if (s.ok() && req.lists_held()) listed_after_ = failed;
+  return s;
 }
 
 grpc::Status SimWorker::Report(int64_t trial_id, int64_t step, double loss, v1::ReportResponse* out) {
@@ -259,7 +267,7 @@ grpc::Status SimWorker::Report(int64_t trial_id, int64_t step, double loss, v1::
   req.set_samples_per_sec(1000);
   grpc::ClientContext ctx;
   Prepare(ctx);
-  return stub_->Report(&ctx, req, out);
+  return Counted(stub_->Report(&ctx, req, out));
 }
 
 grpc::Status SimWorker::Complete(int64_t trial_id, double loss) {
@@ -271,7 +279,7 @@ grpc::Status SimWorker::Complete(int64_t trial_id, double loss) {
   v1::CompleteResponse res;
   grpc::ClientContext ctx;
   Prepare(ctx);
-  return stub_->Complete(&ctx, req, &res);
+  return Counted(stub_->Complete(&ctx, req, &res));
 }
 
 grpc::Status SimWorker::Heartbeat(int64_t trial_id, v1::HeartbeatResponse* out) {
@@ -281,7 +289,7 @@ grpc::Status SimWorker::Heartbeat(int64_t trial_id, v1::HeartbeatResponse* out) 
   req.add_trial_ids(trial_id);
   grpc::ClientContext ctx;
   Prepare(ctx);
-  return stub_->Heartbeat(&ctx, req, out);
+  return Counted(stub_->Heartbeat(&ctx, req, out));
 }
 
 grpc::Status SimWorker::Pause(int64_t trial_id, int64_t step, bool checkpoint_uploaded) {
@@ -294,7 +302,7 @@ grpc::Status SimWorker::Pause(int64_t trial_id, int64_t step, bool checkpoint_up
   v1::PauseResponse res;
   grpc::ClientContext ctx;
   Prepare(ctx);
-  return stub_->Pause(&ctx, req, &res);
+  return Counted(stub_->Pause(&ctx, req, &res));
 }
 
 grpc::Status SimWorker::UploadCheckpoint(int64_t trial_id, int64_t step, const std::string& data,
@@ -311,7 +319,7 @@ grpc::Status SimWorker::UploadCheckpoint(int64_t trial_id, int64_t step, const s
       // the server holds part of an upload when the stream breaks.
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       ctx.TryCancel();
-      return writer->Finish();
+      return Counted(writer->Finish());
     }
     v1::CheckpointChunk c;
     if (index == 0) {
@@ -326,7 +334,7 @@ grpc::Status SimWorker::UploadCheckpoint(int64_t trial_id, int64_t step, const s
     if (!writer->Write(c)) break;  // the server ended the call: Finish says why
   }
   writer->WritesDone();
-  return writer->Finish();
+  return Counted(writer->Finish());
 }
 
 grpc::Status SimWorker::DownloadCheckpoint(int64_t trial_id, std::string* data, int64_t* step,
@@ -346,7 +354,7 @@ grpc::Status SimWorker::DownloadCheckpoint(int64_t trial_id, std::string* data, 
     *data += c.data();
     if (!c.sha256().empty()) *sha256 = c.sha256();
   }
-  return reader->Finish();
+  return Counted(reader->Finish());
 }
 
 grpc::Status SimWorker::Restart(int64_t trial_id, const std::string& reason) {
@@ -358,7 +366,7 @@ grpc::Status SimWorker::Restart(int64_t trial_id, const std::string& reason) {
   v1::RestartResponse res;
   grpc::ClientContext ctx;
   Prepare(ctx);
-  return stub_->Restart(&ctx, req, &res);
+  return Counted(stub_->Restart(&ctx, req, &res));
 }
 
 double SimLoss(int64_t trial_id, int64_t step) {

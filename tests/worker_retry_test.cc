@@ -58,8 +58,8 @@ class AbortingService final : public v1::WorkerService::Service {
     return real_.Complete(c, q, r);
   }
 
-  // How many calls of `what` ("report", "complete", "lease") arrived, aborted
-  // or not.
+  // How many calls of `what` ("report", "complete", "lease", "lease listing
+  // held") arrived, aborted or not.
   int Calls(const std::string& what) {
     std::lock_guard lock(mu_);
     int n = 0;
@@ -77,6 +77,7 @@ class AbortingService final : public v1::WorkerService::Service {
     ::grpc::Status s = real_.Lease(c, q, r);
     std::lock_guard lock(mu_);
     ++calls_[{"lease", 0, 0}];
+    if (q->lists_held()) ++calls_[{"lease listing held", 0, 0}];
     if (s.ok() && r->has_trial() && lose_lease_) {
       lose_lease_ = false;
       return ToGrpcStatus(Status::Unavailable("connection reset (the answer was lost)"));
@@ -122,7 +123,8 @@ const char* kSpec = R"({"name": "retry", "objective": {"metric": "loss", "direct
 
 class WorkerRetryTest : public ::testing::Test {
  protected:
-  void Start(int aborts, bool lose_first_lease = false) {
+  // An experiment of kSpec with `trials` trials in all, one at a time.
+  void Start(int aborts, bool lose_first_lease = false, int trials = 1) {
     dir_ = ::testing::TempDir() + "hpo-worker-retry-" + std::to_string(getpid()) + "-" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     fs::remove_all(dir_);
@@ -131,7 +133,10 @@ class WorkerRetryTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.status();
     store_ = std::move(s).value();
     engine_ = std::make_unique<Engine>(*store_, EngineOptions{});
-    auto e = engine_->CreateExperiment(kSpec);
+    std::string spec = kSpec;
+    const std::string one = R"("max_trials": 1,)";
+    spec.replace(spec.find(one), one.size(), R"("max_trials": )" + std::to_string(trials) + ",");
+    auto e = engine_->CreateExperiment(spec);
     ASSERT_TRUE(e.ok()) << e.status();
     experiment_ = e->id;
     real_ = std::make_unique<WorkerServiceImpl>(*engine_, WorkerServiceOptions{"", 100});
@@ -145,12 +150,13 @@ class WorkerRetryTest : public ::testing::Test {
     if (!HasFailure()) fs::remove_all(dir_);
   }
 
-  // Runs a worker for one trial; true when it exited 0. Its log is in log_.
-  bool RunWorker() {
+  // Runs a worker for `trials` trials; true when it exited 0. Its log is in
+  // log_.
+  bool RunWorker(int trials = 1) {
     const std::string log = dir_ + "/worker.log";
     const pid_t pid = testing::Spawn({HPO_WORKER_BIN, "--server", "127.0.0.1:" + std::to_string(server_->port()),
                                       "--device", "cpu", "--threads", "1", "--benchmark-seconds", "0.1",
-                                      "--heartbeat-ms", "500", "--max-trials", "1"},
+                                      "--heartbeat-ms", "500", "--max-trials", std::to_string(trials)},
                                      log);
     int status = -1;
     for (int i = 0; i < 2400; ++i) {  // 120 s: a hang fails the test instead of stalling it
@@ -208,6 +214,35 @@ TEST_F(WorkerRetryTest, ALeaseWhoseAnswerWasLostRunsAgainAtTheNextLease) {
   EXPECT_EQ(trial.state, TrialState::kCompleted) << trial.reason << "\n" << log_;
   EXPECT_EQ(trial.attempt, 2) << "the lost lease was not the one handed back";
   EXPECT_GE(aborting_->Calls("lease"), 2) << log_;
+  // The first lease lists (a worker starts unsure), and so does the one
+  // after the lost answer.
+  EXPECT_EQ(aborting_->Calls("lease listing held"), 2) << log_;
+}
+
+// Where no call failed, the server and the worker agree on what it holds:
+// only the first lease lists it, and the others spare the server the read.
+TEST_F(WorkerRetryTest, AWorkerWhoseCallsAllWentThroughListsWhatItHoldsOnlyOnItsFirstLease) {
+  Start(/*aborts=*/0, /*lose_first_lease=*/false, /*trials=*/3);
+  ASSERT_TRUE(RunWorker(3)) << log_;
+  auto all = store_->ListTrials(experiment_, {});
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 3u) << log_;
+  for (const auto& t : *all) EXPECT_EQ(t.state, TrialState::kCompleted) << t.reason << "\n" << log_;
+  EXPECT_GE(aborting_->Calls("lease"), 3) << log_;
+  EXPECT_EQ(aborting_->Calls("lease listing held"), 1) << log_;
+}
+
+// A trial given up after a report that never won is still leased to the
+// worker as far as the server knows. The failed calls make the next lease
+// list what the worker holds, so that lease ends at once and the trial runs
+// again, instead of holding the experiment's only slot for the lease
+// timeout (60 s).
+TEST_F(WorkerRetryTest, ATrialGivenUpAfterRefusedCallsIsHandedBackAtTheNextLease) {
+  Start(/*aborts=*/1'000'000);
+  ASSERT_TRUE(RunWorker(2)) << log_;
+  const store::TrialRecord trial = OnlyTrial();
+  EXPECT_EQ(trial.attempt, 2) << "the given-up lease was not handed back\n" << log_;
+  EXPECT_EQ(aborting_->Calls("lease listing held"), 2) << log_;
 }
 
 TEST_F(WorkerRetryTest, AReportThatNeverWinsIsGivenUpAfterABoundedNumberOfTries) {
