@@ -238,7 +238,7 @@ grpc::Status SimWorker::Register(const std::string& host) {
 }
 
 grpc::Status SimWorker::Counted(grpc::Status s) {
-  if (!s.ok()) ++failed_calls_;
+  if (!s.ok()) listing_.CallFailed();
   return s;
 }
 
@@ -247,12 +247,12 @@ grpc::Status SimWorker::Lease(v1::LeaseResponse* out) {
   req.set_worker_id(worker_id_);
   req.set_session(session_);
   req.set_device_id(device_id_);
-  const int64_t failed = failed_calls_;
-  req.set_lists_held(failed != listed_after_);  // none listed: its callers lease only between trials
+  const HeldListing::Try listing = listing_.Next();
+  req.set_lists_held(listing.list);  // none listed: its callers lease only between trials
   grpc::ClientContext ctx;
   Prepare(ctx);
   grpc::Status s = Counted(stub_->Lease(&ctx, req, out));
-  if (s.ok() && req.lists_held()) listed_after_ = failed;
+  if (s.ok()) listing_.WentThrough(listing);
   return s;
 }
 

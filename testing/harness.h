@@ -28,6 +28,7 @@
 #include "common/status.h"
 #include "hpo/v1/worker.grpc.pb.h"
 #include "proto/grpc_status.h"
+#include "proto/held_listing.h"
 #include "testing/files.h"
 #include "testing/process.h"
 #include "testing/server_process.h"
@@ -95,11 +96,11 @@ class SimWorker {
  public:
   SimWorker(const std::string& address, std::chrono::milliseconds deadline);
   grpc::Status Register(const std::string& host);
-  // Says this worker holds no trial (lists_held, none listed) when a call
-  // of it failed since it last said so, and on its first lease: hpo-worker's
-  // rule (worker/client.cc, failed_calls_). Its callers lease only between
-  // trials, so a trial still leased to it then is one whose answer was lost,
-  // or one it gave up after a refused call.
+  // Says this worker holds no trial (lists_held, none listed) on its first
+  // lease and after any failed call, by hpo-worker's rule
+  // (proto/held_listing.h). Its callers lease only between trials, so a
+  // trial still leased to it then is one whose answer was lost, or one it
+  // gave up after a refused call.
   grpc::Status Lease(v1::LeaseResponse* out);
   grpc::Status Report(int64_t trial_id, int64_t step, double loss, v1::ReportResponse* out);
   grpc::Status Complete(int64_t trial_id, double loss);
@@ -128,13 +129,13 @@ class SimWorker {
 
  private:
   void Prepare(grpc::ClientContext& ctx) const;
-  grpc::Status Counted(grpc::Status s);  // counts a failed call in failed_calls_
+  grpc::Status Counted(grpc::Status s);  // counts a failed call in listing_
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   std::chrono::milliseconds deadline_;
   int64_t worker_id_ = 0, device_id_ = 0;
   std::string session_;  // Register's secret, sent with every later call
-  int64_t failed_calls_ = 0, listed_after_ = -1;  // Lease's rule
+  HeldListing listing_;
 };
 
 // "UNAVAILABLE", "DATA_LOSS", ...: how the figures name gRPC codes.

@@ -21,6 +21,7 @@
 #include "common/thread_annotations.h"
 #include "hpo/v1/worker.grpc.pb.h"
 #include "proto/grpc_status.h"
+#include "proto/held_listing.h"
 #include "worker/checkpoint_archive.h"
 
 namespace hpo::worker {
@@ -113,18 +114,9 @@ struct WorkerClient::Impl {
   Mutex lease_mu;
   mutable Mutex held_mu;
   std::set<int64_t> held_ HPO_GUARDED_BY(held_mu);
-  // The server and this worker can disagree on what it holds only after a
-  // call failed: a Lease whose answer was lost, or a trial given up without
-  // the server being told (a refused report, completion or pause). So a
-  // Lease lists what is held only when some call (heartbeats included)
-  // failed since the last listing that went through, and on the first: a
-  // worker starts unsure. That spares the server a read on every other
-  // lease (a tenth of PostgreSQL's statements, bench/server_bench).
-  std::atomic<int64_t> failed_calls_{0};
-  // failed_calls_ when a listing last went through; written under lease_mu
-  // (atomic only because the analysis cannot see lease_mu inside WithRetry's
-  // lambda).
-  std::atomic<int64_t> listed_after_{-1};
+  // Whether a Lease lists held_: on the first, and after any failed call
+  // (heartbeats included), as proto/held_listing.h says why.
+  HeldListing listing_;
 
   Identity identity() const {
     MutexLock lock(identity_mu);
@@ -170,13 +162,13 @@ struct WorkerClient::Impl {
   // harmless: the server keeps one report per (trial, step) and
   // acknowledges a repeated completion or pause; a lease whose answer was
   // lost ends at the next lease call, which lists what this worker holds
-  // (every failed try counts in failed_calls_).
+  // (every failed try counts in listing_).
   template <typename F>
   grpc::Status WithRetry(const char* what, F rpc, int level = 2) {
     int64_t backoff = kFirstRetryMs;
     for (int aborted = 0;;) {
       grpc::Status s = rpc();
-      if (!s.ok()) ++failed_calls_;
+      if (!s.ok()) listing_.CallFailed();
       if (s.ok() || !Retryable(s) || Stopping(level)) return s;
       if (FromGrpcStatus(s).IsAborted() && ++aborted >= kMaxAbortedAttempts) return s;
       const int64_t pause = Jittered(backoff);
@@ -364,7 +356,7 @@ struct WorkerClient::Impl {
                   if (id == trial_id) reporter.RequestStop();
                 }
               } else {
-                ++w.failed_calls_;
+                w.listing_.CallFailed();
               }
             }
           }) {}
@@ -697,18 +689,17 @@ struct WorkerClient::Impl {
       {
         MutexLock serial(lease_mu);
         s = WithRetry("lease", [&] {
-          // Decided again on each try: a failed try may have granted a trial.
-          const int64_t failed = failed_calls_.load();
-          req.set_lists_held(failed != listed_after_);
+          const HeldListing::Try listing = listing_.Next();
+          req.set_lists_held(listing.list);
           req.clear_held_trial_ids();
-          if (req.lists_held()) {
+          if (listing.list) {
             MutexLock lock(held_mu);
             for (const int64_t id : held_) req.add_held_trial_ids(id);
           }
           grpc::ClientContext ctx;
           Prepare(ctx);
           grpc::Status called = stub->Lease(&ctx, req, &res);
-          if (called.ok() && req.lists_held()) listed_after_ = failed;
+          if (called.ok()) listing_.WentThrough(listing);
           return called;
         }, 1);
         if (s.ok() && res.has_trial()) {
