@@ -12,6 +12,16 @@
 // through, and on the first: a worker starts unsure. In a fleet without
 // failures that spares the server a read on every lease but one (a tenth
 // of PostgreSQL's statements, bench/README.md, server_bench).
+//
+// Two cases need more than that, and get it:
+// - A failed Lease may still be granting on the server: its handler can
+//   outlive the call's deadline, and the retry's listing can be read
+//   before that grant commits. So a failed Lease is settled only by a
+//   listing on a later Lease than the one that next went through.
+// - On a worker with several devices, a trial given up after a failed
+//   call stays in what the worker holds until its device is done with it,
+//   and another device's listing meanwhile names it. TrialLeft makes the
+//   next Lease list again once it is gone.
 #pragma once
 
 #include <atomic>
@@ -31,24 +41,46 @@ class HeldListing {
   // Thread-safe.
   void CallFailed() { failed_.fetch_add(1); }
 
+  // Besides CallFailed, for a failed Lease: the server may still grant it.
+  // Called by one Lease at a time (a worker makes one Lease call at a time:
+  // worker.proto), as are Next and WentThrough.
+  void LeaseFailed() { lease_failed_ = true; }
+
   // Before each Lease try (a retried Lease decides again: the failed try
-  // may have granted a trial). Thread-safe.
+  // may have granted a trial).
   Try Next() const {
     const int64_t failed = failed_.load();
-    return {failed != listed_after_.load(), failed};
+    return {recheck_ || failed != listed_after_.load(), failed};
   }
 
-  // The try went through: if it listed, the failures before it are settled.
-  // A failure counted meanwhile is not, and the next Lease lists again.
-  // Called by one Lease at a time (a worker makes one Lease call at a time:
-  // worker.proto).
+  // The try went through. If it listed, the failures counted before it are
+  // settled; a failure counted meanwhile is not. After a failed Lease, the
+  // next listing Lease is asked for too.
   void WentThrough(const Try& t) {
-    if (t.list) listed_after_.store(t.failed);
+    if (!t.list) return;
+    listed_after_.store(t.failed);
+    recheck_ = lease_failed_;
+    lease_failed_ = false;
+  }
+
+  // The failures counted so far: where a trial's TrialLeft starts from.
+  // Thread-safe.
+  int64_t failures() const { return failed_.load(); }
+
+  // A trial left what the worker holds; `failures_then` is failures() when
+  // it was leased. If a call failed since, the trial may have been given
+  // up without the server knowing, and a listing made while it was still
+  // held settled nothing about it: the next Lease lists again.
+  // Thread-safe.
+  void TrialLeft(int64_t failures_then) {
+    if (failed_.load() != failures_then) CallFailed();
   }
 
  private:
   std::atomic<int64_t> failed_{0};
   std::atomic<int64_t> listed_after_{-1};  // failed_ when a listing last went through
+  bool lease_failed_ = false;  // a Lease failed since the last listing went through
+  bool recheck_ = false;       // list once more: a Lease failed before the last listing
 };
 
 }  // namespace hpo

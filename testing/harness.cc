@@ -252,7 +252,11 @@ grpc::Status SimWorker::Lease(v1::LeaseResponse* out) {
   grpc::ClientContext ctx;
   Prepare(ctx);
   grpc::Status s = Counted(stub_->Lease(&ctx, req, out));
-  if (s.ok()) listing_.WentThrough(listing);
+  if (s.ok()) {
+    listing_.WentThrough(listing);
+  } else {
+    listing_.LeaseFailed();
+  }
   return s;
 }
 

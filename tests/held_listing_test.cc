@@ -43,5 +43,44 @@ TEST(HeldListing, AFailureWhileALeaseIsInFlightIsNotSettledByIt) {
   EXPECT_TRUE(listing.Next().list) << "the trial given up meanwhile was not in that listing";
 }
 
+// A failed Lease's handler may still be granting on the server when its
+// retry's listing is read: the Lease after the retry lists once more, by
+// when that grant has committed.
+TEST(HeldListing, AFailedLeaseIsCheckedAgainOneLeaseAfterItsRetryWentThrough) {
+  HeldListing listing;
+  listing.WentThrough(listing.Next());
+  ASSERT_FALSE(listing.Next().list);
+  listing.CallFailed();  // that Lease failed
+  listing.LeaseFailed();
+  const HeldListing::Try retry = listing.Next();
+  EXPECT_TRUE(retry.list);
+  listing.WentThrough(retry);
+  const HeldListing::Try after = listing.Next();
+  EXPECT_TRUE(after.list) << "the lease after the retry";
+  listing.WentThrough(after);
+  EXPECT_FALSE(listing.Next().list);
+}
+
+// Two devices: device A's trial is given up after a refused report while
+// device B leases and lists it (it is still held). Once A's trial is gone,
+// the next lease lists again; a trial that ends with no failure does not.
+TEST(HeldListing, ATrialGivenUpWhileAnotherDeviceListedItIsListedAgainOnceItLeft) {
+  HeldListing listing;
+  listing.WentThrough(listing.Next());
+  const int64_t a_leased = listing.failures();
+  listing.CallFailed();  // A's report refused: A gives its trial up
+  const HeldListing::Try b = listing.Next();
+  ASSERT_TRUE(b.list);
+  listing.WentThrough(b);  // B's listing still named A's trial
+  ASSERT_FALSE(listing.Next().list);
+  listing.TrialLeft(a_leased);
+  EXPECT_TRUE(listing.Next().list);
+  listing.WentThrough(listing.Next());
+
+  const int64_t clean = listing.failures();
+  listing.TrialLeft(clean);
+  EXPECT_FALSE(listing.Next().list) << "no call failed while that trial ran";
+}
+
 }  // namespace
 }  // namespace hpo

@@ -115,7 +115,8 @@ struct WorkerClient::Impl {
   mutable Mutex held_mu;
   std::set<int64_t> held_ HPO_GUARDED_BY(held_mu);
   // Whether a Lease lists held_: on the first, and after any failed call
-  // (heartbeats included), as proto/held_listing.h says why.
+  // (heartbeats and checkpoint transfers included); proto/held_listing.h
+  // says why.
   HeldListing listing_;
 
   Identity identity() const {
@@ -462,6 +463,7 @@ struct WorkerClient::Impl {
       writer->WritesDone();
       s = writer->Finish();
       if (s.ok()) return Status::OK();
+      listing_.CallFailed();
       // A checkpoint over the server's limit is too big every time.
       if (!Retryable(s) || FromGrpcStatus(s).code() == StatusCode::kResourceExhausted || Stopping(2)) break;
       spdlog::warn("trial {}: checkpoint upload failed ({}); trying again", trial_id, Describe(s));
@@ -507,6 +509,7 @@ struct WorkerClient::Impl {
       }
       if (!wrong.empty()) ctx.TryCancel();
       s = reader->Finish();
+      if (!s.ok()) listing_.CallFailed();
       out.close();
       if (!wrong.empty()) return Status::DataLoss("download: " + wrong);
       if (s.ok()) {
@@ -699,7 +702,11 @@ struct WorkerClient::Impl {
           grpc::ClientContext ctx;
           Prepare(ctx);
           grpc::Status called = stub->Lease(&ctx, req, &res);
-          if (called.ok()) listing_.WentThrough(listing);
+          if (called.ok()) {
+            listing_.WentThrough(listing);
+          } else {
+            listing_.LeaseFailed();  // counted by WithRetry, like every failed call
+          }
           return called;
         }, 1);
         if (s.ok() && res.has_trial()) {
@@ -729,11 +736,13 @@ struct WorkerClient::Impl {
         Sleep(std::max<int64_t>(100, res.retry_after_ms()));
         continue;
       }
+      const int64_t failures = listing_.failures();
       RunTrial(res.trial(), device, device_id);
       {
         MutexLock lock(held_mu);
         held_.erase(res.trial().trial_id());  // completed, failed, paused or given up
       }
+      listing_.TrialLeft(failures);
       ++trials_done;
     }
   }
