@@ -50,7 +50,7 @@ class HeldListing {
   // may have granted a trial).
   Try Next() const {
     const int64_t failed = failed_.load();
-    return {recheck_ || failed != listed_after_.load(), failed};
+    return {recheck_ || failed != listed_after_, failed};
   }
 
   // The try went through. If it listed, the failures counted before it are
@@ -58,7 +58,7 @@ class HeldListing {
   // next listing Lease is asked for too.
   void WentThrough(const Try& t) {
     if (!t.list) return;
-    listed_after_.store(t.failed);
+    listed_after_ = t.failed;
     recheck_ = lease_failed_;
     lease_failed_ = false;
   }
@@ -77,8 +77,9 @@ class HeldListing {
   }
 
  private:
-  std::atomic<int64_t> failed_{0};
-  std::atomic<int64_t> listed_after_{-1};  // failed_ when a listing last went through
+  std::atomic<int64_t> failed_{0};  // counted by any thread
+  // Used by one Lease at a time only.
+  int64_t listed_after_ = -1;  // failed_ when a listing last went through
   bool lease_failed_ = false;  // a Lease failed since the last listing went through
   bool recheck_ = false;       // list once more: a Lease failed before the last listing
 };
