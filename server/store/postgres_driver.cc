@@ -173,6 +173,7 @@ class PostgresConnection final : public SqlConnection {
     } catch (const pqxx::sql_error& e) {
       // Admin shutdown and friends arrive as sql_error with SQLSTATE class 57/08.
       const std::string state = e.sqlstate();
+      if (state.rfind("HP", 0) == 0) ThrowRaised(state, e.what());
       if (state.rfind("57", 0) == 0 || state.rfind("08", 0) == 0) {
         healthy_ = false;
         Throw(Status::Unavailable(display_ + ": " + OneLine(e.what())));
@@ -186,6 +187,19 @@ class PostgresConnection final : public SqlConnection {
       healthy_ = false;
       Throw(Status::Unavailable(display_ + ": " + OneLine(e.what())));
     }
+  }
+
+  // An error a store function raised (sql_driver.h, stored_functions):
+  // its message is for the caller, without libpq's "ERROR:" and CONTEXT.
+  [[noreturn]] static void ThrowRaised(const std::string& state, std::string_view what) {
+    constexpr std::string_view kPrefix = "ERROR:";
+    if (what.rfind(kPrefix, 0) == 0) what.remove_prefix(kPrefix.size());
+    while (!what.empty() && what.front() == ' ') what.remove_prefix(1);
+    std::string message(what.substr(0, what.find('\n')));
+    if (state == "HP404") Throw(Status::NotFound(std::move(message)));
+    if (state == "HP412") Throw(Status::FailedPrecondition(std::move(message)));
+    if (state == "HP400") Throw(Status::InvalidArgument(std::move(message)));
+    Throw(Status::Internal("unknown SQLSTATE " + state + ": " + message));
   }
 
   std::unique_ptr<pqxx::connection> conn_;
@@ -257,6 +271,7 @@ class PostgresDriver final : public SqlDriver {
   const std::string& display_url() const override { return display_; }
   int max_connections() const override { return pool_size_; }
   bool writable_cte() const override { return true; }
+  bool stored_functions() const override { return true; }
   // Every transaction below the snapshot's xmin has ended.
   std::string_view horizon_sql() const override {
     return "SELECT (SELECT id FROM store_identity), pg_snapshot_xmin(pg_current_snapshot())::text::bigint";

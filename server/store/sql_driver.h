@@ -129,6 +129,12 @@ class SqlDriver {
   virtual int max_connections() const = 0;
   // Whether INSERT/UPDATE may appear inside WITH (PostgreSQL yes, SQLite no).
   virtual bool writable_cte() const = 0;
+  // Whether the migrations created the store's functions (PostgreSQL's
+  // hpo_create_trials), so that a rule that would take several round trips
+  // runs in one. Errors raised there carry SQLSTATE HP404, HP412 or HP400,
+  // which the driver throws as NotFound, FailedPrecondition or
+  // InvalidArgument with the function's message alone.
+  virtual bool stored_functions() const = 0;
   // Serializes migrations across processes (advisory lock, exclusive lock);
   // called inside the migration transaction.
   virtual void LockForMigration(SqlConnection& c) = 0;

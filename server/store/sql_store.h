@@ -78,10 +78,20 @@ class SqlStore final : public Store {
   // exceptions to a Status. Runs it again from the start when the failure
   // was a lost race (Aborted, up to kMaxConflictAttempts in all), or a lost
   // connection before anything was committed (once, on a fresh connection).
+  // A kSingle body's statement lost with its connection may have been
+  // applied: kReplay runs it again on a new connection (the call is
+  // idempotent, or its duplicate harmless); kFail returns Unavailable, as
+  // for a COMMIT that was lost.
   // REQUIRES: body is a function of its inputs and what it reads through
   // the connection only: it keeps nothing from one attempt to the next.
+  enum class LostStatement { kReplay, kFail };
   template <typename F>
-  auto Run(SqlConnection::TxMode mode, F&& body);
+  auto Run(SqlConnection::TxMode mode, F&& body, LostStatement lost = LostStatement::kReplay);
+  // CreateTrialsUpTo where the driver has stored functions (PostgreSQL):
+  // the same rules in one statement.
+  Result<std::vector<TrialRecord>> CreateTrialsInOneCall(Id experiment_id,
+                                                         const std::vector<NewTrial>& trials,
+                                                         const TrialLimits& limits);
   // Run for the batched calls (store.h, "Group commit"): body joins the
   // next batch through batcher_, or runs alone as Run(mode, body) when group
   // commit is off. `order` is the row it locks first (a trial's id).

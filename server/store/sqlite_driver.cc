@@ -176,6 +176,7 @@ class SqliteDriver final : public SqlDriver {
   // is private to its connection.
   int max_connections() const override { return 1; }
   bool writable_cte() const override { return false; }
+  bool stored_functions() const override { return false; }
   // One writer at a time: the counter's value is committed.
   std::string_view horizon_sql() const override {
     return "SELECT (SELECT id FROM store_identity), (SELECT value FROM revision_counter) + 1";
