@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -398,12 +399,19 @@ TYPED_TEST(StoreTest, NewTrialsKeepEveryFieldAndTheirRefusalsSayWhy) {
       EXPECT_EQ(t->stop_step, ts[i].stop_step) << i;
       EXPECT_EQ(t->lease_owner, ts[i].lease_owner) << i;
       EXPECT_EQ(t->created_ms, *this->clock_.now);
+      const bool leased = !ts[i].lease_owner.empty();
+      EXPECT_EQ(t->state, leased ? TrialState::kLeased : TrialState::kPending) << i;
+      EXPECT_EQ(t->attempt, leased ? 1 : 0) << i;
+      EXPECT_EQ(t->started_ms, leased ? std::optional<TimeMs>(*this->clock_.now) : std::nullopt) << i;
+      EXPECT_EQ(t->lease_expires_ms, leased ? std::optional<TimeMs>(*this->clock_.now + 1234) : std::nullopt) << i;
     }
   }
-  EXPECT_EQ((*made)[1].state, TrialState::kLeased);
-  EXPECT_EQ((*made)[1].lease_expires_ms, *this->clock_.now + 1234);
-  EXPECT_EQ((*made)[0].state, TrialState::kPending);
-  EXPECT_FALSE((*made)[0].lease_expires_ms.has_value());
+  NewTrial forever;
+  forever.lease_owner = "w";
+  forever.lease_ms = std::numeric_limits<TimeMs>::max() - 1;
+  auto too_long = this->store_->CreateTrialsUpTo(e.id, {forever}, {});
+  ASSERT_TRUE(too_long.status().IsInvalidArgument()) << too_long.status();
+  EXPECT_NE(too_long.status().message().find("lease_ms"), std::string::npos) << too_long.status();
 
   // Only the trials the limits let in are checked: a bad space past them
   // is never looked at.

@@ -1,6 +1,7 @@
 // PostgreSQL driver over libpqxx 6.4: one pqxx::connection per SqlConnection,
 // statements prepared once per connection, READ COMMITTED write transactions
-// with row locks where SqlStore asks for them ({FOR_UPDATE}, {SKIP_LOCKED}),
+// with row locks where SqlStore asks for them ({FOR_UPDATE}, {SKIP_LOCKED},
+// and inside the store's functions, sql/postgresql/0007_create_trials.sql),
 // REPEATABLE READ read-only transactions for reads (one snapshot).
 #include <pqxx/pqxx>
 
@@ -166,6 +167,10 @@ class PostgresConnection final : public SqlConnection {
       Throw(Status::AlreadyExists(display_ + ": " + OneLine(e.what())));
     } catch (const pqxx::integrity_constraint_violation& e) {
       Throw(Status::InvalidArgument(display_ + ": " + OneLine(e.what())));
+    } catch (const pqxx::data_exception& e) {
+      // Class 22: a value the database cannot hold (a NUL byte in text, a
+      // number out of range).
+      Throw(Status::InvalidArgument(display_ + ": " + OneLine(e.what())));
     } catch (const pqxx::serialization_failure& e) {
       Throw(Status::Aborted(display_ + ": " + OneLine(e.what())));
     } catch (const pqxx::deadlock_detected& e) {
@@ -173,7 +178,7 @@ class PostgresConnection final : public SqlConnection {
     } catch (const pqxx::sql_error& e) {
       // Admin shutdown and friends arrive as sql_error with SQLSTATE class 57/08.
       const std::string state = e.sqlstate();
-      if (state.rfind("HP", 0) == 0) ThrowRaised(state, e.what());
+      if (state.rfind("U0", 0) == 0) ThrowRaised(state, e.what());
       if (state.rfind("57", 0) == 0 || state.rfind("08", 0) == 0) {
         healthy_ = false;
         Throw(Status::Unavailable(display_ + ": " + OneLine(e.what())));
@@ -192,13 +197,14 @@ class PostgresConnection final : public SqlConnection {
   // An error a store function raised (sql_driver.h, stored_functions):
   // its message is for the caller, without libpq's "ERROR:" and CONTEXT.
   [[noreturn]] static void ThrowRaised(const std::string& state, std::string_view what) {
-    constexpr std::string_view kPrefix = "ERROR:";
-    if (what.rfind(kPrefix, 0) == 0) what.remove_prefix(kPrefix.size());
-    while (!what.empty() && what.front() == ' ') what.remove_prefix(1);
-    std::string message(what.substr(0, what.find('\n')));
-    if (state == "HP404") Throw(Status::NotFound(std::move(message)));
-    if (state == "HP412") Throw(Status::FailedPrecondition(std::move(message)));
-    if (state == "HP400") Throw(Status::InvalidArgument(std::move(message)));
+    // "ERROR:  message\nCONTEXT: ...", the severity in the server's
+    // lc_messages language: what follows the first ":  ".
+    what = what.substr(0, what.find('\n'));
+    if (const size_t colon = what.find(":  "); colon != std::string_view::npos) what.remove_prefix(colon + 3);
+    std::string message(what);
+    if (state == "U0404") Throw(Status::NotFound(std::move(message)));
+    if (state == "U0412") Throw(Status::FailedPrecondition(std::move(message)));
+    if (state == "U0400") Throw(Status::InvalidArgument(std::move(message)));
     Throw(Status::Internal("unknown SQLSTATE " + state + ": " + message));
   }
 

@@ -131,7 +131,7 @@ class SqlDriver {
   virtual bool writable_cte() const = 0;
   // Whether the migrations created the store's functions (PostgreSQL's
   // hpo_create_trials), so that a rule that would take several round trips
-  // runs in one. Errors raised there carry SQLSTATE HP404, HP412 or HP400,
+  // runs in one. Errors raised there carry SQLSTATE U0404, U0412 or U0400,
   // which the driver throws as NotFound, FailedPrecondition or
   // InvalidArgument with the function's message alone.
   virtual bool stored_functions() const = 0;

@@ -104,6 +104,9 @@ Status CheckSpeedObservation(const SpeedObservation& o) {
 Status CheckLeaseArgs(const std::string& owner, TimeMs lease_ms) {
   if (owner.empty()) return Status::InvalidArgument("owner: must not be empty");
   if (lease_ms <= 0) return Status::InvalidArgument("lease_ms: must be positive");
+  // Far beyond any lease (a day is long): keeps now + lease_ms in range.
+  constexpr TimeMs kMaxLeaseMs = TimeMs{365} * 24 * 3600 * 1000;
+  if (lease_ms > kMaxLeaseMs) return Status::InvalidArgument("lease_ms: must be at most a year");
   return Status::OK();
 }
 
@@ -177,8 +180,9 @@ bool SqlStore::RetryAfter(const Status& s, bool committing, int attempt) {
   } else if (s.IsUnavailable()) {
     // The connection died (the database may have restarted): try once
     // more on a new one. Before COMMIT nothing was applied. A single
-    // statement lost in flight may have been applied: every such call is
-    // idempotent except a lease, whose orphan expires and is reclaimed.
+    // statement lost in flight may have been applied: every such call run
+    // with LostStatement::kReplay is idempotent except a lease, whose
+    // orphan expires and is reclaimed; kFail counts it as the COMMIT.
     // Past that, or once the COMMIT was sent, the caller decides.
     if (committing || attempt > 0) return false;
   } else {
@@ -194,11 +198,13 @@ auto SqlStore::Run(TxMode mode, F&& body, LostStatement lost) {
   using Out = std::conditional_t<std::is_void_v<T>, Status, Result<T>>;
   for (int attempt = 0;; ++attempt) {
     std::unique_ptr<SqlConnection> conn;
-    // kSingle's statement commits itself: with kFail it counts as the COMMIT.
-    bool committing = mode == TxMode::kSingle && lost == LostStatement::kFail;
+    bool committing = false;
     try {
       conn = Acquire();
       conn->Begin(mode);
+      // kSingle's statement commits itself: with kFail, once it may have
+      // been sent, it counts as the COMMIT (a failed connect does not).
+      if (mode == TxMode::kSingle && lost == LostStatement::kFail) committing = true;
       if constexpr (std::is_void_v<T>) {
         body(*conn);
         committing = true;
@@ -601,8 +607,8 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrialsUpTo(Id experiment_id,
   // anyway: the trials made for a lease join the next batch and share its
   // commit (its fsync) instead of paying one of their own (server CPU per
   // trial at 16 workers, bench/server_bench: 0.93-0.95 -> 0.85-0.89 ms).
-  // With a pool (PostgreSQL, which takes the one-statement path above) they
-  // commit on their own: inside a batch, the experiment's row lock taken
+  // With a pool they commit on their own (PostgreSQL, which has the
+  // one-statement path above, did so before it): inside a batch, the experiment's row lock taken
   // above would be held while the rest of the batch runs, and the leases
   // making trials for that experiment in other batches would queue behind
   // it (bench/load, 200 workers: lease p99 178-197 -> 263-284 ms). In a
@@ -637,8 +643,10 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrialsInOneCall(Id experiment_i
   try {
     json = items.dump();
   } catch (const nlohmann::json::exception&) {  // text that is not UTF-8
-    return Status::InvalidArgument("trials: params and system params must be UTF-8 text");
+    return Status::InvalidArgument("trials: params, system params and lease owners must be UTF-8 text");
   }
+  // `now` is read before the statement waits for the experiment's row, as
+  // every other write here reads it before its statements run.
   // Not replayed after a lost connection: the trials may have been made
   // (the separate statements' COMMIT is not replayed either). The caller
   // asks again, and a leased orphan expires and is reclaimed.

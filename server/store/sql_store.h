@@ -77,7 +77,8 @@ class SqlStore final : public Store {
   // Runs body(connection) in one transaction; converts SqlError and other
   // exceptions to a Status. Runs it again from the start when the failure
   // was a lost race (Aborted, up to kMaxConflictAttempts in all), or a lost
-  // connection before anything was committed (once, on a fresh connection).
+  // connection before anything was committed (once, on a fresh connection;
+  // see LostStatement for a kSingle body's statement).
   // A kSingle body's statement lost with its connection may have been
   // applied: kReplay runs it again on a new connection (the call is
   // idempotent, or its duplicate harmless); kFail returns Unavailable, as

@@ -5,12 +5,14 @@
 -- SQLite (sql_store.cc); store_conformance_test holds both to them.
 -- p_trials: a JSON array of {space_id, params, system_params, priority,
 -- lease_owner, lease_ms, stop_step}; at most that many trials are made, in
--- its order. Errors carry SQLSTATEs of class HP, which the driver maps to
--- a Status: HP404 not found, HP412 failed precondition, HP400 invalid
--- argument.
+-- its order. Errors carry SQLSTATEs of class U0 (no standard class starts
+-- with U), which the driver maps to a Status: U0404 not found, U0412
+-- failed precondition, U0400 invalid argument. VOLATILE (the default,
+-- written out): each statement inside takes a snapshot of its own, which
+-- the count below relies on.
 CREATE FUNCTION hpo_create_trials(p_experiment BIGINT, p_max_total BIGINT, p_max_unfinished BIGINT,
                                   p_now BIGINT, p_trials TEXT)
-RETURNS SETOF trials LANGUAGE plpgsql AS $$
+RETURNS SETOF trials LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   e_state TEXT;
   e_next BIGINT;
@@ -21,10 +23,10 @@ DECLARE
 BEGIN
   SELECT state, next_number INTO e_state, e_next FROM experiments WHERE id = p_experiment FOR UPDATE;
   IF NOT FOUND THEN
-    RAISE EXCEPTION USING ERRCODE = 'HP404', MESSAGE = format('experiment %s does not exist', p_experiment);
+    RAISE EXCEPTION USING ERRCODE = 'U0404', MESSAGE = format('experiment %s does not exist', p_experiment);
   END IF;
   IF e_state <> 'running' THEN
-    RAISE EXCEPTION USING ERRCODE = 'HP412',
+    RAISE EXCEPTION USING ERRCODE = 'U0412',
       MESSAGE = format('experiment %s has ended (%s); it takes no new trials', p_experiment, e_state);
   END IF;
   n := jsonb_array_length(items);
@@ -45,7 +47,7 @@ BEGIN
                       WHERE s.id = (t.v->>'space_id')::BIGINT AND s.experiment_id = p_experiment)
     ORDER BY t.ord LIMIT 1;
   IF FOUND THEN
-    RAISE EXCEPTION USING ERRCODE = 'HP400',
+    RAISE EXCEPTION USING ERRCODE = 'U0400',
       MESSAGE = format('trials[%s].space_id: search space %s is not part of experiment %s',
                        bad.ord - 1, bad.space, p_experiment);
   END IF;
