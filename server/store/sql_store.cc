@@ -608,11 +608,11 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrialsUpTo(Id experiment_id,
   // commit (its fsync) instead of paying one of their own (server CPU per
   // trial at 16 workers, bench/server_bench: 0.93-0.95 -> 0.85-0.89 ms).
   // With a pool they commit on their own (PostgreSQL, which has the
-  // one-statement path above, did so before it): inside a batch, the experiment's row lock taken
-  // above would be held while the rest of the batch runs, and the leases
-  // making trials for that experiment in other batches would queue behind
-  // it (bench/load, 200 workers: lease p99 178-197 -> 263-284 ms). In a
-  // batch they come first (the lowest order).
+  // one-statement path above, did so before it): inside a batch, the
+  // experiment's row lock taken above would be held while the rest of the
+  // batch runs, and the leases making trials for that experiment in other
+  // batches would queue behind it (bench/load, 200 workers: lease p99
+  // 178-197 -> 263-284 ms). In a batch they come first (the lowest order).
   if (driver_->max_connections() == 1) {
     return RunBatched(TxMode::kWrite, std::numeric_limits<int64_t>::min(), create);
   }
