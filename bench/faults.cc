@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "proto/mutex_mode.h"
 #include "testing/harness.h"
 #include "testing/scenarios.h"
 
@@ -36,6 +37,7 @@ std::string Codes(const std::map<std::string, int64_t>& codes) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  hpo::TurnOffMutexDeadlockDetection();  // as hpo-worker does
   CLI::App app{
       "bench/faults: kill workers, kill the server, restart PostgreSQL, pause workers, cut checkpoint uploads"};
   std::string scenarios = "kill_worker,kill_server,kill_server_workers,restart_postgres,slow_worker,promotion";

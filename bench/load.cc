@@ -15,10 +15,12 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "proto/mutex_mode.h"
 #include "testing/harness.h"
 #include "testing/scenarios.h"
 
 int main(int argc, char** argv) {
+  hpo::TurnOffMutexDeadlockDetection();  // as hpo-worker does
   using namespace hpo::testing;
   CLI::App app{"bench/load: many simulated workers and REST clients against one hpo-server"};
   Setup setup;

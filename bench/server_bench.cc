@@ -41,6 +41,7 @@
 #include <random>
 #include <sstream>
 
+#include "proto/mutex_mode.h"
 #include "testing/harness.h"
 #include "server/store/store.h"
 
@@ -476,6 +477,7 @@ class Bench {
 }  // namespace hpo::bench
 
 int main(int argc, char** argv) {
+  hpo::TurnOffMutexDeadlockDetection();  // as hpo-worker does
   using hpo::bench::Options;
   Options o;
   CLI::App app{"bench/server_bench: trials per second through the real hpo-server (issue #19)"};

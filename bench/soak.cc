@@ -87,6 +87,7 @@
 #include <sstream>
 #include <thread>
 
+#include "proto/mutex_mode.h"
 #include "testing/harness.h"
 #include "testing/process.h"
 #include "testing/scenarios.h"
@@ -652,6 +653,7 @@ Status DiskPhase(const SoakOptions& o) {
 }  // namespace hpo::bench
 
 int main(int argc, char** argv) {
+  hpo::TurnOffMutexDeadlockDetection();  // as hpo-worker does
   using namespace hpo::bench;
   CLI::App app{"bench/soak: faults at random under load, then a check that nothing acknowledged was lost"};
   SoakOptions o;

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "common/token.h"
+#include "proto/mutex_mode.h"
 #include "server/http/api.h"
 #include "server/engine/event_relay.h"
 #include "server/grpc/worker_service.h"
@@ -81,6 +82,7 @@ void LimitMallocArenas() {
 
 int main(int argc, char** argv) {
   LimitMallocArenas();  // before any thread starts
+  TurnOffMutexDeadlockDetection();
   CLI::App app{"hpo-server: hardware-aware hyperparameter search server"};
   std::string store_url = "sqlite://./hpo.db";
   std::string http_address = "127.0.0.1:8080";

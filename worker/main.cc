@@ -20,6 +20,7 @@
 #endif
 
 #include "common/token.h"
+#include "proto/mutex_mode.h"
 #include "worker/benchmark.h"
 #include "worker/builtin_trainer.h"
 #include "worker/client.h"
@@ -177,6 +178,7 @@ static hpo::Result<std::string> ReadOrCreateIdFile(const std::string& path) {
 }
 
 int main(int argc, char** argv) {
+  hpo::TurnOffMutexDeadlockDetection();
   PreferPassiveOpenMp(argv);
   CLI::App app{"hpo-worker: runs HeteroTune trials on this machine's CPUs and GPUs"};
   WorkerOptions options;
