@@ -20,6 +20,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/cli_env.h"
 #include "common/token.h"
 #include "proto/mutex_mode.h"
 #include "server/http/api.h"
@@ -117,13 +118,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--grpc", grpc_address, "worker protocol address (port 0: any free port)")
       ->capture_default_str();
+  // Their environment variables are read after parsing (common/cli_env.h).
   auto* token_opt = app.add_option("--token", token,
                                    "bearer token every call must carry (except /healthz); prefer HPO_TOKEN "
-                                   "or --token-file: a command line shows in the process list")
-                        ->envname("HPO_TOKEN");
-  app.add_option("--token-file", token_file, "read the bearer token from this file's first line")
-      ->envname("HPO_TOKEN_FILE")
-      ->excludes(token_opt);
+                                   "or --token-file: a command line shows in the process list (env: HPO_TOKEN)");
+  auto* token_file_opt =
+      app.add_option("--token-file", token_file, "read the bearer token from this file's first line (env: HPO_TOKEN_FILE)")
+          ->excludes(token_opt);
   app.add_option("--allowed-host", allowed_hosts,
                  "a host name REST requests may carry in Host besides IP addresses and localhost, e.g. the "
                  "name of a load balancer or Service (repeatable, or comma-separated in HPO_ALLOWED_HOSTS; "
@@ -206,6 +207,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   spdlog::set_level(spdlog::level::from_str(log_level));
+  if (Status s = FormFromEnvironment(*token_opt, token, "HPO_TOKEN", *token_file_opt, token_file, "HPO_TOKEN_FILE");
+      !s.ok()) {
+    return Fail(s.message());
+  }
   if (!token_file.empty()) {
     auto t = ReadTokenFile(token_file);
     if (!t.ok()) return Fail(t.status().message());

@@ -215,6 +215,32 @@ TEST_F(SecurityTest, StaticFilesStayInsideTheWebRoot) {
   EXPECT_NE(inside.body.find("sub"), std::string::npos);
 }
 
+// --token-file on the command line wins over HPO_TOKEN in the environment
+// (CLI11 once refused the pair as "excludes"), and HPO_TOKEN beside
+// HPO_TOKEN_FILE is an error that names both: no guess at which was meant.
+TEST_F(SecurityTest, ATokenFileOnTheCommandLineWinsOverTheEnvironmentAndTwoTokenVariablesAreRefused) {
+  std::ofstream(dir_ + "/token") << kToken << "\n";
+  const std::string store = "sqlite://" + dir_ + "/hpo.db";
+  ::setenv("HPO_TOKEN", "the-environment's-token", 1);
+  server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, dir_,
+                                                     std::vector<std::string>{"--token-file", dir_ + "/token", "--store", store});
+  const Status started = server_->Start();
+  ::unsetenv("HPO_TOKEN");
+  ASSERT_TRUE(started.ok()) << started << "\n" << server_->Log();
+  EXPECT_EQ(Call("GET", "/api/v1/experiments", kToken).status, 200);
+  EXPECT_EQ(Call("GET", "/api/v1/experiments", "the-environment's-token").status, 401);
+  server_.reset();
+
+  ::setenv("HPO_TOKEN", kToken, 1);
+  ::setenv("HPO_TOKEN_FILE", (dir_ + "/token").c_str(), 1);
+  testing::ServerProcess refused(HPO_SERVER_BIN, dir_ + "/refused", {"--store", store});
+  const Status refused_start = refused.Start();
+  ::unsetenv("HPO_TOKEN");
+  ::unsetenv("HPO_TOKEN_FILE");
+  EXPECT_FALSE(refused_start.ok());
+  EXPECT_NE(refused.Log().find("HPO_TOKEN and HPO_TOKEN_FILE are both set"), std::string::npos) << refused.Log();
+}
+
 TEST_F(SecurityTest, NeitherTheTokenNorTheDatabasePasswordIsLogged) {
   HPO_REQUIRE_BACKEND(testing::PostgresBackend);
   testing::PostgresBackend db;

@@ -119,6 +119,48 @@ TEST_F(WorkerE2eTest, BuiltinTrainerRunsAnExperimentThroughTheServer) {
   EXPECT_FALSE(workers[0]["devices"][0]["measured"].empty());
 }
 
+// A container's environment beside a pod's arguments: --token-file and
+// --id-file on the command line win over HPO_TOKEN and HPO_WORKER_INSTANCE
+// in the environment (CLI11 once refused the pair as "excludes"), and both
+// variables of one setting at once is an error that names them.
+TEST_F(WorkerE2eTest, TheCommandLineWinsOverTheEnvironmentAndTwoVariablesForOneSettingAreRefused) {
+  const std::string token = "worker-e2e-token";
+  StartServer({"--token", token});
+  std::ofstream(dir_ + "/token") << token << "\n";
+  std::ofstream(dir_ + "/id") << "from-the-file\n";
+  ::setenv("HPO_TOKEN", "not-the-token", 1);
+  ::setenv("HPO_WORKER_INSTANCE", "from-the-environment", 1);
+  const std::string log = dir_ + "/worker.log";
+  const pid_t worker =
+      StartWorker({"--server", Grpc(), "--token-file", dir_ + "/token", "--id-file", dir_ + "/id"}, log);
+  ::unsetenv("HPO_TOKEN");
+  ::unsetenv("HPO_WORKER_INSTANCE");
+  HttpClientOptions o;
+  o.port = server_->http_port();
+  o.token = token;
+  json workers;
+  for (int i = 0; i < 200 && workers.empty(); ++i) {
+    auto r = HttpRequestOnce(o, "GET", "/api/v1/workers");
+    if (r.ok() && r->status == 200) workers = json::parse(r->body, nullptr, false).value("workers", json::array());
+    if (workers.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  kill(worker, SIGKILL);
+  WaitFor(worker, 10);
+  ASSERT_EQ(workers.size(), 1u) << "the worker did not register with the token from --token-file\n" << ReadFile(log);
+  EXPECT_EQ(workers[0]["instance"], "from-the-file");
+
+  ::setenv("HPO_TOKEN", token.c_str(), 1);
+  ::setenv("HPO_TOKEN_FILE", (dir_ + "/token").c_str(), 1);
+  const std::string refused_log = dir_ + "/refused.log";
+  const pid_t refused = StartWorker({"--server", Grpc()}, refused_log);
+  ::unsetenv("HPO_TOKEN");
+  ::unsetenv("HPO_TOKEN_FILE");
+  const int status = WaitFor(refused, 30);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << ReadFile(refused_log);
+  EXPECT_NE(ReadFile(refused_log).find("HPO_TOKEN and HPO_TOKEN_FILE are both set"), std::string::npos)
+      << ReadFile(refused_log);
+}
+
 TEST_F(WorkerE2eTest, CommandExecutorRunsTheUsersProgram) {
   StartServer();
   const std::string script = dir_ + "/train.sh";

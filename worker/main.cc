@@ -19,6 +19,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "common/cli_env.h"
 #include "common/token.h"
 #include "proto/mutex_mode.h"
 #include "worker/benchmark.h"
@@ -193,23 +194,22 @@ int main(int argc, char** argv) {
                  "PEM CA certificate(s) that signed the server's; implies TLS (default: the system's CAs)")
       ->envname("HPO_TLS_CA");
   std::string token_file;
+  // These four read their environment variables after parsing
+  // (common/cli_env.h): the command line wins over the environment.
   auto* token_opt = app.add_option("--token", options.token,
                                    "bearer token, when the server has one (prefer HPO_TOKEN or --token-file: "
-                                   "a command line shows in the process list)")
-                        ->envname("HPO_TOKEN");
-  app.add_option("--token-file", token_file, "read the bearer token from this file's first line")
-      ->envname("HPO_TOKEN_FILE")
-      ->excludes(token_opt);
+                                   "a command line shows in the process list) (env: HPO_TOKEN)");
+  auto* token_file_opt =
+      app.add_option("--token-file", token_file, "read the bearer token from this file's first line (env: HPO_TOKEN_FILE)")
+          ->excludes(token_opt);
   std::string id_file;
-  auto* instance_opt =
-      app.add_option("--instance", options.instance,
-                     "this worker's stable name on its host (e.g. the pod name): registering again under it "
-                     "keeps its worker id on the server")
-          ->envname("HPO_WORKER_INSTANCE");
-  app.add_option("--id-file", id_file,
-                 "take --instance from this file's first line, creating it with a random id when missing")
-      ->envname("HPO_WORKER_ID_FILE")
-      ->excludes(instance_opt);
+  auto* instance_opt = app.add_option("--instance", options.instance,
+                                      "this worker's stable name on its host (e.g. the pod name): registering again "
+                                      "under it keeps its worker id on the server (env: HPO_WORKER_INSTANCE)");
+  auto* id_file_opt = app.add_option("--id-file", id_file,
+                                     "take --instance from this file's first line, creating it with a random id when "
+                                     "missing (env: HPO_WORKER_ID_FILE)")
+                          ->excludes(instance_opt);
   app.add_option("--device", device, "auto, cpu or cuda:N")->capture_default_str();
   app.add_option("--threads", options.threads, "intra-op threads per CPU trial (default: usable cores)");
   app.add_option("--labels", labels, "k=v,k=v reported with the worker");
@@ -225,6 +225,12 @@ int main(int argc, char** argv) {
   app.add_flag("--list-devices", list_devices, "print the devices and their benchmark, then exit");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
+  for (Status s : {FormFromEnvironment(*token_opt, options.token, "HPO_TOKEN", *token_file_opt, token_file,
+                                       "HPO_TOKEN_FILE"),
+                   FormFromEnvironment(*instance_opt, options.instance, "HPO_WORKER_INSTANCE", *id_file_opt, id_file,
+                                       "HPO_WORKER_ID_FILE")}) {
+    if (!s.ok()) return Fail(s.message());
+  }
   if (!token_file.empty()) {
     auto t = hpo::ReadTokenFile(token_file);
     if (!t.ok()) return Fail(t.status().message());
