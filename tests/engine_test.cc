@@ -684,7 +684,7 @@ TEST_F(EngineTest, CoTuningStopsForAProgramThatIgnoresChanges) {
 // The live events carry what a view of the trials (the dashboard) needs to
 // apply them without reading: a new trial's number, space, params, state
 // and level; a report's step, metrics, speed and setting; an end's state
-// and metrics.
+// and metrics, and a failure's reason.
 TEST_F(EngineTest, TrialEventsCarryWhatAViewNeedsToApplyThem) {
   std::vector<std::pair<std::string, json>> events;
   EngineOptions o = Options();
@@ -719,6 +719,18 @@ TEST_F(EngineTest, TrialEventsCarryWhatAViewNeedsToApplyThem) {
   const json finished = of("trial.finished");
   EXPECT_EQ(finished["state"], "completed");
   EXPECT_EQ(finished["metrics"]["loss"], 0.25);
+  EXPECT_FALSE(finished.contains("reason")) << finished.dump();
+
+  // A failed trial's end says why, as a pruned one's does.
+  auto b = LeaseFor(worker);
+  ASSERT_TRUE(b.ok() && b->has_value()) << b.status();
+  ASSERT_TRUE(engine_->Complete((*b)->trial.id, worker.owner, true, json::object(), "CUDA out of memory").ok());
+  json failed;
+  for (const auto& [ty, data] : events) {
+    if (ty == "trial.finished" && data["trial_id"] == (*b)->trial.id) failed = data;
+  }
+  EXPECT_EQ(failed["state"], "failed") << failed.dump();
+  EXPECT_EQ(failed["reason"], "CUDA out of memory") << failed.dump();
 }
 
 // What co-tuning learned stays with its experiment unless the spec names the

@@ -740,8 +740,10 @@ Status Engine::Finish(Id trial_id, const std::string& owner, bool failed, const 
   // As the view knows the trial; one the view does not hold may have one.
   const std::optional<TrialEntry> entry = c->trials->Find(trial_id);
   if (!entry || MayHaveCheckpoint(*c, entry->level, entry->resume_step)) DeleteCheckpoint(trial_id);
-  Emit("trial.finished", {{"experiment_id", home.experiment_id}, {"trial_id", trial_id},
-                          {"state", failed ? "failed" : "completed"}, {"metrics", metrics}});
+  json event = {{"experiment_id", home.experiment_id}, {"trial_id", trial_id},
+                {"state", failed ? "failed" : "completed"}, {"metrics", metrics}};
+  if (failed) event["reason"] = why;
+  Emit("trial.finished", std::move(event));
   return MaybeFinish(home.experiment_id, *c);
 }
 
