@@ -56,6 +56,11 @@ RUN missing=$(ldd /usr/local/bin/hpo-worker | grep "not found" || true); \
     if [ -n "$missing" ]; then echo "hpo-worker cannot load: $missing" >&2; exit 1; fi; \
     hpo-worker --help >/dev/null
 COPY examples/train_example.py /opt/heterotune/examples/
+# The Python client (standard library only), for programs that report
+# through it: examples/train_example.py finds it beside itself, and
+# PYTHONPATH lets your own programs `import heterotune` too.
+COPY clients/python/heterotune/ /opt/heterotune/clients/python/heterotune/
+ENV PYTHONPATH=/opt/heterotune/clients/python
 USER hpo
 # Command experiments name their program relative to the worker's working
 # directory: examples/command.yaml runs examples/train_example.py from here.

@@ -63,6 +63,11 @@ RUN apt-get update -qq \
 COPY --from=data /usr/share/datasets/fashion-mnist /usr/share/datasets/fashion-mnist
 COPY --from=build /src/build/worker/hpo-worker /usr/local/bin/
 COPY examples/train_example.py /opt/heterotune/examples/
+# The Python client (standard library only), for programs that report
+# through it: examples/train_example.py finds it beside itself, and
+# PYTHONPATH lets your own programs `import heterotune` too.
+COPY clients/python/heterotune/ /opt/heterotune/clients/python/heterotune/
+ENV PYTHONPATH=/opt/heterotune/clients/python
 USER hpo
 # Command experiments name their program relative to the worker's working
 # directory: examples/command.yaml runs examples/train_example.py from here.

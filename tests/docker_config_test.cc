@@ -218,6 +218,20 @@ TEST_F(DockerConfigTest, DockerfilesCopyWhatExistsAndRunTheRepositoryScripts) {
       << "a DT_RUNPATH would be searched for hpo-worker's own libraries only, not theirs";
   EXPECT_NE(cpu.find("ldd /usr/local/bin/hpo-worker"), std::string::npos);
   EXPECT_NE(ReadFile(kDocker / "worker-cuda.Dockerfile").find("torch.utils.cmake_prefix_path"), std::string::npos);
+  // examples/command.yaml runs examples/train_example.py, which imports the
+  // Python client from ../clients/python beside itself: both images carry
+  // both, at those places under the workers' working directory.
+  for (const char* name : {"worker-cpu.Dockerfile", "worker-cuda.Dockerfile"}) {
+    SCOPED_TRACE(name);
+    const std::string worker = ReadFile(kDocker / name);
+    EXPECT_NE(worker.find("WORKDIR /opt/heterotune"), std::string::npos);
+    EXPECT_NE(worker.find("COPY examples/train_example.py /opt/heterotune/examples/"), std::string::npos);
+    EXPECT_NE(worker.find("COPY clients/python/heterotune/ /opt/heterotune/clients/python/heterotune/"),
+              std::string::npos)
+        << "train_example.py exits at once without the heterotune package";
+  }
+  EXPECT_NE(ReadFile(kRoot / "examples/train_example.py").find("\"clients\", \"python\""), std::string::npos)
+      << "train_example.py no longer looks for the client where the images put it";
 }
 
 TEST_F(DockerConfigTest, ComposeReferencesWhatItDefinesAndTheBinariesFlags) {

@@ -27,7 +27,16 @@
 //                                                # type: stop | promotion (pause at each rung
 //                                                # with a checkpoint, promote the best on a free
 //                                                # device); the default is promotion for asha and
-//                                                # hyperband where the executor can checkpoint
+//                                                # hyperband where the executor can checkpoint.
+//                                                # Options by rule, with their defaults (what each
+//                                                # means: search/pruner.h):
+//                                                #  median: startup_trials 5, warmup_steps 0,
+//                                                #    interval_steps 1, min_trials_at_step 1
+//                                                #  asha: min_resource 1, reduction_factor 3,
+//                                                #    max_resource budget.steps_per_trial,
+//                                                #    min_early_stopping_rate 0, bootstrap_count 0
+//                                                #  hyperband: min_resource 1, reduction_factor 3,
+//                                                #    max_resource budget.steps_per_trial
 //   placement: {policy: speed, max_wait_s: 600}  # speed | fifo | shadho (with class_order: [...])
 //   cost: {prices: {"pool=gpu": 2.50, "cpu:EPYC:x4.0": 0.20}, deadline_s: 3600}
 //                                                # per hour, by device class or worker label;
