@@ -227,8 +227,14 @@ class FileWriter final : public CheckpointWriter {
     if (::fsync(fd_.get()) != 0) return IoError("cannot sync " + tmp_, errno);
     fd_.Reset();
     // ENOENT: Delete removed the upload meanwhile (the trial ended); it
-    // must not come back.
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0) return IoError("cannot rename " + tmp_, errno);
+    // must not come back, and no retry would help.
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+      if (errno == ENOENT) {
+        return Status::FailedPrecondition("checkpoint of trial " + std::to_string(trial_id_) +
+                                          ": the upload was deleted before it was committed (the trial ended)");
+      }
+      return IoError("cannot rename " + tmp_, errno);
+    }
     committed_ = true;
     Fd dir(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!dir.valid() || ::fsync(dir.get()) != 0) return IoError("cannot sync the directory " + dir_, errno);
@@ -294,26 +300,22 @@ class FileArtifactStore final : public ArtifactStore {
       return IoError("cannot delete " + Path(trial_id), errno);
     }
     const std::string prefix = "trial-" + std::to_string(trial_id) + std::string(kUploadInfix);
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name.rfind(prefix, 0) == 0) ::unlink(entry.path().c_str());
+    HPO_ASSIGN_OR_RETURN(const std::vector<std::string> names, Names());
+    for (const std::string& name : names) {
+      if (name.rfind(prefix, 0) == 0) ::unlink((dir_ + "/" + name).c_str());
     }
-    if (ec) return Status::Unavailable("cannot list " + dir_ + ": " + ec.message());
     return Status::OK();
   }
 
   Result<std::vector<Id>> List() override {
     std::vector<Id> ids;
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
-      const std::string name = entry.path().filename().string();
+    HPO_ASSIGN_OR_RETURN(const std::vector<std::string> names, Names());
+    for (const std::string& name : names) {
       if (name.rfind("trial-", 0) != 0) continue;
       const size_t end = name.find('.', 6);
       if (end == std::string::npos || name.compare(end, kSuffix.size(), kSuffix) != 0) continue;
       if (auto id = Int(std::string_view(name).substr(6, end - 6))) ids.push_back(*id);
     }
-    if (ec) return Status::Unavailable("cannot list " + dir_ + ": " + ec.message());
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     return ids;
@@ -321,6 +323,20 @@ class FileArtifactStore final : public ArtifactStore {
 
  private:
   std::string Path(Id trial_id) const { return dir_ + "/trial-" + std::to_string(trial_id) + std::string(kSuffix); }
+
+  // The names in the directory, or Unavailable. A range-for over
+  // directory_iterator throws from its ++ when a readdir fails (EIO, or
+  // ESTALE on the network volumes a fleet shares): increment(ec) does not,
+  // and nothing here may throw into the server's housekeeping thread.
+  Result<std::vector<std::string>> Names() const {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+      names.push_back(it->path().filename().string());
+    }
+    if (ec) return Status::Unavailable("cannot list " + dir_ + ": " + ec.message());
+    return names;
+  }
 
   // The open file and its header; nullopt when there is none.
   Result<std::optional<std::pair<int, CheckpointInfo>>> OpenFile(Id trial_id) {

@@ -230,20 +230,23 @@ class PostgresWriter final : public CheckpointWriter {
       pqxx::work w(*c_);
       w.exec_params("SELECT pg_advisory_xact_lock($1, $2)", kCommitLockKey, static_cast<int>(trial_id_));
       // Delete removed this upload meanwhile (the trial ended): it must not
-      // come back.
-      if (w.exec_params("SELECT 1 FROM checkpoint_uploads WHERE id = $1", upload_id_).empty()) {
+      // come back. Delete takes no advisory lock, so the row is locked here:
+      // a Delete that comes later waits for this commit (and then removes
+      // what it made), and one that came first leaves no row to lock.
+      if (w.exec_params("SELECT 1 FROM checkpoint_uploads WHERE id = $1 FOR UPDATE", upload_id_).empty()) {
         gone = true;
         return;
       }
       w.exec_params("DELETE FROM checkpoint_uploads WHERE trial_id = $1 AND committed_ms IS NOT NULL", trial_id_);
-      w.exec_params("UPDATE checkpoint_uploads SET sha256 = $2, committed_ms = $3 WHERE id = $1", upload_id_, got,
-                    NowMs());
+      const pqxx::result updated = w.exec_params(
+          "UPDATE checkpoint_uploads SET sha256 = $2, committed_ms = $3 WHERE id = $1", upload_id_, got, NowMs());
+      if (updated.affected_rows() != 1) {  // not committed: the DELETE above is rolled back too
+        gone = true;
+        return;
+      }
       w.commit();
     }));
-    if (gone) {
-      return Status::FailedPrecondition("checkpoint of trial " + std::to_string(trial_id_) +
-                                        ": the upload was deleted before it was committed (the trial ended)");
-    }
+    if (gone) return Deleted();
     committed_ = true;
     return Status::OK();
   }
@@ -251,17 +254,29 @@ class PostgresWriter final : public CheckpointWriter {
  private:
   Status Flush() {
     const int seq = next_seq_++;
+    bool gone = false;
     Status s = Guard(store_.display(), c_.broken, [&] {
       pqxx::nontransaction n(*c_);
-      n.exec_params("INSERT INTO checkpoint_chunks (upload_id, seq, data) VALUES ($1, $2, $3)", upload_id_, seq,
-                    pqxx::binarystring(pending_.data(), pending_.size()));
+      try {
+        n.exec_params("INSERT INTO checkpoint_chunks (upload_id, seq, data) VALUES ($1, $2, $3)", upload_id_, seq,
+                      pqxx::binarystring(pending_.data(), pending_.size()));
+      } catch (const pqxx::foreign_key_violation&) {
+        gone = true;  // Delete removed the upload's row meanwhile
+      }
     });
+    if (gone) s = Deleted();
     if (!s.ok()) {
       failed_ = true;
       return s;
     }
     pending_.clear();
     return Status::OK();
+  }
+
+  // The upload was deleted meanwhile: its trial ended, and no retry helps.
+  Status Deleted() const {
+    return Status::FailedPrecondition("checkpoint of trial " + std::to_string(trial_id_) +
+                                      ": the upload was deleted before it was committed (the trial ended)");
   }
 
   PostgresArtifactStore& store_;
