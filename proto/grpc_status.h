@@ -33,8 +33,10 @@ inline constexpr int kMaxAbortedAttempts = 5;
 // How many times in all a worker tries to send (or fetch) one checkpoint
 // whose transfer failed with an error IsRetryable accepts, short of a
 // refusal that will not pass (RESOURCE_EXHAUSTED: a size over the server's
-// limit). Then it pauses the trial without one (or restarts it from step
-// 0): a checkpoint is worth a few tries, not a lease that runs out.
+// limit). Then it pauses the trial without one: a checkpoint is worth a few
+// tries, not a lease that runs out. One it could not fetch is left where it
+// is: the worker gives the trial back to resume later, and restarts it
+// from step 0 only when the checkpoint is missing or damaged.
 inline constexpr int kCheckpointTransferAttempts = 3;
 
 }  // namespace hpo

@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
+#include <atomic>
 #include <thread>
 #include <chrono>
 #include <string>
@@ -123,8 +124,14 @@ class LeaseScript final : public v1::WorkerService::Service {
   }
   ::grpc::Status DownloadCheckpoint(::grpc::ServerContext* c, const v1::DownloadCheckpointRequest* q,
                                     ::grpc::ServerWriter<v1::CheckpointChunk>* w) override {
+    if (unavailable_downloads_ > 0) {
+      --unavailable_downloads_;
+      return ::grpc::Status(::grpc::StatusCode::UNAVAILABLE, "the server is restarting");
+    }
     return real_.DownloadCheckpoint(c, q, w);
   }
+  // The next `n` downloads fail as a server that is away would answer.
+  void FailDownloads(int n) { unavailable_downloads_ = n; }
 
  private:
   WorkerServiceImpl& real_;
@@ -133,6 +140,7 @@ class LeaseScript final : public v1::WorkerService::Service {
   const store::Id experiment_;
   std::mutex mu_;
   std::deque<Next> script_;  // GUARDED_BY(mu_)
+  std::atomic<int> unavailable_downloads_{0};
 };
 
 using hpo::testing::ReadFile;
@@ -304,6 +312,47 @@ TEST_F(CheckpointE2eTest, ACorruptCheckpointAtResumeRestartsTheTrialFromStepOne)
   // Trained again from step 1, not from what arrived.
   EXPECT_EQ(store_->GetTrial(paused.id)->state, TrialState::kCompleted) << logs_;
   EXPECT_EQ(Curve(paused.id), Curve(straight.id));
+  EXPECT_TRUE(ScratchIsClean());
+}
+
+// A server that is away through every try of the download (a restart
+// that outlasts them) says nothing of the checkpoint: the worker leaves the
+// trial to the server instead of starting it over, and the trial later
+// resumes from that checkpoint on the curve of a trial that never paused.
+TEST_F(CheckpointE2eTest, ACheckpointThatCannotBeFetchedIsKeptAndTheTrialResumesFromItLater) {
+  Start(kCommandSpec);
+  script_->Push({std::nullopt, 2});
+  ASSERT_TRUE(RunWorker("a", 1)) << logs_;
+  const store::TrialRecord paused = Newest();
+  ASSERT_EQ(paused.state, TrialState::kPaused) << logs_;
+  const std::vector<std::string> before = Curve(paused.id);
+  ASSERT_EQ(before.size(), 2u) << logs_;
+
+  script_->FailDownloads(kCheckpointTransferAttempts);
+  script_->Push({paused.id, 0});
+  ASSERT_TRUE(RunWorker("b", 1)) << logs_;
+  EXPECT_TRUE(Events("trial.restarted").empty()) << logs_;
+  EXPECT_EQ(Curve(paused.id), before) << "the steps before the checkpoint were dropped\n" << logs_;
+  auto kept = artifacts_->Stat(paused.id);
+  ASSERT_TRUE(kept.ok() && kept->has_value()) << "the checkpoint was deleted\n" << logs_;
+  EXPECT_EQ((*kept)->step, 2);
+  EXPECT_NE(logs_.find("leaving it to the server"), std::string::npos) << logs_;
+
+  // What the server does at b's next lease, which lists the trial no longer:
+  // it ends the lease, and the trial is paused at its rung again.
+  const store::TrialRecord left = *store_->GetTrial(paused.id);
+  ASSERT_TRUE(store_->ExpireLeasesNotHeld(left.lease_owner, {}).ok());
+  ASSERT_TRUE(store_->ReclaimExpiredLeases(3).ok());
+  ASSERT_EQ(store_->GetTrial(paused.id)->state, TrialState::kPaused);
+  EXPECT_EQ(Curve(paused.id), before);
+
+  script_->Push({paused.id, 0});
+  script_->Push({std::nullopt, 0});
+  ASSERT_TRUE(RunWorker("c", 2)) << logs_;
+  const store::TrialRecord straight = Newest();
+  EXPECT_EQ(store_->GetTrial(paused.id)->state, TrialState::kCompleted) << logs_;
+  EXPECT_TRUE(Events("trial.restarted").empty()) << logs_;
+  EXPECT_EQ(Curve(paused.id), Curve(straight.id)) << logs_;
   EXPECT_TRUE(ScratchIsClean());
 }
 

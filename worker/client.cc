@@ -524,9 +524,14 @@ struct WorkerClient::Impl {
         if (have != lower) return Status::DataLoss("download: the SHA-256 is " + have + ", not " + lower);
         return Status::OK();
       }
-      if (!Retryable(s) || Stopping(2)) break;
+      if (!Retryable(s)) {  // the server's answer (none kept, the lease gone): no try will change it
+        return Status(FromGrpcStatus(s).code(), "download: " + Describe(s));
+      }
+      if (Stopping(2)) break;
       spdlog::warn("trial {}: checkpoint download failed ({}); trying again", trial_id, Describe(s));
     }
+    // Unavailable: the server could not be reached (or could not send it)
+    // through every try, which says nothing of the checkpoint itself.
     return Status::Unavailable("download: " + Describe(s));
   }
 
@@ -624,6 +629,17 @@ struct WorkerClient::Impl {
       if (!restored.ok()) {
         // Never resume from a checkpoint that did not arrive whole.
         scratch.Clear();
+        if (restored.code() == StatusCode::kUnavailable) {
+          // Not fetched, rather than missing or damaged (a server restart
+          // outlasted the tries): starting over would throw a good
+          // checkpoint away. The trial is left to the server: this
+          // worker's next lease lists what it holds without it, the server
+          // ends this lease, and the trial waits at its rung, checkpoint
+          // and curve kept, for its next promotion.
+          spdlog::warn("trial {}: cannot fetch its checkpoint ({}); leaving it to the server to resume later",
+                       run.trial_id, restored.message());
+          return;
+        }
         if (!RestartFromScratch(run, scratch, "the checkpoint could not be restored: " + restored.message())) return;
       } else {
         spdlog::info("trial {}: resuming after step {}", run.trial_id, run.resume_step);
