@@ -552,6 +552,27 @@ echo "hpo: step=1 loss=1"
   EXPECT_NE(r->log_tail.find("dir=" + dir_ + "/ckpt stop=4 resume=2"), std::string::npos) << r->log_tail;
 }
 
+// A resumed program's lines without step= go on from HPO_RESUME_STEP, as
+// the contract numbers them: not from 1, which would land on steps the
+// trial already reported and miss the rung it is to pause at.
+TEST_F(CommandExecutorTest, AResumedProgramsLinesWithoutAStepGoOnAfterTheResumeStep) {
+  const std::string script = Script("nostep.sh", R"sh(
+echo "hpo: loss=0.5"
+echo "hpo: loss=0.4"
+echo "hpo: loss=0.3"
+)sh");
+  TrialRun run = MakeRun({script});
+  run.resume_step = 3;
+  run.checkpoint_dir = dir_ + "/ckpt";
+  std::filesystem::create_directories(run.checkpoint_dir);
+  FakeReporter reporter;
+  auto r = Executor().Run(run, reporter);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<int64_t> steps;
+  for (const auto& c : reporter.calls()) steps.push_back(c.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{4, 5, 6}));
+}
+
 // The real example program: straight through, and paused then resumed in a
 // new run (as on another worker), the same curve to the last digit.
 TEST_F(CommandExecutorTest, TheExampleProgramPausesAndResumesExactlyWhereItStopped) {

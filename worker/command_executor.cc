@@ -242,7 +242,8 @@ class CommandRun {
         run_(run),
         reporter_(reporter),
         buffer_(kReadChunk),
-        tail_(options.tail_lines, options.tail_bytes) {}
+        tail_(options.tail_lines, options.tail_bytes),
+        last_step_(run.resume_step) {}
 
   CommandRun(const CommandRun&) = delete;
   CommandRun& operator=(const CommandRun&) = delete;
@@ -750,7 +751,9 @@ class CommandRun {
   std::optional<Clock::time_point> pause_deadline_;  // with kPausing: when to stop waiting
 
   LogTail tail_;
-  int64_t last_step_ = 0;
+  // The step of the last line reported: a line without step= is the next
+  // one, and a resumed program's first is resume_step + 1 (the contract).
+  int64_t last_step_;
   bool reported_ = false;
   bool warned_no_objective_ = false;
   std::map<std::string, double> last_metrics_;
