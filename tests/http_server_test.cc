@@ -7,6 +7,7 @@
 //  * Requests at the edges of the protocol: HEAD, malformed framing, the
 //    auth scheme's case.
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <atomic>
 #include <filesystem>
@@ -191,6 +192,32 @@ TEST_F(HttpServerTest, MalformedFramingGets400) {
     EXPECT_NE(raw.find("malformed HTTP request"), std::string::npos) << raw;
   }
   EXPECT_TRUE(Served()) << "the server stopped answering after malformed requests";
+}
+
+// Beast keeps a chunk-size line in the connection's buffer until it ends:
+// one without an end, from a client with no token, is cut off with a 400
+// once the buffer is full, not kept growing. 64 MiB are offered; the answer
+// comes once the server's buffer and the sockets' (a few MiB) are full.
+TEST_F(HttpServerTest, AChunkSizeLineWithoutAnEndIsCutOffWith400) {
+  StartServer({"--token", kToken});
+  const int fd = Open();
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(SendAll(fd, "POST /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          "Transfer-Encoding: chunked\r\n\r\n1;"));
+  const std::string filler(64 * 1024, 'a');
+  int sent = 0;
+  auto answered = [fd] {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  };
+  // Until the answer is there to read (before the reset that closing with
+  // unread bytes sends could lose it), or a send fails.
+  while (sent < 1024 && !answered() && SendAll(fd, filler)) ++sent;
+  const std::string raw = testing::ReadUntilClosed(fd, 10s);
+  EXPECT_EQ(testing::StatusOf(raw), 400) << raw.substr(0, 300);
+  EXPECT_NE(raw.find("chunk-size line or trailer longer than"), std::string::npos) << raw.substr(0, 300);
+  EXPECT_LT(sent, 1024) << "the server read 64 MiB of one chunk-size line";
+  EXPECT_TRUE(Served()) << "the server stopped answering";
 }
 
 TEST_F(HttpServerTest, TheBearerSchemeIsCaseInsensitive) {

@@ -127,6 +127,11 @@ Result<std::unique_ptr<ssl::context>> ServerTlsContext(const std::string& cert_f
 
 // A parse error of the request itself (as opposed to the connection
 // ending): the client gets 400 with what was wrong.
+// The most a connection's read buffer holds: headers (8 KiB at most), a
+// chunk-size line, and what one read brings of a body on its way into the
+// request (Beast reads up to 64 KiB at a time).
+constexpr size_t kReadBufferBytes = 128 * 1024;
+
 bool IsMalformedRequest(const beast::error_code& ec) {
   static const auto& http_category = http::make_error_code(http::error::bad_version).category();
   return ec.category() == http_category && ec != http::error::end_of_stream && ec != http::error::partial_message;
@@ -358,6 +363,12 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
       return Respond(ErrorResponse(Status::ResourceExhausted("request headers are larger than 8192 bytes"),
                                    HttpCause::kHeadersTooLarge), false);
     }
+    if (ec == http::error::buffer_overflow) {
+      return Respond(ErrorResponse(Status::InvalidArgument(
+                         "malformed HTTP request: a chunk-size line or trailer longer than " +
+                         std::to_string(kReadBufferBytes) + " bytes")),
+                     false);
+    }
     if (IsMalformedRequest(ec)) {
       return Respond(ErrorResponse(Status::InvalidArgument("malformed HTTP request: " + ec.message())), false);
     }
@@ -516,7 +527,12 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
   HttpServer::Impl& impl_;
   Stream stream_;
   std::string remote_;
-  beast::flat_buffer buffer_;
+  // Bounded: a body's bytes leave it as they are parsed, but Beast keeps a
+  // chunk-size line or trailers there until they end, so without a bound one
+  // unauthenticated connection could grow it without end (a chunk size
+  // followed by gigabytes without CRLF). Full, the read fails with
+  // buffer_overflow and the client gets a 400.
+  beast::flat_buffer buffer_{kReadBufferBytes};
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<http::response<http::string_body>> res_;  // while it is written
   size_t response_bytes_ = 0;
