@@ -109,6 +109,22 @@ TEST_F(EventRelayTest, AReplicasOwnEventsAreNotPublishedTwiceOnItsBus) {
   EXPECT_EQ(seen, 1) << "its clients got its own event more than once";
 }
 
+// Anyone who may connect can NOTIFY on the channel: notifications that are
+// not events (a number for a type or an origin, no type, not JSON) are
+// skipped, and the relay goes on relaying (a type error once ended the
+// server through std::terminate).
+TEST_F(EventRelayTest, NotificationsThatAreNotEventsAreSkippedAndTheRelayGoesOn) {
+  for (const std::string bad : {R"({"type": 1})", R"({"origin": 1, "type": "trial.finished"})",
+                                R"({"origin": "x"})", R"([1, 2])", "not json", R"({"type": "trial.bad", "data": 3})"}) {
+    ASSERT_TRUE(other_->NotifyChange(bad).ok()) << bad;
+  }
+  ASSERT_TRUE(other_->NotifyChange(json{{"origin", "another-replica"}, {"type", "trial.after"}, {"data", {{"n", 2}}}}.dump())
+                  .ok());
+  const auto after = NextOf(*sub_, "trial.after");
+  ASSERT_TRUE(after) << "the relay stopped relaying after notifications that are not events";
+  EXPECT_EQ(json::parse(after->data)["n"], 2);
+}
+
 TEST_F(EventRelayTest, AnEventTooLargeToRelayWholeReachesTheOtherReplicasTrimmed) {
   EventRelay other_relay(*other_, other_bus_);
   auto other_sub = other_bus_.Subscribe();

@@ -143,9 +143,15 @@ void EventRelay::Listen() {
     if (!next->has_value()) continue;
     // Its own, heard back: skipped unparsed.
     if ((*next)->compare(0, own_prefix_.size(), own_prefix_) == 0) continue;
+    // Anyone who may connect to the database can NOTIFY on the channel (and
+    // a replica of another version may say it differently): what is not an
+    // event of the shape below is skipped, never thrown out of this thread.
     const nlohmann::json n = nlohmann::json::parse(**next, nullptr, false);
-    if (!n.is_object() || n.value("origin", "") == origin_ || !n.contains("type")) continue;
-    bus_.Publish(n["type"].get<std::string>(), n.value("data", nlohmann::json::object()));
+    if (!n.is_object()) continue;
+    const auto origin = n.find("origin"), type = n.find("type"), data = n.find("data");
+    if (type == n.end() || !type->is_string()) continue;
+    if (origin != n.end() && (!origin->is_string() || origin->get_ref<const std::string&>() == origin_)) continue;
+    bus_.Publish(type->get<std::string>(), data != n.end() && data->is_object() ? *data : nlohmann::json::object());
   }
 }
 
