@@ -198,6 +198,8 @@ TYPED_TEST(RestReadsTest, ACursorOfAnotherStoreAsksForAFullRead) {
     EXPECT_NE(e.dump().find("without since"), std::string::npos) << e.dump();
     this->CallJson("GET", this->Path("/measurements?since=" + other), 409);
   }
+  // A revision past int64 is not a cursor either (it once read as 0: a full read).
+  this->CallJson("GET", this->Path("/trials?since=" + store_id + "-99999999999999999999"), 400);
   const json bad = this->CallJson("GET", this->Path("/trials?since=12"), 400);
   EXPECT_NE(bad.dump().find("since"), std::string::npos) << bad.dump();
 }

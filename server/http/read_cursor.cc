@@ -15,9 +15,12 @@ Result<std::optional<int64_t>> SinceRevision(const HttpRequest& req, const store
   const auto dash = text.rfind('-');
   int64_t revision = 0;
   const char* end = text.data() + text.size();
-  const bool parsed = dash != std::string::npos && dash > 0 &&
-                      std::from_chars(text.data() + dash + 1, end, revision).ptr == end &&
-                      dash + 1 < text.size() && revision >= 0;
+  bool parsed = dash != std::string::npos && dash > 0 && dash + 1 < text.size();
+  if (parsed) {
+    // ec too: a number past int64 leaves `revision` 0 with ptr at the end.
+    const auto [ptr, ec] = std::from_chars(text.data() + dash + 1, end, revision);
+    parsed = ptr == end && ec == std::errc() && revision >= 0;
+  }
   if (!parsed) {
     return Status::InvalidArgument("query parameter since: '" + text +
                                    "' is not a cursor (take one from an answer's \"cursor\")");
