@@ -525,6 +525,25 @@ std::function<Verdict(const FakeReporter::Call&)> PauseAt(int64_t step) {
   return [step](const FakeReporter::Call& c) { return c.step == step ? Verdict::kPause : Verdict::kContinue; };
 }
 
+// The worker's bearer token is not the program's: a program that prints its
+// environment would put it into the log tail the server stores.
+TEST_F(CommandExecutorTest, TheWorkersCredentialsAreNotInTheProgramsEnvironment) {
+  ::setenv("HPO_TOKEN", "the-workers-token", 1);
+  ::setenv("HPO_TOKEN_FILE", "/the/workers/token-file", 1);
+  ::setenv("HPO_SOMETHING_ELSE", "kept", 1);
+  const std::string script = Script("creds.sh", R"sh(
+echo "token=${HPO_TOKEN-unset} file=${HPO_TOKEN_FILE-unset} other=${HPO_SOMETHING_ELSE-unset}"
+echo "hpo: step=1 loss=1"
+)sh");
+  FakeReporter reporter;
+  auto r = Executor().Run(MakeRun({script}), reporter);
+  ::unsetenv("HPO_TOKEN");
+  ::unsetenv("HPO_TOKEN_FILE");
+  ::unsetenv("HPO_SOMETHING_ELSE");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->log_tail.find("token=unset file=unset other=kept"), std::string::npos) << r->log_tail;
+}
+
 TEST_F(CommandExecutorTest, TheCheckpointVariablesAreSetOnlyWhenTheyApply) {
   // From the worker's own environment they must not leak through.
   ::setenv("HPO_STOP_STEP", "99", 1);

@@ -344,6 +344,9 @@ class CommandRun {
       if (eq == std::string_view::npos || eq == 0) continue;
       env_.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
     }
+    // The worker's credentials stay with the worker (command_executor.h).
+    env_.erase("HPO_TOKEN");
+    env_.erase("HPO_TOKEN_FILE");
     for (const auto& [name, value] : run_.env) {
       if (name.empty() || name.find_first_of(std::string("=\0", 2)) != std::string::npos) {
         return Status::InvalidArgument("command: env: '" + name + "' is not a variable name");

@@ -9,7 +9,10 @@
 //   - runs in its own process group, in Options::working_dir, with standard
 //     input from /dev/null, default signal dispositions and an empty signal
 //     mask, and no file descriptors of the worker other than 0, 1 and 2.
-//   - gets the worker's environment, over it TrialRun::env, over that:
+//   - gets the worker's environment without the worker's credentials
+//     (HPO_TOKEN, HPO_TOKEN_FILE: a program reports through its output, and
+//     what it prints of its environment lands in the stored log tail), over
+//     it TrialRun::env, over that:
 //       HPO_TRIAL_ID, HPO_EXPERIMENT_ID, HPO_ATTEMPT, HPO_SEED, HPO_MAX_STEPS,
 //       HPO_OBJECTIVE     the trial's fields
 //       HPO_PARAMS        the hyperparameters, a JSON object
