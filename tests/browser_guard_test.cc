@@ -99,6 +99,11 @@ TEST_F(BrowserGuardTest, CrossSiteAndRebindingRequestsAreRefusedAndCreateNothing
   raw = Send("POST", "/api/v1/experiments/1:cancel", {"Host: " + self_});
   EXPECT_EQ(StatusOf(raw), 415) << raw;
   EXPECT_EQ(ExperimentCount(), 0u) << "a refused request created an experiment";
+  // Without a route there is nothing to protect: a 404, not a 415.
+  raw = Send("POST", "/api/v1/no-such-route", {"Host: " + self_});
+  EXPECT_EQ(StatusOf(raw), 404) << raw;
+  raw = Send("DELETE", "/api/v1/experiments/1", {"Host: " + self_});
+  EXPECT_EQ(StatusOf(raw), 404) << raw;
   // The probe answers any name.
   EXPECT_EQ(StatusOf(Send("GET", "/healthz", {"Host: evil.example"})), 200);
 }

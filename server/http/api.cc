@@ -284,8 +284,12 @@ HttpResponse RestApi::Answer(const HttpRequest& req) {
     r.headers["WWW-Authenticate"] = "Bearer";
     return r;
   }
-  if (auto refused = CheckContentType(req)) return ErrorResponse(refused->status, refused->cause);
-  if (route != nullptr) return answer(Dispatch(*route, call));
+  if (route != nullptr) {
+    // Only a route acts on a request; one without a route is a 404 whatever
+    // its Content-Type.
+    if (auto refused = CheckContentType(req)) return ErrorResponse(refused->status, refused->cause);
+    return answer(Dispatch(*route, call));
+  }
   if (IsDashboardFile(req, route)) return answer(Static(req));
   if (req.path.rfind("/api/v1/", 0) == 0) {
     return ErrorResponse(Status::NotFound("no route for " + req.method + " " + req.path + " (see /openapi.json)"));

@@ -14,7 +14,7 @@ namespace {
 constexpr const char* kFixedParts = R"json({
   "openapi": "3.0.3",
   "info": {"title": "HeteroTune", "version": "1",
-           "description": "Hardware-aware hyperparameter search. Errors are {\"error\": {\"code\", \"message\"}}; with a server token every route but /healthz and the dashboard's static files needs 'Authorization: Bearer <token>' (/api/v1/events also takes ?access_token=, for browsers' EventSource)."},
+           "description": "Hardware-aware hyperparameter search. Errors are {\"error\": {\"code\", \"message\"}}; with a server token every route but /healthz, /readyz and the dashboard's static files (and /metrics with --public-metrics) needs 'Authorization: Bearer <token>' (/api/v1/events also takes ?access_token=, for browsers' EventSource)."},
   "components": {
     "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
     "schemas": {

@@ -13,7 +13,7 @@ const std::vector<RestApi::Route>& RestApi::Routes() {
     {"GET", "/healthz", Access::kProbe, 200, RawHandler{&RestApi::Healthz},
      R"json({"summary": "Liveness (no auth)", "security": [], "responses": {"200": {"description": "ok"}}})json"},
     {"GET", "/readyz", Access::kOpen, 200, RawHandler{&RestApi::Readyz},
-     R"json({"summary": "Readiness: the store answers", "responses": {"200": {"description": "ready"}, )json"
+     R"json({"summary": "Readiness: the store answers (no auth)", "security": [], "responses": {"200": {"description": "ready"}, )json"
      R"json("503": {"description": "store unavailable"}}})json"},
     {"GET", "/metrics", Access::kMetrics, 200, RawHandler{&RestApi::Metrics},
      R"json({"summary": "Prometheus text format", "responses": {"200": {"description": "metrics"}}})json"},
