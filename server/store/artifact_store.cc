@@ -14,6 +14,11 @@ Status CheckpointOverLimit(Id trial_id, int64_t size, const ArtifactStoreOptions
                                    " bytes, over the server's limit of " + flag + " (--max-checkpoint-mb)");
 }
 
+Status UploadDeleted(Id trial_id) {
+  return Status::FailedPrecondition("checkpoint of trial " + std::to_string(trial_id) +
+                                    ": the upload was deleted before it was committed (the trial ended)");
+}
+
 Result<std::unique_ptr<ArtifactStore>> OpenArtifactStore(const std::string& spec, const std::string& store_url,
                                                          ArtifactStoreOptions options) {
   if (spec.rfind("files:", 0) == 0) return OpenFileArtifactStore(spec.substr(6), options);

@@ -62,6 +62,9 @@ class CheckpointWriter {
   // Verifies the size and `sha256` (hex) against what was appended, then
   // makes this the trial's checkpoint, replacing the previous one.
   // DataLoss: short or not matching; nothing changes then.
+  // FailedPrecondition (UploadDeleted): Delete removed the trial's uploads
+  // meanwhile (the trial ended), which no retry changes; Append may answer
+  // it too where the bytes are stored as they come.
   // REQUIRES: called at most once.
   virtual Status Commit(std::string_view sha256) = 0;
 };
@@ -121,6 +124,8 @@ Result<std::unique_ptr<ArtifactStore>> OpenArtifactStore(const std::string& spec
 //
 // What every backend's Begin answers for a checkpoint over the limit.
 Status CheckpointOverLimit(Id trial_id, int64_t size, const ArtifactStoreOptions& options);
+// What every backend answers for an upload that Delete removed meanwhile.
+Status UploadDeleted(Id trial_id);
 Result<std::unique_ptr<ArtifactStore>> OpenFileArtifactStore(const std::string& dir, ArtifactStoreOptions options);
 // `url`: a postgresql:// URL of a database migrated by OpenStore.
 Result<std::unique_ptr<ArtifactStore>> OpenPostgresArtifactStore(const std::string& url, ArtifactStoreOptions options);

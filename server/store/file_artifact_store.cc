@@ -229,10 +229,7 @@ class FileWriter final : public CheckpointWriter {
     // ENOENT: Delete removed the upload meanwhile (the trial ended); it
     // must not come back, and no retry would help.
     if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
-      if (errno == ENOENT) {
-        return Status::FailedPrecondition("checkpoint of trial " + std::to_string(trial_id_) +
-                                          ": the upload was deleted before it was committed (the trial ended)");
-      }
+      if (errno == ENOENT) return UploadDeleted(trial_id_);
       return IoError("cannot rename " + tmp_, errno);
     }
     committed_ = true;

@@ -246,7 +246,7 @@ class PostgresWriter final : public CheckpointWriter {
       }
       w.commit();
     }));
-    if (gone) return Deleted();
+    if (gone) return UploadDeleted(trial_id_);
     committed_ = true;
     return Status::OK();
   }
@@ -264,19 +264,13 @@ class PostgresWriter final : public CheckpointWriter {
         gone = true;  // Delete removed the upload's row meanwhile
       }
     });
-    if (gone) s = Deleted();
+    if (gone) s = UploadDeleted(trial_id_);
     if (!s.ok()) {
       failed_ = true;
       return s;
     }
     pending_.clear();
     return Status::OK();
-  }
-
-  // The upload was deleted meanwhile: its trial ended, and no retry helps.
-  Status Deleted() const {
-    return Status::FailedPrecondition("checkpoint of trial " + std::to_string(trial_id_) +
-                                      ": the upload was deleted before it was committed (the trial ended)");
   }
 
   PostgresArtifactStore& store_;
