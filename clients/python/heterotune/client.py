@@ -46,6 +46,17 @@ def _is_loopback(host):
         return False
 
 
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """Leaves every redirect to Client.request, which raises RedirectRefusedError.
+
+    urllib's own handler follows a redirect with the request's headers,
+    Authorization included: to any host, and from https to plain http.
+    """
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None  # urllib then raises HTTPError(code) for this answer
+
+
 class Client:
     """A connection to one hpo-server's REST API.
 
@@ -61,6 +72,10 @@ class Client:
         (it sends Retry-After: 409 lost races, 429, 503, 504) is retried,
         after the delay it asks for. Every call is safe to repeat: reports
         are idempotent per (trial, step) and a retried finish changes nothing.
+
+    Requests, and the token, go to `server` only: a redirect (HTTP 3xx) is
+    not followed but raises RedirectRefusedError, whatever host, port or
+    scheme it names (hpo-server never redirects; hpctl does the same).
     """
 
     def __init__(self, server=None, token=None, *, tls_ca=None, timeout=60.0, retries=3):
@@ -74,7 +89,7 @@ class Client:
         self.token = token if token is not None else os.environ.get("HPO_TOKEN", "")
         self.timeout = timeout
         self.retries = retries
-        handlers = []
+        handlers = [_RefuseRedirects()]
         if tls_ca and parsed.scheme != "https":
             raise ValueError(f"tls_ca: needs an https:// server, not {self.url}")
         if parsed.scheme == "https":
@@ -144,8 +159,8 @@ class Client:
         Every POST carries a body and says its type, even an empty one: the
         server refuses a POST without application/json or application/yaml
         (its defence against cross-site pages, README.md "Threat model").
-        Raises an APIError subclass for a refusal, ServerUnreachableError
-        when no answer came.
+        Raises an APIError subclass for a refusal, RedirectRefusedError
+        for a redirect, ServerUnreachableError when no answer came.
         """
         url = self.url + path
         if query:
@@ -167,6 +182,8 @@ class Client:
                     raw = r.read()
                 return json.loads(raw) if raw else {}
             except urllib.error.HTTPError as e:
+                if 300 <= e.code < 400:
+                    raise self._redirect(e, method, path) from None
                 err = self._refusal(e, method, path)
             except (urllib.error.URLError, OSError) as e:
                 raise errors.ServerUnreachableError(self.url, getattr(e, "reason", e)) from None
@@ -174,6 +191,13 @@ class Client:
                 raise err
             attempt += 1
             time.sleep(min(err.retry_after, 10.0))
+
+    def _redirect(self, e, method, path):
+        location = e.headers.get("Location")
+        e.close()
+        if location:
+            location = urllib.parse.urljoin(e.url, location)
+        return errors.RedirectRefusedError(self.url, e.code, location, method, path)
 
     @staticmethod
     def _refusal(e, method, path):

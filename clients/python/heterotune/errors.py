@@ -16,7 +16,7 @@ and a message about one field starts with that field's path, e.g.
 import re
 
 __all__ = [
-    "HeteroTuneError", "ServerUnreachableError", "APIError", "InvalidArgumentError", "UnauthenticatedError",
+    "HeteroTuneError", "ServerUnreachableError", "RedirectRefusedError", "APIError", "InvalidArgumentError", "UnauthenticatedError",
     "PermissionDeniedError", "NotFoundError", "AlreadyExistsError", "FailedPreconditionError", "AbortedError",
     "ResourceExhaustedError", "CancelledError", "UnimplementedError", "UnavailableError", "DeadlineExceededError",
     "InternalError", "DataLossError", "TrialPruned", "field_of",
@@ -35,6 +35,35 @@ class ServerUnreachableError(HeteroTuneError):
                          "(is it running? set HPO_SERVER or pass server=)")
         self.url = url
         self.reason = reason
+
+
+class RedirectRefusedError(HeteroTuneError):
+    """The server's address answered with a redirect (HTTP 3xx), which the client does not follow.
+
+    hpo-server never redirects, so the redirect came from something in front
+    of it (a proxy, a load balancer, a misconfigured address). Following it
+    would send the request, and its bearer token, wherever the redirect
+    points: another host, or plain http after https. Pass the address the
+    server really has as server= (or HPO_SERVER) instead.
+
+    Attributes:
+      url: the server as given to Client ("https://host:port").
+      status: the redirect's HTTP status (301, 302, 307, ...).
+      location: where it pointed (absolute), or None when it named nowhere.
+      method, path: the request.
+    """
+
+    def __init__(self, url, status, location, method="", path=""):
+        where = f"to {location}" if location else "without a Location"
+        super().__init__(f"{method} {path}: the server at {url} answered {status}, a redirect {where}; "
+                         "not followed: the client sends requests and its token only to the server it was "
+                         "given. hpo-server itself never redirects; if that address is the server, pass it "
+                         "as server= or set HPO_SERVER".lstrip())
+        self.url = url
+        self.status = status
+        self.location = location
+        self.method = method
+        self.path = path
 
 
 # "spaces[0].params.lr.low: must be < high" -> "spaces[0].params.lr.low". The path is the
