@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -64,6 +65,16 @@ json Call(const HttpClientOptions& o, const std::string& method, const std::stri
   auto r = hpo::HttpRequestOnce(o, method, target, body, content_type);
   if (!r.ok()) {
     Fail(kUnreachable, r.status().message() + " (is hpo-server running? set --server or HPO_SERVER)");
+  }
+  if (r->status >= 300 && r->status < 400) {
+    // The HTTP client follows no redirect, so the request and its token went
+    // to --server only. Say so rather than read the redirect's body as an answer.
+    const auto location = r->headers.find("location");
+    Fail(kServerError, "the server at " + std::string(o.tls ? "https://" : "http://") + o.host + ":" +
+                           std::to_string(o.port) + " answered " + std::to_string(r->status) + ", a redirect " +
+                           (location == r->headers.end() ? "without a Location" : "to " + location->second) +
+                           "; hpctl follows no redirect, so the token went nowhere else (hpo-server itself never "
+                           "redirects; if that address is the server, set --server or HPO_SERVER to it)");
   }
   json j = json::parse(r->body, nullptr, false);
   if (r->status >= 400) {
@@ -777,6 +788,25 @@ std::string FindWebRoot(const std::string& flag) {
   return "";
 }
 
+// Replaces `path` with a new file of mode 0600 holding `secret`. The file is
+// written under a fresh name in the same directory (mkstemp: O_EXCL, so never
+// through a symlink, and 0600 whatever the umask) and renamed over `path`:
+// an existing file keeps neither its old mode (0644 from an earlier version,
+// say) nor its inode, and a symlink at `path` is replaced, its target untouched.
+void WriteSecretFile(const std::string& path, const std::string& secret) {
+  std::string temp = path + ".XXXXXX";
+  const int fd = ::mkstemp(temp.data());
+  if (fd < 0) Fail(kUsage, "cannot write " + path + ": " + std::strerror(errno));
+  const bool written = ::write(fd, secret.data(), secret.size()) == static_cast<ssize_t>(secret.size());
+  int error = written ? 0 : (errno != 0 ? errno : EIO);  // a short write sets no errno
+  if (::close(fd) != 0 && error == 0) error = errno;
+  if (error == 0 && ::rename(temp.c_str(), path.c_str()) != 0) error = errno;
+  if (error != 0) {
+    ::unlink(temp.c_str());
+    Fail(kUsage, "cannot write " + path + ": " + std::strerror(error));
+  }
+}
+
 int Run(const std::string& file, int workers, const std::string& data_dir, const std::string& web_root_flag) {
   namespace fs = std::filesystem;
   const std::string spec = ReadFile(file);  // fail early on a missing file
@@ -791,13 +821,7 @@ int Run(const std::string& file, int workers, const std::string& data_dir, const
   if (!token.ok()) Fail(kUsage, token.status().message());
   // For other clients meanwhile: HPO_TOKEN=$(cat DATA_DIR/token) hpctl ...
   const std::string token_file = data_dir + "/token";
-  {
-    const int fd = ::open(token_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0 || ::write(fd, token->data(), token->size()) != static_cast<ssize_t>(token->size())) {
-      Fail(kUsage, "cannot write " + token_file + ": " + std::strerror(errno));
-    }
-    ::close(fd);
-  }
+  WriteSecretFile(token_file, *token);
   Local local;
   std::vector<std::string> server = {FindBinary("hpo-server"), "--store",
                                      "sqlite://" + fs::absolute(data_dir).string() + "/hpo.db", "--http",

@@ -1,8 +1,15 @@
 // hpctl against a real hpo-server: submit, status, trials in every format,
 // best, cancel, and its errors and exit codes; submit --dry-run, export
 // (read back by Python's csv module), --quiet, and the completion scripts
-// run in a real bash (and zsh, where installed).
+// run in a real bash (and zsh, where installed); a redirect refused (against
+// a stand-in server), and the mode of `hpctl run`'s token file.
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -14,6 +21,8 @@
 #include <vector>
 #include <thread>
 #include <chrono>
+#include <atomic>
+#include <mutex>
 
 #include "common/http_client.h"
 #include "testing/files.h"
@@ -535,6 +544,173 @@ TEST(HpctlRun, RefusesAWebRootWithoutTheDashboard) {
   EXPECT_EQ(r.code, 2) << r.text;
   EXPECT_NE(r.text.find("--web-root " + dir + ": no index.html there"), std::string::npos) << r.text;
   EXPECT_FALSE(std::filesystem::exists(dir + "/data")) << "nothing started";
+  std::filesystem::remove_all(dir);
+}
+
+// A listening socket on 127.0.0.1 with a free port; -1 when none could be made.
+int ListenOnLoopback(uint16_t& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 16) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  port = ntohs(addr.sin_port);
+  return fd;
+}
+
+// Stands in for a server: answers every request on 127.0.0.1 with `response`
+// and keeps each request's head (request line and headers) as it came.
+class CannedHttpServer {
+ public:
+  explicit CannedHttpServer(std::string response) : response_(std::move(response)) {
+    fd_ = ListenOnLoopback(port_);
+    if (fd_ >= 0) thread_ = std::thread([this] { Serve(); });
+  }
+  ~CannedHttpServer() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool ok() const { return fd_ >= 0; }
+  uint16_t port() const { return port_; }
+  std::vector<std::string> requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      timeval tv{5, 0};
+      ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      std::string head;
+      char buf[4096];
+      while (head.find("\r\n\r\n") == std::string::npos) {
+        const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        head.append(buf, static_cast<size_t>(n));
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        requests_.push_back(head.substr(0, head.find("\r\n\r\n")));
+      }
+      // The body, if any, is left unread: the answer does not depend on it.
+      (void)!::send(c, response_.data(), response_.size(), MSG_NOSIGNAL);
+      ::shutdown(c, SHUT_WR);
+      ::close(c);
+    }
+  }
+
+  const std::string response_;
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::vector<std::string> requests_;  // guarded by mu_
+  std::thread thread_;
+};
+
+// hpctl follows no redirect: the request, and the token with it, go to
+// --server only, and a 3xx is an error that says where it pointed rather
+// than an answer read from the redirect's empty body.
+TEST(HpctlRedirect, IsRefusedWithAClearErrorAndTheTokenGoesNowhereElse) {
+  uint16_t elsewhere_port = 0;
+  // Never accepted: a connection hpctl made to it would wait in its backlog.
+  const int elsewhere = ListenOnLoopback(elsewhere_port);
+  ASSERT_GE(elsewhere, 0);
+  const std::string target = "http://127.0.0.1:" + std::to_string(elsewhere_port) + "/api/v1/experiments";
+  for (const int status : {301, 302, 303, 307, 308}) {
+    CannedHttpServer server("HTTP/1.1 " + std::to_string(status) + " Moved\r\nLocation: " + target +
+                            "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    ASSERT_TRUE(server.ok());
+    const std::string at = "--server 127.0.0.1:" + std::to_string(server.port()) + " ";
+    for (const std::string command : {"list", "status 7", "cancel 7"}) {
+      Out r = Shell("HPO_TOKEN=redirect-secret " + std::string(HPCTL_BIN) + " " + at + command);
+      EXPECT_EQ(r.code, 1) << command << " after a " << status << ":\n" << r.text;
+      EXPECT_NE(r.text.find("answered " + std::to_string(status) + ", a redirect to " + target +
+                            "; hpctl follows no redirect"),
+                std::string::npos)
+          << command << ":\n" << r.text;
+    }
+    const auto requests = server.requests();
+    EXPECT_EQ(requests.size(), 3u);
+    for (const auto& head : requests) {
+      EXPECT_NE(head.find("Authorization: Bearer redirect-secret"), std::string::npos) << head;
+    }
+  }
+  ::fcntl(elsewhere, F_SETFL, O_NONBLOCK);
+  const int got = ::accept(elsewhere, nullptr, nullptr);
+  EXPECT_LT(got, 0) << "hpctl connected to where the redirect pointed";
+  if (got >= 0) ::close(got);
+  ::close(elsewhere);
+}
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0;
+}
+
+// hpctl run writes DATA_DIR/token afresh with mode 0600: an existing file
+// does not keep a wider mode, and a symlink in its place is replaced, not
+// written through. The spec is refused by the server, so the run stops right
+// after the token is written and the embedded server has started.
+TEST(HpctlRun, WritesTheTokenFileWithMode0600AndFollowsNoSymlink) {
+  const std::string dir = ::testing::TempDir() + "/hpo-hpctl-token-" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/bad.yaml") << "name: refused\n";
+  auto run = [&](const std::string& data) {
+    Out r = Hpctl("run " + dir + "/bad.yaml --data-dir " + data);
+    EXPECT_EQ(r.code, 1) << "the server refuses the spec\n" << r.text;
+  };
+  auto expect_fresh_token = [&](const std::string& data, const std::string& old) {
+    const std::string token = data + "/token";
+    EXPECT_FALSE(std::filesystem::is_symlink(token));
+    EXPECT_TRUE(std::filesystem::is_regular_file(token));
+    EXPECT_EQ(ModeOf(token), 0600u) << std::oct << ModeOf(token);
+    const std::string text = testing::ReadFile(token);
+    EXPECT_FALSE(text.empty());
+    EXPECT_NE(text, old);
+    for (const auto& entry : std::filesystem::directory_iterator(data)) {
+      EXPECT_EQ(entry.path().filename().string().rfind("token.", 0), std::string::npos)
+          << "a temporary file was left: " << entry.path();
+    }
+  };
+
+  // A token file from before, readable by everyone.
+  const std::string existing = dir + "/existing";
+  std::filesystem::create_directories(existing);
+  std::ofstream(existing + "/token") << "old-token";
+  ::chmod((existing + "/token").c_str(), 0644);
+  run(existing);
+  expect_fresh_token(existing, "old-token");
+
+  // A symlink named token, to a file elsewhere and to a file not there yet.
+  const std::string linked = dir + "/linked";
+  std::filesystem::create_directories(linked);
+  std::ofstream(dir + "/target") << "not the token";
+  ::chmod((dir + "/target").c_str(), 0644);
+  std::filesystem::create_symlink(dir + "/target", linked + "/token");
+  run(linked);
+  expect_fresh_token(linked, "not the token");
+  EXPECT_EQ(testing::ReadFile(dir + "/target"), "not the token") << "written through the symlink";
+  EXPECT_EQ(ModeOf(dir + "/target"), 0644u);
+
+  const std::string dangling = dir + "/dangling";
+  std::filesystem::create_directories(dangling);
+  std::filesystem::create_symlink(dir + "/made-through-the-link", dangling + "/token");
+  run(dangling);
+  expect_fresh_token(dangling, "");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/made-through-the-link")) << "created through the symlink";
   std::filesystem::remove_all(dir);
 }
 
