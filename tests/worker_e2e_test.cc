@@ -57,6 +57,7 @@ class WorkerE2eTest : public ::testing::Test {
   json Get(const std::string& target) {
     HttpClientOptions o;
     o.port = server_->http_port();
+    o.token = token_;
     auto r = HttpRequestOnce(o, "GET", target);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? json::parse(r->body, nullptr, false) : json();
@@ -64,6 +65,7 @@ class WorkerE2eTest : public ::testing::Test {
   int64_t Create(const std::string& spec) {
     HttpClientOptions o;
     o.port = server_->http_port();
+    o.token = token_;
     auto r = HttpRequestOnce(o, "POST", "/api/v1/experiments", spec);
     EXPECT_TRUE(r.ok() && r->status == 201) << (r.ok() ? r->body : r.status().ToString());
     return r.ok() ? json::parse(r->body).value("id", int64_t{0}) : 0;
@@ -77,6 +79,7 @@ class WorkerE2eTest : public ::testing::Test {
   std::string Grpc() const { return "127.0.0.1:" + std::to_string(server_->grpc_port()); }
 
   std::string dir_;
+  std::string token_;  // what Get and Create send, for a server started with --token
   std::unique_ptr<testing::ServerProcess> server_;
 };
 
@@ -184,6 +187,66 @@ TEST_F(WorkerE2eTest, CommandExecutorRunsTheUsersProgram) {
   for (const auto& t : trials) {
     const double x = t["params"]["x"];
     EXPECT_NEAR(t["final_metrics"]["loss"].get<double>(), (x - 0.3) * (x - 0.3) + 1.0 / 3, 1e-4) << t.dump();
+  }
+}
+
+// A program the worker runs is the worker's user, so it can read what /proc
+// shows of its parent: /proc/$PPID/environ and /proc/$PPID/cmdline. Neither
+// holds the token, whether the worker took it from HPO_TOKEN or from
+// --token, and the worker still authenticates with the copy it kept. The
+// worker is also not dumpable, which hides its environ from a process of its
+// user without CAP_SYS_PTRACE; as root (how these tests usually run) the file
+// stays readable, and what is checked is that the bytes are gone from it.
+TEST_F(WorkerE2eTest, ACommandProgramCannotReadTheWorkersToken) {
+  token_ = "worker-token-that-no-program-may-read";
+  StartServer({"--token", token_});
+  const std::string script = dir_ + "/peek.sh";
+  std::ofstream(script) << "#!/bin/sh\n"
+                           "cat /proc/$PPID/environ > \"$1/environ\" 2>/dev/null; echo $? > \"$1/environ.rc\"\n"
+                           "cat /proc/$PPID/cmdline > \"$1/cmdline\"\n"
+                           "echo 'hpo: step=1 loss=1'\n";
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  struct Way {
+    const char* name;
+    bool in_environment;
+  };
+  for (const Way way : {Way{"HPO_TOKEN", true}, Way{"--token", false}}) {
+    SCOPED_TRACE(way.name);
+    const std::string out = dir_ + "/" + (way.in_environment ? "env" : "flag");
+    std::filesystem::create_directories(out);
+    const int64_t id = Create(R"({"name": "peek", "objective": {"metric": "loss"},
+        "spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}],
+        "budget": {"max_trials": 1, "max_parallel": 1, "steps_per_trial": 1},
+        "executor": {"command": {"argv": [")" + script + R"(", ")" + out + R"("], "timeout_s": 30}}})");
+    // A variable of the worker's that is no secret: it shows the program read the real environ.
+    ::setenv("HPO_E2E_MARKER", "worker-environment", 1);
+    std::vector<std::string> args = {"--server", Grpc(), "--max-trials", "1"};
+    if (way.in_environment) {
+      ::setenv("HPO_TOKEN", token_.c_str(), 1);
+    } else {
+      args.insert(args.end(), {"--token", token_});
+    }
+    const std::string log = out + "/worker.log";
+    const pid_t worker = StartWorker(args, log);
+    ::unsetenv("HPO_TOKEN");
+    ::unsetenv("HPO_E2E_MARKER");
+    const int status = WaitFor(worker, 60);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(log);
+    EXPECT_EQ(Get("/api/v1/experiments/" + std::to_string(id))["trials"]["completed"], 1) << ReadFile(log);
+
+    const std::string environ_text = ReadFile(out + "/environ");
+    if (geteuid() == 0) {
+      ASSERT_EQ(ReadFile(out + "/environ.rc"), "0\n");
+      EXPECT_NE(environ_text.find("HPO_E2E_MARKER=worker-environment"), std::string::npos)
+          << "the program did not read the worker's environment";
+    } else {
+      EXPECT_NE(ReadFile(out + "/environ.rc"), "0\n") << "a non-dumpable worker's environ is root's";
+    }
+    EXPECT_EQ(environ_text.find(token_), std::string::npos) << "the token is in /proc/$PPID/environ";
+    EXPECT_EQ(environ_text.find("HPO_TOKEN="), std::string::npos);
+    const std::string cmdline = ReadFile(out + "/cmdline");
+    EXPECT_NE(cmdline.find("--max-trials"), std::string::npos) << "the program did not read the worker's cmdline";
+    EXPECT_EQ(cmdline.find(token_), std::string::npos) << "the token is in /proc/$PPID/cmdline";
   }
 }
 

@@ -3,6 +3,8 @@
 // reporting every epoch. See worker/client.h for the loop and its retries.
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +16,7 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #ifdef HPO_HAVE_CUDART
 #include <cuda_runtime_api.h>
@@ -158,6 +161,40 @@ static void PreferPassiveOpenMp(char** argv) {
   // Not fatal when re-exec is impossible: the worker is only slower.
 }
 
+// Removes `name` from this process's environment and overwrites every
+// "name=value" string it had. unsetenv alone drops only the pointer to the
+// string: the strings the kernel copied in at exec stay where they were, and
+// /proc/PID/environ reads that memory, so a program the worker runs (same
+// user) could still read the token from /proc/$PPID/environ.
+// REQUIRES: the value was copied first (getenv's pointer then points at
+// zeros), and no other thread reads the environment meanwhile.
+static void EraseFromOwnEnvironment(const char* name) {
+  const size_t n = std::strlen(name);
+  std::vector<char*> entries;  // all of them: an exec may pass a name twice
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (std::strncmp(*e, name, n) == 0 && (*e)[n] == '=') entries.push_back(*e);
+  }
+  unsetenv(name);
+  // glibc never frees a string setenv made, so each pointer is still valid.
+  for (char* entry : entries) explicit_bzero(entry, std::strlen(entry));
+}
+
+// Overwrites the value of --token in argv, which /proc/PID/cmdline reads
+// (for any user): the help prefers HPO_TOKEN and --token-file, but a token
+// given this way is then no longer on show for the life of the worker.
+// REQUIRES: the command line was parsed already (CLI11 copied the value).
+static void MaskTokenArgument(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    char* value = nullptr;
+    if (std::strcmp(argv[i], "--token") == 0 && i + 1 < argc) {
+      value = argv[++i];
+    } else if (std::strncmp(argv[i], "--token=", 8) == 0) {
+      value = argv[i] + 8;
+    }
+    if (value != nullptr) std::memset(value, 'x', std::strlen(value));
+  }
+}
+
 // The worker's id from `path`'s first line; a file that does not exist yet
 // is created with a new random id, so the next start reads the same one.
 static hpo::Result<std::string> ReadOrCreateIdFile(const std::string& path) {
@@ -181,6 +218,12 @@ static hpo::Result<std::string> ReadOrCreateIdFile(const std::string& path) {
 int main(int argc, char** argv) {
   hpo::TurnOffMutexDeadlockDetection();
   PreferPassiveOpenMp(argv);
+  // Not dumpable: processes of the same user, the programs it runs among
+  // them, cannot ptrace it or read its /proc/PID/mem and /proc/PID/environ
+  // (which become root's), so not its token either. Its own /proc/self files
+  // stay readable to it, and an exec makes a program dumpable again. Set
+  // after PreferPassiveOpenMp, as an exec resets it.
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   CLI::App app{"hpo-worker: runs HeteroTune trials on this machine's CPUs and GPUs"};
   WorkerOptions options;
   std::string device = "auto", labels, data_dir = BuiltinOptions().data_dir, log_level = "info";
@@ -231,6 +274,9 @@ int main(int argc, char** argv) {
                                        "HPO_WORKER_ID_FILE")}) {
     if (!s.ok()) return Fail(s.message());
   }
+  // options.token holds its copy now (when the variable gave it).
+  EraseFromOwnEnvironment("HPO_TOKEN");
+  MaskTokenArgument(argc, argv);
   if (!token_file.empty()) {
     auto t = hpo::ReadTokenFile(token_file);
     if (!t.ok()) return Fail(t.status().message());
