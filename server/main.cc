@@ -314,7 +314,7 @@ int main(int argc, char** argv) {
   http_options.max_connections = http_max_connections;
   http_options.read_nice = http_read_nice;
   http_options.read_handler_threads = http_read_threads;
-  http_options.is_read = &RestApi::IsBackgroundRead;
+  api.Attach(http_options);
   auto http = HttpServer::Start(http_options, [&](const HttpRequest& r) { return api.Handle(r); });
   if (!http.ok()) return Fail(http.status().message());
   WorkerServiceImpl worker_service(engine, WorkerServiceOptions{token, 1000});

@@ -3,10 +3,15 @@
 // thread is busy. The server is the real one, in this process, with a
 // handler that records where each request ran.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <thread>
 #include <future>
 #include <string>
 #include <vector>
@@ -174,6 +179,91 @@ TEST_F(HttpHandlerPoolsTest, ANiceOutsideZeroToNineteenIsRefusedByName) {
     ASSERT_FALSE(server.ok());
     EXPECT_NE(server.status().message().find("read_nice"), std::string::npos) << server.status();
   }
+}
+
+// A connection from `source` (a loopback address) to 127.0.0.1:port that
+// sends `request` and takes at most 4 KiB at a time into its receive
+// buffer; the descriptor, or -1.
+int SendFrom(const char* source, uint16_t port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  const int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  inet_pton(AF_INET, source, &from.sin_addr);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0 ||
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// The status of a GET from `source`, read whole (a small answer).
+int StatusFrom(const char* source, uint16_t port, const std::string& path) {
+  const int fd = SendFrom(source, port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  if (fd < 0) return -1;
+  timeval limit{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  char buf[64] = {};
+  const ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
+  ::close(fd);
+  int status = -1;
+  if (n > 12) std::sscanf(buf, "HTTP/1.1 %d", &status);
+  return status;
+}
+
+// Answers that are never read spend the send budget: the peer that holds
+// them is refused further answers (503) past its share, other peers are
+// served until the whole budget is spent, and probes are answered always.
+TEST(HttpServerBudgets, APeerThatNeverReadsSpendsOnlyItsShareAndProbesAreAlwaysAnswered) {
+  HttpServerOptions o;
+  o.port = 0;
+  o.max_pending_response_bytes = 20 << 20;
+  o.max_pending_response_bytes_per_peer = 4 << 20;
+  o.is_probe = [](const HttpRequest& r) { return r.path == "/healthz"; };
+  auto started = HttpServer::Start(o, [](const HttpRequest& r) {
+    HttpResponse res;
+    res.content_type = "text/plain";
+    res.body = r.path == "/big" ? std::string(8 << 20, 'x') : "ok";
+    return res;
+  });
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto server = std::move(started).value();
+  const uint16_t port = server->port();
+  std::vector<int> hoarders;
+  const std::string big = "GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  hoarders.push_back(SendFrom("127.0.0.2", port, big));
+  ASSERT_GE(hoarders.back(), 0);
+  // The first answer is queued; once it is, 127.0.0.2 is over its share.
+  int over = 0;
+  for (int i = 0; i < 100 && over != 503; ++i) {
+    std::this_thread::sleep_for(50ms);
+    over = StatusFrom("127.0.0.2", port, "/small");
+  }
+  EXPECT_EQ(over, 503) << "a peer holding 8 MiB of unread answers was given more past its 4 MiB share";
+  EXPECT_EQ(StatusFrom("127.0.0.3", port, "/small"), 200) << "another peer paid for the first one's share";
+  // Two more peers take the whole budget (24 MiB queued of 20).
+  for (const char* peer : {"127.0.0.3", "127.0.0.4"}) {
+    hoarders.push_back(SendFrom(peer, port, big));
+    ASSERT_GE(hoarders.back(), 0);
+  }
+  int spent = 0;
+  for (int i = 0; i < 100 && spent != 503; ++i) {
+    std::this_thread::sleep_for(50ms);
+    spent = StatusFrom("127.0.0.5", port, "/small");
+  }
+  EXPECT_EQ(spent, 503) << "the whole send budget was spent and a new answer was still queued";
+  EXPECT_EQ(StatusFrom("127.0.0.5", port, "/healthz"), 200) << "a probe was refused while the budget was spent";
+  EXPECT_EQ(StatusFrom("127.0.0.2", port, "/healthz"), 200) << "a probe was refused to a peer over its share";
+  for (int fd : hoarders) ::close(fd);
+  server->Shutdown();
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 #include <signal.h>
@@ -195,7 +196,7 @@ TEST_F(HttpServerTest, MalformedFramingGets400) {
 }
 
 // Beast keeps a chunk-size line in the connection's buffer until it ends:
-// one without an end, from a client with no token, is cut off with a 400
+// one without an end, even from a client with the token, is cut off with a 400
 // once the buffer is full, not kept growing. 64 MiB are offered; the answer
 // comes once the server's buffer and the sockets' (a few MiB) are full.
 TEST_F(HttpServerTest, AChunkSizeLineWithoutAnEndIsCutOffWith400) {
@@ -203,7 +204,7 @@ TEST_F(HttpServerTest, AChunkSizeLineWithoutAnEndIsCutOffWith400) {
   const int fd = Open();
   ASSERT_GE(fd, 0);
   ASSERT_TRUE(SendAll(fd, "POST /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                          "Transfer-Encoding: chunked\r\n\r\n1;"));
+                          "Authorization: Bearer " + std::string(kToken) + "\r\nTransfer-Encoding: chunked\r\n\r\n1;"));
   const std::string filler(64 * 1024, 'a');
   int sent = 0;
   auto answered = [fd] {
@@ -234,5 +235,182 @@ TEST_F(HttpServerTest, TheBearerSchemeIsCaseInsensitive) {
   EXPECT_EQ(testing::StatusOf(wrong), 401) << wrong;
 }
 
+// The server's resident memory, from /proc, in MiB; -1 when unreadable.
+long RssMiB(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6)) / 1024;
+  }
+  return -1;
+}
+
+std::string Post(const std::string& token, size_t content_length) {
+  std::string head = "POST /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
+  if (!token.empty()) head += "Authorization: Bearer " + token + "\r\n";
+  return head + "Content-Length: " + std::to_string(content_length) + "\r\n\r\n";
+}
+
+// Whether an answer arrives on fd within `timeout`; its text in *answer.
+bool AnswerWithin(int fd, std::chrono::milliseconds timeout, std::string* answer) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
+  char buf[4096];
+  const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+  if (n <= 0) return false;
+  answer->assign(buf, static_cast<size_t>(n));
+  return true;
+}
+
+// A client without the token learns it needs one from the headers alone:
+// the server answers before the body it announced, and never reads it.
+TEST_F(HttpServerTest, ABodyWithoutTheTokenIsRefusedOnItsHeaders) {
+  StartServer({"--token", kToken});
+  const int fd = Open();
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(SendAll(fd, Post("", 8 << 20)));
+  std::string answer;
+  ASSERT_TRUE(AnswerWithin(fd, 20s, &answer)) << "no answer before the body was sent";
+  EXPECT_EQ(testing::StatusOf(answer), 401) << answer;
+  // A foreign Origin and a form body are refused the same way.
+  for (const std::string extra : {"Origin: https://evil.example\r\n", "Content-Type: text/plain\r\n"}) {
+    const int other = Open();
+    ASSERT_GE(other, 0);
+    std::string request = Post(kToken, 8 << 20);
+    if (extra.rfind("Content-Type", 0) == 0) {
+      request.replace(request.find("Content-Type: application/json\r\n"), 32, extra);
+    } else {
+      request.insert(request.find("\r\n") + 2, extra);
+    }
+    ASSERT_TRUE(SendAll(other, request));
+    ASSERT_TRUE(AnswerWithin(other, 20s, &answer)) << extra;
+    EXPECT_NE(testing::StatusOf(answer), 200) << extra;
+    EXPECT_GE(testing::StatusOf(answer), 400) << extra << answer;
+  }
+}
+
+// Bodies from clients without the token take no memory and hold no
+// connection: 40 clients that send 8 MiB each, and a connection cap filled
+// with clients that trickle a body, leave the server small and /healthz
+// answering.
+TEST_F(HttpServerTest, UnauthenticatedBodiesNeitherGrowTheServerNorLockOutProbes) {
+  StartServer({"--token", kToken, "--http-max-connections", "64"});
+  const long before = RssMiB(server_->pid());
+  ASSERT_GT(before, 0);
+  // Every body but its last byte, all 40 at once, the connections kept open.
+  const std::string body((8 << 20) - 1, 'x');
+  std::vector<std::thread> senders;
+  std::vector<std::vector<int>> sent(4);
+  for (int t = 0; t < 4; ++t) {
+    senders.emplace_back([&, t] {
+      for (int i = 0; i < 10; ++i) {
+        const int fd = ConnectLoopback(server_->http_port());
+        if (fd < 0) continue;
+        sent[t].push_back(fd);
+        timeval limit{5, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+        SendAll(fd, Post("", body.size() + 1) + body);  // fails once the server closes: fine
+      }
+    });
+  }
+  for (auto& t : senders) t.join();
+  const long after = RssMiB(server_->pid());
+  for (const auto& fds : sent) {
+    for (int fd : fds) ::close(fd);
+  }
+  EXPECT_LT(after, before + 100) << "resident memory grew from " << before << " to " << after
+                                 << " MiB on bodies no one was allowed to send";
+
+  // The cap full of clients that send a body a byte at a time.
+  std::vector<int> trickling;
+  for (int i = 0; i < 64; ++i) {
+    const int fd = Open();
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd, Post("", 1 << 20)));
+    trickling.push_back(fd);
+  }
+  std::atomic<bool> done{false};
+  std::thread dribble([&] {
+    while (!done) {
+      for (int fd : trickling) SendAll(fd, "x");
+      std::this_thread::sleep_for(200ms);
+    }
+  });
+  // Each was answered on its headers (401; or 503 when it came while the
+  // cap was still full of the senders above, closing after their drain),
+  // none waits for its body, and each is closed after a short drain,
+  // whatever it keeps sending.
+  int answered = 0, unauthorized = 0;
+  for (int fd : trickling) {
+    std::string answer;
+    if (!AnswerWithin(fd, 20s, &answer)) continue;
+    ++answered;
+    unauthorized += testing::StatusOf(answer) == 401;
+  }
+  EXPECT_EQ(answered, 64);
+  EXPECT_GT(unauthorized, 32);
+  bool served = false;
+  for (int i = 0; i < 100 && !(served = Served()); ++i) std::this_thread::sleep_for(200ms);
+  done = true;
+  dribble.join();
+  EXPECT_TRUE(served) << "/healthz and the API stayed locked out by clients trickling bodies without a token";
+}
+
+// A token holder's bodies are bounded too: each reserves its
+// Content-Length when its headers arrive, and one that does not fit in the
+// server's 64 MiB for bodies gets 503 at once instead of memory.
+TEST_F(HttpServerTest, AdmittedBodiesBeyondTheServersBudgetGet503) {
+  StartServer({"--token", kToken});
+  std::vector<int> waiting;
+  for (int i = 0; i < 8; ++i) {  // 8 x 8 MiB: the budget, announced and not sent
+    const int fd = Open();
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd, Post(kToken, 8 << 20)));
+    waiting.push_back(fd);
+  }
+  std::this_thread::sleep_for(500ms);  // their headers are in
+  const int fd = Open();
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(SendAll(fd, Post(kToken, 8 << 20)));
+  std::string answer;
+  ASSERT_TRUE(AnswerWithin(fd, 20s, &answer)) << "the ninth 8 MiB body was waited for";
+  EXPECT_EQ(testing::StatusOf(answer), 503) << answer;
+  EXPECT_NE(answer.find("busy receiving"), std::string::npos) << answer;
+  EXPECT_TRUE(Served()) << "probes and small reads still go through";
+  // Once the waiting ones are gone, a body fits again.
+  for (int w : waiting) ::close(w);
+  bool fits = false;
+  for (int i = 0; i < 50 && !fits; ++i) {
+    HttpClientOptions o;
+    o.port = server_->http_port();
+    o.token = kToken;
+    auto r = HttpRequestOnce(o, "POST", "/api/v1/experiments:validate", R"({"name": "x"})");
+    fits = r.ok() && r->status != 503;
+    if (!fits) std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(fits) << "the reservations of closed connections were not given back";
+}
+
+// Large dashboard files are read from disk as a client takes them: clients
+// that ask for one and never read hold no memory, and lock out no one.
+TEST_F(HttpServerTest, DownloadsThatAreNeverReadLockNobodyOut) {
+  const std::string web = dir_ + "/web";
+  fs::create_directories(web);
+  std::ofstream(web + "/index.html") << "<html><script type=\"module\" src=\"/big.js\"></script></html>";
+  std::ofstream(web + "/big.js") << std::string(8 << 20, '/');
+  StartServer({"--token", kToken, "--web-root", web});
+  const long before = RssMiB(server_->pid());
+  for (int i = 0; i < 40; ++i) {  // 320 MiB of answers, more than the 256 MiB send budget
+    const int fd = ConnectLoopback(server_->http_port());
+    ASSERT_GE(fd, 0);
+    const int small = 4096;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    fds_.push_back(fd);
+    ASSERT_TRUE(SendAll(fd, "GET /big.js HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  }
+  std::this_thread::sleep_for(1s);
+  EXPECT_TRUE(Served()) << "clients that never read their download locked out /healthz or the API";
+  EXPECT_LT(RssMiB(server_->pid()), before + 100) << "downloads were held in memory";
+}
 }  // namespace
 }  // namespace hpo

@@ -73,6 +73,7 @@ class RestApiTest : public ::testing::Test {
     HttpServerOptions ho;
     ho.port = 0;
     ho.max_body_bytes = 64 << 10;
+    api_->Attach(ho);
     auto server = HttpServer::Start(ho, [this](const HttpRequest& r) { return api_->Handle(r); });
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server).value();
@@ -415,13 +416,14 @@ TEST_F(RestApiTest, EventsStreamTrialChangesLive) {
 TEST_F(RestApiTest, ServesTheWebRootAndNothingOutsideIt) {
   const std::string root = ::testing::TempDir() + "/hpo-web-" + std::to_string(getpid());
   std::filesystem::create_directories(root + "/js");
-  std::ofstream(root + "/index.html") << "<html>dashboard</html>";
+  const std::string page = "<html><script type=\"module\" src=\"/js/app.js\"></script></html>";
+  std::ofstream(root + "/index.html") << page;
   std::ofstream(root + "/js/app.js") << "console.log(1)";
   std::ofstream(::testing::TempDir() + "/secret.txt") << "do not serve";
   Start("", root);
   auto index = Call("GET", "/");
   EXPECT_EQ(index.status, 200);
-  EXPECT_EQ(index.body, "<html>dashboard</html>");
+  EXPECT_EQ(index.body, page);
   EXPECT_EQ(index.headers["content-type"], "text/html; charset=utf-8");
   EXPECT_EQ(Call("GET", "/js/app.js").status, 200);
   for (const char* evil : {"/../secret.txt", "/js/../../secret.txt", "/%2e%2e/secret.txt", "/nope.html"}) {

@@ -49,6 +49,7 @@ class RestReadsTest : public ::testing::Test {
     world_ = std::move(world).value();
     HttpServerOptions ho;
     ho.port = 0;
+    world_->api().Attach(ho);
     auto server =
         HttpServer::Start(ho, [this](const HttpRequest& r) { return world_->api().Handle(r); });
     ASSERT_TRUE(server.ok()) << server.status();

@@ -53,8 +53,8 @@ class SecurityTest : public ::testing::Test {
     // web/ is the root; outside/ and secret.txt are beside it.
     fs::create_directories(dir_ + "/web/sub");
     fs::create_directories(dir_ + "/outside");
-    std::ofstream(dir_ + "/web/index.html") << "<html>dashboard</html>";
-    std::ofstream(dir_ + "/web/sub/page.html") << "<html>sub</html>";
+    std::ofstream(dir_ + "/web/index.html") << "<html><script src=\"/sub/page.js\"></script>dashboard</html>";
+    std::ofstream(dir_ + "/web/sub/page.js") << "// sub";
     std::ofstream(dir_ + "/secret.txt") << kFileSecret;
     std::ofstream(dir_ + "/outside/secret.txt") << kFileSecret;
     fs::create_directory_symlink(dir_ + "/outside", dir_ + "/web/escape");
@@ -210,9 +210,59 @@ TEST_F(SecurityTest, StaticFilesStayInsideTheWebRoot) {
     EXPECT_EQ(r.body.find("root:"), std::string::npos) << evil;
   }
   // Inside the root, dots are fine.
-  const HttpResult inside = Call("GET", "/sub/../sub/page.html", "");
+  const HttpResult inside = Call("GET", "/sub/../sub/page.js", "");
   EXPECT_EQ(inside.status, 200);
   EXPECT_NE(inside.body.find("sub"), std::string::npos);
+}
+
+// Only what the dashboard loads is served, without a token: the modules
+// index.html names and what they import, not the rest of the package tree
+// the chart library came from (its source maps, sources, other packages).
+TEST_F(SecurityTest, OnlyTheFilesTheDashboardLoadsAreServed) {
+  const std::string web = dir_ + "/web";
+  std::ofstream(web + "/index.html") << "<html><link rel=\"stylesheet\" href=\"/style.css\">"
+                                        "<script type=\"module\" src=\"/js/app.js\"></script></html>";
+  fs::create_directories(web + "/js/pages");
+  fs::create_directories(web + "/node_modules/lib/dist");
+  fs::create_directories(web + "/node_modules/other");
+  std::ofstream(web + "/style.css") << "body { color: black; }";
+  std::ofstream(web + "/js/app.js") << "import { page } from './pages/page.js';\nimport * as lib from "
+                                       "'/node_modules/lib/dist/lib.min.mjs';\n";
+  std::ofstream(web + "/js/pages/page.js") << "import { x } from \"../dom.js\"; export const page = 1;";
+  std::ofstream(web + "/js/dom.js") << "export const x = 1;";
+  std::ofstream(web + "/js/unused.js") << "export const y = 2;";
+  std::ofstream(web + "/node_modules/lib/dist/lib.min.mjs") << "export default 1;";
+  std::ofstream(web + "/node_modules/lib/dist/lib.min.mjs.map") << "{}";
+  std::ofstream(web + "/node_modules/lib/package.json") << "{}";
+  std::ofstream(web + "/node_modules/other/index.js") << "1";
+  StartServer();
+  for (const char* served : {"/", "/index.html", "/style.css", "/js/app.js", "/js/pages/page.js", "/js/dom.js",
+                             "/node_modules/lib/dist/lib.min.mjs"}) {
+    EXPECT_EQ(Call("GET", served, "").status, 200) << served;
+  }
+  for (const char* hidden : {"/js/unused.js", "/node_modules/lib/dist/lib.min.mjs.map", "/node_modules/lib/package.json",
+                             "/node_modules/other/index.js", "/node_modules/", "/js/"}) {
+    EXPECT_EQ(Call("GET", hidden, "").status, 404) << hidden;
+    EXPECT_EQ(Call("GET", hidden, kToken).status, 404) << hidden << " (with the token)";
+  }
+}
+
+// At --log-level trace every request is logged, with the value of any
+// query parameter that may hold a credential replaced: the dashboard link's
+// ?token=, the event stream's ?access_token=, and look-alikes.
+TEST_F(SecurityTest, NoFormOfTheTokenInAQueryIsLogged) {
+  StartServer();
+  const std::string t = kToken;
+  for (const std::string target : {"/?token=" + t, "/api/v1/experiments?access_token=" + t,
+                                   "/api/v1/experiments?api_key=" + t, "/index.html?Token=" + t,
+                                   "/api/v1/experiments?limit=5&auth=" + t}) {
+    Call("GET", target, "");
+  }
+  ASSERT_TRUE(WIFEXITED(server_->Stop(SIGTERM)));
+  const std::string log = server_->Log();
+  EXPECT_NE(log.find("token=REDACTED"), std::string::npos) << "the requests were not logged:\n" << log;
+  EXPECT_NE(log.find("limit=5"), std::string::npos) << log;
+  EXPECT_EQ(log.find(kToken), std::string::npos) << log;
 }
 
 // --token-file on the command line wins over HPO_TOKEN in the environment

@@ -158,6 +158,29 @@ TEST_F(TlsTest, RestWorksOverHttpsAndPlainHttpIsRefusedCleanly) {
   EXPECT_TRUE(HttpRequestOnce(o, "GET", "/healthz").ok());
 }
 
+// TLS 1.2 on both ports offers only ECDHE key exchange with AEAD ciphers:
+// what openssl s_client asks for with CBC, SHA-1 MACs or RSA key exchange
+// is refused on the REST port as it is on the gRPC port.
+TEST_F(TlsTest, OnlyForwardSecretAeadSuitesOnTls12) {
+  StartServer();
+  // Whether the handshake settled on `cipher` (gRPC closes a connection
+  // that speaks no HTTP/2 right after it, so the exit code says nothing).
+  auto handshake = [&](uint16_t port, const std::string& cipher) {
+    const std::string cmd = "openssl s_client -connect 127.0.0.1:" + std::to_string(port) +
+                            " -tls1_2 -cipher " + cipher + " </dev/null >" + dir_ + "/s_client.log 2>&1";
+    (void)std::system(cmd.c_str());
+    return ReadFile(dir_ + "/s_client.log").find("Cipher is " + cipher) != std::string::npos;
+  };
+  for (const uint16_t port : {server_->http_port(), server_->grpc_port()}) {
+    const std::string where = port == server_->http_port() ? "REST" : "gRPC";
+    EXPECT_TRUE(handshake(port, "ECDHE-RSA-AES128-GCM-SHA256")) << where << ": " << ReadFile(dir_ + "/s_client.log");
+    EXPECT_TRUE(handshake(port, "ECDHE-RSA-AES256-GCM-SHA384")) << where << ": " << ReadFile(dir_ + "/s_client.log");
+    for (const char* weak : {"AES128-SHA", "AES256-GCM-SHA384", "ECDHE-RSA-AES128-SHA", "ECDHE-RSA-AES256-SHA384"}) {
+      EXPECT_FALSE(handshake(port, weak)) << where << " accepted " << weak;
+    }
+  }
+}
+
 TEST_F(TlsTest, HpctlTalksHttpsWithTheCa) {
   StartServer();
   const std::string server = "https://127.0.0.1:" + std::to_string(server_->http_port());

@@ -11,6 +11,7 @@
 
 #include "common/json_limits.h"
 #include "common/token.h"
+#include "server/http/web_files.h"
 #include "server/engine/trial_run.h"
 #include "server/http/dashboard.h"
 #include "server/http/read_cursor.h"
@@ -185,6 +186,7 @@ constexpr int64_t kMaxLeasedTrials = 100'000;
 
 RestApi::RestApi(Engine& engine, EventBus& events, metrics::Registry& metrics, ApiOptions options)
     : engine_(engine), events_(events), metrics_(metrics), options_(std::move(options)) {
+  if (!options_.web_root.empty()) web_files_ = DashboardFiles(options_.web_root);
   request_seconds_ = &metrics_.histogram("hpo_http_request_duration_seconds",
                                          "REST request latency, all routes",
                                          metrics::ExponentialBuckets(0.0005, 2, 14));
@@ -225,6 +227,31 @@ bool RestApi::Authorized(const HttpRequest& req, const Route* route) const {
   return false;
 }
 
+bool IsCredentialName(const std::string& name) {
+  std::string lower = name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* word : {"token", "secret", "password", "passwd", "key", "auth"}) {
+    if (lower.find(word) != std::string::npos) return true;
+  }
+  return false;
+}
+
+void RestApi::Attach(HttpServerOptions& options) {
+  options.is_read = &RestApi::IsBackgroundRead;
+  options.is_probe = &RestApi::IsProbe;
+  options.admit = [this](const HttpRequest& req) { return Admit(req); };
+}
+
+bool RestApi::IsProbe(const HttpRequest& req) { return req.path == "/healthz" || req.path == "/readyz"; }
+
+std::optional<HttpResponse> RestApi::Admit(const HttpRequest& req) {
+  std::string id;
+  const Route* route = Find(req, &id);
+  std::optional<HttpResponse> refused = Gate(req, route);
+  if (refused) Count(req, *refused);
+  return refused;
+}
+
 HttpResponse RestApi::Handle(const HttpRequest& original) {
   metrics::ScopedTimer timer(*request_seconds_);
   // HEAD is GET without the body, which the HTTP server leaves out.
@@ -236,27 +263,31 @@ HttpResponse RestApi::Handle(const HttpRequest& original) {
   }
   const HttpRequest& req = head ? as_get : original;
   HttpResponse r = Answer(req);
+  Count(original, r);
+  return r;
+}
+
+void RestApi::Count(const HttpRequest& req, const HttpResponse& r) {
   // Any other method is "other": a label per invented method would grow
   // /metrics without bound.
   static const std::set<std::string> kMethods = {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"};
   metrics_
       .counter("hpo_http_requests_total", "REST requests by method and status",
-               {{"method", kMethods.count(original.method) ? original.method : "other"},
-                {"code", std::to_string(r.status)}})
+               {{"method", kMethods.count(req.method) ? req.method : "other"}, {"code", std::to_string(r.status)}})
       .Increment();
-  if (spdlog::should_log(spdlog::level::debug)) LogRequest(original, r);
-  return r;
+  if (spdlog::should_log(spdlog::level::debug)) LogRequest(req, r);
 }
 
 void RestApi::LogRequest(const HttpRequest& req, const HttpResponse& r) {
-  // The query as the client sent it, less the event stream's token: a log
-  // must not hold a credential. Control characters a client sent become
-  // '?', so that one request is one line.
+  // The query as the client sent it, with the value of anything that may be
+  // a credential replaced: a log must not hold one. The event stream takes
+  // ?access_token=, the dashboard's link carries ?token=, and a client may
+  // send others. Control characters a client sent become '?', so that one
+  // request is one line.
   std::string target = req.path;
   char sep = '?';
   for (const auto& [name, value] : req.query) {
-    if (name == "access_token") continue;
-    target += sep + name + "=" + value;
+    target += sep + name + "=" + (IsCredentialName(name) ? std::string("REDACTED") : value);
     sep = '&';
   }
   for (char& ch : target) {
@@ -265,14 +296,8 @@ void RestApi::LogRequest(const HttpRequest& req, const HttpResponse& r) {
   spdlog::debug("http {} {} {} {}B from {}", req.method, target, r.status, r.body.size(), req.remote);
 }
 
-HttpResponse RestApi::Answer(const HttpRequest& req) {
-  std::string id;
-  const Route* route = Find(req, &id);
-  const RouteCall call{req, id};
-  // Every error below, the route's own included, is answered by the one
-  // conversion (ErrorResponse).
-  auto answer = [&](Result<HttpResponse> r) { return r.ok() ? std::move(r).value() : ErrorResponse(r.status()); };
-  if (route != nullptr && route->access == Access::kProbe) return answer(Dispatch(*route, call));
+std::optional<HttpResponse> RestApi::Gate(const HttpRequest& req, const Route* route) const {
+  if (route != nullptr && route->access == Access::kProbe) return std::nullopt;
   if (auto refused = CheckRequestSource(req, options_.guard)) return ErrorResponse(refused->status, refused->cause);
   // Kubernetes probes and Prometheus scrapers carry no bearer token:
   // /readyz tells only whether the store answers; /metrics is open when the
@@ -284,12 +309,23 @@ HttpResponse RestApi::Answer(const HttpRequest& req) {
     r.headers["WWW-Authenticate"] = "Bearer";
     return r;
   }
+  // Only a route acts on a request; one without a route is a 404 whatever
+  // its Content-Type.
   if (route != nullptr) {
-    // Only a route acts on a request; one without a route is a 404 whatever
-    // its Content-Type.
     if (auto refused = CheckContentType(req)) return ErrorResponse(refused->status, refused->cause);
-    return answer(Dispatch(*route, call));
   }
+  return std::nullopt;
+}
+
+HttpResponse RestApi::Answer(const HttpRequest& req) {
+  std::string id;
+  const Route* route = Find(req, &id);
+  const RouteCall call{req, id};
+  if (auto refused = Gate(req, route)) return std::move(*refused);
+  // Every error below, the route's own included, is answered by the one
+  // conversion (ErrorResponse).
+  auto answer = [&](Result<HttpResponse> r) { return r.ok() ? std::move(r).value() : ErrorResponse(r.status()); };
+  if (route != nullptr) return answer(Dispatch(*route, call));
   if (IsDashboardFile(req, route)) return answer(Static(req));
   if (req.path.rfind("/api/v1/", 0) == 0) {
     return ErrorResponse(Status::NotFound("no route for " + req.method + " " + req.path + " (see /openapi.json)"));
@@ -689,24 +725,19 @@ Result<json> RestApi::FinishTrial(const RouteCall& call, bool failed) {
 
 Result<HttpResponse> RestApi::Static(const HttpRequest& req) {
   namespace fs = std::filesystem;
+  // Only the files the dashboard loads (server/http/web_files.h): not the
+  // package tree under node_modules, its source maps or its tests.
+  // "/js/../js/app.js" names /js/app.js; what climbs above the root names nothing.
+  const std::string path = req.path == "/" ? "/index.html" : fs::path(req.path).lexically_normal().generic_string();
+  if (!web_files_.count(path)) return Status::NotFound("no such file: " + req.path);
   std::error_code ec;
-  // A target may be "?x" or "*": only "/..." names a file; and no file
-  // name holds a NUL (%00), which the file system would cut the name at.
-  if (req.path.empty() || req.path[0] != '/' || req.path.find('\0') != std::string::npos) {
-    return Status::NotFound("no such file: " + req.path);
-  }
   const fs::path root = fs::weakly_canonical(options_.web_root, ec);
-  std::string rel = req.path == "/" ? "index.html" : req.path.substr(1);
-  fs::path file = fs::weakly_canonical(root / rel, ec);
-  // Nothing outside the web root, whatever the path says (.., symlinks).
+  const fs::path file = fs::weakly_canonical(root / path.substr(1), ec);
+  // Still inside the web root, should a file have been replaced by a
+  // symlink since the server started.
   const auto [end, _] = std::mismatch(root.begin(), root.end(), file.begin(), file.end());
-  if (ec || end != root.end()) return Status::NotFound("no such file: " + req.path);
-  if (fs::is_directory(file, ec)) file /= "index.html";
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return Status::NotFound("no such file: " + req.path);
-  std::ostringstream body;
-  body << in.rdbuf();
-  HttpResponse r{200, ContentType(file), body.str(), {{"Cache-Control", "no-cache"}}, {}};
+  if (ec || end != root.end() || !fs::is_regular_file(file, ec)) return Status::NotFound("no such file: " + req.path);
+  HttpResponse r{200, ContentType(file), "", {{"Cache-Control", "no-cache"}}, file.string(), {}};
   // What the API returns is data, never markup: the pages build DOM from it
   // (web/README.md), and this policy stops any script but the dashboard's
   // own files should one slip through; frame-ancestors (which a <meta> tag

@@ -10,19 +10,24 @@
 // (server/http/http_status.h).
 //
 // Auth: with a token set, every route except /healthz, /readyz (and
-// /metrics with public_metrics) and the dashboard's static files needs
+// /metrics with public_metrics) and the dashboard's static files (only
+// those the dashboard loads: server/http/web_files.h) needs
 // "Authorization: Bearer <token>" (the scheme in any case, RFC 7235);
 // /api/v1/events also takes it as ?access_token= (a browser's EventSource
 // cannot set headers). Tokens are compared in constant time.
 //
 // Before auth, every request but /healthz passes the browser guard
 // (server/http/browser_guard.h: Host, Origin, Content-Type), token or not.
+// A request with a body is checked on its headers, before the body is read
+// (Admit, through HttpServerOptions::admit).
 // HEAD is answered as GET (the HTTP server sends no body).
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -49,6 +54,18 @@ class RestApi {
  public:
   RestApi(Engine& engine, EventBus& events, metrics::Registry& metrics, ApiOptions options);
   HttpResponse Handle(const HttpRequest& req);
+  // Sets the HTTP server's hooks that belong to this API: is_read
+  // (IsBackgroundRead), is_probe (IsProbe) and admit (Admit). The API must
+  // outlive the server.
+  void Attach(HttpServerOptions& options);
+  // Before a request's body is read: the browser guard, the token and the
+  // Content-Type, as Handle checks them; the refusal, or nullopt when the
+  // body may be read. So no one without the token makes the server buffer
+  // a body.
+  std::optional<HttpResponse> Admit(const HttpRequest& req);
+  // /healthz and /readyz: answered even when the HTTP server's budgets for
+  // bodies and responses are spent (HttpServerOptions::is_probe).
+  static bool IsProbe(const HttpRequest& req);
   // Whether `req` is a read that yields to the workers' RPCs under load
   // (HttpServerOptions::is_read): a GET or HEAD, except the health probes,
   // which must answer a saturated server within their timeout (a liveness
@@ -96,10 +113,16 @@ class RestApi {
   // path is no route and not under /api/).
   bool IsDashboardFile(const HttpRequest& req, const Route* route) const;
   bool Authorized(const HttpRequest& req, const Route* route) const;
+  // The browser guard, auth and Content-Type, in that order; the refusal,
+  // or nullopt when the request may go on to its route or file.
+  std::optional<HttpResponse> Gate(const HttpRequest& req, const Route* route) const;
+  // hpo_http_requests_total and, at debug level, the log line.
+  void Count(const HttpRequest& req, const HttpResponse& r);
   // Health, the browser guard, auth, then the route or a static file.
   HttpResponse Answer(const HttpRequest& req);
-  // One line per request at --log-level debug: method, path and query (no
-  // token), status, body size, peer.
+  // One line per request at --log-level debug: method, path and query (the
+  // value of any parameter IsCredentialName names replaced by REDACTED),
+  // status, body size, peer.
   static void LogRequest(const HttpRequest& req, const HttpResponse& r);
   Result<HttpResponse> Dispatch(const Route& route, const RouteCall& call);
   Result<HttpResponse> Static(const HttpRequest& req);
@@ -133,6 +156,11 @@ class RestApi {
   metrics::Registry& metrics_;
   ApiOptions options_;
   metrics::Histogram* request_seconds_;
+  std::set<std::string> web_files_;  // DashboardFiles(web_root), as request paths
 };
+
+// Whether a query parameter's name may carry a credential: it holds
+// "token", "secret", "password", "passwd", "key" or "auth", in any case.
+bool IsCredentialName(const std::string& name);
 
 }  // namespace hpo::server

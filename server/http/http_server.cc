@@ -18,9 +18,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <list>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -93,6 +95,10 @@ void LowerThisThreadsPriority(int increment) {
   if (errno == 0) setpriority(PRIO_PROCESS, tid, std::min(19, now + increment));
 }
 
+constexpr const char* kTls12Ciphers =
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256:"
+    "ECDHE-RSA-AES256-GCM-SHA384";
+
 // The server's TLS context from PEM files; errors name the file and say
 // what is wrong with it.
 Result<std::unique_ptr<ssl::context>> ServerTlsContext(const std::string& cert_file, const std::string& key_file) {
@@ -107,6 +113,13 @@ Result<std::unique_ptr<ssl::context>> ServerTlsContext(const std::string& cert_f
   auto ctx = std::make_unique<ssl::context>(ssl::context::tls_server);
   ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
                    ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+  // TLS 1.2 offers what gRPC's TLS offers: forward secrecy (ECDHE) with
+  // AEAD ciphers (AES-GCM) only; no RSA key exchange, no CBC, no SHA-1
+  // MACs. TLS 1.3's suites are all AEAD with forward secrecy already.
+  if (SSL_CTX_set_cipher_list(ctx->native_handle(), kTls12Ciphers) != 1) {
+    return Status::Internal("this OpenSSL offers none of the TLS 1.2 ciphers " + std::string(kTls12Ciphers));
+  }
+  SSL_CTX_set_options(ctx->native_handle(), SSL_OP_CIPHER_SERVER_PREFERENCE);
   beast::error_code ec;
   ctx->use_certificate_chain_file(cert_file, ec);
   if (ec) {
@@ -160,7 +173,13 @@ struct HttpServer::Impl {
   Handler handler;
   std::unique_ptr<ssl::context> tls;  // null: plain HTTP
   std::atomic<bool> stopping{false};
-  std::atomic<size_t> pending_response_bytes{0};
+  // Request bodies admitted and not yet handled (see ReserveBody).
+  std::atomic<size_t> buffered_request_bytes{0};
+
+  // Response bytes produced and not yet sent, in all and per peer address.
+  Mutex budget_mu;
+  size_t pending_response_bytes HPO_GUARDED_BY(budget_mu) = 0;
+  std::map<std::string, size_t> pending_by_peer HPO_GUARDED_BY(budget_mu);
 
   // Declared before io: pending handlers that io's destructor drops may
   // hold the last reference to a connection, whose destructor locks mu.
@@ -213,6 +232,36 @@ struct HttpServer::Impl {
     return out;
   }
 
+  // Whether `peer` may not have another response queued: the server's
+  // budget, or the peer's share of it, is spent.
+  bool SendBudgetSpent(const std::string& peer) {
+    MutexLock lock(budget_mu);
+    if (pending_response_bytes >= options.max_pending_response_bytes) return true;
+    const auto it = pending_by_peer.find(peer);
+    return it != pending_by_peer.end() && it->second >= options.max_pending_response_bytes_per_peer;
+  }
+  void AddPending(const std::string& peer, size_t n) {
+    if (n == 0) return;
+    MutexLock lock(budget_mu);
+    pending_response_bytes += n;
+    pending_by_peer[peer] += n;
+  }
+  void SubtractPending(const std::string& peer, size_t n) {
+    if (n == 0) return;
+    MutexLock lock(budget_mu);
+    pending_response_bytes -= n;
+    const auto it = pending_by_peer.find(peer);
+    if (it != pending_by_peer.end() && (it->second -= n) == 0) pending_by_peer.erase(it);
+  }
+  // Room for a body of n bytes among those being received and handled.
+  bool ReserveBody(size_t n) {
+    size_t now = buffered_request_bytes.load();
+    do {
+      if (now + n > options.max_buffered_request_bytes) return false;
+    } while (!buffered_request_bytes.compare_exchange_weak(now, now + n));
+    return true;
+  }
+
   HttpResponse Call(const HttpRequest& req) {
     try {
       return handler(req);
@@ -237,7 +286,10 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
  public:
   Session(HttpServer::Impl& impl, tcp::socket socket, std::string remote)
       : impl_(impl), stream_(MakeStream(impl, std::move(socket))), remote_(std::move(remote)) {}
-  ~Session() override { impl_.Unregister(*this); }
+  ~Session() override {
+    ReleaseBody();
+    impl_.Unregister(*this);
+  }
 
   void Start() override {
     // Everything up to the end of the first request's headers (TLS
@@ -329,7 +381,9 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
     parser_->body_limit(impl_.options.max_body_bytes);
     http::async_read_header(stream_, buffer_, *parser_, [self = Self()](beast::error_code ec, size_t) {
       if (ec) return self->OnReadError(ec);
+      self->TakeHeaders();
       if (self->parser_->is_done()) return self->Dispatch();
+      if (auto refused = self->Admit()) return self->Respond(std::move(*refused), false);
       const auto& msg = self->parser_->get();
       if (beast::iequals(msg[http::field::expect], "100-continue")) {
         static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -375,23 +429,52 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
     Close();  // the client went away or took too long
   }
 
-  void Dispatch() {
-    http::request<http::string_body> msg = parser_->release();
-    parser_.reset();
-    HttpRequest req;
-    req.method = std::string(msg.method_string());
-    ParseRequestTarget(std::string(msg.target()), req);
+  // The request as far as its headers go, into req_.
+  void TakeHeaders() {
+    const auto& msg = parser_->get();
+    req_ = HttpRequest{};
+    req_.method = std::string(msg.method_string());
+    ParseRequestTarget(std::string(msg.target()), req_);
     for (const auto& field : msg) {
       std::string name(field.name_string());
       for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      req.headers[name] = std::string(field.value());
+      req_.headers[name] = std::string(field.value());
     }
+    req_.remote = remote_;
+    req_.tls = kTls;
+    head_ = false;
+  }
+
+  // Before any byte of a body is read: the caller's admit, then room for
+  // the body among those the server holds. A response refuses the request.
+  std::optional<HttpResponse> Admit() {
+    if (impl_.options.admit) {
+      if (auto refused = impl_.options.admit(req_)) return refused;
+    }
+    // Beast has refused a Content-Length over max_body_bytes already (413);
+    // a chunked body may grow to it.
+    const auto length = parser_->content_length();
+    const size_t need = length ? static_cast<size_t>(*length) : impl_.options.max_body_bytes;
+    if (!impl_.ReserveBody(need)) {
+      return ErrorResponse(Status::Unavailable("the server is busy receiving other requests; retry later"));
+    }
+    reserved_body_ = need;
+    return std::nullopt;
+  }
+  void ReleaseBody() {
+    impl_.buffered_request_bytes -= reserved_body_;
+    reserved_body_ = 0;
+  }
+
+  void Dispatch() {
+    http::request<http::string_body> msg = parser_->release();
+    parser_.reset();
+    HttpRequest req = std::move(req_);
     req.body = std::move(msg.body());
-    req.remote = remote_;
-    req.tls = kTls;
     keep_alive_ = msg.keep_alive();
     head_ = msg.method() == http::verb::head;
-    if (impl_.pending_response_bytes >= impl_.options.max_pending_response_bytes) {
+    const bool probe = impl_.options.is_probe && impl_.options.is_probe(req);
+    if (!probe && impl_.SendBudgetSpent(remote_)) {
       return Respond(ErrorResponse(Status::Unavailable("the server is busy sending other responses; retry later")),
                      false);
     }
@@ -405,34 +488,66 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
   }
 
   void OnResponse(HttpResponse res) {
+    ReleaseBody();        // the handler has returned, and its request with it
     if (closed_) return;  // closed by Shutdown while the handler ran
     if (res.stream && !head_) return StartStream(std::move(res));
     Respond(std::move(res), keep_alive_ && !impl_.stopping);
   }
 
+  template <typename Body>
+  static void SetHead(http::response<Body>& m, const HttpResponse& r, bool keep_alive) {
+    m.set(http::field::server, "hpo-server");
+    m.set(http::field::content_type, r.content_type);
+    for (const auto& [k, v] : r.headers) m.set(k, v);
+    m.keep_alive(keep_alive);
+  }
+
   void Respond(HttpResponse r, bool keep_alive) {
+    if (!r.file.empty() && r.body.empty() && !head_) return SendFile(std::move(r), keep_alive);
     res_.emplace(static_cast<http::status>(r.status), 11);
-    res_->set(http::field::server, "hpo-server");
-    res_->set(http::field::content_type, r.content_type);
-    for (const auto& [k, v] : r.headers) res_->set(k, v);
-    res_->keep_alive(keep_alive);
+    SetHead(*res_, r, keep_alive);
     if (head_) {
-      res_->content_length(r.body.size());  // what the GET would send, but not the bytes
+      // What the GET would send, but not the bytes.
+      std::error_code size_ec;
+      const auto size = r.file.empty() ? r.body.size() : std::filesystem::file_size(r.file, size_ec);
+      res_->content_length(size_ec ? 0 : size);
     } else {
       res_->body() = std::move(r.body);
       res_->prepare_payload();
     }
     response_bytes_ = res_->body().size();
-    impl_.pending_response_bytes += response_bytes_;
+    impl_.AddPending(remote_, response_bytes_);
     Lowest().expires_after(impl_.options.write_timeout);
     http::async_write(stream_, *res_, [self = Self(), keep_alive](beast::error_code ec, size_t) {
-      self->impl_.pending_response_bytes -= self->response_bytes_;
+      self->impl_.SubtractPending(self->remote_, self->response_bytes_);
       self->response_bytes_ = 0;
       self->res_.reset();
-      if (ec) return self->Close();
-      if (!keep_alive) return self->CloseGracefully();
-      self->WaitForRequest(false);
+      self->AfterResponse(ec, keep_alive);
     });
+  }
+
+  // A file body, read from disk a few KiB at a time as the socket takes it:
+  // it holds no memory against the send budget, however slowly it is read.
+  void SendFile(HttpResponse r, bool keep_alive) {
+    http::file_body::value_type file;
+    beast::error_code ec;
+    file.open(r.file.c_str(), beast::file_mode::scan, ec);
+    if (ec) return Respond(ErrorResponse(Status::NotFound("no such file")), keep_alive);
+    file_res_.emplace(static_cast<http::status>(r.status), 11);
+    SetHead(*file_res_, r, keep_alive);
+    file_res_->body() = std::move(file);
+    file_res_->prepare_payload();
+    Lowest().expires_after(impl_.options.write_timeout);
+    http::async_write(stream_, *file_res_, [self = Self(), keep_alive](beast::error_code write_ec, size_t) {
+      self->file_res_.reset();
+      self->AfterResponse(write_ec, keep_alive);
+    });
+  }
+
+  void AfterResponse(const beast::error_code& ec, bool keep_alive) {
+    if (ec) return Close();
+    if (!keep_alive) return CloseGracefully();
+    WaitForRequest(false);
   }
 
   void StartStream(HttpResponse r) {
@@ -534,7 +649,10 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
   // buffer_overflow and the client gets a 400.
   beast::flat_buffer buffer_{kReadBufferBytes};
   std::optional<http::request_parser<http::string_body>> parser_;
-  std::optional<http::response<http::string_body>> res_;  // while it is written
+  HttpRequest req_;  // from the headers on, until it goes to the handler
+  size_t reserved_body_ = 0;  // of Impl::buffered_request_bytes
+  std::optional<http::response<http::string_body>> res_;     // while it is written
+  std::optional<http::response<http::file_body>> file_res_;  // while it is written
   size_t response_bytes_ = 0;
   bool keep_alive_ = false;
   bool head_ = false;

@@ -10,15 +10,23 @@
 // buffer for at most one deadline, never a thread, and Shutdown() ends
 // within drain_timeout plus what in-flight handlers take.
 //
+// A request with a body is shown to HttpServerOptions::admit as soon as its
+// headers are in, before any byte of the body is read: a caller refuses
+// there whoever may not send one (no token, a foreign Origin), so an
+// unauthenticated client never makes the server buffer a body.
+//
 // What a client gets for a request the server cannot take (each a JSON
 // error body, then the connection closes): 400 for a malformed request (a
 // bad Content-Length, Transfer-Encoding together with Content-Length, ...),
 // 413 for a body over max_body_bytes, 431 for headers over 8 KiB, 503 when
-// at max_connections with no idle connection to close, or when responses
-// waiting to be sent already hold max_pending_response_bytes. A HEAD request
-// is answered with the headers of its GET and no body. Those answers, and
-// the 500 for a handler that throws, are made by ErrorResponse
-// (server/http/http_status.h), the one conversion from Status to HTTP.
+// at max_connections with no idle connection to close, when the bodies
+// being received already hold max_buffered_request_bytes, or when
+// responses waiting to be sent already hold max_pending_response_bytes (or
+// the peer's share of it). Requests that is_probe accepts (health checks)
+// are answered whatever those budgets hold. A HEAD request is answered with
+// the headers of its GET and no body. Those answers, and the 500 for a
+// handler that throws, are made by ErrorResponse (server/http/http_status.h),
+// the one conversion from Status to HTTP.
 //
 // Thread-safety: the handler is called from many threads at once.
 #pragma once
@@ -27,6 +35,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
@@ -63,6 +72,10 @@ struct HttpResponse {
   std::string content_type = "application/json";
   std::string body;
   std::map<std::string, std::string> headers;
+  // When set (and body is empty), the body is this file, read from disk as
+  // the client takes it: a large file costs no memory while a slow client
+  // reads it. A file that cannot be opened then is answered 404.
+  std::string file;
   // When set, the body is streamed: the server sends the headers, then
   // calls stream() on a thread of its own until it returns. A stream must
   // return soon after stopping() turns true (the server waits for it).
@@ -83,8 +96,22 @@ struct HttpServerOptions {
   std::chrono::milliseconds header_timeout{10'000};
   // How long a keep-alive connection may wait for its next request.
   std::chrono::milliseconds idle_timeout{30'000};
-  // To receive a request's body once its headers are in.
-  std::chrono::milliseconds body_timeout{60'000};
+  // To receive a request's body once its headers are in (and admitted).
+  std::chrono::milliseconds body_timeout{30'000};
+  // Bytes of request bodies being received or handled, across connections.
+  // A body reserves its Content-Length (a chunked one max_body_bytes) when
+  // its headers are admitted, and gives it back when its handler returns;
+  // one that does not fit gets 503.
+  size_t max_buffered_request_bytes = size_t{64} << 20;
+  // Called with a request's method, target and headers (body empty) before
+  // its body is read; a response refuses the request: it is sent, the body
+  // is never read, and the connection closes. Unset, or for a request
+  // without a body, every request goes to the handler, which must make the
+  // same checks itself. Called on an I/O thread: it must not block.
+  std::function<std::optional<HttpResponse>(const HttpRequest&)> admit;
+  // Requests answered whatever the budgets below hold (health probes, which
+  // a load balancer must get through to a busy server). Unset: none.
+  std::function<bool(const HttpRequest&)> is_probe;
   // To send a response (or one chunk of a stream) to a client that reads
   // slowly or not at all; then the connection is closed and its buffer freed.
   std::chrono::milliseconds write_timeout{30'000};
@@ -107,8 +134,13 @@ struct HttpServerOptions {
   std::function<bool(const HttpRequest&)> is_read;
   int max_streams = 256;     // streaming responses at once; more get 503
   // Bytes of response bodies produced and not yet sent; beyond it new
-  // requests get 503 until slow readers are served or timed out.
+  // requests get 503 until slow readers are served or timed out. A file
+  // body (HttpResponse::file) counts nothing: Beast reads it from disk a
+  // few KiB at a time, as the client takes it.
   size_t max_pending_response_bytes = size_t{256} << 20;
+  // One peer address's share of it: clients on one host that never read
+  // their answers cannot take the whole budget from everyone else.
+  size_t max_pending_response_bytes_per_peer = size_t{32} << 20;
   // HTTPS when both are set: PEM files of the certificate chain and its
   // private key (TLS 1.2 or newer). A plain HTTP request to an HTTPS server
   // gets a plain 400 saying to use https://, then the connection closes.
