@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <utility>
@@ -14,13 +15,34 @@ namespace {
 // must not come out one short.
 constexpr double kRelTolerance = 1e-12;
 
+// Q_p of `values` (see promotion.h), sorting them. REQUIRES: values not empty.
+double Quantile(std::vector<std::pair<double, int64_t>>& values, double p) {
+  std::sort(values.begin(), values.end());
+  const double h = static_cast<double>(values.size() - 1) * p;
+  const auto lo = static_cast<size_t>(std::floor(h));
+  if (lo + 1 >= values.size()) return values.back().first;
+  return values[lo].first + (h - static_cast<double>(lo)) * (values[lo + 1].first - values[lo].first);
+}
+
 }  // namespace
 
-Result<PromotionRule> PromotionRule::Asha(const AshaOptions& options, int64_t steps_per_trial) {
+std::optional<PromotionCriterion> ParsePromotionCriterion(std::string_view name) {
+  if (name == "top_fraction") return PromotionCriterion::kTopFraction;
+  if (name == "quantile") return PromotionCriterion::kQuantile;
+  return std::nullopt;
+}
+
+const char* PromotionCriterionName(PromotionCriterion criterion) {
+  return criterion == PromotionCriterion::kQuantile ? "quantile" : "top_fraction";
+}
+
+Result<PromotionRule> PromotionRule::Asha(const AshaOptions& options, int64_t steps_per_trial,
+                                          PromotionCriterion criterion) {
   AshaOptions o = options;
   if (o.max_resource == 0) o.max_resource = steps_per_trial;
   HPO_RETURN_IF_ERROR(MakeAshaPruner(o).status());  // one set of checks, one set of messages
   PromotionRule r;
+  r.criterion_ = criterion;
   r.eta_ = o.reduction_factor;
   r.min_resource_ = o.min_resource;
   r.steps_ = std::min(o.max_resource, steps_per_trial);
@@ -28,11 +50,13 @@ Result<PromotionRule> PromotionRule::Asha(const AshaOptions& options, int64_t st
   return r;
 }
 
-Result<PromotionRule> PromotionRule::Hyperband(const HyperbandOptions& options, int64_t steps_per_trial) {
+Result<PromotionRule> PromotionRule::Hyperband(const HyperbandOptions& options, int64_t steps_per_trial,
+                                               PromotionCriterion criterion) {
   HyperbandOptions o = options;
   if (o.max_resource == 0) o.max_resource = steps_per_trial;
   HPO_RETURN_IF_ERROR(MakeHyperbandPruner(o).status());
   PromotionRule r;
+  r.criterion_ = criterion;
   r.eta_ = o.reduction_factor;
   r.min_resource_ = o.min_resource;
   r.steps_ = std::min(o.max_resource, steps_per_trial);
@@ -101,21 +125,26 @@ std::vector<Promotion> PromotionRule::Promotable(const History& history,
       reached[{bracket_of[i], static_cast<int>(j)}].emplace_back(*at, o.number);
     }
   }
-  // A trial is in the top 1/eta of its rung when fewer than `best` values
-  // there sort before its own: when its (value, number) is at most the
-  // best-th smallest. Selected once per rung that has a paused trial.
+  // The (value, number) a paused trial's own must not exceed to go on,
+  // found once per rung that has a paused trial. Top fraction: the best-th
+  // smallest, best = floor(n / eta), found by selection. Quantile: Q_p with
+  // any number, so that only the value decides.
   std::map<Key, std::optional<std::pair<double, int64_t>>> threshold;
-  auto threshold_of = [&](const Key& key) -> const std::optional<std::pair<double, int64_t>>& {
+  auto threshold_of = [&](const Key& key, double p) -> const std::optional<std::pair<double, int64_t>>& {
     auto t = threshold.find(key);
     if (t != threshold.end()) return t->second;
     std::optional<std::pair<double, int64_t>> limit;
     if (auto it = reached.find(key); it != reached.end()) {
       auto& values = it->second;
-      const size_t best =
-          static_cast<size_t>(std::floor(static_cast<double>(values.size()) / eta_ * (1 + kRelTolerance)));
-      if (best > 0) {
-        std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(best - 1), values.end());
-        limit = values[best - 1];
+      if (criterion_ == PromotionCriterion::kQuantile) {
+        if (values.size() >= 2) limit = std::make_pair(Quantile(values, p), std::numeric_limits<int64_t>::max());
+      } else {
+        const size_t best =
+            static_cast<size_t>(std::floor(static_cast<double>(values.size()) / eta_ * (1 + kRelTolerance)));
+        if (best > 0) {
+          std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(best - 1), values.end());
+          limit = values[best - 1];
+        }
       }
     }
     return threshold.emplace(key, limit).first->second;
@@ -130,7 +159,8 @@ std::vector<Promotion> PromotionRule::Promotable(const History& history,
     if (static_cast<size_t>(level) + 1 >= r.size()) continue;  // nothing above it
     const auto v = o.ValueAt(r[level]);
     if (!v || std::isnan(*v)) continue;
-    const auto& limit = threshold_of({bracket_of[index], level});
+    const double ratio = static_cast<double>(r[level]) / static_cast<double>(r[level + 1]);
+    const auto& limit = threshold_of({bracket_of[index], level}, ratio);
     if (!limit || std::make_pair(*v, o.number) > *limit) continue;
     Promotion p;
     p.index = index;

@@ -18,16 +18,27 @@
 //
 // Promotability (asynchronous: judged on what is known now). Among the
 // trials of the same bracket that reached R_j (their curve has a point at or
-// beyond R_j, or they paused there), n of them, a trial paused at level j
-// may be promoted when its value at R_j is among the best floor(n / eta)
-// (the first eta trials at a rung earn one promotion; ties go to the lower
-// trial number). Trials promoted from R_j count in n and in the best; a
-// failed trial counts nowhere.
+// beyond R_j, or they paused there), n of them with values V, a trial paused
+// at level j with value v at R_j may be promoted when, by the criterion:
+//   top fraction (ASHA's own rule): v is among the best floor(n / eta) of V
+//     (the first eta trials at a rung earn one promotion; ties go to the
+//     lower trial number);
+//   quantile (Syne Tune's promotion ASHA): n >= 2 and v <= Q_p(V), the
+//     p-quantile of V with p = R_j / R_{j+1} (about 1/eta), interpolated
+//     linearly between order statistics: with x_0 <= ... <= x_{n-1} sorted
+//     and h = (n - 1) p, Q_p = x_floor(h) + (h - floor(h)) (x_floor(h)+1 -
+//     x_floor(h)). So the better of the first two results at a rung goes on
+//     at once, where the top fraction waits for eta of them; with many
+//     results both keep about 1/eta. Ties with Q_p go on.
+// Trials promoted from R_j count in n and in V; a failed trial counts
+// nowhere.
 //
 // Pure and deterministic; values are minimized (history.h).
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -51,12 +62,21 @@ struct Promotion {
   double value = 0;       // at from_step (minimized); the best first
 };
 
+// Which trials paused at a rung may go on (see above).
+enum class PromotionCriterion { kTopFraction, kQuantile };
+// "top_fraction", "quantile"; nullopt for another name.
+std::optional<PromotionCriterion> ParsePromotionCriterion(std::string_view name);
+const char* PromotionCriterionName(PromotionCriterion criterion);
+
 class PromotionRule {
  public:
   // Errors as MakeAshaPruner's / MakeHyperbandPruner's, naming the field;
   // max_resource 0 means steps_per_trial. REQUIRES: steps_per_trial >= 1.
-  static Result<PromotionRule> Asha(const AshaOptions& options, int64_t steps_per_trial);
-  static Result<PromotionRule> Hyperband(const HyperbandOptions& options, int64_t steps_per_trial);
+  static Result<PromotionRule> Asha(const AshaOptions& options, int64_t steps_per_trial,
+                                    PromotionCriterion criterion = PromotionCriterion::kTopFraction);
+  static Result<PromotionRule> Hyperband(const HyperbandOptions& options, int64_t steps_per_trial,
+                                         PromotionCriterion criterion = PromotionCriterion::kTopFraction);
+  PromotionCriterion criterion() const { return criterion_; }
 
   // R_0 .. R_L of a trial with this number (its bracket's rungs).
   std::vector<int64_t> Rungs(int64_t trial_number) const;
@@ -71,6 +91,7 @@ class PromotionRule {
   PromotionRule() = default;
   int Bracket(int64_t trial_number) const;
 
+  PromotionCriterion criterion_ = PromotionCriterion::kTopFraction;
   double eta_ = 3;
   int64_t min_resource_ = 1;
   int64_t steps_ = 1;

@@ -81,6 +81,46 @@ TEST(PromotionRuleTest, OnlyTheBestOfEveryEtaAtARungMayGoOn) {
   EXPECT_EQ(p[0].index, 3u);
 }
 
+// The quantile criterion: the better of two goes on at once, and with more
+// results those at or below the interpolated R_j / R_{j+1} quantile do.
+TEST(PromotionRuleTest, TheQuantileRulePromotesTheBetterOfTwoAtOnce) {
+  const auto rule = *PromotionRule::Asha(Asha(1, 3), 27, PromotionCriterion::kQuantile);
+  EXPECT_EQ(rule.criterion(), PromotionCriterion::kQuantile);
+  History h;
+  h.trials = {Trial(0, 0.5, 1)};
+  // One result is no comparison.
+  EXPECT_TRUE(rule.Promotable(h, {{0, 0}}).empty());
+  h.trials.push_back(Trial(1, 0.2, 1));
+  auto p = rule.Promotable(h, {{0, 0}, {1, 0}});
+  // p = 1/3; h = 1/3: Q = 0.2 + (0.5 - 0.2) / 3 = 0.3, so only 0.2.
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].index, 1u);
+  EXPECT_EQ(p[0].to_step, 3);
+  // Four results {0.1, 0.2, 0.5, 0.9}: h = 3 / 3 = 1, Q = 0.2: two go on
+  // (the top fraction would promote one: floor(4 / 3)).
+  h.trials.push_back(Trial(2, 0.9, 1));
+  h.trials.push_back(Trial(3, 0.1, 1));
+  p = rule.Promotable(h, {{0, 0}, {1, 0}, {2, 0}, {3, 0}});
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].index, 3u);
+  EXPECT_EQ(p[1].index, 1u);
+  EXPECT_EQ(PromotionRule::Asha(Asha(1, 3), 27)->Promotable(h, {{0, 0}, {1, 0}, {2, 0}, {3, 0}}).size(), 1u);
+  // The quantile of the last rung uses its own ratio: rungs 1, 3, 9, 10 end
+  // at the budget, so from 9 p = 9 / 10 and nearly every result goes on.
+  const auto last = *PromotionRule::Asha(Asha(1, 3), 10, PromotionCriterion::kQuantile);
+  History l;
+  l.trials = {Trial(0, 0.1, 9), Trial(1, 0.2, 9), Trial(2, 0.3, 9)};
+  // h = 2 * 0.9 = 1.8: Q = 0.2 + 0.8 * 0.1 = 0.28: two of three.
+  p = last.Promotable(l, {{0, 2}, {1, 2}, {2, 2}});
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_TRUE(p[0].to_end);
+  // Names both ways.
+  EXPECT_EQ(ParsePromotionCriterion("quantile"), PromotionCriterion::kQuantile);
+  EXPECT_EQ(ParsePromotionCriterion("top_fraction"), PromotionCriterion::kTopFraction);
+  EXPECT_FALSE(ParsePromotionCriterion("median").has_value());
+  EXPECT_STREQ(PromotionCriterionName(PromotionCriterion::kQuantile), "quantile");
+}
+
 TEST(PromotionRuleTest, HigherRungsFirstAndFailedTrialsCountNowhere) {
   const auto rule = *PromotionRule::Asha(Asha(1, 3), 9);  // rungs 1, 3, 9
   History h;
