@@ -147,6 +147,7 @@ printf 'hpo: step=10 loss=0.2\r\n'
 printf 'hpo: loss=0.1'
 )sh");
   TrialRun run = MakeRun({script});
+  run.max_steps = 11;
   run.system = {{"batch_size", 32}, {"threads", 1}, {"precision", "fp32"}};
   FakeReporter reporter;
   auto r = Executor().Run(run, reporter);
@@ -479,6 +480,45 @@ echo "hpo: step=1 loss=1"
       << "a long line is cut short, not left to push the others out";
 }
 
+// A program that prints far more steps than the trial has: only the
+// trial's steps are reported (the server would refuse the rest, and its
+// refusal would stop the trial), the program runs on to its end, and the
+// tail says why the rest went unreported.
+TEST_F(CommandExecutorTest, LinesPastTheTrialsLastStepAreNotReported) {
+  const std::string script = Script("chatty.sh", R"sh(
+i=1
+while [ $i -le 20000 ]; do echo "hpo: loss=$i"; i=$((i+1)); done
+echo "hpo: step=9223372036854775807 loss=0.5"
+echo "hpo: loss=0.25"
+echo "hpo: step=2 loss=0.125"
+touch finished
+)sh");
+  TrialRun run = MakeRun({script});
+  run.max_steps = 3;
+  FakeReporter reporter;
+  auto r = Executor().Run(run, reporter);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<int64_t> steps;
+  for (const auto& c : reporter.calls()) steps.push_back(c.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 2})) << "a line of a step within the trial still counts";
+  EXPECT_EQ(r->final_metrics, (Metrics{{"loss", 0.125}}));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/finished")) << "the program was not stopped for its lines";
+  EXPECT_NE(r->log_tail.find("19999 metric line(s) past step 3 (HPO_MAX_STEPS"), std::string::npos) << r->log_tail;
+}
+
+// A timeout beyond any the server hands out is refused before the program
+// starts: added to the clock's now it could overflow.
+TEST_F(CommandExecutorTest, ATimeoutBeyondTenYearsIsInvalidArgument) {
+  TrialRun run = MakeRun({Script("train.sh", "touch ran.txt\necho 'hpo: loss=1'\n")});
+  run.timeout_ms = INT64_MAX;
+  FakeReporter reporter;
+  auto r = Executor().Run(run, reporter);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
+  EXPECT_NE(r.status().message().find("(ten years)"), std::string::npos) << r.status();
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/ran.txt"));
+}
+
 TEST_F(CommandExecutorTest, TheTailIsValidUtf8) {
   const std::string script = Script("bytes.sh", R"sh(
 printf 'caf\303\251 \377\376 done\n'
@@ -581,6 +621,7 @@ echo "hpo: loss=0.4"
 echo "hpo: loss=0.3"
 )sh");
   TrialRun run = MakeRun({script});
+  run.max_steps = 6;
   run.resume_step = 3;
   run.checkpoint_dir = dir_ + "/ckpt";
   std::filesystem::create_directories(run.checkpoint_dir);

@@ -375,6 +375,9 @@ TEST_F(GrpcCheckpointsTest, BadUploadsAreRefusedNamingWhatIsWrongAndStoreNothing
        ::grpc::StatusCode::INVALID_ARGUMENT, "chunks[0].data: 1048577 bytes, over the limit of 1048576"},
       {"a checkpoint older than the step it resumed after", [&] { return Upload(a_, trial, -1, data); },
        ::grpc::StatusCode::INVALID_ARGUMENT, "step"},
+      {"a checkpoint past the trial's last step", [&] { return Upload(a_, trial, 4611686018427387904, data); },
+       ::grpc::StatusCode::INVALID_ARGUMENT,
+       "step: 4611686018427387904 is past the trial's last step, 5 (budget.steps_per_trial)"},
   };
   for (const auto& c : cases) {
     ::grpc::Status s = c.upload();

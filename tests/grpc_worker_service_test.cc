@@ -629,6 +629,34 @@ TEST_F(GrpcWorkerServiceTest, AReportNamingADeviceNotTheWorkersStoresNothing) {
   EXPECT_EQ(observed->at(0).device_id, d1);
 }
 
+// A worker's report of a step past the trial's steps_per_trial (3 here) is
+// refused naming the step and the limit, and stores nothing; the trial's
+// own last step is taken.
+TEST_F(GrpcWorkerServiceTest, AReportPastTheTrialsLastStepIsRefusedAndStoresNothing) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 3, 1));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const auto [worker, device] = RegisterCpuWorker("node");
+  v1::LeaseResponse lease;
+  ASSERT_TRUE(Lease(worker, device, &lease).ok());
+  ASSERT_TRUE(lease.has_trial());
+  EXPECT_EQ(lease.trial().max_steps(), 3);
+  const int64_t trial = lease.trial().trial_id();
+  for (const int64_t step : {int64_t{4}, int64_t{4611686018427387904}}) {
+    v1::ReportResponse rr;
+    ::grpc::Status s = Report(worker, trial, step, 0.5, &rr, std::nullopt, device);
+    EXPECT_EQ(s.error_code(), ::grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_EQ(s.error_message(),
+              "step: " + std::to_string(step) + " is past the trial's last step, 3 (budget.steps_per_trial)");
+  }
+  EXPECT_TRUE(store_->ListMeasurements(trial)->empty());
+  EXPECT_TRUE(Events("trial.reported").empty());
+  v1::ReportResponse rr;
+  ::grpc::Status s = Report(worker, trial, 3, 0.5, &rr, std::nullopt, device);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(store_->ListMeasurements(trial)->size(), 1u);
+  EXPECT_EQ(store_->ListMeasurements(trial)->at(0).step, 3);
+}
+
 // A spec's system parameters with what a worker declares about them, for
 // the tests below: threads (mutable by default), inter_op_threads that the
 // spec lets change mid-trial and foo, which no trainer knows.

@@ -192,6 +192,63 @@ TEST_F(RestApiTest, AskTellRoundTrip) {
   EXPECT_EQ(page["trials"][0]["number"], 1);
 }
 
+// A step past the trial's steps_per_trial is refused naming the step and
+// the limit, and stores nothing; an ask/tell spec that gives no
+// steps_per_trial sets no limit of its own, and its client's steps go on.
+TEST_F(RestApiTest, AReportPastTheLastStepIsRefusedAndStoresNothing) {
+  Start();
+  const int64_t id = CallJson("POST", "/api/v1/experiments", 201, kClientSpec)["id"];  // steps_per_trial: 2
+  json suggested = CallJson("POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest", 200,
+                            R"({"count": 1})");
+  const std::string trial = "/api/v1/trials/" + std::to_string(suggested["trials"][0]["id"].get<int64_t>());
+  auto report = [&](const json& step, int want) {
+    return CallJson("POST", trial + "/measurements", want, json{{"step", step}, {"metrics", {{"loss", 1}}}}.dump());
+  };
+  for (const json step : {json(3), json(4611686018427387904), json(INT64_MAX)}) {
+    json e = report(step, 400);
+    EXPECT_EQ(e["error"]["code"], "InvalidArgument");
+    EXPECT_EQ(e["error"]["message"], "step: " + step.dump() + " is past the trial's last step, 2 (budget.steps_per_trial)")
+        << e.dump();
+  }
+  EXPECT_EQ(report(2, 200)["decision"], "continue") << "steps_per_trial itself is a step of the trial";
+  EXPECT_EQ(report(0, 200)["decision"], "continue") << "so is 0, for a client that counts from 0";
+  EXPECT_EQ(CallJson("GET", trial, 200)["measurements"].size(), 2u);
+
+  std::string unlimited = kClientSpec;
+  unlimited.replace(unlimited.find(", steps_per_trial: 2"), 20, "");
+  const int64_t free_id = CallJson("POST", "/api/v1/experiments", 201, unlimited)["id"];
+  suggested = CallJson("POST", "/api/v1/experiments/" + std::to_string(free_id) + "/trials:suggest", 200,
+                       R"({"count": 1})");
+  const std::string free_trial = "/api/v1/trials/" + std::to_string(suggested["trials"][0]["id"].get<int64_t>());
+  for (int step : {0, 10, 11, 500}) {
+    json d = CallJson("POST", free_trial + "/measurements", 200,
+                      json{{"step", step}, {"metrics", {{"loss", 1}}}}.dump());
+    EXPECT_EQ(d["decision"], "continue") << step;
+  }
+  json e = CallJson("POST", free_trial + "/measurements", 400,
+                    json{{"step", 4611686018427387904}, {"metrics", {{"loss", 1}}}}.dump());
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("past the trial's last step, 1000000000"),
+            std::string::npos)
+      << e.dump();
+  EXPECT_EQ(CallJson("GET", free_trial, 200)["measurements"].size(), 4u);
+}
+
+// A duration beyond the bound is refused naming its field, before anything
+// multiplies it: 1e16 s used to make an experiment whose wall-time budget
+// had already passed.
+TEST_F(RestApiTest, ADurationBeyondTheBoundIsRefusedNamingTheField) {
+  Start();
+  std::string spec = kClientSpec;
+  spec.replace(spec.find("steps_per_trial: 2"), 18, "steps_per_trial: 2, max_wall_time_s: 1e16");
+  json e = CallJson("POST", "/api/v1/experiments", 400, spec);
+  EXPECT_EQ(e["error"]["code"], "InvalidArgument");
+  EXPECT_EQ(e["error"]["message"].get<std::string>().rfind("budget.max_wall_time_s: must be at most 315360000 s", 0),
+            0u)
+      << e.dump();
+  CallJson("POST", "/api/v1/experiments:validate", 400, spec);
+  EXPECT_TRUE(CallJson("GET", "/api/v1/experiments", 200)["experiments"].empty());
+}
+
 // An ask/tell trial carries the seed a worker's lease of it would
 // (server/engine/trial_run.h), the same in every answer that shows it.
 TEST_F(RestApiTest, AskTellTrialsCarryTheSeedAWorkersLeaseWould) {

@@ -302,6 +302,84 @@ TEST(ExperimentSpec, EarlyStoppingAndStepsAreBounded) {
   EXPECT_TRUE(ok.ok()) << ok.status();
 }
 
+// Every duration in seconds is bounded before anything multiplies it into
+// milliseconds: 1e16 s used to be taken, and overflowed into a wall-time
+// budget that had already passed.
+TEST(ExperimentSpec, DurationsAreBoundedBeforeAnyMultiply) {
+  const std::string head = R"({"name": "x", "objective": {"metric": "loss"},
+      "spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}])";
+  const std::string client = R"("executor": {"client": {}})";
+  const std::string prices = R"("prices": {"cpu": 1})";
+  struct Case {
+    std::string add, error;
+  } cases[] = {
+      {R"("budget": {"max_wall_time_s": 1e16}, )" + client,
+       "budget.max_wall_time_s: must be at most 315360000 s (3650 days), got 10000000000000000"},
+      {R"("budget": {"max_wall_time_s": 315360001}, )" + client,
+       "budget.max_wall_time_s: must be at most 315360000 s (3650 days)"},
+      {R"("budget": {"max_wall_time_s": 9223372036854775807}, )" + client,
+       "budget.max_wall_time_s: must be at most 315360000 s"},
+      {R"("budget": {"max_wall_time_s": 0}, )" + client, "budget.max_wall_time_s: must be at least 1"},
+      {R"("executor": {"command": {"argv": ["run"], "timeout_s": 1e18}})",
+       "executor.command.timeout_s: must be at most 315360000 s (3650 days), got 1000000000000000000"},
+      {R"("executor": {"command": {"argv": ["run"], "timeout_s": 315360001}})",
+       "executor.command.timeout_s: must be at most 315360000 s"},
+      {R"("cost": {)" + prices + R"(, "deadline_s": 1e16}, )" + client,
+       "cost.deadline_s: must be at most 315360000 s"},
+      {R"("placement": {"max_wait_s": 1e16}, )" + client, "placement.max_wait_s: must be at most 31536000"},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseExperimentSpec(head + ", " + c.add + "}");
+    ASSERT_FALSE(r.ok()) << c.add;
+    EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
+    EXPECT_EQ(r.status().message().rfind(c.error, 0), 0u) << r.status() << "\nexpected: " << c.error;
+  }
+  // At the bound each is taken, and its milliseconds fit (with room) in int64.
+  auto ok = ParseExperimentSpec(head + R"(, "budget": {"max_wall_time_s": 315360000},
+      "cost": {)" + prices + R"(, "deadline_s": 315360000},
+      "executor": {"command": {"argv": ["run"], "timeout_s": 315360000}}})");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(*ok->max_wall_time_s, kMaxSpecSeconds);
+  EXPECT_EQ(*ok->timeout_s, kMaxSpecSeconds);
+  EXPECT_EQ(*ok->deadline_s, kMaxSpecSeconds);
+  EXPECT_LT(kMaxSpecSeconds, INT64_MAX / 1000 / 1'000'000 / 2) << "as nanoseconds, twice over";
+}
+
+// The last step a report may carry: steps_per_trial, for a program that
+// counts from 1 as for one that counts from 0; an ask/tell spec that gives
+// no steps_per_trial keeps only the bound every step has.
+TEST(ExperimentSpec, TheLastStepIsTheBudgetsUnlessAClientGivesNone) {
+  const std::string head = R"({"name": "x", "objective": {"metric": "loss"},
+      "spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}], )";
+  auto command = ParseExperimentSpec(head + R"("budget": {"steps_per_trial": 5},
+      "executor": {"command": {"argv": ["run"]}}})");
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->last_step, 5);
+  EXPECT_TRUE(CheckStep(*command, 0).ok());
+  EXPECT_TRUE(CheckStep(*command, 5).ok());
+  const Status past = CheckStep(*command, 4611686018427387904);
+  EXPECT_TRUE(past.IsInvalidArgument()) << past;
+  EXPECT_EQ(past.message(), "step: 4611686018427387904 is past the trial's last step, 5 (budget.steps_per_trial)");
+  EXPECT_TRUE(CheckStep(*command, 6).IsInvalidArgument());
+  EXPECT_TRUE(CheckStep(*command, -1).IsInvalidArgument());
+  EXPECT_EQ(DescribeSpec(*command)["budget"]["last_step"], 5);
+
+  auto builtin_default = ParseExperimentSpec(head + R"("executor": {"builtin": {"trainer": "t"}}})");
+  ASSERT_TRUE(builtin_default.ok()) << builtin_default.status();
+  EXPECT_EQ(builtin_default->last_step, 10) << "the default steps_per_trial is a worker's limit too";
+
+  auto client_given = ParseExperimentSpec(head + R"("budget": {"steps_per_trial": 3}, "executor": {"client": {}}})");
+  ASSERT_TRUE(client_given.ok()) << client_given.status();
+  EXPECT_EQ(client_given->last_step, 3);
+
+  auto client_none = ParseExperimentSpec(head + R"("budget": {"max_trials": 2}, "executor": {"client": {}}})");
+  ASSERT_TRUE(client_none.ok()) << client_none.status();
+  EXPECT_EQ(client_none->steps_per_trial, 10);
+  EXPECT_EQ(client_none->last_step, kMaxSpecSteps);
+  EXPECT_TRUE(CheckStep(*client_none, 500).ok());
+  EXPECT_TRUE(CheckStep(*client_none, kMaxSpecSteps + 1).IsInvalidArgument());
+}
+
 // Item 9 of issue #14: domains whose values a double cannot represent are
 // refused with the field's path (they used to be taken, and suggested
 // values beyond their bounds).

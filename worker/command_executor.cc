@@ -68,6 +68,11 @@ std::string SignalText(int sig) {
   return text;
 }
 
+// The longest TrialRun::timeout_ms taken: the server's bound on
+// executor.command.timeout_s (ten years). Beyond it, adding the timeout to
+// the clock's now (in nanoseconds) could overflow.
+constexpr int64_t kMaxTimeoutMs = int64_t{3650} * 86'400 * 1000;
+
 // "3", "1.5", "0.25": a timeout as a person would write it.
 std::string SecondsText(int64_t ms) {
   std::string text = std::to_string(ms / 1000);
@@ -304,6 +309,10 @@ class CommandRun {
     if (run_.stop_step < 0 || run_.resume_step < 0) {
       return Status::InvalidArgument("stop_step and resume_step: must not be negative");
     }
+    if (run_.timeout_ms > kMaxTimeoutMs) {
+      return Status::InvalidArgument("timeout: " + SecondsText(run_.timeout_ms) + " s is more than the most, " +
+                                     SecondsText(kMaxTimeoutMs) + " s (ten years)");
+    }
     current_system_ = run_.system.is_object() ? run_.system : json::object();
     for (auto it = current_system_.begin(); it != current_system_.end(); ++it) {
       system_keys_.insert(it.key());
@@ -539,6 +548,10 @@ class CommandRun {
   }
 
   Result<RunResult> Outcome(int status) {
+    if (lines_past_last_step_ > 0) {
+      Note(std::to_string(lines_past_last_step_) + " metric line(s) past step " + std::to_string(run_.max_steps) +
+           " (HPO_MAX_STEPS, the spec's budget.steps_per_trial) not reported");
+    }
     RunResult result;
     result.final_metrics = last_metrics_;
     result.log_tail = tail_.Text();
@@ -701,8 +714,17 @@ class CommandRun {
       }
       return;
     }
-    const int64_t step = m.step ? *m.step : last_step_ + 1;
+    // (A step= of INT64_MAX followed by a line without one stays there.)
+    const int64_t step = m.step ? *m.step : last_step_ + (last_step_ < INT64_MAX ? 1 : 0);
     last_step_ = step;
+    // Past the trial's steps the server refuses the report, and a refused
+    // report stops the trial: such lines are dropped instead, and the
+    // program runs on to its end (it may still be saving what it made), so
+    // thousands of them cost nothing but their parsing.
+    if (run_.max_steps > 0 && step > run_.max_steps) {
+      ++lines_past_last_step_;  // said once, at the end, where the tail keeps it
+      return;
+    }
     json system = run_.system.is_object() ? run_.system : json::object();
     system.update(m.system);
     // Applied: only what the line itself says the program ran; the rest of
@@ -759,6 +781,7 @@ class CommandRun {
   int64_t last_step_;
   bool reported_ = false;
   bool warned_no_objective_ = false;
+  int64_t lines_past_last_step_ = 0;
   std::map<std::string, double> last_metrics_;
 };
 

@@ -42,8 +42,11 @@
 // it cannot know what the program does with a new setting, so the spec's
 // `mutable` is the program's declaration (docs/system-parameters.md).
 // Lines without the objective metric (TrialRun::objective_metric, when set)
-// are not reported, as the server would refuse them. A malformed metric line
-// is noted in the log tail and does not fail the trial.
+// are not reported, as the server would refuse them, nor are lines of a step
+// past TrialRun::max_steps (HPO_MAX_STEPS, when > 0): the program runs on
+// to its end (a refused report would stop it), and the log tail ends with
+// how many such lines went unreported. A malformed metric line is noted in
+// the log tail and does not fail the trial.
 //
 // Changing the system setting mid-trial (Verdict::kChangeSystem): standard
 // input is /dev/null, so the new setting is written instead, as one JSON
@@ -102,7 +105,8 @@
 //   killed by a signal (a crash)        -> Internal "killed by signal N (...)"
 //   timeout                             -> DeadlineExceeded "timed out after N s"
 //   the program cannot be started       -> InvalidArgument naming argv[0]
-//   bad TrialRun (empty argv, unknown device, bad env name) -> InvalidArgument
+//   bad TrialRun (empty argv, unknown device, bad env name, timeout_ms over
+//     ten years, the server's bound) -> InvalidArgument
 //   working directory missing           -> FailedPrecondition
 // Messages of a run that started end with "; last output:\n" and the log tail
 // (or "; no output").

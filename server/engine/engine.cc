@@ -569,6 +569,9 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   HPO_ASSIGN_OR_RETURN(const TrialHome home, HomeOf(given.trial_id));
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(home.experiment_id));
   const ExperimentSpec& spec = *c->spec;
+  // Before anything is stored: a step past the trial's budget is no step of
+  // it, and every one would be a row (a program printing thousands of lines).
+  HPO_RETURN_IF_ERROR(CheckStep(spec, given.step));
   HPO_RETURN_IF_ERROR(CheckMetrics(given.metrics, "metrics"));
   HPO_RETURN_IF_ERROR(CheckSystem(given.system));
   HPO_RETURN_IF_ERROR(CheckSystem(given.applied, "applied"));

@@ -342,7 +342,9 @@ class Engine {
   // prune (the trial is now pruned) or stop (the experiment ended; the trial
   // is now cancelled). The caller vouches for report.owner (REST passes
   // kClientOwner); a worker's report comes through the overload below.
-  // NotFound for an unregistered device_id, before anything is stored.
+  // NotFound for an unregistered device_id, and InvalidArgument for a step
+  // past the trial's last (ExperimentSpec::last_step, CheckStep), before
+  // anything is stored.
   Result<ReportReply> Report(const TrialReport& report);
   // A worker's report: as its lease owner (report.owner is ignored), and
   // NotFound, before anything is stored, when report.device_id is not one of
@@ -367,9 +369,10 @@ class Engine {
   // FailedPrecondition naming the trial and what it is now.
   //
   // A new checkpoint of the trial, taken after `step` (not before the step
-  // it resumed after), of `total_bytes` (ResourceExhausted over the
-  // artifact store's limit, naming it). FailedPrecondition also when this
-  // server keeps no checkpoints.
+  // it resumed after, nor past the trial's last: CheckStep), of
+  // `total_bytes` (ResourceExhausted over the artifact store's limit,
+  // naming it). FailedPrecondition also when this server keeps no
+  // checkpoints.
   Result<std::unique_ptr<CheckpointUpload>> BeginCheckpointUpload(const WorkerCaller& caller, store::Id trial_id,
                                                                   int64_t step, int64_t total_bytes);
   // The checkpoint a resumed trial restores (its resume_step's). NotFound:

@@ -70,6 +70,8 @@ Result<std::unique_ptr<CheckpointUpload>> Engine::BeginCheckpointUpload(const Wo
   const std::string owner = WorkerOwner(caller.worker_id);
   HPO_ASSIGN_OR_RETURN(const store::TrialRecord trial, store_.GetTrial(trial_id));
   HPO_RETURN_IF_ERROR(CheckHolds(trial, owner, "upload a checkpoint of"));
+  HPO_ASSIGN_OR_RETURN(const Cached* c, Load(trial.experiment_id));
+  HPO_RETURN_IF_ERROR(CheckStep(*c->spec, step));
   if (step < trial.resume_step) {
     return Status::InvalidArgument("step: " + TrialName(trial_id) + " resumed after step " +
                                    std::to_string(trial.resume_step) + "; a checkpoint of step " +

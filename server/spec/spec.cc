@@ -189,6 +189,17 @@ class Fields {
     if (x > max) return Status::InvalidArgument(Path(key) + ": must be at most " + std::to_string(max));
     return x;
   }
+  // A duration in whole seconds, 1 to `max`: nullopt when absent. The
+  // bound is checked here, before anything multiplies the value.
+  Result<std::optional<int64_t>> Seconds(const std::string& key, int64_t max = kMaxSpecSeconds) {
+    if (!Get(key)) return std::optional<int64_t>();
+    HPO_ASSIGN_OR_RETURN(const int64_t s, Int(key, std::nullopt, 1));
+    if (s > max) {
+      return Status::InvalidArgument(Path(key) + ": must be at most " + std::to_string(max) + " s (" +
+                                     std::to_string(max / 86'400) + " days), got " + std::to_string(s));
+    }
+    return std::optional<int64_t>(s);
+  }
   Result<bool> Bool(const std::string& key, bool fallback) {
     const json* v = Get(key);
     if (!v) return fallback;
@@ -363,10 +374,7 @@ Status ParseBudget(Fields& top, ExperimentSpec& spec) {
   HPO_ASSIGN_OR_RETURN(spec.max_trials, f.Int("max_trials", spec.max_trials, 1));
   HPO_ASSIGN_OR_RETURN(spec.max_parallel, f.Int("max_parallel", spec.max_parallel, 1));
   HPO_ASSIGN_OR_RETURN(spec.steps_per_trial, f.Int("steps_per_trial", spec.steps_per_trial, 1, kMaxSpecSteps));
-  if (f.Get("max_wall_time_s")) {
-    HPO_ASSIGN_OR_RETURN(int64_t w, f.Int("max_wall_time_s", std::nullopt, 1));
-    spec.max_wall_time_s = w;
-  }
+  HPO_ASSIGN_OR_RETURN(spec.max_wall_time_s, f.Seconds("max_wall_time_s"));
   return f.NoOthers();
 }
 
@@ -394,7 +402,7 @@ Status ParsePlacement(Fields& top, ExperimentSpec& spec) {
   if (spec.placement_policy == "shadho" && spec.placement_class_order.empty()) {
     return Status::InvalidArgument("placement.class_order: shadho needs the device classes, strongest first");
   }
-  HPO_ASSIGN_OR_RETURN(const int64_t wait, f.Int("max_wait_s", 600, 1, 86'400 * 365));
+  HPO_ASSIGN_OR_RETURN(const int64_t wait, f.Int("max_wait_s", 600, 1, kMaxSpecWaitSeconds));
   spec.placement_max_wait_s = static_cast<double>(wait);
   return f.NoOthers();
 }
@@ -455,10 +463,7 @@ Status ParseCost(Fields& top, ExperimentSpec& spec) {
       spec.prices[it.key()] = it->get<double>();
     }
   }
-  if (f.Get("deadline_s")) {
-    HPO_ASSIGN_OR_RETURN(int64_t d, f.Int("deadline_s", std::nullopt, 1, 86'400 * 3650));
-    spec.deadline_s = d;
-  }
+  HPO_ASSIGN_OR_RETURN(spec.deadline_s, f.Seconds("deadline_s"));
   if (const json* d = f.Get("deadline")) {
     const auto ms = d->is_string() ? ParseRfc3339(d->get<std::string>()) : std::nullopt;
     if (!ms) {
@@ -541,10 +546,7 @@ Status ParseExecutor(Fields& top, ExperimentSpec& spec) {
         spec.env[it.key()] = it->get<std::string>();
       }
     }
-    if (f.Get("timeout_s")) {
-      HPO_ASSIGN_OR_RETURN(int64_t t, f.Int("timeout_s", std::nullopt, 1));
-      spec.timeout_s = t;
-    }
+    HPO_ASSIGN_OR_RETURN(spec.timeout_s, f.Seconds("timeout_s"));
     HPO_ASSIGN_OR_RETURN(spec.command_checkpoints, f.Bool("checkpoints", false));
   } else if (kind == "client") {
     spec.executor = ExperimentSpec::ExecutorKind::kClient;
@@ -658,7 +660,8 @@ json DescribeSpec(const ExperimentSpec& spec) {
        {{"max_trials", spec.max_trials},
         {"max_parallel", spec.max_parallel},
         {"max_wall_time_s", spec.max_wall_time_s ? json(*spec.max_wall_time_s) : json(nullptr)},
-        {"steps_per_trial", spec.steps_per_trial}}},
+        {"steps_per_trial", spec.steps_per_trial},
+        {"last_step", spec.last_step}}},
       {"executor", executor},
   };
 }
@@ -702,6 +705,17 @@ Result<json> YamlToJson(const std::string& text) {
     return Status::InvalidArgument("line " + std::to_string(e.mark.line + 1) + ", column " +
                                    std::to_string(e.mark.column + 1) + ": " + UnicodeEscapeMessage(e.msg));
   }
+}
+
+Status CheckStep(const ExperimentSpec& spec, int64_t step) {
+  if (step < 0) return Status::InvalidArgument("step: must not be negative, got " + std::to_string(step));
+  if (step <= spec.last_step) return Status::OK();
+  const std::string limit = spec.last_step == spec.steps_per_trial
+                                ? std::to_string(spec.last_step) + " (budget.steps_per_trial)"
+                                : std::to_string(spec.last_step) +
+                                      " (this ask/tell experiment gives no budget.steps_per_trial; the most any "
+                                      "experiment allows)";
+  return Status::InvalidArgument("step: " + std::to_string(step) + " is past the trial's last step, " + limit);
 }
 
 Result<ExperimentSpec> ParseExperimentSpec(const std::string& text) {
@@ -749,6 +763,10 @@ Result<ExperimentSpec> ParseExperimentSpec(const json& j) {
   HPO_RETURN_IF_ERROR(ParseCost(top, spec));
   HPO_RETURN_IF_ERROR(top.NoOthers());
   if (spec.max_parallel > spec.max_trials) spec.max_parallel = spec.max_trials;
+  const json* budget = top.Get("budget");
+  const bool steps_given = budget && budget->contains("steps_per_trial") && !budget->at("steps_per_trial").is_null();
+  spec.last_step = spec.executor == ExperimentSpec::ExecutorKind::kClient && !steps_given ? kMaxSpecSteps
+                                                                                           : spec.steps_per_trial;
   // Every {placeholder} of a command must be a parameter somewhere.
   for (size_t i = 0; i < spec.argv.size(); ++i) {
     const std::string& arg = spec.argv[i];

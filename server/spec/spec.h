@@ -43,6 +43,10 @@
 //                                                # deadline_s from submission, or deadline:
 //                                                # "2026-12-01T18:00:00Z"
 //   budget: {max_trials: 40, max_parallel: 2, max_wall_time_s: 900, steps_per_trial: 10}
+//                                                # a report or checkpoint of a step past
+//                                                # steps_per_trial is refused (ExperimentSpec::
+//                                                # last_step); every *_s is at most ten years
+//                                                # (kMaxSpecSeconds)
 //   executor:                        # exactly one of builtin, command, client
 //     builtin: {trainer: fashion-mnist-mlp, args: {validation_fraction: 0.1}}
 //     # command: {argv: [python3, train.py, "--lr={lr}"], env: {K: V}, timeout_s: 600,
@@ -114,6 +118,12 @@ struct ExperimentSpec {
   int64_t max_parallel = 4;
   std::optional<int64_t> max_wall_time_s;
   int64_t steps_per_trial = 10;
+  // The last step a report or a checkpoint may carry (CheckStep):
+  // steps_per_trial, whether a program counts from 0 or from 1. An ask/tell
+  // client's spec that does not give budget.steps_per_trial sets no limit of
+  // its own (the client counts its steps; the default 10 only sizes early
+  // stopping's rungs): kMaxSpecSteps.
+  int64_t last_step = 10;
 
   enum class ExecutorKind { kBuiltin, kCommand, kClient };
   ExecutorKind executor = ExecutorKind::kClient;
@@ -144,10 +154,28 @@ inline constexpr size_t kMaxSpecStringLength = 16'384;   // every string value (
 // it keeps every step, rung and bracket exact in a double (< 2^53) and the
 // pruners' work per report small (log_1.5(1e9) = 51 rungs at most).
 inline constexpr int64_t kMaxSpecSteps = 1'000'000'000;
+// Every duration of a spec in seconds: budget.max_wall_time_s,
+// executor.command.timeout_s and cost.deadline_s, at most ten years
+// (3,650 days). Each becomes milliseconds (x 1000) and, in a std::chrono
+// clock, nanoseconds (x 10^6 more): ten years is 3.2e17 ns, well within
+// int64 (9.2e18) with room to add it to any clock's now, where 1e16 s
+// overflowed into a budget that had already passed. Ten years, not one,
+// because cost.deadline_s has allowed that much from the start, and no
+// budget or timeout beyond it means more than having none.
+inline constexpr int64_t kMaxSpecSeconds = int64_t{3650} * 86'400;
+// placement.max_wait_s, how long a trial waits for a faster device: at most
+// a year, as it has always been.
+inline constexpr int64_t kMaxSpecWaitSeconds = int64_t{365} * 86'400;
 // Every count-valued option of early_stopping (startup_trials,
 // min_trials_at_step, bootstrap_count, min_early_stopping_rate): the
 // pruners hold them as int; beyond a billion a rule would never act anyway.
 inline constexpr int64_t kMaxSpecCount = 1'000'000'000;
+
+// OK when a report or checkpoint of `step` is within the experiment's
+// steps: 0 <= step <= spec.last_step. InvalidArgument naming the step and
+// the limit otherwise ("step: 11 is past the trial's last step, 10
+// (budget.steps_per_trial)").
+Status CheckStep(const ExperimentSpec& spec, int64_t step);
 
 // Parses YAML or JSON text (JSON is YAML; both go through the same checks).
 // Text that begins with { or [ is read by the JSON parser first, within the
