@@ -941,5 +941,144 @@ TEST(GrpcStatusTest, EveryCodeRoundTripsWithItsMessage) {
             StatusCode::kInternal);
 }
 
+// Worker identity: a token holder who read a worker's (host, instance) from
+// GET /api/v1/workers registers under it.
+
+// Registers a one-CPU worker under (host, instance), presenting `secret`.
+::grpc::Status RegisterAs(v1::WorkerService::Stub& stub, const std::string& host, const std::string& instance,
+                          const std::string& secret, v1::RegisterResponse* resp) {
+  v1::RegisterRequest req;
+  req.set_host(host);
+  req.set_instance(instance);
+  req.set_identity_secret(secret);
+  v1::Device* d = req.add_devices();
+  d->set_kind(v1::DEVICE_KIND_CPU);
+  d->set_name("Test CPU");
+  d->set_cores(2);
+  ::grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  ctx.AddMetadata("authorization", kAuth);
+  return stub.Register(&ctx, req, resp);
+}
+
+// While the worker is live, registering its identity without its secret is
+// refused and changes nothing: the worker's session, lease and trial stay
+// its own; the worker itself, restarted with its secret, is the same worker.
+// (Failed before: the caller got the worker's id and a new session, the
+// worker's next heartbeat was refused, and the caller completed its trial.)
+TEST_F(GrpcWorkerServiceTest, RegisteringALiveWorkersIdentityWithoutItsSecretIsRefused) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 3, 1));
+  ASSERT_TRUE(e.ok()) << e.status();
+  v1::RegisterResponse victim;
+  ASSERT_TRUE(RegisterAs(*stub_, "node-7", "pod-a", "", &victim).ok());
+  EXPECT_EQ(victim.identity_secret().size(), 64u) << "a new identity comes with its secret";
+  EXPECT_NE(victim.identity_secret(), victim.session());
+  {
+    std::lock_guard lock(sessions_mu_);
+    sessions_[victim.worker_id()] = victim.session();
+  }
+  v1::LeaseResponse lease;
+  ASSERT_TRUE(Lease(victim.worker_id(), victim.device_ids(0), &lease).ok());
+  ASSERT_TRUE(lease.has_trial());
+  const int64_t trial = lease.trial().trial_id();
+
+  for (const std::string& secret : {std::string(), std::string(64, 'a'), victim.session(),
+                                    victim.identity_secret().substr(0, 63)}) {
+    v1::RegisterResponse taker;
+    ::grpc::Status s = RegisterAs(*stub_, "node-7", "pod-a", secret, &taker);
+    EXPECT_EQ(s.error_code(), ::grpc::StatusCode::ALREADY_EXISTS) << s.error_message();
+    EXPECT_NE(s.error_message().find("host 'node-7', instance 'pod-a' is worker " +
+                                     std::to_string(victim.worker_id())),
+              std::string::npos)
+        << s.error_message();
+    EXPECT_NE(s.error_message().find("identity secret"), std::string::npos) << s.error_message();
+    EXPECT_NE(s.error_message().find("another --instance"), std::string::npos) << "says what to do";
+    EXPECT_EQ(s.error_message().find(victim.identity_secret()), std::string::npos);
+    EXPECT_TRUE(taker.session().empty() && taker.worker_id() == 0);
+  }
+  EXPECT_EQ(Events("worker.registered").size(), 1u);
+
+  // The victim carries on: heartbeat, report, complete.
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id(victim.worker_id());
+  hb.set_session(victim.session());
+  hb.add_trial_ids(trial);
+  v1::HeartbeatResponse hr;
+  ::grpc::Status s = stub_->Heartbeat(Ctx().get(), hb, &hr);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(hr.stop_trial_ids_size(), 0);
+  v1::ReportResponse rr;
+  s = Report(victim.worker_id(), trial, 1, 0.5, &rr);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+
+  // The victim restarted, with its secret: the same worker, a new session.
+  v1::RegisterResponse again;
+  s = RegisterAs(*stub_, "node-7", "pod-a", victim.identity_secret(), &again);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(again.worker_id(), victim.worker_id());
+  EXPECT_EQ(again.device_ids(0), victim.device_ids(0));
+  EXPECT_NE(again.session(), victim.session());
+  EXPECT_TRUE(again.identity_secret().empty()) << "the secret it has stays the one";
+  v1::RegisterResponse third;
+  EXPECT_TRUE(RegisterAs(*stub_, "node-7", "pod-a", victim.identity_secret(), &third).ok()) << "and stays valid";
+}
+
+// Once the worker is no longer live (unseen for a lease timeout), its
+// identity goes to the next registration of it, as a new worker: the old
+// id, its session and its lease stay the old worker's, so the caller cannot
+// touch its trial. The listing shows the old worker without its instance.
+TEST_F(GrpcWorkerServiceTest, AnIdentityOutOfUseGoesToANewWorkerNeverToTheOldId) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 3, 1));
+  ASSERT_TRUE(e.ok()) << e.status();
+  v1::RegisterResponse old;
+  ASSERT_TRUE(RegisterAs(*stub_, "node-7", "pod-a", "", &old).ok());
+  {
+    std::lock_guard lock(sessions_mu_);
+    sessions_[old.worker_id()] = old.session();
+  }
+  v1::LeaseResponse lease;
+  ASSERT_TRUE(Lease(old.worker_id(), old.device_ids(0), &lease).ok());
+  ASSERT_TRUE(lease.has_trial());
+  const int64_t trial = lease.trial().trial_id();
+  clock_.Advance(engine_->options().worker_lease_ms + 1);
+
+  v1::RegisterResponse taker;
+  ::grpc::Status s = RegisterAs(*stub_, "node-7", "pod-a", "", &taker);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_NE(taker.worker_id(), old.worker_id());
+  EXPECT_NE(taker.device_ids(0), old.device_ids(0));
+  EXPECT_EQ(taker.identity_secret().size(), 64u);
+  EXPECT_NE(taker.identity_secret(), old.identity_secret());
+  const auto registered = Events("worker.registered");
+  ASSERT_EQ(registered.size(), 2u);
+  EXPECT_EQ(registered[1]["took_identity_of"], old.worker_id());
+  EXPECT_EQ(store_->GetWorker(old.worker_id())->instance, "");
+  EXPECT_EQ(store_->GetWorker(taker.worker_id())->instance, "pod-a");
+
+  // The old worker's trial is not the new one's to report or complete.
+  v1::CompleteRequest complete;
+  complete.set_worker_id(taker.worker_id());
+  complete.set_session(taker.session());
+  complete.set_trial_id(trial);
+  (*complete.mutable_final_metrics())["loss"] = 0.01;
+  v1::CompleteResponse cr;
+  s = stub_->Complete(Ctx().get(), complete, &cr);
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  v1::ReportResponse rr;
+  s = Report(taker.worker_id(), trial, 1, 0.01, &rr, taker.session());
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(store_->ListMeasurements(trial)->empty());
+  // The old worker, back with its session, is still itself.
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id(old.worker_id());
+  hb.set_session(old.session());
+  v1::HeartbeatResponse hr;
+  s = stub_->Heartbeat(Ctx().get(), hb, &hr);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  // And the identity's new holder, now live, is refused to the old secret.
+  s = RegisterAs(*stub_, "node-7", "pod-a", old.identity_secret(), &taker);
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::ALREADY_EXISTS) << s.error_message();
+}
+
 }  // namespace
 }  // namespace hpo::server

@@ -773,10 +773,15 @@ TYPED_TEST(StoreTest, RegisteringAnIdentityAgainKeepsTheWorkerAndItsDevices) {
   w.host = "node-a";
   w.instance = "pod-a";
   w.session_hash = std::string(64, 'a');
+  w.identity_hash = std::string(64, 'c');
+  w.presented_identity_hash = std::string(64, 'c');
+  w.in_use_ms = 60'000;
   w.devices.push_back({0, DeviceKind::kCpu, "EPYC", "cpu:EPYC:x2.0", 2.0, 1 << 30, 50});
   w.devices.push_back({1, DeviceKind::kCuda, "H200", "cuda:H200", 0, 1 << 30, 900});
   auto first = this->store_->RegisterWorker(w);
   ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->identity_hash, w.identity_hash);
+  EXPECT_FALSE(first->took_identity_of.has_value());
   const Id cpu = first->devices[0].id, gpu = first->devices[1].id;
   ASSERT_TRUE(this->store_->AddSpeedObservation({cpu, "cpu:EPYC:x2.0", "mlp", "{}", 100, std::nullopt}).ok());
   ASSERT_TRUE(this->store_->AddSpeedObservation({gpu, "cuda:H200", "mlp", "{}", 5000, std::nullopt}).ok());
@@ -786,6 +791,7 @@ TYPED_TEST(StoreTest, RegisteringAnIdentityAgainKeepsTheWorkerAndItsDevices) {
   // Back with a new session, a smaller CPU quota, no GPU and a new CPU.
   NewWorker again = w;
   again.session_hash = std::string(64, 'b');
+  again.identity_hash = std::string(64, 'd');  // what a new identity would get: unused
   again.labels_json = R"({"pool":"cpu"})";
   again.devices = {{0, DeviceKind::kCpu, "EPYC", "cpu:EPYC:x1.0", 1.0, 1 << 30, 25},
                    {2, DeviceKind::kCpu, "Xeon", "cpu:Xeon:x1.0", 1.0, 1 << 30, 20}};
@@ -795,6 +801,8 @@ TYPED_TEST(StoreTest, RegisteringAnIdentityAgainKeepsTheWorkerAndItsDevices) {
   EXPECT_EQ(second->registered_ms, first->registered_ms);
   EXPECT_EQ(second->last_seen_ms, first->registered_ms + 600'000);
   EXPECT_EQ(second->session_hash, again.session_hash);
+  EXPECT_EQ(second->identity_hash, w.identity_hash) << "the identity keeps its secret";
+  EXPECT_FALSE(second->took_identity_of.has_value());
   EXPECT_FALSE(second->gone_ms.has_value());
   ASSERT_EQ(second->devices.size(), 2u);
   EXPECT_EQ(second->devices[0].id, cpu) << "the same ordinal keeps its device id";
@@ -806,6 +814,7 @@ TYPED_TEST(StoreTest, RegisteringAnIdentityAgainKeepsTheWorkerAndItsDevices) {
   EXPECT_EQ(list[0].instance, "pod-a");
   EXPECT_EQ(list[0].labels_json, again.labels_json);
   EXPECT_EQ(list[0].session_hash, again.session_hash);
+  EXPECT_EQ(list[0].identity_hash, w.identity_hash);
   EXPECT_FALSE(list[0].gone_ms.has_value());
   ASSERT_EQ(list[0].devices.size(), 2u);
   EXPECT_EQ(list[0].devices[0].id, cpu);
@@ -827,44 +836,148 @@ TYPED_TEST(StoreTest, RegisteringAnIdentityAgainKeepsTheWorkerAndItsDevices) {
   EXPECT_EQ(this->store_->ListWorkers()->size(), 4u);
 }
 
-// Two servers registering one identity at once leave one worker.
+// Two servers registering one identity at once leave one worker: with its
+// secret, every registration is that worker; without one, one registration
+// makes the worker and the others, meeting it in use, are refused.
 TYPED_TEST(StoreTest, RegisteringOneIdentityFromTwoHandlesAtOnceLeavesOneWorker) {
   std::unique_ptr<Store> second = this->Open();
   ASSERT_NE(second, nullptr);
-  std::vector<std::thread> threads;
-  std::atomic<int> failed{0};
-  std::mutex mu;
-  std::set<Id> ids;
-  for (int i = 0; i < 4; ++i) {
-    Store* handle = i % 2 ? second.get() : this->store_.get();
-    threads.emplace_back([&, handle, i] {
-      for (int k = 0; k < 10; ++k) {
-        NewWorker w{"node-a", "{}", {{0, DeviceKind::kCpu, "cpu", "cpu:cpu:x1.0", 1, 1, 1}},
-                    std::string(64, static_cast<char>('a' + i)), "pod-a"};
-        auto r = handle->RegisterWorker(w);
-        if (!r.ok()) {
-          ++failed;
-          ADD_FAILURE() << r.status();
-          continue;
+  for (const bool with_secret : {true, false}) {
+    SCOPED_TRACE(with_secret ? "with its secret" : "without a secret");
+    const std::string pod = with_secret ? "pod-a" : "pod-b";
+    const std::string secret(64, 'e');
+    auto make = [&](int i) {
+      NewWorker w;
+      w.host = "node-a";
+      w.devices = {{0, DeviceKind::kCpu, "cpu", "cpu:cpu:x1.0", 1, 1, 1}};
+      w.session_hash = std::string(64, static_cast<char>('a' + i));
+      w.instance = pod;
+      w.identity_hash = with_secret ? secret : std::string(64, static_cast<char>('a' + i));
+      w.presented_identity_hash = with_secret ? secret : "";
+      w.in_use_ms = 60'000;
+      return w;
+    };
+    if (with_secret) {
+      ASSERT_TRUE(this->store_->RegisterWorker(make(0)).ok());
+    }
+    std::vector<std::thread> threads;
+    std::atomic<int> failed{0}, refused{0};
+    std::mutex mu;
+    std::set<Id> ids;
+    for (int i = 0; i < 4; ++i) {
+      Store* handle = i % 2 ? second.get() : this->store_.get();
+      threads.emplace_back([&, handle, i] {
+        for (int k = 0; k < 10; ++k) {
+          auto r = handle->RegisterWorker(make(i));
+          if (r.status().code() == StatusCode::kAlreadyExists && !with_secret) {
+            ++refused;
+            continue;
+          }
+          if (!r.ok()) {
+            ++failed;
+            ADD_FAILURE() << r.status();
+            continue;
+          }
+          std::lock_guard lock(mu);
+          ids.insert(r->id);
         }
-        std::lock_guard lock(mu);
-        ids.insert(r->id);
-      }
-    });
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(failed, 0);
+    EXPECT_EQ(ids.size(), 1u);
+    if (!with_secret) {
+      EXPECT_EQ(refused, 39);
+    }
   }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(failed, 0);
-  EXPECT_EQ(ids.size(), 1u);
   auto list = *this->store_->ListWorkers();
-  ASSERT_EQ(list.size(), 1u);
+  ASSERT_EQ(list.size(), 2u);
   EXPECT_EQ(list[0].devices.size(), 1u);
+  EXPECT_EQ(list[1].devices.size(), 1u);
+}
+
+// Without the secret, an identity in use is refused and one out of use
+// moves to a new worker; the old worker keeps its id, session and devices,
+// only without the name. A stored worker without a secret (registered
+// before secrets) is proven by nothing.
+TYPED_TEST(StoreTest, AnIdentityIsRegisteredAgainOnlyWithItsSecretOrOnceOutOfUse) {
+  NewWorker w;
+  w.host = "node-a";
+  w.devices = {{0, DeviceKind::kCpu, "cpu", "cpu:cpu:x1.0", 1, 1, 1}};
+  w.session_hash = std::string(64, 'a');
+  w.instance = "pod-a";
+  w.identity_hash = std::string(64, 'c');
+  w.in_use_ms = 10'000;
+  auto first = this->store_->RegisterWorker(w);
+  ASSERT_TRUE(first.ok()) << first.status();
+
+  for (const std::string& presented : {std::string(), std::string(64, 'd'), std::string(63, 'c')}) {
+    NewWorker taker = w;
+    taker.session_hash = std::string(64, 'b');
+    taker.identity_hash = std::string(64, 'f');
+    taker.presented_identity_hash = presented;
+    auto r = this->store_->RegisterWorker(taker);
+    EXPECT_EQ(r.status().code(), StatusCode::kAlreadyExists) << r.status();
+    EXPECT_NE(r.status().message().find("instance 'pod-a' is worker " + std::to_string(first->id)),
+              std::string::npos)
+        << r.status();
+  }
+  auto kept = *this->store_->GetWorker(first->id);
+  EXPECT_EQ(kept.session_hash, w.session_hash) << "a refused registration changes nothing";
+  EXPECT_EQ(kept.instance, "pod-a");
+
+  // Seen 10 s ago, with in_use_ms 10 s: still in use; a moment later, not.
+  this->clock_.Advance(10'000);
+  NewWorker taker = w;
+  taker.session_hash = std::string(64, 'b');
+  taker.identity_hash = std::string(64, 'f');
+  EXPECT_EQ(this->store_->RegisterWorker(taker).status().code(), StatusCode::kAlreadyExists);
+  this->clock_.Advance(1);
+  auto moved = this->store_->RegisterWorker(taker);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_NE(moved->id, first->id);
+  EXPECT_EQ(moved->took_identity_of, first->id);
+  EXPECT_EQ(moved->identity_hash, taker.identity_hash);
+  EXPECT_EQ(moved->instance, "pod-a");
+  EXPECT_NE(moved->devices.at(0).id, first->devices.at(0).id);
+  auto old = *this->store_->GetWorker(first->id);
+  EXPECT_EQ(old.instance, "");
+  EXPECT_EQ(old.session_hash, w.session_hash);
+  ASSERT_EQ(old.devices.size(), 1u);
+  EXPECT_EQ(old.devices[0].id, first->devices[0].id);
+  EXPECT_FALSE(this->store_->GetWorker(moved->id)->took_identity_of.has_value()) << "set by RegisterWorker alone";
+  // The old secret proves nothing now; the new one does.
+  NewWorker back = w;
+  back.presented_identity_hash = w.identity_hash;
+  EXPECT_EQ(this->store_->RegisterWorker(back).status().code(), StatusCode::kAlreadyExists);
+  back.presented_identity_hash = taker.identity_hash;
+  auto again = this->store_->RegisterWorker(back);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->id, moved->id);
+
+  // Registered before secrets: an empty stored hash, matched by nothing.
+  NewWorker old_style = w;
+  old_style.instance = "pod-old";
+  old_style.identity_hash = "";
+  auto legacy = this->store_->RegisterWorker(old_style);
+  ASSERT_TRUE(legacy.ok()) << legacy.status();
+  EXPECT_EQ(legacy->identity_hash, "");
+  NewWorker empty_proof = old_style;
+  empty_proof.identity_hash = std::string(64, '1');
+  EXPECT_EQ(this->store_->RegisterWorker(empty_proof).status().code(), StatusCode::kAlreadyExists);
+  this->clock_.Advance(10'001);
+  auto adopted = this->store_->RegisterWorker(empty_proof);
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  EXPECT_NE(adopted->id, legacy->id);
+  EXPECT_EQ(adopted->identity_hash, empty_proof.identity_hash);
+  EXPECT_EQ(this->store_->ListWorkers()->size(), 4u);
 }
 
 // Gone is a compare-and-set (each worker returned once, to one of two
 // handles), cleared by the next touch; pruning deletes only gone workers
 // unseen long enough, and leaves the trials and speed they left behind.
 TYPED_TEST(StoreTest, UnseenWorkersAreMarkedGoneOnceAndPrunedKeepingTheirHistory) {
-  NewWorker a{"node-a", "{}", {{0, DeviceKind::kCpu, "cpu", "cpu:cpu:x1.0", 1, 1, 1}}, "", "pod-a"};
+  NewWorker a{"node-a", "{}", {{0, DeviceKind::kCpu, "cpu", "cpu:cpu:x1.0", 1, 1, 1}}, "", "pod-a", "", "", 0};
   NewWorker b = a;
   b.instance = "pod-b";
   auto wa = *this->store_->RegisterWorker(a);

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <filesystem>
 #include <chrono>
+#include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -162,6 +164,85 @@ TEST_F(WorkerE2eTest, TheCommandLineWinsOverTheEnvironmentAndTwoVariablesForOneS
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << ReadFile(refused_log);
   EXPECT_NE(ReadFile(refused_log).find("HPO_TOKEN and HPO_TOKEN_FILE are both set"), std::string::npos)
       << ReadFile(refused_log);
+}
+
+// The worker id registered, from a worker's log ("registered as worker N");
+// 0 before it registered.
+int64_t RegisteredAs(const std::string& log) {
+  const std::string text = ReadFile(log);
+  const std::string key = "registered as worker ";
+  const auto at = text.rfind(key);
+  return at == std::string::npos ? 0 : std::atoll(text.c_str() + at + key.size());
+}
+
+// Polls (every 100 ms, up to a minute) until `done` holds.
+bool Eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 600 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return done();
+}
+
+// The id file keeps the identity secret the server issues, so the worker,
+// restarted, is the same worker at once. A copy of the file without the
+// secret (one an older hpo-worker wrote, or someone's who read the instance
+// off GET /api/v1/workers) is refused while that worker is live, saying
+// why, and is registered as a new worker once that one stopped: it never
+// gets the worker's id.
+TEST_F(WorkerE2eTest, TheIdFileKeepsTheIdentitySecretSoOnlyTheWorkerItselfComesBackUnderItsId) {
+  StartServer({"--lease-timeout", "2"});
+  const std::string id_file = dir_ + "/id";
+  std::ofstream(id_file) << "pod-e2e\n";  // as an older hpo-worker wrote it: the instance alone
+  auto lines = [](const std::string& path) {
+    std::vector<std::string> out;
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  };
+  const std::vector<std::string> worker_args = {"--server", Grpc(), "--device", "cpu", "--id-file", id_file};
+  const std::string first_log = dir_ + "/first.log";
+  pid_t worker = StartWorker(worker_args, first_log);
+  ASSERT_TRUE(Eventually([&] { return lines(id_file).size() == 2; })) << ReadFile(first_log);
+  const int64_t id = RegisteredAs(first_log);
+  ASSERT_GT(id, 0) << ReadFile(first_log);
+  EXPECT_EQ(lines(id_file)[0], "pod-e2e");
+  const std::string secret = lines(id_file)[1];
+  EXPECT_EQ(secret.size(), 64u);
+  EXPECT_EQ(ReadFile(first_log).find(secret), std::string::npos) << "the secret was logged";
+  const auto perms = std::filesystem::status(id_file).permissions();
+  EXPECT_EQ(perms & (std::filesystem::perms::group_all | std::filesystem::perms::others_all),
+            std::filesystem::perms::none)
+      << "the id file is readable by others";
+  kill(worker, SIGKILL);
+  WaitFor(worker, 10);
+
+  // Restarted at once, while its old registration is live: the same worker.
+  const std::string second_log = dir_ + "/second.log";
+  worker = StartWorker(worker_args, second_log);
+  ASSERT_TRUE(Eventually([&] { return RegisteredAs(second_log) != 0; })) << ReadFile(second_log);
+  EXPECT_EQ(RegisteredAs(second_log), id);
+  EXPECT_EQ(lines(id_file)[1], secret);
+
+  // The instance without the secret, while the worker runs: refused.
+  const std::string copy = dir_ + "/copy";
+  std::ofstream(copy) << "pod-e2e\n";
+  const std::string copy_log = dir_ + "/copy.log";
+  const pid_t other = StartWorker({"--server", Grpc(), "--device", "cpu", "--id-file", copy}, copy_log);
+  ASSERT_TRUE(Eventually([&] { return ReadFile(copy_log).find("identity secret") != std::string::npos; }))
+      << ReadFile(copy_log);
+  EXPECT_NE(ReadFile(copy_log).find("instance 'pod-e2e' is worker " + std::to_string(id)), std::string::npos)
+      << ReadFile(copy_log);
+  EXPECT_EQ(RegisteredAs(copy_log), 0) << ReadFile(copy_log);
+  EXPECT_EQ(Get("/api/v1/workers")["workers"].size(), 1u);
+
+  // The worker stops; once the server no longer counts it live, the copy
+  // registers, as a new worker with its own secret.
+  kill(worker, SIGKILL);
+  WaitFor(worker, 10);
+  ASSERT_TRUE(Eventually([&] { return RegisteredAs(copy_log) != 0; })) << ReadFile(copy_log);
+  EXPECT_NE(RegisteredAs(copy_log), id);
+  ASSERT_TRUE(Eventually([&] { return lines(copy).size() == 2; }));
+  EXPECT_NE(lines(copy)[1], secret);
+  kill(other, SIGKILL);
+  WaitFor(other, 10);
 }
 
 TEST_F(WorkerE2eTest, CommandExecutorRunsTheUsersProgram) {

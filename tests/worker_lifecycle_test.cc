@@ -127,8 +127,12 @@ TYPED_TEST(WorkerLifecycleTest, ARegistrationAgainCountsOnEveryServer) {
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(two.Heartbeat({first->worker.id, first->session}, {}).ok());
 
-  auto again = one.RegisterWorker(this->Registration("node", "pod-a"));
+  ASSERT_EQ(first->identity_secret.size(), 64u);
+  server::WorkerRegistration restarted = this->Registration("node", "pod-a");
+  restarted.identity_secret = first->identity_secret;
+  auto again = one.RegisterWorker(restarted);
   ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->identity_secret.empty()) << "the identity keeps the secret it has";
   EXPECT_EQ(again->worker.id, first->worker.id);
   EXPECT_EQ(again->worker.devices.at(0).id, first->worker.devices.at(0).id);
   EXPECT_NE(again->session, first->session);
@@ -168,6 +172,7 @@ class FakeWorker {
     v1::RegisterRequest req;
     req.set_host(host_);
     req.set_instance(instance_);
+    req.set_identity_secret(identity_secret);
     auto* d = req.add_devices();
     d->set_kind(v1::DEVICE_KIND_CPU);
     d->set_name("test cpu");
@@ -181,6 +186,7 @@ class FakeWorker {
       worker_id = res.worker_id();
       device_id = res.device_ids(0);
       session = res.session();
+      if (!res.identity_secret().empty()) identity_secret = res.identity_secret();
     }
     return s;
   }
@@ -236,6 +242,7 @@ class FakeWorker {
 
   int64_t worker_id = 0, device_id = 0, trial_id = 0;
   std::string session;
+  std::string identity_secret;  // as the server issued it; a restarted worker keeps it (its id file)
 
  private:
   static void Auth(grpc::ClientContext& ctx) {

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -23,6 +24,7 @@
 #include "proto/grpc_status.h"
 #include "proto/held_listing.h"
 #include "worker/checkpoint_archive.h"
+#include "worker/id_file.h"
 
 namespace hpo::worker {
 namespace {
@@ -81,6 +83,9 @@ bool Retryable(const grpc::Status& s) { return !CertificateRejected(s) && IsRetr
 // reconnect backoff (Run) is bounded alike.
 constexpr int64_t kFirstRetryMs = 100;
 constexpr int64_t kMaxRetryMs = 1000;
+// Between registrations refused because the instance is live under another
+// secret, which lasts up to the server's lease timeout (a minute by default).
+constexpr int64_t kIdentityInUseRetryMs = 5000;
 
 int64_t Jittered(int64_t ms) {
   thread_local std::minstd_rand rng(std::random_device{}());
@@ -103,6 +108,9 @@ struct WorkerClient::Impl {
     std::string session;
   };
   Mutex register_mu;            // one re-registration at a time
+  // The identity secret presented when registering (WorkerOptions::
+  // identity_secret at first, then any the server issues).
+  std::string identity_secret HPO_GUARDED_BY(register_mu);
   mutable Mutex identity_mu;    // held only to read or replace these
   Identity identity_ HPO_GUARDED_BY(identity_mu);
   std::vector<int64_t> device_ids HPO_GUARDED_BY(identity_mu);
@@ -197,12 +205,29 @@ struct WorkerClient::Impl {
       dev->set_benchmark_gflops(d.benchmark_gflops);
     }
     req.set_version("0.1.0");
+    req.set_identity_secret(identity_secret);
     v1::RegisterResponse res;
-    grpc::Status s = WithRetry("register", [&] {
-      grpc::ClientContext ctx;
-      Prepare(ctx);
-      return stub->Register(&ctx, req, &res);
-    }, 1);
+    grpc::Status s;
+    // ALREADY_EXISTS: the instance is live under a secret this worker does
+    // not have: most often this very worker, restarted without its secret
+    // (an id file from before secrets, or --instance alone), whose old
+    // registration the server counts live for one lease timeout more. The
+    // server's message says so and what else it may be; the call goes
+    // through once that registration lapses.
+    std::optional<Clock::time_point> last_warned;
+    for (;;) {
+      s = WithRetry("register", [&] {
+        grpc::ClientContext ctx;
+        Prepare(ctx);
+        return stub->Register(&ctx, req, &res);
+      }, 1);
+      if (s.error_code() != grpc::StatusCode::ALREADY_EXISTS || Stopping()) break;
+      if (!last_warned || Clock::now() - *last_warned >= std::chrono::seconds(30)) {
+        last_warned = Clock::now();
+        spdlog::warn("register: {}; trying again every few seconds", s.error_message());
+      }
+      PauseBeforeRetry(Jittered(kIdentityInUseRetryMs), 1);
+    }
     if (!s.ok()) {
       return Status::Unavailable("register with " + options.server + ": " + s.error_message() +
                                  (CertificateRejected(s) ? " (the server's TLS certificate is not trusted: "
@@ -216,6 +241,18 @@ struct WorkerClient::Impl {
       device_ids.assign(res.device_ids().begin(), res.device_ids().end());
     }
     spdlog::info("registered as worker {} with {} device(s)", res.worker_id(), res.device_ids_size());
+    if (!res.identity_secret().empty()) {
+      // A new identity: the secret (never logged) proves it from now on.
+      identity_secret = res.identity_secret();
+      if (!options.id_file.empty()) {
+        Status saved = WriteIdFile(options.id_file, {options.instance, identity_secret});
+        if (!saved.ok()) {
+          spdlog::error("{}; the worker goes on, but after a restart it cannot prove it is worker {}, and registers "
+                        "as a new worker once this one is no longer live",
+                        saved.message(), res.worker_id());
+        }
+      }
+    }
     return Status::OK();
   }
 
@@ -767,6 +804,8 @@ struct WorkerClient::Impl {
 WorkerClient::WorkerClient(WorkerOptions options, Executors executors) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   impl_->executors = std::move(executors);
+  MutexLock lock(impl_->register_mu);
+  impl_->identity_secret = impl_->options.identity_secret;
 }
 
 WorkerClient::~WorkerClient() = default;

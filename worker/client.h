@@ -1,7 +1,10 @@
 // The worker's loop against hpo-server over gRPC: register the devices
 // (the server answers with an id and a session secret that every later call
 // presents; a lease refused as NOT_FOUND or PERMISSION_DENIED registers
-// again), then per device lease a trial, run it with the right executor, report
+// again; a registration refused as ALREADY_EXISTS - its instance is live
+// under a secret this worker does not have - is tried again every few
+// seconds, as it succeeds once that registration lapses), then per device
+// lease a trial, run it with the right executor, report
 // every step (each report renews the lease; a heartbeat thread covers long
 // epochs and learns of prunes and cancels), complete it, repeat.
 //
@@ -60,9 +63,20 @@ struct WorkerOptions {
   std::string token;
   std::string host;  // reported to the server; the hostname when empty
   // Who this worker is across restarts, besides its host (a pod name, an id
-  // file's content): registering again with it keeps the server's worker
-  // id. Empty: the server makes a new worker on every registration.
+  // file's content): registering again with it and identity_secret keeps
+  // the server's worker id. Empty: the server makes a new worker on every
+  // registration.
   std::string instance;
+  // The secret the server issued with `instance` at its first registration
+  // (an id file's second line, worker/id_file.h), presented when
+  // registering; empty: none yet. A secret the server issues replaces it,
+  // in memory and in id_file.
+  std::string identity_secret;
+  // The id file `instance` came from, where an issued secret is written for
+  // the next start; empty: the secret is kept in memory only, so a
+  // restarted worker registers as a new worker (once the server no longer
+  // counts its old registration live).
+  std::string id_file;
   std::map<std::string, std::string> labels;
   std::vector<DeviceSpec> devices;
   int threads = 0;             // intra-op threads per CPU trial; 0: the device's cores

@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -29,6 +28,7 @@
 #include "worker/builtin_trainer.h"
 #include "worker/client.h"
 #include "worker/command_executor.h"
+#include "worker/id_file.h"
 #include "worker/inventory.h"
 
 namespace {
@@ -195,26 +195,6 @@ static void MaskTokenArgument(int argc, char** argv) {
   }
 }
 
-// The worker's id from `path`'s first line; a file that does not exist yet
-// is created with a new random id, so the next start reads the same one.
-static hpo::Result<std::string> ReadOrCreateIdFile(const std::string& path) {
-  if (std::ifstream in(path); in) {
-    std::string id;
-    std::getline(in, id);
-    if (id.empty()) return hpo::Status::InvalidArgument("--id-file: '" + path + "' has an empty first line");
-    return id;
-  }
-  std::random_device rd;
-  char id[33];
-  std::snprintf(id, sizeof id, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
-  std::ofstream out(path);
-  out << id << "\n";
-  if (!out.flush()) {
-    return hpo::Status::InvalidArgument("--id-file: cannot write '" + path + "': " + std::strerror(errno));
-  }
-  return std::string(id);
-}
-
 int main(int argc, char** argv) {
   hpo::TurnOffMutexDeadlockDetection();
   PreferPassiveOpenMp(argv);
@@ -248,10 +228,13 @@ int main(int argc, char** argv) {
   std::string id_file;
   auto* instance_opt = app.add_option("--instance", options.instance,
                                       "this worker's stable name on its host (e.g. the pod name): registering again "
-                                      "under it keeps its worker id on the server (env: HPO_WORKER_INSTANCE)");
+                                      "under it keeps its worker id on the server while this process runs; to keep "
+                                      "it across restarts use --id-file, which holds the identity secret (env: "
+                                      "HPO_WORKER_INSTANCE)");
   auto* id_file_opt = app.add_option("--id-file", id_file,
                                      "take --instance from this file's first line, creating it with a random id when "
-                                     "missing (env: HPO_WORKER_ID_FILE)")
+                                     "missing; the server's identity secret for it is kept on its second line (env: "
+                                     "HPO_WORKER_ID_FILE)")
                           ->excludes(instance_opt);
   app.add_option("--device", device, "auto, cpu or cuda:N")->capture_default_str();
   app.add_option("--threads", options.threads, "intra-op threads per CPU trial (default: usable cores)");
@@ -286,7 +269,9 @@ int main(int argc, char** argv) {
   if (!id_file.empty()) {
     auto id = ReadOrCreateIdFile(id_file);
     if (!id.ok()) return Fail(id.status().message());
-    options.instance = *id;
+    options.instance = id->instance;
+    options.identity_secret = id->identity_secret;
+    options.id_file = id_file;
   }
 
   if (options.server.rfind("https://", 0) == 0) {

@@ -190,6 +190,9 @@ struct WorkerRegistration {
   // Stable across the worker's restarts, distinct among the workers on its
   // host (see store::NewWorker::instance); empty: a new worker every time.
   std::string instance;
+  // With an instance: the identity secret its first registration returned
+  // (RegisteredWorker::identity_secret); empty when the worker has none.
+  std::string identity_secret;
   std::map<std::string, std::string> labels;
   // Each device's device_class is derived by the engine (whatever is set).
   std::vector<store::DeviceInfo> devices;
@@ -200,6 +203,10 @@ struct RegisteredWorker {
   // The secret its later calls present (64 hex characters, from 32 random
   // bytes). Handed out once: the store keeps only its SHA-256.
   std::string session;
+  // Set when this registration made a new worker for an instance: the
+  // secret (64 hex characters, 32 random bytes) that registering this
+  // identity again needs. Handed out once: the store keeps only its SHA-256.
+  std::string identity_secret;
 };
 
 class Engine;
@@ -307,9 +314,14 @@ class Engine {
   // devices with distinct ordinals, kMaxLabels labels), derives each
   // device's class from what it is ("cpu:<name>:x<cores, 1 decimal>" or
   // "cuda:<name>"), and stores it with a new session: as a new worker, or
-  // with an instance, as the worker of that (host, instance) again (same id,
-  // same device ids by ordinal; its older session no longer works).
-  // Announces "worker.registered" (worker_id, host, instance).
+  // with an instance and that identity's secret, as the worker of that
+  // (host, instance) again (same id, same device ids by ordinal; its older
+  // session no longer works). Without the secret (store::Store::
+  // RegisterWorker): AlreadyExists while that worker is live (seen within
+  // worker_lease_ms), saying what to do; once it is not, a new worker with
+  // a new id takes the identity and the old one keeps its id, session and
+  // leases. Announces "worker.registered" (worker_id, host, instance, and
+  // took_identity_of when it took one).
   Result<RegisteredWorker> RegisterWorker(const WorkerRegistration& w);
   // How the worker stands now: "live" (seen within the lease timeout: its
   // devices are placed on), "silent" (not seen since: not placed on, its

@@ -66,19 +66,20 @@ std::string Hex(const unsigned char* bytes, size_t n) {
   return out;
 }
 
-// A session secret: 32 bytes from the operating system's CSPRNG (through
-// OpenSSL), as hex. Unguessable, unlike the sequential worker id it goes with.
-constexpr size_t kSessionBytes = 32;
-Result<std::string> NewSessionSecret() {
-  unsigned char bytes[kSessionBytes];
+// A session or identity secret: 32 bytes from the operating system's CSPRNG
+// (through OpenSSL), as hex. Unguessable, unlike the sequential worker id
+// and the listed (host, instance) they go with.
+constexpr size_t kSecretBytes = 32;
+Result<std::string> NewSecret() {
+  unsigned char bytes[kSecretBytes];
   if (RAND_bytes(bytes, sizeof bytes) != 1) {
-    return Status::Unavailable("cannot draw random bytes for a worker session; try again");
+    return Status::Unavailable("cannot draw random bytes for a worker secret; try again");
   }
   return Hex(bytes, sizeof bytes);
 }
 
-// What the store keeps of a session: its SHA-256, so a copy of the database
-// lets no one act as a worker.
+// What the store keeps of a session or an identity secret: its SHA-256, so
+// a copy of the database lets no one act as a worker.
 std::string SessionHash(std::string_view session) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int size = 0;
@@ -104,6 +105,9 @@ Result<RegisteredWorker> Engine::RegisterWorker(const WorkerRegistration& w) {
   if (w.instance.size() > kMaxNameLength) {
     return Status::InvalidArgument("instance: longer than " + std::to_string(kMaxNameLength) + " bytes");
   }
+  if (w.identity_secret.size() > kMaxNameLength) {
+    return Status::InvalidArgument("identity_secret: longer than " + std::to_string(kMaxNameLength) + " bytes");
+  }
   store::NewWorker nw;
   nw.host = w.host;
   nw.instance = w.instance;
@@ -128,10 +132,31 @@ Result<RegisteredWorker> Engine::RegisterWorker(const WorkerRegistration& w) {
     d.device_class = ClassOf(d);
     nw.devices.push_back(std::move(d));
   }
-  HPO_ASSIGN_OR_RETURN(std::string session, NewSessionSecret());
+  HPO_ASSIGN_OR_RETURN(std::string session, NewSecret());
   nw.session_hash = SessionHash(session);
   if (nw.session_hash.empty()) return Status::Internal("cannot hash a worker session (SHA-256 unavailable)");
-  HPO_ASSIGN_OR_RETURN(store::WorkerRecord rec, store_.RegisterWorker(nw));
+  // An identity the worker can prove on its next start, so that a token
+  // holder who read (host, instance) from the worker list cannot register
+  // as that worker and take over its id, session and trials. Drawn on every
+  // registration with an instance; handed out only when it was stored.
+  std::string identity_secret;
+  if (!w.instance.empty()) {
+    HPO_ASSIGN_OR_RETURN(identity_secret, NewSecret());
+    nw.identity_hash = SessionHash(identity_secret);
+    if (!w.identity_secret.empty()) nw.presented_identity_hash = SessionHash(w.identity_secret);
+    nw.in_use_ms = options_.worker_lease_ms;
+  }
+  auto registered = store_.RegisterWorker(nw);
+  if (registered.status().code() == StatusCode::kAlreadyExists) {
+    return Status::AlreadyExists(
+        registered.status().message() + " (hpo-worker keeps it on the second line of its --id-file). " +
+        (w.identity_secret.empty() ? "This registration presented none" : "The one presented does not match") +
+        ": if it is that worker, restarted without its secret, it is registered as a new worker once the old "
+        "registration has been unseen for " + std::to_string((options_.worker_lease_ms + 999) / 1000) +
+        " s (try again then); if it is another worker, give it another --instance or --id-file");
+  }
+  HPO_ASSIGN_OR_RETURN(store::WorkerRecord rec, std::move(registered));
+  if (rec.identity_hash.empty() || rec.identity_hash != nw.identity_hash) identity_secret.clear();
   WorkerAuth auth;
   auth.session_hash = rec.session_hash;
   for (const auto& d : rec.devices) auth.devices.insert(d.id);
@@ -140,8 +165,10 @@ Result<RegisteredWorker> Engine::RegisterWorker(const WorkerRegistration& w) {
     workers_[rec.id] = std::move(auth);
   }
   fleet_->Registered(rec);
-  Emit("worker.registered", {{"worker_id", rec.id}, {"host", rec.host}, {"instance", rec.instance}});
-  return RegisteredWorker{std::move(rec), std::move(session)};
+  json event = {{"worker_id", rec.id}, {"host", rec.host}, {"instance", rec.instance}};
+  if (rec.took_identity_of) event["took_identity_of"] = *rec.took_identity_of;
+  Emit("worker.registered", std::move(event));
+  return RegisteredWorker{std::move(rec), std::move(session), std::move(identity_secret)};
 }
 
 Status Engine::TouchWorker(Id worker_id) {

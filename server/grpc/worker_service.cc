@@ -290,6 +290,7 @@ Status WorkerServiceImpl::DoRegister(const hpo::v1::RegisterRequest& request,
   WorkerRegistration w;
   w.host = request.host();
   w.instance = request.instance();
+  w.identity_secret = request.identity_secret();
   w.labels.insert(request.labels().begin(), request.labels().end());
   for (int i = 0; i < request.devices_size(); ++i) {
     HPO_ASSIGN_OR_RETURN(store::DeviceInfo d, ToDeviceInfo(request.devices(i), "devices[" + std::to_string(i) + "]"));
@@ -311,6 +312,7 @@ Status WorkerServiceImpl::DoRegister(const hpo::v1::RegisterRequest& request,
   }
   response.set_lease_timeout_ms(engine_.options().worker_lease_ms);
   response.set_session(registered.session);
+  response.set_identity_secret(registered.identity_secret);
   return Status::OK();
 }
 

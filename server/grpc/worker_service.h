@@ -38,8 +38,9 @@ struct WorkerServiceOptions {
 // The worker protocol's server side: each RPC translates its request for
 // the Engine (which validates, authenticates the worker's session and keeps
 // every limit; see server/engine/engine.h) and the answer back. Beyond that:
-//  Register:  returns the worker's id, its device ids in request order and
-//             its session secret.
+//  Register:  returns the worker's id, its device ids in request order,
+//             its session secret and, for a new identity, its identity
+//             secret (Engine::RegisterWorker).
 //  Lease:     a trial with everything needed to run it, or retry_after_ms.
 //             A command's argv has {param}, {trial_id} and {steps} filled in
 //             (strings without JSON quotes, numbers as JSON prints them);

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/token.h"
+
 namespace hpo::store {
 namespace {
 
@@ -1216,18 +1218,65 @@ Result<WorkerRecord> SqlStore::RegisterWorker(const NewWorker& w) {
   }
   return Run(TxMode::kWrite, [&](SqlConnection& c) {
     const TimeMs now = Now();
-    // One statement for both cases, so two registrations of one identity at
-    // once (two replicas) meet at the unique index and leave one row. An
-    // empty instance is outside that (partial) index: always a new row.
-    auto rows = c.Query(
-        "INSERT INTO workers (host, labels, registered_ms, last_seen_ms, session_hash, instance) "
-        "VALUES ($1, $2, $3, $3, $4, $5) "
-        "ON CONFLICT (host, instance) WHERE instance <> '' DO UPDATE SET labels = excluded.labels, "
-        "last_seen_ms = excluded.last_seen_ms, session_hash = excluded.session_hash, gone_ms = NULL "
-        "RETURNING id, registered_ms",
-        {w.host, w.labels_json, now, w.session_hash, w.instance});
-    WorkerRecord rec{rows.at(0).Int(0), w.host, w.labels_json, rows.at(0).Int(1), now, {}, w.session_hash,
-                     w.instance, std::nullopt};
+    WorkerRecord rec{0, w.host, w.labels_json, now, now, {}, w.session_hash, w.instance, std::nullopt, "", {}};
+    auto insert = [&](const std::string& on_conflict) {
+      auto rows = c.Query(
+          "INSERT INTO workers (host, labels, registered_ms, last_seen_ms, session_hash, instance, identity_hash) "
+          "VALUES ($1, $2, $3, $3, $4, $5, $6) " +
+              on_conflict + " RETURNING id, registered_ms",
+          {w.host, w.labels_json, now, w.session_hash, w.instance, w.instance.empty() ? "" : w.identity_hash});
+      if (rows.empty()) return false;
+      rec.id = rows.at(0).Int(0);
+      rec.registered_ms = rows.at(0).Int(1);
+      rec.identity_hash = w.instance.empty() ? "" : w.identity_hash;
+      return true;
+    };
+    if (w.instance.empty()) {
+      insert("");  // outside the (partial) unique index: always a new row
+    } else {
+      // Read, judge, write, with the identity's row locked (PostgreSQL; a
+      // SQLite writer is alone). A registration of the same identity that
+      // inserts first meets ours at the unique index: our insert does
+      // nothing and the loop judges against its row.
+      for (int attempt = 0;; ++attempt) {
+        auto held = c.Query("SELECT id, identity_hash, last_seen_ms, gone_ms FROM workers "
+                            "WHERE host = $1 AND instance = $2 {FOR_UPDATE}",
+                            {w.host, w.instance});
+        if (held.empty()) {
+          if (insert("ON CONFLICT (host, instance) WHERE instance <> '' DO NOTHING")) break;
+          if (attempt >= 2) Throw(Status::Aborted("worker identity registered concurrently; try again"));
+          continue;
+        }
+        const Id id = held[0].Int(0);
+        const std::string stored_hash = held[0].Text(1);
+        const TimeMs last_seen = held[0].Int(2);
+        const bool gone = held[0].OptInt(3).has_value();
+        // Compared in constant time; an empty stored hash proves nothing.
+        if (!stored_hash.empty() && TokenEquals(w.presented_identity_hash, stored_hash)) {
+          auto rows = c.Query("UPDATE workers SET labels = $2, last_seen_ms = $3, session_hash = $4, gone_ms = NULL "
+                              "WHERE id = $1 RETURNING registered_ms",
+                              {id, w.labels_json, now, w.session_hash});
+          rec.id = id;
+          rec.registered_ms = rows.at(0).Int(0);
+          rec.identity_hash = stored_hash;
+          break;
+        }
+        if (!gone && last_seen >= now - w.in_use_ms) {
+          const TimeMs ago = std::max<TimeMs>(0, now - last_seen);
+          Throw(Status::AlreadyExists("host '" + w.host + "', instance '" + w.instance + "' is worker " +
+                                      std::to_string(id) + ", seen " + std::to_string(ago) +
+                                      " ms ago: registering it again needs the identity secret its first "
+                                      "registration returned"));
+        }
+        // Out of use and not proven: the old worker keeps its id, session,
+        // devices and leases, only without the name; the name goes to a new
+        // worker, so nothing of the old one's passes to the caller.
+        c.Query("UPDATE workers SET instance = '' WHERE id = $1", {id});
+        insert("");
+        rec.took_identity_of = id;
+        break;
+      }
+    }
     std::map<int, Id> stored;  // the devices it had, by ordinal (none for a new worker)
     for (const auto& r : c.Query("SELECT ordinal, id FROM devices WHERE worker_id = $1", {rec.id})) {
       stored[static_cast<int>(r.Int(0))] = r.Int(1);
@@ -1271,11 +1320,11 @@ Status SqlStore::TouchWorker(Id worker_id) {
 
 namespace {
 constexpr const char* kWorkerColumns =
-    "id, host, labels, registered_ms, last_seen_ms, session_hash, instance, gone_ms";
+    "id, host, labels, registered_ms, last_seen_ms, session_hash, instance, gone_ms, identity_hash";
 WorkerRecord ReadWorker(const SqlRow& r) {
   WorkerRecord w;  // its devices are read apart
   SqlColumns(r) >> w.id >> w.host >> w.labels_json >> w.registered_ms >> w.last_seen_ms >> w.session_hash >>
-      w.instance >> w.gone_ms;
+      w.instance >> w.gone_ms >> w.identity_hash;
   return w;
 }
 }  // namespace

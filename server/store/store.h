@@ -72,11 +72,14 @@
 //    synchronous=FULL, so every commit is fsynced to the WAL before the call
 //    returns (NORMAL would only survive a process crash).
 //  * Workers have an identity: (host, instance) when the worker names an
-//    instance. Registering an identity that is stored already updates that
+//    instance, and a secret (its hash stored) that proves it. Registering
+//    an identity that is stored already, with its secret, updates that
 //    worker (same id, its devices' ids kept by ordinal, so their measured
-//    speed stays theirs) rather than adding one. A worker unseen for long
-//    is marked gone (MarkWorkersGone) and later deleted (PruneGoneWorkers);
-//    trials and speed observations that came from it are kept.
+//    speed stays theirs) rather than adding one; without it, the identity
+//    of a worker in use is refused and that of one out of use moves to a
+//    new worker (RegisterWorker). A worker unseen for long is marked gone
+//    (MarkWorkersGone) and later deleted (PruneGoneWorkers); trials and
+//    speed observations that came from it are kept.
 //  * Start-up applies the versioned migrations in sql/ inside one transaction
 //    and records them in `schema_version`; opening twice is a no-op; a
 //    database whose schema is newer than this binary is refused.
@@ -241,6 +244,18 @@ struct NewWorker {
   // same when it restarts (a pod name, a worker id file's content). Empty:
   // none; every registration is then a new worker.
   std::string instance;
+  // With an instance: the SHA-256 (lowercase hex) of the identity secret
+  // the caller presents, proof that it is the worker stored under
+  // (host, instance); empty when it presents none. An empty stored hash
+  // (a worker registered before identity secrets) matches nothing.
+  std::string presented_identity_hash;
+  // With an instance: the hash a new worker is stored with, when this
+  // registration makes one (the caller hands its secret to the worker
+  // only then: WorkerRecord::identity_hash equals this).
+  std::string identity_hash;
+  // A stored worker last seen within this many milliseconds (and not gone)
+  // is in use: its identity is not given to a caller without its secret.
+  int64_t in_use_ms = 0;
 };
 
 struct WorkerRecord {
@@ -256,6 +271,12 @@ struct WorkerRecord {
   std::string instance;  // NewWorker::instance
   // When MarkWorkersGone found it unseen; unset while it is not gone.
   std::optional<TimeMs> gone_ms;
+  // NewWorker::identity_hash as stored (empty without an instance, or for a
+  // worker registered before identity secrets). Not for display.
+  std::string identity_hash;
+  // Set by RegisterWorker alone: the worker that held this identity until
+  // this registration took it (see there).
+  std::optional<Id> took_identity_of;
 };
 
 struct SpeedObservation {
@@ -528,13 +549,24 @@ class Store {
   virtual Result<FinishResult> FinishTrial(Id trial_id, const std::string& owner, const FinishRequest& f) = 0;
 
   // Workers, devices, speed ----------------------------------------------
-  // A new worker, or with an instance whose (host, instance) is stored
-  // already, that worker again: its id and registered_ms stay, its labels,
-  // session and devices are replaced, it is seen now and no longer gone.
-  // Devices are matched by ordinal: one of the same ordinal keeps its id
-  // (and so its speed observations), others are added, and those it no
-  // longer lists are deleted (their observations kept, device_id 0).
-  // InvalidArgument names the bad field.
+  // A new worker; or, with an instance whose (host, instance) is stored
+  // already:
+  //  * presented_identity_hash matches the stored one (compared in constant
+  //    time): that worker again: its id, registered_ms and identity hash
+  //    stay, its labels, session and devices are replaced, it is seen now
+  //    and no longer gone. Devices are matched by ordinal: one of the same
+  //    ordinal keeps its id (and so its speed observations), others are
+  //    added, and those it no longer lists are deleted (their observations
+  //    kept, device_id 0).
+  //  * it does not, and the stored worker is in use (seen within
+  //    in_use_ms, not gone): AlreadyExists, naming the identity; nothing
+  //    changes.
+  //  * it does not, and the stored worker is out of use: that worker gives
+  //    up the identity (its instance becomes empty; its id, session, devices
+  //    and leases stay its own) and a new worker is stored under it, with
+  //    identity_hash; took_identity_of names the old one.
+  // Two registrations of one identity at once (two replicas) leave one
+  // worker under it. InvalidArgument names the bad field.
   virtual Result<WorkerRecord> RegisterWorker(const NewWorker& w) = 0;
   // One worker with its devices. NotFound: not registered.
   virtual Result<WorkerRecord> GetWorker(Id worker_id) = 0;
