@@ -15,6 +15,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <optional>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -499,6 +501,163 @@ TEST_F(GrpcCheckpointsTest, AWorkerKilledBetweenItsUploadAndItsPauseLeavesAUsabl
       << "the history matches the checkpoint";
   EXPECT_TRUE(Events("trial.restarted").empty());
   // Worker b's Pause, had it come, is acknowledged as a retry.
+}
+
+// An upload stream that sends its first chunk (1 MiB of `total` bytes) and
+// then nothing, with no deadline of its own: a stalled or hostile worker.
+// Its call is waited on in the background; destroying it cancels the call.
+class StalledUpload {
+ public:
+  StalledUpload(v1::WorkerService::Stub& stub, int64_t worker, const std::string& session, int64_t trial,
+                int64_t step, int64_t total, bool send_first_chunk = true) {
+    ctx_.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    writer_ = stub.UploadCheckpoint(&ctx_, &res_);
+    if (send_first_chunk) {
+      v1::CheckpointChunk c;
+      c.set_worker_id(worker);
+      c.set_session(session);
+      c.set_trial_id(trial);
+      c.set_step(step);
+      c.set_total_bytes(total);
+      c.set_data(Bytes(size_t{1} << 20, 11));
+      writer_->Write(c);
+    }
+    finished_ = std::async(std::launch::async, [this] { return writer_->Finish(); });
+  }
+  ~StalledUpload() {
+    ctx_.TryCancel();
+    if (finished_.valid()) finished_.wait();
+  }
+  // How the call ended, once the server ended it; nullopt when it did not
+  // within a minute (the client never will).
+  std::optional<::grpc::Status> EndedByServer() {
+    if (!ended_ && finished_.wait_for(std::chrono::seconds(60)) == std::future_status::ready) {
+      ended_ = finished_.get();
+    }
+    return ended_;
+  }
+
+ private:
+  ::grpc::ClientContext ctx_;
+  v1::UploadCheckpointResponse res_;
+  std::unique_ptr<::grpc::ClientWriter<v1::CheckpointChunk>> writer_;
+  std::future<::grpc::Status> finished_;
+  std::optional<::grpc::Status> ended_;
+};
+
+// Uploads the server holds partly written now (files:DIR's temporary files).
+size_t UploadsOnDisk(const std::string& dir) {
+  size_t n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().filename().string().find(".upload-") != std::string::npos) ++n;
+  }
+  return n;
+}
+
+// Polls (every 50 ms, up to a minute) until `done` holds.
+bool Eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 1200; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
+// Many uploads to one trial, each stalled after its first chunk: each new
+// one ends the one before, so one at a time holds a temporary file and a
+// server thread; a complete upload then ends the last and is the one kept.
+// (Failed before: every stalled stream was kept, with its file and thread,
+// for as long as its client kept it open.)
+TEST_F(GrpcCheckpointsTest, ANewerUploadOfATrialEndsTheOlderOneSoOneIsInFlight) {
+  const int64_t trial = LeasedTrial(a_, 4);
+  for (int step = 1; step <= 2; ++step) ReportOk(a_, trial, step);
+  std::vector<std::unique_ptr<StalledUpload>> stalled;
+  for (int i = 0; i < 8; ++i) {
+    stalled.push_back(std::make_unique<StalledUpload>(*stub_, a_.id, a_.session, trial, 2, int64_t{4} << 20));
+    if (i == 0) {
+      // Until the server holds its first chunk.
+      ASSERT_TRUE(Eventually([&] { return UploadsOnDisk(checkpoint_dir_) == 1; }));
+      continue;
+    }
+    // Ended by this one's first chunk (so the next starts after this one).
+    auto ended = stalled[i - 1]->EndedByServer();
+    ASSERT_TRUE(ended.has_value()) << "upload " << i - 1 << " is still in flight beside upload " << i;
+    EXPECT_FALSE(ended->ok());
+  }
+  EXPECT_TRUE(Eventually([&] { return UploadsOnDisk(checkpoint_dir_) == 1; }))
+      << UploadsOnDisk(checkpoint_dir_) << " uploads on disk";
+
+  const std::string state = Bytes(300'000, 12);
+  ASSERT_TRUE(Upload(a_, trial, 2, state).ok());
+  auto last = stalled.back()->EndedByServer();
+  ASSERT_TRUE(last.has_value()) << "the last stalled upload is still in flight";
+  EXPECT_FALSE(last->ok());
+  EXPECT_TRUE(Eventually([&] { return UploadsOnDisk(checkpoint_dir_) == 0; }));
+  auto info = artifacts_->Stat(trial);
+  ASSERT_TRUE(info.ok() && info->has_value()) << info.status();
+  EXPECT_EQ((*info)->sha256, Sha256Hex(state));
+}
+
+// A stalled upload ends when its worker's lease of the trial does, its
+// partial file removed and the previous checkpoint kept. (Failed before:
+// it outlived the lease for as long as its client kept the stream open.)
+TEST_F(GrpcCheckpointsTest, AStalledUploadEndsWithItsLeaseAndLeavesThePreviousCheckpoint) {
+  const int64_t trial = LeasedTrial(a_, 4);
+  for (int step = 1; step <= 2; ++step) ReportOk(a_, trial, step);
+  const std::string previous = Bytes(200'000, 13);
+  ASSERT_TRUE(Upload(a_, trial, 2, previous).ok());
+
+  StalledUpload stalled(*stub_, a_.id, a_.session, trial, 2, int64_t{6} << 20);
+  ASSERT_TRUE(Eventually([&] { return UploadsOnDisk(checkpoint_dir_) == 1; }));
+  // Worker a stops heartbeating: its lease runs out and is reclaimed.
+  db_.Raw("UPDATE trials SET lease_expires_ms = 1 WHERE id = " + std::to_string(trial));
+  ASSERT_TRUE(store_->ReclaimExpiredLeases(3).ok());
+  ASSERT_EQ(store_->GetTrial(trial)->state, TrialState::kPending);
+
+  auto ended = stalled.EndedByServer();
+  ASSERT_TRUE(ended.has_value()) << "the upload outlived its lease";
+  EXPECT_FALSE(ended->ok());
+  EXPECT_TRUE(Eventually([&] { return UploadsOnDisk(checkpoint_dir_) == 0; })) << "its partial file is left";
+  auto info = artifacts_->Stat(trial);
+  ASSERT_TRUE(info.ok() && info->has_value()) << info.status();
+  EXPECT_EQ((*info)->step, 2);
+  EXPECT_EQ((*info)->sha256, Sha256Hex(previous));
+}
+
+// The server's own deadline ends an upload whose worker holds its lease but
+// sends nothing more, and a stream that never sends its first chunk. Run on
+// a second service over the same engine with a deadline of a second.
+TEST_F(GrpcCheckpointsTest, AnUploadPastTheServersDeadlineEnds) {
+  WorkerServiceOptions options;
+  options.token = kToken;
+  options.upload_deadline_base = std::chrono::seconds(1);
+  options.upload_min_bytes_per_sec = int64_t{1} << 40;
+  options.upload_check_interval = std::chrono::milliseconds(50);
+  WorkerServiceImpl service(*engine_, options);
+  auto server = GrpcServer::Start("127.0.0.1:0", &service);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::WorkerService::NewStub(
+      ::grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()), ::grpc::InsecureChannelCredentials()));
+
+  const int64_t trial = LeasedTrial(a_, 4);
+  for (int step = 1; step <= 2; ++step) ReportOk(a_, trial, step);
+  {
+    StalledUpload stalled(*stub, a_.id, a_.session, trial, 2, int64_t{6} << 20);
+    auto ended = stalled.EndedByServer();
+    ASSERT_TRUE(ended.has_value()) << "the upload outlived the server's deadline";
+    EXPECT_FALSE(ended->ok());
+    EXPECT_TRUE(Eventually([&] { return UploadsOnDisk(checkpoint_dir_) == 0; })) << "its partial file is left";
+  }
+  {
+    StalledUpload silent(*stub, 0, "", 0, 0, 0, /*send_first_chunk=*/false);
+    auto ended = silent.EndedByServer();
+    ASSERT_TRUE(ended.has_value()) << "a stream without a first chunk outlived the server's deadline";
+    EXPECT_FALSE(ended->ok());
+  }
+  EXPECT_EQ(store_->GetTrial(trial)->state, TrialState::kRunning) << "the lease is untouched";
+  EXPECT_FALSE(artifacts_->Stat(trial)->has_value()) << "nothing was stored";
+  (*server)->Shutdown(std::chrono::seconds(1));
 }
 
 }  // namespace

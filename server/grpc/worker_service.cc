@@ -2,9 +2,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -14,6 +16,7 @@
 #include <sstream>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "common/json_limits.h"
 #include "common/token.h"
@@ -87,7 +90,178 @@ json MetricsToJson(const google::protobuf::Map<std::string, double>& m) {
   return out;
 }
 
+// CheckpointUploads' lease check: the upload's worker still holds the
+// trial's lease (the trial leased or running under it, and not expired by
+// the engine's clock, which is the store's), as CheckpointUpload::Commit
+// will require.
+Status LeaseStillHeld(Engine& engine, Id trial_id, Id worker_id) {
+  HPO_ASSIGN_OR_RETURN(const store::TrialRecord t, engine.GetTrial(trial_id));
+  const std::string owner = Engine::WorkerOwner(worker_id);
+  const bool active = t.state == store::TrialState::kLeased || t.state == store::TrialState::kRunning;
+  if (!active || t.lease_owner != owner) {
+    return Status::FailedPrecondition("trial " + std::to_string(trial_id) + " is not leased to '" + owner +
+                                      "' any more (it is " + std::string(store::ToString(t.state)) + ")");
+  }
+  const auto& clock = engine.options().clock;
+  const int64_t now = clock ? clock()
+                            : std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+  if (t.lease_expires_ms && *t.lease_expires_ms <= now) {
+    return Status::FailedPrecondition("the lease of trial " + std::to_string(trial_id) + " to '" + owner +
+                                      "' expired");
+  }
+  return Status::OK();
+}
+
+using UploadClock = std::chrono::steady_clock;
+
+// An upload's deadline from its announced size (see WorkerServiceOptions),
+// in floating point so that no size overflows it, and at most a week.
+UploadClock::duration UploadDeadline(const WorkerServiceOptions& o, int64_t total_bytes) {
+  const double rate = static_cast<double>(std::max<int64_t>(1, o.upload_min_bytes_per_sec));
+  const double seconds = std::chrono::duration<double>(o.upload_deadline_base).count() +
+                         static_cast<double>(std::max<int64_t>(0, total_bytes)) / rate;
+  return std::chrono::duration_cast<UploadClock::duration>(
+      std::chrono::duration<double>(std::min(seconds, 7.0 * 24 * 3600)));
+}
+
+std::string Seconds(UploadClock::duration d) {
+  const double s = std::chrono::duration<double>(d).count();
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f", s);
+  return buf;
+}
+
 }  // namespace
+
+// CheckpointUploads -------------------------------------------------------
+
+// Every field but `serial` and `context` is guarded by the owner's mu_.
+struct CheckpointUploads::Entry {
+  uint64_t serial = 0;
+  // Valid while the entry is in entries_: its Ticket removes it, under mu_,
+  // before the handler returns and gRPC destroys the context.
+  ::grpc::ServerContext* context = nullptr;
+  Id trial_id = 0;  // 0 until Ticket::Start
+  Id worker_id = 0;
+  UploadClock::time_point started;
+  UploadClock::time_point deadline;
+  std::optional<Status> ended;
+  bool committing = false;
+};
+
+CheckpointUploads::CheckpointUploads(const WorkerServiceOptions& options, LeaseCheck lease_check)
+    : options_(options), lease_check_(std::move(lease_check)), checker_([this] { CheckLoop(); }) {}
+
+CheckpointUploads::~CheckpointUploads() {
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;
+    wake_.NotifyAll();
+  }
+  checker_.join();
+}
+
+std::unique_ptr<CheckpointUploads::Ticket> CheckpointUploads::Track(::grpc::ServerContext* context) {
+  auto e = std::make_shared<Entry>();
+  e->context = context;
+  e->started = UploadClock::now();
+  e->deadline = e->started + options_.upload_deadline_base;
+  MutexLock lock(mu_);
+  e->serial = next_serial_++;
+  entries_[e->serial] = e;
+  return std::unique_ptr<Ticket>(new Ticket(*this, std::move(e)));
+}
+
+size_t CheckpointUploads::InFlight() const {
+  MutexLock lock(mu_);
+  return entries_.size();
+}
+
+CheckpointUploads::Ticket::~Ticket() {
+  MutexLock lock(owner_.mu_);
+  owner_.entries_.erase(entry_->serial);
+  if (const auto it = owner_.by_trial_.find(entry_->trial_id);
+      it != owner_.by_trial_.end() && it->second == entry_->serial) {
+    owner_.by_trial_.erase(it);
+  }
+}
+
+void CheckpointUploads::Ticket::Start(Id trial_id, Id worker_id, int64_t total_bytes) {
+  MutexLock lock(owner_.mu_);
+  Entry& e = *entry_;
+  e.trial_id = trial_id;
+  e.worker_id = worker_id;
+  e.deadline = e.started + UploadDeadline(owner_.options_, total_bytes);
+  const auto [it, first] = owner_.by_trial_.try_emplace(trial_id, e.serial);
+  if (first) return;
+  if (const auto older = owner_.entries_.find(it->second); older != owner_.entries_.end()) {
+    owner_.End(*older->second, Status::Cancelled("checkpoint upload of trial " + std::to_string(trial_id) +
+                                                 ": a newer upload of the trial replaced it; nothing of this "
+                                                 "one was stored"));
+  }
+  it->second = e.serial;
+}
+
+std::optional<Status> CheckpointUploads::Ticket::Ended() const {
+  MutexLock lock(owner_.mu_);
+  return entry_->ended;
+}
+
+Status CheckpointUploads::Ticket::BeginCommit() {
+  MutexLock lock(owner_.mu_);
+  if (entry_->ended) return *entry_->ended;
+  entry_->committing = true;
+  return Status::OK();
+}
+
+void CheckpointUploads::End(Entry& e, Status why) {
+  if (e.ended || e.committing) return;
+  e.ended = std::move(why);
+  // A context without a call (the fuzzer's) has nothing to cancel: its
+  // handler sees `ended` after its next chunk.
+  if (e.context != nullptr && e.context->c_call() != nullptr) e.context->TryCancel();
+}
+
+void CheckpointUploads::CheckLoop() {
+  struct Leased {
+    std::shared_ptr<Entry> entry;
+    Id trial_id, worker_id;
+  };
+  for (;;) {
+    std::vector<Leased> leased;
+    {
+      MutexLock lock(mu_);
+      const auto until = UploadClock::now() + options_.upload_check_interval;
+      while (!stopping_ && UploadClock::now() < until) wake_.WaitUntil(mu_, until);
+      if (stopping_) return;
+      const auto now = UploadClock::now();
+      for (auto& [serial, e] : entries_) {
+        if (e->ended || e->committing) continue;
+        if (now >= e->deadline) {
+          const std::string what = e->trial_id == 0 ? std::string("checkpoint upload: no first chunk")
+                                                    : "checkpoint upload of trial " + std::to_string(e->trial_id) +
+                                                          ": not done";
+          End(*e, Status::DeadlineExceeded(what + " within the server's deadline of " +
+                                           Seconds(e->deadline - e->started) + " s; nothing was stored"));
+        } else if (e->trial_id != 0) {
+          leased.push_back({e, e->trial_id, e->worker_id});
+        }
+      }
+    }
+    // Read without the lock: a slow store holds up no upload.
+    for (const Leased& l : leased) {
+      const Status held = lease_check_(l.trial_id, l.worker_id);
+      if (!held.IsFailedPrecondition() && !held.IsNotFound()) continue;
+      MutexLock lock(mu_);
+      if (entries_.count(l.entry->serial) == 0) continue;  // done meanwhile: its context may be gone
+      End(*l.entry, Status::FailedPrecondition("checkpoint upload of trial " + std::to_string(l.trial_id) +
+                                               " ended with the worker's lease: " + held.message() +
+                                               "; nothing was stored"));
+    }
+  }
+}
 
 Status FillTrial(const Lease& a, hpo::v1::Trial& t) {
   const ExperimentSpec& spec = *a.spec;
@@ -137,7 +311,8 @@ Status FillTrial(const Lease& a, hpo::v1::Trial& t) {
 WorkerServiceImpl::WorkerServiceImpl(Engine& engine, WorkerServiceOptions options)
     : engine_(engine),
       options_(std::move(options)),
-      expected_token_(options_.token) {}
+      expected_token_(options_.token),
+      uploads_(options_, [&engine](Id trial_id, Id worker_id) { return LeaseStillHeld(engine, trial_id, worker_id); }) {}
 
 Status WorkerServiceImpl::Authenticate(const ::grpc::ServerContext& context) const {
   if (expected_token_.empty()) return Status::OK();
@@ -212,7 +387,7 @@ Status WorkerServiceImpl::Authenticate(const ::grpc::ServerContext& context) con
 ::grpc::Status WorkerServiceImpl::UploadCheckpointFrom(::grpc::ServerContext* context,
                                                        ::grpc::ServerReaderInterface<hpo::v1::CheckpointChunk>* reader,
                                                        hpo::v1::UploadCheckpointResponse* response) {
-  return Serve(Authenticate(*context), [&] { return DoUploadCheckpoint(*reader, *response); });
+  return Serve(Authenticate(*context), [&] { return DoUploadCheckpoint(context, *reader, *response); });
 }
 
 ::grpc::Status WorkerServiceImpl::DownloadCheckpointTo(
@@ -221,14 +396,23 @@ Status WorkerServiceImpl::Authenticate(const ::grpc::ServerContext& context) con
   return Serve(Authenticate(*context), [&] { return DoDownloadCheckpoint(*request, *writer); });
 }
 
-Status WorkerServiceImpl::DoUploadCheckpoint(::grpc::ServerReaderInterface<hpo::v1::CheckpointChunk>& reader,
+Status WorkerServiceImpl::DoUploadCheckpoint(::grpc::ServerContext* context,
+                                             ::grpc::ServerReaderInterface<hpo::v1::CheckpointChunk>& reader,
                                              hpo::v1::UploadCheckpointResponse& response) {
+  // Before the first Read, so that a stream that never sends one ends too.
+  const std::unique_ptr<CheckpointUploads::Ticket> ticket = uploads_.Track(context);
   hpo::v1::CheckpointChunk chunk;
-  if (!reader.Read(&chunk)) return Status::InvalidArgument("UploadCheckpoint: the stream ended before its first chunk");
+  if (!reader.Read(&chunk)) {
+    if (auto ended = ticket->Ended()) return *ended;
+    return Status::InvalidArgument("UploadCheckpoint: the stream ended before its first chunk");
+  }
   const Id trial_id = chunk.trial_id();
   HPO_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointUpload> upload,
                        engine_.BeginCheckpointUpload({chunk.worker_id(), chunk.session()}, trial_id, chunk.step(),
                                                      chunk.total_bytes()));
+  // Only now, with the caller known to hold the trial's lease, may this
+  // upload end another of the same trial.
+  ticket->Start(trial_id, chunk.worker_id(), chunk.total_bytes());
   int64_t bytes = 0;
   std::string sha256;
   for (int64_t index = 0;; ++index) {
@@ -245,7 +429,11 @@ Status WorkerServiceImpl::DoUploadCheckpoint(::grpc::ServerReaderInterface<hpo::
     HPO_RETURN_IF_ERROR(upload->Append(chunk.data()));
     bytes += static_cast<int64_t>(chunk.data().size());
     if (!chunk.sha256().empty()) sha256 = chunk.sha256();
-    if (!reader.Read(&chunk)) break;
+    const bool more = reader.Read(&chunk);
+    // Ended by the server (replaced, past its deadline, its lease gone):
+    // that, not what the cancelled stream looks like, is why.
+    if (auto ended = ticket->Ended()) return *ended;
+    if (!more) break;
     if (!sha256.empty()) {
       return Status::InvalidArgument(where + ".sha256: set on a chunk that is not the last (only the last carries "
                                              "it); nothing was stored");
@@ -257,6 +445,7 @@ Status WorkerServiceImpl::DoUploadCheckpoint(::grpc::ServerReaderInterface<hpo::
     return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id) +
                             ": the upload ended without the sha256 of its last chunk; nothing was stored");
   }
+  HPO_RETURN_IF_ERROR(ticket->BeginCommit());
   HPO_RETURN_IF_ERROR(upload->Commit(sha256));
   response.set_bytes(bytes);
   return Status::OK();

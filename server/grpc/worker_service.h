@@ -14,10 +14,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "hpo/v1/worker.grpc.pb.h"
 #include "server/engine/engine.h"
@@ -33,6 +38,98 @@ struct WorkerServiceOptions {
   std::string token;
   // What Lease answers when there is nothing to run now.
   int64_t retry_after_ms = 1000;
+  // The server's own deadline for a checkpoint upload, whatever deadline
+  // (or none) its worker set: upload_deadline_base plus its announced size
+  // at upload_min_bytes_per_sec, counted from its first chunk; a stream
+  // that sends no first chunk gets upload_deadline_base alone. Twice what
+  // hpo-worker gives its own uploads (60 s plus the size at 1 MiB/s), so
+  // a slow worker gives up, and retries, before the server ends its upload.
+  std::chrono::milliseconds upload_deadline_base{120'000};
+  int64_t upload_min_bytes_per_sec = int64_t{512} << 10;
+  // How often the uploads in flight are checked against their deadline and
+  // their worker's lease (one read of the trial per upload).
+  std::chrono::milliseconds upload_check_interval{1000};
+};
+
+// The checkpoint uploads in flight, one entry per UploadCheckpoint stream,
+// and the rules that bound them in number and in time:
+//  * at most one per trial: the newer upload of a trial ends the older
+//    (CANCELLED). Replacing rather than refusing, because only the worker
+//    that holds the trial's lease gets this far, and its newer upload is the
+//    one it still waits for: the older is most likely one it gave up on,
+//    whose stream the server has not seen end (no client deadline, a dead
+//    peer without keepalive). Refusing would make that worker wait for the
+//    stale upload's deadline.
+//  * each ends at its deadline (WorkerServiceOptions: DEADLINE_EXCEEDED);
+//  * each ends when its worker's lease of the trial ends (expired,
+//    reclaimed, the trial finished or moved on: FAILED_PRECONDITION),
+//    checked every upload_check_interval.
+// Ending a stream cancels its call (grpc::ServerContext::TryCancel), which
+// wakes its handler from a Read that would otherwise wait for the peer; the
+// handler then abandons the upload (the artifact store removes what was
+// written) and the trial keeps its previous checkpoint. An upload that
+// began its commit is left to finish: a commit replaces the trial's
+// checkpoint whole or not at all.
+//
+// Thread-safe. A checker thread runs from construction to destruction.
+class CheckpointUploads {
+ public:
+  // OK while worker `worker_id` holds the lease of trial `trial_id`;
+  // FailedPrecondition or NotFound when that lease ended or the trial is
+  // gone. Other errors (a store that cannot be read) end nothing.
+  using LeaseCheck = std::function<Status(store::Id trial_id, store::Id worker_id)>;
+  CheckpointUploads(const WorkerServiceOptions& options, LeaseCheck lease_check);
+  ~CheckpointUploads();
+  CheckpointUploads(const CheckpointUploads&) = delete;
+  CheckpointUploads& operator=(const CheckpointUploads&) = delete;
+
+  struct Entry;
+  // One stream's entry; destroying it removes it (before the call's
+  // context goes: keep it inside the handler).
+  class Ticket {
+   public:
+    ~Ticket();
+    Ticket(const Ticket&) = delete;
+    Ticket& operator=(const Ticket&) = delete;
+    // The engine accepted the upload's first chunk: from here on it is
+    // trial `trial_id`'s upload in flight (any other ends), with its
+    // deadline from `total_bytes`, and it ends with `worker_id`'s lease.
+    void Start(store::Id trial_id, store::Id worker_id, int64_t total_bytes);
+    // Why the server ended this stream, once it did.
+    std::optional<Status> Ended() const;
+    // Called before the commit: its error when the stream was ended;
+    // otherwise nothing ends it from here on.
+    Status BeginCommit();
+
+   private:
+    friend class CheckpointUploads;
+    Ticket(CheckpointUploads& owner, std::shared_ptr<Entry> entry) : owner_(owner), entry_(std::move(entry)) {}
+    CheckpointUploads& owner_;
+    std::shared_ptr<Entry> entry_;
+  };
+  // A new stream, whose call `context` (null: none to cancel, as for a
+  // stream the fuzzer feeds) is cancelled when the stream is ended. It
+  // gets upload_deadline_base until Start.
+  std::unique_ptr<Ticket> Track(::grpc::ServerContext* context);
+
+  // Streams in flight now, for tests and diagnostics.
+  size_t InFlight() const;
+
+ private:
+  // Ends `e` with `why` unless it ended or began its commit.
+  void End(Entry& e, Status why) HPO_REQUIRES(mu_);
+  void CheckLoop();
+  void CheckOnce();
+
+  const WorkerServiceOptions options_;
+  const LeaseCheck lease_check_;
+  mutable Mutex mu_;
+  CondVar wake_;
+  bool stopping_ HPO_GUARDED_BY(mu_) = false;
+  uint64_t next_serial_ HPO_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, std::shared_ptr<Entry>> entries_ HPO_GUARDED_BY(mu_);  // by serial
+  std::map<store::Id, uint64_t> by_trial_ HPO_GUARDED_BY(mu_);              // the serial of each trial's upload
+  std::thread checker_;
 };
 
 // The worker protocol's server side: each RPC translates its request for
@@ -58,13 +155,16 @@ struct WorkerServiceOptions {
 //             total size; every chunk carries at most kCheckpointChunkBytes;
 //             the last one carries the SHA-256 (hex) and nothing may follow
 //             it. It is stored only when all of it arrived and matched.
+//             Bounded by CheckpointUploads: one per trial, a deadline, the
+//             lease.
 //  DownloadCheckpoint: the first chunk says the trial, step and size; the
 //             last one carries no data and the SHA-256, sent only once the
 //             server read every byte and they matched it (DATA_LOSS
 //             otherwise).
 //  Pause, Restart: see Engine::PauseTrial and Engine::RestartTrial.
 //
-// Thread-safe: it holds no mutable state; the Engine is thread-safe.
+// Thread-safe: its only mutable state is the uploads in flight
+// (CheckpointUploads); the Engine is thread-safe.
 class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
  public:
   // `engine` must outlive the service.
@@ -109,7 +209,8 @@ class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
   Status DoComplete(const hpo::v1::CompleteRequest& request);
   Status DoHeartbeat(const hpo::v1::HeartbeatRequest& request,
                      hpo::v1::HeartbeatResponse& response);
-  Status DoUploadCheckpoint(::grpc::ServerReaderInterface<hpo::v1::CheckpointChunk>& reader,
+  Status DoUploadCheckpoint(::grpc::ServerContext* context,
+                            ::grpc::ServerReaderInterface<hpo::v1::CheckpointChunk>& reader,
                             hpo::v1::UploadCheckpointResponse& response);
   Status DoDownloadCheckpoint(const hpo::v1::DownloadCheckpointRequest& request,
                               ::grpc::ServerWriterInterface<hpo::v1::CheckpointChunk>& writer);
@@ -117,6 +218,7 @@ class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
   Engine& engine_;
   const WorkerServiceOptions options_;
   const std::string expected_token_;  // empty: no auth
+  CheckpointUploads uploads_;
 };
 
 // The protocol's Trial for a lease, as Lease answers it: the trial's
