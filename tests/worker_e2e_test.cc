@@ -271,6 +271,37 @@ TEST_F(WorkerE2eTest, CommandExecutorRunsTheUsersProgram) {
   }
 }
 
+// A program that prints 20,000 metric lines on a 3-step trial: the worker
+// sends the trial's 3 steps and no more (the server would refuse the rest,
+// and a refused report stops the trial), the program runs to its end, and
+// the trial completes with 3 stored steps, not 20,000.
+TEST_F(WorkerE2eTest, AProgramsLinesPastTheTrialsStepsAreNeitherSentNorStored) {
+  StartServer();
+  const std::string script = dir_ + "/chatty.sh";
+  std::ofstream(script) << "#!/bin/sh\n"
+                           "i=1\n"
+                           "while [ $i -le 20000 ]; do echo \"hpo: loss=$i\"; i=$((i+1)); done\n"
+                           "touch \"$0.finished\"\n";
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  const int64_t id = Create(R"({"name": "chatty", "objective": {"metric": "loss"},
+      "spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}],
+      "budget": {"max_trials": 1, "max_parallel": 1, "steps_per_trial": 3},
+      "executor": {"command": {"argv": [")" + script + R"("], "timeout_s": 60}}})");
+  const std::string log = dir_ + "/worker.log";
+  const pid_t worker = StartWorker({"--server", Grpc(), "--max-trials", "1"}, log);
+  const int status = WaitFor(worker, 90);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(log);
+  EXPECT_TRUE(std::filesystem::exists(script + ".finished")) << "the program was stopped";
+  json trials = Get("/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"];
+  ASSERT_EQ(trials.size(), 1u);
+  json trial = Get("/api/v1/trials/" + std::to_string(trials[0]["id"].get<int64_t>()));
+  EXPECT_EQ(trial["state"], "completed") << trial.dump() << ReadFile(log);
+  ASSERT_EQ(trial["measurements"].size(), 3u);
+  EXPECT_EQ(trial["measurements"][2]["step"], 3);
+  EXPECT_EQ(trial["final_metrics"]["loss"], 3);
+  EXPECT_EQ(ReadFile(log).find("report refused"), std::string::npos) << ReadFile(log);
+}
+
 // A program the worker runs is the worker's user, so it can read what /proc
 // shows of its parent: /proc/$PPID/environ and /proc/$PPID/cmdline. Neither
 // holds the token, whether the worker took it from HPO_TOKEN or from
