@@ -90,6 +90,35 @@ TEST(ExperimentSpec, SamplerNamesAreTheRegistrys) {
   EXPECT_EQ(bad.status().message(), "algorithm.sampler: must be one of auto, tpe, gp, random, not 'cmaes'");
 }
 
+// early_stopping.promotion picks the promotion criterion: quantile where
+// trials pause, top_fraction by default, and an error naming the field for
+// a rule or type it cannot apply to.
+TEST(ExperimentSpec, ThePromotionCriterionIsChosenAndCheckedByName) {
+  const std::string base = kSpec;
+  auto with = [&](const std::string& early) {
+    std::string text = base;
+    const std::string from = "early_stopping: {rule: asha, min_resource: 1, reduction_factor: 3}";
+    return ParseExperimentSpec(text.replace(text.find(from), from.size(), early));
+  };
+  auto dflt = with("early_stopping: {rule: asha}");
+  ASSERT_TRUE(dflt.ok()) << dflt.status();
+  EXPECT_EQ(dflt->early_stopping_type, ExperimentSpec::StoppingType::kPromotion);
+  EXPECT_EQ(dflt->promotion_criterion, search::PromotionCriterion::kTopFraction);
+  auto q = with("early_stopping: {rule: hyperband, promotion: quantile}");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->promotion_criterion, search::PromotionCriterion::kQuantile);
+  EXPECT_FALSE(q->early_stopping_options.contains("promotion"));
+  EXPECT_EQ(DescribeSpec(*q)["early_stopping"]["promotion"], "quantile");
+  for (const auto& [early, error] : std::vector<std::pair<std::string, std::string>>{
+           {"early_stopping: {rule: asha, promotion: median}", "early_stopping.promotion: must be top_fraction or quantile"},
+           {"early_stopping: {rule: median, promotion: quantile}", "early_stopping.promotion: promotion needs rule asha"},
+           {"early_stopping: {rule: asha, type: stop, promotion: quantile}", "early_stopping.promotion: chooses which"}}) {
+    auto r = with(early);
+    ASSERT_FALSE(r.ok()) << early;
+    EXPECT_NE(r.status().message().find(error), std::string::npos) << early << ": " << r.status();
+  }
+}
+
 TEST(ExperimentSpec, ErrorsNameTheFieldPath) {
   auto replace = [](std::string text, const std::string& from, const std::string& to) {
     const auto pos = text.find(from);
@@ -354,7 +383,7 @@ TEST(ExperimentSpec, TheLastStepIsTheBudgetsUnlessAClientGivesNone) {
   auto command = ParseExperimentSpec(head + R"("budget": {"steps_per_trial": 5},
       "executor": {"command": {"argv": ["run"]}}})");
   ASSERT_TRUE(command.ok()) << command.status();
-  EXPECT_EQ(command->last_step, 5);
+  EXPECT_EQ(command->LastStep(), 5);
   EXPECT_TRUE(CheckStep(*command, 0).ok());
   EXPECT_TRUE(CheckStep(*command, 5).ok());
   const Status past = CheckStep(*command, 4611686018427387904);
@@ -366,16 +395,16 @@ TEST(ExperimentSpec, TheLastStepIsTheBudgetsUnlessAClientGivesNone) {
 
   auto builtin_default = ParseExperimentSpec(head + R"("executor": {"builtin": {"trainer": "t"}}})");
   ASSERT_TRUE(builtin_default.ok()) << builtin_default.status();
-  EXPECT_EQ(builtin_default->last_step, 10) << "the default steps_per_trial is a worker's limit too";
+  EXPECT_EQ(builtin_default->LastStep(), 10) << "the default steps_per_trial is a worker's limit too";
 
   auto client_given = ParseExperimentSpec(head + R"("budget": {"steps_per_trial": 3}, "executor": {"client": {}}})");
   ASSERT_TRUE(client_given.ok()) << client_given.status();
-  EXPECT_EQ(client_given->last_step, 3);
+  EXPECT_EQ(client_given->LastStep(), 3);
 
   auto client_none = ParseExperimentSpec(head + R"("budget": {"max_trials": 2}, "executor": {"client": {}}})");
   ASSERT_TRUE(client_none.ok()) << client_none.status();
   EXPECT_EQ(client_none->steps_per_trial, 10);
-  EXPECT_EQ(client_none->last_step, kMaxSpecSteps);
+  EXPECT_EQ(client_none->LastStep(), kMaxSpecSteps);
   EXPECT_TRUE(CheckStep(*client_none, 500).ok());
   EXPECT_TRUE(CheckStep(*client_none, kMaxSpecSteps + 1).IsInvalidArgument());
 }

@@ -98,14 +98,14 @@ Result<search::PromotionRule> MakePromotionRule(const ExperimentSpec& spec) {
     h.min_resource = static_cast<int64_t>(num("min_resource", h.min_resource));
     h.max_resource = static_cast<int64_t>(num("max_resource", spec.steps_per_trial));
     h.reduction_factor = num("reduction_factor", h.reduction_factor);
-    return search::PromotionRule::Hyperband(h, spec.steps_per_trial);
+    return search::PromotionRule::Hyperband(h, spec.steps_per_trial, spec.promotion_criterion);
   }
   search::AshaOptions a;
   a.min_resource = static_cast<int64_t>(num("min_resource", a.min_resource));
   a.reduction_factor = num("reduction_factor", a.reduction_factor);
   a.max_resource = static_cast<int64_t>(num("max_resource", spec.steps_per_trial));
   a.min_early_stopping_rate = static_cast<int>(num("min_early_stopping_rate", a.min_early_stopping_rate));
-  return search::PromotionRule::Asha(a, spec.steps_per_trial);
+  return search::PromotionRule::Asha(a, spec.steps_per_trial, spec.promotion_criterion);
 }
 
 // Where a trial of each system parameter starts until the scheduler knows

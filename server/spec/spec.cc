@@ -354,8 +354,20 @@ Status ParseEarlyStopping(Fields& top, ExperimentSpec& spec) {
     }
     spec.early_stopping_options["type"] = *t;  // resolved with the executor, in ParseExperimentSpec
   }
+  if (const json* c = f.Get("promotion")) {
+    const auto criterion = c->is_string() ? search::ParsePromotionCriterion(c->get<std::string>()) : std::nullopt;
+    if (!criterion) {
+      return Status::InvalidArgument("early_stopping.promotion: must be top_fraction or quantile, not " + c->dump());
+    }
+    if (spec.early_stopping != "asha" && spec.early_stopping != "hyperband") {
+      return Status::InvalidArgument("early_stopping.promotion: promotion needs rule asha or hyperband, not '" +
+                                     spec.early_stopping + "'");
+    }
+    spec.promotion_criterion = *criterion;
+    spec.early_stopping_options["promotion"] = *c;  // checked against the type in ResolveStoppingType
+  }
   for (auto it = e->begin(); it != e->end(); ++it) {
-    if (it.key() == "rule" || it.key() == "type") continue;
+    if (it.key() == "rule" || it.key() == "type" || it.key() == "promotion") continue;
     if (!rule->second.count(it.key())) {
       return Status::InvalidArgument("early_stopping." + it.key() + ": not an option of rule '" +
                                      spec.early_stopping + "'");
@@ -374,6 +386,7 @@ Status ParseBudget(Fields& top, ExperimentSpec& spec) {
   HPO_ASSIGN_OR_RETURN(spec.max_trials, f.Int("max_trials", spec.max_trials, 1));
   HPO_ASSIGN_OR_RETURN(spec.max_parallel, f.Int("max_parallel", spec.max_parallel, 1));
   HPO_ASSIGN_OR_RETURN(spec.steps_per_trial, f.Int("steps_per_trial", spec.steps_per_trial, 1, kMaxSpecSteps));
+  spec.steps_per_trial_given = f.Get("steps_per_trial") != nullptr;
   HPO_ASSIGN_OR_RETURN(spec.max_wall_time_s, f.Seconds("max_wall_time_s"));
   return f.NoOthers();
 }
@@ -488,23 +501,31 @@ Status ResolveStoppingType(ExperimentSpec& spec) {
   const bool rung_rule = spec.early_stopping == "asha" || spec.early_stopping == "hyperband";
   const bool can_checkpoint = spec.executor == ExperimentSpec::ExecutorKind::kBuiltin ||
                               (spec.executor == ExperimentSpec::ExecutorKind::kCommand && spec.command_checkpoints);
+  const bool criterion_given = spec.early_stopping_options.erase("promotion") > 0;
   const auto given = spec.early_stopping_options.find("type");
   if (given == spec.early_stopping_options.end()) {
     spec.early_stopping_type = rung_rule && can_checkpoint ? ExperimentSpec::StoppingType::kPromotion
                                                            : ExperimentSpec::StoppingType::kStop;
-    return Status::OK();
+  } else {
+    const bool promotion = *given == "promotion";
+    spec.early_stopping_options.erase("type");
+    if (promotion && !can_checkpoint) {
+      return Status::InvalidArgument(
+          spec.executor == ExperimentSpec::ExecutorKind::kClient
+              ? "early_stopping.type: promotion pauses and resumes trials on workers; an ask/tell client's trials "
+                "cannot be, use type: stop"
+              : "early_stopping.type: promotion needs a program that keeps the checkpoint contract: set "
+                "executor.command.checkpoints: true (see worker/command_executor.h), or use type: stop");
+    }
+    spec.early_stopping_type =
+        promotion ? ExperimentSpec::StoppingType::kPromotion : ExperimentSpec::StoppingType::kStop;
   }
-  const bool promotion = *given == "promotion";
-  spec.early_stopping_options.erase("type");
-  if (promotion && !can_checkpoint) {
+  if (criterion_given && spec.early_stopping_type != ExperimentSpec::StoppingType::kPromotion) {
     return Status::InvalidArgument(
-        spec.executor == ExperimentSpec::ExecutorKind::kClient
-            ? "early_stopping.type: promotion pauses and resumes trials on workers; an ask/tell client's trials "
-              "cannot be, use type: stop"
-            : "early_stopping.type: promotion needs a program that keeps the checkpoint contract: set "
-              "executor.command.checkpoints: true (see worker/command_executor.h), or use type: stop");
+        "early_stopping.promotion: chooses which paused trials go on, so it needs type: promotion (a trial of "
+        "type stop never pauses; this executor's trials " +
+        std::string(can_checkpoint ? "stop at a rung because type: stop was given)" : "cannot pause)"));
   }
-  spec.early_stopping_type = promotion ? ExperimentSpec::StoppingType::kPromotion : ExperimentSpec::StoppingType::kStop;
   return Status::OK();
 }
 
@@ -650,6 +671,9 @@ json DescribeSpec(const ExperimentSpec& spec) {
       {"early_stopping",
        {{"rule", spec.early_stopping},
         {"type", spec.early_stopping_type == ExperimentSpec::StoppingType::kPromotion ? "promotion" : "stop"},
+        {"promotion", spec.early_stopping_type == ExperimentSpec::StoppingType::kPromotion
+                          ? json(search::PromotionCriterionName(spec.promotion_criterion))
+                          : json(nullptr)},
         {"options", spec.early_stopping_options}}},
       {"placement",
        {{"policy", spec.placement_policy},
@@ -661,7 +685,7 @@ json DescribeSpec(const ExperimentSpec& spec) {
         {"max_parallel", spec.max_parallel},
         {"max_wall_time_s", spec.max_wall_time_s ? json(*spec.max_wall_time_s) : json(nullptr)},
         {"steps_per_trial", spec.steps_per_trial},
-        {"last_step", spec.last_step}}},
+        {"last_step", spec.LastStep()}}},
       {"executor", executor},
   };
 }
@@ -707,12 +731,17 @@ Result<json> YamlToJson(const std::string& text) {
   }
 }
 
+int64_t ExperimentSpec::LastStep() const {
+  return executor == ExecutorKind::kClient && !steps_per_trial_given ? kMaxSpecSteps : steps_per_trial;
+}
+
 Status CheckStep(const ExperimentSpec& spec, int64_t step) {
   if (step < 0) return Status::InvalidArgument("step: must not be negative, got " + std::to_string(step));
-  if (step <= spec.last_step) return Status::OK();
-  const std::string limit = spec.last_step == spec.steps_per_trial
-                                ? std::to_string(spec.last_step) + " (budget.steps_per_trial)"
-                                : std::to_string(spec.last_step) +
+  const int64_t last = spec.LastStep();
+  if (step <= last) return Status::OK();
+  const std::string limit = last == spec.steps_per_trial
+                                ? std::to_string(last) + " (budget.steps_per_trial)"
+                                : std::to_string(last) +
                                       " (this ask/tell experiment gives no budget.steps_per_trial; the most any "
                                       "experiment allows)";
   return Status::InvalidArgument("step: " + std::to_string(step) + " is past the trial's last step, " + limit);
@@ -763,10 +792,6 @@ Result<ExperimentSpec> ParseExperimentSpec(const json& j) {
   HPO_RETURN_IF_ERROR(ParseCost(top, spec));
   HPO_RETURN_IF_ERROR(top.NoOthers());
   if (spec.max_parallel > spec.max_trials) spec.max_parallel = spec.max_trials;
-  const json* budget = top.Get("budget");
-  const bool steps_given = budget && budget->contains("steps_per_trial") && !budget->at("steps_per_trial").is_null();
-  spec.last_step = spec.executor == ExperimentSpec::ExecutorKind::kClient && !steps_given ? kMaxSpecSteps
-                                                                                           : spec.steps_per_trial;
   // Every {placeholder} of a command must be a parameter somewhere.
   for (size_t i = 0; i < spec.argv.size(); ++i) {
     const std::string& arg = spec.argv[i];

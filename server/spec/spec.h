@@ -28,6 +28,11 @@
 //                                                # with a checkpoint, promote the best on a free
 //                                                # device); the default is promotion for asha and
 //                                                # hyperband where the executor can checkpoint.
+//                                                # promotion: top_fraction (default: the best
+//                                                # 1/eta of a rung's results) | quantile (the
+//                                                # better of two goes on at once; then those at
+//                                                # or below the R_j/R_j+1 quantile), type
+//                                                # promotion only (search/promotion.h)
 //                                                # Options by rule, with their defaults (what each
 //                                                # means: search/pruner.h):
 //                                                #  median: startup_trials 5, warmup_steps 0,
@@ -45,7 +50,7 @@
 //   budget: {max_trials: 40, max_parallel: 2, max_wall_time_s: 900, steps_per_trial: 10}
 //                                                # a report or checkpoint of a step past
 //                                                # steps_per_trial is refused (ExperimentSpec::
-//                                                # last_step); every *_s is at most ten years
+//                                                # LastStep); every *_s is at most ten years
 //                                                # (kMaxSpecSeconds)
 //   executor:                        # exactly one of builtin, command, client
 //     builtin: {trainer: fashion-mnist-mlp, args: {validation_fraction: 0.1}}
@@ -65,6 +70,7 @@
 #include "common/json_limits.h"
 #include "common/status.h"
 #include "search/history.h"
+#include "search/promotion.h"
 #include "search/space.h"
 
 namespace hpo::server {
@@ -103,6 +109,8 @@ struct ExperimentSpec {
   // and are stopped at a rung (search/pruner.h).
   enum class StoppingType { kStop, kPromotion };
   StoppingType early_stopping_type = StoppingType::kStop;
+  // kPromotion: which paused trials may go on (search/promotion.h).
+  search::PromotionCriterion promotion_criterion = search::PromotionCriterion::kTopFraction;
 
   // Where trials run (scheduler/policy.h).
   std::string placement_policy = "speed";         // speed | fifo | shadho
@@ -118,12 +126,13 @@ struct ExperimentSpec {
   int64_t max_parallel = 4;
   std::optional<int64_t> max_wall_time_s;
   int64_t steps_per_trial = 10;
+  bool steps_per_trial_given = false;  // the spec says it (else the default)
   // The last step a report or a checkpoint may carry (CheckStep):
   // steps_per_trial, whether a program counts from 0 or from 1. An ask/tell
   // client's spec that does not give budget.steps_per_trial sets no limit of
   // its own (the client counts its steps; the default 10 only sizes early
   // stopping's rungs): kMaxSpecSteps.
-  int64_t last_step = 10;
+  int64_t LastStep() const;
 
   enum class ExecutorKind { kBuiltin, kCommand, kClient };
   ExecutorKind executor = ExecutorKind::kClient;
@@ -172,7 +181,7 @@ inline constexpr int64_t kMaxSpecWaitSeconds = int64_t{365} * 86'400;
 inline constexpr int64_t kMaxSpecCount = 1'000'000'000;
 
 // OK when a report or checkpoint of `step` is within the experiment's
-// steps: 0 <= step <= spec.last_step. InvalidArgument naming the step and
+// steps: 0 <= step <= spec.LastStep(). InvalidArgument naming the step and
 // the limit otherwise ("step: 11 is past the trial's last step, 10
 // (budget.steps_per_trial)").
 Status CheckStep(const ExperimentSpec& spec, int64_t step);
