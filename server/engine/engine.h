@@ -355,7 +355,7 @@ class Engine {
   // is now cancelled). The caller vouches for report.owner (REST passes
   // kClientOwner); a worker's report comes through the overload below.
   // NotFound for an unregistered device_id, and InvalidArgument for a step
-  // past the trial's last (ExperimentSpec::last_step, CheckStep), before
+  // past the trial's last (ExperimentSpec::LastStep, CheckStep), before
   // anything is stored.
   Result<ReportReply> Report(const TrialReport& report);
   // A worker's report: as its lease owner (report.owner is ignored), and
