@@ -1,44 +1,72 @@
 #!/usr/bin/python3
-"""bench/hetero: placement on a real heterogeneous fleet (issue #15 item 6).
+"""bench/hetero: time to a good model on a real heterogeneous fleet, HeteroTune
+against Optuna (issue #46 items 6 and 7).
 
 The real hpo-server (SQLite store in a private directory, loopback ports, a
-bearer token) and three real hpo-worker processes, each in its own CPU
-cgroup capped at 1.0, 0.5 and 0.25 cores, tune the built-in Fashion-MNIST
-trainer (Debian's dataset-fashion-mnist) on a reduced training set with
-promotion-type ASHA. Every (seed, policy) run gets a fresh server, fresh
-workers and a spec made here; only `placement:` differs between policies:
+bearer token) and one real hpo-worker per fleet member, each in its own CPU
+cgroup, tune the built-in Fashion-MNIST trainer (Debian's
+dataset-fashion-mnist); or, under policy `optuna`, as many Optuna worker
+processes (bench/peers/optuna_hetero.py) in the same cgroups, sharing one
+study. Every (fleet, seed, policy) run gets fresh processes; the policies
+run in turn for each seed, so that noise on the machine falls on all alike.
 
-  speed   ours (scheduler/policy.h);
-  fifo    the same sampler, ASHA type and ranking; the oldest waiting work
-          to whoever asks;
-  shadho  SHADHO's rule, with the correct class order (fastest first, the
-          classes as GET /api/v1/workers reports them).
+Fleets (--fleet; the default runs both):
+  3   1.0, 0.5 and 0.25 cores
+  7   1.0 core and six of 0.125
 
-    sudo nice -n 19 flock /tmp/hpo-bench.lock bench/hetero.py [--seeds 5] [--target 0.88] [--cap-s 135]
+Workloads (--workload; default, or long):
+  default  8,000 training examples, a pass per step, 8 steps, target 0.88
+  long     54,000 examples, 4,000 drawn per step, 27 steps, 5% held out,
+           target 0.905
 
-Needs root (it makes cgroups under /sys/fs/cgroup) and the built binaries
-(build/server/hpo-server, build/worker/hpo-worker: configure with
--DHPO_BUILD_WORKER=ON). Progress goes to stderr, the figures to stdout:
+Policies (--policies; all five by default):
+  default  HeteroTune as shipped: the spec says only what a user must
+           (the spaces, the trainer, the budget), no early_stopping and no
+           placement;
+  speed, fifo, shadho
+           the same spec with `placement: {policy: P}` (shadho with its class
+           order, fastest first): the default's early stopping, only the
+           placement differs;
+  optuna   Optuna 3.1, TPE and SuccessiveHalvingPruner(1, 3), the same spaces,
+           models, data split and validation set (bench/peers/optuna_hetero.py).
 
-  bench=hetero seed=N policy=P time_to_target_s=X utilization=U wasted_device_s=W trials=T promotions=K reached=0|1
-  bench=hetero_median policy=P seeds=N time_to_target_s=X utilization=U wasted_device_s=W reached=R
-  bench=hetero_ratio policy=fifo vs=speed time_to_target_ratio=X goal=1.5 met=yes|no
+    sudo nice -n 19 flock /tmp/hpo-bench.lock bench/hetero.py [--fleet 3,7] [--workload default|long]
+        [--seeds 10] [--policies default,speed,fifo,shadho,optuna] [--cap-s S] [--dir DIR]
 
-Definitions (all from the server's REST API; see bench/README.md):
-  time_to_target_s  from the experiment's creation until a reported
-                    validation accuracy first reaches --target (the
-                    measurement's own timestamp); a run that has not by
-                    --cap-s counts as --cap-s, with reached=0.
-  utilization       device-seconds the three workers held a trial (leased
-                    or running), over 3 x that time.
+Needs root (it makes cgroups), the built binaries (build/server/hpo-server,
+build/worker/hpo-worker: configure with -DHPO_BUILD_WORKER=ON), and for
+`optuna` Debian's python3-optuna and python3-torch. Progress and each run's
+diagnostics go to stderr, the figures to stdout:
+
+  bench=hetero fleet=F workload=W seed=N policy=P time_to_target_s=X utilization=U best_at_cap=A
+      wasted_device_s=D trials=T promotions=K reached=0|1
+  bench=hetero_median fleet=F workload=W policy=P seeds=N time_to_target_s=X best_at_cap=A reached=R/N utilization=U
+  bench=hetero_ratio fleet=F workload=W policy=P vs=default ratio=X lo=L hi=H
+  bench=hetero_fleet fleet=F quotas=... cores_used=... same_trial_speed_A/B=X(n=K) ...
+
+Definitions (HeteroTune's from its REST API, Optuna's from its workers'
+logs; see bench/README.md):
+  time_to_target_s  from the experiment's creation (Optuna: the start
+                    signal) until a stored validation accuracy first reaches
+                    the target; a run that has not by --cap-s counts as
+                    --cap-s, with reached=0.
+  best_at_cap       the best validation accuracy stored by --cap-s (every
+                    run goes on to the cap unless --stop-at-target).
+  utilization       device-seconds the workers held a trial (HeteroTune:
+                    leased or running; Optuna: from a trial's sampled
+                    parameters to its end), over (workers x time_to_target_s).
   wasted_device_s   device-seconds, within that time, spent on trials that
-                    ASHA had stopped by then: pruned or failed, or paused at
-                    a rung and not promoted (promotion ASHA's way to stop).
-  trials            trials created by then; promotions: paused trials resumed.
+                    were stopped by then: pruned or failed, or paused at a
+                    rung and not promoted.
+  ratio             the median over seeds of P's time_to_target_s over
+                    default's in the same seed (above 1: default sooner),
+                    lo..hi its 90% bootstrap interval (10,000 resamples of
+                    the seeds, a fixed seed).
 """
 import argparse
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -52,9 +80,24 @@ import urllib.error
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-POLICIES = ("speed", "fifo", "shadho")
+POLICIES = ("default", "speed", "fifo", "shadho", "optuna")
+FLEETS = {3: [1.0, 0.5, 0.25], 7: [1.0] + [0.125] * 6}
+# The runs' settings; --train-examples etc. override one (the lines then
+# name the workload "custom"). cap_s bounds a run: every run goes on to it,
+# so the default run's length is about seeds x policies x fleets x
+# (cap_s + the start-up of a run).
+WORKLOADS = {
+    "default": {"train_examples": 8000, "samples_per_step": 0, "steps": 8, "validation_fraction": 0.1,
+                "target": 0.88, "cap_s": 40},
+    "long": {"train_examples": 54000, "samples_per_step": 4000, "steps": 27, "validation_fraction": 0.05,
+             "target": 0.905, "cap_s": 150},
+}
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
 CGROUP_PREFIX = "hpo-hetero-"
+PEER = os.path.join(REPO, "bench", "peers", "optuna_hetero.py")
+BOOTSTRAP_SEED = 46
+BOOTSTRAP_RESAMPLES = 10000
+
 
 def log(msg):
     print(f"[hetero {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -199,7 +242,7 @@ def record_events(rest, path):
 # ------------------------------------------------------------- processes --
 
 
-def spawn(argv, logf, env=None, cgroup=None):
+def spawn(argv, logf, env=None, cgroup=None, stdin=subprocess.DEVNULL):
     """Starts argv in a session (process group) of its own, its output to logf;
     with cgroup, inside that cgroup from its first instruction."""
     if cgroup:
@@ -207,7 +250,7 @@ def spawn(argv, logf, env=None, cgroup=None):
         # worker: the whole process, its first instruction and every
         # thread it makes, runs under the quota.
         argv = ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup.path] + argv
-    return subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    return subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=stdin,
                             env=env, start_new_session=True)
 
 
@@ -234,29 +277,36 @@ class Processes:
         self.cgroups = []
         self.logs = []
 
-    def start(self, name, argv, log_path, env=None, cgroup=None):
+    def start(self, name, argv, log_path, env=None, cgroup=None, stdin=subprocess.DEVNULL):
         logf = open(log_path, "w")
         self.logs.append(logf)
-        p = spawn(argv, logf, env, cgroup)
+        p = spawn(argv, logf, env, cgroup, stdin)
         self.procs.append((name, p))
         return p
 
-    def stop(self):
+    def stop(self, grace_s=5):
+        """SIGTERM to every process, SIGKILL to those still there after
+        grace_s; then the cgroups go."""
         # A second Ctrl-C or a kill must not cut the clean-up short.
         previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
-            self._stop()
+            self._stop(grace_s)
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
-    def _stop(self):
+    def _stop(self, grace_s):
         for _, p in reversed(self.procs):
             if p.poll() is None:
                 signal_group(p, signal.SIGTERM)
-        deadline = time.time() + 5
+        deadline = time.time() + grace_s
         for _, p in self.procs:
             wait_or_kill(p, max(0.1, deadline - time.time()))
+            if p.stdin:
+                try:
+                    p.stdin.close()
+                except OSError:
+                    pass  # the reader is gone
         self.procs = []
         for c in self.cgroups:
             c.remove()
@@ -268,8 +318,12 @@ class Processes:
 
 # ------------------------------------------------------------- the spec ---
 
-def make_spec(args, seed, policy, class_order):
-    """One run's experiment: the same for every policy but `placement`."""
+def make_spec(args, seed, policy, class_order, n_workers):
+    """One run's experiment. `default` says only what a user must: the
+    spaces, the trainer and the budget (steps per trial, max_parallel for
+    the fleet's size); no early_stopping and no placement, so that
+    server/spec/spec.h's defaults decide them. The other policies add
+    `placement` and nothing else."""
     spec = {
         "name": f"hetero-seed{seed}-{policy}",
         "objective": {"metric": "accuracy", "direction": "maximize"},  # validation accuracy
@@ -299,16 +353,20 @@ def make_spec(args, seed, policy, class_order):
         # Batch size changes what a model learns: searched. Threads are not
         # co-tuned: each worker trains with as many as its quota allows.
         "system": {"batch_size": {"type": "int", "low": 64, "high": 256, "log": True}},
-        "algorithm": {"sampler": args.sampler, "seed": seed},
-        "early_stopping": {"rule": "asha", "min_resource": 1, "reduction_factor": 3, "type": "promotion"},
-        "placement": {"policy": policy},
-        "budget": {"max_trials": args.max_trials, "max_parallel": len(args.quotas),
-                   "max_wall_time_s": int(args.cap_s) + 120, "steps_per_trial": args.epochs},
+        # The seed pairs the runs of one seed; the sampler is the shipped
+        # default unless --sampler names one.
+        "algorithm": {"seed": seed},
+        "budget": {"max_trials": args.max_trials, "max_parallel": n_workers,
+                   "max_wall_time_s": int(args.cap_s) + 120, "steps_per_trial": args.steps},
         "executor": {"builtin": {"trainer": "fashion-mnist",
                                  "args": {"max_train_samples": args.train_examples,
                                           "samples_per_step": args.samples_per_step,
                                           "validation_fraction": args.validation_fraction}}},
     }
+    if args.sampler:
+        spec["algorithm"]["sampler"] = args.sampler
+    if policy != "default":
+        spec["placement"] = {"policy": policy}
     if policy == "shadho":
         spec["placement"]["class_order"] = class_order
     return spec
@@ -329,7 +387,30 @@ def wait_for(what, pred, timeout, procs):
     raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
 
 
-def run_one(args, seed, policy, run_dir):
+def thread_env(cpus):
+    """The environment of a worker in a `cpus`-core cgroup, HeteroTune's or
+    Optuna's alike. hpo-worker reads its quota from the cgroup
+    (worker/inventory.cc) and trains with that many threads, at least one;
+    OpenMP and OpenBLAS pools are sized the same, so no pool spins past it."""
+    env = dict(os.environ)
+    threads = max(1, int(cpus))
+    env.update({"OMP_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads),
+                "MKL_NUM_THREADS": str(threads)})
+    env.pop("HPO_TOKEN", None)
+    return env, threads
+
+
+def make_cgroups(procs, quotas):
+    out = []
+    for i, cpus in enumerate(quotas):
+        cg = CpuCgroup(f"{CGROUP_PREFIX}{os.getpid()}-{i}", cpus)
+        procs.cgroups.append(cg)
+        out.append(cg)
+    return out
+
+
+def run_heterotune(args, fleet, seed, policy, run_dir):
+    quotas = FLEETS[fleet]
     os.makedirs(run_dir)
     token = secrets.token_hex(16)
     token_file = os.path.join(run_dir, "token")
@@ -355,67 +436,64 @@ def run_one(args, seed, policy, run_dir):
         events_path = os.path.join(run_dir, "events.jsonl")
         threading.Thread(target=record_events, args=(rest, events_path), daemon=True).start()
 
-        worker_pids = {}
-        for i, cpus in enumerate(args.quotas):
-            cg = CpuCgroup(f"{CGROUP_PREFIX}{os.getpid()}-{i}", cpus)
-            procs.cgroups.append(cg)
-            env = dict(os.environ)
-            # The worker reads its quota from the cgroup (worker/inventory.cc)
-            # and trains with that many threads, at least one; OpenMP and
-            # OpenBLAS pools are sized the same, so no pool spins past it.
-            threads = str(max(1, int(cpus)))
-            env.update({"OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
-            env.pop("HPO_TOKEN", None)
+        worker_procs = {}
+        for i, cg in enumerate(make_cgroups(procs, quotas)):
+            env, _ = thread_env(cg.cpus)
             scratch = os.path.join(run_dir, f"scratch-{i}")
             os.makedirs(scratch)
-            worker_pids[cpus] = procs.start(f"hpo-worker({cpus})",
+            worker_procs[i] = procs.start(f"hpo-worker({i}: {cg.cpus})",
                         [args.worker, "--server", grpc, "--token-file", token_file, "--device", "cpu",
-                         "--labels", f"bench=hetero,quota={cpus}", "--data-dir", args.data_dir,
+                         "--labels", f"bench=hetero,quota={cg.cpus},index={i}", "--data-dir", args.data_dir,
                          "--scratch-dir", scratch],
                         os.path.join(run_dir, f"worker-{i}.log"), env=env, cgroup=cg)
 
         def registered():
             ws = rest.call("GET", "/api/v1/workers")["workers"]
-            return ws if len(ws) == len(args.quotas) else None
-        workers = wait_for("the workers to register", registered, 120, procs)
-        by_quota = {}
+            return ws if len(ws) == len(quotas) else None
+        workers = wait_for("the workers to register", registered, 180, procs)
+        by_index = {}
         for w in workers:
-            q = float(w["labels"]["quota"])
+            i, q = int(w["labels"]["index"]), float(w["labels"]["quota"])
             dev = w["devices"][0]
             if abs(dev["cores"] - q) > 1e-6:
                 raise RuntimeError(f"worker {w['id']} in a {q}-core cgroup reports {dev['cores']} cores: "
                                    "its inventory does not see the quota")
-            by_quota[q] = {"id": w["id"], "owner": f"worker/{w['id']}", "device": dev["id"],
-                           "class": dev["device_class"],
-                           "gflops": dev["benchmark_gflops"]}
-        classes = [by_quota[q]["class"] for q in sorted(by_quota, reverse=True)]
-        if len(set(classes)) != len(classes):
-            raise RuntimeError(f"the workers' device classes are not distinct: {classes}")
-        owner_quota = {v["owner"]: q for q, v in by_quota.items()}
+            by_index[i] = {"quota": q, "owner": f"worker/{w['id']}", "device": dev["id"],
+                           "class": dev["device_class"], "gflops": dev["benchmark_gflops"]}
+        # One class per quota, fastest first (SHADHO's order).
+        class_of = {}
+        for v in by_index.values():
+            class_of.setdefault(v["quota"], set()).add(v["class"])
+        if any(len(c) != 1 for c in class_of.values()) or len({next(iter(c)) for c in class_of.values()}) != len(
+                class_of):
+            raise RuntimeError(f"each quota should be one device class of its own: {class_of}")
+        classes = [next(iter(class_of[q])) for q in sorted(class_of, reverse=True)]
+        owner_quota = {v["owner"]: v["quota"] for v in by_index.values()}
+        owner_index = {v["owner"]: i for i, v in by_index.items()}
 
-        spec = make_spec(args, seed, policy, classes)
+        spec = make_spec(args, seed, policy, classes, len(quotas))
         with open(os.path.join(run_dir, "spec.json"), "w") as f:
             json.dump(spec, f, indent=1)
+        cpu_before = {i: cpu_seconds(p.pid) for i, p in worker_procs.items()}
         e = rest.call("POST", "/api/v1/experiments", spec)
         eid = e["id"]
         created_ms = rest.call("GET", f"/api/v1/experiments/{eid}")["created_ms"]
-        log(f"seed={seed} policy={policy}: experiment {eid}; classes (fastest first) {classes}; "
-            f"GFLOP/s {[round(by_quota[q]['gflops'], 1) for q in sorted(by_quota, reverse=True)]}")
-        cpu_before = {q: cpu_seconds(p.pid) for q, p in worker_pids.items()}
-        result = follow(args, rest, eid, created_ms, owner_quota, procs)
+        log(f"  experiment {eid}; classes (fastest first) {classes}; GFLOP/s by worker "
+            f"{[round(by_index[i]['gflops'], 1) for i in sorted(by_index)]}")
+        result = follow(args, rest, eid, created_ms, owner_quota, owner_index, procs)
         result["same_trial_speed_ratios"] = same_trial_ratios(rest, result["segments"], owner_quota)
         # The cores each worker really had (its quota is a ceiling: on a busy
         # machine a worker may get less), over the whole run.
         run_s = time.time() - created_ms / 1000
-        result["effective_cores"] = {str(q): (cpu_seconds(p.pid) - cpu_before[q]) / run_s
-                                     for q, p in worker_pids.items()}
+        result["effective_cores"] = {str(i): (cpu_seconds(p.pid) - cpu_before[i]) / run_s
+                                     for i, p in worker_procs.items()}
         try:
             rest.call("POST", f"/api/v1/experiments/{eid}:cancel", {"reason": "bench/hetero: run over"})
         except RuntimeError:
             pass  # it may have finished on its own
         # The policy's reasons for the promotions, by the quota of the device
         # that took them.
-        device_quota = {v["device"]: q for q, v in by_quota.items()}
+        device_quota = {v["device"]: v["quota"] for v in by_index.values()}
         reasons = {}
         time.sleep(0.5)  # the last events reach the file
         try:
@@ -428,13 +506,13 @@ def run_one(args, seed, policy, run_dir):
         except OSError:
             pass
         result["resume_reasons"] = reasons
-        result.update({"seed": seed, "policy": policy, "classes": classes,
-                       "gflops": {str(q): v["gflops"] for q, v in by_quota.items()}})
-        with open(os.path.join(run_dir, "result.json"), "w") as f:
-            json.dump(result, f, indent=1)
+        result.update({"classes": classes, "quotas": {str(i): v["quota"] for i, v in by_index.items()},
+                       "gflops": {str(i): v["gflops"] for i, v in by_index.items()}})
         return result
     finally:
-        procs.stop()
+        # The run is over: a worker need not finish its step (SIGTERM makes
+        # hpo-worker drain, and its reports then wait on a stopped server).
+        procs.stop(grace_s=1.5)
 
 
 def same_trial_ratios(rest, segments, owner_quota):
@@ -446,7 +524,7 @@ def same_trial_ratios(rest, segments, owner_quota):
         by_trial.setdefault(s["trial"], []).append(s)
     out = {}
     for tid, segs in by_trial.items():
-        if len({s["owner"] for s in segs}) < 2:
+        if len({owner_quota.get(s["owner"]) for s in segs}) < 2:
             continue
         speeds = {}
         for m in rest.call("GET", f"/api/v1/trials/{tid}")["measurements"]:
@@ -464,12 +542,31 @@ def same_trial_ratios(rest, segments, owner_quota):
     return out
 
 
-def follow(args, rest, eid, created_ms, owner_quota, procs):
-    """Polls the trials until the target or the cap; returns the figures."""
+def winner_path(segments, first_ms, reached_ms):
+    """Where the winning trial ran until it reached the target, segment by
+    segment: the worker (index and quota), the ASHA level, when it started
+    (s after the clock's start), how long it ran, and how long the trial
+    waited before it (since its creation, or since its last segment)."""
+    out, prev_end = [], first_ms
+    for s in sorted(segments, key=lambda s: s["start_ms"]):
+        if s["start_ms"] > reached_ms:
+            break
+        end = min(s["end_ms"], reached_ms)
+        out.append({"worker": s["worker"], "quota": s["quota"], "level": s.get("level", 0),
+                    "at_s": round((s["start_ms"] - s["clock_ms"]) / 1000, 1),
+                    "ran_s": round((end - s["start_ms"]) / 1000, 1),
+                    "waited_s": round(max(0, s["start_ms"] - prev_end) / 1000, 1)})
+        prev_end = end
+    return out
+
+
+def follow(args, rest, eid, created_ms, owner_quota, owner_index, procs):
+    """Polls the trials until the cap (or the target, with --stop-at-target);
+    returns the figures."""
     segments = []  # closed: {trial, owner, level, start_ms, end_ms}
     open_seg = {}  # trial id -> segment on a device now
     last_level = {}
-    promotions = 0
+    promotions_at = []  # the poll time of each promotion seen
     reached_ms = None
     target_trial = None
     poll_s = 0.25
@@ -477,6 +574,8 @@ def follow(args, rest, eid, created_ms, owner_quota, procs):
     last_progress = 0.0
     cap_ms = created_ms + int(args.cap_s * 1000)
     best = float("nan")
+    checked = set()  # trials whose measurements were searched for the target
+    state_at_target = None
     trials = []
     while True:
         now_ms = int(time.time() * 1000)
@@ -487,7 +586,7 @@ def follow(args, rest, eid, created_ms, owner_quota, procs):
             # A promotion raises the level (the store's ResumeTrial): a trial
             # that paused and was resumed between two polls shows as a new
             # level, on the same device or another.
-            promotions += max(0, t["level"] - last_level.get(tid, 0))
+            promotions_at += [now_ms] * max(0, t["level"] - last_level.get(tid, 0))
             last_level[tid] = t["level"]
             seg = open_seg.get(tid)
             if seg and (not on or seg["owner"] != owner or seg["level"] != t["level"]):
@@ -499,36 +598,61 @@ def follow(args, rest, eid, created_ms, owner_quota, procs):
             if p.poll() is not None:
                 raise RuntimeError(f"{name} exited with {p.returncode} during the run")
         if time.time() >= next_curves:
-            next_curves = time.time() + 0.5
+            # After the target the curves only feed the progress line.
+            next_curves = time.time() + (0.5 if reached_ms is None else 5)
             curves = rest.call("GET", f"/api/v1/experiments/{eid}/measurements?metric=accuracy")["trials"]
-            hits = [c["trial_id"] for c in curves if c["values"] and max(c["values"]) >= args.target]
+            hits = [c["trial_id"] for c in curves if c["values"] and max(c["values"]) >= args.target
+                    and reached_ms is None]
             vals = [v for c in curves for v in c["values"]]
             best = max(vals) if vals else float("nan")
-            if hits:
-                # The exact moment: the first measurement at or above the
-                # target, by the server's own timestamps.
-                for tid in hits:
-                    for m in rest.call("GET", f"/api/v1/trials/{tid}")["measurements"]:
-                        if m["metrics"].get("accuracy", -1) >= args.target and (
-                                reached_ms is None or m["created_ms"] < reached_ms):
-                            reached_ms, target_trial = m["created_ms"], tid
+            # The exact moment: the first measurement at or above the target,
+            # by the server's own timestamps.
+            for tid in hits:
+                if tid in checked:
+                    continue
+                checked.add(tid)
+                for m in rest.call("GET", f"/api/v1/trials/{tid}")["measurements"]:
+                    if m["metrics"].get("accuracy", -1) >= args.target and (
+                            reached_ms is None or m["created_ms"] < reached_ms):
+                        reached_ms, target_trial = m["created_ms"], tid
+            if reached_ms is not None and state_at_target is None:
+                state_at_target = {t["id"]: t["state"] for t in trials}
         if time.time() - last_progress >= 10:
             last_progress = time.time()
-            n_on = len(open_seg)
             n_paused = sum(1 for t in trials if t["state"] == "paused")
-            log(f"  t={(now_ms - created_ms) / 1000:6.1f}s trials={len(trials)} on_devices={n_on} "
-                f"paused={n_paused} promotions={promotions} best={best:.4f}")
+            log(f"  t={(now_ms - created_ms) / 1000:6.1f}s trials={len(trials)} on_devices={len(open_seg)} "
+                f"paused={n_paused} promotions={len(promotions_at)} best={best:.4f}"
+                + (f" reached at {(reached_ms - created_ms) / 1000:.1f}s" if reached_ms else ""))
         exp = rest.call("GET", f"/api/v1/experiments/{eid}")
-        if reached_ms is not None or now_ms >= cap_ms or exp["state"] != "running":
+        if now_ms >= cap_ms or exp["state"] != "running" or (args.stop_at_target and reached_ms is not None):
             break
-        time.sleep(poll_s)
+        time.sleep(poll_s if reached_ms is None else 1.0)  # after the target only the cap is waited for
 
     end_ms = reached_ms if reached_ms is not None else min(now_ms, cap_ms)
     if reached_ms is None and exp["state"] != "running" and now_ms < cap_ms:
         log(f"  the experiment ended ({exp['state']}: {exp.get('reason')}) before the target")
     wall_s = (end_ms - created_ms) / 1000
-    state_at_end = {t["id"]: t["state"] for t in trials}
+    # The best validation accuracy stored by the cap, from every trial's
+    # measurements (the curves carry no times).
+    best_at_cap = float("nan")
+    if not args.stop_at_target:
+        best_at_cap = -1.0
+        for t in trials:
+            for m in rest.call("GET", f"/api/v1/trials/{t['id']}")["measurements"]:
+                a = m["metrics"].get("accuracy")
+                if a is not None and m["created_ms"] <= cap_ms:
+                    best_at_cap = max(best_at_cap, a)
+        if best_at_cap < 0:
+            best_at_cap = float("nan")
+    # Whether a trial had been stopped by the end of the clock: the states
+    # at the first poll that saw the target (or at the cap).
+    state_at_end = state_at_target or {t["id"]: t["state"] for t in trials}
+    created = {t["id"]: t["created_ms"] for t in trials}
     all_segments = segments + [dict(s, end_ms=now_ms) for s in open_seg.values()]
+    for s in all_segments:
+        s["quota"] = owner_quota.get(s["owner"], "?")
+        s["worker"] = owner_index.get(s["owner"], "?")
+        s["clock_ms"] = created_ms
     busy = wasted = 0.0
     per_worker = {}
     for s in all_segments:
@@ -537,25 +661,25 @@ def follow(args, rest, eid, created_ms, owner_quota, procs):
             continue
         d = (b - a) / 1000
         busy += d
-        q = owner_quota.get(s["owner"], "?")
-        w = per_worker.setdefault(str(q), {"busy_s": 0.0, "by_level": {}})
+        w = per_worker.setdefault(str(s["quota"]), {"busy_s": 0.0, "by_level": {}})
         w["busy_s"] += d
         w["by_level"][str(s["level"])] = w["by_level"].get(str(s["level"]), 0.0) + d
         if state_at_end.get(s["trial"]) in ("pruned", "failed", "paused"):
             wasted += d
-    # Where the winning trial ran, segment by segment.
-    winner = [{"quota": owner_quota.get(s["owner"], "?"), "level": s["level"],
-               "s": round((s["end_ms"] - s["start_ms"]) / 1000, 1)}
-              for s in sorted(all_segments, key=lambda s: s["start_ms"]) if s["trial"] == target_trial]
+    winner = []
+    if target_trial is not None:
+        winner = winner_path([s for s in all_segments if s["trial"] == target_trial], created[target_trial],
+                             reached_ms)
     return {
         "reached": reached_ms is not None,
         "time_to_target_s": wall_s if reached_ms is not None else args.cap_s,
         "wall_s": wall_s,
-        "utilization": busy / (len(owner_quota) * wall_s) if wall_s > 0 else float("nan"),
+        "utilization": busy / (len(set(owner_quota)) * wall_s) if wall_s > 0 else float("nan"),
         "wasted_device_s": wasted,
         "busy_device_s": busy,
+        "best_at_cap": best_at_cap,
         "trials": sum(1 for t in trials if t["created_ms"] <= end_ms),
-        "promotions": promotions,
+        "promotions": sum(1 for t in promotions_at if t <= end_ms),
         "best": best,
         "target_trial": target_trial,
         "winner_segments": winner,
@@ -564,44 +688,320 @@ def follow(args, rest, eid, created_ms, owner_quota, procs):
     }
 
 
-# ------------------------------------------------------------- main -------
+# ------------------------------------------------------------- Optuna -----
+
+def read_events(path, offset):
+    """New complete JSON lines of a peer's log from `offset`: (events, offset)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    return [json.loads(line) for line in data[:end].splitlines() if line.strip()], offset + end
+
+
+def move_into(cgroup, pid):
+    """Moves process `pid`, every thread of it, into `cgroup`, and checks."""
+    with open(os.path.join(cgroup.path, "cgroup.procs"), "w") as f:
+        f.write(str(pid))
+    if pid not in cgroup.procs():
+        raise RuntimeError(f"process {pid} is not in {cgroup.path} after moving it there")
+
+
+def run_optuna(args, fleet, seed, run_dir):
+    """Optuna's run: one peer process per fleet member, with the same thread
+    counts as hpo-worker, warm before the clock, then moved into the cgroup
+    an hpo-worker gets; the clock starts when every one of them gets the
+    start byte. They warm up outside their cgroups (importing torch and
+    Optuna and loading the data take 2-3 CPU-seconds, 20 s at 0.125 cores),
+    which only shortens the bench: nothing of it is inside the clock."""
+    quotas = FLEETS[fleet]
+    os.makedirs(run_dir)
+    procs = Processes()
+    logs = [os.path.join(run_dir, f"optuna-events-{i}.jsonl") for i in range(len(quotas))]
+    try:
+        peers = []
+        cgroups = make_cgroups(procs, quotas)
+        for i, cg in enumerate(cgroups):
+            env, threads = thread_env(cg.cpus)
+            # hpo-worker sets this itself (worker/main.cc, PreferPassiveOpenMp).
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
+            argv = ["/usr/bin/python3", PEER, "worker", "--storage", os.path.join(run_dir, "optuna-journal.log"),
+                    "--study", f"hetero-seed{seed}", "--seed", str(seed), "--index", str(i), "--log", logs[i],
+                    "--threads", str(threads), "--steps", str(args.steps),
+                    "--train-examples", str(args.train_examples),
+                    "--samples-per-step", str(args.samples_per_step),
+                    "--validation-fraction", str(args.validation_fraction),
+                    "--pruner", args.optuna_pruner, "--eval-batch", str(args.optuna_eval_batch),
+                    "--data-dir", args.data_dir]
+            peers.append(procs.start(f"optuna worker({i}: {cg.cpus})", argv,
+                                     os.path.join(run_dir, f"optuna-worker-{i}.log"), env=env,
+                                     stdin=subprocess.PIPE))
+        offsets = [0] * len(quotas)
+        events = [[] for _ in quotas]
+
+        def all_ready():
+            for i in range(len(quotas)):
+                evs, offsets[i] = read_events(logs[i], offsets[i])
+                events[i] += evs
+            return all(any(e["event"] == "ready" for e in evs) for evs in events)
+        wait_for("the Optuna workers to be warm", all_ready, 600, procs)
+        load_s = [next(e["load_s"] for e in evs if e["event"] == "ready") for evs in events]
+        for cg, p in zip(cgroups, peers):
+            move_into(cg, p.pid)
+        time.sleep(0.2)  # settled in their cgroups before the clock
+        cpu_before = [cpu_seconds(p.pid) for p in peers]
+        t0 = time.time()
+        for p in peers:
+            p.stdin.write(b"g")
+            p.stdin.flush()
+        log(f"  {len(peers)} Optuna workers warm (load, import and warm-up took {min(load_s):.1f}-"
+            f"{max(load_s):.1f} s), moved into their cgroups; clock started")
+        cap_t = t0 + args.cap_s
+        reached_t, best, last_progress = None, float("nan"), 0.0
+        while True:
+            for i in range(len(quotas)):
+                evs, offsets[i] = read_events(logs[i], offsets[i])
+                events[i] += evs
+                for e in evs:
+                    if e["event"] == "measure" and e["t"] <= cap_t:
+                        best = e["accuracy"] if best != best else max(best, e["accuracy"])
+                        if e["accuracy"] >= args.target and (reached_t is None or e["t"] < reached_t):
+                            reached_t = e["t"]
+            for name, p in procs.procs:
+                if p.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {p.returncode} during the run")
+            now = time.time()
+            if now - last_progress >= 10:
+                last_progress = now
+                n = sum(1 for evs in events for e in evs if e["event"] == "trial")
+                log(f"  t={now - t0:6.1f}s trials={n} best={best:.4f}"
+                    + (f" reached at {reached_t - t0:.1f}s" if reached_t else ""))
+            if now >= cap_t or (args.stop_at_target and reached_t is not None):
+                break
+            time.sleep(0.25)
+        run_s = time.time() - t0
+        effective = {str(i): (cpu_seconds(p.pid) - cpu_before[i]) / run_s for i, p in enumerate(peers)}
+    finally:
+        procs.stop()
+    result = optuna_figures(args, events, quotas, t0, reached_t)
+    result["effective_cores"] = effective
+    result["load_s"] = load_s
+    result["quotas"] = {str(i): q for i, q in enumerate(quotas)}
+    return result
+
+
+def optuna_figures(args, events, quotas, t0, reached_t):
+    """bench/hetero's figures from the peers' logs: each trial is one
+    segment on one worker, from its sampled parameters to its end."""
+    end_t = reached_t if reached_t is not None else t0 + args.cap_s
+    segments, measures = [], []
+    for i, evs in enumerate(events):
+        prev_end = None
+        seg = None
+        for e in evs:
+            if e["event"] == "start":
+                prev_end = e["t"]
+            elif e["event"] == "trial":
+                seg = {"trial": e["trial"], "worker": i, "quota": quotas[i], "level": 0, "start_t": e["t"],
+                       "end_t": None, "state": "running", "space": e["space"], "sampled_after_s": e["t"] - prev_end,
+                       "samples_per_s": []}
+                segments.append(seg)
+            elif e["event"] == "measure":
+                measures.append(dict(e, worker=i))
+                if seg is not None and seg["trial"] == e["trial"]:
+                    seg["samples_per_s"].append(e["samples_per_s"])
+            elif e["event"] == "end" and seg is not None and seg["trial"] == e["trial"]:
+                seg["end_t"], seg["state"] = e["t"], e["state"]
+                prev_end = e["t"]
+    busy = wasted = 0.0
+    per_worker = {}
+    for s in segments:
+        a, b = max(s["start_t"], t0), min(s["end_t"] or float("inf"), end_t)
+        if b <= a:
+            continue
+        d = b - a
+        busy += d
+        w = per_worker.setdefault(str(s["quota"]), {"busy_s": 0.0, "by_level": {}})
+        w["busy_s"] += d
+        w["by_level"]["0"] = w["by_level"].get("0", 0.0) + d
+        if s["state"] == "pruned" and s["end_t"] <= end_t:
+            wasted += d
+    best_at_cap = float("nan")
+    if not args.stop_at_target:
+        at_cap = [m["accuracy"] for m in measures if m["t"] <= t0 + args.cap_s]
+        best_at_cap = max(at_cap) if at_cap else float("nan")
+    winner = []
+    target_trial = None
+    if reached_t is not None:
+        first = min((m for m in measures if m["accuracy"] >= args.target and m["t"] <= reached_t),
+                    key=lambda m: m["t"])
+        target_trial = first["trial"]
+        s = next(s for s in segments if s["trial"] == target_trial)
+        winner = [{"worker": s["worker"], "quota": s["quota"], "level": 0, "at_s": round(s["start_t"] - t0, 1),
+                   "ran_s": round(reached_t - s["start_t"], 1), "waited_s": round(s["sampled_after_s"], 1)}]
+    wall_s = end_t - t0
+    return {
+        "reached": reached_t is not None,
+        "time_to_target_s": wall_s if reached_t is not None else args.cap_s,
+        "wall_s": wall_s,
+        "utilization": busy / (len(quotas) * wall_s) if wall_s > 0 else float("nan"),
+        "wasted_device_s": wasted,
+        "busy_device_s": busy,
+        "best_at_cap": best_at_cap,
+        "trials": sum(1 for s in segments if s["start_t"] <= end_t),
+        "promotions": 0,  # stop-type: a trial goes on or stops, never pauses
+        "best": max((m["accuracy"] for m in measures), default=float("nan")),
+        "target_trial": target_trial,
+        "winner_segments": winner,
+        "per_worker": per_worker,
+        "segments": [dict(s, start_s=round(s["start_t"] - t0, 3),
+                          end_s=None if s["end_t"] is None else round(s["end_t"] - t0, 3)) for s in segments],
+        "same_trial_speed_ratios": {},
+        "resume_reasons": {},
+    }
+
+
+# ------------------------------------------------------------- figures ----
 
 def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+def bootstrap_median_interval(xs, level=0.90):
+    """The `level` interval of the median of xs by the percentile bootstrap,
+    with a fixed seed so that one run's figures print the same twice."""
+    rng = random.Random(BOOTSTRAP_SEED)
+    n = len(xs)
+    meds = sorted(statistics.median(rng.choices(xs, k=n)) for _ in range(BOOTSTRAP_RESAMPLES))
+    lo = meds[int((1 - level) / 2 * BOOTSTRAP_RESAMPLES)]
+    hi = meds[min(BOOTSTRAP_RESAMPLES - 1, int((1 + level) / 2 * BOOTSTRAP_RESAMPLES))]
+    return lo, hi
+
+
+def describe_run(r):
+    """The run's diagnostics on stderr: busy time by quota and level, the
+    winner's path, promotions' reasons, cores used."""
+    parts = ["best={:.4f}".format(r["best"])]
+    parts.append("busy by quota (s, by level): " + "; ".join(
+        f"{q}: {w['busy_s']:.0f} {dict((k, round(v)) for k, v in w['by_level'].items())}"
+        for q, w in sorted(r["per_worker"].items(), reverse=True)))
+    if r["winner_segments"]:
+        ran = sum(s["ran_s"] for s in r["winner_segments"])
+        waited = sum(s["waited_s"] for s in r["winner_segments"])
+        parts.append(f"the winner (trial {r['target_trial']}) ran {ran:.1f} s and waited {waited:.1f} s: " + ", ".join(
+            f"[worker {s['worker']} ({s['quota']}) level {s['level']} at {s['at_s']}s: ran {s['ran_s']}s "
+            f"after waiting {s['waited_s']}s]" for s in r["winner_segments"]))
+    if r.get("resume_reasons"):
+        parts.append(f"promotions by quota and reason: {r['resume_reasons']}")
+    parts.append("cores used by worker: " + ", ".join(
+        f"{i} ({r['quotas'][i]}): {c:.2f}" for i, c in sorted(r["effective_cores"].items(), key=lambda x: int(x[0]))))
+    if r.get("same_trial_speed_ratios"):
+        parts.append(f"same-trial speed ratios: {r['same_trial_speed_ratios']}")
+    return "; ".join(parts)
+
+
+def print_fleet_summary(fleet, workload, policies, results, cap_s):
+    for p in policies:
+        rs = results[p]
+        print(f"bench=hetero_median fleet={fleet} workload={workload} policy={p} seeds={len(rs)} "
+              f"time_to_target_s={median([r['time_to_target_s'] for r in rs]):.1f} "
+              f"best_at_cap={median([r['best_at_cap'] for r in rs]):.4f} "
+              f"reached={sum(r['reached'] for r in rs)}/{len(rs)} "
+              f"utilization={median([r['utilization'] for r in rs]):.3f}", flush=True)
+    if "default" in policies:
+        for p in policies:
+            if p == "default":
+                continue
+            ratios = [r["time_to_target_s"] / d["time_to_target_s"] for r, d in zip(results[p], results["default"])]
+            if not ratios:
+                continue
+            lo, hi = bootstrap_median_interval(ratios)
+            print(f"bench=hetero_ratio fleet={fleet} workload={workload} policy={p} vs=default "
+                  f"ratio={median(ratios):.2f} lo={lo:.2f} hi={hi:.2f}", flush=True)
+    else:
+        log("no ratios: --policies does not include default")
+    # What the fleet really was: the cores each worker used, and how much
+    # faster it trained the same trials (medians over every run).
+    every = [r for p in policies for r in results[p]]
+    by_quota = {}
+    for r in every:
+        for i, c in r["effective_cores"].items():
+            by_quota.setdefault(r["quotas"][i], []).append(c)
+    ratios = {}
+    for r in every:
+        for k, v in r.get("same_trial_speed_ratios", {}).items():
+            ratios.setdefault(k, []).extend(v)
+    print(f"bench=hetero_fleet fleet={fleet} workload={workload} quotas=" + ",".join(str(q) for q in FLEETS[fleet])
+          + " cores_used=" + ",".join(f"{q}:{median(v):.2f}" for q, v in sorted(by_quota.items(), reverse=True))
+          + "".join(f" same_trial_speed_{k}={median(v):.2f}(n={len(v)})" for k, v in sorted(ratios.items())),
+          flush=True)
+
+
+# ------------------------------------------------------------- main -------
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(REPO, "build"), help="the CMake build directory")
-    ap.add_argument("--seeds", type=int, default=5, help="seeds 1..N, each run under every policy")
+    ap.add_argument("--fleet", default="3,7", help="fleets to run, of 3 and 7 (see above)")
+    ap.add_argument("--workload", default="default", choices=sorted(WORKLOADS))
+    ap.add_argument("--seeds", type=int, default=10, help="seeds 1..N, each run under every policy")
     ap.add_argument("--first-seed", type=int, default=1)
     ap.add_argument("--policies", default=",".join(POLICIES))
-    ap.add_argument("--target", type=float, default=0.88, help="validation accuracy to reach")
-    ap.add_argument("--cap-s", type=float, default=135, help="a run that has not reached the target by then stops")
-    ap.add_argument("--quotas", default="1.0,0.5,0.25", help="CPU cores of each worker's cgroup")
-    ap.add_argument("--train-examples", type=int, default=8000, help="executor.builtin.args.max_train_samples")
-    ap.add_argument("--epochs", type=int, default=8, help="budget.steps_per_trial (ASHA rungs at 1, 3, 8)")
-    ap.add_argument("--samples-per-step", type=int, default=0,
+    ap.add_argument("--cap-s", type=float, help="every run stops then (default: the workload's)")
+    ap.add_argument("--stop-at-target", action="store_true",
+                    help="end each run at the target instead of the cap (shorter; no best_at_cap)")
+    ap.add_argument("--target", type=float, help="validation accuracy to reach (default: the workload's)")
+    ap.add_argument("--train-examples", type=int, help="executor.builtin.args.max_train_samples")
+    ap.add_argument("--steps", type=int, help="budget.steps_per_trial")
+    ap.add_argument("--samples-per-step", type=int,
                     help="executor.builtin.args.samples_per_step: examples per step (0: a pass over the training set)")
-    ap.add_argument("--validation-fraction", type=float, default=0.1,
+    ap.add_argument("--validation-fraction", type=float,
                     help="executor.builtin.args.validation_fraction: of the training set, held out and scored every step")
     ap.add_argument("--max-trials", type=int, default=200)
-    ap.add_argument("--sampler", default="tpe")
+    ap.add_argument("--sampler", help="algorithm.sampler for HeteroTune's runs (default: the shipped default)")
+    ap.add_argument("--optuna-pruner", default="sha", choices=("sha", "hyperband", "median", "none"),
+                    help="the peer's pruner (bench/peers/optuna_hetero.py)")
+    ap.add_argument("--optuna-eval-batch", type=int, default=256,
+                    help="the peer's evaluation mini-batch (2000: the built-in trainer's chunks)")
     ap.add_argument("--data-dir", default=DEFAULT_DATA)
     ap.add_argument("--dir", help="keep every run's logs, spec and result.json here (default: a temp dir, removed)")
     args = ap.parse_args()
-    args.quotas = [float(q) for q in args.quotas.split(",")]
+
+    workload = WORKLOADS[args.workload]
+    custom = False
+    for key in ("train_examples", "samples_per_step", "steps", "validation_fraction", "target"):
+        if getattr(args, key) is None:
+            setattr(args, key, workload[key])
+        elif getattr(args, key) != workload[key]:
+            custom = True
+    if args.cap_s is None:
+        args.cap_s = workload["cap_s"]
+    workload_name = "custom" if custom else args.workload
+    try:
+        fleets = [int(f) for f in args.fleet.split(",")]
+    except ValueError:
+        fleets = [0]
+    if any(f not in FLEETS for f in fleets):
+        sys.exit(f"--fleet: one or more of {', '.join(str(f) for f in FLEETS)}, not '{args.fleet}'")
     args.server = os.path.join(args.build, "server", "hpo-server")
     args.worker = os.path.join(args.build, "worker", "hpo-worker")
     policies = args.policies.split(",")
     for p in policies:
         if p not in POLICIES:
             sys.exit(f"--policies: '{p}' is not one of {', '.join(POLICIES)}")
-    for b in (args.server, args.worker):
-        if not os.access(b, os.X_OK):
-            sys.exit(f"{b} is missing: build it (cmake -DHPO_BUILD_WORKER=ON; --target hpo-server hpo-worker)")
-    if not os.path.isfile(os.path.join(args.data_dir, "train-images-idx3-ubyte.gz")) and not os.path.isfile(
-            os.path.join(args.data_dir, "train-images-idx3-ubyte")):
+    if any(p != "optuna" for p in policies):
+        for b in (args.server, args.worker):
+            if not os.access(b, os.X_OK):
+                sys.exit(f"{b} is missing: build it (cmake -DHPO_BUILD_WORKER=ON; --target hpo-server hpo-worker)")
+    if "optuna" in policies:
+        check = subprocess.run(["/usr/bin/python3", "-c", "import optuna, torch"], capture_output=True)
+        if check.returncode != 0:
+            sys.exit("policy optuna needs Debian's python3-optuna and python3-torch (scripts/setup installs them): "
+                     + check.stderr.decode(errors="replace").strip().splitlines()[-1])
+    if not os.path.isfile(os.path.join(args.data_dir, "train-images-idx3-ubyte.gz")):
         sys.exit(f"--data-dir {args.data_dir}: no Fashion-MNIST there (apt-get install dataset-fashion-mnist)")
     if os.geteuid() != 0:
         sys.exit("bench/hetero makes CPU cgroups: run it as root")
@@ -609,60 +1009,62 @@ def main():
         sys.exit("--seeds >= 1, --cap-s > 0 and 0 < --target < 1 are required")
 
     base, keep = start_run(CGROUP_PREFIX, args.dir)
-    log(f"runs in {base}; target accuracy {args.target}, cap {args.cap_s:.0f} s, quotas {args.quotas}, "
-        f"{args.train_examples} training examples, {args.epochs} epochs")
-    results = {p: [] for p in policies}
+    n_runs = len(fleets) * args.seeds * len(policies)
+    # A run lasts the cap plus its start-up (server, workers, their data and
+    # warm-up in their cgroups): a first guess, then what the runs took.
+    startup_guess = {3: 7.0, 7: 11.0}
+    took = {f: [] for f in fleets}
+
+    def eta_s(done_by_fleet):
+        left = 0.0
+        for f in fleets:
+            per = median(took[f]) if took[f] else (args.cap_s if not args.stop_at_target else args.cap_s / 2) \
+                + startup_guess[f]
+            left += per * (args.seeds * len(policies) - done_by_fleet[f])
+        return left
+    done = {f: 0 for f in fleets}
+    log(f"runs in {base}; fleets {fleets}, workload {workload_name} ({args.train_examples} training examples, "
+        f"{args.samples_per_step or 'a pass'} per step, {args.steps} steps, target {args.target}), cap "
+        f"{args.cap_s:.0f} s, seeds {args.first_seed}..{args.first_seed + args.seeds - 1}, policies {policies}: "
+        f"{n_runs} runs, about {eta_s(done) / 60:.0f} minutes")
     started = time.time()
+    k = 0
     try:
-        for seed in range(args.first_seed, args.first_seed + args.seeds):
-            for policy in policies:  # interleaved: machine noise hits every policy alike
-                r = run_one(args, seed, policy, os.path.join(base, f"seed{seed}-{policy}"))
-                results[policy].append(r)
-                print(f"bench=hetero seed={seed} policy={policy} time_to_target_s={r['time_to_target_s']:.1f} "
-                      f"utilization={r['utilization']:.3f} wasted_device_s={r['wasted_device_s']:.1f} "
-                      f"trials={r['trials']} promotions={r['promotions']} reached={int(r['reached'])}", flush=True)
-                log(f"  best={r['best']:.4f} busy by quota (s, by level): "
-                    + "; ".join(f"{q}: {w['busy_s']:.0f} {dict((k, round(v)) for k, v in w['by_level'].items())}"
-                                for q, w in sorted(r["per_worker"].items(), reverse=True))
-                    + f"; the winner's segments: {r['winner_segments']}; promotions by quota and reason: "
-                    + f"{r['resume_reasons']}; cores used by quota: "
-                    + ", ".join(f"{q}: {c:.2f}" for q, c in sorted(r["effective_cores"].items(), reverse=True))
-                    + f"; same-trial speed ratios: {r['same_trial_speed_ratios']}; elapsed {time.time() - started:.0f} s")
+        for fleet in fleets:
+            results = {p: [] for p in policies}
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
+                for policy in policies:  # interleaved: machine noise hits every policy alike
+                    k += 1
+                    log(f"run {k}/{n_runs}: fleet={fleet} seed={seed} policy={policy}")
+                    run_dir = os.path.join(base, f"fleet{fleet}-seed{seed}-{policy}")
+                    t = time.time()
+                    if policy == "optuna":
+                        r = run_optuna(args, fleet, seed, run_dir)
+                    else:
+                        r = run_heterotune(args, fleet, seed, policy, run_dir)
+                    r.update({"fleet": fleet, "workload": workload_name, "seed": seed, "policy": policy})
+                    with open(os.path.join(run_dir, "result.json"), "w") as f:
+                        json.dump(r, f, indent=1)
+                    took[fleet].append(time.time() - t)
+                    done[fleet] += 1
+                    results[policy].append(r)
+                    print(f"bench=hetero fleet={fleet} workload={workload_name} seed={seed} policy={policy} "
+                          f"time_to_target_s={r['time_to_target_s']:.1f} utilization={r['utilization']:.3f} "
+                          f"best_at_cap={r['best_at_cap']:.4f} wasted_device_s={r['wasted_device_s']:.1f} "
+                          f"trials={r['trials']} promotions={r['promotions']} reached={int(r['reached'])}",
+                          flush=True)
+                    log("  " + describe_run(r))
+                    left = eta_s(done)
+                    log(f"  run took {time.time() - t:.0f} s; elapsed {(time.time() - started) / 60:.1f} min, "
+                        f"about {left / 60:.0f} min left (done at {time.strftime('%H:%M', time.localtime(time.time() + left))})")
+            print_fleet_summary(fleet, workload_name, policies, results, args.cap_s)
     except KeyboardInterrupt as e:
         log(f"interrupted ({e}): processes stopped, cgroups removed")
         sys.exit(130)
     finally:
         if not keep:
             shutil.rmtree(base, ignore_errors=True)
-
-    med = {}
-    for p in policies:
-        rs = results[p]
-        med[p] = median([r["time_to_target_s"] for r in rs])
-        print(f"bench=hetero_median policy={p} seeds={len(rs)} time_to_target_s={med[p]:.1f} "
-              f"utilization={median([r['utilization'] for r in rs]):.3f} "
-              f"wasted_device_s={median([r['wasted_device_s'] for r in rs]):.1f} "
-              f"reached={sum(r['reached'] for r in rs)}/{len(rs)}", flush=True)
-    # What the fleet really was: the cores each worker used, and how much
-    # faster it trained the same trials (medians over every run).
-    every = [r for p in policies for r in results[p]]
-    cores = [median([r["effective_cores"][str(q)] for r in every]) for q in args.quotas]
-    ratios = {}
-    for r in every:
-        for k, v in r["same_trial_speed_ratios"].items():
-            ratios.setdefault(k, []).extend(v)
-    print("bench=hetero_fleet quotas=" + ",".join(str(q) for q in args.quotas)
-          + " cores_used=" + ",".join(f"{c:.2f}" for c in cores)
-          + "".join(f" same_trial_speed_{k}={median(v):.2f}(n={len(v)})" for k, v in sorted(ratios.items())),
-          flush=True)
-    goals = {"fifo": 1.5, "shadho": 1.2}
-    if "speed" in med:
-        for p, goal in goals.items():
-            if p in med:
-                ratio = med[p] / med["speed"]
-                print(f"bench=hetero_ratio policy={p} vs=speed time_to_target_ratio={ratio:.2f} goal={goal} "
-                      f"met={'yes' if ratio >= goal else 'no'}", flush=True)
-    log(f"done in {time.time() - started:.0f} s")
+    log(f"done in {(time.time() - started) / 60:.1f} min")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ Optuna as its users would set it up for this job:
   storage  JournalStorage(JournalFileStorage(path)): Optuna 3.1's storage for
            several processes on one machine without a database server; its
            RDB storage documentation says "We would never recommend SQLite3
-           for parallel optimization".
+           for parallel optimization". With Optuna 3.6's fix of a reader's
+           race (journal_storage below).
   spaces   one study; the model is a categorical parameter ("space": mlp or
            cnn) and each model's parameters are conditional on it, named
            "<space>_<param>" (the two spaces give lr, width and dropout
@@ -337,6 +338,39 @@ def make_pruner(name, steps):
     raise ValueError(f"--pruner {name}: sha, hyperband, median or none")
 
 
+def journal_storage(path):
+    """Optuna 3.1's JournalFileStorage, whose reads see only whole lines.
+
+    Its read_logs reads without the writers' lock, so it can meet a line
+    that another process is still appending; when the rest of that line
+    arrives within the same read it raises JSONDecodeError and the worker
+    dies (optuna/optuna#5138, fixed in Optuna 3.6 by #5195). A worker
+    throttled to 0.125 cores is often descheduled mid-write, and seven of
+    them met it in the first run. Here a read takes the lines complete when
+    it began and leaves the rest for the next read, as the fix does."""
+    from optuna.storages import JournalFileStorage, JournalStorage
+
+    class WholeLines(JournalFileStorage):
+        def read_logs(self, log_number_from):
+            with open(self._file_path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                number, offset = 0, 0
+                if log_number_from in self._log_number_offset:
+                    number, offset = log_number_from, self._log_number_offset[log_number_from]
+                f.seek(offset)
+                data = f.read(max(0, size - offset))
+            logs = []
+            for line in data[:data.rfind(b"\n") + 1].splitlines(keepends=True):
+                offset += len(line)
+                self._log_number_offset.setdefault(number + 1, offset)
+                if number >= log_number_from:
+                    logs.append(json.loads(line))
+                number += 1
+            return logs
+
+    return JournalStorage(WholeLines(path))
+
+
 class Log:
     def __init__(self, path):
         self.f = open(path, "a", buffering=1)
@@ -349,14 +383,13 @@ def worker(args):
     set_threads(args.threads)
     t0 = time.monotonic()
     import optuna
-    from optuna.storages import JournalFileStorage, JournalStorage
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     import warnings
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     log = Log(args.log)
     data = Data(args.data_dir)
     warm_up()
-    storage = JournalStorage(JournalFileStorage(args.storage))
+    storage = journal_storage(args.storage)
     study = optuna.create_study(study_name=args.study, storage=storage, direction="maximize",
                                 load_if_exists=True,
                                 sampler=optuna.samplers.TPESampler(seed=args.seed * 1000 + args.index,
