@@ -1012,7 +1012,7 @@ def main():
     n_runs = len(fleets) * args.seeds * len(policies)
     # A run lasts the cap plus its start-up (server, workers, their data and
     # warm-up in their cgroups): a first guess, then what the runs took.
-    startup_guess = {3: 7.0, 7: 11.0}
+    startup_guess = {3: 8.0, 7: 13.0}
     took = {f: [] for f in fleets}
 
     def eta_s(done_by_fleet):
