@@ -167,6 +167,77 @@ class GrpcWorkerServiceTest : public ::testing::Test {
   std::map<int64_t, std::string> sessions_;  // GUARDED_BY(sessions_mu_)
 };
 
+// A lease with nothing to run waits for work when it asks to (a long
+// poll): an experiment created while it waits is its answer, where a lease
+// that does not wait is told to retry.
+TEST_F(GrpcWorkerServiceTest, ALeaseThatWaitsIsAnsweredByWorkThatAppears) {
+  auto [worker, device] = RegisterCpuWorker("node-1");
+  v1::LeaseResponse at_once;
+  ASSERT_TRUE(Lease(worker, device, &at_once).ok());
+  EXPECT_FALSE(at_once.has_trial());
+  EXPECT_GT(at_once.retry_after_ms(), 0);
+
+  v1::LeaseResponse waited;
+  ::grpc::Status called;
+  std::thread lease([&] {
+    v1::LeaseRequest req;
+    req.set_worker_id(worker);
+    req.set_session(SessionOf(worker));
+    req.set_device_id(device);
+    req.set_max_wait_ms(60'000);  // beyond the server's bound: it waits 5 s at most
+    called = stub_->Lease(Ctx().get(), req, &waited);
+  });
+  for (int i = 0; i < 500 && service_->waiting_leases() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(service_->waiting_leases(), 1) << "the lease did not wait";
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 2, 1));
+  ASSERT_TRUE(e.ok()) << e.status();
+  lease.join();
+  ASSERT_TRUE(called.ok()) << called.error_message();
+  ASSERT_TRUE(waited.has_trial()) << "the waiting lease was not given the new experiment's trial";
+  EXPECT_EQ(waited.trial().experiment_id(), e->id);
+  EXPECT_EQ(service_->waiting_leases(), 0);
+}
+
+// The server's bound on waiting leases: past it a lease is answered at
+// once, as without a wait.
+TEST(GrpcWorkerServiceBounds, PastTheBoundOnWaitingLeasesALeaseIsAnsweredAtOnce) {
+  testing::SqliteBackend backend;
+  auto s = store::OpenStore(backend.url(), {});
+  ASSERT_TRUE(s.ok()) << s.status();
+  Engine engine(**s, {});
+  WorkerServiceOptions options;
+  options.max_waiting_leases = 0;
+  WorkerServiceImpl service(engine, options);
+  auto server = GrpcServer::Start("127.0.0.1:0", &service);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::WorkerService::NewStub(
+      ::grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()), ::grpc::InsecureChannelCredentials()));
+  v1::RegisterRequest reg;
+  reg.set_host("node-1");
+  v1::Device d;
+  d.set_kind(v1::DEVICE_KIND_CPU);
+  d.set_name("Test CPU");
+  d.set_cores(1);
+  *reg.add_devices() = d;
+  v1::RegisterResponse registered;
+  ::grpc::ClientContext rc;
+  ASSERT_TRUE(stub->Register(&rc, reg, &registered).ok());
+  v1::LeaseRequest req;
+  req.set_worker_id(registered.worker_id());
+  req.set_session(registered.session());
+  req.set_device_id(registered.device_ids(0));
+  req.set_max_wait_ms(5000);
+  v1::LeaseResponse res;
+  ::grpc::ClientContext lc;
+  lc.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  ASSERT_TRUE(stub->Lease(&lc, req, &res).ok());
+  EXPECT_FALSE(res.has_trial());
+  EXPECT_EQ(res.retry_after_ms(), options.retry_after_ms) << "it waited: a waited lease says to ask again soon";
+  (*server)->Shutdown(std::chrono::seconds(1));
+}
+
 TEST_F(GrpcWorkerServiceTest, RegisterStoresDevicesWithClassesFromWhatWasReported) {
   v1::RegisterRequest req;
   req.set_host("node-7");

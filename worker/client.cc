@@ -69,6 +69,9 @@ std::string Describe(const grpc::Status& s) {
   return name + ": " + s.error_message();
 }
 
+// How long a Lease with nothing to run may wait on the server for work
+// (LeaseRequest.max_wait_ms).
+constexpr int64_t kLeaseWaitMs = 2000;
 // The most data one CheckpointChunk carries (worker.proto).
 constexpr size_t kChunkBytes = size_t{1} << 20;
 
@@ -91,6 +94,8 @@ int64_t Jittered(int64_t ms) {
   thread_local std::minstd_rand rng(std::random_device{}());
   return std::uniform_int_distribution<int64_t>(ms / 2, ms)(rng);
 }
+
+double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 }  // namespace
 
@@ -318,11 +323,14 @@ struct WorkerClient::Impl {
                                                                                      : v1::SYSTEM_CHANGE_FIXED;
       }
       v1::ReportResponse res;
+      const auto sent = Clock::now();
       grpc::Status s = w_.WithRetry("report", [&] {
         grpc::ClientContext ctx;
         w_.Prepare(ctx);
         return w_.stub->Report(&ctx, req, &res);
       });
+      report_ms_ += MsSince(sent);
+      if (reports_++ == 0) first_reported_ = Clock::now();
       if (!s.ok()) {
         // The lease is gone (expired, or the trial ended): nothing more to do.
         spdlog::warn("trial {}: report refused ({}); stopping it", trial_id_, s.error_message());
@@ -356,6 +364,12 @@ struct WorkerClient::Impl {
     bool stopped_by_server() const { return stop_; }
     // The step of the last report the server acknowledged (0: none).
     int64_t last_step() const { return last_step_; }
+    // The wall time of this trial's Report calls, retries included, and
+    // their number. REQUIRES: the executor's thread, or after Run returned.
+    double report_ms() const { return report_ms_; }
+    int64_t reports() const { return reports_; }
+    // When the first Report call returned (reports() > 0).
+    Clock::time_point first_reported() const { return first_reported_; }
 
    private:
     Impl& w_;
@@ -363,8 +377,51 @@ struct WorkerClient::Impl {
     const SystemChanges declared_;
     std::atomic<bool> stop_{false};
     std::atomic<int64_t> last_step_{0};
+    double report_ms_ = 0;
+    int64_t reports_ = 0;
+    Clock::time_point first_reported_;
     mutable Mutex mu_;
     json new_system_ HPO_GUARDED_BY(mu_) = json::object();
+  };
+
+  // A segment's overheads, logged in one line at info level when it is
+  // destroyed (client.h gives the format, which bench/hetero reads).
+  class SegmentLog {
+   public:
+    SegmentLog(int64_t trial_id, int64_t resume_step, Clock::time_point leased, const GrpcReporter& reporter)
+        : trial_id_(trial_id), resume_step_(resume_step), leased_(leased), reporter_(reporter) {}
+    ~SegmentLog() {
+      const double first_report_ms =
+          reporter_.reports() > 0
+              ? std::chrono::duration<double, std::milli>(reporter_.first_reported() - leased_).count()
+              : -1;
+      spdlog::info("segment trial={} resume_step={} end={} lease_to_first_step_ms={:.0f} checkpoint_restore_ms={:.0f} "
+                   "checkpoint_save_ms={:.0f} report_ms={:.0f} reports={} lease_to_first_report_ms={:.0f} "
+                   "eval_ms={:.0f} segment_ms={:.0f}",
+                   trial_id_, resume_step_, end, lease_to_first_step_ms_, restore_ms, save_ms,
+                   reporter_.report_ms(), reporter_.reports(), first_report_ms, eval_ms_, MsSince(leased_));
+    }
+    // A run of the executor that began at `started`: its own overheads, and
+    // its first step's start (a second run, from step 1 after a checkpoint
+    // it could not restore, replaces the first's).
+    void Ran(Clock::time_point started, const Result<RunResult>& result) {
+      const RunResult::Overheads o = result.ok() ? result->overheads : RunResult::Overheads{};
+      lease_to_first_step_ms_ = std::chrono::duration<double, std::milli>(started - leased_).count() + o.setup_ms;
+      restore_ms += o.restore_ms;
+      save_ms += o.save_ms;
+      eval_ms_ += o.eval_ms;
+    }
+
+    const char* end = "left";  // completed, failed, paused, stopped, or left to the server
+    double restore_ms = 0;     // download, unpack and the executor's restore
+    double save_ms = 0;        // the executor's save, the archive and its upload
+
+   private:
+    const int64_t trial_id_, resume_step_;
+    const Clock::time_point leased_;
+    const GrpcReporter& reporter_;
+    double lease_to_first_step_ms_ = -1;  // -1: no run
+    double eval_ms_ = 0;
   };
 
   // Renews a trial's lease every heartbeat_ms while it lives, and stops the
@@ -610,17 +667,20 @@ struct WorkerClient::Impl {
   }
 
   // After a kPause: uploads what the executor saved, then pauses the trial,
-  // with or without its checkpoint.
-  void PauseTrial(const TrialRun& run, TrialScratch& scratch, const RunResult& result, int64_t step) {
+  // with or without its checkpoint. Returns the milliseconds the archive and
+  // its upload took.
+  double PauseTrial(const TrialRun& run, TrialScratch& scratch, const RunResult& result, int64_t step) {
     std::string problem = result.checkpoint_error;
     if (result.checkpoint_saved && !scratch.ok()) problem = scratch.error();
     bool uploaded = false;
+    const auto packing = Clock::now();
     if (result.checkpoint_saved && scratch.ok()) {
       Status s = PackDirectory(scratch.state(), scratch.archive());
       if (s.ok()) s = UploadCheckpoint(run.trial_id, step, scratch.archive());
       uploaded = s.ok();
       if (!s.ok()) problem = s.message();
     }
+    const double upload_ms = MsSince(packing);
     v1::PauseRequest req;
     const Identity me = identity();
     req.set_worker_id(me.worker_id);
@@ -641,11 +701,13 @@ struct WorkerClient::Impl {
     } else {
       spdlog::warn("trial {} paused after step {} without a checkpoint: {}", run.trial_id, step, problem);
     }
+    return upload_ms;
   }
 
   // Runs one leased trial; returns when it is complete, failed, paused or
   // stopped.
   void RunTrial(const v1::Trial& t, const DeviceSpec& device, int64_t device_id) {
+    const auto leased = Clock::now();
     TrialRun run = ToRun(t, device);
     spdlog::info("trial {} (experiment {}, space {}, attempt {}) on {}: {}", run.trial_id,
                  run.experiment_id, run.space, run.attempt, device.device, run.params.dump());
@@ -661,8 +723,11 @@ struct WorkerClient::Impl {
     } else if (run.stop_step > 0 || run.resume_step > 0) {
       spdlog::warn("trial {}: no checkpoint directory: {}", run.trial_id, scratch.error());
     }
+    SegmentLog segment(run.trial_id, run.resume_step, leased, reporter);
     if (run.resume_step > 0) {
+      const auto restoring = Clock::now();
       Status restored = RestoreCheckpoint(run, scratch);
+      segment.restore_ms += MsSince(restoring);
       if (!restored.ok()) {
         // Never resume from a checkpoint that did not arrive whole.
         scratch.Clear();
@@ -683,8 +748,11 @@ struct WorkerClient::Impl {
       }
     }
     auto execute = [&] {
-      return executor ? executor->Run(run, reporter)
-                      : Result<RunResult>(Status::Unimplemented("no executor for this trial"));
+      const auto started = Clock::now();
+      Result<RunResult> ran = executor ? executor->Run(run, reporter)
+                                       : Result<RunResult>(Status::Unimplemented("no executor for this trial"));
+      segment.Ran(started, ran);
+      return ran;
     };
     Result<RunResult> result = execute();
     if (result.ok() && !result->restore_error.empty()) {
@@ -692,11 +760,13 @@ struct WorkerClient::Impl {
       result = execute();
     }
     if (result.ok() && result->paused && !result->stopped) {
-      PauseTrial(run, scratch, *result, reporter.last_step());
+      segment.end = "paused";
+      segment.save_ms += PauseTrial(run, scratch, *result, reporter.last_step());
       return;
     }
 
     if (result.ok() && result->stopped) {
+      segment.end = "stopped";
       spdlog::info("trial {} stopped", run.trial_id);
       return;  // pruned, cancelled, or abandoned on shutdown: the server knows
     }
@@ -712,6 +782,7 @@ struct WorkerClient::Impl {
       req.set_reason(result.status().message());
     }
     if (result.ok()) req.set_log_tail(result->log_tail);
+    segment.end = result.ok() ? "completed" : "failed";
     v1::CompleteResponse res;
     grpc::Status s = WithRetry("complete", [&] {
       grpc::ClientContext ctx;
@@ -740,6 +811,10 @@ struct WorkerClient::Impl {
         req.set_session(identity_.session);
       }
       req.set_device_id(device_id);
+      // A long poll: with nothing to run, the server answers as soon as
+      // work appears, or after this long. Short, so that a worker asked to
+      // stop waits little for its call.
+      req.set_max_wait_ms(kLeaseWaitMs);
       v1::LeaseResponse res;
       grpc::Status s;
       {

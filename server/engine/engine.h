@@ -44,6 +44,7 @@
 #include "scheduler/speed_model.h"
 #include "server/engine/fleet_view.h"
 #include "server/engine/trial_view.h"
+#include "server/engine/work_signal.h"
 #include "server/metrics/metrics.h"
 #include "server/spec/spec.h"
 #include "server/store/artifact_store.h"
@@ -347,6 +348,16 @@ class Engine {
   // reached it - end as if expired, so their trials run again at once.
   Result<std::optional<Lease>> LeaseForWorker(const WorkerCaller& caller, store::Id device_id,
                                               const std::optional<std::vector<store::Id>>& held = std::nullopt);
+  // What a lease that found nothing waits on before it asks again (a long
+  // poll): the count of this engine's changes that may give an idle device
+  // work (an experiment or trial created; a trial paused, finished,
+  // requeued or restarted), and a wait until it moves past `seen` or
+  // `deadline` passes (the count then). Another replica's changes do not
+  // move it: a wait on one of several servers ends at its deadline.
+  uint64_t WorkEpoch() const { return work_.Epoch(); }
+  uint64_t WaitForWork(uint64_t seen, std::chrono::steady_clock::time_point deadline) const {
+    return work_.WaitChange(seen, deadline);
+  }
   // For an ask/tell client: `count` new trials, leased to kClientOwner.
   // FailedPrecondition: not a client experiment, or it has ended.
   Result<std::vector<Lease>> Suggest(store::Id experiment_id, int count);
@@ -657,8 +668,16 @@ class Engine {
   std::chrono::steady_clock::time_point running_experiments_read_ HPO_GUARDED_BY(experiments_mu_);
 
   void Emit(std::string type, nlohmann::json data) const {
+    // What may give an idle device work: a new experiment or trial, a
+    // trial that paused (a rung's results changed: one may be promotable)
+    // or left its device (finished, requeued, restarted).
+    if (type == "experiment.created" || type == "trial.created" || type == "trial.paused" ||
+        type == "trial.finished" || type == "trial.requeued" || type == "trial.restarted") {
+      work_.Notify();
+    }
     if (options_.on_event) options_.on_event(std::move(type), data);
   }
+  mutable WorkSignal work_;
 
   store::Store& store_;
   EngineOptions options_;

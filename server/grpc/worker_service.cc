@@ -336,7 +336,7 @@ Status WorkerServiceImpl::Authenticate(const ::grpc::ServerContext& context) con
 ::grpc::Status WorkerServiceImpl::Lease(::grpc::ServerContext* context,
                                         const hpo::v1::LeaseRequest* request,
                                         hpo::v1::LeaseResponse* response) {
-  return Serve(Authenticate(*context), [&] { return DoLease(*request, *response); });
+  return Serve(Authenticate(*context), [&] { return DoLease(*request, *response, context); });
 }
 
 ::grpc::Status WorkerServiceImpl::Report(::grpc::ServerContext* context,
@@ -505,12 +505,46 @@ Status WorkerServiceImpl::DoRegister(const hpo::v1::RegisterRequest& request,
   return Status::OK();
 }
 
-Status WorkerServiceImpl::DoLease(const hpo::v1::LeaseRequest& request,
-                                  hpo::v1::LeaseResponse& response) {
+Status WorkerServiceImpl::DoLease(const hpo::v1::LeaseRequest& request, hpo::v1::LeaseResponse& response,
+                                  ::grpc::ServerContext* context) {
   std::optional<std::vector<store::Id>> held;
   if (request.lists_held()) held.emplace(request.held_trial_ids().begin(), request.held_trial_ids().end());
-  HPO_ASSIGN_OR_RETURN(std::optional<server::Lease> a,
-                       engine_.LeaseForWorker({request.worker_id(), request.session()}, request.device_id(), held));
+  const WorkerCaller caller{request.worker_id(), request.session()};
+  // Read before the first try: a change between that try and the wait
+  // below is then not missed.
+  uint64_t epoch = engine_.WorkEpoch();
+  HPO_ASSIGN_OR_RETURN(std::optional<server::Lease> a, engine_.LeaseForWorker(caller, request.device_id(), held));
+  const int64_t wait_ms = std::clamp<int64_t>(request.max_wait_ms(), 0, options_.max_lease_wait_ms);
+  if (!a && wait_ms > 0) {
+    // A long poll: wait for a change that may give this device work, and
+    // ask again, until the request's wait is over. The held list was
+    // applied by the first try.
+    if (++waiting_leases_ <= options_.max_waiting_leases) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+      // In slices, so that a call the worker gave up on, or that the
+      // server's shutdown cancelled, stops waiting within one.
+      constexpr auto kSlice = std::chrono::milliseconds(250);
+      while (!a && std::chrono::steady_clock::now() < deadline && !context->IsCancelled()) {
+        const uint64_t now = engine_.WaitForWork(epoch, std::min(deadline, std::chrono::steady_clock::now() + kSlice));
+        if (now == epoch) continue;  // a slice passed without a change
+        epoch = now;
+        auto again = engine_.LeaseForWorker(caller, request.device_id());
+        if (!again.ok()) {
+          --waiting_leases_;
+          return again.status();
+        }
+        a = std::move(again).value();
+      }
+      --waiting_leases_;
+      if (!a) {
+        // It waited: ask again soon, the next wait starts at once.
+        response.set_retry_after_ms(std::min<int64_t>(options_.retry_after_ms, 100));
+        return Status::OK();
+      }
+    } else {
+      --waiting_leases_;
+    }
+  }
   if (!a) {
     response.set_retry_after_ms(options_.retry_after_ms);
     return Status::OK();

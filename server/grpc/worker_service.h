@@ -12,6 +12,7 @@
 
 #include <grpcpp/server.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -38,6 +39,12 @@ struct WorkerServiceOptions {
   std::string token;
   // What Lease answers when there is nothing to run now.
   int64_t retry_after_ms = 1000;
+  // The longest a Lease with nothing to run waits for work
+  // (LeaseRequest.max_wait_ms, bounded by this), and how many may wait at
+  // once: each holds one of gRPC's threads, so past the bound a lease is
+  // answered at once, as without a wait.
+  int64_t max_lease_wait_ms = 5000;
+  int max_waiting_leases = 256;
   // The server's own deadline for a checkpoint upload, whatever deadline
   // (or none) its worker set: upload_deadline_base plus its announced size
   // at upload_min_bytes_per_sec, counted from its first chunk; a stream
@@ -201,10 +208,15 @@ class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
                                       const hpo::v1::DownloadCheckpointRequest* request,
                                       ::grpc::ServerWriterInterface<hpo::v1::CheckpointChunk>* writer);
 
+  // Lease calls waiting for work now (LeaseRequest.max_wait_ms).
+  int waiting_leases() const { return waiting_leases_.load(); }
+
  private:
   Status Authenticate(const ::grpc::ServerContext& context) const;
   Status DoRegister(const hpo::v1::RegisterRequest& request, hpo::v1::RegisterResponse& response);
-  Status DoLease(const hpo::v1::LeaseRequest& request, hpo::v1::LeaseResponse& response);
+  // `context` ends a long poll early: the call was cancelled.
+  Status DoLease(const hpo::v1::LeaseRequest& request, hpo::v1::LeaseResponse& response,
+                 ::grpc::ServerContext* context);
   Status DoReport(const hpo::v1::ReportRequest& request, hpo::v1::ReportResponse& response);
   Status DoComplete(const hpo::v1::CompleteRequest& request);
   Status DoHeartbeat(const hpo::v1::HeartbeatRequest& request,
@@ -219,6 +231,7 @@ class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
   const WorkerServiceOptions options_;
   const std::string expected_token_;  // empty: no auth
   CheckpointUploads uploads_;
+  std::atomic<int> waiting_leases_{0};  // Leases waiting for work now (max_waiting_leases)
 };
 
 // The protocol's Trial for a lease, as Lease answers it: the trial's
