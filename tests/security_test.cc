@@ -163,7 +163,7 @@ TEST_F(SecurityTest, EveryRestRouteNeedsTheToken) {
   EXPECT_EQ(Call("GET", "/healthz", "").status, 200);
   EXPECT_EQ(Call("GET", "/readyz", "").status, 200);
   EXPECT_EQ(Call("GET", "/", "").status, 200);
-  EXPECT_EQ(Call("GET", "/sub/page.html", "").status, 200);
+  EXPECT_EQ(Call("GET", "/sub/page.js", "").status, 200);
   // A POST or a DELETE to a "file" is no file.
   EXPECT_EQ(Call("POST", "/index.html", "").status, 401);
   EXPECT_EQ(Call("DELETE", "/index.html", "").status, 401);

@@ -1219,12 +1219,18 @@ Result<WorkerRecord> SqlStore::RegisterWorker(const NewWorker& w) {
   return Run(TxMode::kWrite, [&](SqlConnection& c) {
     const TimeMs now = Now();
     WorkerRecord rec{0, w.host, w.labels_json, now, now, {}, w.session_hash, w.instance, std::nullopt, "", {}};
-    auto insert = [&](const std::string& on_conflict) {
-      auto rows = c.Query(
+    // unless_taken: nothing is inserted when the identity's row exists.
+    auto insert = [&](bool unless_taken) {
+      static constexpr const char* kInsert =
           "INSERT INTO workers (host, labels, registered_ms, last_seen_ms, session_hash, instance, identity_hash) "
-          "VALUES ($1, $2, $3, $3, $4, $5, $6) " +
-              on_conflict + " RETURNING id, registered_ms",
-          {w.host, w.labels_json, now, w.session_hash, w.instance, w.instance.empty() ? "" : w.identity_hash});
+          "VALUES ($1, $2, $3, $3, $4, $5, $6) RETURNING id, registered_ms";
+      static constexpr const char* kInsertUnlessTaken =
+          "INSERT INTO workers (host, labels, registered_ms, last_seen_ms, session_hash, instance, identity_hash) "
+          "VALUES ($1, $2, $3, $3, $4, $5, $6) ON CONFLICT (host, instance) WHERE instance <> '' DO NOTHING "
+          "RETURNING id, registered_ms";
+      auto rows = c.Query(unless_taken ? kInsertUnlessTaken : kInsert,
+                          {w.host, w.labels_json, now, w.session_hash, w.instance,
+                           w.instance.empty() ? "" : w.identity_hash});
       if (rows.empty()) return false;
       rec.id = rows.at(0).Int(0);
       rec.registered_ms = rows.at(0).Int(1);
@@ -1232,7 +1238,7 @@ Result<WorkerRecord> SqlStore::RegisterWorker(const NewWorker& w) {
       return true;
     };
     if (w.instance.empty()) {
-      insert("");  // outside the (partial) unique index: always a new row
+      insert(false);  // outside the (partial) unique index: always a new row
     } else {
       // Read, judge, write, with the identity's row locked (PostgreSQL; a
       // SQLite writer is alone). A registration of the same identity that
@@ -1243,7 +1249,7 @@ Result<WorkerRecord> SqlStore::RegisterWorker(const NewWorker& w) {
                             "WHERE host = $1 AND instance = $2 {FOR_UPDATE}",
                             {w.host, w.instance});
         if (held.empty()) {
-          if (insert("ON CONFLICT (host, instance) WHERE instance <> '' DO NOTHING")) break;
+          if (insert(true)) break;
           if (attempt >= 2) Throw(Status::Aborted("worker identity registered concurrently; try again"));
           continue;
         }
@@ -1272,7 +1278,7 @@ Result<WorkerRecord> SqlStore::RegisterWorker(const NewWorker& w) {
         // devices and leases, only without the name; the name goes to a new
         // worker, so nothing of the old one's passes to the caller.
         c.Query("UPDATE workers SET instance = '' WHERE id = $1", {id});
-        insert("");
+        insert(false);
         rec.took_identity_of = id;
         break;
       }
