@@ -10,9 +10,25 @@
 //   trainer_bench [--samples N] [--threads 1,2] [--batch 64,128,256] [--models mlp,cnn]
 //                 [--data-dir DIR] [--device cpu|cuda:N]
 //   bench=trainer model=M batch=B threads=T samples_per_s=X reference_samples_per_s=Y ratio=X/Y omp_wait=W
+//
+// With --eval-chunks 2000,256,...: instead, the time of one evaluation of
+// the default models on a 6,000-example validation split per chunk size
+// (worker/builtin_trainer_parts.h, Evaluate), the median of 5, with the
+// process's user and system CPU per evaluation (system time is the pages
+// faulted in afresh), on a thread of its own as in hpo-worker; then the
+// default CNN's checkpoint (Adam): the trainer's save and restore and the
+// worker's archive and unpack, each the median of 7. First, the time the
+// data took to load (hpo-worker does it before it registers).
+//   bench=trainer_load load_ms=X user_ms=U sys_ms=S
+//   bench=trainer_eval model=M threads=T chunk=C eval_ms=X user_ms=U sys_ms=S
+//   bench=trainer_checkpoint model=cnn bytes=B save_ms=X pack_ms=Y unpack_ms=Z restore_ms=W
+#include <sys/resource.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +38,8 @@
 
 #include "worker/blas.h"
 #include "worker/builtin_trainer.h"
+#include "worker/builtin_trainer_parts.h"
+#include "worker/checkpoint_archive.h"
 #include "worker/executor.h"
 #include "worker/idx.h"
 
@@ -99,12 +117,122 @@ double ReferenceEpoch(bool cnn, const torch::Tensor& x, const torch::Tensor& y, 
   return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+double Ms(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+}
+
+// The process's user and system CPU so far, in ms.
+std::pair<double, double> CpuMs() {
+  rusage r{};
+  getrusage(RUSAGE_SELF, &r);
+  return {r.ru_utime.tv_sec * 1e3 + r.ru_utime.tv_usec / 1e3, r.ru_stime.tv_sec * 1e3 + r.ru_stime.tv_usec / 1e3};
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int EvalAndCheckpoint(const std::string& data_dir, const std::string& models, const std::string& threads,
+                      const std::string& chunks, const std::string& device_name) {
+  namespace b = hpo::worker::builtin;
+  const auto loading = std::chrono::steady_clock::now();
+  const auto cpu_before_load = CpuMs();
+  auto data = b::LoadDataset(data_dir);
+  if (!data.ok()) {
+    std::fprintf(stderr, "trainer_bench: %s\n", data.status().ToString().c_str());
+    return 1;
+  }
+  const auto cpu_after_load = CpuMs();
+  std::printf("bench=trainer_load load_ms=%.0f user_ms=%.0f sys_ms=%.0f\n", Ms(loading),
+              cpu_after_load.first - cpu_before_load.first, cpu_after_load.second - cpu_before_load.second);
+  const torch::Device device(device_name);
+  torch::manual_seed(1);
+  const torch::Tensor rows = torch::randperm(60000, torch::kInt64).slice(0, 0, 6000);
+  for (const std::string& t_text : Split(threads)) {
+    const int t = std::atoi(t_text.c_str());
+    torch::set_num_threads(t);
+    SetBlasThreads(t);
+    for (const std::string& model : Split(models)) {
+      b::ModelConfig mc;
+      mc.cnn = model == "cnn";
+      auto net = b::BuildModel(mc);
+      net->to(device);
+      for (const std::string& c_text : Split(chunks)) {
+        const int64_t chunk = std::atoll(c_text.c_str());
+        b::Evaluate(net, (*data)->train, rows, device, chunk);  // the first, with its one-off costs, is not counted
+        std::vector<double> wall;
+        const auto cpu0 = CpuMs();
+        for (int i = 0; i < 5; ++i) {
+          const auto start = std::chrono::steady_clock::now();
+          b::Evaluate(net, (*data)->train, rows, device, chunk);
+          wall.push_back(Ms(start));
+        }
+        const auto cpu1 = CpuMs();
+        std::printf("bench=trainer_eval model=%s threads=%d chunk=%lld eval_ms=%.1f user_ms=%.1f sys_ms=%.1f\n",
+                    model.c_str(), t, static_cast<long long>(chunk), Median(wall), (cpu1.first - cpu0.first) / 5,
+                    (cpu1.second - cpu0.second) / 5);
+        std::fflush(stdout);
+      }
+    }
+  }
+  // The default CNN's checkpoint, with Adam's moments after a few steps.
+  b::ModelConfig mc;
+  mc.cnn = true;
+  auto net = b::BuildModel(mc);
+  net->to(device);
+  torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(1e-3));
+  for (int i = 0; i < 3; ++i) {
+    opt.zero_grad();
+    torch::nn::functional::cross_entropy(net->forward((*data)->train.images.slice(0, i * 128, i * 128 + 128).to(device)),
+                                         (*data)->train.labels.slice(0, i * 128, i * 128 + 128).to(device))
+        .backward();
+    opt.step();
+  }
+  TrialRun run;
+  run.trainer = "fashion-mnist-cnn";
+  run.params = {{"lr", 1e-3}};
+  const std::string root = std::filesystem::temp_directory_path() / ("hpo-trainer-bench-" + std::to_string(getpid()));
+  std::vector<double> save, pack, unpack, restore;
+  uintmax_t bytes = 0;
+  for (int i = 0; i < 7; ++i) {
+    std::filesystem::remove_all(root);
+    std::filesystem::create_directories(root + "/state");
+    run.checkpoint_dir = root + "/state";
+    auto start = std::chrono::steady_clock::now();
+    hpo::Status s = b::SaveCheckpoint(run, net, opt, 1, device);
+    save.push_back(Ms(start));
+    start = std::chrono::steady_clock::now();
+    if (s.ok()) s = PackDirectory(root + "/state", root + "/archive");
+    pack.push_back(Ms(start));
+    start = std::chrono::steady_clock::now();
+    if (s.ok()) s = UnpackDirectory(root + "/archive", root + "/restored");
+    unpack.push_back(Ms(start));
+    auto fresh = b::BuildModel(mc);
+    fresh->to(device);
+    torch::optim::Adam fresh_opt(fresh->parameters(), torch::optim::AdamOptions(1e-3));
+    run.checkpoint_dir = root + "/restored";
+    start = std::chrono::steady_clock::now();
+    if (s.ok()) s = b::LoadCheckpoint(run, fresh, fresh_opt, 1, device);
+    restore.push_back(Ms(start));
+    if (!s.ok()) {
+      std::fprintf(stderr, "trainer_bench: checkpoint: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    bytes = std::filesystem::file_size(root + "/archive");
+  }
+  std::filesystem::remove_all(root);
+  std::printf("bench=trainer_checkpoint model=cnn bytes=%ju save_ms=%.1f pack_ms=%.1f unpack_ms=%.1f restore_ms=%.1f\n",
+              bytes, Median(save), Median(pack), Median(unpack), Median(restore));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int samples = 10000;
   std::string threads = "1,2", batches = "128", models = "mlp,cnn", data_dir = BuiltinOptions().data_dir,
-              device_name = "cpu";
+              device_name = "cpu", eval_chunks;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--samples") samples = std::atoi(argv[i + 1]);
@@ -113,10 +241,18 @@ int main(int argc, char** argv) {
     else if (a == "--models") models = argv[i + 1];
     else if (a == "--data-dir") data_dir = argv[i + 1];
     else if (a == "--device") device_name = argv[i + 1];
+    else if (a == "--eval-chunks") eval_chunks = argv[i + 1];
     else {
       std::fprintf(stderr, "trainer_bench: unknown flag %s\n", a.c_str());
       return 2;
     }
+  }
+  if (!eval_chunks.empty()) {
+    // On a thread of its own, as a trial runs in hpo-worker: glibc serves a
+    // thread's allocations from an arena of its own, with its own limits.
+    int rc = 0;
+    std::thread([&] { rc = EvalAndCheckpoint(data_dir, models, threads, eval_chunks, device_name); }).join();
+    return rc;
   }
   const torch::Device device(device_name);
   // The reference's data: the first `samples` training images, normalized

@@ -11,6 +11,7 @@
 
 #include "worker/blas.h"
 #include "worker/builtin_trainer.h"
+#include "worker/builtin_trainer_parts.h"
 #include "worker/idx.h"
 
 namespace hpo::worker {
@@ -356,3 +357,199 @@ TEST_F(BuiltinCheckpointTest, APauseWithNowhereToSaveIsAPauseWithoutACheckpoint)
 
 }  // namespace
 }  // namespace hpo::worker
+
+// The parts, one by one (worker/builtin_trainer_parts.h) ----------------
+
+namespace hpo::worker::builtin {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kData = "/usr/share/datasets/fashion-mnist";
+
+// One copy per process, whoever asks.
+TEST(BuiltinData, IsLoadedOnceAndSharedByEveryCaller) {
+  auto a = LoadDataset(kData);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = LoadDataset(kData);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->get(), b->get()) << "every caller shares the first load";
+  EXPECT_TRUE(LoadBuiltinData(kData).ok());
+  EXPECT_EQ((*a)->train.images.size(0), 60000);
+  EXPECT_EQ((*a)->test.labels.size(0), 10000);
+}
+
+TEST(BuiltinData, AMissingDirectoryIsAnErrorNamingItAndIsNotRemembered) {
+  char tmpl[] = "/tmp/hpo-builtin-data-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  Status missing = LoadBuiltinData(dir);
+  EXPECT_TRUE(missing.IsNotFound()) << missing;
+  EXPECT_NE(missing.message().find("cannot be loaded from '" + dir + "'"), std::string::npos) << missing;
+  EXPECT_NE(missing.message().find("train-images-idx3-ubyte.gz"), std::string::npos) << missing;
+  // The files arrive: the next call loads them.
+  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                        "t10k-labels-idx1-ubyte.gz"}) {
+    fs::create_symlink(std::string(kData) + "/" + f, dir + "/" + f);
+  }
+  EXPECT_TRUE(LoadBuiltinData(dir).ok());
+  // A trial whose data cannot be read fails saying so.
+  TrialRun run = Mlp(1);
+  run.trainer_args = {{"data_dir", dir + "/gone"}};
+  RecordingReporter reporter;
+  auto r = MakeBuiltinExecutor()->Run(run, reporter);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("Fashion-MNIST) cannot be loaded from"), std::string::npos) << r.status();
+  fs::remove_all(dir);
+}
+
+// A model that has learned a little, so that its predictions differ by
+// example.
+torch::nn::Sequential Trained(const ModelConfig& mc, const Split& train) {
+  torch::manual_seed(3);
+  auto net = BuildModel(mc);
+  torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(2e-3));
+  for (int64_t b = 0; b < 20; ++b) {
+    opt.zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(net->forward(train.images.slice(0, b * 64, b * 64 + 64)),
+                                                     train.labels.slice(0, b * 64, b * 64 + 64));
+    loss.backward();
+    opt.step();
+  }
+  return net;
+}
+
+TEST(BuiltinEvaluate, ChunksKeepTheLargestActivationNearTwelveAndAHalfMegabytes) {
+  const torch::Device cpu("cpu");
+  ModelConfig mlp;
+  EXPECT_EQ(EvalChunk(mlp, cpu), 2000);
+  mlp.width = 100'000;
+  EXPECT_EQ(EvalChunk(mlp, cpu), 32);
+  ModelConfig cnn;
+  cnn.cnn = true;
+  EXPECT_EQ(EvalChunk(cnn, cpu), 130) << "the default CNN: 32 channels at 28x28, 100 KB an example";
+  cnn.channels = 64;
+  EXPECT_EQ(EvalChunk(cnn, cpu), 65);
+  cnn.channels = 1'000'000;
+  EXPECT_EQ(EvalChunk(cnn, cpu), 1) << "at least one";
+  EXPECT_EQ(EvalChunk(cnn, torch::Device("cuda:0")), 2000);
+}
+
+// The chunk size is a matter of speed only: the same loss (to rounding in
+// the sum) and the same accuracy for any chunk, with the rows gathered
+// from the shared data or given as a copy.
+TEST(BuiltinEvaluate, GivesTheSameLossAndAccuracyWhateverTheChunk) {
+  auto data = LoadDataset(kData);
+  ASSERT_TRUE(data.ok()) << data.status();
+  torch::set_num_threads(1);
+  const torch::Device cpu("cpu");
+  torch::manual_seed(5);
+  const torch::Tensor rows = torch::randperm(60000, torch::kInt64).slice(0, 0, 3001);
+  const Split copy{(*data)->train.images.index_select(0, rows), (*data)->train.labels.index_select(0, rows)};
+  for (const bool cnn : {false, true}) {
+    ModelConfig mc;
+    mc.cnn = cnn;
+    mc.channels = 8;
+    mc.batch_norm = true;
+    auto net = Trained(mc, (*data)->train);
+    const Evaluation big = Evaluate(net, (*data)->train, rows, cpu, 2000);
+    EXPECT_TRUE(net->is_training()) << "back in training mode";
+    EXPECT_GT(big.accuracy, 0.3);
+    EXPECT_LT(big.accuracy, 1.0);
+    EXPECT_EQ(EvalChunk(mc, cpu), cnn ? 522 : 2000) << "8 channels: 25 KB an example";
+    for (const int64_t chunk : {int64_t{128}, int64_t{100}, int64_t{3001}, int64_t{7}}) {
+      const Evaluation small = Evaluate(net, (*data)->train, rows, cpu, chunk);
+      EXPECT_NEAR(small.loss, big.loss, 1e-6 * big.loss) << (cnn ? "cnn" : "mlp") << " chunk " << chunk;
+      EXPECT_EQ(small.accuracy, big.accuracy) << (cnn ? "cnn" : "mlp") << " chunk " << chunk;
+    }
+    const Evaluation copied = Evaluate(net, copy, torch::Tensor(), cpu, 2000);
+    EXPECT_EQ(copied.loss, big.loss) << "the same examples in the same chunks";
+    EXPECT_EQ(copied.accuracy, big.accuracy);
+  }
+}
+
+// What a checkpoint holds comes back exactly: every parameter and
+// batch-norm buffer, and the optimizer's moments and step counts.
+TEST(BuiltinCheckpoint, ARoundTripRestoresIdenticalParametersAndOptimizerState) {
+  auto data = LoadDataset(kData);
+  ASSERT_TRUE(data.ok()) << data.status();
+  char tmpl[] = "/tmp/hpo-builtin-ckpt-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const torch::Device cpu("cpu");
+  ModelConfig mc;
+  mc.cnn = true;
+  mc.channels = 8;
+  mc.batch_norm = true;
+  TrialRun run = Mlp(3);
+  run.trainer = "fashion-mnist-cnn";
+  run.checkpoint_dir = dir;
+  auto net = Trained(mc, (*data)->train);
+  torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(2e-3));
+  opt.zero_grad();
+  torch::nn::functional::cross_entropy(net->forward((*data)->train.images.slice(0, 0, 32)),
+                                       (*data)->train.labels.slice(0, 0, 32))
+      .backward();
+  opt.step();
+  ASSERT_TRUE(SaveCheckpoint(run, net, opt, 2, cpu).ok());
+  EXPECT_FALSE(fs::exists(dir + "/trainer.pt.tmp"));
+
+  torch::manual_seed(99);  // another initialization, to be overwritten
+  auto restored = BuildModel(mc);
+  torch::optim::Adam restored_opt(restored->parameters(), torch::optim::AdamOptions(2e-3));
+  Status loaded = LoadCheckpoint(run, restored, restored_opt, 2, cpu);
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  const auto want = net->named_parameters(), have = restored->named_parameters();
+  ASSERT_EQ(want.size(), have.size());
+  for (const auto& p : want) EXPECT_TRUE(torch::equal(p.value(), have[p.key()])) << p.key();
+  const auto want_buffers = net->named_buffers(), have_buffers = restored->named_buffers();
+  ASSERT_GT(want_buffers.size(), 0u);
+  for (const auto& b : want_buffers) EXPECT_TRUE(torch::equal(b.value(), have_buffers[b.key()])) << b.key();
+  const auto params = net->parameters(), restored_params = restored->parameters();
+  ASSERT_EQ(opt.state().size(), restored_opt.state().size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& a = static_cast<const torch::optim::AdamParamState&>(
+        *opt.state().at(c10::guts::to_string(params[i].unsafeGetTensorImpl())));
+    const auto& b = static_cast<const torch::optim::AdamParamState&>(
+        *restored_opt.state().at(c10::guts::to_string(restored_params[i].unsafeGetTensorImpl())));
+    EXPECT_EQ(a.step(), b.step());
+    EXPECT_TRUE(torch::equal(a.exp_avg(), b.exp_avg())) << "parameter " << i;
+    EXPECT_TRUE(torch::equal(a.exp_avg_sq(), b.exp_avg_sq())) << "parameter " << i;
+  }
+  fs::remove_all(dir);
+}
+
+// A run says where its time went besides its steps: the worker's
+// per-segment line is made of these.
+TEST(BuiltinOverheads, ARunReportsItsSetupEvaluationSaveAndRestore) {
+  char tmpl[] = "/tmp/hpo-builtin-overheads-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  TrialRun first = Mlp(3);
+  first.trainer_args = {{"max_train_samples", 500}};
+  first.checkpoint_dir = dir;
+  struct Pause : RecordingReporter {
+    Verdict Report(int64_t step, const std::map<std::string, double>& m, double sps, const json& sys) override {
+      RecordingReporter::Report(step, m, sps, sys);
+      return Verdict::kPause;
+    }
+  } pause;
+  auto paused = MakeBuiltinExecutor()->Run(first, pause);
+  ASSERT_TRUE(paused.ok()) << paused.status();
+  ASSERT_TRUE(paused->checkpoint_saved) << paused->checkpoint_error;
+  EXPECT_GT(paused->overheads.setup_ms, 0);
+  EXPECT_GT(paused->overheads.eval_ms, 0);
+  EXPECT_GT(paused->overheads.save_ms, 0);
+  EXPECT_EQ(paused->overheads.restore_ms, 0);
+
+  TrialRun second = first;
+  second.resume_step = 1;
+  RecordingReporter rest;
+  auto resumed = MakeBuiltinExecutor()->Run(second, rest);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  ASSERT_EQ(rest.steps.size(), 2u);
+  EXPECT_GT(resumed->overheads.restore_ms, 0);
+  EXPECT_GE(resumed->overheads.setup_ms, resumed->overheads.restore_ms) << "the restore is part of the setup";
+  EXPECT_EQ(resumed->overheads.save_ms, 0);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace hpo::worker::builtin

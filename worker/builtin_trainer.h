@@ -58,6 +58,14 @@ struct BuiltinOptions {
 
 std::unique_ptr<Executor> MakeBuiltinExecutor(BuiltinOptions options = {});
 
+// Loads the data in `data_dir` (as BuiltinOptions::data_dir) into the
+// process's one copy, which every trial of every executor then shares, so
+// that no lease pays for it: hpo-worker calls it before it registers. A
+// trial whose args name another data_dir loads that one at its lease. The
+// error names the directory and the file; the next call, or the next
+// trial, tries again. Thread-safe.
+Status LoadBuiltinData(const std::string& data_dir);
+
 // Whether `trainer` names a built-in trainer.
 bool IsBuiltinTrainer(const std::string& trainer);
 

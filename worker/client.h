@@ -28,6 +28,19 @@
 // Stopping (SIGTERM): the current trials finish, then the worker exits; a
 // second stop request abandons them (their leases expire and the server
 // hands them out again).
+//
+// Each segment (one lease of one trial, from the lease's answer to the
+// trial's completion, pause or hand-back) ends with one line at info level
+// of where its time went besides training, for bench/hetero to read; times
+// in whole milliseconds, -1 where it did not happen:
+//   segment trial=N resume_step=R end=completed|failed|paused|stopped|left
+//     lease_to_first_step_ms=A checkpoint_restore_ms=B checkpoint_save_ms=C
+//     report_ms=D reports=K lease_to_first_report_ms=E eval_ms=F segment_ms=G
+// (one line). A: to the executor's first step (the download, unpack and
+// restore included; for a command program, to its start). B: download,
+// unpack and the executor's restore. C: the executor's save, the archive
+// and its upload. D: the K Report calls, retries included. F: the built-in
+// trainers' evaluations. G: the whole segment.
 #pragma once
 
 #include <atomic>

@@ -104,6 +104,16 @@ struct RunResult {
   // (missing, damaged, or refused by the program), so no step ran; the
   // worker restarts the trial from scratch.
   std::string restore_error;
+  // Where the run's time went besides its steps, in milliseconds, for the
+  // worker's per-segment log line; 0 where the executor does not measure
+  // it (a command program's are inside the program).
+  struct Overheads {
+    double setup_ms = 0;    // from Run's call to its first step's start (restore_ms included)
+    double restore_ms = 0;  // restoring the state in TrialRun::checkpoint_dir
+    double save_ms = 0;     // saving the state into TrialRun::checkpoint_dir
+    double eval_ms = 0;     // the evaluations after the steps (and at the end), together
+  };
+  Overheads overheads;
 };
 
 class Executor {
