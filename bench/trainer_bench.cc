@@ -12,8 +12,9 @@
 //   bench=trainer model=M batch=B threads=T samples_per_s=X reference_samples_per_s=Y ratio=X/Y omp_wait=W
 //
 // With --eval-chunks 2000,256,...: instead, the time of one evaluation of
-// the default models on a 6,000-example validation split per chunk size
-// (worker/builtin_trainer_parts.h, Evaluate), the median of 5, with the
+// each model (mlp, cnn, or cnnN: the CNN with N channels) on a
+// 6,000-example validation split per chunk size (0: the trainer's own,
+// worker/builtin_trainer_parts.h EvalChunk), the median of 5, with the
 // process's user and system CPU per evaluation (system time is the pages
 // faulted in afresh), on a thread of its own as in hpo-worker; then the
 // default CNN's checkpoint (Adam): the trainer's save and restore and the
@@ -155,11 +156,14 @@ int EvalAndCheckpoint(const std::string& data_dir, const std::string& models, co
     SetBlasThreads(t);
     for (const std::string& model : Split(models)) {
       b::ModelConfig mc;
-      mc.cnn = model == "cnn";
+      // "cnn16": the CNN with 16 channels (bench/hetero's spaces have 8 and 16).
+      mc.cnn = model.rfind("cnn", 0) == 0;
+      if (mc.cnn && model.size() > 3) mc.channels = std::atoi(model.c_str() + 3);
       auto net = b::BuildModel(mc);
       net->to(device);
       for (const std::string& c_text : Split(chunks)) {
-        const int64_t chunk = std::atoll(c_text.c_str());
+        const int64_t asked = std::atoll(c_text.c_str());
+        const int64_t chunk = asked > 0 ? asked : b::EvalChunk(mc, device);
         b::Evaluate(net, (*data)->train, rows, device, chunk);  // the first, with its one-off costs, is not counted
         std::vector<double> wall;
         const auto cpu0 = CpuMs();
