@@ -24,17 +24,17 @@
 //   bench=trainer_eval model=M threads=T chunk=C eval_ms=X user_ms=U sys_ms=S
 //   bench=trainer_checkpoint model=cnn bytes=B save_ms=X pack_ms=Y unpack_ms=Z restore_ms=W
 #include <sys/resource.h>
-#include <unistd.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "worker/blas.h"
@@ -119,14 +119,16 @@ double ReferenceEpoch(bool cnn, const torch::Tensor& x, const torch::Tensor& y, 
 }
 
 double Ms(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since)
+      .count();
 }
 
 // The process's user and system CPU so far, in ms.
 std::pair<double, double> CpuMs() {
   rusage r{};
   getrusage(RUSAGE_SELF, &r);
-  return {r.ru_utime.tv_sec * 1e3 + r.ru_utime.tv_usec / 1e3, r.ru_stime.tv_sec * 1e3 + r.ru_stime.tv_usec / 1e3};
+  return {r.ru_utime.tv_sec * 1e3 + r.ru_utime.tv_usec / 1e3,
+          r.ru_stime.tv_sec * 1e3 + r.ru_stime.tv_usec / 1e3};
 }
 
 double Median(std::vector<double> v) {
@@ -134,8 +136,9 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-int EvalAndCheckpoint(const std::string& data_dir, const std::string& models, const std::string& threads,
-                      const std::string& chunks, const std::string& device_name) {
+int EvalAndCheckpoint(const std::string& data_dir, const std::string& models,
+                      const std::string& threads, const std::string& chunks,
+                      const std::string& device_name) {
   namespace b = hpo::worker::builtin;
   const auto loading = std::chrono::steady_clock::now();
   const auto cpu_before_load = CpuMs();
@@ -146,7 +149,8 @@ int EvalAndCheckpoint(const std::string& data_dir, const std::string& models, co
   }
   const auto cpu_after_load = CpuMs();
   std::printf("bench=trainer_load load_ms=%.0f user_ms=%.0f sys_ms=%.0f\n", Ms(loading),
-              cpu_after_load.first - cpu_before_load.first, cpu_after_load.second - cpu_before_load.second);
+              cpu_after_load.first - cpu_before_load.first,
+              cpu_after_load.second - cpu_before_load.second);
   const torch::Device device(device_name);
   torch::manual_seed(1);
   const torch::Tensor rows = torch::randperm(60000, torch::kInt64).slice(0, 0, 6000);
@@ -164,7 +168,8 @@ int EvalAndCheckpoint(const std::string& data_dir, const std::string& models, co
       for (const std::string& c_text : Split(chunks)) {
         const int64_t asked = std::atoll(c_text.c_str());
         const int64_t chunk = asked > 0 ? asked : b::EvalChunk(mc, device);
-        b::Evaluate(net, (*data)->train, rows, device, chunk);  // the first, with its one-off costs, is not counted
+        // The first, with its one-off costs, is not counted.
+        b::Evaluate(net, (*data)->train, rows, device, chunk);
         std::vector<double> wall;
         const auto cpu0 = CpuMs();
         for (int i = 0; i < 5; ++i) {
@@ -173,9 +178,11 @@ int EvalAndCheckpoint(const std::string& data_dir, const std::string& models, co
           wall.push_back(Ms(start));
         }
         const auto cpu1 = CpuMs();
-        std::printf("bench=trainer_eval model=%s threads=%d chunk=%lld eval_ms=%.1f user_ms=%.1f sys_ms=%.1f\n",
-                    model.c_str(), t, static_cast<long long>(chunk), Median(wall), (cpu1.first - cpu0.first) / 5,
-                    (cpu1.second - cpu0.second) / 5);
+        std::printf(
+            "bench=trainer_eval model=%s threads=%d chunk=%lld eval_ms=%.1f user_ms=%.1f "
+            "sys_ms=%.1f\n",
+            model.c_str(), t, static_cast<long long>(chunk), Median(wall),
+            (cpu1.first - cpu0.first) / 5, (cpu1.second - cpu0.second) / 5);
         std::fflush(stdout);
       }
     }
@@ -188,15 +195,17 @@ int EvalAndCheckpoint(const std::string& data_dir, const std::string& models, co
   torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(1e-3));
   for (int i = 0; i < 3; ++i) {
     opt.zero_grad();
-    torch::nn::functional::cross_entropy(net->forward((*data)->train.images.slice(0, i * 128, i * 128 + 128).to(device)),
-                                         (*data)->train.labels.slice(0, i * 128, i * 128 + 128).to(device))
+    torch::nn::functional::cross_entropy(
+        net->forward((*data)->train.images.slice(0, i * 128, i * 128 + 128).to(device)),
+        (*data)->train.labels.slice(0, i * 128, i * 128 + 128).to(device))
         .backward();
     opt.step();
   }
   TrialRun run;
   run.trainer = "fashion-mnist-cnn";
   run.params = {{"lr", 1e-3}};
-  const std::string root = std::filesystem::temp_directory_path() / ("hpo-trainer-bench-" + std::to_string(getpid()));
+  const std::string root =
+      std::filesystem::temp_directory_path() / ("hpo-trainer-bench-" + std::to_string(getpid()));
   std::vector<double> save, pack, unpack, restore;
   uintmax_t bytes = 0;
   for (int i = 0; i < 7; ++i) {
@@ -226,8 +235,10 @@ int EvalAndCheckpoint(const std::string& data_dir, const std::string& models, co
     bytes = std::filesystem::file_size(root + "/archive");
   }
   std::filesystem::remove_all(root);
-  std::printf("bench=trainer_checkpoint model=cnn bytes=%ju save_ms=%.1f pack_ms=%.1f unpack_ms=%.1f restore_ms=%.1f\n",
-              bytes, Median(save), Median(pack), Median(unpack), Median(restore));
+  std::printf(
+      "bench=trainer_checkpoint model=cnn bytes=%ju save_ms=%.1f pack_ms=%.1f unpack_ms=%.1f "
+      "restore_ms=%.1f\n",
+      bytes, Median(save), Median(pack), Median(unpack), Median(restore));
   return 0;
 }
 
@@ -235,8 +246,8 @@ int EvalAndCheckpoint(const std::string& data_dir, const std::string& models, co
 
 int main(int argc, char** argv) {
   int samples = 10000;
-  std::string threads = "1,2", batches = "128", models = "mlp,cnn", data_dir = BuiltinOptions().data_dir,
-              device_name = "cpu", eval_chunks;
+  std::string threads = "1,2", batches = "128", models = "mlp,cnn",
+              data_dir = BuiltinOptions().data_dir, device_name = "cpu", eval_chunks;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--samples") samples = std::atoi(argv[i + 1]);
@@ -245,7 +256,8 @@ int main(int argc, char** argv) {
     else if (a == "--models") models = argv[i + 1];
     else if (a == "--data-dir") data_dir = argv[i + 1];
     else if (a == "--device") device_name = argv[i + 1];
-    else if (a == "--eval-chunks") eval_chunks = argv[i + 1];
+    else if (a == "--eval-chunks")
+      eval_chunks = argv[i + 1];
     else {
       std::fprintf(stderr, "trainer_bench: unknown flag %s\n", a.c_str());
       return 2;
@@ -255,7 +267,9 @@ int main(int argc, char** argv) {
     // On a thread of its own, as a trial runs in hpo-worker: glibc serves a
     // thread's allocations from an arena of its own, with its own limits.
     int rc = 0;
-    std::thread([&] { rc = EvalAndCheckpoint(data_dir, models, threads, eval_chunks, device_name); }).join();
+    std::thread([&] {
+      rc = EvalAndCheckpoint(data_dir, models, threads, eval_chunks, device_name);
+    }).join();
     return rc;
   }
   const torch::Device device(device_name);

@@ -384,11 +384,12 @@ TEST(BuiltinData, AMissingDirectoryIsAnErrorNamingItAndIsNotRemembered) {
   const std::string dir = mkdtemp(tmpl);
   Status missing = LoadBuiltinData(dir);
   EXPECT_TRUE(missing.IsNotFound()) << missing;
-  EXPECT_NE(missing.message().find("cannot be loaded from '" + dir + "'"), std::string::npos) << missing;
+  EXPECT_NE(missing.message().find("cannot be loaded from '" + dir + "'"), std::string::npos)
+      << missing;
   EXPECT_NE(missing.message().find("train-images-idx3-ubyte.gz"), std::string::npos) << missing;
   // The files arrive: the next call loads them.
-  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-                        "t10k-labels-idx1-ubyte.gz"}) {
+  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                        "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
     fs::create_symlink(std::string(kData) + "/" + f, dir + "/" + f);
   }
   EXPECT_TRUE(LoadBuiltinData(dir).ok());
@@ -398,7 +399,8 @@ TEST(BuiltinData, AMissingDirectoryIsAnErrorNamingItAndIsNotRemembered) {
   RecordingReporter reporter;
   auto r = MakeBuiltinExecutor()->Run(run, reporter);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("Fashion-MNIST) cannot be loaded from"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("Fashion-MNIST) cannot be loaded from"), std::string::npos)
+      << r.status();
   fs::remove_all(dir);
 }
 
@@ -410,8 +412,9 @@ torch::nn::Sequential Trained(const ModelConfig& mc, const Split& train) {
   torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(2e-3));
   for (int64_t b = 0; b < 20; ++b) {
     opt.zero_grad();
-    auto loss = torch::nn::functional::cross_entropy(net->forward(train.images.slice(0, b * 64, b * 64 + 64)),
-                                                     train.labels.slice(0, b * 64, b * 64 + 64));
+    auto loss = torch::nn::functional::cross_entropy(
+        net->forward(train.images.slice(0, b * 64, b * 64 + 64)),
+        train.labels.slice(0, b * 64, b * 64 + 64));
     loss.backward();
     opt.step();
   }
@@ -444,7 +447,8 @@ TEST(BuiltinEvaluate, GivesTheSameLossAndAccuracyWhateverTheChunk) {
   const torch::Device cpu("cpu");
   torch::manual_seed(5);
   const torch::Tensor rows = torch::randperm(60000, torch::kInt64).slice(0, 0, 3001);
-  const Split copy{(*data)->train.images.index_select(0, rows), (*data)->train.labels.index_select(0, rows)};
+  const Split copy{(*data)->train.images.index_select(0, rows),
+                   (*data)->train.labels.index_select(0, rows)};
   for (const bool cnn : {false, true}) {
     ModelConfig mc;
     mc.cnn = cnn;
@@ -458,7 +462,8 @@ TEST(BuiltinEvaluate, GivesTheSameLossAndAccuracyWhateverTheChunk) {
     EXPECT_EQ(EvalChunk(mc, cpu), cnn ? 522 : 2000) << "8 channels: 25 KB an example";
     for (const int64_t chunk : {int64_t{128}, int64_t{100}, int64_t{3001}, int64_t{7}}) {
       const Evaluation small = Evaluate(net, (*data)->train, rows, cpu, chunk);
-      EXPECT_NEAR(small.loss, big.loss, 1e-6 * big.loss) << (cnn ? "cnn" : "mlp") << " chunk " << chunk;
+      EXPECT_NEAR(small.loss, big.loss, 1e-6 * big.loss)
+          << (cnn ? "cnn" : "mlp") << " chunk " << chunk;
       EXPECT_EQ(small.accuracy, big.accuracy) << (cnn ? "cnn" : "mlp") << " chunk " << chunk;
     }
     const Evaluation copied = Evaluate(net, copy, torch::Tensor(), cpu, 2000);
@@ -502,7 +507,8 @@ TEST(BuiltinCheckpoint, ARoundTripRestoresIdenticalParametersAndOptimizerState) 
   for (const auto& p : want) EXPECT_TRUE(torch::equal(p.value(), have[p.key()])) << p.key();
   const auto want_buffers = net->named_buffers(), have_buffers = restored->named_buffers();
   ASSERT_GT(want_buffers.size(), 0u);
-  for (const auto& b : want_buffers) EXPECT_TRUE(torch::equal(b.value(), have_buffers[b.key()])) << b.key();
+  for (const auto& b : want_buffers)
+    EXPECT_TRUE(torch::equal(b.value(), have_buffers[b.key()])) << b.key();
   const auto params = net->parameters(), restored_params = restored->parameters();
   ASSERT_EQ(opt.state().size(), restored_opt.state().size());
   for (size_t i = 0; i < params.size(); ++i) {
@@ -526,7 +532,8 @@ TEST(BuiltinOverheads, ARunReportsItsSetupEvaluationSaveAndRestore) {
   first.trainer_args = {{"max_train_samples", 500}};
   first.checkpoint_dir = dir;
   struct Pause : RecordingReporter {
-    Verdict Report(int64_t step, const std::map<std::string, double>& m, double sps, const json& sys) override {
+    Verdict Report(int64_t step, const std::map<std::string, double>& m, double sps,
+                   const json& sys) override {
       RecordingReporter::Report(step, m, sps, sys);
       return Verdict::kPause;
     }
@@ -546,7 +553,8 @@ TEST(BuiltinOverheads, ARunReportsItsSetupEvaluationSaveAndRestore) {
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   ASSERT_EQ(rest.steps.size(), 2u);
   EXPECT_GT(resumed->overheads.restore_ms, 0);
-  EXPECT_GE(resumed->overheads.setup_ms, resumed->overheads.restore_ms) << "the restore is part of the setup";
+  EXPECT_GE(resumed->overheads.setup_ms, resumed->overheads.restore_ms)
+      << "the restore is part of the setup";
   EXPECT_EQ(resumed->overheads.save_ms, 0);
   fs::remove_all(dir);
 }

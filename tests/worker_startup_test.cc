@@ -84,13 +84,15 @@ class WorkerStartupTest : public ::testing::Test {
   // running after 120 s is killed (the test then fails on what is missing).
   std::string RunWorker(const std::string& data_dir) {
     const std::string log = dir_ + "/worker.log";
-    const pid_t pid = testing::Spawn({HPO_WORKER_BIN, "--server", "127.0.0.1:" + std::to_string(server_->port()),
-                                      "--device", "cpu", "--threads", "1", "--benchmark-seconds", "0.1",
-                                      "--heartbeat-ms", "500", "--max-trials", "1", "--data-dir", data_dir},
-                                     log);
+    const pid_t pid =
+        testing::Spawn({HPO_WORKER_BIN, "--server", "127.0.0.1:" + std::to_string(server_->port()),
+                        "--device", "cpu", "--threads", "1", "--benchmark-seconds", "0.1",
+                        "--heartbeat-ms", "500", "--max-trials", "1", "--data-dir", data_dir},
+                       log);
     const std::optional<int> status = testing::WaitExit(pid, std::chrono::seconds(120));
     if (!status) testing::KillAndReap(pid);
-    EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "the worker did not exit 0";
+    EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+        << "the worker did not exit 0";
     return hpo::testing::ReadFile(log);
   }
 
@@ -128,7 +130,8 @@ TEST_F(WorkerStartupTest, LoadsTheTrainersDataBeforeItRegistersAndLogsEachSegmen
   EXPECT_EQ(f["reports"], "2");
   EXPECT_EQ(f["checkpoint_restore_ms"], "0");
   EXPECT_EQ(f["checkpoint_save_ms"], "0");
-  for (const char* key : {"lease_to_first_step_ms", "report_ms", "lease_to_first_report_ms", "eval_ms", "segment_ms"}) {
+  for (const char* key : {"lease_to_first_step_ms", "report_ms", "lease_to_first_report_ms",
+                          "eval_ms", "segment_ms"}) {
     ASSERT_TRUE(f.count(key)) << key << "\n" << log;
     EXPECT_GE(std::stod(f[key]), 0) << key;
   }

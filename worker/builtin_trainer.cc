@@ -64,8 +64,9 @@ Result<std::shared_ptr<const Dataset>> LoadDataset(const std::string& dir) {
   };
   Status loaded = load();
   if (!loaded.ok()) {
-    return Status(loaded.code(), "the built-in trainers' data (Fashion-MNIST) cannot be loaded from '" + dir +
-                                     "': " + loaded.message());
+    return Status(loaded.code(),
+                  "the built-in trainers' data (Fashion-MNIST) cannot be loaded from '" + dir +
+                      "': " + loaded.message());
   }
   cache[dir] = d;
   return std::shared_ptr<const Dataset>(d);
@@ -135,7 +136,8 @@ int64_t EvalChunk(const ModelConfig& c, const torch::Device& device) {
   constexpr int64_t kMost = 2000;
   if (!device.is_cpu()) return kMost;
   constexpr int64_t kActivationBytes = int64_t{25} << 19;  // 12.5 MiB
-  const int64_t widest = std::max<int64_t>({28 * 28, c.width, c.cnn && c.conv_layers > 0 ? int64_t{c.channels} * 28 * 28 : 0});
+  const int64_t widest = std::max<int64_t>(
+      {28 * 28, c.width, c.cnn && c.conv_layers > 0 ? int64_t{c.channels} * 28 * 28 : 0});
   return std::clamp<int64_t>(kActivationBytes / (widest * int64_t{sizeof(float)}), 1, kMost);
 }
 
@@ -511,7 +513,8 @@ class BuiltinExecutor final : public Executor {
       const Evaluation val = Evaluate(net, data->train, val_idx, device, eval_chunk);
       result.overheads.eval_ms += since(evaluating);
       const double sps = per_step / std::max(seconds, 1e-9);
-      result.final_metrics = {{"accuracy", val.accuracy}, {"loss", val.loss}, {"train_loss", epoch_loss}};
+      result.final_metrics = {
+          {"accuracy", val.accuracy}, {"loss", val.loss}, {"train_loss", epoch_loss}};
       // Applied: what this epoch really ran with. inter_op_threads is the
       // process's (a later trial asking for another value does not get it).
       json applied = {{"batch_size", batch_size}, {"threads", threads > 0 ? threads : torch::get_num_threads()}};
@@ -583,7 +586,9 @@ bool IsBuiltinTrainer(const std::string& trainer) {
   return trainer == "fashion-mnist" || trainer == "fashion-mnist-mlp" || trainer == "fashion-mnist-cnn";
 }
 
-Status LoadBuiltinData(const std::string& data_dir) { return builtin::LoadDataset(data_dir).status(); }
+Status LoadBuiltinData(const std::string& data_dir) {
+  return builtin::LoadDataset(data_dir).status();
+}
 
 std::unique_ptr<Executor> MakeBuiltinExecutor(BuiltinOptions options) {
   return std::make_unique<builtin::BuiltinExecutor>(std::move(options));

@@ -323,12 +323,14 @@ int main(int argc, char** argv) {
   // command experiments; a built-in trial then fails with the same error.
   const auto loading = std::chrono::steady_clock::now();
   if (Status loaded = LoadBuiltinData(data_dir); loaded.ok()) {
-    spdlog::info("built-in trainers' data loaded from {} in {:.0f} ms", data_dir,
-                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - loading).count());
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - loading);
+    spdlog::info("built-in trainers' data loaded from {} in {} ms", data_dir, ms.count());
   } else {
-    spdlog::warn("{}; trials of the built-in trainers will fail on this worker until it can be read (command "
-                 "trials are not affected)",
-                 loaded.message());
+    spdlog::warn(
+        "{}; trials of the built-in trainers will fail on this worker until it can be read "
+        "(command trials are not affected)",
+        loaded.message());
   }
 
   Executors executors;
