@@ -730,20 +730,15 @@ Result<HttpResponse> RestApi::Static(const HttpRequest& req) {
   // "/js/../js/app.js" names /js/app.js; what climbs above the root names nothing.
   const std::string path = req.path == "/" ? "/index.html" : fs::path(req.path).lexically_normal().generic_string();
   if (!web_files_.count(path)) return Status::NotFound("no such file: " + req.path);
-  std::error_code ec;
-  const fs::path root = fs::weakly_canonical(options_.web_root, ec);
-  const fs::path file = fs::weakly_canonical(root / path.substr(1), ec);
-  // Still inside the web root, should a file have been replaced by a
-  // symlink since the server started.
-  const auto [end, _] = std::mismatch(root.begin(), root.end(), file.begin(), file.end());
-  if (ec || end != root.end() || !fs::is_regular_file(file, ec)) return Status::NotFound("no such file: " + req.path);
-  HttpResponse r{200, ContentType(file), "", {{"Cache-Control", "no-cache"}}, file.string(), {}};
+  const auto file = FileUnderRoot(options_.web_root, path);  // again: it may be a symlink by now
+  if (!file) return Status::NotFound("no such file: " + req.path);
+  HttpResponse r{200, ContentType(*file), "", {{"Cache-Control", "no-cache"}}, file->string(), {}};
   // What the API returns is data, never markup: the pages build DOM from it
   // (web/README.md), and this policy stops any script but the dashboard's
   // own files should one slip through; frame-ancestors (which a <meta> tag
   // cannot set) keeps other sites from framing the dashboard.
   r.headers["X-Content-Type-Options"] = "nosniff";
-  if (file.extension() == ".html") {
+  if (file->extension() == ".html") {
     r.headers["Content-Security-Policy"] =
         "default-src 'none'; script-src 'self'; style-src 'self'; style-src-attr 'unsafe-inline'; "
         "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";

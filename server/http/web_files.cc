@@ -106,21 +106,27 @@ std::string Resolve(const std::string& from, std::string ref) {
 
 }  // namespace
 
-std::set<std::string> DashboardFiles(const fs::path& root) {
+std::optional<fs::path> FileUnderRoot(const fs::path& root, const std::string& path) {
   std::error_code ec;
   const fs::path base = fs::weakly_canonical(root, ec);
+  if (ec || path.empty() || path[0] != '/') return std::nullopt;
+  const fs::path file = fs::weakly_canonical(base / path.substr(1), ec);
+  const auto [end, _] = std::mismatch(base.begin(), base.end(), file.begin(), file.end());
+  if (ec || end != base.end() || !fs::is_regular_file(file, ec)) return std::nullopt;
+  return file;
+}
+
+std::set<std::string> DashboardFiles(const fs::path& root) {
   std::set<std::string> files;
-  if (ec) return files;
   std::deque<std::string> queue{"/index.html"};
   while (!queue.empty()) {
     const std::string path = queue.front();
     queue.pop_front();
     if (files.count(path)) continue;
-    const fs::path file = fs::weakly_canonical(base / path.substr(1), ec);
-    // Inside the root (symlinks resolved) and a regular file.
-    const auto [end, _] = std::mismatch(base.begin(), base.end(), file.begin(), file.end());
-    if (ec || end != base.end() || !fs::is_regular_file(file, ec)) continue;
+    const auto found = FileUnderRoot(root, path);
+    if (!found) continue;
     files.insert(path);
+    const fs::path& file = *found;
     const std::string ext = file.extension().string();
     std::vector<std::string> refs;
     if (ext == ".html") refs = HtmlReferences(ReadAll(file));

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -26,5 +27,11 @@ namespace hpo::server {
 // Request paths ("/index.html", "/js/app.js", ...) of the files the
 // dashboard loads; empty when root has no readable index.html.
 std::set<std::string> DashboardFiles(const std::filesystem::path& root);
+
+// The regular file that request path `path` ("/js/app.js") names under
+// root, symlinks resolved, or nullopt when it is none or lies outside root
+// (the one check DashboardFiles and the server's answer both make: a file
+// may have become a symlink since the scan).
+std::optional<std::filesystem::path> FileUnderRoot(const std::filesystem::path& root, const std::string& path);
 
 }  // namespace hpo::server
