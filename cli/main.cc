@@ -3,7 +3,9 @@
 // Exit codes: 0 success; 1 the server answered with an error (the message
 // is printed); 2 bad usage or a bad local file; 3 the server cannot be
 // reached; 4 an experiment ended without success (watch/run: failed or
-// cancelled); 130 interrupted (Ctrl-C).
+// cancelled); 5 an experiment ended with no result (watch/run: completed,
+// but no trial completed or reported the objective); 130 interrupted
+// (Ctrl-C). Not 3 for the last: scripts read 3 as "retry, the server is down".
 //
 // Output: what a command was asked for (tables, CSV, JSON, a watch view,
 // ids) goes to stdout; errors to stderr as one line. --quiet drops what is
@@ -41,7 +43,15 @@ namespace {
 using nlohmann::json;
 using hpo::HttpClientOptions;
 
-enum Exit { kOk = 0, kServerError = 1, kUsage = 2, kUnreachable = 3, kExperimentFailed = 4, kInterrupted = 130 };
+enum Exit {
+  kOk = 0,
+  kServerError = 1,
+  kUsage = 2,
+  kUnreachable = 3,
+  kExperimentFailed = 4,
+  kNoResult = 5,
+  kInterrupted = 130
+};
 
 std::atomic<bool> g_interrupted{false};
 void OnSignal(int) { g_interrupted = true; }
@@ -225,6 +235,31 @@ class BestSoFar {
   double best_value_ = 0;
 };
 
+// GET .../best, or null for its 404: no trial completed or reported the
+// objective yet. The experiment is known to exist.
+json BestOrNull(const HttpClientOptions& o, int64_t id) {
+  const std::string target = "/api/v1/experiments/" + std::to_string(id) + "/best";
+  auto r = hpo::HttpRequestOnce(o, "GET", target);
+  if (r.ok() && r->status == 404) return json();
+  // Any other failure: Call asks again and exits with the server's message.
+  return r.ok() && r->status == 200 ? json::parse(r->body, nullptr, false) : Call(o, "GET", target);
+}
+
+// A best trial from GET .../best in one line: "trial 3 (mlp): accuracy 0.91",
+// or, when no trial completed, "best so far: trial 3 (mlp; paused, best at
+// step 3, not trained to its full budget): accuracy 0.916".
+std::string BestLine(const json& b, const std::string& metric) {
+  const bool partial = b.value("partial", false);
+  const json& metrics = partial ? b["best_metrics"] : b["final_metrics"];
+  std::string where = Str(b["space"]);
+  if (partial) {
+    where += "; " + Str(b["state"]) + ", best at step " + Str(b["best_step"]) + ", not trained to its full budget";
+    if (b["checkpoint_step"].is_number()) where += "; checkpoint of step " + Str(b["checkpoint_step"]) + " kept";
+  }
+  return std::string(partial ? "best so far: " : "") + "trial " + Str(b["number"]) + " (" + where + "): " + metric +
+         " " + Str(metrics.is_object() ? metrics.value(metric, json()) : json());
+}
+
 // The watch view: progress against the budget, the best so far, elapsed and
 // ETA. Redrawn in place on a terminal, one line per change otherwise; with
 // --quiet, nothing: it waits for the end, and the exit code says how it went.
@@ -233,6 +268,8 @@ int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
   std::string last;
   int drawn_lines = 0;
   std::optional<BestSoFar> best_so_far;
+  json partial;  // GET .../best while no trial completed, read every 10 s
+  auto partial_read = std::chrono::steady_clock::time_point();
   for (;;) {
     if (g_interrupted) return kInterrupted;
     json e = Call(o, "GET", "/api/v1/experiments/" + std::to_string(id));
@@ -251,12 +288,24 @@ int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
          << n.value("paused", 0) << " paused at a rung, " << n.value("failed", 0) << " failed\n";
     if (!best_so_far) best_so_far.emplace(o, id, e["spec"]["objective"]);
     const json& b = best_so_far->Update();
+    const std::string state = Str(e["state"]);
+    const std::string metric = e["spec"]["objective"].value("metric", "");
     if (!b.is_null()) {
-      const std::string metric = e["spec"]["objective"].value("metric", "");
       view << "  best: trial " << Str(b["number"]) << " (" << Str(b["space"]) << ") " << metric << "="
            << Str(b["final_metrics"].value(metric, json())) << " " << b["params"].dump() << "\n";
     } else {
-      view << "  best: none yet\n";
+      // None completed: the server's partial best (the best report of any
+      // trial), which reads every measurement, so not on every poll.
+      const auto now = std::chrono::steady_clock::now();
+      if (state != "running" || now - partial_read >= std::chrono::seconds(10)) {
+        partial = BestOrNull(o, id);
+        partial_read = now;
+      }
+      if (!partial.is_null()) {
+        view << "  " << BestLine(partial, metric) << " " << partial["params"].dump() << "\n";
+      } else {
+        view << "  best: none yet\n";
+      }
     }
     // Plain output (a pipe, a log) gets a new block only when something but
     // the clock changed.
@@ -271,10 +320,18 @@ int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
       std::cout << text << std::flush;
     }
     last = changes;
-    const std::string state = Str(e["state"]);
     if (state != "running") {
       if (!quiet_end && !e.value("reason", "").empty()) Info() << "  ended: " << Str(e["reason"]) << "\n";
-      return state == "completed" ? kOk : kExperimentFailed;
+      if (state != "completed") return kExperimentFailed;
+      if (b.is_null() && partial.is_null()) {
+        // Not a success: nothing ran far enough to say anything.
+        std::fprintf(stderr,
+                     "hpctl: experiment %lld ended with no result: no trial completed or reported %s "
+                     "(see `hpctl trials %lld` and `hpctl logs TRIAL`)\n",
+                     static_cast<long long>(id), metric.c_str(), static_cast<long long>(id));
+        return kNoResult;
+      }
+      return kOk;
     }
     for (int i = 0; i < 10 && !g_interrupted; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -322,6 +379,8 @@ void DryRun(const HttpClientOptions& o, const std::string& file, const std::stri
   const std::string text = ReadFile(file);
   json r = Call(o, "POST", "/api/v1/experiments:validate", text, SpecContentType(text));
   const json& spec = r["spec"];
+  // Valid, but maybe not what was meant: stderr, so that -o json stays JSON.
+  for (const json& w : r.value("warnings", json::array())) std::fprintf(stderr, "hpctl: warning: %s\n", Str(w).c_str());
   if (format == "json") {
     std::cout << spec.dump(2) << "\n";
     return;
@@ -860,8 +919,13 @@ int Run(const std::string& file, int workers, const std::string& data_dir, const
   auto best = hpo::HttpRequestOnce(o, "GET", "/api/v1/experiments/" + std::to_string(id) + "/best");
   if (best.ok() && best->status == 200) {
     json b = json::parse(best->body);
-    std::cout << "best trial " << Str(b["number"]) << " (space " << Str(b["space"]) << "): " << b["final_metrics"].dump()
-              << "\n  params " << b["params"].dump() << "\n  system " << b["system"].dump() << "\n";
+    const bool partial = b.value("partial", false);
+    std::cout << (partial ? "best so far: trial " : "best trial ") << Str(b["number"]) << " (space " << Str(b["space"])
+              << (partial ? "; " + Str(b["state"]) + ", best at step " + Str(b["best_step"]) +
+                                ", not trained to its full budget"
+                          : "")
+              << "): " << b[partial ? "best_metrics" : "final_metrics"].dump() << "\n  params " << b["params"].dump()
+              << "\n  system " << b["system"].dump() << "\n";
   }
   Info() << "stopping workers and server...\n";
   local.Stop();
@@ -899,7 +963,10 @@ int main(int argc, char** argv) {
   app.add_subcommand("list", "list experiments");
   auto* status = app.add_subcommand("status", "an experiment's state and trial counts");
   status->add_option("id", id)->required();
-  auto* watch_cmd = app.add_subcommand("watch", "a live view of an experiment");
+  auto* watch_cmd = app.add_subcommand(
+      "watch",
+      "a live view of an experiment, until it ends; exit code 0 it completed with a result, 4 it failed or was "
+      "cancelled, 5 it completed with no result (no trial completed or reported the objective)");
   watch_cmd->add_option("id", id)->required();
   auto* trials = app.add_subcommand("trials", "list an experiment's trials");
   trials->add_option("id", id)->required();
@@ -916,7 +983,8 @@ int main(int argc, char** argv) {
   std::string export_format = "csv";
   Choices(hints, export_cmd->add_option("-o,--output", export_format, "csv or json")->capture_default_str(),
           {"csv", "json"});
-  auto* best = app.add_subcommand("best", "the best completed trial");
+  auto* best = app.add_subcommand(
+      "best", "the best completed trial; while none completed, the best reported one, marked \"best so far\"");
   best->add_option("id", id)->required();
   Choices(hints, best->add_option("-o,--output", format, "table or json"), {"table", "json"});
   auto* cancel = app.add_subcommand("cancel", "cancel an experiment");
@@ -999,6 +1067,12 @@ int main(int argc, char** argv) {
       json b = Call(o, "GET", "/api/v1/experiments/" + eid + "/best");
       if (format == "json") {
         std::cout << b.dump(2) << "\n";
+      } else if (b.value("partial", false)) {
+        // No trial completed: the best report of any, said to be partial.
+        const json e = Call(o, "GET", "/api/v1/experiments/" + eid);
+        std::cout << BestLine(b, e["spec"]["objective"].value("metric", "")) << "\n  id      " << Str(b["id"])
+                  << "\n  metrics " << b["best_metrics"].dump() << " (step " << Str(b["best_step"]) << ")\n  params  "
+                  << b["params"].dump() << "\n  system  " << b["system"].dump() << "\n";
       } else {
         std::cout << "trial " << Str(b["number"]) << " (id " << Str(b["id"]) << ", space " << Str(b["space"])
                   << ")\n  metrics " << b["final_metrics"].dump() << "\n  params  " << b["params"].dump()

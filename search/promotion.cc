@@ -179,4 +179,25 @@ std::vector<Promotion> PromotionRule::Promotable(const History& history,
   return out;
 }
 
+int64_t TrialsToReachLastRung(const PromotionRule& rule, double eta, int64_t limit) {
+  // Per rung list (bracket): how many trials it needs at its first rung, and
+  // how many of the numbers so far it has.
+  std::map<std::vector<int64_t>, std::pair<int64_t, int64_t>> brackets;
+  for (int64_t n = 0; n < limit; ++n) {
+    std::vector<int64_t> rungs = rule.Rungs(n);
+    auto it = brackets.find(rungs);
+    if (it == brackets.end()) {
+      int64_t need = 1;
+      // The small tolerance keeps eta * m that is an integer in exact
+      // arithmetic (eta = 3, m = 3) from rounding up to the next one.
+      for (size_t j = 1; j < rungs.size() && need <= limit; ++j) {
+        need = static_cast<int64_t>(std::ceil(eta * static_cast<double>(need) - 1e-9));
+      }
+      it = brackets.emplace(std::move(rungs), std::make_pair(need, int64_t{0})).first;
+    }
+    if (++it->second.second >= it->second.first) return n + 1;
+  }
+  return limit + 1;
+}
+
 }  // namespace hpo::search

@@ -100,4 +100,15 @@ class PromotionRule {
   HyperbandOptions hyperband_options_;
 };
 
+// The fewest trials (numbered 0..n-1, all of one search space) of which at
+// least one can be promoted to its budget's end under the top-fraction
+// criterion: a rung that n trials reach promotes floor(n / eta) of them, so
+// a trial of L + 1 rungs needs m_0 trials at its first rung, with m_L = 1 and
+// m_j = ceil(eta * m_{j+1}) (about eta^L). Hyperband's brackets count apart
+// (trials of one rung list are taken as one bracket). The quantile criterion
+// promotes as results arrive, so no count holds for it: this answers the
+// top fraction's. At most `limit`; limit + 1 when even that many fall short.
+// REQUIRES: eta is the reduction factor `rule` was made with.
+int64_t TrialsToReachLastRung(const PromotionRule& rule, double eta, int64_t limit = 100'000);
+
 }  // namespace hpo::search

@@ -404,6 +404,53 @@ TEST_F(EngineCheckpointsTest, TheSweepDeletesCheckpointsOfTrialsThatEnded) {
   EXPECT_TRUE(artifacts_->List()->empty());
 }
 
+// Issue #46: a budget that ends with every trial paused at a rung (none
+// promoted, none completed) still has a best: the best report of any trial,
+// marked partial, and the sweep keeps that trial's checkpoint alone.
+TEST_F(EngineCheckpointsTest, AnExperimentEndedWithOnlyPausedTrialsHasAPartialBestWithItsCheckpoint) {
+  auto none = engine_->BestTrial(experiment_);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_value()) << "no trial measured anything yet";
+  const auto report = [&](store::Id trial, int64_t step, double loss) {
+    TrialReport r;
+    r.trial_id = trial;
+    r.step = step;
+    r.metrics = {{"loss", loss}};
+    auto reply = engine_->Report(a_.caller, r);
+    ASSERT_TRUE(reply.ok()) << reply.status();
+  };
+  const auto worse = LeasedTrial(a_, 2);
+  report(worse.id, 1, 0.7);
+  report(worse.id, 2, 0.6);
+  ASSERT_TRUE(Upload(a_, worse.id, 2, "worse").ok());
+  ASSERT_TRUE(engine_->PauseTrial(a_.caller, worse.id, 2, true).ok());
+  const auto better = LeasedTrial(a_, 2);
+  report(better.id, 1, 0.3);  // its best, at step 1
+  report(better.id, 2, 0.4);
+  ASSERT_TRUE(Upload(a_, better.id, 2, "better").ok());
+  ASSERT_TRUE(engine_->PauseTrial(a_.caller, better.id, 2, true).ok());
+  // The budget ends as the wall-time check ends it: the paused trials are
+  // pruned, "not promoted before the experiment ended".
+  ASSERT_TRUE(store_->FinishExperiment(experiment_, store::ExperimentState::kCompleted, "budget").ok());
+  ASSERT_EQ(store_->GetTrial(better.id)->state, TrialState::kPruned);
+
+  auto best = engine_->BestTrial(experiment_);
+  ASSERT_TRUE(best.ok()) << best.status();
+  ASSERT_TRUE(best->has_value()) << "an experiment whose trials measured something has a best";
+  EXPECT_TRUE((*best)->partial);
+  EXPECT_EQ((*best)->trial.id, better.id);
+  EXPECT_EQ((*best)->trial.state, TrialState::kPruned);
+  EXPECT_EQ((*best)->step, 1);
+  EXPECT_EQ(json::parse((*best)->metrics_json), json({{"loss", 0.3}}));
+  EXPECT_EQ((*best)->checkpoint_step, 2);
+
+  ASSERT_TRUE(engine_->Tick().ok());
+  EXPECT_TRUE(artifacts_->Stat(better.id)->has_value()) << "the partial best's checkpoint is its only result";
+  EXPECT_FALSE(artifacts_->Stat(worse.id)->has_value());
+  ASSERT_TRUE(engine_->SweepCheckpoints().ok());
+  EXPECT_TRUE(artifacts_->Stat(better.id)->has_value()) << "and stays";
+}
+
 TEST_F(EngineCheckpointsTest, WithoutAnArtifactStoreAPauseHasNoCheckpoint) {
   Engine bare(*store_);
   const auto t = LeasedTrial(a_, 2);

@@ -157,7 +157,7 @@ TEST_F(EngineTest, AskTellRunsAClientExperimentToItsBudget) {
   EXPECT_TRUE(more.status().IsFailedPrecondition());
   auto best = engine_->BestTrial(e->id);
   ASSERT_TRUE(best.ok() && best->has_value());
-  EXPECT_EQ((*best)->state, TrialState::kCompleted);
+  EXPECT_EQ((*best)->trial.state, TrialState::kCompleted);
 }
 
 // A completion settles "not at the budget yet" from its engine's view,
@@ -1401,7 +1401,7 @@ TEST_F(EngineTest, CompletingAFinishedTrialAgainHasNoSideEffects) {
   EXPECT_EQ(json::parse(store_->GetTrial(trial)->final_metrics_json), json({{"loss", 0.5}}));
   auto best = engine_->BestTrial(e->id);
   ASSERT_TRUE(best.ok() && best->has_value());
-  EXPECT_EQ((*best)->id, trial);
+  EXPECT_EQ((*best)->trial.id, trial);
 }
 
 // A cancel reason is cut to its limit, kept once on the experiment and

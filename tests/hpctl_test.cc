@@ -293,6 +293,103 @@ TEST_F(HpctlTest, DryRunOfABadSpecNamesTheFieldAndFails) {
   EXPECT_EQ(Experiments(server_->http_port()).size(), 0u);
 }
 
+// Issue #46: a promotion budget whose max_trials cannot bring any trial to
+// the last rung is valid, but the dry run says so (stderr, exit 0).
+TEST_F(HpctlTest, DryRunWarnsWhenNoTrialCanReachTheLastRung) {
+  const auto spec = [&](int max_trials) {
+    const std::string file = dir_ + "/rungs-" + std::to_string(max_trials) + ".yaml";
+    std::ofstream(file) << "name: rungs\nobjective: {metric: loss}\nspaces:\n  - name: s\n"
+                           "    params: {x: {type: float, low: 0, high: 1}}\n"
+                           "early_stopping: {rule: asha, type: promotion, min_resource: 1, reduction_factor: 3}\n"
+                           "budget: {max_trials: "
+                        << max_trials
+                        << ", steps_per_trial: 9}\nexecutor: {command: {argv: [train, '{x}'], checkpoints: true}}\n";
+    return file;
+  };
+  // Rungs 1, 3, 9: a rung keeps floor(n / 3), so the last needs 9 trials.
+  Out few = Hpctl(addr_ + " submit --dry-run " + spec(8));
+  ASSERT_EQ(few.code, 0) << few.text;
+  EXPECT_NE(few.text.find("hpctl: warning: budget.max_trials: 8 trials cannot bring any trial to the last rung "
+                          "(step 9 of rungs 1, 3, 9)"),
+            std::string::npos)
+      << few.text;
+  EXPECT_NE(few.text.find("about 9 trials"), std::string::npos) << few.text;
+  Out js = Shell("(" + std::string(HPCTL_BIN) + " " + addr_ + " submit --dry-run -o json " + spec(8) + " 2>/dev/null)");
+  ASSERT_EQ(js.code, 0);
+  EXPECT_TRUE(json::parse(js.text, nullptr, false).is_object()) << "the warning is not in the JSON: " << js.text;
+  Out enough = Hpctl(addr_ + " submit --dry-run " + spec(9));
+  ASSERT_EQ(enough.code, 0) << enough.text;
+  EXPECT_EQ(enough.text.find("warning"), std::string::npos) << enough.text;
+}
+
+// An ask/tell experiment of 5-step trials, ended by a 1 s wall-time budget.
+std::string WallTimeSpec(const std::string& dir) {
+  const std::string file = dir + "/wall.yaml";
+  std::ofstream(file) << "name: wall\nobjective: {metric: loss}\nspaces:\n  - name: main\n"
+                         "    params: {x: {type: float, low: -1, high: 1}}\n"
+                         "budget: {max_trials: 3, max_parallel: 3, steps_per_trial: 5, max_wall_time_s: 1}\n"
+                         "executor: {client: {}}\n";
+  return file;
+}
+
+// Issue #46: trials that reported steps but never completed (the budget ran
+// out first) leave a best, said to be partial; watch ends 0.
+TEST_F(HpctlTest, AnExperimentWithoutACompletedTrialHasAPartialBest) {
+  ASSERT_EQ(Hpctl(addr_ + " submit " + WallTimeSpec(dir_)).code, 0);
+  HttpClientOptions o;
+  o.port = server_->http_port();
+  auto s = HttpRequestOnce(o, "POST", "/api/v1/experiments/1/trials:suggest", R"({"count": 3})");
+  ASSERT_TRUE(s.ok() && s->status == 200) << (s.ok() ? s->body : s.status().message());
+  const json suggested = json::parse(s->body);
+  ASSERT_EQ(suggested["trials"].size(), 3u);
+  int64_t best_number = -1;
+  double losses[] = {0.5, 0.2, 0.9};
+  for (size_t i = 0; i < 3; ++i) {
+    const json& t = suggested["trials"][i];
+    if (i == 1) best_number = t["number"];
+    const std::string tid = std::to_string(t["id"].get<int64_t>());
+    for (int step = 1; step <= 2; ++step) {
+      // Step 1 is each trial's best: the best is found at a step, not the last.
+      auto r =
+          HttpRequestOnce(o, "POST", "/api/v1/trials/" + tid + "/measurements",
+                          json{{"step", step}, {"metrics", {{"loss", step == 1 ? losses[i] : losses[i] + 1}}}}.dump());
+      ASSERT_TRUE(r.ok() && r->status == 200) << (r.ok() ? r->body : r.status().message());
+    }
+  }
+  Out watched = Hpctl(addr_ + " watch 1");
+  EXPECT_EQ(watched.code, 0) << "measured trials are a result\n" << watched.text;
+  EXPECT_NE(watched.text.find("best so far: trial " + std::to_string(best_number)), std::string::npos) << watched.text;
+  Out best = Hpctl(addr_ + " best 1");
+  ASSERT_EQ(best.code, 0) << best.text;
+  EXPECT_NE(best.text.find("best so far: trial " + std::to_string(best_number) +
+                           " (main; running, best at step 1, not trained to its full budget): loss 0.2"),
+            std::string::npos)
+      << best.text;
+  Out js = Hpctl(addr_ + " best 1 -o json");
+  ASSERT_EQ(js.code, 0) << js.text;
+  const json b = json::parse(js.text);
+  EXPECT_EQ(b["partial"], true);
+  EXPECT_EQ(b["best_step"], 1);
+  EXPECT_EQ(b["best_metrics"], json({{"loss", 0.2}}));
+  EXPECT_EQ(b["number"], best_number);
+}
+
+// Issue #46: an experiment that ended with no measurement at all is not a
+// success: watch says why and exits 5.
+TEST_F(HpctlTest, WatchOfAnExperimentEndedWithNoMeasurementExitsFive) {
+  ASSERT_EQ(Hpctl(addr_ + " submit " + WallTimeSpec(dir_)).code, 0);
+  Out watched = Hpctl(addr_ + " watch 1");
+  EXPECT_EQ(watched.code, 5) << watched.text;
+  EXPECT_NE(watched.text.find("hpctl: experiment 1 ended with no result: no trial completed or reported loss"),
+            std::string::npos)
+      << watched.text;
+  Out quiet = Hpctl(addr_ + " -q watch 1");
+  EXPECT_EQ(quiet.code, 5) << quiet.text;
+  Out best = Hpctl(addr_ + " best 1");
+  EXPECT_EQ(best.code, 1) << best.text;
+  EXPECT_NE(best.text.find("no completed trial and no measurement yet"), std::string::npos) << best.text;
+}
+
 TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
   std::ofstream(dir_ + "/rich.yaml") << kRichSpec;
   ASSERT_EQ(Hpctl(addr_ + " submit " + dir_ + "/rich.yaml").code, 0);

@@ -263,5 +263,17 @@ TEST(PromotionRuleTest, PromotableIsTheRuleAsDefinedOnRandomHistories) {
   EXPECT_GT(promoted, 100) << "the histories hardly exercised promotion";
 }
 
+// Issue #46: a rung keeps floor(n / eta), so the last of L + 1 rungs needs
+// about eta^L trials; fewer, and no trial completes.
+TEST(PromotionRuleTest, TrialsToReachLastRungIsEtaToTheNumberOfPromotions) {
+  EXPECT_EQ(TrialsToReachLastRung(*PromotionRule::Asha(Asha(1, 3), 9), 3), 9);    // rungs 1, 3, 9
+  EXPECT_EQ(TrialsToReachLastRung(*PromotionRule::Asha(Asha(1, 3), 27), 3), 27);  // 1, 3, 9, 27
+  EXPECT_EQ(TrialsToReachLastRung(*PromotionRule::Asha(Asha(1, 3), 8), 3), 9);    // 1, 3, 8
+  EXPECT_EQ(TrialsToReachLastRung(*PromotionRule::Asha(Asha(3, 3), 3), 3), 1);    // one rung: no promotion
+  // eta 2.5: m = 1, ceil(2.5) = 3, ceil(7.5) = 8.
+  EXPECT_EQ(TrialsToReachLastRung(*PromotionRule::Asha(Asha(1, 2.5), 7), 2.5), 8);  // 1, 3 (2.5), 7
+  EXPECT_EQ(TrialsToReachLastRung(*PromotionRule::Asha(Asha(1, 3), 27), 3, 10), 11) << "past the limit";
+}
+
 }  // namespace
 }  // namespace hpo::search

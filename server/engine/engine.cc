@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include "common/json_limits.h"
 #include "search/ranking.h"
@@ -793,9 +794,10 @@ std::string Engine::Workload(Id experiment_id, const ExperimentSpec& spec, const
   return "experiment-" + std::to_string(experiment_id) + "/" + program + "/" + space;
 }
 
-Result<std::optional<store::TrialRecord>> Engine::BestTrial(Id experiment_id) {
+Result<std::optional<BestTrialResult>> Engine::BestTrial(Id experiment_id) {
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
-  std::optional<store::TrialRecord> best;
+  const ExperimentSpec& spec = *c->spec;
+  std::optional<BestTrialResult> best;
   double best_value = 0;
   store::TrialFilter f;
   f.state = TrialState::kCompleted;
@@ -805,15 +807,70 @@ Result<std::optional<store::TrialRecord>> Engine::BestTrial(Id experiment_id) {
     HPO_ASSIGN_OR_RETURN(auto page, store_.ListTrials(experiment_id, f));
     if (!page.empty()) f.after_number = page.back().number;
     for (auto& t : page) {
-      auto v = ObjectiveOf(*c->spec, t.final_metrics_json);
+      auto v = ObjectiveOf(spec, t.final_metrics_json);
       if (v && (!best || *v < best_value)) {
         best_value = *v;
-        best = std::move(t);
+        std::string metrics = t.final_metrics_json;
+        best = BestTrialResult{std::move(t), false, spec.steps_per_trial, std::move(metrics), std::nullopt};
       }
     }
     if (static_cast<int64_t>(page.size()) < f.limit) break;
   }
-  return best;
+  if (best) return best;
+  // None completed (e.g. every trial paused at a rung when the budget ran
+  // out): what was measured still names a best, marked partial, with its
+  // checkpoint if one is kept. Read only in this case, so a finished
+  // experiment's answer costs what it did.
+  HPO_ASSIGN_OR_RETURN(const auto ms, store_.ListExperimentMeasurements(experiment_id));
+  const store::MeasurementRecord* at = nullptr;
+  for (const auto& m : ms) {  // by trial, then step: ties go to the earlier of either
+    auto v = ObjectiveOf(spec, m.metrics_json);
+    if (v && (!at || *v < best_value)) {
+      best_value = *v;
+      at = &m;
+    }
+  }
+  if (!at) return best;
+  HPO_ASSIGN_OR_RETURN(store::TrialRecord t, store_.GetTrial(at->trial_id));
+  std::optional<int64_t> checkpoint_step;
+  if (options_.artifacts) {
+    auto info = options_.artifacts->Stat(t.id);
+    if (info.ok() && *info) checkpoint_step = (*info)->step;  // an unreadable one is as good as none here
+  }
+  return std::optional<BestTrialResult>(
+      BestTrialResult{std::move(t), true, at->step, at->metrics_json, checkpoint_step});
+}
+
+std::vector<std::string> Engine::SpecWarnings(const ExperimentSpec& spec) {
+  std::vector<std::string> out;
+  if (spec.early_stopping_type == ExperimentSpec::StoppingType::kPromotion &&
+      spec.promotion_criterion == search::PromotionCriterion::kTopFraction) {
+    auto rule = MakePromotionRule(spec);
+    if (!rule.ok()) return out;  // ValidateExperiment refuses it
+    const double eta = spec.early_stopping_options.value(
+        "reduction_factor", spec.early_stopping == "hyperband" ? search::HyperbandOptions{}.reduction_factor
+                                                               : search::AshaOptions{}.reduction_factor);
+    // Each space promotes among its own trials; they share max_trials.
+    const auto spaces = static_cast<int64_t>(std::max<size_t>(spec.spaces.size(), 1));
+    const int64_t per_space = spec.max_trials / spaces;
+    const int64_t need = search::TrialsToReachLastRung(*rule, eta, std::max<int64_t>(per_space, 100'000));
+    if (need > per_space) {
+      const auto rungs = rule->Rungs(0);
+      char eta_text[32];
+      std::snprintf(eta_text, sizeof eta_text, "%g", eta);
+      std::string list;
+      for (const int64_t r : rungs) list += (list.empty() ? "" : ", ") + std::to_string(r);
+      std::string w = "budget.max_trials: " + std::to_string(spec.max_trials) + " trials";
+      if (spaces > 1) w += " (about " + std::to_string(per_space) + " per space, over " + std::to_string(spaces) + ")";
+      w += " cannot bring any trial to the last rung (step " + std::to_string(rungs.back()) + " of rungs " + list +
+           "): with " + spec.early_stopping + "'s top-fraction promotion a rung keeps floor(n / " + eta_text +
+           ") of the n trials that reach it, so about " + std::to_string(need) +
+           " trials per space are needed; no trial would complete, and the best would be a partial one "
+           "(paused at a rung). Raise max_trials, lower reduction_factor or raise min_resource";
+      out.push_back(std::move(w));
+    }
+  }
+  return out;
 }
 
 Status Engine::ReclaimExpiredLeases() { return Reclaim({}); }

@@ -248,6 +248,23 @@ struct Lease {
   std::string space;  // its search space's name
 };
 
+// An experiment's best trial, as GET .../best and hpctl answer it.
+struct BestTrialResult {
+  store::TrialRecord trial;
+  // False: `trial` completed, judged by its final metrics (`step` is
+  // steps_per_trial). True: no trial completed, and `trial` (paused,
+  // pruned, running, cancelled or failed) is the one whose best report is
+  // the best of any: at `step`, with that report's metrics. It was not
+  // trained to its full budget, so the value is a partial result.
+  bool partial = false;
+  int64_t step = 0;
+  std::string metrics_json;  // final metrics, or the best report's
+  // Partial only: the step of the checkpoint the artifact store keeps of
+  // the trial (the rung it paused at), if any. SweepCheckpoints keeps it
+  // after the trial ended, rather than delete it with other ended trials'.
+  std::optional<int64_t> checkpoint_step;
+};
+
 class Engine {
  public:
   explicit Engine(store::Store& store, EngineOptions options = {});
@@ -273,8 +290,17 @@ class Engine {
   // cancelled".
   Status CancelExperiment(store::Id id, std::string_view reason);
   Result<std::shared_ptr<const ExperimentSpec>> Spec(store::Id experiment_id);
-  // The completed trial with the best objective, if any.
-  Result<std::optional<store::TrialRecord>> BestTrial(store::Id experiment_id);
+  // The completed trial with the best objective (ties: the lower number).
+  // While none has completed, the trial of any other state with the best
+  // reported objective at any step, marked partial, so that an experiment
+  // whose trials measured anything never ends without a best (e.g. a
+  // promotion budget too small for any trial to reach the last rung).
+  // nullopt: no trial completed or reported a value of the objective.
+  Result<std::optional<BestTrialResult>> BestTrial(store::Id experiment_id);
+  // What a dry run warns of in a valid spec: e.g. a promotion-type budget
+  // (top fraction) whose max_trials cannot bring any trial to its last rung.
+  // Pure: the spec alone.
+  static std::vector<std::string> SpecWarnings(const ExperimentSpec& spec);
 
   // Reads, as the store answers them (server/store/store.h), for the pages
   // and listings of the REST API: the engine is the only way to the store.
@@ -434,8 +460,10 @@ class Engine {
   // what is left of that checkpoint and forgets the trial's cached curve
   // (its steps were deleted).
   void AnnounceRestart(const store::TrialRecord& trial, const std::string& reason);
-  // Deletes the checkpoints of trials that ended (or do not exist). Tick
-  // calls it every EngineOptions::checkpoint_sweep.
+  // Deletes the checkpoints of trials that ended (or do not exist), but for
+  // the partial best of an experiment that no trial completed (BestTrial):
+  // its weights are that experiment's only result. Tick calls it every
+  // EngineOptions::checkpoint_sweep.
   Status SweepCheckpoints();
 
   // Marks gone the workers unseen for worker_gone_after lease timeouts

@@ -2,7 +2,9 @@
 // uploads and downloads through the artifact store for the worker that
 // holds a trial's lease, pausing at a rung, restarting a trial whose
 // checkpoint cannot be used, and deleting checkpoints of trials that ended.
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "server/engine/engine.h"
 
@@ -225,10 +227,29 @@ void Engine::AnnounceRestart(const store::TrialRecord& trial, const std::string&
 Status Engine::SweepCheckpoints() {
   if (!options_.artifacts) return Status::OK();
   HPO_ASSIGN_OR_RETURN(const std::vector<Id> ids, options_.artifacts->List());
+  std::map<Id, std::optional<Id>> partial_best;  // by experiment, read once per sweep
   for (const Id id : ids) {
     auto trial = store_.GetTrial(id);
     if (!trial.ok() && !trial.status().IsNotFound()) return trial.status();
-    if (!trial.ok() || store::IsFinished(trial->state)) HPO_RETURN_IF_ERROR(options_.artifacts->Delete(id));
+    if (trial.ok() && !store::IsFinished(trial->state)) continue;
+    if (trial.ok()) {
+      auto it = partial_best.find(trial->experiment_id);
+      if (it == partial_best.end()) {
+        // Only an experiment that ran out of budget keeps one: a cancelled
+        // or failed one was stopped for good. An unreadable spec (DATA_LOSS)
+        // keeps nothing; a store that cannot be reached now deletes nothing.
+        std::optional<Id> keep;
+        HPO_ASSIGN_OR_RETURN(const store::ExperimentRecord e, store_.GetExperiment(trial->experiment_id));
+        if (e.state == store::ExperimentState::kCompleted) {
+          auto best = BestTrial(e.id);
+          if (!best.ok() && best.status().code() == StatusCode::kUnavailable) return best.status();
+          if (best.ok() && *best && (*best)->partial) keep = (*best)->trial.id;
+        }
+        it = partial_best.emplace(trial->experiment_id, keep).first;
+      }
+      if (it->second == id) continue;
+    }
+    HPO_RETURN_IF_ERROR(options_.artifacts->Delete(id));
   }
   return Status::OK();
 }

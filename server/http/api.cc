@@ -501,7 +501,7 @@ Result<json> RestApi::CreateExperiment(const RouteCall& call) {
 // the server read it (DescribeSpec) in the answer.
 Result<json> RestApi::ValidateExperiment(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(auto spec, engine_.ValidateExperiment(call.req.body));
-  return json{{"valid", true}, {"spec", DescribeSpec(spec)}};
+  return json{{"valid", true}, {"spec", DescribeSpec(spec)}, {"warnings", Engine::SpecWarnings(spec)}};
 }
 
 Result<json> RestApi::ListExperiments(const RouteCall& call) {
@@ -543,8 +543,17 @@ Result<json> RestApi::BestTrial(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "experiment"));
   HPO_ASSIGN_OR_RETURN(auto e, engine_.GetExperiment(id));
   HPO_ASSIGN_OR_RETURN(auto best, engine_.BestTrial(id));
-  if (!best) return Status::NotFound("experiment " + call.id + " has no completed trial yet");
-  return TrialJson(*best, SpaceNames(e), SpecOrNull(engine_, id).get());
+  if (!best) {
+    return Status::NotFound("experiment " + call.id + " has no completed trial and no measurement yet");
+  }
+  json out = TrialJson(best->trial, SpaceNames(e), SpecOrNull(engine_, id).get());
+  // A partial best keeps its own final_metrics (null while paused, the last
+  // report when pruned); best_metrics is the report that made it the best.
+  out["partial"] = best->partial;
+  out["best_step"] = best->step;
+  out["best_metrics"] = ParseOr(best->metrics_json, json::object());
+  if (best->partial) out["checkpoint_step"] = Opt(best->checkpoint_step);
+  return out;
 }
 
 Result<json> RestApi::LearningCurves(const RouteCall& call) {

@@ -35,7 +35,8 @@ const std::vector<RestApi::Route>& RestApi::Routes() {
      R"json("requestBody": {"content": {"application/yaml": {}, "application/json": {}}}, )json"
      R"json("responses": {"200": {"description": "{valid: true, spec: {name, objective, spaces: [{name, )json"
      R"json(params: [...], complexity_bits}], system, algorithm, early_stopping, placement, cost, budget, )json"
-     R"json(executor}}"}, "400": {"description": "invalid spec; the message names the field path", )json"
+     R"json(executor}, warnings: [what may not go as meant, e.g. a promotion budget too small for any )json"
+     R"json(trial to reach the last rung]}"}, "400": {"description": "invalid spec; the message names the field path", )json"
      R"json("content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}}})json"},
     {"GET", "/api/v1/experiments/{id}", Access::kToken, 200, JsonHandler{&RestApi::GetExperiment},
      R"json({"summary": "One experiment with trial counts", "parameters": [{"name": "id", "in": "path", )json"
@@ -59,10 +60,12 @@ const std::vector<RestApi::Route>& RestApi::Routes() {
      R"json(page), cursor (for since; take the first page's when reading several)}"}, )json"
      R"json("409": {"description": "since: a cursor of another store; read again without since"}}})json"},
     {"GET", "/api/v1/experiments/{id}/best", Access::kToken, 200, JsonHandler{&RestApi::BestTrial},
-     R"json({"summary": "The best completed trial", "parameters": [{"name": "id", "in": "path", )json"
-     R"json("required": true, "schema": {"type": "integer"}}], )json"
+     R"json({"summary": "The best completed trial; while none completed, the trial of any state with the )json"
+     R"json(best reported value (partial: true, best_step, best_metrics, checkpoint_step)", )json"
+     R"json("parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}], )json"
      R"json("responses": {"200": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Tria)json"
-     R"json(l"}}}, "description": "best trial"}, "404": {"description": "none completed yet"}}})json"},
+     R"json(l"}}}, "description": "best trial, with partial, best_step and best_metrics"}, )json"
+     R"json("404": {"description": "none completed and none reported the objective yet"}}})json"},
     {"GET", "/api/v1/experiments/{id}/measurements", Access::kToken, 200, JsonHandler{&RestApi::LearningCurves},
      R"json({"summary": "Learning curves: every trial's metric by step, )json"
      R"json(thinned to about max_points points in all (each curve keeps at least its first and last step)", )json"

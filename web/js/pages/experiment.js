@@ -17,7 +17,7 @@
 // and from which trials exist. A chart that is redrawn is given only its
 // series' data (ECharts merges it into what it holds), and the learning
 // curves only the series of the kind of trial that changed (CurvesChart).
-import { allTrials, allTrialsAtOnce, ApiError, getJson } from '../api.js';
+import { allTrials, allTrialsAtOnce, ApiError, getJson, getJsonOrNull } from '../api.js';
 import {
   bestSoFar, bestTrial, CurveSet, duration, FINISHED, importance, objective, spaceHistory, tableRows, trialChanges,
   TrialSet,
@@ -248,8 +248,18 @@ export class ExperimentPage {
 
   drawSummary() {
     const { exp, metric, direction } = this.data;
-    const { best } = this;
     const n = exp.trials;
+    // Ended with no completed trial: the server's partial best (the best
+    // report of any trial), read once; a running experiment is not asked.
+    if (!this.best && exp.state !== 'running' && n.total && this.partialBest === undefined) {
+      this.partialBest = null;
+      getJsonOrNull(`/api/v1/experiments/${this.id}/best`).then((b) => {
+        this.partialBest = b;
+        if (b && this.el && this.root.contains(this.el)) this.drawSummary();
+      }, () => {});
+    }
+    const partial = !this.best && this.partialBest ? this.partialBest : null;
+    const best = this.best ?? (partial && { ...partial, final_metrics: partial.best_metrics });
     const budget = exp.spec.budget?.max_trials ?? 100;
     this.setHtml(this.root.querySelector('#summary'), html`
       <div><span class="muted">state</span>${stateBadge(exp.state)}</div>
@@ -258,7 +268,8 @@ export class ExperimentPage {
       <div><span class="muted">running</span><b>${n.running + n.leased}</b></div>
       <div><span class="muted">best ${metric} (${direction})</span>
         <b id="best-value">${best ? formatNumber(objective(best, metric)) : '–'}</b></div>
-      <div><span class="muted">best trial</span><b>${best ? `#${best.number} ${best.space ?? ''}` : '–'}</b></div>
+      <div><span class="muted">best trial</span><b>${best ? `#${best.number} ${best.space ?? ''}` : '–'}${
+        partial ? ` (partial: ${partial.state}, step ${partial.best_step})` : ''}</b></div>
       <div><span class="muted">sampler · early stopping</span>
         <b>${exp.spec.algorithm?.sampler ?? 'tpe'} · ${exp.spec.early_stopping?.rule ?? 'none'}</b></div>
       <div><span class="muted">started</span><b>${formatTime(exp.created_ms)}</b></div>`);

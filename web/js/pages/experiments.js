@@ -29,7 +29,10 @@ export class ExperimentsPage {
     const rows = await Promise.all(shown.map(async (e) => {
       const [detail, best] = await Promise.all([
         getJson(`/api/v1/experiments/${e.id}`),
-        e.trials?.completed ? getJsonOrNull(`/api/v1/experiments/${e.id}/best`) : null]);
+        // Ended without a completed trial: the server's partial best (the
+        // best report of any trial), not asked of running ones on every refresh.
+        e.trials?.completed || (e.state !== 'running' && e.trials?.total)
+          ? getJsonOrNull(`/api/v1/experiments/${e.id}/best`) : null]);
       return { ...e, spec: detail.spec, best };
     }));
     setHtml(this.root, html`
@@ -65,14 +68,16 @@ function row(e) {
   const finished = (n.completed ?? 0) + (n.pruned ?? 0) + (n.failed ?? 0) + (n.cancelled ?? 0);
   const budget = e.spec?.budget?.max_trials ?? 100;
   const metric = e.spec?.objective?.metric;
-  const best = e.best ? objective(e.best, metric) : null;
+  const partial = e.best?.partial === true;
+  const best = e.best ? objective(partial ? { final_metrics: e.best.best_metrics } : e.best, metric) : null;
   return html`<tr data-id="${e.id}">
     <td class="num">${e.id}</td>
     <td><a href="#/experiments/${e.id}">${e.name}</a></td>
     <td>${stateBadge(e.state)}</td>
     <td><span class="progress"><i style="width:${Math.min(100, (100 * finished) / budget).toFixed(1)}%"></i></span>
         ${finished} / ${budget}</td>
-    <td class="num">${best === null ? '–' : `${metric} ${formatNumber(best)}`}</td>
+    <td class="num">${best === null ? '–'
+      : `${metric} ${formatNumber(best)}${partial ? ` (partial: trial #${e.best.number}, step ${e.best.best_step})` : ''}`}</td>
     <td>${formatTime(e.created_ms)}</td>
     <td>${(e.spec?.spaces ?? []).map((s) => s.name).join(', ')}</td>
   </tr>`;
