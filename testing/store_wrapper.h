@@ -99,6 +99,9 @@ class StoreWrapper : public store::Store {
   Result<std::vector<store::WorkerRecord>> MarkWorkersGone(store::TimeMs unseen_ms) override {
     return t_.MarkWorkersGone(unseen_ms);
   }
+  Result<std::optional<store::WorkerRecord>> MarkWorkerGone(store::Id worker_id) override {
+    return t_.MarkWorkerGone(worker_id);
+  }
   Result<std::vector<store::Id>> PruneGoneWorkers(store::TimeMs unseen_ms) override {
     return t_.PruneGoneWorkers(unseen_ms);
   }

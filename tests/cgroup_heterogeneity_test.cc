@@ -99,7 +99,8 @@ executor: {builtin: {trainer: fashion-mnist-mlp, args: {max_train_samples: 20000
     waitpid(p, &status, 0);
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "worker exit status " << status;
   }
-  auto r = HttpRequestOnce(http, "GET", "/api/v1/workers");
+  // Both stopped after their trials and left: listed with the gone ones.
+  auto r = HttpRequestOnce(http, "GET", "/api/v1/workers?include_gone=true");
   ASSERT_TRUE(r.ok());
   json workers = json::parse(r->body)["workers"];
   ASSERT_EQ(workers.size(), 2u) << r->body;

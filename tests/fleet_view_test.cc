@@ -138,7 +138,7 @@ TEST_F(FleetViewTest, LeasesAndReportsDoNotWaitForARereadOfTheFleet) {
   // (The 30 s only keep a broken view from hanging the test.)
   auto lease = std::async(std::launch::async, [&] { return view.Fresh(b, Clock::now()).ok(); });
   auto report = std::async(std::launch::async, [&] {
-    view.Observe(b, "fast", "w", 1, {123.0, nlohmann::json::object(), 0, 1});
+    view.Observe(b, "fast", "w", 1, {1, 0}, {123.0, nlohmann::json::object(), 0, 1});
     view.SetBusy(b, 10);
   });
   const bool leased = lease.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
@@ -159,6 +159,85 @@ TEST_F(FleetViewTest, LeasesAndReportsDoNotWaitForARereadOfTheFleet) {
   const auto fast = (*f)->live.ClassesFor(std::to_string(a), "fast", FleetView::Seconds(Clock::now()));
   ASSERT_EQ(fast.size(), 1u);
   EXPECT_GT(fast[0].soonest_free_s, 0) << "b's busy time, set during the reread, is not in the new view";
+}
+
+// Samples per step come from the time between a trial's reports within one
+// segment (issue #46): a trial paused at a rung and resumed later, on
+// another device or the same one, counts none of its pause. The steady
+// clock the view measures on is a fake one here, moved by the test.
+TEST_F(FleetViewTest, SamplesPerStepCountsTrainingTimeOnly) {
+  const auto [wa, a] = AddWorker("a", "fast");
+  const auto [wb, b] = AddWorker("b", "slow");
+  auto steady = std::make_shared<Clock::time_point>(Clock::now());
+  FleetView view(*store_, std::chrono::hours(1), std::chrono::seconds(60), clock_.fn(),
+                 [steady] { return *steady; });
+  const auto second = [&](double s) {
+    *steady += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  };
+  // 100 samples/s and one step a second: 100 samples per step.
+  const auto report = [&](store::Id device, int64_t step, TrialSegment segment,
+                          store::Id trial = 7) {
+    view.Observe(device, device == a ? "fast" : "slow", "w", step, segment,
+                 {100.0, nlohmann::json::object(), 0, trial});
+  };
+  EXPECT_EQ(view.SamplesPerStep("w"), 0) << "nothing reported yet";
+  report(a, 1, {1, 0});
+  EXPECT_EQ(view.SamplesPerStep("w"), 0) << "a first report measures nothing";
+  second(1);
+  report(a, 2, {1, 0});
+  EXPECT_DOUBLE_EQ(view.SamplesPerStep("w"), 100);
+
+  // Paused after step 2 for an hour, then resumed on b: its first report
+  // there is no step of training. (The old estimate, from every pair of
+  // reports, made this 360,000 samples per step; the median of two picks
+  // the larger.)
+  second(3600);
+  report(b, 3, {1, 2});
+  EXPECT_DOUBLE_EQ(view.SamplesPerStep("w"), 100) << "the pause counted as training";
+  second(2);  // b is slower: two seconds a step
+  report(b, 4, {1, 2});
+  EXPECT_DOUBLE_EQ(view.SamplesPerStep("w"), 200) << "the upper median of 100 and 200";
+
+  // Paused again, resumed on the same device b: still a new segment.
+  second(3600);
+  report(b, 5, {1, 4});
+  second(2);
+  report(b, 6, {1, 4});
+  second(3600);
+  // An expired lease of the same segment, leased again (attempt 2) on b.
+  report(b, 7, {2, 4});
+  // Another trial on a, one step in two reports two seconds apart: 100 each.
+  report(a, 1, {1, 0}, 8);
+  second(2);
+  report(a, 3, {1, 0}, 8);
+  EXPECT_DOUBLE_EQ(view.SamplesPerStep("w"), 200)
+      << "estimates 100, 200, 200, 100: the upper median";
+  report(a, 4, {1, 0}, 8);  // no time passed: nothing measured
+  EXPECT_DOUBLE_EQ(view.SamplesPerStep("w"), 200);
+  EXPECT_EQ(view.SamplesPerStep("other"), 0);
+}
+
+// A worker that leaves takes its devices out of placement's summary at
+// once, busy ones included; one of them asking again is live again.
+TEST_F(FleetViewTest, AWorkerThatLeavesIsNotLive) {
+  const auto [wa, a] = AddWorker("a", "fast");
+  const auto [wb, b] = AddWorker("b", "fast");
+  FleetView view(*store_, std::chrono::hours(1), std::chrono::seconds(60), clock_.fn());
+  ASSERT_EQ(Classes(view, a, "fast").at(0).devices, 2);
+  view.SetBusy(b, 100);
+  view.Left(wb);
+  {
+    auto f = view.Fresh(a, Clock::now());
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_FALSE((*f)->live.Contains(std::to_string(b)));
+    EXPECT_FALSE((*f)->devices.at(b).live);
+    EXPECT_TRUE((*f)->devices.at(a).live);
+  }
+  ASSERT_EQ(Classes(view, a, "fast").at(0).devices, 1);
+  const auto seen_by_b = Classes(view, b, "fast");
+  ASSERT_EQ(seen_by_b.size(), 1u);
+  EXPECT_EQ(seen_by_b[0].devices, 2) << "b asked: live again";
+  EXPECT_EQ(Classes(view, a, "fast").at(0).soonest_free_s, 0) << "its busy time went with it";
 }
 
 }  // namespace

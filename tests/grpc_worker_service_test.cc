@@ -666,6 +666,81 @@ TEST_F(GrpcWorkerServiceTest, AnotherWorkerSendingTheOwnersIdCannotTouchItsTrial
   EXPECT_EQ(store_->GetTrial(trial)->state, TrialState::kCompleted);
 }
 
+// A worker that stops says so (Leave): it is gone at once, not after the
+// lease timeout, and a trial it still held goes back to pending, its
+// max_parallel slot free for another worker now. Only its own session may
+// say it leaves, and saying it again changes nothing more.
+TEST_F(GrpcWorkerServiceTest, AWorkerThatLeavesIsGoneAtOnceAndItsTrialIsRequeued) {
+  auto e = engine_->CreateExperiment(Spec(kBuiltin, 3, 1));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const auto [leaving, leaving_device] = RegisterCpuWorker("leaving");
+  const auto [staying, staying_device] = RegisterCpuWorker("staying");
+  v1::LeaseResponse lease;
+  ASSERT_TRUE(Lease(leaving, leaving_device, &lease).ok());
+  ASSERT_TRUE(lease.has_trial());
+  const int64_t trial = lease.trial().trial_id();
+  v1::ReportResponse rr;
+  ASSERT_TRUE(Report(leaving, trial, 1, 0.5, &rr, std::nullopt, leaving_device).ok());
+  v1::LeaseResponse none;
+  ASSERT_TRUE(Lease(staying, staying_device, &none).ok());
+  ASSERT_FALSE(none.has_trial()) << "max_parallel 1: the slot is the leaving worker's";
+
+  v1::LeaveRequest leave;
+  leave.set_worker_id(leaving);
+  leave.set_session(SessionOf(staying));
+  v1::LeaveResponse left;
+  EXPECT_EQ(stub_->Leave(Ctx().get(), leave, &left).error_code(),
+            ::grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(stub_->Leave(Ctx("Bearer wrong").get(), leave, &left).error_code(),
+            ::grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_FALSE(store_->GetWorker(leaving)->gone_ms.has_value())
+      << "another's session made it leave";
+  EXPECT_EQ(store_->GetTrial(trial)->state, TrialState::kRunning);
+
+  leave.set_session(SessionOf(leaving));
+  ::grpc::Status s = stub_->Leave(Ctx().get(), leave, &left);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(
+      std::vector<int64_t>(left.requeued_trial_ids().begin(), left.requeued_trial_ids().end()),
+      std::vector<int64_t>{trial});
+  // No time passed: neither the lease timeout nor the worker's.
+  EXPECT_EQ(engine_->WorkerState(*store_->GetWorker(leaving)), "gone");
+  EXPECT_FALSE(store_->GetWorker(staying)->gone_ms.has_value());
+  EXPECT_EQ(store_->GetTrial(trial)->state, TrialState::kPending);
+  const auto gone = Events("worker.gone");
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0]["worker_id"], leaving);
+  EXPECT_EQ(gone[0]["left"], true);
+  const auto requeued = Events("trial.requeued");
+  ASSERT_EQ(requeued.size(), 1u);
+  EXPECT_EQ(requeued[0]["trial_id"], trial);
+  EXPECT_EQ(requeued[0]["reason"], "worker left");
+
+  // The other worker gets it at once, as the next attempt.
+  v1::LeaseResponse again;
+  ASSERT_TRUE(Lease(staying, staying_device, &again).ok());
+  ASSERT_TRUE(again.has_trial());
+  EXPECT_EQ(again.trial().trial_id(), trial);
+  EXPECT_EQ(again.trial().attempt(), 2);
+  s = Report(leaving, trial, 2, 0.4, &rr, std::nullopt, leaving_device);
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::FAILED_PRECONDITION)
+      << "the left worker's lease ended";
+
+  // Again: nothing more to end or to announce.
+  left.Clear();
+  s = stub_->Leave(Ctx().get(), leave, &left);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(left.requeued_trial_ids_size(), 0);
+  EXPECT_EQ(Events("worker.gone").size(), 1u);
+  leave.set_worker_id(staying + 100);
+  EXPECT_EQ(stub_->Leave(Ctx().get(), leave, &left).error_code(), ::grpc::StatusCode::NOT_FOUND);
+
+  // A worker that left and asks again is live again.
+  v1::LeaseResponse back;
+  ASSERT_TRUE(Lease(leaving, leaving_device, &back).ok());
+  EXPECT_FALSE(store_->GetWorker(leaving)->gone_ms.has_value());
+}
+
 // A report's device must be the reporting worker's: another worker's
 // device (or an unknown one) is refused before the step is stored, so no
 // measurement and no speed observation is credited to the wrong device.

@@ -201,7 +201,10 @@ TEST_F(ServerReplicasTest, TwoServersOnOnePostgresqlRunEveryTrialExactlyOnce) {
   }
   EXPECT_EQ(Samples(page0, "hpo_experiments"), Samples(page1, "hpo_experiments"));
   EXPECT_EQ(Samples(page0, "hpo_workers"), Samples(page1, "hpo_workers"));
-  EXPECT_EQ(Samples(page0, "hpo_workers")[""], 2 * kWorkersPerServer) << page0;
+  // The workers stopped and left (Leave): gone at once, on both replicas.
+  EXPECT_EQ(Samples(page0, "hpo_workers")[""], 0) << page0;
+  EXPECT_EQ(Samples(page0, "hpo_workers_gone"), Samples(page1, "hpo_workers_gone"));
+  EXPECT_EQ(Samples(page0, "hpo_workers_gone")[""], 2 * kWorkersPerServer) << page0;
   const double finished0 = Samples(page0, "hpo_trials_finished_total")[R"({state="completed"})"];
   const double finished1 = Samples(page1, "hpo_trials_finished_total")[R"({state="completed"})"];
   EXPECT_EQ(finished0 + finished1, kTrials);

@@ -1041,6 +1041,34 @@ TYPED_TEST(StoreTest, UnseenWorkersAreMarkedGoneOnceAndPrunedKeepingTheirHistory
   EXPECT_NE(back->id, wa.id);
 }
 
+// A worker that says it leaves is gone now, whenever it was last seen:
+// returned by one call only (of two handles), nullopt after; its next touch
+// clears it as it clears MarkWorkersGone's.
+TYPED_TEST(StoreTest, AWorkerThatLeavesIsMarkedGoneAtOnceAndOnce) {
+  NewWorker a{"node-a", "{}",    {{0, DeviceKind::kCpu, "cpu", "cpu:cpu:x1.0", 1, 1, 1}},
+              "",       "pod-a", "",
+              "",       0};
+  auto wa = *this->store_->RegisterWorker(a);
+  this->clock_.Advance(1'000);
+  const TimeMs now = this->clock_.fn()();
+  std::unique_ptr<Store> second = this->Open();
+  ASSERT_NE(second, nullptr);
+  auto gone = this->store_->MarkWorkerGone(wa.id);
+  ASSERT_TRUE(gone.ok()) << gone.status();
+  ASSERT_TRUE(gone->has_value());
+  EXPECT_EQ((*gone)->id, wa.id);
+  EXPECT_EQ((*gone)->instance, "pod-a");
+  EXPECT_EQ((*gone)->gone_ms, now);
+  auto again = second->MarkWorkerGone(wa.id);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->has_value()) << "announced once";
+  EXPECT_EQ(this->store_->GetWorker(wa.id)->gone_ms, now);
+  EXPECT_TRUE(this->store_->MarkWorkersGone(0)->empty()) << "gone already";
+  EXPECT_TRUE(this->store_->MarkWorkerGone(wa.id + 100).status().IsNotFound());
+  ASSERT_TRUE(this->store_->TouchWorker(wa.id).ok());
+  EXPECT_FALSE(this->store_->GetWorker(wa.id)->gone_ms.has_value());
+}
+
 TYPED_TEST(StoreTest, RecordsSpeedObservations) {
   NewWorker w{"h", "{}", {{0, DeviceKind::kCpu, "cpu", "cpu:x1", 1, 1, 1}}, ""};
   auto worker = *this->store_->RegisterWorker(w);

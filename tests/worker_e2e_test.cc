@@ -116,8 +116,12 @@ TEST_F(WorkerE2eTest, BuiltinTrainerRunsAnExperimentThroughTheServer) {
   ASSERT_EQ(trial["measurements"].size(), 1u);
   EXPECT_GT(trial["measurements"][0]["samples_per_sec"].get<double>(), 0);
   EXPECT_EQ(trial["measurements"][0]["system"]["batch_size"], trial["system"]["batch_size"]);
-  json workers = Get("/api/v1/workers")["workers"];
+  // The worker stopped after its two trials and said so: it is gone, and
+  // listed only with the gone ones.
+  EXPECT_TRUE(Get("/api/v1/workers")["workers"].empty());
+  json workers = Get("/api/v1/workers?include_gone=true")["workers"];
   ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0]["state"], "gone");
   EXPECT_EQ(workers[0]["labels"]["pool"], "cpu");
   EXPECT_GT(workers[0]["devices"][0]["benchmark_gflops"].get<double>(), 0);
   EXPECT_GT(workers[0]["devices"][0]["cores"].get<double>(), 0);
@@ -395,6 +399,13 @@ TEST_F(WorkerE2eTest, AWorkerWaitsForItsServerAndFinishesItsTrialOnSigterm) {
   EXPECT_EQ(e["trials"]["completed"], completed_before + 1)
       << "the running trial finished, no new one started\n" << out;
   EXPECT_EQ(e["trials"]["running"], 0);
+  // It said it leaves (Leave): gone now, not after the 60 s lease timeout.
+  EXPECT_NE(out.find("left the fleet"), std::string::npos) << out;
+  EXPECT_TRUE(Get("/api/v1/workers")["workers"].empty())
+      << "the stopped worker is still listed live";
+  json all = Get("/api/v1/workers?include_gone=true")["workers"];
+  ASSERT_EQ(all.size(), 1u) << all.dump();
+  EXPECT_EQ(all[0]["state"], "gone");
 }
 
 
@@ -408,7 +419,7 @@ TEST_F(WorkerE2eTest, PromotedTrialsResumeFromTheirCheckpointsOnRealWorkers) {
   const int64_t id = Create(std::string(R"({"name": "promote", "objective": {"metric": "loss"},
       "spaces": [{"name": "logreg", "params": {"lr": {"type": "float", "low": 0.001, "high": 1.0, "log": true},
                                              "width": {"type": "int", "low": 2, "high": 16}}}],
-      "early_stopping": {"rule": "asha", "min_resource": 1, "reduction_factor": 3},
+      "early_stopping": {"rule": "asha", "type": "promotion", "min_resource": 1, "reduction_factor": 3},
       "budget": {"max_trials": 6, "max_parallel": 2, "steps_per_trial": 3},
       "executor": {"command": {"argv": ["python3", ")") + HPO_SOURCE_DIR + R"(/examples/train_example.py",
                                         "--lr={lr}", "--width={width}"], "timeout_s": 60, "checkpoints": true}}})");

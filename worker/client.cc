@@ -72,6 +72,8 @@ std::string Describe(const grpc::Status& s) {
 // How long a Lease with nothing to run may wait on the server for work
 // (LeaseRequest.max_wait_ms).
 constexpr int64_t kLeaseWaitMs = 2000;
+// How long a stopping worker waits for the answer to its Leave (seconds).
+constexpr int kLeaveDeadlineS = 3;
 // The most data one CheckpointChunk carries (worker.proto).
 constexpr size_t kChunkBytes = size_t{1} << 20;
 
@@ -798,6 +800,31 @@ struct WorkerClient::Impl {
     }
   }
 
+  // Tells the server this worker stops, once its trials ended, paused or
+  // were abandoned: it leaves the fleet now, and any lease it still holds
+  // goes back at once, rather than after the lease timeout. One try with a
+  // short deadline: a server that does not answer (or predates Leave)
+  // drops the worker after the timeout, as before.
+  void Leave() {
+    const Identity me = identity();
+    if (me.worker_id == 0) return;
+    v1::LeaveRequest req;
+    req.set_worker_id(me.worker_id);
+    req.set_session(me.session);
+    v1::LeaveResponse res;
+    grpc::ClientContext ctx;
+    Prepare(ctx, kLeaveDeadlineS);
+    const grpc::Status s = stub->Leave(&ctx, req, &res);
+    if (!s.ok()) {
+      spdlog::warn("leave: {}; the server drops this worker after its lease timeout", Describe(s));
+    } else if (res.requeued_trial_ids_size() > 0) {
+      spdlog::info("left the fleet; {} trial(s) it held went back to the server",
+                   res.requeued_trial_ids_size());
+    } else {
+      spdlog::info("left the fleet");
+    }
+  }
+
   void DeviceLoop(size_t index) {
     const DeviceSpec& device = options.devices[index];
     while (!Stopping()) {
@@ -909,6 +936,7 @@ Status WorkerClient::Run(const std::atomic<int>& stop_level) {
   std::vector<std::thread> loops;
   for (size_t i = 0; i < w.options.devices.size(); ++i) loops.emplace_back([&w, i] { w.DeviceLoop(i); });
   for (auto& t : loops) t.join();
+  w.Leave();
   return Status::OK();
 }
 

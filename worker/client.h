@@ -26,8 +26,10 @@
 // kMaxAbortedAttempts (proto/grpc_status.h) times. Which errors are retried
 // is IsRetryable's rule (common/status.h).
 // Stopping (SIGTERM): the current trials finish, then the worker exits; a
-// second stop request abandons them (their leases expire and the server
-// hands them out again).
+// second stop request abandons them. Either way, and when max_trials are
+// done, it then calls Leave (one try, 3 s): the server drops it from the
+// fleet at once and hands out again any trial it still held, rather than
+// after the lease timeout.
 //
 // Each segment (one lease of one trial, from the lease's answer to the
 // trial's completion, pause or hand-back) ends with one line at info level

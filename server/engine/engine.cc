@@ -138,7 +138,8 @@ Engine::Engine(store::Store& store, EngineOptions options)
     leases_empty_ = &m->counter("hpo_leases_total", "Worker lease requests by outcome",
                                 {{"outcome", "none"}});
     workers_gone_ = &m->counter("hpo_workers_gone_total",
-                                "Workers this server marked gone (unseen for several lease timeouts)");
+                                "Workers this server marked gone (left, or unseen for several "
+                                "lease timeouts)");
     kept_trials_ = &m->gauge("hpo_engine_kept_trials",
                              "Trials kept in memory for search and placement (the experiments' views and "
                              "their samplers' copies, a trial once per copy)");
@@ -646,6 +647,7 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   if (reported.inserted && measured) {
     // Placement sees it on the next lease.
     fleet_->Observe(*r.device_id, *device_class, workload, r.step,
+                    {trial.attempt, trial.resume_step},
                     {r.samples_per_sec, r.system.is_object() ? r.system : json::object(), NowMs(), r.trial_id});
   }
   if (reported.inserted) {
@@ -875,7 +877,7 @@ std::vector<std::string> Engine::SpecWarnings(const ExperimentSpec& spec) {
 
 Status Engine::ReclaimExpiredLeases() { return Reclaim({}); }
 
-Status Engine::Reclaim(const std::vector<Id>& answers_lost) {
+Status Engine::Reclaim(const std::vector<Id>& ended, std::string_view why) {
   HPO_ASSIGN_OR_RETURN(const std::vector<Id> reclaimed, store_.ReclaimExpiredLeases(options_.max_attempts));
   for (const Id id : reclaimed) {
     HPO_ASSIGN_OR_RETURN(const store::TrialRecord t, store_.GetTrial(id));
@@ -886,10 +888,10 @@ Status Engine::Reclaim(const std::vector<Id>& answers_lost) {
                               {"reason", t.reason}});
     } else {
       // Back to pending, or a promoted segment back to paused at its rung.
-      const bool lost = std::find(answers_lost.begin(), answers_lost.end(), id) != answers_lost.end();
+      const bool early = std::find(ended.begin(), ended.end(), id) != ended.end();
       Emit("trial.requeued", {{"experiment_id", t.experiment_id}, {"trial_id", id}, {"attempt", t.attempt},
                               {"state", std::string(store::ToString(t.state))}, {"level", t.level},
-                              {"reason", lost ? "lease answer lost" : "lease expired"}});
+                              {"reason", early ? std::string(why) : "lease expired"}});
     }
   }
   return Status::OK();

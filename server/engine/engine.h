@@ -352,7 +352,8 @@ class Engine {
   Result<RegisteredWorker> RegisterWorker(const WorkerRegistration& w);
   // How the worker stands now: "live" (seen within the lease timeout: its
   // devices are placed on), "silent" (not seen since: not placed on, its
-  // leases expire) or "gone" (marked by SweepWorkers).
+  // leases expire) or "gone" (marked by SweepWorkers, or it left:
+  // LeaveWorker).
   std::string_view WorkerState(const store::WorkerRecord& w) const;
   // OK when `caller` is a registered worker with its own session.
   Status AuthenticateWorker(const WorkerCaller& caller);
@@ -362,6 +363,14 @@ class Engine {
   // worker (pruned, cancelled, lease lost to expiry) or is unknown - which
   // the worker should stop.
   Result<std::vector<store::Id>> Heartbeat(const WorkerCaller& caller, const std::vector<store::Id>& trial_ids);
+  // The worker stops and says so: it is gone now (store::Store::
+  // MarkWorkerGone; "worker.gone" with `left` true, once, and
+  // hpo_workers_gone_total), its devices leave the fleet view, and the
+  // leases it still holds end as expired ones do (Reclaim:
+  // "trial.requeued" with reason "worker left"). Returns those trials'
+  // ids. Repeating it changes nothing more; its next Lease or Heartbeat
+  // counts it live again.
+  Result<std::vector<store::Id>> LeaveWorker(const WorkerCaller& caller);
 
   // Trials -----------------------------------------------------------------
   // For a worker's device: marks the worker seen, then a trial of the oldest
@@ -605,8 +614,9 @@ class Engine {
   // ticks count in the store, so another replica's trials count there.
   Status MaybeFinish(store::Id experiment_id, Cached& c, bool after_change = true);
   // ReclaimExpiredLeases, whose events say which of the leases ended
-  // because their answers never reached the worker (`answers_lost`).
-  Status Reclaim(const std::vector<store::Id>& answers_lost);
+  // for `why` rather than by expiry (`ended`: answers that never reached
+  // the worker, or a worker that left).
+  Status Reclaim(const std::vector<store::Id>& ended, std::string_view why = "lease answer lost");
   // Complete's body, with the reason already cut.
   Status Finish(store::Id trial_id, const std::string& owner, bool failed, const nlohmann::json& final_metrics,
                 const std::string& why);

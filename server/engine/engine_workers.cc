@@ -290,4 +290,33 @@ Result<std::vector<Id>> Engine::Heartbeat(const WorkerCaller& caller, const std:
   return store_.RenewLeases(trial_ids, WorkerOwner(caller.worker_id), options_.worker_lease_ms);
 }
 
+Result<std::vector<Id>> Engine::LeaveWorker(const WorkerCaller& caller) {
+  HPO_RETURN_IF_ERROR(Authenticate(caller).status());
+  // Gone in the store first: a fleet reread from here on finds it so.
+  HPO_ASSIGN_OR_RETURN(const std::optional<store::WorkerRecord> gone,
+                       store_.MarkWorkerGone(caller.worker_id));
+  {
+    // Its next touch writes (and so counts it live again) rather than
+    // being skipped as recent.
+    MutexLock lock(mu_);
+    if (auto it = workers_.find(caller.worker_id); it != workers_.end()) it->second.touched_ms = 0;
+  }
+  fleet_->Left(caller.worker_id);
+  if (gone) {
+    if (workers_gone_) workers_gone_->Increment();
+    Emit("worker.gone", {{"worker_id", gone->id},
+                         {"host", gone->host},
+                         {"instance", gone->instance},
+                         {"last_seen_ms", gone->last_seen_ms},
+                         {"left", true}});
+  }
+  // What it still holds (a trial abandoned on a second stop request, a
+  // lease whose answer it never got) goes back now, as an expired lease
+  // would, rather than after the lease timeout.
+  HPO_ASSIGN_OR_RETURN(std::vector<Id> ended,
+                       store_.ExpireLeasesNotHeld(WorkerOwner(caller.worker_id), {}));
+  if (!ended.empty()) HPO_RETURN_IF_ERROR(Reclaim(ended, "worker left"));
+  return ended;
+}
+
 }  // namespace hpo::server

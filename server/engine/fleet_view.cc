@@ -28,9 +28,14 @@ std::optional<int> DeviceThreadLimit(const store::DeviceInfo& d) {
   return static_cast<int>(std::max(1.0, std::floor(std::min(d.cores, 1e6))));
 }
 
-FleetView::FleetView(store::Store& store, std::chrono::milliseconds max_age, std::chrono::milliseconds live_for,
-                     std::function<int64_t()> now_ms)
-    : store_(store), max_age_(max_age), live_for_(live_for), now_ms_(std::move(now_ms)) {}
+FleetView::FleetView(store::Store& store, std::chrono::milliseconds max_age,
+                     std::chrono::milliseconds live_for, std::function<int64_t()> now_ms,
+                     std::function<Clock::time_point()> steady_now)
+    : store_(store),
+      max_age_(max_age),
+      live_for_(live_for),
+      now_ms_(std::move(now_ms)),
+      steady_now_(steady_now ? std::move(steady_now) : [] { return Clock::now(); }) {}
 
 Result<FleetSnapshot> FleetView::ReadNow() const {
   FleetSnapshot v;
@@ -159,6 +164,26 @@ void FleetView::Registered(const store::WorkerRecord& w) {
   if (reading_) missed_.push_back(std::move(update));
 }
 
+void FleetView::Left(Id worker_id) {
+  MutexLock lock(mu_);
+  // A reread that began before the store said it is gone may still count
+  // it live: this is applied to that view too.
+  auto leave = [worker_id](FleetSnapshot& view) {
+    for (auto& [id, d] : view.devices) {
+      if (d.worker_id != worker_id) continue;
+      d.live = false;
+      view.live.Remove(std::to_string(id));
+    }
+  };
+  if (view_) {
+    for (const auto& [id, d] : view_->devices) {
+      if (d.worker_id == worker_id) busy_until_.erase(id);
+    }
+    leave(*view_);
+  }
+  if (reading_) missed_.push_back(std::move(leave));
+}
+
 Result<MeasuredSpeeds> FleetView::Measured(Clock::time_point asked) {
   MutexLock lock(mu_);
   while (!view_ || !Current(asked)) {
@@ -195,9 +220,9 @@ Result<std::map<std::string, double>> FleetView::PredictAllTunables(Id device_id
   return view_->model.PredictAllTunables(k.device_class, workload, tunable, given, min_observations);
 }
 
-void FleetView::Observe(Id device_id, const std::string& device_class, const std::string& workload, int64_t step,
-                        const MeasuredSpeed& speed) {
-  const auto now = Clock::now();
+void FleetView::Observe(Id device_id, const std::string& device_class, const std::string& workload,
+                        int64_t step, const TrialSegment& segment, const MeasuredSpeed& speed) {
+  const auto now = steady_now_();
   const std::string setting = scheduler::SettingKey(speed.system);
   const double samples_per_sec = speed.samples_per_sec;
   auto apply = [=](FleetSnapshot& view) {
@@ -209,7 +234,13 @@ void FleetView::Observe(Id device_id, const std::string& device_class, const std
   if (reading_) missed_.push_back(apply);
   const Id trial_id = speed.trial_id.value_or(0);
   auto& last = last_report_[trial_id];
-  if (last.seen && step > last.step && samples_per_sec > 0) {
+  // Only the time within one segment on one device is training (issue
+  // #46): a trial paused at a rung and resumed later, here or elsewhere,
+  // would otherwise count its whole pause as one step.
+  const bool same_segment = last.seen && last.device_id == device_id &&
+                            last.segment.attempt == segment.attempt &&
+                            last.segment.resume_step == segment.resume_step;
+  if (same_segment && step > last.step && samples_per_sec > 0) {
     // Seconds between two reports times samples a second: the samples a
     // step trains, with whatever else the step does (evaluation) counted
     // as training time, which is what placement's estimates need.
@@ -223,6 +254,8 @@ void FleetView::Observe(Id device_id, const std::string& device_class, const std
   }
   last.at = now;
   last.step = step;
+  last.device_id = device_id;
+  last.segment = segment;
   last.seen = true;
   if (last_report_.size() > kTrialsRemembered) last_report_.erase(last_report_.begin());  // the oldest ids
 }

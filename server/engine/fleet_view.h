@@ -65,6 +65,15 @@ struct FleetSnapshot {
   std::chrono::steady_clock::time_point loaded;
 };
 
+// Which run of a trial a report comes from, as the store's TrialRecord
+// (the report left it) says: its lease's attempt and the step it resumed
+// after. A new lease, a resume (on any device) and a restart begin another;
+// so does a move to another device, which FleetView::Observe compares too.
+struct TrialSegment {
+  int attempt = 0;
+  int64_t resume_step = 0;
+};
+
 // The most intra-op threads a trial on this device may be asked for: a
 // CPU's usable cores, rounded down, at least 1 (a 0.5-core cgroup still
 // runs one thread). nullopt when unknown: a CPU that reported no cores, or
@@ -76,9 +85,12 @@ class FleetView {
  public:
   using Clock = std::chrono::steady_clock;
   // `store` outlives the view. A worker is live for `live_for` after it was
-  // last seen, by `now_ms` (the store's clock: Unix milliseconds).
-  FleetView(store::Store& store, std::chrono::milliseconds max_age, std::chrono::milliseconds live_for,
-            std::function<int64_t()> now_ms);
+  // last seen, by `now_ms` (the store's clock: Unix milliseconds). The time
+  // between a trial's reports is measured on `steady_now` (tests move it;
+  // Clock::now when null).
+  FleetView(store::Store& store, std::chrono::milliseconds max_age,
+            std::chrono::milliseconds live_for, std::function<int64_t()> now_ms,
+            std::function<Clock::time_point()> steady_now = nullptr);
 
   using Locked = LockedPtr<FleetSnapshot>;
   // The view, reread unless it was read within max_age before `asked` (a
@@ -91,6 +103,10 @@ class FleetView {
   // The worker registered (perhaps again, with its devices' classes
   // changed): its devices are live with these classes from now on.
   void Registered(const store::WorkerRecord& w) HPO_EXCLUDES(mu_);
+  // The worker left (Engine::LeaveWorker): its devices are not live and
+  // not busy from now on, until one of them asks again (Fresh) or the
+  // worker registers again.
+  void Left(store::Id worker_id) HPO_EXCLUDES(mu_);
   // A registered device's DeviceThreadLimit. NotFound: not registered.
   Result<std::optional<int>> ThreadLimit(store::Id device_id) HPO_EXCLUDES(mu_);
   // SpeedModel::PredictAllTunables on a registered device's class.
@@ -101,11 +117,16 @@ class FleetView {
       HPO_EXCLUDES(mu_);
 
   // One of this engine's reports (`speed.trial_id`'s step `step` on the
-  // device): a speed observation (placement sees it on the next lease, GET
-  // /workers at once) and, from the time since this trial's previous report
-  // here, how many samples one step of the workload trains.
-  void Observe(store::Id device_id, const std::string& device_class, const std::string& workload, int64_t step,
-               const MeasuredSpeed& speed) HPO_EXCLUDES(mu_);
+  // device, in `segment`): a speed observation (placement sees it on the
+  // next lease, GET /workers at once) and, from the time since this trial's
+  // previous report, how many samples one step of the workload trains. Only
+  // a previous report of the same segment on the same device counts, of an
+  // earlier step (a gap of several steps is divided among them): the first
+  // report after a lease, a resume or a restart would count the pause, the
+  // wait for a device and the checkpoint's transfer as training.
+  void Observe(store::Id device_id, const std::string& device_class, const std::string& workload,
+               int64_t step, const TrialSegment& segment, const MeasuredSpeed& speed)
+      HPO_EXCLUDES(mu_);
   // The newest speed per device and workload, from a view read within
   // max_age before `asked` (reread otherwise, as Fresh does): GET /workers
   // from memory rather than thousands of observations read per call
@@ -134,6 +155,7 @@ class FleetView {
   const std::chrono::milliseconds max_age_;
   const std::chrono::milliseconds live_for_;
   const std::function<int64_t()> now_ms_;
+  const std::function<Clock::time_point()> steady_now_;
   Mutex mu_;
   CondVar read_done_;  // signalled when a reread ends
   std::optional<FleetSnapshot> view_ HPO_GUARDED_BY(mu_);
@@ -152,6 +174,8 @@ class FleetView {
   struct LastReport {
     Clock::time_point at;
     int64_t step = 0;
+    store::Id device_id = 0;
+    TrialSegment segment;
     bool seen = false;
   };
   std::map<store::Id, LastReport> last_report_ HPO_GUARDED_BY(mu_);  // by trial

@@ -372,6 +372,17 @@ Status WorkerServiceImpl::Authenticate(const ::grpc::ServerContext& context) con
   });
 }
 
+::grpc::Status WorkerServiceImpl::Leave(::grpc::ServerContext* context,
+                                        const hpo::v1::LeaveRequest* request,
+                                        hpo::v1::LeaveResponse* response) {
+  return Serve(Authenticate(*context), [&]() -> Status {
+    HPO_ASSIGN_OR_RETURN(const std::vector<store::Id> requeued,
+                         engine_.LeaveWorker({request->worker_id(), request->session()}));
+    for (const store::Id id : requeued) response->add_requeued_trial_ids(id);
+    return Status::OK();
+  });
+}
+
 ::grpc::Status WorkerServiceImpl::UploadCheckpoint(::grpc::ServerContext* context,
                                                    ::grpc::ServerReader<hpo::v1::CheckpointChunk>* reader,
                                                    hpo::v1::UploadCheckpointResponse* response) {

@@ -169,6 +169,8 @@ class CheckpointUploads {
 //             server read every byte and they matched it (DATA_LOSS
 //             otherwise).
 //  Pause, Restart: see Engine::PauseTrial and Engine::RestartTrial.
+//  Leave:     the worker stops: gone now, its leases requeued
+//             (Engine::LeaveWorker); their ids are in requeued_trial_ids.
 //
 // Thread-safe: its only mutable state is the uploads in flight
 // (CheckpointUploads); the Engine is thread-safe.
@@ -192,6 +194,8 @@ class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
                        hpo::v1::PauseResponse* response) override;
   ::grpc::Status Restart(::grpc::ServerContext* context, const hpo::v1::RestartRequest* request,
                          hpo::v1::RestartResponse* response) override;
+  ::grpc::Status Leave(::grpc::ServerContext* context, const hpo::v1::LeaveRequest* request,
+                       hpo::v1::LeaveResponse* response) override;
   ::grpc::Status UploadCheckpoint(::grpc::ServerContext* context,
                                   ::grpc::ServerReader<hpo::v1::CheckpointChunk>* reader,
                                   hpo::v1::UploadCheckpointResponse* response) override;

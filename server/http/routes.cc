@@ -113,13 +113,15 @@ const std::vector<RestApi::Route>& RestApi::Routes() {
      R"json("required": true, "schema": {"type": "integer"}}], "responses": {"200": {"description": "failed"}}})json"},
     {"GET", "/api/v1/workers", Access::kToken, 200, JsonHandler{&RestApi::ListWorkers},
      R"json({"summary": "Workers with their devices; each has a state: live (seen within the lease timeout, )json"
-     R"json(placed on), silent (not seen since, not placed on) or gone (unseen for several lease timeouts)", )json"
+     R"json(placed on), silent (not seen since, not placed on) or gone (it stopped and said so, or was unseen )json"
+     R"json(for several lease timeouts)", )json"
      R"json("parameters": [{"name": "include_gone", "in": "query", "schema": {"type": "boolean", )json"
      R"json("default": false}, "description": "also list the gone workers not pruned yet"}], )json"
      R"json("responses": {"200": {"description": "{workers: [...]}"}}})json"},
     {"GET", "/api/v1/events", Access::kStream, 200, RawHandler{&RestApi::Events},
      R"json({"summary": "Server-Sent Events: experiment.created, experiment.finished, trial.created, )json"
-     R"json(trial.reported, trial.requeued (a lease expired or its answer was lost: pending again), trial.paused (at a rung, )json"
+     R"json(trial.reported, trial.requeued (a lease expired, its answer was lost or its worker left: pending )json"
+     R"json(again), trial.paused (at a rung, )json"
      R"json(with or without its checkpoint), )json"
      R"json(trial.restarted (its checkpoint was missing or unusable: from step 0 again, with the reason), )json"
      R"json(trial.cotuning_stopped (the program ran another value of a system parameter than the one asked for: )json"
@@ -129,7 +131,8 @@ const std::vector<RestApi::Route>& RestApi::Routes() {
      R"json(trial.system_capped (the spec allows more threads than the device has usable cores: the trial is ask)json"
      R"json(ed for at most that many, with the parameter and the limit), trial.finished, )json"
      R"json(worker.registered (perhaps again, under its old id), )json"
-     R"json(worker.gone (unseen for several lease timeouts) (and lagged when events were dropped or, )json"
+     R"json(worker.gone (unseen for several lease timeouts, or left: true when it stopped and said so) )json"
+     R"json((and lagged when events were dropped or, )json"
      R"json(between replicas, may have been missed: re-read)", "parameters": [{"name": "access_token", )json"
      R"json("in": "query", "schema": {"type": "string"}, "description": "the server token, )json"
      R"json(for clients that cannot send an Authorization header (a browser's EventSource)"}], )json"

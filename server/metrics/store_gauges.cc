@@ -124,8 +124,10 @@ void RegisterStoreGauges(metrics::Registry& registry, store::Store& store, Store
                           "Mean measured training speed over the last 20 reports, by device class and workload",
                           family(&Snapshot::speed));
   registry.gauge_callback("hpo_workers", "Live workers (seen within the lease timeout)", family(&Snapshot::workers));
-  registry.gauge_callback("hpo_workers_gone", "Workers gone (unseen for several lease timeouts), not pruned yet",
-                          family(&Snapshot::workers_gone));
+  registry.gauge_callback(
+      "hpo_workers_gone",
+      "Workers gone (left, or unseen for several lease timeouts), not pruned yet",
+      family(&Snapshot::workers_gone));
 }
 
 }  // namespace hpo::server

@@ -1384,6 +1384,21 @@ Result<std::vector<WorkerRecord>> SqlStore::MarkWorkersGone(TimeMs unseen_ms) {
   });
 }
 
+Result<std::optional<WorkerRecord>> SqlStore::MarkWorkerGone(Id worker_id) {
+  return Run(TxMode::kWrite, [&](SqlConnection& c) -> std::optional<WorkerRecord> {
+    // A compare-and-set, as MarkWorkersGone's: announced once.
+    auto rows =
+        c.Query("UPDATE workers SET gone_ms = $2 WHERE id = $1 AND gone_ms IS NULL RETURNING " +
+                    std::string(kWorkerColumns),
+                {worker_id, Now()});
+    if (!rows.empty()) return ReadWorker(rows[0]);
+    if (c.Query("SELECT id FROM workers WHERE id = $1", {worker_id}).empty()) {
+      Throw(Status::NotFound("worker " + std::to_string(worker_id) + " is not registered"));
+    }
+    return std::nullopt;
+  });
+}
+
 Result<std::vector<Id>> SqlStore::PruneGoneWorkers(TimeMs unseen_ms) {
   return Run(TxMode::kWrite, [&](SqlConnection& c) {
     std::vector<Id> out;

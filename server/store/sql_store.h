@@ -64,6 +64,7 @@ class SqlStore final : public Store {
   Status TouchWorker(Id worker_id) override;
   Result<std::vector<WorkerRecord>> ListWorkers() override;
   Result<std::vector<WorkerRecord>> MarkWorkersGone(TimeMs unseen_ms) override;
+  Result<std::optional<WorkerRecord>> MarkWorkerGone(Id worker_id) override;
   Result<std::vector<Id>> PruneGoneWorkers(TimeMs unseen_ms) override;
   Result<Id> AddSpeedObservation(const SpeedObservation& o) override;
   Status NotifyChanges(const std::vector<std::string>& payloads) override;

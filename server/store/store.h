@@ -581,6 +581,10 @@ class Store {
   // Each worker is returned by one call only, even with several stores on
   // one database, so its caller may announce it once.
   virtual Result<std::vector<WorkerRecord>> MarkWorkersGone(TimeMs unseen_ms) = 0;
+  // Marks one worker gone now (gone_ms = now): it said it leaves. Returns
+  // it (without devices) when this call marked it, nullopt when it was gone
+  // already (so that it is announced once). NotFound: not registered.
+  virtual Result<std::optional<WorkerRecord>> MarkWorkerGone(Id worker_id) = 0;
   // Deletes every gone worker unseen for more than `unseen_ms`, with its
   // devices, and returns their ids. What refers to them stays: trials name
   // their lease owner as text, speed observations lose only their device_id.
