@@ -4,11 +4,14 @@
 //
 //   fleet_sim [--workers 100,1000] [--spread 10] [--seeds 5] [--policies speed,fifo,shadho]
 //             [--sampler auto] [--failure 0.02] [--target 0.075] [--budget TRIALS]
-//             [--min-resource 3] [--steps 27] [--reduction-factor 3]
+//             [--min-resource 3] [--steps 27] [--reduction-factor 3] [--type promotion|stop]
+//             [--migrate 1|0]
 //             [--timing-workers 10000] [--timing-decisions 5000] [-v]
 //
-// Policies, all with the same sampler, the same promotion-type ASHA and the
-// same space ranking (they differ only in scheduler::Decide's kind):
+// Policies, all with the same sampler, the same ASHA (promotion-type, or
+// with --type stop the stopping rule, where speed also migrates trials
+// unless --migrate 0) and the same space ranking (they differ only in
+// scheduler::Decide's kind):
 //   speed   ours (PolicyKind::kSpeed);
 //   fifo    the oldest resume or pending item to whoever asks, else the
 //           ranking's new trial (PolicyKind::kFifo);
@@ -100,13 +103,19 @@ bool RunTimed(SimulatorOptions o, Timed* out) {
 }
 
 void Diagnose(const SimulatorOptions& o, const SimResult& r, bool verbose) {
-  std::fprintf(stderr, "diag workers=%d policy=%s seed=%llu end_s=%.0f best=%.4f decisions=%lld idle=%lld promotions=%lld "
-               "completed=%lld failed=%lld max_level=%d peak_unfinished=%lld/%lld trace=%016llx\n",
-               o.workers, hpo::scheduler::PolicyName(o.policy.kind), static_cast<unsigned long long>(o.seed), r.end_s,
-               r.best, static_cast<long long>(r.decisions), static_cast<long long>(r.idle_answers),
-               static_cast<long long>(r.promotions), static_cast<long long>(r.completed),
-               static_cast<long long>(r.failed), r.max_level, static_cast<long long>(r.peak_unfinished),
-               static_cast<long long>(r.max_parallel), static_cast<unsigned long long>(r.trace));
+  std::fprintf(
+      stderr,
+      "diag workers=%d policy=%s seed=%llu end_s=%.0f best=%.4f decisions=%lld idle=%lld "
+      "promotions=%lld "
+      "moves=%lld preemptions=%lld completed=%lld failed=%lld max_level=%d "
+      "peak_unfinished=%lld/%lld "
+      "trace=%016llx\n",
+      o.workers, hpo::scheduler::PolicyName(o.policy.kind), static_cast<unsigned long long>(o.seed),
+      r.end_s, r.best, static_cast<long long>(r.decisions), static_cast<long long>(r.idle_answers),
+      static_cast<long long>(r.promotions), static_cast<long long>(r.moves),
+      static_cast<long long>(r.preemptions), static_cast<long long>(r.completed),
+      static_cast<long long>(r.failed), r.max_level, static_cast<long long>(r.peak_unfinished),
+      static_cast<long long>(r.max_parallel), static_cast<unsigned long long>(r.trace));
   std::fprintf(stderr, "diag   trials_per_space=");
   for (size_t i = 0; i < r.trials_per_space.size(); ++i) {
     std::fprintf(stderr, "%s%lld", i ? "," : "", static_cast<long long>(r.trials_per_space[i]));
@@ -132,12 +141,15 @@ void Diagnose(const SimulatorOptions& o, const SimResult& r, bool verbose) {
 }
 
 int Usage(const char* argv0) {
-  std::fprintf(stderr,
-               "usage: %s [--workers 100,1000] [--spread 10] [--seeds 5] [--policies speed,fifo,shadho]\n"
-               "          [--sampler auto|tpe|gp|random] [--failure 0.02] [--target 0.075] [--budget TRIALS]\n"
-               "          [--min-resource 3] [--steps 27] [--reduction-factor 3]\n"
-               "          [--timing-workers 10000] [--timing-decisions 5000] [-v]\n",
-               argv0);
+  std::fprintf(
+      stderr,
+      "usage: %s [--workers 100,1000] [--spread 10] [--seeds 5] [--policies speed,fifo,shadho]\n"
+      "          [--sampler auto|tpe|gp|random] [--failure 0.02] [--target 0.075] [--budget "
+      "TRIALS]\n"
+      "          [--min-resource 3] [--steps 27] [--reduction-factor 3] [--type promotion|stop]\n"
+      "          [--migrate 1|0]\n"
+      "          [--timing-workers 10000] [--timing-decisions 5000] [-v]\n",
+      argv0);
   return 2;
 }
 
@@ -150,6 +162,7 @@ int main(int argc, char** argv) {
   int timing_workers = 10000;
   int64_t timing_decisions = 5000;
   bool verbose = false;
+  bool migrate = true;  // where it applies, as the spec's default
   SimulatorOptions base;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -184,6 +197,12 @@ int main(int argc, char** argv) {
       base.steps_per_trial = std::atoll(value.c_str());
     } else if (flag == "--reduction-factor") {
       base.reduction_factor = std::atof(value.c_str());
+    } else if (flag == "--type") {
+      if (value != "promotion" && value != "stop") return Usage(argv[0]);
+      base.promotion = value == "promotion";
+    } else if (flag == "--migrate") {
+      if (value != "0" && value != "1") return Usage(argv[0]);
+      migrate = value == "1";
     } else if (flag == "--timing-workers") {
       timing_workers = std::atoi(value.c_str());
     } else if (flag == "--timing-decisions") {
@@ -208,6 +227,8 @@ int main(int argc, char** argv) {
         o.workers = w;
         o.policy.kind = kind;
         o.seed = static_cast<uint64_t>(seed);
+        o.migrate = migrate && !o.promotion && kind == PolicyKind::kSpeed &&
+                    (o.early_stopping == "asha" || o.early_stopping == "hyperband");
         Timed t;
         if (!RunTimed(o, &t)) return 2;
         const SimResult& r = t.result;

@@ -39,10 +39,14 @@ build/worker/hpo-worker: configure with -DHPO_BUILD_WORKER=ON), and for
 diagnostics go to stderr, the figures to stdout:
 
   bench=hetero fleet=F workload=W seed=N policy=P time_to_target_s=X utilization=U best_at_cap=A
-      wasted_device_s=D trials=T promotions=K reached=0|1
+      wasted_device_s=D trials=T promotions=K moves=M preemptions=P reached=0|1
   bench=hetero_median fleet=F workload=W policy=P seeds=N time_to_target_s=X best_at_cap=A reached=R/N utilization=U
   bench=hetero_ratio fleet=F workload=W policy=P vs=default ratio=X lo=L hi=H
   bench=hetero_fleet fleet=F quotas=... cores_used=... same_trial_speed_A/B=X(n=K) ...
+  bench=hetero_overheads fleet=F workload=W seed=N policy=P segments=S lease_to_first_step_ms=A
+      checkpoint_restore_ms=B checkpoint_save_ms=C report_ms_per_call=D eval_s=E
+      (HeteroTune's runs: the workers' own segment lines, worker/client.h; A-C medians over the
+      segments that had them, -1 where none did)
 
 Definitions (HeteroTune's from its REST API, Optuna's from its workers'
 logs; see bench/README.md):
@@ -365,6 +369,8 @@ def make_spec(args, seed, policy, class_order, n_workers):
     }
     if args.sampler:
         spec["algorithm"]["sampler"] = args.sampler
+    if args.early_stopping:
+        spec["early_stopping"] = json.loads(args.early_stopping)
     if policy != "default":
         spec["placement"] = {"policy": policy}
     if policy == "shadho":
@@ -495,17 +501,22 @@ def run_heterotune(args, fleet, seed, policy, run_dir):
         # that took them.
         device_quota = {v["device"]: v["quota"] for v in by_index.values()}
         reasons = {}
+        moves = preemptions = 0
         time.sleep(0.5)  # the last events reach the file
         try:
             with open(events_path) as f:
                 for line in f:
                     ev = json.loads(line)
-                    if ev["type"] == "trial.resumed" and ev["t_ms"] <= created_ms + result["wall_s"] * 1000 + 1000:
+                    in_clock = ev["t_ms"] <= created_ms + result["wall_s"] * 1000 + 1000
+                    moves += ev["type"] == "trial.moving" and in_clock
+                    preemptions += ev["type"] == "trial.preempted" and in_clock
+                    if ev["type"] == "trial.resumed" and in_clock:
                         key = f"{device_quota.get(ev['data'].get('device_id'), '?')}: {ev['data'].get('reason')}"
                         reasons[key] = reasons.get(key, 0) + 1
         except OSError:
             pass
         result["resume_reasons"] = reasons
+        result["moves"], result["preemptions"] = moves, preemptions
         result.update({"classes": classes, "quotas": {str(i): v["quota"] for i, v in by_index.items()},
                        "gflops": {str(i): v["gflops"] for i, v in by_index.items()}})
         return result
@@ -881,6 +892,45 @@ def bootstrap_median_interval(xs, level=0.90):
     return lo, hi
 
 
+SEGMENT_KEYS = ("lease_to_first_step_ms", "checkpoint_restore_ms", "checkpoint_save_ms", "report_ms", "reports",
+                "eval_ms", "segment_ms")
+
+
+def segment_overheads(run_dir):
+    """The workers' own account of each segment (worker/client.h: one
+    `segment trial=N ...` line per lease), over the run: how many segments,
+    the median lease-to-first-step, the median checkpoint restore (of the
+    resumed segments) and save (of the paused ones), the mean Report call
+    and the evaluations' total."""
+    segs = []
+    for name in sorted(os.listdir(run_dir)):
+        if not (name.startswith("worker-") and name.endswith(".log")):
+            continue
+        with open(os.path.join(run_dir, name), errors="replace") as f:
+            for line in f:
+                at = line.find("segment trial=")
+                if at < 0:
+                    continue
+                fields = dict(kv.split("=", 1) for kv in line[at + len("segment "):].split() if "=" in kv)
+                try:
+                    seg = {k: float(fields[k]) for k in SEGMENT_KEYS + ("resume_step",) if k in fields}
+                except ValueError:
+                    continue
+                seg["end"] = fields.get("end", "")
+                segs.append(seg)
+
+    def med(key, of):
+        vals = [s[key] for s in segs if key in s and s[key] >= 0 and of(s)]
+        return statistics.median(vals) if vals else -1
+    reports = sum(s.get("reports", 0) for s in segs)
+    return {"segments": len(segs),
+            "lease_to_first_step_ms": med("lease_to_first_step_ms", lambda s: True),
+            "checkpoint_restore_ms": med("checkpoint_restore_ms", lambda s: s.get("resume_step", 0) > 0),
+            "checkpoint_save_ms": med("checkpoint_save_ms", lambda s: s["end"] == "paused"),
+            "report_ms_per_call": sum(s.get("report_ms", 0) for s in segs) / reports if reports else -1,
+            "eval_s": sum(max(0, s.get("eval_ms", 0)) for s in segs) / 1000}
+
+
 def describe_run(r):
     """The run's diagnostics on stderr: busy time by quota and level, the
     winner's path, promotions' reasons, cores used."""
@@ -962,6 +1012,8 @@ def main():
                     help="executor.builtin.args.validation_fraction: of the training set, held out and scored every step")
     ap.add_argument("--max-trials", type=int, default=200)
     ap.add_argument("--sampler", help="algorithm.sampler for HeteroTune's runs (default: the shipped default)")
+    ap.add_argument("--early-stopping", help="early_stopping for every HeteroTune run, as JSON, e.g. "
+                    "'{\"rule\": \"asha\", \"type\": \"promotion\"}' (default: none given, the shipped default)")
     ap.add_argument("--optuna-pruner", default="sha", choices=("sha", "hyperband", "median", "none"),
                     help="the peer's pruner (bench/peers/optuna_hetero.py)")
     ap.add_argument("--optuna-eval-batch", type=int, default=256,
@@ -1043,6 +1095,8 @@ def main():
                     else:
                         r = run_heterotune(args, fleet, seed, policy, run_dir)
                     r.update({"fleet": fleet, "workload": workload_name, "seed": seed, "policy": policy})
+                    if policy != "optuna":
+                        r["overheads"] = segment_overheads(run_dir)
                     with open(os.path.join(run_dir, "result.json"), "w") as f:
                         json.dump(r, f, indent=1)
                     took[fleet].append(time.time() - t)
@@ -1051,8 +1105,17 @@ def main():
                     print(f"bench=hetero fleet={fleet} workload={workload_name} seed={seed} policy={policy} "
                           f"time_to_target_s={r['time_to_target_s']:.1f} utilization={r['utilization']:.3f} "
                           f"best_at_cap={r['best_at_cap']:.4f} wasted_device_s={r['wasted_device_s']:.1f} "
-                          f"trials={r['trials']} promotions={r['promotions']} reached={int(r['reached'])}",
+                          f"trials={r['trials']} promotions={r['promotions']} moves={r.get('moves', 0)} "
+                          f"preemptions={r.get('preemptions', 0)} reached={int(r['reached'])}",
                           flush=True)
+                    if r.get("overheads"):
+                        o = r["overheads"]
+                        print(f"bench=hetero_overheads fleet={fleet} workload={workload_name} seed={seed} "
+                              f"policy={policy} segments={o['segments']} "
+                              f"lease_to_first_step_ms={o['lease_to_first_step_ms']:.0f} "
+                              f"checkpoint_restore_ms={o['checkpoint_restore_ms']:.0f} "
+                              f"checkpoint_save_ms={o['checkpoint_save_ms']:.0f} "
+                              f"report_ms_per_call={o['report_ms_per_call']:.1f} eval_s={o['eval_s']:.1f}", flush=True)
                     log("  " + describe_run(r))
                     left = eta_s(done)
                     log(f"  run took {time.time() - t:.0f} s; elapsed {(time.time() - started) / 60:.1f} min, "

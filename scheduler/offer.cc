@@ -1,5 +1,7 @@
 #include "scheduler/offer.h"
 
+#include <algorithm>
+
 #include "search/ranking.h"
 
 namespace hpo::scheduler {
@@ -42,6 +44,32 @@ Offer OfferWork(const OfferInput& in) {
         out.items.push_back(item);
         out.promotion_of[t.id] = p;
       }
+    }
+  }
+  if (room && !in.promotion) {
+    for (const auto& t : in.trials) {
+      if (t.phase != OfferTrial::Phase::kPaused || t.space >= spaces ||
+          t.resume_step >= in.steps_per_trial)
+        continue;
+      WorkItem item;
+      item.kind = WorkItem::Kind::kResume;
+      item.trial_id = t.id;
+      item.space_index = static_cast<int>(t.space);
+      item.space_priority = share(t.space);
+      item.level = static_cast<int>(
+          std::upper_bound(in.rung_steps.begin(), in.rung_steps.end(), t.resume_step) -
+          in.rung_steps.begin());
+      item.workload = workload(t.space);
+      item.steps = in.steps_per_trial - t.resume_step;
+      item.waiting_s = t.waiting_s;
+      out.items.push_back(item);
+      search::Promotion p;
+      p.index = t.index;
+      p.from_level = t.level;
+      p.from_step = t.resume_step;
+      p.to_step = in.steps_per_trial;
+      p.to_end = true;
+      out.promotion_of[t.id] = p;
     }
   }
   for (const auto& t : in.trials) {

@@ -5,6 +5,10 @@
 //
 //  * resume   each paused trial the promotion rule lets go on
 //             (search/promotion.h), running from its rung to the next;
+//             without a promotion rule (stop-type early stopping), every
+//             paused trial: it paused to move to a faster device or was
+//             preempted (policy.h, DecideMove), and runs to its end, its
+//             level the number of `rung_steps` it has passed;
 //  * pending  each trial waiting for a device (requeued, or made ahead);
 //  * new      one per search space that is still below its share of the
 //             trials after one more (share * (trials + 1) > its trials),
@@ -61,6 +65,9 @@ struct OfferInput {
   int64_t max_parallel = 0;
   int64_t steps_per_trial = 0;
   const search::PromotionRule* promotion = nullptr;  // null: stopping-type or no early stopping
+  // Stop-type early stopping's rung steps, ascending: a paused trial's level
+  // is how many of them it has passed (placement's importance).
+  std::vector<int64_t> rung_steps;
 };
 
 struct Offer {

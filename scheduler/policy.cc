@@ -287,4 +287,52 @@ PolicyDecision Decide(const AskingDevice& device, const FleetSummary& fleet, dou
                  "held back: faster devices would finish every item sooner");
 }
 
+MoveDecision DecideMove(const std::string& device_class, const WorkItem& rest,
+                        const std::vector<MoveTarget>& targets, const SpeedModel& speeds,
+                        const PolicyOptions& options) {
+  MoveDecision d;
+  if (options.kind != PolicyKind::kSpeed || rest.steps <= 0) {
+    d.reason = "stays: only the speed policy moves trials, and only with steps left";
+    return d;
+  }
+  const auto here = speeds.Estimate(device_class, rest.workload);
+  if (!here || here->observations == 0 || !(here->samples_per_sec > 0)) {
+    d.reason = "stays: this device's speed is not known";
+    return d;
+  }
+  d.seconds_here = Seconds(rest, options.samples_per_step, here->samples_per_sec);
+  if (!(d.seconds_here > 0)) {
+    d.reason = "stays: samples per step not known";
+    return d;
+  }
+  std::optional<double> best;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const MoveTarget& t = targets[i];
+    const auto there = speeds.Estimate(t.device_class, rest.workload);
+    if (!there || there->observations == 0 || !(there->samples_per_sec > here->samples_per_sec))
+      continue;
+    const bool preempt = t.preemptible && t.preempt_in_s < t.free_in_s;
+    const double wait = std::max(0.0, preempt ? t.preempt_in_s : t.free_in_s);
+    if (!std::isfinite(wait)) continue;
+    const double total = wait + std::max(0.0, options.move_overhead_s) +
+                         Seconds(rest, options.samples_per_step, there->samples_per_sec);
+    if (total * options.hold_back_margin < d.seconds_here && (!best || total < *best)) {
+      best = total;
+      d.target = i;
+      d.preempt = preempt;
+    }
+  }
+  if (!best) {
+    d.reason = "stays: no faster device would finish it sooner";
+    return d;
+  }
+  d.move = true;
+  d.seconds_there = *best;
+  d.reason = std::string("moves to ") + targets[d.target].device_class +
+             (d.preempt ? ", preempting a less advanced trial there" : "") + ": about " +
+             std::to_string(static_cast<int>(std::lround(d.seconds_there))) + " s there against " +
+             std::to_string(static_cast<int>(std::lround(d.seconds_here))) + " s here";
+  return d;
+}
+
 }  // namespace hpo::scheduler

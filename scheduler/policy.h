@@ -138,6 +138,10 @@ struct PolicyOptions {
   double hold_back_margin = 1.25;
   // shadho: device classes, strongest first.
   std::vector<std::string> class_order;
+  // Migration (DecideMove): what moving a trial costs besides its training
+  // there - the checkpoint's save, upload, download and restore and a
+  // lease - in seconds.
+  double move_overhead_s = 1.0;
 };
 
 struct PolicyDecision {
@@ -157,5 +161,43 @@ PolicyDecision Decide(const AskingDevice& device, const FleetSummary& fleet, dou
 // REQUIRES: device ids are unique.
 PolicyDecision Decide(const AskingDevice& device, const std::vector<LiveDevice>& fleet,
                       const std::vector<WorkItem>& items, const SpeedModel& speeds, const PolicyOptions& options);
+
+// Migration: stop-type early stopping (search/pruner.h) never pauses a
+// trial for a decision, so a trial that started on a slow device would
+// otherwise finish there. When a trial survives a rung, the engine asks
+// whether it should pause there, with a checkpoint, and go on on a faster
+// device, and offers it the devices of the live fleet by class:
+//
+// A class is a target when its speed for the trial's workload is known
+// (one observation or more) and above the current class's. Its wait is the
+// soonest one of its devices is free, or, when one of its devices runs a
+// trial less advanced than the mover (fewer rungs survived: `preemptible`),
+// until that trial's next step boundary, where it would pause in turn
+// (preemption). The trial moves when, for the best target,
+//   (wait + move_overhead_s + rest there) * hold_back_margin < rest here,
+// the rest being rest.steps at each class's estimated speed. Only the speed
+// policy moves trials (fifo and shadho place each trial once); with
+// samples_per_step or a speed unknown nothing moves.
+struct MoveTarget {
+  std::string device_class;
+  double free_in_s = 0;      // the soonest one of its devices is free (0: now)
+  bool preemptible = false;  // one of its devices runs a less advanced trial
+  double preempt_in_s = 0;   // then: until that trial's next step boundary
+};
+
+struct MoveDecision {
+  bool move = false;
+  size_t target = 0;         // when move: index into the targets
+  bool preempt = false;      // when move: the target's less advanced trial pauses for it
+  double seconds_here = 0;   // the rest on the current class; 0 when unknown
+  double seconds_there = 0;  // when move: wait, overhead and the rest there
+  std::string reason;
+};
+
+// `rest`: the trial's remaining work as an item (steps, workload,
+// samples_per_step). Pure; O(T) for T targets.
+MoveDecision DecideMove(const std::string& device_class, const WorkItem& rest,
+                        const std::vector<MoveTarget>& targets, const SpeedModel& speeds,
+                        const PolicyOptions& options);
 
 }  // namespace hpo::scheduler

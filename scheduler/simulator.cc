@@ -4,6 +4,10 @@
 #include <cmath>
 #include <optional>
 #include <queue>
+#include <set>
+#include <string>
+#include <tuple>
+#include <unordered_set>
 #include <utility>
 
 #include "scheduler/offer.h"
@@ -107,6 +111,8 @@ struct Simulator::State {
     int attempts = 0;  // leases of the current segment
     double paused_s = 0;  // before the segment it runs now
     double a = 0, c = 0;
+    double moved_from_speed = -1;  // moved: the true speed of the device it left
+    int moving_to = -1;            // moved: the class it moves toward, until resumed
     std::vector<int64_t> rungs;  // the promotion rule's, for its number
     std::vector<SimResult::Segment> segments;
   };
@@ -152,6 +158,19 @@ struct Simulator::State {
   uint64_t emptiness_at = ~0ull;
   bool offer_empty = true;
 
+  // Migration (SimulatorOptions::migrate): the rungs a trial may move at;
+  // the trials asked to pause at their next step; per class, the trials its
+  // devices run by rungs passed, the least advanced (then the newest) first,
+  // for preemption, and each device's key there.
+  using RunningKey = std::tuple<int, int64_t, int64_t>;  // rungs, -trial number, device
+  std::vector<int64_t> stop_rungs;
+  std::unordered_set<int64_t> preempted;  // trial indices
+  std::vector<std::set<RunningKey>> running_by_class;
+  std::vector<std::optional<RunningKey>> running_key;  // per device
+  // Moved trials not yet resumed, by the class they moved toward: a class
+  // with as many waiting as it has devices is no target for another.
+  std::vector<int> moving_to;
+
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
   int64_t seq = 0;
   double now = 0;
@@ -196,6 +215,14 @@ struct Simulator::State {
   void EndSegment(int64_t d);
   void Die(int64_t d);
   void Expire(int64_t ti);
+  int RungsPassed(int64_t step) const {
+    return static_cast<int>(std::upper_bound(stop_rungs.begin(), stop_rungs.end(), step) -
+                            stop_rungs.begin());
+  }
+  void NoteRunning(int64_t d, int rungs);
+  void NoteStopped(int64_t d);
+  bool MoveNow(int64_t d, int64_t step);
+  void PauseAfter(int64_t d, int64_t step);
   void Park(int64_t d);
   void WakeParked();
 };
@@ -223,6 +250,9 @@ void Simulator::State::BuildWorld() {
     devices[order[rank]].percentile = order.size() > 1 ? static_cast<double>(rank) / (order.size() - 1) : 1.0;
   }
   for (const Device& dev : devices) live.Set(dev.id, ClassName(dev.cls), dev.busy_until);
+  running_by_class.resize(class_speed.size());
+  running_key.resize(devices.size());
+  moving_to.assign(class_speed.size(), 0);
   world = search::Rng(o.seed).Fork(2);
 }
 
@@ -261,6 +291,7 @@ const Offer& Simulator::State::CurrentOffer() {
     in.max_parallel = o.max_parallel;
     in.steps_per_trial = o.steps_per_trial;
     in.promotion = promotion ? &*promotion : nullptr;
+    in.rung_steps = stop_rungs;
     offer = OfferWork(in);
     for (auto& item : offer.items) item.samples_per_step = o.samples_per_step;
     offer_cached_at = history_version;
@@ -331,6 +362,12 @@ void Simulator::State::Apply(int64_t d, const WorkItem& item, const PolicyDecisi
       t.level += 1;
       t.attempts += 1;
       t.stop_step = p.to_end ? std::nullopt : std::optional<int64_t>(p.to_step);
+      if (t.moved_from_speed >= 0) {
+        ++result.moves_resumed;
+        result.moves_resumed_faster += devices[d].speed > t.moved_from_speed;
+        t.moved_from_speed = -1;
+      }
+      if (t.moving_to >= 0) --moving_to[std::exchange(t.moving_to, -1)];
       Obs(t).status = TrialStatus::kRunning;
       SetPhase(t, Phase::kOnDevice);
       ++result.promotions;
@@ -391,6 +428,7 @@ void Simulator::State::StartLease(int64_t d, int64_t ti) {
   dev.lease_started = now;
   dev.next_step = t.resume_step + 1;
   dev.end_step = t.stop_step.value_or(o.steps_per_trial);
+  if (o.migrate) NoteRunning(d, RungsPassed(t.resume_step));
   const int64_t steps = dev.end_step - t.resume_step;
   // The trial's chance to lose its worker, spread over its segments by length.
   const double p_fail =
@@ -425,6 +463,20 @@ void Simulator::State::Step(int64_t d) {
   // Every report carries the worker's measured speed, and the engine feeds
   // each one to the model (Engine::Report, FleetView::Observe).
   speeds.Observe(ClassName(dev.cls), workloads[t.space], "", dev.lease_sps);
+  // The target is bench/hetero's: the first report at or below it, whatever
+  // becomes of the trial.
+  if (value <= o.target && std::isnan(result.time_to_target_s)) {
+    result.time_to_target_s = now;
+    result.winner = t.segments;
+    result.winner.push_back({t.level, dev.percentile, t.paused_s, now - dev.lease_started});
+    done = true;
+  }
+  // And the device's free time from what is left of the lease at that
+  // speed (Engine::Report's SetBusy).
+  if (dev.end_step > step) {
+    SetBusyUntil(
+        d, now + static_cast<double>(dev.end_step - step) * o.samples_per_step / dev.lease_sps);
+  }
   // A report at a rung may make paused trials promotable; others cannot
   // (curves are contiguous from the checkpoint on).
   const bool at_rung = std::binary_search(t.rungs.begin(), t.rungs.end(), step);
@@ -435,6 +487,20 @@ void Simulator::State::Step(int64_t d) {
     SetPhase(t, Phase::kFinished);
     ++result.pruned;
     return EndSegment(d);
+  }
+  if (o.migrate && step < o.steps_per_trial) {
+    if (preempted.erase(dev.trial) > 0) {
+      ++result.preemptions;
+      return PauseAfter(d, step);
+    }
+    if (std::binary_search(stop_rungs.begin(), stop_rungs.end(), step)) {
+      NoteRunning(d, RungsPassed(step));
+      if (MoveNow(d, step)) {
+        ++result.moves;
+        t.moved_from_speed = dev.speed;
+        return PauseAfter(d, step);
+      }
+    }
   }
   if (step >= dev.end_step) {
     if (step >= o.steps_per_trial) {
@@ -450,22 +516,92 @@ void Simulator::State::Step(int64_t d) {
       t.attempts = 0;
       SetPhase(t, Phase::kPaused);
     }
-    const bool reached = t.phase == Phase::kFinished && obs.status == TrialStatus::kCompleted && value <= o.target &&
-                         std::isnan(result.time_to_target_s);
     EndSegment(d);
-    if (reached) {
-      result.time_to_target_s = now;
-      result.winner = t.segments;
-      done = true;
-    }
     return;
   }
   ++dev.next_step;
   ScheduleNext(d);
 }
 
+void Simulator::State::NoteRunning(int64_t d, int rungs) {
+  NoteStopped(d);
+  const Device& dev = devices[d];
+  const RunningKey key{rungs, -trials[dev.trial].number, d};
+  running_by_class[dev.cls].insert(key);
+  running_key[d] = key;
+}
+
+void Simulator::State::NoteStopped(int64_t d) {
+  if (!o.migrate || !running_key[d]) return;
+  running_by_class[devices[d].cls].erase(*running_key[d]);
+  running_key[d].reset();
+}
+
+// The engine's MaybeMove: targets by class from the live summary, the
+// class's least advanced running trial as the one to preempt.
+bool Simulator::State::MoveNow(int64_t d, int64_t step) {
+  const Device& dev = devices[d];
+  const Trial& t = trials[dev.trial];
+  const int rungs = RungsPassed(step);
+  WorkItem rest;
+  rest.kind = WorkItem::Kind::kResume;
+  rest.trial_id = t.id;
+  rest.level = rungs;
+  rest.workload = workloads[t.space];
+  rest.steps = o.steps_per_trial - step;
+  rest.samples_per_step = o.samples_per_step;
+  const std::string here = ClassName(dev.cls);
+  std::vector<MoveTarget> targets;
+  std::vector<std::optional<RunningKey>> victims;
+  for (const auto& cls : live.ClassesFor(dev.id, here, now)) {
+    if (cls.device_class == here) continue;
+    const int k = std::stoi(cls.device_class.substr(5));  // "classK"
+    if (moving_to[k] >= cls.devices) continue;  // as many on their way there as it has devices
+    MoveTarget target;
+    target.device_class = cls.device_class;
+    target.free_in_s = cls.soonest_free_s;
+    std::optional<RunningKey> victim;
+    const auto& running = running_by_class[k];
+    if (!running.empty() && std::get<0>(*running.begin()) < rungs) {
+      const auto speed = speeds.Estimate(cls.device_class, rest.workload);
+      if (speed && speed->samples_per_sec > 0) {
+        victim = *running.begin();
+        target.preemptible = true;
+        target.preempt_in_s = rest.samples_per_step / speed->samples_per_sec;
+      }
+    }
+    targets.push_back(std::move(target));
+    victims.push_back(victim);
+  }
+  PolicyOptions options = o.policy;
+  const MoveDecision m = DecideMove(here, rest, targets, speeds, options);
+  if (!m.move) return false;
+  trials[dev.trial].moving_to = std::stoi(targets[m.target].device_class.substr(5));
+  ++moving_to[trials[dev.trial].moving_to];
+  if (m.preempt && victims[m.target]) {
+    const int64_t v = std::get<2>(*victims[m.target]);
+    preempted.insert(devices[v].trial);
+    NoteStopped(v);
+    SetBusyUntil(v, now + targets[m.target].preempt_in_s);
+  }
+  result.trace = Fingerprint(result.trace, 0x4D4F5645ull ^ static_cast<uint64_t>(t.id));  // "MOVE"
+  return true;
+}
+
+// The worker checkpoints after `step` and pauses the trial (a move or a
+// preemption): it is offered again, to its end.
+void Simulator::State::PauseAfter(int64_t d, int64_t step) {
+  Trial& t = trials[devices[d].trial];
+  Obs(t).status = TrialStatus::kPruned;  // as search/ sees a paused trial
+  t.resume_step = step;
+  t.attempts = 0;
+  SetPhase(t, Phase::kPaused);
+  EndSegment(d);
+}
+
 void Simulator::State::EndSegment(int64_t d) {
   Device& dev = devices[d];
+  NoteStopped(d);
   Trial& t = trials[dev.trial];
   const double seconds = now - dev.lease_started;
   busy_s += seconds;
@@ -485,6 +621,8 @@ void Simulator::State::EndSegment(int64_t d) {
 // The worker dies: the store still holds the lease until it expires.
 void Simulator::State::Die(int64_t d) {
   Device& dev = devices[d];
+  NoteStopped(d);
+  preempted.erase(dev.trial);
   busy_s += now - dev.lease_started;
   Schedule(now + o.lease_timeout_s, EventKind::kExpire, dev.trial);
   Schedule(now + o.replace_after_s, EventKind::kReplace, d);
@@ -583,6 +721,16 @@ Result<std::unique_ptr<Simulator>> Simulator::Create(SimulatorOptions o) {
     auto p = search::MakeMedianPruner();
     if (!p.ok()) return p.status().WithContext("early_stopping");
     st->pruner = std::move(p).value();
+  }
+  if (o.migrate) {
+    if (!rung_rule || o.promotion || o.policy.kind != PolicyKind::kSpeed) {
+      return Status::InvalidArgument(
+          "migrate: needs stop-type asha or hyperband (promotion false) and the speed policy");
+    }
+    // The engine's MigrationRungSteps: the rule's rungs (hyperband: its first bracket's) below the
+    // budget.
+    st->stop_rungs =
+        search::RungStepsBelow(o.min_resource, o.reduction_factor, 0, o.steps_per_trial);
   }
   st->spaces = Spaces();
   for (const auto& s : st->spaces) st->workloads.push_back(WorkloadOf(s));

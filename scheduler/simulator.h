@@ -10,6 +10,10 @@
 //     device, from the trials' phases and search::PromotionRule;
 //   * scheduler::Decide (policy.h): what the device runs (or the hook that
 //     wraps it, SimulatorOptions::decide);
+//   * scheduler::DecideMove (policy.h), with migrate: whether a trial that
+//     survived a rung moves to a faster class, and whom it preempts there
+//     (the least advanced trial on a device of that class, the newest of
+//     those tied), the targets built as the engine builds them;
 //   * the sampler search::MakeSampler (search/registry.h) makes from its spec name, for a new
 //     trial, from the same ranking's generator, and the stopping-type pruner
 //     on every report where the experiment is configured so;
@@ -43,7 +47,8 @@
 // finds no work on offer at all is skipped until the trials change, which
 // gives the same decisions at the same times with less work.
 //
-// The run ends when the best completed value reaches `target`, when nothing
+// The run ends when a report's value first reaches `target` (bench/hetero's
+// event: a validation accuracy reported at any step), when nothing
 // can change any more (nothing on a device, nothing offered), or at
 // max_sim_s / max_decisions.
 #pragma once
@@ -91,6 +96,11 @@ struct SimulatorOptions {
   std::string sampler = "auto";  // a search/registry.h name; auto is the spec default (TPE on these conditional spaces)
   std::string early_stopping = "asha";  // asha | hyperband | median | none
   bool promotion = true;                // early_stopping.type: promotion (asha, hyperband) or stop
+  // placement.migrate (stop-type asha or hyperband, the speed policy): a
+  // trial that survives a rung may pause there and go on on a faster class,
+  // preempting a less advanced trial there (policy.h, DecideMove), as the
+  // engine does (server/engine/lease.cc, MaybeMove).
+  bool migrate = false;
   int64_t min_resource = 3;
   double reduction_factor = 3;
   int64_t steps_per_trial = 27;
@@ -104,7 +114,7 @@ struct SimulatorOptions {
   DecideFn decide;  // empty: scheduler::Decide
 
   // --- When the run ends.
-  double target = 0.075;  // best completed value (minimized) at or below it
+  double target = 0.075;  // a reported value (minimized) at or below it
   double max_sim_s = std::numeric_limits<double>::infinity();
   int64_t max_decisions = 0;  // 0: no bound
 };
@@ -133,6 +143,10 @@ struct SimResult {
   int64_t decisions = 0;   // calls to the policy
   int64_t idle_answers = 0;  // of them, "nothing for now"
   int64_t promotions = 0;  // resumed segments started
+  int64_t moves = 0;       // migrate: trials that paused at a rung for a faster class
+  int64_t preemptions = 0;           // migrate: trials that paused at a step to make room for one
+  int64_t moves_resumed = 0;         // moved trials resumed since
+  int64_t moves_resumed_faster = 0;  // of them, on a device faster than the one they left
   int max_level = 0;       // the highest level a segment ran toward
   // The most trials on devices or waiting for one at any time (the store
   // would refuse beyond max_parallel; the simulator records it instead, so

@@ -33,6 +33,17 @@ std::optional<int64_t> RungStep(int64_t min_resource, double eta, int64_t expone
   return static_cast<int64_t>(rung);
 }
 
+std::vector<int64_t> RungStepsBelow(int64_t min_resource, double eta, int64_t first_exponent,
+                                    int64_t end) {
+  std::vector<int64_t> steps;
+  for (int64_t k = 0; k < kMaxRungs; ++k) {
+    const std::optional<int64_t> step = RungStep(min_resource, eta, first_exponent + k);
+    if (!step || *step >= end) break;
+    steps.push_back(*step);
+  }
+  return steps;
+}
+
 namespace {
 
 class NopPruner : public Pruner {

@@ -8,9 +8,10 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "search/history.h"
@@ -109,6 +110,12 @@ struct AshaOptions {
 // nullopt when it is beyond every int64 step. A rounding error of pow() a
 // hair above an integer does not push it a step up.
 std::optional<int64_t> RungStep(int64_t min_resource, double eta, int64_t exponent);
+// RungStep(min_resource, eta, first_exponent + k) for k = 0, 1, ... while it
+// is below `end` (and k < kMaxRungs): the rungs of one ASHA bracket that
+// still judge something, ascending. REQUIRES: min_resource >= 1 and eta >=
+// kMinReductionFactor.
+std::vector<int64_t> RungStepsBelow(int64_t min_resource, double eta, int64_t first_exponent,
+                                    int64_t end);
 
 // Rung k (k = 0, 1, ...) is at step r_k = ceil(min_resource * eta^(s + k)),
 // judged only if max_resource == 0 or r_k < max_resource, and only while

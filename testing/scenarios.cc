@@ -42,9 +42,12 @@ std::string CommandSpec(const std::string& name, int max_trials, int max_paralle
   json spec = {
       {"name", name},
       {"objective", {{"metric", "loss"}}},
-      {"spaces", {{{"name", "s"}, {"params", {{"x", {{"type", "float"}, {"low", 0}, {"high", 1}}}}}}}},
+      {"spaces",
+       {{{"name", "s"}, {"params", {{"x", {{"type", "float"}, {"low", 0}, {"high", 1}}}}}}}},
       {"algorithm", {{"sampler", "random"}, {"seed", 1}}},
-      {"budget", {{"max_trials", max_trials}, {"max_parallel", max_parallel}, {"steps_per_trial", steps}}},
+      {"early_stopping", {{"rule", "none"}}},  // every trial runs to its end
+      {"budget",
+       {{"max_trials", max_trials}, {"max_parallel", max_parallel}, {"steps_per_trial", steps}}},
       {"executor", {{"command", {{"argv", {"/bin/sh", "-c", script}}, {"timeout_s", 600}}}}}};
   return spec.dump();
 }

@@ -825,14 +825,15 @@ TEST_F(EngineTest, PromotionsGoToTheFastDeviceNewTrialsToTheSlowOne) {
   engine_ = std::make_unique<Engine>(*store_, o);
   const TestWorker fast = AddWorker(*engine_, "fast", "big", 8, 400);
   const TestWorker slow = AddWorker(*engine_, "slow", "small", 1, 20);
-  std::string spec =
-      OneSpace(SpecStopping(kBuiltin, 20, 4, R"({"rule": "asha", "min_resource": 1, "reduction_factor": 3})"));
+  std::string spec = OneSpace(SpecStopping(
+      kBuiltin, 20, 4,
+      R"({"rule": "asha", "type": "promotion", "min_resource": 1, "reduction_factor": 3})"));
   ASSERT_EQ(spec.find(R"("name": "b")"), std::string::npos);
   spec.replace(spec.find(R"("steps_per_trial": 4)"), 20, R"("steps_per_trial": 9)");
   auto e = engine_->CreateExperiment(spec);
   ASSERT_TRUE(e.ok()) << e.status();
   ASSERT_EQ((*engine_->Spec(e->id))->early_stopping_type, ExperimentSpec::StoppingType::kPromotion)
-      << "the default for asha with the built-in trainer";
+      << "as the spec asks";
   // Three trials run to the first rung (step 1) and pause there.
   std::map<store::Id, double> loss;
   for (int i = 0; i < 3; ++i) {
@@ -876,14 +877,103 @@ TEST_F(EngineTest, PromotionsGoToTheFastDeviceNewTrialsToTheSlowOne) {
   EXPECT_EQ((*f)->trial.resume_step, 0);
 }
 
+// Stop-type early stopping with migration (placement.migrate): a trial
+// that survives a rung on a slow device pauses there to go on on the fast
+// one, and the fast device's less advanced trial pauses at its next step to
+// make room (preemption); the slow device does not take the mover back.
+TEST_F(EngineTest, AStopTypeTrialThatPassesARungMovesToTheFastDevicePreemptingNewerWork) {
+  std::vector<std::pair<std::string, json>> events;
+  EngineOptions o = Options();
+  o.on_event = [&](std::string type, const json& data) { events.emplace_back(type, data); };
+  // Steps are timed on the fake clock too: samples per step, from which the
+  // move's seconds are estimated.
+  o.steady_clock = [now = clock_.now] {
+    return std::chrono::steady_clock::time_point(std::chrono::milliseconds(now->load()));
+  };
+  engine_ = std::make_unique<Engine>(*store_, o);
+  const TestWorker fast = AddWorker(*engine_, "fast", "big", 8, 400);
+  const TestWorker slow = AddWorker(*engine_, "slow", "small", 1, 20);
+  std::string spec = OneSpace(SpecStopping(
+      kBuiltin, 20, 4,
+      R"({"rule": "asha", "type": "stop", "min_resource": 2, "reduction_factor": 3})"));
+  spec.replace(spec.find(R"("steps_per_trial": 4)"), 20,
+               R"("steps_per_trial": 9)");  // rungs 2 and 6
+  auto e = engine_->CreateExperiment(spec);
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_TRUE((*engine_->Spec(e->id))->placement_migrate)
+      << "the default for stop-type asha on the built-in trainer";
+  const auto report = [&](const TestWorker& w, store::Id trial, int64_t step, double loss,
+                          double sps) {
+    clock_.Advance(
+        static_cast<int64_t>(1000 * 1000 / sps));  // a step of 1000 samples at this speed
+    auto d = engine_->Report(w.caller,
+                             {trial, "", step, {{"loss", loss}}, sps, json::object(), w.device});
+    EXPECT_TRUE(d.ok()) << d.status();
+    return d.ok() ? *d : ReportReply{Decision::kStop, std::nullopt, d.status().ToString()};
+  };
+  // The fast device measures itself (1000 samples/s) with a trial it completes early.
+  auto a = LeaseFor(fast);
+  ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
+  EXPECT_EQ((*a)->trial.stop_step, std::nullopt)
+      << "stop-type: a trial runs to its end unless moved";
+  for (int64_t step = 1; step <= 3; ++step) {
+    EXPECT_EQ(report(fast, (*a)->trial.id, step, 0.8, 1000).decision, Decision::kContinue);
+  }
+  ASSERT_TRUE(engine_->Complete(fast.caller, (*a)->trial.id, false, json::object(), "", "").ok());
+  // The slow device (10 samples/s) starts B; meanwhile the fast one starts C.
+  auto b = LeaseFor(slow);
+  ASSERT_TRUE(b.ok() && b->has_value()) << b.status();
+  const store::Id moving = (*b)->trial.id;
+  EXPECT_EQ(report(slow, moving, 1, 0.5, 10).decision, Decision::kContinue) << "step 1 is no rung";
+  auto c = LeaseFor(fast);
+  ASSERT_TRUE(c.ok() && c->has_value()) << c.status();
+  const store::Id newer = (*c)->trial.id;
+  ASSERT_NE(newer, moving);
+  // B passes rung 2 (better than A there): 7 steps left, 700 s here, about
+  // 9 s there once C pauses.
+  const ReportReply moved = report(slow, moving, 2, 0.4, 10);
+  ASSERT_EQ(moved.decision, Decision::kPause) << moved.reason;
+  EXPECT_NE(moved.reason.find("moving to a faster device"), std::string::npos) << moved.reason;
+  ASSERT_TRUE(engine_->PauseTrial(slow.caller, moving, 2, false).ok());
+  // The slow device does not take it back.
+  auto other = LeaseFor(slow);
+  ASSERT_TRUE(other.ok()) << other.status();
+  if (other->has_value()) EXPECT_NE((*other)->trial.id, moving);
+  // C, which passed no rung, pauses at its next step, and the fast device takes B to its end.
+  const ReportReply preempted = report(fast, newer, 1, 0.9, 1000);
+  ASSERT_EQ(preempted.decision, Decision::kPause) << preempted.reason;
+  EXPECT_NE(preempted.reason.find("preempted for trial " + std::to_string(moving)),
+            std::string::npos)
+      << preempted.reason;
+  ASSERT_TRUE(engine_->PauseTrial(fast.caller, newer, 1, false).ok());
+  auto resumed = LeaseFor(fast);
+  ASSERT_TRUE(resumed.ok() && resumed->has_value()) << resumed.status();
+  EXPECT_EQ((*resumed)->trial.id, moving);
+  EXPECT_EQ((*resumed)->trial.stop_step, std::nullopt) << "to its end";
+  // The events say why, and the experiment does not end while they wait.
+  bool moving_event = false, preempted_event = false;
+  for (const auto& [type, data] : events) {
+    if (type == "trial.moving" && data["trial_id"] == moving) {
+      moving_event = true;
+      EXPECT_EQ(data["to_class"], "cpu:big:x8.0") << data.dump();
+      EXPECT_EQ(data["preempts_trial_id"], newer) << data.dump();
+    }
+    preempted_event = preempted_event || (type == "trial.preempted" && data["trial_id"] == newer);
+  }
+  EXPECT_TRUE(moving_event);
+  EXPECT_TRUE(preempted_event);
+  EXPECT_EQ(store_->GetExperiment(e->id)->state, store::ExperimentState::kRunning);
+}
+
 // The experiment ends once its budget is spent, nothing runs, and no paused
 // trial may go on; the paused ones are pruned then, as never promoted.
 TEST_F(EngineTest, APromotionExperimentEndsWhenNoPausedTrialMayGoOn) {
   const TestWorker w = AddWorker("w");
   // One space: its three trials meet at one rung (with two, new trials take
   // turns between the spaces and no rung would hold three).
-  std::string spec =
-      OneSpace(SpecStopping(kBuiltin, 3, 3, R"({"rule": "asha", "min_resource": 1, "reduction_factor": 3})"));
+  std::string spec = OneSpace(SpecStopping(
+      kBuiltin, 3, 3,
+      R"({"rule": "asha", "type": "promotion", "min_resource": 1, "reduction_factor": 3})"));
   spec.replace(spec.find(R"("steps_per_trial": 4)"), 20, R"("steps_per_trial": 3)");
   auto e = engine_->CreateExperiment(spec);
   ASSERT_TRUE(e.ok()) << e.status();

@@ -38,6 +38,7 @@ std::string Spec(const std::string& executor, int max_trials, int max_parallel) 
         "opt": {"type": "categorical", "choices": ["sgd", "adam"]}}}],
     "system": {"threads": {"type": "int", "low": 1, "high": 4}},
     "algorithm": {"sampler": "random", "seed": 3},
+    "early_stopping": {"rule": "none"},
     "budget": {"max_trials": )" +
          std::to_string(max_trials) + R"(, "max_parallel": )" + std::to_string(max_parallel) +
          R"(, "steps_per_trial": 3},

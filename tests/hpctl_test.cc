@@ -616,6 +616,7 @@ spaces:
     params: {lr: {type: float, low: 1.0e-3, high: 1.0e-2, log: true}}
 system:
   threads: {type: int, low: 1, high: 2}
+early_stopping: {rule: none}
 budget: {max_trials: 2, max_parallel: 2, steps_per_trial: 2}
 executor: {builtin: {trainer: fashion-mnist, args: {max_train_samples: 2000}}}
 )";

@@ -152,18 +152,48 @@ TEST(Simulator, StoppingTypeAshaPrunesInsteadOfPausing) {
   EXPECT_EQ(r.promotions, 0);
   EXPECT_EQ(r.paused, 0);
   EXPECT_GT(r.pruned, 0);
+  EXPECT_EQ(r.moves, 0) << "migrate is off";
   EXPECT_EQ(r.completed + r.pruned + r.failed, r.trials);
   ASSERT_EQ(r.levels.size(), 1u) << "one segment per trial, from step 0";
 }
 
+// Migration (stop-type with migrate, the engine's MaybeMove): trials that
+// survive a rung on slow devices pause there and go on on faster ones,
+// preempting less advanced work there; every trial still ends, none stays
+// paused, and the run is deterministic.
+TEST(Simulator, MigrationMovesRungSurvivorsToFasterDevices) {
+  for (uint64_t seed : {1, 2, 3}) {
+    SCOPED_TRACE(seed);
+    SimulatorOptions o = SmallFleet(PolicyKind::kSpeed, seed);
+    o.promotion = false;
+    o.migrate = true;
+    const SimResult r = RunOrDie(o);
+    EXPECT_GT(r.moves, 0);
+    EXPECT_GT(r.promotions, 0) << "moved and preempted trials are resumed";
+    EXPECT_EQ(r.paused, 0) << "a paused trial of a stop-type run is always resumed";
+    EXPECT_EQ(r.unfinished, 0);
+    EXPECT_EQ(r.completed + r.pruned + r.failed, r.trials);
+    EXPECT_GT(r.moves_resumed, 0);
+    EXPECT_GE(r.moves_resumed_faster * 4, r.moves_resumed * 3)
+        << r.moves_resumed_faster << " of " << r.moves_resumed
+        << " moves went on on a faster device";
+    EXPECT_EQ(RunOrDie(o).trace, r.trace);
+  }
+  SimulatorOptions o = SmallFleet(PolicyKind::kSpeed, 1);
+  o.promotion = false;
+  o.migrate = true;
+  o.max_parallel = 8;  // every device busy: only preemption makes room on a fast one
+  EXPECT_GT(RunOrDie(o).preemptions, 0);
+}
+
 TEST(Simulator, StopsAtTheTargetAndSaysWhichTrialReachedIt) {
   SimulatorOptions o = SmallFleet(PolicyKind::kSpeed, 1);
-  o.target = 10;  // the first completed trial reaches it
+  o.target = 10;  // the first report reaches it, as bench/hetero's target event
   const SimResult r = RunOrDie(o);
-  EXPECT_EQ(r.completed, 1);
+  EXPECT_EQ(r.completed, 0);
   EXPECT_DOUBLE_EQ(r.time_to_target_s, r.end_s);
-  ASSERT_EQ(r.winner.size(), 3u) << "its three segments";
-  EXPECT_EQ(r.winner.back().level, 2);
+  ASSERT_EQ(r.winner.size(), 1u) << "the segment it ran when it reported";
+  EXPECT_EQ(r.winner.back().level, 0);
 }
 
 TEST(Simulator, EveryDecisionGoesThroughTheHook) {
@@ -204,6 +234,12 @@ TEST(Simulator, BadOptionsAreErrorsNamingTheOption) {
   sim = Simulator::Create(o);
   ASSERT_FALSE(sim.ok());
   EXPECT_NE(sim.status().message().find("promotion"), std::string::npos) << sim.status().message();
+
+  o = SmallFleet(PolicyKind::kSpeed, 1);
+  o.migrate = true;  // promotion-type: nothing to migrate
+  sim = Simulator::Create(o);
+  ASSERT_FALSE(sim.ok());
+  EXPECT_NE(sim.status().message().find("migrate"), std::string::npos) << sim.status().message();
 
   o = SmallFleet(PolicyKind::kSpeed, 1);
   o.reduction_factor = 1.1;

@@ -447,12 +447,98 @@ TEST(Offer, PromotablePausedTrialsPendingOnesAndANewTrialPerSpace) {
   in.max_trials = 5;
   offer = OfferWork(in);
   ASSERT_EQ(offer.items.size(), 2u);
-  // Stopping-type: nothing to resume, and new trials run the whole budget.
+  // Stopping-type: a paused trial paused to move (or was preempted), so
+  // every one is offered, to its end, its level the rungs it passed; new
+  // trials run the whole budget.
   in.max_trials = 10;
   in.promotion = nullptr;
+  in.rung_steps = {1, 3};
   offer = OfferWork(in);
-  ASSERT_EQ(offer.items.size(), 3u);
-  EXPECT_EQ(offer.items[1].steps, 9);
+  ASSERT_EQ(offer.items.size(), 6u);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(offer.items[k].kind, WorkItem::Kind::kResume);
+    EXPECT_EQ(offer.items[k].trial_id, 10 + k);
+    EXPECT_EQ(offer.items[k].level, 1) << "passed rung 1";
+    EXPECT_EQ(offer.items[k].steps, 8) << "from step 1 to the end";
+    EXPECT_TRUE(offer.promotion_of.at(10 + k).to_end);
+  }
+  EXPECT_EQ(offer.items[3].kind, WorkItem::Kind::kPending);
+  EXPECT_EQ(offer.items[4].steps, 9);
+  // At max_parallel none is resumed (that would add one on a device).
+  in.max_parallel = 2;
+  offer = OfferWork(in);
+  ASSERT_EQ(offer.items.size(), 1u);
+  EXPECT_EQ(offer.items[0].trial_id, 13);
+}
+
+// Migration (DecideMove), in World's fleet: slow 100, mid 300, fast 1000
+// samples/s; 10 steps of 1000 samples left take 100 s here on a slow device.
+std::vector<MoveTarget> Targets(double fast_free_in_s, bool fast_preemptible = false) {
+  return {{"mid", 50, false, 0}, {"fast", fast_free_in_s, fast_preemptible, 1.0}};
+}
+
+TEST(Move, ATrialMovesToAnIdleFasterDevice) {
+  World w;
+  const WorkItem rest = Resume(7, 0.5, 1);
+  const MoveDecision d = DecideMove("slow", rest, Targets(0), w.speeds, Timed());
+  ASSERT_TRUE(d.move) << d.reason;
+  EXPECT_EQ(d.target, 1u);
+  EXPECT_FALSE(d.preempt);
+  EXPECT_DOUBLE_EQ(d.seconds_here, 100);
+  EXPECT_DOUBLE_EQ(d.seconds_there, 0 + 1.0 + 10) << "wait, overhead, the rest there";
+}
+
+TEST(Move, ABusyFasterDeviceIsWaitedForOnlyWhenThatIsStillSooner) {
+  World w;
+  const WorkItem rest = Resume(7, 0.5, 1);
+  // fast frees in 75 s: 86 s there against 100 here, not by the margin
+  // (1.25); mid frees in 50 s: 50 + 1 + 33 = 84 s, not either.
+  EXPECT_FALSE(DecideMove("slow", rest, Targets(75), w.speeds, Timed()).move);
+  // Frees in 20 s: 31 s there.
+  const MoveDecision d = DecideMove("slow", rest, Targets(20), w.speeds, Timed());
+  ASSERT_TRUE(d.move);
+  EXPECT_EQ(d.target, 1u);
+}
+
+TEST(Move, ALessAdvancedTrialOnAFasterDeviceIsPreempted) {
+  World w;
+  const WorkItem rest = Resume(7, 0.5, 1);
+  // fast is busy for 500 s, but what it runs would pause after its step (1 s).
+  const MoveDecision d = DecideMove("slow", rest, Targets(500, true), w.speeds, Timed());
+  ASSERT_TRUE(d.move) << d.reason;
+  EXPECT_EQ(d.target, 1u);
+  EXPECT_TRUE(d.preempt);
+  EXPECT_DOUBLE_EQ(d.seconds_there, 1.0 + 1.0 + 10);
+  EXPECT_NE(d.reason.find("preempting"), std::string::npos) << d.reason;
+  // Not preemptible: it stays (500 s there).
+  EXPECT_FALSE(DecideMove("slow", rest, Targets(500, false), w.speeds, Timed()).move);
+}
+
+TEST(Move, NothingMovesFromTheFastestOrWithoutSpeedsOrUnderTheBaselines) {
+  World w;
+  const WorkItem rest = Resume(7, 0.5, 1);
+  EXPECT_FALSE(
+      DecideMove("fast", rest, {{"slow", 0, true, 0}, {"mid", 0, true, 0}}, w.speeds, Timed())
+          .move);
+  // Unknown samples per step: no time estimates.
+  EXPECT_FALSE(DecideMove("slow", rest, Targets(0), w.speeds, PolicyOptions{}).move);
+  // A class never measured for the workload is no target.
+  EXPECT_FALSE(DecideMove("slow", rest, {{"gpu", 0, false, 0}}, w.speeds, Timed()).move);
+  // Nor is a device of unknown speed moved.
+  EXPECT_FALSE(DecideMove("new-class", rest, Targets(0), w.speeds, Timed()).move);
+  // fifo and shadho place a trial once.
+  for (const PolicyKind kind : {PolicyKind::kFifo, PolicyKind::kShadho}) {
+    PolicyOptions o = Timed();
+    o.kind = kind;
+    EXPECT_FALSE(DecideMove("slow", rest, Targets(0), w.speeds, o).move) << PolicyName(kind);
+  }
+  // The last steps: the move's overhead outweighs them.
+  WorkItem last = rest;
+  last.steps = 1;  // 10 s here; 1 + 1 s there, and 2 * 1.25 < 10: still moves
+  EXPECT_TRUE(DecideMove("slow", last, Targets(0), w.speeds, Timed()).move);
+  PolicyOptions dear = Timed();
+  dear.move_overhead_s = 9;
+  EXPECT_FALSE(DecideMove("slow", last, Targets(0), w.speeds, dear).move);
 }
 
 // Found by bench/hetero: under promotion-type ASHA an unexplored space

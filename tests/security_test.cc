@@ -181,7 +181,8 @@ TEST_F(SecurityTest, EveryRpcNeedsTheToken) {
   for (const std::string& auth : {std::string(), std::string("Bearer wrong"), std::string(kToken),
                                   std::string("Bearer ") + kToken + "x", std::string("Basic ") + kToken}) {
     const auto statuses = CallEveryRpc(auth);
-    EXPECT_EQ(statuses.size(), 9u) << "WorkerService has a new method: check that it authenticates";
+    EXPECT_EQ(statuses.size(), 10u)
+        << "WorkerService has a new method: check that it authenticates";
     for (const auto& [method, s] : statuses) {
       EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED)
           << method << " with authorization '" << auth << "': " << s.error_message();

@@ -31,6 +31,7 @@ objective: {metric: loss, direction: minimize}
 spaces:
   - name: a
     params: {x: {type: float, low: -1, high: 1}}
+early_stopping: {rule: none}
 budget: {max_trials: 6, max_parallel: 2, steps_per_trial: 3}
 executor: {builtin: {trainer: fashion-mnist-mlp}}
 )";

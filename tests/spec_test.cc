@@ -1,6 +1,8 @@
+#include "server/spec/spec.h"
+
 #include <gtest/gtest.h>
 
-#include "server/spec/spec.h"
+#include <array>
 
 namespace hpo::server {
 namespace {
@@ -100,23 +102,117 @@ TEST(ExperimentSpec, ThePromotionCriterionIsChosenAndCheckedByName) {
     const std::string from = "early_stopping: {rule: asha, min_resource: 1, reduction_factor: 3}";
     return ParseExperimentSpec(text.replace(text.find(from), from.size(), early));
   };
-  auto dflt = with("early_stopping: {rule: asha}");
+  auto dflt = with("early_stopping: {rule: asha, type: promotion}");
   ASSERT_TRUE(dflt.ok()) << dflt.status();
   EXPECT_EQ(dflt->early_stopping_type, ExperimentSpec::StoppingType::kPromotion);
   EXPECT_EQ(dflt->promotion_criterion, search::PromotionCriterion::kTopFraction);
-  auto q = with("early_stopping: {rule: hyperband, promotion: quantile}");
+  auto q = with("early_stopping: {rule: hyperband, type: promotion, promotion: quantile}");
   ASSERT_TRUE(q.ok()) << q.status();
   EXPECT_EQ(q->promotion_criterion, search::PromotionCriterion::kQuantile);
   EXPECT_FALSE(q->early_stopping_options.contains("promotion"));
   EXPECT_EQ(DescribeSpec(*q)["early_stopping"]["promotion"], "quantile");
   for (const auto& [early, error] : std::vector<std::pair<std::string, std::string>>{
-           {"early_stopping: {rule: asha, promotion: median}", "early_stopping.promotion: must be top_fraction or quantile"},
-           {"early_stopping: {rule: median, promotion: quantile}", "early_stopping.promotion: promotion needs rule asha"},
-           {"early_stopping: {rule: asha, type: stop, promotion: quantile}", "early_stopping.promotion: chooses which"}}) {
+           {"early_stopping: {rule: asha, promotion: median}",
+            "early_stopping.promotion: must be top_fraction or quantile"},
+           {"early_stopping: {rule: median, promotion: quantile}",
+            "early_stopping.promotion: promotion needs rule asha"},
+           {"early_stopping: {rule: asha, type: stop, promotion: quantile}",
+            "early_stopping.promotion: chooses which"},
+           {"early_stopping: {rule: asha, promotion: quantile}",
+            "early_stopping.promotion: chooses which"}}) {
     auto r = with(early);
     ASSERT_FALSE(r.ok()) << early;
     EXPECT_NE(r.status().message().find(error), std::string::npos) << early << ": " << r.status();
   }
+}
+
+// placement.migrate: on by default where a trial can move (stop-type asha
+// or hyperband, the built-in trainers, the speed policy), off elsewhere, and
+// asking for it where it cannot apply names the field and why.
+TEST(ExperimentSpec, MigrationIsTheDefaultWhereItAppliesAndAnErrorWhereItCannot) {
+  auto with = [](const std::string& early, const std::string& extra,
+                 const std::string& executor = "") {
+    std::string text = kSpec;
+    const std::string from = "early_stopping: {rule: asha, min_resource: 1, reduction_factor: 3}";
+    text.replace(text.find(from), from.size(), early + "\n" + extra);
+    if (!executor.empty()) {
+      const std::string builtin =
+          "executor:\n  builtin: {trainer: fashion-mnist-mlp, args: {validation_fraction: 0.1}}";
+      text.replace(text.find(builtin), builtin.size(), executor);
+    }
+    return ParseExperimentSpec(text);
+  };
+  auto stop = with("early_stopping: {rule: asha, type: stop}", "");
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_TRUE(stop->placement_migrate);
+  EXPECT_EQ(DescribeSpec(*stop)["placement"]["migrate"], true);
+  auto off = with("early_stopping: {rule: hyperband, type: stop}", "placement: {migrate: false}");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->placement_migrate);
+  auto dflt = with("early_stopping: {rule: asha}", "");
+  ASSERT_TRUE(dflt.ok()) << dflt.status();
+  EXPECT_EQ(dflt->early_stopping_type, ExperimentSpec::StoppingType::kStop)
+      << "stop-type unless promotion is asked";
+  EXPECT_TRUE(dflt->placement_migrate);
+  for (const auto& [early, extra] : std::vector<std::pair<std::string, std::string>>{
+           {"early_stopping: {rule: asha, type: promotion}", ""},
+           {"early_stopping: {rule: median}", ""},
+           {"early_stopping: {rule: asha, type: stop}", "placement: {policy: fifo}"}}) {
+    auto r = with(early, extra);
+    ASSERT_TRUE(r.ok()) << early << " " << extra << ": " << r.status();
+    EXPECT_FALSE(r->placement_migrate) << early << " " << extra;
+  }
+  const std::string command = "executor:\n  command: {argv: [python3, train.py]}";
+  for (const auto& [early, extra, executor, error] : std::vector<std::array<std::string, 4>>{
+           {"early_stopping: {rule: asha, type: stop}", "placement: {migrate: true}", command,
+            "placement.migrate: a trial moves through a checkpoint taken at any step"},
+           {"early_stopping: {rule: asha, type: promotion}", "placement: {migrate: true}", "",
+            "placement.migrate: it applies to early_stopping rule asha or hyperband with type: "
+            "stop"},
+           {"early_stopping: {rule: asha, type: stop}", "placement: {policy: fifo, migrate: true}",
+            "", "placement.migrate: only the speed policy moves trials"},
+           {"early_stopping: {rule: asha, type: stop}", "placement: {migrate: 1}", "",
+            "placement.migrate: must be true or false"}}) {
+    auto r = with(early, extra, executor);
+    ASSERT_FALSE(r.ok()) << extra;
+    EXPECT_NE(r.status().message().find(error), std::string::npos) << extra << ": " << r.status();
+  }
+}
+
+// Without an early_stopping section a worker experiment gets stop-type
+// ASHA (min_resource 1, reduction_factor 3) and an ask/tell one none; the
+// resolved choice is pinned in the stored source, and a stored spec from
+// before the pinning keeps the defaults of its day.
+TEST(ExperimentSpec, TheDefaultEarlyStoppingIsPinnedAndOldStoredSpecsKeepTheirs) {
+  std::string text = kSpec;
+  const std::string early = "early_stopping: {rule: asha, min_resource: 1, reduction_factor: 3}\n";
+  text.replace(text.find(early), early.size(), "");
+  auto worker = ParseExperimentSpec(text);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_EQ(worker->early_stopping, "asha");
+  EXPECT_EQ(worker->early_stopping_type, ExperimentSpec::StoppingType::kStop);
+  EXPECT_TRUE(worker->placement_migrate);
+  EXPECT_EQ(worker->source["early_stopping"], json::parse(R"({"rule": "asha", "type": "stop"})"));
+  auto again = ParseStoredExperimentSpec(worker->source.dump());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->early_stopping, "asha");
+  EXPECT_EQ(again->early_stopping_type, ExperimentSpec::StoppingType::kStop);
+
+  auto client = ParseExperimentSpec(std::string(R"({"name":"x","objective":{"metric":"loss"},
+    "spaces":[{"name":"s","params":{"a":{"type":"float","low":0,"high":1}}}],"executor":{"client":{}}})"));
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ(client->early_stopping, "none");
+
+  // Stored by an older server: no section meant none, asha meant promotion.
+  json old = json::parse(worker->source.dump());
+  old.erase("early_stopping");
+  auto none = ParseStoredExperimentSpec(old.dump());
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->early_stopping, "none");
+  old["early_stopping"] = {{"rule", "asha"}};
+  auto promotion = ParseStoredExperimentSpec(old.dump());
+  ASSERT_TRUE(promotion.ok()) << promotion.status();
+  EXPECT_EQ(promotion->early_stopping_type, ExperimentSpec::StoppingType::kPromotion);
 }
 
 TEST(ExperimentSpec, ErrorsNameTheFieldPath) {

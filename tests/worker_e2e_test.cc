@@ -259,8 +259,10 @@ TEST_F(WorkerE2eTest, CommandExecutorRunsTheUsersProgram) {
   std::filesystem::permissions(script, std::filesystem::perms::owner_all);
   const int64_t id = Create(R"({"name": "cmd", "objective": {"metric": "loss"},
       "spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}],
+      "early_stopping": {"rule": "none"},
       "budget": {"max_trials": 3, "max_parallel": 1, "steps_per_trial": 3},
-      "executor": {"command": {"argv": [")" + script + R"(", "{x}"], "timeout_s": 30}}})");
+      "executor": {"command": {"argv": [")" +
+                            script + R"(", "{x}"], "timeout_s": 30}}})");
   const std::string log = dir_ + "/worker.log";
   const pid_t worker = StartWorker({"--server", Grpc(), "--max-trials", "3"}, log);
   const int status = WaitFor(worker, 60);

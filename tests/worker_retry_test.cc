@@ -117,6 +117,7 @@ constexpr int kSteps = 3;
 const char* kSpec = R"({"name": "retry", "objective": {"metric": "loss", "direction": "minimize"},
   "spaces": [{"name": "a", "params": {"x": {"type": "float", "low": 0.1, "high": 0.5}}}],
   "algorithm": {"sampler": "random", "seed": 3},
+  "early_stopping": {"rule": "none"},
   "budget": {"max_trials": 1, "max_parallel": 1, "steps_per_trial": 3},
   "executor": {"command": {"argv": ["python3", ")" HPO_SOURCE_DIR R"(/examples/train_example.py",
                                     "--lr={x}", "--width=6", "--seed=11"], "timeout_s": 60}}})";

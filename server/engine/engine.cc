@@ -122,9 +122,9 @@ json InitialSystem(const ExperimentSpec& spec) {
 Engine::Engine(store::Store& store, EngineOptions options)
     : store_(store),
       options_(options),
-      fleet_(std::make_unique<FleetView>(store_, options_.fleet_cache,
-                                         std::chrono::milliseconds(options_.worker_lease_ms),
-                                         [this] { return NowMs(); })) {
+      fleet_(std::make_unique<FleetView>(
+          store_, options_.fleet_cache, std::chrono::milliseconds(options_.worker_lease_ms),
+          [this] { return NowMs(); }, options_.steady_clock)) {
   if (auto* m = options_.metrics) {
     const auto buckets = metrics::ExponentialBuckets(0.0005, 2, 16);
     suggest_seconds_ = &m->histogram("hpo_suggest_duration_seconds",
@@ -191,6 +191,20 @@ Status CheckSystem(const json& system, const std::string& field = "system") {
   return Status::OK();
 }
 
+// Where a trial of a stop-type asha or hyperband experiment may move
+// (placement.migrate): the rungs of the rule (hyperband: of its first
+// bracket) below the trial's budget.
+std::vector<int64_t> MigrationRungSteps(const ExperimentSpec& spec) {
+  const json& o = spec.early_stopping_options;
+  const int64_t min_resource = o.value("min_resource", int64_t{1});
+  const double eta = o.value("reduction_factor", 3.0);
+  const int64_t skip =
+      spec.early_stopping == "asha" ? o.value("min_early_stopping_rate", int64_t{0}) : 0;
+  int64_t end = spec.steps_per_trial;
+  if (const int64_t max = o.value("max_resource", int64_t{0}); max > 0) end = std::min(end, max);
+  return search::RungStepsBelow(min_resource, eta, skip, end);
+}
+
 // Observes the enclosing call's duration when metrics are on.
 std::optional<metrics::ScopedTimer> TimeIf(metrics::Histogram* h) {
   if (!h) return std::nullopt;
@@ -202,7 +216,7 @@ std::optional<metrics::ScopedTimer> TimeIf(metrics::Histogram* h) {
 Result<Engine::Cached*> Engine::Load(Id experiment_id) {
   if (Cached* c = Find(experiment_id)) return c;
   HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.GetExperiment(experiment_id));
-  auto parsed = ParseExperimentSpec(rec.spec_json);
+  auto parsed = ParseStoredExperimentSpec(rec.spec_json);
   if (!parsed.ok()) {
     return Status::DataLoss("experiment " + std::to_string(experiment_id) +
                             " has a stored spec this server cannot read: " + parsed.status().message());
@@ -214,6 +228,7 @@ Result<Engine::Cached*> Engine::Load(Id experiment_id) {
   if (c->spec->early_stopping_type == ExperimentSpec::StoppingType::kPromotion) {
     HPO_ASSIGN_OR_RETURN(c->promotion, MakePromotionRule(*c->spec));
   }
+  if (c->spec->placement_migrate) c->rung_steps = MigrationRungSteps(*c->spec);
   c->trials = std::make_unique<TrialView>(store_, experiment_id, c->spec, options_.history_cache);
   Batcher<NewTrialRequest>::Options batches;
   batches.max_batch = kMaxNewTrialsPerBatch;
@@ -649,6 +664,16 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
     fleet_->Observe(*r.device_id, *device_class, workload, r.step,
                     {trial.attempt, trial.resume_step},
                     {r.samples_per_sec, r.system.is_object() ? r.system : json::object(), NowMs(), r.trial_id});
+    // The device is busy with what is left of this lease, at the speed it
+    // just measured: placement's free time for it (hold-back, migration)
+    // follows the trial, rather than the lease's first guess, which is 0
+    // on a device not yet measured.
+    const int64_t lease_end = trial.stop_step.value_or(spec.steps_per_trial);
+    const double per_step = fleet_->SamplesPerStep(workload);
+    if (per_step > 0 && lease_end > r.step) {
+      fleet_->SetBusy(*r.device_id,
+                      static_cast<double>(lease_end - r.step) * per_step / r.samples_per_sec);
+    }
   }
   if (reported.inserted) {
     Emit("trial.reported", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
@@ -677,6 +702,9 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
       return ReportReply{Decision::kPause, std::nullopt,
                          "pause after step " + std::to_string(*trial.stop_step) + " (rung " +
                              std::to_string(trial.level) + ")"};
+    }
+    if (spec.placement_migrate && r.device_id && reported.inserted) {
+      if (std::optional<ReportReply> moved = MaybeMove(*c, trial, r, workload)) return *moved;
     }
     return CoTune(trial, spec, r, reported.inserted, workload);
   }
@@ -761,6 +789,8 @@ Status Engine::MaybeFinish(Id experiment_id, Cached& c, bool after_change) {
   }
   HPO_ASSIGN_OR_RETURN(store::TrialCounts n, store_.CountTrials(experiment_id));
   if (n.total() < spec.max_trials || n.pending + n.leased + n.running > 0) return Status::OK();
+  // Stop-type: a paused trial is moving to another device, or was preempted.
+  if (n.paused > 0 && !c.promotion) return Status::OK();
   if (n.paused > 0 && c.promotion) {
     // A paused trial that may still be promoted is work to do.
     HPO_ASSIGN_OR_RETURN(TrialView::Locked view, c.trials->Fresh());

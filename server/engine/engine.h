@@ -124,6 +124,10 @@ struct EngineOptions {
   // a trial has waited is the difference of the two); the system clock
   // when unset. Tests share theirs with the store's.
   std::function<int64_t()> clock;
+  // The steady clock the fleet view times a trial's steps on (samples per
+  // step, FleetView); std::chrono::steady_clock when unset. Tests move it
+  // with `clock`.
+  std::function<std::chrono::steady_clock::time_point()> steady_clock;
   // Where paused trials' checkpoints live (server/store/artifact_store.h);
   // it must outlive the engine. Null: this server keeps none, so checkpoint
   // uploads and downloads fail with FailedPrecondition and every pause is
@@ -564,6 +568,25 @@ class Engine {
     // lease tail).
     Mutex claims_mu;
     std::unordered_set<store::Id> claimed HPO_GUARDED_BY(claims_mu);
+    // Migration (placement.migrate; lease.cc, MaybeMove): the steps where a
+    // trial that survived its rung may move (ascending; empty: it never
+    // does), what each of the experiment's devices runs as its lease or last
+    // report left it (the trial and the rungs it has passed, by device id),
+    // and the trials asked to pause at their next report to make room for
+    // a more advanced one, with why.
+    std::vector<int64_t> rung_steps;
+    struct OnDevice {
+      store::Id trial_id = 0;
+      int rungs = 0;
+    };
+    Mutex moves_mu;
+    std::unordered_map<store::Id, OnDevice> on_device HPO_GUARDED_BY(moves_mu);
+    std::unordered_map<store::Id, std::string> preempted HPO_GUARDED_BY(moves_mu);
+    // Moved trials not yet resumed, by the class they move toward (a class
+    // with as many on their way as it has live devices is no target for
+    // another), and each one's class.
+    std::unordered_map<std::string, int> moving_to HPO_GUARDED_BY(moves_mu);
+    std::unordered_map<store::Id, std::string> moving_class HPO_GUARDED_BY(moves_mu);
   };
   // An experiment that is no longer running: its view and its samplers'
   // copy go (a server that runs experiment after experiment would keep
@@ -748,6 +771,16 @@ class Engine {
   // The policy's options for this experiment's spec and fleet.
   scheduler::PolicyOptions PolicyFor(const ExperimentSpec& spec, const FleetSnapshot& fleet,
                                      const store::ExperimentRecord& e, int64_t now_ms);
+  // Migration after a report the trial survived (stop-type early stopping,
+  // placement.migrate): a pause, when the trial was preempted, or when it
+  // passed a rung and a faster device would finish it sooner
+  // (scheduler::DecideMove), which may preempt a less advanced trial there;
+  // nullopt to go on here. Best effort: a fleet that cannot be read moves
+  // nothing.
+  std::optional<ReportReply> MaybeMove(Cached& c, const store::TrialRecord& trial,
+                                       const TrialReport& r, const std::string& workload);
+  // What the device runs now, for MaybeMove (a lease or a report of it).
+  static void NoteOnDevice(Cached& c, store::Id device_id, store::Id trial_id, int64_t step);
   // A report's answer once its experiment ended: the trial cancelled (unless
   // the experiment's end finished it already), the worker told to stop.
   Result<ReportReply> StopForEndedExperiment(const TrialReport& r, store::ExperimentState state);

@@ -2,6 +2,8 @@
 // worker's device asks for work, build what each running experiment offers
 // it, ask the policy, and apply the answer - resume a paused trial (a
 // promotion), lease a pending one, or create a new trial for this device.
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
 #include <set>
@@ -133,6 +135,7 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
     in.max_parallel = spec.max_parallel;
     in.steps_per_trial = spec.steps_per_trial;
     in.promotion = c.promotion ? &*c.promotion : nullptr;
+    in.rung_steps = c.rung_steps;
     // The finished trials only counted, the others listed. Few open trials
     // (no promotion): from the view's index of them (TrialsSnapshot::open),
     // a lookup each. Many (promotion-type ASHA leaves most trials paused):
@@ -288,7 +291,152 @@ Result<std::optional<store::TrialRecord>> Engine::ApplyPlan(const store::Experim
   }
   c.trials->Apply(*leased);
   RememberHome(*leased);
+  if (c.spec->placement_migrate) {
+    NoteOnDevice(c, device_id, leased->id, leased->resume_step);
+    MutexLock lock(c.moves_mu);
+    if (const auto m = c.moving_class.find(leased->id); m != c.moving_class.end()) {
+      if (--c.moving_to[m->second] <= 0) c.moving_to.erase(m->second);
+      c.moving_class.erase(m);
+    }
+  }
   return leased;
+}
+
+void Engine::NoteOnDevice(Cached& c, Id device_id, Id trial_id, int64_t step) {
+  const int rungs = static_cast<int>(
+      std::upper_bound(c.rung_steps.begin(), c.rung_steps.end(), step) - c.rung_steps.begin());
+  MutexLock lock(c.moves_mu);
+  c.on_device[device_id] = Cached::OnDevice{trial_id, rungs};
+}
+
+std::optional<ReportReply> Engine::MaybeMove(Cached& c, const store::TrialRecord& trial,
+                                             const TrialReport& r, const std::string& workload) {
+  const ExperimentSpec& spec = *c.spec;
+  const Id device_id = *r.device_id;
+  const bool last = r.step >= spec.steps_per_trial;
+  std::unordered_map<Id, Cached::OnDevice> on_device;
+  std::unordered_map<std::string, int> moving_to;
+  {
+    std::optional<std::string> why;
+    {
+      MutexLock lock(c.moves_mu);
+      if (const auto p = c.preempted.find(trial.id); p != c.preempted.end()) {
+        why = std::move(p->second);
+        c.preempted.erase(p);
+        c.on_device.erase(device_id);
+      }
+    }
+    if (why && !last) {
+      // Free as soon as the checkpoint is up: the mover it makes room for
+      // is left to this device, not taken by a slower one meanwhile.
+      fleet_->SetIdle(device_id);
+      Emit("trial.preempted", {{"experiment_id", trial.experiment_id},
+                               {"trial_id", trial.id},
+                               {"step", r.step},
+                               {"device_id", device_id},
+                               {"reason", *why}});
+      return ReportReply{Decision::kPause, std::nullopt, *why};
+    }
+  }
+  NoteOnDevice(c, device_id, trial.id, r.step);
+  if (last || !std::binary_search(c.rung_steps.begin(), c.rung_steps.end(), r.step))
+    return std::nullopt;
+  {
+    MutexLock lock(c.moves_mu);
+    on_device = c.on_device;
+    moving_to = c.moving_to;
+  }
+  const int rungs = static_cast<int>(
+      std::upper_bound(c.rung_steps.begin(), c.rung_steps.end(), r.step) - c.rung_steps.begin());
+  scheduler::WorkItem rest;
+  rest.kind = scheduler::WorkItem::Kind::kResume;
+  rest.trial_id = trial.id;
+  rest.level = rungs;
+  rest.workload = workload;
+  rest.steps = spec.steps_per_trial - r.step;
+  rest.samples_per_step = fleet_->SamplesPerStep(workload);  // before the fleet's lock below
+  const auto asked = FleetView::Clock::now();
+  scheduler::MoveDecision d;
+  std::vector<scheduler::MoveTarget> targets;
+  std::vector<std::optional<std::pair<Id, Id>>> victims;  // per target: (device, trial) to preempt
+  {
+    auto fleet = fleet_->Fresh(device_id, asked);
+    if (!fleet.ok()) return std::nullopt;
+    FleetView::Locked& f = *fleet;
+    const auto mine = f->devices.find(device_id);
+    if (mine == f->devices.end()) return std::nullopt;
+    const std::string& here = mine->second.device_class;
+    for (const auto& cls :
+         f->live.ClassesFor(std::to_string(device_id), here, FleetView::Seconds(asked))) {
+      if (cls.device_class == here) continue;
+      // As many trials on their way there as it has devices.
+      if (const auto m = moving_to.find(cls.device_class);
+          m != moving_to.end() && m->second >= cls.devices)
+        continue;
+      scheduler::MoveTarget t;
+      t.device_class = cls.device_class;
+      t.free_in_s = cls.soonest_free_s;
+      // The least advanced trial this experiment runs on a live device of
+      // the class: it pauses at its next step for the mover.
+      std::optional<std::pair<Id, Id>> victim;
+      int victim_rungs = rungs;
+      for (const auto& [dev, on] : on_device) {
+        if (dev == device_id || on.trial_id == trial.id || on.rungs > victim_rungs) continue;
+        // Ties: the newer trial, which has the least invested.
+        if (on.rungs == victim_rungs && (!victim || on.trial_id < victim->second)) continue;
+        const auto d = f->devices.find(dev);
+        if (d == f->devices.end() || !d->second.live || d->second.device_class != cls.device_class)
+          continue;
+        victim = std::make_pair(dev, on.trial_id);
+        victim_rungs = on.rungs;
+      }
+      if (victim) {
+        const auto speed = f->model.Estimate(cls.device_class, workload);
+        if (speed && speed->samples_per_sec > 0 && rest.samples_per_step > 0) {
+          t.preemptible = true;
+          t.preempt_in_s =
+              rest.samples_per_step / speed->samples_per_sec;  // at most one step of it
+        }
+      }
+      targets.push_back(std::move(t));
+      victims.push_back(victim);
+    }
+    scheduler::PolicyOptions options;  // placement.migrate implies the speed policy
+    options.kind = scheduler::PolicyKind::kSpeed;
+    d = scheduler::DecideMove(here, rest, targets, f->model, options);
+  }
+  if (!d.move) {
+    spdlog::debug("trial {} at step {} stays on device {}: {}", trial.id, r.step, device_id,
+                  d.reason);
+    return std::nullopt;
+  }
+  std::string why = "moving to a faster device: " + d.reason;
+  json event = {{"experiment_id", trial.experiment_id},
+                {"trial_id", trial.id},
+                {"step", r.step},
+                {"device_id", device_id},
+                {"to_class", targets[d.target].device_class},
+                {"reason", why}};
+  if (d.preempt && victims[d.target]) {
+    const auto [victim_device, victim_trial] = *victims[d.target];
+    {
+      MutexLock lock(c.moves_mu);
+      c.preempted[victim_trial] = "preempted for trial " + std::to_string(trial.id) +
+                                  ", which passed more rungs, to take this device";
+      c.on_device.erase(victim_device);
+    }
+    // Free soon, so that slower devices leave the mover to it.
+    fleet_->SetBusy(victim_device, targets[d.target].preempt_in_s);
+    event["preempts_trial_id"] = victim_trial;
+  }
+  {
+    MutexLock lock(c.moves_mu);
+    c.on_device.erase(device_id);
+    ++c.moving_to[targets[d.target].device_class];
+    c.moving_class[trial.id] = targets[d.target].device_class;
+  }
+  Emit("trial.moving", std::move(event));
+  return ReportReply{Decision::kPause, std::nullopt, why};
 }
 
 Status Engine::CheckCost(const ExperimentSpec& spec) {

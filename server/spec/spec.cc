@@ -329,6 +329,7 @@ Status CheckStoppingOption(const std::string& key, const json& v) {
 Status ParseEarlyStopping(Fields& top, ExperimentSpec& spec) {
   const json* e = top.Get("early_stopping");
   if (!e) return Status::OK();
+  spec.early_stopping_given = true;
   if (!e->is_object()) return Status::InvalidArgument("early_stopping: must be a mapping with a rule");
   Fields f(*e, "early_stopping");
   HPO_ASSIGN_OR_RETURN(spec.early_stopping, f.String("rule", "none"));
@@ -391,9 +392,41 @@ Status ParseBudget(Fields& top, ExperimentSpec& spec) {
   return f.NoOthers();
 }
 
+// placement.migrate, once the executor and the early stopping are known:
+// true by default wherever it applies, and an error where asked for and it
+// cannot apply (naming why).
+Status ResolveMigrate(const json* given, ExperimentSpec& spec) {
+  const bool rung_rule = spec.early_stopping == "asha" || spec.early_stopping == "hyperband";
+  std::string why_not;
+  if (spec.executor != ExperimentSpec::ExecutorKind::kBuiltin) {
+    why_not =
+        "a trial moves through a checkpoint taken at any step, which only the built-in trainers "
+        "take "
+        "(a command saves its state at HPO_STOP_STEP only)";
+  } else if (!rung_rule || spec.early_stopping_type != ExperimentSpec::StoppingType::kStop) {
+    why_not =
+        "it applies to early_stopping rule asha or hyperband with type: stop (promotion-type "
+        "trials are "
+        "placed anew at every rung already)";
+  } else if (spec.placement_policy != "speed") {
+    why_not = "only the speed policy moves trials (fifo and shadho place each trial once)";
+  }
+  if (!given) {
+    spec.placement_migrate = why_not.empty();
+    return Status::OK();
+  }
+  if (!given->is_boolean())
+    return Status::InvalidArgument("placement.migrate: must be true or false, not " +
+                                   given->dump());
+  if (given->get<bool>() && !why_not.empty())
+    return Status::InvalidArgument("placement.migrate: " + why_not);
+  spec.placement_migrate = given->get<bool>();
+  return Status::OK();
+}
+
 Status ParsePlacement(Fields& top, ExperimentSpec& spec) {
   const json* p = top.Get("placement");
-  if (!p) return Status::OK();
+  if (!p) return ResolveMigrate(nullptr, spec);
   Fields f(*p, "placement");
   HPO_RETURN_IF_ERROR(f.RequireObject());
   HPO_ASSIGN_OR_RETURN(spec.placement_policy, f.String("policy", "speed"));
@@ -417,7 +450,9 @@ Status ParsePlacement(Fields& top, ExperimentSpec& spec) {
   }
   HPO_ASSIGN_OR_RETURN(const int64_t wait, f.Int("max_wait_s", 600, 1, kMaxSpecWaitSeconds));
   spec.placement_max_wait_s = static_cast<double>(wait);
-  return f.NoOthers();
+  const json* migrate = f.Get("migrate");
+  HPO_RETURN_IF_ERROR(f.NoOthers());
+  return ResolveMigrate(migrate, spec);
 }
 
 // "2026-12-01T18:00:00Z", "2026-12-01T18:00:00.5+01:00" (RFC 3339) -> Unix ms.
@@ -494,18 +529,25 @@ Status ParseCost(Fields& top, ExperimentSpec& spec) {
   return f.NoOthers();
 }
 
-// What early_stopping.type says once the executor is known: promotion by
-// default for asha and hyperband where trials can pause with a checkpoint
-// (the built-in trainers; commands that say checkpoints: true).
+// What early_stopping says once the executor is known. Without the
+// section, a worker experiment gets stop-type ASHA with its default options
+// (min_resource 1, reduction_factor 3, as Optuna's SuccessiveHalvingPruner)
+// and an ask/tell one none. The type is stop unless the spec says
+// promotion: a trial goes on at once or stops at a rung, and placement may
+// move it to a faster device there (placement.migrate); promotion-type
+// pauses every trial at every rung and needs a checkpointing executor.
+// Chosen by bench/hetero (bench/README.md, hetero).
 Status ResolveStoppingType(ExperimentSpec& spec) {
-  const bool rung_rule = spec.early_stopping == "asha" || spec.early_stopping == "hyperband";
+  if (!spec.early_stopping_given && spec.executor != ExperimentSpec::ExecutorKind::kClient) {
+    spec.early_stopping = "asha";
+    spec.early_stopping_options = json::object();
+  }
   const bool can_checkpoint = spec.executor == ExperimentSpec::ExecutorKind::kBuiltin ||
                               (spec.executor == ExperimentSpec::ExecutorKind::kCommand && spec.command_checkpoints);
   const bool criterion_given = spec.early_stopping_options.erase("promotion") > 0;
   const auto given = spec.early_stopping_options.find("type");
   if (given == spec.early_stopping_options.end()) {
-    spec.early_stopping_type = rung_rule && can_checkpoint ? ExperimentSpec::StoppingType::kPromotion
-                                                           : ExperimentSpec::StoppingType::kStop;
+    spec.early_stopping_type = ExperimentSpec::StoppingType::kStop;
   } else {
     const bool promotion = *given == "promotion";
     spec.early_stopping_options.erase("type");
@@ -520,11 +562,22 @@ Status ResolveStoppingType(ExperimentSpec& spec) {
     spec.early_stopping_type =
         promotion ? ExperimentSpec::StoppingType::kPromotion : ExperimentSpec::StoppingType::kStop;
   }
+  // The stored spec says what was resolved, so that a later default never
+  // changes an experiment already running (ParseStoredExperimentSpec).
+  json& pinned = spec.source["early_stopping"];
+  if (!pinned.is_object()) pinned = json::object();
+  pinned["rule"] = spec.early_stopping;
+  if (spec.early_stopping != "none" && spec.early_stopping != "median") {
+    pinned["type"] =
+        spec.early_stopping_type == ExperimentSpec::StoppingType::kPromotion ? "promotion" : "stop";
+  }
   if (criterion_given && spec.early_stopping_type != ExperimentSpec::StoppingType::kPromotion) {
     return Status::InvalidArgument(
-        "early_stopping.promotion: chooses which paused trials go on, so it needs type: promotion (a trial of "
-        "type stop never pauses; this executor's trials " +
-        std::string(can_checkpoint ? "stop at a rung because type: stop was given)" : "cannot pause)"));
+        "early_stopping.promotion: chooses which paused trials go on, so it needs type: promotion "
+        "(a trial of "
+        "type stop, the default, never waits at a rung; " +
+        std::string(can_checkpoint ? "add type: promotion)"
+                                   : "this executor's trials cannot pause)"));
   }
   return Status::OK();
 }
@@ -670,7 +723,8 @@ json DescribeSpec(const ExperimentSpec& spec) {
       {"algorithm", {{"sampler", spec.sampler}, {"seed", spec.seed}}},
       {"early_stopping",
        {{"rule", spec.early_stopping},
-        {"type", spec.early_stopping_type == ExperimentSpec::StoppingType::kPromotion ? "promotion" : "stop"},
+        {"type", spec.early_stopping_type == ExperimentSpec::StoppingType::kPromotion ? "promotion"
+                                                                                      : "stop"},
         {"promotion", spec.early_stopping_type == ExperimentSpec::StoppingType::kPromotion
                           ? json(search::PromotionCriterionName(spec.promotion_criterion))
                           : json(nullptr)},
@@ -678,7 +732,8 @@ json DescribeSpec(const ExperimentSpec& spec) {
       {"placement",
        {{"policy", spec.placement_policy},
         {"class_order", spec.placement_class_order},
-        {"max_wait_s", spec.placement_max_wait_s}}},
+        {"max_wait_s", spec.placement_max_wait_s},
+        {"migrate", spec.placement_migrate}}},
       {"cost", cost},
       {"budget",
        {{"max_trials", spec.max_trials},
@@ -749,6 +804,29 @@ Status CheckStep(const ExperimentSpec& spec, int64_t step) {
 
 Result<ExperimentSpec> ParseExperimentSpec(const std::string& text) {
   HPO_ASSIGN_OR_RETURN(json j, YamlToJson(text));
+  return ParseExperimentSpec(j);
+}
+
+Result<ExperimentSpec> ParseStoredExperimentSpec(const std::string& text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_object()) {
+    // Stored before the early-stopping defaults were pinned: that server's
+    // defaults, no early stopping, and promotion-type asha and hyperband
+    // where trials could checkpoint.
+    json& e = j["early_stopping"];
+    if (e.is_null()) {
+      e = {{"rule", "none"}};
+    } else if (e.is_object() && !e.contains("type")) {
+      const std::string rule = e.value("rule", "none");
+      const json& ex = j.value("executor", json::object());
+      const bool can_checkpoint =
+          ex.is_object() &&
+          (ex.contains("builtin") || (ex.contains("command") && ex["command"].is_object() &&
+                                      ex["command"].value("checkpoints", false) == true));
+      if ((rule == "asha" || rule == "hyperband") && can_checkpoint) e["type"] = "promotion";
+    }
+  }
+  if (j.is_discarded()) return ParseExperimentSpec(text);  // not JSON: as given
   return ParseExperimentSpec(j);
 }
 

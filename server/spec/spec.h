@@ -19,15 +19,20 @@
 //     inter_op_threads: {type: int, low: 1, high: 2}  # mutable: false by default (LibTorch sets
 //                                      # it once per process): chosen where a trial starts, never
 //                                      # probed inside one; `mutable: true|false` says either way
-//                                      # (and the worker's declaration too: docs/system-parameters.md)
+//                                      # (and the worker's declaration too:
+//                                      docs/system-parameters.md)
 //   workload: resnet-cifar           # optional: share speed history with experiments naming it
 //   algorithm: {sampler: auto, seed: 42}         # auto (default) | tpe | gp | random
-//   early_stopping: {rule: asha, min_resource: 1, reduction_factor: 3, type: promotion}
+//   early_stopping: {rule: asha, min_resource: 1, reduction_factor: 3, type: stop}
 //                                                # none | median | asha | hyperband;
-//                                                # type: stop | promotion (pause at each rung
-//                                                # with a checkpoint, promote the best on a free
-//                                                # device); the default is promotion for asha and
-//                                                # hyperband where the executor can checkpoint.
+//                                                # absent: asha, type stop, min_resource 1,
+//                                                # reduction_factor 3 for worker experiments
+//                                                # (built-in and command), none for ask/tell.
+//                                                # type: stop (the default: a trial goes on at
+//                                                # once or stops at each rung) | promotion
+//                                                # (pause at each rung with a checkpoint, promote
+//                                                # the best on a free device; the executor must
+//                                                # checkpoint).
 //                                                # promotion: top_fraction (default: the best
 //                                                # 1/eta of a rung's results) | quantile (the
 //                                                # better of two goes on at once; then those at
@@ -43,6 +48,10 @@
 //                                                #  hyperband: min_resource 1, reduction_factor 3,
 //                                                #    max_resource budget.steps_per_trial
 //   placement: {policy: speed, max_wait_s: 600}  # speed | fifo | shadho (with class_order: [...])
+//                                                # migrate: true|false (speed policy, stop-type
+//                                                # asha/hyperband, built-in trainers; default true
+//                                                # there): a trial that survives a rung moves to a
+//                                                # faster device, preempting less advanced work
 //   cost: {prices: {"pool=gpu": 2.50, "cpu:EPYC:x4.0": 0.20}, deadline_s: 3600}
 //                                                # per hour, by device class or worker label;
 //                                                # deadline_s from submission, or deadline:
@@ -55,8 +64,8 @@
 //   executor:                        # exactly one of builtin, command, client
 //     builtin: {trainer: fashion-mnist-mlp, args: {validation_fraction: 0.1}}
 //     # command: {argv: [python3, train.py, "--lr={lr}"], env: {K: V}, timeout_s: 600,
-//     #           checkpoints: true}  # it keeps the HPO_CHECKPOINT_DIR contract (worker/command_executor.h)
-//     # client: {}                   # ask/tell over REST
+//     #           checkpoints: true}  # it keeps the HPO_CHECKPOINT_DIR contract
+//     (worker/command_executor.h) # client: {}                   # ask/tell over REST
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -102,7 +111,12 @@ struct ExperimentSpec {
   std::string sampler = "auto";
   uint64_t seed = 0;
 
-  std::string early_stopping = "none";  // none | median | asha | hyperband
+  // none | median | asha | hyperband. Without an early_stopping section:
+  // asha (stop-type, its default options) for worker experiments, none for
+  // ask/tell clients (ResolveStoppingType; bench/README.md, hetero, says
+  // why).
+  std::string early_stopping = "none";
+  bool early_stopping_given = false;  // the spec has an early_stopping section
   nlohmann::json early_stopping_options = nlohmann::json::object();
   // kPromotion: trials pause at each rung with a checkpoint and the best are
   // promoted on free devices (search/promotion.h); kStop: trials run on
@@ -116,6 +130,12 @@ struct ExperimentSpec {
   std::string placement_policy = "speed";         // speed | fifo | shadho
   std::vector<std::string> placement_class_order;  // shadho: device classes, strongest first
   double placement_max_wait_s = 600;
+  // Stop-type asha or hyperband on the built-in trainers under the speed
+  // policy: a trial that survives a rung may pause there, with a
+  // checkpoint, and go on on a faster device, preempting less advanced work
+  // there (scheduler/policy.h, DecideMove). placement.migrate; the default
+  // is true wherever it applies.
+  bool placement_migrate = false;
   // Cost-aware placement: the price per hour of a device, by its class or
   // by a label of its worker ("pool=gpu"), and a deadline for the work.
   std::map<std::string, double> prices;
@@ -193,6 +213,12 @@ Status CheckStep(const ExperimentSpec& spec, int64_t step);
 // goes to the YAML parser.
 Result<ExperimentSpec> ParseExperimentSpec(const std::string& text);
 Result<ExperimentSpec> ParseExperimentSpec(const nlohmann::json& j);
+// A spec as the store keeps it (ExperimentSpec::source as JSON). Since the
+// early-stopping defaults are pinned in it at creation, one without an
+// explicit early_stopping rule and type was stored by an older server and
+// gets that server's defaults: no early stopping, and promotion-type asha
+// and hyperband where trials could checkpoint.
+Result<ExperimentSpec> ParseStoredExperimentSpec(const std::string& text);
 
 // The spec as the server reads it, for a dry run (POST
 // /api/v1/experiments:validate, `hpctl submit --dry-run`): defaults filled
