@@ -5,7 +5,7 @@
 //   fleet_sim [--workers 100,1000] [--spread 10] [--seeds 5] [--policies speed,fifo,shadho]
 //             [--sampler auto] [--failure 0.02] [--target 0.075] [--budget TRIALS]
 //             [--min-resource 3] [--steps 27] [--reduction-factor 3] [--type promotion|stop]
-//             [--migrate 1|0]
+//             [--migrate 1|0] [--timing-skip ASKS]
 //             [--timing-workers 10000] [--timing-decisions 5000] [-v]
 //
 // Policies, all with the same sampler, the same ASHA (promotion-type, or
@@ -147,7 +147,7 @@ int Usage(const char* argv0) {
       "          [--sampler auto|tpe|gp|random] [--failure 0.02] [--target 0.075] [--budget "
       "TRIALS]\n"
       "          [--min-resource 3] [--steps 27] [--reduction-factor 3] [--type promotion|stop]\n"
-      "          [--migrate 1|0]\n"
+      "          [--migrate 1|0] [--timing-skip ASKS]\n"
       "          [--timing-workers 10000] [--timing-decisions 5000] [-v]\n",
       argv0);
   return 2;
@@ -163,6 +163,7 @@ int main(int argc, char** argv) {
   int64_t timing_decisions = 5000;
   bool verbose = false;
   bool migrate = true;  // where it applies, as the spec's default
+  int64_t timing_skip = -1;  // steady-state timing: asks skipped first (-1: one per worker)
   SimulatorOptions base;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -205,6 +206,8 @@ int main(int argc, char** argv) {
       migrate = value == "1";
     } else if (flag == "--timing-workers") {
       timing_workers = std::atoi(value.c_str());
+    } else if (flag == "--timing-skip") {
+      timing_skip = std::atoll(value.c_str());
     } else if (flag == "--timing-decisions") {
       timing_decisions = std::atoll(value.c_str());
     } else {
@@ -264,6 +267,49 @@ int main(int argc, char** argv) {
                   t.QuantileUs(0.99));
       std::fflush(stdout);
       Diagnose(o, t.result, verbose);
+    }
+    // Steady state: past the first wave (--timing-skip asks, one per worker
+    // by default), with trials
+    // paused, promotions on offer and the fleet partly busy, each ask timed
+    // whole: the offer built from the trials (again whenever they changed,
+    // as the engine builds one per lease) plus the decision.
+    for (PolicyKind kind : kinds) {
+      SimulatorOptions o = base;
+      o.workers = timing_workers;
+      o.policy.kind = kind;
+      o.migrate = migrate && !o.promotion && kind == PolicyKind::kSpeed &&
+                  (o.early_stopping == "asha" || o.early_stopping == "hyperband");
+      const int64_t skip = timing_skip >= 0 ? timing_skip : static_cast<int64_t>(timing_workers);
+      o.max_decisions = skip + timing_decisions;
+      Timed t;
+      int64_t asks = 0;
+      std::chrono::steady_clock::time_point began;
+      o.ask_probe = [&](bool begin) {
+        if (begin) {
+          began = std::chrono::steady_clock::now();
+          return;
+        }
+        if (++asks > skip) {
+          t.decision_us.push_back(
+              std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - began)
+                  .count());
+        }
+      };
+      auto sim = Simulator::Create(o);
+      if (!sim.ok()) {
+        std::fprintf(stderr, "fleet_sim: %s\n", sim.status().message().c_str());
+        return 2;
+      }
+      t.result = (*sim)->Run();
+      std::printf(
+          "bench=fleet_asks workers=%d spread=%g policy=%s asks=%zu skipped=%lld ask_us=%.2f "
+          "ask_us_p99=%.2f "
+          "on_devices=%lld paused=%lld sim_s=%.0f\n",
+          timing_workers, o.spread, hpo::scheduler::PolicyName(kind), t.decision_us.size(),
+          static_cast<long long>(skip), t.MeanUs(), t.QuantileUs(0.99),
+          static_cast<long long>(t.result.unfinished), static_cast<long long>(t.result.paused),
+          t.result.end_s);
+      std::fflush(stdout);
     }
   }
   return 0;

@@ -40,6 +40,7 @@ Offer OfferWork(const OfferInput& in) {
         item.level = p.from_level + 1;
         item.workload = workload(s);
         item.steps = p.to_step - p.from_step;
+        item.remaining_steps = in.steps_per_trial - p.from_step;
         item.waiting_s = t.waiting_s;
         out.items.push_back(item);
         out.promotion_of[t.id] = p;
@@ -61,6 +62,7 @@ Offer OfferWork(const OfferInput& in) {
           in.rung_steps.begin());
       item.workload = workload(t.space);
       item.steps = in.steps_per_trial - t.resume_step;
+      item.remaining_steps = item.steps;
       item.waiting_s = t.waiting_s;
       out.items.push_back(item);
       search::Promotion p;
@@ -82,6 +84,7 @@ Offer OfferWork(const OfferInput& in) {
     item.level = t.level;
     item.workload = workload(t.space);
     item.steps = t.stop_step.value_or(in.steps_per_trial) - t.resume_step;
+    item.remaining_steps = in.steps_per_trial - t.resume_step;
     item.waiting_s = t.waiting_s;
     out.items.push_back(item);
   }
@@ -114,6 +117,7 @@ Offer OfferWork(const OfferInput& in) {
       item.space_priority = share(s);
       item.workload = workload(s);
       item.steps = in.promotion ? in.promotion->FirstStop(total) : in.steps_per_trial;
+      item.remaining_steps = in.steps_per_trial;
       item.preferred = static_cast<int>(s) == in.preferred_space;
       out.items.push_back(item);
     }

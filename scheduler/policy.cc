@@ -80,7 +80,13 @@ bool CostAllows(const WorkItem& item, const AskingDevice& device, const Workload
   if (own_price == options.price_per_hour.end() || !ws.asking) return true;  // cannot compare
   if (!(options.samples_per_step > 0) && !(item.samples_per_step > 0)) return true;
   const auto seconds = [&](double sps) { return Seconds(item, options.samples_per_step, sps); };
-  const auto meets = [&](double sps) { return options.deadline_s <= 0 || seconds(sps) <= options.deadline_s; };
+  // The trial's whole rest, not this segment alone, must fit before the deadline.
+  WorkItem rest = item;
+  rest.steps = std::max(item.steps, item.remaining_steps);
+  const auto meets = [&](double sps) {
+    return options.deadline_s <= 0 ||
+           Seconds(rest, options.samples_per_step, sps) <= options.deadline_s;
+  };
   bool any_meets = false;
   for (const auto& c : ws.classes) {
     if (options.price_per_hour.count(c.device_class) && meets(c.estimate.samples_per_sec)) any_meets = true;

@@ -25,7 +25,9 @@
 //     whoever asks first, the longest-waiting one first.
 //  2. Cost: with prices, an item whose cost here exceeds (1 + tolerance)
 //     times its cheapest cost on a class that meets the deadline is not
-//     offered to this device (PlacementOptions).
+//     offered to this device (PlacementOptions). A class meets the
+//     deadline when it would train the trial's remaining steps (all of
+//     them, not only this lease's segment) before it.
 //  3. Exploration: when the model knows little about this device for an
 //     item's workload (no observation, or fewer than
 //     explore_min_observations with a relative stddev above
@@ -106,6 +108,9 @@ struct WorkItem {
   int level = 0;              // the rung this lease runs toward (0 for a new trial)
   std::string workload;       // SpeedModel key
   int64_t steps = 0;          // steps this lease would run
+  // Steps the trial has left to its end (this lease's and any later ones');
+  // 0: the same as `steps`. The deadline is weighed against these.
+  int64_t remaining_steps = 0;
   double samples_per_step = 0;  // of its workload; 0: PolicyOptions::samples_per_step
   double waiting_s = 0;       // since it became available (0 for new)
   bool preferred = false;     // new: the space ranking's own pick (fifo uses it)

@@ -333,11 +333,16 @@ void Simulator::State::Ask(int64_t d) {
   Device& dev = devices[d];
   if (done || dev.down || dev.trial >= 0) return;
   dev.last_ask = now;
-  if (OfferEmpty()) return Park(d);
+  if (o.ask_probe) o.ask_probe(true);
+  if (OfferEmpty()) {
+    if (o.ask_probe) o.ask_probe(false);
+    return Park(d);
+  }
   const Offer& off = CurrentOffer();
   const AskingDevice asking{dev.id, ClassName(dev.cls)};
   const PolicyDecision decision = o.decide ? o.decide(asking, live, now, off.items, speeds, o.policy)
                                            : Decide(asking, live, now, off.items, speeds, o.policy);
+  if (o.ask_probe) o.ask_probe(false);
   ++result.decisions;
   ++result.reasons[decision.reason];
   if (!decision.run || decision.item >= off.items.size()) {

@@ -112,6 +112,11 @@ struct SimulatorOptions {
   // correct one: the classes by true speed, strongest first.
   PolicyOptions policy;
   DecideFn decide;  // empty: scheduler::Decide
+  // Called around each ask of a free device: true before its offer is read
+  // (built again whenever the trials changed, as the engine builds one per
+  // lease), false once the policy decided (before the answer is applied).
+  // For a caller timing offer plus decide; the simulator reads no clock.
+  std::function<void(bool begin)> ask_probe;
 
   // --- When the run ends.
   double target = 0.075;  // a reported value (minimized) at or below it

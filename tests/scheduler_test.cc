@@ -348,8 +348,20 @@ TEST(Policy, CostAwareSkipsDearDeviceWhenCheapOneMeetsDeadline) {
   options.deadline_s = 0;
   options.price_per_hour["dear"] = 10.9;
   EXPECT_TRUE(Decide({"d", "dear"}, fleet, items, speeds, options).run);
-  // Starving items ignore cost.
+  // The deadline is weighed against the trial's remaining work, not its
+  // segment: a rung-0 segment of 2 steps (20 s on cheap) of a 10-step
+  // trial (100 s there) misses a 50 s deadline that only dear meets.
   options.price_per_hour["dear"] = 30;
+  options.deadline_s = 50;
+  std::vector<WorkItem> segment = {New(0, 0.5)};
+  segment[0].steps = 2;
+  segment[0].remaining_steps = 10;
+  EXPECT_TRUE(Decide({"d", "dear"}, fleet, segment, speeds, options).run);
+  EXPECT_FALSE(Decide({"c", "cheap"}, fleet, segment, speeds, options).run);
+  segment[0].remaining_steps = 0;  // the segment is all there is: cheap meets it
+  EXPECT_FALSE(Decide({"d", "dear"}, fleet, segment, speeds, options).run);
+  // Starving items ignore cost.
+  options.deadline_s = 0;
   std::vector<WorkItem> starving = {Pending(1, 0.5, 0, options.max_wait_s + 1)};
   EXPECT_TRUE(Decide({"d", "dear"}, fleet, starving, speeds, options).run);
 }

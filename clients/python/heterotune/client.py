@@ -257,7 +257,12 @@ class Experiment:
         return reply
 
     def best(self):
-        """The best completed trial (a dict: params, final_metrics, ...), or None if none has completed."""
+        """The best trial (a dict: params, final_metrics, ...), or None if no trial reported anything.
+
+        When no trial completed, it is the trial with the best reported value
+        at any step, with ``partial`` true, ``best_step`` and ``best_metrics``
+        saying where, and ``checkpoint_step`` the step of its kept checkpoint
+        (None without one)."""
         try:
             return self.client.request("GET", f"/api/v1/experiments/{self.id}/best")
         except errors.NotFoundError:
