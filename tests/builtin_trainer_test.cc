@@ -177,6 +177,24 @@ TEST(BuiltinTrainer, StopsWhenToldAndRejectsBadParams) {
 // samples_per_step makes a step a fresh draw of that many examples rather
 // than a pass: one step of 200 learns less than a pass over 8,000, and the
 // steps go on learning.
+// A step whose examples leave one over after its last whole batch (257 =
+// 2 x 128 + 1) trains it with the batch before: batch norm cannot train on a
+// batch of one, and LibTorch threw, failing the trial (bench/hetero's long
+// workload: 4,000 examples a step, a searched batch size of 129).
+TEST(BuiltinTrainer, ALoneLastExampleJoinsTheBatchBeforeIt) {
+  auto exec = MakeBuiltinExecutor();
+  RecordingReporter reporter;
+  TrialRun run = Mlp(1);
+  run.trainer = "fashion-mnist-cnn";
+  run.params = {{"lr", 2e-3},  {"channels", 8}, {"conv_layers", 1},
+                {"width", 64}, {"depth", 1},    {"batch_norm", true}};
+  run.trainer_args = {{"max_train_samples", 2000}, {"samples_per_step", 257}};
+  auto r = exec->Run(run, reporter);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(reporter.steps.size(), 1u);
+  EXPECT_EQ(reporter.steps[0].system["batch_size"], 128);
+}
+
 TEST(BuiltinTrainer, SamplesPerStepMakesAStepThatManyExamples) {
   auto exec = MakeBuiltinExecutor();
   TrialRun pass = Mlp(1);

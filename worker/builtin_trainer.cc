@@ -489,12 +489,16 @@ class BuiltinExecutor final : public Executor {
       auto train_loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
       int64_t batches = 0;
       const auto start = Clock::now();
-      for (int64_t b = 0; b < per_step; b += batch_size) {
+      for (int64_t b = 0, end = 0; b < per_step; b = end) {
         if (batches % 20 == 0 && reporter.stop_requested()) {
           result.stopped = true;
           return result;
         }
-        auto idx = order.slice(0, b, std::min(per_step, b + batch_size));
+        end = std::min(per_step, b + batch_size);
+        // No batch of one example: batch norm cannot train on it (LibTorch
+        // throws), so a lone last example joins the batch before it.
+        if (per_step - end == 1) end = per_step;
+        auto idx = order.slice(0, b, end);
         if (train_rows.defined()) idx = train_rows.index_select(0, idx);
         auto x = train.images.index_select(0, idx);
         auto y = train.labels.index_select(0, idx);

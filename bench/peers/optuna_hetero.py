@@ -260,8 +260,15 @@ def train(data, space, params, batch_size, seed, steps, train_examples, samples_
         train_loss = torch.zeros((), dtype=torch.float64)
         batches = 0
         started = time.monotonic()
-        for b in range(0, per_step, batch_size):
-            idx = order[b:min(per_step, b + batch_size)]
+        b = 0
+        while b < per_step:
+            # As the built-in trainer: a lone last example joins the batch
+            # before it (batch norm cannot train on a batch of one).
+            end = min(per_step, b + batch_size)
+            if per_step - end == 1:
+                end = per_step
+            idx = order[b:end]
+            b = end
             x, y = train_x.index_select(0, idx), train_y.index_select(0, idx)
             opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(net(x), y)
