@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "search/pruner.h"
 #include "search/ranking.h"
 
 namespace hpo::scheduler {
@@ -57,9 +58,7 @@ Offer OfferWork(const OfferInput& in) {
       item.trial_id = t.id;
       item.space_index = static_cast<int>(t.space);
       item.space_priority = share(t.space);
-      item.level = static_cast<int>(
-          std::upper_bound(in.rung_steps.begin(), in.rung_steps.end(), t.resume_step) -
-          in.rung_steps.begin());
+      item.level = search::RungsPassed(in.rung_steps, t.resume_step);
       item.workload = workload(t.space);
       item.steps = in.steps_per_trial - t.resume_step;
       item.remaining_steps = item.steps;

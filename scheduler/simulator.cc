@@ -215,10 +215,7 @@ struct Simulator::State {
   void EndSegment(int64_t d);
   void Die(int64_t d);
   void Expire(int64_t ti);
-  int RungsPassed(int64_t step) const {
-    return static_cast<int>(std::upper_bound(stop_rungs.begin(), stop_rungs.end(), step) -
-                            stop_rungs.begin());
-  }
+  int RungsPassed(int64_t step) const { return search::RungsPassed(stop_rungs, step); }
   void NoteRunning(int64_t d, int rungs);
   void NoteStopped(int64_t d);
   bool MoveNow(int64_t d, int64_t step);
@@ -558,6 +555,7 @@ bool Simulator::State::MoveNow(int64_t d, int64_t step) {
   const std::string here = ClassName(dev.cls);
   std::vector<MoveTarget> targets;
   std::vector<std::optional<RunningKey>> victims;
+  std::vector<int> target_class;  // per target: its class index
   for (const auto& cls : live.ClassesFor(dev.id, here, now)) {
     if (cls.device_class == here) continue;
     const int k = std::stoi(cls.device_class.substr(5));  // "classK"
@@ -577,11 +575,12 @@ bool Simulator::State::MoveNow(int64_t d, int64_t step) {
     }
     targets.push_back(std::move(target));
     victims.push_back(victim);
+    target_class.push_back(k);
   }
   PolicyOptions options = o.policy;
   const MoveDecision m = DecideMove(here, rest, targets, speeds, options);
   if (!m.move) return false;
-  trials[dev.trial].moving_to = std::stoi(targets[m.target].device_class.substr(5));
+  trials[dev.trial].moving_to = target_class[m.target];
   ++moving_to[trials[dev.trial].moving_to];
   if (m.preempt && victims[m.target]) {
     const int64_t v = std::get<2>(*victims[m.target]);

@@ -44,6 +44,11 @@ std::vector<int64_t> RungStepsBelow(int64_t min_resource, double eta, int64_t fi
   return steps;
 }
 
+int RungsPassed(const std::vector<int64_t>& rung_steps, int64_t step) {
+  return static_cast<int>(std::upper_bound(rung_steps.begin(), rung_steps.end(), step) -
+                          rung_steps.begin());
+}
+
 namespace {
 
 class NopPruner : public Pruner {

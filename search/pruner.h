@@ -116,6 +116,9 @@ std::optional<int64_t> RungStep(int64_t min_resource, double eta, int64_t expone
 // kMinReductionFactor.
 std::vector<int64_t> RungStepsBelow(int64_t min_resource, double eta, int64_t first_exponent,
                                     int64_t end);
+// How many of `rung_steps` (ascending) lie at or before `step`: the rungs a
+// trial whose curve reached `step` has passed.
+int RungsPassed(const std::vector<int64_t>& rung_steps, int64_t step);
 
 // Rung k (k = 0, 1, ...) is at step r_k = ceil(min_resource * eta^(s + k)),
 // judged only if max_resource == 0 or r_k < max_resource, and only while

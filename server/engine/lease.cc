@@ -303,8 +303,7 @@ Result<std::optional<store::TrialRecord>> Engine::ApplyPlan(const store::Experim
 }
 
 void Engine::NoteOnDevice(Cached& c, Id device_id, Id trial_id, int64_t step) {
-  const int rungs = static_cast<int>(
-      std::upper_bound(c.rung_steps.begin(), c.rung_steps.end(), step) - c.rung_steps.begin());
+  const int rungs = search::RungsPassed(c.rung_steps, step);
   MutexLock lock(c.moves_mu);
   c.on_device[device_id] = Cached::OnDevice{trial_id, rungs};
 }
@@ -349,8 +348,7 @@ std::optional<ReportReply> Engine::MaybeMove(Cached& c, const store::TrialRecord
     on_device = c.on_device;
     moving_to = c.moving_to;
   }
-  const int rungs = static_cast<int>(
-      std::upper_bound(c.rung_steps.begin(), c.rung_steps.end(), r.step) - c.rung_steps.begin());
+  const int rungs = search::RungsPassed(c.rung_steps, r.step);
   scheduler::WorkItem rest;
   rest.kind = scheduler::WorkItem::Kind::kResume;
   rest.trial_id = trial.id;
