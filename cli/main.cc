@@ -262,6 +262,21 @@ std::string BestLine(const json& b, const std::string& metric) {
 
 // The watch view: progress against the budget, the best so far, elapsed and
 // ETA. Redrawn in place on a terminal, one line per change otherwise; with
+// "  device time 1m20s, cost 0.42 of budget 5\n" from GET experiment's
+// usage; empty before any device time (an ask/tell experiment's trials run
+// on the client's machines).
+std::string UsageLine(const json& e) {
+  const json usage = e.value("usage", json::object());
+  const double seconds = usage.value("device_seconds", 0.0);
+  const json budget = usage.value("budget", json(nullptr));
+  if (seconds <= 0 && budget.is_null()) return "";
+  char cost[64];
+  std::snprintf(cost, sizeof cost, "%.4g", usage.value("cost", 0.0));
+  std::string line = "  device time " + Seconds(seconds) + ", cost " + cost;
+  if (budget.is_number()) line += " of budget " + budget.dump();
+  return line + "\n";
+}
+
 // --quiet, nothing: it waits for the end, and the exit code says how it went.
 int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
   const bool tty = isatty(STDOUT_FILENO);
@@ -286,6 +301,7 @@ int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
     view << "  trials " << finished << "/" << budget << ": " << n.value("completed", 0) << " completed, "
          << n.value("pruned", 0) << " pruned, " << n.value("running", 0) + n.value("leased", 0) << " running, "
          << n.value("paused", 0) << " paused at a rung, " << n.value("failed", 0) << " failed\n";
+    view << UsageLine(e);
     if (!best_so_far) best_so_far.emplace(o, id, e["spec"]["objective"]);
     const json& b = best_so_far->Update();
     const std::string state = Str(e["state"]);
@@ -1051,7 +1067,8 @@ int main(int argc, char** argv) {
       json e = Call(o, "GET", "/api/v1/experiments/" + eid);
       std::cout << "experiment " << eid << " (" << Str(e["name"]) << "): " << Str(e["state"])
                 << (Str(e["reason"]).empty() ? "" : " - " + Str(e["reason"])) << "\n  trials "
-                << e["trials"].dump() << "\n";
+                << e["trials"].dump() << "\n"
+                << UsageLine(e);
       return kOk;
     }
     if (watch_cmd->parsed()) return Watch(o, id);

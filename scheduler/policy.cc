@@ -234,6 +234,31 @@ PolicyDecision Decide(const AskingDevice& device, const FleetSummary& fleet, dou
     }
     ws[i] = &it->second;
   }
+  // 0. Budget: what this device cannot pay for is not on offer here.
+  if (options.budget_left < kInf) {
+    if (!(options.budget_left > 0)) return Nothing(30, "cost.budget: spent");
+    const auto own_price = options.price_per_hour.find(device.device_class);
+    std::vector<size_t> affordable;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const double seconds = ws[i]->asking ? Seconds(items[i], options.samples_per_step,
+                                                     ws[i]->asking->samples_per_sec)
+                                           : 0;
+      const double cost =
+          own_price == options.price_per_hour.end() ? 0 : own_price->second / 3600 * seconds;
+      if (cost <= options.budget_left) affordable.push_back(i);
+    }
+    if (affordable.empty())
+      return Nothing(30, "cost.budget: what is left pays for no work on offer here");
+    if (affordable.size() < items.size()) {
+      std::vector<WorkItem> within;
+      for (size_t i : affordable) within.push_back(items[i]);
+      PolicyOptions unbounded = options;
+      unbounded.budget_left = kInf;
+      PolicyDecision d = Decide(device, fleet, now_s, within, speeds, unbounded);
+      if (d.run) d.item = affordable[d.item];
+      return d;
+    }
+  }
   if (options.kind == PolicyKind::kFifo) return Fifo(items, ws, options);
   if (options.kind == PolicyKind::kShadho) return Shadho(device, classes, items, ws, options);
 

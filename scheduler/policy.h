@@ -23,6 +23,9 @@
 // Policy "speed" (ours), in order:
 //  1. No starvation: an item available for longer than max_wait_s goes to
 //     whoever asks first, the longest-waiting one first.
+//  0. Budget (every kind): with PolicyOptions::budget_left, an item this
+//     device could not pay for out of what is left is not on offer here;
+//     with none left, nothing is.
 //  2. Cost: with prices, an item whose cost here exceeds (1 + tolerance)
 //     times its cheapest cost on a class that meets the deadline is not
 //     offered to this device (PlacementOptions). A class meets the
@@ -75,6 +78,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -134,6 +138,12 @@ struct PolicyOptions {
   double deadline_s = 0;
   // How much dearer than the cheapest eligible class the asking one may be.
   double cost_tolerance = 0.10;
+  // Money left of the experiment's cost.budget (infinity: no budget). An
+  // item whose segment would cost more here than is left, at this class's
+  // price and its measured speed for the item's workload, is not run here;
+  // one whose cost here is unknown (no price, no measured speed) may be.
+  // Every policy kind keeps it.
+  double budget_left = std::numeric_limits<double>::infinity();
   // A speed estimate with less relative certainty than this (stddev / mean)
   // counts as unknown for exploration.
   double explore_relative_stddev = 0.25;

@@ -83,6 +83,9 @@ class StoreWrapper : public store::Store {
   Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurements(store::Id experiment_id) override {
     return t_.ListExperimentMeasurements(experiment_id);
   }
+  Result<store::Usage> ExperimentUsage(store::Id experiment_id) override {
+    return t_.ExperimentUsage(experiment_id);
+  }
   Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurementsSince(store::Id experiment_id,
                                                                                 int64_t since) override {
     return t_.ListExperimentMeasurementsSince(experiment_id, since);

@@ -1047,6 +1047,52 @@ TEST_F(EngineTest, ADearDeviceWaitsWhileACheapOneMeetsTheDeadline) {
   EXPECT_TRUE(c->has_value());
 }
 
+// cost.budget: each step is charged its device's time since the lease or the
+// previous report at the device's price; once the budget is spent no
+// device gets work, and the next tick completes the experiment saying why.
+TEST_F(EngineTest, ASpentBudgetStopsTheLeasesAndEndsTheExperiment) {
+  const TestWorker w = AddWorker(*engine_, "w", "small", 1, 20);
+  const TestWorker other = AddWorker(*engine_, "other", "small", 1, 20);
+  const std::string device_class =
+      store_->GetWorker(w.caller.worker_id)->devices.at(0).device_class;
+  std::string spec = OneSpace(Spec(kBuiltin, 20, 2));
+  // 3.60 an hour is 0.001 a second: 50 s of device time.
+  spec.insert(spec.rfind('}'),
+              R"(, "cost": {"prices": {")" + device_class + R"(": 3.6}, "budget": 0.05})");
+  auto e = engine_->CreateExperiment(spec);
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto a = LeaseFor(w);
+  ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
+  for (int64_t step = 1; step <= 3; ++step) {
+    clock_.Advance(20'000);
+    auto d = engine_->Report(
+        {(*a)->trial.id, w.owner, step, {{"loss", 0.5}}, 100.0, json::object(), w.device});
+    ASSERT_TRUE(d.ok()) << d.status();
+    if (step == 2) {
+      ASSERT_TRUE(engine_->Tick().ok());
+      EXPECT_EQ(store_->GetExperiment(e->id)->state, store::ExperimentState::kRunning)
+          << "0.04 of 0.05 spent";
+    }
+  }
+  auto ms = store_->ListMeasurements((*a)->trial.id);
+  ASSERT_TRUE(ms.ok() && ms->size() == 3u);
+  for (const auto& m : *ms) {
+    EXPECT_EQ(m.device_ms, 20'000) << "step " << m.step;
+    EXPECT_NEAR(m.cost, 0.02, 1e-12) << "step " << m.step;
+  }
+  auto later = LeaseFor(other);
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_FALSE(later->has_value()) << "0.06 spent of 0.05: no device gets work";
+  ASSERT_TRUE(engine_->Tick().ok());
+  auto ended = store_->GetExperiment(e->id);
+  EXPECT_EQ(ended->state, store::ExperimentState::kCompleted);
+  EXPECT_NE(ended->reason.find("cost budget of 0.05 reached"), std::string::npos) << ended->reason;
+  auto used = engine_->ExperimentUsage(e->id);
+  ASSERT_TRUE(used.ok()) << used.status();
+  EXPECT_EQ(used->device_ms, 60'000);
+  EXPECT_NEAR(used->cost, 0.06, 1e-12);
+}
+
 // A store whose CreateTrialsUpTo, while armed, waits until released: making
 // a trial stays under way for as long as a test wants.
 class StalledTopUps : public testing::StoreWrapper, public testing::StallGate {

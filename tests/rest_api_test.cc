@@ -711,6 +711,18 @@ TEST_F(RestApiTest, PricesAndDeadlinesAreCheckedAndShownPerDevice) {
   }
   EXPECT_DOUBLE_EQ(per_hour["cheap"], 1.5) << "by its class";
   EXPECT_DOUBLE_EQ(per_hour["dear"], 30.0) << "by its worker's label";
+  // What it has used so far, and its budget, with the experiment.
+  json e = CallJson("GET", "/api/v1/experiments/" + std::to_string(id), 200);
+  EXPECT_EQ(e["usage"]["device_seconds"], 0) << e["usage"];
+  EXPECT_EQ(e["usage"]["cost"], 0) << e["usage"];
+  EXPECT_TRUE(e["usage"]["budget"].is_null()) << e["usage"];
+  const int64_t budgeted =
+      CallJson("POST", "/api/v1/experiments", 201,
+               spec_with({{"prices", {{"pool=cpu", 1.0}}}, {"budget", 2.5}}))["id"];
+  e = CallJson("GET", "/api/v1/experiments/" + std::to_string(budgeted), 200);
+  EXPECT_EQ(e["usage"]["budget"], 2.5) << e["usage"];
+  r = CallJson("POST", "/api/v1/experiments", 400, spec_with({{"budget", 2.5}}));
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("cost.budget"), std::string::npos) << r;
 }
 
 }  // namespace

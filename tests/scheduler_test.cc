@@ -366,6 +366,44 @@ TEST(Policy, CostAwareSkipsDearDeviceWhenCheapOneMeetsDeadline) {
   EXPECT_TRUE(Decide({"d", "dear"}, fleet, starving, speeds, options).run);
 }
 
+// cost.budget: an item the asking device could not pay for out of what is
+// left is not run there, under every policy kind; nothing runs once it is
+// spent; an item whose cost there is unknown may run.
+TEST(Policy, ABudgetLeavesOutWhatTheDeviceCannotPayFor) {
+  SpeedModel speeds;
+  speeds.Observe("cheap", kCnn, "", 100);
+  speeds.Observe("dear", kCnn, "", 1000);
+  std::vector<LiveDevice> fleet = {{"c", "cheap", 0}, {"d", "dear", 0}};
+  for (const PolicyKind kind : {PolicyKind::kSpeed, PolicyKind::kFifo, PolicyKind::kShadho}) {
+    SCOPED_TRACE(PolicyName(kind));
+    PolicyOptions options = Timed();
+    options.kind = kind;
+    options.class_order = {"dear", "cheap"};
+    // The same price per sample on both: 0.001 a second on cheap, 0.01 on
+    // dear, ten times as fast. 10 steps of 1000 samples cost 0.10 on
+    // either, a 2-step segment 0.02.
+    options.price_per_hour = {{"cheap", 3.6}, {"dear", 36.0}};
+    std::vector<WorkItem> items = {New(0, 0.5), New(1, 0.5)};
+    items[1].steps = 2;
+    options.budget_left = 0.05;
+    for (const AskingDevice& device : {AskingDevice{"c", "cheap"}, AskingDevice{"d", "dear"}}) {
+      const auto d = Decide(device, fleet, items, speeds, options);
+      ASSERT_TRUE(d.run) << device.device_class << ": " << d.reason;
+      EXPECT_EQ(d.item, 1u) << device.device_class << ": only the 2-step segment fits 0.05";
+    }
+    options.budget_left = 0.01;
+    const auto none = Decide({"c", "cheap"}, fleet, items, speeds, options);
+    EXPECT_FALSE(none.run);
+    EXPECT_NE(none.reason.find("cost.budget"), std::string::npos) << none.reason;
+    options.budget_left = 0;
+    EXPECT_FALSE(Decide({"d", "dear"}, fleet, items, speeds, options).run) << "spent: nothing runs";
+    // Unknown here: a device with no price may take it while money is left.
+    options.budget_left = 0.1;
+    options.price_per_hour.erase("cheap");
+    EXPECT_TRUE(Decide({"c", "cheap"}, fleet, items, speeds, options).run);
+  }
+}
+
 TEST(Policy, FifoGivesTheOldestWorkToWhoeverAsks) {
   World w;
   PolicyOptions options = Timed();

@@ -470,6 +470,43 @@ TEST(ExperimentSpec, DurationsAreBoundedBeforeAnyMultiply) {
   EXPECT_LT(kMaxSpecSeconds, INT64_MAX / 1000 / 1'000'000 / 2) << "as nanoseconds, twice over";
 }
 
+// cost.budget: money in the prices' unit, for worker trials, with prices.
+TEST(ExperimentSpec, ACostBudgetNeedsPricesAndWorkerTrials) {
+  const std::string head = R"({"name": "x", "objective": {"metric": "loss"},
+      "spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}])";
+  const std::string command = R"("executor": {"command": {"argv": ["run"]}})";
+  struct Case {
+    std::string add, error;
+  } cases[] = {
+      {R"("cost": {"prices": {"cpu": 1}, "budget": 0}, )" + command,
+       "cost.budget: must be an amount of money > 0"},
+      {R"("cost": {"prices": {"cpu": 1}, "budget": "5"}, )" + command,
+       "cost.budget: must be an amount of money > 0"},
+      {R"("cost": {"budget": 5}, )" + command,
+       "cost.budget: device time is charged at the prices; give cost.prices"},
+      {R"("cost": {"prices": {"cpu": 1}, "budget": 5}, "executor": {"client": {}})",
+       "cost.budget: an ask/tell client's trials run on its own machines"},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseExperimentSpec(head + ", " + c.add + "}");
+    ASSERT_FALSE(r.ok()) << c.add;
+    EXPECT_EQ(r.status().message().rfind(c.error, 0), 0u)
+        << r.status() << "\nexpected: " << c.error;
+  }
+  auto ok = ParseExperimentSpec(head + R"(, "cost": {"prices": {"cpu": 2}, "budget": 12.5}, )" +
+                                command + "}");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->budget, 12.5);
+  EXPECT_EQ(ok->source["cost"]["budget"], 12.5) << "stored with the spec";
+  // The one price rule: the class's own, else the first priced label.
+  ExperimentSpec priced;
+  priced.prices = {{"gpu:A100", 3}, {"pool=spot", 0.5}, {"zone=b", 0.7}};
+  EXPECT_EQ(PricePerHour(priced, "gpu:A100", {{"pool", "spot"}}), 3);
+  EXPECT_EQ(PricePerHour(priced, "cpu", {{"pool", "spot"}, {"zone", "b"}}), 0.5);
+  EXPECT_EQ(PricePerHour(priced, "cpu", {{"zone", "b"}}), 0.7);
+  EXPECT_EQ(PricePerHour(priced, "cpu", {{"pool", "dedicated"}}), std::nullopt);
+}
+
 // The last step a report may carry: steps_per_trial, for a program that
 // counts from 1 as for one that counts from 0; an ask/tell spec that gives
 // no steps_per_trial keeps only the bound every step has.

@@ -354,6 +354,52 @@ TYPED_TEST(StoreTest, ListsAnExperimentsMeasurementsByTrialAndStep) {
   EXPECT_TRUE(this->store_->ListExperimentMeasurements(999).status().IsNotFound());
 }
 
+// Each step's device time and cost are kept with it and summed per
+// experiment (cost.budget's spend), with and without a speed observation
+// in the same write, and a repeated step is not counted twice.
+TYPED_TEST(StoreTest, StepsKeepTheirDeviceTimeAndCostAndSumPerExperiment) {
+  auto e = this->MakeExperiment();
+  auto other = this->MakeExperiment();
+  this->MakeTrials(e.id, 1);
+  this->MakeTrials(other.id, 1);
+  auto t = this->Lease("w");
+  auto o = this->Lease("w");
+  auto none = this->store_->ExperimentUsage(e.id);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->device_ms, 0);
+  EXPECT_EQ(none->cost, 0);
+  Measurement m = this->Step(0, 0.5);
+  m.device_ms = 1500;
+  m.cost = 0.25;
+  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "w", m, std::nullopt).ok());
+  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "w", m, std::nullopt).ok())
+      << "a repeat is acknowledged";
+  m.step = 1;
+  m.device_ms = 500;
+  m.cost = 0.125;
+  NewWorker w{"h", "{}", {{0, DeviceKind::kCpu, "cpu", "cpu:x1", 1, 1, 1}}, ""};
+  const Id dev = this->store_->RegisterWorker(w)->devices.at(0).id;
+  ASSERT_TRUE(this->store_
+                  ->ReportMeasurement(t.id, "w", m, std::nullopt,
+                                      SpeedObservation{dev, "cpu:x1", "mlp", "{}", 100, t.id})
+                  .ok());
+  m.device_ms = 9000;
+  m.cost = 7;
+  ASSERT_TRUE(this->store_->ReportMeasurement(o.id, "w", m, std::nullopt).ok());
+  auto used = this->store_->ExperimentUsage(e.id);
+  ASSERT_TRUE(used.ok()) << used.status();
+  EXPECT_EQ(used->device_ms, 2000);
+  EXPECT_DOUBLE_EQ(used->cost, 0.375);
+  auto ms = this->store_->ListMeasurements(t.id);
+  ASSERT_TRUE(ms.ok() && ms->size() == 2u);
+  EXPECT_EQ((*ms)[0].device_ms, 1500);
+  EXPECT_DOUBLE_EQ((*ms)[1].cost, 0.125);
+  auto all = this->store_->ListExperimentMeasurements(other.id);
+  ASSERT_TRUE(all.ok() && all->size() == 1u);
+  EXPECT_EQ((*all)[0].device_ms, 9000);
+  EXPECT_TRUE(this->store_->ExperimentUsage(999).status().IsNotFound());
+}
+
 TYPED_TEST(StoreTest, CreateTrialsIsAllOrNothing) {
   auto e = this->MakeExperiment({"mlp"});
   auto other = this->MakeExperiment({"cnn"});

@@ -229,6 +229,11 @@ Result<Engine::Cached*> Engine::Load(Id experiment_id) {
     HPO_ASSIGN_OR_RETURN(c->promotion, MakePromotionRule(*c->spec));
   }
   if (c->spec->placement_migrate) c->rung_steps = MigrationRungSteps(*c->spec);
+  if (c->spec->budget) {
+    HPO_ASSIGN_OR_RETURN(const store::Usage used, store_.ExperimentUsage(experiment_id));
+    MutexLock lock(c->usage_mu);
+    c->used = used;
+  }
   c->trials = std::make_unique<TrialView>(store_, experiment_id, c->spec, options_.history_cache);
   Batcher<NewTrialRequest>::Options batches;
   batches.max_batch = kMaxNewTrialsPerBatch;
@@ -367,6 +372,32 @@ Result<std::vector<store::ExperimentRecord>> Engine::ListExperiments(int64_t off
   return store_.ListExperiments(offset, limit);
 }
 Result<store::TrialCounts> Engine::CountTrials(Id experiment_id) { return store_.CountTrials(experiment_id); }
+Result<store::Usage> Engine::ExperimentUsage(Id experiment_id) {
+  return store_.ExperimentUsage(experiment_id);
+}
+
+double Engine::BudgetLeft(Cached& c) {
+  if (!c.spec->budget) return std::numeric_limits<double>::infinity();
+  MutexLock lock(c.usage_mu);
+  return *c.spec->budget - c.used.cost;
+}
+
+void Engine::StartCharge(Id trial_id) {
+  const int64_t now = NowMs();
+  MutexLock lock(charge_mu_);
+  if (charged_until_ms_.size() >= kMaxTrialHomes) charged_until_ms_.clear();
+  charged_until_ms_[trial_id] = now;
+}
+
+int64_t Engine::ChargeDeviceMs(Id trial_id) {
+  const int64_t now = NowMs();
+  MutexLock lock(charge_mu_);
+  if (charged_until_ms_.size() >= kMaxTrialHomes) charged_until_ms_.clear();
+  const auto [it, first] = charged_until_ms_.try_emplace(trial_id, now);
+  const int64_t since = first ? now : it->second;
+  it->second = std::max(it->second, now);
+  return std::max<int64_t>(0, now - since);
+}
 Result<store::TrialRecord> Engine::GetTrial(Id id) { return store_.GetTrial(id); }
 Result<std::vector<store::TrialRecord>> Engine::ListTrials(Id experiment_id, const store::TrialFilter& filter) {
   return store_.ListTrials(experiment_id, filter);
@@ -631,6 +662,15 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   m.metrics_json = r.metrics.dump();
   m.samples_per_sec = r.samples_per_sec;
   m.system_setting_json = r.system.dump();
+  if (r.device_id) {
+    // The device's time on this step, at its price under the spec.
+    m.device_ms = ChargeDeviceMs(r.trial_id);
+    if (!spec.prices.empty()) {
+      HPO_ASSIGN_OR_RETURN(const FleetView::Known device, fleet_->Device(*r.device_id));
+      const std::optional<double> price = PricePerHour(spec, device.device_class, device.labels);
+      m.cost = price.value_or(0) * static_cast<double>(m.device_ms) / 3'600'000.0;
+    }
+  }
   const int64_t lease = r.owner == kClientOwner ? options_.client_lease_ms : options_.worker_lease_ms;
   std::string space;
   for (const auto& [name, id] : c->space_ids) {
@@ -659,6 +699,11 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   }
   const store::ReportResult reported = std::move(report_result).value();
   const store::TrialRecord& trial = reported.trial;  // as the report left it
+  if (reported.inserted && spec.budget) {
+    MutexLock lock(c->usage_mu);
+    c->used.device_ms += m.device_ms;
+    c->used.cost += m.cost;
+  }
   if (reported.inserted && measured) {
     // Placement sees it on the next lease.
     fleet_->Observe(*r.device_id, *device_class, workload, r.step,
@@ -962,6 +1007,28 @@ Status Engine::Tick() {
       }
       if (!s.ok() && !s.IsFailedPrecondition()) return s;
       continue;
+    }
+    if (spec.budget) {
+      // What every replica's reports spent, not only this server's.
+      HPO_ASSIGN_OR_RETURN(const store::Usage used, store_.ExperimentUsage(e.id));
+      {
+        MutexLock lock(c->usage_mu);
+        c->used = used;
+      }
+      if (used.cost >= *spec.budget) {
+        char why[128];
+        std::snprintf(why, sizeof why,
+                      "cost budget of %g reached: its trials' device time cost %.4g", *spec.budget,
+                      used.cost);
+        Status s = store_.FinishExperiment(e.id, store::ExperimentState::kCompleted, why);
+        if (s.ok()) {
+          ExperimentsChanged();
+          Emit("experiment.finished",
+               {{"experiment_id", e.id}, {"state", "completed"}, {"reason", why}});
+        }
+        if (!s.ok() && !s.IsFailedPrecondition()) return s;
+        continue;
+      }
     }
     HPO_RETURN_IF_ERROR(MaybeFinish(e.id, *c, /*after_change=*/false));
   }

@@ -315,6 +315,8 @@ class Engine {
   Result<store::TrialCounts> CountTrials(store::Id experiment_id);
   Result<store::TrialRecord> GetTrial(store::Id id);
   Result<std::vector<store::TrialRecord>> ListTrials(store::Id experiment_id, const store::TrialFilter& filter);
+  // Device time and money its trials' stored steps used (cost.budget).
+  Result<store::Usage> ExperimentUsage(store::Id experiment_id);
   // The leased and running trials of every running experiment, in one read.
   Result<std::vector<store::TrialRecord>> ListLeasedTrials(int64_t limit);
   Result<std::vector<store::MeasurementRecord>> ListMeasurements(store::Id trial_id);
@@ -589,7 +591,14 @@ class Engine {
     std::unordered_map<store::Id, std::string> moving_class HPO_GUARDED_BY(moves_mu);
   };
   // An experiment that is no longer running: its view and its samplers'
+    // With cost.budget: what the trials have spent, read from the store on
+    // load and at every tick (which counts other replicas' reports too),
+    // plus this server's reports since.
+    Mutex usage_mu;
+    store::Usage used HPO_GUARDED_BY(usage_mu);
   // copy go (a server that runs experiment after experiment would keep
+  // Money left of the experiment's cost.budget (infinity without one).
+  static double BudgetLeft(Cached& c);
   // every ended one's otherwise).
   void ForgetEnded(store::Id experiment_id);
   Result<Cached*> Load(store::Id experiment_id);
@@ -714,6 +723,18 @@ class Engine {
   // Commit), by trial: the owner and step, so that the owner's own Pause,
   // which may arrive after a promotion leased the trial again, is
   // acknowledged (PauseTrial). This server's uploads only: a Pause that
+  // A step's device time (Measurement::device_ms): by trial, when its
+  // device was last charged up to. A segment leased here is charged from
+  // its lease, then each report from the one before; one leased by another
+  // replica or before a restart is charged from its first report here.
+  // Cleared whole at kMaxTrialHomes.
+  void StartCharge(store::Id trial_id) HPO_EXCLUDES(charge_mu_);
+  // Milliseconds since the trial's device was last charged (0 when not
+  // known), charging it up to now.
+  int64_t ChargeDeviceMs(store::Id trial_id) HPO_EXCLUDES(charge_mu_);
+  Mutex charge_mu_;
+  std::unordered_map<store::Id, int64_t> charged_until_ms_ HPO_GUARDED_BY(charge_mu_);
+
   // reaches another replica after a promotion is refused, as before.
   // Cleared whole at kMaxUploadPauses.
   struct UploadPause {
@@ -768,9 +789,9 @@ class Engine {
   Result<std::optional<store::TrialRecord>> ApplyPlan(const store::ExperimentRecord& e, Cached& c,
                                                       const LeasePlan& plan, store::Id worker_id,
                                                       store::Id device_id);
-  // The policy's options for this experiment's spec and fleet.
-  scheduler::PolicyOptions PolicyFor(const ExperimentSpec& spec, const FleetSnapshot& fleet,
-                                     const store::ExperimentRecord& e, int64_t now_ms);
+  // The policy's options for this experiment's spec, budget and fleet.
+  scheduler::PolicyOptions PolicyFor(Cached& c, const FleetSnapshot& fleet, const store::ExperimentRecord& e,
+                                     int64_t now_ms);
   // Migration after a report the trial survived (stop-type early stopping,
   // placement.migrate): a pause, when the trial was preempted, or when it
   // passed a rung and a faster device would finish it sooner

@@ -33,6 +33,17 @@ FleetView::FleetView(store::Store& store, std::chrono::milliseconds max_age,
                      std::function<Clock::time_point()> steady_now)
     : store_(store),
       max_age_(max_age),
+std::map<std::string, std::string> WorkerLabels(const store::WorkerRecord& w) {
+  std::map<std::string, std::string> labels;
+  const json parsed = json::parse(w.labels_json, nullptr, false);
+  if (parsed.is_object()) {
+    for (auto it = parsed.begin(); it != parsed.end(); ++it) {
+      if (it->is_string()) labels[it.key()] = it->get<std::string>();
+    }
+  }
+  return labels;
+}
+
       live_for_(live_for),
       now_ms_(std::move(now_ms)),
       steady_now_(steady_now ? std::move(steady_now) : [] { return Clock::now(); }) {}
@@ -44,13 +55,7 @@ Result<FleetSnapshot> FleetView::ReadNow() const {
   HPO_ASSIGN_OR_RETURN(auto observations, store_.ListSpeedObservations("", kObservationsRead));
   const int64_t live_since = now_ms_() - live_for_.count();
   for (const auto& w : workers) {
-    std::map<std::string, std::string> labels;
-    const json parsed = json::parse(w.labels_json, nullptr, false);
-    if (parsed.is_object()) {
-      for (auto it = parsed.begin(); it != parsed.end(); ++it) {
-        if (it->is_string()) labels[it.key()] = it->get<std::string>();
-      }
-    }
+    const std::map<std::string, std::string> labels = WorkerLabels(w);
     for (const auto& d : w.devices) {
       FleetDevice fd;
       fd.worker_id = w.id;
@@ -85,7 +90,7 @@ Status FleetView::RereadReleasing() {
   missed_.clear();
   if (!read.ok()) return read.status();  // the old view, if any, serves on
   FleetSnapshot v = std::move(read).value();
-  for (const auto& [id, d] : v.devices) known_[id] = {d.device_class, d.max_threads};
+  for (const auto& [id, d] : v.devices) known_[id] = {d.device_class, d.max_threads, d.labels};
   // Observations and registrations since the read began (an observation
   // the read saw as well counts twice, among thousands).
   for (const Change& change : missed) change(v);
@@ -142,7 +147,7 @@ Result<FleetView::Known> FleetView::KnownDevice(Id device_id) {
 
 void FleetView::Registered(const store::WorkerRecord& w) {
   MutexLock lock(mu_);
-  for (const auto& d : w.devices) known_[d.id] = {d.device_class, DeviceThreadLimit(d)};
+  for (const auto& d : w.devices) known_[d.id] = {d.device_class, DeviceThreadLimit(d), WorkerLabels(w)};
   // A new device makes the next Fresh reread (it asks for one it does not
   // know); one registered again is updated here, or it would keep its old
   // class (and thread limit) until the next reread.
@@ -200,6 +205,8 @@ Result<MeasuredSpeeds> FleetView::Measured(Clock::time_point asked) {
 }
 
 Result<std::string> FleetView::DeviceClass(Id device_id) {
+Result<FleetView::Known> FleetView::Device(Id device_id) { return KnownDevice(device_id); }
+
   HPO_ASSIGN_OR_RETURN(Known k, KnownDevice(device_id));
   return k.device_class;
 }

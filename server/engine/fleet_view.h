@@ -74,6 +74,9 @@ struct TrialSegment {
   int64_t resume_step = 0;
 };
 
+// A worker's labels that are strings (the ones prices can name).
+std::map<std::string, std::string> WorkerLabels(const store::WorkerRecord& w);
+
 // The most intra-op threads a trial on this device may be asked for: a
 // CPU's usable cores, rounded down, at least 1 (a 0.5-core cgroup still
 // runs one thread). nullopt when unknown: a CPU that reported no cores, or
@@ -101,6 +104,14 @@ class FleetView {
   // A registered device's class. NotFound: not registered.
   Result<std::string> DeviceClass(store::Id device_id) HPO_EXCLUDES(mu_);
   // The worker registered (perhaps again, with its devices' classes
+  // What is known of a registered device without reading the view: its
+  // class, thread limit and worker's labels. NotFound: not registered.
+  struct Known {
+    std::string device_class;
+    std::optional<int> max_threads;
+    std::map<std::string, std::string> labels;
+  };
+  Result<Known> Device(store::Id device_id) HPO_EXCLUDES(mu_);
   // changed): its devices are live with these classes from now on.
   void Registered(const store::WorkerRecord& w) HPO_EXCLUDES(mu_);
   // The worker left (Engine::LeaveWorker): its devices are not live and
@@ -164,10 +175,6 @@ class FleetView {
   // have missed them, so they are applied to the new view too.
   using Change = std::function<void(FleetSnapshot&)>;
   std::vector<Change> missed_ HPO_GUARDED_BY(mu_);
-  struct Known {
-    std::string device_class;
-    std::optional<int> max_threads;
-  };
   Result<Known> KnownDevice(store::Id device_id) HPO_EXCLUDES(mu_);
   std::map<store::Id, Known> known_ HPO_GUARDED_BY(mu_);  // outlives rereads
   std::map<store::Id, Clock::time_point> busy_until_ HPO_GUARDED_BY(mu_);

@@ -109,6 +109,7 @@ Result<std::optional<Lease>> Engine::GrantLease(Id worker_id, Id device_id) {
       Lease a{*leased, c->spec, ""};
       for (const auto& [name, id] : c->space_ids) {
         if (leased->space_id == id) a.space = name;
+      StartCharge(leased->id);
       }
       if (!c->spec->system.empty()) HPO_RETURN_IF_ERROR(StartAtBestSetting(*c->spec, device_id, asked, a));
       if (leases_granted_) leases_granted_->Increment();
@@ -200,14 +201,15 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
   if (device == fleet->devices.end()) {
     return Status::NotFound("device " + std::to_string(device_id) + " is not registered");
   }
-  const scheduler::PolicyOptions options = PolicyFor(spec, *fleet, e, now);
+  const scheduler::PolicyOptions options = PolicyFor(c, *fleet, e, now);
   plan.decision = scheduler::Decide({std::to_string(device_id), device->second.device_class}, fleet->live,
                                     FleetView::Seconds(FleetView::Clock::now()), plan.items, fleet->model, options);
   return plan;
 }
 
-scheduler::PolicyOptions Engine::PolicyFor(const ExperimentSpec& spec, const FleetSnapshot& fleet,
-                                           const store::ExperimentRecord& e, int64_t now_ms) {
+scheduler::PolicyOptions Engine::PolicyFor(Cached& c, const FleetSnapshot& fleet, const store::ExperimentRecord& e,
+                                           int64_t now_ms) {
+  const ExperimentSpec& spec = *c.spec;
   scheduler::PolicyOptions o;
   o.kind = scheduler::ParsePolicyKind(spec.placement_policy).value_or(scheduler::PolicyKind::kSpeed);
   o.class_order = spec.placement_class_order;
@@ -217,16 +219,8 @@ scheduler::PolicyOptions Engine::PolicyFor(const ExperimentSpec& spec, const Fle
   // one of its devices' workers.
   for (const auto& [id, d] : fleet.devices) {
     if (o.price_per_hour.count(d.device_class)) continue;
-    if (auto p = spec.prices.find(d.device_class); p != spec.prices.end()) {
-      o.price_per_hour[d.device_class] = p->second;
-      continue;
-    }
-    for (const auto& [k, v] : d.labels) {
-      if (auto p = spec.prices.find(k + "=" + v); p != spec.prices.end()) {
-        o.price_per_hour[d.device_class] = p->second;
-        break;
-      }
-    }
+  o.budget_left = BudgetLeft(c);
+    if (const auto price = PricePerHour(spec, d.device_class, d.labels)) o.price_per_hour[d.device_class] = *price;
   }
   std::optional<int64_t> deadline_ms = spec.deadline_ms;
   if (spec.deadline_s) deadline_ms = e.created_ms + *spec.deadline_s * 1000;

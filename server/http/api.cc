@@ -430,21 +430,18 @@ Result<json> RestApi::ListWorkers(const RouteCall& call) {
     const std::string_view state = engine_.WorkerState(w);
     if (state == "gone" && !include_gone) continue;
     json devices = json::array();
-    json labels = ParseOr(w.labels_json, json::object());
+    std::map<std::string, std::string> labels;
+    const json labels_json = ParseOr(w.labels_json, json::object());
+    for (auto l = labels_json.begin(); l != labels_json.end(); ++l) {
+      if (l->is_string()) labels[l.key()] = l->get<std::string>();
+    }
     for (const auto& d : w.devices) {
-      // The price of the class itself, else of one of the worker's labels
-      // (as placement reads it, server/engine/lease.cc).
+      // The price placement and the charge for device time go by.
       json prices = json::array();
       for (const auto& [experiment_id, spec] : priced) {
-        std::optional<double> price;
-        if (auto it = spec->prices.find(d.device_class); it != spec->prices.end()) price = it->second;
-        for (auto l = labels.begin(); !price && l != labels.end(); ++l) {
-          if (!l->is_string()) continue;
-          if (auto it = spec->prices.find(l.key() + "=" + l->get<std::string>()); it != spec->prices.end()) {
-            price = it->second;
-          }
+        if (const auto price = PricePerHour(*spec, d.device_class, labels)) {
+          prices.push_back({{"experiment_id", experiment_id}, {"per_hour", *price}});
         }
-        if (price) prices.push_back({{"experiment_id", experiment_id}, {"per_hour", *price}});
       }
       json measured = json::array();
       if (const auto m = latest.find(d.id); m != latest.end()) {
@@ -476,7 +473,7 @@ Result<json> RestApi::ListWorkers(const RouteCall& call) {
     worker["id"] = w.id;
     worker["host"] = w.host;
     worker["instance"] = w.instance;
-    worker["labels"] = std::move(labels);
+    worker["labels"] = labels_json;
     worker["state"] = state;
     worker["gone_ms"] = Opt(w.gone_ms);
     worker["registered_ms"] = w.registered_ms;
@@ -522,12 +519,26 @@ Result<json> RestApi::GetExperiment(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "experiment"));
   HPO_ASSIGN_OR_RETURN(auto e, engine_.GetExperiment(id));
   HPO_ASSIGN_OR_RETURN(auto n, engine_.CountTrials(id));
+  HPO_ASSIGN_OR_RETURN(const store::Usage used, engine_.ExperimentUsage(id));
   json spaces = json::array();
   for (const auto& s : e.spaces) spaces.push_back(s.name);
-  return json{{"id", e.id}, {"name", e.name}, {"state", store::ToString(e.state)},
-              {"reason", e.reason}, {"created_ms", e.created_ms}, {"updated_ms", e.updated_ms},
-              {"finished_ms", Opt(e.finished_ms)}, {"spaces", spaces},
-              {"spec", ParseOr(e.spec_json, nullptr)}, {"trials", CountsJson(n)}};
+  const json spec = ParseOr(e.spec_json, nullptr);
+  json budget = nullptr;
+  if (spec.is_object() && spec.contains("cost") && spec["cost"].is_object())
+    budget = spec["cost"].value("budget", json(nullptr));
+  return json{
+      {"id", e.id},
+      {"name", e.name},
+      {"state", store::ToString(e.state)},
+      {"reason", e.reason},
+      {"created_ms", e.created_ms},
+      {"updated_ms", e.updated_ms},
+      {"finished_ms", Opt(e.finished_ms)},
+      {"spaces", spaces},
+      {"spec", spec},
+      {"trials", CountsJson(n)},
+      {"usage",
+       {{"device_seconds", used.device_ms / 1000.0}, {"cost", used.cost}, {"budget", budget}}}};
 }
 
 Result<json> RestApi::CancelExperiment(const RouteCall& call) {
@@ -685,10 +696,13 @@ Result<json> RestApi::GetTrial(const RouteCall& call) {
   json out = TrialJson(t, SpaceNames(e), SpecOrNull(engine_, t.experiment_id).get());
   json measurements = json::array();
   for (const auto& m : ms) {
-    measurements.push_back({{"step", m.step}, {"metrics", ParseOr(m.metrics_json, json::object())},
+    measurements.push_back({{"step", m.step},
+                            {"metrics", ParseOr(m.metrics_json, json::object())},
                             {"samples_per_sec", m.samples_per_sec},
                             {"system", ParseOr(m.system_setting_json, json::object())},
-                            {"created_ms", m.created_ms}});
+                            {"created_ms", m.created_ms},
+                            {"device_ms", m.device_ms},
+                            {"cost", m.cost}});
   }
   out["measurements"] = measurements;
   return out;

@@ -27,7 +27,10 @@ constexpr const char* kFixedParts = R"json({
         "state": {"type": "string", "enum": ["running", "completed", "cancelled", "failed"]},
         "reason": {"type": "string"}, "created_ms": {"type": "integer"}, "finished_ms": {"type": "integer", "nullable": true},
         "spaces": {"type": "array", "items": {"type": "string"}}, "spec": {"type": "object"},
-        "trials": {"$ref": "#/components/schemas/Counts"}}},
+        "trials": {"$ref": "#/components/schemas/Counts"},
+        "usage": {"type": "object", "description": "what its trials' stored steps used (GET one experiment only)", "properties": {
+          "device_seconds": {"type": "number"}, "cost": {"type": "number", "description": "device time at the spec's cost.prices"},
+          "budget": {"type": "number", "nullable": true, "description": "cost.budget"}}}}},
       "Trial": {"type": "object", "properties": {"id": {"type": "integer"}, "experiment_id": {"type": "integer"},
         "number": {"type": "integer"}, "space": {"type": "string"}, "params": {"type": "object"},
         "system": {"type": "object"},
@@ -41,7 +44,9 @@ constexpr const char* kFixedParts = R"json({
         "final_metrics": {"type": "object", "nullable": true}, "reason": {"type": "string"},
         "measurements": {"type": "array", "items": {"$ref": "#/components/schemas/Measurement"}}}},
       "Measurement": {"type": "object", "properties": {"step": {"type": "integer"}, "metrics": {"type": "object"},
-        "samples_per_sec": {"type": "number"}, "system": {"type": "object"}, "created_ms": {"type": "integer"}}},
+        "samples_per_sec": {"type": "number"}, "system": {"type": "object"}, "created_ms": {"type": "integer"},
+        "device_ms": {"type": "integer", "description": "its device's time on the step, as the server counted it (from the lease or the previous report)"},
+        "cost": {"type": "number", "description": "device_ms at the device's price under cost.prices (0 without one)"}}},
       "Report": {"type": "object", "required": ["step", "metrics"], "properties": {"step": {"type": "integer"},
         "metrics": {"type": "object", "additionalProperties": {"type": "number"}},
         "samples_per_sec": {"type": "number"}, "system": {"type": "object"}}}

@@ -526,6 +526,23 @@ Status ParseCost(Fields& top, ExperimentSpec& spec) {
   if ((spec.deadline_s || spec.deadline_ms) && spec.prices.empty()) {
     return Status::InvalidArgument("cost.prices: a deadline is weighed against prices; give the prices too");
   }
+  if (const json* b = f.Get("budget")) {
+    if (!b->is_number() || !std::isfinite(b->get<double>()) || b->get<double>() <= 0) {
+      return Status::InvalidArgument(
+          "cost.budget: must be an amount of money > 0, in the prices' unit, not " + b->dump());
+    }
+    if (spec.prices.empty()) {
+      return Status::InvalidArgument(
+          "cost.budget: device time is charged at the prices; give cost.prices too");
+    }
+    if (spec.executor == ExperimentSpec::ExecutorKind::kClient) {
+      return Status::InvalidArgument(
+          "cost.budget: an ask/tell client's trials run on its own machines, which the server does "
+          "not charge; "
+          "a budget needs worker trials (executor builtin or command)");
+    }
+    spec.budget = b->get<double>();
+  }
   return f.NoOthers();
 }
 
@@ -712,6 +729,7 @@ json DescribeSpec(const ExperimentSpec& spec) {
   json cost = {{"prices", spec.prices}};
   if (spec.deadline_s) cost["deadline_s"] = *spec.deadline_s;
   if (spec.deadline_ms) cost["deadline_ms"] = *spec.deadline_ms;
+  if (spec.budget) cost["budget"] = *spec.budget;
   return {
       {"name", spec.name},
       {"objective",
@@ -788,6 +806,16 @@ Result<json> YamlToJson(const std::string& text) {
 
 int64_t ExperimentSpec::LastStep() const {
   return executor == ExecutorKind::kClient && !steps_per_trial_given ? kMaxSpecSteps : steps_per_trial;
+}
+
+std::optional<double> PricePerHour(const ExperimentSpec& spec, const std::string& device_class,
+                                   const std::map<std::string, std::string>& labels) {
+  if (const auto it = spec.prices.find(device_class); it != spec.prices.end()) return it->second;
+  for (const auto& [key, value] : labels) {
+    if (const auto it = spec.prices.find(key + "=" + value); it != spec.prices.end())
+      return it->second;
+  }
+  return std::nullopt;
 }
 
 Status CheckStep(const ExperimentSpec& spec, int64_t step) {

@@ -52,10 +52,12 @@
 //                                                # asha/hyperband, built-in trainers; default true
 //                                                # there): a trial that survives a rung moves to a
 //                                                # faster device, preempting less advanced work
-//   cost: {prices: {"pool=gpu": 2.50, "cpu:EPYC:x4.0": 0.20}, deadline_s: 3600}
+//   cost: {prices: {"pool=gpu": 2.50, "cpu:EPYC:x4.0": 0.20}, deadline_s: 3600, budget: 40}
 //                                                # per hour, by device class or worker label;
 //                                                # deadline_s from submission, or deadline:
-//                                                # "2026-12-01T18:00:00Z"
+//                                                # "2026-12-01T18:00:00Z"; budget: the most
+//                                                # the experiment may spend, in the prices'
+//                                                # money, on its trials' device time
 //   budget: {max_trials: 40, max_parallel: 2, max_wall_time_s: 900, steps_per_trial: 10}
 //                                                # a report or checkpoint of a step past
 //                                                # steps_per_trial is refused (ExperimentSpec::
@@ -141,6 +143,10 @@ struct ExperimentSpec {
   std::map<std::string, double> prices;
   std::optional<int64_t> deadline_s;   // seconds from the experiment's creation
   std::optional<int64_t> deadline_ms;  // or a moment (Unix ms)
+  // The most the trials' device time may cost, in the prices' money: no
+  // segment starts that its device could not pay for out of what is left,
+  // and the experiment completes once it is spent (Engine::Tick).
+  std::optional<double> budget;
 
   int64_t max_trials = 100;
   int64_t max_parallel = 4;
@@ -205,6 +211,13 @@ inline constexpr int64_t kMaxSpecCount = 1'000'000'000;
 // the limit otherwise ("step: 11 is past the trial's last step, 10
 // (budget.steps_per_trial)").
 Status CheckStep(const ExperimentSpec& spec, int64_t step);
+
+// A device's price per hour under the spec's cost.prices: the price of its
+// class, else of the first of its worker's labels ("key=value", in key
+// order) that has one; nullopt when neither has. The one rule placement,
+// the charge for device time and GET /api/v1/workers go by.
+std::optional<double> PricePerHour(const ExperimentSpec& spec, const std::string& device_class,
+                                   const std::map<std::string, std::string>& labels);
 
 // Parses YAML or JSON text (JSON is YAML; both go through the same checks).
 // Text that begins with { or [ is read by the JSON parser first, within the

@@ -1001,16 +1001,18 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
     // (FOR SHARE, which a finish's UPDATE waits for), so that the finish
     // cannot slip between the check and the insert.
     const auto statement = [](bool with_speed) {
-      std::string sql = "WITH w AS (" + kClaimWrite + " RETURNING " + std::string(kTrialColumns) +
-                        "), r AS (SELECT " + std::string(kTrialColumns) + " FROM trials WHERE " + kClaimable +
-                        " AND NOT EXISTS (SELECT 1 FROM w) FOR SHARE), t AS (SELECT * FROM w UNION ALL "
-                        "SELECT * FROM r), ins AS (INSERT INTO measurements (trial_id, step, metrics, "
-                        "samples_per_sec, system_setting, created_ms) "
-                        "SELECT id, $5, $7, $8, $9, $3 FROM t "
-                        "ON CONFLICT (trial_id, step) DO NOTHING RETURNING step)";
+      std::string sql =
+          "WITH w AS (" + kClaimWrite + " RETURNING " + std::string(kTrialColumns) +
+          "), r AS (SELECT " + std::string(kTrialColumns) + " FROM trials WHERE " + kClaimable +
+          " AND NOT EXISTS (SELECT 1 FROM w) FOR SHARE), t AS (SELECT * FROM w UNION ALL "
+          "SELECT * FROM r), ins AS (INSERT INTO measurements (trial_id, step, metrics, "
+          "samples_per_sec, system_setting, created_ms, device_ms, cost) "
+          "SELECT id, $5, $7, $8, $9, $3, $10, $11 FROM t "
+          "ON CONFLICT (trial_id, step) DO NOTHING RETURNING step)";
       if (with_speed) {
         sql += std::string(", sp AS (") + kInsertSpeed +
-               "SELECT $10, $11, $12, $13, $14, $15, $3 FROM ins WHERE EXISTS (SELECT 1 FROM devices WHERE id = $10))";
+               "SELECT $12, $13, $14, $15, $16, $17, $3 FROM ins WHERE EXISTS (SELECT 1 FROM "
+               "devices WHERE id = $12))";
       }
       // One row whether or not the claim took the trial: its columns (NULL
       // when not), the steps inserted, the experiment's state.
@@ -1023,12 +1025,13 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
     return RunBatched(TxMode::kSingle, trial_id, [&](SqlConnection& c) {
       const SqlRow row =
           speed ? c.Query(sql, {trial_id, owner, now, expires, m.step, renew_before, m.metrics_json,
-                                m.samples_per_sec, m.system_setting_json, speed->device_id, speed->device_class,
-                                speed->workload, speed->system_setting_json, speed->samples_per_sec,
+                                m.samples_per_sec, m.system_setting_json, m.device_ms, m.cost,
+                                speed->device_id, speed->device_class, speed->workload,
+                                speed->system_setting_json, speed->samples_per_sec,
                                 Opt(speed->trial_id)})
                       .at(0)
                 : c.Query(sql, {trial_id, owner, now, expires, m.step, renew_before, m.metrics_json,
-                                m.samples_per_sec, m.system_setting_json})
+                                m.samples_per_sec, m.system_setting_json, m.device_ms, m.cost})
                       .at(0);
       if (row.IsNull(0)) refused(c);
       const size_t n = row.size();
@@ -1045,10 +1048,12 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
                                     {trial_id, owner, Null(), Null(), m.step});
     if (claimed.empty()) refused(c);
     const bool inserted =
-        !c.Query("INSERT INTO measurements (trial_id, step, metrics, samples_per_sec, system_setting, "
-                 "created_ms) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (trial_id, step) DO NOTHING "
-                 "RETURNING step",
-                 {trial_id, m.step, m.metrics_json, m.samples_per_sec, m.system_setting_json, now})
+        !c.Query(
+              "INSERT INTO measurements (trial_id, step, metrics, samples_per_sec, system_setting, "
+              "created_ms, device_ms, cost) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
+              "ON CONFLICT (trial_id, step) DO NOTHING RETURNING step",
+              {trial_id, m.step, m.metrics_json, m.samples_per_sec, m.system_setting_json, now,
+               m.device_ms, m.cost})
              .empty();
     if (inserted && speed) {
       c.Query(std::string(kInsertSpeed) +
@@ -1065,11 +1070,12 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
 
 namespace {
 constexpr const char* kMeasurementColumns =
-    "trial_id, step, metrics, samples_per_sec, system_setting, created_ms, revision";
+    "trial_id, step, metrics, samples_per_sec, system_setting, created_ms, revision, device_ms, "
+    "cost";
 MeasurementRecord ReadMeasurement(const SqlRow& r) {
   MeasurementRecord m;
-  SqlColumns(r) >> m.trial_id >> m.step >> m.metrics_json >> m.samples_per_sec >> m.system_setting_json >>
-      m.created_ms >> m.revision;
+  SqlColumns(r) >> m.trial_id >> m.step >> m.metrics_json >> m.samples_per_sec >>
+      m.system_setting_json >> m.created_ms >> m.revision >> m.device_ms >> m.cost;
   return m;
 }
 }  // namespace
@@ -1093,14 +1099,28 @@ Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurements(Id e
   return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     RequireExperiment(c, experiment_id);
     std::vector<MeasurementRecord> out;
-    for (const auto& r : c.Query("SELECT m.trial_id, m.step, m.metrics, m.samples_per_sec, "
-                                 "m.system_setting, m.created_ms, m.revision FROM measurements m "
-                                 "JOIN trials t ON t.id = m.trial_id WHERE t.experiment_id = $1 "
-                                 "ORDER BY m.trial_id, m.step",
-                                 {experiment_id})) {
+    for (const auto& r : c.Query(
+             "SELECT m.trial_id, m.step, m.metrics, m.samples_per_sec, "
+             "m.system_setting, m.created_ms, m.revision, m.device_ms, m.cost FROM measurements m "
+             "JOIN trials t ON t.id = m.trial_id WHERE t.experiment_id = $1 "
+             "ORDER BY m.trial_id, m.step",
+             {experiment_id})) {
       out.push_back(ReadMeasurement(r));
     }
     return out;
+  });
+}
+
+Result<Usage> SqlStore::ExperimentUsage(Id experiment_id) {
+  return Run(TxMode::kReadOne, [&](SqlConnection& c) {
+    RequireExperiment(c, experiment_id);
+    const SqlRow row =
+        c.Query(
+             "SELECT COALESCE(SUM(m.device_ms), 0), COALESCE(SUM(m.cost), 0) FROM measurements m "
+             "JOIN trials t ON t.id = m.trial_id WHERE t.experiment_id = $1",
+             {experiment_id})
+            .at(0);
+    return Usage{row.Int(0), row.Real(1)};
   });
 }
 
@@ -1114,11 +1134,12 @@ Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurementsSince
     // 100,000, against under a millisecond by revision), and the order is
     // made here rather than by a sort that would make the planner prefer
     // (trial, step) order too.
-    for (const auto& r : c.Query("SELECT m.trial_id, m.step, m.metrics, m.samples_per_sec, "
-                                 "m.system_setting, m.created_ms, m.revision FROM measurements m "
-                                 "JOIN trials t ON t.id = m.trial_id WHERE m.revision >= $2 "
-                                 "AND +t.experiment_id = $1",
-                                 {experiment_id, since})) {
+    for (const auto& r : c.Query(
+             "SELECT m.trial_id, m.step, m.metrics, m.samples_per_sec, "
+             "m.system_setting, m.created_ms, m.revision, m.device_ms, m.cost FROM measurements m "
+             "JOIN trials t ON t.id = m.trial_id WHERE m.revision >= $2 "
+             "AND +t.experiment_id = $1",
+             {experiment_id, since})) {
       out.push_back(ReadMeasurement(r));
     }
     std::sort(out.begin(), out.end(), [](const MeasurementRecord& a, const MeasurementRecord& b) {

@@ -54,6 +54,7 @@ class SqlStore final : public Store {
                                          const std::optional<SpeedObservation>& speed) override;
   Result<std::vector<MeasurementRecord>> ListMeasurements(Id trial_id) override;
   Result<std::vector<MeasurementRecord>> ListExperimentMeasurements(Id experiment_id) override;
+  Result<Usage> ExperimentUsage(Id experiment_id) override;
   Result<std::vector<MeasurementRecord>> ListExperimentMeasurementsSince(Id experiment_id,
                                                                          int64_t since) override;
   Result<ReadCursor> ReadHorizon() override;

@@ -196,6 +196,16 @@ struct Measurement {
   std::string metrics_json = "{}";  // e.g. {"loss":0.4,"accuracy":0.87}
   double samples_per_sec = 0;
   std::string system_setting_json = "{}";  // e.g. {"batch_size":128,"threads":2}
+  // What the step cost: its device's time on it as the server counted it,
+  // and that time at the device's price (0 without one).
+  int64_t device_ms = 0;
+  double cost = 0;
+};
+
+// The device time and money an experiment's trials have used.
+struct Usage {
+  int64_t device_ms = 0;
+  double cost = 0;
 };
 
 struct MeasurementRecord : Measurement {
@@ -540,6 +550,9 @@ class Store {
   // ordered by trial, then step.
   virtual Result<std::vector<MeasurementRecord>> ListExperimentMeasurementsSince(Id experiment_id,
                                                                                  int64_t since) = 0;
+  // What an experiment's stored steps cost, summed (Measurement::device_ms
+  // and cost). NotFound when the experiment does not exist.
+  virtual Result<Usage> ExperimentUsage(Id experiment_id) = 0;
   // A cursor to read changes after: see ReadCursor. Take it before the
   // read it stands for.
   virtual Result<ReadCursor> ReadHorizon() = 0;
