@@ -6,26 +6,27 @@
 // restarted server continues every experiment where it was.
 #include <malloc.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
-#include <condition_variable>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/cli_env.h"
 #include "common/token.h"
 #include "proto/mutex_mode.h"
-#include "server/http/api.h"
 #include "server/engine/event_relay.h"
 #include "server/grpc/worker_service.h"
+#include "server/http/api.h"
 #include "server/metrics/store_gauges.h"
 #include "server/store/artifact_store.h"
 #include "server/store/store.h"
@@ -97,6 +98,7 @@ int main(int argc, char** argv) {
   std::string port_file;
   std::string log_level = "info";
   int lease_timeout_s = 60;
+  std::optional<double> max_lease_wait_s;  // default: the smaller of 5 s and half the lease timeout
   int worker_gone_after = 3;
   int64_t worker_retention_s = 7 * 24 * 3600;
   int max_attempts = 3;
@@ -159,6 +161,11 @@ int main(int argc, char** argv) {
   app.add_option("--lease-timeout", lease_timeout_s, "seconds a worker's lease lasts without a report or heartbeat")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
+  app.add_option(
+         "--max-lease-wait", max_lease_wait_s,
+         "seconds an idle worker's Lease may wait on the server for work to appear (a long poll), "
+         "shorter than --lease-timeout; default: 5, or half the lease timeout if that is less")
+      ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--worker-gone-after", worker_gone_after,
                  "lease timeouts a worker may go unseen before it is marked gone (listed no more, worker.gone)")
       ->check(CLI::Range(1, 1000))
@@ -267,6 +274,21 @@ int main(int argc, char** argv) {
   EventRelay relay(*store, events);
   EngineOptions engine_options;
   engine_options.worker_lease_ms = int64_t{lease_timeout_s} * 1000;
+  // A worker waiting in a Lease is seen only when it asked; a wait as long
+  // as the lease timeout would let it, and its other devices' leases, look
+  // lost meanwhile.
+  if (max_lease_wait_s && *max_lease_wait_s >= lease_timeout_s) {
+    char why[160];
+    std::snprintf(why, sizeof why,
+                  "--max-lease-wait (%g s) must be shorter than --lease-timeout (%d s): a worker "
+                  "waiting that "
+                  "long for work would look gone",
+                  *max_lease_wait_s, lease_timeout_s);
+    return Fail(why);
+  }
+  const int64_t lease_wait_ms = max_lease_wait_s
+                                    ? static_cast<int64_t>(*max_lease_wait_s * 1000)
+                                    : std::min<int64_t>(5000, int64_t{lease_timeout_s} * 500);
   engine_options.worker_gone_after = worker_gone_after;
   engine_options.worker_retention = std::chrono::seconds(worker_retention_s);
   engine_options.history_cache = std::chrono::milliseconds(history_cache_ms);
@@ -317,7 +339,9 @@ int main(int argc, char** argv) {
   api.Attach(http_options);
   auto http = HttpServer::Start(http_options, [&](const HttpRequest& r) { return api.Handle(r); });
   if (!http.ok()) return Fail(http.status().message());
-  WorkerServiceImpl worker_service(engine, WorkerServiceOptions{token, 1000});
+  WorkerServiceOptions worker_service_options{token, 1000};
+  worker_service_options.max_lease_wait_ms = lease_wait_ms;
+  WorkerServiceImpl worker_service(engine, worker_service_options);
   auto grpc = GrpcServer::Start(grpc_address, &worker_service, GrpcTlsFiles{tls_cert, tls_key});
   if (!grpc.ok()) return Fail(grpc.status().message());
   const bool tls = !tls_cert.empty();

@@ -222,6 +222,14 @@ TEST_F(ServerE2eTest, BadFlagsAndStoresFailWithOneLine) {
   EXPECT_FALSE(clash.Start().ok());
   EXPECT_NE(clash.Log().find("cannot listen on 127.0.0.1:" + std::to_string(server_->http_port())), std::string::npos)
       << clash.Log();
+  // A long poll as long as the lease timeout would make a waiting worker look gone.
+  testing::ServerProcess long_poll(HPO_SERVER_BIN, dir_ + "/long_poll",
+                                   {"--store", "sqlite://" + dir_ + "/long_poll.db",
+                                    "--lease-timeout", "3", "--max-lease-wait", "3"});
+  EXPECT_FALSE(long_poll.Start().ok());
+  EXPECT_NE(long_poll.Log().find("--max-lease-wait (3 s)"), std::string::npos) << long_poll.Log();
+  EXPECT_NE(long_poll.Log().find("must be shorter than --lease-timeout (3 s)"), std::string::npos)
+      << long_poll.Log();
 }
 
 }  // namespace
