@@ -6,7 +6,8 @@
 //   bench=faults scenario=kill_server store=postgresql kills=20 acked_reports=... lost_reports=0
 //   bench=faults scenario=restart_postgres restarts=5 ... unclean_errors=0 hung=0 lost_reports=0
 //   bench=faults scenario=slow_worker store=sqlite ... long_step_attempts=1 paused_max_attempt=1
-//   bench=faults scenario=promotion store=sqlite server_kills=5 upload_cuts=5 ... lost=0 ... stuck=0
+//   bench=faults scenario=promotion store=sqlite server_kills=5 upload_cuts=5 ... lost=0 ...
+//   stuck=0 bench=faults scenario=migration store=sqlite kills=10 ... lost=0 corrupt=0 stuck=0
 //
 // PostgreSQL is a private instance the program starts (initdb under --dir,
 // a free port) and removes. Exit status 1 when a scenario saw a fault it
@@ -39,8 +40,11 @@ std::string Codes(const std::map<std::string, int64_t>& codes) {
 int main(int argc, char** argv) {
   hpo::TurnOffMutexDeadlockDetection();  // as hpo-worker does
   CLI::App app{
-      "bench/faults: kill workers, kill the server, restart PostgreSQL, pause workers, cut checkpoint uploads"};
-  std::string scenarios = "kill_worker,kill_server,kill_server_workers,restart_postgres,slow_worker,promotion";
+      "bench/faults: kill workers, kill the server, restart PostgreSQL, pause workers, cut "
+      "checkpoint uploads, kill workers saving a migration's checkpoint"};
+  std::string scenarios =
+      "kill_worker,kill_server,kill_server_workers,restart_postgres,slow_worker,promotion,"
+      "migration";
   std::string stores = "sqlite,postgresql";
   std::string dir;
   Setup base;
@@ -54,16 +58,19 @@ int main(int argc, char** argv) {
   PostgresRestartOptions pr;
   SlowWorkerOptions sw;
   PromotionOptions po;
+  MigrationOptions mo;
   int promotion_seconds = static_cast<int>(po.duration.count());
   app.add_option("--scenarios", scenarios, "comma-separated")->capture_default_str();
-  app.add_option("--stores", stores, "stores for kill_worker, kill_server(_workers), slow_worker, promotion")
+  app.add_option("--stores", stores,
+                 "stores for kill_worker, kill_server(_workers), slow_worker, promotion, migration")
       ->capture_default_str();
   app.add_option("--dir", dir, "scratch directory (default: a new one under /tmp, removed on success)");
   app.add_option("--server-bin", base.server_bin)->capture_default_str();
   app.add_option("--worker-bin", base.worker_bin)->capture_default_str();
   app.add_option("--worker-kills", wk.kills)->capture_default_str();
   app.add_option("--workers", wk.workers, "hpo-worker processes in kill_worker")->capture_default_str();
-  app.add_option("--lease-timeout", wk.lease_timeout_s, "seconds, for kill_worker, slow_worker and promotion")
+  app.add_option("--lease-timeout", wk.lease_timeout_s,
+                 "seconds, for kill_worker, slow_worker, promotion and migration")
       ->capture_default_str();
   app.add_option("--server-kills", sk.kills, "in kill_server and kill_server_workers")->capture_default_str();
   app.add_option("--pg-restarts", pr.restarts)->capture_default_str();
@@ -73,11 +80,22 @@ int main(int argc, char** argv) {
   app.add_option("--promotion-seconds", promotion_seconds, "how long promotion runs, at least")
       ->capture_default_str();
   app.add_option("--promotion-workers", po.workers, "simulated workers in promotion")->capture_default_str();
+  app.add_option("--migration-kills", mo.kills,
+                 "workers killed -9 in a pause's checkpoint save in migration")
+      ->capture_default_str();
+  app.add_option("--migration-resumed-kills", mo.resumed_kills,
+                 "of the migration kills, the last ones wait for a segment that had resumed")
+      ->capture_default_str();
+  app.add_option("--migration-trials", mo.max_trials, "the migration experiment's budget")
+      ->capture_default_str();
+  app.add_option("--migration-samples", mo.train_samples, "training examples per step in migration")
+      ->capture_default_str();
   app.add_flag("-v,--verbose", base.verbose, "progress on stderr");
   CLI11_PARSE(app, argc, argv);
   sw.lease_timeout_s = wk.lease_timeout_s;
   skw.kills = sk.kills;
   po.lease_timeout_s = wk.lease_timeout_s;
+  mo.lease_timeout_s = wk.lease_timeout_s;
   po.duration = std::chrono::seconds(promotion_seconds);
 
   const bool own_dir = dir.empty();
@@ -251,6 +269,43 @@ int main(int argc, char** argv) {
                r->cut_previous_intact == r->upload_cuts && r->cut_wrong_resumes == 0 &&
                r->cut_resumed + r->cut_not_leased_again == r->upload_cuts &&
                r->checkpoints_intact == r->paused_at_end && r->stuck == 0;
+  }
+
+  for (const std::string& store : store_list) {
+    if (!wanted(scenarios, "migration")) break;
+    auto setup = setup_for("migration", store);
+    if (!setup.ok()) {
+      fail(setup.status());
+      continue;
+    }
+    auto r = Migration(*setup, mo);
+    if (!r.ok() && r.status().IsFailedPrecondition()) {
+      std::fprintf(stderr, "faults: migration skipped: %s\n", r.status().ToString().c_str());
+      continue;
+    }
+    if (!r.ok()) {
+      fail(r.status());
+      continue;
+    }
+    std::printf(
+        "bench=faults scenario=migration store=%s workers=%d fast_cpus=%.2f slow_cpus=%.2f "
+        "lease_timeout_ms=%d hold_ms=%lld duration_s=%.0f trials=%lld completed=%lld pruned=%lld "
+        "failed=%lld moves=%lld preemptions=%lld kills=%d kills_in_checkpoint=%d "
+        "kills_mid_upload=%d kills_after_commit=%d kills_of_resumed=%d resumed=%d "
+        "resumed_from_previous=%d resumed_from_new=%d lost=%d corrupt=%d not_followed=%d "
+        "curve_gaps=%d stuck=%d experiment=%s\n",
+        store.c_str(), mo.slow_workers + 1, mo.fast_cpus, mo.slow_cpus, mo.lease_timeout_s * 1000,
+        (long long)mo.hold.count(), r->duration_s, (long long)r->trials, (long long)r->completed,
+        (long long)r->pruned, (long long)r->failed, (long long)r->moves, (long long)r->preemptions,
+        r->kills, r->kills_in_checkpoint, r->kills_mid_upload, r->kills_after_commit,
+        r->kills_of_resumed, r->resumed, r->resumed_from_previous, r->resumed_from_new, r->lost,
+        r->corrupt, r->not_followed, r->curve_gaps, r->stuck, r->experiment_state.c_str());
+    for (const auto& s : r->samples) std::fprintf(stderr, "faults: migration: %s\n", s.c_str());
+    std::fflush(stdout);
+    survived = survived && r->kills_in_checkpoint > 0 && r->lost == 0 && r->corrupt == 0 &&
+               r->stuck == 0 && r->curve_gaps == 0 && r->not_followed == 0 &&
+               r->resumed_from_previous + r->resumed_from_new == r->resumed &&
+               r->experiment_state == "completed";
   }
 
   pg.reset();

@@ -270,9 +270,13 @@ std::string UsageLine(const json& e) {
   const double seconds = usage.value("device_seconds", 0.0);
   const json budget = usage.value("budget", json(nullptr));
   if (seconds <= 0 && budget.is_null()) return "";
-  char cost[64];
-  std::snprintf(cost, sizeof cost, "%.4g", usage.value("cost", 0.0));
-  std::string line = "  device time " + Seconds(seconds) + ", cost " + cost;
+  std::string line = "  device time " + Seconds(seconds);
+  const double cost = usage.value("cost", 0.0);
+  if (cost > 0 || budget.is_number()) {  // no prices, no cost to speak of
+    char text[64];
+    std::snprintf(text, sizeof text, ", cost %.4g", cost);
+    line += text;
+  }
   if (budget.is_number()) line += " of budget " + budget.dump();
   return line + "\n";
 }

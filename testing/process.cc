@@ -202,4 +202,58 @@ int ServerProcess::StopWithin(int sig, std::chrono::milliseconds within) {
 
 std::string ServerProcess::Log() const { return ReadFile(log_); }
 
+namespace {
+
+bool WriteFile(const char* file, const char* value, size_t n) {
+  const int fd = ::open(file, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, value, n) == static_cast<ssize_t>(n);
+  ::close(fd);
+  return ok;
+}
+
+bool WriteFile(const std::string& file, const std::string& value) {
+  return WriteFile(file.c_str(), value.data(), value.size());
+}
+
+}  // namespace
+
+CpuCgroup::CpuCgroup(const std::string& name, double cpus) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string quota = std::to_string(static_cast<int>(cpus * 100000));
+  std::string dir;
+  bool set = false;
+  if (fs::exists("/sys/fs/cgroup/cgroup.controllers", ec)) {  // v2
+    dir = "/sys/fs/cgroup/" + name;
+    set = fs::create_directory(dir, ec) && WriteFile(dir + "/cpu.max", quota + " 100000");
+  } else if (fs::exists("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", ec)) {  // v1
+    dir = "/sys/fs/cgroup/cpu/" + name;
+    set = fs::create_directory(dir, ec) && WriteFile(dir + "/cpu.cfs_period_us", "100000") &&
+          WriteFile(dir + "/cpu.cfs_quota_us", quota);
+  }
+  if (set) {
+    path_ = dir;
+    procs_ = dir + "/cgroup.procs";
+  } else if (!dir.empty()) {
+    ::rmdir(dir.c_str());  // made, but its quota could not be set
+  }
+}
+
+CpuCgroup::~CpuCgroup() {
+  if (!path_.empty()) ::rmdir(path_.c_str());
+}
+
+bool CpuCgroup::Enter() const {
+  if (procs_.empty()) return false;
+  // getpid() as decimal, without allocating.
+  char digits[24];
+  size_t n = 0;
+  for (pid_t pid = getpid(); pid > 0 && n < sizeof digits; pid /= 10)
+    digits[n++] = static_cast<char>('0' + pid % 10);
+  char text[24];
+  for (size_t i = 0; i < n; ++i) text[i] = digits[n - 1 - i];
+  return WriteFile(procs_.c_str(), text, n);
+}
+
 }  // namespace hpo::testing

@@ -41,4 +41,25 @@ double PostgresCpuBetween(const std::map<pid_t, double>& start, const std::map<p
 // A port on 127.0.0.1 that was free a moment ago.
 uint16_t FreePort();
 
+// A CPU cgroup with a quota of `cpus` cores (cgroup v2 cpu.max, or v1
+// cpu.cfs_quota_us), removed on destruction (REQUIRES: its processes ended
+// first). hpo-worker takes the quota as its usable cores
+// (worker/inventory.cc), so workers in cgroups of different quotas are
+// devices of different classes and speeds on one machine. Needs root.
+class CpuCgroup {
+ public:
+  // An empty path() when this machine offers no writable cgroup.
+  CpuCgroup(const std::string& name, double cpus);
+  ~CpuCgroup();
+  CpuCgroup(const CpuCgroup&) = delete;
+  CpuCgroup& operator=(const CpuCgroup&) = delete;
+  const std::string& path() const { return path_; }
+  // Moves the calling process into the cgroup, for Spawn's `in_child`:
+  // async-signal-safe calls only.
+  bool Enter() const;
+
+ private:
+  std::string path_, procs_;
+};
+
 }  // namespace hpo::testing

@@ -3,20 +3,24 @@
 #include <signal.h>
 #include <spdlog/fmt/fmt.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <random>
+#include <functional>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <set>
 #include <thread>
+#include <utility>
 
-#include "testing/harness.h"
 #include "common/sha256.h"
 #include "server/store/artifact_store.h"
+#include "testing/harness.h"
 
 namespace hpo::testing {
 namespace {
@@ -71,10 +75,19 @@ std::string SimSpec(const std::string& name, int max_trials, int max_parallel, i
   return spec.dump();
 }
 
-pid_t StartWorker(const Setup& setup, const std::string& grpc, const std::string& label, int heartbeat_ms) {
-  return Spawn({setup.worker_bin, "--server", grpc, "--device", "cpu", "--threads", "1", "--benchmark-seconds",
-                "0.05", "--heartbeat-ms", std::to_string(heartbeat_ms), "--labels", "slot=" + label},
-               setup.dir + "/worker-" + label + ".log");
+// An hpo-worker labelled slot=`label`, logging to worker-<label>.log; in
+// `cgroup` when given, with `env` ("NAME=value") set when not empty.
+pid_t StartWorker(const Setup& setup, const std::string& grpc, const std::string& label,
+                  int heartbeat_ms, const CpuCgroup* cgroup = nullptr,
+                  const std::string& env = "") {
+  std::vector<std::string> argv;
+  if (!env.empty()) argv = {"/usr/bin/env", env};
+  argv.insert(argv.end(), {setup.worker_bin, "--server", grpc, "--device", "cpu", "--threads", "1",
+                           "--benchmark-seconds", "0.05", "--heartbeat-ms",
+                           std::to_string(heartbeat_ms), "--labels", "slot=" + label});
+  std::function<bool()> in_child;
+  if (cgroup != nullptr) in_child = [cgroup] { return cgroup->Enter(); };
+  return Spawn(argv, setup.dir + "/worker-" + label + ".log", in_child);
 }
 
 Result<json> GetTrial(uint16_t port, int64_t id) {
@@ -1045,6 +1058,420 @@ Result<PromotionResult> Promotion(const Setup& setup, const PromotionOptions& o)
                                       t.value("resume_step", int64_t{0}), wrong));
     }
   }
+  return r;
+}
+
+// (f) -------------------------------------------------------------------------------
+
+namespace {
+
+// Where hpo-worker reads Fashion-MNIST by default (worker/builtin_trainer.h).
+constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+// The server's event stream, read on a thread of its own and kept. The
+// destructor stops the server (which ends the stream) and joins.
+class EventRecorder {
+ public:
+  struct Event {
+    std::string type;
+    json data;
+  };
+  EventRecorder(ServerProcess& server, milliseconds timeout) : server_(server) {
+    thread_ = std::thread([this, port = server.http_port(), timeout] {
+      HttpClientOptions o;
+      o.port = port;
+      o.timeout = timeout;
+      (void)ReadEventStream(o, "/api/v1/events",
+                            [this](const std::string& type, const std::string& data) {
+                              std::lock_guard lock(mu_);
+                              events_.push_back({type, json::parse(data, nullptr, false)});
+                              return !stop_;
+                            });
+    });
+  }
+  ~EventRecorder() {
+    stop_ = true;
+    server_.Stop(SIGKILL);
+    thread_.join();
+  }
+  // The events from index `from` on, oldest first.
+  std::vector<Event> Since(size_t from) const {
+    std::lock_guard lock(mu_);
+    if (from >= events_.size()) return {};
+    return {events_.begin() + static_cast<std::ptrdiff_t>(from), events_.end()};
+  }
+  size_t size() const {
+    std::lock_guard lock(mu_);
+    return events_.size();
+  }
+
+ private:
+  ServerProcess& server_;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mu_;
+  std::vector<Event> events_;  // GUARDED_BY(mu_)
+  std::thread thread_;         // last: it uses the members above
+};
+
+// What is wrong with the trial's checkpoint in the artifact store if it is
+// not a whole one of `step` (read the way the server reads it: the reader
+// verifies size and checksum); empty when it is.
+std::string CheckCheckpointOfStep(store::ArtifactStore& artifacts, int64_t trial, int64_t step) {
+  auto info = artifacts.Stat(trial);
+  if (!info.ok()) return "stat: " + info.status().ToString();
+  if (!*info) return "no checkpoint";
+  if ((*info)->step != step)
+    return fmt::format("a checkpoint of step {}, not {}", (*info)->step, step);
+  auto reader = artifacts.Open(trial);
+  if (!reader.ok()) return "open: " + reader.status().ToString();
+  int64_t bytes = 0;
+  for (;;) {
+    auto piece = (*reader)->Read(size_t{1} << 20);
+    if (!piece.ok()) return "read: " + piece.status().ToString();
+    if (piece->empty()) break;
+    bytes += static_cast<int64_t>(piece->size());
+  }
+  if (bytes != (*info)->size_bytes)
+    return fmt::format("{} bytes read of {}", bytes, (*info)->size_bytes);
+  return "";
+}
+
+// The steps the store holds for a trial, in order.
+Result<std::vector<int64_t>> StoredSteps(uint16_t port, int64_t trial) {
+  HPO_ASSIGN_OR_RETURN(json t, GetTrial(port, trial));
+  std::vector<int64_t> steps;
+  for (const auto& m : t["measurements"]) steps.push_back(m["step"].get<int64_t>());
+  return steps;
+}
+
+// Whether `steps` are 1..steps.size(), each once.
+bool Contiguous(const std::vector<int64_t>& steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i] != static_cast<int64_t>(i) + 1) return false;
+  }
+  return true;
+}
+
+bool Active(const json& trial) {
+  const std::string state = trial.value("state", "");
+  return state == "leased" || state == "running";
+}
+
+}  // namespace
+
+Result<MigrationResult> Migration(const Setup& setup, const MigrationOptions& o) {
+  if (setup.worker_bin.empty()) return Status::FailedPrecondition("Migration needs hpo-worker");
+  if (!std::filesystem::exists(std::string(kFashionMnistDir) + "/train-images-idx3-ubyte.gz")) {
+    return Status::FailedPrecondition(
+        std::string("Migration trains on Fashion-MNIST, which is not in ") + kFashionMnistDir +
+        " (Debian package dataset-fashion-mnist)");
+  }
+  if (o.kills < 1 || o.slow_workers < 1 || o.steps < 4) {
+    return Status::InvalidArgument(
+        "kills and slow_workers: at least 1; steps: at least 4 (rungs 1, 2 and 4)");
+  }
+  // Cgroups before the workers in them (destroyed after: a cgroup with a
+  // process left in it cannot be removed). [0] is the fast device's.
+  static std::atomic<int> runs{0};
+  const std::string tag = fmt::format("{}-{}", getpid(), runs++);
+  std::vector<std::unique_ptr<CpuCgroup>> groups;
+  groups.push_back(std::make_unique<CpuCgroup>("hpo-migration-fast-" + tag, o.fast_cpus));
+  for (int i = 0; i < o.slow_workers; ++i) {
+    groups.push_back(
+        std::make_unique<CpuCgroup>(fmt::format("hpo-migration-slow{}-{}", i, tag), o.slow_cpus));
+  }
+  for (const auto& g : groups) {
+    if (g->path().empty()) {
+      return Status::FailedPrecondition(
+          "no writable CPU cgroup here (needs root and cgroup v1 cpu or v2 cpu.max)");
+    }
+  }
+  ServerProcess server(
+      setup.server_bin, setup.dir + "/server",
+      {"--store", StoreUrl(setup), "--lease-timeout", std::to_string(o.lease_timeout_s)});
+  HPO_RETURN_IF_ERROR(server.Start());
+  const uint16_t port = server.http_port();
+  const auto start = Clock::now();
+  const auto deadline = start + o.timeout;
+  EventRecorder events(server, o.timeout + seconds(60));
+  HPO_ASSIGN_OR_RETURN(auto artifacts, store::OpenArtifactStore("", StoreUrl(setup)));
+  // Stop-type ASHA on the built-in trainer: placement.migrate is the
+  // default; said here, so that a server that would not migrate refuses it.
+  json spec = {
+      {"name", "migration"},
+      {"objective", {{"metric", "loss"}}},
+      {"spaces",
+       {{{"name", "mlp"},
+         {"params",
+          {{"lr", {{"type", "float"}, {"low", 1e-3}, {"high", 1e-2}, {"log", true}}},
+           {"width", {{"type", "int"}, {"low", 32}, {"high", 256}}}}}}}},
+      {"algorithm", {{"sampler", "random"}, {"seed", 1}}},
+      {"early_stopping",
+       {{"rule", "asha"},
+        {"type", "stop"},
+        {"min_resource", 1},
+        {"reduction_factor", 2},
+        {"bootstrap_count", o.max_trials + 1}}},  // more than ever reach a rung: none pruned
+      {"placement", {{"policy", "speed"}, {"migrate", true}}},
+      {"budget",
+       {{"max_trials", o.max_trials},
+        {"max_parallel", o.slow_workers + 1},
+        {"steps_per_trial", o.steps}}},
+      {"executor",
+       {{"builtin",
+         {{"trainer", "fashion-mnist-mlp"}, {"args", {{"max_train_samples", o.train_samples}}}}}}}};
+  HPO_ASSIGN_OR_RETURN(const int64_t id, CreateExperiment(port, spec.dump()));
+
+  // Workers by slot label: the pid and the cgroup it runs in.
+  struct Alive : std::map<std::string, std::pair<pid_t, size_t>> {
+    ~Alive() {
+      for (auto& [slot, w] : *this) KillAndReap(w.first);
+    }
+  } alive;
+  const std::string hold_env = fmt::format("HPO_WORKER_TEST_PAUSE_HOLD_MS={}", o.hold.count());
+  int next_slot = 0;
+  auto spawn = [&](size_t group) {
+    const std::string slot = std::to_string(next_slot++);
+    alive[slot] = {
+        StartWorker(setup, server.grpc_address(), slot, 500, groups[group].get(), hold_env), group};
+  };
+  for (size_t g = 0; g < groups.size(); ++g) spawn(g);
+  auto log_of = [&](const std::string& slot) {
+    return ReadFile(setup.dir + "/worker-" + slot + ".log");
+  };
+  // The slot of the worker whose lease owner name is `owner`, if alive.
+  auto slot_of = [&](const std::string& owner) -> Result<std::string> {
+    HPO_ASSIGN_OR_RETURN(json workers, RestCall(port, "GET", "/api/v1/workers"));
+    for (const auto& w : workers["workers"]) {
+      const std::string slot = w["labels"].value("slot", "");
+      if ("worker/" + std::to_string(w["id"].get<int64_t>()) == owner && alive.count(slot))
+        return slot;
+    }
+    return std::string();
+  };
+
+  MigrationResult r;
+  auto sample = [&](const std::string& what) {
+    Progress(setup, what);
+    if (r.samples.size() < 8) r.samples.push_back(what);
+  };
+  std::mt19937 rng(17);
+  size_t seen = 0;  // events looked at
+  auto count = [&](const EventRecorder::Event& e) {
+    r.moves += e.type == "trial.moving";
+    r.preemptions += e.type == "trial.preempted";
+  };
+  bool skip = false;  // the pauses announced while a killed trial was followed: over by now
+  while (r.kills < o.kills && Clock::now() < deadline) {
+    HPO_ASSIGN_OR_RETURN(std::string state, ExperimentState(port, id));
+    if (state != "running") break;  // out of budget before the last kill
+    if (std::exchange(skip, false)) {
+      for (const auto& e : events.Since(seen)) {
+        ++seen;
+        count(e);
+      }
+    }
+    // The next pause: the trial, the step its checkpoint is of, its state.
+    // Once only the kills reserved for resumed segments are left, a pause
+    // of a first segment is let go.
+    const bool resumed_only = r.kills >= o.kills - o.resumed_kills;
+    std::optional<std::pair<int64_t, int64_t>> pausing;
+    json before;
+    for (const auto& e : events.Since(seen)) {
+      ++seen;
+      count(e);
+      if (pausing || (e.type != "trial.moving" && e.type != "trial.preempted")) continue;
+      const int64_t trial = e.data["trial_id"].get<int64_t>();
+      HPO_ASSIGN_OR_RETURN(before, GetTrial(port, trial));
+      if (!Active(before) || (resumed_only && before.value("resume_step", int64_t{0}) == 0)) {
+        continue;
+      }
+      pausing = {{trial, e.data["step"].get<int64_t>()}};
+    }
+    if (!pausing) {
+      std::this_thread::sleep_for(milliseconds(20));
+      continue;
+    }
+    const auto [trial, step] = *pausing;
+    const int64_t previous = before.value("resume_step", int64_t{0});
+    HPO_ASSIGN_OR_RETURN(const std::string slot, slot_of(before.value("lease_owner", "")));
+    if (slot.empty()) continue;
+    // Into the hold before the commit or the one after it: the latter
+    // always for a segment that resumed from a checkpoint, whose previous
+    // checkpoint is what the new one replaces.
+    const bool after_commit = previous > 0 || r.kills % 2 == 1;
+    const std::string half =
+        fmt::format("test hold: trial {} checkpoint of step {} half uploaded", trial, step);
+    const std::string whole =
+        fmt::format("test hold: trial {} checkpoint of step {} uploaded", trial, step);
+    const std::string paused = fmt::format("trial {} paused after step {}", trial, step);
+    bool held = false;
+    for (const auto until = Clock::now() + 2 * o.hold + seconds(10);
+         !held && Clock::now() < until;) {
+      held = log_of(slot).find(after_commit ? whole : half) != std::string::npos;
+      if (!held) std::this_thread::sleep_for(milliseconds(10));
+    }
+    if (!held) {
+      sample(fmt::format("trial {}: its worker {} never held the checkpoint of step {}", trial,
+                         slot, step));
+      continue;
+    }
+    std::this_thread::sleep_for(
+        milliseconds(o.hold.count() / 10 + rng() % (o.hold.count() / 2 + 1)));
+    const auto [pid, group] = alive[slot];
+    KillAndReap(pid);
+    alive.erase(slot);
+    ++r.kills;
+    skip = true;
+    spawn(group);
+    // Landed inside the save when the worker had not logged its Pause.
+    const std::string log = log_of(slot);
+    if (log.find(paused) != std::string::npos) {
+      sample(fmt::format("kill {} of worker {} came after trial {} paused", r.kills, slot, trial));
+      continue;
+    }
+    ++r.kills_in_checkpoint;
+    // Whether the new checkpoint was committed is the store's to say, once
+    // the cut stream has reached the server.
+    std::this_thread::sleep_for(milliseconds(300));
+    HPO_ASSIGN_OR_RETURN(const auto info, artifacts->Stat(trial));
+    const bool committed = info && info->step == step;
+    ++(committed ? r.kills_after_commit : r.kills_mid_upload);
+    if (previous > 0) ++r.kills_of_resumed;
+    // The point it must go back to: that of the newest whole checkpoint.
+    const int64_t point = committed ? step : previous;
+    Progress(setup,
+             fmt::format(
+                 "kill {}: worker {} in trial {}'s checkpoint of step {} ({}; it resumed after "
+                 "step {})",
+                 r.kills, slot, trial, step, committed ? "committed" : "not committed", previous));
+
+    // Back with the server: its lease ended (or the commit paused it).
+    const std::string owner = before.value("lease_owner", "");
+    json t;
+    for (const auto until = Clock::now() + seconds(2 * o.lease_timeout_s + 10);;) {
+      HPO_ASSIGN_OR_RETURN(t, GetTrial(port, trial));
+      if (!(Active(t) && t.value("lease_owner", "") == owner) || Clock::now() >= until) break;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    const std::string back_state = t.value("state", "");
+    if (Active(t) && t.value("lease_owner", "") == owner) {
+      ++r.not_followed;
+      sample(fmt::format("trial {}: still leased to the killed worker", trial));
+      continue;
+    }
+    bool lost = false;
+    if (back_state == "paused" || back_state == "pending") {
+      const int64_t back_to = back_state == "paused" ? t.value("resume_step", int64_t{0}) : 0;
+      if (back_to != point) {
+        lost = true;
+        sample(fmt::format(
+            "trial {}: killed in its checkpoint of step {} ({}), went back to step {}, not {}",
+            trial, step, committed ? "committed" : "not committed", back_to, point));
+      }
+      if (back_to > 0) {
+        if (const std::string wrong = CheckCheckpointOfStep(*artifacts, trial, back_to);
+            !wrong.empty()) {
+          ++r.corrupt;
+          sample(fmt::format("trial {}, back to step {}: its checkpoint is {}", trial, back_to,
+                             wrong));
+        }
+      }
+      HPO_ASSIGN_OR_RETURN(const auto steps, StoredSteps(port, trial));
+      if (!Contiguous(steps) || static_cast<int64_t>(steps.size()) != back_to) {
+        ++r.curve_gaps;
+        sample(fmt::format("trial {}, back to step {}: {} steps stored, to step {}", trial, back_to,
+                           steps.size(), steps.empty() ? 0 : steps.back()));
+      }
+    }
+
+    // Running again: from where, and whether it had to start over.
+    const size_t since = events.size();
+    int64_t from = -1;
+    for (const auto until = std::min(deadline, Clock::now() + seconds(120));
+         Clock::now() < until;) {
+      HPO_ASSIGN_OR_RETURN(t, GetTrial(port, trial));
+      if (Active(t) && t.value("lease_owner", "") != owner) {
+        from = t.value("resume_step", int64_t{0});
+        break;
+      }
+      if (t["finished_ms"].is_number()) break;
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+    if (from < 0) {
+      r.lost += lost;
+      if (!t["finished_ms"].is_number()) {
+        ++r.not_followed;
+        sample(
+            fmt::format("trial {}: not run again within 120 s ({})", trial, t.value("state", "")));
+      }
+      continue;
+    }
+    // A restart comes with the lease (the server found no usable
+    // checkpoint) or after the download (the worker could not restore it):
+    // wait for its first new step.
+    for (const auto until = Clock::now() + seconds(60); Clock::now() < until;) {
+      HPO_ASSIGN_OR_RETURN(const auto steps, StoredSteps(port, trial));
+      HPO_ASSIGN_OR_RETURN(t, GetTrial(port, trial));
+      if ((!steps.empty() && steps.back() > from) || !Active(t)) break;
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+    ++r.resumed;
+    bool restarted = false;
+    for (const auto& e : events.Since(since)) {
+      if (e.type != "trial.restarted" || e.data.value("trial_id", int64_t{0}) != trial) continue;
+      restarted = true;
+      if (e.data.value("by", "") == "worker") {
+        ++r.corrupt;
+        sample(fmt::format("trial {}: its worker could not restore it: {}", trial,
+                           e.data.value("reason", "")));
+      } else if (from > 0) {
+        sample(fmt::format("trial {}: restarted by the server: {}", trial,
+                           e.data.value("reason", "")));
+      }
+    }
+    if (from < point || (restarted && from > 0)) {
+      lost = true;
+      sample(fmt::format("trial {}: ran again from step {}, not {}", trial, restarted ? 0 : from,
+                         point));
+    }
+    if (lost) {
+      ++r.lost;
+    } else if (from == point) {
+      ++(point == previous ? r.resumed_from_previous : r.resumed_from_new);
+    }
+  }
+
+  // The experiment ends once every trial has: none may be left paused.
+  HPO_ASSIGN_OR_RETURN(
+      r.experiment_state,
+      WaitForEnd(port, id,
+                 std::chrono::duration_cast<milliseconds>(
+                     std::max(deadline - Clock::now(), Clock::duration(0)) + seconds(120))));
+  for (const auto& e : events.Since(seen)) count(e);
+  HPO_ASSIGN_OR_RETURN(json trials, Trials(port, id));
+  for (const auto& t : trials) {
+    ++r.trials;
+    const std::string state = t.value("state", "");
+    const int64_t trial = t["id"].get<int64_t>();
+    r.completed += state == "completed";
+    r.pruned += state == "pruned";
+    r.failed += state == "failed";
+    if (!t["finished_ms"].is_number()) {
+      ++r.stuck;
+      sample(fmt::format("trial {} is still {} (resume_step {})", trial, state,
+                         t.value("resume_step", int64_t{0})));
+      continue;
+    }
+    HPO_ASSIGN_OR_RETURN(const auto steps, StoredSteps(port, trial));
+    if (!Contiguous(steps) ||
+        (state == "completed" && static_cast<int64_t>(steps.size()) != o.steps)) {
+      ++r.curve_gaps;
+      sample(fmt::format("trial {} ({}): {} steps stored, the last {}", trial, state, steps.size(),
+                         steps.empty() ? 0 : steps.back()));
+    }
+  }
+  r.duration_s = MsSince(start) / 1000;
   return r;
 }
 

@@ -221,6 +221,72 @@ struct PromotionResult {
 };
 Result<PromotionResult> Promotion(const Setup& setup, const PromotionOptions& options);
 
+// (f) migration under kill -9 (stop-type ASHA with placement.migrate):
+// real hpo-worker processes in CPU cgroups - one fast device, the others
+// slow - train the built-in Fashion-MNIST MLP. A trial that survives a rung
+// on a slow device pauses to move to the fast one (trial.moving), and the
+// fast device's less advanced trial pauses to make room (trial.preempted);
+// each pause saves and uploads a checkpoint. The workers hold every pause's
+// save (HPO_WORKER_TEST_PAUSE_HOLD_MS: the upload in two halves with a
+// hold between, and a hold between the upload and the Pause), and
+// `kills` times the worker of a pausing trial is killed -9 inside a hold,
+// alternately before its new checkpoint was committed and after (then
+// always when the segment resumed from a checkpoint, the case where the
+// previous one is at stake; the last `resumed_kills` wait for such a
+// segment); a new worker takes its place. Each killed
+// trial is followed until it runs again: it must go back to the point of
+// the checkpoint it had before (none: from scratch) or, when the new one
+// was committed whole, of that one, with that checkpoint in the store,
+// whole, and its curve cut there; it must then be resumed from that point,
+// not restarted. At the end the experiment must have ended (no trial left
+// paused, leased or pending), and every trial's steps must run 1..n.
+// FailedPrecondition (the caller skips): no hpo-worker, no writable CPU
+// cgroup (needs root), or no Fashion-MNIST data.
+struct MigrationOptions {
+  int kills = 10;
+  // Of the kills, the last ones wait for the pause of a segment that had
+  // resumed from a checkpoint (rarer: a preempted trial resumed on a slow
+  // device and moving again), whose previous checkpoint is at stake.
+  int resumed_kills = 3;
+  int slow_workers = 2;  // one fast worker besides
+  double fast_cpus = 1.0, slow_cpus = 0.25;
+  int lease_timeout_s = 3;
+  int max_trials = 60;        // the experiment's budget: it ends when they have
+  int steps = 8;              // per trial; ASHA rungs at 1, 2 and 4 (reduction factor 2)
+  int train_samples = 30000;  // per step (an epoch of the built-in trainer's max_train_samples)
+  std::chrono::milliseconds hold{1000};
+  std::chrono::seconds timeout{900};  // for the whole run
+};
+struct MigrationResult {
+  int kills = 0;
+  // Kills that landed between the pause's decision and its acknowledged
+  // Pause (the killed worker's log has the hold's line and not the pause's),
+  // and of those: before the new checkpoint was committed, and after.
+  int kills_in_checkpoint = 0, kills_mid_upload = 0, kills_after_commit = 0;
+  int kills_of_resumed = 0;  // of kills_in_checkpoint: segments that had resumed from a checkpoint
+  int64_t moves = 0, preemptions = 0;  // trial.moving and trial.preempted events
+  // Killed trials (in a checkpoint) that ran again, from the point of the
+  // checkpoint they had before the kill (0: none) or of the new one.
+  int resumed = 0, resumed_from_previous = 0, resumed_from_new = 0;
+  // Killed trials that went back to an earlier point than their previous
+  // checkpoint's, or restarted from step 1 by the server: progress lost.
+  int lost = 0;
+  // After a kill, the checkpoint in the store was not the one of the point
+  // the trial went back to, or did not read back whole; or a worker could
+  // not restore it (trial.restarted by the worker).
+  int corrupt = 0;
+  int not_followed = 0;  // killed trials not seen running again within the run
+  // Trials whose stored steps are not 1..n, or not cut at their point
+  // after a kill.
+  int curve_gaps = 0;
+  int stuck = 0;  // trials not ended when the run ended
+  int64_t trials = 0, completed = 0, pruned = 0, failed = 0;
+  std::string experiment_state;
+  std::vector<std::string> samples;  // what went wrong, the first few
+  double duration_s = 0;
+};
+Result<MigrationResult> Migration(const Setup& setup, const MigrationOptions& options);
+
 // Load: simulated workers (Register, Lease, Heartbeat + Report per step,
 // Complete) and REST clients against one server for `duration`.
 struct LoadOptions {

@@ -2,7 +2,6 @@
 // 0.25 CPU) report different device classes and measured speeds. Needs a
 // writable cgroup (root, cgroup v1 cpu controller or v2 cpu.max); skips
 // with a message where there is none.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,55 +18,17 @@ namespace {
 
 using nlohmann::json;
 
-// A CPU cgroup with a quota, removed on destruction.
-class CpuCgroup {
- public:
-  // Creates it; empty path() when this machine offers no writable cgroup.
-  CpuCgroup(const std::string& name, double cpus) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (fs::exists("/sys/fs/cgroup/cgroup.controllers")) {  // v2
-      const std::string dir = "/sys/fs/cgroup/" + name;
-      if (fs::create_directory(dir, ec) && Write(dir + "/cpu.max", std::to_string(int(cpus * 100000)) + " 100000")) {
-        path_ = dir;
-      }
-    } else if (fs::exists("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")) {  // v1
-      const std::string dir = "/sys/fs/cgroup/cpu/" + name;
-      if (fs::create_directory(dir, ec) && Write(dir + "/cpu.cfs_period_us", "100000") &&
-          Write(dir + "/cpu.cfs_quota_us", std::to_string(int(cpus * 100000)))) {
-        path_ = dir;
-      }
-    }
-  }
-  ~CpuCgroup() {
-    if (!path_.empty()) ::rmdir(path_.c_str());
-  }
-  const std::string& path() const { return path_; }
-
-  static bool Write(const std::string& file, const std::string& value) {
-    const int fd = ::open(file.c_str(), O_WRONLY);
-    if (fd < 0) return false;
-    const bool ok = ::write(fd, value.data(), value.size()) == static_cast<ssize_t>(value.size());
-    ::close(fd);
-    return ok;
-  }
-
- private:
-  std::string path_;
-};
-
 // Starts hpo-worker inside `cgroup`.
-pid_t StartWorkerIn(const std::string& cgroup, const std::vector<std::string>& args, const std::string& log) {
+pid_t StartWorkerIn(const testing::CpuCgroup& cgroup, const std::vector<std::string>& args,
+                    const std::string& log) {
   std::vector<std::string> argv = {HPO_WORKER_BIN, "--benchmark-seconds", "0.5"};
   argv.insert(argv.end(), args.begin(), args.end());
-  return testing::Spawn(argv, log, [&] {
-    return CpuCgroup::Write(cgroup + "/cgroup.procs", std::to_string(getpid()));
-  });
+  return testing::Spawn(argv, log, [&] { return cgroup.Enter(); });
 }
 
 TEST(CgroupHeterogeneity, ThrottledWorkersReportSlowerDevicesAndSpeeds) {
   const std::string tag = std::to_string(getpid());
-  CpuCgroup fast("hpo-test-fast-" + tag, 1.0), slow("hpo-test-slow-" + tag, 0.25);
+  testing::CpuCgroup fast("hpo-test-fast-" + tag, 1.0), slow("hpo-test-slow-" + tag, 0.25);
   if (fast.path().empty() || slow.path().empty()) {
     GTEST_SKIP() << "no writable CPU cgroup here (needs root and cgroup v1 cpu or v2 cpu.max)";
   }
@@ -90,10 +51,10 @@ executor: {builtin: {trainer: fashion-mnist-mlp, args: {max_train_samples: 20000
 )");
   ASSERT_TRUE(created.ok() && created->status == 201) << (created.ok() ? created->body : "");
   const std::string grpc = "127.0.0.1:" + std::to_string(server.grpc_port());
-  const pid_t a = StartWorkerIn(fast.path(), {"--server", grpc, "--max-trials", "2", "--labels", "cg=fast"},
-                                dir + "/fast.log");
-  const pid_t b = StartWorkerIn(slow.path(), {"--server", grpc, "--max-trials", "2", "--labels", "cg=slow"},
-                                dir + "/slow.log");
+  const pid_t a = StartWorkerIn(
+      fast, {"--server", grpc, "--max-trials", "2", "--labels", "cg=fast"}, dir + "/fast.log");
+  const pid_t b = StartWorkerIn(
+      slow, {"--server", grpc, "--max-trials", "2", "--labels", "cg=slow"}, dir + "/slow.log");
   for (pid_t p : {a, b}) {
     int status = 0;
     waitpid(p, &status, 0);

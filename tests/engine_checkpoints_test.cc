@@ -73,15 +73,18 @@ class EngineCheckpointsTest : public ::testing::Test {
     return {{r->worker.id, r->session}, r->worker.devices.at(0).id, Engine::WorkerOwner(r->worker.id)};
   }
 
-  // A trial created leased to `w`, to pause after `stop_step`.
-  store::TrialRecord LeasedTrial(const TestWorker& w, std::optional<int64_t> stop_step) {
+  // A trial created leased to `w`, to pause after `stop_step`, in
+  // `experiment` (0: experiment_).
+  store::TrialRecord LeasedTrial(const TestWorker& w, std::optional<int64_t> stop_step,
+                                 store::Id experiment = 0) {
+    if (experiment == 0) experiment = experiment_;
     store::NewTrial t;
     t.params_json = R"({"x": 0.5})";
-    t.space_id = store_->GetExperiment(experiment_)->spaces.at(0).id;
+    t.space_id = store_->GetExperiment(experiment)->spaces.at(0).id;
     t.lease_owner = w.owner;
     t.lease_ms = 60'000;
     t.stop_step = stop_step;
-    auto r = store_->CreateTrials(experiment_, {t});
+    auto r = store_->CreateTrials(experiment, {t});
     EXPECT_TRUE(r.ok() && r->size() == 1) << r.status();
     return r->at(0);
   }
@@ -230,6 +233,53 @@ TEST_F(EngineCheckpointsTest, APauseAfterItsUploadPausedTheTrialIsAcknowledgedWh
       << by_b;
   EXPECT_EQ(store_->GetTrial(t.id)->state, TrialState::kLeased);
   EXPECT_EQ(Events("trial.paused").size(), 1u);
+}
+
+// With placement.migrate any report may be answered pause (a move to a
+// faster device, or a preemption), with no stop_step: the checkpoint of the
+// last reported step completes that pause as a rung's does, so that a
+// worker killed between its upload and its Pause costs the trial neither
+// this checkpoint nor, for a resumed trial, the one it replaced (the lease
+// would have expired back to the step it resumed after, with a checkpoint
+// of a later step: unusable, and the trial restarted from step 1).
+TEST_F(EngineCheckpointsTest, AMigratingTrialsCheckpointPausesItAsItIsStored) {
+  json spec = json::parse(kSpec);
+  spec["name"] = "migrating";
+  spec["executor"] = {{"builtin", {{"trainer", "fashion-mnist-mlp"}}}};
+  spec["early_stopping"] = {{"rule", "asha"}, {"type", "stop"}, {"bootstrap_count", 100}};
+  spec["placement"] = {{"migrate", true}};
+  auto e = engine_->CreateExperiment(spec.dump());
+  ASSERT_TRUE(e.ok()) << e.status();
+  const auto t = LeasedTrial(a_, std::nullopt, e->id);
+  ReportSteps(a_, t.id, 1, 2);
+  ASSERT_TRUE(Upload(a_, t.id, 2, "weights after step 2").ok());
+  auto paused = *store_->GetTrial(t.id);
+  EXPECT_EQ(paused.state, TrialState::kPaused) << "the pause's checkpoint pauses the trial";
+  EXPECT_EQ(paused.resume_step, 2);
+  EXPECT_TRUE(engine_->PauseTrial(a_.caller, t.id, 2, true).ok())
+      << "the worker's Pause is a retry";
+  EXPECT_EQ(Events("trial.paused").size(), 1u);
+
+  // Resumed elsewhere and moved again; its worker dies before its Pause.
+  ASSERT_TRUE(store_->ResumeTrial(t.id, b_.owner, 60'000, std::nullopt).ok());
+  ReportSteps(b_, t.id, 3, 4);
+  ASSERT_TRUE(Upload(b_, t.id, 4, "weights after step 4").ok());
+  paused = *store_->GetTrial(t.id);
+  EXPECT_EQ(paused.state, TrialState::kPaused);
+  EXPECT_EQ(paused.resume_step, 4) << "with the checkpoint that replaced step 2's";
+  EXPECT_EQ((*artifacts_->Stat(t.id))->step, 4);
+
+  // A checkpoint of an earlier step than the last reported is no pause.
+  ASSERT_TRUE(store_->ResumeTrial(t.id, a_.owner, 60'000, std::nullopt).ok());
+  ReportSteps(a_, t.id, 5, 6);
+  EXPECT_TRUE(Upload(a_, t.id, 5, "weights after step 5").ok());
+  EXPECT_EQ(store_->GetTrial(t.id)->state, TrialState::kRunning);
+
+  // Without migration nor a stop_step, an upload pauses nothing.
+  const auto other = LeasedTrial(a_, std::nullopt);
+  ReportSteps(a_, other.id, 1, 2);
+  ASSERT_TRUE(Upload(a_, other.id, 2, "weights").ok());
+  EXPECT_EQ(store_->GetTrial(other.id)->state, TrialState::kRunning);
 }
 
 // A worker runs a device loop each under one worker id: a promotion can go

@@ -184,6 +184,45 @@ TEST_F(FaultTest, PromotedTrialsSurviveServerKillsAndCutUploadsOnPostgresql) {
   PromotedTrialsSurviveKillsAndCutUploads<testing::PostgresBackend>(setup_);
 }
 
+// Migration (stop-type ASHA moving trials to the fast device, preempting
+// less advanced ones there) with the worker of a pausing trial killed -9
+// inside its checkpoint's save, once before the new checkpoint is committed
+// and once after: each trial goes back to the newest whole checkpoint (the
+// previous one, or none, before the commit; the new one after it), runs
+// again from there rather than from step 1, keeps a curve without gaps, and
+// the experiment ends with no trial left behind. Real hpo-worker processes
+// in CPU cgroups; skipped without root or Fashion-MNIST.
+TEST_F(FaultTest, AWorkerKilledSavingAMigrationsCheckpointLosesNothing) {
+  REQUIRE_WORKER_BINARY();
+  testing::MigrationOptions o;
+  o.kills = 2;
+  o.resumed_kills = 0;  // resumed segments' pauses are too rare for a short run
+  o.max_trials = 14;
+  o.lease_timeout_s = 2;
+  o.hold = 1000ms;
+  o.timeout = 300s;
+  auto r = testing::Migration(setup_, o);
+  if (!r.ok() && r.status().IsFailedPrecondition()) GTEST_SKIP() << r.status();
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::string samples;
+  for (const auto& s : r->samples) samples += "\n  " + s;
+  EXPECT_GT(r->moves, 0);
+  ASSERT_EQ(r->kills, o.kills) << "the budget ran out before every kill; " << Logs() << samples;
+  EXPECT_EQ(r->kills_in_checkpoint, r->kills) << samples;
+  EXPECT_GE(r->kills_after_commit, 1) << samples;
+  EXPECT_EQ(r->lost, 0) << "a killed trial went back before its newest whole checkpoint" << samples;
+  EXPECT_EQ(r->corrupt, 0) << samples;
+  EXPECT_EQ(r->not_followed, 0) << samples;
+  EXPECT_EQ(r->resumed, r->kills_in_checkpoint) << samples;
+  EXPECT_EQ(r->resumed_from_new, r->kills_after_commit)
+      << "a committed checkpoint was not resumed from" << samples;
+  EXPECT_EQ(r->resumed_from_previous + r->resumed_from_new, r->resumed) << samples;
+  EXPECT_EQ(r->curve_gaps, 0) << samples;
+  EXPECT_EQ(r->stuck, 0) << samples;
+  EXPECT_EQ(r->experiment_state, "completed") << Logs();
+  EXPECT_EQ(r->completed, r->trials) << "no trial is pruned (bootstrap) or failed; " << Logs();
+}
+
 TEST_F(FaultTest, ShortLoadOnPostgresqlHasNoErrors) {
   HPO_REQUIRE_BACKEND(testing::PostgresBackend);
   testing::PostgresBackend db;

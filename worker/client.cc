@@ -4,11 +4,12 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstring>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -534,11 +535,21 @@ struct WorkerClient::Impl {
       v1::UploadCheckpointResponse res;
       auto writer = stub->UploadCheckpoint(&ctx, &res);
       Sha256 sha;
-      std::string buf(kChunkBytes, '\0');
+      // The fault hook's upload comes in two halves, with its hold between.
+      const int64_t chunk_bytes = options.test_pause_hold_ms > 0
+                                      ? std::clamp<int64_t>((size + 1) / 2, 1, kChunkBytes)
+                                      : static_cast<int64_t>(kChunkBytes);
+      std::string buf(static_cast<size_t>(chunk_bytes), '\0');
       int64_t sent = 0;
       const Identity me = identity();
       for (bool first = true;; first = false) {
-        in.read(buf.data(), static_cast<std::streamsize>(std::min<int64_t>(kChunkBytes, size - sent)));
+        if (!first && options.test_pause_hold_ms > 0) {
+          spdlog::info("test hold: trial {} checkpoint of step {} half uploaded; holding {} ms",
+                       trial_id, step, options.test_pause_hold_ms);
+          std::this_thread::sleep_for(std::chrono::milliseconds(options.test_pause_hold_ms));
+        }
+        in.read(buf.data(),
+                static_cast<std::streamsize>(std::min<int64_t>(chunk_bytes, size - sent)));
         const auto n = static_cast<size_t>(in.gcount());
         v1::CheckpointChunk chunk;
         if (first) {
@@ -683,6 +694,12 @@ struct WorkerClient::Impl {
       if (!s.ok()) problem = s.message();
     }
     const double upload_ms = MsSince(packing);
+    if (uploaded && options.test_pause_hold_ms > 0) {
+      spdlog::info(
+          "test hold: trial {} checkpoint of step {} uploaded; holding {} ms before its Pause",
+          run.trial_id, step, options.test_pause_hold_ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(options.test_pause_hold_ms));
+    }
     v1::PauseRequest req;
     const Identity me = identity();
     req.set_worker_id(me.worker_id);

@@ -100,6 +100,14 @@ struct WorkerOptions {
   // Where each trial's checkpoint directory and its archive are kept while
   // it runs (removed after); empty: $TMPDIR, else /tmp.
   std::string scratch_dir;
+  // A fault-test hook (testing/scenarios.h, Migration), never set in
+  // production: > 0 makes every pause's checkpoint save last longer, so
+  // that a kill -9 lands inside it at a known point. The upload is sent in
+  // two halves with this many milliseconds between them, and the Pause
+  // waits as long again after the upload was acknowledged; each hold is
+  // logged first ("test hold: ..."). Heartbeats go on meanwhile. 0 (the
+  // default): no hold, and uploads in chunks of 1 MiB as always.
+  int64_t test_pause_hold_ms = 0;
 };
 
 struct Executors {

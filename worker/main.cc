@@ -4,14 +4,15 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
-#include <unistd.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -267,6 +268,21 @@ int main(int argc, char** argv) {
     options.token = *t;
   }
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  // The fault tests' hold inside each pause's checkpoint save
+  // (WorkerOptions::test_pause_hold_ms): an environment variable, not a
+  // flag, as no user has a use for it.
+  if (const char* hold = std::getenv("HPO_WORKER_TEST_PAUSE_HOLD_MS");
+      hold != nullptr && *hold != '\0') {
+    char* end = nullptr;
+    const long long ms = std::strtoll(hold, &end, 10);
+    if (*end != '\0' || ms < 0 || ms > 600'000) {
+      return Fail("HPO_WORKER_TEST_PAUSE_HOLD_MS: must be milliseconds from 0 to 600000, not '" +
+                  std::string(hold) + "'");
+    }
+    options.test_pause_hold_ms = ms;
+    spdlog::warn("HPO_WORKER_TEST_PAUSE_HOLD_MS={}: every pause's checkpoint save is held (a test hook)",
+                 ms);
+  }
   if (!id_file.empty()) {
     auto id = ReadOrCreateIdFile(id_file);
     if (!id.ok()) return Fail(id.status().message());

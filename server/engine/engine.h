@@ -226,7 +226,8 @@ class CheckpointUpload {
   // Makes it the trial's checkpoint if the bytes match `sha256` and the
   // worker still holds the lease (FailedPrecondition otherwise: the trial
   // moved on meanwhile). DataLoss: the bytes do not match. A checkpoint of
-  // the step the trial was told to pause at (its stop_step, reported) also
+  // the step the trial was told to pause at (its stop_step, reported; with
+  // placement.migrate, its last reported step: a move or a preemption) also
   // pauses the trial there, as Engine::PauseTrial would: the worker's Pause
   // that follows is then a retry.
   Status Commit(std::string_view sha256);

@@ -50,13 +50,23 @@ Status CheckpointUpload::Commit(std::string_view sha256) {
   HPO_ASSIGN_OR_RETURN(const store::TrialRecord trial, engine_.store_.GetTrial(trial_id_));
   HPO_RETURN_IF_ERROR(Engine::CheckHolds(trial, owner_, "commit a checkpoint of"));
   HPO_RETURN_IF_ERROR(writer_->Commit(sha256));
-  // The checkpoint of the rung the trial was told to pause at completes the
+  // The checkpoint of the step the trial was told to pause at completes the
   // pause, so the trial is paused from here on whatever becomes of the
   // worker (its Pause is then a retry). Otherwise a worker that died before
   // its Pause would leave the trial reclaimed to the step it resumed after,
   // with this later step's checkpoint in place of that one's: neither fits,
-  // and the trial would start over from step 1.
-  if (trial.stop_step && *trial.stop_step == step_) {
+  // and the trial would start over from step 1 (or, from scratch, lose the
+  // steps this checkpoint holds). Promotion-type: that step is the lease's
+  // stop_step. Migration (placement.migrate): any report may be answered
+  // with a pause (a move or a preemption), and a worker uploads a
+  // checkpoint only when told to pause, of its last reported step, the one
+  // step PauseHeld accepts.
+  bool pause_step = trial.stop_step && *trial.stop_step == step_;
+  if (!pause_step) {
+    HPO_ASSIGN_OR_RETURN(const Engine::Cached* c, engine_.Load(trial.experiment_id));
+    pause_step = c->spec->placement_migrate;
+  }
+  if (pause_step) {
     Status s = engine_.PauseHeld(trial, owner_, step_, /*checkpoint_uploaded=*/true);
     if (s.ok()) engine_.RememberUploadPause(trial_id_, owner_, step_);
     // Not reported up to its rung yet: the worker's own Pause decides.
