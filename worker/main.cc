@@ -280,8 +280,9 @@ int main(int argc, char** argv) {
                   std::string(hold) + "'");
     }
     options.test_pause_hold_ms = ms;
-    spdlog::warn("HPO_WORKER_TEST_PAUSE_HOLD_MS={}: every pause's checkpoint save is held (a test hook)",
-                 ms);
+    spdlog::warn(
+        "HPO_WORKER_TEST_PAUSE_HOLD_MS={}: every pause's checkpoint save is held (a test hook)",
+        ms);
   }
   if (!id_file.empty()) {
     auto id = ReadOrCreateIdFile(id_file);
