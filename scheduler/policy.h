@@ -188,7 +188,10 @@ PolicyDecision Decide(const AskingDevice& device, const std::vector<LiveDevice>&
 // soonest one of its devices is free, or, when one of its devices runs a
 // trial less advanced than the mover (fewer rungs survived: `preemptible`),
 // until that trial's next step boundary, where it would pause in turn
-// (preemption). The trial moves when, for the best target,
+// (preemption). Not a trial as advanced that did worse at the mover's
+// rung: tried, and on bench/hetero values after one epoch were too noisy
+// to rank by (the eventual winner was preempted in 2 of 10 seeds). The
+// trial moves when, for the best target,
 //   (wait + move_overhead_s + rest there) * hold_back_margin < rest here,
 // the rest being rest.steps at each class's estimated speed. Only the speed
 // policy moves trials (fifo and shadho place each trial once); with
