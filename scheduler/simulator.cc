@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "scheduler/offer.h"
+#include "scheduler/step_samples.h"
 #include "search/history.h"
 #include "search/promotion.h"
 #include "search/pruner.h"
@@ -140,9 +141,11 @@ struct Simulator::State {
   search::Rng world{0};
 
   std::vector<double> class_speed;
+  std::vector<double> class_benchmark;
   std::vector<Device> devices;
   FleetSummary live;  // the devices not down, for the policy
   SpeedModel speeds;
+  StepSamples step_samples;  // what placement knows of samples per step
 
   std::vector<search::History> histories;
   std::vector<Trial> trials;
@@ -170,6 +173,9 @@ struct Simulator::State {
   // Moved trials not yet resumed, by the class they moved toward: a class
   // with as many waiting as it has devices is no target for another.
   std::vector<int> moving_to;
+  // MoveNow's last move, for its report's event: the class and the trial it preempts (or -1).
+  int moved_to_class = -1;
+  int64_t moved_preempts = -1;
 
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
   int64_t seq = 0;
@@ -179,6 +185,28 @@ struct Simulator::State {
   SimResult result;
 
   void Schedule(double t, EventKind kind, int64_t who) { events.push({t, seq++, kind, who}); }
+  // SimulatorOptions::on_event, at the current time.
+  void Emit(SimEvent e) {
+    if (!o.on_event) return;
+    e.t = now;
+    o.on_event(e);
+  }
+  void EmitReport(int64_t d, int64_t step, double value, SimEvent::Outcome outcome) {
+    if (!o.on_event) return;
+    SimEvent e;
+    e.kind = SimEvent::Kind::kReport;
+    e.device = d;
+    e.trial = trials[devices[d].trial].number;
+    e.step = step;
+    e.value = value;
+    e.samples_per_sec = devices[d].lease_sps;
+    e.outcome = outcome;
+    if (outcome == SimEvent::Outcome::kMoved) {
+      e.to_class = ClassName(moved_to_class);
+      e.preempts = moved_preempts;
+    }
+    Emit(std::move(e));
+  }
   search::Observation& Obs(const Trial& t) { return histories[t.space].trials[t.index]; }
   void Changed(bool offer_too) {
     ++history_version;
@@ -239,7 +267,10 @@ void Simulator::State::BuildWorld() {
     devices.push_back(std::move(d));
   }
   // A class's benchmark (GFLOP/s-like): proportional to its speed, but noisy.
-  for (int i = 0; i < k; ++i) speeds.AddBenchmark(ClassName(i), class_speed[i] / 50 * std::exp(o.benchmark_sigma * r.Normal()));
+  for (int i = 0; i < k; ++i) {
+    class_benchmark.push_back(class_speed[i] / 50 * std::exp(o.benchmark_sigma * r.Normal()));
+    speeds.AddBenchmark(ClassName(i), class_benchmark.back());
+  }
   std::vector<size_t> order(devices.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return devices[a].speed < devices[b].speed; });
@@ -290,14 +321,15 @@ const Offer& Simulator::State::CurrentOffer() {
     in.promotion = promotion ? &*promotion : nullptr;
     in.rung_steps = stop_rungs;
     offer = OfferWork(in);
-    for (auto& item : offer.items) item.samples_per_step = o.samples_per_step;
     offer_cached_at = history_version;
     emptiness_at = offer_version;
     offer_empty = offer.items.empty();
   }
-  // Only the waiting times move with the clock.
+  // The waiting times move with the clock, and samples per step with the
+  // reports (the engine reads both on every lease).
   for (auto& item : offer.items) {
     if (item.kind != WorkItem::Kind::kNew) item.waiting_s = now - trials[item.trial_id - 1].changed_at;
+    item.samples_per_step = step_samples.SamplesPerStep(item.workload);
   }
   return offer;
 }
@@ -333,6 +365,10 @@ void Simulator::State::Ask(int64_t d) {
   if (o.ask_probe) o.ask_probe(true);
   if (OfferEmpty()) {
     if (o.ask_probe) o.ask_probe(false);
+    SimEvent e;
+    e.kind = SimEvent::Kind::kAsk;
+    e.device = d;
+    Emit(std::move(e));
     return Park(d);
   }
   const Offer& off = CurrentOffer();
@@ -344,6 +380,12 @@ void Simulator::State::Ask(int64_t d) {
   ++result.reasons[decision.reason];
   if (!decision.run || decision.item >= off.items.size()) {
     ++result.idle_answers;
+    SimEvent e;
+    e.kind = SimEvent::Kind::kAsk;
+    e.device = d;
+    e.offered = true;
+    e.reason = decision.reason;
+    Emit(std::move(e));
     Schedule(now + std::max(decision.retry_after_s, 1e-3), EventKind::kAsk, d);
   } else {
     const WorkItem item = off.items[decision.item];
@@ -419,6 +461,22 @@ void Simulator::State::Apply(int64_t d, const WorkItem& item, const PolicyDecisi
   result.trace = Fingerprint(result.trace, static_cast<uint64_t>(std::llround(now * 1000)));
   SetBusyUntil(d, now + decision.estimated_seconds);
   devices[d].trial = ti;
+  if (o.on_event) {
+    const Trial& t = trials[ti];
+    SimEvent e;
+    e.kind = SimEvent::Kind::kAsk;
+    e.device = d;
+    e.offered = true;
+    e.ran = true;
+    e.item = item.kind;
+    e.space = static_cast<int>(t.space);
+    e.level = t.level;
+    e.from_step = t.resume_step;
+    e.stop_step = t.stop_step;
+    e.reason = decision.reason;
+    e.trial = t.number;
+    Emit(std::move(e));
+  }
   StartLease(d, ti);
 }
 
@@ -465,6 +523,12 @@ void Simulator::State::Step(int64_t d) {
   // Every report carries the worker's measured speed, and the engine feeds
   // each one to the model (Engine::Report, FleetView::Observe).
   speeds.Observe(ClassName(dev.cls), workloads[t.space], "", dev.lease_sps);
+  // And the time since the trial's last report in this segment, how many
+  // samples a step trains (FleetView::Observe): placement knows no more of
+  // samples_per_step than the engine would.
+  step_samples.Observe(workloads[t.space],
+                       {t.number, d, t.attempts, t.resume_step, step, now, dev.lease_sps});
+  const double per_step = step_samples.SamplesPerStep(workloads[t.space]);
   // The target is bench/hetero's: the first report at or below it, whatever
   // becomes of the trial.
   if (value <= o.target && std::isnan(result.time_to_target_s)) {
@@ -475,9 +539,8 @@ void Simulator::State::Step(int64_t d) {
   }
   // And the device's free time from what is left of the lease at that
   // speed (Engine::Report's SetBusy).
-  if (dev.end_step > step) {
-    SetBusyUntil(
-        d, now + static_cast<double>(dev.end_step - step) * o.samples_per_step / dev.lease_sps);
+  if (per_step > 0 && dev.end_step > step) {
+    SetBusyUntil(d, now + static_cast<double>(dev.end_step - step) * per_step / dev.lease_sps);
   }
   // A report at a rung may make paused trials promotable; others cannot
   // (curves are contiguous from the checkpoint on).
@@ -488,11 +551,13 @@ void Simulator::State::Step(int64_t d) {
     obs.status = TrialStatus::kPruned;
     SetPhase(t, Phase::kFinished);
     ++result.pruned;
+    EmitReport(d, step, value, SimEvent::Outcome::kPruned);
     return EndSegment(d);
   }
   if (o.migrate && step < o.steps_per_trial) {
     if (preempted.erase(dev.trial) > 0) {
       ++result.preemptions;
+      EmitReport(d, step, value, SimEvent::Outcome::kPreempted);
       return PauseAfter(d, step);
     }
     if (std::binary_search(stop_rungs.begin(), stop_rungs.end(), step)) {
@@ -500,11 +565,15 @@ void Simulator::State::Step(int64_t d) {
       if (MoveNow(d, step)) {
         ++result.moves;
         t.moved_from_speed = dev.speed;
+        EmitReport(d, step, value, SimEvent::Outcome::kMoved);
         return PauseAfter(d, step);
       }
     }
   }
   if (step >= dev.end_step) {
+    const bool completed = step >= o.steps_per_trial;
+    EmitReport(d, step, value,
+               completed ? SimEvent::Outcome::kCompleted : SimEvent::Outcome::kPaused);
     if (step >= o.steps_per_trial) {
       obs.status = TrialStatus::kCompleted;
       obs.value = value;
@@ -521,6 +590,7 @@ void Simulator::State::Step(int64_t d) {
     EndSegment(d);
     return;
   }
+  EmitReport(d, step, value, SimEvent::Outcome::kContinue);
   ++dev.next_step;
   ScheduleNext(d);
 }
@@ -551,7 +621,7 @@ bool Simulator::State::MoveNow(int64_t d, int64_t step) {
   rest.level = rungs;
   rest.workload = workloads[t.space];
   rest.steps = o.steps_per_trial - step;
-  rest.samples_per_step = o.samples_per_step;
+  rest.samples_per_step = step_samples.SamplesPerStep(rest.workload);
   const std::string here = ClassName(dev.cls);
   std::vector<MoveTarget> targets;
   std::vector<std::optional<RunningKey>> victims;
@@ -567,7 +637,7 @@ bool Simulator::State::MoveNow(int64_t d, int64_t step) {
     const auto& running = running_by_class[k];
     if (!running.empty() && std::get<0>(*running.begin()) < rungs) {
       const auto speed = speeds.Estimate(cls.device_class, rest.workload);
-      if (speed && speed->samples_per_sec > 0) {
+      if (speed && speed->samples_per_sec > 0 && rest.samples_per_step > 0) {
         victim = *running.begin();
         target.preemptible = true;
         target.preempt_in_s = rest.samples_per_step / speed->samples_per_sec;
@@ -582,8 +652,11 @@ bool Simulator::State::MoveNow(int64_t d, int64_t step) {
   if (!m.move) return false;
   trials[dev.trial].moving_to = target_class[m.target];
   ++moving_to[trials[dev.trial].moving_to];
+  moved_to_class = target_class[m.target];
+  moved_preempts = -1;
   if (m.preempt && victims[m.target]) {
     const int64_t v = std::get<2>(*victims[m.target]);
+    moved_preempts = trials[devices[v].trial].number;
     preempted.insert(devices[v].trial);
     NoteStopped(v);
     SetBusyUntil(v, now + targets[m.target].preempt_in_s);
@@ -625,6 +698,11 @@ void Simulator::State::EndSegment(int64_t d) {
 // The worker dies: the store still holds the lease until it expires.
 void Simulator::State::Die(int64_t d) {
   Device& dev = devices[d];
+  SimEvent e;
+  e.kind = SimEvent::Kind::kLost;
+  e.device = d;
+  e.trial = trials[dev.trial].number;
+  Emit(std::move(e));
   NoteStopped(d);
   preempted.erase(dev.trial);
   busy_s += now - dev.lease_started;
@@ -641,6 +719,10 @@ void Simulator::State::Die(int64_t d) {
 // pending, the dead attempt's steps after the checkpoint deleted.
 void Simulator::State::Expire(int64_t ti) {
   Trial& t = trials[ti];
+  SimEvent e;
+  e.kind = SimEvent::Kind::kExpired;
+  e.trial = t.number;
+  Emit(std::move(e));
   search::Observation& obs = Obs(t);
   if (t.attempts >= o.max_attempts) {
     obs.status = TrialStatus::kFailed;
@@ -759,9 +841,20 @@ std::vector<std::string> Simulator::ClassesStrongestFirst() const {
   return out;
 }
 
+const std::vector<search::SearchSpace>& Simulator::spaces() const { return state_->spaces; }
+
 SimResult Simulator::Run() {
   State& s = *state_;
   s.result.max_parallel = s.o.max_parallel;
+  for (size_t i = 0; i < s.devices.size(); ++i) {
+    SimEvent e;
+    e.kind = SimEvent::Kind::kDevice;
+    e.device = static_cast<int64_t>(i);
+    e.device_id = s.devices[i].id;
+    e.device_class = ClassName(s.devices[i].cls);
+    e.benchmark = s.class_benchmark[s.devices[i].cls];
+    s.Emit(std::move(e));
+  }
   for (size_t i = 0; i < s.devices.size(); ++i) s.Schedule(0, State::EventKind::kAsk, static_cast<int64_t>(i));
   while (!s.events.empty() && !s.done) {
     const State::Event e = s.events.top();
@@ -776,11 +869,16 @@ SimResult Simulator::Run() {
       case State::EventKind::kStep: s.Step(e.who); break;
       case State::EventKind::kDie: s.Die(e.who); break;
       case State::EventKind::kExpire: s.Expire(e.who); break;
-      case State::EventKind::kReplace:
+      case State::EventKind::kReplace: {
+        SimEvent back;
+        back.kind = SimEvent::Kind::kBack;
+        back.device = e.who;
+        s.Emit(std::move(back));
         s.devices[e.who].down = false;
         s.live.Set(s.devices[e.who].id, ClassName(s.devices[e.who].cls), s.devices[e.who].busy_until);
         s.Ask(e.who);
         break;
+      }
     }
   }
   SimResult r = s.result;

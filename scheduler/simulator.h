@@ -19,6 +19,9 @@
 //     on every report where the experiment is configured so;
 //   * scheduler::SpeedModel: the classes' benchmarks as the prior, and every
 //     report's measured speed (the engine observes each report's samples/s);
+//   * scheduler::StepSamples (step_samples.h): samples per step as the
+//     engine's fleet view learns it, from the time between a trial's
+//     reports; placement knows nothing of samples_per_step before that;
 //   * scheduler::FleetSummary (fleet_summary.h): the live devices' classes
 //     and free times, kept as devices die, come back, start and end leases,
 //     as the engine's fleet view keeps its own.
@@ -51,6 +54,12 @@
 // event: a validation accuracy reported at any step), when nothing
 // can change any more (nothing on a device, nothing offered), or at
 // max_sim_s / max_decisions.
+//
+// SimulatorOptions::on_event sees the run as a worker and the server would:
+// the fleet, each ask and its answer, each report and what became of its
+// trial (SimEvent). tests/sim_engine_trace_test.cc replays those asks and
+// reports into the real Engine over a real store in virtual time and checks
+// that the engine answers each one as the simulator decided it.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +67,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +75,7 @@
 #include "scheduler/fleet_summary.h"
 #include "scheduler/policy.h"
 #include "scheduler/speed_model.h"
+#include "search/space.h"
 
 namespace hpo::scheduler {
 
@@ -73,6 +84,51 @@ namespace hpo::scheduler {
 // It gets the simulator's live fleet summary and the simulated time.
 using DecideFn = std::function<PolicyDecision(const AskingDevice&, const FleetSummary&, double now_s,
                                               const std::vector<WorkItem>&, const SpeedModel&, const PolicyOptions&)>;
+
+// One step of a run, as a worker and the server see it (SimulatorOptions::
+// on_event), in the order the simulator applies them. Devices by index,
+// trials by number (their creation order, from 0).
+struct SimEvent {
+  enum class Kind {
+    kDevice,  // before the first ask, once per device: its id, class and the class's benchmark
+    kAsk,     // a free device asked for work, and what it was given
+    kReport,  // the device's trial reported a step, and what became of the trial
+    kLost,    // the device's worker died; its trial's lease is held until it expires
+    kExpired,  // the trial's lease expired: it is pending, paused at its rung, or failed
+    kBack,     // a new worker took the dead one's device
+  };
+  // What a report left the trial (kReport): it goes on; the stopping-type
+  // rule pruned it; it paused to make room for a more advanced trial
+  // (preempted), to move to a faster class (moved), or at its lease's
+  // stop step (paused); it completed its budget.
+  enum class Outcome { kContinue, kPruned, kPreempted, kMoved, kPaused, kCompleted };
+  Kind kind = Kind::kAsk;
+  double t = 0;  // simulated seconds
+  int64_t device = -1;
+  // kDevice.
+  std::string device_id, device_class;
+  double benchmark = 0;  // the class's GEMM score, as its workers register it
+  // kAsk: whether anything was on offer (the policy was asked), and whether
+  // the device got work: which kind, in which space, at which level, from
+  // which step to which stop step (none: to the end), and the policy's reason.
+  bool offered = false;
+  bool ran = false;
+  WorkItem::Kind item = WorkItem::Kind::kNew;
+  int space = 0;
+  int level = 0;
+  int64_t from_step = 0;
+  std::optional<int64_t> stop_step;
+  std::string reason;
+  // kAsk that ran, kReport, kLost and kExpired: the trial.
+  int64_t trial = -1;
+  // kReport: the step, its value and the worker's measured samples/s.
+  int64_t step = 0;
+  double value = 0;
+  double samples_per_sec = 0;
+  Outcome outcome = Outcome::kContinue;
+  std::string to_class;   // kMoved: the class it moves toward
+  int64_t preempts = -1;  // kMoved: the trial asked to pause at its next step for it, or -1
+};
 
 struct SimulatorOptions {
   // --- The world.
@@ -107,7 +163,7 @@ struct SimulatorOptions {
   int64_t max_trials = 0;    // 0: clamp(20 * workers, 1000, 20000)
   int64_t max_parallel = 0;  // 0: workers
   int max_attempts = 3;
-  double samples_per_step = 60000;
+  double samples_per_step = 60000;  // the world's: a step takes this over the lease's samples/s
   // The policy's options. shadho with an empty class_order is given the
   // correct one: the classes by true speed, strongest first.
   PolicyOptions policy;
@@ -117,6 +173,8 @@ struct SimulatorOptions {
   // lease), false once the policy decided (before the answer is applied).
   // For a caller timing offer plus decide; the simulator reads no clock.
   std::function<void(bool begin)> ask_probe;
+  // Called with every SimEvent, in order (a log for a test; empty: none).
+  std::function<void(const SimEvent&)> on_event;
 
   // --- When the run ends.
   double target = 0.075;  // a reported value (minimized) at or below it
@@ -187,6 +245,8 @@ class Simulator {
 
   // The device classes by true speed, strongest first (what shadho is told).
   std::vector<std::string> ClassesStrongestFirst() const;
+  // The experiment's search spaces, as SimEvent::space indexes them.
+  const std::vector<search::SearchSpace>& spaces() const;
   const SimulatorOptions& options() const { return options_; }
 
  private:

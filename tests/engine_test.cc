@@ -902,10 +902,10 @@ TEST_F(EngineTest, AStopTypeTrialThatPassesARungMovesToTheFastDevicePreemptingNe
   ASSERT_TRUE(e.ok()) << e.status();
   ASSERT_TRUE((*engine_->Spec(e->id))->placement_migrate)
       << "the default for stop-type asha on the built-in trainer";
+  // The clock moves by `wait_ms` (by default a step of 1000 samples at this speed) first.
   const auto report = [&](const TestWorker& w, store::Id trial, int64_t step, double loss,
-                          double sps) {
-    clock_.Advance(
-        static_cast<int64_t>(1000 * 1000 / sps));  // a step of 1000 samples at this speed
+                          double sps, int64_t wait_ms = -1) {
+    clock_.Advance(wait_ms >= 0 ? wait_ms : static_cast<int64_t>(1000 * 1000 / sps));
     auto d = engine_->Report(w.caller,
                              {trial, "", step, {{"loss", loss}}, sps, json::object(), w.device});
     EXPECT_TRUE(d.ok()) << d.status();
@@ -925,13 +925,16 @@ TEST_F(EngineTest, AStopTypeTrialThatPassesARungMovesToTheFastDevicePreemptingNe
   ASSERT_TRUE(b.ok() && b->has_value()) << b.status();
   const store::Id moving = (*b)->trial.id;
   EXPECT_EQ(report(slow, moving, 1, 0.5, 10).decision, Decision::kContinue) << "step 1 is no rung";
+  // C starts a second before B's next step, so the fast device is busy
+  // with it (for 9 s by placement's estimate) when B passes its rung.
+  clock_.Advance(99'000);
   auto c = LeaseFor(fast);
   ASSERT_TRUE(c.ok() && c->has_value()) << c.status();
   const store::Id newer = (*c)->trial.id;
   ASSERT_NE(newer, moving);
   // B passes rung 2 (better than A there): 7 steps left, 700 s here, about
   // 9 s there once C pauses.
-  const ReportReply moved = report(slow, moving, 2, 0.4, 10);
+  const ReportReply moved = report(slow, moving, 2, 0.4, 10, 1000);
   ASSERT_EQ(moved.decision, Decision::kPause) << moved.reason;
   EXPECT_NE(moved.reason.find("moving to a faster device"), std::string::npos) << moved.reason;
   ASSERT_TRUE(engine_->PauseTrial(slow.caller, moving, 2, false).ok());

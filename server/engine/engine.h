@@ -124,9 +124,12 @@ struct EngineOptions {
   // a trial has waited is the difference of the two); the system clock
   // when unset. Tests share theirs with the store's.
   std::function<int64_t()> clock;
-  // The steady clock the fleet view times a trial's steps on (samples per
-  // step, FleetView); std::chrono::steady_clock when unset. Tests move it
-  // with `clock`.
+  // The steady clock placement counts on: the time between a trial's
+  // reports (samples per step), how long a device is still busy, and the
+  // now a lease or a move is decided at (FleetView); the caches' ages
+  // (history_cache, fleet_cache) stay real time. std::chrono::steady_clock
+  // when unset. Tests move it with `clock`, and drive the engine in
+  // virtual time with both.
   std::function<std::chrono::steady_clock::time_point()> steady_clock;
   // Where paused trials' checkpoints live (server/store/artifact_store.h);
   // it must outlive the engine. Null: this server keeps none, so checkpoint
@@ -675,6 +678,8 @@ class Engine {
   // A lease for the worker (authenticated) on one of its devices.
   Result<std::optional<Lease>> GrantLease(store::Id worker_id, store::Id device_id);
   int64_t NowMs() const;
+  // EngineOptions::steady_clock's now.
+  std::chrono::steady_clock::time_point SteadyNow() const;
   friend class CheckpointUpload;
   // FailedPrecondition unless `trial` is leased or running under `owner`.
   static Status CheckHolds(const store::TrialRecord& trial, const std::string& owner, std::string_view action);

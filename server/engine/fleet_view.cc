@@ -16,10 +16,6 @@ using store::Id;
 namespace {
 // The newest observations the speed model starts from.
 constexpr int64_t kObservationsRead = 5000;
-// Estimates of samples per step kept per workload, and trials remembered
-// for the time between their reports.
-constexpr size_t kStepSamplesKept = 31;
-constexpr size_t kTrialsRemembered = 10'000;
 
 }  // namespace
 
@@ -239,41 +235,13 @@ void FleetView::Observe(Id device_id, const std::string& device_class, const std
   MutexLock lock(mu_);
   if (view_) apply(*view_);
   if (reading_) missed_.push_back(apply);
-  const Id trial_id = speed.trial_id.value_or(0);
-  auto& last = last_report_[trial_id];
-  // Only the time within one segment on one device is training (issue
-  // #46): a trial paused at a rung and resumed later, here or elsewhere,
-  // would otherwise count its whole pause as one step.
-  const bool same_segment = last.seen && last.device_id == device_id &&
-                            last.segment.attempt == segment.attempt &&
-                            last.segment.resume_step == segment.resume_step;
-  if (same_segment && step > last.step && samples_per_sec > 0) {
-    // Seconds between two reports times samples a second: the samples a
-    // step trains, with whatever else the step does (evaluation) counted
-    // as training time, which is what placement's estimates need.
-    const double seconds = std::chrono::duration<double>(now - last.at).count();
-    const double per_step = seconds * samples_per_sec / static_cast<double>(step - last.step);
-    if (std::isfinite(per_step) && per_step > 0) {
-      auto& kept = step_samples_[workload];
-      kept.push_back(per_step);
-      if (kept.size() > kStepSamplesKept) kept.pop_front();
-    }
-  }
-  last.at = now;
-  last.step = step;
-  last.device_id = device_id;
-  last.segment = segment;
-  last.seen = true;
-  if (last_report_.size() > kTrialsRemembered) last_report_.erase(last_report_.begin());  // the oldest ids
+  step_samples_.Observe(workload, {speed.trial_id.value_or(0), device_id, segment.attempt,
+                                   segment.resume_step, step, Seconds(now), samples_per_sec});
 }
 
 double FleetView::SamplesPerStep(const std::string& workload) {
   MutexLock lock(mu_);
-  auto it = step_samples_.find(workload);
-  if (it == step_samples_.end() || it->second.empty()) return 0;
-  std::vector<double> v(it->second.begin(), it->second.end());
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
+  return step_samples_.SamplesPerStep(workload);
 }
 
 void FleetView::SetBusy(Id device_id, double seconds) {
@@ -281,7 +249,7 @@ void FleetView::SetBusy(Id device_id, double seconds) {
   if (!(seconds > 0) || !std::isfinite(seconds)) {
     busy_until_.erase(device_id);
   } else {
-    busy_until_[device_id] = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+    busy_until_[device_id] = steady_now_() + std::chrono::duration_cast<Clock::duration>(
                                                 std::chrono::duration<double>(std::min(seconds, 1e7)));
   }
   if (view_) view_->live.SetFreeAt(std::to_string(device_id), FreeAtLocked(device_id));  // a device not live: no-op

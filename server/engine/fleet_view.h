@@ -18,7 +18,6 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
-#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -31,6 +30,7 @@
 #include "scheduler/fleet_summary.h"
 #include "scheduler/policy.h"
 #include "scheduler/speed_model.h"
+#include "scheduler/step_samples.h"
 #include "server/store/store.h"
 
 namespace hpo::server {
@@ -89,8 +89,10 @@ class FleetView {
   using Clock = std::chrono::steady_clock;
   // `store` outlives the view. A worker is live for `live_for` after it was
   // last seen, by `now_ms` (the store's clock: Unix milliseconds). The time
-  // between a trial's reports is measured on `steady_now` (tests move it;
-  // Clock::now when null).
+  // between a trial's reports and the busy times are measured on
+  // `steady_now` (tests move it; Clock::now when null), which the engine
+  // reads the summary's now from too; the view's age (max_age, Fresh's
+  // `asked`) is real time, as the store's writes are.
   FleetView(store::Store& store, std::chrono::milliseconds max_age,
             std::chrono::milliseconds live_for, std::function<int64_t()> now_ms,
             std::function<Clock::time_point()> steady_now = nullptr);
@@ -130,11 +132,9 @@ class FleetView {
   // One of this engine's reports (`speed.trial_id`'s step `step` on the
   // device, in `segment`): a speed observation (placement sees it on the
   // next lease, GET /workers at once) and, from the time since this trial's
-  // previous report, how many samples one step of the workload trains. Only
-  // a previous report of the same segment on the same device counts, of an
-  // earlier step (a gap of several steps is divided among them): the first
-  // report after a lease, a resume or a restart would count the pause, the
-  // wait for a device and the checkpoint's transfer as training.
+  // previous report, how many samples one step of the workload trains
+  // (scheduler::StepSamples: only a previous report of the same segment on
+  // the same device counts).
   void Observe(store::Id device_id, const std::string& device_class, const std::string& workload,
                int64_t step, const TrialSegment& segment, const MeasuredSpeed& speed)
       HPO_EXCLUDES(mu_);
@@ -143,7 +143,7 @@ class FleetView {
   // from memory rather than thousands of observations read per call
   // (issue #19: with 20 REST clients it took 38% of the server's CPU).
   Result<MeasuredSpeeds> Measured(Clock::time_point asked) HPO_EXCLUDES(mu_);
-  // The median of the recent estimates of samples per step; 0 when none.
+  // StepSamples::SamplesPerStep: the median of the recent estimates; 0 when none.
   double SamplesPerStep(const std::string& workload) HPO_EXCLUDES(mu_);
   // Placement's estimate: the device is busy for `seconds` from now.
   void SetBusy(store::Id device_id, double seconds) HPO_EXCLUDES(mu_);
@@ -178,15 +178,7 @@ class FleetView {
   Result<Known> KnownDevice(store::Id device_id) HPO_EXCLUDES(mu_);
   std::map<store::Id, Known> known_ HPO_GUARDED_BY(mu_);  // outlives rereads
   std::map<store::Id, Clock::time_point> busy_until_ HPO_GUARDED_BY(mu_);
-  struct LastReport {
-    Clock::time_point at;
-    int64_t step = 0;
-    store::Id device_id = 0;
-    TrialSegment segment;
-    bool seen = false;
-  };
-  std::map<store::Id, LastReport> last_report_ HPO_GUARDED_BY(mu_);  // by trial
-  std::map<std::string, std::deque<double>> step_samples_ HPO_GUARDED_BY(mu_);  // by workload, newest last
+  scheduler::StepSamples step_samples_ HPO_GUARDED_BY(mu_);  // on steady_now_'s seconds
 };
 
 }  // namespace hpo::server

@@ -56,6 +56,10 @@ int64_t Engine::NowMs() const {
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
+std::chrono::steady_clock::time_point Engine::SteadyNow() const {
+  return options_.steady_clock ? options_.steady_clock() : std::chrono::steady_clock::now();
+}
+
 Result<std::optional<Lease>> Engine::LeaseForWorker(const WorkerCaller& caller, Id device_id,
                                                     const std::optional<std::vector<Id>>& held) {
   HPO_ASSIGN_OR_RETURN(const WorkerAuth auth, Authenticate(caller));
@@ -202,8 +206,9 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
     return Status::NotFound("device " + std::to_string(device_id) + " is not registered");
   }
   const scheduler::PolicyOptions options = PolicyFor(c, *fleet, e, now);
-  plan.decision = scheduler::Decide({std::to_string(device_id), device->second.device_class}, fleet->live,
-                                    FleetView::Seconds(FleetView::Clock::now()), plan.items, fleet->model, options);
+  plan.decision =
+      scheduler::Decide({std::to_string(device_id), device->second.device_class}, fleet->live,
+                        FleetView::Seconds(SteadyNow()), plan.items, fleet->model, options);
   return plan;
 }
 
@@ -362,7 +367,7 @@ std::optional<ReportReply> Engine::MaybeMove(Cached& c, const store::TrialRecord
     if (mine == f->devices.end()) return std::nullopt;
     const std::string& here = mine->second.device_class;
     for (const auto& cls :
-         f->live.ClassesFor(std::to_string(device_id), here, FleetView::Seconds(asked))) {
+         f->live.ClassesFor(std::to_string(device_id), here, FleetView::Seconds(SteadyNow()))) {
       if (cls.device_class == here) continue;
       // As many trials on their way there as it has devices.
       if (const auto m = moving_to.find(cls.device_class);
@@ -430,6 +435,11 @@ std::optional<ReportReply> Engine::MaybeMove(Cached& c, const store::TrialRecord
     ++c.moving_to[targets[d.target].device_class];
     c.moving_class[trial.id] = targets[d.target].device_class;
   }
+  // Free as soon as the checkpoint is up, as a preempted trial's device is:
+  // the report's estimate had it busy with the rest of the trial, and a
+  // device that then found nothing to run kept that estimate, so later
+  // moves took its class for busy.
+  fleet_->SetIdle(device_id);
   Emit("trial.moving", std::move(event));
   return ReportReply{Decision::kPause, std::nullopt, why};
 }
