@@ -317,10 +317,10 @@ class Engine {
   Result<store::ExperimentRecord> GetExperiment(store::Id id);
   Result<std::vector<store::ExperimentRecord>> ListExperiments(int64_t offset, int64_t limit);
   Result<store::TrialCounts> CountTrials(store::Id experiment_id);
-  Result<store::TrialRecord> GetTrial(store::Id id);
-  Result<std::vector<store::TrialRecord>> ListTrials(store::Id experiment_id, const store::TrialFilter& filter);
   // Device time and money its trials' stored steps used (cost.budget).
   Result<store::Usage> ExperimentUsage(store::Id experiment_id);
+  Result<store::TrialRecord> GetTrial(store::Id id);
+  Result<std::vector<store::TrialRecord>> ListTrials(store::Id experiment_id, const store::TrialFilter& filter);
   // The leased and running trials of every running experiment, in one read.
   Result<std::vector<store::TrialRecord>> ListLeasedTrials(int64_t limit);
   Result<std::vector<store::MeasurementRecord>> ListMeasurements(store::Id trial_id);
@@ -593,16 +593,16 @@ class Engine {
     // another), and each one's class.
     std::unordered_map<std::string, int> moving_to HPO_GUARDED_BY(moves_mu);
     std::unordered_map<store::Id, std::string> moving_class HPO_GUARDED_BY(moves_mu);
-  };
-  // An experiment that is no longer running: its view and its samplers'
     // With cost.budget: what the trials have spent, read from the store on
     // load and at every tick (which counts other replicas' reports too),
     // plus this server's reports since.
     Mutex usage_mu;
     store::Usage used HPO_GUARDED_BY(usage_mu);
-  // copy go (a server that runs experiment after experiment would keep
+  };
   // Money left of the experiment's cost.budget (infinity without one).
   static double BudgetLeft(Cached& c);
+  // An experiment that is no longer running: its view and its samplers'
+  // copy go (a server that runs experiment after experiment would keep
   // every ended one's otherwise).
   void ForgetEnded(store::Id experiment_id);
   Result<Cached*> Load(store::Id experiment_id);
@@ -725,10 +725,6 @@ class Engine {
   Mutex homes_mu_;
   std::unordered_map<store::Id, TrialHome> trial_homes_ HPO_GUARDED_BY(homes_mu_);
 
-  // The pauses that uploads of a rung's checkpoint made (CheckpointUpload::
-  // Commit), by trial: the owner and step, so that the owner's own Pause,
-  // which may arrive after a promotion leased the trial again, is
-  // acknowledged (PauseTrial). This server's uploads only: a Pause that
   // A step's device time (Measurement::device_ms): by trial, when its
   // device was last charged up to. A segment leased here is charged from
   // its lease, then each report from the one before; one leased by another
@@ -741,6 +737,10 @@ class Engine {
   Mutex charge_mu_;
   std::unordered_map<store::Id, int64_t> charged_until_ms_ HPO_GUARDED_BY(charge_mu_);
 
+  // The pauses that uploads of a rung's checkpoint made (CheckpointUpload::
+  // Commit), by trial: the owner and step, so that the owner's own Pause,
+  // which may arrive after a promotion leased the trial again, is
+  // acknowledged (PauseTrial). This server's uploads only: a Pause that
   // reaches another replica after a promotion is refused, as before.
   // Cleared whole at kMaxUploadPauses.
   struct UploadPause {

@@ -29,6 +29,10 @@ FleetView::FleetView(store::Store& store, std::chrono::milliseconds max_age,
                      std::function<Clock::time_point()> steady_now)
     : store_(store),
       max_age_(max_age),
+      live_for_(live_for),
+      now_ms_(std::move(now_ms)),
+      steady_now_(steady_now ? std::move(steady_now) : [] { return Clock::now(); }) {}
+
 std::map<std::string, std::string> WorkerLabels(const store::WorkerRecord& w) {
   std::map<std::string, std::string> labels;
   const json parsed = json::parse(w.labels_json, nullptr, false);
@@ -39,10 +43,6 @@ std::map<std::string, std::string> WorkerLabels(const store::WorkerRecord& w) {
   }
   return labels;
 }
-
-      live_for_(live_for),
-      now_ms_(std::move(now_ms)),
-      steady_now_(steady_now ? std::move(steady_now) : [] { return Clock::now(); }) {}
 
 Result<FleetSnapshot> FleetView::ReadNow() const {
   FleetSnapshot v;
@@ -201,11 +201,11 @@ Result<MeasuredSpeeds> FleetView::Measured(Clock::time_point asked) {
 }
 
 Result<std::string> FleetView::DeviceClass(Id device_id) {
-Result<FleetView::Known> FleetView::Device(Id device_id) { return KnownDevice(device_id); }
-
   HPO_ASSIGN_OR_RETURN(Known k, KnownDevice(device_id));
   return k.device_class;
 }
+
+Result<FleetView::Known> FleetView::Device(Id device_id) { return KnownDevice(device_id); }
 
 Result<std::optional<int>> FleetView::ThreadLimit(Id device_id) {
   HPO_ASSIGN_OR_RETURN(Known k, KnownDevice(device_id));

@@ -105,7 +105,6 @@ class FleetView {
   static double Seconds(Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
   // A registered device's class. NotFound: not registered.
   Result<std::string> DeviceClass(store::Id device_id) HPO_EXCLUDES(mu_);
-  // The worker registered (perhaps again, with its devices' classes
   // What is known of a registered device without reading the view: its
   // class, thread limit and worker's labels. NotFound: not registered.
   struct Known {
@@ -114,6 +113,7 @@ class FleetView {
     std::map<std::string, std::string> labels;
   };
   Result<Known> Device(store::Id device_id) HPO_EXCLUDES(mu_);
+  // The worker registered (perhaps again, with its devices' classes
   // changed): its devices are live with these classes from now on.
   void Registered(const store::WorkerRecord& w) HPO_EXCLUDES(mu_);
   // The worker left (Engine::LeaveWorker): its devices are not live and

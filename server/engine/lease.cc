@@ -109,11 +109,11 @@ Result<std::optional<Lease>> Engine::GrantLease(Id worker_id, Id device_id) {
       HPO_ASSIGN_OR_RETURN(const std::optional<store::TrialRecord> leased,
                            ApplyPlan(e, *c, plan, worker_id, device_id));
       if (!leased) continue;
+      StartCharge(leased->id);
       fleet_->SetBusy(device_id, plan.decision.estimated_seconds);
       Lease a{*leased, c->spec, ""};
       for (const auto& [name, id] : c->space_ids) {
         if (leased->space_id == id) a.space = name;
-      StartCharge(leased->id);
       }
       if (!c->spec->system.empty()) HPO_RETURN_IF_ERROR(StartAtBestSetting(*c->spec, device_id, asked, a));
       if (leases_granted_) leases_granted_->Increment();
@@ -220,11 +220,11 @@ scheduler::PolicyOptions Engine::PolicyFor(Cached& c, const FleetSnapshot& fleet
   o.class_order = spec.placement_class_order;
   o.max_wait_s = spec.placement_max_wait_s;
   if (spec.prices.empty()) return o;
+  o.budget_left = BudgetLeft(c);
   // A class's price: the spec's for the class itself, else for a label of
   // one of its devices' workers.
   for (const auto& [id, d] : fleet.devices) {
     if (o.price_per_hour.count(d.device_class)) continue;
-  o.budget_left = BudgetLeft(c);
     if (const auto price = PricePerHour(spec, d.device_class, d.labels)) o.price_per_hour[d.device_class] = *price;
   }
   std::optional<int64_t> deadline_ms = spec.deadline_ms;
