@@ -12,6 +12,7 @@
 // only news ("submitted experiment 3 (name)", "cancelled ...", the watch
 // view, "wrote N trials to FILE") and keeps the data and the errors.
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,8 +20,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,8 +29,8 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -37,6 +38,9 @@
 #include "common/http_client.h"
 #include "common/server_ports.h"
 #include "common/token.h"
+#ifdef HPO_HAVE_WORKER_INVENTORY
+#include "worker/inventory.h"
+#endif
 
 namespace {
 
@@ -281,6 +285,75 @@ std::string UsageLine(const json& e) {
   return line + "\n";
 }
 
+// The watch view's ETA: when the experiment will end, by the budget that ends
+// it first, and which budget that is: ", eta 3m10s (trials)", ", eta at most
+// 9m50s (wall-time budget)". Empty once the experiment is not running, and
+// while no budget bounds it and too few trials are done to tell.
+//
+// - Wall time: the server ends the experiment at created_ms +
+//   max_wall_time_s, so that is a bound, not a guess: "at most".
+// - Trials: it ends once its max_trials trials are done. Progress counts a
+//   trial that ended or waits paused at a rung as one and a running (or
+//   leased) one as half, and the rest is assumed to go at the rate so far:
+//   elapsed * (max_trials - progress) / progress. Paused counts as done
+//   because promotion-type early stopping leaves most trials paused until the
+//   end and then prunes them without running them again; counting only ended
+//   trials read "eta 1h06m" ten minutes into a job that ended at 11m23s.
+//   Running counts as half because the first max_parallel trials start
+//   together: counting them as nothing until they end makes the first
+//   estimates far too long. The rate is in wall time, not device time: a
+//   trial spends wall time outside its steps too (loading, checkpoints,
+//   waiting for a device), and a device-time rate cancels out of a linear
+//   extrapolation anyway (device seconds per trial over device seconds per
+//   second). Fewer than kMinDone done trials say nothing of how long one
+//   takes: no estimate; fewer than kRoughBelow, it is marked rough.
+// - Cost (cost.budget): spending is assumed to go on at its rate so far.
+std::string Eta(const json& e, double now_s) {
+  constexpr int64_t kMinDone = 3;
+  constexpr int64_t kRoughBelow = 10;
+  if (Str(e["state"]) != "running") return "";
+  const json spec = e["spec"].is_object() ? e["spec"] : json::object();
+  const json budget = spec.value("budget", json::object());
+  const double created_s = e["created_ms"].get<double>() / 1000;
+  const double elapsed = std::max(0.0, now_s - created_s);
+  std::optional<double> seconds;  // the estimate that ends it first
+  std::string why;
+  auto consider = [&](double s, const std::string& what) {
+    if (!seconds || s < *seconds) {
+      seconds = std::max(0.0, s);
+      why = what;
+    }
+  };
+  const json& n = e["trials"];
+  const int64_t max_trials = budget.value("max_trials", int64_t{100});
+  const int64_t done = n.value("completed", int64_t{0}) + n.value("pruned", int64_t{0}) +
+                       n.value("failed", int64_t{0}) + n.value("cancelled", int64_t{0}) +
+                       n.value("paused", int64_t{0});
+  const double progress =
+      done + (n.value("running", int64_t{0}) + n.value("leased", int64_t{0})) / 2.0;
+  if (done >= kMinDone) {
+    std::string what = "trials";
+    if (done < kRoughBelow) {
+      what += "; rough, " + std::to_string(done) + " of " + std::to_string(max_trials) + " done";
+    }
+    consider(elapsed * std::max(0.0, max_trials - progress) / progress, what);
+  }
+  const json usage = e.value("usage", json::object());
+  const double cost = usage.value("cost", 0.0);
+  if (usage.value("budget", json()).is_number() && cost > 0) {
+    consider(elapsed * (usage["budget"].get<double>() - cost) / cost, "cost budget");
+  }
+  const json wall = budget.value("max_wall_time_s", json());
+  if (wall.is_number()) {
+    const double left = created_s + wall.get<double>() - now_s;
+    if (left <= 0) return ", wall-time budget reached";
+    if (!seconds || left <= *seconds)
+      return ", eta at most " + Seconds(left) + " (wall-time budget)";
+  }
+  if (!seconds) return "";
+  return ", eta " + Seconds(*seconds) + " (" + why + ")";
+}
+
 // --quiet, nothing: it waits for the end, and the exit code says how it went.
 int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
   const bool tty = isatty(STDOUT_FILENO);
@@ -297,9 +370,9 @@ int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
     const int64_t finished = n.value("completed", 0) + n.value("pruned", 0) + n.value("failed", 0) +
                              n.value("cancelled", 0);
     const double now_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    const double elapsed = (e["finished_ms"].is_number() ? e["finished_ms"].get<double>() / 1000 : now_s) -
-                           e["created_ms"].get<double>() / 1000;
-    const double eta = finished > 0 && finished < budget ? elapsed / finished * (budget - finished) : 0;
+    const double elapsed =
+        (e["finished_ms"].is_number() ? e["finished_ms"].get<double>() / 1000 : now_s) -
+        e["created_ms"].get<double>() / 1000;
     std::ostringstream view;
     view << "experiment " << id << " (" << Str(e["name"]) << "): " << Str(e["state"]) << "\n";
     view << "  trials " << finished << "/" << budget << ": " << n.value("completed", 0) << " completed, "
@@ -330,7 +403,7 @@ int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
     // Plain output (a pipe, a log) gets a new block only when something but
     // the clock changed.
     const std::string changes = view.str();
-    view << "  elapsed " << Seconds(elapsed) << (eta > 0 ? ", eta " + Seconds(eta) : "") << "\n";
+    view << "  elapsed " << Seconds(elapsed) << Eta(e, now_s) << "\n";
     const std::string text = view.str();
     if (!g_quiet && tty) {
       if (drawn_lines) std::cout << "\x1b[" << drawn_lines << "F\x1b[J";
@@ -345,10 +418,12 @@ int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
       if (state != "completed") return kExperimentFailed;
       if (b.is_null() && partial.is_null()) {
         // Not a success: nothing ran far enough to say anything.
-        std::fprintf(stderr,
-                     "hpctl: experiment %lld ended with no result: no trial completed or reported %s "
-                     "(see `hpctl trials %lld` and `hpctl logs TRIAL`)\n",
-                     static_cast<long long>(id), metric.c_str(), static_cast<long long>(id));
+        std::fprintf(
+            stderr,
+            "hpctl: experiment %lld ended with no result: no trial completed or reported %s "
+            "(see `hpctl trials %lld` and `hpctl logs %lld/NUMBER`)\n",
+            static_cast<long long>(id), metric.c_str(), static_cast<long long>(id),
+            static_cast<long long>(id));
         return kNoResult;
       }
       return kOk;
@@ -555,6 +630,45 @@ void Export(const HttpClientOptions& o, int64_t id, const std::string& format, c
   }
   Info() << "wrote " << records.size() << " trials of experiment " << id << " to " << file << " (" << format
          << ")\n";
+}
+
+// The id of the trial `ref` names: "EXPERIMENT/NUMBER" (3/25: trial 25 of
+// experiment 3, as every hpctl command names trials), or the trial's id
+// itself (what the REST API, `hpctl trials` and `hpctl export` call "id").
+int64_t TrialId(const HttpClientOptions& o, const std::string& ref) {
+  auto whole = [](const std::string& text, int64_t& out) {
+    if (text.empty() || text.size() > 18 ||
+        text.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    out = std::stoll(text);
+    return true;
+  };
+  const auto slash = ref.find('/');
+  int64_t experiment = 0, number = 0;
+  if (slash == std::string::npos) {
+    if (!whole(ref, number) || number <= 0) {
+      Fail(kUsage,
+           "trial '" + ref +
+               "': expected EXPERIMENT/NUMBER (e.g. 3/25) or a trial id (a positive integer)");
+    }
+    return number;
+  }
+  if (!whole(ref.substr(0, slash), experiment) || experiment <= 0 ||
+      !whole(ref.substr(slash + 1), number)) {
+    Fail(kUsage, "trial '" + ref +
+                     "': expected EXPERIMENT/NUMBER (e.g. 3/25: a positive experiment id, a "
+                     "trial number from 0) or a trial id");
+  }
+  // Trials are listed by number: the first numbered above number - 1.
+  const json r = Call(o, "GET",
+                      "/api/v1/experiments/" + std::to_string(experiment) +
+                          "/trials?limit=1&after=" + std::to_string(number - 1));
+  if (r["trials"].empty() || r["trials"][0]["number"] != number) {
+    Fail(kServerError, "experiment " + std::to_string(experiment) + " has no trial " +
+                           std::to_string(number) + " (`hpctl trials " +
+                           std::to_string(experiment) + "` lists them)");
+  }
+  return r["trials"][0]["id"].get<int64_t>();
 }
 
 // Shell completion ----------------------------------------------------------
@@ -848,6 +962,19 @@ std::string FindBinary(const std::string& name) {
   Fail(kUsage, "cannot find " + name + " next to hpctl (" + self.string() + "); build it first (scripts/setup)");
 }
 
+// The cores this process may use: the count hpo-worker reports for its CPU
+// (affinity mask and cgroup CPU quota) where hpctl is built with the worker,
+// else the affinity mask's.
+double UsableCores() {
+#ifdef HPO_HAVE_WORKER_INVENTORY
+  if (auto cpu = hpo::worker::ReadCpuInventory("/"); cpu.ok()) return cpu->usable_cores;
+#endif
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 // The dashboard's files for the embedded server: `flag` (--web-root or
 // HPO_WEB_ROOT) when given, else web/ two levels above this binary
 // (build/cli/hpctl in a checkout), else web/ of the source tree it was built
@@ -916,10 +1043,26 @@ int Run(const std::string& file, int workers, const std::string& data_dir, const
   const std::string grpc = "127.0.0.1:" + std::to_string(listening->grpc);
   const int64_t id = Submit(o, file);
   (void)spec;
+  // Each worker would take every usable core for its CPU trials, so N of
+  // them would run N trials at full width side by side: each gets its share
+  // (hpo-worker --threads caps the cores it reports, and the server keeps a
+  // trial's `threads` within them).
+  const double cores = UsableCores();
+  const int threads = std::max(1, static_cast<int>(cores / workers));
   for (int i = 0; i < workers; ++i) {
-    local.Spawn({FindBinary("hpo-worker"), "--server", grpc}, data_dir + "/worker-" + std::to_string(i) + ".log",
-                *token);
+    local.Spawn({FindBinary("hpo-worker"), "--server", grpc, "--threads", std::to_string(threads)},
+                data_dir + "/worker-" + std::to_string(i) + ".log", *token);
   }
+  char usable[32];
+  std::snprintf(usable, sizeof usable, "%g", cores);
+  Info() << workers << (workers == 1 ? " worker" : " workers") << " on " << usable
+         << " usable cores: " << threads << (threads == 1 ? " thread" : " threads")
+         << (workers == 1 ? "" : " each") << " for CPU trials (hpo-worker --threads " << threads
+         << ")"
+         << (workers > 1 && threads * workers > cores
+                 ? "; more workers than cores, so they share them"
+                 : "")
+         << "\n";
   if (web_root.empty()) {
     Info() << "dashboard: none (no web/ folder found; pass --web-root DIR); REST on http://127.0.0.1:" << o.port
            << "/api/v1 with the token in " << token_file << "  (logs in " << data_dir << ")\n";
@@ -1012,10 +1155,18 @@ int main(int argc, char** argv) {
   auto* workers_cmd = app.add_subcommand("workers", "workers, their devices and measured speed");
   Choices(hints, workers_cmd->add_option("-o,--output", format, "table or json"), {"table", "json"});
   auto* logs = app.add_subcommand("logs", "a trial's measurements and its reason/log tail");
-  logs->add_option("trial", id)->required();
+  std::string trial_ref;
+  logs->add_option(
+          "trial", trial_ref,
+          "EXPERIMENT/NUMBER (3/25: trial 25 of experiment 3), or the trial's id as the REST API "
+          "and `hpctl trials` show it")
+      ->required();
   auto* run = app.add_subcommand("run", "run an experiment on this machine: embedded server, local workers");
   Path(hints, run->add_option("file", file, "the spec file"))->required();
-  run->add_option("--workers", workers, "local workers")->check(CLI::Range(1, 64))->capture_default_str();
+  run->add_option("--workers", workers,
+                  "local workers; each gets its share of this machine's cores")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   Path(hints, run->add_option("--data-dir", data_dir, "where the SQLite store and logs go"))->capture_default_str();
   std::string web_root;
   Path(hints, run->add_option("--web-root", web_root, "the dashboard's files (default: this checkout's web/)"))
@@ -1112,7 +1263,8 @@ int main(int argc, char** argv) {
       for (const auto& w : r["workers"]) {
         std::string running;
         for (const auto& t : w.value("current_trials", json::array())) {
-          running += (running.empty() ? "" : " ") + Str(t["trial_id"]) + " (" + Str(t["state"]) + ")";
+          running += (running.empty() ? "" : " ") + Str(t["experiment_id"]) + "/" +
+                     Str(t["number"]) + " (" + Str(t["state"]) + ")";
         }
         for (const auto& d : w["devices"]) {
           std::string speed;
@@ -1121,12 +1273,16 @@ int main(int argc, char** argv) {
                           running});
         }
       }
-      PrintRows({"worker", "host", "device", "gflops", "samples/s", "current trial"}, rows, format, r);
+      PrintRows(
+          {"worker", "host", "device", "gflops", "samples/s", "current trial (experiment/number)"},
+          rows, format, r);
       return kOk;
     }
     if (logs->parsed()) {
-      json t = Call(o, "GET", "/api/v1/trials/" + eid);
-      std::cout << "trial " << eid << " (" << Str(t["state"]) << ", attempt " << Str(t["attempt"]) << ")\n";
+      const json t = Call(o, "GET", "/api/v1/trials/" + std::to_string(TrialId(o, trial_ref)));
+      std::cout << "trial " << Str(t["number"]) << " of experiment " << Str(t["experiment_id"])
+                << " (id " << Str(t["id"]) << "): " << Str(t["state"]) << ", attempt "
+                << Str(t["attempt"]) << "\n";
       for (const auto& m : t["measurements"]) {
         std::cout << "  step " << Str(m["step"]) << " " << m["metrics"].dump() << " samples/s=" << Str(m["samples_per_sec"])
                   << " system=" << m["system"].dump() << "\n";

@@ -8,21 +8,24 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <nlohmann/json.hpp>
-#include <fstream>
-#include <sstream>
-#include <filesystem>
+
 #include <algorithm>
-#include <string>
-#include <vector>
-#include <thread>
-#include <chrono>
 #include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "common/http_client.h"
 #include "testing/files.h"
@@ -65,15 +68,17 @@ class HpctlTest : public ::testing::Test {
     spec_ = dir_ + "/spec.yaml";
     WriteSpec(3);
   }
-  // The spec file: an ask/tell experiment of `max_trials`, three at once.
-  void WriteSpec(int max_trials) {
+  // The spec file: an ask/tell experiment of `max_trials`, three at once;
+  // `more` adds to its budget (", max_wall_time_s: 5").
+  void WriteSpec(int max_trials, const std::string& more = "") {
     std::ofstream(spec_) << R"(
 name: cli
 objective: {metric: loss}
 spaces:
   - name: main
     params: {x: {type: float, low: -1, high: 1}}
-budget: {max_trials: )" << max_trials << R"(, max_parallel: 3, steps_per_trial: 1}
+budget: {max_trials: )" << max_trials
+                         << R"(, max_parallel: 3, steps_per_trial: 1)" << more << R"(}
 executor: {client: {}}
 )";
   }
@@ -173,6 +178,168 @@ TEST_F(HpctlTest, WatchReadsOnlyWhatChangedAfterItsFirstRead) {
   EXPECT_EQ(text.substr(shown, text.find(' ', shown + 12) - shown),
             "best: trial " + std::to_string(b["number"].get<int64_t>()))
       << text;
+}
+
+// A duration as hpctl prints it (5s, 3m10s, 1h02m), in seconds; -1 when it
+// is not one.
+int DurationSeconds(const std::string& text) {
+  int a = 0, b = 0;
+  char u1 = 0, u2 = 0;
+  const int n = std::sscanf(text.c_str(), "%d%c%d%c", &a, &u1, &b, &u2);
+  if (n == 2 && u1 == 's') return a;
+  if (n == 4 && u1 == 'm' && u2 == 's') return a * 60 + b;
+  if (n == 4 && u1 == 'h' && u2 == 'm') return a * 3600 + b * 60;
+  return -1;
+}
+
+// One block of the watch view as printed to a pipe: its state and its last
+// line, "elapsed E[, eta ...]".
+struct WatchBlock {
+  std::string state;
+  std::string elapsed_line;
+  int elapsed = -1;
+};
+
+std::vector<WatchBlock> WatchBlocks(const std::string& text) {
+  std::vector<WatchBlock> blocks;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("experiment ", 0) == 0 && line.find("): ") != std::string::npos) {
+      blocks.push_back({line.substr(line.find("): ") + 3), "", -1});
+    } else if (!blocks.empty() && line.rfind("  elapsed ", 0) == 0) {
+      blocks.back().elapsed_line = line;
+      blocks.back().elapsed = DurationSeconds(line.substr(10, line.find(',') - 10));
+    }
+  }
+  return blocks;
+}
+
+// 3 of 1,000 trials done: a rate in trials alone would put the end far past
+// the wall-time budget's. While the experiment runs the ETA is that budget's
+// end at most, and says so; the block that says the budget ended it has none.
+TEST_F(HpctlTest, WatchEtaNeverPassesTheWallTimeBudgetAndEndsWithIt) {
+  constexpr int kWallSeconds = 5;
+  WriteSpec(1000, ", max_wall_time_s: " + std::to_string(kWallSeconds));
+  ASSERT_EQ(Hpctl(addr_ + " submit " + spec_).code, 0);
+  Finish(1);
+  Out watched = Hpctl(addr_ + " watch 1");
+  ASSERT_EQ(watched.code, 0) << watched.text;
+  const auto blocks = WatchBlocks(watched.text);
+  ASSERT_GE(blocks.size(), 2u) << watched.text;
+  const std::string kAtMost = ", eta at most ";
+  for (size_t i = 0; i + 1 < blocks.size(); ++i) {
+    const WatchBlock& b = blocks[i];
+    ASSERT_EQ(b.state, "running") << watched.text;
+    const size_t eta = b.elapsed_line.find(kAtMost);
+    if (eta == std::string::npos &&
+        b.elapsed_line.find(", wall-time budget reached") != std::string::npos) {
+      continue;  // the server has not swept it yet
+    }
+    ASSERT_NE(eta, std::string::npos) << b.elapsed_line;
+    const std::string rest = b.elapsed_line.substr(eta + kAtMost.size());
+    EXPECT_EQ(rest.substr(rest.find(' ')), " (wall-time budget)") << b.elapsed_line;
+    const int left = DurationSeconds(rest.substr(0, rest.find(' ')));
+    ASSERT_GE(left, 0) << b.elapsed_line;
+    ASSERT_GE(b.elapsed, 0) << b.elapsed_line;
+    EXPECT_LE(b.elapsed + left, kWallSeconds) << "past the budget's end: " << b.elapsed_line;
+  }
+  EXPECT_EQ(blocks.back().state, "completed") << watched.text;
+  EXPECT_EQ(blocks.back().elapsed_line.find("eta"), std::string::npos)
+      << blocks.back().elapsed_line;
+  EXPECT_NE(watched.text.find("ended: wall-time budget of 5 s reached"), std::string::npos)
+      << watched.text;
+}
+
+TEST_F(HpctlTest, WatchShowsNoEtaForACancelledExperiment) {
+  WriteSpec(1000);
+  ASSERT_EQ(Hpctl(addr_ + " submit " + spec_).code, 0);
+  Finish(1);
+  ASSERT_EQ(Hpctl(addr_ + " cancel 1").code, 0);
+  Out watched = Hpctl(addr_ + " watch 1");
+  EXPECT_EQ(watched.code, 4) << watched.text;
+  const auto blocks = WatchBlocks(watched.text);
+  ASSERT_EQ(blocks.size(), 1u) << watched.text;
+  EXPECT_EQ(blocks[0].state, "cancelled");
+  EXPECT_EQ(blocks[0].elapsed_line.find("eta"), std::string::npos) << blocks[0].elapsed_line;
+}
+
+// Half the trials done, far inside the wall-time budget: the estimate comes
+// from the trials, says so, and is marked rough on so few.
+TEST_F(HpctlTest, WatchEtaFromTheTrialsSaysSoAndHowRoughItIs) {
+  WriteSpec(6, ", max_wall_time_s: 3600");
+  ASSERT_EQ(Hpctl(addr_ + " submit " + spec_).code, 0);
+  Finish(1);
+  const std::string out = dir_ + "/watch.out";
+  const pid_t watch = testing::Spawn(
+      {HPCTL_BIN, "--server", "127.0.0.1:" + std::to_string(server_->http_port()), "watch", "1"},
+      out);
+  ASSERT_GT(watch, 0);
+  for (int i = 0; i < 600 && testing::ReadFile(out).find("elapsed") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  Finish(1);
+  const auto status = testing::WaitExit(watch, std::chrono::seconds(60));
+  if (!status) testing::KillAndReap(watch);
+  ASSERT_TRUE(status) << testing::ReadFile(out);
+  const auto blocks = WatchBlocks(testing::ReadFile(out));
+  ASSERT_GE(blocks.size(), 2u) << testing::ReadFile(out);
+  EXPECT_EQ(blocks[0].state, "running");
+  const std::string& running = blocks[0].elapsed_line;
+  EXPECT_NE(running.find(", eta "), std::string::npos) << running;
+  EXPECT_NE(running.find(" (trials; rough, 3 of 6 done)"), std::string::npos) << running;
+  EXPECT_EQ(running.find("at most"), std::string::npos) << "the trials end it first: " << running;
+  EXPECT_EQ(blocks.back().state, "completed");
+  EXPECT_EQ(blocks.back().elapsed_line.find("eta"), std::string::npos)
+      << blocks.back().elapsed_line;
+}
+
+// hpctl names a trial by its number within its experiment; the id (global
+// across experiments) only where it is labelled so. `logs` takes
+// EXPERIMENT/NUMBER, and still a bare id.
+TEST_F(HpctlTest, LogsNamesATrialByExperimentAndNumber) {
+  ASSERT_EQ(Hpctl(addr_ + " submit " + spec_).code, 0);
+  ASSERT_EQ(Hpctl(addr_ + " submit " + spec_).code, 0);
+  Finish(1);
+  Finish(2, [](double x) { return x + 10; });
+  HttpClientOptions o;
+  o.port = server_->http_port();
+  auto listed = HttpRequestOnce(o, "GET", "/api/v1/experiments/2/trials");
+  ASSERT_TRUE(listed.ok() && listed->status == 200);
+  const json t = json::parse(listed->body)["trials"][1];
+  ASSERT_EQ(t["number"], 1);
+  const std::string id = std::to_string(t["id"].get<int64_t>());
+  ASSERT_NE(id, "1") << "ids and numbers differ in the second experiment";
+
+  Out by_number = Hpctl(addr_ + " logs 2/1");
+  ASSERT_EQ(by_number.code, 0) << by_number.text;
+  EXPECT_EQ(
+      by_number.text.rfind("trial 1 of experiment 2 (id " + id + "): completed, attempt 1\n", 0),
+      0u)
+      << by_number.text;
+  EXPECT_NE(
+      by_number.text.find("  step 1 {\"loss\":" + json(t["params"]["x"].get<double>() + 10).dump()),
+      std::string::npos)
+      << "its own measurement, not trial 1 of experiment 1's\n"
+      << by_number.text;
+  Out by_id = Hpctl(addr_ + " logs " + id);
+  EXPECT_EQ(by_id.code, 0) << by_id.text;
+  EXPECT_EQ(by_id.text, by_number.text) << "a bare id still works, and says the number";
+  Out first = Hpctl(addr_ + " logs 1/0");
+  EXPECT_EQ(first.text.rfind("trial 0 of experiment 1 (id 1)", 0), 0u) << first.text;
+
+  Out missing = Hpctl(addr_ + " logs 2/3");
+  EXPECT_EQ(missing.code, 1) << missing.text;
+  EXPECT_EQ(missing.text, "hpctl: experiment 2 has no trial 3 (`hpctl trials 2` lists them)\n");
+  Out no_experiment = Hpctl(addr_ + " logs 9/0");
+  EXPECT_EQ(no_experiment.code, 1) << no_experiment.text;
+  EXPECT_NE(no_experiment.text.find("experiment 9 does not exist"), std::string::npos)
+      << no_experiment.text;
+  for (const char* bad : {"2/x", "0/1", "2/", "x", "0"}) {
+    Out r = Hpctl(addr_ + " logs " + bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.text;
+    EXPECT_NE(r.text.find("expected EXPERIMENT/NUMBER"), std::string::npos)
+        << bad << ": " << r.text;
+  }
 }
 
 TEST_F(HpctlTest, TrialsInEveryFormat) {
@@ -631,6 +798,114 @@ executor: {builtin: {trainer: fashion-mnist, args: {max_train_samples: 2000}}}
   // Nothing it started is left running.
   // ("dat[a]" keeps pgrep's own shell from matching the pattern.)
   EXPECT_NE(std::system(("pgrep -f '" + dir + "/dat[a]' > /dev/null").c_str()), 0);
+  std::filesystem::remove_all(dir);
+}
+
+// hpctl run gives each of its workers its share of this machine's usable
+// cores: two workers on N cores report N/2 each (at least one) to the
+// server, which hands every trial at most that many threads. Each trial
+// reports the threads it was given (HPO_THREADS, as its loss too) and then
+// waits, so both workers hold one while the test looks; Ctrl-C ends the run.
+TEST(HpctlRun, SharesTheCoresAmongItsWorkers) {
+#ifndef HPO_HAVE_WORKER
+  GTEST_SKIP()
+      << "hpctl run needs hpo-worker, which this build (HPO_BUILD_WORKER=OFF) does not have";
+#endif
+  const std::string dir = ::testing::TempDir() + "/hpo-hpctl-share-" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/share.yaml") << R"(
+name: share
+objective: {metric: loss}
+spaces:
+  - name: s
+    params: {x: {type: float, low: 0, high: 1}}
+system:
+  threads: {type: int, low: 1, high: 64}
+early_stopping: {rule: none}
+budget: {max_trials: 2, max_parallel: 2, steps_per_trial: 2}
+executor:
+  command:
+    argv: [sh, -c, 'echo "hpo: step=1 loss=$HPO_THREADS threads=$HPO_THREADS"; exec sleep 600']
+)";
+  const std::string data = dir + "/data", out = dir + "/run.out";
+  const pid_t run = testing::Spawn(
+      {HPCTL_BIN, "run", dir + "/share.yaml", "--workers", "2", "--data-dir", data}, out);
+  ASSERT_GT(run, 0);
+  // The embedded server's address and token, then both trials' first reports.
+  std::string at;
+  json trials;
+  for (int i = 0; i < 1200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const json ports = json::parse(testing::ReadFile(data + "/ports.json"), nullptr, false);
+    if (!ports.is_object() || !std::filesystem::exists(data + "/token")) continue;
+    at = "HPO_TOKEN=$(cat " + data + "/token) " + HPCTL_BIN +
+         " --server 127.0.0.1:" + std::to_string(ports["http"].get<int>()) + " ";
+    Out listed = Shell(at + "trials 1 -o json");
+    trials = json::parse(listed.text, nullptr, false);
+    if (!trials.is_array() || trials.size() < 2) continue;
+    if (Shell(at + "logs 1/0").text.find("step 1") != std::string::npos &&
+        Shell(at + "logs 1/1").text.find("step 1") != std::string::npos) {
+      break;
+    }
+  }
+  Out workers = Shell(at + "workers");
+  Out workers_json = Shell(at + "workers -o json");
+  Out logs[] = {Shell(at + "logs 1/0"), Shell(at + "logs 1/1")};
+  ::kill(run, SIGINT);
+  const auto status = testing::WaitExit(run, std::chrono::seconds(120));
+  if (!status) testing::KillAndReap(run);
+  const std::string text = testing::ReadFile(out);
+  ASSERT_TRUE(status) << text;
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 130) << text;
+
+  // What hpctl says it gave each worker.
+  int threads = 0;
+  double cores = 0;
+  const size_t said = text.find("2 workers on ");
+  ASSERT_NE(said, std::string::npos) << text;
+  ASSERT_EQ(std::sscanf(text.c_str() + said, "2 workers on %lf usable cores: %d thread", &cores,
+                        &threads),
+            2)
+      << text;
+  EXPECT_EQ(threads, std::max(1, static_cast<int>(cores / 2))) << text;
+  EXPECT_NE(text.find("(hpo-worker --threads " + std::to_string(threads) + ")"), std::string::npos)
+      << text;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  EXPECT_LE(cores, CPU_COUNT(&set)) << "no more than this process may use";
+
+  // What the workers told the server, and what the trials were given.
+  const json registered = json::parse(workers_json.text, nullptr, false);
+  ASSERT_TRUE(registered.is_object()) << workers_json.text;
+  ASSERT_EQ(registered["workers"].size(), 2u) << workers_json.text;
+  for (const auto& w : registered["workers"]) {
+    for (const auto& d : w["devices"]) {
+      if (d["kind"] == "cpu") {
+        EXPECT_EQ(d["cores"].get<double>(), threads) << workers_json.text;
+      }
+    }
+  }
+  for (int n = 0; n < 2; ++n) {
+    const std::string& log = logs[n].text;
+    EXPECT_EQ(log.rfind("trial " + std::to_string(n) + " of experiment 1 (id ", 0), 0u) << log;
+    const size_t system = log.find("system={");
+    ASSERT_NE(system, std::string::npos) << log;
+    const json given =
+        json::parse(log.substr(system + 7, log.find('\n', system) - system - 7), nullptr, false);
+    ASSERT_TRUE(given.is_object() && given["threads"].is_number()) << log;
+    EXPECT_LE(given["threads"].get<int>(), threads) << "a trial ran wider than its worker's share\n"
+                                                    << log;
+  }
+  // Each worker's current trial, by experiment and number.
+  EXPECT_NE(workers.text.find("current trial (experiment/number)"), std::string::npos)
+      << workers.text;
+  EXPECT_NE(workers.text.find(" 1/0 ("), std::string::npos) << workers.text;
+  EXPECT_NE(workers.text.find(" 1/1 ("), std::string::npos) << workers.text;
+  // ("dat[a]" keeps pgrep's own shell from matching the pattern.)
+  EXPECT_NE(std::system(("pgrep -f '" + dir + "/dat[a]' > /dev/null").c_str()), 0)
+      << "left running";
   std::filesystem::remove_all(dir);
 }
 
