@@ -744,6 +744,7 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
     // The lease ends at a rung (promotion-type early stopping): the worker
     // saves and uploads the checkpoint, then pauses the trial.
     if (trial.stop_step && *trial.stop_step < spec.steps_per_trial && r.step >= *trial.stop_step) {
+      SegmentEnded(*c, r.trial_id);
       return ReportReply{Decision::kPause, std::nullopt,
                          "pause after step " + std::to_string(*trial.stop_step) + " (rung " +
                              std::to_string(trial.level) + ")"};
@@ -763,6 +764,7 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
     return ReportReply{Decision::kPrune, std::nullopt, why};
   }
   c->trials->SetOutcome(r.trial_id, TrialState::kPruned, std::nullopt);
+  SegmentEnded(*c, r.trial_id);
   if (r.device_id) fleet_->SetIdle(*r.device_id);
   if (MayHaveCheckpoint(*c, trial.level, trial.resume_step)) DeleteCheckpoint(r.trial_id);
   Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
@@ -816,6 +818,7 @@ Status Engine::Finish(Id trial_id, const std::string& owner, bool failed, const 
   if (finished == store::FinishResult::kRepeated) return Status::OK();
   c->trials->SetOutcome(trial_id, failed ? TrialState::kFailed : TrialState::kCompleted,
                         failed ? std::nullopt : ObjectiveOf(spec, metrics.dump()));
+  SegmentEnded(*c, trial_id);
   // As the view knows the trial; one the view does not hold may have one.
   const std::optional<TrialEntry> entry = c->trials->Find(trial_id);
   if (!entry || MayHaveCheckpoint(*c, entry->level, entry->resume_step)) DeleteCheckpoint(trial_id);

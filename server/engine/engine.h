@@ -737,6 +737,15 @@ class Engine {
   Mutex charge_mu_;
   std::unordered_map<store::Id, int64_t> charged_until_ms_ HPO_GUARDED_BY(charge_mu_);
 
+  // The device each trial this server leased runs on, by trial, so that a
+  // segment's end frees its device in the fleet view at once (placement's
+  // free times, hold-back, migration) rather than when the lease's estimate
+  // runs out, and migration no longer counts the trial as running there.
+  // Cleared whole at kMaxTrialHomes.
+  void SegmentEnded(Cached& c, store::Id trial_id) HPO_EXCLUDES(leased_on_mu_);
+  Mutex leased_on_mu_;
+  std::unordered_map<store::Id, store::Id> leased_on_ HPO_GUARDED_BY(leased_on_mu_);
+
   // The pauses that uploads of a rung's checkpoint made (CheckpointUpload::
   // Commit), by trial: the owner and step, so that the owner's own Pause,
   // which may arrive after a promotion leased the trial again, is

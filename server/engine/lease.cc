@@ -110,6 +110,11 @@ Result<std::optional<Lease>> Engine::GrantLease(Id worker_id, Id device_id) {
                            ApplyPlan(e, *c, plan, worker_id, device_id));
       if (!leased) continue;
       StartCharge(leased->id);
+      {
+        MutexLock lock(leased_on_mu_);
+        if (leased_on_.size() >= kMaxTrialHomes) leased_on_.clear();
+        leased_on_[leased->id] = device_id;
+      }
       fleet_->SetBusy(device_id, plan.decision.estimated_seconds);
       Lease a{*leased, c->spec, ""};
       for (const auto& [name, id] : c->space_ids) {
@@ -299,6 +304,24 @@ Result<std::optional<store::TrialRecord>> Engine::ApplyPlan(const store::Experim
     }
   }
   return leased;
+}
+
+void Engine::SegmentEnded(Cached& c, Id trial_id) {
+  std::optional<Id> device;
+  {
+    MutexLock lock(leased_on_mu_);
+    if (const auto it = leased_on_.find(trial_id); it != leased_on_.end()) {
+      device = it->second;
+      leased_on_.erase(it);
+    }
+  }
+  if (!device) return;
+  fleet_->SetIdle(*device);
+  MutexLock lock(c.moves_mu);
+  if (const auto on = c.on_device.find(*device);
+      on != c.on_device.end() && on->second.trial_id == trial_id) {
+    c.on_device.erase(on);
+  }
 }
 
 void Engine::NoteOnDevice(Cached& c, Id device_id, Id trial_id, int64_t step) {
