@@ -2,7 +2,9 @@
 // best, cancel, and its errors and exit codes; submit --dry-run, export
 // (read back by Python's csv module), --quiet, and the completion scripts
 // run in a real bash (and zsh, where installed); a redirect refused (against
-// a stand-in server), and the mode of `hpctl run`'s token file.
+// a stand-in server), and the mode of `hpctl run`'s token file; watch's ETA
+// (by the wall time, the trials and the cost budget, none once ended), logs
+// by a trial's number, and `hpctl run`'s workers sharing the cores.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -289,6 +291,73 @@ TEST_F(HpctlTest, WatchEtaFromTheTrialsSaysSoAndHowRoughItIs) {
   EXPECT_NE(running.find(" (trials; rough, 3 of 6 done)"), std::string::npos) << running;
   EXPECT_EQ(running.find("at most"), std::string::npos) << "the trials end it first: " << running;
   EXPECT_EQ(blocks.back().state, "completed");
+  EXPECT_EQ(blocks.back().elapsed_line.find("eta"), std::string::npos)
+      << blocks.back().elapsed_line;
+}
+
+// With cost.budget, spending bounds the experiment too: a worker priced at
+// 1 per second runs a trial that reports a step and waits; no trial is done
+// to estimate from, so the ETA is the spending's, and says so.
+TEST_F(HpctlTest, WatchEtaFromTheCostBudgetSaysSo) {
+#ifndef HPO_HAVE_WORKER
+  GTEST_SKIP() << "needs hpo-worker, which this build (HPO_BUILD_WORKER=OFF) does not have";
+#endif
+  const std::string worker_bin =
+      (std::filesystem::path(HPCTL_BIN).parent_path().parent_path() / "worker" / "hpo-worker")
+          .string();
+  const pid_t worker = testing::Spawn({worker_bin, "--server", server_->grpc_address(), "--labels",
+                                       "pool=eta", "--threads", "1", "--benchmark-seconds", "0.1"},
+                                      dir_ + "/worker.log");
+  ASSERT_GT(worker, 0);
+  HttpClientOptions o;
+  o.port = server_->http_port();
+  for (int i = 0; i < 600; ++i) {
+    auto r = HttpRequestOnce(o, "GET", "/api/v1/workers");
+    if (r.ok() && r->status == 200 && !json::parse(r->body)["workers"].empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::ofstream(spec_) << R"(
+name: cost
+objective: {metric: loss}
+spaces:
+  - name: s
+    params: {x: {type: float, low: 0, high: 1}}
+early_stopping: {rule: none}
+budget: {max_trials: 1000, max_parallel: 1, steps_per_trial: 2}
+cost: {prices: {"pool=eta": 3600}, budget: 100000}
+executor:
+  command:
+    argv: [sh, -c, 'sleep 1; echo "hpo: step=1 loss=1"; exec sleep 600']
+)";
+  Out submitted = Hpctl(addr_ + " submit " + spec_);
+  ASSERT_EQ(submitted.code, 0) << submitted.text << testing::ReadFile(dir_ + "/worker.log");
+  // The first step charged: usage.cost > 0.
+  for (int i = 0; i < 600; ++i) {
+    auto r = HttpRequestOnce(o, "GET", "/api/v1/experiments/1");
+    if (r.ok() && r->status == 200 && json::parse(r->body)["usage"].value("cost", 0.0) > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const std::string out = dir_ + "/watch.out";
+  const pid_t watch = testing::Spawn(
+      {HPCTL_BIN, "--server", "127.0.0.1:" + std::to_string(server_->http_port()), "watch", "1"},
+      out);
+  ASSERT_GT(watch, 0);
+  for (int i = 0; i < 600 && testing::ReadFile(out).find("elapsed") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(Hpctl(addr_ + " cancel 1").code, 0);
+  const auto status = testing::WaitExit(watch, std::chrono::seconds(60));
+  if (!status) testing::KillAndReap(watch);
+  ::kill(worker, SIGTERM);
+  ::kill(worker, SIGTERM);
+  if (!testing::WaitExit(worker, std::chrono::seconds(30))) testing::KillAndReap(worker);
+  const auto blocks = WatchBlocks(testing::ReadFile(out));
+  ASSERT_GE(blocks.size(), 2u) << testing::ReadFile(out);
+  EXPECT_EQ(blocks[0].state, "running");
+  EXPECT_NE(blocks[0].elapsed_line.find(", eta "), std::string::npos) << blocks[0].elapsed_line;
+  EXPECT_NE(blocks[0].elapsed_line.find(" (cost budget)"), std::string::npos)
+      << blocks[0].elapsed_line;
+  EXPECT_EQ(blocks.back().state, "cancelled");
   EXPECT_EQ(blocks.back().elapsed_line.find("eta"), std::string::npos)
       << blocks.back().elapsed_line;
 }
