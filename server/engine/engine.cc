@@ -647,9 +647,11 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   }
   // Known before anything is written: an unregistered device is an error,
   // not a stored step followed by one.
+  std::optional<FleetView::Known> device;
   std::optional<std::string> device_class;
   if (r.device_id) {
-    HPO_ASSIGN_OR_RETURN(device_class, fleet_->DeviceClass(*r.device_id));
+    HPO_ASSIGN_OR_RETURN(device, fleet_->Device(*r.device_id));
+    device_class = device->device_class;
   }
   // A lease that ends at a rung covers the steps up to its stop_step and no
   // further, which the store's write checks: a later step would carry the
@@ -662,14 +664,11 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   m.metrics_json = r.metrics.dump();
   m.samples_per_sec = r.samples_per_sec;
   m.system_setting_json = r.system.dump();
-  if (r.device_id) {
+  if (device) {
     // The device's time on this step, at its price under the spec.
     m.device_ms = ChargeDeviceMs(r.trial_id);
-    if (!spec.prices.empty()) {
-      HPO_ASSIGN_OR_RETURN(const FleetView::Known device, fleet_->Device(*r.device_id));
-      const std::optional<double> price = PricePerHour(spec, device.device_class, device.labels);
-      m.cost = price.value_or(0) * static_cast<double>(m.device_ms) / 3'600'000.0;
-    }
+    const std::optional<double> price = PricePerHour(spec, device->device_class, device->labels);
+    m.cost = price.value_or(0) * static_cast<double>(m.device_ms) / 3'600'000.0;
   }
   const int64_t lease = r.owner == kClientOwner ? options_.client_lease_ms : options_.worker_lease_ms;
   std::string space;

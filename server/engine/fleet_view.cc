@@ -200,11 +200,6 @@ Result<MeasuredSpeeds> FleetView::Measured(Clock::time_point asked) {
   return view_->measured;
 }
 
-Result<std::string> FleetView::DeviceClass(Id device_id) {
-  HPO_ASSIGN_OR_RETURN(Known k, KnownDevice(device_id));
-  return k.device_class;
-}
-
 Result<FleetView::Known> FleetView::Device(Id device_id) { return KnownDevice(device_id); }
 
 Result<std::optional<int>> FleetView::ThreadLimit(Id device_id) {

@@ -103,8 +103,6 @@ class FleetView {
   Result<Locked> Fresh(store::Id device_id, Clock::time_point asked) HPO_EXCLUDES(mu_);
   // A steady-clock time as the summary's free times count it (seconds).
   static double Seconds(Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
-  // A registered device's class. NotFound: not registered.
-  Result<std::string> DeviceClass(store::Id device_id) HPO_EXCLUDES(mu_);
   // What is known of a registered device without reading the view: its
   // class, thread limit and worker's labels. NotFound: not registered.
   struct Known {
