@@ -105,6 +105,20 @@ executor: {client: {}}
     }
   }
 
+  // `hpctl watch 1` in the background, writing to `out`; with
+  // `first_block`, returned once it printed its first block. 0 when it
+  // could not start.
+  pid_t StartWatch(const std::string& out, bool first_block = true) {
+    const pid_t watch = testing::Spawn(
+        {HPCTL_BIN, "--server", "127.0.0.1:" + std::to_string(server_->http_port()), "watch", "1"}, out);
+    for (int i = 0; watch > 0 && first_block && i < 600 &&
+                    testing::ReadFile(out).find("elapsed") == std::string::npos;
+         ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return watch;
+  }
+
   std::string dir_, addr_, spec_;
   std::unique_ptr<testing::ServerProcess> server_;
 };
@@ -137,8 +151,7 @@ TEST_F(HpctlTest, WatchReadsOnlyWhatChangedAfterItsFirstRead) {
   ASSERT_EQ(Hpctl(addr_ + " submit " + spec_).code, 0);
   Finish(1);
   const std::string out = dir_ + "/watch.out";
-  const pid_t watch = testing::Spawn(
-      {HPCTL_BIN, "--server", "127.0.0.1:" + std::to_string(server_->http_port()), "watch", "1"}, out);
+  const pid_t watch = StartWatch(out, /*first_block=*/false);
   ASSERT_GT(watch, 0);
   const auto reads = [&] {
     std::vector<std::string> lines;
@@ -272,13 +285,8 @@ TEST_F(HpctlTest, WatchEtaFromTheTrialsSaysSoAndHowRoughItIs) {
   ASSERT_EQ(Hpctl(addr_ + " submit " + spec_).code, 0);
   Finish(1);
   const std::string out = dir_ + "/watch.out";
-  const pid_t watch = testing::Spawn(
-      {HPCTL_BIN, "--server", "127.0.0.1:" + std::to_string(server_->http_port()), "watch", "1"},
-      out);
+  const pid_t watch = StartWatch(out);
   ASSERT_GT(watch, 0);
-  for (int i = 0; i < 600 && testing::ReadFile(out).find("elapsed") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
   Finish(1);
   const auto status = testing::WaitExit(watch, std::chrono::seconds(60));
   if (!status) testing::KillAndReap(watch);
@@ -338,13 +346,8 @@ executor:
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   const std::string out = dir_ + "/watch.out";
-  const pid_t watch = testing::Spawn(
-      {HPCTL_BIN, "--server", "127.0.0.1:" + std::to_string(server_->http_port()), "watch", "1"},
-      out);
+  const pid_t watch = StartWatch(out);
   ASSERT_GT(watch, 0);
-  for (int i = 0; i < 600 && testing::ReadFile(out).find("elapsed") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
   EXPECT_EQ(Hpctl(addr_ + " cancel 1").code, 0);
   const auto status = testing::WaitExit(watch, std::chrono::seconds(60));
   if (!status) testing::KillAndReap(watch);
