@@ -523,9 +523,9 @@ Result<json> RestApi::GetExperiment(const RouteCall& call) {
   json spaces = json::array();
   for (const auto& s : e.spaces) spaces.push_back(s.name);
   const json spec = ParseOr(e.spec_json, nullptr);
-  json budget = nullptr;
-  if (spec.is_object() && spec.contains("cost") && spec["cost"].is_object())
-    budget = spec["cost"].value("budget", json(nullptr));
+  // The budget as the server read it, not dug out of the stored JSON again.
+  const auto typed = SpecOrNull(engine_, id);
+  const json budget = typed && typed->budget ? json(*typed->budget) : json(nullptr);
   return json{
       {"id", e.id},
       {"name", e.name},
