@@ -375,7 +375,7 @@ int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
         e["created_ms"].get<double>() / 1000;
     std::ostringstream view;
     view << "experiment " << id << " (" << Str(e["name"]) << "): " << Str(e["state"]) << "\n";
-    view << "  trials " << finished << "/" << budget << ": " << n.value("completed", 0) << " completed, "
+    view << "  trials " << finished << " of " << budget << " finished: " << n.value("completed", 0) << " completed, "
          << n.value("pruned", 0) << " pruned, " << n.value("running", 0) + n.value("leased", 0) << " running, "
          << n.value("paused", 0) << " paused at a rung, " << n.value("failed", 0) << " failed\n";
     view << UsageLine(e);
@@ -528,17 +528,28 @@ void DryRun(const HttpClientOptions& o, const std::string& file, const std::stri
             << (e.contains("argv") ? " " + e["argv"].dump() : "") << "\n";
 }
 
+// A trial's metrics as `hpctl trials` shows them: its final metrics, or,
+// while it has none (running, paused at a rung, cut by the experiment's
+// end), its latest report marked with its step.
+std::string MetricsCell(const json& t) {
+  if (t["final_metrics"].is_object()) return t["final_metrics"].dump();
+  const json latest = t.value("latest", json());
+  if (latest.is_object()) return latest.value("metrics", json::object()).dump() + " @ step " + Str(latest["step"]);
+  return "";
+}
+
 void Trials(const HttpClientOptions& o, int64_t id, const std::string& state, const std::string& format) {
   std::string target = "/api/v1/experiments/" + std::to_string(id) + "/trials?limit=10000";
   if (!state.empty()) target += "&state=" + state;
   json r = Call(o, "GET", target);
   std::vector<std::vector<std::string>> rows;
   for (const auto& t : r["trials"]) {
-    rows.push_back({Str(t["number"]), Str(t["id"]), Str(t["space"]), Str(t["state"]),
-                    t["final_metrics"].is_object() ? t["final_metrics"].dump() : "", t["params"].dump(),
-                    t["system"].dump()});
+    const double trained = t.value("device_seconds", 0.0);
+    rows.push_back({Str(t["number"]), Str(t["id"]), Str(t["space"]), Str(t["state"]), MetricsCell(t),
+                    trained > 0 ? Seconds(trained) : "", t["params"].dump(), t["system"].dump()});
   }
-  PrintRows({"number", "id", "space", "state", "metrics", "params", "system"}, rows, format, r["trials"]);
+  PrintRows({"number", "id", "space", "state", "metrics", "train_time", "params", "system"}, rows, format,
+            r["trials"]);
 }
 
 // Every trial of an experiment, page by page (a page is at most the
@@ -564,25 +575,32 @@ std::string Cell(const json& v) {
 }
 
 // hpctl export: every trial with its params, system setting and final
-// metrics (a pruned trial's are its last report), for pandas. JSON is a list
-// of records whose nested params/system/metrics objects pd.json_normalize
-// flattens to the CSV's own column names ("params.lr", "metrics.loss").
+// metrics (a pruned trial's are its last report), for pandas; and its last
+// report ("latest": a paused or cut trial has no final metrics) with its
+// step and its device time. JSON is a list of records whose nested
+// params/system/metrics/latest objects pd.json_normalize flattens to the
+// CSV's own column names ("params.lr", "metrics.loss", "latest.loss").
 // CSV has one column per name seen in any trial, sorted within each group,
 // so the columns do not depend on which trials ran first. The file is
 // written beside FILE and renamed, so a failed export leaves no half file.
 void Export(const HttpClientOptions& o, int64_t id, const std::string& format, const std::string& file) {
   const json trials = AllTrials(o, id);
-  static const std::vector<std::string> kFields = {"number", "id",          "space",     "state",    "attempt",
-                                                   "level",  "started_ms",  "finished_ms", "stop_step", "reason"};
+  static const std::vector<std::string> kFields = {
+      "number",     "id",          "space",     "state",  "attempt",        "level",
+      "started_ms", "finished_ms", "stop_step", "reason", "device_seconds", "latest_step"};
+  static const std::vector<const char*> kGroups = {"params", "system", "metrics", "latest"};
   json records = json::array();
   std::map<std::string, std::set<std::string>> names;  // group -> keys in any trial
   for (const auto& t : trials) {
     json rec = json::object();
     for (const auto& f : kFields) rec[f] = t.value(f, json());
+    const json latest = t.value("latest", json());
+    rec["latest_step"] = latest.is_object() ? latest["step"] : json();
     rec["params"] = t["params"].is_object() ? t["params"] : json::object();
     rec["system"] = t["system"].is_object() ? t["system"] : json::object();
     rec["metrics"] = t["final_metrics"].is_object() ? t["final_metrics"] : json::object();
-    for (const char* group : {"params", "system", "metrics"}) {
+    rec["latest"] = latest.is_object() && latest["metrics"].is_object() ? latest["metrics"] : json::object();
+    for (const char* group : kGroups) {
       for (auto it = rec[group].begin(); it != rec[group].end(); ++it) names[group].insert(it.key());
     }
     records.push_back(std::move(rec));
@@ -592,14 +610,14 @@ void Export(const HttpClientOptions& o, int64_t id, const std::string& format, c
     out << records.dump(2) << "\n";
   } else {
     std::vector<std::string> header = kFields;
-    for (const char* group : {"params", "system", "metrics"}) {
+    for (const char* group : kGroups) {
       for (const auto& k : names[group]) header.push_back(std::string(group) + "." + k);
     }
     WriteCsvRow(out, header);
     for (const auto& rec : records) {
       std::vector<std::string> row;
       for (const auto& f : kFields) row.push_back(Cell(rec[f]));
-      for (const char* group : {"params", "system", "metrics"}) {
+      for (const char* group : kGroups) {
         for (const auto& k : names[group]) row.push_back(Cell(rec[group].value(k, json())));
       }
       WriteCsvRow(out, row);

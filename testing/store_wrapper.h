@@ -86,6 +86,11 @@ class StoreWrapper : public store::Store {
   Result<store::Usage> ExperimentUsage(store::Id experiment_id) override {
     return t_.ExperimentUsage(experiment_id);
   }
+  Result<std::map<store::Id, store::TrialProgress>> ListTrialProgress(store::Id experiment_id,
+                                                                       int64_t first_number,
+                                                                       int64_t last_number) override {
+    return t_.ListTrialProgress(experiment_id, first_number, last_number);
+  }
   Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurementsSince(store::Id experiment_id,
                                                                                 int64_t since) override {
     return t_.ListExperimentMeasurementsSince(experiment_id, since);

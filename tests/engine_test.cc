@@ -489,9 +489,45 @@ TEST_F(EngineTest, AReportAfterItsExperimentCompletedIsKeptAndStopsTheTrial) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->decision, Decision::kStop);
   EXPECT_EQ(store_->GetTrial(trial)->state, TrialState::kCancelled);
+  EXPECT_EQ(store_->GetTrial(trial)->reason, "experiment completed: budget");
   const auto steps = store_->ListMeasurements(trial);
   ASSERT_TRUE(steps.ok()) << steps.status();
   EXPECT_EQ(steps->size(), 1u) << "the step it ran is kept";
+}
+
+// A trial cut by the wall-time budget says so, not only "experiment
+// completed", and what it reached stays readable as its progress.
+TEST_F(EngineTest, ATrialCutByTheWallTimeSaysWhyAndKeepsWhatItReached) {
+  std::string timed = Spec(kBuiltin, 10, 1);
+  const std::string budget = R"("steps_per_trial": 4)";
+  timed.replace(timed.find(budget), budget.size(), budget + R"(, "max_wall_time_s": 5)");
+  auto e = engine_->CreateExperiment(timed);
+  ASSERT_TRUE(e.ok()) << e.status();
+  const TestWorker w = AddWorker("a");
+  auto a = LeaseFor(w);
+  ASSERT_TRUE(a.ok() && a->has_value()) << "nothing leased";
+  const store::Id trial = (*a)->trial.id;
+  for (int step = 0; step < 2; ++step) {
+    auto d = engine_->Report({trial, w.owner, step, {{"loss", 1.0 - 0.25 * step}}, 100, json::object(), w.device});
+    ASSERT_TRUE(d.ok()) << d.status();
+    ASSERT_EQ(d->decision, Decision::kContinue);
+    clock_.Advance(1'000);
+  }
+  clock_.Advance(4'000);
+  ASSERT_TRUE(engine_->Tick().ok());
+  ASSERT_EQ(store_->GetExperiment(e->id)->state, store::ExperimentState::kCompleted);
+  auto d = engine_->Report({trial, w.owner, 2, {{"loss", 0.25}}, 100, json::object(), w.device});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->decision, Decision::kStop);
+  const auto t = store_->GetTrial(trial);
+  EXPECT_EQ(t->state, TrialState::kCancelled);
+  EXPECT_EQ(t->reason, "experiment completed: wall-time budget of 5 s reached");
+  auto progress = engine_->ListTrialProgress(e->id, t->number, t->number);
+  ASSERT_TRUE(progress.ok()) << progress.status();
+  ASSERT_EQ(progress->count(trial), 1u);
+  EXPECT_EQ(progress->at(trial).last_step, 2);
+  EXPECT_EQ(json::parse(progress->at(trial).last_metrics_json)["loss"], 0.25);
+  EXPECT_GT(progress->at(trial).device_ms, 0) << "a worker's steps are charged their device time";
 }
 
 TEST_F(EngineTest, BadSpecsAreRejectedWithTheirPathAndWriteNothing) {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -131,7 +132,7 @@ TEST_F(HpctlTest, SubmitWatchAndBest) {
   Out watched = Hpctl(addr_ + " watch 1");
   EXPECT_EQ(watched.code, 0) << watched.text;
   EXPECT_NE(watched.text.find("completed"), std::string::npos) << watched.text;
-  EXPECT_NE(watched.text.find("trials 3/3"), std::string::npos) << watched.text;
+  EXPECT_NE(watched.text.find("trials 3 of 3 finished"), std::string::npos) << watched.text;
   Out best = Hpctl(addr_ + " best 1 -o json");
   ASSERT_EQ(best.code, 0) << best.text;
   json b = json::parse(best.text);
@@ -167,7 +168,7 @@ TEST_F(HpctlTest, WatchReadsOnlyWhatChangedAfterItsFirstRead) {
   // Two reads: the whole one, then one since its cursor, before anything new.
   for (int i = 0; i < 600 && reads().size() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_GE(reads().size(), 2u) << testing::ReadFile(out) << server_->Log();
-  EXPECT_NE(testing::ReadFile(out).find("trials 3/6"), std::string::npos) << testing::ReadFile(out);
+  EXPECT_NE(testing::ReadFile(out).find("trials 3 of 6 finished"), std::string::npos) << testing::ReadFile(out);
   // Three more trials, each better than any of the first three (x*x >= 0).
   Finish(1, [](double x) { return x * x - 10; });
   const auto status = testing::WaitExit(watch, std::chrono::seconds(60));
@@ -175,7 +176,7 @@ TEST_F(HpctlTest, WatchReadsOnlyWhatChangedAfterItsFirstRead) {
   ASSERT_TRUE(status) << "watch did not end with its experiment:\n" << testing::ReadFile(out);
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << testing::ReadFile(out);
   const std::string text = testing::ReadFile(out);
-  EXPECT_NE(text.find("trials 6/6"), std::string::npos) << text;
+  EXPECT_NE(text.find("trials 6 of 6 finished"), std::string::npos) << text;
 
   const auto lines = reads();
   ASSERT_GE(lines.size(), 3u);
@@ -469,7 +470,7 @@ spaces:
         conditional: {sgd: {momentum: {type: float, low: 0, high: 0.99}}}
 system:
   threads: {type: int, low: 1, high: 4}
-budget: {max_trials: 4, max_parallel: 4, steps_per_trial: 1}
+budget: {max_trials: 5, max_parallel: 5, steps_per_trial: 1}
 executor: {client: {}}
 )";
 
@@ -508,7 +509,7 @@ TEST_F(HpctlTest, DryRunPrintsTheParsedSpacesAndCreatesNothing) {
   EXPECT_EQ(params[2]["low"], -1.0);
   EXPECT_EQ(spec["system"][0]["name"], "threads");
   EXPECT_EQ(spec["early_stopping"]["type"], "stop") << "defaults are filled in";
-  EXPECT_EQ(spec["budget"]["max_trials"], 4);
+  EXPECT_EQ(spec["budget"]["max_trials"], 5);
 
   EXPECT_EQ(Hpctl(addr_ + " submit --dry-run --watch " + dir_ + "/rich.yaml").code, 2) << "they exclude each other";
   EXPECT_EQ(Experiments(server_->http_port()).size(), 0u) << "a dry run creates nothing";
@@ -634,12 +635,13 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
   ASSERT_EQ(Hpctl(addr_ + " submit " + dir_ + "/rich.yaml").code, 0);
   HttpClientOptions o;
   o.port = server_->http_port();
-  auto s = HttpRequestOnce(o, "POST", "/api/v1/experiments/1/trials:suggest", R"({"count": 4})");
+  auto s = HttpRequestOnce(o, "POST", "/api/v1/experiments/1/trials:suggest", R"({"count": 5})");
   ASSERT_TRUE(s.ok() && s->status == 200);
   const json suggested = json::parse(s->body)["trials"];
-  ASSERT_EQ(suggested.size(), 4u);
+  ASSERT_EQ(suggested.size(), 5u);
   // Three complete (the third with a second final metric, which only it
-  // has), one fails with a reason that needs CSV quoting.
+  // has), one fails with a reason that needs CSV quoting, one still runs:
+  // its latest report is all it has.
   const std::string reason = "diverged, \"nan\"\nsecond line";
   for (size_t i = 0; i < suggested.size(); ++i) {
     const std::string tid = std::to_string(suggested[i]["id"].get<int64_t>());
@@ -647,6 +649,7 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
     auto r = HttpRequestOnce(o, "POST", "/api/v1/trials/" + tid + "/measurements",
                              json{{"step", 1}, {"metrics", {{"loss", x * x}}}}.dump());
     ASSERT_TRUE(r.ok() && r->status == 200);
+    if (i == 4) continue;
     const json final_metrics = i == 2 ? json{{"accuracy", 0.5}} : json::object();
     auto done = i == 3 ? HttpRequestOnce(o, "POST", "/api/v1/trials/" + tid + ":fail", json{{"reason", reason}}.dump())
                        : HttpRequestOnce(o, "POST", "/api/v1/trials/" + tid + ":complete",
@@ -659,16 +662,18 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
   const std::string csv = dir_ + "/trials.csv";
   Out written = Hpctl(addr_ + " export 1 " + csv);
   ASSERT_EQ(written.code, 0) << written.text;
-  EXPECT_EQ(written.text, "wrote 4 trials of experiment 1 to " + csv + " (csv)\n");
+  EXPECT_EQ(written.text, "wrote 5 trials of experiment 1 to " + csv + " (csv)\n");
   // Read back by Python's csv module, as pandas' reader would.
   Out parsed = Shell("python3 -c 'import csv, json, sys; r = csv.reader(open(sys.argv[1], newline=\"\")); "
                      "print(json.dumps(list(r)))' " + csv);
   ASSERT_EQ(parsed.code, 0) << parsed.text;
   const json rows = json::parse(parsed.text);
-  ASSERT_EQ(rows.size(), 5u) << parsed.text;
-  const std::vector<std::string> header = {"number", "id", "space", "state", "attempt", "level", "started_ms",
-                                           "finished_ms", "stop_step", "reason", "params.momentum", "params.opt",
-                                           "params.x", "system.threads", "metrics.accuracy", "metrics.loss"};
+  ASSERT_EQ(rows.size(), 6u) << parsed.text;
+  const std::vector<std::string> header = {
+      "number",         "id",          "space",           "state",      "attempt",        "level",
+      "started_ms",     "finished_ms", "stop_step",       "reason",     "device_seconds", "latest_step",
+      "params.momentum", "params.opt", "params.x",        "system.threads", "metrics.accuracy", "metrics.loss",
+      "latest.loss"};
   EXPECT_EQ(rows[0], json(header)) << "one column per param, system parameter and metric, sorted in each group";
   auto col = [&](const std::string& name) {
     return static_cast<size_t>(std::find(header.begin(), header.end(), name) - header.begin());
@@ -688,14 +693,23 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
     } else {
       EXPECT_EQ(row[col("params.momentum")], "") << "an inactive parameter is an empty cell";
     }
+    EXPECT_EQ(row[col("latest_step")], "1");
+    EXPECT_EQ(std::stod(row[col("latest.loss")].get<std::string>()), std::pow(t["params"]["x"].get<double>(), 2))
+        << "every trial's last report, whether or not it finished";
     if (t["state"] == "failed") {
       EXPECT_EQ(row[col("reason")], reason) << "a reason with a line break, a comma and quotes reads back whole";
+    } else if (t["state"] == "running") {
+      EXPECT_EQ(row[col("metrics.loss")], "") << "no final metrics yet";
     } else {
       EXPECT_EQ(std::stod(row[col("metrics.loss")].get<std::string>()), t["final_metrics"]["loss"].get<double>());
     }
     EXPECT_EQ(row[col("metrics.accuracy")], t["id"] == suggested[2]["id"] ? "0.5" : "") << "a metric one trial lacks is empty";
     EXPECT_EQ(std::stoi(row[col("system.threads")].get<std::string>()), t["system"]["threads"].get<int>());
   }
+
+  Out table = Hpctl(addr_ + " trials 1");
+  ASSERT_EQ(table.code, 0) << table.text;
+  EXPECT_NE(table.text.find(" @ step 1"), std::string::npos) << "the running trial's latest report\n" << table.text;
 
   Out to_stdout = Hpctl(addr_ + " export 1 -o csv");
   ASSERT_EQ(to_stdout.code, 0) << to_stdout.text;
@@ -706,14 +720,16 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
   ASSERT_EQ(js.code, 0) << js.text;
   const json records = json::parse(js.text, nullptr, false);
   ASSERT_TRUE(records.is_array()) << js.text;
-  ASSERT_EQ(records.size(), 4u);
+  ASSERT_EQ(records.size(), 5u);
   for (size_t i = 0; i < records.size(); ++i) {
     EXPECT_EQ(records[i]["params"], trials[i]["params"]);
     EXPECT_EQ(records[i]["system"], trials[i]["system"]);
     EXPECT_EQ(records[i]["number"], trials[i]["number"]);
-    if (trials[i]["state"] != "failed") {
+    if (trials[i]["state"] != "failed" && trials[i]["state"] != "running") {
       EXPECT_EQ(records[i]["metrics"], trials[i]["final_metrics"]);
     }
+    EXPECT_EQ(records[i]["latest"], trials[i]["latest"]["metrics"]);
+    EXPECT_EQ(records[i]["latest_step"], 1);
   }
 
   Out missing = Hpctl(addr_ + " export 99 -o csv");
@@ -863,7 +879,7 @@ executor: {builtin: {trainer: fashion-mnist, args: {max_train_samples: 2000}}}
   EXPECT_EQ(r.code, 0) << r.text;
   EXPECT_NE(r.text.find("dashboard: http://127.0.0.1:"), std::string::npos)
       << "the embedded server serves this checkout's web/\n" << r.text;
-  EXPECT_NE(r.text.find("trials 2/2: 2 completed"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("trials 2 of 2 finished: 2 completed"), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("best trial"), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("test_accuracy"), std::string::npos) << r.text;
   EXPECT_TRUE(std::filesystem::exists(dir + "/data/hpo.db"));

@@ -192,6 +192,47 @@ TEST_F(RestApiTest, AskTellRoundTrip) {
   EXPECT_EQ(page["trials"][0]["number"], 1);
 }
 
+// Every trial in a list or read alone carries how far it got: its last
+// step's metrics (what a running, paused or pruned trial reached, with no
+// final metrics yet) and its device time; null and 0 before any report.
+TEST_F(RestApiTest, TrialsShowTheirLatestReportBeforeTheyFinish) {
+  Start();
+  const int64_t id = CallJson("POST", "/api/v1/experiments", 201, kClientSpec)["id"];
+  json suggested = CallJson("POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest", 200,
+                            R"({"count": 3})");
+  ASSERT_EQ(suggested["trials"].size(), 3u);
+  std::vector<std::string> ids;
+  for (const auto& t : suggested["trials"]) {
+    EXPECT_TRUE(t["latest"].is_null()) << t;
+    ids.push_back(std::to_string(t["id"].get<int64_t>()));
+  }
+  const auto report = [&](const std::string& tid, int step, double loss) {
+    CallJson("POST", "/api/v1/trials/" + tid + "/measurements", 200,
+             json{{"step", step}, {"metrics", {{"loss", loss}}}}.dump());
+  };
+  report(ids[0], 0, 0.9);
+  report(ids[0], 1, 0.4);
+  report(ids[1], 0, 0.7);
+  json page = CallJson("GET", "/api/v1/experiments/" + std::to_string(id) + "/trials", 200);
+  ASSERT_EQ(page["trials"].size(), 3u);
+  std::map<std::string, json> by_id;
+  for (const auto& t : page["trials"]) by_id[std::to_string(t["id"].get<int64_t>())] = t;
+  EXPECT_TRUE(by_id[ids[0]]["final_metrics"].is_null());
+  EXPECT_EQ(by_id[ids[0]]["latest"]["step"], 1) << by_id[ids[0]];
+  EXPECT_DOUBLE_EQ(by_id[ids[0]]["latest"]["metrics"]["loss"].get<double>(), 0.4);
+  EXPECT_EQ(by_id[ids[1]]["latest"]["step"], 0) << by_id[ids[1]];
+  EXPECT_TRUE(by_id[ids[2]]["latest"].is_null()) << by_id[ids[2]];
+  EXPECT_EQ(by_id[ids[0]]["device_seconds"], 0) << "an ask/tell client's steps run on no device of ours";
+  // A page that starts past the first trial still finds its own.
+  json second = CallJson("GET", "/api/v1/experiments/" + std::to_string(id) + "/trials?offset=1&limit=1", 200);
+  ASSERT_EQ(second["trials"].size(), 1u);
+  EXPECT_EQ(second["trials"][0]["latest"]["step"], 0) << second;
+  json one = CallJson("GET", "/api/v1/trials/" + ids[0], 200);
+  EXPECT_EQ(one["latest"]["step"], 1) << one;
+  json best = CallJson("GET", "/api/v1/experiments/" + std::to_string(id) + "/best", 200);
+  EXPECT_EQ(best["latest"]["step"], 1) << best;
+}
+
 // A step past the trial's steps_per_trial is refused naming the step and
 // the limit, and stores nothing; an ask/tell spec that gives no
 // steps_per_trial sets no limit of its own, and its client's steps go on.

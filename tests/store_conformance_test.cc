@@ -13,6 +13,8 @@
 #include <set>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "server/store/store.h"
 #include "testing/store_backends.h"
 
@@ -352,6 +354,47 @@ TYPED_TEST(StoreTest, ListsAnExperimentsMeasurementsByTrialAndStep) {
   EXPECT_EQ((*ms)[1].step, 1);
   EXPECT_EQ((*ms)[3].trial_id, t2.id);
   EXPECT_TRUE(this->store_->ListExperimentMeasurements(999).status().IsNotFound());
+}
+
+// A page of trials' progress in one read: the highest step's metrics
+// (reported out of order here), the device time summed, trials outside
+// the numbers asked for and trials with no step left out.
+TYPED_TEST(StoreTest, APageOfTrialsProgressIsItsLastStepAndItsDeviceTime) {
+  auto e = this->MakeExperiment();
+  auto other = this->MakeExperiment();
+  this->MakeTrials(e.id, 4);
+  this->MakeTrials(other.id, 1);
+  std::vector<TrialRecord> t;
+  for (int i = 0; i < 5; ++i) t.push_back(this->Lease("w"));
+  ASSERT_EQ(t[0].experiment_id, e.id);
+  ASSERT_EQ(t[4].experiment_id, other.id);
+  for (const int step : {2, 0, 1}) {  // trial number 0
+    Measurement m = this->Step(step, 1.0 / (step + 1));
+    m.device_ms = 100 * (step + 1);
+    m.cost = 0.5;
+    ASSERT_TRUE(this->store_->ReportMeasurement(t[0].id, "w", m, std::nullopt).ok());
+  }
+  ASSERT_TRUE(this->store_->ReportMeasurement(t[2].id, "w", this->Step(0, 0.75), std::nullopt).ok());
+  ASSERT_TRUE(this->store_->ReportMeasurement(t[3].id, "w", this->Step(5, 0.1), std::nullopt).ok());
+  ASSERT_TRUE(this->store_->ReportMeasurement(t[4].id, "w", this->Step(0, 0.2), std::nullopt).ok());
+
+  auto page = this->store_->ListTrialProgress(e.id, 0, 2);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->size(), 2u) << "number 1 stored no step; number 3 is past the page";
+  const TrialProgress& first = page->at(t[0].id);
+  EXPECT_EQ(first.steps, 3);
+  EXPECT_EQ(first.last_step, 2);
+  EXPECT_EQ(nlohmann::json::parse(first.last_metrics_json),
+            nlohmann::json::parse(this->Step(2, 1.0 / 3).metrics_json));
+  EXPECT_EQ(first.device_ms, 600);
+  EXPECT_DOUBLE_EQ(first.cost, 1.5);
+  EXPECT_EQ(page->at(t[2].id).last_step, 0);
+  EXPECT_EQ(page->at(t[2].id).device_ms, 0);
+  auto one = this->store_->ListTrialProgress(e.id, 3, 3);
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ(one->at(t[3].id).last_step, 5);
+  EXPECT_TRUE(this->store_->ListTrialProgress(999, 0, 10).status().IsNotFound());
 }
 
 // Each step's device time and cost are kept with it and summed per

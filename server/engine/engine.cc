@@ -376,6 +376,11 @@ Result<store::Usage> Engine::ExperimentUsage(Id experiment_id) {
   return store_.ExperimentUsage(experiment_id);
 }
 
+Result<std::map<Id, store::TrialProgress>> Engine::ListTrialProgress(Id experiment_id, int64_t first_number,
+                                                                    int64_t last_number) {
+  return store_.ListTrialProgress(experiment_id, first_number, last_number);
+}
+
 double Engine::BudgetLeft(Cached& c) {
   if (!c.spec->budget) return std::numeric_limits<double>::infinity();
   MutexLock lock(c.usage_mu);
@@ -604,9 +609,19 @@ void Engine::RememberHome(const store::TrialRecord& trial) {
   trial_homes_[trial.id] = TrialHome{trial.experiment_id, trial.space_id};
 }
 
-Result<ReportReply> Engine::StopForEndedExperiment(const TrialReport& r, store::ExperimentState state) {
-  auto s = store_.FinishTrial(r.trial_id, r.owner, {TrialState::kCancelled, r.metrics.dump(),
-                                                    "experiment " + std::string(store::ToString(state))});
+Result<ReportReply> Engine::StopForEndedExperiment(const TrialReport& r, Id experiment_id,
+                                                   store::ExperimentState state) {
+  // A completed experiment's reason is the server's own, short ("wall-time
+  // budget of 840 s reached"), and the trials it cut while running (at most
+  // its parallelism) carry it: "experiment completed: wall-time budget ...".
+  // A cancel's reason is the user's, kept once on the experiment.
+  std::string why = "experiment " + std::string(store::ToString(state));
+  if (state == store::ExperimentState::kCompleted) {
+    if (auto e = store_.GetExperiment(experiment_id); e.ok() && !e->reason.empty()) {
+      why += ": " + CapText(FreeText::kFailureReason, e->reason);
+    }
+  }
+  auto s = store_.FinishTrial(r.trial_id, r.owner, {TrialState::kCancelled, r.metrics.dump(), why});
   // FailedPrecondition: the experiment's end finished it already.
   if (!s.ok() && !s.status().IsFailedPrecondition()) return s.status();
   return ReportReply{Decision::kStop, std::nullopt, "experiment ended"};
@@ -692,7 +707,9 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
     // reason (a step past its stop_step) is cancelled here, as below.
     if (report_result.status().IsFailedPrecondition()) {
       auto state = store_.GetExperimentState(home.experiment_id);
-      if (state.ok() && *state != store::ExperimentState::kRunning) return StopForEndedExperiment(r, *state);
+      if (state.ok() && *state != store::ExperimentState::kRunning) {
+        return StopForEndedExperiment(r, home.experiment_id, *state);
+      }
     }
     return report_result.status();
   }
@@ -727,7 +744,7 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   if (reported.experiment_state != store::ExperimentState::kRunning) {
     // The experiment ended while this trial ran: its step is kept, and the
     // trial stops.
-    return StopForEndedExperiment(r, reported.experiment_state);
+    return StopForEndedExperiment(r, home.experiment_id, reported.experiment_state);
   }
 
   // Stopping-type early stopping on this space's trials, this report

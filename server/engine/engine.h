@@ -319,6 +319,10 @@ class Engine {
   Result<store::TrialCounts> CountTrials(store::Id experiment_id);
   // Device time and money its trials' stored steps used (cost.budget).
   Result<store::Usage> ExperimentUsage(store::Id experiment_id);
+  // How far its trials numbered first..last got (store::TrialProgress).
+  Result<std::map<store::Id, store::TrialProgress>> ListTrialProgress(store::Id experiment_id,
+                                                                      int64_t first_number,
+                                                                      int64_t last_number);
   Result<store::TrialRecord> GetTrial(store::Id id);
   Result<std::vector<store::TrialRecord>> ListTrials(store::Id experiment_id, const store::TrialFilter& filter);
   // The leased and running trials of every running experiment, in one read.
@@ -818,8 +822,10 @@ class Engine {
   // What the device runs now, for MaybeMove (a lease or a report of it).
   static void NoteOnDevice(Cached& c, store::Id device_id, store::Id trial_id, int64_t step);
   // A report's answer once its experiment ended: the trial cancelled (unless
-  // the experiment's end finished it already), the worker told to stop.
-  Result<ReportReply> StopForEndedExperiment(const TrialReport& r, store::ExperimentState state);
+  // the experiment's end finished it already) with the experiment's reason,
+  // the worker told to stop.
+  Result<ReportReply> StopForEndedExperiment(const TrialReport& r, store::Id experiment_id,
+                                             store::ExperimentState state);
   // Co-tuning after a report: maybe a new system setting for the next epoch.
   // `inserted`: the report was new (not a retry), so its events are due.
   // `workload`: the trial's (Workload), whose speeds measured on the

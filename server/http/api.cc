@@ -59,12 +59,23 @@ json TrialJson(const store::TrialRecord& t, const std::map<Id, std::string>& spa
             {"resume_step", t.resume_step},
             // The same seed a worker's lease carries (Trial.seed), so an
             // ask/tell client can run the trial reproducibly too.
-            {"seed", spec ? json(TrialSeed(*spec, t.number)) : json(nullptr)}};
+            {"seed", spec ? json(TrialSeed(*spec, t.number)) : json(nullptr)},
+            // How far it got (SetProgress): what a paused, pruned or cut
+            // trial reached, and its training time without pauses.
+            {"latest", nullptr},
+            {"device_seconds", 0}};
   if (t.space_id) {
     auto it = space_names.find(*t.space_id);
     if (it != space_names.end()) j["space"] = it->second;
   }
   return j;
+}
+
+// A trial's last stored step and its training time, in TrialJson's fields.
+void SetProgress(json& trial, const store::TrialProgress& p) {
+  if (p.steps == 0) return;
+  trial["latest"] = {{"step", p.last_step}, {"metrics", ParseOr(p.last_metrics_json, json::object())}};
+  trial["device_seconds"] = static_cast<double>(p.device_ms) / 1000.0;
 }
 
 // The experiment's spec, or null when it cannot be read (TrialJson then
@@ -550,6 +561,12 @@ Result<json> RestApi::CancelExperiment(const RouteCall& call) {
   return json{{"id", id}, {"state", "cancelled"}};
 }
 
+Status RestApi::AddProgress(json& out, const store::TrialRecord& t) {
+  HPO_ASSIGN_OR_RETURN(const auto progress, engine_.ListTrialProgress(t.experiment_id, t.number, t.number));
+  if (auto p = progress.find(t.id); p != progress.end()) SetProgress(out, p->second);
+  return Status::OK();
+}
+
 Result<json> RestApi::BestTrial(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "experiment"));
   HPO_ASSIGN_OR_RETURN(auto e, engine_.GetExperiment(id));
@@ -558,6 +575,7 @@ Result<json> RestApi::BestTrial(const RouteCall& call) {
     return Status::NotFound("experiment " + call.id + " has no completed trial and no measurement yet");
   }
   json out = TrialJson(best->trial, SpaceNames(e), SpecOrNull(engine_, id).get());
+  HPO_RETURN_IF_ERROR(AddProgress(out, best->trial));
   // A partial best keeps its own final_metrics (null while paused, the last
   // report when pruned); best_metrics is the report that made it the best.
   out["partial"] = best->partial;
@@ -676,7 +694,14 @@ Result<json> RestApi::ListTrials(const RouteCall& call) {
   json trials = json::array();
   const auto names = SpaceNames(e);
   const auto spec = SpecOrNull(engine_, id);
-  for (const auto& t : list) trials.push_back(TrialJson(t, names, spec.get()));
+  std::map<Id, store::TrialProgress> progress;
+  if (!list.empty()) {  // ordered by number
+    HPO_ASSIGN_OR_RETURN(progress, engine_.ListTrialProgress(id, list.front().number, list.back().number));
+  }
+  for (const auto& t : list) {
+    trials.push_back(TrialJson(t, names, spec.get()));
+    if (auto p = progress.find(t.id); p != progress.end()) SetProgress(trials.back(), p->second);
+  }
   // A full page may have more after it; a short one is the last.
   const bool full = f.limit > 0 && static_cast<int64_t>(list.size()) == f.limit;
   return json{{"trials", trials},
@@ -694,6 +719,7 @@ Result<json> RestApi::GetTrial(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(auto e, engine_.GetExperiment(t.experiment_id));
   HPO_ASSIGN_OR_RETURN(auto ms, engine_.ListMeasurements(id));
   json out = TrialJson(t, SpaceNames(e), SpecOrNull(engine_, t.experiment_id).get());
+  HPO_RETURN_IF_ERROR(AddProgress(out, t));
   json measurements = json::array();
   for (const auto& m : ms) {
     measurements.push_back({{"step", m.step},

@@ -150,6 +150,8 @@ class RestApi {
   Result<nlohmann::json> CompleteTrial(const RouteCall& call);
   Result<nlohmann::json> FailTrial(const RouteCall& call);
   Result<nlohmann::json> FinishTrial(const RouteCall& call, bool failed);
+  // A trial's `latest` and `device_seconds` (TrialJson), read for it alone.
+  Status AddProgress(nlohmann::json& trial_json, const store::TrialRecord& t);
 
   Engine& engine_;
   EventBus& events_;

@@ -1124,6 +1124,26 @@ Result<Usage> SqlStore::ExperimentUsage(Id experiment_id) {
   });
 }
 
+Result<std::map<Id, TrialProgress>> SqlStore::ListTrialProgress(Id experiment_id, int64_t first_number,
+                                                                int64_t last_number) {
+  return Run(TxMode::kReadOne, [&](SqlConnection& c) {
+    RequireExperiment(c, experiment_id);
+    std::map<Id, TrialProgress> out;
+    // A page of trials by the (experiment, number) index, each one's steps
+    // by the (trial, step) key; the last step's metrics read from the same
+    // key, newest first.
+    for (const auto& r : c.Query(
+             "SELECT t.id, COUNT(*), MAX(m.step), COALESCE(SUM(m.device_ms), 0), COALESCE(SUM(m.cost), 0), "
+             "(SELECT l.metrics FROM measurements l WHERE l.trial_id = t.id ORDER BY l.step DESC LIMIT 1) "
+             "FROM trials t JOIN measurements m ON m.trial_id = t.id "
+             "WHERE t.experiment_id = $1 AND t.number BETWEEN $2 AND $3 GROUP BY t.id",
+             {experiment_id, first_number, last_number})) {
+      out[r.Int(0)] = TrialProgress{r.Int(1), r.Int(2), r.Text(5), r.Int(3), r.Real(4)};
+    }
+    return out;
+  });
+}
+
 Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurementsSince(Id experiment_id, int64_t since) {
   return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     RequireExperiment(c, experiment_id);

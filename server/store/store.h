@@ -91,6 +91,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -205,6 +206,17 @@ struct Measurement {
 // The device time and money an experiment's trials have used.
 struct Usage {
   int64_t device_ms = 0;
+  double cost = 0;
+};
+
+// How far a trial got, from its stored steps: what a paused, pruned or
+// cut trial reached, and the time it trained (time paused at a rung is
+// not in it).
+struct TrialProgress {
+  int64_t steps = 0;       // steps stored
+  int64_t last_step = 0;   // the highest
+  std::string last_metrics_json = "{}";  // that step's metrics
+  int64_t device_ms = 0;   // Measurement::device_ms, summed
   double cost = 0;
 };
 
@@ -553,6 +565,11 @@ class Store {
   // What an experiment's stored steps cost, summed (Measurement::device_ms
   // and cost). NotFound when the experiment does not exist.
   virtual Result<Usage> ExperimentUsage(Id experiment_id) = 0;
+  // The progress of an experiment's trials numbered first..last (both
+  // included) that stored at least one step, by trial id: one read for a
+  // page of trials. NotFound when the experiment does not exist.
+  virtual Result<std::map<Id, TrialProgress>> ListTrialProgress(Id experiment_id, int64_t first_number,
+                                                                int64_t last_number) = 0;
   // A cursor to read changes after: see ReadCursor. Take it before the
   // read it stands for.
   virtual Result<ReadCursor> ReadHorizon() = 0;
