@@ -538,18 +538,28 @@ std::string MetricsCell(const json& t) {
   return "";
 }
 
+// A trial's best reported objective value and its step: "0.912 @ step 7".
+std::string BestCell(const json& t, const std::string& metric) {
+  const json best = t.value("best", json());
+  if (!best.is_object()) return "";
+  return Str(best.value("metrics", json::object()).value(metric, json())) + " @ step " + Str(best["step"]);
+}
+
 void Trials(const HttpClientOptions& o, int64_t id, const std::string& state, const std::string& format) {
   std::string target = "/api/v1/experiments/" + std::to_string(id) + "/trials?limit=10000";
   if (!state.empty()) target += "&state=" + state;
   json r = Call(o, "GET", target);
+  const json e = Call(o, "GET", "/api/v1/experiments/" + std::to_string(id));
+  const std::string metric = Str(e["spec"]["objective"]["metric"]);
   std::vector<std::vector<std::string>> rows;
   for (const auto& t : r["trials"]) {
     const double trained = t.value("device_seconds", 0.0);
     rows.push_back({Str(t["number"]), Str(t["id"]), Str(t["space"]), Str(t["state"]), MetricsCell(t),
-                    trained > 0 ? Seconds(trained) : "", t["params"].dump(), t["system"].dump()});
+                    BestCell(t, metric), trained > 0 ? Seconds(trained) : "", t["params"].dump(),
+                    t["system"].dump()});
   }
-  PrintRows({"number", "id", "space", "state", "metrics", "train_time", "params", "system"}, rows, format,
-            r["trials"]);
+  PrintRows({"number", "id", "space", "state", "metrics", "best_" + metric, "train_time", "params", "system"}, rows,
+            format, r["trials"]);
 }
 
 // Every trial of an experiment, page by page (a page is at most the
@@ -576,19 +586,20 @@ std::string Cell(const json& v) {
 
 // hpctl export: every trial with its params, system setting and final
 // metrics (a pruned trial's are its last report), for pandas; and its last
-// report ("latest": a paused or cut trial has no final metrics) with its
-// step and its device time. JSON is a list of records whose nested
-// params/system/metrics/latest objects pd.json_normalize flattens to the
-// CSV's own column names ("params.lr", "metrics.loss", "latest.loss").
+// report ("latest": a paused or cut trial has no final metrics) and its best
+// report by the objective, each with its step, and its device time. JSON is
+// a list of records whose nested params/system/metrics/latest/best objects
+// pd.json_normalize flattens to the CSV's own column names ("params.lr",
+// "metrics.loss", "latest.loss", "best.loss").
 // CSV has one column per name seen in any trial, sorted within each group,
 // so the columns do not depend on which trials ran first. The file is
 // written beside FILE and renamed, so a failed export leaves no half file.
 void Export(const HttpClientOptions& o, int64_t id, const std::string& format, const std::string& file) {
   const json trials = AllTrials(o, id);
   static const std::vector<std::string> kFields = {
-      "number",     "id",          "space",     "state",  "attempt",        "level",
-      "started_ms", "finished_ms", "stop_step", "reason", "device_seconds", "latest_step"};
-  static const std::vector<const char*> kGroups = {"params", "system", "metrics", "latest"};
+      "number",     "id",          "space",     "state",  "attempt",        "level",       "started_ms",
+      "finished_ms", "stop_step", "reason", "device_seconds", "latest_step", "best_step"};
+  static const std::vector<const char*> kGroups = {"params", "system", "metrics", "latest", "best"};
   json records = json::array();
   std::map<std::string, std::set<std::string>> names;  // group -> keys in any trial
   for (const auto& t : trials) {
@@ -600,6 +611,9 @@ void Export(const HttpClientOptions& o, int64_t id, const std::string& format, c
     rec["system"] = t["system"].is_object() ? t["system"] : json::object();
     rec["metrics"] = t["final_metrics"].is_object() ? t["final_metrics"] : json::object();
     rec["latest"] = latest.is_object() && latest["metrics"].is_object() ? latest["metrics"] : json::object();
+    const json best = t.value("best", json());
+    rec["best_step"] = best.is_object() ? best["step"] : json();
+    rec["best"] = best.is_object() && best["metrics"].is_object() ? best["metrics"] : json::object();
     for (const char* group : kGroups) {
       for (auto it = rec[group].begin(); it != rec[group].end(); ++it) names[group].insert(it.key());
     }

@@ -87,9 +87,9 @@ class StoreWrapper : public store::Store {
     return t_.ExperimentUsage(experiment_id);
   }
   Result<std::map<store::Id, store::TrialProgress>> ListTrialProgress(store::Id experiment_id,
-                                                                       int64_t first_number,
-                                                                       int64_t last_number) override {
-    return t_.ListTrialProgress(experiment_id, first_number, last_number);
+                                                                       int64_t first_number, int64_t last_number,
+                                                                       const store::Objective& objective) override {
+    return t_.ListTrialProgress(experiment_id, first_number, last_number, objective);
   }
   Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurementsSince(store::Id experiment_id,
                                                                                 int64_t since) override {

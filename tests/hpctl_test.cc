@@ -670,10 +670,10 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
   const json rows = json::parse(parsed.text);
   ASSERT_EQ(rows.size(), 6u) << parsed.text;
   const std::vector<std::string> header = {
-      "number",         "id",          "space",           "state",      "attempt",        "level",
-      "started_ms",     "finished_ms", "stop_step",       "reason",     "device_seconds", "latest_step",
-      "params.momentum", "params.opt", "params.x",        "system.threads", "metrics.accuracy", "metrics.loss",
-      "latest.loss"};
+      "number",          "id",          "space",         "state",          "attempt",          "level",
+      "started_ms",      "finished_ms", "stop_step",     "reason",         "device_seconds",   "latest_step",
+      "best_step",       "params.momentum", "params.opt", "params.x",      "system.threads",   "metrics.accuracy",
+      "metrics.loss",    "latest.loss", "best.loss"};
   EXPECT_EQ(rows[0], json(header)) << "one column per param, system parameter and metric, sorted in each group";
   auto col = [&](const std::string& name) {
     return static_cast<size_t>(std::find(header.begin(), header.end(), name) - header.begin());
@@ -694,6 +694,8 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
       EXPECT_EQ(row[col("params.momentum")], "") << "an inactive parameter is an empty cell";
     }
     EXPECT_EQ(row[col("latest_step")], "1");
+    EXPECT_EQ(row[col("best_step")], "1");
+    EXPECT_EQ(row[col("best.loss")], row[col("latest.loss")]) << "one step: its last is its best";
     EXPECT_EQ(std::stod(row[col("latest.loss")].get<std::string>()), std::pow(t["params"]["x"].get<double>(), 2))
         << "every trial's last report, whether or not it finished";
     if (t["state"] == "failed") {
@@ -710,6 +712,7 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
   Out table = Hpctl(addr_ + " trials 1");
   ASSERT_EQ(table.code, 0) << table.text;
   EXPECT_NE(table.text.find(" @ step 1"), std::string::npos) << "the running trial's latest report\n" << table.text;
+  EXPECT_NE(table.text.find("best_loss"), std::string::npos) << table.text;
 
   Out to_stdout = Hpctl(addr_ + " export 1 -o csv");
   ASSERT_EQ(to_stdout.code, 0) << to_stdout.text;
@@ -730,6 +733,7 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
     }
     EXPECT_EQ(records[i]["latest"], trials[i]["latest"]["metrics"]);
     EXPECT_EQ(records[i]["latest_step"], 1);
+    EXPECT_EQ(records[i]["best"], trials[i]["best"]["metrics"]);
   }
 
   Out missing = Hpctl(addr_ + " export 99 -o csv");

@@ -220,13 +220,20 @@ TEST_F(RestApiTest, TrialsShowTheirLatestReportBeforeTheyFinish) {
   EXPECT_TRUE(by_id[ids[0]]["final_metrics"].is_null());
   EXPECT_EQ(by_id[ids[0]]["latest"]["step"], 1) << by_id[ids[0]];
   EXPECT_DOUBLE_EQ(by_id[ids[0]]["latest"]["metrics"]["loss"].get<double>(), 0.4);
-  EXPECT_EQ(by_id[ids[1]]["latest"]["step"], 0) << by_id[ids[1]];
+  EXPECT_EQ(by_id[ids[0]]["best"]["step"], 1) << "the smaller loss";
+  report(ids[1], 1, 0.8);
+  EXPECT_EQ(CallJson("GET", "/api/v1/trials/" + ids[1], 200)["best"]["step"], 0) << "its earlier, smaller loss";
+  page = CallJson("GET", "/api/v1/experiments/" + std::to_string(id) + "/trials", 200);
+  for (const auto& t : page["trials"]) by_id[std::to_string(t["id"].get<int64_t>())] = t;
+  EXPECT_EQ(by_id[ids[1]]["latest"]["step"], 1) << by_id[ids[1]];
+  EXPECT_DOUBLE_EQ(by_id[ids[1]]["best"]["metrics"]["loss"].get<double>(), 0.7);
   EXPECT_TRUE(by_id[ids[2]]["latest"].is_null()) << by_id[ids[2]];
+  EXPECT_TRUE(by_id[ids[2]]["best"].is_null()) << by_id[ids[2]];
   EXPECT_EQ(by_id[ids[0]]["device_seconds"], 0) << "an ask/tell client's steps run on no device of ours";
   // A page that starts past the first trial still finds its own.
   json second = CallJson("GET", "/api/v1/experiments/" + std::to_string(id) + "/trials?offset=1&limit=1", 200);
   ASSERT_EQ(second["trials"].size(), 1u);
-  EXPECT_EQ(second["trials"][0]["latest"]["step"], 0) << second;
+  EXPECT_EQ(second["trials"][0]["latest"]["step"], 1) << second;
   json one = CallJson("GET", "/api/v1/trials/" + ids[0], 200);
   EXPECT_EQ(one["latest"]["step"], 1) << one;
   json best = CallJson("GET", "/api/v1/experiments/" + std::to_string(id) + "/best", 200);

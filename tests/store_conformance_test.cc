@@ -375,10 +375,14 @@ TYPED_TEST(StoreTest, APageOfTrialsProgressIsItsLastStepAndItsDeviceTime) {
     ASSERT_TRUE(this->store_->ReportMeasurement(t[0].id, "w", m, std::nullopt).ok());
   }
   ASSERT_TRUE(this->store_->ReportMeasurement(t[2].id, "w", this->Step(0, 0.75), std::nullopt).ok());
+  Measurement other_metric = this->Step(1, 0.5);
+  other_metric.metrics_json = R"({"accuracy":0.01})";  // never the best loss, though the smallest number
+  ASSERT_TRUE(this->store_->ReportMeasurement(t[2].id, "w", other_metric, std::nullopt).ok());
   ASSERT_TRUE(this->store_->ReportMeasurement(t[3].id, "w", this->Step(5, 0.1), std::nullopt).ok());
   ASSERT_TRUE(this->store_->ReportMeasurement(t[4].id, "w", this->Step(0, 0.2), std::nullopt).ok());
 
-  auto page = this->store_->ListTrialProgress(e.id, 0, 2);
+  const Objective loss{"loss", false};
+  auto page = this->store_->ListTrialProgress(e.id, 0, 2, loss);
   ASSERT_TRUE(page.ok()) << page.status();
   ASSERT_EQ(page->size(), 2u) << "number 1 stored no step; number 3 is past the page";
   const TrialProgress& first = page->at(t[0].id);
@@ -386,15 +390,22 @@ TYPED_TEST(StoreTest, APageOfTrialsProgressIsItsLastStepAndItsDeviceTime) {
   EXPECT_EQ(first.last_step, 2);
   EXPECT_EQ(nlohmann::json::parse(first.last_metrics_json),
             nlohmann::json::parse(this->Step(2, 1.0 / 3).metrics_json));
+  EXPECT_EQ(first.best_step, 2) << "the smallest loss";
+  EXPECT_EQ(first.best_metrics_json, first.last_metrics_json);
   EXPECT_EQ(first.device_ms, 600);
   EXPECT_DOUBLE_EQ(first.cost, 1.5);
-  EXPECT_EQ(page->at(t[2].id).last_step, 0);
+  EXPECT_EQ(page->at(t[2].id).last_step, 1);
+  EXPECT_EQ(page->at(t[2].id).best_step, 0) << "a step without the metric is never best";
   EXPECT_EQ(page->at(t[2].id).device_ms, 0);
-  auto one = this->store_->ListTrialProgress(e.id, 3, 3);
+  auto maximized = this->store_->ListTrialProgress(e.id, 0, 0, {"loss", true});
+  ASSERT_TRUE(maximized.ok()) << maximized.status();
+  EXPECT_EQ(maximized->at(t[0].id).best_step, 0) << "the largest loss";
+  EXPECT_EQ(nlohmann::json::parse(maximized->at(t[0].id).best_metrics_json)["loss"], 1.0);
+  auto one = this->store_->ListTrialProgress(e.id, 3, 3, loss);
   ASSERT_TRUE(one.ok()) << one.status();
   ASSERT_EQ(one->size(), 1u);
   EXPECT_EQ(one->at(t[3].id).last_step, 5);
-  EXPECT_TRUE(this->store_->ListTrialProgress(999, 0, 10).status().IsNotFound());
+  EXPECT_TRUE(this->store_->ListTrialProgress(999, 0, 10, loss).status().IsNotFound());
 }
 
 // Each step's device time and cost are kept with it and summed per

@@ -378,7 +378,9 @@ Result<store::Usage> Engine::ExperimentUsage(Id experiment_id) {
 
 Result<std::map<Id, store::TrialProgress>> Engine::ListTrialProgress(Id experiment_id, int64_t first_number,
                                                                     int64_t last_number) {
-  return store_.ListTrialProgress(experiment_id, first_number, last_number);
+  HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
+  return store_.ListTrialProgress(experiment_id, first_number, last_number,
+                                  {c->spec->metric, c->spec->direction == search::Direction::kMaximize});
 }
 
 double Engine::BudgetLeft(Cached& c) {

@@ -319,7 +319,8 @@ class Engine {
   Result<store::TrialCounts> CountTrials(store::Id experiment_id);
   // Device time and money its trials' stored steps used (cost.budget).
   Result<store::Usage> ExperimentUsage(store::Id experiment_id);
-  // How far its trials numbered first..last got (store::TrialProgress).
+  // How far its trials numbered first..last got (store::TrialProgress),
+  // their best steps by the experiment's objective.
   Result<std::map<store::Id, store::TrialProgress>> ListTrialProgress(store::Id experiment_id,
                                                                       int64_t first_number,
                                                                       int64_t last_number);

@@ -63,6 +63,7 @@ json TrialJson(const store::TrialRecord& t, const std::map<Id, std::string>& spa
             // How far it got (SetProgress): what a paused, pruned or cut
             // trial reached, and its training time without pauses.
             {"latest", nullptr},
+            {"best", nullptr},
             {"device_seconds", 0}};
   if (t.space_id) {
     auto it = space_names.find(*t.space_id);
@@ -71,10 +72,12 @@ json TrialJson(const store::TrialRecord& t, const std::map<Id, std::string>& spa
   return j;
 }
 
-// A trial's last stored step and its training time, in TrialJson's fields.
+// A trial's last and best stored steps and its training time, in
+// TrialJson's fields.
 void SetProgress(json& trial, const store::TrialProgress& p) {
   if (p.steps == 0) return;
   trial["latest"] = {{"step", p.last_step}, {"metrics", ParseOr(p.last_metrics_json, json::object())}};
+  trial["best"] = {{"step", p.best_step}, {"metrics", ParseOr(p.best_metrics_json, json::object())}};
   trial["device_seconds"] = static_cast<double>(p.device_ms) / 1000.0;
 }
 

@@ -43,6 +43,7 @@ constexpr const char* kFixedParts = R"json({
         "seed": {"type": "integer", "nullable": true, "description": "the seed to run it with, from the spec's seed and the trial's number (the same as a worker's lease carries; a retry repeats it)"},
         "final_metrics": {"type": "object", "nullable": true}, "reason": {"type": "string"},
         "latest": {"type": "object", "nullable": true, "description": "its last stored step, {step, metrics}: what a running, paused, pruned or cut trial reached (null: no report yet). A trial's reports do not change its revision: a read with ?since gets new ones from .../measurements"},
+        "best": {"type": "object", "nullable": true, "description": "its stored step with the best objective value, {step, metrics} (the earliest of ties; null: no report yet)"},
         "device_seconds": {"type": "number", "description": "its device time over its stored steps (Measurement.device_ms summed): training time, without time paused at a rung"},
         "measurements": {"type": "array", "items": {"$ref": "#/components/schemas/Measurement"}}}},
       "Measurement": {"type": "object", "properties": {"step": {"type": "integer"}, "metrics": {"type": "object"},

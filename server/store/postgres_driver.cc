@@ -21,6 +21,7 @@ std::string Rewrite(std::string_view sql) {
   };
   replace("{FOR_UPDATE}", "FOR UPDATE");
   replace("{SKIP_LOCKED}", "SKIP LOCKED");
+  replace("{METRIC_4}", "CAST(json_extract_path_text(CAST(metrics AS json), CAST($4 AS text)) AS DOUBLE PRECISION)");
   return out;
 }
 

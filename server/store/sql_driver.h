@@ -77,9 +77,11 @@ class SqlColumns {
 };
 
 // One open connection. Not thread-safe: SqlStore hands each to one thread at
-// a time. SQL uses $1, $2, ... placeholders and two tokens the driver
+// a time. SQL uses $1, $2, ... placeholders and three tokens the driver
 // rewrites for its dialect: {FOR_UPDATE} (row lock, or nothing where writes
-// are serialized anyway) and {SKIP_LOCKED}.
+// are serialized anyway), {SKIP_LOCKED}, and {METRIC_4}: the number under
+// the key given as parameter $4 in the `metrics` column (JSON text) of the
+// innermost table that has one, NULL when missing.
 class SqlConnection {
  public:
   // kRead and kWrite open a transaction (SQLite: BEGIN / BEGIN IMMEDIATE).

@@ -1125,20 +1125,26 @@ Result<Usage> SqlStore::ExperimentUsage(Id experiment_id) {
 }
 
 Result<std::map<Id, TrialProgress>> SqlStore::ListTrialProgress(Id experiment_id, int64_t first_number,
-                                                                int64_t last_number) {
+                                                                int64_t last_number, const Objective& objective) {
   return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     RequireExperiment(c, experiment_id);
     std::map<Id, TrialProgress> out;
     // A page of trials by the (experiment, number) index, each one's steps
-    // by the (trial, step) key; the last step's metrics read from the same
-    // key, newest first.
-    for (const auto& r : c.Query(
-             "SELECT t.id, COUNT(*), MAX(m.step), COALESCE(SUM(m.device_ms), 0), COALESCE(SUM(m.cost), 0), "
-             "(SELECT l.metrics FROM measurements l WHERE l.trial_id = t.id ORDER BY l.step DESC LIMIT 1) "
-             "FROM trials t JOIN measurements m ON m.trial_id = t.id "
-             "WHERE t.experiment_id = $1 AND t.number BETWEEN $2 AND $3 GROUP BY t.id",
-             {experiment_id, first_number, last_number})) {
-      out[r.Int(0)] = TrialProgress{r.Int(1), r.Int(2), r.Text(5), r.Int(3), r.Real(4)};
+    // by the (trial, step) key: the last step newest first, the best by its
+    // objective value ($5 = 1 minimizes, -1 maximizes; a step without the
+    // metric sorts last on both backends as NULL does not).
+    constexpr const char* kBest =
+        "FROM measurements b WHERE b.trial_id = t.id "
+        "ORDER BY CASE WHEN {METRIC_4} IS NULL THEN 1 ELSE 0 END, {METRIC_4} * $5, b.step LIMIT 1";
+    static const std::string kSql =
+        std::string("SELECT t.id, COUNT(*), MAX(m.step), COALESCE(SUM(m.device_ms), 0), COALESCE(SUM(m.cost), 0), "
+                    "(SELECT l.metrics FROM measurements l WHERE l.trial_id = t.id ORDER BY l.step DESC LIMIT 1), "
+                    "(SELECT b.step ") + kBest + "), (SELECT b.metrics " + kBest + ") " +
+        "FROM trials t JOIN measurements m ON m.trial_id = t.id "
+        "WHERE t.experiment_id = $1 AND t.number BETWEEN $2 AND $3 GROUP BY t.id";
+    for (const auto& r : c.Query(kSql, {experiment_id, first_number, last_number, objective.metric,
+                                        int64_t{objective.maximize ? -1 : 1}})) {
+      out[r.Int(0)] = TrialProgress{r.Int(1), r.Int(2), r.Text(5), r.Int(6), r.Text(7), r.Int(3), r.Real(4)};
     }
     return out;
   });

@@ -56,7 +56,7 @@ class SqlStore final : public Store {
   Result<std::vector<MeasurementRecord>> ListExperimentMeasurements(Id experiment_id) override;
   Result<Usage> ExperimentUsage(Id experiment_id) override;
   Result<std::map<Id, TrialProgress>> ListTrialProgress(Id experiment_id, int64_t first_number,
-                                                        int64_t last_number) override;
+                                                        int64_t last_number, const Objective& objective) override;
   Result<std::vector<MeasurementRecord>> ListExperimentMeasurementsSince(Id experiment_id,
                                                                          int64_t since) override;
   Result<ReadCursor> ReadHorizon() override;

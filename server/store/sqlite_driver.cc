@@ -42,13 +42,18 @@ Status SqliteStatus(sqlite3* db, int rc, std::string_view what, const std::strin
   }
 }
 
-// $1 -> ?1; {FOR_UPDATE} and {SKIP_LOCKED} vanish (writers are serialized).
+// $1 -> ?1; {FOR_UPDATE} and {SKIP_LOCKED} vanish (writers are serialized);
+// {METRIC_4} reads the key by a JSON path quoted from the parameter.
 std::string Rewrite(std::string_view sql) {
+  constexpr std::string_view kMetric = "{METRIC_4}";
   std::string out;
   out.reserve(sql.size());
   for (size_t i = 0; i < sql.size(); ++i) {
     if (sql[i] == '$' && i + 1 < sql.size() && std::isdigit(static_cast<unsigned char>(sql[i + 1]))) {
       out += '?';
+    } else if (sql.compare(i, kMetric.size(), kMetric) == 0) {
+      out += "json_extract(metrics, '$.' || json_quote(?4))";
+      i += kMetric.size() - 1;
     } else if (sql.compare(i, 12, "{FOR_UPDATE}") == 0) {
       i += 11;
     } else if (sql.compare(i, 13, "{SKIP_LOCKED}") == 0) {

@@ -210,14 +210,22 @@ struct Usage {
 };
 
 // How far a trial got, from its stored steps: what a paused, pruned or
-// cut trial reached, and the time it trained (time paused at a rung is
-// not in it).
+// cut trial reached, its best step, and the time it trained (time paused at
+// a rung is not in it).
 struct TrialProgress {
   int64_t steps = 0;       // steps stored
   int64_t last_step = 0;   // the highest
   std::string last_metrics_json = "{}";  // that step's metrics
+  int64_t best_step = 0;   // the best objective value's (the earliest of ties)
+  std::string best_metrics_json = "{}";
   int64_t device_ms = 0;   // Measurement::device_ms, summed
   double cost = 0;
+};
+
+// What "best" means for a trial's steps: the objective metric and its direction.
+struct Objective {
+  std::string metric;
+  bool maximize = false;
 };
 
 struct MeasurementRecord : Measurement {
@@ -567,9 +575,11 @@ class Store {
   virtual Result<Usage> ExperimentUsage(Id experiment_id) = 0;
   // The progress of an experiment's trials numbered first..last (both
   // included) that stored at least one step, by trial id: one read for a
-  // page of trials. NotFound when the experiment does not exist.
+  // page of trials. A step without the objective's metric is never best.
+  // NotFound when the experiment does not exist.
   virtual Result<std::map<Id, TrialProgress>> ListTrialProgress(Id experiment_id, int64_t first_number,
-                                                                int64_t last_number) = 0;
+                                                                int64_t last_number,
+                                                                const Objective& objective) = 0;
   // A cursor to read changes after: see ReadCursor. Take it before the
   // read it stands for.
   virtual Result<ReadCursor> ReadHorizon() = 0;
