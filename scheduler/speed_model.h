@@ -4,7 +4,7 @@
 //
 // Keys:
 //   device_class  what workers report, e.g. "cpu:AMD EPYC:x2.0", "cuda:NVIDIA H100"
-//   workload      Engine::Workload, e.g. "experiment-7/fashion-mnist-cnn/cnn", or
+//   workload      Engine::Workload, e.g. "fashion-mnist-cnn/cnn@6f1c0e9a2b3d4c5e", or
 //                 the spec's own `workload:` name plus the space
 //   setting       the whole reported system setting as canonical JSON (sorted
 //                 keys, SettingKey), or "" for "whatever setting"

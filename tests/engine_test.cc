@@ -11,10 +11,12 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "server/engine/engine.h"
 #include "server/engine/trial_run.h"
+#include "server/metrics/store_gauges.h"
 #include "testing/stall_gate.h"
 #include "testing/store_backends.h"
 #include "testing/store_wrapper.h"
@@ -1262,7 +1264,7 @@ TEST_F(EngineTest, MeasuredSpeedsAreTheNewestPerDeviceAndWorkload) {
   }
   auto m = engine.Measured();
   ASSERT_TRUE(m.ok()) << m.status();
-  const std::string workload = Engine::Workload(e->id, *engine.Spec(e->id).value(), "a");
+  const std::string workload = Engine::Workload(*engine.Spec(e->id).value(), "a");
   ASSERT_EQ((*m)[w.device].size(), 1u);
   const MeasuredSpeed& newest = (*m)[w.device][workload];
   EXPECT_DOUBLE_EQ(newest.samples_per_sec, 101.0) << "not the newest of the two steps";
@@ -1277,6 +1279,54 @@ TEST_F(EngineTest, MeasuredSpeedsAreTheNewestPerDeviceAndWorkload) {
   ASSERT_EQ((*m)[w.device].count(elsewhere), 1u) << "another replica's observation was not read";
   EXPECT_DOUBLE_EQ((*m)[w.device][elsewhere].samples_per_sec, 55.0);
   EXPECT_DOUBLE_EQ((*m)[w.device][workload].samples_per_sec, 101.0);
+}
+
+// The workload key is what runs, not which experiment: five runs of one
+// spec share one hpo_device_samples_per_second series (it was one per
+// experiment, without bound), another program or space gets its own, and a
+// series no longer measured leaves the metric.
+TEST_F(EngineTest, RunsOfOneSpecShareOneWorkloadLabel) {
+  const TestWorker w = AddWorker("a");
+  for (int run = 0; run < 5; ++run) {
+    auto e = engine_->CreateExperiment(OneSpace(Spec(kBuiltin, 1, 1)));
+    ASSERT_TRUE(e.ok()) << e.status();
+    auto a = LeaseFor(w);
+    ASSERT_TRUE(a.ok() && a->has_value()) << "run " << run;
+    TrialReport r{(*a)->trial.id, w.owner, 0, {{"loss", 1.0}}, 100.0 + run, {{"threads", 1}}, w.device};
+    ASSERT_TRUE(engine_->Report(r).ok());
+    ASSERT_TRUE(engine_->Complete((*a)->trial.id, w.owner, false, json::object(), "").ok());
+  }
+  auto one = ParseExperimentSpec(OneSpace(Spec(kBuiltin, 1, 1)));
+  ASSERT_TRUE(one.ok()) << one.status();
+  const std::string key = Engine::Workload(*one, "a");
+  EXPECT_EQ(key.rfind("fashion-mnist-mlp/a@", 0), 0u) << key;
+  const std::string cnn = R"({"builtin": {"trainer": "fashion-mnist-cnn"}})";
+  EXPECT_NE(Engine::Workload(*ParseExperimentSpec(Spec(cnn, 1, 1)), "a"), key) << "another trainer";
+  EXPECT_NE(Engine::Workload(*one, "a"), Engine::Workload(*ParseExperimentSpec(Spec(kBuiltin, 1, 1)), "b"));
+  std::string wider = OneSpace(Spec(kBuiltin, 1, 1));
+  wider.replace(wider.find(R"("high": 1})"), 10, R"("high": 2})");
+  EXPECT_NE(Engine::Workload(*ParseExperimentSpec(wider), "a"), key) << "another space";
+  std::string more_trials = OneSpace(Spec(kBuiltin, 7, 1));
+  EXPECT_EQ(Engine::Workload(*ParseExperimentSpec(more_trials), "a"), key) << "the budget is not what runs";
+
+  metrics::Registry registry;
+  StoreGaugeOptions o;
+  o.max_age = std::chrono::milliseconds(0);
+  o.now_ms = clock_.fn();
+  RegisterStoreGauges(registry, *store_, o);
+  const auto series = [&] {
+    std::vector<std::string> out;
+    std::istringstream page(registry.Render());
+    for (std::string line; std::getline(page, line);) {
+      if (line.rfind("hpo_device_samples_per_second{", 0) == 0) out.push_back(line);
+    }
+    return out;
+  };
+  const auto now = series();
+  ASSERT_EQ(now.size(), 1u) << ::testing::PrintToString(now);
+  EXPECT_NE(now[0].find("workload=\"" + key + "\""), std::string::npos) << now[0];
+  clock_.Advance(o.speed_window.count() + 1);
+  EXPECT_TRUE(series().empty()) << "measured over an hour ago";
 }
 
 // StalledTopUps that also records how many trials each insert made.

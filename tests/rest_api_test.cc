@@ -626,7 +626,7 @@ TEST_F(RestApiTest, SystemTuningShowsSpeedAgainstTheTunedParameterPerBatchBucket
   w.devices.push_back(device);
   auto worker = store_->RegisterWorker(w);
   ASSERT_TRUE(worker.ok()) << worker.status();
-  const std::string workload = "experiment-" + id + "/client/main";
+  const std::string workload = Engine::Workload(*ParseExperimentSpec(spec), "main");
   auto observe = [&](const std::string& device_class, int threads, int batch, double sps) {
     store::SpeedObservation o;
     o.device_id = worker->devices[0].id;
@@ -646,11 +646,11 @@ TEST_F(RestApiTest, SystemTuningShowsSpeedAgainstTheTunedParameterPerBatchBucket
   observe("cpu:fast", 1, 512, 490);
   observe("cpu:fast", 1, 512, 510);
   observe("cpu:slow", 1, 64, 50);
-  // Another experiment's workload does not show.
+  // Another workload does not show.
   store::SpeedObservation other;
   other.device_id = worker->devices[0].id;
   other.device_class = "cpu:fast";
-  other.workload = "experiment-999/client/main";
+  other.workload = "other-program/main@0000000000000000";
   other.system_setting_json = R"({"threads": 3, "batch_size": 64})";
   other.samples_per_sec = 5000;
   ASSERT_TRUE(store_->AddSpeedObservation(other).ok());

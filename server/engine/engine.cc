@@ -692,7 +692,7 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   for (const auto& [name, id] : c->space_ids) {
     if (home.space_id == id) space = name;
   }
-  const std::string workload = Workload(home.experiment_id, spec, space);
+  const std::string workload = Workload(spec, space);
   const bool measured = device_class && r.samples_per_sec > 0;
   std::optional<store::SpeedObservation> speed;
   if (measured) {
@@ -878,18 +878,12 @@ Status Engine::MaybeFinish(Id experiment_id, Cached& c, bool after_change) {
   return s.IsFailedPrecondition() ? Status::OK() : s;  // another thread or server got there first
 }
 
-std::string Engine::Workload(Id experiment_id, const ExperimentSpec& spec, const std::string& space) {
-  if (!spec.workload.empty()) return spec.workload + "/" + space;
-  std::string program = "client";
-  if (spec.executor == ExperimentSpec::ExecutorKind::kBuiltin) {
-    program = spec.trainer;
-  } else if (spec.executor == ExperimentSpec::ExecutorKind::kCommand && !spec.argv.empty()) {
-    // The program's base name: readable in the dashboard; the experiment in
-    // the key keeps two programs run by one interpreter apart.
-    const auto slash = spec.argv[0].rfind('/');
-    program = spec.argv[0].substr(slash == std::string::npos ? 0 : slash + 1);
+std::string Engine::Workload(const ExperimentSpec& spec, const std::string& space) {
+  for (size_t i = 0; i < spec.spaces.size(); ++i) {
+    if (spec.spaces[i].name != space) continue;
+    return i < spec.workload_keys.size() ? spec.workload_keys[i] : WorkloadKey(spec, i);
   }
-  return "experiment-" + std::to_string(experiment_id) + "/" + program + "/" + space;
+  return spec.workload.empty() ? "unknown/" + space : spec.workload + "/" + space;
 }
 
 Result<std::optional<BestTrialResult>> Engine::BestTrial(Id experiment_id) {

@@ -524,12 +524,12 @@ class Engine {
   // The system parameters co-tuned inside trials (not affects_accuracy).
   static std::vector<std::string> TunableNames(const ExperimentSpec& spec);
   // What a trial's speed is measured against, the speed model's workload
-  // key of one space: the spec's `workload:` name plus the space when it has
-  // one (shared by every experiment naming it), otherwise this experiment's
-  // own trainer or command plus the space, e.g.
-  // "experiment-7/fashion-mnist-cnn/cnn", so unrelated programs that share
-  // an interpreter (python3) never share a speed history.
-  static std::string Workload(store::Id experiment_id, const ExperimentSpec& spec, const std::string& space);
+  // key of one space (WorkloadKey, server/spec/spec.h): the spec's
+  // `workload:` name plus the space, or e.g.
+  // "fashion-mnist-cnn/cnn@6f1c0e9a2b3d4c5e", shared by runs of the same
+  // program and space, never by unrelated programs that share an
+  // interpreter (python3).
+  static std::string Workload(const ExperimentSpec& spec, const std::string& space);
 
  private:
   // What one new trial is made for: an ask/tell client's suggestion, or

@@ -117,7 +117,7 @@ Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id,
     device_class = device->second.device_class;
     max_threads = device->second.max_threads;
     if (!tunable.empty()) {
-      best = fleet->model.BestTunables(device_class, Workload(a.trial.experiment_id, spec, a.space), tunable, start,
+      best = fleet->model.BestTunables(device_class, Workload(spec, a.space), tunable, start,
                                        kMinObservationsToReuseSetting);
     }
   }

@@ -135,7 +135,7 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
   const int64_t now = NowMs();
   LeasePlan plan;
   std::vector<std::string> workloads;
-  for (const auto& space : spec.spaces) workloads.push_back(Workload(e.id, spec, space.name));
+  for (const auto& space : spec.spaces) workloads.push_back(Workload(spec, space.name));
   {
     HPO_ASSIGN_OR_RETURN(TrialView::Locked view, c.trials->Fresh());
     scheduler::OfferInput in;

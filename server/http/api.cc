@@ -642,7 +642,7 @@ Result<json> RestApi::SystemTuning(const RouteCall& call) {
   std::vector<std::string> workloads;
   std::vector<store::SpeedObservationRecord> observations;
   for (const auto& space : spec->spaces) {
-    workloads.push_back(Engine::Workload(id, *spec, space.name));
+    workloads.push_back(Engine::Workload(*spec, space.name));
     // The newest 5000 per workload, as many as the engine's speed model reads.
     HPO_ASSIGN_OR_RETURN(auto some, engine_.ListSpeedObservations(workloads.back(), 5000));
     observations.insert(observations.end(), some.begin(), some.end());

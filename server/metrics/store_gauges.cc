@@ -19,6 +19,9 @@ struct Snapshot {
 };
 
 Snapshot ReadStore(store::Store& store, const StoreGaugeOptions& options) {
+  using namespace std::chrono;
+  const int64_t now = options.now_ms ? options.now_ms()
+                                     : duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
   Snapshot s;
   if (auto list = store.ListExperiments(0, 1'000'000); list.ok()) {
     std::map<std::string, double> by_state = {{"running", 0}, {"completed", 0}, {"cancelled", 0}, {"failed", 0}};
@@ -34,6 +37,7 @@ Snapshot ReadStore(store::Store& store, const StoreGaugeOptions& options) {
       sum.pending += n->pending;
       sum.leased += n->leased;
       sum.running += n->running;
+      sum.paused += n->paused;
       sum.completed += n->completed;
       sum.pruned += n->pruned;
       sum.failed += n->failed;
@@ -45,6 +49,7 @@ Snapshot ReadStore(store::Store& store, const StoreGaugeOptions& options) {
       s.trials = metrics::GaugeSamples{{{{"state", "pending"}}, double(sum.pending)},
                                        {{{"state", "leased"}}, double(sum.leased)},
                                        {{{"state", "running"}}, double(sum.running)},
+                                       {{{"state", "paused"}}, double(sum.paused)},
                                        {{{"state", "completed"}}, double(sum.completed)},
                                        {{{"state", "pruned"}}, double(sum.pruned)},
                                        {{{"state", "failed"}}, double(sum.failed)},
@@ -52,9 +57,6 @@ Snapshot ReadStore(store::Store& store, const StoreGaugeOptions& options) {
     }
   }
   if (auto workers = store.ListWorkers(); workers.ok()) {
-    using namespace std::chrono;
-    const int64_t now = options.now_ms ? options.now_ms()
-                                       : duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
     // Live as placement counts them (server/engine/fleet_view.cc): a fleet
     // of restarted pods must not read as twice its size.
     double live = 0, gone = 0;
@@ -72,7 +74,13 @@ Snapshot ReadStore(store::Store& store, const StoreGaugeOptions& options) {
   }
   if (auto obs = store.ListSpeedObservations("", 5000); obs.ok()) {
     std::map<std::pair<std::string, std::string>, std::vector<double>> by;
-    for (const auto& o : *obs) by[{o.device_class, o.workload}].push_back(o.samples_per_sec);
+    // Only what was measured lately: a workload no longer run leaves the
+    // metric, so its labels follow what runs, not everything ever run.
+    for (const auto& o : *obs) {
+      if (o.observed_ms >= now - options.speed_window.count()) {
+        by[{o.device_class, o.workload}].push_back(o.samples_per_sec);
+      }
+    }
     s.speed.emplace();
     for (auto& [key, v] : by) {
       const size_t n = std::min<size_t>(20, v.size());

@@ -26,6 +26,9 @@ struct StoreGaugeOptions {
   // A worker counts as live when seen within this (the lease timeout, as
   // placement reads it) and not gone.
   std::chrono::milliseconds live_for{60'000};
+  // hpo_device_samples_per_second counts the speeds observed within this,
+  // so a (device class, workload) pair no longer run leaves the metric.
+  std::chrono::milliseconds speed_window{3'600'000};
   // Milliseconds since the epoch, the store's clock; the system clock when
   // unset.
   std::function<int64_t()> now_ms;

@@ -698,6 +698,36 @@ json DescribeParam(const search::Param& p, const search::SearchSpace* space) {
 
 }  // namespace
 
+std::string WorkloadKey(const ExperimentSpec& spec, size_t space) {
+  const search::SearchSpace& s = spec.spaces.at(space);
+  if (!spec.workload.empty()) return spec.workload + "/" + s.name;
+  std::string program = "client";
+  json executor = {{"kind", "client"}};
+  if (spec.executor == ExperimentSpec::ExecutorKind::kBuiltin) {
+    program = spec.trainer;
+    executor = {{"kind", "builtin"}, {"trainer", spec.trainer}, {"args", spec.trainer_args}};
+  } else if (spec.executor == ExperimentSpec::ExecutorKind::kCommand) {
+    if (!spec.argv.empty()) {
+      const auto slash = spec.argv[0].rfind('/');
+      program = spec.argv[0].substr(slash == std::string::npos ? 0 : slash + 1);
+    }
+    executor = {{"kind", "command"}, {"argv", spec.argv}, {"env", spec.env}};
+  }
+  json params = json::array();
+  for (const auto& p : s.params) params.push_back(DescribeParam(p, &s));
+  // Object keys are sorted, so the text (and the hash) does not depend on
+  // the order the spec wrote them in.
+  const std::string text = json{{"executor", executor}, {"params", params}}.dump();
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a, 64 bits
+  for (const unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+  return program + "/" + s.name + "@" + hex;
+}
+
 json DescribeSpec(const ExperimentSpec& spec) {
   json spaces = json::array();
   for (const auto& s : spec.spaces) {
@@ -914,6 +944,7 @@ Result<ExperimentSpec> ParseExperimentSpec(const json& j) {
       }
     }
   }
+  for (size_t i = 0; i < spec.spaces.size(); ++i) spec.workload_keys.push_back(WorkloadKey(spec, i));
   return spec;
 }
 

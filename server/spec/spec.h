@@ -105,9 +105,12 @@ struct ExperimentSpec {
   std::vector<search::SearchSpace> spaces;
   std::vector<SystemParam> system;
   // `workload:` names what is trained (e.g. resnet-cifar) so that experiments
-  // naming the same one share what the speed model learned; "" keeps it to
-  // this experiment (Engine::Workload).
+  // naming the same one share what the speed model learned. Without it, the
+  // key is made from what is run (WorkloadKey): two runs of one spec share it.
   std::string workload;
+  // Per space, in spec order: the workload key its speed observations,
+  // metrics and fleet views are kept under (WorkloadKey), made once.
+  std::vector<std::string> workload_keys;
 
   // A name of search/registry.h: auto (the default), tpe, gp or random.
   std::string sampler = "auto";
@@ -232,6 +235,17 @@ Result<ExperimentSpec> ParseExperimentSpec(const nlohmann::json& j);
 // gets that server's defaults: no early stopping, and promotion-type asha
 // and hyperband where trials could checkpoint.
 Result<ExperimentSpec> ParseStoredExperimentSpec(const std::string& text);
+
+// What a space's trials train, as the key the speed model, the fleet views
+// and the hpo_device_samples_per_second metric group speeds by:
+// "<workload>/<space>" when the spec names a `workload:`; otherwise
+// "<program>/<space>@<hash>", the program being the built-in trainer, the
+// command's base name or "client", and the hash (16 hex digits, FNV-1a) of
+// the executor (trainer and its args, or argv and env) and the space's
+// parameters. So two runs of one spec share it, its labels do not grow with
+// the number of experiments, and a different program or space (two scripts
+// under one interpreter) gets its own. Not the experiment's id.
+std::string WorkloadKey(const ExperimentSpec& spec, size_t space);
 
 // The spec as the server reads it, for a dry run (POST
 // /api/v1/experiments:validate, `hpctl submit --dry-run`): defaults filled
