@@ -45,16 +45,24 @@ export function bestSoFar(trials, metric, direction) {
   };
 }
 
-// Parameter importance, fANOVA-style first-order effects estimated by the
-// correlation ratio: for each parameter, the completed trials that have it
-// are grouped into bins of its value (categories as they are; numbers into
-// up to B equal-count bins by rank, B = clamp(floor(sqrt(n)), 2, 10), equal
-// values always in one bin), and
-//   importance = sum_b n_b (mean_b - mean)^2 / sum_i (y_i - mean)^2,
-// the share of the objective's variance that the bins' means explain
-// (eta squared, in [0, 1]). Parameters with fewer than 4 trials or a single
-// bin are left out. It sees each parameter alone (no interactions) and
-// overstates parameters with few trials per bin.
+// Parameter importance: how much of the objective's variance each
+// parameter alone predicts out of sample. For each parameter, take the
+// completed trials that have it (a conditional parameter counts only where
+// it is active), predict each trial's objective y_i from the others alone
+// (leave one out): a number by the mean y of its k nearest trials by the
+// parameter's value, k = max(2, floor(sqrt(n) / 2)); a category by the mean y
+// of the other trials with that choice (of all others when it has none).
+// Then
+//   importance = max(0, 1 - sum_i (y_i - pred_i)^2 / sum_i (y_i - mean)^2),
+// the share of the variance it predicts (cross-validated R^2, in [0, 1]).
+// Unlike the in-sample share of binned means (eta squared, used before),
+// a parameter the objective does not depend on predicts nothing out of
+// sample, so it scores near 0 rather than the (bins - 1) / (n - 1) that
+// chance gives it: on the quadratic example (examples/quadratic-client.yaml,
+// loss from x alone) at 10 random trials, eta squared ranked another
+// parameter at or above x one run in six. Parameters with fewer than 4
+// trials or a single value are left out. It sees each parameter alone (no
+// interactions, unlike a full fANOVA over a fitted forest).
 export function importance(trials, metric) {
   // Per parameter, its values and the objective values beside them (arrays,
   // not an object per point: this runs over every completed trial).
@@ -71,47 +79,79 @@ export function importance(trials, metric) {
   }
   const out = [];
   for (const [param, { values, ys }] of byParam) {
-    const eta2 = correlationRatio(binned(values, ys));
-    if (eta2 !== null) out.push({ param, importance: eta2, trials: values.length });
+    const r2 = predictedShare(values, ys);
+    if (r2 !== null) out.push({ param, importance: r2, trials: values.length });
   }
   return out.sort((a, b) => b.importance - a.importance || a.param.localeCompare(b.param));
 }
 
-// Groups of objective values, one per bin of the parameter's value.
-function binned(values, ys) {
-  if (values.some((v) => typeof v !== 'number')) {
-    const groups = new Map();
-    values.forEach((v, i) => {
-      const key = String(v);
-      if (!groups.has(key)) groups.set(key, []);
-      groups.get(key).push(ys[i]);
-    });
-    return [...groups.values()];
+// Below this many completed trials the importance chart says it does not
+// know rather than ranking: at 6 random trials of the quadratic example the
+// ranking put a parameter the loss does not depend on first a third of the
+// time, whatever the estimator; at 10 (TPE's usual startup), importance()
+// ranks x first in all but a few runs in a hundred (tests/web/analysis.test.mjs).
+export const MIN_IMPORTANCE_TRIALS = 10;
+
+// What the importance chart shows: { rows, completed, why }: rows as
+// importance() answers them once there are MIN_IMPORTANCE_TRIALS completed
+// trials with an objective value, else none, and `why` says what is missing.
+export function importanceView(trials, metric) {
+  let completed = 0;
+  for (const t of trials) if (t.state === 'completed' && objective(t, metric) !== null) completed++;
+  if (completed < MIN_IMPORTANCE_TRIALS) {
+    return { rows: [], completed,
+             why: `importance needs at least ${MIN_IMPORTANCE_TRIALS} completed trials; ${completed} so far` };
   }
-  const order = values.map((_, i) => i).sort((a, b) => values[a] - values[b]);  // stable: ties keep their order
-  const n = order.length;
-  const bins = Math.min(10, Math.max(2, Math.floor(Math.sqrt(n))));
-  const groups = [];
-  let rankOfValue = 0;
-  for (let i = 0; i < n; i++) {
-    if (i === 0 || values[order[i]] !== values[order[i - 1]]) rankOfValue = i;
-    const b = Math.floor((rankOfValue * bins) / n);
-    (groups[b] ??= []).push(ys[order[i]]);
+  const rows = importance(trials, metric);
+  if (rows.length === 0) return { rows, completed, why: 'no parameter has 4 completed trials with two values or more' };
+  // All at 0: a ranking would only be the names' order.
+  if (rows.every((r) => r.importance === 0)) {
+    return { rows: [], completed,
+             why: `no parameter alone predicts the objective yet (${completed} completed trials)` };
   }
-  return groups.filter(Boolean);
+  return { rows, completed, why: null };
 }
 
-function correlationRatio(groups) {
-  const all = groups.flat();
-  if (all.length < 4 || groups.length < 2) return null;
-  const mean = all.reduce((s, y) => s + y, 0) / all.length;
-  const total = all.reduce((s, y) => s + (y - mean) ** 2, 0);
+// The leave-one-out R^2 of y predicted from one parameter's values, or null
+// when it cannot be judged (fewer than 4 trials, a single value).
+function predictedShare(values, ys) {
+  const n = values.length;
+  if (n < 4 || values.every((v) => v === values[0])) return null;
+  const mean = ys.reduce((s, y) => s + y, 0) / n;
+  const total = ys.reduce((s, y) => s + (y - mean) ** 2, 0);
   if (!(total > 0)) return 0;
-  const between = groups.reduce((s, g) => {
-    const m = g.reduce((a, y) => a + y, 0) / g.length;
-    return s + g.length * (m - mean) ** 2;
-  }, 0);
-  return Math.min(1, between / total);
+  let sse = 0;
+  if (values.some((v) => typeof v !== 'number')) {
+    const groups = new Map();  // choice -> [sum of y, count]
+    values.forEach((v, i) => {
+      const g = groups.get(String(v)) ?? [0, 0];
+      g[0] += ys[i];
+      g[1]++;
+      groups.set(String(v), g);
+    });
+    values.forEach((v, i) => {
+      const [sum, count] = groups.get(String(v));
+      const predicted = count > 1 ? (sum - ys[i]) / (count - 1) : (n * mean - ys[i]) / (n - 1);
+      sse += (ys[i] - predicted) ** 2;
+    });
+  } else {
+    const order = values.map((_, i) => i).sort((a, b) => values[a] - values[b]);
+    const k = Math.max(2, Math.floor(Math.sqrt(n) / 2));
+    // Each trial's k nearest others, walking out from its place in the
+    // order and taking the nearer side first.
+    order.forEach((i, at) => {
+      let lo = at - 1;
+      let hi = at + 1;
+      let sum = 0;
+      for (let taken = 0; taken < k; taken++) {
+        const below = lo >= 0 ? values[i] - values[order[lo]] : Infinity;
+        const above = hi < n ? values[order[hi]] - values[i] : Infinity;
+        sum += ys[below <= above ? order[lo--] : order[hi++]];
+      }
+      sse += (ys[i] - sum / k) ** 2;
+    });
+  }
+  return Math.max(0, 1 - sse / total);
 }
 
 // Each space's priority (its share of the budget when each trial was
@@ -133,13 +173,43 @@ export function spaceHistory(trials, spaces, maxPoints = 1000) {
   return out;
 }
 
-// The trials table's rows: filtered by state and space, sorted by a column.
+// What the trials table shows as a trial's objective: its final value, or
+// for a trial without one (running, paused, cut) the value of its last
+// report, with that report's step: { value, step } (step null for a final
+// value; value null when neither is there). The last report is the later of
+// `latest` ({step, metrics}, the REST API's; absent from older servers) and
+// the last point of `curve` ({steps, values} of the objective, as CurveSet
+// holds it), which live reads keep newer: a report does not bring its trial
+// back in a read of the trials changed since.
+export function shownObjective(t, metric, curve = null) {
+  const final = objective(t, metric);
+  if (final !== null) return { value: final, step: null };
+  let out = { value: null, step: null };
+  const v = t.latest?.metrics?.[metric];
+  if (typeof v === 'number' && Number.isFinite(v)) out = { value: v, step: t.latest.step ?? null };
+  const last = curve?.steps.length ? curve.steps.length - 1 : -1;
+  if (last >= 0 && Number.isFinite(curve.values[last]) && !(curve.steps[last] < out.step)) {
+    out = { value: curve.values[last], step: curve.steps[last] };
+  }
+  return out;
+}
+
+// A trial's training time in ms: its device time (`device_seconds`, the sum
+// over its steps, time paused at a rung left out) when the server reports
+// it above 0, else finished - started (which counts time paused), else null.
+export function trainMs(t) {
+  return typeof t.device_seconds === 'number' && t.device_seconds > 0 ? 1000 * t.device_seconds : duration(t);
+}
+
+// The trials table's rows: filtered by state and space, sorted by a column
+// (the objective by the value shown: final, or the last report's; `curves`,
+// a CurveSet's byId, where the page holds them).
 export const SORT_KEYS = {
   number: (t) => t.number,
   state: (t) => t.state,
   space: (t) => t.space ?? '',
-  objective: (t, metric) => objective(t, metric),
-  duration: (t) => duration(t),
+  objective: (t, metric, curves) => shownObjective(t, metric, curves?.get(t.id)).value,
+  duration: (t) => trainMs(t),
   started: (t) => t.started_ms,
 };
 
@@ -147,18 +217,112 @@ export function duration(t) {
   return t.started_ms && t.finished_ms ? t.finished_ms - t.started_ms : null;
 }
 
-export function tableRows(trials, { state = '', space = '', sort = 'number', descending = false, metric }) {
+export function tableRows(trials, { state = '', space = '', sort = 'number', descending = false, metric, curves }) {
   const key = SORT_KEYS[sort] ?? SORT_KEYS.number;
   const rows = trials.filter((t) => (!state || t.state === state) && (!space || t.space === space));
   const sign = descending ? -1 : 1;
   return rows.sort((a, b) => {
-    const x = key(a, metric);
-    const y = key(b, metric);
+    const x = key(a, metric, curves);
+    const y = key(b, metric, curves);
     // Missing values last, whatever the direction.
     if (x === null || x === undefined) return y === null || y === undefined ? a.number - b.number : 1;
     if (y === null || y === undefined) return -1;
     return (x < y ? -1 : x > y ? 1 : a.number - b.number) * sign;
   });
+}
+
+// A trial's measurements (GET /api/v1/trials/{id}: [{step, metrics,
+// device_ms}, ...]) as curves: { metrics, byMetric, deviceMs }, the numeric
+// metrics it reported (the objective first, the rest by name), each as
+// [step, value] points by step, and its device time summed over its steps.
+export function trialSeries(measurements, metric) {
+  const byMetric = {};
+  let deviceMs = 0;
+  for (const m of [...measurements].sort((a, b) => a.step - b.step)) {
+    deviceMs += m.device_ms > 0 ? m.device_ms : 0;
+    for (const [name, v] of Object.entries(m.metrics ?? {})) {
+      if (typeof v === 'number' && Number.isFinite(v)) (byMetric[name] ??= []).push([m.step, v]);
+    }
+  }
+  const metrics = Object.keys(byMetric).sort((a, b) => (b === metric) - (a === metric) || a.localeCompare(b));
+  return { metrics, byMetric, deviceMs };
+}
+
+// A search space's parameters from the spec, conditional ones included
+// (`optimizer: {..., conditional: {sgd: {momentum: {...}}}}`), by name:
+// name -> the definition as written (`{type, low, high, log, choices}`, or a
+// list of choices, the spec's short form).
+export function specParams(spaceSpec) {
+  const out = {};
+  const walk = (params) => {
+    for (const [name, def] of Object.entries(params ?? {})) {
+      out[name] ??= def;
+      if (def && !Array.isArray(def) && def.conditional) for (const sub of Object.values(def.conditional)) walk(sub);
+    }
+  };
+  walk(spaceSpec?.params);
+  return out;
+}
+
+// A parallel-coordinates axis for a parameter: the space's bounds from the
+// spec (a log axis where the parameter is log; base 2 when its range is under
+// a factor 100, so that 64-256 reads 64, 128, 256 rather than one tick at
+// 100), every choice of a categorical one in the spec's order; the values'
+// own range or choices where the spec does not say (no definition, or
+// values outside it). `values`: the values the trials drawn have.
+export function paramAxis(def, values) {
+  const choices = Array.isArray(def) ? def : def?.type === 'categorical' ? def.choices ?? [] : null;
+  const numbers = values.every((v) => typeof v === 'number');
+  if (choices || !numbers) {
+    const data = (choices ?? []).map(String);
+    for (const v of values) if (!data.includes(String(v))) data.push(String(v));
+    if (!choices) data.sort();
+    return { type: 'category', data };
+  }
+  let min = typeof def?.low === 'number' ? def.low : Infinity;
+  let max = typeof def?.high === 'number' ? def.high : -Infinity;
+  for (const v of values) {
+    if (v < min) min = v;
+    if (v > max) max = v;
+  }
+  if (!(min <= max)) return { type: 'value', scale: true };  // no bounds, no values
+  if (def?.log && min > 0) return { type: 'log', min, max, logBase: max / min < 100 ? 2 : 10 };
+  return { type: 'value', ...dataRange([min, max]) };
+}
+
+// [min, max] of numbers for a value axis: their own range; one value (or
+// all equal) gets a margin of 5% of it (1 for 0) either side. Null when
+// there are none.
+export function dataRange(values) {
+  let min = Infinity;
+  let max = -Infinity;
+  for (const v of values) {
+    if (v < min) min = v;
+    if (v > max) max = v;
+  }
+  if (!(min <= max)) return null;
+  if (min === max) {
+    const margin = Math.abs(min) * 0.05 || 1;
+    return { min: min - margin, max: max + margin };
+  }
+  return { min, max };
+}
+
+// A time axis's range for times in ms: their span and 5% of it either side,
+// at least a minute in all, so that one point (or a burst within a second)
+// is not drawn across the two days ECharts' nice ticks would give it.
+// Null when there are none.
+export function timeRange(times) {
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (const t of times) {
+    if (!Number.isFinite(t)) continue;
+    if (t < lo) lo = t;
+    if (t > hi) hi = t;
+  }
+  if (!(lo <= hi)) return null;
+  const pad = Math.max((hi - lo) * 0.05, (60000 - (hi - lo)) / 2);
+  return { min: lo - pad, max: hi + pad };
 }
 
 // The fleet in numbers: devices, busy devices (one trial per device), and
