@@ -7,9 +7,24 @@
 //     of the charts of completed trials, and a trial completed over REST
 //     shows up live, without a reload, read with ?since= (only what
 //     changed), its curve moved to the completed ones;
-//   * a command experiment run by the worker: system-parameter tuning;
+//     the table shows a trial without final metrics by its last report
+//     ("0.871 @ step 3"); a click on a pruned trial's row opens its page
+//     (intermediate values, params, reason, measurements); the learning
+//     curves switch to a log scale;
+//   * a young experiment: with no trial, every chart says why it is empty;
+//     with two completed trials, importance says it needs more, trial and
+//     step ticks are integers, the time axis spans minutes not days, the
+//     parallel-coordinate axes are the spec's bounds (width 64-256 on a
+//     log axis) and the objective's range; hovering a learning curve names
+//     its trial and a click opens the trial's page; at 10 completed trials
+//     importance ranks the parameters;
+//   * a command experiment run by the worker: system-parameter tuning, and
+//     the table's train time from the trials' device time;
 //   * fleet: the worker, its device, measured speed and running trial, and
-//     the trial's end shown live;
+//     the trial's end shown live; GFLOP/s on an axis of its own; with 13
+//     workloads measured, the bars' labels do not overlap;
+//   * on every page, every text a chart draws lies inside its canvas (no
+//     cut axis titles) and no two overlap;
 //   * 10,000 trials: the page loads and the table sorts (times printed as
 //     `bench=dashboard ...`, not asserted tightly).
 // Screenshots go to --out. Usage (ctest runs it, see tests/web/CMakeLists.txt):
@@ -191,6 +206,66 @@ async function assertChart(name, check) {
 
 const sum = (xs) => xs.reduce((a, b) => a + b, 0);
 
+// The texts a chart draws on its canvas (axis names and labels, legends,
+// bar labels), each with its box on the canvas, skipping those hidden.
+// getZr() and the zrender tree are ECharts' own API; only tests use them.
+function chartTexts(name) {
+  return page.evaluate((n) => {
+    const c = window.hpoCharts.get(n);
+    const zr = c.getZr();
+    const shown = (el) => {
+      for (let e = el; e; e = e.parent) if (e.ignore || e.invisible) return false;
+      return true;
+    };
+    const texts = [];
+    for (const root of zr.storage.getRoots()) {
+      root.traverse((el) => {
+        if (el.type !== 'text' || !el.style.text || !shown(el)) return;
+        const r = el.getBoundingRect().clone();
+        const m = el.getComputedTransform();
+        if (m) r.applyTransform(m);
+        texts.push({ text: String(el.style.text), x: r.x, y: r.y, width: r.width, height: r.height });
+      });
+    }
+    return { width: zr.getWidth(), height: zr.getHeight(), texts };
+  }, name);
+}
+
+// Every text chart `name` draws lies inside its canvas (axis titles were
+// cut to "tr", "st", "sa") and no two overlap (the fleet's bar labels did).
+async function assertTextsFit(name) {
+  const { width, height, texts } = await chartTexts(name);
+  assert.ok(texts.length > 0, `chart ${name} draws text`);
+  for (const t of texts) {
+    assert.ok(t.x >= -0.5 && t.y >= -0.5 && t.x + t.width <= width + 0.5 && t.y + t.height <= height + 0.5,
+              `chart ${name}: "${t.text}" lies inside its ${width}x${height} canvas: ${JSON.stringify(t)}`);
+  }
+  const overlap = (a, b) => a.x < b.x + b.width - 0.5 && b.x < a.x + a.width - 0.5 &&
+                            a.y < b.y + b.height - 0.5 && b.y < a.y + a.height - 0.5;
+  texts.forEach((a, i) => texts.slice(i + 1).forEach((b) => {
+    assert.ok(!overlap(a, b), `chart ${name}: "${a.text}" and "${b.text}" overlap: ${JSON.stringify([a, b])}`);
+  }));
+}
+
+const EXPERIMENT_CHARTS = ['experiment.bestByTrial', 'experiment.bestByTime', 'experiment.curves',
+                           'experiment.parallel', 'experiment.spaces', 'experiment.importance'];
+
+// Why each chart of the experiment page draws nothing, by its element's id
+// (null: it draws).
+function chartMessages() {
+  return page.evaluate(() => Object.fromEntries(['best-trials', 'best-time', 'curves', 'parallel', 'spaces',
+    'importance'].map((id) => [id, document.querySelector(`#${id} > .chart-empty`)?.textContent ?? null])));
+}
+
+// The values of an axis' ticks as drawn (ECharts' axis model).
+function axisTicks(name, axis, index = 0) {
+  return page.evaluate(([n, a, i]) => window.hpoCharts.get(n).getModel().getComponent(a, i).axis.scale.getTicks()
+    .map((t) => t.value), [name, axis, index]);
+}
+
+// The number a table cell starts with ("0.871 @ step 3" -> 0.871).
+const leadingNumber = (text) => Number.parseFloat(text);
+
 try {
   // Without a token the page asks for one, and works once it has it.
   const stranger = await browser.newPage();
@@ -232,14 +307,31 @@ try {
   });
   await assertChart('experiment.importance', (s) => assert.ok(s[0] >= 3, 'lr, width, optimizer, l2'));
   assert.equal(await page.$$eval('#trials tbody tr', (rows) => rows.length), mixedTrials.length);
+  for (const name of EXPERIMENT_CHARTS) await assertTextsFit(name);
+  assert.deepEqual(Object.values(await chartMessages()), Array(6).fill(null), 'no chart says it is empty');
+
+  // The open trial has no final metrics: the table shows its last report,
+  // with the step (the REST API's `latest`).
+  const openCell = () => page.$eval(`#trials tbody tr[data-number="${open.number}"] td:nth-child(4)`,
+                                    (td) => td.textContent);
+  const openTrial = mixedTrials.find((t) => t.id === open.id);
+  assert.deepEqual(openTrial.latest, { step: 0, metrics: { loss: lossOf(open, 0) } }, 'the REST API\'s last report');
+  const lastReport = async (step) => {
+    const m = (await openCell()).match(/^(\S+) @ step (\d+)$/);
+    assert.ok(m, `a running trial's objective cell shows its last report and step: "${await openCell()}"`);
+    assert.equal(Number(m[2]), step);
+    assert.ok(Math.abs(Number(m[1]) - lossOf(open, step)) < 1e-3, `${m[1]} is the loss reported at step ${step}`);
+  };
+  await lastReport(0);
+  assert.equal(await page.textContent('#trials th[data-sort="duration"]'), 'train time');
 
   // Sort by the objective, both ways; filter by state and by space.
   const objectiveCells = () => page.$$eval('#trials tbody tr td:nth-child(4)', (tds) => tds.map((td) => td.textContent));
   await page.click('#trials th[data-sort="objective"]');
-  const ascending = (await objectiveCells()).filter((v) => v !== '–').map(Number);
+  const ascending = (await objectiveCells()).filter((v) => v !== '–').map(leadingNumber);
   assert.deepEqual(ascending, [...ascending].sort((a, b) => a - b));
   await page.click('#trials th[data-sort="objective"]');
-  const descending = (await objectiveCells()).filter((v) => v !== '–').map(Number);
+  const descending = (await objectiveCells()).filter((v) => v !== '–').map(leadingNumber);
   assert.deepEqual(descending, [...descending].sort((a, b) => b - a));
   await page.selectOption('#filter-state', 'pruned');
   assert.equal(await page.$$eval('#trials tbody tr', (rows) => rows.length), pruned);
@@ -281,6 +373,7 @@ try {
     assert.equal(calls[name], 0, `a report on a running trial does not redraw ${name}: ${JSON.stringify(calls)}`);
   }
   assert.equal(await curvePoints(), pointsBefore + 1, 'the reported point is drawn');
+  await lastReport(1);  // the table too, though the report does not bring the trial in the read
 
   // Live: finishing the open trial over REST updates the page in place.
   const stateOfOpen = () => page.$eval(`#trials tbody tr[data-number="${open.number}"] td:nth-child(2)`,
@@ -322,6 +415,144 @@ try {
   await page.waitForFunction(() => document.querySelector('#summary .state')?.textContent === 'completed');
   await screenshot('experiment');
 
+  // The learning curves on a log scale, and back.
+  const yAxisType = () => page.evaluate(() => window.hpoCharts.get('experiment.curves').getOption().yAxis[0].type);
+  await page.check('#curves-log');
+  assert.equal(await yAxisType(), 'log');
+  await assertChart('experiment.curves');
+  await assertTextsFit('experiment.curves');
+  await page.locator('#curves').screenshot({ path: path.join(args.out, 'curves-log.png') });
+  await page.uncheck('#curves-log');
+  assert.equal(await yAxisType(), 'value');
+
+  // A click on a pruned trial's row opens its page.
+  const prunedTrial = mixedTrials.find((t) => t.state === 'pruned');
+  const prunedDetail = await api('GET', `/api/v1/trials/${prunedTrial.id}`);
+  await page.click(`#trials tbody tr[data-number="${prunedTrial.number}"]`);
+  await rendered();
+  assert.equal(new URL(page.url()).hash, `#/experiments/${mixed.id}/trials/${prunedTrial.number}`);
+  assert.match(await page.textContent('#trial h1'), new RegExp(`^Trial #${prunedTrial.number} of mixed-spaces`));
+  assert.equal(await page.textContent('#trial-reason'), prunedDetail.reason);
+  assert.ok(Math.abs(leadingNumber(await page.textContent('#trial-objective')) - prunedDetail.final_metrics.loss) < 1e-3,
+            'the objective: its final value (a pruned trial keeps its last report)');
+  assert.equal(await page.$$eval('#trial-measurements tbody tr', (rows) => rows.length),
+               prunedDetail.measurements.length);
+  const paramsText = await page.textContent('#trial-params');
+  for (const name of Object.keys(prunedDetail.params)) assert.ok(paramsText.includes(name), `the params show ${name}`);
+  await assertChart('trial.values', (s) => assert.deepEqual(s, [prunedDetail.measurements.length],
+                                                            'the intermediate values: a point per step'));
+  await assertTextsFit('trial.values');
+  await screenshot('trial');
+
+  // A young experiment: every chart with nothing to draw says why, and the
+  // axes fit a handful of trials.
+  const young = await api('POST', '/api/v1/experiments', {
+    name: 'young', objective: { metric: 'accuracy', direction: 'maximize' },
+    spaces: [{ name: 'main', params: {
+      width: { type: 'int', low: 64, high: 256, log: true }, lr: { type: 'float', low: 1e-4, high: 0.1, log: true },
+      optimizer: { type: 'categorical', choices: ['sgd', 'adam'],
+                   conditional: { sgd: { momentum: { type: 'float', low: 0, high: 0.99 } } } } } }],
+    algorithm: { sampler: 'random', seed: 2 },
+    budget: { max_trials: 20, max_parallel: 10, steps_per_trial: 3 },
+    executor: { client: {} },
+  });
+  await page.goto(`${base}/#/experiments/${young.id}`);
+  renders = await rendered();
+  assert.deepEqual(await chartMessages(), {
+    'best-trials': 'no completed trial yet: each completed trial is a dot here',
+    'best-time': 'no completed trial yet: each completed trial is a dot here',
+    curves: 'no trial has reported a step yet: each trial\'s reports draw a curve here',
+    parallel: 'no completed trial in space main yet: each completed trial is a line here',
+    spaces: 'no trial created yet',
+    importance: 'importance needs at least 10 completed trials; 0 so far',
+  });
+  await screenshot('experiment-empty');
+  // Two completed trials and a running one, shown live.
+  const accuracy = (i, step) => 0.6 + 0.1 * i + 0.05 * step;
+  const youngTrials = (await api('POST', `/api/v1/experiments/${young.id}/trials:suggest`, { count: 3 })).trials;
+  for (const [i, t] of youngTrials.entries()) {
+    for (let step = 0; step < (i === 2 ? 1 : 3); step++) {
+      await api('POST', `/api/v1/trials/${t.id}/measurements`, { step, metrics: { accuracy: accuracy(i, step) } });
+    }
+    if (i < 2) await api('POST', `/api/v1/trials/${t.id}:complete`, {});
+  }
+  await page.waitForFunction(() => document.querySelector('#importance > .chart-empty')?.textContent ===
+                             'importance needs at least 10 completed trials; 2 so far', null, { timeout: 15000 });
+  await page.waitForFunction(() => !document.querySelector('#curves > .chart-empty'), null, { timeout: 15000 });
+  assert.deepEqual(await chartMessages(), {
+    'best-trials': null, 'best-time': null, curves: null, parallel: null, spaces: null,
+    importance: 'importance needs at least 10 completed trials; 2 so far',
+  });
+  const youngDone = (await api('GET', `/api/v1/experiments/${young.id}/trials`)).trials;
+  // Integer trial and step ticks (not "trial 0.2").
+  for (const [name, axis] of [['experiment.bestByTrial', 'xAxis'], ['experiment.spaces', 'xAxis'],
+                              ['experiment.curves', 'xAxis']]) {
+    const ticks = await axisTicks(name, axis);
+    assert.ok(ticks.length >= 2 && ticks.every(Number.isInteger), `${name}: integer ticks ${ticks}`);
+  }
+  // Two trials finished within a second: the time axis spans about a
+  // minute around them, not two days.
+  const finished = youngDone.filter((t) => t.finished_ms).map((t) => t.finished_ms);
+  const [timeLo, timeHi] = await page.evaluate(() => window.hpoCharts.get('experiment.bestByTime').getModel()
+    .getComponent('xAxis', 0).axis.scale.getExtent());
+  assert.ok(timeLo <= Math.min(...finished) && timeHi >= Math.max(...finished), 'the finishing times are on the axis');
+  assert.ok(timeHi - timeLo <= 5 * 60000, `the time axis spans ${(timeHi - timeLo) / 1000} s`);
+  // Parallel coordinates: each parameter on the spec's bounds, log where it
+  // is log; the objective on the completed trials' range.
+  const axes = await page.evaluate(() => {
+    const c = window.hpoCharts.get('experiment.parallel');
+    return c.getOption().parallelAxis.map((a, i) => {
+      const axis = c.getModel().getComponent('parallelAxis', i).axis;
+      return { name: a.name, type: axis.type, extent: axis.scale.getExtent(),
+               labels: axis.getViewLabels().map((l) => l.formattedLabel) };
+    });
+  });
+  const axis = (name) => axes.find((a) => a.name === name);
+  assert.deepEqual(axes.map((a) => a.name), ['lr', 'momentum', 'optimizer', 'width', 'accuracy']);
+  assert.equal(axis('width').type, 'log');
+  assert.deepEqual(axis('width').labels, ['64', '128', '256'], 'width on 64-256, not 10-10,000');
+  assert.equal(axis('lr').type, 'log');
+  assert.deepEqual([axis('lr').labels[0], axis('lr').labels.at(-1)], ['0.0001', '0.1']);
+  assert.deepEqual(axis('momentum').extent, [0, 0.99]);
+  assert.deepEqual(axis('optimizer').labels, ['sgd', 'adam'], 'every choice, in the spec\'s order');
+  const youngAccuracies = youngDone.filter((t) => t.state === 'completed').map((t) => t.final_metrics.accuracy);
+  assert.deepEqual(axis('accuracy').extent, [Math.min(...youngAccuracies), Math.max(...youngAccuracies)],
+                   'the objective on its values\' range (not 0.4-1.4)');
+  for (const name of EXPERIMENT_CHARTS) await assertTextsFit(name);
+  // The running trial: its last report, with its step.
+  assert.equal(await page.$eval(`#trials tbody tr[data-number="${youngTrials[2].number}"] td:nth-child(4)`,
+                                (td) => td.textContent), `${accuracy(2, 0)} @ step 0`);
+  await screenshot('experiment-young');
+  // Hovering a learning curve names its trial; a click opens the trial.
+  const [hx, hy] = await page.evaluate(([a, b]) => {
+    const c = window.hpoCharts.get('experiment.curves');
+    const [px, py] = c.convertToPixel({ gridIndex: 0 }, [0.5, (a + b) / 2]);
+    const r = c.getDom().getBoundingClientRect();
+    return [r.left + px, r.top + py];
+  }, [accuracy(0, 0), accuracy(0, 1)]);
+  await page.locator('#curves').scrollIntoViewIfNeeded();
+  await page.mouse.move(hx, hy);
+  await page.waitForFunction(() => document.getElementById('curves').textContent.includes('trial #'));
+  const tip = await page.textContent('#curves');
+  assert.match(tip, new RegExp(`trial #${youngTrials[0].number} completed`), `the tooltip names the trial: ${tip}`);
+  assert.ok(tip.includes(`width=${youngTrials[0].params.width}`), `the tooltip shows its params: ${tip}`);
+  await page.mouse.click(hx, hy);
+  await rendered();
+  assert.equal(new URL(page.url()).hash, `#/experiments/${young.id}/trials/${youngTrials[0].number}`);
+  await assertChart('trial.values', (s) => assert.deepEqual(s, [3]));
+  // Ten completed trials: importance ranks the parameters.
+  for (const t of (await api('POST', `/api/v1/experiments/${young.id}/trials:suggest`, { count: 8 })).trials) {
+    await api('POST', `/api/v1/trials/${t.id}/measurements`,
+              { step: 0, metrics: { accuracy: 0.5 + 0.4 * Math.log2(t.params.width / 64) / 2 } });
+    await api('POST', `/api/v1/trials/${t.id}:complete`, {});
+  }
+  await page.goto(`${base}/#/experiments/${young.id}`);
+  await rendered();
+  assert.equal((await chartMessages()).importance, null, 'importance is shown at 10 completed trials');
+  await assertChart('experiment.importance', (s) => assert.ok(s[0] >= 3));
+  assert.equal(await page.evaluate(() => window.hpoCharts.get('experiment.importance').getOption().yAxis[0].data[0]),
+               'width (10)', 'the parameter the accuracy depends on ranks first');
+
   // The worker's experiment: system-parameter tuning per device class.
   await waitFor('the worker to finish the command experiment', async () =>
     (await api('GET', `/api/v1/experiments/${tuned.id}`)).state !== 'running', 90000);
@@ -341,6 +572,12 @@ try {
   assert.deepEqual(xAxis.data, [...points].sort((a, b) => a.tunables.threads - b.tunables.threads)
     .map((p) => `threads=${p.tunables.threads}`), 'thread counts in their order');
   await assertChart('experiment.curves', (s) => assert.equal(sum(s.slice(0, 3)), 4));
+  // Train time: the trial's device time, when the server measured one.
+  const ran = (await api('GET', `/api/v1/experiments/${tuned.id}/trials`)).trials.find((t) => t.device_seconds > 0);
+  assert.ok(ran, 'the worker measured the trials\' device time');
+  assert.equal(await page.$eval(`#trials tbody tr[data-number="${ran.number}"] td:nth-child(8)`, (td) => td.textContent),
+               `${ran.device_seconds.toFixed(1)} s`);
+  for (const name of [...EXPERIMENT_CHARTS, 'experiment.tuning']) await assertTextsFit(name);
   await page.locator('#tuning').scrollIntoViewIfNeeded();
   await screenshot('experiment-system-tuning');
 
@@ -366,11 +603,37 @@ try {
   assert.equal(await page.textContent('#utilization'), '100%');
   await assertChart('fleet.speed', (s) => assert.ok(s[0] >= 1 && s[1] >= 1));
   await assertChart('fleet.utilization', (s) => assert.deepEqual(s, [1]));
+  // Two quantities, two axes: the GEMM benchmark's GFLOP/s is not drawn
+  // on the samples/s axis.
+  const speedOption = await page.evaluate(() => {
+    const o = window.hpoCharts.get('fleet.speed').getOption();
+    return { axes: o.xAxis.map((a) => a.name), series: o.series.map((x) => [x.name, x.xAxisIndex]) };
+  });
+  assert.deepEqual(speedOption, { axes: ['samples/s', 'GFLOP/s'],
+                                  series: [['measured samples/s', 0], ['benchmark GFLOP/s', 1]] });
+  await assertTextsFit('fleet.speed');
+  await assertTextsFit('fleet.utilization');
   await screenshot('fleet');
   await api('POST', `/api/v1/experiments/${slow.id}:cancel`, {});
   // The cancel ends the trial (an event): the fleet page shows the worker idle.
   await page.waitForFunction(() => document.getElementById('utilization')?.textContent === '0%', null,
                              { timeout: 15000 });
+  // Many workloads measured on the one device (written into the store, as
+  // thirteen experiments' worth of speed reports): a bar each, their labels
+  // apart (at 11 they overlapped).
+  execFileSync('sqlite3', [db], {
+    input: `PRAGMA busy_timeout = 10000;
+INSERT INTO speed_observations (device_id, device_class, workload, system_setting, samples_per_sec, observed_ms)
+SELECT (SELECT MIN(id) FROM devices), (SELECT device_class FROM devices ORDER BY id LIMIT 1),
+       'experiment-' || (100 + i) || '/train.sh/quad', '{}', 100 + i, ${Date.now()}
+FROM (WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 11) SELECT i FROM n);
+`,
+  });
+  const fleetRenders = Number(await page.$eval('#view', (v) => v.dataset.renders));
+  await rendered(fleetRenders, 20000);  // the page polls every 10 s
+  await assertChart('fleet.speed', (s) => assert.ok(s[0] >= 13, `a bar per workload: ${s}`));
+  await assertTextsFit('fleet.speed');
+  await screenshot('fleet-many-workloads');
 
   // 10,000 trials.
   const loadStart = Date.now();
@@ -389,6 +652,7 @@ try {
     requestAnimationFrame(() => resolve(performance.now() - t));
   }));
   console.log(`bench=dashboard trials=${BIG} load_ms=${loadMs} sort_ms=${sortMs} next_frame_ms=${frameMs.toFixed(0)}`);
+  for (const name of EXPERIMENT_CHARTS) await assertTextsFit(name);
   await screenshot('experiment-10000-trials');
 
   assert.deepEqual(consoleErrors, [], 'no errors in the browser console');

@@ -18,7 +18,7 @@
 //     a measured speed of the command's workload, so the system-tuning view
 //     shows that device class whether or not the namespace was possible.
 // Then in headless Chromium it visits every page (experiments, both
-// experiments, fleet), hovers the system-tuning chart with the mouse and
+// experiments, two trials' pages, fleet), hovers the system-tuning chart with the mouse and
 // shows every chart's tooltip for every data item (dispatchAction showTip,
 // the path a hover takes), and asserts that
 //   * no element that could run script (script, img, svg, iframe, object,
@@ -265,6 +265,21 @@ async function visitEverything(page, pass, consoleErrors) {
   assertShows(await textOf(page, '#trials'), 'the trials table', {
     'metric name': METRIC, 'space name': SPACE, 'parameter name': PARAM, 'parameter value': VALUE, reason: REASON });
   assertShows(tips, 'the client experiment\'s tooltips', { 'space name': SPACE, 'parameter name': PARAM });
+  // The learning curves' tooltips name the trial and its params (a DOM node).
+  assertShows(await showEveryTooltip(page, 'experiment.curves'), 'the learning curves\' tooltips',
+              { 'parameter name': PARAM, 'space name': SPACE });
+
+  // Each trial's page: the failed one (its reason) and one with the payload value.
+  for (const t of [trials[0], trials.find((x) => x.params[PARAM] === VALUE)]) {
+    await visit(`#/experiments/${client.id}/trials/${t.number}`);
+    tips = await showEveryTooltip(page, 'trial.values');
+    await assertClean(page, `${pass}, trial #${t.number}`);
+    const trialText = await textOf(page, '#trial');
+    assertShows(trialText, `trial #${t.number}'s page`, {
+      'experiment name': EXPERIMENT, 'space name': SPACE, 'parameter name': PARAM, 'metric name': METRIC,
+      ...(t === trials[0] ? { reason: REASON } : {}), ...(t.params[PARAM] === VALUE ? { 'parameter value': VALUE } : {}) });
+    assertShows(tips, `trial #${t.number}'s tooltips`, { 'metric name': METRIC });
+  }
 
   await visit(`#/experiments/${command.id}`);
   // A real hover over the first point of the system-tuning chart.

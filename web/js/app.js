@@ -1,6 +1,7 @@
 // The dashboard: a single page with hash routes,
 //   #/                the experiments
 //   #/experiments/ID  one experiment
+//   #/experiments/ID/trials/NUMBER  one trial (by its number in the experiment)
 //   #/fleet           workers and devices
 // kept live by /api/v1/events: an event the current page cares about
 // schedules one refresh (the experiment page's reads only what changed) (debounced; one at a time, another after it when
@@ -18,6 +19,7 @@ import { html, setHtml } from './dom.js';
 import { ExperimentsPage } from './pages/experiments.js';
 import { ExperimentPage } from './pages/experiment.js';
 import { FleetPage } from './pages/fleet.js';
+import { TrialPage } from './pages/trial.js';
 
 const REFRESH_DEBOUNCE_MS = 700;
 const root = document.getElementById('view');
@@ -27,6 +29,8 @@ let poll = null;
 
 function route() {
   const hash = location.hash.replace(/^#/, '') || '/';
+  const t = hash.match(/^\/experiments\/(\d+)\/trials\/(\d+)$/);
+  if (t) return { nav: 'experiments', make: () => new TrialPage(root, Number(t[1]), Number(t[2])) };
   const m = hash.match(/^\/experiments\/(\d+)$/);
   if (m) return { nav: 'experiments', make: () => new ExperimentPage(root, Number(m[1]), refreshNow) };
   if (hash === '/fleet') return { nav: 'fleet', make: () => new FleetPage(root, refreshNow) };

@@ -6,6 +6,8 @@
 // instance): the browser tests read the drawn series from there, and it is
 // handy in the console.
 import * as echarts from '/node_modules/echarts/dist/echarts.esm.min.mjs';
+import { shownObjective } from './analysis.js';
+import { element } from './dom.js';
 
 export { echarts };
 
@@ -45,12 +47,34 @@ window.addEventListener('resize', () => {
   for (const c of registry.values()) c.resize();
 });
 
+// The grid keeps axis labels and axis names inside it (outerBoundsContain
+// 'all'; containLabel, ECharts' older way, left names out, so "trial" and
+// "samples/s" were cut at the chart's edge).
+export const GRID = { outerBoundsMode: 'same', outerBoundsContain: 'all' };
+
 export const baseOption = {
   animation: false,
   color: PALETTE,
-  grid: { left: 56, right: 24, top: 36, bottom: 40, containLabel: true },
+  grid: { left: 16, right: 24, top: 36, bottom: 12, ...GRID },
   tooltip: { trigger: 'item', confine: true },
 };
+
+// Says over a chart why it has nothing to draw (`why`: "no completed trial
+// yet"), or takes that away (null). A text node in the chart's element,
+// above its canvas; call it after chart() (ECharts empties the element
+// when it starts a chart there).
+export function chartMessage(el, why) {
+  let note = el.querySelector(':scope > .chart-empty');
+  if (!why) {
+    note?.remove();
+    return;
+  }
+  if (!note) {
+    note = element('div', 'chart-empty');
+    el.append(note);
+  }
+  if (note.textContent !== why) note.textContent = why;
+}
 
 export function formatNumber(v, digits = 4) {
   if (v === null || v === undefined || Number.isNaN(v)) return '–';
@@ -70,4 +94,17 @@ export function formatDuration(ms) {
   if (s < 60) return `${s.toFixed(1)} s`;
   if (s < 3600) return `${(s / 60).toFixed(1)} min`;
   return `${(s / 3600).toFixed(1)} h`;
+}
+
+// Parameters or a system setting as one line: "lr=0.001 optimizer=adam".
+export function compact(obj) {
+  return Object.entries(obj ?? {}).map(([k, v]) => `${k}=${typeof v === 'number' ? formatNumber(v) : v}`).join(' ');
+}
+
+// A trial's objective as the tables show it: the final value, or the last
+// report's with its step ("0.871 @ step 3") for a trial without one
+// (shownObjective in analysis.js; `curve`: its learning curve, if held).
+export function shownValue(t, metric, curve = null) {
+  const { value, step } = shownObjective(t, metric, curve);
+  return step === null ? formatNumber(value) : `${formatNumber(value)} @ step ${step}`;
 }

@@ -17,13 +17,17 @@
 // and from which trials exist. A chart that is redrawn is given only its
 // series' data (ECharts merges it into what it holds), and the learning
 // curves only the series of the kind of trial that changed (CurvesChart).
+//
+// Every chart with nothing to draw says why (chartMessage). A click on a
+// table row or on a learning curve opens the trial's page (pages/trial.js).
 import { allTrials, allTrialsAtOnce, ApiError, getJson, getJsonOrNull } from '../api.js';
 import {
-  bestSoFar, bestTrial, CurveSet, duration, FINISHED, importance, objective, spaceHistory, tableRows, trialChanges,
-  TrialSet,
+  bestSoFar, bestTrial, CurveSet, dataRange, FINISHED, importanceView, MIN_IMPORTANCE_TRIALS, objective, paramAxis,
+  spaceHistory, specParams, tableRows, timeRange, trainMs, trialChanges, TrialSet,
 } from '../analysis.js';
 import {
-  baseOption, chart, formatDuration, formatNumber, formatTime, PALETTE, seriesData,
+  baseOption, chart, chartMessage, compact, formatDuration, formatNumber, formatTime, GRID, PALETTE, seriesData,
+  shownValue,
 } from '../charts.js';
 import { element, html, setHtml, stateBadge } from '../dom.js';
 
@@ -47,6 +51,7 @@ export class ExperimentPage {
     this.downsampled = false;
     this.best = null;          // the best completed trial
     this.curvesChart = null;   // what the learning-curve chart draws (CurvesChart)
+    this.curvesLog = false;    // the learning curves' value axis on a log scale
     this.tuningJson = null;    // the system tuning last drawn, as JSON
     this.markup = new WeakMap();  // element -> the markup or text this page last gave it
   }
@@ -100,7 +105,9 @@ export class ExperimentPage {
     this.drawTuning();
     if (curvesChanged.length || changed.states) this.drawCurvesNote();
     this.drawSummary();
-    if (changed.any) this.drawTable();
+    // A report changes what the table shows of a trial without final
+    // metrics (its last report), whether or not the trial came in the read.
+    if (changed.any || curvesChanged.length) this.drawTable();
     return true;
   }
 
@@ -136,7 +143,8 @@ export class ExperimentPage {
     this.curves.merge(curves.trials);
     this.downsampled = curves.downsampled;
     this.setData(exp, tuning);
-    this.curvesChart = new CurvesChart(this.el.querySelector('#curves'));
+    this.curvesChart = new CurvesChart(this.el.querySelector('#curves'), this.curvesLog,
+                                       (number) => this.openTrial(number));
     this.curvesChart.draw(this.data, null);
     this.tuningJson = null;
     this.drawTuning();
@@ -161,6 +169,16 @@ export class ExperimentPage {
 
   drawCurvesNote() {
     this.setText(this.el.querySelector('#curves-note'), this.curvesChart.note(this.downsampled));
+    // A log axis cannot show a value at or below 0.
+    const box = this.el.querySelector('#curves-log');
+    const positive = this.curvesChart.allPositive();
+    box.disabled = !positive && !box.checked;
+    box.parentElement.title = positive ? 'the metric on a log scale'
+      : 'some reported values are 0 or below: a log scale cannot show them';
+  }
+
+  openTrial(number) {
+    location.hash = `#/experiments/${this.id}/trials/${number}`;
   }
 
   build(exp) {
@@ -173,7 +191,8 @@ export class ExperimentPage {
           <div class="panel"><h2>Best so far, over time</h2><div class="chart" id="best-time"></div></div>
         </div>
         <div class="grid">
-          <div class="panel"><h2>Learning curves</h2><div class="chart tall" id="curves"></div>
+          <div class="panel"><h2>Learning curves <label class="toggle"><input type="checkbox" id="curves-log"
+            ${this.curvesLog ? 'checked' : ''}> log scale</label></h2><div class="chart tall" id="curves"></div>
             <p class="note" id="curves-note"></p></div>
           <div class="panel"><h2>Parameters against the objective
             <select id="parallel-space" aria-label="search space"></select></h2>
@@ -184,10 +203,11 @@ export class ExperimentPage {
             <p class="note">Priority: the space's share of the budget as the ranking set it when each trial was
             created (solid). Share: the fraction of all trials so far that came from the space (dashed).</p></div>
           <div class="panel"><h2>Parameter importance</h2><div class="chart" id="importance"></div>
-            <p class="note">Per parameter, the share of the objective's variance explained by the mean objective
-            in bins of the parameter's value (fANOVA-style first-order effect, the correlation ratio η²), over
-            completed trials. Numbers go into up to 10 equal-count bins, categories into one bin each. No
-            interactions; noisy with few trials.</p></div>
+            <p class="note">Per parameter, the share of the objective's variance it predicts alone, out of sample:
+            each completed trial's objective predicted from the others' nearest by that parameter's value (by
+            the others with the same choice for a category), leaving it out (cross-validated R²). A parameter the
+            objective does not depend on scores near 0. No interactions; shown from ${MIN_IMPORTANCE_TRIALS} completed
+            trials on.</p></div>
         </div>
         <div class="panel" style="margin-bottom:16px"><h2>System parameters per device class</h2>
           <div class="chart" id="tuning"></div><p class="note" id="tuning-note"></p></div>
@@ -213,6 +233,14 @@ export class ExperimentPage {
     };
     this.root.querySelector('#filter-state').onchange = (e) => this.setTable({ state: e.target.value, page: 0 });
     this.root.querySelector('#filter-space').onchange = (e) => this.setTable({ space: e.target.value, page: 0 });
+    this.root.querySelector('#curves-log').onchange = (e) => {
+      this.curvesLog = e.target.checked;
+      this.curvesChart?.setLog(this.curvesLog);
+    };
+    this.root.querySelector('#trials tbody').onclick = (e) => {
+      const number = e.target.closest('tr[data-number]')?.dataset.number;
+      if (number !== undefined) this.openTrial(number);
+    };
     this.root.querySelector('#trials thead').onclick = (e) => {
       const sort = e.target.closest('[data-sort]')?.dataset.sort;
       if (!sort) return;
@@ -280,25 +308,24 @@ export class ExperimentPage {
     const space = this.parallelSpace ?? exp.spaces[0];
     const select = this.root.querySelector('#parallel-space');
     if (select.value !== space) select.value = space;
-    const specParams = (exp.spec.spaces ?? []).find((s) => s.name === space)?.params ?? {};
+    const defs = specParams((exp.spec.spaces ?? []).find((s) => s.name === space));
     const done = trials.filter((t) => t.space === space && t.state === 'completed' && objective(t, metric) !== null);
-    const names = [...new Set(done.flatMap((t) => Object.keys(t.params)))].sort();
-    const axes = names.map((name, dim) => {
-      const values = done.map((t) => t.params[name]).filter((v) => v !== undefined);
-      if (values.every((v) => typeof v === 'number')) {
-        const log = specParams[name]?.log && values.every((v) => v > 0);
-        return { dim, name, type: log ? 'log' : 'value', scale: true };
-      }
-      return { dim, name, type: 'category', data: [...new Set(values.map(String))].sort() };
-    });
+    // Every parameter of the space, drawn by a trial or not yet.
+    const names = [...new Set([...Object.keys(defs), ...done.flatMap((t) => Object.keys(t.params))])].sort();
+    // Parameters on the space's bounds from the spec (not the values' nice
+    // rounding: 64-256 was drawn 10-10,000), the objective on its values' range.
+    const axes = names.map((name, dim) => ({
+      dim, name, ...paramAxis(defs[name], done.map((t) => t.params[name]).filter((v) => v !== undefined)),
+    }));
     const objectiveValues = done.map((t) => objective(t, metric));
-    axes.push({ dim: names.length, name: metric, type: 'value', scale: true, nameTextStyle: { fontWeight: 'bold' } });
+    axes.push({ dim: names.length, name: metric, type: 'value', ...(dataRange(objectiveValues) ?? { scale: true }),
+                axisLabel: { formatter: (v) => formatNumber(v, 3) }, nameTextStyle: { fontWeight: 'bold' } });
     const data = seriesData(done.map((t) => [
       ...names.map((n, i) => (t.params[n] === undefined ? '-' : axes[i].type === 'category' ? String(t.params[n]) : t.params[n])),
       objective(t, metric)]));
     chart(this.root.querySelector('#parallel'), 'experiment.parallel').setOption({
       ...baseOption,
-      parallel: { left: 40, right: 110, top: 40, bottom: 30 },
+      parallel: { left: 40, right: 150, top: 40, bottom: 30 },  // right: the objective axis's labels, then the colour scale
       parallelAxis: axes,
       visualMap: {
         type: 'continuous', dimension: names.length, calculable: true, right: 0, top: 'middle', itemHeight: 120,
@@ -310,11 +337,13 @@ export class ExperimentPage {
       },
       series: [{ type: 'parallel', name: space, data, progressive: 1000, lineStyle: { width: 1, opacity: 0.4 } }],
     }, true);
+    chartMessage(this.root.querySelector('#parallel'), done.length ? null
+      : `no completed trial in space ${space} yet: each completed trial is a line here`);
   }
 
   drawTable() {
     const { trials, metric } = this.data;
-    const rows = tableRows(trials, { ...this.table, metric });
+    const rows = tableRows(trials, { ...this.table, metric, curves: this.curves.byId });
     const pages = Math.max(1, Math.ceil(rows.length / ROWS_PER_PAGE));
     this.table.page = Math.min(Math.max(0, this.table.page), pages - 1);
     const shown = rows.slice(this.table.page * ROWS_PER_PAGE, (this.table.page + 1) * ROWS_PER_PAGE);
@@ -322,12 +351,13 @@ export class ExperimentPage {
     const th = (key, label) => html`<th class="sortable" data-sort="${key}">${label}${arrow(key)}</th>`;
     this.setHtml(this.root.querySelector('#trials thead'), html`<tr>${th('number', '#')}${th('state', 'state')}
       ${th('space', 'space')}${th('objective', metric)}<th>params</th><th>system</th>${th('started', 'started')}
-      ${th('duration', 'duration')}<th>reason</th></tr>`);
-    this.setHtml(this.root.querySelector('#trials tbody'), html`${shown.map((t) => html`<tr data-number="${t.number}">
+      ${th('duration', 'train time')}<th>reason</th></tr>`);
+    this.setHtml(this.root.querySelector('#trials tbody'), html`${shown.map((t) => html`<tr class="link"
+      data-number="${t.number}" title="trial #${t.number}: open its page">
       <td class="num">${t.number}</td><td>${stateBadge(t.state)}</td><td>${t.space ?? ''}</td>
-      <td class="num">${formatNumber(objective(t, metric))}</td>
+      <td class="num">${shownValue(t, metric, this.curves.byId.get(t.id))}</td>
       <td><code>${compact(t.params)}</code></td><td><code>${compact(t.system)}</code></td>
-      <td>${formatTime(t.started_ms)}</td><td class="num">${formatDuration(duration(t))}</td>
+      <td>${formatTime(t.started_ms)}</td><td class="num">${formatDuration(trainMs(t))}</td>
       <td class="muted">${t.reason}</td></tr>`)}`);
     this.setText(this.root.querySelector('#table-count'), `${rows.length} of ${trials.length} trials`);
     this.setText(this.root.querySelector('#table-page'), `page ${this.table.page + 1} of ${pages}`);
@@ -337,13 +367,9 @@ export class ExperimentPage {
   }
 }
 
-function compact(obj) {
-  return Object.entries(obj ?? {}).map(([k, v]) => `${k}=${typeof v === 'number' ? formatNumber(v) : v}`).join(' ');
-}
-
 // Best so far by trial number and over time: a dot per completed trial, the
 // best-so-far as a step line. `full`: draw the charts anew; otherwise only
-// their series' data changes.
+// their series' data (and the time axis' range) changes.
 function drawBest({ trials, metric, direction }, full) {
   const best = bestSoFar(trials, metric, direction);
   const done = trials.filter((t) => t.state === 'completed' && objective(t, metric) !== null);
@@ -357,14 +383,22 @@ function drawBest({ trials, metric, direction }, full) {
     ...baseOption,
     tooltip: { trigger: 'axis' },
     legend: { top: 0 },
-    xAxis, yAxis: { type: 'value', name: metric, scale: true },
+    xAxis, yAxis: { type: 'value', name: metric, scale: true, boundaryGap: ['5%', '5%'] },
     series: series(x, points),
-  } : { series: series(x, points) });
-  chart(document.getElementById('best-trials'), 'experiment.bestByTrial')
-    .setOption(option((t) => t.number, best.byTrial, { type: 'value', name: 'trial' }), full);
-  chart(document.getElementById('best-time'), 'experiment.bestByTime')
+  } : { xAxis, series: series(x, points) });
+  const why = done.length ? null : 'no completed trial yet: each completed trial is a dot here';
+  const byTrial = document.getElementById('best-trials');
+  chart(byTrial, 'experiment.bestByTrial')
+    .setOption(option((t) => t.number, best.byTrial, { type: 'value', name: 'trial', minInterval: 1 }), full);
+  chartMessage(byTrial, why);
+  // The time axis fitted to the finishing times (ECharts' own range for one
+  // point spans two days).
+  const byTime = document.getElementById('best-time');
+  chart(byTime, 'experiment.bestByTime')
     .setOption(option((t) => t.finished_ms, best.byTime,
-                      { type: 'time', axisLabel: { hideOverlap: true } }), full);
+                      { type: 'time', axisLabel: { hideOverlap: true, ...INWARD_LABELS },
+                        ...(timeRange(done.map((t) => t.finished_ms)) ?? {}) }), full);
+  chartMessage(byTime, why);
 }
 
 // The learning curves of every trial, a large `lines` series per kind of
@@ -376,10 +410,16 @@ function drawBest({ trials, metric, direction }, full) {
 // [points, x, y, x, y, ..., points, x, y, ...], which it lays out without
 // an object per curve.
 class CurvesChart {
-  constructor(el) {
+  // log: the value axis on a log scale; open(number): shows a trial (a
+  // click on its curve).
+  constructor(el, log, open) {
     this.el = el;
+    this.log = log;
+    this.open = open;
     this.items = new Map();  // trial id -> { group, curve }
     this.groups = { completed: flatLines([]), pruned: flatLines([]), other: flatLines([]) };
+    this.ids = { completed: [], pruned: [], other: [] };  // per group, the trial id of each curve, in order
+    this.trialsById = null;
     this.prunedEnds = [];
     this.extent = null;      // { x: [lo, hi], y: [lo, hi] } as last drawn
     this.points = 0;
@@ -389,6 +429,8 @@ class CurvesChart {
   // Draws the curves of `ids` (trial ids whose curve or state changed), or
   // of every trial when ids is null.
   draw({ trialsById, curves, metric }, ids) {
+    this.trialsById = trialsById;
+    this.metric = metric;
     const touched = new Set();
     const update = (id) => {
       const c = curves.get(id);
@@ -410,8 +452,14 @@ class CurvesChart {
     if (touched.size === 0 && this.drawn) return;
     for (const g of touched) {
       const curvesOf = [];
-      for (const item of this.items.values()) if (item.group === g) curvesOf.push(item.curve);
+      const idsOf = [];
+      for (const [id, item] of this.items) {
+        if (item.group !== g || !item.curve.steps.length) continue;  // flatLines leaves empty curves out
+        curvesOf.push(item.curve);
+        idsOf.push(id);
+      }
       this.groups[g] = flatLines(curvesOf);
+      this.ids[g] = idsOf;
       if (g === 'pruned') {
         this.prunedEnds = curvesOf.map((c) => [c.steps.at(-1), c.values.at(-1)]);
       }
@@ -430,6 +478,8 @@ class CurvesChart {
         if (v > extent.y[1]) extent.y[1] = v;
       }
     }
+    this.minPositive = Infinity;  // for a log axis
+    for (const c of curves.values()) for (const v of c.values) if (v > 0 && v < this.minPositive) this.minPositive = v;
     const sameExtent = this.extent && ['x', 'y'].every((a) => extent[a].every((v, i) => v === this.extent[a][i]));
     this.extent = extent;
     const lines = (id, name, color, opacity) => ({
@@ -442,14 +492,15 @@ class CurvesChart {
       id: 'pruned at', name: 'pruned at', type: 'scatter', symbol: 'triangle', symbolSize: 6, large: true,
       itemStyle: { color: PALETTE[1] }, data: seriesData(this.prunedEnds),
     });
-    const axes = {
-      xAxis: { type: 'value', name: 'step', ...axisRange(extent.x) },
-      yAxis: { type: 'value', name: metric, ...axisRange(extent.y, 0.05) },
-    };
+    const axes = this.axes();
     const c = chart(this.el, 'experiment.curves');
+    chartMessage(this.el, this.points ? null
+      : 'no trial has reported a step yet: each trial\'s reports draw a curve here');
     if (!this.drawn) {
       c.setOption({
         ...baseOption,
+        // Hovering a curve names its trial; a click opens the trial's page.
+        tooltip: { trigger: 'item', confine: true, formatter: (p) => this.tooltip(p) },
         legend: { top: 0, data: ['completed', 'pruned', 'running and other', 'pruned at'] },
         ...axes,
         series: [
@@ -459,6 +510,10 @@ class CurvesChart {
           prunedAt(),
         ],
       }, true);
+      c.on('click', (p) => {
+        const t = this.trialAt(p);
+        if (t) this.open(t.number);
+      });
       this.drawn = true;
       return;
     }
@@ -473,6 +528,49 @@ class CurvesChart {
     c.setOption({ series: series.filter((s) => s.type === 'lines').map(({ id }) => ({ id, data: [] })) },
                 { lazyUpdate: true });
     c.setOption({ ...(sameExtent ? {} : axes), series });
+  }
+
+  axes() {
+    const { x, y } = this.extent;
+    return {
+      xAxis: { type: 'value', name: 'step', minInterval: 1, ...axisRange(x) },
+      yAxis: this.log && this.points && this.allPositive()
+        ? { type: 'log', name: `${this.metric} (log)`, min: this.minPositive, max: y[1],
+            axisLabel: { formatter: (v) => formatNumber(v, 3) } }
+        : { type: 'value', name: this.metric, ...axisRange(y, 0.05) },
+    };
+  }
+
+  // Every value above 0 (what a log axis can show), or no value at all.
+  allPositive() {
+    return !(this.extent && this.extent.y[0] <= 0);
+  }
+
+  setLog(log) {
+    this.log = log;
+    if (this.drawn) chart(this.el, 'experiment.curves').setOption(this.axes());
+  }
+
+  // The trial a curve (or a ▲) of a tooltip's or click's event belongs to.
+  trialAt({ seriesId, dataIndex }) {
+    const group = seriesId === 'pruned at' ? 'pruned' : seriesId;
+    const id = this.ids[group]?.[dataIndex];
+    return id === undefined ? null : this.trialsById?.get(id) ?? null;
+  }
+
+  // A DOM node, not markup (see web/js/dom.js): the space and parameter
+  // names are the submitter's.
+  tooltip(p) {
+    const t = this.trialAt(p);
+    if (!t) return element('div', null, p.seriesName);
+    const curve = this.items.get(t.id)?.curve;
+    const last = curve?.steps.length
+      ? `last: ${formatNumber(curve.values.at(-1))} at step ${curve.steps.at(-1)}` : null;
+    return element('div', null,
+      element('div', null, element('b', null, `trial #${t.number}`), ` ${t.state}`, t.space ? ` · ${t.space}` : ''),
+      element('div', null, compact(t.params)),
+      last && element('div', null, `${this.metric} ${last}`),
+      element('div', 'muted', 'click: open the trial'));
   }
 
   note(downsampled) {
@@ -507,14 +605,23 @@ function flatLines(curves) {
   return out;
 }
 
-// Axis bounds for [lo, hi] (none when empty), with a margin of `pad` of the span.
+// A horizontal axis with bounds set by hand may have a label at either end
+// of the chart: aligned inwards, it stays on the canvas.
+const INWARD_LABELS = { alignMinLabel: 'left', alignMaxLabel: 'right' };
+
+// Axis bounds for [lo, hi] (none when empty), with a margin of `pad` of the
+// span (of 5% of the value for a single one). Set by hand, the bounds get
+// labels beside the nice ticks (0.59 was drawn over 0.6): with a margin
+// they go unlabelled, without one (steps) overlapping labels are hidden.
 function axisRange([lo, hi], pad = 0) {
   if (!(lo <= hi)) return {};
-  const margin = (hi - lo) * pad;
-  return { min: lo - margin, max: hi + margin, axisLabel: { formatter: (v) => formatNumber(v, 3) } };
+  const margin = lo === hi ? Math.abs(lo) * 0.05 || 1 : (hi - lo) * pad;
+  const ends = margin > 0 ? { showMinLabel: false, showMaxLabel: false } : { hideOverlap: true, ...INWARD_LABELS };
+  return { min: lo - margin, max: hi + margin, axisLabel: { formatter: (v) => formatNumber(v, 3), ...ends } };
 }
 
 function drawSpaces({ exp, trials }, full) {
+  const el = document.getElementById('spaces');
   const history = spaceHistory(trials, exp.spaces);
   const series = exp.spaces.flatMap((s, i) => [
     { id: `${i} priority`, name: `${s} priority`, type: 'line', step: 'end', showSymbol: false,
@@ -522,28 +629,33 @@ function drawSpaces({ exp, trials }, full) {
     { id: `${i} share`, name: `${s} share`, type: 'line', showSymbol: false, color: PALETTE[i % PALETTE.length],
       lineStyle: { type: 'dashed' }, data: seriesData(history[s].share) },
   ]);
-  chart(document.getElementById('spaces'), 'experiment.spaces').setOption(full ? {
+  chart(el, 'experiment.spaces').setOption(full ? {
     ...baseOption,
     tooltip: { trigger: 'axis', valueFormatter: (v) => formatNumber(v, 3) },
     legend: { top: 0, type: 'scroll' },
-    xAxis: { type: 'value', name: 'trial', min: 'dataMin', max: 'dataMax' },
+    xAxis: { type: 'value', name: 'trial', min: 'dataMin', max: 'dataMax', minInterval: 1 },
     yAxis: { type: 'value', min: 0, max: 1 },
     series,
   } : { series }, full);
+  chartMessage(el, trials.length ? null : 'no trial created yet');
 }
 
+// Importance, or why it is not known yet (too few completed trials: a
+// ranking of a handful says nothing; see importanceView in analysis.js).
 function drawImportance({ trials, metric }, full) {
-  const rows = importance(trials, metric);
+  const { rows, why } = importanceView(trials, metric);
+  const el = document.getElementById('importance');
   const yAxis = { type: 'category', inverse: true, data: rows.map((r) => `${r.param} (${r.trials})`) };
   const series = [{ id: 'importance', type: 'bar', name: 'importance', data: rows.map((r) => r.importance),
                     label: { show: true, position: 'right', formatter: ({ value }) => formatNumber(value, 2) } }];
-  chart(document.getElementById('importance'), 'experiment.importance').setOption(full ? {
+  chart(el, 'experiment.importance').setOption(full ? {
     ...baseOption,
     tooltip: { trigger: 'axis', axisPointer: { type: 'shadow' }, valueFormatter: (v) => formatNumber(v, 3) },
-    xAxis: { type: 'value', name: 'η²', min: 0, max: 1 },
+    xAxis: { type: 'value', name: 'R²', min: 0, max: 1 },
     yAxis,
     series,
   } : { yAxis, series }, full);
+  chartMessage(el, why);
 }
 
 // Waits until the browser has drawn a frame (a paint of what the page holds).
@@ -593,7 +705,7 @@ function drawTuning({ tuning }) {
     ...baseOption,
     tooltip: { trigger: 'item', formatter: tuningTooltip },
     legend: { type: 'scroll', bottom: 0, formatter: (name) => name },
-    grid: { left: 70, right: 30, top: 30, bottom: 22 * Math.min(series.length, 6) + 40 },
+    grid: { left: 16, right: 30, top: 30, bottom: 22 * Math.min(series.length, 6) + 40, ...GRID },
     xAxis: { type: 'category', name: (tuning.workloads[0]?.tunable ?? []).join(', '), data: labels },
     yAxis: { type: 'value', name: 'samples/s' },
     series,

@@ -8,6 +8,8 @@ import { fleetUtilization } from '../analysis.js';
 import { baseOption, chart, formatNumber, formatTime } from '../charts.js';
 import { html, setHtml } from '../dom.js';
 
+const ROW_PX = 28;  // a bar chart's height per bar
+
 export class FleetPage {
   constructor(root) {
     this.root = root;
@@ -92,25 +94,36 @@ function drawSpeed(workers) {
       }
     }
   }
-  chart(document.getElementById('speed'), 'fleet.speed').setOption({
+  // A row per bar, tall enough for its label (they overlapped at 11 rows).
+  const el = document.getElementById('speed');
+  el.style.height = `${Math.max(240, ROW_PX * labels.length + 120)}px`;
+  chart(el, 'fleet.speed').setOption({
     ...baseOption,
+    grid: { ...baseOption.grid, top: 64 },
     tooltip: { trigger: 'axis', axisPointer: { type: 'shadow' } },
     legend: { top: 0 },
-    xAxis: [{ type: 'value', name: 'samples/s' }],
-    yAxis: { type: 'category', inverse: true, data: labels },
+    // Two quantities, two axes: measured samples/s below, the benchmark's
+    // GFLOP/s above (they once shared the samples/s axis).
+    xAxis: [{ type: 'value', name: 'samples/s', position: 'bottom', nameLocation: 'middle', nameGap: 26 },
+            { type: 'value', name: 'GFLOP/s', position: 'top', nameLocation: 'middle', nameGap: 26,
+              splitLine: { show: false } }],
+    yAxis: { type: 'category', inverse: true, data: labels, axisLabel: { width: 260, overflow: 'truncate' } },
     series: [
-      { name: 'measured samples/s', type: 'bar', data: measured },
-      { name: 'benchmark GFLOP/s', type: 'scatter', symbol: 'diamond', symbolSize: 10, data: gflops },
+      { name: 'measured samples/s', type: 'bar', xAxisIndex: 0, data: measured },
+      { name: 'benchmark GFLOP/s', type: 'scatter', xAxisIndex: 1, symbol: 'diamond', symbolSize: 10, data: gflops },
     ],
   }, true);
 }
 
 function drawBusy(use) {
-  chart(document.getElementById('busy'), 'fleet.utilization').setOption({
+  const el = document.getElementById('busy');
+  el.style.height = `${Math.max(240, ROW_PX * use.perWorker.length + 100)}px`;
+  chart(el, 'fleet.utilization').setOption({
     ...baseOption,
     tooltip: { trigger: 'axis', axisPointer: { type: 'shadow' } },
     xAxis: { type: 'value', min: 0, max: 100, name: '%' },
-    yAxis: { type: 'category', inverse: true, data: use.perWorker.map((w) => `w${w.id} ${w.host}`) },
+    yAxis: { type: 'category', inverse: true, data: use.perWorker.map((w) => `w${w.id} ${w.host}`),
+             axisLabel: { width: 260, overflow: 'truncate' } },
     series: [{ type: 'bar', name: 'utilization %', data: use.perWorker.map((w) => Math.round(100 * w.utilization)),
                label: { show: true, position: 'right',
                         formatter: (p) => `${use.perWorker[p.dataIndex].busy}/${use.perWorker[p.dataIndex].devices}` } }],
