@@ -1,7 +1,7 @@
 """The REST client: experiments, and the ask/tell loop of client experiments.
 
     import heterotune
-    client = heterotune.Client()                  # HPO_SERVER, HPO_TOKEN, HPO_TLS_CA
+    client = heterotune.Client()                  # HPO_REST_SERVER, HPO_TOKEN, HPO_TLS_CA
     exp = client.create_experiment("examples/quadratic-client.yaml")
     for trial in exp.trials():                    # asks for one trial at a time
         for step in range(5):
@@ -28,13 +28,30 @@ import traceback
 import urllib.error
 import urllib.parse
 import urllib.request
+import warnings
 
 from . import errors
 
 __all__ = ["Client", "Experiment", "Trial", "Decision", "DEFAULT_SERVER"]
 
-# The same default, variable names and address form as hpctl and hpo-worker.
+# The same default, variable names and address form as hpctl.
 DEFAULT_SERVER = "127.0.0.1:8080"
+
+
+def _server_from_environment():
+    """$HPO_REST_SERVER; else $HPO_SERVER, its old name, with a FutureWarning.
+
+    HPO_SERVER was the REST address for hpctl and this client but the gRPC
+    address for hpo-worker, so one setting could not serve both.
+    """
+    server = os.environ.get("HPO_REST_SERVER")
+    if server:
+        return server
+    server = os.environ.get("HPO_SERVER")
+    if server:
+        warnings.warn("HPO_SERVER is deprecated (hpctl and this client read it as the REST address, "
+                      "hpo-worker as the gRPC one): set HPO_REST_SERVER instead", FutureWarning, stacklevel=3)
+    return server
 
 
 def _is_loopback(host):
@@ -62,7 +79,8 @@ class Client:
 
     Args:
       server: "HOST:PORT", "http://HOST:PORT" or "https://HOST:PORT"; default
-        $HPO_SERVER, else 127.0.0.1:8080.
+        $HPO_REST_SERVER (or, with a warning, $HPO_SERVER, its old name), else
+        127.0.0.1:8080.
       token: the bearer token; default $HPO_TOKEN (none when unset or empty).
       tls_ca: a PEM file of the CA(s) that signed the server's certificate,
         for https; default $HPO_TLS_CA, else the system's CAs. As in hpctl,
@@ -79,7 +97,7 @@ class Client:
     """
 
     def __init__(self, server=None, token=None, *, tls_ca=None, timeout=60.0, retries=3):
-        server = server or os.environ.get("HPO_SERVER") or DEFAULT_SERVER
+        server = server or _server_from_environment() or DEFAULT_SERVER
         if "://" not in server:
             server = "http://" + server
         parsed = urllib.parse.urlsplit(server)

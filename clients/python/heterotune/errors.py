@@ -32,7 +32,7 @@ class ServerUnreachableError(HeteroTuneError):
 
     def __init__(self, url, reason):
         super().__init__(f"cannot reach hpo-server at {url}: {reason} "
-                         "(is it running? set HPO_SERVER or pass server=)")
+                         "(is it running? set HPO_REST_SERVER or pass server=)")
         self.url = url
         self.reason = reason
 
@@ -44,7 +44,7 @@ class RedirectRefusedError(HeteroTuneError):
     of it (a proxy, a load balancer, a misconfigured address). Following it
     would send the request, and its bearer token, wherever the redirect
     points: another host, or plain http after https. Pass the address the
-    server really has as server= (or HPO_SERVER) instead.
+    server really has as server= (or HPO_REST_SERVER) instead.
 
     Attributes:
       url: the server as given to Client ("https://host:port").
@@ -58,7 +58,7 @@ class RedirectRefusedError(HeteroTuneError):
         super().__init__(f"{method} {path}: the server at {url} answered {status}, a redirect {where}; "
                          "not followed: the client sends requests and its token only to the server it was "
                          "given. hpo-server itself never redirects; if that address is the server, pass it "
-                         "as server= or set HPO_SERVER".lstrip())
+                         "as server= or set HPO_REST_SERVER".lstrip())
         self.url = url
         self.status = status
         self.location = location

@@ -3,6 +3,7 @@
 import json
 import socket
 import threading
+import warnings
 
 import pytest
 
@@ -58,11 +59,27 @@ def test_create_from_yaml_and_json_files(client, tmp_path):
 
 
 def test_connection_defaults_come_from_the_environment(server, monkeypatch):
-    monkeypatch.setenv("HPO_SERVER", server.url.removeprefix("http://"))
+    monkeypatch.delenv("HPO_SERVER", raising=False)
+    monkeypatch.setenv("HPO_REST_SERVER", server.url.removeprefix("http://"))
     monkeypatch.setenv("HPO_TOKEN", server.token)
-    c = heterotune.Client()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new name warns of nothing
+        c = heterotune.Client()
     assert c.url == server.url
     assert isinstance(c.list_experiments(), list)
+
+
+def test_the_old_variable_hpo_server_still_works_with_a_warning(monkeypatch):
+    # HPO_SERVER meant REST here and gRPC for hpo-worker: HPO_REST_SERVER
+    # replaces it, and wins when both are set.
+    monkeypatch.delenv("HPO_REST_SERVER", raising=False)
+    monkeypatch.setenv("HPO_SERVER", "127.0.0.1:9")
+    with pytest.warns(FutureWarning, match="HPO_SERVER is deprecated.*set HPO_REST_SERVER"):
+        assert heterotune.Client().url == "http://127.0.0.1:9"
+    monkeypatch.setenv("HPO_REST_SERVER", "127.0.0.1:10")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert heterotune.Client().url == "http://127.0.0.1:10"
 
 
 # Bad input: a 4xx raises a typed error naming the field ---------------------

@@ -106,7 +106,7 @@ def test_a_redirect_to_another_port_is_refused_and_gets_nothing(recorders, statu
     assert e.value.url == server.url and e.value.method == method
     message = str(e.value)
     assert f"answered {status}, a redirect to {elsewhere.url}/api/v1/experiments" in message
-    assert "server=" in message and "HPO_SERVER" in message
+    assert "server=" in message and "HPO_REST_SERVER" in message
     assert isinstance(e.value, heterotune.HeteroTuneError) and not isinstance(e.value, heterotune.APIError)
 
 
