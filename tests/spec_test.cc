@@ -3,6 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace hpo::server {
 namespace {
@@ -229,7 +234,7 @@ TEST(ExperimentSpec, ErrorsNameTheFieldPath) {
       {replace(base, "max_parallel: 2", "max_parallel: 0"), "budget.max_parallel: must be at least 1"},
       {replace(base, "direction: maximize", "direction: up"), "objective.direction"},
       {replace(base, "sampler: gp", "sampler: cmaes"), "algorithm.sampler"},
-      {replace(base, "rule: asha", "rule: asha, eta: 3"), "early_stopping.eta: not an option of rule 'asha'"},
+      {replace(base, "rule: asha", "rule: asha, eta: 3"), "early_stopping.eta: unknown field (expected rule, type, promotion, bootstrap_count"},
       {replace(base, "budget:", "budgett:"), "budgett: unknown field"},
       {replace(base, "threads: {type: int", "lr: {type: int"), "system.lr: 'lr' is already a hyperparameter"},
       {replace(base, "builtin: {trainer: fashion-mnist-mlp, args: {validation_fraction: 0.1}}", "magic: {}"),
@@ -576,6 +581,92 @@ TEST(YamlToJson, KeepsQuotedScalarsAsStrings) {
   EXPECT_EQ((*j)["e"], "true");
   EXPECT_TRUE((*j)["f"].is_null());
   EXPECT_EQ((*j)["g"][0], "x");
+}
+
+
+// docs/spec.md documents every field the parser accepts. The parser says
+// which names a mapping takes when it meets one it does not know ("unknown
+// field (expected a, b, c)"), so each mapping of a valid spec gets an
+// unknown field and every name the answer lists must be in the reference,
+// as a field (`name`, `name:` or a heading). A field added to the parser
+// and not to the page fails here.
+TEST(ExperimentSpec, TheSpecReferenceDocumentsEveryFieldTheParserAccepts) {
+  std::ifstream in(std::string(HPO_SOURCE_DIR) + "/docs/spec.md");
+  ASSERT_TRUE(in) << "docs/spec.md";
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const json base = {
+      {"name", "doc"},
+      {"objective", {{"metric", "loss"}, {"direction", "minimize"}}},
+      {"spaces", {{{"name", "s"}, {"params", {{"x", {{"type", "float"}, {"low", 0}, {"high", 1}}}}}}}},
+      {"system", {{"threads", {{"type", "int"}, {"low", 1}, {"high", 4}}}}},
+      {"algorithm", {{"sampler", "tpe"}, {"seed", 1}}},
+      {"early_stopping", {{"rule", "asha"}, {"type", "stop"}}},
+      {"placement", {{"policy", "speed"}}},
+      {"cost", {{"prices", {{"pool=cpu", 1.0}}}, {"budget", 5}}},
+      {"budget", {{"max_trials", 10}}},
+      {"executor", {{"builtin", {{"trainer", "fashion-mnist-mlp"}}}}}};
+  json command = base;
+  command["executor"] = {{"command", {{"argv", {"true"}}}}};
+  const auto with = [&](json spec, const std::string& pointer, const json& value) {
+    spec[json::json_pointer(pointer)] = value;
+    return spec;
+  };
+  // (spec, the mapping that gets the unknown field)
+  const std::vector<std::pair<json, std::string>> cases = {
+      {base, ""},
+      {base, "/objective"},
+      {base, "/spaces/0"},
+      {base, "/spaces/0/params/x"},
+      {base, "/system/threads"},
+      {base, "/algorithm"},
+      {base, "/early_stopping"},
+      {with(base, "/early_stopping", {{"rule", "median"}}), "/early_stopping"},
+      {with(base, "/early_stopping", {{"rule", "hyperband"}}), "/early_stopping"},
+      {with(base, "/early_stopping", {{"rule", "asha"}, {"type", "promotion"}}), "/early_stopping"},
+      {base, "/placement"},
+      {base, "/cost"},
+      {base, "/budget"},
+      {base, "/executor"},
+      {base, "/executor/builtin"},
+      {command, "/executor/command"},
+  };
+  const std::string kUnknown = "zz_not_a_field";
+  size_t names = 0;
+  for (const auto& [spec, pointer] : cases) {
+    json bad = spec;
+    bad[json::json_pointer(pointer + "/" + kUnknown)] = 1;
+    auto r = ParseExperimentSpec(bad);
+    ASSERT_FALSE(r.ok()) << pointer;
+    const std::string message = r.status().message();
+    // A mapping of alternatives (executor) names them instead.
+    std::string marker = kUnknown + ": unknown field (expected ";
+    size_t at = message.find(marker);
+    if (at == std::string::npos) {
+      marker = "must hold exactly one of ";
+      at = message.find(marker);
+    }
+    ASSERT_NE(at, std::string::npos) << pointer << ": " << message;
+    std::string list = message.substr(at + marker.size());
+    list = list.substr(0, list.find(')'));
+    for (size_t from = 0; from <= list.size();) {
+      size_t end = list.find(", ", from);
+      std::string name = list.substr(from, end == std::string::npos ? std::string::npos : end - from);
+      from = end == std::string::npos ? list.size() + 1 : end + 2;
+      if (name.rfind("or ", 0) == 0) name = name.substr(3);
+      if (const size_t o = name.find(" or "); o != std::string::npos) {  // "choices or conditional"
+        EXPECT_TRUE(doc.find("`" + name.substr(o + 4)) != std::string::npos ||
+                    doc.find(name.substr(o + 4) + ":") != std::string::npos)
+            << pointer << ": " << name.substr(o + 4) << " is not in docs/spec.md";
+        name = name.substr(0, o);
+      }
+      ++names;
+      EXPECT_TRUE(doc.find("`" + name) != std::string::npos || doc.find(name + ":") != std::string::npos ||
+                  doc.find("## " + name) != std::string::npos)
+          << (pointer.empty() ? "the top level" : pointer) << ": the field " << name
+          << " is not in docs/spec.md";
+    }
+  }
+  EXPECT_GT(names, 40u) << "the parser's answers were read";
 }
 
 }  // namespace

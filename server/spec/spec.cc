@@ -370,8 +370,10 @@ Status ParseEarlyStopping(Fields& top, ExperimentSpec& spec) {
   for (auto it = e->begin(); it != e->end(); ++it) {
     if (it.key() == "rule" || it.key() == "type" || it.key() == "promotion") continue;
     if (!rule->second.count(it.key())) {
-      return Status::InvalidArgument("early_stopping." + it.key() + ": not an option of rule '" +
-                                     spec.early_stopping + "'");
+      std::string known = "rule, type, promotion";
+      for (const auto& k : rule->second) known += ", " + k;
+      return Status::InvalidArgument("early_stopping." + it.key() + ": unknown field (expected " + known +
+                                     "): not an option of rule '" + spec.early_stopping + "'");
     }
     HPO_RETURN_IF_ERROR(CheckStoppingOption(it.key(), *it));
     spec.early_stopping_options[it.key()] = *it;

@@ -107,8 +107,12 @@ const command = await api('POST', '/api/v1/experiments', {
   budget: { max_trials: 3, max_parallel: 1, steps_per_trial: 3 },
   executor: { command: { argv: [program], timeout_s: 60 } },
 });
-// Engine::Workload: the experiment, argv[0]'s base name, the space.
-const WORKLOAD = `experiment-${command.id}/${PROGRAM}/${COMMAND_SPACE}`;
+// Engine::Workload (argv[0]'s base name, the space and a hash), as the
+// server names it.
+const commandTuning = await api('GET', `/api/v1/experiments/${command.id}/system-tuning`);
+assert.equal(commandTuning.workloads.length, 1, JSON.stringify(commandTuning));
+const WORKLOAD = commandTuning.workloads[0].workload;
+assert.ok(WORKLOAD.startsWith(`${PROGRAM}/${COMMAND_SPACE}@`), WORKLOAD);
 
 // The worker in its own user and mount namespaces, over a /proc/cpuinfo
 // whose model name is the payload, when unshare may do that here (as root or
