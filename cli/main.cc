@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,6 +36,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/cli_env.h"
 #include "common/http_client.h"
 #include "common/server_ports.h"
 #include "common/token.h"
@@ -78,17 +80,19 @@ json Call(const HttpClientOptions& o, const std::string& method, const std::stri
           const std::string& body = "", const std::string& content_type = "application/json") {
   auto r = hpo::HttpRequestOnce(o, method, target, body, content_type);
   if (!r.ok()) {
-    Fail(kUnreachable, r.status().message() + " (is hpo-server running? set --server or HPO_SERVER)");
+    Fail(kUnreachable,
+         r.status().message() + " (is hpo-server running? set --server or HPO_REST_SERVER)");
   }
   if (r->status >= 300 && r->status < 400) {
     // The HTTP client follows no redirect, so the request and its token went
     // to --server only. Say so rather than read the redirect's body as an answer.
     const auto location = r->headers.find("location");
-    Fail(kServerError, "the server at " + std::string(o.tls ? "https://" : "http://") + o.host + ":" +
-                           std::to_string(o.port) + " answered " + std::to_string(r->status) + ", a redirect " +
-                           (location == r->headers.end() ? "without a Location" : "to " + location->second) +
-                           "; hpctl follows no redirect, so the token went nowhere else (hpo-server itself never "
-                           "redirects; if that address is the server, set --server or HPO_SERVER to it)");
+    Fail(kServerError,
+         "the server at " + std::string(o.tls ? "https://" : "http://") + o.host + ":" +
+             std::to_string(o.port) + " answered " + std::to_string(r->status) + ", a redirect " +
+             (location == r->headers.end() ? "without a Location" : "to " + location->second) +
+             "; hpctl follows no redirect, so the token went nowhere else (hpo-server itself never "
+             "redirects; if that address is the server, set --server or HPO_REST_SERVER to it)");
   }
   json j = json::parse(r->body, nullptr, false);
   if (r->status >= 400) {
@@ -98,15 +102,49 @@ json Call(const HttpClientOptions& o, const std::string& method, const std::stri
   return j;
 }
 
+// A float as a person reads it: four significant digits, without an
+// exponent from 0.0001 to a million, without trailing zeros (0.912345678:
+// 0.9123; 12.3456: 12.35; 0.5: 0.5; 123456.7: 123457). Tables, watch and
+// status show these; JSON and CSV keep every digit.
+std::string Rounded(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  const double a = std::fabs(x);
+  if (a == 0) return "0";
+  char buf[64];
+  if (a < 1e-4 || a >= 1e6) {
+    std::snprintf(buf, sizeof buf, "%.4g", x);
+    return buf;
+  }
+  const int decimals = std::max(0, 3 - static_cast<int>(std::floor(std::log10(a))));
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, x);
+  std::string out = buf;
+  if (out.find('.') != std::string::npos) {
+    out.erase(out.find_last_not_of('0') + 1);
+    if (out.back() == '.') out.pop_back();
+  }
+  return out == "-0" ? "0" : out;
+}
+
+// A JSON value as the human output shows it: JSON, with its floats Rounded.
+std::string Human(const json& v) {
+  if (v.is_number_float()) return Rounded(v.get<double>());
+  if (!v.is_structured()) return v.dump();
+  std::string out = v.is_object() ? "{" : "[";
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it != v.begin()) out += ",";
+    if (v.is_object()) out += json(it.key()).dump() + ":";
+    out += Human(*it);
+  }
+  return out + (v.is_object() ? "}" : "]");
+}
+
+// A cell or field of the human output: strings as they are, null as
+// nothing, the rest as Human.
 std::string Str(const json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_null()) return "";
-  if (v.is_number_float()) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.4g", v.get<double>());
-    return buf;
-  }
-  return v.dump();
+  return Human(v);
 }
 
 // One CSV record (RFC 4180): a cell holding a comma, a quote or a line
@@ -354,6 +392,68 @@ std::string Eta(const json& e, double now_s) {
   return ", eta " + Seconds(*seconds) + " (" + why + ")";
 }
 
+// What watch and status show of an experiment `e` (GET experiment):
+// its state, its trials against the budget, its usage, the best so far
+// (`best`: a completed trial, GET .../best's partial best, or null) and,
+// last, "elapsed E" with the ETA. `changes` is all but that last line:
+// watch writes a new block to a pipe only when it changed.
+struct ExperimentView {
+  std::string changes;
+  std::string text;
+};
+
+ExperimentView ViewOf(int64_t id, const json& e, const json& best, double now_s) {
+  const json& n = e["trials"];
+  const int64_t budget =
+      e["spec"].value("budget", json::object()).value("max_trials", int64_t{100});
+  const int64_t finished = n.value("completed", 0) + n.value("pruned", 0) + n.value("failed", 0) +
+                           n.value("cancelled", 0);
+  const double elapsed =
+      (e["finished_ms"].is_number() ? e["finished_ms"].get<double>() / 1000 : now_s) -
+      e["created_ms"].get<double>() / 1000;
+  const std::string metric = e["spec"]["objective"].value("metric", "");
+  std::ostringstream view;
+  view << "experiment " << id << " (" << Str(e["name"]) << "): " << Str(e["state"]) << "\n";
+  view << "  trials " << finished << " of " << budget << " finished: " << n.value("completed", 0)
+       << " completed, " << n.value("pruned", 0) << " pruned, "
+       << n.value("running", 0) + n.value("leased", 0) << " running, " << n.value("paused", 0)
+       << " paused at a rung, " << n.value("failed", 0) << " failed";
+  if (n.value("cancelled", 0) > 0) view << ", " << n.value("cancelled", 0) << " cancelled";
+  if (n.value("pending", 0) > 0) view << ", " << n.value("pending", 0) << " waiting to start";
+  view << "\n" << UsageLine(e);
+  if (best.is_null()) {
+    view << "  best: none yet\n";
+  } else if (best.value("partial", false)) {
+    view << "  " << BestLine(best, metric) << " " << Human(best["params"]) << "\n";
+  } else {
+    view << "  best: trial " << Str(best["number"]) << " (" << Str(best["space"]) << ") " << metric
+         << "=" << Str(best["final_metrics"].value(metric, json())) << " " << Human(best["params"])
+         << "\n";
+  }
+  ExperimentView out;
+  out.changes = view.str();
+  view << "  elapsed " << Seconds(elapsed) << Eta(e, now_s) << "\n";
+  out.text = view.str();
+  return out;
+}
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// hpctl status: the watch view once, and why the experiment ended.
+void ShowStatus(const HttpClientOptions& o, int64_t id, const std::string& format) {
+  const json e = Call(o, "GET", "/api/v1/experiments/" + std::to_string(id));
+  if (format == "json") {
+    std::cout << e.dump(2) << "\n";
+    return;
+  }
+  std::cout << ViewOf(id, e, BestOrNull(o, id), NowSeconds()).text;
+  if (Str(e["state"]) != "running" && !Str(e["reason"]).empty()) {
+    std::cout << "  ended: " << Str(e["reason"]) << "\n";
+  }
+}
+
 // --quiet, nothing: it waits for the end, and the exit code says how it went.
 int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
   const bool tty = isatty(STDOUT_FILENO);
@@ -365,28 +465,11 @@ int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
   for (;;) {
     if (g_interrupted) return kInterrupted;
     json e = Call(o, "GET", "/api/v1/experiments/" + std::to_string(id));
-    const json& n = e["trials"];
-    const int64_t budget = e["spec"].value("budget", json::object()).value("max_trials", int64_t{100});
-    const int64_t finished = n.value("completed", 0) + n.value("pruned", 0) + n.value("failed", 0) +
-                             n.value("cancelled", 0);
-    const double now_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    const double elapsed =
-        (e["finished_ms"].is_number() ? e["finished_ms"].get<double>() / 1000 : now_s) -
-        e["created_ms"].get<double>() / 1000;
-    std::ostringstream view;
-    view << "experiment " << id << " (" << Str(e["name"]) << "): " << Str(e["state"]) << "\n";
-    view << "  trials " << finished << " of " << budget << " finished: " << n.value("completed", 0) << " completed, "
-         << n.value("pruned", 0) << " pruned, " << n.value("running", 0) + n.value("leased", 0) << " running, "
-         << n.value("paused", 0) << " paused at a rung, " << n.value("failed", 0) << " failed\n";
-    view << UsageLine(e);
     if (!best_so_far) best_so_far.emplace(o, id, e["spec"]["objective"]);
     const json& b = best_so_far->Update();
     const std::string state = Str(e["state"]);
     const std::string metric = e["spec"]["objective"].value("metric", "");
-    if (!b.is_null()) {
-      view << "  best: trial " << Str(b["number"]) << " (" << Str(b["space"]) << ") " << metric << "="
-           << Str(b["final_metrics"].value(metric, json())) << " " << b["params"].dump() << "\n";
-    } else {
+    if (b.is_null()) {
       // None completed: the server's partial best (the best report of any
       // trial), which reads every measurement, so not on every poll.
       const auto now = std::chrono::steady_clock::now();
@@ -394,25 +477,18 @@ int Watch(const HttpClientOptions& o, int64_t id, bool quiet_end = false) {
         partial = BestOrNull(o, id);
         partial_read = now;
       }
-      if (!partial.is_null()) {
-        view << "  " << BestLine(partial, metric) << " " << partial["params"].dump() << "\n";
-      } else {
-        view << "  best: none yet\n";
-      }
     }
+    const ExperimentView view = ViewOf(id, e, b.is_null() ? partial : b, NowSeconds());
     // Plain output (a pipe, a log) gets a new block only when something but
     // the clock changed.
-    const std::string changes = view.str();
-    view << "  elapsed " << Seconds(elapsed) << Eta(e, now_s) << "\n";
-    const std::string text = view.str();
     if (!g_quiet && tty) {
       if (drawn_lines) std::cout << "\x1b[" << drawn_lines << "F\x1b[J";
-      std::cout << text << std::flush;
-      drawn_lines = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
-    } else if (!g_quiet && changes != last) {
-      std::cout << text << std::flush;
+      std::cout << view.text << std::flush;
+      drawn_lines = static_cast<int>(std::count(view.text.begin(), view.text.end(), '\n'));
+    } else if (!g_quiet && view.changes != last) {
+      std::cout << view.text << std::flush;
     }
-    last = changes;
+    last = view.changes;
     if (state != "running") {
       if (!quiet_end && !e.value("reason", "").empty()) Info() << "  ended: " << Str(e["reason"]) << "\n";
       if (state != "completed") return kExperimentFailed;
@@ -532,9 +608,10 @@ void DryRun(const HttpClientOptions& o, const std::string& file, const std::stri
 // while it has none (running, paused at a rung, cut by the experiment's
 // end), its latest report marked with its step.
 std::string MetricsCell(const json& t) {
-  if (t["final_metrics"].is_object()) return t["final_metrics"].dump();
+  if (t["final_metrics"].is_object()) return Human(t["final_metrics"]);
   const json latest = t.value("latest", json());
-  if (latest.is_object()) return latest.value("metrics", json::object()).dump() + " @ step " + Str(latest["step"]);
+  if (latest.is_object())
+    return Human(latest.value("metrics", json::object())) + " @ step " + Str(latest["step"]);
   return "";
 }
 
@@ -543,23 +620,6 @@ std::string BestCell(const json& t, const std::string& metric) {
   const json best = t.value("best", json());
   if (!best.is_object()) return "";
   return Str(best.value("metrics", json::object()).value(metric, json())) + " @ step " + Str(best["step"]);
-}
-
-void Trials(const HttpClientOptions& o, int64_t id, const std::string& state, const std::string& format) {
-  std::string target = "/api/v1/experiments/" + std::to_string(id) + "/trials?limit=10000";
-  if (!state.empty()) target += "&state=" + state;
-  json r = Call(o, "GET", target);
-  const json e = Call(o, "GET", "/api/v1/experiments/" + std::to_string(id));
-  const std::string metric = Str(e["spec"]["objective"]["metric"]);
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& t : r["trials"]) {
-    const double trained = t.value("device_seconds", 0.0);
-    rows.push_back({Str(t["number"]), Str(t["id"]), Str(t["space"]), Str(t["state"]), MetricsCell(t),
-                    BestCell(t, metric), trained > 0 ? Seconds(trained) : "", t["params"].dump(),
-                    t["system"].dump()});
-  }
-  PrintRows({"number", "id", "space", "state", "metrics", "best_" + metric, "train_time", "params", "system"}, rows,
-            format, r["trials"]);
 }
 
 // Every trial of an experiment, page by page (a page is at most the
@@ -584,27 +644,27 @@ std::string Cell(const json& v) {
   return v.dump();
 }
 
-// hpctl export: every trial with its params, system setting and final
-// metrics (a pruned trial's are its last report), for pandas; and its last
-// report ("latest": a paused or cut trial has no final metrics) and its best
-// report by the objective, each with its step, and its device time. JSON is
-// a list of records whose nested params/system/metrics/latest/best objects
+// The export's records of `trials` (GET .../trials's), and its CSV. Each
+// record has the trial's fields (kExportFields), its params, system setting
+// and final metrics (a pruned trial's are its last report), its last report
+// ("latest": a paused or cut trial has no final metrics) and its best
+// report by the objective, each with its step, and its device time. As JSON
+// its nested params/system/metrics/latest/best objects are what
 // pd.json_normalize flattens to the CSV's own column names ("params.lr",
-// "metrics.loss", "latest.loss", "best.loss").
-// CSV has one column per name seen in any trial, sorted within each group,
-// so the columns do not depend on which trials ran first. The file is
-// written beside FILE and renamed, so a failed export leaves no half file.
-void Export(const HttpClientOptions& o, int64_t id, const std::string& format, const std::string& file) {
-  const json trials = AllTrials(o, id);
-  static const std::vector<std::string> kFields = {
-      "number",     "id",          "space",     "state",  "attempt",        "level",       "started_ms",
-      "finished_ms", "stop_step", "reason", "device_seconds", "latest_step", "best_step"};
-  static const std::vector<const char*> kGroups = {"params", "system", "metrics", "latest", "best"};
+// "metrics.loss", "latest.loss", "best.loss"). The CSV has one column per
+// name seen in any trial, sorted within each group, so the columns do not
+// depend on which trials ran first. `hpctl export` and `hpctl trials -o
+// csv` write the same columns.
+const std::vector<std::string> kExportFields = {
+    "number",      "id",        "space",  "state",          "attempt",     "level",    "started_ms",
+    "finished_ms", "stop_step", "reason", "device_seconds", "latest_step", "best_step"};
+const std::vector<const char*> kExportGroups = {"params", "system", "metrics", "latest", "best"};
+
+json ExportRecords(const json& trials) {
   json records = json::array();
-  std::map<std::string, std::set<std::string>> names;  // group -> keys in any trial
   for (const auto& t : trials) {
     json rec = json::object();
-    for (const auto& f : kFields) rec[f] = t.value(f, json());
+    for (const auto& f : kExportFields) rec[f] = t.value(f, json());
     const json latest = t.value("latest", json());
     rec["latest_step"] = latest.is_object() ? latest["step"] : json();
     rec["params"] = t["params"].is_object() ? t["params"] : json::object();
@@ -614,28 +674,43 @@ void Export(const HttpClientOptions& o, int64_t id, const std::string& format, c
     const json best = t.value("best", json());
     rec["best_step"] = best.is_object() ? best["step"] : json();
     rec["best"] = best.is_object() && best["metrics"].is_object() ? best["metrics"] : json::object();
-    for (const char* group : kGroups) {
-      for (auto it = rec[group].begin(); it != rec[group].end(); ++it) names[group].insert(it.key());
-    }
     records.push_back(std::move(rec));
   }
+  return records;
+}
+
+void WriteExportCsv(std::ostream& out, const json& records) {
+  std::map<std::string, std::set<std::string>> names;  // group -> keys in any trial
+  for (const auto& rec : records) {
+    for (const char* group : kExportGroups) {
+      for (auto it = rec[group].begin(); it != rec[group].end(); ++it) names[group].insert(it.key());
+    }
+  }
+  std::vector<std::string> header = kExportFields;
+  for (const char* group : kExportGroups) {
+    for (const auto& k : names[group]) header.push_back(std::string(group) + "." + k);
+  }
+  WriteCsvRow(out, header);
+  for (const auto& rec : records) {
+    std::vector<std::string> row;
+    for (const auto& f : kExportFields) row.push_back(Cell(rec[f]));
+    for (const char* group : kExportGroups) {
+      for (const auto& k : names[group]) row.push_back(Cell(rec[group].value(k, json())));
+    }
+    WriteCsvRow(out, row);
+  }
+}
+
+// hpctl export: ExportRecords of every trial, as JSON or CSV. The file is
+// written beside FILE and renamed, so a failed export leaves no half file.
+void Export(const HttpClientOptions& o, int64_t id, const std::string& format,
+            const std::string& file) {
+  const json records = ExportRecords(AllTrials(o, id));
   std::ostringstream out;
   if (format == "json") {
     out << records.dump(2) << "\n";
   } else {
-    std::vector<std::string> header = kFields;
-    for (const char* group : kGroups) {
-      for (const auto& k : names[group]) header.push_back(std::string(group) + "." + k);
-    }
-    WriteCsvRow(out, header);
-    for (const auto& rec : records) {
-      std::vector<std::string> row;
-      for (const auto& f : kFields) row.push_back(Cell(rec[f]));
-      for (const char* group : kGroups) {
-        for (const auto& k : names[group]) row.push_back(Cell(rec[group].value(k, json())));
-      }
-      WriteCsvRow(out, row);
-    }
+    WriteExportCsv(out, records);
   }
   if (file.empty() || file == "-") {
     std::cout << out.str() << std::flush;
@@ -662,6 +737,32 @@ void Export(const HttpClientOptions& o, int64_t id, const std::string& format, c
   }
   Info() << "wrote " << records.size() << " trials of experiment " << id << " to " << file << " (" << format
          << ")\n";
+}
+
+// hpctl trials: a table with the metrics and params as short JSON, CSV with
+// the export's flat columns (params.x, system.threads, metrics.loss), or
+// the server's JSON.
+void Trials(const HttpClientOptions& o, int64_t id, const std::string& state,
+            const std::string& format) {
+  std::string target = "/api/v1/experiments/" + std::to_string(id) + "/trials?limit=10000";
+  if (!state.empty()) target += "&state=" + state;
+  json r = Call(o, "GET", target);
+  if (format == "csv") {
+    WriteExportCsv(std::cout, ExportRecords(r["trials"]));
+    return;
+  }
+  const json e = Call(o, "GET", "/api/v1/experiments/" + std::to_string(id));
+  const std::string metric = Str(e["spec"]["objective"]["metric"]);
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& t : r["trials"]) {
+    const double trained = t.value("device_seconds", 0.0);
+    rows.push_back({Str(t["number"]), Str(t["id"]), Str(t["space"]), Str(t["state"]),
+                    MetricsCell(t), BestCell(t, metric), trained > 0 ? Seconds(trained) : "",
+                    Human(t["params"]), Human(t["system"])});
+  }
+  PrintRows({"number", "id", "space", "state", "metrics", "best_" + metric, "train_time", "params",
+             "system"},
+            rows, format, r["trials"]);
 }
 
 // The id of the trial `ref` names: "EXPERIMENT/NUMBER" (3/25: trial 25 of
@@ -1115,12 +1216,13 @@ int Run(const std::string& file, int workers, const std::string& data_dir, const
   if (best.ok() && best->status == 200) {
     json b = json::parse(best->body);
     const bool partial = b.value("partial", false);
-    std::cout << (partial ? "best so far: trial " : "best trial ") << Str(b["number"]) << " (space " << Str(b["space"])
+    std::cout << (partial ? "best so far: trial " : "best trial ") << Str(b["number"]) << " (space "
+              << Str(b["space"])
               << (partial ? "; " + Str(b["state"]) + ", best at step " + Str(b["best_step"]) +
                                 ", not trained to its full budget"
                           : "")
-              << "): " << b[partial ? "best_metrics" : "final_metrics"].dump() << "\n  params " << b["params"].dump()
-              << "\n  system " << b["system"].dump() << "\n";
+              << "): " << Human(b[partial ? "best_metrics" : "final_metrics"]) << "\n  params "
+              << Human(b["params"]) << "\n  system " << Human(b["system"]) << "\n";
   }
   Info() << "stopping workers and server...\n";
   local.Stop();
@@ -1137,9 +1239,12 @@ int main(int argc, char** argv) {
   app.fallthrough();
   CompletionHints hints;
   std::string server = "127.0.0.1:8080";
-  app.add_option("--server", server, "hpo-server's REST address, HOST:PORT (https://HOST:PORT for HTTPS)")
-      ->envname("HPO_SERVER")
-      ->capture_default_str();
+  // Its variable is read after parsing (common/cli_env.h): HPO_SERVER, the
+  // name it had before, is still read, with a warning.
+  auto* server_opt = app.add_option("--server", server,
+                                    "hpo-server's REST address, HOST:PORT (https://HOST:PORT for "
+                                    "HTTPS) (env: HPO_REST_SERVER)")
+                         ->capture_default_str();
   std::string tls_ca;
   Path(hints, app.add_option("--tls-ca", tls_ca,
                              "PEM CA certificate(s) that signed the server's (HTTPS; default: the system's)"))
@@ -1156,8 +1261,10 @@ int main(int argc, char** argv) {
       ->excludes(watch_flag);
   Choices(hints, submit->add_option("-o,--output", format, "--dry-run's output: table or json"), {"table", "json"});
   app.add_subcommand("list", "list experiments");
-  auto* status = app.add_subcommand("status", "an experiment's state and trial counts");
+  auto* status = app.add_subcommand(
+      "status", "an experiment's state, trial counts, best trial so far, elapsed time and ETA");
   status->add_option("id", id)->required();
+  Choices(hints, status->add_option("-o,--output", format, "table or json"), {"table", "json"});
   auto* watch_cmd = app.add_subcommand(
       "watch",
       "a live view of an experiment, until it ends; exit code 0 it completed with a result, 4 it failed or was "
@@ -1222,6 +1329,12 @@ int main(int argc, char** argv) {
       return kOk;
     }
     if (run->parsed()) return Run(file, workers, data_dir, web_root);
+    if (server_opt->count() == 0) {
+      const std::string from_environment =
+          hpo::RenamedVariable("hpctl", "HPO_REST_SERVER", "HPO_SERVER",
+                               "hpctl reads it as the REST address, hpo-worker as the gRPC one");
+      if (!from_environment.empty()) server = from_environment;
+    }
     auto parsed = hpo::ParseServerAddress(server);
     if (!parsed.ok()) Fail(kUsage, parsed.status().message());
     HttpClientOptions o = *parsed;
@@ -1251,11 +1364,7 @@ int main(int argc, char** argv) {
       return kOk;
     }
     if (status->parsed()) {
-      json e = Call(o, "GET", "/api/v1/experiments/" + eid);
-      std::cout << "experiment " << eid << " (" << Str(e["name"]) << "): " << Str(e["state"])
-                << (Str(e["reason"]).empty() ? "" : " - " + Str(e["reason"])) << "\n  trials "
-                << e["trials"].dump() << "\n"
-                << UsageLine(e);
+      ShowStatus(o, id, format);
       return kOk;
     }
     if (watch_cmd->parsed()) return Watch(o, id);
@@ -1274,13 +1383,15 @@ int main(int argc, char** argv) {
       } else if (b.value("partial", false)) {
         // No trial completed: the best report of any, said to be partial.
         const json e = Call(o, "GET", "/api/v1/experiments/" + eid);
-        std::cout << BestLine(b, e["spec"]["objective"].value("metric", "")) << "\n  id      " << Str(b["id"])
-                  << "\n  metrics " << b["best_metrics"].dump() << " (step " << Str(b["best_step"]) << ")\n  params  "
-                  << b["params"].dump() << "\n  system  " << b["system"].dump() << "\n";
+        std::cout << BestLine(b, e["spec"]["objective"].value("metric", "")) << "\n  id      "
+                  << Str(b["id"]) << "\n  metrics " << Human(b["best_metrics"]) << " (step "
+                  << Str(b["best_step"]) << ")\n  params  " << Human(b["params"]) << "\n  system  "
+                  << Human(b["system"]) << "\n";
       } else {
-        std::cout << "trial " << Str(b["number"]) << " (id " << Str(b["id"]) << ", space " << Str(b["space"])
-                  << ")\n  metrics " << b["final_metrics"].dump() << "\n  params  " << b["params"].dump()
-                  << "\n  system  " << b["system"].dump() << "\n";
+        std::cout << "trial " << Str(b["number"]) << " (id " << Str(b["id"]) << ", space "
+                  << Str(b["space"]) << ")\n  metrics " << Human(b["final_metrics"])
+                  << "\n  params  " << Human(b["params"]) << "\n  system  " << Human(b["system"])
+                  << "\n";
       }
       return kOk;
     }
@@ -1312,12 +1423,17 @@ int main(int argc, char** argv) {
     }
     if (logs->parsed()) {
       const json t = Call(o, "GET", "/api/v1/trials/" + std::to_string(TrialId(o, trial_ref)));
+      // attempt: the leases of the trial's current (or last) segment; 0
+      // only before its first lease.
+      const int64_t attempt = t.value("attempt", int64_t{0});
       std::cout << "trial " << Str(t["number"]) << " of experiment " << Str(t["experiment_id"])
-                << " (id " << Str(t["id"]) << "): " << Str(t["state"]) << ", attempt "
-                << Str(t["attempt"]) << "\n";
+                << " (id " << Str(t["id"]) << "): " << Str(t["state"])
+                << (attempt > 0 ? ", attempt " + std::to_string(attempt) : ", not leased yet")
+                << "\n";
       for (const auto& m : t["measurements"]) {
-        std::cout << "  step " << Str(m["step"]) << " " << m["metrics"].dump() << " samples/s=" << Str(m["samples_per_sec"])
-                  << " system=" << m["system"].dump() << "\n";
+        std::cout << "  step " << Str(m["step"]) << " " << Human(m["metrics"])
+                  << " samples/s=" << Str(m["samples_per_sec"]) << " system=" << Human(m["system"])
+                  << "\n";
       }
       if (!Str(t["reason"]).empty()) std::cout << Str(t["reason"]) << "\n";
       return kOk;

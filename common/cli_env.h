@@ -1,7 +1,8 @@
-// Command-line options whose value may also come from the environment,
-// where one setting has two forms: a value (--token, --instance) or a file
-// that holds it (--token-file, --id-file), each with an environment
-// variable. For the mains that parse with CLI11; header-only.
+// Command-line options whose value may also come from the environment:
+// variables that were renamed (RenamedVariable), and settings with two
+// forms, a value (--token, --instance) or a file that holds it
+// (--token-file, --id-file), each with an environment variable. For the
+// mains that parse with CLI11; header-only.
 //
 // CLI11 counts a value taken from an option's envname as given on the
 // command line, so `excludes` between the two forms refused HPO_TOKEN set
@@ -15,7 +16,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -40,6 +41,22 @@ inline Status FormFromEnvironment(const CLI::Option& value_option, std::string& 
   if (!from_value.empty()) value = from_value;
   if (!from_file.empty()) file = from_file;
   return Status::OK();
+}
+
+// The value of the environment variable `variable`; while it is not set
+// (or empty), that of `old_variable`, the name it had before, with a
+// one-line warning on stderr that names the new one and why it changed
+// (`why`). Empty when neither is set. `program` starts the warning
+// ("hpctl: warning: ...").
+inline std::string RenamedVariable(const char* program, const char* variable,
+                                   const char* old_variable, const char* why) {
+  const char* v = std::getenv(variable);
+  if (v != nullptr && *v != '\0') return v;
+  const char* old = std::getenv(old_variable);
+  if (old == nullptr || *old == '\0') return "";
+  std::fprintf(stderr, "%s: warning: %s is deprecated (%s): set %s instead\n", program,
+               old_variable, why, variable);
+  return old;
 }
 
 }  // namespace hpo

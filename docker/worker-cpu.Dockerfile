@@ -65,7 +65,7 @@ USER hpo
 # Command experiments name their program relative to the worker's working
 # directory: examples/command.yaml runs examples/train_example.py from here.
 WORKDIR /opt/heterotune
-# The worker needs no port: it leases trials from the server (HPO_SERVER,
+# The worker needs no port: it leases trials from the server (HPO_GRPC_SERVER,
 # HPO_TOKEN). It benchmarks the CPU quota its container gets, so a
 # container limited to 0.5 CPU reports itself as half a core.
 ENTRYPOINT ["hpo-worker"]

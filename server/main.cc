@@ -80,6 +80,25 @@ void LimitMallocArenas() {
   mallopt(M_ARENA_MAX, 2);
 }
 
+// What an operator reads in the log of this server's own events (another
+// replica logs its own): an experiment's start and end, with why it ended,
+// and a trial handed out again, at info level. Trials are named as users
+// name them, by their number within the experiment, with their id.
+void LogEvent(const std::string& type, const nlohmann::json& data) {
+  auto text = [&](const char* key) { return data.value(key, std::string()); };
+  auto id = [&](const char* key) { return data.value(key, int64_t{0}); };
+  if (type == "experiment.created") {
+    spdlog::info("experiment {} ({}) created", id("experiment_id"), text("name"));
+  } else if (type == "experiment.finished") {
+    const std::string why = text("reason");
+    spdlog::info("experiment {} ended: {}{}", id("experiment_id"), text("state"),
+                 why.empty() ? "" : " (" + why + ")");
+  } else if (type == "trial.requeued") {
+    spdlog::info("trial {} of experiment {} (id {}) back to {}: {} after attempt {}", id("number"),
+                 id("experiment_id"), id("trial_id"), text("state"), text("reason"), id("attempt"));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -306,6 +325,7 @@ int main(int argc, char** argv) {
   auto& requeued = registry.counter("hpo_trials_requeued_total",
                                     "Trials this server put back to pending because their lease expired");
   engine_options.on_event = [&](std::string type, const nlohmann::json& data) {
+    LogEvent(type, data);
     if (type == "trial.reported") reports.Increment();
     if (type == "trial.requeued") requeued.Increment();
     if (type == "trial.finished") {

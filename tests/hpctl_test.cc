@@ -4,7 +4,11 @@
 // run in a real bash (and zsh, where installed); a redirect refused (against
 // a stand-in server), and the mode of `hpctl run`'s token file; watch's ETA
 // (by the wall time, the trials and the cost budget, none once ended), logs
-// by a trial's number, and `hpctl run`'s workers sharing the cores.
+// by a trial's number, and `hpctl run`'s workers sharing the cores; status
+// as a readable block, floats rounded for people and whole for programs,
+// trials -o csv in the export's columns, the REST address from
+// HPO_REST_SERVER (HPO_SERVER with a warning), and the server's log of each
+// experiment's start and end.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -21,6 +25,7 @@
 #include <cmath>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -389,9 +394,9 @@ TEST_F(HpctlTest, LogsNamesATrialByExperimentAndNumber) {
       by_number.text.rfind("trial 1 of experiment 2 (id " + id + "): completed, attempt 1\n", 0),
       0u)
       << by_number.text;
-  EXPECT_NE(
-      by_number.text.find("  step 1 {\"loss\":" + json(t["params"]["x"].get<double>() + 10).dump()),
-      std::string::npos)
+  char loss[32];  // as hpctl shows floats: four significant digits
+  std::snprintf(loss, sizeof loss, "%.4g", t["params"]["x"].get<double>() + 10);
+  EXPECT_NE(by_number.text.find("  step 1 {\"loss\":" + std::string(loss) + "}"), std::string::npos)
       << "its own measurement, not trial 1 of experiment 1's\n"
       << by_number.text;
   Out by_id = Hpctl(addr_ + " logs " + id);
@@ -415,6 +420,9 @@ TEST_F(HpctlTest, LogsNamesATrialByExperimentAndNumber) {
   }
 }
 
+// The table for people, JSON as the server has it, and CSV with the
+// export's flat columns: a column per param, system parameter and metric,
+// no JSON in a cell.
 TEST_F(HpctlTest, TrialsInEveryFormat) {
   ASSERT_EQ(Hpctl(addr_ + " submit " + spec_).code, 0);
   Finish(1);
@@ -428,9 +436,128 @@ TEST_F(HpctlTest, TrialsInEveryFormat) {
   EXPECT_EQ(j.size(), 3u);
   Out csv = Hpctl(addr_ + " trials 1 -o csv --state completed");
   EXPECT_EQ(std::count(csv.text.begin(), csv.text.end(), '\n'), 4) << csv.text;
-  EXPECT_NE(csv.text.find("\"{\"\"x\"\""), std::string::npos) << "JSON cells are quoted: " << csv.text;
+  EXPECT_EQ(csv.text.find('{'), std::string::npos) << "a JSON object in a cell: " << csv.text;
+  EXPECT_EQ(csv.text.substr(0, csv.text.find('\n')),
+            "number,id,space,state,attempt,level,started_ms,finished_ms,stop_step,reason,"
+            "device_seconds,latest_step,best_step,params.x,metrics.loss,latest.loss,best.loss")
+      << csv.text;
+  Out exported = Hpctl(addr_ + " export 1 -o csv");
+  EXPECT_EQ(csv.text, exported.text) << "the export's columns, from the export's code";
+  Out none = Hpctl(addr_ + " trials 1 -o csv --state failed");
+  EXPECT_EQ(none.text.find('\n'), none.text.size() - 1) << "the header alone\n" << none.text;
   Out bad = Hpctl(addr_ + " trials 1 -o xml");
   EXPECT_EQ(bad.code, 2);
+}
+
+// Floats in what people read (tables, status, best, logs) have four
+// significant digits; what programs read (JSON, CSV) keeps every digit.
+TEST_F(HpctlTest, HumanOutputRoundsFloatsAndDataKeepsEveryDigit) {
+  ASSERT_EQ(Hpctl(addr_ + " submit " + spec_).code, 0);
+  Finish(1, [](double) { return 0.912345678; });
+  HttpClientOptions o;
+  o.port = server_->http_port();
+  auto listed = HttpRequestOnce(o, "GET", "/api/v1/experiments/1/trials");
+  ASSERT_TRUE(listed.ok() && listed->status == 200);
+  const json first = json::parse(listed->body)["trials"][0];
+  const std::string x = first["params"]["x"].dump();  // a sampled float: many digits
+  ASSERT_GT(x.size(), 8u) << x;
+  const std::string ref = "1/" + std::to_string(first["number"].get<int64_t>());
+  for (const std::string& command :
+       std::vector<std::string>{" trials 1", " status 1", " best 1", " logs " + ref}) {
+    Out human = Hpctl(addr_ + command);
+    ASSERT_EQ(human.code, 0) << command << "\n" << human.text;
+    EXPECT_NE(human.text.find("0.9123"), std::string::npos) << command << "\n" << human.text;
+    EXPECT_EQ(human.text.find("0.912345678"), std::string::npos) << command << "\n" << human.text;
+    EXPECT_EQ(human.text.find(x), std::string::npos) << command << ": x in full\n" << human.text;
+  }
+  for (const std::string& command : std::vector<std::string>{
+           " trials 1 -o csv", " trials 1 -o json", " best 1 -o json", " status 1 -o json",
+           " export 1"}) {
+    Out data = Hpctl(addr_ + command);
+    ASSERT_EQ(data.code, 0) << command << "\n" << data.text;
+    if (command.find("status") == std::string::npos) {
+      EXPECT_NE(data.text.find("0.912345678"), std::string::npos) << command << "\n" << data.text;
+    }
+  }
+  Out csv = Hpctl(addr_ + " trials 1 -o csv");
+  EXPECT_NE(csv.text.find(x), std::string::npos) << csv.text;
+}
+
+// status is a block of watch's view, once, not the server's counts as JSON;
+// -o json is that JSON.
+TEST_F(HpctlTest, StatusIsAReadableBlockAndJsonOnRequest) {
+  ASSERT_EQ(Hpctl(addr_ + " submit " + spec_).code, 0);
+  Finish(1, [](double) { return 0.25; });
+  Out done = Hpctl(addr_ + " status 1");
+  ASSERT_EQ(done.code, 0) << done.text;
+  EXPECT_EQ(done.text.rfind("experiment 1 (cli): completed\n"
+                            "  trials 3 of 3 finished: 3 completed, 0 pruned, 0 running, 0 paused at a "
+                            "rung, 0 failed\n"
+                            "  best: trial 0 (main) loss=0.25 {\"x\":",
+                            0),
+            0u)
+      << done.text;
+  EXPECT_NE(done.text.find("\n  elapsed "), std::string::npos) << done.text;
+  EXPECT_NE(done.text.find("\n  ended: all 3 trials finished\n"), std::string::npos) << done.text;
+  EXPECT_EQ(done.text.find("\"completed\""), std::string::npos) << "raw JSON\n" << done.text;
+
+  ASSERT_EQ(Hpctl(addr_ + " submit " + spec_).code, 0);
+  Out running = Hpctl(addr_ + " status 2");
+  ASSERT_EQ(running.code, 0) << running.text;
+  EXPECT_EQ(running.text.rfind("experiment 2 (cli): running\n  trials 0 of 3 finished: ", 0), 0u)
+      << running.text;
+  EXPECT_NE(running.text.find("\n  best: none yet\n"), std::string::npos) << running.text;
+  EXPECT_EQ(running.text.find("ended"), std::string::npos) << running.text;
+
+  Out js = Hpctl(addr_ + " status 1 -o json");
+  ASSERT_EQ(js.code, 0) << js.text;
+  const json e = json::parse(js.text, nullptr, false);
+  ASSERT_TRUE(e.is_object()) << js.text;
+  EXPECT_EQ(e["state"], "completed");
+  EXPECT_EQ(e["trials"]["completed"], 3);
+  EXPECT_EQ(Hpctl(addr_ + " status 1 -o csv").code, 2);
+}
+
+// hpo-server says at info level when an experiment starts and when it
+// ends, and why.
+TEST_F(HpctlTest, TheServerLogsEachExperimentsStartAndEnd) {
+  ASSERT_EQ(Hpctl(addr_ + " submit " + spec_).code, 0);
+  Finish(1);
+  ASSERT_EQ(Hpctl(addr_ + " submit " + spec_).code, 0);
+  ASSERT_EQ(Hpctl(addr_ + " cancel 2").code, 0);
+  std::string log;
+  for (int i = 0; i < 100; ++i) {
+    log = server_->Log();
+    if (log.find("experiment 2 ended") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (const char* line : {" info experiment 1 (cli) created\n",
+                           " info experiment 1 ended: completed (all 3 trials finished)\n",
+                           " info experiment 2 (cli) created\n", " info experiment 2 ended: cancelled"}) {
+    EXPECT_NE(log.find(line), std::string::npos) << line << "\n" << log;
+  }
+}
+
+// hpctl reads the REST address from HPO_REST_SERVER; HPO_SERVER, which
+// hpo-worker read as the gRPC one, still works alone, with a warning.
+TEST_F(HpctlTest, TheRestAddressComesFromHpoRestServerAndTheOldNameStillWorks) {
+  const std::string rest = "127.0.0.1:" + std::to_string(server_->http_port());
+  const std::string warning =
+      "hpctl: warning: HPO_SERVER is deprecated (hpctl reads it as the REST address, hpo-worker as "
+      "the gRPC one): set HPO_REST_SERVER instead\n";
+  Out by_new = Shell("HPO_REST_SERVER=" + rest + " HPO_SERVER=127.0.0.1:1 " + HPCTL_BIN + " list");
+  EXPECT_EQ(by_new.code, 0) << by_new.text;
+  EXPECT_EQ(by_new.text.find("warning"), std::string::npos) << by_new.text;
+  Out by_old = Shell("env -u HPO_REST_SERVER HPO_SERVER=" + rest + " " + HPCTL_BIN + " list");
+  EXPECT_EQ(by_old.code, 0) << by_old.text;
+  EXPECT_EQ(by_old.text.rfind(warning, 0), 0u) << "one line, first\n" << by_old.text;
+  Out flag = Shell("HPO_SERVER=127.0.0.1:1 HPO_REST_SERVER=127.0.0.1:1 " + std::string(HPCTL_BIN) +
+                   " " + addr_ + " list");
+  EXPECT_EQ(flag.code, 0) << "--server wins over both\n" << flag.text;
+  EXPECT_EQ(flag.text.find("warning"), std::string::npos) << flag.text;
+  Out down = Shell("env -u HPO_SERVER HPO_REST_SERVER=127.0.0.1:1 " + std::string(HPCTL_BIN) + " list");
+  EXPECT_EQ(down.code, 3) << down.text;
+  EXPECT_NE(down.text.find("set --server or HPO_REST_SERVER"), std::string::npos) << down.text;
 }
 
 TEST_F(HpctlTest, ErrorsAreOneClearLineWithAnExitCode) {

@@ -211,9 +211,13 @@ int main(int argc, char** argv) {
   std::string device = "auto", labels, data_dir = BuiltinOptions().data_dir, log_level = "info";
   double bench_seconds = 1.0;
   bool list_devices = false;
-  app.add_option("--server", options.server, "hpo-server's gRPC address, HOST:PORT (https://HOST:PORT for TLS)")
-      ->envname("HPO_SERVER")
-      ->capture_default_str();
+  // Its variable is read after parsing: HPO_SERVER, the name it had before,
+  // is still read, with a warning.
+  auto* server_opt =
+      app.add_option("--server", options.server,
+                     "hpo-server's gRPC address, HOST:PORT (https://HOST:PORT for TLS) "
+                     "(env: HPO_GRPC_SERVER)")
+          ->capture_default_str();
   std::string tls_ca;
   app.add_option("--tls-ca", tls_ca,
                  "PEM CA certificate(s) that signed the server's; implies TLS (default: the system's CAs)")
@@ -253,6 +257,12 @@ int main(int argc, char** argv) {
   app.add_flag("--list-devices", list_devices, "print the devices and their benchmark, then exit");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
+  if (server_opt->count() == 0) {
+    const std::string from_environment =
+        RenamedVariable("hpo-worker", "HPO_GRPC_SERVER", "HPO_SERVER",
+                        "hpo-worker reads it as the gRPC address, hpctl as the REST one");
+    if (!from_environment.empty()) options.server = from_environment;
+  }
   for (Status s : {FormFromEnvironment(*token_opt, options.token, "HPO_TOKEN", *token_file_opt, token_file,
                                        "HPO_TOKEN_FILE"),
                    FormFromEnvironment(*instance_opt, options.instance, "HPO_WORKER_INSTANCE", *id_file_opt, id_file,
