@@ -274,7 +274,11 @@ TEST_F(CheckpointE2eTest, ACommandTrialPausedOnOneWorkerResumesOnAnotherOnTheSam
   ASSERT_NE(straight.id, paused.id);
   EXPECT_EQ(store_->GetTrial(paused.id)->state, TrialState::kCompleted) << logs_;
   EXPECT_EQ(straight.state, TrialState::kCompleted) << logs_;
-  EXPECT_NE(logs_.find("trial " + std::to_string(paused.id) + ": resuming after step 2"), std::string::npos) << logs_;
+  EXPECT_NE(logs_.find("trial " + std::to_string(paused.number) + " of experiment " +
+                       std::to_string(paused.experiment_id) + " (id " + std::to_string(paused.id) +
+                       "): resuming after step 2"),
+            std::string::npos)
+      << logs_;
   EXPECT_TRUE(Events("trial.restarted").empty()) << logs_;
   // Steps 1 and 2 from worker a, 3 to 5 from worker b: the curve of a trial
   // that never stopped, to the last printed digit.

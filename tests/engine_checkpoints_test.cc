@@ -186,7 +186,12 @@ TEST_F(EngineCheckpointsTest, APauseWithItsCheckpointCanBeResumedByAnotherWorker
   ASSERT_EQ(events.size(), 1u) << "announced once";
   EXPECT_EQ(
       events[0],
-      json({{"experiment_id", experiment_}, {"trial_id", t.id}, {"step", 2}, {"level", 0}, {"checkpoint", true}}));
+      json({{"experiment_id", experiment_},
+            {"trial_id", t.id},
+            {"number", t.number},
+            {"step", 2},
+            {"level", 0},
+            {"checkpoint", true}}));
   std::string why;
   auto usable = engine_->CheckpointUsable(paused, &why);
   ASSERT_TRUE(usable.ok()) << usable.status();
@@ -420,6 +425,7 @@ TEST_F(EngineCheckpointsTest, ARestartDropsTheStepsAndTheCheckpointAndSaysWhy) {
   ASSERT_EQ(restarted.size(), 1u);
   EXPECT_EQ(restarted[0], json({{"experiment_id", experiment_},
                                 {"trial_id", t.id},
+                                {"number", t.number},
                                 {"reason", "checkpoint is corrupt: SHA-256 mismatch"},
                                 {"by", "worker"}}));
   // A retried restart changes nothing more.

@@ -171,11 +171,12 @@ TEST_F(ServerReplicasTest, TwoServersOnOnePostgresqlRunEveryTrialExactlyOnce) {
   EXPECT_EQ(ms[0].as<int64_t>(), kTrials) << "measurements";
   EXPECT_EQ(ms[1].as<int64_t>(), kTrials) << "trials with a measurement";
 
-  // The workers: each trial id appears in exactly one worker's log, once,
-  // and the workers of both replicas ran trials.
+  // The workers: each trial appears in exactly one worker's log, once, and
+  // the workers of both replicas ran trials. A lease's line: "trial NUMBER
+  // of experiment ID (id TRIAL_ID) on DEVICE (...".
   std::map<int64_t, int> runs;
   std::set<int> servers_that_ran;
-  const std::regex started(R"(trial (\d+) \(experiment (\d+),)");
+  const std::regex started(R"(trial (\d+) of experiment (\d+) \(id \d+\) on )");
   for (size_t i = 0; i < 2 * kWorkersPerServer; ++i) {
     const std::string log = ReadFile(dir_ + "/worker-" + std::to_string(i) + ".log");
     for (std::sregex_iterator it(log.begin(), log.end(), started), end; it != end; ++it) {

@@ -93,6 +93,14 @@ constexpr int64_t kMaxRetryMs = 1000;
 // secret, which lasts up to the server's lease timeout (a minute by default).
 constexpr int64_t kIdentityInUseRetryMs = 5000;
 
+// A trial in the worker's log as users name it, by its number within its
+// experiment, with the global id every call uses: "trial 3 of experiment 2
+// (id 26)".
+std::string TrialName(const TrialRun& run) {
+  return "trial " + std::to_string(run.number) + " of experiment " +
+         std::to_string(run.experiment_id) + " (id " + std::to_string(run.trial_id) + ")";
+}
+
 int64_t Jittered(int64_t ms) {
   thread_local std::minstd_rand rng(std::random_device{}());
   return std::uniform_int_distribution<int64_t>(ms / 2, ms)(rng);
@@ -268,6 +276,7 @@ struct WorkerClient::Impl {
     TrialRun r;
     r.trial_id = t.trial_id();
     r.experiment_id = t.experiment_id();
+    r.number = t.number();
     r.attempt = t.attempt();
     r.seed = static_cast<uint64_t>(t.seed());
     r.space = t.space();
@@ -293,8 +302,12 @@ struct WorkerClient::Impl {
 
   class GrpcReporter final : public Reporter {
    public:
-    GrpcReporter(Impl& w, int64_t device_id, int64_t trial_id, SystemChanges declared)
-        : w_(w), device_id_(device_id), trial_id_(trial_id), declared_(std::move(declared)) {}
+    GrpcReporter(Impl& w, int64_t device_id, const TrialRun& run, SystemChanges declared)
+        : w_(w),
+          device_id_(device_id),
+          trial_id_(run.trial_id),
+          name_(TrialName(run)),
+          declared_(std::move(declared)) {}
     Verdict Report(int64_t step, const std::map<std::string, double>& metrics, double samples_per_sec,
                    const json& system) override {
       return ReportApplied(step, metrics, samples_per_sec, system, json::object());
@@ -336,7 +349,7 @@ struct WorkerClient::Impl {
       if (reports_++ == 0) first_reported_ = Clock::now();
       if (!s.ok()) {
         // The lease is gone (expired, or the trial ended): nothing more to do.
-        spdlog::warn("trial {}: report refused ({}); stopping it", trial_id_, s.error_message());
+        spdlog::warn("{}: report refused ({}); stopping it", name_, s.error_message());
         stop_ = true;
         return Verdict::kStop;
       }
@@ -377,6 +390,7 @@ struct WorkerClient::Impl {
    private:
     Impl& w_;
     int64_t device_id_, trial_id_;
+    const std::string name_;
     const SystemChanges declared_;
     std::atomic<bool> stop_{false};
     std::atomic<int64_t> last_step_{0};
@@ -519,7 +533,8 @@ struct WorkerClient::Impl {
   };
 
   // Sends the file at `path` as the trial's checkpoint taken after `step`.
-  Status UploadCheckpoint(int64_t trial_id, int64_t step, const std::string& path) {
+  Status UploadCheckpoint(const TrialRun& run, int64_t step, const std::string& path) {
+    const int64_t trial_id = run.trial_id;
     std::error_code ec;
     const auto size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
     if (ec) return Status::Internal("cannot read " + path + ": " + ec.message());
@@ -544,8 +559,8 @@ struct WorkerClient::Impl {
       const Identity me = identity();
       for (bool first = true;; first = false) {
         if (!first && options.test_pause_hold_ms > 0) {
-          spdlog::info("test hold: trial {} checkpoint of step {} half uploaded; holding {} ms",
-                       trial_id, step, options.test_pause_hold_ms);
+          spdlog::info("test hold: {} checkpoint of step {} half uploaded; holding {} ms",
+                       TrialName(run), step, options.test_pause_hold_ms);
           std::this_thread::sleep_for(std::chrono::milliseconds(options.test_pause_hold_ms));
         }
         in.read(buf.data(),
@@ -573,14 +588,15 @@ struct WorkerClient::Impl {
       listing_.CallFailed();
       // A checkpoint over the server's limit is too big every time.
       if (!Retryable(s) || FromGrpcStatus(s).code() == StatusCode::kResourceExhausted || Stopping(2)) break;
-      spdlog::warn("trial {}: checkpoint upload failed ({}); trying again", trial_id, Describe(s));
+      spdlog::warn("{}: checkpoint upload failed ({}); trying again", TrialName(run), Describe(s));
     }
     return Status::Unavailable("upload: " + Describe(s));
   }
 
   // Fetches the trial's checkpoint (taken after `resume_step`) into `path`,
   // checked against the size and SHA-256 the server sends with it.
-  Status DownloadCheckpoint(int64_t trial_id, int64_t resume_step, const std::string& path) {
+  Status DownloadCheckpoint(const TrialRun& run, const std::string& path) {
+    const int64_t trial_id = run.trial_id, resume_step = run.resume_step;
     grpc::Status s;
     for (int attempt = 0; attempt < kCheckpointTransferAttempts; ++attempt) {
       if (attempt > 0) Sleep(1000 << attempt, 2);
@@ -635,7 +651,8 @@ struct WorkerClient::Impl {
         return Status(FromGrpcStatus(s).code(), "download: " + Describe(s));
       }
       if (Stopping(2)) break;
-      spdlog::warn("trial {}: checkpoint download failed ({}); trying again", trial_id, Describe(s));
+      spdlog::warn("{}: checkpoint download failed ({}); trying again", TrialName(run),
+                   Describe(s));
     }
     // Unavailable: the server could not be reached (or could not send it)
     // through every try, which says nothing of the checkpoint itself.
@@ -645,7 +662,7 @@ struct WorkerClient::Impl {
   // The resumed trial's state into its checkpoint directory.
   Status RestoreCheckpoint(const TrialRun& run, TrialScratch& scratch) {
     if (!scratch.ok()) return Status::Internal(scratch.error());
-    HPO_RETURN_IF_ERROR(DownloadCheckpoint(run.trial_id, run.resume_step, scratch.archive()));
+    HPO_RETURN_IF_ERROR(DownloadCheckpoint(run, scratch.archive()));
     Status s = UnpackDirectory(scratch.archive(), scratch.state());
     std::error_code ec;
     std::filesystem::remove(scratch.archive(), ec);
@@ -656,8 +673,8 @@ struct WorkerClient::Impl {
   // it runs from step 1 under the same lease. False: the server refused
   // (the lease is gone), and the trial is left to it.
   bool RestartFromScratch(TrialRun& run, TrialScratch& scratch, const std::string& why) {
-    spdlog::warn("trial {}: cannot resume after step {} ({}); starting it again from step 1", run.trial_id,
-                 run.resume_step, why);
+    spdlog::warn("{}: cannot resume after step {} ({}); starting it again from step 1",
+                 TrialName(run), run.resume_step, why);
     v1::RestartRequest req;
     const Identity me = identity();
     req.set_worker_id(me.worker_id);
@@ -671,7 +688,7 @@ struct WorkerClient::Impl {
       return stub->Restart(&ctx, req, &res);
     });
     if (!s.ok()) {
-      spdlog::warn("trial {}: restart refused ({}); leaving it", run.trial_id, Describe(s));
+      spdlog::warn("{}: restart refused ({}); leaving it", TrialName(run), Describe(s));
       return false;
     }
     scratch.Clear();
@@ -689,15 +706,14 @@ struct WorkerClient::Impl {
     const auto packing = Clock::now();
     if (result.checkpoint_saved && scratch.ok()) {
       Status s = PackDirectory(scratch.state(), scratch.archive());
-      if (s.ok()) s = UploadCheckpoint(run.trial_id, step, scratch.archive());
+      if (s.ok()) s = UploadCheckpoint(run, step, scratch.archive());
       uploaded = s.ok();
       if (!s.ok()) problem = s.message();
     }
     const double upload_ms = MsSince(packing);
     if (uploaded && options.test_pause_hold_ms > 0) {
-      spdlog::info(
-          "test hold: trial {} checkpoint of step {} uploaded; holding {} ms before its Pause",
-          run.trial_id, step, options.test_pause_hold_ms);
+      spdlog::info("test hold: {} checkpoint of step {} uploaded; holding {} ms before its Pause",
+                   TrialName(run), step, options.test_pause_hold_ms);
       std::this_thread::sleep_for(std::chrono::milliseconds(options.test_pause_hold_ms));
     }
     v1::PauseRequest req;
@@ -714,11 +730,12 @@ struct WorkerClient::Impl {
       return stub->Pause(&ctx, req, &res);
     });
     if (!s.ok()) {
-      spdlog::warn("trial {}: pause refused: {}", run.trial_id, Describe(s));
+      spdlog::warn("{}: pause refused: {}", TrialName(run), Describe(s));
     } else if (uploaded) {
-      spdlog::info("trial {} paused after step {} with its checkpoint", run.trial_id, step);
+      spdlog::info("{} paused after step {} with its checkpoint", TrialName(run), step);
     } else {
-      spdlog::warn("trial {} paused after step {} without a checkpoint: {}", run.trial_id, step, problem);
+      spdlog::warn("{} paused after step {} without a checkpoint: {}", TrialName(run), step,
+                   problem);
     }
     return upload_ms;
   }
@@ -728,10 +745,10 @@ struct WorkerClient::Impl {
   void RunTrial(const v1::Trial& t, const DeviceSpec& device, int64_t device_id) {
     const auto leased = Clock::now();
     TrialRun run = ToRun(t, device);
-    spdlog::info("trial {} (experiment {}, space {}, attempt {}) on {}: {}", run.trial_id,
-                 run.experiment_id, run.space, run.attempt, device.device, run.params.dump());
+    spdlog::info("{} on {} (space {}, attempt {}): {}", TrialName(run), device.device, run.space,
+                 run.attempt, run.params.dump());
     Executor* executor = !run.trainer.empty() ? executors.builtin.get() : executors.command.get();
-    GrpcReporter reporter(*this, device_id, run.trial_id,
+    GrpcReporter reporter(*this, device_id, run,
                           executor ? executor->DeclaredSystemChanges(run) : SystemChanges{});
     // Heartbeats renew the lease during long epochs and transfers, and
     // bring prunes and cancels in between reports.
@@ -740,7 +757,7 @@ struct WorkerClient::Impl {
     if (scratch.ok()) {
       run.checkpoint_dir = scratch.state();
     } else if (run.stop_step > 0 || run.resume_step > 0) {
-      spdlog::warn("trial {}: no checkpoint directory: {}", run.trial_id, scratch.error());
+      spdlog::warn("{}: no checkpoint directory: {}", TrialName(run), scratch.error());
     }
     SegmentLog segment(run.trial_id, run.resume_step, leased, reporter);
     if (run.resume_step > 0) {
@@ -757,13 +774,14 @@ struct WorkerClient::Impl {
           // worker's next lease lists what it holds without it, the server
           // ends this lease, and the trial waits at its rung, checkpoint
           // and curve kept, for its next promotion.
-          spdlog::warn("trial {}: cannot fetch its checkpoint ({}); leaving it to the server to resume later",
-                       run.trial_id, restored.message());
+          spdlog::warn(
+              "{}: cannot fetch its checkpoint ({}); leaving it to the server to resume later",
+              TrialName(run), restored.message());
           return;
         }
         if (!RestartFromScratch(run, scratch, "the checkpoint could not be restored: " + restored.message())) return;
       } else {
-        spdlog::info("trial {}: resuming after step {}", run.trial_id, run.resume_step);
+        spdlog::info("{}: resuming after step {}", TrialName(run), run.resume_step);
       }
     }
     auto execute = [&] {
@@ -786,7 +804,7 @@ struct WorkerClient::Impl {
 
     if (result.ok() && result->stopped) {
       segment.end = "stopped";
-      spdlog::info("trial {} stopped", run.trial_id);
+      spdlog::info("{} stopped", TrialName(run));
       return;  // pruned, cancelled, or abandoned on shutdown: the server knows
     }
     v1::CompleteRequest req;
@@ -809,11 +827,11 @@ struct WorkerClient::Impl {
       return stub->Complete(&ctx, req, &res);
     });
     if (!s.ok()) {
-      spdlog::warn("trial {}: completion refused: {}", run.trial_id, s.error_message());
+      spdlog::warn("{}: completion refused: {}", TrialName(run), s.error_message());
     } else if (result.ok()) {
-      spdlog::info("trial {} completed: {}", run.trial_id, json(result->final_metrics).dump());
+      spdlog::info("{} completed: {}", TrialName(run), json(result->final_metrics).dump());
     } else {
-      spdlog::warn("trial {} failed: {}", run.trial_id, result.status().message());
+      spdlog::warn("{} failed: {}", TrialName(run), result.status().message());
     }
   }
 

@@ -21,6 +21,7 @@ namespace hpo::worker {
 struct TrialRun {
   int64_t trial_id = 0;
   int64_t experiment_id = 0;
+  int64_t number = 0;  // within its experiment: what users call the trial
   int attempt = 1;
   uint64_t seed = 0;
   std::string space;

@@ -172,6 +172,7 @@ Status Engine::PauseHeld(const store::TrialRecord& trial, const std::string& own
   if (!with_checkpoint) DeleteCheckpoint(trial_id);
   Emit("trial.paused", {{"experiment_id", trial.experiment_id},
                         {"trial_id", trial_id},
+                        {"number", trial.number},
                         {"step", step},
                         {"level", trial.level},
                         {"checkpoint", with_checkpoint}});
@@ -195,6 +196,7 @@ Status Engine::RestartTrial(const WorkerCaller& caller, Id trial_id, const std::
   ForgetHistory(trial.experiment_id);  // its steps were deleted
   Emit("trial.restarted", {{"experiment_id", trial.experiment_id},
                            {"trial_id", trial_id},
+                           {"number", trial.number},
                            {"reason", CapText(FreeText::kFailureReason, reason)},
                            {"by", "worker"}});
   return Status::OK();
@@ -230,6 +232,7 @@ void Engine::AnnounceRestart(const store::TrialRecord& trial, const std::string&
   ForgetHistory(trial.experiment_id);
   Emit("trial.restarted", {{"experiment_id", trial.experiment_id},
                            {"trial_id", trial.id},
+                           {"number", trial.number},
                            {"reason", CapText(FreeText::kFailureReason, reason)},
                            {"by", "server"}});
 }

@@ -52,9 +52,15 @@ Result<ReportReply> Engine::CoTune(const store::TrialRecord& trial, const Experi
       for (const auto& [name, change] : r.system_changes) declared += (declared.empty() ? "" : ", ") + name;
       for (const auto& name : unknown) {
         Emit("trial.system_unknown",
-             {{"experiment_id", experiment_id}, {"trial_id", r.trial_id}, {"step", r.step}, {"parameter", name},
-              {"reason", "system." + name + ": the program running this trial does not know this parameter (it "
-                         "declares " + declared + "); it is neither applied nor co-tuned in this trial"}});
+             {{"experiment_id", experiment_id},
+              {"trial_id", r.trial_id},
+              {"number", trial.number},
+              {"step", r.step},
+              {"parameter", name},
+              {"reason", "system." + name +
+                             ": the program running this trial does not know this parameter (it "
+                             "declares " +
+                             declared + "); it is neither applied nor co-tuned in this trial"}});
       }
     }
   }
@@ -84,6 +90,7 @@ Result<ReportReply> Engine::CoTune(const store::TrialRecord& trial, const Experi
                         "false`)";
       Emit("trial.cotuning_stopped", {{"experiment_id", experiment_id},
                                       {"trial_id", r.trial_id},
+                                      {"number", trial.number},
                                       {"step", r.step},
                                       {"parameter", ignored->parameter},
                                       {"reason", why}});
@@ -141,6 +148,7 @@ Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id,
     }
     Emit("trial.system_capped", {{"experiment_id", a.trial.experiment_id},
                                  {"trial_id", a.trial.id},
+                                 {"number", a.trial.number},
                                  {"device_id", device_id},
                                  {"parameter", "threads"},
                                  {"limit", *max_threads},

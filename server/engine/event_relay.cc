@@ -60,7 +60,7 @@ void EventRelay::Publish(std::string type, const nlohmann::json& data) {
     // clients get its ids and "trimmed", which tells them to read the
     // rows instead of applying the event.
     nlohmann::json ids = {{"trimmed", true}};
-    for (const char* key : {"experiment_id", "trial_id", "worker_id", "state", "step"}) {
+    for (const char* key : {"experiment_id", "trial_id", "number", "worker_id", "state", "step"}) {
       if (data.is_object() && data.contains(key)) ids[key] = data[key];
     }
     payload = Envelope(seq, type, DumpText(ids));

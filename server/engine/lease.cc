@@ -268,8 +268,13 @@ Result<std::optional<store::TrialRecord>> Engine::ApplyPlan(const store::Experim
         return r.status();
       }
       leased = std::move(r).value();
-      Emit("trial.resumed", {{"experiment_id", e.id}, {"trial_id", leased->id}, {"level", leased->level},
-                             {"from_step", p.from_step}, {"to_step", p.to_step}, {"device_id", device_id},
+      Emit("trial.resumed", {{"experiment_id", e.id},
+                             {"trial_id", leased->id},
+                             {"number", leased->number},
+                             {"level", leased->level},
+                             {"from_step", p.from_step},
+                             {"to_step", p.to_step},
+                             {"device_id", device_id},
                              {"reason", plan.decision.reason}});
       if (!usable) AnnounceRestart(*leased, "no usable checkpoint: " + why + "; it trains from step 1");
       break;
@@ -356,6 +361,7 @@ std::optional<ReportReply> Engine::MaybeMove(Cached& c, const store::TrialRecord
       fleet_->SetIdle(device_id);
       Emit("trial.preempted", {{"experiment_id", trial.experiment_id},
                                {"trial_id", trial.id},
+                               {"number", trial.number},
                                {"step", r.step},
                                {"device_id", device_id},
                                {"reason", *why}});
@@ -429,13 +435,14 @@ std::optional<ReportReply> Engine::MaybeMove(Cached& c, const store::TrialRecord
     d = scheduler::DecideMove(here, rest, targets, f->model, options);
   }
   if (!d.move) {
-    spdlog::debug("trial {} at step {} stays on device {}: {}", trial.id, r.step, device_id,
-                  d.reason);
+    spdlog::debug("trial {} of experiment {} (id {}) at step {} stays on device {}: {}",
+                  trial.number, trial.experiment_id, trial.id, r.step, device_id, d.reason);
     return std::nullopt;
   }
   std::string why = "moving to a faster device: " + d.reason;
   json event = {{"experiment_id", trial.experiment_id},
                 {"trial_id", trial.id},
+                {"number", trial.number},
                 {"step", r.step},
                 {"device_id", device_id},
                 {"to_class", targets[d.target].device_class},

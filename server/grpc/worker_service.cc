@@ -303,6 +303,7 @@ Status FillTrial(const Lease& a, hpo::v1::Trial& t) {
   t.set_stop_step(rec.stop_step.value_or(0));
   t.set_resume_step(rec.resume_step);
   t.set_attempt(rec.attempt);
+  t.set_number(rec.number);
   t.set_seed(TrialSeed(spec, rec.number));
   t.set_objective_metric(spec.metric);
   return Status::OK();
