@@ -8,7 +8,7 @@
 set -euo pipefail
 server=${1:-http://127.0.0.1:8080}
 # Every POST says what it sends: the server refuses the form and text types
-# a cross-site page could send (README.md, "Threat model").
+# a cross-site page could send (docs/deploy.md, "Threat model").
 json=(-H 'Content-Type: application/json')
 auth=()
 [ -n "${HPO_TOKEN:-}" ] && auth=(-H "Authorization: Bearer $HPO_TOKEN")

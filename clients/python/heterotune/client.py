@@ -12,7 +12,7 @@
     print(exp.best())
 
 Everything here is one REST call (or a short sequence of them) under /api/v1,
-described by the server's /openapi.json and README.md. A Client holds no
+described by the server's /openapi.json and docs/api.md. A Client holds no
 connection between calls, so one Client, and its Experiment and Trial
 objects, may be used from several threads at once (Experiment.optimize does).
 """
@@ -130,7 +130,7 @@ class Client:
         `spec` is a dict (sent as JSON), or the path (str or os.PathLike) of a
         YAML or JSON spec file, sent as it is: the server parses YAML itself,
         so its errors name the line, and no YAML library is needed here.
-        server/spec/spec.h documents every field. A bad spec raises
+        docs/spec.md documents every field. A bad spec raises
         InvalidArgumentError whose `field` is the path of the bad field.
         """
         if isinstance(spec, dict):
@@ -176,7 +176,7 @@ class Client:
         `body` is a dict (sent as JSON) or bytes (sent as `content_type`).
         Every POST carries a body and says its type, even an empty one: the
         server refuses a POST without application/json or application/yaml
-        (its defence against cross-site pages, README.md "Threat model").
+        (its defence against cross-site pages, docs/deploy.md "Threat model").
         Raises an APIError subclass for a refusal, RedirectRefusedError
         for a redirect, ServerUnreachableError when no answer came.
         """
