@@ -1300,11 +1300,10 @@ Result<MigrationResult> Migration(const Setup& setup, const MigrationOptions& o)
     // always for a segment that resumed from a checkpoint, whose previous
     // checkpoint is what the new one replaces.
     const bool after_commit = previous > 0 || r.kills % 2 == 1;
-    const std::string half =
-        fmt::format("test hold: trial {} checkpoint of step {} half uploaded", trial, step);
-    const std::string whole =
-        fmt::format("test hold: trial {} checkpoint of step {} uploaded", trial, step);
-    const std::string paused = fmt::format("trial {} paused after step {}", trial, step);
+    // The worker names a trial "trial N of experiment E (id X)".
+    const std::string half = fmt::format("(id {}) checkpoint of step {} half uploaded", trial, step);
+    const std::string whole = fmt::format("(id {}) checkpoint of step {} uploaded", trial, step);
+    const std::string paused = fmt::format("(id {}) paused after step {}", trial, step);
     bool held = false;
     for (const auto until = Clock::now() + 2 * o.hold + seconds(10);
          !held && Clock::now() < until;) {
