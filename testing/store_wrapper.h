@@ -83,6 +83,12 @@ class StoreWrapper : public store::Store {
   Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurements(store::Id experiment_id) override {
     return t_.ListExperimentMeasurements(experiment_id);
   }
+  Status AddTrialEvent(store::Id trial_id, std::string_view type, const std::string& data_json) override {
+    return t_.AddTrialEvent(trial_id, type, data_json);
+  }
+  Result<std::vector<store::TrialEventRecord>> ListTrialEvents(store::Id trial_id, int64_t limit) override {
+    return t_.ListTrialEvents(trial_id, limit);
+  }
   Result<store::Usage> ExperimentUsage(store::Id experiment_id) override {
     return t_.ExperimentUsage(experiment_id);
   }

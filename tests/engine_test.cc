@@ -629,6 +629,17 @@ TEST_F(EngineTest, ReclaimingAnnouncesRequeuedAndFailedTrials) {
             std::string::npos)
       << events[1].second.dump();
   EXPECT_EQ(store_->GetTrial(first->trial.id)->state, TrialState::kFailed);
+  // The requeue is kept in the trial's history; its end is the trial's own row.
+  auto kept = engine_->ListTrialEvents(first->trial.id, 10);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  std::vector<store::TrialEventRecord> requeued;
+  for (const auto& ev : *kept) {
+    EXPECT_NE(ev.type, "trial.finished") << "the trial's row says how it ended";
+    if (ev.type == "trial.requeued") requeued.push_back(ev);
+  }
+  ASSERT_EQ(requeued.size(), 1u);
+  EXPECT_EQ(json::parse(requeued[0].data_json)["attempt"], 1);
+  EXPECT_FALSE(json::parse(requeued[0].data_json).contains("trial_id")) << "the row says which trial";
 }
 
 }  // namespace

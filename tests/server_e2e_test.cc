@@ -178,7 +178,15 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
   EXPECT_EQ(e["trials"]["completed"], 6);
   EXPECT_EQ(e["trials"]["total"], 6);
   auto trial = HttpRequestOnce(Http(), "GET", "/api/v1/trials/" + std::to_string(inflight.trial_id()));
-  EXPECT_EQ(json::parse(trial->body)["measurements"].size(), 3u) << "a step was lost across the restart";
+  const json got = json::parse(trial->body);
+  EXPECT_EQ(got["measurements"].size(), 3u) << "a step was lost across the restart";
+  // Where it ran: every step on the one worker's device, named with it.
+  ASSERT_EQ(got["devices"].size(), 1u) << trial->body;
+  EXPECT_EQ(got["devices"][0]["steps"], 3) << trial->body;
+  EXPECT_FALSE(got["devices"][0]["host"].is_null()) << trial->body;
+  EXPECT_EQ(got["devices"][0]["device_class"], got["measurements"][0]["device_class"]) << trial->body;
+  EXPECT_EQ(got["measurements"][2]["device_id"], got["devices"][0]["device_id"]) << trial->body;
+  EXPECT_TRUE(got["events"].is_array()) << trial->body;
 
   auto m = HttpRequestOnce(Http(), "GET", "/metrics");
   ASSERT_TRUE(m.ok());

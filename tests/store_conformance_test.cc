@@ -356,6 +356,32 @@ TYPED_TEST(StoreTest, ListsAnExperimentsMeasurementsByTrialAndStep) {
   EXPECT_TRUE(this->store_->ListExperimentMeasurements(999).status().IsNotFound());
 }
 
+// A trial's events are kept in order; a limit keeps the newest; a trial
+// that does not exist has none to add or list.
+TYPED_TEST(StoreTest, ATrialsEventsAreKeptInOrderAndTheNewestListed) {
+  auto e = this->MakeExperiment();
+  this->MakeTrials(e.id, 2);
+  auto t = this->Lease("w");
+  auto other = this->Lease("w");
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(this->store_->AddTrialEvent(t.id, "trial.paused", R"({"step":)" + std::to_string(i) + "}").ok());
+  }
+  ASSERT_TRUE(this->store_->AddTrialEvent(other.id, "trial.moving", "{}").ok());
+  auto all = this->store_->ListTrialEvents(t.id, 10);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0].type, "trial.paused");
+  EXPECT_EQ((*all)[0].data_json, R"({"step":0})");
+  EXPECT_EQ((*all)[2].data_json, R"({"step":2})");
+  EXPECT_EQ((*all)[2].trial_id, t.id);
+  EXPECT_GT((*all)[2].created_ms, 0);
+  auto newest = this->store_->ListTrialEvents(t.id, 2);
+  ASSERT_TRUE(newest.ok() && newest->size() == 2u);
+  EXPECT_EQ((*newest)[0].data_json, R"({"step":1})") << "the newest two, oldest first";
+  EXPECT_TRUE(this->store_->AddTrialEvent(999, "trial.paused", "{}").IsNotFound());
+  EXPECT_TRUE(this->store_->ListTrialEvents(999, 10).status().IsNotFound());
+}
+
 // A page of trials' progress in one read: the highest step's metrics
 // (reported out of order here), the device time summed, trials outside
 // the numbers asked for and trials with no step left out.
@@ -433,10 +459,14 @@ TYPED_TEST(StoreTest, StepsKeepTheirDeviceTimeAndCostAndSumPerExperiment) {
   m.cost = 0.125;
   NewWorker w{"h", "{}", {{0, DeviceKind::kCpu, "cpu", "cpu:x1", 1, 1, 1}}, ""};
   const Id dev = this->store_->RegisterWorker(w)->devices.at(0).id;
+  m.device_id = dev;
+  m.device_class = "cpu:x1";
   ASSERT_TRUE(this->store_
                   ->ReportMeasurement(t.id, "w", m, std::nullopt,
                                       SpeedObservation{dev, "cpu:x1", "mlp", "{}", 100, t.id})
                   .ok());
+  m.device_id.reset();
+  m.device_class.clear();
   m.device_ms = 9000;
   m.cost = 7;
   ASSERT_TRUE(this->store_->ReportMeasurement(o.id, "w", m, std::nullopt).ok());
@@ -448,6 +478,13 @@ TYPED_TEST(StoreTest, StepsKeepTheirDeviceTimeAndCostAndSumPerExperiment) {
   ASSERT_TRUE(ms.ok() && ms->size() == 2u);
   EXPECT_EQ((*ms)[0].device_ms, 1500);
   EXPECT_DOUBLE_EQ((*ms)[1].cost, 0.125);
+  EXPECT_FALSE((*ms)[0].device_id) << "no device given";
+  EXPECT_EQ((*ms)[0].device_class, "");
+  EXPECT_EQ((*ms)[1].device_id, dev) << "the device each step ran on";
+  EXPECT_EQ((*ms)[1].device_class, "cpu:x1");
+  auto by_experiment = this->store_->ListExperimentMeasurements(e.id);
+  ASSERT_TRUE(by_experiment.ok() && by_experiment->size() == 2u);
+  EXPECT_EQ((*by_experiment)[1].device_id, dev);
   auto all = this->store_->ListExperimentMeasurements(other.id);
   ASSERT_TRUE(all.ok() && all->size() == 1u);
   EXPECT_EQ((*all)[0].device_ms, 9000);

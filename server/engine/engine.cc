@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <set>
+#include <string>
 
 #include "common/json_limits.h"
 #include "search/ranking.h"
@@ -372,6 +374,23 @@ Result<std::vector<store::ExperimentRecord>> Engine::ListExperiments(int64_t off
   return store_.ListExperiments(offset, limit);
 }
 Result<store::TrialCounts> Engine::CountTrials(Id experiment_id) { return store_.CountTrials(experiment_id); }
+Result<std::vector<store::TrialEventRecord>> Engine::ListTrialEvents(Id trial_id, int64_t limit) {
+  return store_.ListTrialEvents(trial_id, limit);
+}
+
+void Engine::KeepTrialEvent(const std::string& type, const json& data) const {
+  static const std::set<std::string, std::less<>> kKept = {
+      "trial.paused",    "trial.resumed",       "trial.moving",         "trial.preempted",        "trial.requeued",
+      "trial.restarted", "trial.system_capped", "trial.system_unknown", "trial.cotuning_stopped"};
+  if (!kKept.count(type)) return;
+  const auto id = data.find("trial_id");
+  if (id == data.end() || !id->is_number_integer()) return;
+  json kept = data;  // what the trial's own row does not say
+  for (const char* key : {"experiment_id", "trial_id", "number"}) kept.erase(key);
+  const Status s = store_.AddTrialEvent(id->get<Id>(), type, kept.dump());
+  if (!s.ok()) spdlog::warn("trial id {}: its {} event was not kept: {}", id->get<Id>(), type, s.ToString());
+}
+
 Result<store::Usage> Engine::ExperimentUsage(Id experiment_id) {
   return store_.ExperimentUsage(experiment_id);
 }
@@ -602,13 +621,13 @@ Result<Engine::TrialHome> Engine::HomeOf(Id trial_id) {
   }
   HPO_ASSIGN_OR_RETURN(const store::TrialRecord trial, store_.GetTrial(trial_id));
   RememberHome(trial);
-  return TrialHome{trial.experiment_id, trial.space_id};
+  return TrialHome{trial.experiment_id, trial.space_id, trial.number};
 }
 
 void Engine::RememberHome(const store::TrialRecord& trial) {
   MutexLock lock(homes_mu_);
   if (trial_homes_.size() >= kMaxTrialHomes) trial_homes_.clear();
-  trial_homes_[trial.id] = TrialHome{trial.experiment_id, trial.space_id};
+  trial_homes_[trial.id] = TrialHome{trial.experiment_id, trial.space_id, trial.number};
 }
 
 Result<ReportReply> Engine::StopForEndedExperiment(const TrialReport& r, Id experiment_id,
@@ -686,6 +705,8 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
     m.device_ms = ChargeDeviceMs(r.trial_id);
     const std::optional<double> price = PricePerHour(spec, device->device_class, device->labels);
     m.cost = price.value_or(0) * static_cast<double>(m.device_ms) / 3'600'000.0;
+    m.device_id = r.device_id;
+    m.device_class = device->device_class;
   }
   const int64_t lease = r.owner == kClientOwner ? options_.client_lease_ms : options_.worker_lease_ms;
   std::string space;
@@ -739,8 +760,12 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
     }
   }
   if (reported.inserted) {
-    Emit("trial.reported", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
-                            {"step", r.step}, {"metrics", r.metrics}, {"samples_per_sec", r.samples_per_sec},
+    Emit("trial.reported", {{"experiment_id", trial.experiment_id},
+                            {"trial_id", r.trial_id},
+                            {"number", trial.number},
+                            {"step", r.step},
+                            {"metrics", r.metrics},
+                            {"samples_per_sec", r.samples_per_sec},
                             {"system", r.system}});
   }
   if (reported.experiment_state != store::ExperimentState::kRunning) {
@@ -785,8 +810,12 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   SegmentEnded(*c, r.trial_id);
   if (r.device_id) fleet_->SetIdle(*r.device_id);
   if (MayHaveCheckpoint(*c, trial.level, trial.resume_step)) DeleteCheckpoint(r.trial_id);
-  Emit("trial.finished", {{"experiment_id", trial.experiment_id}, {"trial_id", r.trial_id},
-                          {"state", "pruned"}, {"reason", why}, {"metrics", r.metrics}});
+  Emit("trial.finished", {{"experiment_id", trial.experiment_id},
+                          {"trial_id", r.trial_id},
+                          {"number", trial.number},
+                          {"state", "pruned"},
+                          {"reason", why},
+                          {"metrics", r.metrics}});
   HPO_RETURN_IF_ERROR(MaybeFinish(trial.experiment_id, *c));
   return ReportReply{Decision::kPrune, std::nullopt, why};
 }
@@ -840,8 +869,11 @@ Status Engine::Finish(Id trial_id, const std::string& owner, bool failed, const 
   // As the view knows the trial; one the view does not hold may have one.
   const std::optional<TrialEntry> entry = c->trials->Find(trial_id);
   if (!entry || MayHaveCheckpoint(*c, entry->level, entry->resume_step)) DeleteCheckpoint(trial_id);
-  json event = {{"experiment_id", home.experiment_id}, {"trial_id", trial_id},
-                {"state", failed ? "failed" : "completed"}, {"metrics", metrics}};
+  json event = {{"experiment_id", home.experiment_id},
+                {"trial_id", trial_id},
+                {"number", home.number},
+                {"state", failed ? "failed" : "completed"},
+                {"metrics", metrics}};
   if (failed) event["reason"] = why;
   Emit("trial.finished", std::move(event));
   return MaybeFinish(home.experiment_id, *c);
@@ -974,13 +1006,20 @@ Status Engine::Reclaim(const std::vector<Id>& ended, std::string_view why) {
     ForgetHistory(t.experiment_id);  // its curve is gone (or it failed): read again on the next report
     if (t.state == TrialState::kFailed) {
       DeleteCheckpoint(id);
-      Emit("trial.finished", {{"experiment_id", t.experiment_id}, {"trial_id", id}, {"state", "failed"},
+      Emit("trial.finished", {{"experiment_id", t.experiment_id},
+                              {"trial_id", id},
+                              {"number", t.number},
+                              {"state", "failed"},
                               {"reason", t.reason}});
     } else {
       // Back to pending, or a promoted segment back to paused at its rung.
       const bool early = std::find(ended.begin(), ended.end(), id) != ended.end();
-      Emit("trial.requeued", {{"experiment_id", t.experiment_id}, {"trial_id", id}, {"attempt", t.attempt},
-                              {"state", std::string(store::ToString(t.state))}, {"level", t.level},
+      Emit("trial.requeued", {{"experiment_id", t.experiment_id},
+                              {"trial_id", id},
+                              {"number", t.number},
+                              {"attempt", t.attempt},
+                              {"state", std::string(store::ToString(t.state))},
+                              {"level", t.level},
                               {"reason", early ? std::string(why) : "lease expired"}});
     }
   }

@@ -329,6 +329,8 @@ class Engine {
   // The leased and running trials of every running experiment, in one read.
   Result<std::vector<store::TrialRecord>> ListLeasedTrials(int64_t limit);
   Result<std::vector<store::MeasurementRecord>> ListMeasurements(store::Id trial_id);
+  // A trial's kept events (KeepTrialEvent), oldest first, the newest `limit`.
+  Result<std::vector<store::TrialEventRecord>> ListTrialEvents(store::Id trial_id, int64_t limit);
   Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurements(store::Id experiment_id);
   Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurementsSince(store::Id experiment_id,
                                                                                 int64_t since);
@@ -723,6 +725,7 @@ class Engine {
   struct TrialHome {
     store::Id experiment_id = 0;
     std::optional<store::Id> space_id;
+    int64_t number = 0;  // within the experiment, for events
   };
   static constexpr size_t kMaxTrialHomes = 200'000;
   Result<TrialHome> HomeOf(store::Id trial_id) HPO_EXCLUDES(homes_mu_);
@@ -777,8 +780,14 @@ class Engine {
         type == "trial.finished" || type == "trial.requeued" || type == "trial.restarted") {
       work_.Notify();
     }
+    KeepTrialEvent(type, data);
     if (options_.on_event) options_.on_event(std::move(type), data);
   }
+  // A trial's event between its steps (paused, resumed, moving, preempted,
+  // requeued, restarted, system capped or unknown, co-tuning stopped) goes
+  // to the store too, for the trial's history (Store::AddTrialEvent); a
+  // failure to keep it is logged, not the caller's.
+  void KeepTrialEvent(const std::string& type, const nlohmann::json& data) const;
   mutable WorkSignal work_;
 
   store::Store& store_;

@@ -724,6 +724,10 @@ Result<json> RestApi::GetTrial(const RouteCall& call) {
   json out = TrialJson(t, SpaceNames(e), SpecOrNull(engine_, t.experiment_id).get());
   HPO_RETURN_IF_ERROR(AddProgress(out, t));
   json measurements = json::array();
+  // The devices it ran on, in the order it first ran on each, with their
+  // worker while the store still has it (a pruned worker's are gone).
+  std::vector<store::Id> order;
+  std::map<store::Id, json> devices;
   for (const auto& m : ms) {
     measurements.push_back({{"step", m.step},
                             {"metrics", ParseOr(m.metrics_json, json::object())},
@@ -731,9 +735,44 @@ Result<json> RestApi::GetTrial(const RouteCall& call) {
                             {"system", ParseOr(m.system_setting_json, json::object())},
                             {"created_ms", m.created_ms},
                             {"device_ms", m.device_ms},
-                            {"cost", m.cost}});
+                            {"cost", m.cost},
+                            {"device_id", Opt(m.device_id)},
+                            {"device_class", m.device_class}});
+    if (!m.device_id) continue;
+    auto [it, added] = devices.emplace(*m.device_id, json{{"device_id", *m.device_id},
+                                                         {"device_class", m.device_class},
+                                                         {"worker_id", nullptr},
+                                                         {"host", nullptr},
+                                                         {"name", nullptr},
+                                                         {"steps", 0},
+                                                         {"device_seconds", 0.0}});
+    if (added) order.push_back(*m.device_id);
+    it->second["steps"] = it->second["steps"].get<int64_t>() + 1;
+    it->second["device_seconds"] = it->second["device_seconds"].get<double>() + m.device_ms / 1000.0;
   }
   out["measurements"] = measurements;
+  if (!devices.empty()) {
+    HPO_ASSIGN_OR_RETURN(const auto workers, engine_.ListWorkers());
+    for (const auto& w : workers) {
+      for (const auto& d : w.devices) {
+        auto it = devices.find(d.id);
+        if (it == devices.end()) continue;
+        it->second["worker_id"] = w.id;
+        it->second["host"] = w.host;
+        it->second["name"] = d.name;
+      }
+    }
+  }
+  json ran_on = json::array();
+  for (const store::Id id : order) ran_on.push_back(devices[id]);
+  out["devices"] = ran_on;
+  constexpr int64_t kEvents = 1000;  // the newest; a trial paused at every rung has a few dozen
+  HPO_ASSIGN_OR_RETURN(const auto events, engine_.ListTrialEvents(id, kEvents));
+  json kept = json::array();
+  for (const auto& ev : events) {
+    kept.push_back({{"type", ev.type}, {"created_ms", ev.created_ms}, {"data", ParseOr(ev.data_json, json::object())}});
+  }
+  out["events"] = kept;
   return out;
 }
 

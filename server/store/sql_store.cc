@@ -1006,13 +1006,13 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
           "), r AS (SELECT " + std::string(kTrialColumns) + " FROM trials WHERE " + kClaimable +
           " AND NOT EXISTS (SELECT 1 FROM w) FOR SHARE), t AS (SELECT * FROM w UNION ALL "
           "SELECT * FROM r), ins AS (INSERT INTO measurements (trial_id, step, metrics, "
-          "samples_per_sec, system_setting, created_ms, device_ms, cost) "
-          "SELECT id, $5, $7, $8, $9, $3, $10, $11 FROM t "
+          "samples_per_sec, system_setting, created_ms, device_ms, cost, device_id, device_class) "
+          "SELECT id, $5, $7, $8, $9, $3, $10, $11, $12, $13 FROM t "
           "ON CONFLICT (trial_id, step) DO NOTHING RETURNING step)";
       if (with_speed) {
         sql += std::string(", sp AS (") + kInsertSpeed +
-               "SELECT $12, $13, $14, $15, $16, $17, $3 FROM ins WHERE EXISTS (SELECT 1 FROM "
-               "devices WHERE id = $12))";
+               "SELECT $14, $15, $16, $17, $18, $19, $3 FROM ins WHERE EXISTS (SELECT 1 FROM "
+               "devices WHERE id = $14))";
       }
       // One row whether or not the claim took the trial: its columns (NULL
       // when not), the steps inserted, the experiment's state.
@@ -1026,12 +1026,14 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
       const SqlRow row =
           speed ? c.Query(sql, {trial_id, owner, now, expires, m.step, renew_before, m.metrics_json,
                                 m.samples_per_sec, m.system_setting_json, m.device_ms, m.cost,
-                                speed->device_id, speed->device_class, speed->workload,
+                                Opt(m.device_id), m.device_class, speed->device_id, speed->device_class,
+                                speed->workload,
                                 speed->system_setting_json, speed->samples_per_sec,
                                 Opt(speed->trial_id)})
                       .at(0)
                 : c.Query(sql, {trial_id, owner, now, expires, m.step, renew_before, m.metrics_json,
-                                m.samples_per_sec, m.system_setting_json, m.device_ms, m.cost})
+                                m.samples_per_sec, m.system_setting_json, m.device_ms, m.cost,
+                                Opt(m.device_id), m.device_class})
                       .at(0);
       if (row.IsNull(0)) refused(c);
       const size_t n = row.size();
@@ -1050,10 +1052,11 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
     const bool inserted =
         !c.Query(
               "INSERT INTO measurements (trial_id, step, metrics, samples_per_sec, system_setting, "
-              "created_ms, device_ms, cost) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
+              "created_ms, device_ms, cost, device_id, device_class) "
+              "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) "
               "ON CONFLICT (trial_id, step) DO NOTHING RETURNING step",
               {trial_id, m.step, m.metrics_json, m.samples_per_sec, m.system_setting_json, now,
-               m.device_ms, m.cost})
+               m.device_ms, m.cost, Opt(m.device_id), m.device_class})
              .empty();
     if (inserted && speed) {
       c.Query(std::string(kInsertSpeed) +
@@ -1071,11 +1074,11 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
 namespace {
 constexpr const char* kMeasurementColumns =
     "trial_id, step, metrics, samples_per_sec, system_setting, created_ms, revision, device_ms, "
-    "cost";
+    "cost, device_id, device_class";
 MeasurementRecord ReadMeasurement(const SqlRow& r) {
   MeasurementRecord m;
-  SqlColumns(r) >> m.trial_id >> m.step >> m.metrics_json >> m.samples_per_sec >>
-      m.system_setting_json >> m.created_ms >> m.revision >> m.device_ms >> m.cost;
+  SqlColumns(r) >> m.trial_id >> m.step >> m.metrics_json >> m.samples_per_sec >> m.system_setting_json >>
+      m.created_ms >> m.revision >> m.device_ms >> m.cost >> m.device_id >> m.device_class;
   return m;
 }
 }  // namespace
@@ -1100,13 +1103,44 @@ Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurements(Id e
     RequireExperiment(c, experiment_id);
     std::vector<MeasurementRecord> out;
     for (const auto& r : c.Query(
-             "SELECT m.trial_id, m.step, m.metrics, m.samples_per_sec, "
-             "m.system_setting, m.created_ms, m.revision, m.device_ms, m.cost FROM measurements m "
+             "SELECT m.trial_id, m.step, m.metrics, m.samples_per_sec, m.system_setting, m.created_ms, "
+             "m.revision, m.device_ms, m.cost, m.device_id, m.device_class FROM measurements m "
              "JOIN trials t ON t.id = m.trial_id WHERE t.experiment_id = $1 "
              "ORDER BY m.trial_id, m.step",
              {experiment_id})) {
       out.push_back(ReadMeasurement(r));
     }
+    return out;
+  });
+}
+
+Status SqlStore::AddTrialEvent(Id trial_id, std::string_view type, const std::string& data_json) {
+  // Grouped with the reports and heartbeats that commit at the same time.
+  return RunBatched(TxMode::kWrite, trial_id, [&](SqlConnection& c) {
+    if (c.Query("INSERT INTO trial_events (trial_id, created_ms, type, data) "
+                "SELECT id, $2, $3, $4 FROM trials WHERE id = $1 RETURNING id",
+                {trial_id, Now(), std::string(type), data_json})
+            .empty()) {
+      Throw(Status::NotFound(TrialName(trial_id) + " does not exist"));
+    }
+  });
+}
+
+Result<std::vector<TrialEventRecord>> SqlStore::ListTrialEvents(Id trial_id, int64_t limit) {
+  if (limit < 0) return Status::InvalidArgument("limit: must be at least 0");
+  return Run(TxMode::kRead, [&](SqlConnection& c) {
+    if (c.Query("SELECT id FROM trials WHERE id = $1", {trial_id}).empty()) {
+      Throw(Status::NotFound(TrialName(trial_id) + " does not exist"));
+    }
+    std::vector<TrialEventRecord> out;
+    for (const auto& r : c.Query("SELECT id, trial_id, created_ms, type, data FROM trial_events "
+                                 "WHERE trial_id = $1 ORDER BY id DESC LIMIT $2",
+                                 {trial_id, limit})) {
+      TrialEventRecord e;
+      SqlColumns(r) >> e.id >> e.trial_id >> e.created_ms >> e.type >> e.data_json;
+      out.push_back(std::move(e));
+    }
+    std::reverse(out.begin(), out.end());
     return out;
   });
 }
@@ -1161,8 +1195,8 @@ Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurementsSince
     // made here rather than by a sort that would make the planner prefer
     // (trial, step) order too.
     for (const auto& r : c.Query(
-             "SELECT m.trial_id, m.step, m.metrics, m.samples_per_sec, "
-             "m.system_setting, m.created_ms, m.revision, m.device_ms, m.cost FROM measurements m "
+             "SELECT m.trial_id, m.step, m.metrics, m.samples_per_sec, m.system_setting, m.created_ms, "
+             "m.revision, m.device_ms, m.cost, m.device_id, m.device_class FROM measurements m "
              "JOIN trials t ON t.id = m.trial_id WHERE m.revision >= $2 "
              "AND +t.experiment_id = $1",
              {experiment_id, since})) {

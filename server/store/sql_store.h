@@ -55,6 +55,8 @@ class SqlStore final : public Store {
   Result<std::vector<MeasurementRecord>> ListMeasurements(Id trial_id) override;
   Result<std::vector<MeasurementRecord>> ListExperimentMeasurements(Id experiment_id) override;
   Result<Usage> ExperimentUsage(Id experiment_id) override;
+  Status AddTrialEvent(Id trial_id, std::string_view type, const std::string& data_json) override;
+  Result<std::vector<TrialEventRecord>> ListTrialEvents(Id trial_id, int64_t limit) override;
   Result<std::map<Id, TrialProgress>> ListTrialProgress(Id experiment_id, int64_t first_number,
                                                         int64_t last_number, const Objective& objective) override;
   Result<std::vector<MeasurementRecord>> ListExperimentMeasurementsSince(Id experiment_id,

@@ -169,7 +169,10 @@ struct TrialRecord {
   std::string system_params_json;
   TrialState state = TrialState::kPending;
   double priority = 0;
-  int attempt = 0;  // how many times it was leased
+  // Leases of its current segment (of its last one while it is paused):
+  // 1 on its first lease and on each resume after a pause, + 1 on each
+  // lease again after one expired. 0 only before its first lease.
+  int attempt = 0;
   std::string lease_owner;
   std::optional<TimeMs> lease_expires_ms;
   TimeMs created_ms = 0;
@@ -201,6 +204,20 @@ struct Measurement {
   // and that time at the device's price (0 without one).
   int64_t device_ms = 0;
   double cost = 0;
+  // The device it ran on and that device's class (none for an ask/tell
+  // client's steps). The id is not a reference: the device may be gone.
+  std::optional<Id> device_id;
+  std::string device_class;
+};
+
+// Something that happened to a trial between its steps (a server event:
+// trial.paused, trial.resumed, trial.moving, ...), kept for its history.
+struct TrialEventRecord {
+  Id id = 0;
+  Id trial_id = 0;
+  TimeMs created_ms = 0;
+  std::string type;
+  std::string data_json = "{}";
 };
 
 // The device time and money an experiment's trials have used.
@@ -512,13 +529,16 @@ class Store {
   virtual Result<std::vector<Id>> ExpireLeasesNotHeld(const std::string& owner, const std::vector<Id>& held) = 0;
 
   // Pauses a leased or running trial of `owner` after `step` (its
-  // checkpoint's step): no lease, resume_step = step, attempt = 0 (the
-  // segment is done). Pausing again at the same step is acknowledged.
+  // checkpoint's step): no lease, resume_step = step; attempt stays, the
+  // attempt the segment ended on (the next lease starts a new segment).
+  // Pausing again at the same step is acknowledged.
   // FailedPrecondition: another owner's, not leased or running (or paused
   // at another step). InvalidArgument: step < resume_step.
   virtual Status PauseTrial(Id trial_id, const std::string& owner, int64_t step) = 0;
   // Leases a paused trial of a running experiment (a promotion): paused ->
-  // leased, level + 1, attempt + 1, stop_step as given (none: to the end).
+  // leased, level + 1, stop_step as given (none: to the end); attempt 1
+  // after a PauseTrial (a new segment), attempt + 1 after its resumed
+  // segment's lease expired (ReclaimExpiredLeases: the same segment again).
   // With `restart`, its checkpoint is gone or unusable: every measurement is
   // deleted and resume_step becomes 0, so it trains from scratch.
   // FailedPrecondition: not paused (the message says what it is), or the
@@ -570,6 +590,12 @@ class Store {
   // ordered by trial, then step.
   virtual Result<std::vector<MeasurementRecord>> ListExperimentMeasurementsSince(Id experiment_id,
                                                                                  int64_t since) = 0;
+  // Keeps an event of a trial's history (TrialEventRecord). NotFound when
+  // the trial does not exist.
+  virtual Status AddTrialEvent(Id trial_id, std::string_view type, const std::string& data_json) = 0;
+  // A trial's events, oldest first, at most `limit` (the newest ones when
+  // there are more). NotFound when the trial does not exist.
+  virtual Result<std::vector<TrialEventRecord>> ListTrialEvents(Id trial_id, int64_t limit) = 0;
   // What an experiment's stored steps cost, summed (Measurement::device_ms
   // and cost). NotFound when the experiment does not exist.
   virtual Result<Usage> ExperimentUsage(Id experiment_id) = 0;

@@ -580,6 +580,20 @@ try {
   for (const name of [...EXPERIMENT_CHARTS, 'experiment.tuning']) await assertTextsFit(name);
   await page.locator('#tuning').scrollIntoViewIfNeeded();
   await screenshot('experiment-system-tuning');
+  // Its trial page names the device it ran on, as the server recorded it.
+  const ranDetail = await api('GET', `/api/v1/trials/${ran.id}`);
+  assert.equal(ranDetail.devices.length, 1, JSON.stringify(ranDetail.devices));
+  await page.goto(`${base}/#/experiments/${tuned.id}/trials/${ran.number}`);
+  await rendered();
+  const deviceRows = await page.$$eval('#trial-devices tbody tr', (rows) => rows.map((r) => r.textContent));
+  assert.equal(deviceRows.length, 1, deviceRows.join('\n'));
+  for (const want of [ranDetail.devices[0].host, ranDetail.devices[0].device_class, String(ranDetail.measurements.length)]) {
+    assert.ok(deviceRows[0].includes(want), `the device row shows ${want}: ${deviceRows[0]}`);
+  }
+  assert.ok((await page.textContent('#trial-measurements tbody tr')).includes(ranDetail.devices[0].device_class),
+            'each step names its device class');
+  assert.ok((await page.textContent('#trial-events tbody')).length > 0);
+  await screenshot('trial-on-a-worker');
 
   // Fleet, while the worker runs a slow trial.
   const slowScript = path.join(dir, 'slow.sh');

@@ -1,9 +1,12 @@
 // One trial, #/experiments/EID/trials/NUMBER (a click on its row in the
 // trials table, or on its learning curve): its state and reason, objective,
 // device and wall time, parameters and system setting, its intermediate
-// values as curves (every metric it reported, by step), and its measurements
-// with each step's device time (the summary's device time is their sum:
-// training time, without time paused at a rung), from GET /api/v1/trials/{id}. The route
+// values as curves (every metric it reported, by step), the devices it ran
+// on, what happened between its steps (paused at a rung, moved, preempted,
+// requeued, ...: the server's kept trial events), and its measurements with
+// each step's device and device time (the summary's device time is their
+// sum: training time, without time paused at a rung), from GET
+// /api/v1/trials/{id}. The route
 // names the trial by its number in the experiment, what users see
 // everywhere; its id (what /trials/{id} takes) comes from one keyset read of
 // the experiment's trials (?after=NUMBER-1&limit=1). Live: an event about
@@ -57,8 +60,19 @@ export class TrialPage {
           <div class="panel"><h2>Parameters</h2><table id="trial-params"></table>
             <h2 style="margin-top:16px">System setting</h2><table id="trial-system"></table></div>
         </div>
+        <div class="grid">
+          <div class="panel"><h2>Devices</h2>
+            <table id="trial-devices"><thead><tr><th>worker</th><th>device</th><th>class</th><th>steps</th>
+              <th>device time</th></tr></thead><tbody></tbody></table></div>
+          <div class="panel"><h2>Events</h2>
+            <table id="trial-events"><thead><tr><th>when</th><th>event</th><th>details</th></tr></thead>
+              <tbody></tbody></table>
+            <p class="note">Creation, the first lease, each step and the end are the trial's own fields and
+            measurements; these are what happened between steps.</p></div>
+        </div>
         <div class="panel"><h2>Measurements</h2>
           <table id="trial-measurements"><thead><tr><th>step</th><th>metrics</th><th>samples/s</th><th>system</th>
+            <th>device</th>
             <th title="training time of the step on its device">device time</th><th>cost</th><th>reported</th>
           </tr></thead><tbody></tbody></table></div>
       </div>`);
@@ -85,8 +99,21 @@ export class TrialPage {
     setHtml(this.root.querySelector('#trial-measurements tbody'), html`${(trial.measurements ?? []).map((m) => html`
       <tr><td class="num">${m.step}</td><td><code>${compact(m.metrics)}</code></td>
         <td class="num">${m.samples_per_sec ? formatNumber(m.samples_per_sec) : '–'}</td>
-        <td><code>${compact(m.system)}</code></td><td class="num">${formatDuration(m.device_ms || null)}</td>
+        <td><code>${compact(m.system)}</code></td><td>${m.device_class || '–'}</td>
+        <td class="num">${formatDuration(m.device_ms || null)}</td>
         <td class="num">${m.cost ? formatNumber(m.cost, 3) : '–'}</td><td>${formatTime(m.created_ms)}</td></tr>`)}`);
+    const devices = trial.devices ?? [];
+    setHtml(this.root.querySelector('#trial-devices tbody'), devices.length === 0
+      ? html`<tr><td colspan="5" class="muted">no step ran on a worker's device (an ask/tell client's trial, or
+          none reported yet)</td></tr>`
+      : html`${devices.map((d) => html`<tr><td>${d.host ?? `worker ${d.worker_id ?? '(gone)'}`}</td>
+          <td>${d.name ?? `device ${d.device_id}`}</td><td>${d.device_class}</td><td class="num">${d.steps}</td>
+          <td class="num">${formatDuration(d.device_seconds > 0 ? 1000 * d.device_seconds : null)}</td></tr>`)}`);
+    const events = trial.events ?? [];
+    setHtml(this.root.querySelector('#trial-events tbody'), events.length === 0
+      ? html`<tr><td colspan="3" class="muted">nothing between its steps yet</td></tr>`
+      : html`${events.map((e) => html`<tr><td>${formatTime(e.created_ms)}</td>
+          <td>${e.type.replace(/^trial\./, '')}</td><td><code>${compact(e.data)}</code></td></tr>`)}`);
     const el = this.root.querySelector('#trial-values');
     const shown = (m) => m === metric || !metrics.includes(metric);  // the objective, or every metric without it
     chart(el, 'trial.values').setOption({
