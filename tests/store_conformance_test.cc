@@ -1459,6 +1459,41 @@ TYPED_TEST(StoreTest, APausedTrialResumesOneLevelUpAndAnExpiredResumeGoesBackToP
   EXPECT_TRUE(this->store_->ListMeasurements(t.id)->empty());
 }
 
+// A trial's attempt counts the leases of its segment: a paused trial keeps
+// the one it paused on (it once read 0, as if it never ran), a resume after
+// a pause starts the next segment at 1, and a resumed segment whose lease
+// expired is that segment's next attempt.
+TYPED_TEST(StoreTest, APausedTrialKeepsTheAttemptItPausedOn) {
+  auto e = this->MakeExperiment();
+  auto t = this->MakeTrials(e.id, 1)[0];
+  ASSERT_EQ(this->Lease("w1", 1000).attempt, 1);
+  this->clock_.Advance(1001);
+  ASSERT_EQ(*this->store_->ReclaimExpiredLeases(3), std::vector<Id>{t.id});
+  EXPECT_EQ(this->store_->GetTrial(t.id)->attempt, 1) << "pending after its first lease expired";
+  ASSERT_EQ(this->Lease("w2", 1000).attempt, 2);
+  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "w2", this->Step(1, 0.5), 1000).ok());
+  ASSERT_TRUE(this->store_->PauseTrial(t.id, "w2", 1).ok());
+  EXPECT_EQ(this->store_->GetTrial(t.id)->attempt, 2) << "paused on its second attempt";
+
+  auto resumed = this->store_->ResumeTrial(t.id, "w3", 1000, 2);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->attempt, 1) << "a new segment";
+  this->clock_.Advance(1001);
+  ASSERT_EQ(*this->store_->ReclaimExpiredLeases(3), std::vector<Id>{t.id});
+  auto back = *this->store_->GetTrial(t.id);
+  EXPECT_EQ(back.state, TrialState::kPaused);
+  EXPECT_EQ(back.attempt, 1);
+  auto again = this->store_->ResumeTrial(t.id, "w4", 1000, 2);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->attempt, 2) << "the same segment, tried again";
+  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "w4", this->Step(2, 0.4), 1000).ok());
+  ASSERT_TRUE(this->store_->PauseTrial(t.id, "w4", 2).ok());
+  EXPECT_EQ(this->store_->GetTrial(t.id)->attempt, 2);
+  auto next = this->store_->ResumeTrial(t.id, "w1", 1000, std::nullopt);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->attempt, 1);
+}
+
 TYPED_TEST(StoreTest, PausedTrialsEndWithTheirExperiment) {
   for (auto state : {ExperimentState::kCompleted, ExperimentState::kCancelled}) {
     auto e = this->MakeExperiment();

@@ -3,18 +3,20 @@
 // and connects; SIGTERM lets the running trial finish.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-
-#include <thread>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <nlohmann/json.hpp>
-#include <fstream>
-#include <filesystem>
+
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/http_client.h"
@@ -249,6 +251,38 @@ TEST_F(WorkerE2eTest, TheIdFileKeepsTheIdentitySecretSoOnlyTheWorkerItselfComesB
   WaitFor(other, 10);
 }
 
+// HPO_SERVER was the REST address for hpctl and the gRPC one for the
+// worker: the worker reads HPO_GRPC_SERVER now, which wins over the old name
+// (set here to a REST address, as a shell for hpctl would have it), and the
+// old name alone still works, with a one-line warning.
+TEST_F(WorkerE2eTest, TheGrpcAddressComesFromHpoGrpcServerAndTheOldNameStillWorks) {
+  StartServer();
+  const std::string rest = "127.0.0.1:" + std::to_string(server_->http_port());
+  struct Case {
+    const char* grpc_server;
+    const char* old_server;
+    bool warns;
+  };
+  const std::string grpc = Grpc();
+  for (const Case c : {Case{grpc.c_str(), rest.c_str(), false}, Case{nullptr, grpc.c_str(), true}}) {
+    SCOPED_TRACE(c.grpc_server ? "HPO_GRPC_SERVER" : "HPO_SERVER alone");
+    if (c.grpc_server) ::setenv("HPO_GRPC_SERVER", c.grpc_server, 1);
+    ::setenv("HPO_SERVER", c.old_server, 1);
+    const std::string log = dir_ + "/worker-" + (c.warns ? "old" : "new") + ".log";
+    const pid_t worker = StartWorker({"--device", "cpu"}, log);
+    ::unsetenv("HPO_GRPC_SERVER");
+    ::unsetenv("HPO_SERVER");
+    const bool registered = Eventually([&] { return RegisteredAs(log) != 0; });
+    kill(worker, SIGKILL);
+    WaitFor(worker, 10);
+    EXPECT_TRUE(registered) << ReadFile(log);
+    const std::string warning =
+        "hpo-worker: warning: HPO_SERVER is deprecated (hpo-worker reads it as the gRPC address, hpctl "
+        "as the REST one): set HPO_GRPC_SERVER instead\n";
+    EXPECT_EQ(ReadFile(log).find(warning) != std::string::npos, c.warns) << ReadFile(log);
+  }
+}
+
 TEST_F(WorkerE2eTest, CommandExecutorRunsTheUsersProgram) {
   StartServer();
   const std::string script = dir_ + "/train.sh";
@@ -410,14 +444,30 @@ TEST_F(WorkerE2eTest, AWorkerWaitsForItsServerAndFinishesItsTrialOnSigterm) {
   EXPECT_EQ(all[0]["state"], "gone");
 }
 
-
 // Promotion-type ASHA end to end, through the real lease path: real workers
 // run examples/train_example.py (which keeps the checkpoint contract); trials
 // pause at the first rung with their checkpoints, the best are resumed -
 // on whichever worker the policy picks - from where they stopped, the rest
-// are pruned when the budget is spent.
+// are pruned when the budget is spent. Users name trials by number: every
+// trial event on /api/v1/events carries it beside the id, and so does every
+// worker log line about a trial. A trial paused, then pruned, says the
+// attempt it ran (1), not 0.
 TEST_F(WorkerE2eTest, PromotedTrialsResumeFromTheirCheckpointsOnRealWorkers) {
   StartServer();
+  std::vector<std::pair<std::string, json>> events;
+  std::thread listener([&] {
+    HttpClientOptions o;
+    o.port = server_->http_port();
+    o.timeout = std::chrono::milliseconds(150'000);
+    Status s =
+        ReadEventStream(o, "/api/v1/events", [&](const std::string& type, const std::string& data) {
+          events.emplace_back(type, json::parse(data, nullptr, false));
+          return type != "experiment.finished";
+        });
+    EXPECT_TRUE(s.ok()) << s;
+  });
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(500));  // subscribed before anything happens
   const int64_t id = Create(std::string(R"({"name": "promote", "objective": {"metric": "loss"},
       "spaces": [{"name": "logreg", "params": {"lr": {"type": "float", "low": 0.001, "high": 1.0, "log": true},
                                              "width": {"type": "int", "low": 2, "high": 16}}}],
@@ -440,6 +490,7 @@ TEST_F(WorkerE2eTest, PromotedTrialsResumeFromTheirCheckpointsOnRealWorkers) {
     kill(w, SIGTERM);
     WaitFor(w, 30);
   }
+  listener.join();
   const std::string logs = ReadFile(dir_ + "/worker-0.log") + ReadFile(dir_ + "/worker-1.log");
   ASSERT_EQ(e["state"], "completed") << e.dump() << logs;
   EXPECT_EQ(e["trials"]["total"], 6);
@@ -459,6 +510,30 @@ TEST_F(WorkerE2eTest, PromotedTrialsResumeFromTheirCheckpointsOnRealWorkers) {
   }
   EXPECT_GE(promoted, 1);
   EXPECT_NE(logs.find("resuming after step 1"), std::string::npos) << logs;
+
+  std::map<int64_t, int64_t> number_of;  // trial id -> number
+  for (const auto& t : trials) {
+    number_of[t["id"].get<int64_t>()] = t["number"].get<int64_t>();
+    EXPECT_EQ(t["attempt"], 1) << "every trial ran each segment on its first lease: " << t.dump();
+    const std::string name = "trial " + std::to_string(t["number"].get<int64_t>()) +
+                             " of experiment " + std::to_string(id) + " (id " +
+                             std::to_string(t["id"].get<int64_t>()) + ")";
+    EXPECT_NE(logs.find(name + " on cpu (space logreg, attempt 1)"), std::string::npos)
+        << "the worker names the trial by its number\n"
+        << logs;
+  }
+  std::set<std::string> kinds;
+  for (const auto& [type, data] : events) {
+    if (!data.is_object() || !data.contains("trial_id")) continue;
+    kinds.insert(type);
+    ASSERT_TRUE(number_of.count(data["trial_id"].get<int64_t>())) << type << " " << data.dump();
+    EXPECT_EQ(data["number"], number_of[data["trial_id"].get<int64_t>()])
+        << type << " " << data.dump();
+  }
+  for (const char* kind :
+       {"trial.created", "trial.reported", "trial.paused", "trial.resumed", "trial.finished"}) {
+    EXPECT_TRUE(kinds.count(kind)) << "no " << kind << " event arrived";
+  }
   EXPECT_EQ(logs.find("restart"), std::string::npos) << "a checkpoint was unusable:\n" << logs;
 }
 

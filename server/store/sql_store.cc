@@ -903,9 +903,12 @@ Status SqlStore::PauseTrial(Id trial_id, const std::string& owner, int64_t step)
       Throw(Status::InvalidArgument("step: " + TrialName(trial_id) + " resumed after step " +
                                     std::to_string(cur[0].Int(2)) + "; it cannot pause at " + std::to_string(step)));
     }
-    // lease_owner stays: it says who paused it (and makes a retry recognisable).
+    // lease_owner stays: it says who paused it (and makes a retry
+    // recognisable), and that the segment ended here, so the next lease
+    // starts a new one (ResumeTrial). attempt stays too: it is the attempt
+    // the trial paused on, not 0 (which read as "never ran").
     c.Query(
-        "UPDATE trials SET state = 'paused', resume_step = $2, attempt = 0, stop_step = NULL, "
+        "UPDATE trials SET state = 'paused', resume_step = $2, stop_step = NULL, "
         "lease_expires_ms = NULL, updated_ms = $3 WHERE id = $1",
         {trial_id, step, Now()});
   });
@@ -917,7 +920,11 @@ Result<TrialRecord> SqlStore::ResumeTrial(Id trial_id, const std::string& owner,
   return Run(TxMode::kWrite, [&](SqlConnection& c) {
     const TimeMs now = Now();
     auto rows = c.Query(
-        "UPDATE trials SET state = 'leased', lease_owner = $1, lease_expires_ms = $2, attempt = attempt + 1, "
+        // A trial paused by its owner starts a new segment, attempt 1; one
+        // whose resumed segment's lease expired (reclaimed: no owner) tries
+        // that segment again, attempt + 1.
+        "UPDATE trials SET state = 'leased', lease_owner = $1, lease_expires_ms = $2, "
+        "attempt = CASE WHEN lease_owner = '' THEN attempt + 1 ELSE 1 END, "
         "level = level + 1, stop_step = $3, resume_step = CASE WHEN CAST($5 AS INTEGER) = 1 THEN 0 "
         "ELSE resume_step END, updated_ms = $4 "
         "WHERE id = $6 AND state = 'paused' AND (SELECT state FROM experiments WHERE id = trials.experiment_id) = "
