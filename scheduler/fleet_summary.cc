@@ -89,4 +89,12 @@ std::vector<FleetSummary::ClassView> FleetSummary::ClassesFor(const std::string&
   return out;
 }
 
+double FleetSummary::FreeIn(const std::string& device_class, int n, double now_s) const {
+  const auto c = classes_.find(device_class);
+  if (c == classes_.end() || n < 0 || static_cast<size_t>(n) >= c->second.size()) {
+    return std::numeric_limits<double>::infinity();
+  }
+  return std::max(0.0, *std::next(c->second.begin(), n) - now_s);
+}
+
 }  // namespace hpo::scheduler

@@ -53,6 +53,11 @@ class FleetSummary {
   // Cost: O(C) for C classes (one lookup of the asking id).
   std::vector<ClassView> ClassesFor(const std::string& asking_id, const std::string& asking_class,
                                     double now_s) const;
+  // Seconds from now until the (n + 1)-th soonest free device of
+  // `device_class` is free (0: it is free now): the wait of a trial with n
+  // others queued for the class ahead of it (DecideMove's targets).
+  // Infinity when the class has n devices or fewer. Cost: O(n).
+  double FreeIn(const std::string& device_class, int n, double now_s) const;
 
  private:
   struct Device {

@@ -63,6 +63,7 @@ Offer OfferWork(const OfferInput& in) {
       item.steps = in.steps_per_trial - t.resume_step;
       item.remaining_steps = item.steps;
       item.waiting_s = t.waiting_s;
+      item.moving_to = t.moving_to;
       out.items.push_back(item);
       search::Promotion p;
       p.index = t.index;

@@ -49,6 +49,9 @@ struct OfferTrial {
   int64_t resume_step = 0;
   std::optional<int64_t> stop_step;
   double waiting_s = 0;  // since it last changed phase
+  // Paused to move to a faster class (DecideMove): that class, which its
+  // resume item carries (WorkItem::moving_to); empty otherwise.
+  std::string moving_to;
 };
 
 struct OfferInput {

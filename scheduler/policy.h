@@ -31,6 +31,17 @@
 //     offered to this device (PlacementOptions). A class meets the
 //     deadline when it would train the trial's remaining steps (all of
 //     them, not only this lease's segment) before it.
+//  2b. Movers: a resume item moving to the asking device's class (its
+//     trial paused to move there, DecideMove) goes to the first device of
+//     the class that asks (the most advanced, then the longest-waiting one
+//     first: one that preempted a trial here gets the device it freed),
+//     before exploration, matching and hold-back. DecideMove counted on
+//     that class's next free device; without this the device took a new
+//     trial by matching (a mid-speed class matches the least important
+//     items), hold-back left the mover for a faster class busy with other
+//     promotions, and a device freed by preempting a trial for the mover
+//     took a new trial instead, so a mover waited far longer than the
+//     move's estimate.
 //  3. Exploration: when the model knows little about this device for an
 //     item's workload (no observation, or fewer than
 //     explore_min_observations with a relative stddev above
@@ -118,6 +129,9 @@ struct WorkItem {
   double samples_per_step = 0;  // of its workload; 0: PolicyOptions::samples_per_step
   double waiting_s = 0;       // since it became available (0 for new)
   bool preferred = false;     // new: the space ranking's own pick (fifo uses it)
+  // resume: the device class the trial paused to move to (DecideMove chose
+  // it, and counted on that class's next free device); empty otherwise.
+  std::string moving_to;
 };
 
 enum class PolicyKind { kSpeed, kFifo, kShadho };

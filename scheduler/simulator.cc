@@ -310,7 +310,8 @@ const Offer& Simulator::State::CurrentOffer() {
     in.histories = &histories;
     in.trials.reserve(trials.size());
     for (const Trial& t : trials) {
-      in.trials.push_back({t.id, t.space, t.index, t.phase, t.level, t.resume_step, t.stop_step, 0});
+      in.trials.push_back({t.id, t.space, t.index, t.phase, t.level, t.resume_step, t.stop_step, 0,
+                           t.moving_to >= 0 ? ClassName(t.moving_to) : std::string()});
     }
     for (const auto& rank : r.ranks) in.shares.push_back(rank.share);
     in.workloads = workloads;
@@ -632,7 +633,9 @@ bool Simulator::State::MoveNow(int64_t d, int64_t step) {
     if (moving_to[k] >= cls.devices) continue;  // as many on their way there as it has devices
     MoveTarget target;
     target.device_class = cls.device_class;
-    target.free_in_s = cls.soonest_free_s;
+    // Movers go to the class's devices first come first served (policy.h,
+    // rule 2b): the ones already on their way take its soonest free devices.
+    target.free_in_s = moving_to[k] > 0 ? live.FreeIn(cls.device_class, moving_to[k], now) : cls.soonest_free_s;
     std::optional<RunningKey> victim;
     const auto& running = running_by_class[k];
     if (!running.empty() && std::get<0>(*running.begin()) < rungs) {

@@ -454,11 +454,11 @@ TEST(Offer, PromotablePausedTrialsPendingOnesAndANewTrialPerSpace) {
   OfferInput in;
   in.histories = &histories;
   using Phase = OfferTrial::Phase;
-  in.trials = {{10, 0, 0, Phase::kPaused, 0, 1, std::nullopt, 5},
-               {11, 0, 1, Phase::kPaused, 0, 1, std::nullopt, 6},
-               {12, 0, 2, Phase::kPaused, 0, 1, std::nullopt, 7},
-               {13, 0, 3, Phase::kPending, 0, 0, 1, 8},
-               {14, 1, 0, Phase::kOnDevice, 0, 0, 1, 0}};
+  in.trials = {{10, 0, 0, Phase::kPaused, 0, 1, std::nullopt, 5, ""},
+               {11, 0, 1, Phase::kPaused, 0, 1, std::nullopt, 6, ""},
+               {12, 0, 2, Phase::kPaused, 0, 1, std::nullopt, 7, ""},
+               {13, 0, 3, Phase::kPending, 0, 0, 1, 8, ""},
+               {14, 1, 0, Phase::kOnDevice, 0, 0, 1, 0, ""}};
   in.shares = {0.7, 0.3};
   in.workloads = {"a", "b"};
   in.preferred_space = 1;
@@ -519,6 +519,45 @@ TEST(Offer, PromotablePausedTrialsPendingOnesAndANewTrialPerSpace) {
   offer = OfferWork(in);
   ASSERT_EQ(offer.items.size(), 1u);
   EXPECT_EQ(offer.items[0].trial_id, 13);
+}
+
+// fleet_sim seed 2 (stop type): a trial moved to a mid class, whose device
+// then took a new trial by matching and held the mover back for the fastest
+// class, busy with other promotions; it waited 117 s for an estimate of 4.
+TEST(Policy, ATrialMovingToAClassGoesToItsDevicesFirst) {
+  World w;
+  WorkItem mover = Resume(7, 0.5, 1, 5);
+  mover.moving_to = "mid";
+  const std::vector<WorkItem> items = {New(0, 0.5), Resume(8, 0.5, 1, 30), mover};
+  // fast2 is idle: without the mover rule, mid1 leaves both resumes to it.
+  EXPECT_EQ(Pick(Decide({"mid1", "mid"}, w.fleet, items, w.speeds, Timed()), items), 7);
+  // Of two movers to the class, the more advanced, then the longer waiting.
+  WorkItem further = Resume(9, 0.5, 2, 1);
+  further.moving_to = "mid";
+  WorkItem older = mover;
+  older.trial_id = 10;
+  older.waiting_s = 50;
+  EXPECT_EQ(Pick(Decide({"mid1", "mid"}, w.fleet, {mover, older, further}, w.speeds, Timed()),
+                 std::vector<WorkItem>{mover, older, further}),
+            9);
+  EXPECT_EQ(Pick(Decide({"mid1", "mid"}, w.fleet, {mover, older}, w.speeds, Timed()),
+                 std::vector<WorkItem>{mover, older}),
+            10);
+  // Another class's devices treat it as any resume: slow holds it back.
+  EXPECT_NE(Pick(Decide({"slow1", "slow"}, w.fleet, items, w.speeds, Timed()), items), 7);
+}
+
+TEST(FleetSummary, FreeInCountsTheTrialsQueuedAhead) {
+  FleetSummary f;
+  f.Set("a", "gpu", 10);
+  f.Set("b", "gpu", 30);
+  f.Set("c", "gpu", 5);
+  EXPECT_DOUBLE_EQ(f.FreeIn("gpu", 0, 0), 5);
+  EXPECT_DOUBLE_EQ(f.FreeIn("gpu", 1, 0), 10);
+  EXPECT_DOUBLE_EQ(f.FreeIn("gpu", 2, 8), 22);
+  EXPECT_DOUBLE_EQ(f.FreeIn("gpu", 2, 40), 0);
+  EXPECT_TRUE(std::isinf(f.FreeIn("gpu", 3, 0)));
+  EXPECT_TRUE(std::isinf(f.FreeIn("cpu", 0, 0)));
 }
 
 // Migration (DecideMove), in World's fleet: slow 100, mid 300, fast 1000
@@ -603,7 +642,7 @@ TEST(Offer, TiedSpacesTakeTurnsThroughTheRankingsPick) {
   for (int i = 0; i < 5; ++i) {
     // Paused at rung 1 (promotion ASHA's results so far); space 1 untried.
     histories[0].trials.push_back(Reached(i, 0.2 + 0.1 * i, 1, search::TrialStatus::kPruned));
-    in.trials.push_back({100 + i, 0, static_cast<size_t>(i), OfferTrial::Phase::kFinished, 0, 1, std::nullopt, 0});
+    in.trials.push_back({100 + i, 0, static_cast<size_t>(i), OfferTrial::Phase::kFinished, 0, 1, std::nullopt, 0, ""});
   }
   const auto ranks = search::RankSpaces({testing::Box("mlp", 2, 0, 1), testing::Box("cnn", 2, 0, 1)}, histories);
   ASSERT_DOUBLE_EQ(ranks[0].share, ranks[1].share) << "an unexplored space ranks with the best explored one";
@@ -658,7 +697,7 @@ TEST(Offer, NewTrialsKeepTheRankingsSplitBetweenSpaces) {
     const size_t index = histories[space].trials.size();
     histories[space].trials.push_back(Reached(static_cast<int>(in.trials.size()), 0.5, 1, search::TrialStatus::kPruned));
     in.trials.push_back({static_cast<int64_t>(in.trials.size() + 1), space, index, OfferTrial::Phase::kFinished, 0, 1,
-                         std::nullopt, 0});
+                         std::nullopt, 0, ""});
   };
   const auto new_spaces = [&] {
     std::vector<int> out;
@@ -697,7 +736,7 @@ TEST(Offer, FinishedTrialsCountedOrListedMakeTheSameOffer) {
     const size_t index = histories[space].trials.size();
     histories[space].trials.push_back(Reached(static_cast<int>(index), 0.5, 1, search::TrialStatus::kPruned));
     listed.trials.push_back({static_cast<int64_t>(listed.trials.size() + 1), space, index, OfferTrial::Phase::kFinished,
-                             0, 1, std::nullopt, 0});
+                             0, 1, std::nullopt, 0, ""});
     ++counted.finished_per_space[space];
   };
   const auto news = [](const OfferInput& in) {

@@ -136,6 +136,13 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
   LeasePlan plan;
   std::vector<std::string> workloads;
   for (const auto& space : spec.spaces) workloads.push_back(Workload(spec, space.name));
+  // Paused trials moving to a faster class (MaybeMove): their resume items
+  // say which, and placement gives them to that class's devices first.
+  std::unordered_map<Id, std::string> moving_class;
+  if (spec.placement_migrate) {
+    MutexLock lock(c.moves_mu);
+    moving_class = c.moving_class;
+  }
   {
     HPO_ASSIGN_OR_RETURN(TrialView::Locked view, c.trials->Fresh());
     scheduler::OfferInput in;
@@ -178,6 +185,9 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
       o.resume_step = t.resume_step;
       o.stop_step = t.stop_step;
       o.waiting_s = SecondsSince(now, t.updated_ms);
+      if (!moving_class.empty()) {
+        if (const auto m = moving_class.find(id); m != moving_class.end()) o.moving_to = m->second;
+      }
       in.trials.push_back(o);
     };
     in.trials.reserve(view->open.size());
@@ -395,16 +405,19 @@ std::optional<ReportReply> Engine::MaybeMove(Cached& c, const store::TrialRecord
     const auto mine = f->devices.find(device_id);
     if (mine == f->devices.end()) return std::nullopt;
     const std::string& here = mine->second.device_class;
-    for (const auto& cls :
-         f->live.ClassesFor(std::to_string(device_id), here, FleetView::Seconds(SteadyNow()))) {
+    const double now_s = FleetView::Seconds(SteadyNow());
+    for (const auto& cls : f->live.ClassesFor(std::to_string(device_id), here, now_s)) {
       if (cls.device_class == here) continue;
       // As many trials on their way there as it has devices.
-      if (const auto m = moving_to.find(cls.device_class);
-          m != moving_to.end() && m->second >= cls.devices)
-        continue;
+      const auto m = moving_to.find(cls.device_class);
+      const int on_their_way = m == moving_to.end() ? 0 : m->second;
+      if (on_their_way >= cls.devices) continue;
       scheduler::MoveTarget t;
       t.device_class = cls.device_class;
-      t.free_in_s = cls.soonest_free_s;
+      // Movers take the class's devices first come first served
+      // (scheduler/policy.h, rule 2b): those on their way take the soonest.
+      t.free_in_s = on_their_way > 0 ? f->live.FreeIn(cls.device_class, on_their_way, now_s)
+                                     : cls.soonest_free_s;
       // The least advanced trial this experiment runs on a live device of
       // the class: it pauses at its next step for the mover.
       std::optional<std::pair<Id, Id>> victim;

@@ -764,7 +764,7 @@ Result<json> RestApi::GetTrial(const RouteCall& call) {
     }
   }
   json ran_on = json::array();
-  for (const store::Id id : order) ran_on.push_back(devices[id]);
+  for (const store::Id device : order) ran_on.push_back(devices[device]);
   out["devices"] = ran_on;
   constexpr int64_t kEvents = 1000;  // the newest; a trial paused at every rung has a few dozen
   HPO_ASSIGN_OR_RETURN(const auto events, engine_.ListTrialEvents(id, kEvents));
