@@ -319,7 +319,7 @@ TEST_F(PrometheusScrapeTest, PrometheusHoldsTheValuesTheServerHolds) {
   EXPECT_EQ(counts["failed"], 1) << counts.dump();
   std::map<std::string, double> from_rest, from_prometheus;
   for (const char* state :
-       {"pending", "leased", "running", "completed", "pruned", "failed", "cancelled"}) {
+       {"pending", "leased", "running", "paused", "completed", "pruned", "failed", "cancelled"}) {
     from_rest[state] = counts[state].get<double>();
   }
   // The store gauges are read at most once a second; poll until a scrape
