@@ -770,7 +770,8 @@ Result<json> RestApi::GetTrial(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(const auto events, engine_.ListTrialEvents(id, kEvents));
   json kept = json::array();
   for (const auto& ev : events) {
-    kept.push_back({{"type", ev.type}, {"created_ms", ev.created_ms}, {"data", ParseOr(ev.data_json, json::object())}});
+    kept.push_back(
+        {{"type", ev.type}, {"created_ms", ev.created_ms}, {"data", ParseOr(ev.data_json, json::object())}});
   }
   out["events"] = kept;
   return out;

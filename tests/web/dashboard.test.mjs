@@ -443,6 +443,23 @@ try {
                                                             'the intermediate values: a point per step'));
   await assertTextsFit('trial.values');
   await screenshot('trial');
+  assert.equal(await page.isHidden('#trial-log-panel'), true, 'no log tail for a pruned trial');
+
+  // A failed trial whose reason carries its program's output: the first
+  // line in the summary, the rest as its log tail.
+  const failing = await api('POST', '/api/v1/experiments', {
+    name: 'failing', objective: { metric: 'loss' },
+    spaces: [{ name: 's', params: { x: { type: 'float', low: 0, high: 1 } } }],
+    budget: { max_trials: 1, max_parallel: 1, steps_per_trial: 2 }, executor: { client: {} },
+  });
+  const [doomed] = (await api('POST', `/api/v1/experiments/${failing.id}/trials:suggest`, { count: 1 })).trials;
+  await api('POST', `/api/v1/trials/${doomed.id}:fail`,
+            { reason: 'exit code 1\nTraceback (most recent call last):\nValueError: loss is nan' });
+  await page.goto(`${base}/#/experiments/${failing.id}/trials/${doomed.number}`);
+  await rendered();
+  assert.equal(await page.textContent('#trial-reason'), 'exit code 1');
+  assert.equal(await page.isHidden('#trial-log-panel'), false);
+  assert.equal(await page.textContent('#trial-log'), 'Traceback (most recent call last):\nValueError: loss is nan');
 
   // A young experiment: every chart with nothing to draw says why, and the
   // axes fit a handful of trials.

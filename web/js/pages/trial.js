@@ -5,7 +5,8 @@
 // on, what happened between its steps (paused at a rung, moved, preempted,
 // requeued, ...: the server's kept trial events), and its measurements with
 // each step's device and device time (the summary's device time is their
-// sum: training time, without time paused at a rung), from GET
+// sum: training time, without time paused at a rung), and a failed trial's
+// log tail (the end of its reason), from GET
 // /api/v1/trials/{id}. The route
 // names the trial by its number in the experiment, what users see
 // everywhere; its id (what /trials/{id} takes) comes from one keyset read of
@@ -70,6 +71,9 @@ export class TrialPage {
             <p class="note">Creation, the first lease, each step and the end are the trial's own fields and
             measurements; these are what happened between steps.</p></div>
         </div>
+        <div class="panel" id="trial-log-panel" hidden><h2>Log tail</h2>
+          <p class="note">What the trial's program printed last, as its worker sent it with the failure.</p>
+          <pre id="trial-log"></pre></div>
         <div class="panel"><h2>Measurements</h2>
           <table id="trial-measurements"><thead><tr><th>step</th><th>metrics</th><th>samples/s</th><th>system</th>
             <th>device</th>
@@ -81,6 +85,13 @@ export class TrialPage {
 
   draw(exp, trial) {
     const metric = exp.spec.objective.metric;
+    // A failed trial's reason is its worker's (or client's) words, then,
+    // after a line break, its program's log tail: the first line in the
+    // summary, the rest in its own panel.
+    const [reason, ...tail] = (trial.reason || '').split('\n');
+    const logPanel = this.root.querySelector('#trial-log-panel');
+    logPanel.hidden = tail.length === 0;
+    this.root.querySelector('#trial-log').textContent = tail.join('\n');
     const { metrics, byMetric, deviceMs } = trialSeries(trial.measurements ?? [], metric);
     const wallMs = trial.started_ms && trial.finished_ms ? trial.finished_ms - trial.started_ms : null;
     setHtml(this.root.querySelector('#trial-summary'), html`
@@ -93,7 +104,7 @@ export class TrialPage {
       <div><span class="muted">started · finished</span><b>${formatTime(trial.started_ms)} · ${
         formatTime(trial.finished_ms)}${wallMs === null ? '' : ` (${formatDuration(wallMs)})`}</b></div>
       <div><span class="muted">attempt</span><b>${trial.attempt}</b></div>
-      <div><span class="muted">reason</span><b id="trial-reason">${trial.reason || '–'}</b></div>`);
+      <div><span class="muted">reason</span><b id="trial-reason">${reason || '–'}</b></div>`);
     setHtml(this.root.querySelector('#trial-params'), keyValues(trial.params));
     setHtml(this.root.querySelector('#trial-system'), keyValues(trial.system));
     setHtml(this.root.querySelector('#trial-measurements tbody'), html`${(trial.measurements ?? []).map((m) => html`
