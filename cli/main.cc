@@ -619,7 +619,8 @@ std::string MetricsCell(const json& t) {
 std::string BestCell(const json& t, const std::string& metric) {
   const json best = t.value("best", json());
   if (!best.is_object()) return "";
-  return Str(best.value("metrics", json::object()).value(metric, json())) + " @ step " + Str(best["step"]);
+  const json value = best.value("metrics", json::object()).value(metric, json());
+  return Str(value) + " @ step " + Str(best["step"]);
 }
 
 // Every trial of an experiment, page by page (a page is at most the
@@ -670,10 +671,12 @@ json ExportRecords(const json& trials) {
     rec["params"] = t["params"].is_object() ? t["params"] : json::object();
     rec["system"] = t["system"].is_object() ? t["system"] : json::object();
     rec["metrics"] = t["final_metrics"].is_object() ? t["final_metrics"] : json::object();
-    rec["latest"] = latest.is_object() && latest["metrics"].is_object() ? latest["metrics"] : json::object();
+    rec["latest"] =
+        latest.is_object() && latest["metrics"].is_object() ? latest["metrics"] : json::object();
     const json best = t.value("best", json());
     rec["best_step"] = best.is_object() ? best["step"] : json();
-    rec["best"] = best.is_object() && best["metrics"].is_object() ? best["metrics"] : json::object();
+    rec["best"] =
+        best.is_object() && best["metrics"].is_object() ? best["metrics"] : json::object();
     records.push_back(std::move(rec));
   }
   return records;

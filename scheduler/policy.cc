@@ -283,14 +283,19 @@ PolicyDecision Decide(const AskingDevice& device, const FleetSummary& fleet, dou
   std::optional<size_t> mover;
   for (size_t i : offered) {
     const auto& it = items[i];
-    if (it.kind != WorkItem::Kind::kResume || it.moving_to.empty() || it.moving_to != device.device_class) continue;
+    if (it.kind != WorkItem::Kind::kResume || it.moving_to.empty() ||
+        it.moving_to != device.device_class) {
+      continue;
+    }
     // The most advanced first: a mover that preempted a trial here for this
     // device is not then left behind less advanced movers.
     if (!mover || it.level > items[*mover].level ||
         (it.level == items[*mover].level && it.waiting_s > items[*mover].waiting_s))
       mover = i;
   }
-  if (mover) return Run(*mover, items[*mover], *ws[*mover], options, "a trial moving to this device's class");
+  if (mover) {
+    return Run(*mover, items[*mover], *ws[*mover], options, "a trial moving to this device's class");
+  }
 
   // 3. Exploration of a device the model knows little about.
   std::optional<size_t> explore;

@@ -635,7 +635,8 @@ bool Simulator::State::MoveNow(int64_t d, int64_t step) {
     target.device_class = cls.device_class;
     // Movers go to the class's devices first come first served (policy.h,
     // rule 2b): the ones already on their way take its soonest free devices.
-    target.free_in_s = moving_to[k] > 0 ? live.FreeIn(cls.device_class, moving_to[k], now) : cls.soonest_free_s;
+    target.free_in_s =
+        moving_to[k] > 0 ? live.FreeIn(cls.device_class, moving_to[k], now) : cls.soonest_free_s;
     std::optional<RunningKey> victim;
     const auto& running = running_by_class[k];
     if (!running.empty() && std::get<0>(*running.begin()) < rungs) {

@@ -380,26 +380,31 @@ Result<std::vector<store::TrialEventRecord>> Engine::ListTrialEvents(Id trial_id
 
 void Engine::KeepTrialEvent(const std::string& type, const json& data) const {
   static const std::set<std::string, std::less<>> kKept = {
-      "trial.paused",    "trial.resumed",       "trial.moving",         "trial.preempted",        "trial.requeued",
-      "trial.restarted", "trial.system_capped", "trial.system_unknown", "trial.cotuning_stopped"};
+      "trial.paused",         "trial.resumed",        "trial.moving",
+      "trial.preempted",      "trial.requeued",       "trial.restarted",
+      "trial.system_capped",  "trial.system_unknown", "trial.cotuning_stopped"};
   if (!kKept.count(type)) return;
   const auto id = data.find("trial_id");
   if (id == data.end() || !id->is_number_integer()) return;
   json kept = data;  // what the trial's own row does not say
   for (const char* key : {"experiment_id", "trial_id", "number"}) kept.erase(key);
   const Status s = store_.AddTrialEvent(id->get<Id>(), type, kept.dump());
-  if (!s.ok()) spdlog::warn("trial id {}: its {} event was not kept: {}", id->get<Id>(), type, s.ToString());
+  if (!s.ok()) {
+    spdlog::warn("trial id {}: its {} event was not kept: {}", id->get<Id>(), type, s.ToString());
+  }
 }
 
 Result<store::Usage> Engine::ExperimentUsage(Id experiment_id) {
   return store_.ExperimentUsage(experiment_id);
 }
 
-Result<std::map<Id, store::TrialProgress>> Engine::ListTrialProgress(Id experiment_id, int64_t first_number,
+Result<std::map<Id, store::TrialProgress>> Engine::ListTrialProgress(Id experiment_id,
+                                                                    int64_t first_number,
                                                                     int64_t last_number) {
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
-  return store_.ListTrialProgress(experiment_id, first_number, last_number,
-                                  {c->spec->metric, c->spec->direction == search::Direction::kMaximize});
+  const store::Objective objective{c->spec->metric,
+                                   c->spec->direction == search::Direction::kMaximize};
+  return store_.ListTrialProgress(experiment_id, first_number, last_number, objective);
 }
 
 double Engine::BudgetLeft(Cached& c) {
