@@ -1135,7 +1135,7 @@ Status SqlStore::AddTrialEvent(Id trial_id, std::string_view type, const std::st
 
 Result<std::vector<TrialEventRecord>> SqlStore::ListTrialEvents(Id trial_id, int64_t limit) {
   if (limit < 0) return Status::InvalidArgument("limit: must be at least 0");
-  return Run(TxMode::kRead, [&](SqlConnection& c) {
+  return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     if (c.Query("SELECT id FROM trials WHERE id = $1", {trial_id}).empty()) {
       Throw(Status::NotFound(TrialName(trial_id) + " does not exist"));
     }
