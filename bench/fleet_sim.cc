@@ -5,7 +5,7 @@
 //   fleet_sim [--workers 100,1000] [--spread 10] [--seeds 5] [--policies speed,fifo,shadho]
 //             [--sampler auto] [--failure 0.02] [--target 0.075] [--budget TRIALS]
 //             [--min-resource 3] [--steps 27] [--reduction-factor 3] [--type promotion|stop]
-//             [--migrate 1|0] [--timing-skip ASKS]
+//             [--migrate 1|0] [--timing-skip ASKS] [--timing-sampler random]
 //             [--timing-workers 10000] [--timing-decisions 5000] [-v]
 //
 // Policies, all with the same sampler, the same ASHA (promotion-type, or
@@ -24,7 +24,10 @@
 // read, here, around the simulator's decision hook), trials (created by
 // then); per (workers, policy) the medians over seeds. Then, at
 // --timing-workers, the time per decision alone over the first
-// --timing-decisions decisions (mean and 99th percentile).
+// --timing-decisions decisions (mean and 99th percentile), and the time per
+// whole ask (offer plus decision) in steady state: after --timing-skip asks,
+// with a budget the timed asks cannot exhaust and --timing-sampler's
+// suggestions (random by default: the sampler is not what is timed).
 // Diagnostics (where promotions ran, what the policy said, and the run's
 // decision fingerprint, SimResult::trace, to compare two builds) go to stderr.
 #include <algorithm>
@@ -147,7 +150,7 @@ int Usage(const char* argv0) {
       "          [--sampler auto|tpe|gp|random] [--failure 0.02] [--target 0.075] [--budget "
       "TRIALS]\n"
       "          [--min-resource 3] [--steps 27] [--reduction-factor 3] [--type promotion|stop]\n"
-      "          [--migrate 1|0] [--timing-skip ASKS]\n"
+      "          [--migrate 1|0] [--timing-skip ASKS] [--timing-sampler random]\n"
       "          [--timing-workers 10000] [--timing-decisions 5000] [-v]\n",
       argv0);
   return 2;
@@ -164,6 +167,11 @@ int main(int argc, char** argv) {
   bool verbose = false;
   bool migrate = true;  // where it applies, as the spec's default
   int64_t timing_skip = -1;  // steady-state timing: asks skipped first (-1: one per worker)
+  // The steady-state timing's sampler: what it times is the offer and the
+  // policy, and the GP's suggestions for 10,000 workers' first wave (each
+  // fantasizing the running trials) would take the run's minutes before the
+  // first timed ask.
+  std::string timing_sampler = "random";
   SimulatorOptions base;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -208,6 +216,8 @@ int main(int argc, char** argv) {
       timing_workers = std::atoi(value.c_str());
     } else if (flag == "--timing-skip") {
       timing_skip = std::atoll(value.c_str());
+    } else if (flag == "--timing-sampler") {
+      timing_sampler = value;
     } else if (flag == "--timing-decisions") {
       timing_decisions = std::atoll(value.c_str());
     } else {
@@ -281,6 +291,11 @@ int main(int argc, char** argv) {
                   (o.early_stopping == "asha" || o.early_stopping == "hyperband");
       const int64_t skip = timing_skip >= 0 ? timing_skip : static_cast<int64_t>(timing_workers);
       o.max_decisions = skip + timing_decisions;
+      o.sampler = timing_sampler;
+      // A budget the timed asks cannot exhaust (unless --budget says
+      // otherwise): past it every ask finds nothing to run, which is idle,
+      // not steady state.
+      if (base.max_trials <= 0) o.max_trials = o.max_decisions + timing_workers;
       Timed t;
       int64_t asks = 0;
       std::chrono::steady_clock::time_point began;
@@ -302,10 +317,11 @@ int main(int argc, char** argv) {
       }
       t.result = (*sim)->Run();
       std::printf(
-          "bench=fleet_asks workers=%d spread=%g policy=%s asks=%zu skipped=%lld ask_us=%.2f "
-          "ask_us_p99=%.2f "
-          "on_devices=%lld paused=%lld sim_s=%.0f\n",
-          timing_workers, o.spread, hpo::scheduler::PolicyName(kind), t.decision_us.size(),
+          "bench=fleet_asks workers=%d spread=%g policy=%s type=%s sampler=%s asks=%zu "
+          "skipped=%lld "
+          "ask_us=%.2f ask_us_p99=%.2f on_devices=%lld paused=%lld sim_s=%.0f\n",
+          timing_workers, o.spread, hpo::scheduler::PolicyName(kind),
+          o.promotion ? "promotion" : "stop", o.sampler.c_str(), t.decision_us.size(),
           static_cast<long long>(skip), t.MeanUs(), t.QuantileUs(0.99),
           static_cast<long long>(t.result.unfinished), static_cast<long long>(t.result.paused),
           t.result.end_s);

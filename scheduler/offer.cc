@@ -1,6 +1,7 @@
 #include "scheduler/offer.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "search/pruner.h"
 #include "search/ranking.h"
@@ -11,28 +12,43 @@ Offer OfferWork(const OfferInput& in) {
   Offer out;
   const size_t spaces = in.histories ? in.histories->size() : 0;
   int64_t total = 0, on_devices = 0;
-  // Trial ids by (space, index in its history).
-  std::vector<std::vector<const OfferTrial*>> at(spaces);
-  for (size_t s = 0; s < spaces; ++s) at[s].resize((*in.histories)[s].trials.size(), nullptr);
+  // The listed trials that exist in their space's history; the others are
+  // left out.
+  const auto known = [&](const OfferTrial& t) {
+    return t.space < spaces && t.index < (*in.histories)[t.space].trials.size();
+  };
   for (size_t sp = 0; sp < spaces && sp < in.finished_per_space.size(); ++sp) total += in.finished_per_space[sp];
+  for (size_t sp = 0; sp < spaces && sp < in.on_device_per_space.size(); ++sp) {
+    total += in.on_device_per_space[sp];
+    on_devices += in.on_device_per_space[sp];
+  }
   for (const auto& t : in.trials) {
-    if (t.space >= spaces || t.index >= at[t.space].size()) continue;
+    if (!known(t)) continue;
     ++total;
-    at[t.space][t.index] = &t;
     if (t.phase == OfferTrial::Phase::kPending || t.phase == OfferTrial::Phase::kOnDevice) ++on_devices;
   }
   const auto share = [&](size_t s) { return s < in.shares.size() ? in.shares[s] : 1.0; };
   const auto workload = [&](size_t s) { return s < in.workloads.size() ? in.workloads[s] : std::string(); };
   const bool room = on_devices < in.max_parallel;
+  out.items.reserve(in.trials.size() + spaces);
   if (room && in.promotion) {
+    // The paused trials per space, by index in its history (the order the
+    // rule reads them in), and each one's entry.
+    std::vector<std::vector<search::PausedTrial>> paused(spaces);
+    std::vector<std::unordered_map<size_t, const OfferTrial*>> at(spaces);
+    for (const auto& t : in.trials) {
+      if (!known(t) || t.phase != OfferTrial::Phase::kPaused) continue;
+      paused[t.space].push_back({t.index, t.level});
+      at[t.space][t.index] = &t;
+    }
     for (size_t s = 0; s < spaces; ++s) {
-      std::vector<search::PausedTrial> paused;
-      for (size_t i = 0; i < at[s].size(); ++i) {
-        if (at[s][i] && at[s][i]->phase == OfferTrial::Phase::kPaused) paused.push_back({i, at[s][i]->level});
-      }
-      if (paused.empty()) continue;
-      for (const search::Promotion& p : in.promotion->Promotable((*in.histories)[s], paused)) {
-        const OfferTrial& t = *at[s][p.index];
+      if (paused[s].empty()) continue;
+      std::sort(paused[s].begin(), paused[s].end(),
+                [](const search::PausedTrial& a, const search::PausedTrial& b) {
+                  return a.index < b.index;
+                });
+      for (const search::Promotion& p : in.promotion->Promotable((*in.histories)[s], paused[s])) {
+        const OfferTrial& t = *at[s].at(p.index);
         WorkItem item;
         item.kind = WorkItem::Kind::kResume;
         item.trial_id = t.id;
@@ -101,6 +117,9 @@ Offer OfferWork(const OfferInput& in) {
     std::vector<int64_t> per_space(spaces, 0);
     for (size_t sp = 0; sp < spaces && sp < in.finished_per_space.size(); ++sp) {
       per_space[sp] = in.finished_per_space[sp];
+    }
+    for (size_t sp = 0; sp < spaces && sp < in.on_device_per_space.size(); ++sp) {
+      per_space[sp] += in.on_device_per_space[sp];
     }
     for (const auto& t : in.trials) {
       if (t.space < spaces) ++per_space[t.space];

@@ -31,6 +31,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "scheduler/policy.h"
@@ -61,6 +62,11 @@ struct OfferInput {
   // (toward max_trials and the spaces' shares), so a caller with thousands
   // need not list them on every lease.
   std::vector<int64_t> finished_per_space;
+  // Trials on a device (leased or running) left out of `trials`, per space:
+  // counted the same way, and toward max_parallel. A caller may list them
+  // instead (phase kOnDevice); at 10,000 workers listing them on every lease
+  // was most of a lease's time.
+  std::vector<int64_t> on_device_per_space;
   std::vector<double> shares;          // per space (search::SpaceRank::share)
   std::vector<std::string> workloads;  // per space
   int preferred_space = 0;             // search::PickSpace's choice
@@ -75,7 +81,7 @@ struct OfferInput {
 
 struct Offer {
   std::vector<WorkItem> items;
-  std::map<int64_t, search::Promotion> promotion_of;  // of the resume items, by trial id
+  std::unordered_map<int64_t, search::Promotion> promotion_of;  // of the resume items, by trial id
 };
 
 Offer OfferWork(const OfferInput& in);

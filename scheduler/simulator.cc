@@ -148,8 +148,18 @@ struct Simulator::State {
   StepSamples step_samples;  // what placement knows of samples per step
 
   std::vector<search::History> histories;
+  // What each trial gives the space ranking, kept as the engine's view keeps
+  // it, and the observations changed since the ranking last read them.
+  search::RankedResults ranked;
+  std::vector<std::pair<size_t, size_t>> touched;
   std::vector<Trial> trials;
   std::vector<int> per_space;
+  // The trials pending or paused, by index (creation order, as the engine's
+  // view lists them by id), and per space how many of them and how many on
+  // a device: an offer lists these and only counts the others, as the
+  // engine's does.
+  std::set<int64_t> waiting;
+  std::vector<int64_t> waiting_per_space, on_device_per_space;
   int64_t on_devices = 0;  // pending or on a device
 
   // Versions: `history` changes with anything the policy or ranking reads,
@@ -207,7 +217,11 @@ struct Simulator::State {
     }
     Emit(std::move(e));
   }
-  search::Observation& Obs(const Trial& t) { return histories[t.space].trials[t.index]; }
+  // A trial's observation, to change it: the ranking reads it again.
+  search::Observation& Obs(const Trial& t) {
+    touched.emplace_back(t.space, t.index);
+    return histories[t.space].trials[t.index];
+  }
   void Changed(bool offer_too) {
     ++history_version;
     if (offer_too) ++offer_version;
@@ -217,6 +231,16 @@ struct Simulator::State {
     const bool is = p == Phase::kPending || p == Phase::kOnDevice;
     on_devices += static_cast<int>(is) - static_cast<int>(was);
     result.peak_unfinished = std::max(result.peak_unfinished, on_devices);
+    const auto waits = [](Phase x) { return x == Phase::kPending || x == Phase::kPaused; };
+    if (waits(t.phase) && !waits(p)) {
+      waiting.erase(t.number);
+      --waiting_per_space[t.space];
+    } else if (!waits(t.phase) && waits(p)) {
+      waiting.insert(t.number);
+      ++waiting_per_space[t.space];
+    }
+    on_device_per_space[t.space] +=
+        static_cast<int>(p == Phase::kOnDevice) - static_cast<int>(t.phase == Phase::kOnDevice);
     t.phase = p;
     t.changed_at = now;
     Changed(true);
@@ -298,7 +322,11 @@ const Simulator::State::Ranking& Simulator::State::Rank() {
   if (ranking.version == history_version) return ranking;
   ranking.version = history_version;
   ranking.rng = search::Rng(o.seed).Fork(0x5EED0000ull + trials.size());
-  ranking.ranks = search::RankSpaces(spaces, histories);
+  bool changed = ranking.ranks.empty();
+  for (const auto& [s, i] : touched)
+    changed |= ranked.Set(s, i, search::RankedValue(histories[s].trials[i]));
+  touched.clear();
+  if (changed) ranking.ranks = search::RankSpaces(spaces, ranked.Results(spaces.size()));
   ranking.preferred = search::PickSpace(ranking.ranks, per_space);
   return ranking;
 }
@@ -308,10 +336,16 @@ const Offer& Simulator::State::CurrentOffer() {
     const Ranking& r = Rank();
     OfferInput in;
     in.histories = &histories;
-    in.trials.reserve(trials.size());
-    for (const Trial& t : trials) {
+    in.trials.reserve(waiting.size());
+    for (const int64_t i : waiting) {
+      const Trial& t = trials[i];
       in.trials.push_back({t.id, t.space, t.index, t.phase, t.level, t.resume_step, t.stop_step, 0,
                            t.moving_to >= 0 ? ClassName(t.moving_to) : std::string()});
+    }
+    in.on_device_per_space = on_device_per_space;
+    in.finished_per_space.resize(spaces.size());
+    for (size_t s = 0; s < spaces.size(); ++s) {
+      in.finished_per_space[s] = per_space[s] - waiting_per_space[s] - on_device_per_space[s];
     }
     for (const auto& rank : r.ranks) in.shares.push_back(rank.share);
     in.workloads = workloads;
@@ -826,6 +860,8 @@ Result<std::unique_ptr<Simulator>> Simulator::Create(SimulatorOptions o) {
   for (const auto& s : st->spaces) st->workloads.push_back(WorkloadOf(s));
   st->histories.resize(st->spaces.size());
   st->per_space.assign(st->spaces.size(), 0);
+  st->waiting_per_space.assign(st->spaces.size(), 0);
+  st->on_device_per_space.assign(st->spaces.size(), 0);
   st->BuildWorld();
   auto sim = std::unique_ptr<Simulator>(new Simulator(o, std::move(st)));
   if (o.policy.kind == PolicyKind::kShadho && o.policy.class_order.empty()) {

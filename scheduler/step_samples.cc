@@ -16,9 +16,12 @@ void StepSamples::Observe(const std::string& workload, const ReportTiming& r) {
       const double per_step =
           (r.at_s - last.at_s) * r.samples_per_sec / static_cast<double>(r.step - last.step);
       if (std::isfinite(per_step) && per_step > 0) {
-        auto& kept = by_workload_[workload];
-        kept.push_back(per_step);
-        if (kept.size() > kKept) kept.pop_front();
+        Kept& kept = by_workload_[workload];
+        kept.estimates.push_back(per_step);
+        if (kept.estimates.size() > kKept) kept.estimates.pop_front();
+        std::vector<double> v(kept.estimates.begin(), kept.estimates.end());
+        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+        kept.median = v[v.size() / 2];
       }
     }
   }
@@ -28,10 +31,7 @@ void StepSamples::Observe(const std::string& workload, const ReportTiming& r) {
 
 double StepSamples::SamplesPerStep(const std::string& workload) const {
   const auto it = by_workload_.find(workload);
-  if (it == by_workload_.end() || it->second.empty()) return 0;
-  std::vector<double> v(it->second.begin(), it->second.end());
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
+  return it == by_workload_.end() ? 0 : it->second.median;
 }
 
 }  // namespace hpo::scheduler

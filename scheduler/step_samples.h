@@ -53,7 +53,11 @@ class StepSamples {
 
  private:
   std::map<int64_t, ReportTiming> last_;                   // by trial
-  std::map<std::string, std::deque<double>> by_workload_;  // newest last
+  struct Kept {
+    std::deque<double> estimates;  // newest last
+    double median = 0;  // of `estimates`: placement reads it for every item of every lease
+  };
+  std::map<std::string, Kept> by_workload_;
 };
 
 }  // namespace hpo::scheduler

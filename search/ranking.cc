@@ -89,6 +89,42 @@ std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
   return RankSpaces(spaces, results, o);
 }
 
+bool RankedResults::Set(size_t space, size_t index, double value) {
+  if (values_.size() <= space) {
+    values_.resize(space + 1);
+    ordered_.resize(space + 1);
+  }
+  std::vector<double>& values = values_[space];
+  if (values.size() <= index) values.resize(index + 1, std::numeric_limits<double>::quiet_NaN());
+  double& was = values[index];
+  if (std::isnan(value) ? std::isnan(was) : value == was) return false;
+  std::multiset<double>& ordered = ordered_[space];
+  if (!std::isnan(was)) ordered.erase(ordered.find(was));
+  if (!std::isnan(value)) ordered.insert(value);
+  was = value;
+  return true;
+}
+
+std::vector<SpaceResults> RankedResults::Results(size_t spaces) const {
+  std::vector<SpaceResults> out(std::max(spaces, ordered_.size()));
+  for (size_t s = 0; s < ordered_.size(); ++s) {
+    const std::multiset<double>& ordered = ordered_[s];
+    out[s].count = static_cast<int64_t>(ordered.size());
+    if (ordered.empty()) continue;
+    out[s].largest = *ordered.rbegin();
+    for (auto it = ordered.begin();
+         it != ordered.end() && out[s].smallest.size() < kRankingOrderStatistics; ++it) {
+      out[s].smallest.push_back(*it);
+    }
+  }
+  return out;
+}
+
+void RankedResults::Clear() {
+  values_.clear();
+  ordered_.clear();
+}
+
 std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces, const std::vector<SpaceResults>& results,
                                   const RankingOptions& o) {
   const size_t k = spaces.size();

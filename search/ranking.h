@@ -41,6 +41,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <vector>
 
 #include "search/history.h"
@@ -99,6 +100,26 @@ struct SpaceResults {
 // as said above.
 std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces, const std::vector<SpaceResults>& results,
                                   const RankingOptions& options = {});
+
+// The ranking's inputs kept as trials change, for a caller that ranks on
+// every lease (the engine's trial view, the fleet simulator): each trial's
+// RankedValue and each space's values in order, so that a change costs
+// O(log n) and Results() reads only the kRankingOrderStatistics smallest.
+// RankSpaces(spaces, Results()) is RankSpaces(spaces, histories) once every
+// trial of the histories was Set with its RankedValue.
+class RankedResults {
+ public:
+  // Sets what trial `index` of space `space` gives the ranking (NaN:
+  // nothing); returns whether that changed.
+  bool Set(size_t space, size_t index, double ranked_value);
+  // Per space, up to the largest space Set so far (at least `spaces`).
+  std::vector<SpaceResults> Results(size_t spaces) const;
+  void Clear();
+
+ private:
+  std::vector<std::vector<double>> values_;     // per space and trial; NaN: nothing
+  std::vector<std::multiset<double>> ordered_;  // per space: its values but NaN
+};
 
 // The space the next trial should come from: the one furthest below its
 // share, given how many trials each space has had (lowest index on ties).

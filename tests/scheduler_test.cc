@@ -760,5 +760,44 @@ TEST(Offer, FinishedTrialsCountedOrListedMakeTheSameOffer) {
   EXPECT_TRUE(news(counted).empty()) << "the counted trials do not count toward max_trials";
 }
 
+TEST(Offer, TrialsOnDevicesCountedOrListedMakeTheSameOffer) {
+  // A pending trial waits in space 1; trials go onto devices in space 0
+  // until max_parallel: counted or listed, the offer is the same, and at the
+  // cap only the pending trial is offered.
+  std::vector<search::History> histories(2);
+  OfferInput listed = TwoSpaces(histories, 20);
+  listed.max_parallel = 4;
+  listed.preferred_space = 0;
+  histories[1].trials.push_back(Reached(0, 0.5, 1, search::TrialStatus::kRunning));
+  listed.trials.push_back({1, 1, 0, OfferTrial::Phase::kPending, 0, 0, std::nullopt, 0, ""});
+  OfferInput counted = listed;
+  counted.on_device_per_space = {0, 0};
+  const auto run = [&](size_t space) {
+    const size_t index = histories[space].trials.size();
+    histories[space].trials.push_back(
+        Reached(static_cast<int>(index + 1), 0.5, 1, search::TrialStatus::kRunning));
+    listed.trials.push_back({static_cast<int64_t>(listed.trials.size() + 1), space, index,
+                             OfferTrial::Phase::kOnDevice, 0, 1, std::nullopt, 0, ""});
+    ++counted.on_device_per_space[space];
+  };
+  const auto kinds = [](const OfferInput& in) {
+    std::vector<std::pair<int, int>> out;  // (kind, space)
+    for (const auto& item : OfferWork(in).items)
+      out.emplace_back(static_cast<int>(item.kind), item.space_index);
+    return out;
+  };
+  run(0);
+  EXPECT_EQ(kinds(counted), kinds(listed));
+  EXPECT_EQ(kinds(counted).size(), 3u)
+      << "the pending trial and a new trial per space below its share";
+  run(0);
+  EXPECT_EQ(kinds(counted), kinds(listed)) << "space 0 holds 2 of 3 trials: above its share of 4";
+  run(1);
+  EXPECT_EQ(kinds(counted),
+            (std::vector<std::pair<int, int>>{{static_cast<int>(WorkItem::Kind::kPending), 1}}))
+      << "3 on devices and 1 pending: max_parallel, so only the pending trial";
+  EXPECT_EQ(kinds(counted), kinds(listed));
+}
+
 }  // namespace
 }  // namespace hpo::scheduler

@@ -4,8 +4,9 @@
 #include <cmath>
 #include <numeric>
 
-#include "testing/objectives.h"
+#include "search/random.h"
 #include "search/ranking.h"
+#include "testing/objectives.h"
 
 namespace hpo::search {
 namespace {
@@ -136,6 +137,46 @@ TEST(SpaceRanking, ChangesAsResultsArrive) {
   auto after = RankSpaces({Box(2), Box(2)}, {a, b});
   EXPECT_LT(before[1].share, before[0].share);
   EXPECT_GT(after[1].share, after[0].share);
+}
+
+TEST(SpaceRanking, KeptResultsRankAsTheHistoriesTheyWereSetFrom) {
+  // Trials come, finish, and a paused one is resumed (its value goes back to
+  // nothing): the kept results, changed one trial at a time, rank as the
+  // histories do after every change, past the 64 smallest kept per space.
+  Rng rng(7);
+  std::vector<History> h(2);
+  RankedResults kept;
+  for (int change = 0; change < 600; ++change) {
+    const size_t s = rng.Below(2);
+    size_t i = h[s].trials.size();
+    if (i > 0 && rng.Uniform() < 0.4) {
+      i = rng.Below(i);
+    } else {
+      h[s].trials.push_back(
+          {static_cast<int64_t>(i), TrialStatus::kRunning, {0.5}, std::nullopt, {}});
+    }
+    Observation& t = h[s].trials[i];
+    const double u = rng.Uniform();
+    if (u < 0.5) {
+      t.status = TrialStatus::kCompleted;
+      t.value = rng.Uniform(s, s + 2.0);
+    } else if (u < 0.8) {
+      t.status = TrialStatus::kPruned;
+      t.curve = {{1, rng.Uniform(s, s + 3.0)}};
+    } else {
+      t.status = TrialStatus::kRunning;
+    }
+    kept.Set(s, i, RankedValue(t));
+    EXPECT_FALSE(kept.Set(s, i, RankedValue(t))) << "the same value again changes nothing";
+    const auto want = RankSpaces({Box(2), Box(3)}, h);
+    const auto got = RankSpaces({Box(2), Box(3)}, kept.Results(2));
+    for (size_t k = 0; k < 2; ++k) {
+      ASSERT_EQ(got[k].results, want[k].results) << "after change " << change;
+      ASSERT_DOUBLE_EQ(got[k].share, want[k].share) << "after change " << change;
+      ASSERT_DOUBLE_EQ(got[k].uncertainty, want[k].uncertainty) << "after change " << change;
+    }
+  }
+  EXPECT_GT(kept.Results(2)[1].count, 64) << "the test must pass the kept order statistics";
 }
 
 TEST(SpaceRanking, IsDeterministic) {

@@ -143,32 +143,39 @@ class TrialViewTest : public ::testing::Test {
       ASSERT_TRUE(locked.ok()) << locked.status();
       reread = Describe(**locked);
       ranking = Describe(SpaceRanking(**locked, spec_->spaces));
-      ExpectOpenAndFinishedAsTheStatesSay(**locked, after);
+      ExpectListsAndCountsAsTheStatesSay(**locked, after);
     }
     auto whole = view.ReadNow();
     ASSERT_TRUE(whole.ok()) << whole.status();
     EXPECT_EQ(reread, Describe(*whole)) << "after " << after;
     EXPECT_EQ(ranking, Describe(search::RankSpaces(spec_->spaces, whole->histories)))
         << "the kept ranking after " << after;
-    ExpectOpenAndFinishedAsTheStatesSay(*whole, "a whole read " + after);
+    ExpectListsAndCountsAsTheStatesSay(*whole, "a whole read " + after);
   }
 
-  // What a lease lists and counts (TrialsSnapshot::open and
-  // finished_per_space), kept as states change, against the states.
-  static void ExpectOpenAndFinishedAsTheStatesSay(const TrialsSnapshot& view, const std::string& after) {
-    std::set<Id> open;
-    std::vector<int64_t> finished(view.histories.size(), 0);
+  // What a lease lists and counts (TrialsSnapshot::waiting,
+  // on_device_per_space and finished_per_space), kept as states change,
+  // against the states.
+  static void ExpectListsAndCountsAsTheStatesSay(const TrialsSnapshot& view,
+                                                 const std::string& after) {
+    std::set<Id> waiting;
+    std::vector<int64_t> on_device(view.histories.size(), 0), finished(view.histories.size(), 0);
     for (const auto& [id, t] : view.trials) {
-      if (IsOpen(t.state)) {
-        open.insert(id);
+      if (t.state == store::TrialState::kPending || t.state == store::TrialState::kPaused) {
+        waiting.insert(id);
+      } else if (t.state == store::TrialState::kLeased || t.state == store::TrialState::kRunning) {
+        ++on_device[t.space];
       } else {
         ++finished[t.space];
       }
     }
-    std::vector<int64_t> kept = view.finished_per_space;
-    kept.resize(view.histories.size(), 0);
-    EXPECT_EQ(view.open, open) << "after " << after;
-    EXPECT_EQ(kept, finished) << "after " << after;
+    std::vector<int64_t> kept_finished = view.finished_per_space,
+                         kept_on_device = view.on_device_per_space;
+    kept_finished.resize(view.histories.size(), 0);
+    kept_on_device.resize(view.histories.size(), 0);
+    EXPECT_EQ(view.waiting, waiting) << "after " << after;
+    EXPECT_EQ(kept_on_device, on_device) << "after " << after;
+    EXPECT_EQ(kept_finished, finished) << "after " << after;
   }
 
   // Brings `copy` up to date with the view and checks it holds what the
@@ -177,7 +184,7 @@ class TrialViewTest : public ::testing::Test {
     auto locked = view.Fresh();
     EXPECT_TRUE(locked.ok()) << locked.status();
     if (!locked.ok()) return 0;
-    ExpectOpenAndFinishedAsTheStatesSay(**locked, after);
+    ExpectListsAndCountsAsTheStatesSay(**locked, after);
     const size_t copied = copy.Update(**locked);
     EXPECT_EQ(Describe(copy.histories), Describe((*locked)->histories)) << "after " << after;
     // The ranking kept with the view, made again only for changed values,

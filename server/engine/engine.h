@@ -807,7 +807,8 @@ class Engine {
   class LeaseClaim;  // lease.cc
   struct LeasePlan {
     std::vector<scheduler::WorkItem> items;
-    std::map<store::Id, search::Promotion> promotion_of;  // of the kResume items, by trial id
+    std::unordered_map<store::Id, search::Promotion>
+        promotion_of;  // of the kResume items, by trial id
     scheduler::PolicyDecision decision;
   };
   Result<LeasePlan> PlanLease(const store::ExperimentRecord& e, Cached& c, store::Id device_id,

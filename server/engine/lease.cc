@@ -153,15 +153,21 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
     in.steps_per_trial = spec.steps_per_trial;
     in.promotion = c.promotion ? &*c.promotion : nullptr;
     in.rung_steps = c.rung_steps;
-    // The finished trials only counted, the others listed. Few open trials
-    // (no promotion): from the view's index of them (TrialsSnapshot::open),
-    // a lookup each. Many (promotion-type ASHA leaves most trials paused):
-    // one walk of all of them, which is cheaper than a lookup each (with the
-    // index alone, a 5-minute bench/load run under ASHA was worse: RPC p99
-    // 2.4 s against 1.3-1.9 s).
+    // The trials waiting for a device listed, the others only counted (on a
+    // device, finished). Few waiting (no promotion): from the view's index
+    // of them (TrialsSnapshot::waiting), a lookup each. Many
+    // (promotion-type ASHA leaves most trials paused): one walk of all of
+    // them, which is cheaper than a lookup each (with the index alone, a
+    // 5-minute bench/load run under ASHA was worse: RPC p99 2.4 s against
+    // 1.3-1.9 s).
     in.finished_per_space = view->finished_per_space;
     in.finished_per_space.resize(spec.spaces.size(), 0);
-    std::vector<int> per_space(in.finished_per_space.begin(), in.finished_per_space.end());
+    in.on_device_per_space = view->on_device_per_space;
+    in.on_device_per_space.resize(spec.spaces.size(), 0);
+    std::vector<int> per_space(spec.spaces.size(), 0);
+    for (size_t s = 0; s < per_space.size(); ++s) {
+      per_space[s] = static_cast<int>(in.finished_per_space[s] + in.on_device_per_space[s]);
+    }
     std::unordered_set<Id> claimed;
     {
       MutexLock lock(c.claims_mu);
@@ -170,12 +176,8 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
     const auto list = [&](Id id, const TrialEntry& t) {
       ++per_space[t.space];
       scheduler::OfferTrial o;
-      switch (t.state) {
-        case TrialState::kPending: o.phase = scheduler::OfferTrial::Phase::kPending; break;
-        case TrialState::kLeased:
-        case TrialState::kRunning: o.phase = scheduler::OfferTrial::Phase::kOnDevice; break;
-        default: o.phase = scheduler::OfferTrial::Phase::kPaused; break;  // the one other open state
-      }
+      o.phase = t.state == TrialState::kPending ? scheduler::OfferTrial::Phase::kPending
+                                                : scheduler::OfferTrial::Phase::kPaused;
       // Another lease is putting it on a device: counted there, not offered.
       if (!claimed.empty() && claimed.count(id)) o.phase = scheduler::OfferTrial::Phase::kOnDevice;
       o.id = id;
@@ -190,14 +192,14 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
       }
       in.trials.push_back(o);
     };
-    in.trials.reserve(view->open.size());
-    if (view->open.size() * 8 < view->trials.size()) {
-      for (const Id id : view->open) {
+    in.trials.reserve(view->waiting.size());
+    if (view->waiting.size() * 8 < view->trials.size()) {
+      for (const Id id : view->waiting) {
         if (const auto found = view->trials.find(id); found != view->trials.end()) list(id, found->second);
       }
     } else {
       for (const auto& [id, t] : view->trials) {
-        if (IsOpen(t.state)) list(id, t);
+        if (t.state == TrialState::kPending || t.state == TrialState::kPaused) list(id, t);
       }
     }
     const auto& ranks = SpaceRanking(*view, spec.spaces);

@@ -61,19 +61,6 @@ search::Observation& Changing(TrialsSnapshot& view, size_t space, size_t index) 
   return view.histories[space].trials[index];
 }
 
-// Brings what the ranking holds of one trial to its ranked value; returns
-// whether that changed.
-bool Rerank(TrialsSnapshot::Ranking& r, size_t space, size_t index, double value) {
-  std::vector<double>& values = r.ranked_values[space];
-  if (values.size() <= index) values.resize(index + 1, std::numeric_limits<double>::quiet_NaN());
-  double& was = values[index];
-  if (std::isnan(value) ? std::isnan(was) : value == was) return false;
-  std::multiset<double>& ordered = r.ordered[space];
-  if (!std::isnan(was)) ordered.erase(ordered.find(was));
-  if (!std::isnan(value)) ordered.insert(value);
-  was = value;
-  return true;
-}
 }  // namespace
 
 const std::vector<search::SpaceRank>& SpaceRanking(TrialsSnapshot& view,
@@ -81,33 +68,22 @@ const std::vector<search::SpaceRank>& SpaceRanking(TrialsSnapshot& view,
   TrialsSnapshot::Ranking& r = view.ranking;
   bool changed = false;
   if (!r.made || r.all_stale) {
-    r.ranked_values.assign(view.histories.size(), {});
-    r.ordered.assign(view.histories.size(), {});
+    r.results.Clear();
     for (size_t s = 0; s < view.histories.size(); ++s) {
       const auto& trials = view.histories[s].trials;
-      for (size_t i = 0; i < trials.size(); ++i) Rerank(r, s, i, search::RankedValue(trials[i]));
+      for (size_t i = 0; i < trials.size(); ++i)
+        r.results.Set(s, i, search::RankedValue(trials[i]));
     }
     changed = true;
   } else {
-    for (const auto& [s, i] : r.stale) changed |= Rerank(r, s, i, search::RankedValue(view.histories[s].trials[i]));
+    for (const auto& [s, i] : r.stale) {
+      changed |= r.results.Set(s, i, search::RankedValue(view.histories[s].trials[i]));
+    }
   }
   r.stale.clear();
   r.all_stale = false;
   r.made = true;
-  if (changed) {
-    std::vector<search::SpaceResults> results(r.ordered.size());
-    for (size_t s = 0; s < r.ordered.size(); ++s) {
-      const std::multiset<double>& ordered = r.ordered[s];
-      results[s].count = static_cast<int64_t>(ordered.size());
-      if (ordered.empty()) continue;
-      results[s].largest = *ordered.rbegin();
-      for (auto it = ordered.begin();
-           it != ordered.end() && results[s].smallest.size() < search::kRankingOrderStatistics; ++it) {
-        results[s].smallest.push_back(*it);
-      }
-    }
-    r.ranks = search::RankSpaces(spaces, results);
-  }
+  if (changed) r.ranks = search::RankSpaces(spaces, r.results.Results(view.histories.size()));
   return r.ranks;
 }
 
@@ -146,20 +122,28 @@ bool IsOpen(TrialState s) {
 
 namespace {
 // Every change of a trial's state in a view goes through here (`added`: the
-// trial is new to the view), so that `open` and `finished_per_space` stay
-// what the states say.
+// trial is new to the view), so that `waiting`, `on_device_per_space` and
+// `finished_per_space` stay what the states say.
 void SetState(TrialsSnapshot& view, Id trial_id, TrialEntry& e, TrialState state, bool added) {
   if (view.finished_per_space.size() < view.histories.size()) view.finished_per_space.resize(view.histories.size(), 0);
-  const bool was_open = !added && IsOpen(e.state);
-  const bool was_finished = !added && !IsOpen(e.state);
-  e.state = state;
-  if (IsOpen(state)) {
-    if (was_finished) --view.finished_per_space[e.space];
-    view.open.insert(trial_id);
-  } else {
-    if (was_open) view.open.erase(trial_id);
-    if (!was_finished) ++view.finished_per_space[e.space];
+  if (view.on_device_per_space.size() < view.histories.size()) {
+    view.on_device_per_space.resize(view.histories.size(), 0);
   }
+  const auto waits = [](TrialState s) {
+    return s == TrialState::kPending || s == TrialState::kPaused;
+  };
+  const auto on_device = [](TrialState s) {
+    return s == TrialState::kLeased || s == TrialState::kRunning;
+  };
+  if (!added) {
+    if (waits(e.state)) view.waiting.erase(trial_id);
+    if (on_device(e.state)) --view.on_device_per_space[e.space];
+    if (!IsOpen(e.state)) --view.finished_per_space[e.space];
+  }
+  e.state = state;
+  if (waits(state)) view.waiting.insert(trial_id);
+  if (on_device(state)) ++view.on_device_per_space[e.space];
+  if (!IsOpen(state)) ++view.finished_per_space[e.space];
 }
 }  // namespace
 

@@ -77,21 +77,22 @@ struct TrialsSnapshot {
   // Per space and trial, parallel to `histories`: the revision of the
   // observation's last change.
   std::vector<std::vector<uint64_t>> changed;
-  // The trials not finished (pending, leased, running or paused), by id, and
-  // the finished ones counted per space: what a lease's offer lists and
-  // counts (server/engine/lease.cc), kept as the states change, so that a
-  // lease does not walk every trial (at 10,000 trials that walk was a
-  // quarter of a lease's CPU in bench/server_bench).
-  std::set<store::Id> open;
+  // The trials waiting for a device (pending or paused), by id, and per
+  // space the ones on a device (leased or running) and the finished ones
+  // counted: what a lease's offer lists and counts (server/engine/lease.cc),
+  // kept as the states change, so that a lease walks neither every trial
+  // (at 10,000 trials that walk was a quarter of a lease's CPU in
+  // bench/server_bench) nor every running one (at 10,000 workers, most of
+  // an offer's time in bench/fleet_sim's steady state).
+  std::set<store::Id> waiting;
+  std::vector<int64_t> on_device_per_space;
   std::vector<int64_t> finished_per_space;
   // The space ranking of `histories`, kept by SpaceRanking() with what
-  // each trial gave it (search::RankedValue), and those values per space
-  // in order, so that a ranking reads only their smallest
-  // (search::SpaceResults) and a change costs O(log n).
+  // each trial gave it (search::RankedResults), so that a change costs
+  // O(log n).
   struct Ranking {
     bool made = false;
-    std::vector<std::vector<double>> ranked_values;  // parallel to `histories`
-    std::vector<std::multiset<double>> ordered;      // per space: its ranked values but NaN
+    search::RankedResults results;
     std::vector<search::SpaceRank> ranks;
     // The observations changed since the ranking last read them (space,
     // index), so that it does not walk every trial on each lease; when
