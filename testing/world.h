@@ -12,7 +12,7 @@
 #include "common/status.h"
 #include "server/engine/engine.h"
 #include "server/http/api.h"
-#include "server/http/events.h"
+#include "server/engine/event_bus.h"
 #include "server/metrics/metrics.h"
 #include "server/store/artifact_store.h"
 #include "server/store/store.h"

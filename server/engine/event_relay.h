@@ -35,7 +35,7 @@
 
 #include "common/mutex.h"
 #include "common/thread_annotations.h"
-#include "server/http/events.h"
+#include "server/engine/event_bus.h"
 #include "server/store/store.h"
 
 namespace hpo::server {

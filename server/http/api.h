@@ -34,7 +34,7 @@
 
 #include "server/engine/engine.h"
 #include "server/http/browser_guard.h"
-#include "server/http/events.h"
+#include "server/engine/event_bus.h"
 #include "server/http/http_server.h"
 #include "server/http/http_status.h"
 #include "server/metrics/metrics.h"

@@ -1,13 +1,14 @@
-// In-process publish/subscribe of trial and experiment changes, feeding
-// /api/v1/events (Server-Sent Events). A slow subscriber loses its oldest
-// events rather than slowing publishers; it is told how many it missed.
+// In-process publish/subscribe of trial and experiment changes: the engine
+// and the replicas' relay (event_relay.h) publish, /api/v1/events
+// (Server-Sent Events, server/http) subscribes. A slow subscriber loses its
+// oldest events rather than slowing publishers; it is told how many it
+// missed.
 #pragma once
-
-#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>

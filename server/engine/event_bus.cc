@@ -1,4 +1,4 @@
-#include "server/http/events.h"
+#include "server/engine/event_bus.h"
 
 #include <algorithm>
 
