@@ -804,45 +804,25 @@ Result<std::unique_ptr<Simulator>> Simulator::Create(SimulatorOptions o) {
   auto st = std::make_unique<State>();
   st->o = o;
   HPO_ASSIGN_OR_RETURN(st->sampler, search::MakeSampler(o.sampler, {}, "sampler"));
-  // As the engine's MakePruner / MakePromotionRule read a spec.
-  const bool rung_rule = o.early_stopping == "asha" || o.early_stopping == "hyperband";
-  if (!rung_rule && o.early_stopping != "median" && o.early_stopping != "none") {
-    return Status::InvalidArgument("early_stopping: must be one of asha, hyperband, median, none, not '" +
-                                   o.early_stopping + "'");
-  }
+  // As the engine makes them from a spec (search/registry.h).
+  HPO_ASSIGN_OR_RETURN(const search::StoppingRule* rule,
+                       search::FindStoppingRule(o.early_stopping, "early_stopping"));
+  const bool rung_rule = rule->rungs;
   if (o.promotion && !rung_rule) {
     return Status::InvalidArgument("promotion: needs early_stopping asha or hyperband, not " + o.early_stopping);
   }
-  if (o.early_stopping == "hyperband") {
-    search::HyperbandOptions h;
-    h.min_resource = o.min_resource;
-    h.max_resource = o.steps_per_trial;
-    h.reduction_factor = o.reduction_factor;
-    if (o.promotion) {
-      auto r = search::PromotionRule::Hyperband(h, o.steps_per_trial);
-      if (!r.ok()) return r.status().WithContext("early_stopping");
-      st->promotion = std::move(r).value();
-    } else {
-      auto p = search::MakeHyperbandPruner(h);
-      if (!p.ok()) return p.status().WithContext("early_stopping");
-      st->pruner = std::move(p).value();
-    }
-  } else if (o.early_stopping == "asha") {
-    search::AshaOptions a;
-    a.min_resource = o.min_resource;
-    a.reduction_factor = o.reduction_factor;
-    a.max_resource = o.steps_per_trial;
-    if (o.promotion) {
-      auto r = search::PromotionRule::Asha(a, o.steps_per_trial);
-      if (!r.ok()) return r.status().WithContext("early_stopping");
-      st->promotion = std::move(r).value();
-    } else {
-      auto p = search::MakeAshaPruner(a);
-      if (!p.ok()) return p.status().WithContext("early_stopping");
-      st->pruner = std::move(p).value();
-    }
-  } else if (o.early_stopping == "median") {
-    auto p = search::MakeMedianPruner();
+  search::StoppingOptions stopping;
+  if (rung_rule) {
+    stopping["min_resource"] = static_cast<double>(o.min_resource);
+    stopping["reduction_factor"] = o.reduction_factor;
+  }
+  if (o.promotion) {
+    auto r = search::MakePromotionRule(o.early_stopping, stopping, o.steps_per_trial,
+                                       search::PromotionCriterion::kTopFraction);
+    if (!r.ok()) return r.status().WithContext("early_stopping");
+    st->promotion = std::move(r).value();
+  } else if (o.early_stopping != "none") {
+    auto p = search::MakeStoppingPruner(o.early_stopping, stopping, o.steps_per_trial);
     if (!p.ok()) return p.status().WithContext("early_stopping");
     st->pruner = std::move(p).value();
   }

@@ -1,4 +1,5 @@
-// The one registry of sampler names (search/registry.h) and the `auto`
+// The one registry of sampler names and early-stopping rules
+// (search/registry.h) and the `auto`
 // sampler's rule (search/auto_sampler.h): names the spec accepts are the
 // samplers the engine builds, unknown names are errors naming the field, and
 // auto picks GP or TPE as its header says, switching as the history grows.
@@ -92,6 +93,41 @@ TEST(AutoSampler, PicksGpForSmallHistoriesOfNumericSpaces) {
 // The suite's conditional and categorical-heavy tasks went better on the
 // GP (auto_sampler.h says by how much): they stay on it; only a space
 // with no number at all goes to TPE from the start.
+TEST(StoppingRegistry, EveryRuleMakesItsPrunerAndTheRulesWithRungsTheirPromotionRule) {
+  std::vector<std::string> names;
+  for (const StoppingRule& r : StoppingRules()) names.push_back(r.name);
+  ASSERT_EQ(names, (std::vector<std::string>{"none", "median", "asha", "hyperband"}));
+  for (const StoppingRule& r : StoppingRules()) {
+    auto pruner = MakeStoppingPruner(r.name, {}, 27);
+    ASSERT_TRUE(pruner.ok()) << r.name << ": " << pruner.status();
+    EXPECT_EQ(MakePromotionRule(r.name, {}, 27, PromotionCriterion::kTopFraction).ok(), r.rungs)
+        << r.name;
+  }
+  // The options reach the rule: ASHA's first rung is min_resource, and the
+  // rule's own check names a bad one.
+  auto asha = MakePromotionRule("asha", {{"min_resource", 3}, {"reduction_factor", 3}}, 27,
+                                PromotionCriterion::kTopFraction);
+  ASSERT_TRUE(asha.ok()) << asha.status();
+  EXPECT_EQ(asha->Rungs(0), (std::vector<int64_t>{3, 9, 27}));
+  auto bad = MakeStoppingPruner("asha", {{"reduction_factor", 1}}, 27);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("reduction_factor"), std::string::npos) << bad.status();
+}
+
+TEST(StoppingRegistry, AnUnknownRuleOrAnOptionOfAnotherRuleIsAnErrorNamingIt) {
+  auto unknown = FindStoppingRule("sha", "early_stopping.rule");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().message(),
+            "early_stopping.rule: must be none, median, asha or hyperband, not 'sha'");
+  auto other = MakeStoppingPruner("median", {{"min_resource", 2}}, 27);
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().message(),
+            "early_stopping.min_resource: not an option of rule 'median'");
+  auto no_rungs = MakePromotionRule("median", {}, 27, PromotionCriterion::kTopFraction);
+  ASSERT_FALSE(no_rungs.ok());
+  EXPECT_NE(no_rungs.status().message().find("needs rule asha or hyperband"), std::string::npos);
+}
+
 TEST(AutoSampler, PicksGpForConditionalAndCategoricalHeavySpacesTpeForAllCategorical) {
   SearchSpace conditional = Numeric(2);
   conditional.params.push_back(Param::Categorical("opt", {"sgd", "adam"}));

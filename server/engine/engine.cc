@@ -59,56 +59,24 @@ std::string CapText(FreeText field, std::string_view text) {
 
 namespace {
 
+// The spec's numeric early-stopping options (its `type` and `promotion`
+// are read by the parser), as search/registry.h takes them.
+search::StoppingOptions StoppingOptionsOf(const ExperimentSpec& spec) {
+  search::StoppingOptions out;
+  for (const auto& [name, value] : spec.early_stopping_options.items()) {
+    if (value.is_number()) out[name] = value.get<double>();
+  }
+  return out;
+}
+
 Result<std::unique_ptr<search::Pruner>> MakePruner(const ExperimentSpec& spec) {
-  const json& o = spec.early_stopping_options;
-  auto num = [&](const char* key, double fallback) { return o.value(key, fallback); };
-  if (spec.early_stopping == "median") {
-    search::MedianOptions m;
-    m.startup_trials = static_cast<int>(num("startup_trials", m.startup_trials));
-    m.warmup_steps = static_cast<int64_t>(num("warmup_steps", m.warmup_steps));
-    m.interval_steps = static_cast<int64_t>(num("interval_steps", m.interval_steps));
-    m.min_trials_at_step = static_cast<int>(num("min_trials_at_step", m.min_trials_at_step));
-    return search::MakeMedianPruner(m);
-  }
-  if (spec.early_stopping == "asha") {
-    search::AshaOptions a;
-    a.min_resource = static_cast<int64_t>(num("min_resource", a.min_resource));
-    a.reduction_factor = num("reduction_factor", a.reduction_factor);
-    a.max_resource = static_cast<int64_t>(num("max_resource", spec.steps_per_trial));
-    a.min_early_stopping_rate = static_cast<int>(num("min_early_stopping_rate", a.min_early_stopping_rate));
-    a.bootstrap_count = static_cast<int>(num("bootstrap_count", a.bootstrap_count));
-    return search::MakeAshaPruner(a);
-  }
-  if (spec.early_stopping == "hyperband") {
-    search::HyperbandOptions h;
-    h.min_resource = static_cast<int64_t>(num("min_resource", h.min_resource));
-    h.max_resource = static_cast<int64_t>(num("max_resource", spec.steps_per_trial));
-    h.reduction_factor = num("reduction_factor", h.reduction_factor);
-    return search::MakeHyperbandPruner(h);
-  }
-  if (spec.early_stopping == "none") return search::MakeNopPruner();
-  // The spec parser admits only the rules above; a name it let through that
-  // this does not know is a bug to report, not a reason to stop nothing.
-  return Status::InvalidArgument("early_stopping.rule: '" + spec.early_stopping +
-                                 "' is not none, median, asha or hyperband");
+  return search::MakeStoppingPruner(spec.early_stopping, StoppingOptionsOf(spec),
+                                    spec.steps_per_trial);
 }
 
 Result<search::PromotionRule> MakePromotionRule(const ExperimentSpec& spec) {
-  const json& o = spec.early_stopping_options;
-  auto num = [&](const char* key, double fallback) { return o.value(key, fallback); };
-  if (spec.early_stopping == "hyperband") {
-    search::HyperbandOptions h;
-    h.min_resource = static_cast<int64_t>(num("min_resource", h.min_resource));
-    h.max_resource = static_cast<int64_t>(num("max_resource", spec.steps_per_trial));
-    h.reduction_factor = num("reduction_factor", h.reduction_factor);
-    return search::PromotionRule::Hyperband(h, spec.steps_per_trial, spec.promotion_criterion);
-  }
-  search::AshaOptions a;
-  a.min_resource = static_cast<int64_t>(num("min_resource", a.min_resource));
-  a.reduction_factor = num("reduction_factor", a.reduction_factor);
-  a.max_resource = static_cast<int64_t>(num("max_resource", spec.steps_per_trial));
-  a.min_early_stopping_rate = static_cast<int>(num("min_early_stopping_rate", a.min_early_stopping_rate));
-  return search::PromotionRule::Asha(a, spec.steps_per_trial, spec.promotion_criterion);
+  return search::MakePromotionRule(spec.early_stopping, StoppingOptionsOf(spec),
+                                   spec.steps_per_trial, spec.promotion_criterion);
 }
 
 // Where a trial of each system parameter starts until the scheduler knows

@@ -1,13 +1,9 @@
 #include "server/spec/spec.h"
 
-#include "common/utf8.h"
-#include "scheduler/policy.h"
-
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
-#include <cstdio>
-
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -16,12 +12,19 @@
 #include <set>
 #include <utility>
 
+#include "common/utf8.h"
+#include "scheduler/policy.h"
 #include "search/pruner.h"
-
 #include "search/registry.h"
 
 namespace hpo::server {
 namespace {
+
+// Whether early-stopping rule `name` has rungs (search/registry.h).
+bool HasRungs(std::string_view name) {
+  const auto rule = search::FindStoppingRule(name);
+  return rule.ok() && (*rule)->rungs;
+}
 
 using nlohmann::json;
 
@@ -333,23 +336,14 @@ Status ParseEarlyStopping(Fields& top, ExperimentSpec& spec) {
   if (!e->is_object()) return Status::InvalidArgument("early_stopping: must be a mapping with a rule");
   Fields f(*e, "early_stopping");
   HPO_ASSIGN_OR_RETURN(spec.early_stopping, f.String("rule", "none"));
-  static const std::map<std::string, std::set<std::string>> kOptions = {
-      {"none", {}},
-      {"median", {"startup_trials", "warmup_steps", "interval_steps", "min_trials_at_step"}},
-      {"asha", {"min_resource", "reduction_factor", "max_resource", "min_early_stopping_rate",
-                "bootstrap_count"}},
-      {"hyperband", {"min_resource", "max_resource", "reduction_factor"}}};
-  auto rule = kOptions.find(spec.early_stopping);
-  if (rule == kOptions.end()) {
-    return Status::InvalidArgument("early_stopping.rule: must be none, median, asha or hyperband, not '" +
-                                   spec.early_stopping + "'");
-  }
+  HPO_ASSIGN_OR_RETURN(const search::StoppingRule* rule,
+                       search::FindStoppingRule(spec.early_stopping));
   spec.early_stopping_options = json::object();
   if (const json* t = f.Get("type")) {
     if (!t->is_string() || (*t != "stop" && *t != "promotion")) {
       return Status::InvalidArgument("early_stopping.type: must be stop or promotion, not " + t->dump());
     }
-    if (*t == "promotion" && spec.early_stopping != "asha" && spec.early_stopping != "hyperband") {
+    if (*t == "promotion" && !rule->rungs) {
       return Status::InvalidArgument("early_stopping.type: promotion needs rule asha or hyperband, not '" +
                                      spec.early_stopping + "'");
     }
@@ -360,7 +354,7 @@ Status ParseEarlyStopping(Fields& top, ExperimentSpec& spec) {
     if (!criterion) {
       return Status::InvalidArgument("early_stopping.promotion: must be top_fraction or quantile, not " + c->dump());
     }
-    if (spec.early_stopping != "asha" && spec.early_stopping != "hyperband") {
+    if (!rule->rungs) {
       return Status::InvalidArgument("early_stopping.promotion: promotion needs rule asha or hyperband, not '" +
                                      spec.early_stopping + "'");
     }
@@ -369,9 +363,10 @@ Status ParseEarlyStopping(Fields& top, ExperimentSpec& spec) {
   }
   for (auto it = e->begin(); it != e->end(); ++it) {
     if (it.key() == "rule" || it.key() == "type" || it.key() == "promotion") continue;
-    if (!rule->second.count(it.key())) {
+    if (std::find(rule->options.begin(), rule->options.end(), it.key()) == rule->options.end()) {
       std::string known = "rule, type, promotion";
-      for (const auto& k : rule->second) known += ", " + k;
+      for (const auto& k : std::set<std::string>(rule->options.begin(), rule->options.end()))
+        known += ", " + k;
       return Status::InvalidArgument("early_stopping." + it.key() + ": unknown field (expected " + known +
                                      "): not an option of rule '" + spec.early_stopping + "'");
     }
@@ -398,7 +393,7 @@ Status ParseBudget(Fields& top, ExperimentSpec& spec) {
 // true by default wherever it applies, and an error where asked for and it
 // cannot apply (naming why).
 Status ResolveMigrate(const json* given, ExperimentSpec& spec) {
-  const bool rung_rule = spec.early_stopping == "asha" || spec.early_stopping == "hyperband";
+  const bool rung_rule = HasRungs(spec.early_stopping);
   std::string why_not;
   if (spec.executor != ExperimentSpec::ExecutorKind::kBuiltin) {
     why_not =
@@ -883,7 +878,7 @@ Result<ExperimentSpec> ParseStoredExperimentSpec(const std::string& text) {
           ex.is_object() &&
           (ex.contains("builtin") || (ex.contains("command") && ex["command"].is_object() &&
                                       ex["command"].value("checkpoints", false) == true));
-      if ((rule == "asha" || rule == "hyperband") && can_checkpoint) e["type"] = "promotion";
+      if (HasRungs(rule) && can_checkpoint) e["type"] = "promotion";
     }
   }
   if (j.is_discarded()) return ParseExperimentSpec(text);  // not JSON: as given
