@@ -1,5 +1,6 @@
 #include "server/store/artifact_store.h"
 
+#include <cctype>
 #include <filesystem>
 
 #include "server/store/store_url.h"
@@ -17,6 +18,23 @@ Status CheckpointOverLimit(Id trial_id, int64_t size, const ArtifactStoreOptions
 Status UploadDeleted(Id trial_id) {
   return Status::FailedPrecondition("checkpoint of trial " + std::to_string(trial_id) +
                                     ": the upload was deleted before it was committed (the trial ended)");
+}
+
+Result<std::string> VerifyUpload(Id trial_id, int64_t announced, int64_t received, Sha256& sha,
+                                 std::string_view sha256) {
+  if (received != announced) {
+    return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id) +
+                            " is short: " + std::to_string(received) + " of the " +
+                            std::to_string(announced) + " bytes announced");
+  }
+  std::string got = sha.HexDigest();
+  std::string want(sha256);
+  for (char& c : want) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (got != want) {
+    return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id) +
+                            ": the bytes' SHA-256 is " + got + ", not the " + want + " announced");
+  }
+  return got;
 }
 
 Result<std::unique_ptr<ArtifactStore>> OpenArtifactStore(const std::string& spec, const std::string& store_url,

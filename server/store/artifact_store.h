@@ -41,6 +41,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/sha256.h"
 #include "common/status.h"
 #include "server/store/store.h"
 
@@ -126,6 +127,12 @@ Result<std::unique_ptr<ArtifactStore>> OpenArtifactStore(const std::string& spec
 Status CheckpointOverLimit(Id trial_id, int64_t size, const ArtifactStoreOptions& options);
 // What every backend answers for an upload that Delete removed meanwhile.
 Status UploadDeleted(Id trial_id);
+// What every backend's Commit checks first: all `announced` bytes came
+// (`received` of them) and their digest, `sha` (ended here), is `sha256`
+// (hex, either case). The digest (hex, lower case), or DataLoss naming what
+// differs.
+Result<std::string> VerifyUpload(Id trial_id, int64_t announced, int64_t received, Sha256& sha,
+                                 std::string_view sha256);
 Result<std::unique_ptr<ArtifactStore>> OpenFileArtifactStore(const std::string& dir, ArtifactStoreOptions options);
 // `url`: a postgresql:// URL of a database migrated by OpenStore.
 Result<std::unique_ptr<ArtifactStore>> OpenPostgresArtifactStore(const std::string& url, ArtifactStoreOptions options);

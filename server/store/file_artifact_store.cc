@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -212,17 +211,8 @@ class FileWriter final : public CheckpointWriter {
   Status Commit(std::string_view sha256) override {
     if (committed_ || failed_) return Status::FailedPrecondition("checkpoint upload " + tmp_ + " has ended");
     failed_ = true;  // whatever happens below, this writer is done
-    if (written_ != size_) {
-      return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id_) + " is short: " +
-                              std::to_string(written_) + " of the " + std::to_string(size_) + " bytes announced");
-    }
-    const std::string got = sha_.HexDigest();
-    std::string want(sha256);
-    for (char& c : want) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (got != want) {
-      return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id_) + ": the bytes' SHA-256 is " + got +
-                              ", not the " + want + " announced");
-    }
+    HPO_ASSIGN_OR_RETURN(const std::string got,
+                         VerifyUpload(trial_id_, size_, written_, sha_, sha256));
     HPO_RETURN_IF_ERROR(WriteAll(fd_.get(), Header(trial_id_, step_, size_, got), 0, tmp_));
     if (::fsync(fd_.get()) != 0) return IoError("cannot sync " + tmp_, errno);
     fd_.Reset();

@@ -9,11 +9,9 @@
 // the trial's previous checkpoint and marks the new one committed in one
 // transaction. A reader reads in one REPEATABLE READ transaction, so a
 // checkpoint replaced or deleted meanwhile still reads whole.
-#include <pqxx/pqxx>
-
 #include <algorithm>
-#include <cctype>
 #include <chrono>
+#include <pqxx/pqxx>
 #include <vector>
 
 #include "common/mutex.h"
@@ -213,17 +211,8 @@ class PostgresWriter final : public CheckpointWriter {
   Status Commit(std::string_view sha256) override {
     if (committed_ || failed_) return Status::FailedPrecondition("this checkpoint upload has ended");
     failed_ = true;
-    if (received_ != size_) {
-      return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id_) + " is short: " +
-                              std::to_string(received_) + " of the " + std::to_string(size_) + " bytes announced");
-    }
-    const std::string got = sha_.HexDigest();
-    std::string want(sha256);
-    for (char& c : want) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (got != want) {
-      return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id_) + ": the bytes' SHA-256 is " + got +
-                              ", not the " + want + " announced");
-    }
+    HPO_ASSIGN_OR_RETURN(const std::string got,
+                         VerifyUpload(trial_id_, size_, received_, sha_, sha256));
     if (!pending_.empty()) HPO_RETURN_IF_ERROR(Flush());
     bool gone = false;
     HPO_RETURN_IF_ERROR(Guard(store_.display(), c_.broken, [&] {
