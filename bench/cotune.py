@@ -65,7 +65,7 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ left in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hetero import CpuCgroup, Rest, signal_group, spawn, start_run, wait_or_kill  # noqa: E402  (the same cgroups and REST calls as bench/hetero)
+from hetero import CpuCgroup, Rest, read_ports, signal_group, spawn, start_run, wait_or_kill  # noqa: E402  (the same cgroups and REST calls as bench/hetero)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
@@ -166,14 +166,7 @@ class Lane:
                                         "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
                                         "--port-file", port_file, "--token-file", self.token_file],
                          os.path.join(self.dir, "server.log"))
-
-        def ports():
-            try:
-                with open(port_file) as f:
-                    return json.load(f)
-            except (OSError, ValueError):
-                return None
-        p = self.wait_for("the server's ports", ports, 30)
+        p = self.wait_for("the server's ports", lambda: read_ports(port_file), 30)
         self.rest = Rest(p["http"], token)
         self.grpc = f"127.0.0.1:{p['grpc']}"
         self.cgroup = CpuCgroup(f"{CGROUP_PREFIX}{os.getpid()}-{self.cpus}", self.cpus)

@@ -380,6 +380,16 @@ def make_spec(args, seed, policy, class_order, n_workers):
 
 # ------------------------------------------------------------- one run ----
 
+def read_ports(port_file):
+    """The ports hpo-server wrote to its --port-file ({"http": N, "grpc": M}),
+    or None while it has not (yet) written all of it: poll with wait_for."""
+    try:
+        with open(port_file) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
 def wait_for(what, pred, timeout, procs):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -429,14 +439,7 @@ def run_heterotune(args, fleet, seed, policy, run_dir):
         procs.start("hpo-server", [args.server, "--store", f"sqlite://{run_dir}/hpo.db", "--http", "127.0.0.1:0",
                                    "--grpc", "127.0.0.1:0", "--port-file", port_file, "--token-file", token_file],
                     os.path.join(run_dir, "server.log"))
-
-        def ports():
-            try:
-                with open(port_file) as f:
-                    return json.load(f)
-            except (OSError, ValueError):
-                return None
-        p = wait_for("the server's ports", ports, 30, procs)
+        p = wait_for("the server's ports", lambda: read_ports(port_file), 30, procs)
         rest = Rest(p["http"], token)
         grpc = f"127.0.0.1:{p['grpc']}"
         events_path = os.path.join(run_dir, "events.jsonl")
