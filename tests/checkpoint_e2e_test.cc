@@ -202,18 +202,14 @@ class CheckpointE2eTest : public ::testing::Test {
                         "--threads", "1", "--benchmark-seconds", "0.1", "--heartbeat-ms", "500", "--max-trials",
                         std::to_string(trials), "--scratch-dir", dir_ + "/scratch"},
                        log);
-    int status = -1;
-    for (int i = 0; i < 3000; ++i) {  // 150 s: a hang fails the test instead of stalling it
-      if (waitpid(pid, &status, WNOHANG) == pid) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (waitpid(pid, nullptr, WNOHANG) == 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
+    // 150 s: a hang fails the test instead of stalling it.
+    const std::optional<int> status = testing::WaitExit(pid, std::chrono::seconds(150));
+    if (!status) {
+      testing::KillAndReap(pid);
       return false;
     }
     logs_ += "--- " + name + "\n" + ReadFile(log);
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    return WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
   }
 
   std::vector<json> Events(const std::string& type) {

@@ -30,14 +30,12 @@ using hpo::testing::ReadFile;
 // Runs argv to completion; its exit status, output in `log`.
 int RunToEnd(const std::vector<std::string>& argv, const std::string& log, int seconds = 60) {
   const pid_t pid = testing::Spawn(argv, log);
-  for (int i = 0; i < seconds * 20; ++i) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::optional<int> status = testing::WaitExit(pid, std::chrono::seconds(seconds));
+  if (!status) {
+    testing::KillAndReap(pid);
+    return -1;
   }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-  return -1;
+  return WIFEXITED(*status) ? WEXITSTATUS(*status) : 128;
 }
 
 class TlsTest : public ::testing::Test {

@@ -37,14 +37,9 @@ pid_t StartWorker(const std::vector<std::string>& args, const std::string& log) 
 
 // Waits up to `seconds` for the process to exit; its wait status, or -1.
 int WaitFor(pid_t pid, int seconds) {
-  for (int i = 0; i < seconds * 20; ++i) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) return status;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-  return -1;
+  const std::optional<int> status = testing::WaitExit(pid, std::chrono::seconds(seconds));
+  if (!status) testing::KillAndReap(pid);
+  return status.value_or(-1);
 }
 
 using hpo::testing::ReadFile;

@@ -159,18 +159,11 @@ class WorkerRetryTest : public ::testing::Test {
                                       "--device", "cpu", "--threads", "1", "--benchmark-seconds", "0.1",
                                       "--heartbeat-ms", "500", "--max-trials", std::to_string(trials)},
                                      log);
-    int status = -1;
-    for (int i = 0; i < 2400; ++i) {  // 120 s: a hang fails the test instead of stalling it
-      if (waitpid(pid, &status, WNOHANG) == pid) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (waitpid(pid, nullptr, WNOHANG) == 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-      status = -1;
-    }
+    // 120 s: a hang fails the test instead of stalling it.
+    const std::optional<int> status = testing::WaitExit(pid, std::chrono::seconds(120));
+    if (!status) testing::KillAndReap(pid);
     log_ = ReadFile(log);
-    return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    return status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
   }
 
   store::TrialRecord OnlyTrial() {
