@@ -1,9 +1,9 @@
 // What the worker-protocol fuzzer (fuzz_worker.cc) and its recorder
 // (record_worker.cc) share: the input format, the experiments an input runs
-// against, and the server side they both talk to (the real
-// WorkerServiceImpl over an Engine on an in-memory SQLite store with a files
-// artifact store), so that a recorded run replays against what it was
-// recorded from.
+// against, and the server side they both talk to (the WorkerServiceImpl of
+// the server hpo-server runs, server/server.h, on an in-memory SQLite store
+// with a files artifact store), so that a recorded run replays against what
+// it was recorded from.
 //
 // An input is a sequence of worker calls:
 //
@@ -26,6 +26,8 @@
 // run of an input to the next.
 #pragma once
 
+#include <spdlog/spdlog.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -35,10 +37,7 @@
 #include <string>
 #include <utility>
 
-#include "server/engine/engine.h"
-#include "server/grpc/worker_service.h"
-#include "server/store/artifact_store.h"
-#include "server/store/store.h"
+#include "server/server.h"
 
 namespace hpo::fuzz_worker {
 
@@ -127,16 +126,17 @@ inline void AppendRecord(std::string& out, uint8_t op, const std::string& payloa
   out += payload;
 }
 
-// The server side of one input (or one recorded run): a fresh store,
-// artifact store and engine in `dir` (created; removed by the destructor),
+// The server side of one input (or one recorded run): the server hpo-server
+// runs (server/server.h, without its transports) on a fresh in-memory store
+// and a files artifact store in `dir` (created; removed by the destructor),
 // with the experiment kSpecs[spec] created. `clock` (milliseconds since the
 // epoch) is both the store's and the engine's; `on_event` sees every event.
 struct World {
   std::filesystem::path dir;
-  std::unique_ptr<store::Store> store;
-  std::unique_ptr<store::ArtifactStore> artifacts;
-  std::unique_ptr<server::Engine> engine;
-  std::unique_ptr<server::WorkerServiceImpl> service;
+  std::unique_ptr<server::Server> server;
+  store::Store* store = nullptr;
+  server::Engine* engine = nullptr;
+  server::WorkerServiceImpl* service = nullptr;
 
   World(std::filesystem::path where, size_t spec, std::function<int64_t()> clock,
         std::function<void(std::string, const nlohmann::json&)> on_event, int64_t retry_after_ms = 1000)
@@ -144,26 +144,26 @@ struct World {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
     std::filesystem::create_directories(dir);
-    store::StoreOptions so;
-    so.clock = clock;
-    store = Must(store::OpenStore("sqlite://:memory:", so), "open the store");
-    store::ArtifactStoreOptions ao;
-    ao.max_checkpoint_bytes = kMaxCheckpointBytes;
-    artifacts = Must(store::OpenFileArtifactStore((dir / "checkpoints").string(), ao), "open the artifact store");
-    server::EngineOptions eo;
-    eo.worker_lease_ms = kLeaseMs;
-    eo.clock = std::move(clock);
-    eo.artifacts = artifacts.get();
-    eo.on_event = std::move(on_event);
-    engine = std::make_unique<server::Engine>(*store, eo);
-    service = std::make_unique<server::WorkerServiceImpl>(*engine, server::WorkerServiceOptions{"", retry_after_ms});
+    spdlog::set_level(
+        spdlog::level::warn);  // the server's info lines, once per input, are noise here
+    server::ServerOptions o;
+    o.listen = false;
+    o.store_url = "sqlite://:memory:";
+    o.store.clock = clock;
+    o.artifacts_location = "files:" + (dir / "checkpoints").string();
+    o.artifacts->max_checkpoint_bytes = kMaxCheckpointBytes;
+    o.engine.worker_lease_ms = kLeaseMs;
+    o.engine.clock = std::move(clock);
+    o.engine.on_event = std::move(on_event);
+    o.grpc.retry_after_ms = retry_after_ms;
+    server = Must(server::Server::Start(std::move(o)), "start the server");
+    store = &server->store();
+    engine = &server->engine();
+    service = &server->worker_service();
     Must(engine->CreateExperiment(kSpecs[spec % kSpecCount]), "create the experiment");
   }
   ~World() {
-    service.reset();
-    engine.reset();
-    artifacts.reset();
-    store.reset();
+    server.reset();
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
   }

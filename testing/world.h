@@ -1,5 +1,6 @@
-// The server's parts in one process, wired as hpo-server wires them: a
-// store, an artifact store, the event bus, the metrics registry, the engine
+// The server's parts in one process, built by the code hpo-server runs
+// (server::Server, server/server.h) without its transports: a store, an
+// artifact store, the event bus and relay, the metrics registry, the engine
 // and the REST API. For tests and fuzzers that drive the engine or the API
 // without a server process.
 #pragma once
@@ -10,12 +11,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "server/engine/engine.h"
-#include "server/http/api.h"
-#include "server/engine/event_bus.h"
-#include "server/metrics/metrics.h"
-#include "server/store/artifact_store.h"
-#include "server/store/store.h"
+#include "server/server.h"
 
 namespace hpo::testing {
 
@@ -36,26 +32,20 @@ struct WorldOptions {
 class World {
  public:
   static Result<std::unique_ptr<World>> Create(WorldOptions options);
-  ~World();  // the API, the engine, then the stores
 
-  store::Store& store() { return *store_; }  // as opened, not wrapped
-  store::Store& engine_store() { return wrapped_ ? *wrapped_ : *store_; }
+  store::Store& store() { return server_->store(); }  // as opened, not wrapped
+  store::Store& engine_store() { return server_->engine_store(); }
   store::ArtifactStore* artifacts() {
-    return artifacts_.get();
+    return server_->artifacts();
   }  // null unless WorldOptions::artifacts
-  server::EventBus& events() { return events_; }
-  metrics::Registry& metrics() { return metrics_; }
-  server::Engine& engine() { return *engine_; }
-  server::RestApi& api() { return *api_; }
+  server::EventBus& events() { return server_->events(); }
+  metrics::Registry& metrics() { return server_->metrics(); }
+  server::Engine& engine() { return server_->engine(); }
+  server::RestApi& api() { return server_->api(); }
 
  private:
-  World() = default;
-  std::unique_ptr<store::Store> store_, wrapped_;
-  std::unique_ptr<store::ArtifactStore> artifacts_;
-  server::EventBus events_;
-  metrics::Registry metrics_;
-  std::unique_ptr<server::Engine> engine_;
-  std::unique_ptr<server::RestApi> api_;
+  explicit World(std::unique_ptr<server::Server> server) : server_(std::move(server)) {}
+  std::unique_ptr<server::Server> server_;
 };
 
 }  // namespace hpo::testing
