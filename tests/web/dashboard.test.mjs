@@ -180,6 +180,17 @@ function rendered(after = 0, timeout = 60000) {
   return renderedPage(page, after, { timeout, consoleErrors });
 }
 
+// Does `action` (a click, or a navigation to another route of the loaded
+// page, which changes only the hash) and waits for the new route's first
+// render: the old route has rendered, so a wait for any render could return
+// before the hash change reaches the page.
+async function renderAfter(action) {
+  const before = await page.$eval('#view', (v) => v.dataset.route);
+  await action();
+  await page.waitForFunction((r) => document.getElementById('view').dataset.route !== r, before);
+  return rendered();
+}
+
 // What each registered chart draws: the data length of every series, and
 // how many of its canvas pixels are painted.
 async function drawn(name) {
@@ -288,9 +299,7 @@ try {
 
   // One experiment.
   await page.evaluate(() => { window.notReloaded = true; });
-  await page.goto(`${base}/#/experiments/${mixed.id}`);
-  await page.evaluate(() => { window.notReloaded = true; });
-  let renders = await rendered();
+  let renders = await renderAfter(() => page.goto(`${base}/#/experiments/${mixed.id}`));
   const completed = mixedTrials.filter((t) => t.state === 'completed').length;
   await assertChart('experiment.bestByTrial', (s) => assert.deepEqual(s, [completed, completed]));
   await assertChart('experiment.bestByTime', (s) => assert.deepEqual(s, [completed, completed]));
@@ -428,8 +437,7 @@ try {
   // A click on a pruned trial's row opens its page.
   const prunedTrial = mixedTrials.find((t) => t.state === 'pruned');
   const prunedDetail = await api('GET', `/api/v1/trials/${prunedTrial.id}`);
-  await page.click(`#trials tbody tr[data-number="${prunedTrial.number}"]`);
-  await rendered();
+  await renderAfter(() => page.click(`#trials tbody tr[data-number="${prunedTrial.number}"]`));
   assert.equal(new URL(page.url()).hash, `#/experiments/${mixed.id}/trials/${prunedTrial.number}`);
   assert.match(await page.textContent('#trial h1'), new RegExp(`^Trial #${prunedTrial.number} of mixed-spaces`));
   assert.equal(await page.textContent('#trial-reason'), prunedDetail.reason);
@@ -455,8 +463,7 @@ try {
   const [doomed] = (await api('POST', `/api/v1/experiments/${failing.id}/trials:suggest`, { count: 1 })).trials;
   await api('POST', `/api/v1/trials/${doomed.id}:fail`,
             { reason: 'exit code 1\nTraceback (most recent call last):\nValueError: loss is nan' });
-  await page.goto(`${base}/#/experiments/${failing.id}/trials/${doomed.number}`);
-  await rendered();
+  await renderAfter(() => page.goto(`${base}/#/experiments/${failing.id}/trials/${doomed.number}`));
   assert.equal(await page.textContent('#trial-reason'), 'exit code 1');
   assert.equal(await page.isHidden('#trial-log-panel'), false);
   assert.equal(await page.textContent('#trial-log'), 'Traceback (most recent call last):\nValueError: loss is nan');
@@ -473,8 +480,7 @@ try {
     budget: { max_trials: 20, max_parallel: 10, steps_per_trial: 3 },
     executor: { client: {} },
   });
-  await page.goto(`${base}/#/experiments/${young.id}`);
-  renders = await rendered();
+  renders = await renderAfter(() => page.goto(`${base}/#/experiments/${young.id}`));
   assert.deepEqual(await chartMessages(), {
     'best-trials': 'no completed trial yet: each completed trial is a dot here',
     'best-time': 'no completed trial yet: each completed trial is a dot here',
@@ -553,8 +559,7 @@ try {
   const tip = await page.textContent('#curves');
   assert.match(tip, new RegExp(`trial #${youngTrials[0].number} completed`), `the tooltip names the trial: ${tip}`);
   assert.ok(tip.includes(`width=${youngTrials[0].params.width}`), `the tooltip shows its params: ${tip}`);
-  await page.mouse.click(hx, hy);
-  await rendered();
+  await renderAfter(() => page.mouse.click(hx, hy));
   assert.equal(new URL(page.url()).hash, `#/experiments/${young.id}/trials/${youngTrials[0].number}`);
   await assertChart('trial.values', (s) => assert.deepEqual(s, [3]));
   // Ten completed trials: importance ranks the parameters.
@@ -563,8 +568,7 @@ try {
               { step: 0, metrics: { accuracy: 0.5 + 0.4 * Math.log2(t.params.width / 64) / 2 } });
     await api('POST', `/api/v1/trials/${t.id}:complete`, {});
   }
-  await page.goto(`${base}/#/experiments/${young.id}`);
-  await rendered();
+  await renderAfter(() => page.goto(`${base}/#/experiments/${young.id}`));
   assert.equal((await chartMessages()).importance, null, 'importance is shown at 10 completed trials');
   await assertChart('experiment.importance', (s) => assert.ok(s[0] >= 3));
   assert.equal(await page.evaluate(() => window.hpoCharts.get('experiment.importance').getOption().yAxis[0].data[0]),
@@ -581,8 +585,7 @@ try {
   assert.equal(buckets[0].batch_size, null);
   const points = buckets[0].points;
   assert.ok(points.length >= 2, `several thread counts measured: ${JSON.stringify(tuning)}`);
-  await page.goto(`${base}/#/experiments/${tuned.id}`);
-  await rendered();
+  await renderAfter(() => page.goto(`${base}/#/experiments/${tuned.id}`));
   await assertChart('experiment.tuning', (s) => assert.deepEqual(s, [points.length]));
   const xAxis = await page.evaluate(() => window.hpoCharts.get('experiment.tuning').getOption().xAxis[0]);
   assert.equal(xAxis.name, 'threads', 'the tuned parameter is on the x axis');
@@ -600,8 +603,7 @@ try {
   // Its trial page names the device it ran on, as the server recorded it.
   const ranDetail = await api('GET', `/api/v1/trials/${ran.id}`);
   assert.equal(ranDetail.devices.length, 1, JSON.stringify(ranDetail.devices));
-  await page.goto(`${base}/#/experiments/${tuned.id}/trials/${ran.number}`);
-  await rendered();
+  await renderAfter(() => page.goto(`${base}/#/experiments/${tuned.id}/trials/${ran.number}`));
   const deviceRows = await page.$$eval('#trial-devices tbody tr', (rows) => rows.map((r) => r.textContent));
   assert.equal(deviceRows.length, 1, deviceRows.join('\n'));
   for (const want of [ranDetail.devices[0].host, ranDetail.devices[0].device_class, String(ranDetail.measurements.length)]) {
@@ -624,8 +626,7 @@ try {
   });
   await waitFor('the worker to run the slow trial', async () =>
     (await api('GET', `/api/v1/experiments/${slow.id}`)).trials.running === 1);
-  await page.goto(`${base}/#/fleet`);
-  await rendered();
+  await renderAfter(() => page.goto(`${base}/#/fleet`));
   assert.equal(await page.$$eval('#workers tbody tr', (rows) => rows.length), 1);
   const workerRow = await page.$eval('#workers tbody tr', (tr) => tr.textContent);
   for (const want of ['pool=test', 'train.sh/quad', `experiment ${slow.id}`, 'trial #0']) {

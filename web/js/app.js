@@ -47,13 +47,15 @@ function show() {
   generation++;
   page = r.make();
   if (page.pollMs) poll = setInterval(scheduleRefresh, page.pollMs);
+  root.dataset.route = location.hash;  // with renders: the tests wait for this route's first render
   root.dataset.renders = '0';
   setHtml(root, html`<p class="muted">Loading…</p>`);
   refreshNow();
 }
 
 // Refreshes the page; a failure replaces it with the message. The tests
-// wait on root.dataset.renders, the number of completed refreshes.
+// wait on root.dataset.renders, the number of completed refreshes of the
+// route in root.dataset.route.
 async function refresh() {
   const mine = generation;
   try {
