@@ -186,6 +186,7 @@ PolicyDecision Shadho(const AskingDevice& device, const FleetClasses& fleet, con
   }
   const double q = n > 1 ? (slower + (equal - 1) / 2) / (n - 1) : 1.0;
   std::vector<double> importance;
+  importance.reserve(items.size());
   for (const auto& it : items) importance.push_back(std::max(0.0, std::isfinite(it.space_priority) ? it.space_priority : 0));
   const auto p = Percentiles(importance);
   size_t best = 0;
@@ -251,6 +252,7 @@ PolicyDecision Decide(const AskingDevice& device, const FleetSummary& fleet, dou
       return Nothing(30, "cost.budget: what is left pays for no work on offer here");
     if (affordable.size() < items.size()) {
       std::vector<WorkItem> within;
+      within.reserve(affordable.size());
       for (size_t i : affordable) within.push_back(items[i]);
       PolicyOptions unbounded = options;
       unbounded.budget_left = kInf;

@@ -857,6 +857,7 @@ std::vector<std::string> Simulator::ClassesStrongestFirst() const {
   std::stable_sort(order.begin(), order.end(),
                    [&](int a, int b) { return state_->class_speed[a] > state_->class_speed[b]; });
   std::vector<std::string> out;
+  out.reserve(order.size());
   for (int k : order) out.push_back(ClassName(k));
   return out;
 }

@@ -26,7 +26,7 @@ namespace {
 class AutoSampler final : public Sampler {
  public:
   explicit AutoSampler(AutoOptions o)
-      : options_(std::move(o)), gp_(MakeGpSampler(options_.gp)), tpe_(MakeTpeSampler(options_.tpe)) {}
+      : options_(o), gp_(MakeGpSampler(options_.gp)), tpe_(MakeTpeSampler(options_.tpe)) {}
 
   std::string_view name() const override { return "auto"; }
 
@@ -44,7 +44,7 @@ class AutoSampler final : public Sampler {
 }  // namespace
 
 std::unique_ptr<Sampler> MakeAutoSampler(AutoOptions options) {
-  return std::make_unique<AutoSampler>(std::move(options));
+  return std::make_unique<AutoSampler>(options);
 }
 
 }  // namespace hpo::search

@@ -245,6 +245,7 @@ Result<GaussianProcess> GaussianProcess::Fit(const Eigen::MatrixXd& X, const Eig
     starts.push_back(t.cwiseMax(lower).cwiseMin(upper));
   }
   std::vector<std::pair<double, int>> ranked;
+  ranked.reserve(starts.size());
   for (int i = 0; i < static_cast<int>(starts.size()); ++i) {
     ranked.emplace_back(objective(starts[i], nullptr), i);
   }

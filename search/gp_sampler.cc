@@ -366,7 +366,7 @@ std::vector<int> Spread(const std::vector<int>& ranked, int count) {
 
 class GpSampler : public Sampler {
  public:
-  explicit GpSampler(GpOptions options) : options_(std::move(options)) {}
+  explicit GpSampler(GpOptions options) : options_(options) {}
 
   std::string_view name() const override { return "gp"; }
 
@@ -646,6 +646,7 @@ class GpSampler : public Sampler {
     const SearchSpace& space = codec.space();
     std::vector<Latent> candidates;
     const int num_random = std::max(options_.num_candidates, 1);
+    candidates.reserve(static_cast<size_t>(num_random));
     for (int i = 0; i < num_random; ++i) candidates.push_back(codec.Random(rng));
     // Local moves around the best points, at three scales: exploitation that
     // uniform points in d dimensions rarely get close enough for.
@@ -692,6 +693,7 @@ class GpSampler : public Sampler {
       std::partial_sort(order.begin(), order.begin() + top, order.end(),
                         [&](int a, int b) { return scores(a) > scores(b) || (scores(a) == scores(b) && a < b); });
       std::vector<Eigen::VectorXd> near;
+      near.reserve(static_cast<size_t>(top));
       for (int k = 0; k < top; ++k) near.push_back(X.row(order[k]).transpose());
       if (!FantasizeNear(gp, acquisition, lie, near, later)) break;
       scores = pool.Score(acquisition);
@@ -803,7 +805,7 @@ Eigen::MatrixXd GpEncoding::EncodeAll(const std::vector<Assignment>& assignments
 }
 
 std::unique_ptr<Sampler> MakeGpSampler(GpOptions options) {
-  return std::make_unique<GpSampler>(std::move(options));
+  return std::make_unique<GpSampler>(options);
 }
 
 }  // namespace hpo::search

@@ -18,6 +18,7 @@ class RandomSampler final : public Sampler {
   std::vector<Assignment> Suggest(const SearchSpace& space, const History&, int count,
                                   Rng& rng) override {
     std::vector<Assignment> out;
+    out.reserve(static_cast<size_t>(std::max(count, 0)));
     for (int i = 0; i < count; ++i) out.push_back(SampleUniform(space, rng));
     return out;
   }

@@ -87,7 +87,7 @@ struct Flags {
   int lease_timeout_s = 60;
   std::optional<double> max_lease_wait_s;  // default: the smaller of 5 s and half the lease timeout
   int worker_gone_after = 3;
-  int64_t worker_retention_s = 7 * 24 * 3600;
+  int64_t worker_retention_s = int64_t{7} * 24 * 3600;
   int max_attempts = 3;
   int tick_ms = 1000;
   int trim_memory_s = 30;

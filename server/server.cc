@@ -39,7 +39,7 @@ using EventFn = std::function<void(std::string type, const nlohmann::json& data)
 // The server's counters of its own events, and what it does with each:
 // logs it, counts it and publishes it through the relay (to this server's
 // bus and the other replicas'), then hands it to `then`.
-EventFn CountAndPublish(metrics::Registry& registry, EventRelay& relay, EventFn then) {
+EventFn CountAndPublish(metrics::Registry& registry, EventRelay& relay, const EventFn& then) {
   const char* const kFinishedHelp = "Trials finished by this server, by state";
   metrics::Counter* completed =
       &registry.counter("hpo_trials_finished_total", kFinishedHelp, {{"state", "completed"}});
@@ -115,7 +115,7 @@ Status Server::Build() {
   EngineOptions engine_options = options_.engine;
   engine_options.metrics = &metrics_;
   engine_options.artifacts = artifacts_.get();
-  engine_options.on_event = CountAndPublish(metrics_, *relay_, std::move(engine_options.on_event));
+  engine_options.on_event = CountAndPublish(metrics_, *relay_, engine_options.on_event);
   StoreGaugeOptions gauge_options;
   gauge_options.live_for = std::chrono::milliseconds(engine_options.worker_lease_ms);
   RegisterStoreGauges(metrics_, *store_,

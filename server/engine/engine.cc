@@ -91,7 +91,7 @@ json InitialSystem(const ExperimentSpec& spec) {
 
 Engine::Engine(store::Store& store, EngineOptions options)
     : store_(store),
-      options_(options),
+      options_(std::move(options)),
       fleet_(std::make_unique<FleetView>(
           store_, options_.fleet_cache, std::chrono::milliseconds(options_.worker_lease_ms),
           [this] { return NowMs(); }, options_.steady_clock)) {
@@ -452,6 +452,7 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
   c.sampling_trials.store(total);
   search::Rng rng = ExperimentRng(spec, experiment_id, total);
   std::vector<int> per_space_so_far;
+  per_space_so_far.reserve(histories.size());
   for (const auto& h : histories) per_space_so_far.push_back(static_cast<int>(h.trials.size()));
   // Each wanted trial's space, in order, counting the batch's earlier ones.
   std::vector<size_t> space_of;
@@ -538,7 +539,7 @@ void Engine::EmitCreated(Id experiment_id, const Cached& c, const std::vector<st
                  {"state", std::string(store::ToString(t.state))},
                  {"level", t.level}};
     if (placed.is_object()) data.update(placed);
-    Emit("trial.created", std::move(data));
+    Emit("trial.created", data);
   }
 }
 
@@ -848,7 +849,7 @@ Status Engine::Finish(Id trial_id, const std::string& owner, bool failed, const 
                 {"state", failed ? "failed" : "completed"},
                 {"metrics", metrics}};
   if (failed) event["reason"] = why;
-  Emit("trial.finished", std::move(event));
+  Emit("trial.finished", event);
   return MaybeFinish(home.experiment_id, *c);
 }
 

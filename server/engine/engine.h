@@ -85,9 +85,9 @@ enum class FreeText {
   kLogTail,        // what a failed trial's program printed last; the end is kept
   kCancelReason,   // why a user cancelled an experiment; the start is kept
 };
-inline constexpr size_t kMaxReasonLength = 64 * 1024;       // kFailureReason
-inline constexpr size_t kMaxLogTailLength = 64 * 1024;      // kLogTail
-inline constexpr size_t kMaxCancelReasonLength = 4 * 1024;  // kCancelReason
+inline constexpr size_t kMaxReasonLength = size_t{64} * 1024;       // kFailureReason
+inline constexpr size_t kMaxLogTailLength = size_t{64} * 1024;      // kLogTail
+inline constexpr size_t kMaxCancelReasonLength = size_t{4} * 1024;  // kCancelReason
 // The limit of one kind of free text.
 size_t MaxLength(FreeText field);
 // `text`, or when it is longer than the field's limit, its start (or, for a
@@ -97,7 +97,7 @@ std::string CapText(FreeText field, std::string_view text);
 
 struct EngineOptions {
   int64_t worker_lease_ms = 60'000;         // a worker renews by reporting or heartbeating
-  int64_t client_lease_ms = 24 * 3'600'000;  // ask/tell clients are slower
+  int64_t client_lease_ms = int64_t{24} * 3'600'000;  // ask/tell clients are slower
   int max_attempts = 3;                      // leases per trial before it fails
   // Called after each change this engine makes ("experiment.created",
   // "experiment.finished", "trial.created", "trial.reported",
@@ -772,7 +772,7 @@ class Engine {
   std::unordered_map<store::Id, UploadPause> upload_pauses_ HPO_GUARDED_BY(upload_pauses_mu_);
   std::chrono::steady_clock::time_point running_experiments_read_ HPO_GUARDED_BY(experiments_mu_);
 
-  void Emit(std::string type, nlohmann::json data) const {
+  void Emit(std::string type, const nlohmann::json& data) const {
     // What may give an idle device work: a new experiment or trial, a
     // trial that paused (a rung's results changed: one may be promotable)
     // or left its device (finished, requeued, restarted).

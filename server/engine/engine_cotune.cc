@@ -58,9 +58,10 @@ Result<ReportReply> Engine::CoTune(const store::TrialRecord& trial, const Experi
               {"step", r.step},
               {"parameter", name},
               {"reason", "system." + name +
-                             ": the program running this trial does not know this parameter (it "
-                             "declares " +
-                             declared + "); it is neither applied nor co-tuned in this trial"}});
+                             std::string(": the program running this trial does not know this "
+                                         "parameter (it declares ")
+                                 .append(declared)
+                                 .append("); it is neither applied nor co-tuned in this trial")}});
       }
     }
   }

@@ -167,7 +167,7 @@ Result<RegisteredWorker> Engine::RegisterWorker(const WorkerRegistration& w) {
   fleet_->Registered(rec);
   json event = {{"worker_id", rec.id}, {"host", rec.host}, {"instance", rec.instance}};
   if (rec.took_identity_of) event["took_identity_of"] = *rec.took_identity_of;
-  Emit("worker.registered", std::move(event));
+  Emit("worker.registered", event);
   return RegisteredWorker{std::move(rec), std::move(session), std::move(identity_secret)};
 }
 

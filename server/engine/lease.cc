@@ -485,7 +485,7 @@ std::optional<ReportReply> Engine::MaybeMove(Cached& c, const store::TrialRecord
   // device that then found nothing to run kept that estimate, so later
   // moves took its class for busy.
   fleet_->SetIdle(device_id);
-  Emit("trial.moving", std::move(event));
+  Emit("trial.moving", event);
   return ReportReply{Decision::kPause, std::nullopt, why};
 }
 
@@ -513,8 +513,9 @@ Status Engine::CheckCost(const ExperimentSpec& spec) {
     if (known.count(key)) continue;
     std::string list;
     for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-    return Status::InvalidArgument("cost.prices." + key + ": no registered worker has this device class or label (" +
-                                   list + ")");
+    return Status::InvalidArgument("cost.prices." + key +
+                                   ": no registered worker has this device class or label (" +
+                                   list.append(")"));
   }
   return Status::OK();
 }

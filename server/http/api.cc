@@ -26,7 +26,7 @@ namespace {
 // What the server stored itself: no size limit (a spec's JSON form may be
 // larger than its YAML text), but the nesting limit all the same, so a value
 // written by an older server cannot overflow the stack of the reply's dump().
-json ParseOr(const std::string& text, json fallback) {
+json ParseOr(const std::string& text, const json& fallback) {
   const JsonLimits stored{kMaxJsonDepth, SIZE_MAX, SIZE_MAX};
   auto j = ParseJson(text, "stored value", stored);
   return j.ok() ? std::move(j).value() : fallback;

@@ -143,7 +143,7 @@ Result<std::unique_ptr<ssl::context>> ServerTlsContext(const std::string& cert_f
 // The most a connection's read buffer holds: headers (8 KiB at most), a
 // chunk-size line, and what one read brings of a body on its way into the
 // request (Beast reads up to 64 KiB at a time).
-constexpr size_t kReadBufferBytes = 128 * 1024;
+constexpr size_t kReadBufferBytes = size_t{128} * 1024;
 
 bool IsMalformedRequest(const beast::error_code& ec) {
   static const auto& http_category = http::make_error_code(http::error::bad_version).category();
@@ -557,7 +557,7 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
     std::string head = "HTTP/1.1 " + std::to_string(r.status) + " " + Reason(r.status) +
                        "\r\nServer: hpo-server\r\nContent-Type: " + r.content_type +
                        "\r\nCache-Control: no-cache\r\nConnection: close\r\n";
-    for (const auto& [k, v] : r.headers) head += k + ": " + v + "\r\n";
+    for (const auto& [k, v] : r.headers) head.append(k).append(": ").append(v).append("\r\n");
     head += "\r\n";
     auto text = std::make_shared<std::string>(std::move(head));
     Lowest().expires_after(impl_.options.write_timeout);

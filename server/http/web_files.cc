@@ -99,7 +99,7 @@ std::string Resolve(const std::string& from, std::string ref) {
   }
   const fs::path joined = ref[0] == '/' ? fs::path(ref) : fs::path(from).parent_path() / ref;
   const fs::path normal = joined.lexically_normal();
-  const std::string s = normal.generic_string();
+  std::string s = normal.generic_string();
   if (s.empty() || s[0] != '/' || s.find("/..") != std::string::npos) return "";
   return s;
 }

@@ -106,7 +106,7 @@ std::string EscapeHelp(std::string_view s) {
 // time), registered next to the prometheus::Registry.
 class CallbackGauges final : public prometheus::Collectable {
  public:
-  CallbackGauges(std::string name, std::string help, std::function<GaugeSamples()> callback)
+  CallbackGauges(std::string name, const std::string& help, std::function<GaugeSamples()> callback)
       : name_(std::move(name)), help_(EscapeHelp(help)), callback_(std::move(callback)) {}
 
   std::vector<prometheus::MetricFamily> Collect() const override {

@@ -476,7 +476,7 @@ std::optional<int64_t> ParseRfc3339(const std::string& text) {
   } else if (i + 6 == text.size() && (text[i] == '+' || text[i] == '-') && text[i + 3] == ':') {
     int oh = 0, om = 0;
     if (std::sscanf(text.c_str() + i + 1, "%2d:%2d", &oh, &om) != 2 || oh > 23 || om > 59) return std::nullopt;
-    offset_min = (text[i] == '+' ? 1 : -1) * (oh * 60 + om);
+    offset_min = int64_t{text[i] == '+' ? 1 : -1} * (oh * 60 + om);
     i += 6;
   } else {
     return std::nullopt;
@@ -489,7 +489,8 @@ std::optional<int64_t> ParseRfc3339(const std::string& text) {
   const int doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
   const int doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
   const int64_t days = static_cast<int64_t>(era) * 146097 + doe - 719468;
-  return ((days * 86400 + h * 3600 + mi * 60 + sec) - offset_min * 60) * 1000 + ms;
+  return ((days * 86400 + int64_t{h} * 3600 + int64_t{mi} * 60 + sec) - offset_min * 60) * 1000 +
+         ms;
 }
 
 Status ParseCost(Fields& top, ExperimentSpec& spec) {
@@ -839,7 +840,8 @@ std::optional<double> PricePerHour(const ExperimentSpec& spec, const std::string
                                    const std::map<std::string, std::string>& labels) {
   if (const auto it = spec.prices.find(device_class); it != spec.prices.end()) return it->second;
   for (const auto& [key, value] : labels) {
-    if (const auto it = spec.prices.find(key + "=" + value); it != spec.prices.end())
+    if (const auto it = spec.prices.find(std::string(key).append("=").append(value));
+        it != spec.prices.end())
       return it->second;
   }
   return std::nullopt;

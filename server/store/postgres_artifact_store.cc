@@ -55,7 +55,7 @@ Status Guard(const std::string& display, bool& broken, F&& f) {
     broken = true;
     return Status::Unavailable(display + ": commit outcome unknown: " + OneLine(e.what()));
   } catch (const pqxx::sql_error& e) {
-    const std::string state = e.sqlstate();
+    const std::string& state = e.sqlstate();
     if (state.rfind("57", 0) == 0 || state.rfind("08", 0) == 0) {
       broken = true;
       return Status::Unavailable(display + ": " + OneLine(e.what()));

@@ -178,7 +178,7 @@ class PostgresConnection final : public SqlConnection {
       Throw(Status::Aborted(display_ + ": " + OneLine(e.what())));
     } catch (const pqxx::sql_error& e) {
       // Admin shutdown and friends arrive as sql_error with SQLSTATE class 57/08.
-      const std::string state = e.sqlstate();
+      const std::string& state = e.sqlstate();
       if (state.rfind("U0", 0) == 0) ThrowRaised(state, e.what());
       if (state.rfind("57", 0) == 0 || state.rfind("08", 0) == 0) {
         healthy_ = false;

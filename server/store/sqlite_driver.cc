@@ -18,7 +18,6 @@ Status SqliteStatus(sqlite3* db, int rc, std::string_view what, const std::strin
   switch (rc & 0xff) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
-      return Status::Unavailable(msg);
     case SQLITE_CANTOPEN:
     case SQLITE_PERM:
     case SQLITE_READONLY:
