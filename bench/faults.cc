@@ -64,22 +64,29 @@ int main(int argc, char** argv) {
   app.add_option("--stores", stores,
                  "stores for kill_worker, kill_server(_workers), slow_worker, promotion, migration")
       ->capture_default_str();
-  app.add_option("--dir", dir, "scratch directory (default: a new one under /tmp, removed on success)");
+  app.add_option("--dir", dir,
+                 "scratch directory (default: a new one under /tmp, removed on success)");
   app.add_option("--server-bin", base.server_bin)->capture_default_str();
   app.add_option("--worker-bin", base.worker_bin)->capture_default_str();
   app.add_option("--worker-kills", wk.kills)->capture_default_str();
-  app.add_option("--workers", wk.workers, "hpo-worker processes in kill_worker")->capture_default_str();
+  app.add_option("--workers", wk.workers, "hpo-worker processes in kill_worker")
+      ->capture_default_str();
   app.add_option("--lease-timeout", wk.lease_timeout_s,
                  "seconds, for kill_worker, slow_worker, promotion and migration")
       ->capture_default_str();
-  app.add_option("--server-kills", sk.kills, "in kill_server and kill_server_workers")->capture_default_str();
+  app.add_option("--server-kills", sk.kills, "in kill_server and kill_server_workers")
+      ->capture_default_str();
   app.add_option("--pg-restarts", pr.restarts)->capture_default_str();
-  app.add_option("--pauses", sw.pauses, "SIGSTOP/SIGCONT cycles in slow_worker")->capture_default_str();
-  app.add_option("--promotion-kills", po.server_kills, "server kill -9s in promotion")->capture_default_str();
-  app.add_option("--upload-cuts", po.upload_cuts, "workers that die mid-upload in promotion")->capture_default_str();
+  app.add_option("--pauses", sw.pauses, "SIGSTOP/SIGCONT cycles in slow_worker")
+      ->capture_default_str();
+  app.add_option("--promotion-kills", po.server_kills, "server kill -9s in promotion")
+      ->capture_default_str();
+  app.add_option("--upload-cuts", po.upload_cuts, "workers that die mid-upload in promotion")
+      ->capture_default_str();
   app.add_option("--promotion-seconds", promotion_seconds, "how long promotion runs, at least")
       ->capture_default_str();
-  app.add_option("--promotion-workers", po.workers, "simulated workers in promotion")->capture_default_str();
+  app.add_option("--promotion-workers", po.workers, "simulated workers in promotion")
+      ->capture_default_str();
   app.add_option("--migration-kills", mo.kills,
                  "workers killed -9 in a pause's checkpoint save in migration")
       ->capture_default_str();
@@ -140,17 +147,26 @@ int main(int argc, char** argv) {
   for (const std::string& store : store_list) {
     if (!wanted(scenarios, "kill_worker")) break;
     auto setup = setup_for("kill_worker", store);
-    if (!setup.ok()) { fail(setup.status()); continue; }
+    if (!setup.ok()) {
+      fail(setup.status());
+      continue;
+    }
     auto r = KillWorkers(*setup, wk);
-    if (!r.ok()) { fail(r.status()); continue; }
+    if (!r.ok()) {
+      fail(r.status());
+      continue;
+    }
     std::printf(
-        "bench=faults scenario=kill_worker store=%s kills=%d workers=%d lease_timeout_ms=%d trials=%lld "
-        "completed=%lld failed=%lld unfinished=%lld experiment=%s not_requeued=%d requeue_ms_p50=%.0f "
+        "bench=faults scenario=kill_worker store=%s kills=%d workers=%d lease_timeout_ms=%d "
+        "trials=%lld "
+        "completed=%lld failed=%lld unfinished=%lld experiment=%s not_requeued=%d "
+        "requeue_ms_p50=%.0f "
         "requeue_ms_max=%.0f release_ms_p50=%.0f release_ms_max=%.0f max_attempt=%d\n",
         store.c_str(), r->kills, wk.workers, wk.lease_timeout_s * 1000, (long long)r->trials,
-        (long long)r->completed, (long long)r->failed, (long long)r->unfinished, r->experiment_state.c_str(),
-        r->not_requeued, Quantile(r->requeue_ms, 0.5), Quantile(r->requeue_ms, 1), Quantile(r->release_ms, 0.5),
-        Quantile(r->release_ms, 1), r->max_attempt);
+        (long long)r->completed, (long long)r->failed, (long long)r->unfinished,
+        r->experiment_state.c_str(), r->not_requeued, Quantile(r->requeue_ms, 0.5),
+        Quantile(r->requeue_ms, 1), Quantile(r->release_ms, 0.5), Quantile(r->release_ms, 1),
+        r->max_attempt);
     std::fflush(stdout);
     survived = survived && r->unfinished == 0 && r->not_requeued == 0 && r->kills == wk.kills;
   }
@@ -158,16 +174,25 @@ int main(int argc, char** argv) {
   for (const std::string& store : store_list) {
     if (!wanted(scenarios, "kill_server")) break;
     auto setup = setup_for("kill_server", store);
-    if (!setup.ok()) { fail(setup.status()); continue; }
+    if (!setup.ok()) {
+      fail(setup.status());
+      continue;
+    }
     auto r = KillServer(*setup, sk);
-    if (!r.ok()) { fail(r.status()); continue; }
+    if (!r.ok()) {
+      fail(r.status());
+      continue;
+    }
     std::printf(
-        "bench=faults scenario=kill_server store=%s kills=%d workers=%d acked_reports=%lld lost_reports=%lld "
-        "trials_completed=%lld restart_ms_p50=%.0f restart_ms_max=%.0f recovery_ms_p50=%.0f recovery_ms_max=%.0f "
+        "bench=faults scenario=kill_server store=%s kills=%d workers=%d acked_reports=%lld "
+        "lost_reports=%lld "
+        "trials_completed=%lld restart_ms_p50=%.0f restart_ms_max=%.0f recovery_ms_p50=%.0f "
+        "recovery_ms_max=%.0f "
         "rpc_errors=%s\n",
-        store.c_str(), r->kills, sk.workers, (long long)r->acked_reports, (long long)r->lost_reports,
-        (long long)r->trials_completed, Quantile(r->restart_ms, 0.5), Quantile(r->restart_ms, 1),
-        Quantile(r->recovery_ms, 0.5), Quantile(r->recovery_ms, 1), Codes(r->rpc_errors).c_str());
+        store.c_str(), r->kills, sk.workers, (long long)r->acked_reports,
+        (long long)r->lost_reports, (long long)r->trials_completed, Quantile(r->restart_ms, 0.5),
+        Quantile(r->restart_ms, 1), Quantile(r->recovery_ms, 0.5), Quantile(r->recovery_ms, 1),
+        Codes(r->rpc_errors).c_str());
     for (const auto& s : r->lost_samples) std::fprintf(stderr, "faults: lost: %s\n", s.c_str());
     std::fflush(stdout);
     survived = survived && r->lost_reports == 0 && r->acked_reports > 0;
@@ -176,9 +201,15 @@ int main(int argc, char** argv) {
   for (const std::string& store : store_list) {
     if (!wanted(scenarios, "kill_server_workers")) break;
     auto setup = setup_for("kill_server_workers", store);
-    if (!setup.ok()) { fail(setup.status()); continue; }
+    if (!setup.ok()) {
+      fail(setup.status());
+      continue;
+    }
     auto r = KillServerWorkers(*setup, skw);
-    if (!r.ok()) { fail(r.status()); continue; }
+    if (!r.ok()) {
+      fail(r.status());
+      continue;
+    }
     std::printf(
         "bench=faults scenario=kill_server_workers store=%s kills=%d workers=%d not_recovered=%d "
         "trials_completed=%lld trials_failed=%lld restart_ms_p50=%.0f restart_ms_max=%.0f "
@@ -202,39 +233,51 @@ int main(int argc, char** argv) {
       fail(r.status());
     } else {
       std::printf(
-          "bench=faults scenario=restart_postgres restarts=%d recovered=%d workers=%d rest_clients=%d down_ms=%lld "
-          "rpcs=%lld rest_calls=%lld rpc_errors=%s rest_errors=%s unclean_errors=%lld hung=%lld max_rpc_ms=%.0f "
-          "max_rest_ms=%.0f recovery_ms_p50=%.0f recovery_ms_max=%.0f acked_reports=%lld lost_reports=%lld "
+          "bench=faults scenario=restart_postgres restarts=%d recovered=%d workers=%d "
+          "rest_clients=%d down_ms=%lld "
+          "rpcs=%lld rest_calls=%lld rpc_errors=%s rest_errors=%s unclean_errors=%lld hung=%lld "
+          "max_rpc_ms=%.0f "
+          "max_rest_ms=%.0f recovery_ms_p50=%.0f recovery_ms_max=%.0f acked_reports=%lld "
+          "lost_reports=%lld "
           "server_survived=%d\n",
-          r->restarts, r->recovered, pr.workers, pr.rest_clients, (long long)pr.down.count(), (long long)r->rpcs,
-          (long long)r->rest_calls, Codes(r->rpc_errors).c_str(), Codes(r->rest_errors).c_str(),
-          (long long)r->unclean_errors, (long long)r->hung, r->max_rpc_ms, r->max_rest_ms,
-          Quantile(r->recovery_ms, 0.5), Quantile(r->recovery_ms, 1), (long long)r->acked_reports,
-          (long long)r->lost_reports, r->server_survived ? 1 : 0);
+          r->restarts, r->recovered, pr.workers, pr.rest_clients, (long long)pr.down.count(),
+          (long long)r->rpcs, (long long)r->rest_calls, Codes(r->rpc_errors).c_str(),
+          Codes(r->rest_errors).c_str(), (long long)r->unclean_errors, (long long)r->hung,
+          r->max_rpc_ms, r->max_rest_ms, Quantile(r->recovery_ms, 0.5), Quantile(r->recovery_ms, 1),
+          (long long)r->acked_reports, (long long)r->lost_reports, r->server_survived ? 1 : 0);
       // During an outage 503s are expected; the samples matter only when
       // something else went wrong.
       if (r->unclean_errors > 0 || r->hung > 0) {
-        for (const auto& s : r->error_samples) std::fprintf(stderr, "faults: REST error: %s\n", s.c_str());
+        for (const auto& s : r->error_samples)
+          std::fprintf(stderr, "faults: REST error: %s\n", s.c_str());
       }
       std::fflush(stdout);
-      survived = survived && r->unclean_errors == 0 && r->hung == 0 && r->recovered == r->restarts &&
-                 r->lost_reports == 0 && r->server_survived;
+      survived = survived && r->unclean_errors == 0 && r->hung == 0 &&
+                 r->recovered == r->restarts && r->lost_reports == 0 && r->server_survived;
     }
   }
 
   for (const std::string& store : store_list) {
     if (!wanted(scenarios, "slow_worker")) break;
     auto setup = setup_for("slow_worker", store);
-    if (!setup.ok()) { fail(setup.status()); continue; }
+    if (!setup.ok()) {
+      fail(setup.status());
+      continue;
+    }
     auto r = SlowWorker(*setup, sw);
-    if (!r.ok()) { fail(r.status()); continue; }
+    if (!r.ok()) {
+      fail(r.status());
+      continue;
+    }
     std::printf(
-        "bench=faults scenario=slow_worker store=%s lease_timeout_ms=%d long_step_ms=%d long_step=%s "
+        "bench=faults scenario=slow_worker store=%s lease_timeout_ms=%d long_step_ms=%d "
+        "long_step=%s "
         "long_step_attempts=%d pauses=%d pause_ms=%.0f paused_trials=%lld paused_completed=%lld "
         "paused_max_attempt=%d control=%s control_attempts=%d\n",
-        store.c_str(), sw.lease_timeout_s * 1000, 3 * sw.lease_timeout_s * 1000, r->long_step_state.c_str(),
-        r->long_step_attempts, r->pauses, r->pause_ms, (long long)r->paused_trials,
-        (long long)r->paused_completed, r->paused_max_attempt, r->control_state.c_str(), r->control_attempts);
+        store.c_str(), sw.lease_timeout_s * 1000, 3 * sw.lease_timeout_s * 1000,
+        r->long_step_state.c_str(), r->long_step_attempts, r->pauses, r->pause_ms,
+        (long long)r->paused_trials, (long long)r->paused_completed, r->paused_max_attempt,
+        r->control_state.c_str(), r->control_attempts);
     std::fflush(stdout);
     survived = survived && r->long_step_state == "completed" && r->long_step_attempts == 1 &&
                r->paused_completed == r->paused_trials && r->paused_max_attempt == 1 &&
@@ -244,29 +287,41 @@ int main(int argc, char** argv) {
   for (const std::string& store : store_list) {
     if (!wanted(scenarios, "promotion")) break;
     auto setup = setup_for("promotion", store);
-    if (!setup.ok()) { fail(setup.status()); continue; }
+    if (!setup.ok()) {
+      fail(setup.status());
+      continue;
+    }
     auto r = Promotion(*setup, po);
-    if (!r.ok()) { fail(r.status()); continue; }
+    if (!r.ok()) {
+      fail(r.status());
+      continue;
+    }
     const int64_t lost = r->lost_reports + r->lost_completions + r->lost_pauses;
     std::printf(
-        "bench=faults scenario=promotion store=%s workers=%d lease_timeout_ms=%d server_kills=%d upload_cuts=%d "
+        "bench=faults scenario=promotion store=%s workers=%d lease_timeout_ms=%d server_kills=%d "
+        "upload_cuts=%d "
         "duration_s=%.0f trials=%lld promotions=%lld max_resume_step=%lld uploads=%lld pauses=%lld "
-        "acked_reports=%lld completions=%lld lost=%lld lost_reports=%lld lost_completions=%lld lost_pauses=%lld "
-        "dropped_reports=%lld bad_resumes=%lld restarted=%lld cut_previous_intact=%d cut_resumed=%d "
+        "acked_reports=%lld completions=%lld lost=%lld lost_reports=%lld lost_completions=%lld "
+        "lost_pauses=%lld "
+        "dropped_reports=%lld bad_resumes=%lld restarted=%lld cut_previous_intact=%d "
+        "cut_resumed=%d "
         "cut_wrong_resumes=%d cut_not_leased_again=%d paused=%lld "
         "checkpoints_intact=%lld stuck=%lld expired_segments=%lld rpc_errors=%s\n",
-        store.c_str(), po.workers, po.lease_timeout_s * 1000, r->server_kills, r->upload_cuts, r->duration_s,
-        (long long)r->trials, (long long)r->promotions, (long long)r->max_resume_step, (long long)r->uploads,
-        (long long)r->pauses, (long long)r->acked_reports, (long long)r->acked_completions, (long long)lost,
+        store.c_str(), po.workers, po.lease_timeout_s * 1000, r->server_kills, r->upload_cuts,
+        r->duration_s, (long long)r->trials, (long long)r->promotions,
+        (long long)r->max_resume_step, (long long)r->uploads, (long long)r->pauses,
+        (long long)r->acked_reports, (long long)r->acked_completions, (long long)lost,
         (long long)r->lost_reports, (long long)r->lost_completions, (long long)r->lost_pauses,
-        (long long)r->dropped_reports, (long long)r->bad_resumes, (long long)r->restarted, r->cut_previous_intact,
-        r->cut_resumed, r->cut_wrong_resumes, r->cut_not_leased_again, (long long)r->paused_at_end, (long long)r->checkpoints_intact, (long long)r->stuck,
+        (long long)r->dropped_reports, (long long)r->bad_resumes, (long long)r->restarted,
+        r->cut_previous_intact, r->cut_resumed, r->cut_wrong_resumes, r->cut_not_leased_again,
+        (long long)r->paused_at_end, (long long)r->checkpoints_intact, (long long)r->stuck,
         (long long)r->expired_segments, Codes(r->rpc_errors).c_str());
     for (const auto& s : r->samples) std::fprintf(stderr, "faults: promotion: %s\n", s.c_str());
     std::fflush(stdout);
-    survived = survived && lost == 0 && r->acked_reports > 0 && r->promotions > 0 && r->bad_resumes == 0 &&
-               r->restarted == 0 && r->server_kills == po.server_kills && r->upload_cuts == po.upload_cuts &&
-               r->cut_previous_intact == r->upload_cuts && r->cut_wrong_resumes == 0 &&
+    survived = survived && lost == 0 && r->acked_reports > 0 && r->promotions > 0 &&
+               r->bad_resumes == 0 && r->restarted == 0 && r->server_kills == po.server_kills &&
+               r->upload_cuts == po.upload_cuts && r->cut_previous_intact == r->upload_cuts &&
+               r->cut_wrong_resumes == 0 &&
                r->cut_resumed + r->cut_not_leased_again == r->upload_cuts &&
                r->checkpoints_intact == r->paused_at_end && r->stuck == 0;
   }

@@ -61,7 +61,9 @@ std::vector<std::string> Split(const std::string& s) {
 
 double Median(std::vector<double> v) {
   // NaN (target not reached) sorts last: a median of "never" stays never.
-  std::sort(v.begin(), v.end(), [](double a, double b) { return std::isnan(b) ? !std::isnan(a) : (!std::isnan(a) && a < b); });
+  std::sort(v.begin(), v.end(), [](double a, double b) {
+    return std::isnan(b) ? !std::isnan(a) : (!std::isnan(a) && a < b);
+  });
   const size_t n = v.size();
   if (n == 0) return std::numeric_limits<double>::quiet_NaN();
   if (n % 2) return v[n / 2];
@@ -89,11 +91,13 @@ struct Timed {
 bool RunTimed(SimulatorOptions o, Timed* out) {
   out->decision_us.clear();
   std::vector<double>* samples = &out->decision_us;
-  o.decide = [samples](const auto& device, const auto& fleet, double now_s, const auto& items, const auto& speeds,
-                       const auto& options) {
+  o.decide = [samples](const auto& device, const auto& fleet, double now_s, const auto& items,
+                       const auto& speeds, const auto& options) {
     const auto start = std::chrono::steady_clock::now();
     auto d = hpo::scheduler::Decide(device, fleet, now_s, items, speeds, options);
-    samples->push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    samples->push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count());
     return d;
   };
   auto sim = Simulator::Create(std::move(o));
@@ -126,20 +130,24 @@ void Diagnose(const SimulatorOptions& o, const SimResult& r, bool verbose) {
   std::fprintf(stderr, "\n");
   for (size_t l = 0; l < r.levels.size(); ++l) {
     const auto& s = r.levels[l];
-    std::fprintf(stderr, "diag   level=%zu segments=%lld speed_pct=%.2f device_s_mean=%.0f paused_s_mean=%.0f\n", l,
-                 static_cast<long long>(s.segments), s.MeanSpeedPercentile(), s.segments ? s.device_s / s.segments : 0,
-                 s.segments ? s.paused_s / s.segments : 0);
+    std::fprintf(
+        stderr,
+        "diag   level=%zu segments=%lld speed_pct=%.2f device_s_mean=%.0f paused_s_mean=%.0f\n", l,
+        static_cast<long long>(s.segments), s.MeanSpeedPercentile(),
+        s.segments ? s.device_s / s.segments : 0, s.segments ? s.paused_s / s.segments : 0);
   }
   if (!r.winner.empty()) {
     std::fprintf(stderr, "diag   winner:");
     for (const auto& seg : r.winner) {
-      std::fprintf(stderr, " [level %d pct %.2f waited %.0f ran %.0f]", seg.level, seg.speed_percentile, seg.waited_s,
-                   seg.seconds);
+      std::fprintf(stderr, " [level %d pct %.2f waited %.0f ran %.0f]", seg.level,
+                   seg.speed_percentile, seg.waited_s, seg.seconds);
     }
     std::fprintf(stderr, "\n");
   }
   if (verbose) {
-    for (const auto& [reason, n] : r.reasons) std::fprintf(stderr, "diag   reason \"%s\": %lld\n", reason.c_str(), static_cast<long long>(n));
+    for (const auto& [reason, n] : r.reasons)
+      std::fprintf(stderr, "diag   reason \"%s\": %lld\n", reason.c_str(),
+                   static_cast<long long>(n));
   }
 }
 
@@ -165,7 +173,7 @@ int main(int argc, char** argv) {
   int timing_workers = 10000;
   int64_t timing_decisions = 5000;
   bool verbose = false;
-  bool migrate = true;  // where it applies, as the spec's default
+  bool migrate = true;       // where it applies, as the spec's default
   int64_t timing_skip = -1;  // steady-state timing: asks skipped first (-1: one per worker)
   // The steady-state timing's sampler: what it times is the offer and the
   // policy, and the GP's suggestions for 10,000 workers' first wave (each
@@ -245,10 +253,12 @@ int main(int argc, char** argv) {
         Timed t;
         if (!RunTimed(o, &t)) return 2;
         const SimResult& r = t.result;
-        std::printf("bench=fleet workers=%d spread=%g policy=%s seed=%d time_to_target_s=%.1f utilization=%.3f "
-                    "decision_us=%.2f trials=%lld\n",
-                    w, o.spread, hpo::scheduler::PolicyName(kind), seed, r.time_to_target_s, r.utilization, t.MeanUs(),
-                    static_cast<long long>(r.trials));
+        std::printf(
+            "bench=fleet workers=%d spread=%g policy=%s seed=%d time_to_target_s=%.1f "
+            "utilization=%.3f "
+            "decision_us=%.2f trials=%lld\n",
+            w, o.spread, hpo::scheduler::PolicyName(kind), seed, r.time_to_target_s, r.utilization,
+            t.MeanUs(), static_cast<long long>(r.trials));
         std::fflush(stdout);
         Diagnose(o, r, verbose);
         ttt.push_back(r.time_to_target_s);
@@ -256,10 +266,12 @@ int main(int argc, char** argv) {
         dec.push_back(t.MeanUs());
         trials.push_back(static_cast<double>(r.trials));
       }
-      std::printf("bench=fleet_median workers=%d spread=%g policy=%s seeds=%d time_to_target_s=%.1f utilization=%.3f "
-                  "decision_us=%.2f trials=%.0f\n",
-                  w, base.spread, hpo::scheduler::PolicyName(kind), seeds, Median(ttt), Median(util), Median(dec),
-                  Median(trials));
+      std::printf(
+          "bench=fleet_median workers=%d spread=%g policy=%s seeds=%d time_to_target_s=%.1f "
+          "utilization=%.3f "
+          "decision_us=%.2f trials=%.0f\n",
+          w, base.spread, hpo::scheduler::PolicyName(kind), seeds, Median(ttt), Median(util),
+          Median(dec), Median(trials));
       std::fflush(stdout);
     }
   }
@@ -271,10 +283,11 @@ int main(int argc, char** argv) {
       o.max_decisions = timing_decisions;
       Timed t;
       if (!RunTimed(o, &t)) return 2;
-      std::printf("bench=fleet_decisions workers=%d spread=%g policy=%s decisions=%zu decision_us=%.2f "
-                  "decision_us_p99=%.2f\n",
-                  timing_workers, o.spread, hpo::scheduler::PolicyName(kind), t.decision_us.size(), t.MeanUs(),
-                  t.QuantileUs(0.99));
+      std::printf(
+          "bench=fleet_decisions workers=%d spread=%g policy=%s decisions=%zu decision_us=%.2f "
+          "decision_us_p99=%.2f\n",
+          timing_workers, o.spread, hpo::scheduler::PolicyName(kind), t.decision_us.size(),
+          t.MeanUs(), t.QuantileUs(0.99));
       std::fflush(stdout);
       Diagnose(o, t.result, verbose);
     }

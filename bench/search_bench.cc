@@ -32,16 +32,15 @@
 #include <ctime>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "testing/objectives.h"
 #include "search/gp_sampler.h"
 #include "search/registry.h"
 #include "search/sampler.h"
+#include "testing/objectives.h"
 
 using namespace hpo;
 using namespace hpo::search;
@@ -65,21 +64,36 @@ bool ApplyGpOptions(const std::string& spec, GpOptions* o) {
     if (eq == std::string::npos) return false;
     const std::string k = kv.substr(0, eq);
     const double v = std::atof(kv.substr(eq + 1).c_str());
-    if (k == "startup_trials") o->startup_trials = static_cast<int>(v);
-    else if (k == "warp_output") o->warp_output = v != 0;
-    else if (k == "max_observations") o->max_observations = static_cast<int>(v);
-    else if (k == "max_fit_observations") o->max_fit_observations = static_cast<int>(v);
-    else if (k == "num_candidates") o->num_candidates = static_cast<int>(v);
-    else if (k == "num_local") o->num_local = static_cast<int>(v);
-    else if (k == "local_iterations") o->local_iterations = static_cast<int>(v);
-    else if (k == "num_restarts") o->fit.num_restarts = static_cast<int>(v);
-    else if (k == "max_iterations") o->fit.max_iterations = static_cast<int>(v);
-    else if (k == "num_initial_draws") o->fit.num_initial_draws = static_cast<int>(v);
-    else if (k == "min_noise") o->fit.min_noise = v;
-    else if (k == "trust_region_dims") o->trust_region_dims = static_cast<int>(v);
-    else if (k == "warp_inputs") o->warp_inputs = v != 0;
-    else if (k == "incumbent_by_mean") o->incumbent_by_mean = v != 0;
-    else return false;
+    if (k == "startup_trials")
+      o->startup_trials = static_cast<int>(v);
+    else if (k == "warp_output")
+      o->warp_output = v != 0;
+    else if (k == "max_observations")
+      o->max_observations = static_cast<int>(v);
+    else if (k == "max_fit_observations")
+      o->max_fit_observations = static_cast<int>(v);
+    else if (k == "num_candidates")
+      o->num_candidates = static_cast<int>(v);
+    else if (k == "num_local")
+      o->num_local = static_cast<int>(v);
+    else if (k == "local_iterations")
+      o->local_iterations = static_cast<int>(v);
+    else if (k == "num_restarts")
+      o->fit.num_restarts = static_cast<int>(v);
+    else if (k == "max_iterations")
+      o->fit.max_iterations = static_cast<int>(v);
+    else if (k == "num_initial_draws")
+      o->fit.num_initial_draws = static_cast<int>(v);
+    else if (k == "min_noise")
+      o->fit.min_noise = v;
+    else if (k == "trust_region_dims")
+      o->trust_region_dims = static_cast<int>(v);
+    else if (k == "warp_inputs")
+      o->warp_inputs = v != 0;
+    else if (k == "incumbent_by_mean")
+      o->incumbent_by_mean = v != 0;
+    else
+      return false;
   }
   return true;
 }
@@ -216,8 +230,11 @@ void Quality(Suite& suite, const std::vector<std::string>& samplers, const std::
         double best_seen = INFINITY, best_f = INFINITY;
         for (int t = 0; t < trials; ++t) {
           Assignment a = sampler->Suggest(task.space, h, 1, rng).at(0);
-          const json r = suite.Call({{"cmd", "eval"}, {"task", task.name},
-                                     {"params", task.space.ToJson(a)}, {"seed", seed}, {"trial", t}});
+          const json r = suite.Call({{"cmd", "eval"},
+                                     {"task", task.name},
+                                     {"params", task.space.ToJson(a)},
+                                     {"seed", seed},
+                                     {"trial", t}});
           const double y = r.at("y"), f = r.at("f");
           if (y < best_seen) best_seen = y, best_f = f;
           h.trials.push_back({t, TrialStatus::kCompleted, std::move(a), y, {}});
@@ -226,7 +243,8 @@ void Quality(Suite& suite, const std::vector<std::string>& samplers, const std::
           }
         }
       }
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       for (const auto& [t, r] : regret) {
         std::string all;
         char buf[64];
@@ -234,14 +252,15 @@ void Quality(Suite& suite, const std::vector<std::string>& samplers, const std::
           std::snprintf(buf, sizeof buf, "%s%.6g", all.empty() ? "" : ",", v);
           all += buf;
         }
-        std::printf("bench=search func=%s family=%s sampler=%s trials=%d seeds=%zu median_regret=%.6g "
-                    "q25=%.6g q75=%.6g regrets=%s\n",
-                    task.name.c_str(), task.family.c_str(), sname.c_str(), t, r.size(),
-                    Percentile(r, 50), Percentile(r, 25), Percentile(r, 75), all.c_str());
+        std::printf(
+            "bench=search func=%s family=%s sampler=%s trials=%d seeds=%zu median_regret=%.6g "
+            "q25=%.6g q75=%.6g regrets=%s\n",
+            task.name.c_str(), task.family.c_str(), sname.c_str(), t, r.size(), Percentile(r, 50),
+            Percentile(r, 25), Percentile(r, 75), all.c_str());
       }
       std::fflush(stdout);
-      std::fprintf(stderr, "bench: %s/%s %d seeds in %.1fs\n", task.name.c_str(), sname.c_str(), seeds,
-                   secs);
+      std::fprintf(stderr, "bench: %s/%s %d seeds in %.1fs\n", task.name.c_str(), sname.c_str(),
+                   seeds, secs);
     }
   }
 }
@@ -266,11 +285,14 @@ void Latency(const std::vector<std::string>& samplers) {
           const double cpu_start = ThreadCpuMs();
           const auto start = std::chrono::steady_clock::now();
           auto out = sampler->Suggest(space, h, count, rng);
-          ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+          ms.push_back(
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                  .count());
           cpu_ms.push_back(ThreadCpuMs() - cpu_start);
         }
-        std::printf("bench=suggest sampler=%s observations=%d params=8 count=%d ms=%.3f cpu_ms=%.3f\n",
-                    sname.c_str(), n, count, Percentile(ms, 50), Percentile(cpu_ms, 50));
+        std::printf(
+            "bench=suggest sampler=%s observations=%d params=8 count=%d ms=%.3f cpu_ms=%.3f\n",
+            sname.c_str(), n, count, Percentile(ms, 50), Percentile(cpu_ms, 50));
         std::fflush(stdout);
       }
     }
@@ -313,10 +335,11 @@ int main(int argc, char** argv) {
     } else if (a == "--quality-only") {
       latency = false;
     } else {
-      std::fprintf(stderr,
-                   "usage: search_bench [--samplers a,b] [--tasks t,u] [--families f,g] [--seeds N] "
-                   "[--first-seed N] [--trials N] [--gp-options k=v,...] [--python PATH] [--suite PATH] "
-                   "[--latency-only|--quality-only]\n");
+      std::fprintf(
+          stderr,
+          "usage: search_bench [--samplers a,b] [--tasks t,u] [--families f,g] [--seeds N] "
+          "[--first-seed N] [--trials N] [--gp-options k=v,...] [--python PATH] [--suite PATH] "
+          "[--latency-only|--quality-only]\n");
       return 2;
     }
   }

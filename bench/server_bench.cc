@@ -13,14 +13,17 @@
 // window of --seconds and the calls that returned in it, and reads the
 // server's CPU time (/proc/PID/stat) at both ends. Prints one line each:
 //
-//   bench=server store=postgresql workers=64 sampler=tpe trials_per_s=N lease_p99_ms=X report_p99_ms=Y
-//       cpu_ms_per_trial=Z lease_p50_ms=... report_p50_ms=... complete_p50_ms=... complete_p99_ms=...
-//       pg_cpu_ms_per_trial=... client_cpu_ms_per_trial=... trials=... seconds=... errors=...
-//       acked_completed=... store_completed=...
-//   bench=server store=sqlite rest_clients=16 sampler=tpe trials_per_s=N suggest_p99_ms=X report_p99_ms=Y
+//   bench=server store=postgresql workers=64 sampler=tpe trials_per_s=N lease_p99_ms=X
+//   report_p99_ms=Y
+//       cpu_ms_per_trial=Z lease_p50_ms=... report_p50_ms=... complete_p50_ms=...
+//       complete_p99_ms=... pg_cpu_ms_per_trial=... client_cpu_ms_per_trial=... trials=...
+//       seconds=... errors=... acked_completed=... store_completed=...
+//   bench=server store=sqlite rest_clients=16 sampler=tpe trials_per_s=N suggest_p99_ms=X
+//   report_p99_ms=Y
 //       cpu_ms_per_trial=Z suggest_p50_ms=... report_p50_ms=... complete_p50_ms=... ...
 //   bench=server store=postgresql workers=16 sampler=tpe existing_trials=10000 trials_per_s=N ...
-//   bench=server store=postgresql rest_clients=1 sampler=tpe existing_trials=10000 trials_per_s=N ...
+//   bench=server store=postgresql rest_clients=1 sampler=tpe existing_trials=10000 trials_per_s=N
+//   ...
 //
 // and, with --with-peers, bench/peers/optuna_rdb.py's lines on the same
 // PostgreSQL (peer=optuna-3.1). bench/README.md explains every field.
@@ -42,8 +45,8 @@
 #include <sstream>
 
 #include "proto/mutex_mode.h"
-#include "testing/harness.h"
 #include "server/store/store.h"
+#include "testing/harness.h"
 
 namespace hpo::bench {
 namespace {
@@ -67,12 +70,14 @@ struct Options {
   int64_t min_trials = 1;  // a window lasts until it holds this many trials (at most 120 s more)
   int64_t existing_trials = 10'000;
   int existing_workers = 16;
-  int existing_rest_clients = 1;  // suggest's own latency at that size, apart from a fleet's queueing
+  int existing_rest_clients =
+      1;  // suggest's own latency at that size, apart from a fleet's queueing
   std::vector<std::string> existing_stores = {"postgresql"};
   bool with_peers = false;
   double peer_seconds = 20;
   int peer_processes = 4;
-  std::string pg_admin;  // a PostgreSQL server's admin URL; empty: HPO_TEST_PG_*, else a private one
+  std::string
+      pg_admin;  // a PostgreSQL server's admin URL; empty: HPO_TEST_PG_*, else a private one
   std::string dir;
 };
 
@@ -84,15 +89,18 @@ json BenchSpec(const std::string& sampler, int clients, bool client_executor) {
                  {"layers", {{"type", "int"}, {"low", 1}, {"high", 8}}},
                  {"optimizer", {{"type", "categorical"}, {"choices", {"sgd", "adam", "rmsprop"}}}},
                  {"activation", {{"type", "categorical"}, {"choices", {"relu", "tanh", "gelu"}}}}};
-  for (int i = 0; i < 4; ++i) params["x" + std::to_string(i)] = {{"type", "float"}, {"low", -5}, {"high", 5}};
-  return {{"name", "server-bench"},
-          {"objective", {{"metric", "loss"}, {"direction", "minimize"}}},
-          {"spaces", {{{"name", "main"}, {"params", params}}}},
-          {"algorithm", {{"sampler", sampler}, {"seed", 1}}},
-          {"early_stopping", {{"rule", "none"}}},
-          {"budget", {{"max_trials", 100'000'000}, {"max_parallel", clients + 8}, {"steps_per_trial", kSteps}}},
-          {"executor", client_executor ? json{{"client", json::object()}}
-                                       : json{{"builtin", {{"trainer", "fashion-mnist-mlp"}}}}}};
+  for (int i = 0; i < 4; ++i)
+    params["x" + std::to_string(i)] = {{"type", "float"}, {"low", -5}, {"high", 5}};
+  return {
+      {"name", "server-bench"},
+      {"objective", {{"metric", "loss"}, {"direction", "minimize"}}},
+      {"spaces", {{{"name", "main"}, {"params", params}}}},
+      {"algorithm", {{"sampler", sampler}, {"seed", 1}}},
+      {"early_stopping", {{"rule", "none"}}},
+      {"budget",
+       {{"max_trials", 100'000'000}, {"max_parallel", clients + 8}, {"steps_per_trial", kSteps}}},
+      {"executor", client_executor ? json{{"client", json::object()}}
+                                   : json{{"builtin", {{"trainer", "fashion-mnist-mlp"}}}}}};
 }
 
 // What the clients report: a smooth function of the parameters (its
@@ -131,7 +139,8 @@ Status SeedTrials(const std::string& url, int64_t experiment_id, int64_t count) 
   so.pool_size = 8;
   HPO_ASSIGN_OR_RETURN(auto st, store::OpenStore(url, so));
   HPO_ASSIGN_OR_RETURN(store::ExperimentRecord e, st->GetExperiment(experiment_id));
-  if (e.spaces.empty()) return Status::Internal("experiment " + std::to_string(experiment_id) + " has no space");
+  if (e.spaces.empty())
+    return Status::Internal("experiment " + std::to_string(experiment_id) + " has no space");
   std::mt19937_64 rng(42);
   for (int64_t done = 0; done < count;) {
     std::vector<store::NewTrial> batch(static_cast<size_t>(std::min<int64_t>(1000, count - done)));
@@ -168,9 +177,11 @@ Status SeedTrials(const std::string& url, int64_t experiment_id, int64_t count) 
           if (!r.ok()) return fail(r.status());
         }
         const json final_metrics = {{"loss", BenchLoss(params, kSteps - 1)}};
-        auto f = st->FinishTrial(trial.id, owner, {store::TrialState::kCompleted, final_metrics.dump(), ""});
+        auto f = st->FinishTrial(trial.id, owner,
+                                 {store::TrialState::kCompleted, final_metrics.dump(), ""});
         if (!f.ok()) return fail(f.status());
-        if (++finished % 2000 == 0) Progress("seeded " + std::to_string(finished.load()) + " trials");
+        if (++finished % 2000 == 0)
+          Progress("seeded " + std::to_string(finished.load()) + " trials");
       }
     });
   }
@@ -185,8 +196,9 @@ struct Window {
 
 // The latencies of calls that returned between two snapshots: each
 // vector only grows, in the order calls returned.
-std::map<std::string, std::vector<double>> Between(const std::map<std::string, std::vector<double>>& before,
-                                                   const std::map<std::string, std::vector<double>>& after) {
+std::map<std::string, std::vector<double>> Between(
+    const std::map<std::string, std::vector<double>>& before,
+    const std::map<std::string, std::vector<double>>& after) {
   std::map<std::string, std::vector<double>> out;
   for (const auto& [what, v] : after) {
     auto it = before.find(what);
@@ -197,8 +209,8 @@ std::map<std::string, std::vector<double>> Between(const std::map<std::string, s
 }
 
 struct Config {
-  std::string store;  // "sqlite" or "postgresql"
-  int workers = 0;    // gRPC workers, or
+  std::string store;     // "sqlite" or "postgresql"
+  int workers = 0;       // gRPC workers, or
   int rest_clients = 0;  // REST ask/tell clients
   int64_t existing_trials = 0;
 };
@@ -217,7 +229,8 @@ class Bench {
     }
     std::vector<Config> configs;
     for (const auto& s : o_.stores) {
-      if (s != "sqlite" && s != "postgresql") return Fail(Status::InvalidArgument("--stores: unknown store '" + s + "'"));
+      if (s != "sqlite" && s != "postgresql")
+        return Fail(Status::InvalidArgument("--stores: unknown store '" + s + "'"));
       for (int w : o_.workers) {
         if (w > 0) configs.push_back({s, w, 0, 0});
       }
@@ -230,13 +243,15 @@ class Bench {
         if (s != "sqlite" && s != "postgresql") {
           return Fail(Status::InvalidArgument("--existing-stores: unknown store '" + s + "'"));
         }
-        if (o_.existing_workers > 0) configs.push_back({s, o_.existing_workers, 0, o_.existing_trials});
-        if (o_.existing_rest_clients > 0) configs.push_back({s, 0, o_.existing_rest_clients, o_.existing_trials});
+        if (o_.existing_workers > 0)
+          configs.push_back({s, o_.existing_workers, 0, o_.existing_trials});
+        if (o_.existing_rest_clients > 0)
+          configs.push_back({s, 0, o_.existing_rest_clients, o_.existing_trials});
       }
     }
-    const bool needs_pg = o_.with_peers || std::any_of(configs.begin(), configs.end(), [](const Config& c) {
-                            return c.store == "postgresql";
-                          });
+    const bool needs_pg =
+        o_.with_peers || std::any_of(configs.begin(), configs.end(),
+                                     [](const Config& c) { return c.store == "postgresql"; });
     if (needs_pg) {
       if (Status s = FindPostgres(); !s.ok()) return Fail(s);
     }
@@ -271,8 +286,9 @@ class Bench {
       return std::string(v && *v ? v : fallback);
     };
     if (std::getenv("HPO_TEST_PG_PORT")) {
-      o_.pg_admin = "postgresql://" + env("HPO_TEST_PG_USER", "postgres") + "@" + env("HPO_TEST_PG_HOST", "127.0.0.1") +
-                    ":" + env("HPO_TEST_PG_PORT", "5432") + "/postgres";
+      o_.pg_admin = "postgresql://" + env("HPO_TEST_PG_USER", "postgres") + "@" +
+                    env("HPO_TEST_PG_HOST", "127.0.0.1") + ":" + env("HPO_TEST_PG_PORT", "5432") +
+                    "/postgres";
       return Status::OK();
     }
     Progress("no --pg and no HPO_TEST_PG_PORT: starting a private PostgreSQL");
@@ -281,13 +297,16 @@ class Bench {
     return Status::OK();
   }
 
-  std::string NewDatabaseName() { return "hpo_sbench_" + std::to_string(getpid()) + "_" + std::to_string(++dbs_); }
+  std::string NewDatabaseName() {
+    return "hpo_sbench_" + std::to_string(getpid()) + "_" + std::to_string(++dbs_);
+  }
 
   Status RunOne(const Config& c) {
     const bool rest = c.rest_clients > 0;
     const int clients = rest ? c.rest_clients : c.workers;
-    const std::string label = c.store + (rest ? "-rest" : "-grpc") + std::to_string(clients) +
-                              (c.existing_trials > 0 ? "-existing" + std::to_string(c.existing_trials) : "");
+    const std::string label =
+        c.store + (rest ? "-rest" : "-grpc") + std::to_string(clients) +
+        (c.existing_trials > 0 ? "-existing" + std::to_string(c.existing_trials) : "");
     const std::string dir = o_.dir + "/" + label;
     fs::create_directories(dir);
     std::string url, db;
@@ -301,8 +320,9 @@ class Bench {
     ServerProcess server(o_.server_bin, dir + "/server",
                          {"--store", url, "--group-commit", o_.group_commit ? "true" : "false"});
     HPO_RETURN_IF_ERROR(server.Start());
-    HPO_ASSIGN_OR_RETURN(int64_t experiment, CreateExperiment(server.http_port(),
-                                                              BenchSpec(o_.sampler, clients, rest).dump()));
+    HPO_ASSIGN_OR_RETURN(
+        int64_t experiment,
+        CreateExperiment(server.http_port(), BenchSpec(o_.sampler, clients, rest).dump()));
     if (c.existing_trials > 0) {
       // Straight into the store with the server stopped, then a restart: the
       // server reads the experiment as a restarted one would.
@@ -310,7 +330,8 @@ class Bench {
       Progress(label + ": seeding " + std::to_string(c.existing_trials) + " finished trials");
       const auto seed_start = Clock::now();
       HPO_RETURN_IF_ERROR(SeedTrials(url, experiment, c.existing_trials));
-      Progress(label + ": seeded in " + std::to_string(static_cast<int>(MsSince(seed_start) / 1000)) + " s");
+      Progress(label + ": seeded in " +
+               std::to_string(static_cast<int>(MsSince(seed_start) / 1000)) + " s");
       HPO_RETURN_IF_ERROR(server.Start());
     }
 
@@ -330,7 +351,8 @@ class Bench {
       fo.address = server.grpc_address();
       fo.workers = clients;
       fo.steps = kSteps;
-      fo.step_time = std::chrono::milliseconds(0);  // no training: the server's share is all there is
+      fo.step_time =
+          std::chrono::milliseconds(0);  // no training: the server's share is all there is
       fo.start_spread = std::chrono::milliseconds(0);
       fo.objective = BenchLoss;
       fleet = std::make_unique<SimFleet>(fo);
@@ -371,7 +393,8 @@ class Bench {
     }
     // On a loaded machine a short window may hold no trial: go on (a
     // smoke run's figures must exist, whatever they are).
-    while (snapshot().completed - w0.completed < o_.min_trials && MsSince(t0) < (o_.seconds + 120) * 1000) {
+    while (snapshot().completed - w0.completed < o_.min_trials &&
+           MsSince(t0) < (o_.seconds + 120) * 1000) {
       sleep_for(0.05);
     }
     const Window w1 = snapshot();
@@ -399,26 +422,29 @@ class Bench {
       return it == calls.end() ? 0.0 : Quantile(it->second, p);
     };
     const int64_t trials = w1.completed - w0.completed;
-    const double per_trial = trials > 0 ? 1000.0 / static_cast<double>(trials) : 0;  // s -> ms per trial
-    std::string line = "bench=server store=" + c.store +
-                       (rest ? " rest_clients=" : " workers=") + std::to_string(clients) + " sampler=" + o_.sampler;
+    const double per_trial =
+        trials > 0 ? 1000.0 / static_cast<double>(trials) : 0;  // s -> ms per trial
+    std::string line = "bench=server store=" + c.store + (rest ? " rest_clients=" : " workers=") +
+                       std::to_string(clients) + " sampler=" + o_.sampler;
     if (c.existing_trials > 0) line += " existing_trials=" + std::to_string(c.existing_trials);
     if (!o_.group_commit) line += " group_commit=off";
     const char* first = rest ? "suggest" : "lease";
     char pg_field[64] = "";  // PostgreSQL's processes, where there are some
-    if (c.store == "postgresql") std::snprintf(pg_field, sizeof pg_field, " pg_cpu_ms_per_trial=%.3f", PostgresCpuBetween(pg0, pg1) * per_trial);
+    if (c.store == "postgresql")
+      std::snprintf(pg_field, sizeof pg_field, " pg_cpu_ms_per_trial=%.3f",
+                    PostgresCpuBetween(pg0, pg1) * per_trial);
     char buf[1024];
-    std::snprintf(buf, sizeof buf,
-                  " trials_per_s=%.1f %s_p99_ms=%.2f report_p99_ms=%.2f cpu_ms_per_trial=%.3f %s_p50_ms=%.2f "
-                  "report_p50_ms=%.2f complete_p50_ms=%.2f complete_p99_ms=%.2f%s "
-                  "client_cpu_ms_per_trial=%.3f trials=%lld seconds=%.1f errors=%lld acked_completed=%lld "
-                  "store_completed=%lld",
-                  static_cast<double>(trials) / secs, first, q(first, 0.99), q("report", 0.99),
-                  (cpu1 - cpu0) * per_trial, first, q(first, 0.5), q("report", 0.5), q("complete", 0.5),
-                  q("complete", 0.99), pg_field,
-                  (self1 - self0) * per_trial, static_cast<long long>(trials), secs,
-                  static_cast<long long>(end.errors), static_cast<long long>(end.completed),
-                  static_cast<long long>(store_completed));
+    std::snprintf(
+        buf, sizeof buf,
+        " trials_per_s=%.1f %s_p99_ms=%.2f report_p99_ms=%.2f cpu_ms_per_trial=%.3f %s_p50_ms=%.2f "
+        "report_p50_ms=%.2f complete_p50_ms=%.2f complete_p99_ms=%.2f%s "
+        "client_cpu_ms_per_trial=%.3f trials=%lld seconds=%.1f errors=%lld acked_completed=%lld "
+        "store_completed=%lld",
+        static_cast<double>(trials) / secs, first, q(first, 0.99), q("report", 0.99),
+        (cpu1 - cpu0) * per_trial, first, q(first, 0.5), q("report", 0.5), q("complete", 0.5),
+        q("complete", 0.99), pg_field, (self1 - self0) * per_trial, static_cast<long long>(trials),
+        secs, static_cast<long long>(end.errors), static_cast<long long>(end.completed),
+        static_cast<long long>(store_completed));
     std::printf("%s%s\n", line.c_str(), buf);
     std::fflush(stdout);
     if (end.errors > 0) {
@@ -431,8 +457,8 @@ class Bench {
     }
     if (store_completed != end.completed) {
       clean_ = false;
-      Progress(label + ": the clients were told of " + std::to_string(end.completed) + " completions, the store has " +
-               std::to_string(store_completed));
+      Progress(label + ": the clients were told of " + std::to_string(end.completed) +
+               " completions, the store has " + std::to_string(store_completed));
     }
     return Status::OK();
   }
@@ -445,10 +471,11 @@ class Bench {
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%g", o_.peer_seconds);
     const pid_t pid = Spawn({o_.python, o_.peer_script, "--pg", o_.pg_admin, "--processes",
-                             std::to_string(o_.peer_processes), "--sampler", sampler, "--seconds", seconds,
-                             "--min-trials", std::to_string(o_.min_trials)},
+                             std::to_string(o_.peer_processes), "--sampler", sampler, "--seconds",
+                             seconds, "--min-trials", std::to_string(o_.min_trials)},
                             log);
-    const auto status = WaitExit(pid, std::chrono::seconds(static_cast<int64_t>(o_.peer_seconds) + 300));
+    const auto status =
+        WaitExit(pid, std::chrono::seconds(static_cast<int64_t>(o_.peer_seconds) + 300));
     if (!status) KillAndReap(pid);
     std::istringstream in(ReadFile(log));
     bool printed = false;
@@ -481,41 +508,50 @@ int main(int argc, char** argv) {
   using hpo::bench::Options;
   Options o;
   CLI::App app{"bench/server_bench: trials per second through the real hpo-server (issue #19)"};
-  app.add_option("--stores", o.stores, "sqlite and/or postgresql")->delimiter(',')->capture_default_str();
+  app.add_option("--stores", o.stores, "sqlite and/or postgresql")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--workers", o.workers, "gRPC worker counts, one line each (0: none)")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--rest-clients", o.rest_clients, "REST ask/tell client counts, one line each (0: none)")
+  app.add_option("--rest-clients", o.rest_clients,
+                 "REST ask/tell client counts, one line each (0: none)")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--sampler", o.sampler)->capture_default_str();
-  app.add_option("--group-commit", o.group_commit, "the servers' --group-commit (false: the lines say group_commit=off)")
+  app.add_option("--group-commit", o.group_commit,
+                 "the servers' --group-commit (false: the lines say group_commit=off)")
       ->capture_default_str();
   app.add_option("--seconds", o.seconds, "the measured window of each line")->capture_default_str();
   app.add_option("--warmup-seconds", o.warmup_seconds, "before each window")->capture_default_str();
-  app.add_option("--min-trials", o.min_trials,
-                 "a window (and each peer process) goes on past --seconds until it holds this many trials")
+  app.add_option(
+         "--min-trials", o.min_trials,
+         "a window (and each peer process) goes on past --seconds until it holds this many trials")
       ->capture_default_str();
   app.add_option("--existing-trials", o.existing_trials,
                  "finished trials in the experiment for the extra line (0: no such line)")
       ->capture_default_str();
-  app.add_option("--existing-workers", o.existing_workers, "gRPC workers of that line (0: none)")->capture_default_str();
+  app.add_option("--existing-workers", o.existing_workers, "gRPC workers of that line (0: none)")
+      ->capture_default_str();
   app.add_option("--existing-rest-clients", o.existing_rest_clients,
                  "REST ask/tell clients of a second such line (0: none)")
       ->capture_default_str();
   app.add_option("--existing-stores", o.existing_stores, "the stores that line runs on")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_flag("--with-peers", o.with_peers, "also run bench/peers/optuna_rdb.py (random and TPE) on PostgreSQL");
+  app.add_flag("--with-peers", o.with_peers,
+               "also run bench/peers/optuna_rdb.py (random and TPE) on PostgreSQL");
   app.add_option("--peer-seconds", o.peer_seconds)->capture_default_str();
   app.add_option("--peer-processes", o.peer_processes)->capture_default_str();
-  app.add_option("--pg", o.pg_admin,
-                 "admin URL of a PostgreSQL server to create the databases on (default: from HPO_TEST_PG_*, "
-                 "else a private PostgreSQL started here)");
+  app.add_option(
+      "--pg", o.pg_admin,
+      "admin URL of a PostgreSQL server to create the databases on (default: from HPO_TEST_PG_*, "
+      "else a private PostgreSQL started here)");
   app.add_option("--server-bin", o.server_bin)->capture_default_str();
   app.add_option("--peer-script", o.peer_script)->capture_default_str();
   app.add_option("--python", o.python)->capture_default_str();
-  app.add_option("--dir", o.dir, "scratch directory (default: a new one under /tmp, removed when clean)");
+  app.add_option("--dir", o.dir,
+                 "scratch directory (default: a new one under /tmp, removed when clean)");
   CLI11_PARSE(app, argc, argv);
   return hpo::bench::Bench(std::move(o)).Main();
 }

@@ -38,10 +38,10 @@
 // Prints one line per fault (with -v, on stderr) and
 //
 //   bench=soak minutes=M store=postgresql workers=50 rest_clients=5 early_stopping=promotion
-//       trials_per_experiment=N experiments=K pauses=P promotions=Q restarts=0 faults=F kill_server=A kill_worker=B
-//       restart_postgres=C stop_worker=D acked_reports=R acked_completions=K dropped_reports=X lost=0
-//       stuck=0 rpc_errors=... rest_errors=N server_rss_mb_start=S server_rss_mb_end=E server_fds_start=P
-//       server_fds_end=Q
+//       trials_per_experiment=N experiments=K pauses=P promotions=Q restarts=0 faults=F
+//       kill_server=A kill_worker=B restart_postgres=C stop_worker=D acked_reports=R
+//       acked_completions=K dropped_reports=X lost=0 stuck=0 rpc_errors=... rest_errors=N
+//       server_rss_mb_start=S server_rss_mb_end=E server_fds_start=P server_fds_end=Q
 //
 // Then (--disk-seconds, 0 to skip) a separate phase on SQLite in a 32 MiB
 // tmpfs (mounting it needs root): the disk is filled while 10 simulated
@@ -68,31 +68,31 @@
 // is not 0.
 #include <fcntl.h>
 #include <signal.h>
+#include <spdlog/fmt/fmt.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <spdlog/fmt/fmt.h>
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <cerrno>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
 
+#include "common/http_client.h"
 #include "proto/mutex_mode.h"
 #include "testing/harness.h"
 #include "testing/process.h"
 #include "testing/scenarios.h"
 #include "testing/server_process.h"
-#include "common/http_client.h"
 
 namespace hpo::bench {
 namespace {
@@ -104,7 +104,9 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 int64_t SteadyMs() {
-  return std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 double Curve(const json& params, int64_t step) {
@@ -118,7 +120,8 @@ double Curve(const json& params, int64_t step) {
 // steady clock, which every process shares) and "C trial loss", each
 // written (one write(2), O_APPEND) as it is answered: in the kernel's hands
 // before the next call, so kill -9 of this process cannot lose a line.
-int RunChild(const std::string& address, int workers, int step_ms, int steps, const std::string& record) {
+int RunChild(const std::string& address, int workers, int step_ms, int steps,
+             const std::string& record) {
   const int fd = ::open(record.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
     std::perror(record.c_str());
@@ -144,9 +147,12 @@ int RunChild(const std::string& address, int workers, int step_ms, int steps, co
     write_line(fmt::format("R {}.{} {} {} {:.17g}\n", pid, segment, trial, step, loss));
   };
   fo.on_segment = [&](int64_t segment, int64_t trial, SegmentEvent e, int64_t step) {
-    write_line(fmt::format("S {}.{} {} {} {} {}\n", pid, segment, trial, SegmentEventName(e), step, SteadyMs()));
+    write_line(fmt::format("S {}.{} {} {} {} {}\n", pid, segment, trial, SegmentEventName(e), step,
+                           SteadyMs()));
   };
-  fo.on_complete = [&](int64_t trial, double loss) { write_line(fmt::format("C {} {:.17g}\n", trial, loss)); };
+  fo.on_complete = [&](int64_t trial, double loss) {
+    write_line(fmt::format("C {} {:.17g}\n", trial, loss));
+  };
   SimFleet fleet(fo);
   fleet.Start();
   for (;;) std::this_thread::sleep_for(seconds(3600));  // until killed
@@ -155,7 +161,8 @@ int RunChild(const std::string& address, int workers, int step_ms, int steps, co
 double ProcStatusMb(pid_t pid, const std::string& field) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   for (std::string line; std::getline(in, line);) {
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;  // kB
+    if (line.rfind(field + ":", 0) == 0)
+      return std::stod(line.substr(field.size() + 1)) / 1024.0;  // kB
   }
   return 0;
 }
@@ -179,7 +186,8 @@ struct Recorded {
     int64_t end_ms = 0;
   };
   std::map<std::string, Segment> segments;
-  std::map<int64_t, std::vector<int64_t>> restarts;  // trial -> when each acknowledged restart returned
+  std::map<int64_t, std::vector<int64_t>>
+      restarts;  // trial -> when each acknowledged restart returned
   std::map<int64_t, double> completions;
   int64_t report_lines = 0, pauses = 0, promotions = 0, restarted = 0, dropped_by_restart = 0;
 
@@ -189,7 +197,8 @@ struct Recorded {
     s.reports.emplace_back(step, loss);
     ++report_lines;
   }
-  Status Event(const std::string& segment, int64_t trial, const std::string& event, int64_t step, int64_t ms) {
+  Status Event(const std::string& segment, int64_t trial, const std::string& event, int64_t step,
+               int64_t ms) {
     Segment& s = segments[segment];
     s.trial = trial;
     if (event == "leased") {
@@ -249,9 +258,10 @@ Status ReadRecord(const std::string& path, Recorded& into) {
 Result<std::map<int64_t, json>> AllTrials(uint16_t port, int64_t experiment) {
   std::map<int64_t, json> trials;
   for (int64_t offset = 0;; offset += 1000) {
-    HPO_ASSIGN_OR_RETURN(json page, RestCall(port, "GET",
-                                             fmt::format("/api/v1/experiments/{}/trials?limit=1000&offset={}",
-                                                         experiment, offset)));
+    HPO_ASSIGN_OR_RETURN(json page,
+                         RestCall(port, "GET",
+                                  fmt::format("/api/v1/experiments/{}/trials?limit=1000&offset={}",
+                                              experiment, offset)));
     for (const auto& t : page["trials"]) trials[t["id"].get<int64_t>()] = t;
     if (page["trials"].size() < 1000) return trials;
   }
@@ -289,19 +299,22 @@ std::map<int64_t, std::map<int64_t, double>> Expected(const Recorded& rec, int64
   return expected;
 }
 
-json SoakSpec(int workers, int steps, const std::string& early_stopping, int64_t max_trials = 10'000'000) {
-  return {{"name", "soak"},
-          {"objective", {{"metric", "loss"}}},
-          {"spaces",
-           {{{"name", "s"},
-             {"params",
-              {{"x", {{"type", "float"}, {"low", 0}, {"high", 1}}},
-               {"y", {{"type", "float"}, {"low", 1e-4}, {"high", 1}, {"log", true}}}}}}}},
-          {"algorithm", {{"sampler", "random"}, {"seed", 1}}},
-          {"early_stopping",
-           {{"rule", "asha"}, {"type", early_stopping}, {"min_resource", 1}, {"reduction_factor", 3}}},
-          {"budget", {{"max_trials", max_trials}, {"max_parallel", workers}, {"steps_per_trial", steps}}},
-          {"executor", {{"builtin", {{"trainer", "fashion-mnist-mlp"}}}}}};
+json SoakSpec(int workers, int steps, const std::string& early_stopping,
+              int64_t max_trials = 10'000'000) {
+  return {
+      {"name", "soak"},
+      {"objective", {{"metric", "loss"}}},
+      {"spaces",
+       {{{"name", "s"},
+         {"params",
+          {{"x", {{"type", "float"}, {"low", 0}, {"high", 1}}},
+           {"y", {{"type", "float"}, {"low", 1e-4}, {"high", 1}, {"log", true}}}}}}}},
+      {"algorithm", {{"sampler", "random"}, {"seed", 1}}},
+      {"early_stopping",
+       {{"rule", "asha"}, {"type", early_stopping}, {"min_resource", 1}, {"reduction_factor", 3}}},
+      {"budget",
+       {{"max_trials", max_trials}, {"max_parallel", workers}, {"steps_per_trial", steps}}},
+      {"executor", {{"builtin", {{"trainer", "fashion-mnist-mlp"}}}}}};
 }
 
 struct SoakOptions {
@@ -327,11 +340,13 @@ struct SoakOptions {
 Status Soak(const SoakOptions& o, const std::string& self) {
   HPO_ASSIGN_OR_RETURN(auto pg, PostgresInstance::Create());
   HPO_RETURN_IF_ERROR(pg->CreateDatabase("soak"));
-  ServerProcess server(o.server_bin, o.dir + "/server",
-                       {"--store", pg->Url("soak"), "--lease-timeout", std::to_string(o.lease_timeout_s)});
+  ServerProcess server(
+      o.server_bin, o.dir + "/server",
+      {"--store", pg->Url("soak"), "--lease-timeout", std::to_string(o.lease_timeout_s)});
   HPO_RETURN_IF_ERROR(server.Start());
   const std::string spec =
-      SoakSpec(o.workers, o.steps, o.early_stopping, o.trials_per_experiment > 0 ? o.trials_per_experiment : 10'000'000)
+      SoakSpec(o.workers, o.steps, o.early_stopping,
+               o.trials_per_experiment > 0 ? o.trials_per_experiment : 10'000'000)
           .dump();
   HPO_ASSIGN_OR_RETURN(int64_t experiment, CreateExperiment(server.http_port(), spec));
   int experiments = 1;
@@ -342,13 +357,15 @@ Status Soak(const SoakOptions& o, const std::string& self) {
   auto spawn = [&](size_t slot) {
     const std::string record = o.dir + "/acked-" + std::to_string(records.size()) + ".txt";
     records.push_back(record);
-    const int n = std::min(o.workers_per_process, o.workers - static_cast<int>(slot) * o.workers_per_process);
-    children[slot] = Spawn({self, "--child", "--address", server.grpc_address(), "--workers", std::to_string(n),
-                            "--steps", std::to_string(o.steps), "--step-ms", std::to_string(o.step_ms), "--record",
-                            record},
+    const int n =
+        std::min(o.workers_per_process, o.workers - static_cast<int>(slot) * o.workers_per_process);
+    children[slot] = Spawn({self, "--child", "--address", server.grpc_address(), "--workers",
+                            std::to_string(n), "--steps", std::to_string(o.steps), "--step-ms",
+                            std::to_string(o.step_ms), "--record", record},
                            o.dir + "/worker-" + std::to_string(records.size() - 1) + ".log");
   };
-  children.resize(static_cast<size_t>((o.workers + o.workers_per_process - 1) / o.workers_per_process));
+  children.resize(
+      static_cast<size_t>((o.workers + o.workers_per_process - 1) / o.workers_per_process));
   for (size_t i = 0; i < children.size(); ++i) spawn(i);
   struct Reaper {
     std::vector<pid_t>& pids;
@@ -384,9 +401,11 @@ Status Soak(const SoakOptions& o, const std::string& self) {
   double rss_start = 0, rss_end = 0;
   int fds_start = 0, fds_end = 0;
   auto next_sample = warm;
-  auto next_fault = start + seconds(std::uniform_int_distribution<int>(o.fault_min_s, o.fault_max_s)(rng));
+  auto next_fault =
+      start + seconds(std::uniform_int_distribution<int>(o.fault_min_s, o.fault_max_s)(rng));
   auto log = [&](const std::string& line) {
-    if (o.verbose) std::fprintf(stderr, "soak %6.0f s: %s\n", MsSince(start) / 1000.0, line.c_str());
+    if (o.verbose)
+      std::fprintf(stderr, "soak %6.0f s: %s\n", MsSince(start) / 1000.0, line.c_str());
   };
   auto next_check = start;
   while (Clock::now() < end) {
@@ -396,7 +415,8 @@ Status Soak(const SoakOptions& o, const std::string& self) {
       // fault is tried again at the next check; one whose answer a fault
       // lost leaves an experiment more, which the checks read all the same.
       next_check = Clock::now() + seconds(2);
-      auto e = RestCall(server.http_port(), "GET", "/api/v1/experiments/" + std::to_string(experiment));
+      auto e =
+          RestCall(server.http_port(), "GET", "/api/v1/experiments/" + std::to_string(experiment));
       if (e.ok() && e->value("state", "") != "running") {
         auto next = CreateExperiment(server.http_port(), spec);
         if (next.ok()) {
@@ -441,9 +461,11 @@ Status Soak(const SoakOptions& o, const std::string& self) {
       ::kill(children[slot], SIGSTOP);
       std::this_thread::sleep_for(seconds(o.lease_timeout_s + 2));
       ::kill(children[slot], SIGCONT);
-      log(fmt::format("worker process {} stopped for {} s, past its lease", slot, o.lease_timeout_s + 2));
+      log(fmt::format("worker process {} stopped for {} s, past its lease", slot,
+                      o.lease_timeout_s + 2));
     }
-    next_fault = Clock::now() + seconds(std::uniform_int_distribution<int>(o.fault_min_s, o.fault_max_s)(rng));
+    next_fault = Clock::now() +
+                 seconds(std::uniform_int_distribution<int>(o.fault_min_s, o.fault_max_s)(rng));
   }
   for (pid_t& pid : children) {
     KillAndReap(pid);
@@ -458,7 +480,8 @@ Status Soak(const SoakOptions& o, const std::string& self) {
   // Every experiment's trials, also those of one created by a call whose
   // answer was lost.
   std::map<int64_t, json> trials;
-  HPO_ASSIGN_OR_RETURN(json listed, RestCall(server.http_port(), "GET", "/api/v1/experiments?limit=1000"));
+  HPO_ASSIGN_OR_RETURN(json listed,
+                       RestCall(server.http_port(), "GET", "/api/v1/experiments?limit=1000"));
   for (const auto& e : listed["experiments"]) {
     HPO_ASSIGN_OR_RETURN(auto of, AllTrials(server.http_port(), e["id"].get<int64_t>()));
     trials.merge(of);
@@ -466,9 +489,10 @@ Status Soak(const SoakOptions& o, const std::string& self) {
   const int64_t stuck = Stuck(trials);
   int64_t dropped = 0;
   const auto expected = Expected(rec, dropped);
-  log(fmt::format("checking {} reports of {} segments and {} completions against the store", rec.report_lines,
-                  rec.segments.size(), rec.completions.size()));
-  HPO_ASSIGN_OR_RETURN(AckCheck check, CheckAcknowledged(server.http_port(), expected, rec.completions));
+  log(fmt::format("checking {} reports of {} segments and {} completions against the store",
+                  rec.report_lines, rec.segments.size(), rec.completions.size()));
+  HPO_ASSIGN_OR_RETURN(AckCheck check,
+                       CheckAcknowledged(server.http_port(), expected, rec.completions));
   for (const auto& s : check.samples) std::fprintf(stderr, "soak: lost: %s\n", s.c_str());
   const RestStats rs = rest.Snapshot();
   int total = 0;
@@ -476,15 +500,18 @@ Status Soak(const SoakOptions& o, const std::string& self) {
   const int64_t lost = check.lost_reports + check.lost_completions;
   std::printf(
       "bench=soak minutes=%d store=postgresql workers=%d rest_clients=%d early_stopping=%s "
-      "trials_per_experiment=%" PRId64 " experiments=%zu pauses=%" PRId64 " promotions=%" PRId64 " restarts=%" PRId64
+      "trials_per_experiment=%" PRId64 " experiments=%zu pauses=%" PRId64 " promotions=%" PRId64
+      " restarts=%" PRId64
       " faults=%d kill_server=%d kill_worker=%d "
-      "restart_postgres=%d stop_worker=%d acked_reports=%" PRId64 " acked_completions=%zu dropped_reports=%" PRId64
-      " lost=%" PRId64 " stuck=%" PRId64 " rest_calls=%" PRId64 " rest_errors=%" PRId64
+      "restart_postgres=%d stop_worker=%d acked_reports=%" PRId64
+      " acked_completions=%zu dropped_reports=%" PRId64 " lost=%" PRId64 " stuck=%" PRId64
+      " rest_calls=%" PRId64 " rest_errors=%" PRId64
       " server_rss_mb_start=%.1f server_rss_mb_end=%.1f server_fds_start=%d server_fds_end=%d\n",
       o.minutes, o.workers, o.rest_clients, o.early_stopping.c_str(), o.trials_per_experiment,
       listed["experiments"].size(), rec.pauses, rec.promotions, rec.restarted, total,
-      faults["kill_server"], faults["kill_worker"], faults["restart_postgres"], faults["stop_worker"], rec.report_lines,
-      rec.completions.size(), dropped, lost, stuck, rs.calls, rs.errors_total, rss_start, rss_end, fds_start, fds_end);
+      faults["kill_server"], faults["kill_worker"], faults["restart_postgres"],
+      faults["stop_worker"], rec.report_lines, rec.completions.size(), dropped, lost, stuck,
+      rs.calls, rs.errors_total, rss_start, rss_end, fds_start, fds_end);
   std::fflush(stdout);
   if (lost != 0 || stuck != 0) return Status::Internal("lost or stuck work; logs in " + o.dir);
   return Status::OK();
@@ -500,7 +527,8 @@ Status DiskPhase(const SoakOptions& o) {
   const std::string disk = o.dir + "/disk";
   std::filesystem::create_directories(disk);
   if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=32m") != 0) {
-    std::printf("bench=soak_disk skipped=\"cannot mount a tmpfs (%s); run as root\"\n", std::strerror(errno));
+    std::printf("bench=soak_disk skipped=\"cannot mount a tmpfs (%s); run as root\"\n",
+                std::strerror(errno));
     return Status::OK();
   }
   struct Unmount {
@@ -518,10 +546,12 @@ Status DiskPhase(const SoakOptions& o) {
   double recovery_ms = 0;
   {
     ServerProcess server(o.server_bin, o.dir + "/disk-server",
-                         {"--store", "sqlite://" + disk + "/hpo.db", "--lease-timeout", std::to_string(o.lease_timeout_s)});
+                         {"--store", "sqlite://" + disk + "/hpo.db", "--lease-timeout",
+                          std::to_string(o.lease_timeout_s)});
     HPO_RETURN_IF_ERROR(server.Start());
-    HPO_ASSIGN_OR_RETURN(experiment,
-                         CreateExperiment(server.http_port(), SoakSpec(workers, o.steps, o.early_stopping).dump()));
+    HPO_ASSIGN_OR_RETURN(
+        experiment,
+        CreateExperiment(server.http_port(), SoakSpec(workers, o.steps, o.early_stopping).dump()));
     FleetOptions fo;
     fo.address = server.grpc_address();
     fo.workers = workers;
@@ -552,7 +582,8 @@ Status DiskPhase(const SoakOptions& o) {
       // checkpoints of trials that end are deleted), which the filler takes
       // again every 20 ms, so that the disk stays full for the whole window.
       const std::string filler = disk + "/filler";
-      const int fd = ::open(filler.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+      const int fd =
+          ::open(filler.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
       if (fd < 0) return Status::Internal(filler + ": " + std::strerror(errno));
       const std::string block(size_t{1} << 20, 'x');
       auto fill = [&] {
@@ -585,7 +616,8 @@ Status DiskPhase(const SoakOptions& o) {
       // A REST write while the disk is full.
       HttpClientOptions ho;
       ho.port = server.http_port();
-      auto r = HttpRequestOnce(ho, "POST", "/api/v1/experiments", SoakSpec(workers, o.steps, o.early_stopping).dump());
+      auto r = HttpRequestOnce(ho, "POST", "/api/v1/experiments",
+                               SoakSpec(workers, o.steps, o.early_stopping).dump());
       if (r.ok()) {
         rest_status_full = r->status;
         rest_body_full = r->body.substr(0, 200);
@@ -604,8 +636,10 @@ Status DiskPhase(const SoakOptions& o) {
     HPO_ASSIGN_OR_RETURN(const auto trials, AllTrials(server.http_port(), experiment));
     int64_t dropped = 0;
     const auto expected = Expected(rec, dropped);
-    HPO_ASSIGN_OR_RETURN(AckCheck check, CheckAcknowledged(server.http_port(), expected, rec.completions));
-    for (const auto& s : check.samples) std::fprintf(stderr, "soak: disk phase: lost: %s\n", s.c_str());
+    HPO_ASSIGN_OR_RETURN(AckCheck check,
+                         CheckAcknowledged(server.http_port(), expected, rec.completions));
+    for (const auto& s : check.samples)
+      std::fprintf(stderr, "soak: disk phase: lost: %s\n", s.c_str());
     std::map<std::string, int64_t> errors_full;
     int64_t unclean = 0;
     // A lease that ran out while the disk was full (its renewals failed
@@ -621,25 +655,31 @@ Status DiskPhase(const SoakOptions& o) {
       errors_full[code] = during;
       if (code != "UNAVAILABLE" && code != "RESOURCE_EXHAUSTED") {
         unclean += during;
-        std::fprintf(stderr, "soak: disk phase: %" PRId64 " calls failed %s while the disk was full; the first: %s\n",
+        std::fprintf(stderr,
+                     "soak: disk phase: %" PRId64
+                     " calls failed %s while the disk was full; the first: %s\n",
                      during, code.c_str(), full.first_error[code].c_str());
       }
     }
     std::string codes;
-    for (const auto& [code, n] : errors_full) codes += (codes.empty() ? "" : ",") + code + ":" + std::to_string(n);
+    for (const auto& [code, n] : errors_full)
+      codes += (codes.empty() ? "" : ",") + code + ":" + std::to_string(n);
     const bool rest_clean = rest_status_full == 503 || rest_status_full == 507;
     const int64_t lost = check.lost_reports + check.lost_completions;
     const int64_t stuck = Stuck(trials);
     std::printf(
-        "bench=soak_disk store=sqlite tmpfs_mb=32 seconds=%d workers=%d early_stopping=%s rpc_errors_while_full=%s "
+        "bench=soak_disk store=sqlite tmpfs_mb=32 seconds=%d workers=%d early_stopping=%s "
+        "rpc_errors_while_full=%s "
         "refused_late_calls=%" PRId64 " unclean_rpc_errors=%" PRId64
-        " rest_write_while_full=%d recovered=%d recovery_ms=%.0f acked_reports=%" PRId64 " acked_completions=%zu "
+        " rest_write_while_full=%d recovered=%d recovery_ms=%.0f acked_reports=%" PRId64
+        " acked_completions=%zu "
         "dropped_reports=%" PRId64 " lost=%" PRId64 " stuck=%" PRId64 "\n",
-        o.disk_seconds, workers, o.early_stopping.c_str(), codes.empty() ? "none" : codes.c_str(), refused_late,
-        unclean, rest_status_full,
-        recovered ? 1 : 0, recovery_ms, rec.report_lines, rec.completions.size(), dropped, lost, stuck);
-    if (!rest_clean) std::fprintf(stderr, "soak: disk phase: REST write while full: %d %s\n", rest_status_full,
-                                  rest_body_full.c_str());
+        o.disk_seconds, workers, o.early_stopping.c_str(), codes.empty() ? "none" : codes.c_str(),
+        refused_late, unclean, rest_status_full, recovered ? 1 : 0, recovery_ms, rec.report_lines,
+        rec.completions.size(), dropped, lost, stuck);
+    if (!rest_clean)
+      std::fprintf(stderr, "soak: disk phase: REST write while full: %d %s\n", rest_status_full,
+                   rest_body_full.c_str());
     std::fflush(stdout);
     server.Stop(SIGTERM);
     if (lost != 0 || stuck != 0 || unclean != 0 || !rest_clean || !recovered) {
@@ -655,7 +695,8 @@ Status DiskPhase(const SoakOptions& o) {
 int main(int argc, char** argv) {
   hpo::TurnOffMutexDeadlockDetection();  // as hpo-worker does
   using namespace hpo::bench;
-  CLI::App app{"bench/soak: faults at random under load, then a check that nothing acknowledged was lost"};
+  CLI::App app{
+      "bench/soak: faults at random under load, then a check that nothing acknowledged was lost"};
   SoakOptions o;
   o.server_bin = HPO_SERVER_BIN;
   bool child = false;
@@ -663,27 +704,38 @@ int main(int argc, char** argv) {
   app.add_option("--minutes", o.minutes, "the soak on PostgreSQL; 0: only the full-disk phase")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--workers", o.workers, "simulated workers")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--workers", o.workers, "simulated workers")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--workers-per-process", o.workers_per_process,
                  "simulated workers per process (a kill or stop takes one process)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--rest-clients", o.rest_clients)->capture_default_str();
-  app.add_option("--fault-min-s", o.fault_min_s, "shortest time between faults")->capture_default_str();
-  app.add_option("--fault-max-s", o.fault_max_s, "longest time between faults")->capture_default_str();
-  app.add_option("--lease-timeout", o.lease_timeout_s, "seconds")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--steps", o.steps, "reports per trial")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--fault-min-s", o.fault_min_s, "shortest time between faults")
+      ->capture_default_str();
+  app.add_option("--fault-max-s", o.fault_max_s, "longest time between faults")
+      ->capture_default_str();
+  app.add_option("--lease-timeout", o.lease_timeout_s, "seconds")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--steps", o.steps, "reports per trial")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--step-ms", o.step_ms, "time a simulated step takes")->capture_default_str();
   app.add_option("--trials-per-experiment", o.trials_per_experiment,
-                 "each experiment's trial budget; the next starts when one ends (0: one endless experiment)")
+                 "each experiment's trial budget; the next starts when one ends (0: one endless "
+                 "experiment)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--early-stopping", o.early_stopping, "ASHA's type")
       ->capture_default_str()
       ->check(CLI::IsMember({"promotion", "stop"}));
-  app.add_option("--disk-seconds", o.disk_seconds, "the full-disk phase on SQLite after the soak; 0: none")
+  app.add_option("--disk-seconds", o.disk_seconds,
+                 "the full-disk phase on SQLite after the soak; 0: none")
       ->capture_default_str();
-  app.add_option("--dir", o.dir, "scratch directory (default: a new one under /tmp, removed on success)");
+  app.add_option("--dir", o.dir,
+                 "scratch directory (default: a new one under /tmp, removed on success)");
   app.add_option("--server-bin", o.server_bin)->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose, "one line per fault on stderr");
   // The worker processes this program starts run it again with these.

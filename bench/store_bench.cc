@@ -10,10 +10,13 @@
 // Prints one line per measurement:
 //   bench=store backend=postgresql threads=4 trials=N seconds=S trials_per_s=X errors=E
 //       cpu_ms_per_trial=C [pg_cpu_ms_per_trial=P]
-//   bench=store backend=postgresql threads=4 create=1 trials=N seconds=S trials_per_s=X errors=E ...
+//   bench=store backend=postgresql threads=4 create=1 trials=N seconds=S trials_per_s=X errors=E
+//   ...
 // cpu_ms_per_trial is this process's CPU over the timed loop (the store's
 // client side); pg_cpu_ms_per_trial the PostgreSQL processes' on this
 // machine (testing/process.h: a figure, not a proof, if others use it).
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -23,7 +26,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "server/store/store.h"
@@ -108,8 +110,7 @@ int RunOne(const std::string& url, const std::string& backend, int threads, int 
           m.system_setting_json = "{\"batch_size\":64,\"threads\":1}";
           if (!store.ReportMeasurement(*id, owner, m, 60'000).ok()) ++errors;
         }
-        if (!store.FinishTrial(*id, owner, {TrialState::kCompleted, "{\"loss\":0.33}", ""})
-                 .ok()) {
+        if (!store.FinishTrial(*id, owner, {TrialState::kCompleted, "{\"loss\":0.33}", ""}).ok()) {
           ++errors;
         }
         ++done;
@@ -123,13 +124,15 @@ int RunOne(const std::string& url, const std::string& backend, int threads, int 
   const double self_ms = (hpo::testing::CpuSeconds(getpid()) - self0) * per_trial;
   char pg_field[64] = "";
   if (pg) {
-    std::snprintf(pg_field, sizeof pg_field, " pg_cpu_ms_per_trial=%.3f",
-                  hpo::testing::PostgresCpuBetween(pg0, hpo::testing::PostgresCpuByPid()) * per_trial);
+    std::snprintf(
+        pg_field, sizeof pg_field, " pg_cpu_ms_per_trial=%.3f",
+        hpo::testing::PostgresCpuBetween(pg0, hpo::testing::PostgresCpuByPid()) * per_trial);
   }
-  std::printf("bench=store backend=%s threads=%d%s trials=%d seconds=%.3f trials_per_s=%.1f "
-              "errors=%d cpu_ms_per_trial=%.3f%s\n",
-              backend.c_str(), threads, create ? " create=1" : "", done.load(), secs, done / secs,
-              errors.load(), self_ms, pg_field);
+  std::printf(
+      "bench=store backend=%s threads=%d%s trials=%d seconds=%.3f trials_per_s=%.1f "
+      "errors=%d cpu_ms_per_trial=%.3f%s\n",
+      backend.c_str(), threads, create ? " create=1" : "", done.load(), secs, done / secs,
+      errors.load(), self_ms, pg_field);
   std::fflush(stdout);
   return errors == 0 && done == trials ? 0 : 1;
 }
@@ -162,8 +165,9 @@ int main(int argc, char** argv) {
         p = *end == ',' ? end + 1 : end;
       }
     } else {
-      std::fprintf(stderr, "usage: store_bench [--sqlite DIR] [--postgresql URL] [--trials N] "
-                           "[--threads 1,4]\n");
+      std::fprintf(stderr,
+                   "usage: store_bench [--sqlite DIR] [--postgresql URL] [--trials N] "
+                   "[--threads 1,4]\n");
       return 2;
     }
   }

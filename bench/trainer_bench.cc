@@ -9,7 +9,8 @@
 //
 //   trainer_bench [--samples N] [--threads 1,2] [--batch 64,128,256] [--models mlp,cnn]
 //                 [--data-dir DIR] [--device cpu|cuda:N]
-//   bench=trainer model=M batch=B threads=T samples_per_s=X reference_samples_per_s=Y ratio=X/Y omp_wait=W
+//   bench=trainer model=M batch=B threads=T samples_per_s=X reference_samples_per_s=Y ratio=X/Y
+//   omp_wait=W
 //
 // With --eval-chunks 2000,256,...: instead, the time of one evaluation of
 // each model (mlp, cnn, or cnnN: the CNN with N channels) on a
@@ -91,8 +92,8 @@ torch::nn::Sequential ReferenceModel(bool cnn) {
 }
 
 // One epoch of the plain loop over (x, y), in samples per second.
-double ReferenceEpoch(bool cnn, const torch::Tensor& x, const torch::Tensor& y, int64_t batch, int threads,
-                      const torch::Device& device) {
+double ReferenceEpoch(bool cnn, const torch::Tensor& x, const torch::Tensor& y, int64_t batch,
+                      int threads, const torch::Device& device) {
   // The BLAS pool sized as the trainer sizes it (worker/blas.h), so the
   // two loops differ in nothing but the loop: Debian's LibTorch does its
   // matrix products in OpenBLAS, whose pool set_num_threads leaves alone.
@@ -109,7 +110,8 @@ double ReferenceEpoch(bool cnn, const torch::Tensor& x, const torch::Tensor& y, 
   for (int64_t b = 0; b < n; b += batch) {
     auto idx = order.slice(0, b, std::min(n, b + batch));
     opt.zero_grad();
-    auto loss = torch::nn::functional::cross_entropy(net->forward(x.index_select(0, idx)), y.index_select(0, idx));
+    auto loss = torch::nn::functional::cross_entropy(net->forward(x.index_select(0, idx)),
+                                                     y.index_select(0, idx));
     loss.backward();
     opt.step();
     last = loss;
@@ -250,12 +252,18 @@ int main(int argc, char** argv) {
               data_dir = BuiltinOptions().data_dir, device_name = "cpu", eval_chunks;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--samples") samples = std::atoi(argv[i + 1]);
-    else if (a == "--threads") threads = argv[i + 1];
-    else if (a == "--batch") batches = argv[i + 1];
-    else if (a == "--models") models = argv[i + 1];
-    else if (a == "--data-dir") data_dir = argv[i + 1];
-    else if (a == "--device") device_name = argv[i + 1];
+    if (a == "--samples")
+      samples = std::atoi(argv[i + 1]);
+    else if (a == "--threads")
+      threads = argv[i + 1];
+    else if (a == "--batch")
+      batches = argv[i + 1];
+    else if (a == "--models")
+      models = argv[i + 1];
+    else if (a == "--data-dir")
+      data_dir = argv[i + 1];
+    else if (a == "--device")
+      device_name = argv[i + 1];
     else if (a == "--eval-chunks")
       eval_chunks = argv[i + 1];
     else {
@@ -278,7 +286,8 @@ int main(int argc, char** argv) {
   auto img = ReadGzipFile(data_dir + "/train-images-idx3-ubyte.gz");
   auto lab = ReadGzipFile(data_dir + "/train-labels-idx1-ubyte.gz");
   if (!img.ok() || !lab.ok()) {
-    std::fprintf(stderr, "trainer_bench: %s\n", (img.ok() ? lab.status() : img.status()).ToString().c_str());
+    std::fprintf(stderr, "trainer_bench: %s\n",
+                 (img.ok() ? lab.status() : img.status()).ToString().c_str());
     return 1;
   }
   auto images = ParseIdx(*img, "images");
@@ -332,9 +341,11 @@ int main(int argc, char** argv) {
           ours = std::max(ours, rec.sps);
           reference = std::max(reference, ReferenceEpoch(model == "cnn", x, y, b, t, device));
         }
-        std::printf("bench=trainer model=%s batch=%d threads=%d samples_per_s=%.0f reference_samples_per_s=%.0f "
-                    "ratio=%.3f omp_wait=%s\n",
-                    model.c_str(), b, t, ours, reference, ours / reference, wait ? wait : "default");
+        std::printf(
+            "bench=trainer model=%s batch=%d threads=%d samples_per_s=%.0f "
+            "reference_samples_per_s=%.0f "
+            "ratio=%.3f omp_wait=%s\n",
+            model.c_str(), b, t, ours, reference, ours / reference, wait ? wait : "default");
         std::fflush(stdout);
       }
     }

@@ -85,9 +85,10 @@ class Batcher {
     if (statuses.size() != batch.size()) {
       // A broken run function must not leave its callers waiting, nor
       // tell them their item succeeded.
-      statuses.assign(batch.size(), Status::Internal("batch: the run function returned " +
-                                                     std::to_string(statuses.size()) + " results for " +
-                                                     std::to_string(batch.size()) + " items"));
+      statuses.assign(
+          batch.size(),
+          Status::Internal("batch: the run function returned " + std::to_string(statuses.size()) +
+                           " results for " + std::to_string(batch.size()) + " items"));
     }
 
     MutexLock lock(mu_);

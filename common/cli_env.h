@@ -24,8 +24,9 @@
 
 namespace hpo {
 
-inline Status FormFromEnvironment(const CLI::Option& value_option, std::string& value, const char* value_variable,
-                                  const CLI::Option& file_option, std::string& file, const char* file_variable) {
+inline Status FormFromEnvironment(const CLI::Option& value_option, std::string& value,
+                                  const char* value_variable, const CLI::Option& file_option,
+                                  std::string& file, const char* file_variable) {
   if (value_option.count() > 0 || file_option.count() > 0) return Status::OK();
   auto read = [](const char* name) -> std::string {
     const char* v = std::getenv(name);

@@ -53,7 +53,8 @@ class Connection {
         return Status::InvalidArgument("cannot read the CA file '" + o.tls_ca_file + "'");
       }
       ctx_.load_verify_file(o.tls_ca_file, ec);
-      if (ec) return Status::InvalidArgument("CA file '" + o.tls_ca_file + "' holds no PEM certificate");
+      if (ec)
+        return Status::InvalidArgument("CA file '" + o.tls_ca_file + "' holds no PEM certificate");
     } else {
       ctx_.set_default_verify_paths(ec);
     }
@@ -63,7 +64,8 @@ class Connection {
     tls_.emplace(tcp_.socket(), ctx_);
     beast::error_code parse_ec;
     net::ip::make_address(o.host, parse_ec);
-    if (parse_ec) SSL_set_tlsext_host_name(tls_->native_handle(), o.host.c_str());  // SNI: names only
+    if (parse_ec)
+      SSL_set_tlsext_host_name(tls_->native_handle(), o.host.c_str());  // SNI: names only
     tls_->handshake(ssl::stream_base::client, ec);
     if (ec) {
       std::string why = ec.message();
@@ -71,8 +73,9 @@ class Connection {
         const long verify = SSL_get_verify_result(tls_->native_handle());
         if (verify != X509_V_OK) why = X509_verify_cert_error_string(verify);
       }
-      return Status::Unavailable("TLS handshake with " + where + " failed: " + why +
-                                 (o.tls_ca_file.empty() ? " (is the server's CA given with --tls-ca?)" : ""));
+      return Status::Unavailable(
+          "TLS handshake with " + where + " failed: " + why +
+          (o.tls_ca_file.empty() ? " (is the server's CA given with --tls-ca?)" : ""));
     }
     return Status::OK();
   }
@@ -83,7 +86,8 @@ class Connection {
   }
   void Close() {
     beast::error_code ec;
-    if (tls_) SSL_shutdown(tls_->native_handle());  // close_notify, without waiting for the server's
+    if (tls_)
+      SSL_shutdown(tls_->native_handle());  // close_notify, without waiting for the server's
     tcp_.socket().shutdown(tcp::socket::shutdown_both, ec);
   }
 
@@ -122,7 +126,8 @@ Result<HttpResult> HttpRequestOnce(const HttpClientOptions& o, const std::string
   Prepare(o, req);
   // Every state-changing request says what it sends, even with no body
   // (the server refuses one that does not: server/http/browser_guard.h).
-  if (!body.empty() || method == "POST" || method == "PUT" || method == "PATCH" || method == "DELETE") {
+  if (!body.empty() || method == "POST" || method == "PUT" || method == "PATCH" ||
+      method == "DELETE") {
     req.set(http::field::content_type, content_type);
     req.body() = body;
     req.prepare_payload();
@@ -149,8 +154,9 @@ Result<HttpResult> HttpRequestOnce(const HttpClientOptions& o, const std::string
   return out;
 }
 
-Status ReadEventStream(const HttpClientOptions& o, const std::string& target,
-                       const std::function<bool(const std::string&, const std::string&)>& on_event) {
+Status ReadEventStream(
+    const HttpClientOptions& o, const std::string& target,
+    const std::function<bool(const std::string&, const std::string&)>& on_event) {
   Connection conn;
   HPO_RETURN_IF_ERROR(conn.Open(o));
   http::request<http::empty_body> req{http::verb::get, target, 11};
@@ -166,7 +172,8 @@ Status ReadEventStream(const HttpClientOptions& o, const std::string& target,
   });
   if (ec) return IoError(o, ec);
   if (header.get().result_int() != 200) {
-    return Status::Unavailable("event stream answered HTTP " + std::to_string(header.get().result_int()));
+    return Status::Unavailable("event stream answered HTTP " +
+                               std::to_string(header.get().result_int()));
   }
   std::string pending = beast::buffers_to_string(buffer.data());
   std::string type, data;
@@ -188,8 +195,10 @@ Status ReadEventStream(const HttpClientOptions& o, const std::string& target,
         data += line.substr(6);
       }
     }
-    const size_t n = conn.Visit([&](auto& stream) { return stream.read_some(net::buffer(chunk), ec); });
-    if (ec == net::error::eof || ec == net::error::connection_reset || ec == ssl::error::stream_truncated) {
+    const size_t n =
+        conn.Visit([&](auto& stream) { return stream.read_some(net::buffer(chunk), ec); });
+    if (ec == net::error::eof || ec == net::error::connection_reset ||
+        ec == ssl::error::stream_truncated) {
       return Status::OK();
     }
     if (ec) return IoError(o, ec);
@@ -215,7 +224,8 @@ Result<HttpClientOptions> ParseServerAddress(const std::string& address) {
   char* end = nullptr;
   const long p = std::strtol(port.c_str(), &end, 10);
   if (*end != '\0' || p < 1 || p > 65535) {
-    return Status::InvalidArgument("server address '" + address + "': port '" + port + "' is not 1-65535");
+    return Status::InvalidArgument("server address '" + address + "': port '" + port +
+                                   "' is not 1-65535");
   }
   o.port = static_cast<uint16_t>(p);
   return o;

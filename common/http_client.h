@@ -24,8 +24,8 @@ struct HttpClientOptions {
   uint16_t port = 8080;
   std::string token;  // sent as "Authorization: Bearer <token>" when set
   std::chrono::milliseconds timeout{30'000};
-  bool tls = false;          // HTTPS
-  std::string tls_ca_file;   // PEM CA certificates to trust; empty: the system's
+  bool tls = false;         // HTTPS
+  std::string tls_ca_file;  // PEM CA certificates to trust; empty: the system's
 };
 
 // Unavailable when the server cannot be reached (the message names it),

@@ -33,13 +33,15 @@ class LimitCheck final : public nlohmann::json_sax<json> {
   bool start_array(std::size_t) override { return Open(); }
   bool end_array() override { return Close(); }
 
-  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception& e) override {
     // e.what() is "[json.exception.parse_error.101] parse error at line 1,
     // column 9: syntax error while parsing ..."; the part after the
     // position says what was wrong, and the byte says where.
     std::string what = e.what();
     if (const size_t column = what.find("column "); column != std::string::npos) {
-      if (const size_t colon = what.find(": ", column); colon != std::string::npos) what.erase(0, colon + 2);
+      if (const size_t colon = what.find(": ", column); colon != std::string::npos)
+        what.erase(0, colon + 2);
     }
     // It quotes the token last read, which may be most of the text.
     constexpr size_t kMaxDetail = 300;
@@ -81,11 +83,11 @@ class LimitCheck final : public nlohmann::json_sax<json> {
 
 // The checks of both entry points: OK with a value, OK with nullopt (not
 // JSON, and `not_json_is_error` is false), or an error.
-Result<std::optional<json>> Parse(std::string_view text, std::string_view field, const JsonLimits& limits,
-                                  bool not_json_is_error) {
+Result<std::optional<json>> Parse(std::string_view text, std::string_view field,
+                                  const JsonLimits& limits, bool not_json_is_error) {
   if (text.size() > limits.max_bytes) {
-    return Status::InvalidArgument(std::string(field) + ": larger than " + std::to_string(limits.max_bytes) +
-                                   " bytes");
+    return Status::InvalidArgument(std::string(field) + ": larger than " +
+                                   std::to_string(limits.max_bytes) + " bytes");
   }
   LimitCheck check(field, limits);
   if (!json::sax_parse(text, &check)) {
@@ -106,7 +108,8 @@ Result<std::optional<json>> Parse(std::string_view text, std::string_view field,
 }  // namespace
 
 Result<json> ParseJson(std::string_view text, std::string_view field, const JsonLimits& limits) {
-  HPO_ASSIGN_OR_RETURN(std::optional<json> j, Parse(text, field, limits, /*not_json_is_error=*/true));
+  HPO_ASSIGN_OR_RETURN(std::optional<json> j,
+                       Parse(text, field, limits, /*not_json_is_error=*/true));
   return std::move(*j);
 }
 
@@ -115,7 +118,8 @@ Result<std::optional<json>> ParseJsonIfJson(std::string_view text, std::string_v
   return Parse(text, field, limits, /*not_json_is_error=*/false);
 }
 
-Result<json> ParseJsonOrString(std::string_view text, std::string_view field, const JsonLimits& limits) {
+Result<json> ParseJsonOrString(std::string_view text, std::string_view field,
+                               const JsonLimits& limits) {
   HPO_ASSIGN_OR_RETURN(std::optional<json> j, ParseJsonIfJson(text, field, limits));
   return j ? std::move(*j) : json(std::string(text));
 }

@@ -10,10 +10,9 @@
 // then builds the value; anything it returns is at most max_depth deep.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <climits>
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
 
@@ -23,9 +22,10 @@ namespace hpo {
 
 // Defaults: what an experiment spec may hold (server/spec/spec.h uses the same
 // numbers), and so far more than any request body or stored value needs.
-inline constexpr int kMaxJsonDepth = 32;             // arrays and objects open at once
-inline constexpr size_t kMaxJsonBytes = 1 << 20;     // the text
-inline constexpr size_t kMaxJsonValues = 100'000;    // values, containers included (keys are not values)
+inline constexpr int kMaxJsonDepth = 32;          // arrays and objects open at once
+inline constexpr size_t kMaxJsonBytes = 1 << 20;  // the text
+inline constexpr size_t kMaxJsonValues =
+    100'000;  // values, containers included (keys are not values)
 
 struct JsonLimits {
   int max_depth = kMaxJsonDepth;
@@ -39,7 +39,8 @@ struct JsonLimits {
 // for text that is not JSON "body: not valid JSON (at byte 9: ...)".
 // A pair of \u surrogate escapes is one character (as JSON says); a lone
 // surrogate is a syntax error whose message says so.
-Result<nlohmann::json> ParseJson(std::string_view text, std::string_view field, const JsonLimits& limits = {});
+Result<nlohmann::json> ParseJson(std::string_view text, std::string_view field,
+                                 const JsonLimits& limits = {});
 
 // As ParseJson, except that text that is not JSON at all gives
 // std::nullopt instead of an error, for callers that take such text as a

@@ -15,7 +15,8 @@
 //     }
 //     int Pop() {
 //       hpo::MutexLock lock(mu_);
-//       while (items_.empty()) cv_.Wait(mu_);  // the condition in the caller, where the analysis sees the lock
+//       while (items_.empty()) cv_.Wait(mu_);  // the condition in the caller, where the analysis
+//       sees the lock
 //       ...
 //     }
 //   };
@@ -81,7 +82,8 @@ class LockedPtr {
  public:
   // Takes `mu`; points at nothing until Reset.
   explicit LockedPtr(Mutex& mu) HPO_NO_THREAD_SAFETY_ANALYSIS : mu_(&mu) { mu_->Lock(); }
-  LockedPtr(LockedPtr&& other) noexcept : mu_(std::exchange(other.mu_, nullptr)), value_(other.value_) {}
+  LockedPtr(LockedPtr&& other) noexcept
+      : mu_(std::exchange(other.mu_, nullptr)), value_(other.value_) {}
   LockedPtr& operator=(LockedPtr&&) = delete;
   ~LockedPtr() HPO_NO_THREAD_SAFETY_ANALYSIS {
     if (mu_ != nullptr) mu_->Unlock();  // null: moved from
@@ -109,7 +111,8 @@ class CondVar {
   }
   // As Wait, until `deadline` at the latest: false once it has passed.
   template <typename Clock, typename Duration>
-  bool WaitUntil(Mutex& mu, const std::chrono::time_point<Clock, Duration>& deadline) HPO_REQUIRES(mu) {
+  bool WaitUntil(Mutex& mu, const std::chrono::time_point<Clock, Duration>& deadline)
+      HPO_REQUIRES(mu) {
     std::unique_lock<std::mutex> lock(mu.mu_, std::adopt_lock);
     const bool woken = cv_.wait_until(lock, deadline) == std::cv_status::no_timeout;
     lock.release();

@@ -13,7 +13,8 @@ Result<std::string> ReadTokenFile(const std::string& path) {
   std::string line;
   std::getline(in, line);
   const auto b = line.find_first_not_of(" \t\r");
-  if (b == std::string::npos) return Status::InvalidArgument("token file '" + path + "' holds no token");
+  if (b == std::string::npos)
+    return Status::InvalidArgument("token file '" + path + "' holds no token");
   const auto e = line.find_last_not_of(" \t\r");
   return line.substr(b, e - b + 1);
 }
@@ -47,7 +48,8 @@ std::optional<std::string_view> BearerToken(std::string_view authorization) {
   if (space != 6) return std::nullopt;
   static constexpr std::string_view kScheme = "bearer";
   for (size_t i = 0; i < kScheme.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return std::nullopt;
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i])
+      return std::nullopt;
   }
   const auto start = authorization.find_first_not_of(' ', space);
   if (start == std::string_view::npos) return std::nullopt;

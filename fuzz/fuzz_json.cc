@@ -30,7 +30,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (!parsed->has_value()) {
     // Not JSON: ParseJson says why, as an InvalidArgument.
-    if (!hpo::ParseJson(text, "value").status().IsInvalidArgument()) Fail("not JSON, yet no InvalidArgument");
+    if (!hpo::ParseJson(text, "value").status().IsInvalidArgument())
+      Fail("not JSON, yet no InvalidArgument");
     return 0;
   }
   const nlohmann::json& v = **parsed;
@@ -40,7 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Its text form may be longer than the input (1e5 is 100000.0), so no
   // size limit the second time; the depth and count are the same.
   const std::string dumped = v.dump();
-  auto again = hpo::ParseJson(dumped, "dumped", hpo::JsonLimits{hpo::kMaxJsonDepth, SIZE_MAX, hpo::kMaxJsonValues});
+  auto again = hpo::ParseJson(dumped, "dumped",
+                              hpo::JsonLimits{hpo::kMaxJsonDepth, SIZE_MAX, hpo::kMaxJsonValues});
   if (!again.ok() || *again != v) Fail("its dump does not parse back to it");
   return 0;
 }

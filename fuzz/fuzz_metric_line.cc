@@ -28,7 +28,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::set<std::string, std::less<>> kSystemKeys = {"lr", "mode"};
   auto parsed = hpo::worker::ParseMetricLine(line, kSystemKeys);
   if (!parsed.ok()) {
-    Check(parsed.status().code() == hpo::StatusCode::kInvalidArgument, "error is not InvalidArgument");
+    Check(parsed.status().code() == hpo::StatusCode::kInvalidArgument,
+          "error is not InvalidArgument");
     return 0;
   }
   if (!*parsed) return 0;
@@ -38,10 +39,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& [key, value] : m.metrics) {
     Check(!key.empty() && key.size() <= kMaxMetricKeyLength, "key length");
     Check(std::isfinite(value), "metric not finite");
-    Check(!hpo::worker::IsBuiltinSystemKey(key) && !kSystemKeys.count(key), "system key among metrics");
+    Check(!hpo::worker::IsBuiltinSystemKey(key) && !kSystemKeys.count(key),
+          "system key among metrics");
   }
   if (m.step) Check(*m.step >= 0, "negative step");
-  if (m.samples_per_sec) Check(std::isfinite(*m.samples_per_sec) && *m.samples_per_sec >= 0, "bad speed");
+  if (m.samples_per_sec)
+    Check(std::isfinite(*m.samples_per_sec) && *m.samples_per_sec >= 0, "bad speed");
   Check(m.system.is_object(), "system is not an object");
   return 0;
 }

@@ -40,8 +40,8 @@ namespace fs = std::filesystem;
 constexpr const char* kSecret = "FUZZ-SECRET-OUTSIDE-THE-WEB-ROOT";
 
 void Fail(const std::string& what, const HttpRequest& req, const HttpResponse& res) {
-  std::fprintf(stderr, "%s\nrequest: %s %s\nresponse %d: %.500s\n", what.c_str(), req.method.c_str(),
-               req.path.c_str(), res.status, res.body.c_str());
+  std::fprintf(stderr, "%s\nrequest: %s %s\nresponse %d: %.500s\n", what.c_str(),
+               req.method.c_str(), req.path.c_str(), res.status, res.body.c_str());
   std::abort();
 }
 
@@ -111,7 +111,8 @@ HttpRequest ParseInput(const std::string& in) {
   ParseRequestTarget(space == std::string::npos ? "/" : first.substr(space + 1), req);
   while (pos != std::string::npos) {
     const size_t next = in.find('\n', pos + 1);
-    const std::string line = in.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1);
+    const std::string line =
+        in.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1);
     pos = next;
     if (line.empty()) break;
     const size_t colon = line.find(':');

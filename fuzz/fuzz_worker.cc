@@ -17,6 +17,7 @@
 // downloaded checkpoint whose bytes match its size and SHA-256), an event
 // that cannot be written as JSON (the server publishes each one), or an
 // experiment with more trials than its budget.
+#include <google/protobuf/stubs/logging.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -28,8 +29,6 @@
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/stubs/logging.h>
 
 #include "common/sha256.h"
 #include "fuzz/worker_world.h"
@@ -56,8 +55,9 @@ bool Verbose() {
 }
 
 const char* CallName(int call) {
-  static const char* kNames[] = {"Register", "Lease",  "Report",           "Complete",           "Heartbeat",
-                                 "Pause",    "Restart", "UploadCheckpoint", "DownloadCheckpoint", "TimePasses"};
+  static const char* kNames[] = {"Register",           "Lease",     "Report",  "Complete",
+                                 "Heartbeat",          "Pause",     "Restart", "UploadCheckpoint",
+                                 "DownloadCheckpoint", "TimePasses"};
   return kNames[call];
 }
 
@@ -69,8 +69,8 @@ void Check(int call, const ::grpc::Status& s) {
   const auto code = s.error_code();
   if (code == ::grpc::StatusCode::INTERNAL || code == ::grpc::StatusCode::UNKNOWN ||
       (code == ::grpc::StatusCode::DATA_LOSS && call != kUpload)) {
-    Fail(std::string(CallName(call)) + " answered " + std::to_string(static_cast<int>(code)) + ": " +
-         s.error_message());
+    Fail(std::string(CallName(call)) + " answered " + std::to_string(static_cast<int>(code)) +
+         ": " + s.error_message());
   }
 }
 
@@ -137,22 +137,26 @@ void FillIdentity(uint8_t op, const std::vector<Worker>& workers, Request& req) 
   req.set_session(session);
 }
 
-void CheckDownload(const v1::DownloadCheckpointRequest& req, const std::vector<v1::CheckpointChunk>& chunks) {
+void CheckDownload(const v1::DownloadCheckpointRequest& req,
+                   const std::vector<v1::CheckpointChunk>& chunks) {
   if (chunks.empty()) Fail("DownloadCheckpoint succeeded without a chunk");
   std::string data;
   for (const auto& c : chunks) data += c.data();
   const v1::CheckpointChunk& first = chunks.front();
   const v1::CheckpointChunk& last = chunks.back();
-  if (first.trial_id() != req.trial_id()) Fail("DownloadCheckpoint's first chunk names another trial");
+  if (first.trial_id() != req.trial_id())
+    Fail("DownloadCheckpoint's first chunk names another trial");
   if (first.total_bytes() != static_cast<int64_t>(data.size())) {
-    Fail("DownloadCheckpoint announced " + std::to_string(first.total_bytes()) + " bytes and sent " +
-         std::to_string(data.size()));
+    Fail("DownloadCheckpoint announced " + std::to_string(first.total_bytes()) +
+         " bytes and sent " + std::to_string(data.size()));
   }
   if (!last.data().empty()) Fail("DownloadCheckpoint's last chunk carries data");
-  if (last.sha256() != Sha256Hex(data)) Fail("DownloadCheckpoint's sha256 does not match its bytes");
+  if (last.sha256() != Sha256Hex(data))
+    Fail("DownloadCheckpoint's sha256 does not match its bytes");
   for (size_t i = 0; i + 1 < chunks.size(); ++i) {
     if (!chunks[i].sha256().empty()) Fail("DownloadCheckpoint sent a sha256 before its last chunk");
-    if (chunks[i].data().size() > server::kCheckpointChunkBytes) Fail("DownloadCheckpoint sent a chunk over 1 MiB");
+    if (chunks[i].data().size() > server::kCheckpointChunkBytes)
+      Fail("DownloadCheckpoint sent a chunk over 1 MiB");
   }
 }
 
@@ -160,21 +164,25 @@ void CheckLease(const v1::LeaseResponse& res) {
   if (!res.has_trial()) return;
   const v1::Trial& t = res.trial();
   if (t.trial_id() <= 0 || t.experiment_id() <= 0 || t.max_steps() <= 0 || t.attempt() <= 0) {
-    Fail("Lease answered a trial without an id, an experiment, a budget or an attempt: " + t.ShortDebugString());
+    Fail("Lease answered a trial without an id, an experiment, a budget or an attempt: " +
+         t.ShortDebugString());
   }
-  if (t.stop_step() < 0 || t.resume_step() < 0 || (t.stop_step() > 0 && t.stop_step() <= t.resume_step()) ||
-      t.resume_step() >= t.max_steps()) {
-    Fail("Lease answered a trial with stop_step " + std::to_string(t.stop_step()) + " and resume_step " +
-         std::to_string(t.resume_step()) + " of " + std::to_string(t.max_steps()) + " steps");
+  if (t.stop_step() < 0 || t.resume_step() < 0 ||
+      (t.stop_step() > 0 && t.stop_step() <= t.resume_step()) || t.resume_step() >= t.max_steps()) {
+    Fail("Lease answered a trial with stop_step " + std::to_string(t.stop_step()) +
+         " and resume_step " + std::to_string(t.resume_step()) + " of " +
+         std::to_string(t.max_steps()) + " steps");
   }
   const auto params = nlohmann::json::parse(t.params_json(), nullptr, false);
-  if (!params.is_object()) Fail("Lease answered params that are not a JSON object: " + t.params_json());
+  if (!params.is_object())
+    Fail("Lease answered params that are not a JSON object: " + t.params_json());
 }
 
 // With HPO_FUZZ_WORKER_VERBOSE set, each request (and a lease's trial) is
 // printed, to read what an input does.
 void Show(const char* what, const google::protobuf::Message& msg) {
-  if (Verbose()) std::fprintf(stderr, "%s %s\n", what, msg.ShortDebugString().substr(0, 300).c_str());
+  if (Verbose())
+    std::fprintf(stderr, "%s %s\n", what, msg.ShortDebugString().substr(0, 300).c_str());
 }
 
 // The payload of a record as `msg`; false when it does not parse.
@@ -197,9 +205,11 @@ bool RunOne(World& world, std::vector<Worker>& workers, uint8_t op, const uint8_
       s = service.Register(&ctx, &req, &res);
       Check(call, s);
       if (s.ok()) {
-        if (res.device_ids_size() != req.devices_size()) Fail("Register answered a device id per device");
-        if (res.session().size() != 64) Fail("Register answered a session of " + std::to_string(res.session().size()) +
-                                             " characters");
+        if (res.device_ids_size() != req.devices_size())
+          Fail("Register answered a device id per device");
+        if (res.session().size() != 64)
+          Fail("Register answered a session of " + std::to_string(res.session().size()) +
+               " characters");
         workers.push_back({res.worker_id(), res.session()});
       }
       return true;
@@ -247,7 +257,9 @@ bool RunOne(World& world, std::vector<Worker>& workers, uint8_t op, const uint8_
       for (const int64_t id : res.stop_trial_ids()) {
         bool asked = false;
         for (const int64_t r : req.trial_ids()) asked = asked || r == id;
-        if (!asked) Fail("Heartbeat told the worker to stop trial " + std::to_string(id) + ", which it did not name");
+        if (!asked)
+          Fail("Heartbeat told the worker to stop trial " + std::to_string(id) +
+               ", which it did not name");
       }
       return true;
     }
@@ -291,7 +303,8 @@ bool RunOne(World& world, std::vector<Worker>& workers, uint8_t op, const uint8_
       s = service.UploadCheckpointFrom(&ctx, &reader, &res);
       Check(call, s);
       if (s.ok() && res.bytes() != bytes) {
-        Fail("UploadCheckpoint stored " + std::to_string(res.bytes()) + " of " + std::to_string(bytes) + " bytes");
+        Fail("UploadCheckpoint stored " + std::to_string(res.bytes()) + " of " +
+             std::to_string(bytes) + " bytes");
       }
       return true;
     }
@@ -312,8 +325,9 @@ bool RunOne(World& world, std::vector<Worker>& workers, uint8_t op, const uint8_
       if (!ReadVarint(q, p + n, ms)) return false;
       now_ms += static_cast<int64_t>(std::min<uint64_t>(ms, kMaxTimeStepMs));
       const Status tick = world.engine->Tick();
-      if (Verbose()) std::fprintf(stderr, "  TimePasses %llu -> %s\n", static_cast<unsigned long long>(ms),
-                                  tick.ToString().c_str());
+      if (Verbose())
+        std::fprintf(stderr, "  TimePasses %llu -> %s\n", static_cast<unsigned long long>(ms),
+                     tick.ToString().c_str());
       if (tick.code() == StatusCode::kInternal) Fail("Tick: " + tick.ToString());
       return true;
     }
@@ -352,17 +366,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)quiet;
   if (size == 0) return 0;
   now_ms = kStartMs;
-  World world(BaseDir() / "world", data[0], [] { return now_ms.load(); },
-              [](std::string type, const nlohmann::json& event) {
-                // What the server does with each event: count it by its
-                // state (server/main.cc) and publish it as JSON text.
-                if (type == "trial.finished" && !event.is_object()) Fail(type + " is not a JSON object");
-                try {
-                  (void)event.dump();
-                } catch (const std::exception& e) {
-                  Fail(type + " cannot be written as JSON: " + e.what());
-                }
-              });
+  World world(
+      BaseDir() / "world", data[0], [] { return now_ms.load(); },
+      [](std::string type, const nlohmann::json& event) {
+        // What the server does with each event: count it by its
+        // state (server/main.cc) and publish it as JSON text.
+        if (type == "trial.finished" && !event.is_object()) Fail(type + " is not a JSON object");
+        try {
+          (void)event.dump();
+        } catch (const std::exception& e) {
+          Fail(type + " cannot be written as JSON: " + e.what());
+        }
+      });
   std::vector<Worker> workers;
   const uint8_t* p = data + 1;
   const uint8_t* end = data + size;

@@ -68,13 +68,15 @@ class RecordingService final : public v1::WorkerService::Service {
     Record(kRegister, 0, *req, false);
     return impl_.Register(ctx, req, res);
   }
-  ::grpc::Status Lease(::grpc::ServerContext* ctx, const v1::LeaseRequest* req, v1::LeaseResponse* res) override {
+  ::grpc::Status Lease(::grpc::ServerContext* ctx, const v1::LeaseRequest* req,
+                       v1::LeaseResponse* res) override {
     std::lock_guard lock(mu_);
     ::grpc::Status s = impl_.Lease(ctx, req, res);
     Record(kLease, req->worker_id(), WithoutSession(*req), s.ok() && !res->has_trial());
     return s;
   }
-  ::grpc::Status Report(::grpc::ServerContext* ctx, const v1::ReportRequest* req, v1::ReportResponse* res) override {
+  ::grpc::Status Report(::grpc::ServerContext* ctx, const v1::ReportRequest* req,
+                        v1::ReportResponse* res) override {
     std::lock_guard lock(mu_);
     Record(kReport, req->worker_id(), WithoutSession(*req), false);
     return impl_.Report(ctx, req, res);
@@ -91,7 +93,8 @@ class RecordingService final : public v1::WorkerService::Service {
     Record(kHeartbeat, req->worker_id(), WithoutSession(*req), false);
     return impl_.Heartbeat(ctx, req, res);
   }
-  ::grpc::Status Pause(::grpc::ServerContext* ctx, const v1::PauseRequest* req, v1::PauseResponse* res) override {
+  ::grpc::Status Pause(::grpc::ServerContext* ctx, const v1::PauseRequest* req,
+                       v1::PauseResponse* res) override {
     std::lock_guard lock(mu_);
     Record(kPause, req->worker_id(), WithoutSession(*req), false);
     return impl_.Pause(ctx, req, res);
@@ -102,7 +105,8 @@ class RecordingService final : public v1::WorkerService::Service {
     Record(kRestart, req->worker_id(), WithoutSession(*req), false);
     return impl_.Restart(ctx, req, res);
   }
-  ::grpc::Status DownloadCheckpoint(::grpc::ServerContext* ctx, const v1::DownloadCheckpointRequest* req,
+  ::grpc::Status DownloadCheckpoint(::grpc::ServerContext* ctx,
+                                    const v1::DownloadCheckpointRequest* req,
                                     ::grpc::ServerWriter<v1::CheckpointChunk>* writer) override {
     std::lock_guard lock(mu_);
     Record(kDownload, req->worker_id(), WithoutSession(*req), false);
@@ -110,7 +114,8 @@ class RecordingService final : public v1::WorkerService::Service {
   }
   // The chunks are recorded as the handler reads them, and written as one
   // call once it is done.
-  ::grpc::Status UploadCheckpoint(::grpc::ServerContext* ctx, ::grpc::ServerReader<v1::CheckpointChunk>* reader,
+  ::grpc::Status UploadCheckpoint(::grpc::ServerContext* ctx,
+                                  ::grpc::ServerReader<v1::CheckpointChunk>* reader,
                                   v1::UploadCheckpointResponse* res) override {
     std::lock_guard lock(mu_);
     Tee tee(*reader);
@@ -184,7 +189,8 @@ class StandInTrainer final : public worker::Executor {
     const double lr = run.params.value("lr", 0.01);
     worker::RunResult result;
     for (int64_t step = 1; step <= run.max_steps; ++step) {
-      std::map<std::string, double> metrics{{"accuracy", 0.5 + 0.1 * step * lr * 10}, {"loss", 1.0 / step}};
+      std::map<std::string, double> metrics{{"accuracy", 0.5 + 0.1 * step * lr * 10},
+                                            {"loss", 1.0 / step}};
       const double speed = 1000.0 * system.value("threads", 1);
       switch (reporter.Report(step, metrics, speed, system)) {
         case worker::Verdict::kStop:
@@ -215,8 +221,10 @@ class StandInTrainer final : public worker::Executor {
 std::string TrainScript(bool refuse, bool fail) {
   std::string s = "#!/bin/sh\nx=$1\nstart=1\n";
   s += "if [ -n \"$HPO_RESUME_STEP\" ]; then\n";
-  s += refuse ? "  echo 'refusing the checkpoint' >&2; exit 65\n"
-              : "  [ -f \"$HPO_CHECKPOINT_DIR/state\" ] || exit 65\n  start=$((HPO_RESUME_STEP + 1))\n";
+  s +=
+      refuse
+          ? "  echo 'refusing the checkpoint' >&2; exit 65\n"
+          : "  [ -f \"$HPO_CHECKPOINT_DIR/state\" ] || exit 65\n  start=$((HPO_RESUME_STEP + 1))\n";
   s += "fi\nstep=$start\n";
   s += "while [ $step -le $HPO_MAX_STEPS ]; do\n";
   if (fail) {
@@ -224,7 +232,8 @@ std::string TrainScript(bool refuse, bool fail) {
     s += "  if [ $step = 3 ]; then sleep 0.5; fi\n";
   }
   s += "  loss=$(awk -v x=\"$x\" -v s=$step 'BEGIN { printf \"%.4f\", x * x + 1 / s }')\n";
-  s += "  if [ \"$step\" = \"$HPO_STOP_STEP\" ]; then echo $step > \"$HPO_CHECKPOINT_DIR/state\"; fi\n";
+  s += "  if [ \"$step\" = \"$HPO_STOP_STEP\" ]; then echo $step > \"$HPO_CHECKPOINT_DIR/state\"; "
+       "fi\n";
   s += "  echo \"hpo: step=$step loss=$loss samples_per_sec=100\"\n";
   s += "  if [ \"$step\" = \"$HPO_STOP_STEP\" ]; then exit 0; fi\n";
   s += "  step=$((step + 1))\n";
@@ -242,7 +251,8 @@ struct Scenario {
 };
 
 bool RecordScenario(const Scenario& sc, const fs::path& out_dir) {
-  const fs::path dir = fs::temp_directory_path() / ("hpo-fuzz-worker-record-" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("hpo-fuzz-worker-record-" + std::to_string(getpid()));
   World world(dir / "world", sc.spec, {}, {}, /*retry_after_ms=*/100);
   fs::create_directories(dir / "work");
   std::ofstream(dir / "work" / "train.sh") << TrainScript(sc.refuse, sc.fail);
@@ -278,11 +288,13 @@ bool RecordScenario(const Scenario& sc, const fs::path& out_dir) {
     worker::Executors ex;
     ex.command = std::make_unique<worker::CommandExecutor>(co);
     ex.builtin = std::make_unique<StandInTrainer>();
-    workers.emplace_back([o, executors = std::make_shared<worker::Executors>(std::move(ex)), &stop] {
-      worker::WorkerClient client(o, std::move(*executors));
-      Status s = client.Run(stop);
-      if (!s.ok()) std::fprintf(stderr, "worker %s: %s\n", o.host.c_str(), s.ToString().c_str());
-    });
+    workers.emplace_back(
+        [o, executors = std::make_shared<worker::Executors>(std::move(ex)), &stop] {
+          worker::WorkerClient client(o, std::move(*executors));
+          Status s = client.Run(stop);
+          if (!s.ok())
+            std::fprintf(stderr, "worker %s: %s\n", o.host.c_str(), s.ToString().c_str());
+        });
   }
   // Until the experiment ends (or a minute passes: what was recorded is
   // still a seed).
@@ -305,14 +317,17 @@ bool RecordScenario(const Scenario& sc, const fs::path& out_dir) {
     if (e <= kMaxSeedBytes) cut = e;
   }
   std::ofstream(out_dir / ("recorded-" + sc.name), std::ios::binary) << input.substr(0, cut);
-  if (cut < input.size()) std::ofstream(out_dir / ("recorded-" + sc.name + "-full"), std::ios::binary) << input;
-  std::printf("%s: %zu calls, %zu bytes (seed %zu), experiment %s, trials %lld (completed %lld, pruned %lld, "
-              "failed %lld)\n",
-              sc.name.c_str(), ends.size(), input.size(), cut, ended ? "ended" : "still running after 60 s",
-              static_cast<long long>(counts.ok() ? counts->total() : -1),
-              static_cast<long long>(counts.ok() ? counts->completed : -1),
-              static_cast<long long>(counts.ok() ? counts->pruned : -1),
-              static_cast<long long>(counts.ok() ? counts->failed : -1));
+  if (cut < input.size())
+    std::ofstream(out_dir / ("recorded-" + sc.name + "-full"), std::ios::binary) << input;
+  std::printf(
+      "%s: %zu calls, %zu bytes (seed %zu), experiment %s, trials %lld (completed %lld, pruned "
+      "%lld, "
+      "failed %lld)\n",
+      sc.name.c_str(), ends.size(), input.size(), cut, ended ? "ended" : "still running after 60 s",
+      static_cast<long long>(counts.ok() ? counts->total() : -1),
+      static_cast<long long>(counts.ok() ? counts->completed : -1),
+      static_cast<long long>(counts.ok() ? counts->pruned : -1),
+      static_cast<long long>(counts.ok() ? counts->failed : -1));
   std::error_code ec;
   fs::remove_all(dir, ec);
   return ended;

@@ -139,7 +139,8 @@ struct World {
   server::WorkerServiceImpl* service = nullptr;
 
   World(std::filesystem::path where, size_t spec, std::function<int64_t()> clock,
-        std::function<void(std::string, const nlohmann::json&)> on_event, int64_t retry_after_ms = 1000)
+        std::function<void(std::string, const nlohmann::json&)> on_event,
+        int64_t retry_after_ms = 1000)
       : dir(std::move(where)) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);

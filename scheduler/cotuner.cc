@@ -21,13 +21,15 @@ std::vector<json> CandidateValues(const search::Param& p, int max_values) {
   }
   std::vector<double> xs;
   if (p.log) {
-    for (double x = p.low; x <= p.high * (1 + 1e-9) && static_cast<int>(xs.size()) < max_values; x *= 2) {
+    for (double x = p.low; x <= p.high * (1 + 1e-9) && static_cast<int>(xs.size()) < max_values;
+         x *= 2) {
       xs.push_back(p.Snap(x));
     }
     if (xs.back() < p.high && static_cast<int>(xs.size()) < max_values) xs.push_back(p.high);
   } else {
     const double n = p.Cardinality();
-    const int count = std::isinf(n) ? max_values : static_cast<int>(std::min<double>(n, max_values));
+    const int count =
+        std::isinf(n) ? max_values : static_cast<int>(std::min<double>(n, max_values));
     for (int i = 0; i < count; ++i) {
       xs.push_back(p.Snap(count == 1 ? p.low : p.low + (p.high - p.low) * i / (count - 1)));
     }
@@ -47,8 +49,9 @@ std::string TunableKey(const std::vector<SystemDimension>& dims, const json& set
   return SettingKey(t);
 }
 
-CoTuneDecision NextSetting(const std::vector<SystemDimension>& dims, const std::vector<EpochSpeed>& history,
-                           const json& start, const CoTuneOptions& o, const KnownSpeeds& known) {
+CoTuneDecision NextSetting(const std::vector<SystemDimension>& dims,
+                           const std::vector<EpochSpeed>& history, const json& start,
+                           const CoTuneOptions& o, const KnownSpeeds& known) {
   if (history.empty()) return {start, false, "no epoch measured yet"};
 
   // The current phase starts at the last drift: a settled setting whose
@@ -110,23 +113,28 @@ CoTuneDecision NextSetting(const std::vector<SystemDimension>& dims, const std::
         candidate[dim.name] = values[next];
         if (!tried.count(SettingKey(candidate)) && !known_slower(candidate)) {
           return {candidate, true,
-                  std::string(drifted ? "drift; " : "") + "probe " + dim.name + "=" + values[next].dump()};
+                  std::string(drifted ? "drift; " : "") + "probe " + dim.name + "=" +
+                      values[next].dump()};
         }
       }
     }
   }
   return {best, false,
-          drifted ? "settled after drift" : known_best != known.end() ? "settled (neighbours known slower)" : "settled"};
+          drifted                     ? "settled after drift"
+          : known_best != known.end() ? "settled (neighbours known slower)"
+                                      : "settled"};
 }
 
 std::optional<IgnoredChange> FirstIgnoredChange(const std::vector<SystemDimension>& dims,
-                                                const std::vector<EpochSpeed>& history, const CoTuneOptions& options,
-                                                size_t window, const KnownSpeeds& known) {
+                                                const std::vector<EpochSpeed>& history,
+                                                const CoTuneOptions& options, size_t window,
+                                                const KnownSpeeds& known) {
   // The first parameter of `ran` that differs from `asked`, or nullopt.
   auto differs = [&](const json& asked, const json& ran) -> std::optional<std::string> {
     for (const auto& dim : dims) {
       if (!dim.may_change_mid_trial || !asked.contains(dim.name)) continue;
-      if (!ran.is_object() || !ran.contains(dim.name) || ran[dim.name] != asked[dim.name]) return dim.name;
+      if (!ran.is_object() || !ran.contains(dim.name) || ran[dim.name] != asked[dim.name])
+        return dim.name;
     }
     return std::nullopt;
   };
@@ -137,10 +145,12 @@ std::optional<IgnoredChange> FirstIgnoredChange(const std::vector<SystemDimensio
     const json& ran = history[i].setting;
     const auto parameter = differs(asked, ran);
     if (!parameter) continue;
-    if (!known.empty() && !differs(NextSetting(dims, before, before.back().setting, options, known).setting, ran)) {
+    if (!known.empty() &&
+        !differs(NextSetting(dims, before, before.back().setting, options, known).setting, ran)) {
       continue;
     }
-    return IgnoredChange{i, *parameter, asked[*parameter], ran.is_object() ? ran.value(*parameter, json()) : json()};
+    return IgnoredChange{i, *parameter, asked[*parameter],
+                         ran.is_object() ? ran.value(*parameter, json()) : json()};
   }
   return std::nullopt;
 }
@@ -152,7 +162,8 @@ std::vector<std::string> RestrictToDeclared(std::vector<SystemDimension>& dims,
   for (auto& dim : dims) {
     auto it = declared.find(dim.name);
     if (it == declared.end()) unknown.push_back(dim.name);
-    dim.may_change_mid_trial = dim.may_change_mid_trial && it != declared.end() && it->second == SystemChange::kMidTrial;
+    dim.may_change_mid_trial =
+        dim.may_change_mid_trial && it != declared.end() && it->second == SystemChange::kMidTrial;
   }
   return unknown;
 }
@@ -168,7 +179,8 @@ bool CapToDevice(SystemDimension& dim, double limit, json* setting) {
     }
   }
   if (kept.empty()) {
-    // A whole limit as an int, as an int parameter's values are ("2", not "2.0", in a setting's key).
+    // A whole limit as an int, as an int parameter's values are ("2", not "2.0", in a setting's
+    // key).
     kept.push_back(std::floor(limit) == limit ? json(static_cast<int64_t>(limit)) : json(limit));
   }
   dim.values = std::move(kept);

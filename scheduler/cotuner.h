@@ -31,9 +31,8 @@
 // works across server replicas.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -86,8 +85,8 @@ struct EpochSpeed {
 };
 
 struct CoTuneOptions {
-  int max_probes = 4;   // settings tried besides the first, per probing phase
-  double drift = 0.2;   // relative speed change that restarts probing
+  int max_probes = 4;  // settings tried besides the first, per probing phase
+  double drift = 0.2;  // relative speed change that restarts probing
   // A neighbour whose known speed is below the best setting's known speed
   // by more than this fraction is not probed (step 4 above). Larger than
   // the epoch-to-epoch noise of one setting, and than what a trial's own
@@ -113,9 +112,9 @@ struct CoTuneDecision {
 // The setting for the next epoch, given this trial's epochs so far (oldest
 // first) and what earlier trials measured (`known`, may be empty). With no
 // history, `start` is returned unchanged.
-CoTuneDecision NextSetting(const std::vector<SystemDimension>& dims, const std::vector<EpochSpeed>& history,
-                           const nlohmann::json& start, const CoTuneOptions& options = {},
-                           const KnownSpeeds& known = {});
+CoTuneDecision NextSetting(const std::vector<SystemDimension>& dims,
+                           const std::vector<EpochSpeed>& history, const nlohmann::json& start,
+                           const CoTuneOptions& options = {}, const KnownSpeeds& known = {});
 
 // An epoch that ran another value than the co-tuner asked for.
 struct IgnoredChange {
@@ -137,8 +136,9 @@ struct IgnoredChange {
 // model says now, and an epoch asked for earlier may have been asked under
 // less of it. O(window x history).
 std::optional<IgnoredChange> FirstIgnoredChange(const std::vector<SystemDimension>& dims,
-                                         const std::vector<EpochSpeed>& history, const CoTuneOptions& options = {},
-                                         size_t window = 64, const KnownSpeeds& known = {});
+                                                const std::vector<EpochSpeed>& history,
+                                                const CoTuneOptions& options = {},
+                                                size_t window = 64, const KnownSpeeds& known = {});
 
 // Canonical text of a setting (sorted keys), used as a map key.
 std::string SettingKey(const nlohmann::json& setting);

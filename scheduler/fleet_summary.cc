@@ -9,9 +9,12 @@ namespace {
 
 // A NaN in a multiset would break its order; an unknown estimate means
 // "not known to be busy", as a NaN busy time always did for the policy.
-double Sanitized(double free_at_s) { return std::isnan(free_at_s) ? -std::numeric_limits<double>::infinity() : free_at_s; }
+double Sanitized(double free_at_s) {
+  return std::isnan(free_at_s) ? -std::numeric_limits<double>::infinity() : free_at_s;
+}
 
-void EraseOne(std::map<std::string, std::multiset<double>>& classes, const std::string& device_class, double free_at_s) {
+void EraseOne(std::map<std::string, std::multiset<double>>& classes,
+              const std::string& device_class, double free_at_s) {
   const auto c = classes.find(device_class);
   if (c == classes.end()) return;
   if (const auto it = c->second.find(free_at_s); it != c->second.end()) c->second.erase(it);
@@ -55,7 +58,8 @@ void FleetSummary::Clear() {
 }
 
 std::vector<FleetSummary::ClassView> FleetSummary::ClassesFor(const std::string& asking_id,
-                                                              const std::string& asking_class, double now_s) const {
+                                                              const std::string& asking_class,
+                                                              double now_s) const {
   const auto asking = devices_.find(asking_id);
   const bool listed = asking != devices_.end();
   const std::string& own_class = listed ? asking->second.device_class : asking_class;
@@ -64,7 +68,8 @@ std::vector<FleetSummary::ClassView> FleetSummary::ClassesFor(const std::string&
   bool own_seen = false;
   for (const auto& [cls, times] : classes_) {
     if (!own_seen && !listed && own_class < cls) {
-      out.push_back({own_class, 1, std::numeric_limits<double>::infinity()});  // the unlisted asker's own class
+      out.push_back({own_class, 1,
+                     std::numeric_limits<double>::infinity()});  // the unlisted asker's own class
       own_seen = true;
     }
     ClassView v;

@@ -17,7 +17,8 @@ Offer OfferWork(const OfferInput& in) {
   const auto known = [&](const OfferTrial& t) {
     return t.space < spaces && t.index < (*in.histories)[t.space].trials.size();
   };
-  for (size_t sp = 0; sp < spaces && sp < in.finished_per_space.size(); ++sp) total += in.finished_per_space[sp];
+  for (size_t sp = 0; sp < spaces && sp < in.finished_per_space.size(); ++sp)
+    total += in.finished_per_space[sp];
   for (size_t sp = 0; sp < spaces && sp < in.on_device_per_space.size(); ++sp) {
     total += in.on_device_per_space[sp];
     on_devices += in.on_device_per_space[sp];
@@ -25,10 +26,13 @@ Offer OfferWork(const OfferInput& in) {
   for (const auto& t : in.trials) {
     if (!known(t)) continue;
     ++total;
-    if (t.phase == OfferTrial::Phase::kPending || t.phase == OfferTrial::Phase::kOnDevice) ++on_devices;
+    if (t.phase == OfferTrial::Phase::kPending || t.phase == OfferTrial::Phase::kOnDevice)
+      ++on_devices;
   }
   const auto share = [&](size_t s) { return s < in.shares.size() ? in.shares[s] : 1.0; };
-  const auto workload = [&](size_t s) { return s < in.workloads.size() ? in.workloads[s] : std::string(); };
+  const auto workload = [&](size_t s) {
+    return s < in.workloads.size() ? in.workloads[s] : std::string();
+  };
   const bool room = on_devices < in.max_parallel;
   out.items.reserve(in.trials.size() + spaces);
   if (room && in.promotion) {

@@ -24,10 +24,11 @@ struct WorkloadSpeeds {
   std::vector<ClassSpeed> classes;
 };
 
-using FleetClasses = std::vector<FleetSummary::ClassView>;  // by class name, the asking one included
+using FleetClasses =
+    std::vector<FleetSummary::ClassView>;  // by class name, the asking one included
 
-WorkloadSpeeds SpeedsFor(const std::string& workload, const AskingDevice& device, const FleetClasses& fleet,
-                         const SpeedModel& speeds) {
+WorkloadSpeeds SpeedsFor(const std::string& workload, const AskingDevice& device,
+                         const FleetClasses& fleet, const SpeedModel& speeds) {
   WorkloadSpeeds out;
   out.asking = speeds.Estimate(device.device_class, workload);
   double slower = 0, equal = 0, n = 0;
@@ -56,7 +57,8 @@ std::vector<double> Percentiles(const std::vector<double>& values) {
   if (n < 2) return out;
   std::vector<size_t> order(n);
   for (size_t i = 0; i < n; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return values[a] < values[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return values[a] < values[b]; });
   for (size_t lo = 0; lo < n;) {
     size_t hi = lo;
     while (hi + 1 < n && values[order[hi + 1]] == values[order[lo]]) ++hi;
@@ -89,7 +91,8 @@ bool CostAllows(const WorkItem& item, const AskingDevice& device, const Workload
   };
   bool any_meets = false;
   for (const auto& c : ws.classes) {
-    if (options.price_per_hour.count(c.device_class) && meets(c.estimate.samples_per_sec)) any_meets = true;
+    if (options.price_per_hour.count(c.device_class) && meets(c.estimate.samples_per_sec))
+      any_meets = true;
   }
   if (any_meets && !meets(ws.asking->samples_per_sec)) return false;
   double cheapest = kInf;
@@ -99,7 +102,8 @@ bool CostAllows(const WorkItem& item, const AskingDevice& device, const Workload
     if (any_meets && !meets(c.estimate.samples_per_sec)) continue;
     cheapest = std::min(cheapest, price->second / 3600 * seconds(c.estimate.samples_per_sec));
   }
-  return own_price->second / 3600 * seconds(ws.asking->samples_per_sec) <= (1 + options.cost_tolerance) * cheapest;
+  return own_price->second / 3600 * seconds(ws.asking->samples_per_sec) <=
+         (1 + options.cost_tolerance) * cheapest;
 }
 
 bool WellKnown(const std::optional<SpeedEstimate>& e, const PolicyOptions& options) {
@@ -110,29 +114,34 @@ bool WellKnown(const std::optional<SpeedEstimate>& e, const PolicyOptions& optio
 
 // Seconds until a faster device of another class could finish `item`, if
 // one would beat this device by the margin; nullopt otherwise.
-std::optional<double> FasterElsewhere(const WorkItem& item, const WorkloadSpeeds& ws, const PolicyOptions& options) {
-  if (item.kind == WorkItem::Kind::kNew || !(options.samples_per_step > 0 || item.samples_per_step > 0) ||
-      !ws.asking ||
+std::optional<double> FasterElsewhere(const WorkItem& item, const WorkloadSpeeds& ws,
+                                      const PolicyOptions& options) {
+  if (item.kind == WorkItem::Kind::kNew ||
+      !(options.samples_per_step > 0 || item.samples_per_step > 0) || !ws.asking ||
       ws.asking->observations == 0) {
     return std::nullopt;
   }
   const double here = Seconds(item, options.samples_per_step, ws.asking->samples_per_sec);
   std::optional<double> best;
   for (const auto& c : ws.classes) {
-    if (c.estimate.observations == 0 || !(c.estimate.samples_per_sec > ws.asking->samples_per_sec)) continue;
+    if (c.estimate.observations == 0 || !(c.estimate.samples_per_sec > ws.asking->samples_per_sec))
+      continue;
     if (!std::isfinite(c.soonest_free_s)) continue;  // no other device of the class
-    const double there = c.soonest_free_s + Seconds(item, options.samples_per_step, c.estimate.samples_per_sec);
-    if (there * options.hold_back_margin < here && (!best || c.soonest_free_s < *best)) best = c.soonest_free_s;
+    const double there =
+        c.soonest_free_s + Seconds(item, options.samples_per_step, c.estimate.samples_per_sec);
+    if (there * options.hold_back_margin < here && (!best || c.soonest_free_s < *best))
+      best = c.soonest_free_s;
   }
   return best;
 }
 
-PolicyDecision Run(size_t i, const WorkItem& item, const WorkloadSpeeds& ws, const PolicyOptions& options,
-                   std::string reason) {
+PolicyDecision Run(size_t i, const WorkItem& item, const WorkloadSpeeds& ws,
+                   const PolicyOptions& options, std::string reason) {
   PolicyDecision d;
   d.run = true;
   d.item = i;
-  d.estimated_seconds = ws.asking ? Seconds(item, options.samples_per_step, ws.asking->samples_per_sec) : 0;
+  d.estimated_seconds =
+      ws.asking ? Seconds(item, options.samples_per_step, ws.asking->samples_per_sec) : 0;
   d.reason = std::move(reason);
   return d;
 }
@@ -146,9 +155,12 @@ PolicyDecision Nothing(double retry_after_s, std::string reason) {
 
 const char* KindWord(WorkItem::Kind k) {
   switch (k) {
-    case WorkItem::Kind::kResume: return "promotion";
-    case WorkItem::Kind::kPending: return "pending trial";
-    case WorkItem::Kind::kNew: return "new trial";
+    case WorkItem::Kind::kResume:
+      return "promotion";
+    case WorkItem::Kind::kPending:
+      return "pending trial";
+    case WorkItem::Kind::kNew:
+      return "new trial";
   }
   return "item";
 }
@@ -166,14 +178,17 @@ PolicyDecision Fifo(const std::vector<WorkItem>& items, const std::vector<Worklo
     }
   }
   const auto pick = oldest ? oldest : preferred ? preferred : first_new;
-  return Run(*pick, items[*pick], *ws[*pick], options, std::string("fifo: the oldest ") + KindWord(items[*pick].kind));
+  return Run(*pick, items[*pick], *ws[*pick], options,
+             std::string("fifo: the oldest ") + KindWord(items[*pick].kind));
 }
 
-PolicyDecision Shadho(const AskingDevice& device, const FleetClasses& fleet, const std::vector<WorkItem>& items,
-                      const std::vector<WorkloadSpeeds*>& ws, const PolicyOptions& options) {
+PolicyDecision Shadho(const AskingDevice& device, const FleetClasses& fleet,
+                      const std::vector<WorkItem>& items, const std::vector<WorkloadSpeeds*>& ws,
+                      const PolicyOptions& options) {
   const auto strength = [&](const std::string& cls) {
     const auto it = std::find(options.class_order.begin(), options.class_order.end(), cls);
-    return it == options.class_order.end() ? 0.0 : static_cast<double>(options.class_order.end() - it);
+    return it == options.class_order.end() ? 0.0
+                                           : static_cast<double>(options.class_order.end() - it);
   };
   const double mine = strength(device.device_class);
   double slower = 0, equal = 0, n = 0;
@@ -187,13 +202,15 @@ PolicyDecision Shadho(const AskingDevice& device, const FleetClasses& fleet, con
   const double q = n > 1 ? (slower + (equal - 1) / 2) / (n - 1) : 1.0;
   std::vector<double> importance;
   importance.reserve(items.size());
-  for (const auto& it : items) importance.push_back(std::max(0.0, std::isfinite(it.space_priority) ? it.space_priority : 0));
+  for (const auto& it : items)
+    importance.push_back(std::max(0.0, std::isfinite(it.space_priority) ? it.space_priority : 0));
   const auto p = Percentiles(importance);
   size_t best = 0;
   for (size_t i = 1; i < items.size(); ++i) {
     if (std::abs(p[i] - q) < std::abs(p[best] - q)) best = i;
   }
-  return Run(best, items[best], *ws[best], options, "shadho: space priority by the user's class order");
+  return Run(best, items[best], *ws[best], options,
+             "shadho: space priority by the user's class order");
 }
 
 }  // namespace
@@ -207,22 +224,28 @@ std::optional<PolicyKind> ParsePolicyKind(const std::string& name) {
 
 const char* PolicyName(PolicyKind kind) {
   switch (kind) {
-    case PolicyKind::kSpeed: return "speed";
-    case PolicyKind::kFifo: return "fifo";
-    case PolicyKind::kShadho: return "shadho";
+    case PolicyKind::kSpeed:
+      return "speed";
+    case PolicyKind::kFifo:
+      return "fifo";
+    case PolicyKind::kShadho:
+      return "shadho";
   }
   return "speed";
 }
 
 PolicyDecision Decide(const AskingDevice& device, const std::vector<LiveDevice>& fleet,
-                      const std::vector<WorkItem>& items, const SpeedModel& speeds, const PolicyOptions& options) {
+                      const std::vector<WorkItem>& items, const SpeedModel& speeds,
+                      const PolicyOptions& options) {
   FleetSummary summary;
-  for (const auto& d : fleet) summary.Set(d.id, d.device_class, d.busy_s);  // free at busy_s after now = 0
+  for (const auto& d : fleet)
+    summary.Set(d.id, d.device_class, d.busy_s);  // free at busy_s after now = 0
   return Decide(device, summary, 0, items, speeds, options);
 }
 
 PolicyDecision Decide(const AskingDevice& device, const FleetSummary& fleet, double now_s,
-                      const std::vector<WorkItem>& items, const SpeedModel& speeds, const PolicyOptions& options) {
+                      const std::vector<WorkItem>& items, const SpeedModel& speeds,
+                      const PolicyOptions& options) {
   if (items.empty()) return Nothing(1, "no work on offer");
   // Few workloads, many items: each workload's speeds are looked up once.
   const FleetClasses classes = fleet.ClassesFor(device.id, device.device_class, now_s);
@@ -231,7 +254,9 @@ PolicyDecision Decide(const AskingDevice& device, const FleetSummary& fleet, dou
   for (size_t i = 0; i < items.size(); ++i) {
     auto it = by_workload.find(items[i].workload);
     if (it == by_workload.end()) {
-      it = by_workload.emplace(items[i].workload, SpeedsFor(items[i].workload, device, classes, speeds)).first;
+      it = by_workload
+               .emplace(items[i].workload, SpeedsFor(items[i].workload, device, classes, speeds))
+               .first;
     }
     ws[i] = &it->second;
   }
@@ -267,7 +292,8 @@ PolicyDecision Decide(const AskingDevice& device, const FleetSummary& fleet, dou
   // 1. Starvation.
   std::optional<size_t> starving;
   for (size_t i = 0; i < items.size(); ++i) {
-    if (items[i].waiting_s > options.max_wait_s && (!starving || items[i].waiting_s > items[*starving].waiting_s)) {
+    if (items[i].waiting_s > options.max_wait_s &&
+        (!starving || items[i].waiting_s > items[*starving].waiting_s)) {
       starving = i;
     }
   }
@@ -279,7 +305,8 @@ PolicyDecision Decide(const AskingDevice& device, const FleetSummary& fleet, dou
   for (size_t i = 0; i < items.size(); ++i) {
     if (!cost_aware || CostAllows(items[i], device, *ws[i], options)) offered.push_back(i);
   }
-  if (offered.empty()) return Nothing(5, "cost: cheaper devices meet the deadline for all the work on offer");
+  if (offered.empty())
+    return Nothing(5, "cost: cheaper devices meet the deadline for all the work on offer");
 
   // 2b. Movers bound for this device's class.
   std::optional<size_t> mover;
@@ -296,7 +323,8 @@ PolicyDecision Decide(const AskingDevice& device, const FleetSummary& fleet, dou
       mover = i;
   }
   if (mover) {
-    return Run(*mover, items[*mover], *ws[*mover], options, "a trial moving to this device's class");
+    return Run(*mover, items[*mover], *ws[*mover], options,
+               "a trial moving to this device's class");
   }
 
   // 3. Exploration of a device the model knows little about.
@@ -309,7 +337,9 @@ PolicyDecision Decide(const AskingDevice& device, const FleetSummary& fleet, dou
       explore = i;
     }
   }
-  if (explore) return Run(*explore, items[*explore], *ws[*explore], options, "explore: little known about this device");
+  if (explore)
+    return Run(*explore, items[*explore], *ws[*explore], options,
+               "explore: little known about this device");
 
   // 4. Matching importance to speed.
   std::vector<double> importance;
@@ -332,7 +362,8 @@ PolicyDecision Decide(const AskingDevice& device, const FleetSummary& fleet, dou
       soonest_faster = soonest_faster ? std::min(*soonest_faster, *wait) : *wait;
       continue;
     }
-    return Run(i, items[i], *ws[i], options, std::string(KindWord(items[i].kind)) + " matched to this device's speed");
+    return Run(i, items[i], *ws[i], options,
+               std::string(KindWord(items[i].kind)) + " matched to this device's speed");
   }
   return Nothing(std::clamp(soonest_faster.value_or(1.0), 0.5, 30.0),
                  "held back: faster devices would finish every item sooner");

@@ -117,7 +117,7 @@ struct LiveDevice {
 struct WorkItem {
   enum class Kind { kResume, kPending, kNew };
   Kind kind = Kind::kNew;
-  int64_t trial_id = 0;       // resume and pending
+  int64_t trial_id = 0;  // resume and pending
   int space_index = 0;
   double space_priority = 1;  // the space's SpaceRank::share
   int level = 0;              // the rung this lease runs toward (0 for a new trial)
@@ -127,8 +127,8 @@ struct WorkItem {
   // 0: the same as `steps`. The deadline is weighed against these.
   int64_t remaining_steps = 0;
   double samples_per_step = 0;  // of its workload; 0: PolicyOptions::samples_per_step
-  double waiting_s = 0;       // since it became available (0 for new)
-  bool preferred = false;     // new: the space ranking's own pick (fifo uses it)
+  double waiting_s = 0;         // since it became available (0 for new)
+  bool preferred = false;       // new: the space ranking's own pick (fifo uses it)
   // resume: the device class the trial paused to move to (DecideMove chose
   // it, and counted on that class's next free device); empty otherwise.
   std::string moving_to;
@@ -175,21 +175,23 @@ struct PolicyOptions {
 
 struct PolicyDecision {
   bool run = false;
-  size_t item = 0;                 // when run: index into the items
-  double estimated_seconds = 0;    // steps * samples_per_step / speed here; 0 when unknown
-  double retry_after_s = 0;        // when not run
-  std::string reason;              // for logs and events: "promotion to the fastest", "explore", ...
+  size_t item = 0;               // when run: index into the items
+  double estimated_seconds = 0;  // steps * samples_per_step / speed here; 0 when unknown
+  double retry_after_s = 0;      // when not run
+  std::string reason;            // for logs and events: "promotion to the fastest", "explore", ...
 };
 
 // The decision at `now_s` (the clock of the summary's free times).
 // REQUIRES: the asking device is one of `fleet` (it is counted in if not).
 PolicyDecision Decide(const AskingDevice& device, const FleetSummary& fleet, double now_s,
-                      const std::vector<WorkItem>& items, const SpeedModel& speeds, const PolicyOptions& options);
+                      const std::vector<WorkItem>& items, const SpeedModel& speeds,
+                      const PolicyOptions& options);
 // The same, the summary built from a list of devices first (busy_s from now):
 // O(D log D) more, for tests and callers that ask once per fleet.
 // REQUIRES: device ids are unique.
 PolicyDecision Decide(const AskingDevice& device, const std::vector<LiveDevice>& fleet,
-                      const std::vector<WorkItem>& items, const SpeedModel& speeds, const PolicyOptions& options);
+                      const std::vector<WorkItem>& items, const SpeedModel& speeds,
+                      const PolicyOptions& options);
 
 // Migration: stop-type early stopping (search/pruner.h) never pauses a
 // trial for a decision, so a trial that started on a slow device would

@@ -89,7 +89,7 @@ struct Simulator::State {
     bool parked = false;  // asked, found no work on offer at all: waits for a change
     double last_ask = 0;
     // The lease it runs, if any.
-    int64_t trial = -1;  // index into trials
+    int64_t trial = -1;     // index into trials
     double busy_until = 0;  // the policy's estimate (its free time in the fleet summary)
     double lease_sps = 0;
     double lease_started = 0;
@@ -109,12 +109,12 @@ struct Simulator::State {
     int64_t resume_step = 0;
     std::optional<int64_t> stop_step;
     double changed_at = 0;
-    int attempts = 0;  // leases of the current segment
+    int attempts = 0;     // leases of the current segment
     double paused_s = 0;  // before the segment it runs now
     double a = 0, c = 0;
     double moved_from_speed = -1;  // moved: the true speed of the device it left
     int moving_to = -1;            // moved: the class it moves toward, until resumed
-    std::vector<int64_t> rungs;  // the promotion rule's, for its number
+    std::vector<int64_t> rungs;    // the promotion rule's, for its number
     std::vector<SimResult::Segment> segments;
   };
   enum class EventKind { kAsk, kStep, kDie, kExpire, kReplace };
@@ -297,9 +297,11 @@ void Simulator::State::BuildWorld() {
   }
   std::vector<size_t> order(devices.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return devices[a].speed < devices[b].speed; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return devices[a].speed < devices[b].speed; });
   for (size_t rank = 0; rank < order.size(); ++rank) {
-    devices[order[rank]].percentile = order.size() > 1 ? static_cast<double>(rank) / (order.size() - 1) : 1.0;
+    devices[order[rank]].percentile =
+        order.size() > 1 ? static_cast<double>(rank) / (order.size() - 1) : 1.0;
   }
   for (const Device& dev : devices) live.Set(dev.id, ClassName(dev.cls), dev.busy_until);
   running_by_class.resize(class_speed.size());
@@ -363,7 +365,8 @@ const Offer& Simulator::State::CurrentOffer() {
   // The waiting times move with the clock, and samples per step with the
   // reports (the engine reads both on every lease).
   for (auto& item : offer.items) {
-    if (item.kind != WorkItem::Kind::kNew) item.waiting_s = now - trials[item.trial_id - 1].changed_at;
+    if (item.kind != WorkItem::Kind::kNew)
+      item.waiting_s = now - trials[item.trial_id - 1].changed_at;
     item.samples_per_step = step_samples.SamplesPerStep(item.workload);
   }
   return offer;
@@ -408,8 +411,9 @@ void Simulator::State::Ask(int64_t d) {
   }
   const Offer& off = CurrentOffer();
   const AskingDevice asking{dev.id, ClassName(dev.cls)};
-  const PolicyDecision decision = o.decide ? o.decide(asking, live, now, off.items, speeds, o.policy)
-                                           : Decide(asking, live, now, off.items, speeds, o.policy);
+  const PolicyDecision decision = o.decide
+                                      ? o.decide(asking, live, now, off.items, speeds, o.policy)
+                                      : Decide(asking, live, now, off.items, speeds, o.policy);
   if (o.ask_probe) o.ask_probe(false);
   ++result.decisions;
   ++result.reasons[decision.reason];
@@ -526,11 +530,13 @@ void Simulator::State::StartLease(int64_t d, int64_t ti) {
   if (o.migrate) NoteRunning(d, RungsPassed(t.resume_step));
   const int64_t steps = dev.end_step - t.resume_step;
   // The trial's chance to lose its worker, spread over its segments by length.
-  const double p_fail =
-      1 - std::pow(1 - o.failure, static_cast<double>(steps) / static_cast<double>(o.steps_per_trial));
+  const double p_fail = 1 - std::pow(1 - o.failure, static_cast<double>(steps) /
+                                                        static_cast<double>(o.steps_per_trial));
   dev.fail_step = -1;
   if (world.Uniform() < p_fail) {
-    dev.fail_step = dev.next_step + static_cast<int64_t>(world.Below(static_cast<uint64_t>(std::max<int64_t>(steps, 1))));
+    dev.fail_step =
+        dev.next_step +
+        static_cast<int64_t>(world.Below(static_cast<uint64_t>(std::max<int64_t>(steps, 1))));
     dev.fail_fraction = world.Uniform();
   }
   ScheduleNext(d);
@@ -789,16 +795,20 @@ Simulator::~Simulator() = default;
 
 Result<std::unique_ptr<Simulator>> Simulator::Create(SimulatorOptions o) {
   if (o.workers < 1) return Status::InvalidArgument("workers: must be at least 1");
-  if (!(o.spread >= 1) || !std::isfinite(o.spread)) return Status::InvalidArgument("spread: must be a number >= 1");
-  if (o.max_device_classes < 1) return Status::InvalidArgument("max_device_classes: must be at least 1");
+  if (!(o.spread >= 1) || !std::isfinite(o.spread))
+    return Status::InvalidArgument("spread: must be a number >= 1");
+  if (o.max_device_classes < 1)
+    return Status::InvalidArgument("max_device_classes: must be at least 1");
   if (o.steps_per_trial < 1) return Status::InvalidArgument("steps_per_trial: must be at least 1");
   if (!(o.bowl_scale > 0)) return Status::InvalidArgument("bowl_scale: must be positive");
   if (o.max_attempts < 1) return Status::InvalidArgument("max_attempts: must be at least 1");
   if (!(o.samples_per_step > 0) || !(o.slowest_samples_per_sec > 0)) {
     return Status::InvalidArgument("samples_per_step, slowest_samples_per_sec: must be positive");
   }
-  if (!(o.failure >= 0 && o.failure < 1)) return Status::InvalidArgument("failure: must be in [0, 1)");
-  if (o.max_trials <= 0) o.max_trials = std::clamp<int64_t>(20 * static_cast<int64_t>(o.workers), 1000, 20000);
+  if (!(o.failure >= 0 && o.failure < 1))
+    return Status::InvalidArgument("failure: must be in [0, 1)");
+  if (o.max_trials <= 0)
+    o.max_trials = std::clamp<int64_t>(20 * static_cast<int64_t>(o.workers), 1000, 20000);
   if (o.max_parallel <= 0) o.max_parallel = o.workers;
 
   auto st = std::make_unique<State>();
@@ -809,7 +819,8 @@ Result<std::unique_ptr<Simulator>> Simulator::Create(SimulatorOptions o) {
                        search::FindStoppingRule(o.early_stopping, "early_stopping"));
   const bool rung_rule = rule->rungs;
   if (o.promotion && !rung_rule) {
-    return Status::InvalidArgument("promotion: needs early_stopping asha or hyperband, not " + o.early_stopping);
+    return Status::InvalidArgument("promotion: needs early_stopping asha or hyperband, not " +
+                                   o.early_stopping);
   }
   search::StoppingOptions stopping;
   if (rung_rule) {
@@ -876,7 +887,8 @@ SimResult Simulator::Run() {
     e.benchmark = s.class_benchmark[s.devices[i].cls];
     s.Emit(std::move(e));
   }
-  for (size_t i = 0; i < s.devices.size(); ++i) s.Schedule(0, State::EventKind::kAsk, static_cast<int64_t>(i));
+  for (size_t i = 0; i < s.devices.size(); ++i)
+    s.Schedule(0, State::EventKind::kAsk, static_cast<int64_t>(i));
   while (!s.events.empty() && !s.done) {
     const State::Event e = s.events.top();
     if (e.t > s.o.max_sim_s) {
@@ -886,17 +898,26 @@ SimResult Simulator::Run() {
     s.events.pop();
     s.now = e.t;
     switch (e.kind) {
-      case State::EventKind::kAsk: s.Ask(e.who); break;
-      case State::EventKind::kStep: s.Step(e.who); break;
-      case State::EventKind::kDie: s.Die(e.who); break;
-      case State::EventKind::kExpire: s.Expire(e.who); break;
+      case State::EventKind::kAsk:
+        s.Ask(e.who);
+        break;
+      case State::EventKind::kStep:
+        s.Step(e.who);
+        break;
+      case State::EventKind::kDie:
+        s.Die(e.who);
+        break;
+      case State::EventKind::kExpire:
+        s.Expire(e.who);
+        break;
       case State::EventKind::kReplace: {
         SimEvent back;
         back.kind = SimEvent::Kind::kBack;
         back.device = e.who;
         s.Emit(std::move(back));
         s.devices[e.who].down = false;
-        s.live.Set(s.devices[e.who].id, ClassName(s.devices[e.who].cls), s.devices[e.who].busy_until);
+        s.live.Set(s.devices[e.who].id, ClassName(s.devices[e.who].cls),
+                   s.devices[e.who].busy_until);
         s.Ask(e.who);
         break;
       }

@@ -82,18 +82,19 @@ namespace hpo::scheduler {
 // The policy call: scheduler::Decide unless a caller (a benchmark timing it)
 // wraps it.
 // It gets the simulator's live fleet summary and the simulated time.
-using DecideFn = std::function<PolicyDecision(const AskingDevice&, const FleetSummary&, double now_s,
-                                              const std::vector<WorkItem>&, const SpeedModel&, const PolicyOptions&)>;
+using DecideFn = std::function<PolicyDecision(const AskingDevice&, const FleetSummary&,
+                                              double now_s, const std::vector<WorkItem>&,
+                                              const SpeedModel&, const PolicyOptions&)>;
 
 // One step of a run, as a worker and the server see it (SimulatorOptions::
 // on_event), in the order the simulator applies them. Devices by index,
 // trials by number (their creation order, from 0).
 struct SimEvent {
   enum class Kind {
-    kDevice,  // before the first ask, once per device: its id, class and the class's benchmark
-    kAsk,     // a free device asked for work, and what it was given
-    kReport,  // the device's trial reported a step, and what became of the trial
-    kLost,    // the device's worker died; its trial's lease is held until it expires
+    kDevice,   // before the first ask, once per device: its id, class and the class's benchmark
+    kAsk,      // a free device asked for work, and what it was given
+    kReport,   // the device's trial reported a step, and what became of the trial
+    kLost,     // the device's worker died; its trial's lease is held until it expires
     kExpired,  // the trial's lease expired: it is pending, paused at its rung, or failed
     kBack,     // a new worker took the dead one's device
   };
@@ -149,7 +150,8 @@ struct SimulatorOptions {
   uint64_t seed = 0;
 
   // --- The experiment, as its spec would say.
-  std::string sampler = "auto";  // a search/registry.h name; auto is the spec default (TPE on these conditional spaces)
+  std::string sampler = "auto";  // a search/registry.h name; auto is the spec default (TPE on these
+                                 // conditional spaces)
   std::string early_stopping = "asha";  // asha | hyperband | median | none
   bool promotion = true;                // early_stopping.type: promotion (asha, hyperband) or stop
   // placement.migrate (stop-type asha or hyperband, the speed policy): a
@@ -199,25 +201,26 @@ struct SimResult {
   double utilization = 0;  // busy device-seconds / (workers * end_s)
   double best = std::numeric_limits<double>::infinity();
   int64_t trials = 0;  // created
-  std::vector<int64_t> trials_per_space;  // created, by space (0: the good one, 1: the larger, worse one)
+  std::vector<int64_t>
+      trials_per_space;  // created, by space (0: the good one, 1: the larger, worse one)
   int64_t completed = 0, pruned = 0, failed = 0;
-  int64_t paused = 0;      // at the end
-  int64_t unfinished = 0;  // pending or on a device at the end
-  int64_t decisions = 0;   // calls to the policy
-  int64_t idle_answers = 0;  // of them, "nothing for now"
-  int64_t promotions = 0;  // resumed segments started
-  int64_t moves = 0;       // migrate: trials that paused at a rung for a faster class
+  int64_t paused = 0;                // at the end
+  int64_t unfinished = 0;            // pending or on a device at the end
+  int64_t decisions = 0;             // calls to the policy
+  int64_t idle_answers = 0;          // of them, "nothing for now"
+  int64_t promotions = 0;            // resumed segments started
+  int64_t moves = 0;                 // migrate: trials that paused at a rung for a faster class
   int64_t preemptions = 0;           // migrate: trials that paused at a step to make room for one
   int64_t moves_resumed = 0;         // moved trials resumed since
   int64_t moves_resumed_faster = 0;  // of them, on a device faster than the one they left
-  int max_level = 0;       // the highest level a segment ran toward
+  int max_level = 0;                 // the highest level a segment ran toward
   // The most trials on devices or waiting for one at any time (the store
   // would refuse beyond max_parallel; the simulator records it instead, so
   // a test sees whether the offer ever asked for more).
   int64_t peak_unfinished = 0;
-  int64_t max_parallel = 0;  // the one in force
-  std::vector<SimLevelStats> levels;        // by level
-  std::map<std::string, int64_t> reasons;   // PolicyDecision::reason -> how often
+  int64_t max_parallel = 0;                // the one in force
+  std::vector<SimLevelStats> levels;       // by level
+  std::map<std::string, int64_t> reasons;  // PolicyDecision::reason -> how often
   // The trial that reached the target, segment by segment: level, the
   // device's speed percentile, paused before it (s), its seconds.
   struct Segment {

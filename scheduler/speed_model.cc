@@ -24,7 +24,8 @@ constexpr double kSlopePrior = 1.0;
 
 // The covariate of equation (1): log of a searched (not tunable), positive
 // batch size; nullopt otherwise.
-std::optional<double> LogBatch(const nlohmann::json& setting, const std::vector<std::string>& tunable) {
+std::optional<double> LogBatch(const nlohmann::json& setting,
+                               const std::vector<std::string>& tunable) {
   if (std::find(tunable.begin(), tunable.end(), "batch_size") != tunable.end()) return std::nullopt;
   if (!setting.is_object()) return std::nullopt;
   const auto it = setting.find("batch_size");
@@ -60,7 +61,8 @@ void SpeedModel::Observe(const std::string& device_class, const std::string& wor
                          const std::string& setting, double samples_per_sec) {
   if (!(samples_per_sec > 0) || !std::isfinite(samples_per_sec)) return;
   Observed& o = by_setting_[{device_class, workload, setting}];
-  if (o.stats.n == 0 && !setting.empty()) o.setting = nlohmann::json::parse(setting, nullptr, false);
+  if (o.stats.n == 0 && !setting.empty())
+    o.setting = nlohmann::json::parse(setting, nullptr, false);
   o.stats.Add(samples_per_sec);
   by_pair_[{device_class, workload}].Add(samples_per_sec);
 }
@@ -110,8 +112,9 @@ std::optional<SpeedEstimate> SpeedModel::Estimate(const std::string& device_clas
   return e;
 }
 
-std::map<std::string, SpeedModel::Line> SpeedModel::Fit(const std::string& device_class, const std::string& workload,
-                                                        const std::vector<std::string>& tunable) const {
+std::map<std::string, SpeedModel::Line> SpeedModel::Fit(
+    const std::string& device_class, const std::string& workload,
+    const std::vector<std::string>& tunable) const {
   struct Point {
     double x = 0, y = 0, w = 0;
   };
@@ -122,7 +125,8 @@ std::map<std::string, SpeedModel::Line> SpeedModel::Fit(const std::string& devic
   std::map<std::string, Group> groups;
   // The map is ordered by (class, workload, setting): the pair's settings
   // are one contiguous run.
-  for (auto it = by_setting_.lower_bound({device_class, workload, std::string()}); it != by_setting_.end(); ++it) {
+  for (auto it = by_setting_.lower_bound({device_class, workload, std::string()});
+       it != by_setting_.end(); ++it) {
     const auto& [cls, wl, key] = it->first;
     if (cls != device_class || wl != workload) break;
     const Observed& o = it->second;
@@ -133,7 +137,8 @@ std::map<std::string, SpeedModel::Line> SpeedModel::Fit(const std::string& devic
     }
     Group& g = groups[SettingKey(t)];
     g.tunables = t;
-    g.points.push_back({LogBatch(o.setting, tunable).value_or(0), std::log(o.stats.mean), double(o.stats.n)});
+    g.points.push_back(
+        {LogBatch(o.setting, tunable).value_or(0), std::log(o.stats.mean), double(o.stats.n)});
   }
   std::map<std::string, Line> lines;
   double pooled_sxy = 0, pooled_sxx = 0;
@@ -168,9 +173,11 @@ std::map<std::string, SpeedModel::Line> SpeedModel::Fit(const std::string& devic
   return lines;
 }
 
-std::optional<nlohmann::json> SpeedModel::BestTunables(const std::string& device_class, const std::string& workload,
+std::optional<nlohmann::json> SpeedModel::BestTunables(const std::string& device_class,
+                                                       const std::string& workload,
                                                        const std::vector<std::string>& tunable,
-                                                       const nlohmann::json& given, int min_observations) const {
+                                                       const nlohmann::json& given,
+                                                       int min_observations) const {
   const std::optional<double> x = LogBatch(given, tunable);
   std::optional<nlohmann::json> best;
   double best_y = 0;
@@ -186,19 +193,21 @@ std::optional<nlohmann::json> SpeedModel::BestTunables(const std::string& device
   return best;
 }
 
-std::optional<double> SpeedModel::PredictTunables(const std::string& device_class, const std::string& workload,
+std::optional<double> SpeedModel::PredictTunables(const std::string& device_class,
+                                                  const std::string& workload,
                                                   const std::vector<std::string>& tunable,
-                                                  const nlohmann::json& tunables, const nlohmann::json& given) const {
+                                                  const nlohmann::json& tunables,
+                                                  const nlohmann::json& given) const {
   const auto lines = Fit(device_class, workload, tunable);
   const auto it = lines.find(SettingKey(tunables));
   if (it == lines.end()) return std::nullopt;
   return std::exp(it->second.Predict(LogBatch(given, tunable)));
 }
 
-std::map<std::string, double> SpeedModel::PredictAllTunables(const std::string& device_class,
-                                                             const std::string& workload,
-                                                             const std::vector<std::string>& tunable,
-                                                             const nlohmann::json& given, int min_observations) const {
+std::map<std::string, double> SpeedModel::PredictAllTunables(
+    const std::string& device_class, const std::string& workload,
+    const std::vector<std::string>& tunable, const nlohmann::json& given,
+    int min_observations) const {
   const std::optional<double> x = LogBatch(given, tunable);
   std::map<std::string, double> out;
   for (const auto& [key, l] : Fit(device_class, workload, tunable)) {

@@ -34,9 +34,8 @@
 // the rule is the highest mean.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -84,21 +83,27 @@ class SpeedModel {
   // this file; ties go to the lexicographically smallest setting. nullopt
   // when no tunable setting has `min_observations` observations. The result
   // holds only the tunable parameters the observations carry.
-  std::optional<nlohmann::json> BestTunables(const std::string& device_class, const std::string& workload,
-                                             const std::vector<std::string>& tunable, const nlohmann::json& given,
+  std::optional<nlohmann::json> BestTunables(const std::string& device_class,
+                                             const std::string& workload,
+                                             const std::vector<std::string>& tunable,
+                                             const nlohmann::json& given,
                                              int min_observations = 1) const;
   // Predicted samples/s of one tunable setting (as BestTunables returns it)
   // for `given`, by the same fit; nullopt when that setting was never seen.
-  std::optional<double> PredictTunables(const std::string& device_class, const std::string& workload,
-                                        const std::vector<std::string>& tunable, const nlohmann::json& tunables,
+  std::optional<double> PredictTunables(const std::string& device_class,
+                                        const std::string& workload,
+                                        const std::vector<std::string>& tunable,
+                                        const nlohmann::json& tunables,
                                         const nlohmann::json& given) const;
   // PredictTunables of every tunable setting with at least
   // `min_observations` observations, by the SettingKey of its tunables (as
   // BestTunables returns them): what earlier trials measured, for these
   // searched values, in one fit.
-  std::map<std::string, double> PredictAllTunables(const std::string& device_class, const std::string& workload,
+  std::map<std::string, double> PredictAllTunables(const std::string& device_class,
+                                                   const std::string& workload,
                                                    const std::vector<std::string>& tunable,
-                                                   const nlohmann::json& given, int min_observations = 1) const;
+                                                   const nlohmann::json& given,
+                                                   int min_observations = 1) const;
   // Classes with a benchmark or an observation, sorted.
   std::vector<std::string> DeviceClasses() const;
 
@@ -118,7 +123,8 @@ class SpeedModel {
   struct Line {
     nlohmann::json tunables;
     int n = 0;
-    double x_mean = 0, y_mean = 0, slope = 0;  // log(samples/s) = y_mean + slope * (log(batch) - x_mean)
+    double x_mean = 0, y_mean = 0,
+           slope = 0;  // log(samples/s) = y_mean + slope * (log(batch) - x_mean)
     double Predict(std::optional<double> log_batch) const {
       return log_batch ? y_mean + slope * (*log_batch - x_mean) : y_mean;
     }

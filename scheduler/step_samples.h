@@ -52,7 +52,7 @@ class StepSamples {
   double SamplesPerStep(const std::string& workload) const;
 
  private:
-  std::map<int64_t, ReportTiming> last_;                   // by trial
+  std::map<int64_t, ReportTiming> last_;  // by trial
   struct Kept {
     std::deque<double> estimates;  // newest last
     double median = 0;  // of `estimates`: placement reads it for every item of every lease

@@ -14,7 +14,8 @@ AutoChoice ChooseAutoSampler(const SearchSpace& space, const History& history,
   if (all_categorical) return AutoChoice::kTpe;
   int results = 0;
   for (const Observation& t : history.trials) {
-    const bool completed = t.status == TrialStatus::kCompleted && t.value && std::isfinite(*t.value);
+    const bool completed =
+        t.status == TrialStatus::kCompleted && t.value && std::isfinite(*t.value);
     const bool pruned = t.status == TrialStatus::kPruned && !t.curve.empty();
     results += completed || pruned;
   }

@@ -232,7 +232,8 @@ Result<GaussianProcess> GaussianProcess::Fit(const Eigen::MatrixXd& X, const Eig
   // and draws from the priors; the likelihood alone ranks them.
   std::vector<Eigen::VectorXd> starts;
   Eigen::VectorXd mode(d + 2);
-  mode << Eigen::VectorXd::Constant(d, ls_mu - kLengthscaleSigma * kLengthscaleSigma), kSignalMu, kNoiseMu;
+  mode << Eigen::VectorXd::Constant(d, ls_mu - kLengthscaleSigma * kLengthscaleSigma), kSignalMu,
+      kNoiseMu;
   starts.push_back(mode);
   Eigen::VectorXd wiggly = mode;
   wiggly.head(d).setConstant(std::log(0.3));
@@ -363,7 +364,8 @@ void GaussianProcess::Predict(const Eigen::MatrixXd& Xs, Eigen::VectorXd* mean,
   }
 }
 
-void GaussianProcess::Predict(PointCache* cache, Eigen::VectorXd* mean, Eigen::VectorXd* var) const {
+void GaussianProcess::Predict(PointCache* cache, Eigen::VectorXd* mean,
+                              Eigen::VectorXd* var) const {
   PointCache& c = *cache;
   const Eigen::Index m = c.X_.rows();
   const double signal = signal_variance();
@@ -394,9 +396,11 @@ void GaussianProcess::Predict(PointCache* cache, Eigen::VectorXd* mean, Eigen::V
     c.V_.col(t).noalias() = c.Ks_.leftCols(t + 1) * Linv_.row(t).head(t + 1).transpose();
   }
   c.n_ = n_;
-  if (mean != nullptr) *mean = ((c.Ks_.leftCols(n_) * alpha_.head(n_)).array() * y_std_ + y_mean_).matrix();
+  if (mean != nullptr)
+    *mean = ((c.Ks_.leftCols(n_) * alpha_.head(n_)).array() * y_std_ + y_mean_).matrix();
   if (var != nullptr) {
-    *var = ((signal - c.V_.leftCols(n_).rowwise().squaredNorm().array()).max(0.0) * y_std_ * y_std_).matrix();
+    *var = ((signal - c.V_.leftCols(n_).rowwise().squaredNorm().array()).max(0.0) * y_std_ * y_std_)
+               .matrix();
   }
 }
 

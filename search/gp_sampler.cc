@@ -1,8 +1,5 @@
 #include "search/gp_sampler.h"
 
-#include "search/output_warp.h"
-#include "search/numeric.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +9,9 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "search/numeric.h"
+#include "search/output_warp.h"
 
 namespace hpo::search {
 namespace {
@@ -225,9 +225,10 @@ class Acquisition {
                          const Eigen::VectorXd& var) const {
     Eigen::VectorXd out(X.rows());
     for (int i = 0; i < X.rows(); ++i) {
-      out(i) = Excluded(X.row(i).transpose())
-                   ? -std::numeric_limits<double>::infinity()
-                   : LogExpectedImprovement(mean(i), std::sqrt(std::max(var(i), var_floor_)), best_);
+      out(i) =
+          Excluded(X.row(i).transpose())
+              ? -std::numeric_limits<double>::infinity()
+              : LogExpectedImprovement(mean(i), std::sqrt(std::max(var(i), var_floor_)), best_);
     }
     return out;
   }
@@ -690,8 +691,9 @@ class GpSampler : public Sampler {
     num_refined = std::clamp(num_refined, 0, static_cast<int>(order.size()));
     for (int round = 0; round < 3 && !later->empty(); ++round) {
       const int top = std::min<int>(4 * std::max(num_refined, 1), static_cast<int>(order.size()));
-      std::partial_sort(order.begin(), order.begin() + top, order.end(),
-                        [&](int a, int b) { return scores(a) > scores(b) || (scores(a) == scores(b) && a < b); });
+      std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int a, int b) {
+        return scores(a) > scores(b) || (scores(a) == scores(b) && a < b);
+      });
       std::vector<Eigen::VectorXd> near;
       near.reserve(static_cast<size_t>(top));
       for (int k = 0; k < top; ++k) near.push_back(X.row(order[k]).transpose());

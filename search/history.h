@@ -26,7 +26,7 @@ enum class TrialStatus {
 struct Observation {
   int64_t number = 0;  // the trial's number in its experiment
   TrialStatus status = TrialStatus::kRunning;
-  Assignment params;   // internal form, NaN for inactive params
+  Assignment params;            // internal form, NaN for inactive params
   std::optional<double> value;  // final objective, minimized (completed trials)
   // Intermediate objective values (minimized) by step, steps increasing.
   std::vector<std::pair<int64_t, double>> curve;

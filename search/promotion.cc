@@ -21,7 +21,8 @@ double Quantile(std::vector<std::pair<double, int64_t>>& values, double p) {
   const double h = static_cast<double>(values.size() - 1) * p;
   const auto lo = static_cast<size_t>(std::floor(h));
   if (lo + 1 >= values.size()) return values.back().first;
-  return values[lo].first + (h - static_cast<double>(lo)) * (values[lo + 1].first - values[lo].first);
+  return values[lo].first +
+         (h - static_cast<double>(lo)) * (values[lo + 1].first - values[lo].first);
 }
 
 }  // namespace
@@ -50,7 +51,8 @@ Result<PromotionRule> PromotionRule::Asha(const AshaOptions& options, int64_t st
   return r;
 }
 
-Result<PromotionRule> PromotionRule::Hyperband(const HyperbandOptions& options, int64_t steps_per_trial,
+Result<PromotionRule> PromotionRule::Hyperband(const HyperbandOptions& options,
+                                               int64_t steps_per_trial,
                                                PromotionCriterion criterion) {
   HyperbandOptions o = options;
   if (o.max_resource == 0) o.max_resource = steps_per_trial;
@@ -89,7 +91,8 @@ std::vector<Promotion> PromotionRule::Promotable(const History& history,
   // (issue #19: 11% of the server's CPU at a few thousand trials under
   // bench/load), so it allocates per rung, not per trial, and finds each
   // rung's top 1/eta by selection rather than a sort.
-  std::map<int, std::vector<int64_t>> rungs_of_bracket;  // a handful of brackets, each computed once
+  std::map<int, std::vector<int64_t>>
+      rungs_of_bracket;  // a handful of brackets, each computed once
   auto rungs_of = [&](int bracket, int64_t number) -> const std::vector<int64_t>& {
     auto it = rungs_of_bracket.find(bracket);
     if (it == rungs_of_bracket.end()) it = rungs_of_bracket.emplace(bracket, Rungs(number)).first;
@@ -130,19 +133,22 @@ std::vector<Promotion> PromotionRule::Promotable(const History& history,
   // smallest, best = floor(n / eta), found by selection. Quantile: Q_p with
   // any number, so that only the value decides.
   std::map<Key, std::optional<std::pair<double, int64_t>>> threshold;
-  auto threshold_of = [&](const Key& key, double p) -> const std::optional<std::pair<double, int64_t>>& {
+  auto threshold_of = [&](const Key& key,
+                          double p) -> const std::optional<std::pair<double, int64_t>>& {
     auto t = threshold.find(key);
     if (t != threshold.end()) return t->second;
     std::optional<std::pair<double, int64_t>> limit;
     if (auto it = reached.find(key); it != reached.end()) {
       auto& values = it->second;
       if (criterion_ == PromotionCriterion::kQuantile) {
-        if (values.size() >= 2) limit = std::make_pair(Quantile(values, p), std::numeric_limits<int64_t>::max());
+        if (values.size() >= 2)
+          limit = std::make_pair(Quantile(values, p), std::numeric_limits<int64_t>::max());
       } else {
-        const size_t best =
-            static_cast<size_t>(std::floor(static_cast<double>(values.size()) / eta_ * (1 + kRelTolerance)));
+        const size_t best = static_cast<size_t>(
+            std::floor(static_cast<double>(values.size()) / eta_ * (1 + kRelTolerance)));
         if (best > 0) {
-          std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(best - 1), values.end());
+          std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(best - 1),
+                           values.end());
           limit = values[best - 1];
         }
       }

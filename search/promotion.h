@@ -54,8 +54,8 @@ struct PausedTrial {
 };
 
 struct Promotion {
-  size_t index = 0;   // in History::trials
-  int from_level = 0; // it paused after R_from_level
+  size_t index = 0;       // in History::trials
+  int from_level = 0;     // it paused after R_from_level
   int64_t from_step = 0;  // R_from_level: it resumes at from_step + 1
   int64_t to_step = 0;    // R_{from_level + 1}: where the promoted segment ends
   bool to_end = false;    // to_step is the trial's budget: it completes there
@@ -72,10 +72,12 @@ class PromotionRule {
  public:
   // Errors as MakeAshaPruner's / MakeHyperbandPruner's, naming the field;
   // max_resource 0 means steps_per_trial. REQUIRES: steps_per_trial >= 1.
-  static Result<PromotionRule> Asha(const AshaOptions& options, int64_t steps_per_trial,
-                                    PromotionCriterion criterion = PromotionCriterion::kTopFraction);
-  static Result<PromotionRule> Hyperband(const HyperbandOptions& options, int64_t steps_per_trial,
-                                         PromotionCriterion criterion = PromotionCriterion::kTopFraction);
+  static Result<PromotionRule> Asha(
+      const AshaOptions& options, int64_t steps_per_trial,
+      PromotionCriterion criterion = PromotionCriterion::kTopFraction);
+  static Result<PromotionRule> Hyperband(
+      const HyperbandOptions& options, int64_t steps_per_trial,
+      PromotionCriterion criterion = PromotionCriterion::kTopFraction);
   PromotionCriterion criterion() const { return criterion_; }
 
   // R_0 .. R_L of a trial with this number (its bracket's rungs).
@@ -85,7 +87,8 @@ class PromotionRule {
 
   // The paused trials of `paused` that may be promoted now, the highest
   // level first (ASHA promotes from the top rung down), then the best value.
-  std::vector<Promotion> Promotable(const History& history, const std::vector<PausedTrial>& paused) const;
+  std::vector<Promotion> Promotable(const History& history,
+                                    const std::vector<PausedTrial>& paused) const;
 
  private:
   PromotionRule() = default;

@@ -144,7 +144,9 @@ struct Rungs {
   // The step of rung k, or nullopt when that is beyond every int64 step (no
   // trial reaches it). Computed as a double, which saturates to infinity
   // rather than overflowing, and converted only when it is in range.
-  std::optional<int64_t> Step(int64_t k) const { return RungStep(min_resource, eta, early_stopping_rate + k); }
+  std::optional<int64_t> Step(int64_t k) const {
+    return RungStep(min_resource, eta, early_stopping_rate + k);
+  }
 
   // The lowest rung whose step is beyond `step`, in closed form: k is about
   // log_eta(step / r_0); the logarithm lands within a rung or two of the
@@ -154,7 +156,9 @@ struct Rungs {
     const std::optional<int64_t> first = Step(0);
     if (!first || step < *first) return 0;
     const double estimate =
-        std::floor(std::log(static_cast<double>(step) / static_cast<double>(*first)) / std::log(eta)) - 1;
+        std::floor(std::log(static_cast<double>(step) / static_cast<double>(*first)) /
+                   std::log(eta)) -
+        1;
     int64_t k = estimate > 0 ? static_cast<int64_t>(std::min(estimate, double{kMaxRungs})) : 0;
     for (std::optional<int64_t> r = Step(k); k < kMaxRungs && r && *r <= step; r = Step(k)) ++k;
     return k;
@@ -306,9 +310,10 @@ Status CheckReductionFactor(double eta) {
   if (!(eta >= kMinReductionFactor) || !std::isfinite(eta)) {
     std::ostringstream min;
     min << kMinReductionFactor;
-    return Invalid("reduction_factor", "must be a finite number >= " + min.str() +
-                                           " (each rung keeps 1/reduction_factor of the trials; closer to 1 "
-                                           "prunes almost nothing and judges far more often)");
+    return Invalid("reduction_factor",
+                   "must be a finite number >= " + min.str() +
+                       " (each rung keeps 1/reduction_factor of the trials; closer to 1 "
+                       "prunes almost nothing and judges far more often)");
   }
   return Status::OK();
 }

@@ -38,7 +38,9 @@ class Rng {
   // Uniform in [lo, hi).
   double Uniform(double lo, double hi) { return lo + (hi - lo) * Uniform(); }
   // Uniform integer in [0, n). REQUIRES: n > 0.
-  uint64_t Below(uint64_t n) { return static_cast<uint64_t>(Uniform() * static_cast<double>(n)) % n; }
+  uint64_t Below(uint64_t n) {
+    return static_cast<uint64_t>(Uniform() * static_cast<double>(n)) % n;
+  }
   // Standard normal (Box-Muller; one value per call, simple over fast).
   double Normal() {
     double u1 = Uniform();

@@ -22,7 +22,8 @@ double BootstrapMinStdDev(const std::vector<double>& smallest, int64_t n) {
   const size_t m = std::min(smallest.size(), kRankingOrderStatistics);
   // at_least(j) = P(min(y*) >= y(j+1)), 0-based j.
   auto at_least = [&](size_t j) {
-    return j >= static_cast<size_t>(n) ? 0.0 : std::exp(dn * std::log1p(-static_cast<double>(j) / dn));
+    return j >= static_cast<size_t>(n) ? 0.0
+                                       : std::exp(dn * std::log1p(-static_cast<double>(j) / dn));
   };
   double p[kRankingOrderStatistics];
   size_t used = 0;
@@ -55,8 +56,7 @@ double RankedValue(const Observation& t) {
 }
 
 std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
-                                  const std::vector<History>& histories,
-                                  const RankingOptions& o) {
+                                  const std::vector<History>& histories, const RankingOptions& o) {
   std::vector<std::vector<double>> ranked(histories.size());
   for (size_t s = 0; s < histories.size(); ++s) {
     for (const Observation& t : histories[s].trials) {
@@ -81,7 +81,8 @@ std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
     r.count = static_cast<int64_t>(y.size());
     if (y.empty()) continue;
     r.largest = *std::max_element(y.begin(), y.end());
-    const auto kept = y.begin() + static_cast<std::ptrdiff_t>(std::min(y.size(), kRankingOrderStatistics));
+    const auto kept =
+        y.begin() + static_cast<std::ptrdiff_t>(std::min(y.size(), kRankingOrderStatistics));
     std::nth_element(y.begin(), kept, y.end());
     std::sort(y.begin(), kept);
     r.smallest.assign(y.begin(), kept);
@@ -125,7 +126,8 @@ void RankedResults::Clear() {
   ordered_.clear();
 }
 
-std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces, const std::vector<SpaceResults>& results,
+std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
+                                  const std::vector<SpaceResults>& results,
                                   const RankingOptions& o) {
   const size_t k = spaces.size();
   std::vector<SpaceRank> out(k);
@@ -150,7 +152,8 @@ std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces, const 
     if (out[s].results < o.min_results) continue;
     out[s].best = results[s].smallest.front();
     global_best = std::min(global_best, out[s].best);
-    out[s].uncertainty = std::max(BootstrapMinStdDev(results[s].smallest, results[s].count), floor_u);
+    out[s].uncertainty =
+        std::max(BootstrapMinStdDev(results[s].smallest, results[s].count), floor_u);
   }
 
   double max_priority = 0;

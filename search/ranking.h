@@ -55,7 +55,7 @@ struct RankingOptions {
 };
 
 struct SpaceRank {
-  double complexity = 0;   // c_s in [0, 1]
+  double complexity = 0;  // c_s in [0, 1]
   double complexity_bits = 0;
   int results = 0;         // completed trials with a value, and pruned ones with a curve
   double best = 0;         // m_s (meaningless when results == 0)
@@ -98,7 +98,8 @@ struct SpaceResults {
 };
 // REQUIRES: spaces.size() == results.size() and not empty; each `smallest`
 // as said above.
-std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces, const std::vector<SpaceResults>& results,
+std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
+                                  const std::vector<SpaceResults>& results,
                                   const RankingOptions& options = {});
 
 // The ranking's inputs kept as trials change, for a caller that ranks on

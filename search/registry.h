@@ -46,7 +46,8 @@ Status CheckSamplerName(std::string_view name, std::string_view field);
 
 // The sampler registered as `name`; the same InvalidArgument as
 // CheckSamplerName for an unknown one.
-Result<std::unique_ptr<Sampler>> MakeSampler(std::string_view name, const SamplerContext& context = {},
+Result<std::unique_ptr<Sampler>> MakeSampler(std::string_view name,
+                                             const SamplerContext& context = {},
                                              std::string_view field = "algorithm.sampler");
 
 // An early-stopping rule's numeric options by name (min_resource, ...); an

@@ -115,7 +115,8 @@ double Param::Snap(double x) const {
   }
   if (!Discrete(*this)) return std::clamp(x, low, high);
   const double step_ = step > 0 ? step : 1;
-  const double k = std::clamp(std::round((x - low) / step_), 0.0, static_cast<double>(GridSize(*this) - 1));
+  const double k =
+      std::clamp(std::round((x - low) / step_), 0.0, static_cast<double>(GridSize(*this) - 1));
   // The grid's last point may round a hair beyond high (the 1e-9 of
   // GridSize); a suggestion stays within the declared bounds.
   const double v = std::clamp(low + k * step_, low, high);
@@ -136,9 +137,12 @@ bool Param::Contains(double x) const {
 
 nlohmann::json Param::ToJson(double x) const {
   switch (kind) {
-    case ParamKind::kCategorical: return choices.at(static_cast<size_t>(IndexIn(x, num_choices())));
-    case ParamKind::kInt: return RoundToInt64(x);
-    case ParamKind::kFloat: return x;
+    case ParamKind::kCategorical:
+      return choices.at(static_cast<size_t>(IndexIn(x, num_choices())));
+    case ParamKind::kInt:
+      return RoundToInt64(x);
+    case ParamKind::kFloat:
+      return x;
   }
   return nullptr;
 }
@@ -208,8 +212,8 @@ void SearchSpace::Normalize(Assignment& a) const {
 
 Status SearchSpace::Validate(const Assignment& a) const {
   if (a.size() != params.size()) {
-    return Status::InvalidArgument("assignment has " + std::to_string(a.size()) +
-                                   " values for " + std::to_string(params.size()) + " params");
+    return Status::InvalidArgument("assignment has " + std::to_string(a.size()) + " values for " +
+                                   std::to_string(params.size()) + " params");
   }
   for (int i = 0; i < size(); ++i) {
     const bool active = IsActive(i, a);
@@ -228,7 +232,8 @@ Status SearchSpace::Validate(const Assignment& a) const {
 nlohmann::json SearchSpace::ToJson(const Assignment& a) const {
   nlohmann::json out = nlohmann::json::object();
   for (int i = 0; i < size(); ++i) {
-    if (i < static_cast<int>(a.size()) && !IsInactive(a[i])) out[params[i].name] = params[i].ToJson(a[i]);
+    if (i < static_cast<int>(a.size()) && !IsInactive(a[i]))
+      out[params[i].name] = params[i].ToJson(a[i]);
   }
   return out;
 }
@@ -237,7 +242,8 @@ Result<Assignment> SearchSpace::FromJson(const nlohmann::json& j) const {
   if (!j.is_object()) return Status::InvalidArgument("params: must be an object");
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (Find(it.key()) < 0) {
-      return Status::InvalidArgument("params." + it.key() + ": not a parameter of space '" + name + "'");
+      return Status::InvalidArgument("params." + it.key() + ": not a parameter of space '" + name +
+                                     "'");
     }
   }
   Assignment a(params.size(), kInactive);
@@ -314,8 +320,8 @@ Status ParseParam(const std::string& name, const nlohmann::json& spec, const std
     p.kind = ParamKind::kCategorical;
     p.choices.assign(spec.begin(), spec.end());
   } else if (spec.is_object()) {
-    static const std::set<std::string> kKeys = {"type", "low", "high", "log", "step", "choices",
-                                                "conditional"};
+    static const std::set<std::string> kKeys = {"type", "low",     "high",       "log",
+                                                "step", "choices", "conditional"};
     for (auto it = spec.begin(); it != spec.end(); ++it) {
       if (!kKeys.count(it.key())) {
         return Status::InvalidArgument(path + "." + it.key() +
@@ -343,8 +349,10 @@ Status ParseParam(const std::string& name, const nlohmann::json& spec, const std
       }
       // Samplers map the domain onto [0, 1] through high - low.
       if (!std::isfinite(p.high - p.low)) {
-        return Status::InvalidArgument(path + ".high: high - low must be a finite number (it is beyond the "
-                                       "largest double)");
+        return Status::InvalidArgument(
+            path +
+            ".high: high - low must be a finite number (it is beyond the "
+            "largest double)");
       }
       if (auto v = spec.find("log"); v != spec.end()) {
         if (!v->is_boolean()) return Status::InvalidArgument(path + ".log: must be true or false");
@@ -362,9 +370,10 @@ Status ParseParam(const std::string& name, const nlohmann::json& spec, const std
         }
         for (const char* key : {"low", "high"}) {
           if (!IsExactInteger(spec[key])) {
-            return Status::InvalidArgument(path + "." + key + ": an int parameter's bounds must be within " +
-                                           "-2^53..2^53 (9007199254740992): samplers work in doubles, which "
-                                           "beyond that do not hold every integer");
+            return Status::InvalidArgument(
+                path + "." + key + ": an int parameter's bounds must be within " +
+                "-2^53..2^53 (9007199254740992): samplers work in doubles, which "
+                "beyond that do not hold every integer");
           }
         }
         if (p.step == 0) p.step = 1;
@@ -374,18 +383,23 @@ Status ParseParam(const std::string& name, const nlohmann::json& spec, const std
       }
       if (!(p.low < p.high)) return Status::InvalidArgument(path + ".low: must be < high");
       // `!(points <= ...)` also catches NaN and infinity.
-      if (p.kind == ParamKind::kFloat && p.step > 0 && !((p.high - p.low) / p.step <= kMaxExactInteger)) {
-        return Status::InvalidArgument(path + ".step: (high - low) / step must be at most 2^53 "
-                                       "(9007199254740992) grid points, more than doubles can count");
+      if (p.kind == ParamKind::kFloat && p.step > 0 &&
+          !((p.high - p.low) / p.step <= kMaxExactInteger)) {
+        return Status::InvalidArgument(
+            path +
+            ".step: (high - low) / step must be at most 2^53 "
+            "(9007199254740992) grid points, more than doubles can count");
       }
       if (p.log) {
         if (p.low <= 0) return Status::InvalidArgument(path + ".low: must be > 0 when log is true");
-        if ((p.kind == ParamKind::kFloat && p.step > 0) || (p.kind == ParamKind::kInt && p.step != 1)) {
+        if ((p.kind == ParamKind::kFloat && p.step > 0) ||
+            (p.kind == ParamKind::kInt && p.step != 1)) {
           return Status::InvalidArgument(path + ".step: cannot be combined with log");
         }
       }
       if (spec.contains("choices") || spec.contains("conditional")) {
-        return Status::InvalidArgument(path + ": choices and conditional belong to categorical "
+        return Status::InvalidArgument(path +
+                                       ": choices and conditional belong to categorical "
                                        "parameters");
       }
     } else if (t == "categorical") {
@@ -398,7 +412,8 @@ Status ParseParam(const std::string& name, const nlohmann::json& spec, const std
       if (auto cond = spec.find("conditional"); cond != spec.end()) conditional = &*cond;
       for (const char* key : {"low", "high", "log", "step"}) {
         if (spec.contains(key)) {
-          return Status::InvalidArgument(path + "." + key + ": not allowed for a categorical parameter");
+          return Status::InvalidArgument(path + "." + key +
+                                         ": not allowed for a categorical parameter");
         }
       }
     } else {
@@ -412,8 +427,8 @@ Status ParseParam(const std::string& name, const nlohmann::json& spec, const std
     for (size_t i = 0; i < p.choices.size(); ++i) {
       for (size_t k = 0; k < i; ++k) {
         if (p.choices[i] == p.choices[k]) {
-          return Status::InvalidArgument(path + ".choices[" + std::to_string(i) + "]: " +
-                                         p.choices[i].dump() + " is listed twice");
+          return Status::InvalidArgument(path + ".choices[" + std::to_string(i) +
+                                         "]: " + p.choices[i].dump() + " is listed twice");
         }
       }
     }
@@ -442,8 +457,8 @@ Status ParseParams(const nlohmann::json& j, const std::string& path, int parent,
                    SearchSpace& space, std::set<std::string>& names) {
   if (!j.is_object()) return Status::InvalidArgument(path + ": must map names to parameters");
   for (auto it = j.begin(); it != j.end(); ++it) {
-    HPO_RETURN_IF_ERROR(
-        ParseParam(it.key(), it.value(), path + "." + it.key(), parent, parent_choice, space, names));
+    HPO_RETURN_IF_ERROR(ParseParam(it.key(), it.value(), path + "." + it.key(), parent,
+                                   parent_choice, space, names));
   }
   return Status::OK();
 }
@@ -451,10 +466,12 @@ Status ParseParams(const nlohmann::json& j, const std::string& path, int parent,
 }  // namespace
 
 Result<SearchSpace> ParseSearchSpace(const nlohmann::json& j, const std::string& path) {
-  if (!j.is_object()) return Status::InvalidArgument(path + ": must be an object with name and params");
+  if (!j.is_object())
+    return Status::InvalidArgument(path + ": must be an object with name and params");
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() != "name" && it.key() != "params") {
-      return Status::InvalidArgument(path + "." + it.key() + ": unknown field (expected name, params)");
+      return Status::InvalidArgument(path + "." + it.key() +
+                                     ": unknown field (expected name, params)");
     }
   }
   SearchSpace space;

@@ -12,10 +12,9 @@
 // JSON before it gets here).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,10 +32,10 @@ enum class ParamKind { kFloat, kInt, kCategorical };
 struct Param {
   std::string name;  // unique within its space, children included
   ParamKind kind = ParamKind::kFloat;
-  double low = 0;    // float and int bounds, inclusive
+  double low = 0;  // float and int bounds, inclusive
   double high = 1;
-  bool log = false;  // sample log-uniformly; REQUIRES low > 0
-  double step = 0;   // float: 0 = continuous; int: >= 1
+  bool log = false;                     // sample log-uniformly; REQUIRES low > 0
+  double step = 0;                      // float: 0 = continuous; int: >= 1
   std::vector<nlohmann::json> choices;  // categorical
   // A conditional parameter exists only when the categorical at index
   // `parent` of the same space has internal value `parent_choice`.
@@ -97,7 +96,8 @@ struct SearchSpace {
 //      "lr": {"type": "float", "low": 1e-4, "high": 0.1, "log": true},
 //      "layers": {"type": "int", "low": 1, "high": 4},
 //      "optimizer": {"type": "categorical", "choices": ["sgd", "adam"],
-//                    "conditional": {"sgd": {"momentum": {"type": "float", "low": 0, "high": 0.99}}}}}}
+//                    "conditional": {"sgd": {"momentum": {"type": "float", "low": 0, "high":
+//                    0.99}}}}}}
 // Errors carry the path, e.g. "spaces[1].params.lr.low: must be < high".
 Result<SearchSpace> ParseSearchSpace(const nlohmann::json& j, const std::string& path);
 // Parses a list of spaces; names must be unique.

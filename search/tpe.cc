@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -223,7 +223,8 @@ class Mixture {
       for (size_t j = 0; j < n; ++j) {
         const double left = j > 0 ? pos[j].first - pos[j - 1].first : 0;
         const double right = j + 1 < n ? pos[j + 1].first - pos[j].first : 0;
-        sig[j] = std::clamp(n == 1 ? 1.0 : std::max(left, right), std::max(lo, o.min_bandwidth), 1.0);
+        sig[j] =
+            std::clamp(n == 1 ? 1.0 : std::max(left, right), std::max(lo, o.min_bandwidth), 1.0);
       }
     }
     double last_sigma = -1, log_sigma = 0;
@@ -256,14 +257,17 @@ class Mixture {
       return;
     }
     std::vector<uint32_t> start(n + 1, 0);
-    auto bucket = [n](double u) { return std::min(n - 1, static_cast<size_t>(std::max(u, 0.0) * n)); };
+    auto bucket = [n](double u) {
+      return std::min(n - 1, static_cast<size_t>(std::max(u, 0.0) * n));
+    };
     for (const auto& p : *v) ++start[bucket(p.first) + 1];
     for (size_t b = 0; b < n; ++b) start[b + 1] += start[b];
     std::vector<std::pair<double, size_t>> out(n);
     std::vector<uint32_t> fill(start.begin(), start.end() - 1);
     for (const auto& p : *v) out[fill[bucket(p.first)]++] = p;
     for (size_t b = 0; b < n; ++b) {
-      if (start[b + 1] - start[b] > 1) std::sort(out.begin() + start[b], out.begin() + start[b + 1]);
+      if (start[b + 1] - start[b] > 1)
+        std::sort(out.begin() + start[b], out.begin() + start[b + 1]);
     }
     *v = std::move(out);
   }
@@ -365,8 +369,9 @@ class TpeSampler final : public Sampler {
     // pushed every real bad result out, and g(x) was made of lies only.
     std::vector<const Assignment*> lies;
     if (o_.constant_liar) {
-      std::stable_sort(running.begin(), running.end(),
-                       [](const Observation* a, const Observation* b) { return a->number < b->number; });
+      std::stable_sort(
+          running.begin(), running.end(),
+          [](const Observation* a, const Observation* b) { return a->number < b->number; });
       for (auto* t : running) lies.push_back(&t->params);
     }
 

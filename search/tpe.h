@@ -8,11 +8,10 @@
 // a batch spreads out; the bad set's results and its lies are capped
 // separately (max_bad_observations, max_lies). The batch's own suggestions
 // are a second small mixture beside g(x), so that a batch costs one model,
-// and share one pool of candidates (see Suggest in tpe.cc). Each set is a Parzen mixture: one kernel per
-// observation over all its active parameters jointly (truncated Gaussians in
-// the unit cube for numbers, log-warped for log params, each as wide as the
-// gap to its neighbours; a smoothed one-hot for categoricals) plus a uniform
-// prior component. A parameter a kernel's
+// and share one pool of candidates (see Suggest in tpe.cc). Each set is a Parzen mixture: one
+// kernel per observation over all its active parameters jointly (truncated Gaussians in the unit
+// cube for numbers, log-warped for log params, each as wide as the gap to its neighbours; a
+// smoothed one-hot for categoricals) plus a uniform prior component. A parameter a kernel's
 // observation lacks (inactive there) falls back to the prior, so conditional
 // subtrees need no special case. Candidates are drawn from the good mixture;
 // the one maximizing log l(x) - log g(x) wins.
@@ -30,17 +29,17 @@
 namespace hpo::search {
 
 struct TpeOptions {
-  int startup_trials = 10;     // uniform random until this many results
-  int candidates = 48;         // draws from l(x) scored per suggestion
-  double prior_weight = 1.0;   // weight of the uniform prior component
+  int startup_trials = 10;    // uniform random until this many results
+  int candidates = 48;        // draws from l(x) scored per suggestion
+  double prior_weight = 1.0;  // weight of the uniform prior component
   // How wide each observation's kernel is (see SetBandwidths in tpe.cc).
   enum class Bandwidth { kNeighbor, kScott };
   Bandwidth bandwidth = Bandwidth::kNeighbor;
   double bandwidth_factor = 0.2;  // kScott: sigma = f * n^(-1/(d+4)) in the unit cube
   double min_bandwidth = 0.001;
-  int gamma_cap = 25;          // |good| = min(ceil(gamma_fraction * n), gamma_cap)
+  int gamma_cap = 25;  // |good| = min(ceil(gamma_fraction * n), gamma_cap)
   double gamma_fraction = 0.15;
-  bool constant_liar = true;   // running trials count as bad
+  bool constant_liar = true;  // running trials count as bad
   // The bad set keeps its newest this many results (completed and pruned
   // trials) and, besides them, the newest max_lies lies (running trials and
   // the batch's earlier suggestions): a cap of their own, so that a large

@@ -13,10 +13,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <pqxx/pqxx>
 #include <random>
 #include <sstream>
-
-#include <pqxx/pqxx>
 
 #include "common/sha256.h"
 
@@ -31,7 +30,8 @@ double MsSince(Clock::time_point start) {
 
 double Quantile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
-  const size_t rank = q <= 0 ? 0 : static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
+  const size_t rank =
+      q <= 0 ? 0 : static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
   const size_t k = std::min(v.size() - 1, rank);
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
   return v[k];
@@ -77,7 +77,8 @@ Result<std::unique_ptr<PostgresInstance>> PostgresInstance::Create() {
   std::unique_ptr<PostgresInstance> pg(new PostgresInstance);
   pg->bin_ = PostgresBin();
   if (pg->bin_.empty()) {
-    return Status::FailedPrecondition("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin");
+    return Status::FailedPrecondition(
+        "no PostgreSQL server binaries under /usr/lib/postgresql/*/bin");
   }
   std::string tmpl = "/tmp/hpo-pg-XXXXXX";
   if (!mkdtemp(tmpl.data())) return Status::Internal("mkdtemp " + tmpl + " failed");
@@ -125,8 +126,8 @@ Status PostgresInstance::Start() {
 }
 
 Status PostgresInstance::CreateDatabase(const std::string& name) {
-  return RunTool({bin_ + "/psql", "-h", dir_, "-p", std::to_string(port_), "-U", "postgres", "-d", "postgres",
-                  "-v", "ON_ERROR_STOP=1", "-c", "CREATE DATABASE " + name},
+  return RunTool({bin_ + "/psql", "-h", dir_, "-p", std::to_string(port_), "-U", "postgres", "-d",
+                  "postgres", "-v", "ON_ERROR_STOP=1", "-c", "CREATE DATABASE " + name},
                  dir_ + "/psql.log");
 }
 
@@ -172,7 +173,8 @@ Result<json> RestCall(uint16_t port, const std::string& method, const std::strin
   auto r = HttpRequestOnce(o, method, target, body);
   if (!r.ok()) return r.status();
   if (r->status / 100 != 2) {
-    return Status::Internal(method + " " + target + ": HTTP " + std::to_string(r->status) + ": " + r->body);
+    return Status::Internal(method + " " + target + ": HTTP " + std::to_string(r->status) + ": " +
+                            r->body);
   }
   json j = json::parse(r->body, nullptr, false);
   if (j.is_discarded()) return Status::Internal(method + " " + target + ": not JSON: " + r->body);
@@ -186,7 +188,8 @@ Result<int64_t> CreateExperiment(uint16_t port, const std::string& spec) {
 
 // SimWorker ------------------------------------------------------------------------
 
-SimWorker::SimWorker(const std::string& address, std::chrono::milliseconds deadline) : deadline_(deadline) {
+SimWorker::SimWorker(const std::string& address, std::chrono::milliseconds deadline)
+    : deadline_(deadline) {
   grpc::ChannelArguments args;
   // A connection of its own, as a separate worker process would have, and
   // quick reconnects after a server restart. (Not GRPC_ARG_MIN_RECONNECT_
@@ -204,7 +207,8 @@ void SimWorker::PauseBeforeRetry(std::chrono::milliseconds d, const std::atomic<
   const auto until = Clock::now() + d;
   const bool connected = channel_->GetState(false) == GRPC_CHANNEL_READY;
   while (Clock::now() < until && !(stop && *stop)) {
-    const auto slice = std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(20));
+    const auto slice =
+        std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(20));
     if (connected) {
       std::this_thread::sleep_for(slice);
     } else if (channel_->WaitForConnected(std::chrono::system_clock::now() + slice)) {
@@ -260,7 +264,8 @@ grpc::Status SimWorker::Lease(v1::LeaseResponse* out) {
   return s;
 }
 
-grpc::Status SimWorker::Report(int64_t trial_id, int64_t step, double loss, v1::ReportResponse* out) {
+grpc::Status SimWorker::Report(int64_t trial_id, int64_t step, double loss,
+                               v1::ReportResponse* out) {
   v1::ReportRequest req;
   req.set_worker_id(worker_id_);
   req.set_session(session_);
@@ -379,12 +384,18 @@ double SimLoss(int64_t trial_id, int64_t step) {
 
 const char* SegmentEventName(SegmentEvent e) {
   switch (e) {
-    case SegmentEvent::kLeased: return "leased";
-    case SegmentEvent::kRestarted: return "restarted";
-    case SegmentEvent::kPaused: return "paused";
-    case SegmentEvent::kPausedBare: return "paused_bare";
-    case SegmentEvent::kCompleted: return "completed";
-    case SegmentEvent::kStopped: return "stopped";
+    case SegmentEvent::kLeased:
+      return "leased";
+    case SegmentEvent::kRestarted:
+      return "restarted";
+    case SegmentEvent::kPaused:
+      return "paused";
+    case SegmentEvent::kPausedBare:
+      return "paused_bare";
+    case SegmentEvent::kCompleted:
+      return "completed";
+    case SegmentEvent::kStopped:
+      return "stopped";
   }
   return "?";
 }
@@ -397,21 +408,36 @@ std::string SimCheckpoint(int64_t trial_id, int64_t step) {
 
 std::string CodeName(grpc::StatusCode code) {
   switch (code) {
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "CODE_" + std::to_string(static_cast<int>(code));
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN:
+      return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED:
+      return "ABORTED";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return "CODE_" + std::to_string(static_cast<int>(code));
   }
 }
 
@@ -434,7 +460,8 @@ FleetStats SimFleet::Snapshot() const {
   return stats_;
 }
 
-bool SimFleet::WaitForReportAfter(Clock::time_point since, std::chrono::milliseconds timeout) const {
+bool SimFleet::WaitForReportAfter(Clock::time_point since,
+                                  std::chrono::milliseconds timeout) const {
   const auto until = Clock::now() + timeout;
   while (Clock::now() < until) {
     {
@@ -458,7 +485,8 @@ grpc::Status SimFleet::Timed(const char* what, const std::function<grpc::Status(
     ++stats_.errors[CodeName(s.error_code())];
     ++stats_.errors_total;
     stats_.last_error = Clock::now();
-    const std::string sample = std::string(what) + ": " + CodeName(s.error_code()) + ": " + s.error_message();
+    const std::string sample =
+        std::string(what) + ": " + CodeName(s.error_code()) + ": " + s.error_message();
     if (stats_.error_samples.size() < 5) stats_.error_samples.push_back(sample);
     stats_.first_error.emplace(CodeName(s.error_code()), sample);
     if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
@@ -486,7 +514,8 @@ void SimFleet::Run(int index) {
   std::mt19937 rng(static_cast<unsigned>(index));
   auto pause = [&](std::chrono::milliseconds d) {
     for (auto until = Clock::now() + d; Clock::now() < until && !stop_;) {
-      std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(d, std::chrono::milliseconds(20)));
+      std::this_thread::sleep_for(
+          std::min<std::chrono::milliseconds>(d, std::chrono::milliseconds(20)));
     }
   };
   // Calls `rpc` until it returns something other than a retryable error,
@@ -523,7 +552,8 @@ void SimFleet::Run(int index) {
       if (options_.on_segment) options_.on_segment(segment, trial, e, step);
     };
     event(SegmentEvent::kLeased, t.resume_step());
-    const json params = options_.objective ? json::parse(t.params_json(), nullptr, false) : json::object();
+    const json params =
+        options_.objective ? json::parse(t.params_json(), nullptr, false) : json::object();
     auto loss_at = [&](int64_t step) {
       return options_.objective ? options_.objective(params, step) : SimLoss(trial, step);
     };
@@ -533,7 +563,8 @@ void SimFleet::Run(int index) {
       // when it is not usable (what hpo-worker does, worker.proto).
       std::string data, sha;
       int64_t at = -1;
-      const grpc::Status s = call("download", [&] { return w.DownloadCheckpoint(trial, &data, &at, &sha); });
+      const grpc::Status s =
+          call("download", [&] { return w.DownloadCheckpoint(trial, &data, &at, &sha); });
       std::string wrong;
       if (!s.ok()) {
         wrong = CodeName(s.error_code()) + ": " + s.error_message();
@@ -544,7 +575,8 @@ void SimFleet::Run(int index) {
         first = t.resume_step() + 1;
         Count(&FleetStats::resumes);
       } else {
-        if (!call("restart", [&] { return w.Restart(trial, wrong); }).ok()) continue;  // not ours any more
+        if (!call("restart", [&] { return w.Restart(trial, wrong); }).ok())
+          continue;  // not ours any more
         event(SegmentEvent::kRestarted, 0);
         Count(&FleetStats::restarts);
       }
@@ -555,7 +587,8 @@ void SimFleet::Run(int index) {
       pause(options_.step_time);
       if (options_.heartbeat) {
         v1::HeartbeatResponse hb;
-        if (call("heartbeat", [&] { return w.Heartbeat(trial, &hb); }).ok() && hb.stop_trial_ids_size() > 0) {
+        if (call("heartbeat", [&] { return w.Heartbeat(trial, &hb); }).ok() &&
+            hb.stop_trial_ids_size() > 0) {
           ended = true;  // stopped by someone else meanwhile
           break;
         }
@@ -590,10 +623,12 @@ void SimFleet::Run(int index) {
           v1::HeartbeatResponse hb;
           (void)Timed("heartbeat", [&] { return w.Heartbeat(trial, &hb); });
         }
-        const grpc::Status s = Timed(
-            "upload", [&] { return w.UploadCheckpoint(trial, *paused_at, SimCheckpoint(trial, *paused_at), 4096); });
+        const grpc::Status s = Timed("upload", [&] {
+          return w.UploadCheckpoint(trial, *paused_at, SimCheckpoint(trial, *paused_at), 4096);
+        });
         uploaded = s.ok();
-        if (s.ok() || !IsRetryable(FromGrpcStatus(s)) || s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        if (s.ok() || !IsRetryable(FromGrpcStatus(s)) ||
+            s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
           break;
         }
       }
@@ -647,9 +682,15 @@ void RestLoad::Run(int index) {
     std::string target;
     const int64_t e = experiments.empty() ? 0 : experiments[rng() % experiments.size()];
     switch (turn % 7) {
-      case 0: target = "/api/v1/experiments"; break;
-      case 1: target = "/api/v1/workers"; break;
-      case 2: target = "/metrics"; break;
+      case 0:
+        target = "/api/v1/experiments";
+        break;
+      case 1:
+        target = "/api/v1/workers";
+        break;
+      case 2:
+        target = "/metrics";
+        break;
       default:
         if (e == 0) {
           target = "/api/v1/experiments";
@@ -668,9 +709,11 @@ void RestLoad::Run(int index) {
     const double ms = MsSince(start);
     std::string error;
     if (!r.ok()) {
-      error = std::string(r.status().code() == StatusCode::kDeadlineExceeded ? "DeadlineExceeded" : "Unreachable") + ": " +
-              r.status().message();
-    } else if (r->status != 200 && !(r->status == 404 && target.find("/best") != std::string::npos)) {
+      error = std::string(r.status().code() == StatusCode::kDeadlineExceeded ? "DeadlineExceeded"
+                                                                             : "Unreachable") +
+              ": " + r.status().message();
+    } else if (r->status != 200 &&
+               !(r->status == 404 && target.find("/best") != std::string::npos)) {
       // 404 from /best: no completed trial yet, an answer, not an error.
       error = std::to_string(r->status) + ": " + r->body.substr(0, 200);
     } else if (target == "/api/v1/experiments") {
@@ -687,7 +730,8 @@ void RestLoad::Run(int index) {
       if (!error.empty()) {
         ++stats_.errors_total;
         ++stats_.errors[error.substr(0, error.find(':'))];
-        if (stats_.error_samples.size() < 5) stats_.error_samples.push_back(target + " -> " + error);
+        if (stats_.error_samples.size() < 5)
+          stats_.error_samples.push_back(target + " -> " + error);
       }
     }
     if (options_.pause.count() > 0) {
@@ -723,7 +767,8 @@ void AskTellClients::Run(int index) {
   (void)index;
   const std::string experiment = "/api/v1/experiments/" + std::to_string(options_.experiment_id);
   // One call, timed and counted; its answer, or nullopt when it failed.
-  auto call = [&](const char* what, const std::string& target, const json& body) -> std::optional<json> {
+  auto call = [&](const char* what, const std::string& target,
+                  const json& body) -> std::optional<json> {
     const auto start = Clock::now();
     auto r = RestCall(options_.port, "POST", target, body.dump(), options_.timeout);
     const double ms = MsSince(start);
@@ -732,7 +777,8 @@ void AskTellClients::Run(int index) {
     stats_.call_ms[what].push_back(ms);
     if (r.ok()) return std::move(r).value();
     ++stats_.errors_total;
-    if (stats_.error_samples.size() < 5) stats_.error_samples.push_back(std::string(what) + ": " + r.status().ToString());
+    if (stats_.error_samples.size() < 5)
+      stats_.error_samples.push_back(std::string(what) + ": " + r.status().ToString());
     return std::nullopt;
   };
   while (!stop_) {
@@ -755,11 +801,13 @@ void AskTellClients::Run(int index) {
     };
     bool ok = true;
     for (int64_t step = 0; step < options_.steps && ok && !stop_; ++step) {
-      auto res = call("report", target + "/measurements", {{"step", step}, {"metrics", {{"loss", loss_at(step)}}}});
+      auto res = call("report", target + "/measurements",
+                      {{"step", step}, {"metrics", {{"loss", loss_at(step)}}}});
       ok = res && res->value("decision", "") == "continue";
     }
     if (!ok || stop_) continue;
-    if (call("complete", target + ":complete", {{"metrics", {{"loss", loss_at(options_.steps - 1)}}}})) {
+    if (call("complete", target + ":complete",
+             {{"metrics", {{"loss", loss_at(options_.steps - 1)}}}})) {
       std::lock_guard lock(mu_);
       ++stats_.trials_completed;
     }

@@ -113,11 +113,12 @@ class SimWorker {
   // the stream is cut after that many chunks instead, as a worker dying
   // mid-upload cuts it: the chunks are sent, the call is given a moment to
   // reach the server, then cancelled (the answer is then CANCELLED).
-  grpc::Status UploadCheckpoint(int64_t trial_id, int64_t step, const std::string& data, size_t chunk_bytes,
-                                int cut_after_chunks = -1);
+  grpc::Status UploadCheckpoint(int64_t trial_id, int64_t step, const std::string& data,
+                                size_t chunk_bytes, int cut_after_chunks = -1);
   // The whole checkpoint of a resumed trial; `step` and `sha256` are what
   // its first and last chunks said.
-  grpc::Status DownloadCheckpoint(int64_t trial_id, std::string* data, int64_t* step, std::string* sha256);
+  grpc::Status DownloadCheckpoint(int64_t trial_id, std::string* data, int64_t* step,
+                                  std::string* sha256);
   grpc::Status Restart(int64_t trial_id, const std::string& reason);
   int64_t worker_id() const { return worker_id_; }
   // Waits up to `d` before a call is tried again, keeping the channel
@@ -163,13 +164,14 @@ const char* SegmentEventName(SegmentEvent e);
 std::string SimCheckpoint(int64_t trial_id, int64_t step);
 
 struct FleetOptions {
-  std::string address;   // the server's gRPC address
+  std::string address;  // the server's gRPC address
   int workers = 8;
-  int steps = 5;         // per trial
-  std::chrono::milliseconds step_time{20};  // sleep before each report
-  bool heartbeat = false;                   // a Heartbeat before each report
+  int steps = 5;                               // per trial
+  std::chrono::milliseconds step_time{20};     // sleep before each report
+  bool heartbeat = false;                      // a Heartbeat before each report
   std::chrono::milliseconds deadline{10'000};  // per RPC
-  std::chrono::milliseconds retry_pause{100};  // after an error IsRetryable (common/status.h) accepts
+  std::chrono::milliseconds retry_pause{
+      100};  // after an error IsRetryable (common/status.h) accepts
   // Each worker waits a random time below this before it registers, as a
   // fleet's workers start spread out.
   std::chrono::milliseconds start_spread{1000};
@@ -185,7 +187,8 @@ struct FleetOptions {
   // began and ended (an end not acknowledged - the lease lost or run out -
   // is not called).
   std::function<void(int64_t segment, int64_t trial_id, int64_t step, double loss)> on_report;
-  std::function<void(int64_t segment, int64_t trial_id, SegmentEvent event, int64_t step)> on_segment;
+  std::function<void(int64_t segment, int64_t trial_id, SegmentEvent event, int64_t step)>
+      on_segment;
   std::function<void(int64_t trial_id, double loss)> on_complete;
 };
 
@@ -195,8 +198,9 @@ struct FleetStats {
   std::map<std::string, int64_t> errors;  // by gRPC code name, e.g. "UNAVAILABLE"
   int64_t errors_total = 0;
   std::vector<std::string> error_samples;  // the first few failed calls
-  std::map<std::string, std::string> first_error;  // by gRPC code name: the first call that failed so
-  std::vector<double> latency_ms;         // of every RPC
+  std::map<std::string, std::string>
+      first_error;                 // by gRPC code name: the first call that failed so
+  std::vector<double> latency_ms;  // of every RPC
   // The same, by call ("register", "lease", "report", "complete",
   // "heartbeat"), each in the order the calls returned.
   std::map<std::string, std::vector<double>> call_ms;
@@ -213,7 +217,7 @@ struct FleetStats {
   // refuses them by contract; their segment's reports count as dropped.
   int64_t refused_not_leased = 0;
   std::optional<Clock::time_point> last_error;  // when the last failed RPC returned
-  Clock::time_point last_ok{};                 // when the last OK Report returned
+  Clock::time_point last_ok{};                  // when the last OK Report returned
 };
 
 // Threads of SimWorkers, each: Register, then Lease -> Report every step ->
@@ -221,11 +225,11 @@ struct FleetStats {
 // does (UploadCheckpoint of SimCheckpoint, tried kCheckpointTransferAttempts times
 // with a heartbeat between tries, then Pause); one with a
 // resume_step downloads its checkpoint and goes on after it, or Restarts
-// from step 0 when it is missing or not its own. A call that fails with an error IsRetryable accepts
-// (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED: the server may be
-// restarting or full; ABORTED up to kMaxAbortedAttempts times: a lost race)
-// is retried after retry_pause, as hpo-worker retries it; a Report or
-// Complete refused otherwise abandons the trial. Every RPC is counted.
+// from step 0 when it is missing or not its own. A call that fails with an error IsRetryable
+// accepts (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED: the server may be restarting or
+// full; ABORTED up to kMaxAbortedAttempts times: a lost race) is retried after retry_pause, as
+// hpo-worker retries it; a Report or Complete refused otherwise abandons the trial. Every RPC is
+// counted.
 class SimFleet {
  public:
   explicit SimFleet(FleetOptions options);

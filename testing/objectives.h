@@ -4,10 +4,9 @@
 
 #include <cmath>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "search/space.h"
 
@@ -52,8 +51,10 @@ inline Objective BraninObjective() {
   s.params[0].high = 10;
   s.params[1].low = 0;
   s.params[1].high = 15;
-  return {"branin", s, 0.397887357729739,
-          [](const nlohmann::json& j) { auto x = Xs(j, 2); return Branin(x[0], x[1]); }};
+  return {"branin", s, 0.397887357729739, [](const nlohmann::json& j) {
+            auto x = Xs(j, 2);
+            return Branin(x[0], x[1]);
+          }};
 }
 
 inline Objective Hartmann6() {
@@ -118,8 +119,8 @@ inline Objective Levy5() {
 }
 
 // Two models behind a categorical: "branin" (x0, x1) or "bowl" (y0..y2, a
-// quadratic that bottoms out at 1.0, easy to reach: a trap for greedy samplers), plus a log-scale "lr" that matters
-// for both. The optimum is Branin's, at lr = 1e-2.
+// quadratic that bottoms out at 1.0, easy to reach: a trap for greedy samplers), plus a log-scale
+// "lr" that matters for both. The optimum is Branin's, at lr = 1e-2.
 inline Objective Conditional() {
   auto r = search::ParseSearchSpace(nlohmann::json::parse(R"({"name": "conditional", "params": {
       "lr": {"type": "float", "low": 1e-5, "high": 1, "log": true},
@@ -129,7 +130,7 @@ inline Objective Conditional() {
         "bowl": {"y0": {"type": "float", "low": 0, "high": 1},
                  "y1": {"type": "float", "low": 0, "high": 1},
                  "y2": {"type": "int", "low": 0, "high": 10}}}}}})"),
-                                  "conditional");
+                                    "conditional");
   return {"conditional", *r, 0.397887357729739, [](const nlohmann::json& j) {
             const double lr_pen = std::pow(std::log10(j.at("lr").get<double>()) + 2, 2);
             if (j.at("model") == "branin") {

@@ -108,7 +108,8 @@ std::map<pid_t, double> PostgresCpuByPid() {
   return out;
 }
 
-double PostgresCpuBetween(const std::map<pid_t, double>& start, const std::map<pid_t, double>& end) {
+double PostgresCpuBetween(const std::map<pid_t, double>& start,
+                          const std::map<pid_t, double>& end) {
   double total = 0;
   for (const auto& [pid, cpu] : end) {
     const auto before = start.find(pid);

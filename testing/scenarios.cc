@@ -41,8 +41,9 @@ std::string StoreUrl(const Setup& setup) {
 // per step after sleeping `step_seconds`.
 std::string CommandSpec(const std::string& name, int max_trials, int max_parallel, int steps,
                         double step_seconds) {
-  const std::string script = fmt::format(
-      "for s in $(seq 1 {}); do sleep {}; echo \"hpo: step=$s loss={{x}}\"; done", steps, step_seconds);
+  const std::string script =
+      fmt::format("for s in $(seq 1 {}); do sleep {}; echo \"hpo: step=$s loss={{x}}\"; done",
+                  steps, step_seconds);
   json spec = {
       {"name", name},
       {"objective", {{"metric", "loss"}}},
@@ -70,7 +71,8 @@ std::string SimSpec(const std::string& name, int max_trials, int max_parallel, i
            {"k", {{"type", "int"}, {"low", 1}, {"high", 8}}}}}}}},
       {"algorithm", {{"sampler", sampler}, {"seed", 1}}},
       {"early_stopping", {{"rule", early_stopping}}},
-      {"budget", {{"max_trials", max_trials}, {"max_parallel", max_parallel}, {"steps_per_trial", steps}}},
+      {"budget",
+       {{"max_trials", max_trials}, {"max_parallel", max_parallel}, {"steps_per_trial", steps}}},
       {"executor", {{"builtin", {{"trainer", "fashion-mnist-mlp"}}}}}};
   return spec.dump();
 }
@@ -118,10 +120,13 @@ Result<json> Trials(uint16_t port, int64_t experiment, const std::string& query 
 
 }  // namespace
 
-Result<AckCheck> CheckAcknowledged(uint16_t port, const std::map<int64_t, std::map<int64_t, double>>& reports,
+Result<AckCheck> CheckAcknowledged(uint16_t port,
+                                   const std::map<int64_t, std::map<int64_t, double>>& reports,
                                    const std::map<int64_t, double>& completions) {
   AckCheck r;
-  auto same = [](double stored, double sent) { return std::abs(stored - sent) <= 1e-9 * std::max(1.0, std::abs(sent)); };
+  auto same = [](double stored, double sent) {
+    return std::abs(stored - sent) <= 1e-9 * std::max(1.0, std::abs(sent));
+  };
   std::set<int64_t> trials;
   for (const auto& [trial, steps] : reports) trials.insert(trial);
   for (const auto& [trial, loss] : completions) trials.insert(trial);
@@ -130,27 +135,30 @@ Result<AckCheck> CheckAcknowledged(uint16_t port, const std::map<int64_t, std::m
     if (auto it = reports.find(trial); it != reports.end()) {
       std::map<int64_t, double> stored;
       for (const auto& m : t["measurements"]) {
-        if (m["metrics"].contains("loss")) stored[m["step"].get<int64_t>()] = m["metrics"]["loss"].get<double>();
+        if (m["metrics"].contains("loss"))
+          stored[m["step"].get<int64_t>()] = m["metrics"]["loss"].get<double>();
       }
       for (const auto& [step, loss] : it->second) {
         auto at = stored.find(step);
         if (at != stored.end() && same(at->second, loss)) continue;
         ++r.lost_reports;
         if (r.samples.size() < 5) {
-          r.samples.push_back(fmt::format("trial {} step {}: sent {}, stored {}", trial, step, loss,
-                                          at == stored.end() ? std::string("nothing") : std::to_string(at->second)));
+          r.samples.push_back(fmt::format(
+              "trial {} step {}: sent {}, stored {}", trial, step, loss,
+              at == stored.end() ? std::string("nothing") : std::to_string(at->second)));
         }
       }
     }
     if (auto it = completions.find(trial); it != completions.end()) {
       const json& final_metrics = t["final_metrics"];
       const bool kept = t.value("state", "") == "completed" && final_metrics.is_object() &&
-                        final_metrics.contains("loss") && same(final_metrics["loss"].get<double>(), it->second);
+                        final_metrics.contains("loss") &&
+                        same(final_metrics["loss"].get<double>(), it->second);
       if (kept) continue;
       ++r.lost_completions;
       if (r.samples.size() < 5) {
-        r.samples.push_back(fmt::format("trial {}: completed with {}, stored {} {}", trial, it->second,
-                                        t.value("state", ""), final_metrics.dump()));
+        r.samples.push_back(fmt::format("trial {}: completed with {}, stored {} {}", trial,
+                                        it->second, t.value("state", ""), final_metrics.dump()));
       }
     }
   }
@@ -161,15 +169,16 @@ Result<AckCheck> CheckAcknowledged(uint16_t port, const std::map<int64_t, std::m
 
 Result<WorkerKillResult> KillWorkers(const Setup& setup, const WorkerKillOptions& o) {
   if (setup.worker_bin.empty()) return Status::FailedPrecondition("KillWorkers needs hpo-worker");
-  ServerProcess server(setup.server_bin, setup.dir + "/server",
-                       {"--store", StoreUrl(setup), "--lease-timeout", std::to_string(o.lease_timeout_s)});
+  ServerProcess server(
+      setup.server_bin, setup.dir + "/server",
+      {"--store", StoreUrl(setup), "--lease-timeout", std::to_string(o.lease_timeout_s)});
   HPO_RETURN_IF_ERROR(server.Start());
   const uint16_t port = server.http_port();
   // Enough trials for the kills to find running ones until the last; each
   // trial takes at most 3 kills (max attempts) before it fails.
   HPO_ASSIGN_OR_RETURN(const int64_t id,
-                       CreateExperiment(port, CommandSpec("kill-workers", o.kills + 2 * o.workers, o.workers,
-                                                          o.steps, o.step_ms / 1000.0)));
+                       CreateExperiment(port, CommandSpec("kill-workers", o.kills + 2 * o.workers,
+                                                          o.workers, o.steps, o.step_ms / 1000.0)));
 
   // Worker processes by slot label; whatever is left is killed on return.
   struct Alive : std::map<std::string, pid_t> {
@@ -220,7 +229,8 @@ Result<WorkerKillResult> KillWorkers(const Setup& setup, const WorkerKillOptions
     }
     if (r.kills < o.kills && Clock::now() >= next_kill) {
       HPO_ASSIGN_OR_RETURN(json workers, RestCall(port, "GET", "/api/v1/workers"));
-      std::vector<std::pair<std::string, json>> candidates;  // (slot, trial) in the middle of a trial
+      std::vector<std::pair<std::string, json>>
+          candidates;  // (slot, trial) in the middle of a trial
       for (const auto& w : workers["workers"]) {
         const std::string slot = w["labels"].value("slot", "");
         if (!alive.count(slot)) continue;
@@ -235,7 +245,8 @@ Result<WorkerKillResult> KillWorkers(const Setup& setup, const WorkerKillOptions
         const auto& [slot, t] = candidates[rng() % candidates.size()];
         HPO_ASSIGN_OR_RETURN(json trial, GetTrial(port, t["trial_id"].get<int64_t>()));
         KillAndReap(alive[slot]);
-        outstanding.push_back({trial["id"].get<int64_t>(), trial.value("attempt", 0), Clock::now()});
+        outstanding.push_back(
+            {trial["id"].get<int64_t>(), trial.value("attempt", 0), Clock::now()});
         alive.erase(slot);
         ++r.kills;
         Progress(setup, fmt::format("killed worker {} in trial {} (attempt {})", slot,
@@ -252,8 +263,9 @@ Result<WorkerKillResult> KillWorkers(const Setup& setup, const WorkerKillOptions
   }
   r.not_requeued += static_cast<int>(outstanding.size());
 
-  HPO_ASSIGN_OR_RETURN(r.experiment_state,
-                       WaitForEnd(port, id, (trial_time + seconds(o.lease_timeout_s)) * (o.kills + 2)));
+  HPO_ASSIGN_OR_RETURN(
+      r.experiment_state,
+      WaitForEnd(port, id, (trial_time + seconds(o.lease_timeout_s)) * (o.kills + 2)));
   HPO_ASSIGN_OR_RETURN(json trials, Trials(port, id));
   for (const auto& t : trials) {
     ++r.trials;
@@ -279,8 +291,9 @@ Result<ServerKillResult> KillServer(const Setup& setup, const ServerKillOptions&
                        {"--store", StoreUrl(setup), "--lease-timeout", "600"});
   HPO_RETURN_IF_ERROR(server.Start());
   // Room for leases the kills orphan (granted, but the answer was lost).
-  HPO_RETURN_IF_ERROR(CreateExperiment(server.http_port(), SimSpec("kill-server", 1'000'000,
-                                                                   4 * o.workers + 4 * o.kills, 5, "random", "none"))
+  HPO_RETURN_IF_ERROR(CreateExperiment(server.http_port(),
+                                       SimSpec("kill-server", 1'000'000,
+                                               4 * o.workers + 4 * o.kills, 5, "random", "none"))
                           .status());
   FleetOptions fo;
   fo.address = server.grpc_address();
@@ -307,7 +320,8 @@ Result<ServerKillResult> KillServer(const Setup& setup, const ServerKillOptions&
       return Status::DeadlineExceeded("no report was acknowledged within 30 s of a restart; see " +
                                       server.log_path());
     }
-    const auto uptime = std::uniform_int_distribution<int64_t>(o.min_uptime.count(), o.max_uptime.count())(rng);
+    const auto uptime =
+        std::uniform_int_distribution<int64_t>(o.min_uptime.count(), o.max_uptime.count())(rng);
     std::this_thread::sleep_for(milliseconds(uptime));
     HPO_RETURN_IF_ERROR(kill_and_restart());
     ++r.kills;
@@ -331,16 +345,19 @@ Result<ServerKillResult> KillServer(const Setup& setup, const ServerKillOptions&
 
 // (b') ------------------------------------------------------------------------------
 
-Result<ServerKillWorkersResult> KillServerWorkers(const Setup& setup, const ServerKillWorkersOptions& o) {
-  if (setup.worker_bin.empty()) return Status::FailedPrecondition("KillServerWorkers needs hpo-worker");
+Result<ServerKillWorkersResult> KillServerWorkers(const Setup& setup,
+                                                  const ServerKillWorkersOptions& o) {
+  if (setup.worker_bin.empty())
+    return Status::FailedPrecondition("KillServerWorkers needs hpo-worker");
   // A long lease, as in KillServer: a restart must not cost a worker its
   // lease, so the trials it runs through the kills complete.
   ServerProcess server(setup.server_bin, setup.dir + "/server",
                        {"--store", StoreUrl(setup), "--lease-timeout", "600"});
   HPO_RETURN_IF_ERROR(server.Start());
-  HPO_ASSIGN_OR_RETURN(const int64_t id,
-                       CreateExperiment(server.http_port(), CommandSpec("kill-server-workers", 1'000'000, o.workers,
-                                                                        o.steps, o.step_ms / 1000.0)));
+  HPO_ASSIGN_OR_RETURN(
+      const int64_t id,
+      CreateExperiment(server.http_port(), CommandSpec("kill-server-workers", 1'000'000, o.workers,
+                                                       o.steps, o.step_ms / 1000.0)));
   struct Alive : std::vector<pid_t> {
     ~Alive() {
       for (pid_t pid : *this) KillAndReap(pid);
@@ -350,7 +367,9 @@ Result<ServerKillWorkersResult> KillServerWorkers(const Setup& setup, const Serv
     workers.push_back(StartWorker(setup, server.grpc_address(), std::to_string(i), 500));
   }
   auto epoch_ms = [] {
-    return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return std::chrono::duration_cast<milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
   };
   // By lease owner: the first report the store holds made at or after
   // `since_ms` (by the server's clock, the same machine's).
@@ -358,7 +377,8 @@ Result<ServerKillWorkersResult> KillServerWorkers(const Setup& setup, const Serv
     HPO_ASSIGN_OR_RETURN(json trials, Trials(server.http_port(), id));
     std::map<std::string, int64_t> first;
     for (const auto& t : trials) {
-      const bool finished_since = t["finished_ms"].is_number() && t["finished_ms"].get<int64_t>() >= since_ms;
+      const bool finished_since =
+          t["finished_ms"].is_number() && t["finished_ms"].get<int64_t>() >= since_ms;
       const bool current = t.value("state", "") == "running" || finished_since;
       if (!current || !t["lease_owner"].is_string()) continue;
       HPO_ASSIGN_OR_RETURN(json full, GetTrial(server.http_port(), t["id"].get<int64_t>()));
@@ -374,7 +394,8 @@ Result<ServerKillWorkersResult> KillServerWorkers(const Setup& setup, const Serv
   };
   // Waits until every worker has a report stored since `since_ms`; the
   // times by owner, or fewer than o.workers entries after `timeout`.
-  auto wait_for_all = [&](int64_t since_ms, milliseconds timeout) -> Result<std::map<std::string, int64_t>> {
+  auto wait_for_all = [&](int64_t since_ms,
+                          milliseconds timeout) -> Result<std::map<std::string, int64_t>> {
     const auto until = Clock::now() + timeout;
     for (;;) {
       HPO_ASSIGN_OR_RETURN(auto first, first_reports(since_ms));
@@ -386,7 +407,8 @@ Result<ServerKillWorkersResult> KillServerWorkers(const Setup& setup, const Serv
   ServerKillWorkersResult r;
   HPO_ASSIGN_OR_RETURN(auto started, wait_for_all(epoch_ms(), seconds(60)));
   if (static_cast<int>(started.size()) < o.workers) {
-    return Status::DeadlineExceeded("not every worker reported within 60 s of the start; see " + setup.dir);
+    return Status::DeadlineExceeded("not every worker reported within 60 s of the start; see " +
+                                    setup.dir);
   }
   std::mt19937 rng(13);
   for (int k = 0; k < o.kills; ++k) {
@@ -409,9 +431,11 @@ Result<ServerKillWorkersResult> KillServerWorkers(const Setup& setup, const Serv
     } else {
       r.fleet_recovery_ms.push_back(slowest);
     }
-    Progress(setup, fmt::format("server kill {}: listening in {:.0f} ms, {} of {} workers reporting, the last "
-                                "after {:.0f} ms",
-                                r.kills, r.restart_ms.back(), first.size(), o.workers, slowest));
+    Progress(
+        setup,
+        fmt::format("server kill {}: listening in {:.0f} ms, {} of {} workers reporting, the last "
+                    "after {:.0f} ms",
+                    r.kills, r.restart_ms.back(), first.size(), o.workers, slowest));
   }
   for (pid_t& pid : workers) {
     KillAndReap(pid);
@@ -430,10 +454,12 @@ Result<ServerKillWorkersResult> KillServerWorkers(const Setup& setup, const Serv
 
 Result<PostgresRestartResult> RestartPostgres(const Setup& setup, const PostgresRestartOptions& o) {
   HPO_ASSIGN_OR_RETURN(auto pg, PostgresInstance::Create());
-  ServerProcess server(setup.server_bin, setup.dir + "/server", {"--store", pg->Url(), "--lease-timeout", "600"});
+  ServerProcess server(setup.server_bin, setup.dir + "/server",
+                       {"--store", pg->Url(), "--lease-timeout", "600"});
   HPO_RETURN_IF_ERROR(server.Start());
   HPO_RETURN_IF_ERROR(
-      CreateExperiment(server.http_port(), SimSpec("restart-postgres", 1'000'000, 4 * o.workers, 5, "random", "none"))
+      CreateExperiment(server.http_port(),
+                       SimSpec("restart-postgres", 1'000'000, 4 * o.workers, 5, "random", "none"))
           .status());
   FleetOptions fo;
   fo.address = server.grpc_address();
@@ -452,7 +478,8 @@ Result<PostgresRestartResult> RestartPostgres(const Setup& setup, const Postgres
 
   PostgresRestartResult r;
   if (!fleet.WaitForReportAfter(Clock::now(), seconds(30))) {
-    return Status::DeadlineExceeded("no report acknowledged before the first restart; see " + server.log_path());
+    return Status::DeadlineExceeded("no report acknowledged before the first restart; see " +
+                                    server.log_path());
   }
   for (int k = 0; k < o.restarts; ++k) {
     std::this_thread::sleep_for(o.up);
@@ -508,8 +535,9 @@ Result<PostgresRestartResult> RestartPostgres(const Setup& setup, const Postgres
 
 Result<SlowWorkerResult> SlowWorker(const Setup& setup, const SlowWorkerOptions& o) {
   if (setup.worker_bin.empty()) return Status::FailedPrecondition("SlowWorker needs hpo-worker");
-  ServerProcess server(setup.server_bin, setup.dir + "/server",
-                       {"--store", StoreUrl(setup), "--lease-timeout", std::to_string(o.lease_timeout_s)});
+  ServerProcess server(
+      setup.server_bin, setup.dir + "/server",
+      {"--store", StoreUrl(setup), "--lease-timeout", std::to_string(o.lease_timeout_s)});
   HPO_RETURN_IF_ERROR(server.Start());
   const uint16_t port = server.http_port();
   const milliseconds lease(int64_t{o.lease_timeout_s} * 1000);
@@ -527,7 +555,8 @@ Result<SlowWorkerResult> SlowWorker(const Setup& setup, const SlowWorkerOptions&
   {
     json spec = json::parse(CommandSpec("long-step", 1, 1, 2, 0));
     spec["executor"]["command"]["argv"][2] =
-        fmt::format("sleep {}; echo 'hpo: step=1 loss={{x}}'; echo 'hpo: step=2 loss={{x}}'", 3 * o.lease_timeout_s);
+        fmt::format("sleep {}; echo 'hpo: step=1 loss={{x}}'; echo 'hpo: step=2 loss={{x}}'",
+                    3 * o.lease_timeout_s);
     HPO_ASSIGN_OR_RETURN(const int64_t id, CreateExperiment(port, spec.dump()));
     const auto start = Clock::now();
     HPO_RETURN_IF_ERROR(WaitForEnd(port, id, 6 * lease + seconds(30)).status());
@@ -546,7 +575,8 @@ Result<SlowWorkerResult> SlowWorker(const Setup& setup, const SlowWorkerOptions&
   const milliseconds pause = lease - 2 * milliseconds(o.heartbeat_ms);
   r.pause_ms = static_cast<double>(pause.count());
   if (o.pauses > 0) {
-    HPO_ASSIGN_OR_RETURN(const int64_t id, CreateExperiment(port, CommandSpec("paused", o.pauses, 1, 4, 0.5)));
+    HPO_ASSIGN_OR_RETURN(const int64_t id,
+                         CreateExperiment(port, CommandSpec("paused", o.pauses, 1, 4, 0.5)));
     std::set<int64_t> paused;
     const auto until = Clock::now() + (pause + seconds(10)) * o.pauses;
     while (static_cast<int>(paused.size()) < o.pauses && Clock::now() < until) {
@@ -567,15 +597,17 @@ Result<SlowWorkerResult> SlowWorker(const Setup& setup, const SlowWorkerOptions&
       if (t.value("state", "") == "completed") ++r.paused_completed;
       r.paused_max_attempt = std::max(r.paused_max_attempt, t.value("attempt", 0));
     }
-    Progress(setup, fmt::format("{} pauses of {} ms: {}/{} trials completed, max attempt {}", r.pauses,
-                                pause.count(), r.paused_completed, r.paused_trials, r.paused_max_attempt));
+    Progress(setup,
+             fmt::format("{} pauses of {} ms: {}/{} trials completed, max attempt {}", r.pauses,
+                         pause.count(), r.paused_completed, r.paused_trials, r.paused_max_attempt));
   }
 
   // The control: stopped until its lease expired and the trial went back
   // to pending; after SIGCONT the worker learns it lost the lease, and the
   // trial runs again (attempt 2) to completion.
   if (o.control) {
-    HPO_ASSIGN_OR_RETURN(const int64_t id, CreateExperiment(port, CommandSpec("control", 1, 1, 4, 0.5)));
+    HPO_ASSIGN_OR_RETURN(const int64_t id,
+                         CreateExperiment(port, CommandSpec("control", 1, 1, 4, 0.5)));
     int64_t trial = 0;
     for (auto until = Clock::now() + seconds(30); trial == 0 && Clock::now() < until;) {
       HPO_ASSIGN_OR_RETURN(json running, Trials(port, id, "&state=running"));
@@ -597,7 +629,8 @@ Result<SlowWorkerResult> SlowWorker(const Setup& setup, const SlowWorkerOptions&
       r.control_state = trials[0].value("state", "");
       r.control_attempts = trials[0].value("attempt", 0);
     }
-    Progress(setup, fmt::format("control: trial {} with {} attempts", r.control_state, r.control_attempts));
+    Progress(setup, fmt::format("control: trial {} with {} attempts", r.control_state,
+                                r.control_attempts));
   }
   return r;
 }
@@ -623,11 +656,13 @@ std::string CheckpointBytes(int64_t trial, int64_t step, int64_t size) {
 // What is wrong with the trial's checkpoint in the artifact store, read the
 // way the server reads it (the reader verifies size and checksum), if it is
 // not the one uploaded for `step`; empty when it is.
-std::string CheckStoredCheckpoint(store::ArtifactStore& artifacts, int64_t trial, int64_t step, int64_t size) {
+std::string CheckStoredCheckpoint(store::ArtifactStore& artifacts, int64_t trial, int64_t step,
+                                  int64_t size) {
   auto info = artifacts.Stat(trial);
   if (!info.ok()) return "stat: " + info.status().ToString();
   if (!*info) return "no checkpoint";
-  if ((*info)->step != step) return fmt::format("a checkpoint of step {}, not {}", (*info)->step, step);
+  if ((*info)->step != step)
+    return fmt::format("a checkpoint of step {}, not {}", (*info)->step, step);
   auto reader = artifacts.Open(trial);
   if (!reader.ok()) return "open: " + reader.status().ToString();
   std::string data;
@@ -637,7 +672,8 @@ std::string CheckStoredCheckpoint(store::ArtifactStore& artifacts, int64_t trial
     if (piece->empty()) break;
     data += *piece;
   }
-  if (data != CheckpointBytes(trial, step, size)) return fmt::format("{} bytes, not the ones uploaded", data.size());
+  if (data != CheckpointBytes(trial, step, size))
+    return fmt::format("{} bytes, not the ones uploaded", data.size());
   if ((*info)->sha256 != Sha256Hex(data)) return "its recorded sha256 does not match its bytes";
   return "";
 }
@@ -646,7 +682,8 @@ std::string CheckStoredCheckpoint(store::ArtifactStore& artifacts, int64_t trial
 // leases, reports, pauses with a checkpoint and resumes promoted trials.
 class PromotionFleet {
  public:
-  PromotionFleet(const Setup& setup, const PromotionOptions& o, std::string address, store::ArtifactStore& artifacts)
+  PromotionFleet(const Setup& setup, const PromotionOptions& o, std::string address,
+                 store::ArtifactStore& artifacts)
       : setup_(setup), o_(o), address_(std::move(address)), artifacts_(artifacts) {}
   ~PromotionFleet() { Stop(); }
 
@@ -685,9 +722,11 @@ class PromotionFleet {
   }
 
   // Read after Stop().
-  std::map<int64_t, std::map<int64_t, std::pair<double, int>>> acked_;  // trial -> step -> (loss, lease)
+  std::map<int64_t, std::map<int64_t, std::pair<double, int>>>
+      acked_;  // trial -> step -> (loss, lease)
   std::set<int64_t> completed_, trials_;
-  std::map<int64_t, int64_t> last_pause_;  // trial -> the step its last acknowledged Pause was after
+  std::map<int64_t, int64_t>
+      last_pause_;  // trial -> the step its last acknowledged Pause was after
   PromotionResult r_;
 
  private:
@@ -706,7 +745,8 @@ class PromotionFleet {
         ++r_.rpc_errors[CodeName(s.error_code())];
       }
       const Status status = FromGrpcStatus(s);
-      const bool retry = IsRetryable(status) && !(status.IsAborted() && ++aborted >= kMaxAbortedAttempts);
+      const bool retry =
+          IsRetryable(status) && !(status.IsAborted() && ++aborted >= kMaxAbortedAttempts);
       if (!retry || Clock::now() >= until) {
         std::lock_guard lock(mu_);
         Sample(fmt::format("{}: {}: {}", what, CodeName(s.error_code()), s.error_message()));
@@ -738,7 +778,8 @@ class PromotionFleet {
     int lives = 0;
     auto w = std::make_unique<SimWorker>(address_, milliseconds(5000));
     auto enroll = [&] {
-      return Call("register", [&] { return w->Register(fmt::format("sim-{}-{}", index, lives)); }).ok();
+      return Call("register", [&] { return w->Register(fmt::format("sim-{}-{}", index, lives)); })
+          .ok();
     };
     if (!enroll()) return;
     std::mt19937 rng(static_cast<unsigned>(index));
@@ -749,7 +790,8 @@ class PromotionFleet {
         continue;
       }
       if (!leased.has_trial()) {
-        std::this_thread::sleep_for(milliseconds(std::clamp<int64_t>(leased.retry_after_ms(), 20, 500)));
+        std::this_thread::sleep_for(
+            milliseconds(std::clamp<int64_t>(leased.retry_after_ms(), 20, 500)));
         continue;
       }
       const v1::Trial& t = leased.trial();
@@ -768,8 +810,8 @@ class PromotionFleet {
             ++r_.cut_resumed;
           } else {
             ++r_.cut_wrong_resumes;
-            Sample(fmt::format("trial {}, cut while uploading after step {}, resumed after step {}", trial,
-                               cut->second, resume));
+            Sample(fmt::format("trial {}, cut while uploading after step {}, resumed after step {}",
+                               trial, cut->second, resume));
           }
           cut_from_.erase(cut);
         }
@@ -780,12 +822,13 @@ class PromotionFleet {
         auto uploaded = uploaded_.find(trial);
         if (uploaded != uploaded_.end() && resume == 0) {
           ++r_.restarted;
-          Sample(fmt::format("trial {} paused with a checkpoint of step {} was handed out from step 0", trial,
-                             uploaded->second));
+          Sample(
+              fmt::format("trial {} paused with a checkpoint of step {} was handed out from step 0",
+                          trial, uploaded->second));
         } else if (uploaded != uploaded_.end() && resume != uploaded->second) {
           ++r_.bad_resumes;
-          Sample(fmt::format("trial {} resumed after step {}, but its checkpoint is of step {}", trial, resume,
-                             uploaded->second));
+          Sample(fmt::format("trial {} resumed after step {}, but its checkpoint is of step {}",
+                             trial, resume, uploaded->second));
         }
         if (uploaded != uploaded_.end()) uploaded_.erase(uploaded);
         last_pause_.erase(trial);
@@ -795,13 +838,15 @@ class PromotionFleet {
       if (resume > 0) {
         std::string data, sha;
         int64_t step = -1;
-        grpc::Status s = Call("download", [&] { return w->DownloadCheckpoint(trial, &data, &step, &sha); });
+        grpc::Status s =
+            Call("download", [&] { return w->DownloadCheckpoint(trial, &data, &step, &sha); });
         std::string wrong;
         if (!s.ok()) {
           wrong = CodeName(s.error_code()) + ": " + s.error_message();
         } else if (step != resume) {
           wrong = fmt::format("a checkpoint of step {}", step);
-        } else if (data != CheckpointBytes(trial, resume, o_.checkpoint_bytes) || sha != Sha256Hex(data)) {
+        } else if (data != CheckpointBytes(trial, resume, o_.checkpoint_bytes) ||
+                   sha != Sha256Hex(data)) {
           wrong = fmt::format("{} bytes that are not the ones uploaded", data.size());
         }
         if (!wrong.empty()) {
@@ -851,8 +896,9 @@ class PromotionFleet {
         continue;
       }
       if (paused_at == 0) {
-        if (step > t.max_steps() &&
-            Call("complete", [&] { return w->Complete(trial, x + 1.0 / (t.max_steps() + 1.0)); }).ok()) {
+        if (step > t.max_steps() && Call("complete", [&] {
+                                      return w->Complete(trial, x + 1.0 / (t.max_steps() + 1.0));
+                                    }).ok()) {
           std::lock_guard lock(mu_);
           completed_.insert(trial);
           ++r_.acked_completions;
@@ -866,26 +912,30 @@ class PromotionFleet {
         // back to paused after `resume`, and the checkpoint of `resume` must
         // still be its own: nothing else may take its place meanwhile (the
         // lease is the dead worker's), so it is checked now.
-        const int chunks = static_cast<int>((o_.checkpoint_bytes + o_.chunk_bytes - 1) / o_.chunk_bytes);
+        const int chunks =
+            static_cast<int>((o_.checkpoint_bytes + o_.chunk_bytes - 1) / o_.chunk_bytes);
         const int cut_after = 1 + static_cast<int>(rng() % std::max(1, chunks - 1));
         (void)w->UploadCheckpoint(trial, paused_at, checkpoint, o_.chunk_bytes, cut_after);
-        const std::string wrong = CheckStoredCheckpoint(artifacts_, trial, resume, o_.checkpoint_bytes);
+        const std::string wrong =
+            CheckStoredCheckpoint(artifacts_, trial, resume, o_.checkpoint_bytes);
         {
           std::lock_guard lock(mu_);
           if (wrong.empty()) {
             ++r_.cut_previous_intact;
           } else {
-            Sample(fmt::format("trial {}: after an upload of step {} cut after {} chunks, its checkpoint of step {} "
-                               "is {}",
-                               trial, paused_at, cut_after, resume, wrong));
+            Sample(
+                fmt::format("trial {}: after an upload of step {} cut after {} chunks, its "
+                            "checkpoint of step {} "
+                            "is {}",
+                            trial, paused_at, cut_after, resume, wrong));
           }
           Dropped(trial, resume, lease);
           cut_from_[trial] = resume;
           last_cut_ = Clock::now();
         }
         ++cuts_done_;
-        Progress(setup_, fmt::format("worker {} died uploading trial {} step {} after {} chunks", index, trial,
-                                     paused_at, cut_after));
+        Progress(setup_, fmt::format("worker {} died uploading trial {} step {} after {} chunks",
+                                     index, trial, paused_at, cut_after));
         // A new worker takes its place.
         ++lives;
         w = std::make_unique<SimWorker>(address_, milliseconds(5000));
@@ -893,17 +943,21 @@ class PromotionFleet {
         continue;
       }
       const bool uploaded =
-          Call("upload", [&] { return w->UploadCheckpoint(trial, paused_at, checkpoint, o_.chunk_bytes); }).ok();
+          Call("upload", [&] {
+            return w->UploadCheckpoint(trial, paused_at, checkpoint, o_.chunk_bytes);
+          }).ok();
       if (uploaded) {
         std::lock_guard lock(mu_);
         ++r_.uploads;
         if (leases_[trial] == lease) uploaded_[trial] = paused_at;
       }
-      const grpc::Status paused = Call("pause", [&] { return w->Pause(trial, paused_at, uploaded); });
+      const grpc::Status paused =
+          Call("pause", [&] { return w->Pause(trial, paused_at, uploaded); });
       // The rung's checkpoint paused the trial as it committed (worker.proto),
       // and the Pause is acknowledged even after a promotion; refused after
       // it, the trial has moved on since (its checkpoint replaced or gone).
-      if (!paused.ok() && !(uploaded && paused.error_code() == grpc::StatusCode::FAILED_PRECONDITION)) {
+      if (!paused.ok() &&
+          !(uploaded && paused.error_code() == grpc::StatusCode::FAILED_PRECONDITION)) {
         std::lock_guard lock(mu_);
         ++r_.expired_segments;
         uploaded_.erase(trial);
@@ -927,22 +981,28 @@ class PromotionFleet {
   mutable std::mutex mu_;  // guards the results above and last_ok_
   Clock::time_point last_ok_{}, last_cut_{};
   std::map<int64_t, int64_t> cut_from_;  // a cut trial -> the step it must be promoted from again
-  std::map<int64_t, int64_t> uploaded_;  // trial -> the step of its last acknowledged checkpoint, until leased
-  std::map<int64_t, int> leases_;         // trial -> how many times it was leased
+  std::map<int64_t, int64_t>
+      uploaded_;  // trial -> the step of its last acknowledged checkpoint, until leased
+  std::map<int64_t, int> leases_;  // trial -> how many times it was leased
 };
 
 }  // namespace
 
 Result<PromotionResult> Promotion(const Setup& setup, const PromotionOptions& o) {
-  if (o.steps < 3) return Status::InvalidArgument("steps: at least 3, for a rung to resume from and one to pause at");
-  ServerProcess server(setup.server_bin, setup.dir + "/server",
-                       {"--store", StoreUrl(setup), "--lease-timeout", std::to_string(o.lease_timeout_s)});
+  if (o.steps < 3)
+    return Status::InvalidArgument(
+        "steps: at least 3, for a rung to resume from and one to pause at");
+  ServerProcess server(
+      setup.server_bin, setup.dir + "/server",
+      {"--store", StoreUrl(setup), "--lease-timeout", std::to_string(o.lease_timeout_s)});
   HPO_RETURN_IF_ERROR(server.Start());
   const uint16_t port = server.http_port();
   // A budget no run reaches, so trials stay paused at the end to be checked;
   // max_parallel bounds how many (and so the checkpoints kept).
-  json spec = json::parse(SimSpec("promotion", 1'000'000, 4 * o.workers, o.steps, "random", "asha"));
-  spec["early_stopping"] = {{"rule", "asha"}, {"type", "promotion"}, {"min_resource", 1}, {"reduction_factor", 3}};
+  json spec =
+      json::parse(SimSpec("promotion", 1'000'000, 4 * o.workers, o.steps, "random", "asha"));
+  spec["early_stopping"] = {
+      {"rule", "asha"}, {"type", "promotion"}, {"min_resource", 1}, {"reduction_factor", 3}};
   HPO_ASSIGN_OR_RETURN(const int64_t id, CreateExperiment(port, spec.dump()));
   // The server's own artifact store, opened the way it opens it: the bench
   // reads checkpoints with the product's verifying reader.
@@ -952,7 +1012,8 @@ Result<PromotionResult> Promotion(const Setup& setup, const PromotionOptions& o)
   fleet.Start();
   const auto start = Clock::now();
   if (!fleet.WaitForReportAfter(start, seconds(30))) {
-    return Status::DeadlineExceeded("no report was acknowledged within 30 s; see " + server.log_path());
+    return Status::DeadlineExceeded("no report was acknowledged within 30 s; see " +
+                                    server.log_path());
   }
   PromotionResult& r = fleet.r_;
   const auto kill_every = o.duration / (o.server_kills + 1);
@@ -966,7 +1027,8 @@ Result<PromotionResult> Promotion(const Setup& setup, const PromotionOptions& o)
     const auto now = Clock::now();
     // The last cut trial needs its dead worker's lease to run out before it
     // can be promoted again.
-    if (now - start >= o.duration && r.server_kills >= o.server_kills && fleet.cuts() >= o.upload_cuts &&
+    if (now - start >= o.duration && r.server_kills >= o.server_kills &&
+        fleet.cuts() >= o.upload_cuts &&
         now - fleet.last_cut() >= seconds(2 * o.lease_timeout_s + 2)) {
       break;
     }
@@ -975,10 +1037,11 @@ Result<PromotionResult> Promotion(const Setup& setup, const PromotionOptions& o)
       server.Stop(SIGKILL);
       HPO_RETURN_IF_ERROR(server.Start());
       ++r.server_kills;
-      Progress(setup, fmt::format("server kill {}: back in {:.0f} ms", r.server_kills, MsSince(killed)));
+      Progress(setup,
+               fmt::format("server kill {}: back in {:.0f} ms", r.server_kills, MsSince(killed)));
       if (!fleet.WaitForReportAfter(killed, seconds(30))) {
-        return Status::DeadlineExceeded("no report was acknowledged within 30 s of a restart; see " +
-                                        server.log_path());
+        return Status::DeadlineExceeded(
+            "no report was acknowledged within 30 s of a restart; see " + server.log_path());
       }
       next_kill = Clock::now() + kill_every / 2 + milliseconds(rng() % (kill_every.count() + 1));
     }
@@ -1000,7 +1063,8 @@ Result<PromotionResult> Promotion(const Setup& setup, const PromotionOptions& o)
   // Leases nobody holds any more (a dead worker's; a lease whose answer a
   // kill cut off) run out; a trial still leased after that is stuck.
   HPO_ASSIGN_OR_RETURN(json trials, Trials(port, id));
-  for (const auto until = Clock::now() + seconds(2 * o.lease_timeout_s + 2); Clock::now() < until;) {
+  for (const auto until = Clock::now() + seconds(2 * o.lease_timeout_s + 2);
+       Clock::now() < until;) {
     r.stuck = 0;
     for (const auto& t : trials) {
       const std::string state = t.value("state", "");
@@ -1013,8 +1077,8 @@ Result<PromotionResult> Promotion(const Setup& setup, const PromotionOptions& o)
   for (const auto& t : trials) {
     const std::string state = t.value("state", "");
     if ((state == "leased" || state == "running") && r.samples.size() < 8) {
-      r.samples.push_back(fmt::format("trial {} is still {} by '{}'", t.value("id", int64_t{0}), state,
-                                      t.value("lease_owner", "")));
+      r.samples.push_back(fmt::format("trial {} is still {} by '{}'", t.value("id", int64_t{0}),
+                                      state, t.value("lease_owner", "")));
     }
   }
   r.trials = static_cast<int64_t>(fleet.trials_.size());
@@ -1034,7 +1098,8 @@ Result<PromotionResult> Promotion(const Setup& setup, const PromotionOptions& o)
     if (by_id[trial].value("state", "") == "completed") continue;
     ++r.lost_completions;
     if (r.samples.size() < 8) {
-      r.samples.push_back(fmt::format("trial {}: completed, stored as {}", trial, by_id[trial].dump()));
+      r.samples.push_back(
+          fmt::format("trial {}: completed, stored as {}", trial, by_id[trial].dump()));
     }
   }
   for (const auto& [trial, step] : fleet.last_pause_) {
@@ -1042,15 +1107,16 @@ Result<PromotionResult> Promotion(const Setup& setup, const PromotionOptions& o)
     if (t.value("state", "") == "paused" && t.value("resume_step", int64_t{-1}) == step) continue;
     ++r.lost_pauses;
     if (r.samples.size() < 8) {
-      r.samples.push_back(fmt::format("trial {}: paused after step {}, stored as {}", trial, step, t.dump()));
+      r.samples.push_back(
+          fmt::format("trial {}: paused after step {}, stored as {}", trial, step, t.dump()));
     }
   }
   for (const auto& t : trials) {
     if (t.value("state", "") != "paused") continue;
     ++r.paused_at_end;
     const int64_t trial = t["id"].get<int64_t>();
-    const std::string wrong =
-        CheckStoredCheckpoint(*artifacts, trial, t.value("resume_step", int64_t{0}), o.checkpoint_bytes);
+    const std::string wrong = CheckStoredCheckpoint(
+        *artifacts, trial, t.value("resume_step", int64_t{0}), o.checkpoint_bytes);
     if (wrong.empty()) {
       ++r.checkpoints_intact;
     } else if (r.samples.size() < 8) {
@@ -1301,7 +1367,8 @@ Result<MigrationResult> Migration(const Setup& setup, const MigrationOptions& o)
     // checkpoint is what the new one replaces.
     const bool after_commit = previous > 0 || r.kills % 2 == 1;
     // The worker names a trial "trial N of experiment E (id X)".
-    const std::string half = fmt::format("(id {}) checkpoint of step {} half uploaded", trial, step);
+    const std::string half =
+        fmt::format("(id {}) checkpoint of step {} half uploaded", trial, step);
     const std::string whole = fmt::format("(id {}) checkpoint of step {} uploaded", trial, step);
     const std::string paused = fmt::format("(id {}) paused after step {}", trial, step);
     bool held = false;
@@ -1507,10 +1574,12 @@ Result<LoadResult> RunLoad(const Setup& setup, const LoadOptions& o) {
   const auto start = Clock::now();
   while (Clock::now() - start < o.duration) {
     std::this_thread::sleep_for(seconds(1));
-    if (setup.verbose && std::chrono::duration_cast<seconds>(Clock::now() - start).count() % 30 == 0) {
+    if (setup.verbose &&
+        std::chrono::duration_cast<seconds>(Clock::now() - start).count() % 30 == 0) {
       const FleetStats f = fleet.Snapshot();
-      Progress(setup, fmt::format("load: {:.0f} s, {} rpcs ({} errors), rss {:.0f} MiB", MsSince(start) / 1000,
-                                  f.rpcs, f.errors_total, PeakRssMb(server.pid())));
+      Progress(setup,
+               fmt::format("load: {:.0f} s, {} rpcs ({} errors), rss {:.0f} MiB",
+                           MsSince(start) / 1000, f.rpcs, f.errors_total, PeakRssMb(server.pid())));
     }
   }
   fleet.Stop();

@@ -36,7 +36,8 @@ struct AckCheck {
   int64_t lost_reports = 0, lost_completions = 0;
   std::vector<std::string> samples;  // the first few, described
 };
-Result<AckCheck> CheckAcknowledged(uint16_t port, const std::map<int64_t, std::map<int64_t, double>>& reports,
+Result<AckCheck> CheckAcknowledged(uint16_t port,
+                                   const std::map<int64_t, std::map<int64_t, double>>& reports,
                                    const std::map<int64_t, double>& completions = {});
 
 // (a) kill -9 a worker in the middle of a trial, `kills` times; a new
@@ -51,10 +52,11 @@ struct WorkerKillOptions {
 struct WorkerKillResult {
   int kills = 0;
   int64_t trials = 0, completed = 0, failed = 0;
-  int64_t unfinished = 0;       // neither completed nor failed at the end
+  int64_t unfinished = 0;        // neither completed nor failed at the end
   std::string experiment_state;  // "completed" when every trial ended
-  int not_requeued = 0;         // killed trials never handed out again nor failed
-  std::vector<double> requeue_ms;  // kill -> the trial is pending again (or failed, out of attempts)
+  int not_requeued = 0;          // killed trials never handed out again nor failed
+  std::vector<double>
+      requeue_ms;  // kill -> the trial is pending again (or failed, out of attempts)
   std::vector<double> release_ms;  // kill -> the trial's next lease
   int max_attempt = 0;
 };
@@ -67,7 +69,8 @@ Result<WorkerKillResult> KillWorkers(const Setup& setup, const WorkerKillOptions
 struct ServerKillOptions {
   int kills = 20;
   int workers = 8;
-  std::chrono::milliseconds min_uptime{500}, max_uptime{1500};  // between a restart and the next kill
+  std::chrono::milliseconds min_uptime{500},
+      max_uptime{1500};  // between a restart and the next kill
 };
 struct ServerKillResult {
   int kills = 0;
@@ -76,8 +79,8 @@ struct ServerKillResult {
   std::vector<std::string> lost_samples;
   int64_t trials_completed = 0;
   std::map<std::string, int64_t> rpc_errors;  // by gRPC code
-  std::vector<double> restart_ms;   // kill -> listening again
-  std::vector<double> recovery_ms;  // kill -> the first acknowledged report after it
+  std::vector<double> restart_ms;             // kill -> listening again
+  std::vector<double> recovery_ms;            // kill -> the first acknowledged report after it
 };
 Result<ServerKillResult> KillServer(const Setup& setup, const ServerKillOptions& options);
 
@@ -92,17 +95,20 @@ struct ServerKillWorkersOptions {
   int workers = 3;
   int steps = 20;  // per trial
   int step_ms = 50;
-  std::chrono::milliseconds min_uptime{1000}, max_uptime{2000};  // between recovery and the next kill
+  std::chrono::milliseconds min_uptime{1000},
+      max_uptime{2000};  // between recovery and the next kill
 };
 struct ServerKillWorkersResult {
   int kills = 0;
-  int not_recovered = 0;             // kills after which some worker reported nothing within 30 s
+  int not_recovered = 0;  // kills after which some worker reported nothing within 30 s
   int64_t trials_completed = 0, trials_failed = 0;
-  std::vector<double> restart_ms;         // kill -> listening again
-  std::vector<double> worker_recovery_ms; // per worker and kill: kill -> its first report stored after it
+  std::vector<double> restart_ms;  // kill -> listening again
+  std::vector<double>
+      worker_recovery_ms;  // per worker and kill: kill -> its first report stored after it
   std::vector<double> fleet_recovery_ms;  // per kill: the slowest worker's
 };
-Result<ServerKillWorkersResult> KillServerWorkers(const Setup& setup, const ServerKillWorkersOptions& options);
+Result<ServerKillWorkersResult> KillServerWorkers(const Setup& setup,
+                                                  const ServerKillWorkersOptions& options);
 
 // (c) stop and start a private PostgreSQL `restarts` times under load
 // (simulated workers and REST clients). Every call must return within
@@ -119,7 +125,7 @@ struct PostgresRestartOptions {
 };
 struct PostgresRestartResult {
   int restarts = 0;
-  int recovered = 0;  // restarts after which reports were acknowledged again
+  int recovered = 0;                // restarts after which reports were acknowledged again
   std::vector<double> recovery_ms;  // PostgreSQL accepting again -> the first acknowledged report
   int64_t rpcs = 0, rest_calls = 0;
   std::map<std::string, int64_t> rpc_errors, rest_errors;
@@ -130,7 +136,8 @@ struct PostgresRestartResult {
   int64_t acked_reports = 0, lost_reports = 0;
   bool server_survived = false;
 };
-Result<PostgresRestartResult> RestartPostgres(const Setup& setup, const PostgresRestartOptions& options);
+Result<PostgresRestartResult> RestartPostgres(const Setup& setup,
+                                              const PostgresRestartOptions& options);
 
 // (d) a live but slow worker. A step that lasts three lease timeouts while
 // the worker heartbeats; SIGSTOP/SIGCONT of the worker for less than the
@@ -149,9 +156,9 @@ struct SlowWorkerResult {
   int pauses = 0;
   int64_t paused_trials = 0, paused_completed = 0;
   int paused_max_attempt = 0;
-  double pause_ms = 0;          // each SIGSTOP lasted this long
-  std::string control_state;    // "completed", after being handed out again
-  int control_attempts = 0;     // 2: the stopped worker's lease expired once
+  double pause_ms = 0;        // each SIGSTOP lasted this long
+  std::string control_state;  // "completed", after being handed out again
+  int control_attempts = 0;   // 2: the stopped worker's lease expired once
 };
 Result<SlowWorkerResult> SlowWorker(const Setup& setup, const SlowWorkerOptions& options);
 
@@ -185,12 +192,13 @@ struct PromotionOptions {
 struct PromotionResult {
   int server_kills = 0;
   int upload_cuts = 0;
-  int64_t trials = 0;               // leased at least once
+  int64_t trials = 0;  // leased at least once
   int64_t acked_reports = 0, lost_reports = 0;
   // Acknowledged in a segment whose lease then expired (its worker died):
   // the server drops what came after the checkpoint, by contract.
   int64_t dropped_reports = 0;
-  int64_t acked_completions = 0, lost_completions = 0;  // completed trials not completed in the store
+  int64_t acked_completions = 0,
+          lost_completions = 0;  // completed trials not completed in the store
   // Trials whose last acknowledged Pause is not what the store says at the
   // end (not paused, or paused after another step).
   int64_t lost_pauses = 0;
@@ -213,7 +221,8 @@ struct PromotionResult {
   // fills with others).
   int cut_resumed = 0, cut_wrong_resumes = 0, cut_not_leased_again = 0;
   int64_t paused_at_end = 0, checkpoints_intact = 0;  // of the trials paused at the end
-  int64_t stuck = 0;  // leased or running at the end, two lease timeouts after the last worker stopped
+  int64_t stuck =
+      0;  // leased or running at the end, two lease timeouts after the last worker stopped
   int64_t expired_segments = 0;  // other segments whose lease was lost under a live worker
   std::map<std::string, int64_t> rpc_errors;  // by gRPC code, the cuts' CANCELLED left out
   std::vector<std::string> samples;           // what went wrong, the first few

@@ -1,8 +1,9 @@
 #include "testing/store_backends.h"
 
-#include <pqxx/pqxx>
 #include <sqlite3.h>
 #include <unistd.h>
+
+#include <pqxx/pqxx>
 
 namespace hpo::testing {
 

@@ -59,13 +59,13 @@ class PostgresBackend {
 
 // Skips the test (or fails it under HPO_REQUIRE_POSTGRES=1, as in CI) when
 // the backend cannot run here.
-#define HPO_REQUIRE_BACKEND(Backend)                                                   \
-  do {                                                                                 \
-    std::string why_;                                                                  \
-    if (!Backend::Available(&why_)) {                                                  \
+#define HPO_REQUIRE_BACKEND(Backend)                                                     \
+  do {                                                                                   \
+    std::string why_;                                                                    \
+    if (!Backend::Available(&why_)) {                                                    \
       if (std::getenv("HPO_REQUIRE_POSTGRES")) FAIL() << Backend::kName << ": " << why_; \
-      GTEST_SKIP() << Backend::kName << " not available: " << why_;                    \
-    }                                                                                  \
+      GTEST_SKIP() << Backend::kName << " not available: " << why_;                      \
+    }                                                                                    \
   } while (0)
 
 }  // namespace hpo::testing

@@ -80,13 +80,15 @@ class PostgresBackend {
   void FlipByte(Id trial, int64_t offset) {
     const int64_t chunk = int64_t{1} << 20;
     db_.Raw("UPDATE checkpoint_chunks SET data = set_byte(data, " + std::to_string(offset % chunk) +
-            ", 255 - get_byte(data, " + std::to_string(offset % chunk) + ")) WHERE upload_id = " + Current(trial) +
-            " AND seq = " + std::to_string(offset / chunk));
+            ", 255 - get_byte(data, " + std::to_string(offset % chunk) + ")) WHERE upload_id = " +
+            Current(trial) + " AND seq = " + std::to_string(offset / chunk));
   }
   void DropLastByte(Id trial) {
-    db_.Raw("UPDATE checkpoint_chunks SET data = substring(data FROM 1 FOR length(data) - 1) WHERE upload_id = " +
-            Current(trial) + " AND seq = (SELECT max(seq) FROM checkpoint_chunks WHERE upload_id = " + Current(trial) +
-            ")");
+    db_.Raw(
+        "UPDATE checkpoint_chunks SET data = substring(data FROM 1 FOR length(data) - 1) WHERE "
+        "upload_id = " +
+        Current(trial) + " AND seq = (SELECT max(seq) FROM checkpoint_chunks WHERE upload_id = " +
+        Current(trial) + ")");
   }
 
  private:
@@ -118,13 +120,16 @@ class ArtifactStoreTest : public ::testing::Test {
   }
 
   // Writes and commits `data` in pieces of `piece` bytes.
-  Status Put(ArtifactStore& store, Id trial, int64_t step, const std::string& data, size_t piece = 100'000) {
+  Status Put(ArtifactStore& store, Id trial, int64_t step, const std::string& data,
+             size_t piece = 100'000) {
     HPO_ASSIGN_OR_RETURN(auto w, store.Begin(trial, step, static_cast<int64_t>(data.size())));
     for (size_t i = 0; i < data.size(); i += piece)
       HPO_RETURN_IF_ERROR(w->Append(std::string_view(data).substr(i, piece)));
     return w->Commit(Sha256Hex(data));
   }
-  Status Put(Id trial, int64_t step, const std::string& data) { return Put(*store_, trial, step, data); }
+  Status Put(Id trial, int64_t step, const std::string& data) {
+    return Put(*store_, trial, step, data);
+  }
 
   // Everything a reader hands out, or its error.
   static Result<std::string> ReadAll(CheckpointReader& r, size_t max = 300'000) {
@@ -319,7 +324,8 @@ TYPED_TEST(ArtifactStoreTest, ACheckpointOverTheLimitIsRefusedNamingTheLimit) {
   auto over = small->Begin(4, 1, (int64_t{1} << 20) + 1);
   ASSERT_FALSE(over.ok());
   EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted) << over.status();
-  EXPECT_NE(over.status().message().find("1048577 bytes, over the server's limit of 1 MiB (--max-checkpoint-mb)"),
+  EXPECT_NE(over.status().message().find(
+                "1048577 bytes, over the server's limit of 1 MiB (--max-checkpoint-mb)"),
             std::string::npos)
       << over.status();
   EXPECT_EQ(small->max_checkpoint_bytes(), int64_t{1} << 20);
@@ -377,7 +383,9 @@ TYPED_TEST(ArtifactStoreTest, ConcurrentUploadsOfOneTrialLeaveOneWholeCheckpoint
   std::vector<std::thread> threads;
   std::vector<Status> results(kWriters);
   for (int i = 0; i < kWriters; ++i) {
-    threads.emplace_back([&, i] { results[i] = this->Put(*this->store_, 30, i + 1, Bytes(400'000, 100 + i), 50'000); });
+    threads.emplace_back([&, i] {
+      results[i] = this->Put(*this->store_, 30, i + 1, Bytes(400'000, 100 + i), 50'000);
+    });
   }
   for (auto& t : threads) t.join();
   for (const auto& s : results) EXPECT_TRUE(s.ok()) << s;
@@ -436,7 +444,8 @@ TEST(FileArtifactStoreFullDiskTest, AFullDiskIsUnavailableNamingItAndKeepsThePre
   const Status full = put(7, 2, v2);
   ASSERT_FALSE(full.ok());
   EXPECT_TRUE(full.IsUnavailable()) << full;
-  EXPECT_NE(full.message().find("the disk holding the checkpoints is full"), std::string::npos) << full;
+  EXPECT_NE(full.message().find("the disk holding the checkpoints is full"), std::string::npos)
+      << full;
   auto info = store.Stat(7);
   ASSERT_TRUE(info.ok() && info->has_value()) << info.status();
   EXPECT_EQ((*info)->step, 1) << "the previous checkpoint is still the trial's";
@@ -483,10 +492,12 @@ TEST(OpenArtifactStoreTest, RefusesWhatCannotWork) {
   auto pg = OpenArtifactStore("postgresql", "sqlite:///tmp/x.db");
   ASSERT_FALSE(pg.ok());
   EXPECT_TRUE(pg.status().IsInvalidArgument());
-  EXPECT_NE(pg.status().message().find("needs a PostgreSQL store"), std::string::npos) << pg.status();
+  EXPECT_NE(pg.status().message().find("needs a PostgreSQL store"), std::string::npos)
+      << pg.status();
   auto unknown = OpenArtifactStore("s3://bucket", "sqlite:///tmp/x.db");
   ASSERT_FALSE(unknown.ok());
-  EXPECT_NE(unknown.status().message().find("expected files:DIR or postgresql"), std::string::npos) << unknown.status();
+  EXPECT_NE(unknown.status().message().find("expected files:DIR or postgresql"), std::string::npos)
+      << unknown.status();
   auto not_dir = OpenArtifactStore("files:/dev/null", "sqlite:///tmp/x.db");
   EXPECT_FALSE(not_dir.ok());
 }

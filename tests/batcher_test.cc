@@ -55,7 +55,8 @@ TEST(BatcherTest, ItemsThatQueueWhileABatchRunsRunTogetherInTheNext) {
     for (Item* item : batch) {
       item->doubled = 2 * item->value;
       // Odd values fail: their own status, not the batch's.
-      out.push_back(item->value % 2 ? Status::InvalidArgument("odd " + std::to_string(item->value)) : Status::OK());
+      out.push_back(item->value % 2 ? Status::InvalidArgument("odd " + std::to_string(item->value))
+                                    : Status::OK());
     }
     return out;
   });
@@ -69,7 +70,8 @@ TEST(BatcherTest, ItemsThatQueueWhileABatchRunsRunTogetherInTheNext) {
   for (int i = 1; i <= 5; ++i) {
     items.push_back(std::make_unique<Item>(Item{i}));
     Item* item = items.back().get();
-    waiting.push_back(std::async(std::launch::async, [&batcher, item] { return batcher.Submit(*item); }));
+    waiting.push_back(
+        std::async(std::launch::async, [&batcher, item] { return batcher.Submit(*item); }));
   }
   ASSERT_TRUE(Eventually([&] { return batcher.Queued() == 5; }));
   release_first.set_value();

@@ -4,15 +4,15 @@
 // for a DNS-rebinding page; each is refused and nothing is created. See
 // server/http/browser_guard.h.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 #include <string>
 #include <vector>
 
-#include "tests/raw_http.h"
 #include "testing/server_process.h"
+#include "tests/raw_http.h"
 
 namespace hpo {
 namespace {
@@ -45,8 +45,8 @@ class BrowserGuardTest : public ::testing::Test {
     self_ = "127.0.0.1:" + std::to_string(server_->http_port());
   }
   // A request with exactly these headers (and Connection: close).
-  std::string Send(const std::string& method, const std::string& target, const std::vector<std::string>& headers,
-                   const std::string& body = "") {
+  std::string Send(const std::string& method, const std::string& target,
+                   const std::vector<std::string>& headers, const std::string& body = "") {
     std::string r = method + " " + target + " HTTP/1.1\r\n";
     for (const auto& h : headers) r += h + "\r\n";
     r += "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
@@ -68,25 +68,33 @@ TEST_F(BrowserGuardTest, CrossSiteAndRebindingRequestsAreRefusedAndCreateNothing
   StartServer();
   const std::string port = std::to_string(server_->http_port());
   // The issue's reproduction: a cross-site text/plain POST through a rebound name.
-  std::string raw = Send("POST", "/api/v1/experiments",
-                         {"Host: evil.example:" + port, "Origin: http://evil.example", "Content-Type: text/plain"},
-                         kCommandSpec);
+  std::string raw = Send(
+      "POST", "/api/v1/experiments",
+      {"Host: evil.example:" + port, "Origin: http://evil.example", "Content-Type: text/plain"},
+      kCommandSpec);
   EXPECT_EQ(StatusOf(raw), 403) << raw;
   // A cross-site form or fetch to 127.0.0.1 (no preflight: a CORS-simple type).
-  for (const char* type : {"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"}) {
-    raw = Send("POST", "/api/v1/experiments",
-               {"Host: " + self_, "Origin: http://evil.example", std::string("Content-Type: ") + type}, kCommandSpec);
+  for (const char* type :
+       {"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"}) {
+    raw = Send(
+        "POST", "/api/v1/experiments",
+        {"Host: " + self_, "Origin: http://evil.example", std::string("Content-Type: ") + type},
+        kCommandSpec);
     EXPECT_EQ(StatusOf(raw), 403) << type << ": " << raw;
-    EXPECT_NE(raw.find("cross-origin request from 'http://evil.example' refused"), std::string::npos) << raw;
+    EXPECT_NE(raw.find("cross-origin request from 'http://evil.example' refused"),
+              std::string::npos)
+        << raw;
   }
   // Browsers that send no Origin: the type alone stops it.
-  raw = Send("POST", "/api/v1/experiments", {"Host: " + self_, "Content-Type: text/plain"}, kCommandSpec);
+  raw = Send("POST", "/api/v1/experiments", {"Host: " + self_, "Content-Type: text/plain"},
+             kCommandSpec);
   EXPECT_EQ(StatusOf(raw), 415) << raw;
   raw = Send("POST", "/api/v1/experiments", {"Host: " + self_}, kCommandSpec);
   EXPECT_EQ(StatusOf(raw), 415) << "no Content-Type at all: " << raw;
   // A JSON body from another origin (a preflight it would never pass).
   raw = Send("POST", "/api/v1/experiments",
-             {"Host: " + self_, "Origin: http://evil.example", "Content-Type: application/json"}, "{}");
+             {"Host: " + self_, "Origin: http://evil.example", "Content-Type: application/json"},
+             "{}");
   EXPECT_EQ(StatusOf(raw), 403) << raw;
   // A rebinding page reads data: its own name in Host, same-origin to the browser.
   raw = Send("GET", "/api/v1/experiments", {"Host: evil.example:" + port});
@@ -112,19 +120,23 @@ TEST_F(BrowserGuardTest, LocalClientsAndTheDashboardItselfGetThrough) {
   StartServer();
   const std::string port = std::to_string(server_->http_port());
   // hpctl, curl -H 'Content-Type: application/json', the Python client.
-  EXPECT_EQ(StatusOf(Send("POST", "/api/v1/experiments", {"Host: " + self_, "Content-Type: application/yaml"},
-                          kCommandSpec)),
-            201);
   EXPECT_EQ(StatusOf(Send("POST", "/api/v1/experiments",
-                          {"Host: localhost:" + port, "Content-Type: application/json; charset=utf-8"},
-                          R"({"name": "j", "objective": {"metric": "loss"}, "spaces": [{"name": "s",
-                              "params": {"x": [1]}}], "executor": {"client": {}}})")),
+                          {"Host: " + self_, "Content-Type: application/yaml"}, kCommandSpec)),
             201);
+  EXPECT_EQ(
+      StatusOf(Send("POST", "/api/v1/experiments",
+                    {"Host: localhost:" + port, "Content-Type: application/json; charset=utf-8"},
+                    R"({"name": "j", "objective": {"metric": "loss"}, "spaces": [{"name": "s",
+                              "params": {"x": [1]}}], "executor": {"client": {}}})")),
+      201);
   // The dashboard's own page: same origin.
-  EXPECT_EQ(StatusOf(Send("POST", "/api/v1/experiments/1:cancel",
-                          {"Host: " + self_, "Origin: http://" + self_, "Content-Type: application/json"}, "{}")),
-            200);
-  EXPECT_EQ(StatusOf(Send("GET", "/api/v1/experiments", {"Host: [::1]:" + port})), 200) << "an IPv6 literal";
+  EXPECT_EQ(
+      StatusOf(Send("POST", "/api/v1/experiments/1:cancel",
+                    {"Host: " + self_, "Origin: http://" + self_, "Content-Type: application/json"},
+                    "{}")),
+      200);
+  EXPECT_EQ(StatusOf(Send("GET", "/api/v1/experiments", {"Host: [::1]:" + port})), 200)
+      << "an IPv6 literal";
   EXPECT_EQ(ExperimentCount(), 2u);
 }
 
@@ -136,8 +148,9 @@ TEST_F(BrowserGuardTest, OperatorsAllowTheirNamesAndOrigins) {
   EXPECT_EQ(StatusOf(Send("GET", "/api/v1/experiments",
                           {"Host: hpo.internal:" + port, "Origin: https://dash.example.com:443"})),
             200);
-  EXPECT_EQ(StatusOf(Send("GET", "/api/v1/experiments",
-                          {"Host: hpo.internal:" + port, "Origin: https://dash.example.com.evil.example"})),
+  EXPECT_EQ(StatusOf(Send(
+                "GET", "/api/v1/experiments",
+                {"Host: hpo.internal:" + port, "Origin: https://dash.example.com.evil.example"})),
             403);
 }
 

@@ -1,16 +1,16 @@
 // The LibTorch trainers on the real Fashion-MNIST data.
+#include "worker/builtin_trainer.h"
+
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <vector>
 
-#include <ATen/Parallel.h>
-#include <torch/cuda.h>
-
 #include "worker/blas.h"
-#include "worker/builtin_trainer.h"
 #include "worker/builtin_trainer_parts.h"
 #include "worker/idx.h"
 
@@ -36,8 +36,8 @@ class RecordingReporter : public Reporter {
     if (change_to.is_object() && steps.size() == 1) return Verdict::kChangeSystem;
     return Verdict::kContinue;
   }
-  Verdict ReportApplied(int64_t step, const std::map<std::string, double>& metrics, double sps, const json& system,
-                        const json& applied) override {
+  Verdict ReportApplied(int64_t step, const std::map<std::string, double>& metrics, double sps,
+                        const json& system, const json& applied) override {
     const Verdict v = Report(step, metrics, sps, system);
     steps.back().applied = applied;
     return v;
@@ -70,7 +70,12 @@ TEST(Idx, ReadsTheRealFiles) {
   ASSERT_TRUE(labels.ok()) << labels.status();
   EXPECT_EQ(labels->dims, std::vector<int64_t>{10000});
   EXPECT_TRUE(ReadGzipFile("/nonexistent.gz").status().IsNotFound());
-  EXPECT_EQ(ParseIdx(std::string("\x00\x00\x08\x01\x00\x00\x00\x05" "ab", 10), "x").status().code(),
+  EXPECT_EQ(ParseIdx(std::string("\x00\x00\x08\x01\x00\x00\x00\x05"
+                                 "ab",
+                                 10),
+                     "x")
+                .status()
+                .code(),
             StatusCode::kDataLoss);
 }
 
@@ -81,7 +86,8 @@ TEST(BuiltinTrainer, MlpLearnsFashionMnistInOneEpochAndLossFalls) {
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(reporter.steps.size(), 2u);
   EXPECT_EQ(reporter.steps[0].step, 1);
-  EXPECT_GT(reporter.steps[0].metrics.at("accuracy"), 0.80) << "validation accuracy after one epoch";
+  EXPECT_GT(reporter.steps[0].metrics.at("accuracy"), 0.80)
+      << "validation accuracy after one epoch";
   EXPECT_LT(reporter.steps[1].metrics.at("train_loss"), reporter.steps[0].metrics.at("train_loss"));
   EXPECT_LT(reporter.steps[1].metrics.at("loss"), reporter.steps[0].metrics.at("loss"));
   EXPECT_GT(reporter.steps[0].samples_per_sec, 0);
@@ -93,7 +99,8 @@ TEST(BuiltinTrainer, MlpLearnsFashionMnistInOneEpochAndLossFalls) {
 // The CUDA path: the same trainer on a GPU learns as on the CPU, and
 // reports the loss it kept on the device. Runs where LibTorch sees a GPU.
 TEST(BuiltinTrainer, LearnsOnACudaDevice) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device (LibTorch sees none): the CUDA path is not run";
+  if (!torch::cuda::is_available())
+    GTEST_SKIP() << "no CUDA device (LibTorch sees none): the CUDA path is not run";
   auto exec = MakeBuiltinExecutor();
   RecordingReporter reporter;
   TrialRun run = Mlp(2);
@@ -114,15 +121,17 @@ TEST(BuiltinTrainer, DeclaresWhatItCanChangeAndReportsWhatItApplied) {
   TrialRun run = Mlp(1);
   run.trainer_args = {{"max_train_samples", 1000}};
   run.system = {{"batch_size", 64}, {"threads", 1}, {"inter_op_threads", 3}, {"foo", 7}};
-  EXPECT_EQ(exec->DeclaredSystemChanges(run), (SystemChanges{{"batch_size", SystemChange::kMidTrial},
-                                                             {"threads", SystemChange::kMidTrial},
-                                                             {"inter_op_threads", SystemChange::kAtRestart}}));
+  EXPECT_EQ(exec->DeclaredSystemChanges(run),
+            (SystemChanges{{"batch_size", SystemChange::kMidTrial},
+                           {"threads", SystemChange::kMidTrial},
+                           {"inter_op_threads", SystemChange::kAtRestart}}));
   RecordingReporter reporter;
   auto r = exec->Run(run, reporter);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(reporter.steps.size(), 1u);
-  EXPECT_EQ(reporter.steps[0].applied,
-            json({{"batch_size", 64}, {"threads", 1}, {"inter_op_threads", at::get_num_interop_threads()}}));
+  EXPECT_EQ(reporter.steps[0].applied, json({{"batch_size", 64},
+                                             {"threads", 1},
+                                             {"inter_op_threads", at::get_num_interop_threads()}}));
   EXPECT_EQ(reporter.steps[0].system["inter_op_threads"], at::get_num_interop_threads())
       << "the value the process has, whatever was asked";
 }
@@ -132,8 +141,9 @@ TEST(BuiltinTrainer, CnnRunsAndSystemChangesApplyAtTheNextEpoch) {
   RecordingReporter reporter;
   TrialRun run = Mlp(2);
   run.trainer = "fashion-mnist-cnn";
-  run.params = {{"lr", 2e-3}, {"channels", 8}, {"conv_layers", 2}, {"width", 64}, {"depth", 1},
-                {"batch_norm", true}, {"optimizer", "sgd"}, {"momentum", 0.9}, {"nesterov", true}};
+  run.params = {{"lr", 2e-3},         {"channels", 8},   {"conv_layers", 2},
+                {"width", 64},        {"depth", 1},      {"batch_norm", true},
+                {"optimizer", "sgd"}, {"momentum", 0.9}, {"nesterov", true}};
   run.trainer_args = {{"max_train_samples", 4000}};
   reporter.change_to = {{"batch_size", 64}, {"threads", 1}};
   auto r = exec->Run(run, reporter);
@@ -274,8 +284,13 @@ class BuiltinCheckpointTest : public ::testing::Test {
   // (the epoch): everything a resume must bring back.
   static TrialRun Run(int epochs) {
     TrialRun r = Mlp(epochs);
-    r.params = {{"lr", 2e-3},        {"optimizer", "adam"}, {"width", 64},           {"depth", 2},
-                {"dropout", 0.3},    {"batch_norm", true},  {"lr_schedule", "cosine"}};
+    r.params = {{"lr", 2e-3},
+                {"optimizer", "adam"},
+                {"width", 64},
+                {"depth", 2},
+                {"dropout", 0.3},
+                {"batch_norm", true},
+                {"lr_schedule", "cosine"}};
     r.trainer_args = {{"max_train_samples", 3000}};
     r.threads = 1;  // one thread: the sums run in one order, so results are bit for bit
     return r;
@@ -370,7 +385,8 @@ TEST_F(BuiltinCheckpointTest, APauseWithNowhereToSaveIsAPauseWithoutACheckpoint)
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->paused);
   EXPECT_FALSE(r->checkpoint_saved);
-  EXPECT_NE(r->checkpoint_error.find("no checkpoint directory"), std::string::npos) << r->checkpoint_error;
+  EXPECT_NE(r->checkpoint_error.find("no checkpoint directory"), std::string::npos)
+      << r->checkpoint_error;
 }
 
 }  // namespace

@@ -5,8 +5,9 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <nlohmann/json.hpp>
+
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -74,7 +75,8 @@ executor: {builtin: {trainer: fashion-mnist-mlp, args: {max_train_samples: 20000
   EXPECT_NE(f["device_class"], s["device_class"]) << "classes come from measured capacity";
   ASSERT_FALSE(f["measured"].empty());
   ASSERT_FALSE(s["measured"].empty());
-  const double fast_sps = f["measured"][0]["samples_per_sec"], slow_sps = s["measured"][0]["samples_per_sec"];
+  const double fast_sps = f["measured"][0]["samples_per_sec"],
+               slow_sps = s["measured"][0]["samples_per_sec"];
   // A 4x quota difference shows as a clear speed difference (not a timing
   // bound on either worker).
   EXPECT_GT(fast_sps, 1.5 * slow_sps) << "fast " << fast_sps << " slow " << slow_sps;

@@ -1,7 +1,6 @@
 // The checkpoint directory's archive (worker/checkpoint_archive.h): a tree
 // comes back as it was, and a damaged or hostile archive is refused with
 // nothing written outside the target.
-#include "testing/files.h"
 #include "worker/checkpoint_archive.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +10,8 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+
+#include "testing/files.h"
 
 namespace hpo::worker {
 namespace {
@@ -53,7 +54,8 @@ TEST_F(CheckpointArchiveTest, ATreeComesBackAsItWas) {
   Write(src_ / "nested/deeper/empty", "");
   Write(src_ / "with space and\ttab", "x");
   fs::create_directories(src_ / "empty-dir");
-  fs::permissions(src_ / "state.json", fs::perms::owner_read | fs::perms::owner_write | fs::perms::owner_exec);
+  fs::permissions(src_ / "state.json",
+                  fs::perms::owner_read | fs::perms::owner_write | fs::perms::owner_exec);
   ASSERT_TRUE(PackDirectory(src_.string(), archive_).ok());
   Status s = UnpackDirectory(archive_, dst_.string());
   ASSERT_TRUE(s.ok()) << s;
@@ -79,7 +81,8 @@ TEST_F(CheckpointArchiveTest, OnlyFilesAndDirectoriesArePacked) {
   fs::create_symlink("/etc/passwd", src_ / "link");
   Status s = PackDirectory(src_.string(), archive_);
   EXPECT_TRUE(s.IsInvalidArgument()) << s;
-  EXPECT_NE(s.message().find("'link' is neither a regular file nor a directory"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("'link' is neither a regular file nor a directory"), std::string::npos)
+      << s;
   Write(src_ / "new\nline", "x");
   fs::remove(src_ / "link");
   s = PackDirectory(src_.string(), archive_);
@@ -109,7 +112,8 @@ TEST_F(CheckpointArchiveTest, DamagedArchivesAreDataLossNamingWhatIsWrong) {
     WriteArchive(c.body);
     Status s = Unpack();
     EXPECT_EQ(s.code(), StatusCode::kDataLoss) << c.why << ": " << s;
-    EXPECT_NE(s.message().find(c.why), std::string::npos) << "want \"" << c.why << "\" in \"" << s.message() << "\"";
+    EXPECT_NE(s.message().find(c.why), std::string::npos)
+        << "want \"" << c.why << "\" in \"" << s.message() << "\"";
   }
   EXPECT_FALSE(fs::exists(root_ / "escape")) << "nothing written outside the target";
   Write(archive_, "not an archive");

@@ -12,24 +12,24 @@
 // ResumeTrial for a promotion - and answers with FillTrial, as Lease does.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
-#include <sstream>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <nlohmann/json.hpp>
-#include <atomic>
-#include <thread>
-#include <chrono>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "server/engine/engine.h"
 #include "proto/grpc_status.h"
+#include "server/engine/engine.h"
 #include "server/grpc/worker_service.h"
 #include "testing/files.h"
 #include "testing/server_process.h"
@@ -61,7 +61,8 @@ class LeaseScript final : public v1::WorkerService::Service {
     script_.push_back(n);
   }
 
-  ::grpc::Status Lease(::grpc::ServerContext*, const v1::LeaseRequest* req, v1::LeaseResponse* res) override {
+  ::grpc::Status Lease(::grpc::ServerContext*, const v1::LeaseRequest* req,
+                       v1::LeaseResponse* res) override {
     Status auth = engine_.AuthenticateWorker({req->worker_id(), req->session()});
     if (!auth.ok()) return ToGrpcStatus(auth);
     std::optional<Next> next;
@@ -100,29 +101,37 @@ class LeaseScript final : public v1::WorkerService::Service {
   }
 
   // The rest is the real service's.
-  ::grpc::Status Register(::grpc::ServerContext* c, const v1::RegisterRequest* q, v1::RegisterResponse* r) override {
+  ::grpc::Status Register(::grpc::ServerContext* c, const v1::RegisterRequest* q,
+                          v1::RegisterResponse* r) override {
     return real_.Register(c, q, r);
   }
-  ::grpc::Status Report(::grpc::ServerContext* c, const v1::ReportRequest* q, v1::ReportResponse* r) override {
+  ::grpc::Status Report(::grpc::ServerContext* c, const v1::ReportRequest* q,
+                        v1::ReportResponse* r) override {
     return real_.Report(c, q, r);
   }
-  ::grpc::Status Complete(::grpc::ServerContext* c, const v1::CompleteRequest* q, v1::CompleteResponse* r) override {
+  ::grpc::Status Complete(::grpc::ServerContext* c, const v1::CompleteRequest* q,
+                          v1::CompleteResponse* r) override {
     return real_.Complete(c, q, r);
   }
-  ::grpc::Status Heartbeat(::grpc::ServerContext* c, const v1::HeartbeatRequest* q, v1::HeartbeatResponse* r) override {
+  ::grpc::Status Heartbeat(::grpc::ServerContext* c, const v1::HeartbeatRequest* q,
+                           v1::HeartbeatResponse* r) override {
     return real_.Heartbeat(c, q, r);
   }
-  ::grpc::Status Pause(::grpc::ServerContext* c, const v1::PauseRequest* q, v1::PauseResponse* r) override {
+  ::grpc::Status Pause(::grpc::ServerContext* c, const v1::PauseRequest* q,
+                       v1::PauseResponse* r) override {
     return real_.Pause(c, q, r);
   }
-  ::grpc::Status Restart(::grpc::ServerContext* c, const v1::RestartRequest* q, v1::RestartResponse* r) override {
+  ::grpc::Status Restart(::grpc::ServerContext* c, const v1::RestartRequest* q,
+                         v1::RestartResponse* r) override {
     return real_.Restart(c, q, r);
   }
-  ::grpc::Status UploadCheckpoint(::grpc::ServerContext* c, ::grpc::ServerReader<v1::CheckpointChunk>* q,
+  ::grpc::Status UploadCheckpoint(::grpc::ServerContext* c,
+                                  ::grpc::ServerReader<v1::CheckpointChunk>* q,
                                   v1::UploadCheckpointResponse* r) override {
     return real_.UploadCheckpoint(c, q, r);
   }
-  ::grpc::Status DownloadCheckpoint(::grpc::ServerContext* c, const v1::DownloadCheckpointRequest* q,
+  ::grpc::Status DownloadCheckpoint(::grpc::ServerContext* c,
+                                    const v1::DownloadCheckpointRequest* q,
                                     ::grpc::ServerWriter<v1::CheckpointChunk>* w) override {
     if (unavailable_downloads_ > 0) {
       --unavailable_downloads_;
@@ -147,14 +156,16 @@ using hpo::testing::ReadFile;
 
 // The example program, with a fixed seed so that every trial of it draws the
 // same data and the same shuffles: trials differ only in how they ran.
-const char* kCommandSpec = R"({"name": "e2e", "objective": {"metric": "loss", "direction": "minimize"},
+const char* kCommandSpec =
+    R"({"name": "e2e", "objective": {"metric": "loss", "direction": "minimize"},
   "spaces": [{"name": "a", "params": {"x": {"type": "float", "low": 0.1, "high": 0.5}}}],
   "algorithm": {"sampler": "random", "seed": 3},
   "budget": {"max_trials": 50, "max_parallel": 1, "steps_per_trial": 5},
   "executor": {"command": {"argv": ["python3", ")" HPO_SOURCE_DIR R"(/examples/train_example.py",
                                     "--lr={x}", "--width=6", "--seed=11"], "timeout_s": 60}}})";
 
-const char* kBuiltinSpec = R"({"name": "e2e-builtin", "objective": {"metric": "accuracy", "direction": "maximize"},
+const char* kBuiltinSpec =
+    R"({"name": "e2e-builtin", "objective": {"metric": "accuracy", "direction": "maximize"},
   "spaces": [{"name": "a", "params": {"x": {"type": "float", "low": 0.1, "high": 0.5}}}],
   "algorithm": {"sampler": "random", "seed": 3},
   "budget": {"max_trials": 50, "max_parallel": 1, "steps_per_trial": 3},
@@ -197,11 +208,11 @@ class CheckpointE2eTest : public ::testing::Test {
   // Runs a worker until it has run `trials` leases; true when it exited 0.
   bool RunWorker(const std::string& name, int trials) {
     const std::string log = dir_ + "/" + name + ".log";
-    const pid_t pid =
-        testing::Spawn({HPO_WORKER_BIN, "--server", "127.0.0.1:" + std::to_string(server_->port()), "--device", "cpu",
-                        "--threads", "1", "--benchmark-seconds", "0.1", "--heartbeat-ms", "500", "--max-trials",
-                        std::to_string(trials), "--scratch-dir", dir_ + "/scratch"},
-                       log);
+    const pid_t pid = testing::Spawn(
+        {HPO_WORKER_BIN, "--server", "127.0.0.1:" + std::to_string(server_->port()), "--device",
+         "cpu", "--threads", "1", "--benchmark-seconds", "0.1", "--heartbeat-ms", "500",
+         "--max-trials", std::to_string(trials), "--scratch-dir", dir_ + "/scratch"},
+        log);
     // 150 s: a hang fails the test instead of stalling it.
     const std::optional<int> status = testing::WaitExit(pid, std::chrono::seconds(150));
     if (!status) {
@@ -293,7 +304,8 @@ TEST_F(CheckpointE2eTest, ACorruptCheckpointAtResumeRestartsTheTrialFromStepOne)
   const store::TrialRecord paused = Newest();
   ASSERT_EQ(paused.state, TrialState::kPaused) << logs_;
   {
-    const std::string file = artifacts_->description().substr(6) + "/trial-" + std::to_string(paused.id) + ".ckpt";
+    const std::string file =
+        artifacts_->description().substr(6) + "/trial-" + std::to_string(paused.id) + ".ckpt";
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(256 + 100);
     f.write("!!", 2);

@@ -15,10 +15,13 @@
 
 int main(int argc, char** argv) {
   if (argc != 9) {
-    std::fprintf(stderr, "usage: %s ADDRESS TOKEN WORKER_ID SESSION TRIAL_ID STEP TOTAL_BYTES CHUNKS\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s ADDRESS TOKEN WORKER_ID SESSION TRIAL_ID STEP TOTAL_BYTES CHUNKS\n",
+                 argv[0]);
     return 2;
   }
-  auto stub = hpo::v1::WorkerService::NewStub(grpc::CreateChannel(argv[1], grpc::InsecureChannelCredentials()));
+  auto stub = hpo::v1::WorkerService::NewStub(
+      grpc::CreateChannel(argv[1], grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.AddMetadata("authorization", std::string("Bearer ") + argv[2]);
   hpo::v1::UploadCheckpointResponse res;

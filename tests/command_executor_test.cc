@@ -1,6 +1,5 @@
 // The command executor against real programs: small shell scripts written
 // into a temporary directory.
-#include "testing/files.h"
 #include "worker/command_executor.h"
 
 #include <gtest/gtest.h>
@@ -20,6 +19,8 @@
 #include <sstream>
 #include <thread>
 #include <vector>
+
+#include "testing/files.h"
 
 namespace hpo::worker {
 namespace {
@@ -50,8 +51,8 @@ class FakeReporter : public Reporter {
     calls_.push_back({step, metrics, samples_per_sec, system, Clock::now()});
     return verdict ? verdict(calls_.back()) : Verdict::kContinue;
   }
-  Verdict ReportApplied(int64_t step, const Metrics& metrics, double samples_per_sec, const json& system,
-                        const json& applied) override {
+  Verdict ReportApplied(int64_t step, const Metrics& metrics, double samples_per_sec,
+                        const json& system, const json& applied) override {
     const Verdict v = Report(step, metrics, samples_per_sec, system);
     std::lock_guard<std::mutex> lock(mu_);
     calls_.back().applied = applied;
@@ -399,7 +400,8 @@ touch finished
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
   EXPECT_EQ(r.status().message(), "timed out after 0.3 s; no output");
-  EXPECT_FALSE(std::filesystem::exists(dir_ + "/finished")) << "SIGTERM was ignored, so SIGKILL must have ended it";
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/finished"))
+      << "SIGTERM was ignored, so SIGKILL must have ended it";
   const pid_t background = std::stoi(ReadFile(dir_ + "/background.pid"));
   EXPECT_TRUE(EndsWithin(background, 2.0));
 }
@@ -500,10 +502,13 @@ touch finished
   ASSERT_TRUE(r.ok()) << r.status();
   std::vector<int64_t> steps;
   for (const auto& c : reporter.calls()) steps.push_back(c.step);
-  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 2})) << "a line of a step within the trial still counts";
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 2}))
+      << "a line of a step within the trial still counts";
   EXPECT_EQ(r->final_metrics, (Metrics{{"loss", 0.125}}));
-  EXPECT_TRUE(std::filesystem::exists(dir_ + "/finished")) << "the program was not stopped for its lines";
-  EXPECT_NE(r->log_tail.find("19999 metric line(s) past step 3 (HPO_MAX_STEPS"), std::string::npos) << r->log_tail;
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/finished"))
+      << "the program was not stopped for its lines";
+  EXPECT_NE(r->log_tail.find("19999 metric line(s) past step 3 (HPO_MAX_STEPS"), std::string::npos)
+      << r->log_tail;
 }
 
 // A timeout beyond any the server hands out is refused before the program
@@ -562,7 +567,9 @@ TEST_F(CommandExecutorTest, AMissingWorkingDirectoryIsFailedPrecondition) {
 
 // Answers kPause to the report of `step`.
 std::function<Verdict(const FakeReporter::Call&)> PauseAt(int64_t step) {
-  return [step](const FakeReporter::Call& c) { return c.step == step ? Verdict::kPause : Verdict::kContinue; };
+  return [step](const FakeReporter::Call& c) {
+    return c.step == step ? Verdict::kPause : Verdict::kContinue;
+  };
 }
 
 // The worker's bearer token is not the program's: a program that prints its
@@ -581,7 +588,8 @@ echo "hpo: step=1 loss=1"
   ::unsetenv("HPO_TOKEN_FILE");
   ::unsetenv("HPO_SOMETHING_ELSE");
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_NE(r->log_tail.find("token=unset file=unset other=kept"), std::string::npos) << r->log_tail;
+  EXPECT_NE(r->log_tail.find("token=unset file=unset other=kept"), std::string::npos)
+      << r->log_tail;
 }
 
 TEST_F(CommandExecutorTest, TheCheckpointVariablesAreSetOnlyWhenTheyApply) {
@@ -608,7 +616,8 @@ echo "hpo: step=1 loss=1"
   ::unsetenv("HPO_STOP_STEP");
   ::unsetenv("HPO_RESUME_STEP");
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_NE(r->log_tail.find("dir=" + dir_ + "/ckpt stop=4 resume=2"), std::string::npos) << r->log_tail;
+  EXPECT_NE(r->log_tail.find("dir=" + dir_ + "/ckpt stop=4 resume=2"), std::string::npos)
+      << r->log_tail;
 }
 
 // A resumed program's lines without step= go on from HPO_RESUME_STEP, as
@@ -636,8 +645,8 @@ echo "hpo: loss=0.3"
 // The real example program: straight through, and paused then resumed in a
 // new run (as on another worker), the same curve to the last digit.
 TEST_F(CommandExecutorTest, TheExampleProgramPausesAndResumesExactlyWhereItStopped) {
-  const std::vector<std::string> argv = {"python3", HPO_SOURCE_DIR "/examples/train_example.py", "--lr=0.3",
-                                         "--width=6"};
+  const std::vector<std::string> argv = {"python3", HPO_SOURCE_DIR "/examples/train_example.py",
+                                         "--lr=0.3", "--width=6"};
   FakeReporter straight;
   auto whole = Executor().Run(MakeRun(argv), straight);
   ASSERT_TRUE(whole.ok()) << whole.status();
@@ -676,8 +685,9 @@ TEST_F(CommandExecutorTest, TheExampleProgramPausesAndResumesExactlyWhereItStopp
   FakeReporter refused;
   auto wrong = Executor().Run(second, refused);
   ASSERT_TRUE(wrong.ok()) << wrong.status();
-  EXPECT_NE(wrong->restore_error.find("could not restore the state saved after step 3 (exit status 65)"),
-            std::string::npos)
+  EXPECT_NE(
+      wrong->restore_error.find("could not restore the state saved after step 3 (exit status 65)"),
+      std::string::npos)
       << wrong->restore_error;
   EXPECT_TRUE(refused.calls().empty());
 }
@@ -691,9 +701,11 @@ TEST_F(CommandExecutorTest, APauseWhoseProgramFailsIsAPauseWithoutACheckpoint) {
       {R"sh(echo "hpo: step=1 loss=1"; echo state > "$HPO_CHECKPOINT_DIR/s"; exit 3)sh",
        "exit status 3 after its stop step"},
       {R"sh(echo "hpo: step=1 loss=1"; exit 0)sh", "left HPO_CHECKPOINT_DIR empty"},
-      {R"sh(echo "hpo: step=1 loss=1"; echo state > "$HPO_CHECKPOINT_DIR/s"; kill -KILL $$)sh", "killed by signal 9"},
+      {R"sh(echo "hpo: step=1 loss=1"; echo state > "$HPO_CHECKPOINT_DIR/s"; kill -KILL $$)sh",
+       "killed by signal 9"},
       // It does not know the contract and trains on: stopped after the grace.
-      {R"sh(echo "hpo: step=1 loss=1"; echo "hpo: step=2 loss=0.5"; sleep 30)sh", "did not exit within 0.3 s"},
+      {R"sh(echo "hpo: step=1 loss=1"; echo "hpo: step=2 loss=0.5"; sleep 30)sh",
+       "did not exit within 0.3 s"},
   };
   for (const auto& c : cases) {
     TrialRun run = MakeRun({Script("pause.sh", c.body)});
@@ -740,8 +752,10 @@ TEST_F(CommandExecutorTest, ExitStatus65IsARefusedRestoreOnlyWhenResuming) {
   run.checkpoint_dir = dir_ + "/ckpt";
   auto resumed = Executor().Run(run, reporter);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
-  EXPECT_NE(resumed->restore_error.find("exit status 65"), std::string::npos) << resumed->restore_error;
-  EXPECT_NE(resumed->restore_error.find("bad state"), std::string::npos) << "with the program's words";
+  EXPECT_NE(resumed->restore_error.find("exit status 65"), std::string::npos)
+      << resumed->restore_error;
+  EXPECT_NE(resumed->restore_error.find("bad state"), std::string::npos)
+      << "with the program's words";
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
+#include "scheduler/cotuner.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <set>
-
-#include "scheduler/cotuner.h"
 
 namespace hpo::scheduler {
 namespace {
@@ -11,7 +11,9 @@ namespace {
 using nlohmann::json;
 
 std::vector<SystemDimension> Dims() {
-  return {{"threads", {1, 2, 4}, true}, {"batch_size", {64, 128, 256}, true}, {"device", {"cpu"}, false}};
+  return {{"threads", {1, 2, 4}, true},
+          {"batch_size", {64, 128, 256}, true},
+          {"device", {"cpu"}, false}};
 }
 
 // A machine where 2 threads and batch 256 are fastest.
@@ -54,8 +56,10 @@ TEST(CoTuner, FirstIgnoredChangeFindsAProgramThatDoesNotApplySettings) {
     }
     return h;
   };
-  EXPECT_FALSE(FirstIgnoredChange(Dims(), run([](const json& asked, const json&) { return asked; })));
-  const auto first = FirstIgnoredChange(Dims(), run([](const json&, const json& running) { return running; }));
+  EXPECT_FALSE(
+      FirstIgnoredChange(Dims(), run([](const json& asked, const json&) { return asked; })));
+  const auto first =
+      FirstIgnoredChange(Dims(), run([](const json&, const json& running) { return running; }));
   ASSERT_TRUE(first);
   EXPECT_EQ(first->epoch, 1u);
   // It names the parameter, what was asked and what ran (the engine's event says them).
@@ -82,18 +86,21 @@ TEST(CoTuner, FirstIgnoredChangeFindsAProgramThatDoesNotApplySettings) {
 // one the worker does not declare at all is unknown to its program and is
 // named; no declaration leaves the spec's word as it was.
 TEST(CoTuner, OnlyParametersBothSpecAndWorkerLetChangeAreProbed) {
-  std::vector<SystemDimension> dims = {{"threads", {1, 2, 4}, true},
-                                       {"inter_op_threads", {1, 2}, true},  // the spec says mutable: true
-                                       {"batch_size", {64, 128}, true},
-                                       {"prefetch", {1, 2}, false},          // the spec says mutable: false
-                                       {"foo", {1, 2}, true}};
-  const std::map<std::string, SystemChange> declared = {{"threads", SystemChange::kMidTrial},
-                                                        {"inter_op_threads", SystemChange::kAtRestart},
-                                                        {"batch_size", SystemChange::kFixed},
-                                                        {"prefetch", SystemChange::kMidTrial}};
+  std::vector<SystemDimension> dims = {
+      {"threads", {1, 2, 4}, true},
+      {"inter_op_threads", {1, 2}, true},  // the spec says mutable: true
+      {"batch_size", {64, 128}, true},
+      {"prefetch", {1, 2}, false},  // the spec says mutable: false
+      {"foo", {1, 2}, true}};
+  const std::map<std::string, SystemChange> declared = {
+      {"threads", SystemChange::kMidTrial},
+      {"inter_op_threads", SystemChange::kAtRestart},
+      {"batch_size", SystemChange::kFixed},
+      {"prefetch", SystemChange::kMidTrial}};
   std::vector<SystemDimension> none = dims;
   EXPECT_TRUE(RestrictToDeclared(none, {}).empty());
-  for (size_t i = 0; i < dims.size(); ++i) EXPECT_EQ(none[i].may_change_mid_trial, dims[i].may_change_mid_trial);
+  for (size_t i = 0; i < dims.size(); ++i)
+    EXPECT_EQ(none[i].may_change_mid_trial, dims[i].may_change_mid_trial);
 
   EXPECT_EQ(RestrictToDeclared(dims, declared), std::vector<std::string>{"foo"});
   std::map<std::string, bool> probed;
@@ -105,7 +112,8 @@ TEST(CoTuner, OnlyParametersBothSpecAndWorkerLetChangeAreProbed) {
                                                  {"foo", false}}));
   // And NextSetting then probes threads only, whatever the speeds.
   std::vector<EpochSpeed> h;
-  json s = {{"threads", 2}, {"inter_op_threads", 1}, {"batch_size", 64}, {"prefetch", 1}, {"foo", 1}};
+  json s = {
+      {"threads", 2}, {"inter_op_threads", 1}, {"batch_size", 64}, {"prefetch", 1}, {"foo", 1}};
   for (int epoch = 0; epoch < 8; ++epoch) {
     h.push_back({s, 1000.0 + epoch});
     const json next = NextSetting(dims, h, s).setting;
@@ -114,7 +122,8 @@ TEST(CoTuner, OnlyParametersBothSpecAndWorkerLetChangeAreProbed) {
     }
     s = next;
   }
-  EXPECT_FALSE(FirstIgnoredChange(dims, h)) << "a fixed parameter's value is never expected to change";
+  EXPECT_FALSE(FirstIgnoredChange(dims, h))
+      << "a fixed parameter's value is never expected to change";
 }
 
 // A range beyond the device: values above its limit are dropped, a start
@@ -175,7 +184,9 @@ TEST(CoTuner, NeighboursKnownSlowerAreNotProbedAgain) {
   auto key = [&](int threads, int batch) {
     return TunableKey(dims, {{"threads", threads}, {"batch_size", batch}, {"device", "cpu"}});
   };
-  EXPECT_EQ(key(2, 256), TunableKey(dims, {{"batch_size", 256}, {"threads", 2}, {"device", "cpu"}, {"other", 1}}))
+  EXPECT_EQ(
+      key(2, 256),
+      TunableKey(dims, {{"batch_size", 256}, {"threads", 2}, {"device", "cpu"}, {"other", 1}}))
       << "only the co-tuned parameters, in one order";
   // Earlier trials found 2 threads and batch 256 fastest; every neighbour of
   // it is known, and slower by more than 10%.

@@ -39,7 +39,8 @@ std::set<std::string> HelpFlags(const std::string& binary) {
   for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
   pclose(p);
   const std::regex flag(R"(--[a-z][a-z0-9-]*)");
-  for (std::sregex_iterator it(out.begin(), out.end(), flag), end; it != end; ++it) flags.insert(it->str());
+  for (std::sregex_iterator it(out.begin(), out.end(), flag), end; it != end; ++it)
+    flags.insert(it->str());
   return flags;
 }
 
@@ -78,7 +79,8 @@ class DockerConfigTest : public ::testing::Test {
   static void TearDownTestSuite() { delete flags_; }
 
   // Every --flag in `args` is one the image's binary accepts.
-  void ExpectKnownFlags(const std::string& where, const std::string& image, const std::vector<std::string>& args) {
+  void ExpectKnownFlags(const std::string& where, const std::string& image,
+                        const std::vector<std::string>& args) {
     const std::string binary = BinaryOf(image);
     if (binary.empty()) return;  // postgres, prometheus: not ours
     auto it = flags_->find(binary);
@@ -159,7 +161,8 @@ std::vector<std::string> Words(const std::string& s) {
 }
 
 TEST_F(DockerConfigTest, DockerfilesCopyWhatExistsAndRunTheRepositoryScripts) {
-  for (const char* name : {"server.Dockerfile", "worker-cpu.Dockerfile", "worker-cuda.Dockerfile"}) {
+  for (const char* name :
+       {"server.Dockerfile", "worker-cpu.Dockerfile", "worker-cuda.Dockerfile"}) {
     SCOPED_TRACE(name);
     const auto instructions = Instructions(kDocker / name);
     ASSERT_FALSE(instructions.empty());
@@ -181,20 +184,22 @@ TEST_F(DockerConfigTest, DockerfilesCopyWhatExistsAndRunTheRepositoryScripts) {
         for (; i < w.size() && w[i].rfind("--", 0) == 0; ++i) {
           if (w[i].rfind("--from=", 0) == 0) {
             from_stage = true;
-            EXPECT_TRUE(stages.count(w[i].substr(7))) << ins << ": no earlier stage " << w[i].substr(7);
+            EXPECT_TRUE(stages.count(w[i].substr(7)))
+                << ins << ": no earlier stage " << w[i].substr(7);
           }
         }
         ASSERT_GE(w.size(), i + 2) << ins;
         if (from_stage) continue;  // paths inside an earlier stage
         for (size_t k = i; k + 1 < w.size(); ++k) {
-          EXPECT_TRUE(fs::exists(kRoot / w[k])) << ins << ": " << w[k] << " is not in the repository";
+          EXPECT_TRUE(fs::exists(kRoot / w[k]))
+              << ins << ": " << w[k] << " is not in the repository";
         }
       } else if (w[0] == "RUN") {
         for (const auto& word : w) {
           if (word.rfind("scripts/", 0) == 0) {
             const fs::path script = kRoot / word;
-            EXPECT_TRUE(fs::exists(script) && (fs::status(script).permissions() & fs::perms::owner_exec) !=
-                                                  fs::perms::none)
+            EXPECT_TRUE(fs::exists(script) && (fs::status(script).permissions() &
+                                               fs::perms::owner_exec) != fs::perms::none)
                 << ins << ": " << word << " is not an executable script in the repository";
           }
         }
@@ -203,8 +208,10 @@ TEST_F(DockerConfigTest, DockerfilesCopyWhatExistsAndRunTheRepositoryScripts) {
       }
     }
     EXPECT_GE(from, 2) << "multi-stage: a build stage and a slim runtime stage";
-    EXPECT_FALSE(user.empty() || user == "root" || user == "0") << "the runtime stage runs as a non-root USER";
-    EXPECT_TRUE(setup_deps && setup_build) << "packages and the build come from scripts/setup, as in CI";
+    EXPECT_FALSE(user.empty() || user == "root" || user == "0")
+        << "the runtime stage runs as a non-root USER";
+    EXPECT_TRUE(setup_deps && setup_build)
+        << "packages and the build come from scripts/setup, as in CI";
   }
   const std::string server = ReadFile(kDocker / "server.Dockerfile");
   EXPECT_NE(server.find("HEALTHCHECK"), std::string::npos);
@@ -213,11 +220,13 @@ TEST_F(DockerConfigTest, DockerfilesCopyWhatExistsAndRunTheRepositoryScripts) {
   // The CPU worker carries the libraries hpo-worker loads (scripts/runtime-libs,
   // found through a DT_RPATH naming where they are), checked in the image.
   const std::string cpu = ReadFile(kDocker / "worker-cpu.Dockerfile");
-  EXPECT_NE(cpu.find("scripts/runtime-libs /opt/heterotune/lib build/worker/hpo-worker"), std::string::npos);
+  EXPECT_NE(cpu.find("scripts/runtime-libs /opt/heterotune/lib build/worker/hpo-worker"),
+            std::string::npos);
   EXPECT_NE(cpu.find("--disable-new-dtags,-rpath,/opt/heterotune/lib"), std::string::npos)
       << "a DT_RUNPATH would be searched for hpo-worker's own libraries only, not theirs";
   EXPECT_NE(cpu.find("ldd /usr/local/bin/hpo-worker"), std::string::npos);
-  EXPECT_NE(ReadFile(kDocker / "worker-cuda.Dockerfile").find("torch.utils.cmake_prefix_path"), std::string::npos);
+  EXPECT_NE(ReadFile(kDocker / "worker-cuda.Dockerfile").find("torch.utils.cmake_prefix_path"),
+            std::string::npos);
   // examples/command.yaml runs examples/train_example.py, which imports the
   // Python client from ../clients/python beside itself: both images carry
   // both, at those places under the workers' working directory.
@@ -225,12 +234,15 @@ TEST_F(DockerConfigTest, DockerfilesCopyWhatExistsAndRunTheRepositoryScripts) {
     SCOPED_TRACE(name);
     const std::string worker = ReadFile(kDocker / name);
     EXPECT_NE(worker.find("WORKDIR /opt/heterotune"), std::string::npos);
-    EXPECT_NE(worker.find("COPY examples/train_example.py /opt/heterotune/examples/"), std::string::npos);
-    EXPECT_NE(worker.find("COPY clients/python/heterotune/ /opt/heterotune/clients/python/heterotune/"),
-              std::string::npos)
+    EXPECT_NE(worker.find("COPY examples/train_example.py /opt/heterotune/examples/"),
+              std::string::npos);
+    EXPECT_NE(
+        worker.find("COPY clients/python/heterotune/ /opt/heterotune/clients/python/heterotune/"),
+        std::string::npos)
         << "train_example.py exits at once without the heterotune package";
   }
-  EXPECT_NE(ReadFile(kRoot / "examples/train_example.py").find("\"clients\", \"python\""), std::string::npos)
+  EXPECT_NE(ReadFile(kRoot / "examples/train_example.py").find("\"clients\", \"python\""),
+            std::string::npos)
       << "train_example.py no longer looks for the client where the images put it";
 }
 
@@ -242,7 +254,8 @@ TEST_F(DockerConfigTest, ComposeReferencesWhatItDefinesAndTheBinariesFlags) {
   for (const auto& v : compose["volumes"]) volumes.insert(v.first.as<std::string>());
   for (const auto& n : compose["networks"]) networks.insert(n.first.as<std::string>());
   for (const auto& s : services) names.insert(s.first.as<std::string>());
-  for (const char* want : {"postgres", "server", "worker-cpu-1", "worker-cpu-2", "worker-gpu", "prometheus"}) {
+  for (const char* want :
+       {"postgres", "server", "worker-cpu-1", "worker-cpu-2", "worker-gpu", "prometheus"}) {
     EXPECT_TRUE(names.count(want)) << "service " << want;
   }
 
@@ -250,11 +263,13 @@ TEST_F(DockerConfigTest, ComposeReferencesWhatItDefinesAndTheBinariesFlags) {
     const std::string name = s.first.as<std::string>();
     const YAML::Node svc = s.second;
     SCOPED_TRACE("service " + name);
-    ASSERT_TRUE(svc["image"]) << "every service names its image (the k8s manifests use the same names)";
+    ASSERT_TRUE(svc["image"])
+        << "every service names its image (the k8s manifests use the same names)";
     if (const auto build = svc["build"]) {
       const fs::path context = kDocker / build["context"].as<std::string>();
       EXPECT_TRUE(fs::is_directory(context)) << context;
-      EXPECT_TRUE(fs::exists(context / build["dockerfile"].as<std::string>())) << build["dockerfile"];
+      EXPECT_TRUE(fs::exists(context / build["dockerfile"].as<std::string>()))
+          << build["dockerfile"];
     }
     for (const auto& v : Strings(svc["volumes"])) {
       const std::string source = v.substr(0, v.find(':'));
@@ -264,7 +279,8 @@ TEST_F(DockerConfigTest, ComposeReferencesWhatItDefinesAndTheBinariesFlags) {
         EXPECT_TRUE(volumes.count(source)) << "volume " << source << " is not defined";
       }
     }
-    for (const auto& n : Strings(svc["networks"])) EXPECT_TRUE(networks.count(n)) << "network " << n;
+    for (const auto& n : Strings(svc["networks"]))
+      EXPECT_TRUE(networks.count(n)) << "network " << n;
     if (const auto deps = svc["depends_on"]) {
       // A list of names, or a map of name -> {condition: ...}.
       std::vector<std::pair<std::string, std::string>> on;
@@ -280,7 +296,8 @@ TEST_F(DockerConfigTest, ComposeReferencesWhatItDefinesAndTheBinariesFlags) {
         if (condition != "service_healthy") continue;
         const YAML::Node target = services[dep];
         // The server image has a HEALTHCHECK of its own.
-        const bool has_check = target["healthcheck"] || BinaryOf(target["image"].as<std::string>()) == "hpo-server";
+        const bool has_check =
+            target["healthcheck"] || BinaryOf(target["image"].as<std::string>()) == "hpo-server";
         EXPECT_TRUE(has_check) << dep << " has no healthcheck to wait for";
       }
     }
@@ -298,19 +315,22 @@ TEST_F(DockerConfigTest, ComposeReferencesWhatItDefinesAndTheBinariesFlags) {
   EXPECT_NE(store[1].find("@postgres:5432/"), std::string::npos) << store[1];
   EXPECT_EQ(server["depends_on"]["postgres"]["condition"].as<std::string>(), "service_healthy");
   std::set<int> published;
-  for (const auto& p : Strings(server["ports"])) published.insert(std::stoi(p.substr(p.rfind(':') + 1)));
+  for (const auto& p : Strings(server["ports"]))
+    published.insert(std::stoi(p.substr(p.rfind(':') + 1)));
   EXPECT_TRUE(published.count(PortAfter(args, "--http"))) << "--http port is published";
   EXPECT_TRUE(published.count(PortAfter(args, "--grpc"))) << "--grpc port is published";
   // Workers reach the server's gRPC port by its service name.
   for (const char* w : {"worker-cpu-1", "worker-cpu-2", "worker-gpu"}) {
-    EXPECT_EQ(PortAfter(Strings(services[w]["command"]), "--server"), PortAfter(args, "--grpc")) << w;
+    EXPECT_EQ(PortAfter(Strings(services[w]["command"]), "--server"), PortAfter(args, "--grpc"))
+        << w;
     EXPECT_EQ(Strings(services[w]["command"]).at(1).substr(0, 7), "server:") << w;
   }
   EXPECT_EQ(services["worker-cpu-1"]["cpus"].as<double>(), 1.0);
   EXPECT_EQ(services["worker-cpu-2"]["cpus"].as<double>(), 0.5);
   const YAML::Node gpu = services["worker-gpu"];
   EXPECT_EQ(Strings(gpu["profiles"]), std::vector<std::string>{"gpu"});
-  EXPECT_EQ(gpu["deploy"]["resources"]["reservations"]["devices"][0]["driver"].as<std::string>(), "nvidia");
+  EXPECT_EQ(gpu["deploy"]["resources"]["reservations"]["devices"][0]["driver"].as<std::string>(),
+            "nvidia");
 
   // Prometheus scrapes the server service on its --http port.
   const YAML::Node prom = YAML::LoadFile((kDocker / "prometheus.yml").string());
@@ -323,11 +343,13 @@ TEST_F(DockerConfigTest, ComposeReferencesWhatItDefinesAndTheBinariesFlags) {
 TEST_F(DockerConfigTest, KubernetesManifestsReferenceWhatExists) {
   const YAML::Node compose = Compose();
   std::set<std::string> compose_images;
-  for (const auto& s : compose["services"]) compose_images.insert(s.second["image"].as<std::string>());
+  for (const auto& s : compose["services"])
+    compose_images.insert(s.second["image"].as<std::string>());
 
   std::map<std::string, std::set<std::string>> secret_keys;
   for (const auto& s : OfKind("Secret")) {
-    for (const auto& kv : s["stringData"]) secret_keys[s["metadata"]["name"].as<std::string>()].insert(kv.first.as<std::string>());
+    for (const auto& kv : s["stringData"])
+      secret_keys[s["metadata"]["name"].as<std::string>()].insert(kv.first.as<std::string>());
   }
   // name -> (pod labels, container port names -> numbers)
   struct Workload {
@@ -342,13 +364,16 @@ TEST_F(DockerConfigTest, KubernetesManifestsReferenceWhatExists) {
       SCOPED_TRACE(std::string(kind) + " " + name);
       Workload w;
       w.pod = d["spec"]["template"];
-      for (const auto& l : w.pod["metadata"]["labels"]) w.labels[l.first.as<std::string>()] = l.second.as<std::string>();
+      for (const auto& l : w.pod["metadata"]["labels"])
+        w.labels[l.first.as<std::string>()] = l.second.as<std::string>();
       for (const auto& l : d["spec"]["selector"]["matchLabels"]) {
-        EXPECT_EQ(w.labels[l.first.as<std::string>()], l.second.as<std::string>()) << "selector matches the pod";
+        EXPECT_EQ(w.labels[l.first.as<std::string>()], l.second.as<std::string>())
+            << "selector matches the pod";
       }
       for (const auto& c : w.pod["spec"]["containers"]) {
         const std::string image = c["image"].as<std::string>();
-        EXPECT_TRUE(compose_images.count(image)) << image << " is not an image compose builds or uses";
+        EXPECT_TRUE(compose_images.count(image))
+            << image << " is not an image compose builds or uses";
         std::vector<std::string> args = Strings(c["args"]);
         ExpectKnownFlags(std::string(kind) + " " + name, image, args);
         for (const auto& p : c["ports"]) {
@@ -394,7 +419,10 @@ TEST_F(DockerConfigTest, KubernetesManifestsReferenceWhatExists) {
   // Workers: a CPU pool and a GPU pool, each on its nodes, the GPU one
   // with a GPU limit; both reach the server's Service on its gRPC port.
   ASSERT_TRUE(workloads.count("hpo-worker-cpu") && workloads.count("hpo-worker-gpu"));
-  EXPECT_EQ(workloads["hpo-worker-cpu"].pod["spec"]["nodeSelector"]["heterotune.io/pool"].as<std::string>(), "cpu");
+  EXPECT_EQ(workloads["hpo-worker-cpu"]
+                .pod["spec"]["nodeSelector"]["heterotune.io/pool"]
+                .as<std::string>(),
+            "cpu");
   const auto gpu_pod = workloads["hpo-worker-gpu"].pod["spec"];
   EXPECT_EQ(gpu_pod["nodeSelector"]["heterotune.io/pool"].as<std::string>(), "gpu");
   EXPECT_EQ(gpu_pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"].as<int>(), 1);
@@ -433,7 +461,8 @@ TEST_F(DockerConfigTest, KubernetesManifestsReferenceWhatExists) {
     const std::string url = s["stringData"]["HPO_STORE"].as<std::string>("");
     if (url.empty()) continue;
     EXPECT_EQ(url.rfind("postgresql://", 0), 0u);
-    EXPECT_NE(url.find("@postgres:" + std::to_string(service_ports["postgres"]["postgres"]) + "/"), std::string::npos)
+    EXPECT_NE(url.find("@postgres:" + std::to_string(service_ports["postgres"]["postgres"]) + "/"),
+              std::string::npos)
         << url;
   }
 

@@ -70,7 +70,8 @@ class EngineCheckpointsTest : public ::testing::Test {
     w.devices.push_back(d);
     auto r = engine_->RegisterWorker(w);
     EXPECT_TRUE(r.ok()) << r.status();
-    return {{r->worker.id, r->session}, r->worker.devices.at(0).id, Engine::WorkerOwner(r->worker.id)};
+    return {
+        {r->worker.id, r->session}, r->worker.devices.at(0).id, Engine::WorkerOwner(r->worker.id)};
   }
 
   // A trial created leased to `w`, to pause after `stop_step`, in
@@ -101,7 +102,8 @@ class EngineCheckpointsTest : public ::testing::Test {
   }
 
   Status Upload(const TestWorker& w, store::Id trial, int64_t step, const std::string& bytes) {
-    HPO_ASSIGN_OR_RETURN(auto up, engine_->BeginCheckpointUpload(w.caller, trial, step, bytes.size()));
+    HPO_ASSIGN_OR_RETURN(auto up,
+                         engine_->BeginCheckpointUpload(w.caller, trial, step, bytes.size()));
     HPO_RETURN_IF_ERROR(up->Append(bytes));
     return up->Commit(Sha256Hex(bytes));
   }
@@ -162,7 +164,8 @@ TEST_F(EngineCheckpointsTest, AReportPastTheStopStepIsRefusedAndNotStored) {
   auto past = Report(a_, t.id, 2);
   ASSERT_FALSE(past.ok()) << "answered " << ToString(past->decision);
   EXPECT_EQ(past.status().code(), StatusCode::kFailedPrecondition) << past.status();
-  EXPECT_NE(past.status().message().find("step: 2 is past the lease's stop_step 1"), std::string::npos)
+  EXPECT_NE(past.status().message().find("step: 2 is past the lease's stop_step 1"),
+            std::string::npos)
       << past.status();
   const auto steps = store_->ListMeasurements(t.id);
   ASSERT_TRUE(steps.ok()) << steps.status();
@@ -178,20 +181,19 @@ TEST_F(EngineCheckpointsTest, APauseWithItsCheckpointCanBeResumedByAnotherWorker
   const std::string state = "weights after step 2";
   ASSERT_TRUE(Upload(a_, t.id, 2, state).ok());
   ASSERT_TRUE(engine_->PauseTrial(a_.caller, t.id, 2, true).ok());
-  ASSERT_TRUE(engine_->PauseTrial(a_.caller, t.id, 2, true).ok()) << "a retried pause is acknowledged";
+  ASSERT_TRUE(engine_->PauseTrial(a_.caller, t.id, 2, true).ok())
+      << "a retried pause is acknowledged";
   const auto paused = *store_->GetTrial(t.id);
   EXPECT_EQ(paused.state, TrialState::kPaused);
   EXPECT_EQ(paused.resume_step, 2);
   const auto events = Events("trial.paused");
   ASSERT_EQ(events.size(), 1u) << "announced once";
-  EXPECT_EQ(
-      events[0],
-      json({{"experiment_id", experiment_},
-            {"trial_id", t.id},
-            {"number", t.number},
-            {"step", 2},
-            {"level", 0},
-            {"checkpoint", true}}));
+  EXPECT_EQ(events[0], json({{"experiment_id", experiment_},
+                             {"trial_id", t.id},
+                             {"number", t.number},
+                             {"step", 2},
+                             {"level", 0},
+                             {"checkpoint", true}}));
   std::string why;
   auto usable = engine_->CheckpointUsable(paused, &why);
   ASSERT_TRUE(usable.ok()) << usable.status();
@@ -205,7 +207,8 @@ TEST_F(EngineCheckpointsTest, APauseWithItsCheckpointCanBeResumedByAnotherWorker
   auto not_a = engine_->OpenCheckpoint(a_.caller, t.id);
   ASSERT_FALSE(not_a.ok());
   EXPECT_TRUE(not_a.status().IsFailedPrecondition()) << not_a.status();
-  EXPECT_NE(not_a.status().message().find("not leased to '" + a_.owner + "'"), std::string::npos) << not_a.status();
+  EXPECT_NE(not_a.status().message().find("not leased to '" + a_.owner + "'"), std::string::npos)
+      << not_a.status();
   ReportSteps(b_, t.id, 3, 6);
   ASSERT_TRUE(engine_->Complete(b_.caller, t.id, false, json::object(), "", "").ok());
   EXPECT_FALSE(artifacts_->Stat(t.id)->has_value()) << "a finished trial's checkpoint is deleted";
@@ -214,11 +217,13 @@ TEST_F(EngineCheckpointsTest, APauseWithItsCheckpointCanBeResumedByAnotherWorker
 // Found by bench/load: the upload of the rung's checkpoint pauses the trial,
 // a promotion can lease it again before the uploader's Pause arrives, and
 // that Pause was refused as if the uploader had lost its lease.
-TEST_F(EngineCheckpointsTest, APauseAfterItsUploadPausedTheTrialIsAcknowledgedWhenAPromotionCameFirst) {
+TEST_F(EngineCheckpointsTest,
+       APauseAfterItsUploadPausedTheTrialIsAcknowledgedWhenAPromotionCameFirst) {
   const auto t = LeasedTrial(a_, 2);
   ReportSteps(a_, t.id, 1, 2);
   ASSERT_TRUE(Upload(a_, t.id, 2, "weights after step 2").ok());
-  ASSERT_EQ(store_->GetTrial(t.id)->state, TrialState::kPaused) << "the rung's checkpoint pauses the trial";
+  ASSERT_EQ(store_->GetTrial(t.id)->state, TrialState::kPaused)
+      << "the rung's checkpoint pauses the trial";
   ASSERT_TRUE(store_->ResumeTrial(t.id, b_.owner, 60'000, std::nullopt).ok());
 
   EXPECT_TRUE(engine_->PauseTrial(a_.caller, t.id, 2, true).ok());
@@ -234,7 +239,8 @@ TEST_F(EngineCheckpointsTest, APauseAfterItsUploadPausedTheTrialIsAcknowledgedWh
   EXPECT_TRUE(engine_->PauseTrial(a_.caller, t.id, 1, true).IsFailedPrecondition());
   const Status by_b = engine_->PauseTrial(b_.caller, t.id, 2, true);
   EXPECT_TRUE(by_b.IsFailedPrecondition()) << by_b;
-  EXPECT_NE(by_b.message().find("resumed after that step and has reported no step since"), std::string::npos)
+  EXPECT_NE(by_b.message().find("resumed after that step and has reported no step since"),
+            std::string::npos)
       << by_b;
   EXPECT_EQ(store_->GetTrial(t.id)->state, TrialState::kLeased);
   EXPECT_EQ(Events("trial.paused").size(), 1u);
@@ -339,7 +345,8 @@ TEST_F(EngineCheckpointsTest, ACheckpointOfTheWrongStepIsNotUsable) {
   paused.resume_step = 4;  // as if it had paused later without a new one
   std::string why;
   EXPECT_FALSE(*engine_->CheckpointUsable(paused, &why));
-  EXPECT_NE(why.find("paused after step 4, but its checkpoint is of step 2"), std::string::npos) << why;
+  EXPECT_NE(why.find("paused after step 4, but its checkpoint is of step 2"), std::string::npos)
+      << why;
   // The lease path then resumes it from scratch and says why.
   auto resumed = store_->ResumeTrial(t.id, b_.owner, 60'000, std::nullopt, /*restart=*/true);
   ASSERT_TRUE(resumed.ok());
@@ -356,8 +363,9 @@ TEST_F(EngineCheckpointsTest, PausingAtAStepThatIsNotTheLastReportedIsRefused) {
   ReportSteps(a_, t.id, 1, 2);
   Status s = engine_->PauseTrial(a_.caller, t.id, 3, false);
   EXPECT_TRUE(s.IsInvalidArgument()) << s;
-  EXPECT_NE(s.message().find("step: 3, but trial " + std::to_string(t.id) + "'s last reported step is 2"),
-            std::string::npos)
+  EXPECT_NE(
+      s.message().find("step: 3, but trial " + std::to_string(t.id) + "'s last reported step is 2"),
+      std::string::npos)
       << s;
   EXPECT_EQ(store_->GetTrial(t.id)->state, TrialState::kRunning);
 }
@@ -369,8 +377,8 @@ TEST_F(EngineCheckpointsTest, OnlyTheLeaseHolderUploadsDownloadsPausesOrRestarts
   ASSERT_FALSE(up.ok());
   EXPECT_TRUE(up.status().IsFailedPrecondition()) << up.status();
   EXPECT_EQ(up.status().message(), "cannot upload a checkpoint of trial " + std::to_string(t.id) +
-                                       ": it is not leased to '" + b_.owner + "' (it is running, leased to '" +
-                                       a_.owner + "')");
+                                       ": it is not leased to '" + b_.owner +
+                                       "' (it is running, leased to '" + a_.owner + "')");
   EXPECT_TRUE(engine_->PauseTrial(b_.caller, t.id, 2, false).IsFailedPrecondition());
   EXPECT_TRUE(engine_->RestartTrial(b_.caller, t.id, "no").IsFailedPrecondition());
   EXPECT_EQ(store_->GetTrial(t.id)->state, TrialState::kRunning);
@@ -386,7 +394,8 @@ TEST_F(EngineCheckpointsTest, ACheckpointOverTheLimitIsRefusedNamingIt) {
   auto up = engine_->BeginCheckpointUpload(a_.caller, t.id, 2, (int64_t{1} << 20) + 1);
   ASSERT_FALSE(up.ok());
   EXPECT_EQ(up.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(up.status().message().find("over the server's limit of 1 MiB (--max-checkpoint-mb)"), std::string::npos)
+  EXPECT_NE(up.status().message().find("over the server's limit of 1 MiB (--max-checkpoint-mb)"),
+            std::string::npos)
       << up.status();
   // More bytes than announced is the protocol's DATA_LOSS.
   auto small = engine_->BeginCheckpointUpload(a_.caller, t.id, 2, 3);
@@ -415,7 +424,8 @@ TEST_F(EngineCheckpointsTest, ARestartDropsTheStepsAndTheCheckpointAndSaysWhy) {
   ASSERT_TRUE(Upload(a_, t.id, 2, "state").ok());
   ASSERT_TRUE(engine_->PauseTrial(a_.caller, t.id, 2, true).ok());
   ASSERT_TRUE(store_->ResumeTrial(t.id, b_.owner, 60'000, std::nullopt).ok());
-  ASSERT_TRUE(engine_->RestartTrial(b_.caller, t.id, "checkpoint is corrupt: SHA-256 mismatch").ok());
+  ASSERT_TRUE(
+      engine_->RestartTrial(b_.caller, t.id, "checkpoint is corrupt: SHA-256 mismatch").ok());
   const auto trial = *store_->GetTrial(t.id);
   EXPECT_EQ(trial.resume_step, 0);
   EXPECT_EQ(trial.lease_owner, b_.owner) << "the same lease goes on, from scratch";
@@ -435,7 +445,8 @@ TEST_F(EngineCheckpointsTest, ARestartDropsTheStepsAndTheCheckpointAndSaysWhy) {
   auto none = engine_->OpenCheckpoint(b_.caller, t.id);
   ASSERT_FALSE(none.ok());
   EXPECT_TRUE(none.status().IsFailedPrecondition()) << none.status();
-  EXPECT_NE(none.status().message().find("starts from scratch"), std::string::npos) << none.status();
+  EXPECT_NE(none.status().message().find("starts from scratch"), std::string::npos)
+      << none.status();
   ReportSteps(b_, t.id, 1, 1);
 }
 
@@ -463,7 +474,8 @@ TEST_F(EngineCheckpointsTest, TheSweepDeletesCheckpointsOfTrialsThatEnded) {
 // Issue #46: a budget that ends with every trial paused at a rung (none
 // promoted, none completed) still has a best: the best report of any trial,
 // marked partial, and the sweep keeps that trial's checkpoint alone.
-TEST_F(EngineCheckpointsTest, AnExperimentEndedWithOnlyPausedTrialsHasAPartialBestWithItsCheckpoint) {
+TEST_F(EngineCheckpointsTest,
+       AnExperimentEndedWithOnlyPausedTrialsHasAPartialBestWithItsCheckpoint) {
   auto none = engine_->BestTrial(experiment_);
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_FALSE(none->has_value()) << "no trial measured anything yet";
@@ -487,7 +499,8 @@ TEST_F(EngineCheckpointsTest, AnExperimentEndedWithOnlyPausedTrialsHasAPartialBe
   ASSERT_TRUE(engine_->PauseTrial(a_.caller, better.id, 2, true).ok());
   // The budget ends as the wall-time check ends it: the paused trials are
   // pruned, "not promoted before the experiment ended".
-  ASSERT_TRUE(store_->FinishExperiment(experiment_, store::ExperimentState::kCompleted, "budget").ok());
+  ASSERT_TRUE(
+      store_->FinishExperiment(experiment_, store::ExperimentState::kCompleted, "budget").ok());
   ASSERT_EQ(store_->GetTrial(better.id)->state, TrialState::kPruned);
 
   auto best = engine_->BestTrial(experiment_);
@@ -501,7 +514,8 @@ TEST_F(EngineCheckpointsTest, AnExperimentEndedWithOnlyPausedTrialsHasAPartialBe
   EXPECT_EQ((*best)->checkpoint_step, 2);
 
   ASSERT_TRUE(engine_->Tick().ok());
-  EXPECT_TRUE(artifacts_->Stat(better.id)->has_value()) << "the partial best's checkpoint is its only result";
+  EXPECT_TRUE(artifacts_->Stat(better.id)->has_value())
+      << "the partial best's checkpoint is its only result";
   EXPECT_FALSE(artifacts_->Stat(worse.id)->has_value());
   ASSERT_TRUE(engine_->SweepCheckpoints().ok());
   EXPECT_TRUE(artifacts_->Stat(better.id)->has_value()) << "and stays";

@@ -1,5 +1,7 @@
 // The engine against a real (SQLite) store: ask/tell, workers, pruning,
 // budgets, cancellation and restarts.
+#include "server/engine/engine.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +16,6 @@
 #include <sstream>
 #include <thread>
 
-#include "server/engine/engine.h"
 #include "server/engine/trial_run.h"
 #include "server/metrics/store_gauges.h"
 #include "testing/stall_gate.h"
@@ -38,10 +39,13 @@ std::string Spec(const std::string& executor, int max_trials, int max_parallel,
                                         "k": {"type": "int", "low": 1, "high": 3}}}],
     "system": {"threads": {"type": "int", "low": 1, "high": 4}},
     "algorithm": {"sampler": "tpe", "seed": 3},
-    "early_stopping": {"rule": ")" + early_stopping + R"("},
-    "budget": {"max_trials": )" + std::to_string(max_trials) + R"(, "max_parallel": )" +
-         std::to_string(max_parallel) + R"(, "steps_per_trial": 4},
-    "executor": )" + executor + "}";
+    "early_stopping": {"rule": ")" +
+         early_stopping + R"("},
+    "budget": {"max_trials": )" +
+         std::to_string(max_trials) + R"(, "max_parallel": )" + std::to_string(max_parallel) +
+         R"(, "steps_per_trial": 4},
+    "executor": )" +
+         executor + "}";
 }
 // Spec() with an early_stopping mapping of its own, e.g. {"rule": "median", "startup_trials": 2}.
 std::string SpecStopping(const std::string& executor, int max_trials, int max_parallel,
@@ -95,8 +99,9 @@ class EngineTest : public ::testing::Test {
     store::Id device = 0;
     std::string owner;  // the lease owner its trials get
   };
-  static TestWorker AddWorker(Engine& engine, const std::string& host, const std::string& cpu = "cpu",
-                              double cores = 1, double gflops = 10) {
+  static TestWorker AddWorker(Engine& engine, const std::string& host,
+                              const std::string& cpu = "cpu", double cores = 1,
+                              double gflops = 10) {
     WorkerRegistration w;
     w.host = host;
     store::DeviceInfo d;
@@ -109,7 +114,8 @@ class EngineTest : public ::testing::Test {
     auto r = engine.RegisterWorker(w);
     EXPECT_TRUE(r.ok()) << r.status();
     if (!r.ok()) return {};
-    return {{r->worker.id, r->session}, r->worker.devices.at(0).id, Engine::WorkerOwner(r->worker.id)};
+    return {
+        {r->worker.id, r->session}, r->worker.devices.at(0).id, Engine::WorkerOwner(r->worker.id)};
   }
   TestWorker AddWorker(const std::string& host) { return AddWorker(*engine_, host); }
   Result<std::optional<Lease>> LeaseFor(const TestWorker& w) {
@@ -120,10 +126,12 @@ class EngineTest : public ::testing::Test {
   Decision RunTrial(const Lease& a, const std::string& owner, int steps = 4) {
     const json params = json::parse(a.trial.params_json);
     for (int step = 0; step < steps; ++step) {
-      TrialReport r{a.trial.id, owner, step, {{"loss", Loss(params, step)}}, 500, {{"threads", 2}}, std::nullopt};
+      TrialReport r{a.trial.id,       owner,       step, {{"loss", Loss(params, step)}}, 500,
+                    {{"threads", 2}}, std::nullopt};
       auto d = engine_->Report(r);
       EXPECT_TRUE(d.ok()) << d.status();
-      if (!d.ok() || d->decision != Decision::kContinue) return d.ok() ? d->decision : Decision::kStop;
+      if (!d.ok() || d->decision != Decision::kContinue)
+        return d.ok() ? d->decision : Decision::kStop;
     }
     EXPECT_TRUE(engine_->Complete(a.trial.id, owner, false, json::object(), "").ok());
     return Decision::kContinue;
@@ -184,7 +192,8 @@ TEST_F(EngineTest, ABudgetReachedThroughAnotherReplicaEndsAtTheTick) {
   std::rotate(made.begin(), made.begin() + 1, made.end());
   ASSERT_EQ(made.size(), 4u);
   for (auto& [engine, l] : made) {
-    ASSERT_TRUE(engine->Complete(l.trial.id, Engine::kClientOwner, false, {{"loss", 0.5}}, "").ok());
+    ASSERT_TRUE(
+        engine->Complete(l.trial.id, Engine::kClientOwner, false, {{"loss", 0.5}}, "").ok());
   }
   EXPECT_EQ(store_->CountTrials(e->id)->completed, 4);
   ASSERT_TRUE(b.Tick().ok());  // b, whose view holds one trial of the four
@@ -352,7 +361,8 @@ TEST_F(EngineTest, AnEndedExperimentsTrialsAreNotKeptInMemory) {
 }
 
 TEST_F(EngineTest, AshaPrunesBadTrialsDuringReports) {
-  auto e = engine_->CreateExperiment(Spec(kClient, 12, 1, R"(asha", "min_resource": 1, "reduction_factor": "3)"));
+  auto e = engine_->CreateExperiment(
+      Spec(kClient, 12, 1, R"(asha", "min_resource": 1, "reduction_factor": "3)"));
   ASSERT_FALSE(e.ok()) << "a string where a number belongs";
   e = engine_->CreateExperiment(Spec(kClient, 12, 1, "asha"));
   ASSERT_TRUE(e.ok()) << e.status();
@@ -373,8 +383,8 @@ TEST_F(EngineTest, AshaPrunesBadTrialsDuringReports) {
 // trials, reports, prunes and completions: one engine decides and suggests
 // exactly as one that reads everything every time.
 TEST_F(EngineTest, CachedHistoryDecidesAndSuggestsAsReadingEverything) {
-  for (const std::string rule :
-       {R"({"rule": "median", "startup_trials": 2})", R"({"rule": "asha"})", R"({"rule": "none"})"}) {
+  for (const std::string rule : {R"({"rule": "median", "startup_trials": 2})",
+                                 R"({"rule": "asha"})", R"({"rule": "none"})"}) {
     std::vector<std::vector<Decision>> runs;
     std::vector<std::vector<std::string>> suggested;
     for (const auto cache : {std::chrono::milliseconds(0), std::chrono::milliseconds(60'000)}) {
@@ -404,8 +414,13 @@ TEST_F(EngineTest, CachedHistoryDecidesAndSuggestsAsReadingEverything) {
             if (!live[i]) continue;
             const Lease& a = (*batch)[i];
             const json params = json::parse(a.trial.params_json);
-            auto d = engine.Report({a.trial.id, Engine::kClientOwner, step, {{"loss", Loss(params, step)}}, 0,
-                                    json::object(), std::nullopt});
+            auto d = engine.Report({a.trial.id,
+                                    Engine::kClientOwner,
+                                    step,
+                                    {{"loss", Loss(params, step)}},
+                                    0,
+                                    json::object(),
+                                    std::nullopt});
             ASSERT_TRUE(d.ok()) << d.status();
             decisions.push_back(d->decision);
             if (d->decision != Decision::kContinue) live[i] = false;
@@ -413,7 +428,10 @@ TEST_F(EngineTest, CachedHistoryDecidesAndSuggestsAsReadingEverything) {
         }
         for (size_t i = 0; i < batch->size(); ++i) {
           if (live[i]) {
-            ASSERT_TRUE(engine.Complete((*batch)[i].trial.id, Engine::kClientOwner, false, json::object(), "").ok());
+            ASSERT_TRUE(
+                engine
+                    .Complete((*batch)[i].trial.id, Engine::kClientOwner, false, json::object(), "")
+                    .ok());
           }
         }
         if (store::TrialCounts n = *(*store)->CountTrials(e->id); n.total() >= 15) break;
@@ -426,7 +444,8 @@ TEST_F(EngineTest, CachedHistoryDecidesAndSuggestsAsReadingEverything) {
     EXPECT_EQ(suggested[0], suggested[1]) << rule;
     EXPECT_EQ(suggested[0].size(), 15u);
     if (rule.find("none") == std::string::npos) {
-      EXPECT_NE(std::count(runs[0].begin(), runs[0].end(), Decision::kPrune), 0) << rule << ": nothing was judged";
+      EXPECT_NE(std::count(runs[0].begin(), runs[0].end(), Decision::kPrune), 0)
+          << rule << ": nothing was judged";
     }
   }
 }
@@ -439,7 +458,8 @@ TEST_F(EngineTest, EarlyStoppingCountsAnotherReplicasReportsAfterTheCacheBound) 
   EngineOptions o;
   o.history_cache = std::chrono::milliseconds(100);
   Engine a(*store_, o), b(**other, o);
-  auto e = a.CreateExperiment(SpecStopping(kClient, 8, 8, R"({"rule": "median", "startup_trials": 0})"));
+  auto e =
+      a.CreateExperiment(SpecStopping(kClient, 8, 8, R"({"rule": "median", "startup_trials": 0})"));
   ASSERT_TRUE(e.ok()) << e.status();
   auto batch = a.Suggest(e->id, 8);
   ASSERT_TRUE(batch.ok()) << batch.status();
@@ -450,7 +470,8 @@ TEST_F(EngineTest, EarlyStoppingCountsAnotherReplicasReportsAfterTheCacheBound) 
   ASSERT_GE(same.size(), 2u);
   const store::Id good = same[0], bad = same[1];
   auto report = [&](Engine& engine, store::Id trial, int step, double loss) {
-    auto d = engine.Report({trial, Engine::kClientOwner, step, {{"loss", loss}}, 0, json::object(), std::nullopt});
+    auto d = engine.Report(
+        {trial, Engine::kClientOwner, step, {{"loss", loss}}, 0, json::object(), std::nullopt});
     EXPECT_TRUE(d.ok()) << d.status();
     return d.ok() ? d->decision : Decision::kStop;
   };
@@ -469,11 +490,23 @@ TEST_F(EngineTest, ReportsNeedTheObjectiveAndStopAfterCancel) {
   auto e = engine_->CreateExperiment(Spec(kClient, 5, 2));
   ASSERT_TRUE(e.ok());
   auto batch = *engine_->Suggest(e->id, 2);
-  auto bad = engine_->Report({batch[0].trial.id, Engine::kClientOwner, 0, {{"acc", 0.5}}, 0, json::object(), std::nullopt});
+  auto bad = engine_->Report({batch[0].trial.id,
+                              Engine::kClientOwner,
+                              0,
+                              {{"acc", 0.5}},
+                              0,
+                              json::object(),
+                              std::nullopt});
   ASSERT_TRUE(bad.status().IsInvalidArgument());
   EXPECT_NE(bad.status().message().find("metrics.loss"), std::string::npos) << bad.status();
   ASSERT_TRUE(engine_->CancelExperiment(e->id, "user").ok());
-  auto d = engine_->Report({batch[1].trial.id, Engine::kClientOwner, 0, {{"loss", 0.5}}, 0, json::object(), std::nullopt});
+  auto d = engine_->Report({batch[1].trial.id,
+                            Engine::kClientOwner,
+                            0,
+                            {{"loss", 0.5}},
+                            0,
+                            json::object(),
+                            std::nullopt});
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->decision, Decision::kStop);
   EXPECT_EQ(store_->GetTrial(batch[1].trial.id)->state, TrialState::kCancelled);
@@ -487,7 +520,8 @@ TEST_F(EngineTest, AReportAfterItsExperimentCompletedIsKeptAndStopsTheTrial) {
   // Completed (as by its budget through another replica): trials in flight
   // are not cancelled, and learn it from their next report.
   ASSERT_TRUE(store_->FinishExperiment(e->id, store::ExperimentState::kCompleted, "budget").ok());
-  auto d = engine_->Report({trial, Engine::kClientOwner, 0, {{"loss", 0.5}}, 0, json::object(), std::nullopt});
+  auto d = engine_->Report(
+      {trial, Engine::kClientOwner, 0, {{"loss", 0.5}}, 0, json::object(), std::nullopt});
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->decision, Decision::kStop);
   EXPECT_EQ(store_->GetTrial(trial)->state, TrialState::kCancelled);
@@ -510,7 +544,8 @@ TEST_F(EngineTest, ATrialCutByTheWallTimeSaysWhyAndKeepsWhatItReached) {
   ASSERT_TRUE(a.ok() && a->has_value()) << "nothing leased";
   const store::Id trial = (*a)->trial.id;
   for (int step = 0; step < 2; ++step) {
-    auto d = engine_->Report({trial, w.owner, step, {{"loss", 1.0 - 0.25 * step}}, 100, json::object(), w.device});
+    auto d = engine_->Report(
+        {trial, w.owner, step, {{"loss", 1.0 - 0.25 * step}}, 100, json::object(), w.device});
     ASSERT_TRUE(d.ok()) << d.status();
     ASSERT_EQ(d->decision, Decision::kContinue);
     clock_.Advance(1'000);
@@ -537,7 +572,8 @@ TEST_F(EngineTest, BadSpecsAreRejectedWithTheirPathAndWriteNothing) {
     "spaces": [{"name": "s", "params": {"lr": {"type": "float", "low": 1, "high": 0}}}],
     "executor": {"client": {}}})");
   ASSERT_TRUE(e.status().IsInvalidArgument());
-  EXPECT_NE(e.status().message().find("spaces[0].params.lr.low: must be < high"), std::string::npos);
+  EXPECT_NE(e.status().message().find("spaces[0].params.lr.low: must be < high"),
+            std::string::npos);
   EXPECT_TRUE(store_->ListExperiments(0, 10)->empty());
 }
 
@@ -555,7 +591,11 @@ TEST_F(EngineTest, ARestartedServerContinuesWithoutLosingOrRepeatingTrials) {
   // One trial is mid-flight when the server stops.
   auto inflight = *LeaseFor(one);
   ASSERT_TRUE(inflight.has_value());
-  ASSERT_TRUE(engine_->Report({inflight->trial.id, one.owner, 0, {{"loss", 1.0}}, 1, json::object(), std::nullopt}).ok());
+  ASSERT_TRUE(
+      engine_
+          ->Report(
+              {inflight->trial.id, one.owner, 0, {{"loss", 1.0}}, 1, json::object(), std::nullopt})
+          .ok());
   Open();  // a new store handle and engine: nothing cached survives
   // The worker finishes its trial against the new server.
   seen.insert(inflight->trial.id);
@@ -587,7 +627,8 @@ TEST_F(EngineTest, ExpiredLeasesAreRequeuedByTick) {
   ASSERT_TRUE(again.has_value());
   EXPECT_EQ(again->trial.id, a->trial.id);
   EXPECT_EQ(again->trial.attempt, 2);
-  auto stale = engine_->Report(one.caller, {a->trial.id, "", 0, {{"loss", 1.0}}, 1, json::object(), std::nullopt});
+  auto stale = engine_->Report(
+      one.caller, {a->trial.id, "", 0, {{"loss", 1.0}}, 1, json::object(), std::nullopt});
   EXPECT_TRUE(stale.status().IsFailedPrecondition()) << "the first worker lost its lease";
 }
 
@@ -625,8 +666,9 @@ TEST_F(EngineTest, ReclaimingAnnouncesRequeuedAndFailedTrials) {
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[1].first, "trial.finished");
   EXPECT_EQ(events[1].second["state"], "failed");
-  EXPECT_NE(events[1].second["reason"].get<std::string>().find("lease expired after attempt 2 of 2"),
-            std::string::npos)
+  EXPECT_NE(
+      events[1].second["reason"].get<std::string>().find("lease expired after attempt 2 of 2"),
+      std::string::npos)
       << events[1].second.dump();
   EXPECT_EQ(store_->GetTrial(first->trial.id)->state, TrialState::kFailed);
   // The requeue is kept in the trial's history; its end is the trial's own row.
@@ -639,7 +681,8 @@ TEST_F(EngineTest, ReclaimingAnnouncesRequeuedAndFailedTrials) {
   }
   ASSERT_EQ(requeued.size(), 1u);
   EXPECT_EQ(json::parse(requeued[0].data_json)["attempt"], 1);
-  EXPECT_FALSE(json::parse(requeued[0].data_json).contains("trial_id")) << "the row says which trial";
+  EXPECT_FALSE(json::parse(requeued[0].data_json).contains("trial_id"))
+      << "the row says which trial";
 }
 
 }  // namespace
@@ -651,7 +694,8 @@ namespace {
 TEST_F(EngineTest, CoTunesThreadsInsideTrialsAndRemembersTheWinnerPerDeviceClass) {
   const TestWorker worker = AddWorker(*engine_, "host", "test", 4);
   const store::Id device = worker.device;
-  ASSERT_EQ(store_->GetWorker(worker.caller.worker_id)->devices.at(0).device_class, "cpu:test:x4.0");
+  ASSERT_EQ(store_->GetWorker(worker.caller.worker_id)->devices.at(0).device_class,
+            "cpu:test:x4.0");
   std::string spec = Spec(kBuiltin, 8, 1);
   spec.replace(spec.find(R"("steps_per_trial": 4)"), 20, R"("steps_per_trial": 8)");
   auto e = engine_->CreateExperiment(spec);
@@ -709,7 +753,12 @@ TEST_F(EngineTest, CoTuningStopsForAProgramThatIgnoresChanges) {
   const json system = json::parse((*a)->trial.system_params_json);
   int asked = 0;
   for (int step = 1; step <= 8; ++step) {
-    auto reply = engine_->Report({(*a)->trial.id, worker.owner, step, {{"loss", 1.0 / step}}, 1000.0 + step, system,
+    auto reply = engine_->Report({(*a)->trial.id,
+                                  worker.owner,
+                                  step,
+                                  {{"loss", 1.0 / step}},
+                                  1000.0 + step,
+                                  system,
                                   worker.device});
     ASSERT_TRUE(reply.ok()) << reply.status();
     asked += reply->new_system.has_value();
@@ -724,7 +773,9 @@ TEST_F(EngineTest, CoTuningStopsForAProgramThatIgnoresChanges) {
     EXPECT_EQ(data["parameter"], "threads") << data.dump();
     // It names the parameter, what ran and what was asked.
     const std::string reason = data["reason"];
-    EXPECT_EQ(reason.rfind("system.threads: step 2 ran " + system["threads"].dump() + ", not ", 0), 0u) << reason;
+    EXPECT_EQ(reason.rfind("system.threads: step 2 ran " + system["threads"].dump() + ", not ", 0),
+              0u)
+        << reason;
     EXPECT_NE(reason.find("as asked; co-tuning stops"), std::string::npos) << reason;
   }
   EXPECT_EQ(stopped, 1);
@@ -745,7 +796,9 @@ TEST_F(EngineTest, TrialEventsCarryWhatAViewNeedsToApplyThem) {
   ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
   const store::TrialRecord& t = (*a)->trial;
   const json system = json::parse(t.system_params_json);
-  ASSERT_TRUE(engine_->Report({t.id, worker.owner, 1, {{"loss", 0.5}}, 1234.0, system, worker.device}).ok());
+  ASSERT_TRUE(
+      engine_->Report({t.id, worker.owner, 1, {{"loss", 0.5}}, 1234.0, system, worker.device})
+          .ok());
   ASSERT_TRUE(engine_->Complete(t.id, worker.owner, false, {{"loss", 0.25}}, "").ok());
   auto of = [&](const std::string& type) {
     for (const auto& [ty, data] : events) {
@@ -773,7 +826,9 @@ TEST_F(EngineTest, TrialEventsCarryWhatAViewNeedsToApplyThem) {
   // A failed trial's end says why, as a pruned one's does.
   auto b = LeaseFor(worker);
   ASSERT_TRUE(b.ok() && b->has_value()) << b.status();
-  ASSERT_TRUE(engine_->Complete((*b)->trial.id, worker.owner, true, json::object(), "CUDA out of memory").ok());
+  ASSERT_TRUE(
+      engine_->Complete((*b)->trial.id, worker.owner, true, json::object(), "CUDA out of memory")
+          .ok());
   json failed;
   for (const auto& [ty, data] : events) {
     if (ty == "trial.finished" && data["trial_id"] == (*b)->trial.id) failed = data;
@@ -805,8 +860,13 @@ TEST_F(EngineTest, LearnedSettingsAreSharedOnlyUnderANamedWorkload) {
       json system = json::parse((*a)->trial.system_params_json);
       if (trial == 0) first = system;
       for (int step = 1; step <= 8; ++step) {
-        auto reply = engine_->Report({(*a)->trial.id, worker.owner, step, {{"loss", 1.0 / step}}, speed(system),
-                                      system, worker.device});
+        auto reply = engine_->Report({(*a)->trial.id,
+                                      worker.owner,
+                                      step,
+                                      {{"loss", 1.0 / step}},
+                                      speed(system),
+                                      system,
+                                      worker.device});
         EXPECT_TRUE(reply.ok()) << reply.status();
         if (reply.ok() && reply->new_system) system = *reply->new_system;
       }
@@ -815,9 +875,12 @@ TEST_F(EngineTest, LearnedSettingsAreSharedOnlyUnderANamedWorkload) {
     }
     return first;
   };
-  EXPECT_EQ(run_experiment(spec("quad-shared"))["threads"], 3) << "nothing known yet: the middle of [1, 4]";
-  EXPECT_EQ(run_experiment(spec(""))["threads"], 3) << "an unnamed workload is this experiment's own";
-  EXPECT_EQ(run_experiment(spec("quad-shared"))["threads"], 2) << "the named workload's remembered winner";
+  EXPECT_EQ(run_experiment(spec("quad-shared"))["threads"], 3)
+      << "nothing known yet: the middle of [1, 4]";
+  EXPECT_EQ(run_experiment(spec(""))["threads"], 3)
+      << "an unnamed workload is this experiment's own";
+  EXPECT_EQ(run_experiment(spec("quad-shared"))["threads"], 2)
+      << "the named workload's remembered winner";
 }
 
 // Reuse spares probes: once earlier trials on the device class measured
@@ -841,8 +904,13 @@ TEST_F(EngineTest, LaterTrialsDoNotProbeWhatEarlierTrialsMeasuredSlower) {
     asked.push_back(0);
     for (int step = 1; step <= 6; ++step) {
       ran.back().insert(system["threads"].get<int>());
-      auto reply = engine_->Report(
-          {(*a)->trial.id, worker.owner, step, {{"loss", 1.0 / step}}, speed(system), system, worker.device});
+      auto reply = engine_->Report({(*a)->trial.id,
+                                    worker.owner,
+                                    step,
+                                    {{"loss", 1.0 / step}},
+                                    speed(system),
+                                    system,
+                                    worker.device});
       ASSERT_TRUE(reply.ok()) << reply.status();
       if (reply->new_system) {
         system = *reply->new_system;
@@ -853,7 +921,8 @@ TEST_F(EngineTest, LaterTrialsDoNotProbeWhatEarlierTrialsMeasuredSlower) {
     ASSERT_TRUE(engine_->Complete((*a)->trial.id, worker.owner, false, json::object(), "").ok());
   }
   EXPECT_EQ(ran[0], (std::set<int>{1, 2, 3})) << "nothing known: the middle, then its neighbours";
-  EXPECT_EQ(ran[1], (std::set<int>{1, 2, 3})) << "starts at 2, but 1 and 3 were measured once only: probed again";
+  EXPECT_EQ(ran[1], (std::set<int>{1, 2, 3}))
+      << "starts at 2, but 1 and 3 were measured once only: probed again";
   EXPECT_EQ(ran[2], (std::set<int>{2})) << "1 and 3 known slower twice over: no probe";
   EXPECT_EQ(asked[2], 0);
 }
@@ -893,15 +962,17 @@ TEST_F(EngineTest, PromotionsGoToTheFastDeviceNewTrialsToTheSlowOne) {
     EXPECT_EQ(t.stop_step, 1) << "a new trial runs to the first rung";
     EXPECT_EQ(t.level, 0);
     loss[t.id] = 0.9 - 0.2 * i;
-    TrialReport r{t.id, w.owner, 1, {{"loss", loss[t.id]}}, i % 2 ? 100.0 : 1000.0, json::object(), w.device};
+    TrialReport r{t.id,           w.owner, 1, {{"loss", loss[t.id]}}, i % 2 ? 100.0 : 1000.0,
+                  json::object(), w.device};
     auto d = engine_->Report(r);
     ASSERT_TRUE(d.ok()) << d.status();
     EXPECT_NE(d->decision, Decision::kPrune) << "promotion-type rules stop nothing at a report";
     ASSERT_TRUE(store_->PauseTrial(t.id, w.owner, 1).ok());
     engine_->ForgetHistory(e->id);  // the pause went around the engine
   }
-  const store::Id best =
-      std::min_element(loss.begin(), loss.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
+  const store::Id best = std::min_element(loss.begin(), loss.end(), [](auto& a, auto& b) {
+                           return a.second < b.second;
+                         })->first;
   // The slow device asks first: it leaves the promotion to the fast one.
   auto s = LeaseFor(slow);
   ASSERT_TRUE(s.ok() && s->has_value()) << s.status();
@@ -919,7 +990,8 @@ TEST_F(EngineTest, PromotionsGoToTheFastDeviceNewTrialsToTheSlowOne) {
     resumed = resumed || type == "trial.resumed";
     // This engine has no artifact store: the promoted trial starts over, and says so.
     restarted = restarted || (type == "trial.restarted" &&
-                              data["reason"].get<std::string>().find("no usable checkpoint") != std::string::npos);
+                              data["reason"].get<std::string>().find("no usable checkpoint") !=
+                                  std::string::npos);
   }
   EXPECT_TRUE(resumed);
   EXPECT_TRUE(restarted);
@@ -1032,7 +1104,11 @@ TEST_F(EngineTest, APromotionExperimentEndsWhenNoPausedTrialMayGoOn) {
   for (int i = 0; i < 3; ++i) {
     auto a = LeaseFor(w);
     ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
-    ASSERT_TRUE(engine_->Report({(*a)->trial.id, w.owner, 1, {{"loss", 0.5 + i}}, 0, json::object(), std::nullopt}).ok());
+    ASSERT_TRUE(
+        engine_
+            ->Report(
+                {(*a)->trial.id, w.owner, 1, {{"loss", 0.5 + i}}, 0, json::object(), std::nullopt})
+            .ok());
     ASSERT_TRUE(store_->PauseTrial((*a)->trial.id, w.owner, 1).ok());
     engine_->ForgetHistory(e->id);
   }
@@ -1044,8 +1120,15 @@ TEST_F(EngineTest, APromotionExperimentEndsWhenNoPausedTrialMayGoOn) {
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_value()) << "the budget is spent and nobody else may go on";
   for (int64_t step = 1; step <= 3; ++step) {
-    ASSERT_TRUE(
-        engine_->Report({(*promoted)->trial.id, w.owner, step, {{"loss", 0.4}}, 0, json::object(), std::nullopt}).ok());
+    ASSERT_TRUE(engine_
+                    ->Report({(*promoted)->trial.id,
+                              w.owner,
+                              step,
+                              {{"loss", 0.4}},
+                              0,
+                              json::object(),
+                              std::nullopt})
+                    .ok());
   }
   ASSERT_TRUE(engine_->Complete((*promoted)->trial.id, w.owner, false, json::object(), "").ok());
   auto exp = *store_->GetExperiment(e->id);
@@ -1067,28 +1150,38 @@ TEST_F(EngineTest, APromotionExperimentEndsWhenNoPausedTrialMayGoOn) {
 TEST_F(EngineTest, ADearDeviceWaitsWhileACheapOneMeetsTheDeadline) {
   const TestWorker cheap = AddWorker(*engine_, "cheap", "small", 1, 20);
   const TestWorker dear = AddWorker(*engine_, "dear", "big", 8, 400);
-  const std::string cheap_class = store_->GetWorker(cheap.caller.worker_id)->devices.at(0).device_class;
-  const std::string dear_class = store_->GetWorker(dear.caller.worker_id)->devices.at(0).device_class;
+  const std::string cheap_class =
+      store_->GetWorker(cheap.caller.worker_id)->devices.at(0).device_class;
+  const std::string dear_class =
+      store_->GetWorker(dear.caller.worker_id)->devices.at(0).device_class;
   // An earlier experiment of the same named workload (one space, so that
   // one trial on each device measures it) taught the engine their speeds:
   // 100 and 1000 samples/s.
-  auto named = [](std::string spec) { return spec.insert(spec.find('{') + 1, R"("workload": "shared",)"); };
+  auto named = [](std::string spec) {
+    return spec.insert(spec.find('{') + 1, R"("workload": "shared",)");
+  };
   auto earlier = engine_->CreateExperiment(named(OneSpace(Spec(kBuiltin, 20, 4))));
   ASSERT_TRUE(earlier.ok()) << earlier.status();
   for (const TestWorker* w : {&cheap, &dear}) {
     auto a = LeaseFor(*w);
     ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
     for (int64_t step = 1; step <= 4; ++step) {
-      ASSERT_TRUE(engine_->Report({(*a)->trial.id, w->owner, step, {{"loss", 0.5}}, w == &cheap ? 100.0 : 1000.0,
-                                   json::object(), w->device})
+      ASSERT_TRUE(engine_
+                      ->Report({(*a)->trial.id,
+                                w->owner,
+                                step,
+                                {{"loss", 0.5}},
+                                w == &cheap ? 100.0 : 1000.0,
+                                json::object(),
+                                w->device})
                       .ok());
     }
     ASSERT_TRUE(engine_->Complete((*a)->trial.id, w->owner, false, json::object(), "").ok());
   }
   ASSERT_TRUE(engine_->CancelExperiment(earlier->id, "done").ok());
   std::string spec = named(OneSpace(Spec(kBuiltin, 20, 4)));
-  spec.insert(spec.rfind('}'), R"(, "cost": {"prices": {")" + cheap_class + R"(": 1, ")" + dear_class +
-                                   R"(": 30}, "deadline_s": 3600})");
+  spec.insert(spec.rfind('}'), R"(, "cost": {"prices": {")" + cheap_class + R"(": 1, ")" +
+                                   dear_class + R"(": 30}, "deadline_s": 3600})");
   auto e = engine_->CreateExperiment(spec);
   ASSERT_TRUE(e.ok()) << e.status();
   auto d = LeaseFor(dear);
@@ -1150,9 +1243,9 @@ TEST_F(EngineTest, ASpentBudgetStopsTheLeasesAndEndsTheExperiment) {
 class StalledTopUps : public testing::StoreWrapper, public testing::StallGate {
  public:
   using StoreWrapper::StoreWrapper;
-  Result<std::vector<store::TrialRecord>> CreateTrialsUpTo(store::Id experiment_id,
-                                                           const std::vector<store::NewTrial>& trials,
-                                                           const TrialLimits& limits) override {
+  Result<std::vector<store::TrialRecord>> CreateTrialsUpTo(
+      store::Id experiment_id, const std::vector<store::NewTrial>& trials,
+      const TrialLimits& limits) override {
     StallWhileArmed();
     return StoreWrapper::CreateTrialsUpTo(experiment_id, trials, limits);
   }
@@ -1167,7 +1260,8 @@ TEST_F(EngineTest, ALeaseDoesNotWaitForAnotherLeaseMakingATrial) {
   Engine engine(stalled, Options());
   auto e = engine.CreateExperiment(Spec(kBuiltin, 20, 4));
   ASSERT_TRUE(e.ok()) << e.status();
-  const TestWorker one = AddWorker(engine, "one"), two = AddWorker(engine, "two"), three = AddWorker(engine, "three");
+  const TestWorker one = AddWorker(engine, "one"), two = AddWorker(engine, "two"),
+                   three = AddWorker(engine, "three");
   auto first = engine.LeaseForWorker(three.caller, three.device);
   ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
   stalled.Arm();
@@ -1181,7 +1275,8 @@ TEST_F(EngineTest, ALeaseDoesNotWaitForAnotherLeaseMakingATrial) {
   ASSERT_EQ(store_->GetTrial((*first)->trial.id)->state, TrialState::kPending);
   // Worker 2 asks meanwhile. (The 30 s only keep a broken engine from
   // hanging the test.)
-  auto second = std::async(std::launch::async, [&] { return engine.LeaseForWorker(two.caller, two.device); });
+  auto second =
+      std::async(std::launch::async, [&] { return engine.LeaseForWorker(two.caller, two.device); });
   const bool returned = second.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
   stalled.Release();
   worker1.join();
@@ -1204,7 +1299,8 @@ class StalledLeaseOfOne : public testing::StoreWrapper, public testing::StallGat
   using StoreWrapper::StoreWrapper;
   std::atomic<bool> choosing{false};
   std::atomic<store::Id> stalled_trial{0};
-  Result<store::TrialRecord> LeaseTrial(store::Id trial_id, const std::string& owner, int64_t lease_ms) override {
+  Result<store::TrialRecord> LeaseTrial(store::Id trial_id, const std::string& owner,
+                                        int64_t lease_ms) override {
     store::Id none = 0;
     if (choosing) stalled_trial.compare_exchange_strong(none, trial_id);
     if (trial_id == stalled_trial.load()) StallWhileArmed();
@@ -1221,7 +1317,8 @@ TEST_F(EngineTest, ALeaseDoesNotChooseTheTrialAnotherLeaseIsTaking) {
   // max_parallel 2: with both trials waiting, only they are offered.
   auto e = engine.CreateExperiment(Spec(kBuiltin, 20, 2));
   ASSERT_TRUE(e.ok()) << e.status();
-  const TestWorker one = AddWorker(engine, "one"), two = AddWorker(engine, "two"), three = AddWorker(engine, "three");
+  const TestWorker one = AddWorker(engine, "one"), two = AddWorker(engine, "two"),
+                   three = AddWorker(engine, "three");
   // Two trials come to wait for a device: their leases expired.
   auto a = engine.LeaseForWorker(three.caller, three.device);
   auto b = engine.LeaseForWorker(three.caller, three.device);
@@ -1238,7 +1335,8 @@ TEST_F(EngineTest, ALeaseDoesNotChooseTheTrialAnotherLeaseIsTaking) {
   const bool stalled_taking = stalled.WaitUntilStalled(std::chrono::seconds(30));
   // Worker 2 asks meanwhile: it takes the other one and goes. (The 30 s
   // only keep a broken engine from hanging the test.)
-  auto second = std::async(std::launch::async, [&] { return engine.LeaseForWorker(two.caller, two.device); });
+  auto second =
+      std::async(std::launch::async, [&] { return engine.LeaseForWorker(two.caller, two.device); });
   const bool returned = second.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
   stalled.Release();
   worker1.join();
@@ -1270,7 +1368,8 @@ TEST_F(EngineTest, MeasuredSpeedsAreTheNewestPerDeviceAndWorkload) {
   const store::Id trial = (*a)->trial.id;
   for (int step = 0; step < 2; ++step) {
     clock_.Advance(1000);
-    TrialReport r{trial, w.owner, step, {{"loss", 1.0}}, 100.0 + step, {{"threads", step + 1}}, w.device};
+    TrialReport r{trial,   w.owner, step, {{"loss", 1.0}}, 100.0 + step, {{"threads", step + 1}},
+                  w.device};
     ASSERT_TRUE(engine.Report(r).ok());
   }
   auto m = engine.Measured();
@@ -1284,7 +1383,10 @@ TEST_F(EngineTest, MeasuredSpeedsAreTheNewestPerDeviceAndWorkload) {
   EXPECT_EQ(newest.observed_ms, clock_.fn()());
   // Another replica's report, written to the store alone.
   const std::string elsewhere = "experiment-99/other";
-  ASSERT_TRUE(store_->AddSpeedObservation({w.device, "cpu", elsewhere, R"({"threads": 4})", 55.0, std::nullopt}).ok());
+  ASSERT_TRUE(store_
+                  ->AddSpeedObservation(
+                      {w.device, "cpu", elsewhere, R"({"threads": 4})", 55.0, std::nullopt})
+                  .ok());
   m = engine.Measured();
   ASSERT_TRUE(m.ok()) << m.status();
   ASSERT_EQ((*m)[w.device].count(elsewhere), 1u) << "another replica's observation was not read";
@@ -1303,7 +1405,8 @@ TEST_F(EngineTest, RunsOfOneSpecShareOneWorkloadLabel) {
     ASSERT_TRUE(e.ok()) << e.status();
     auto a = LeaseFor(w);
     ASSERT_TRUE(a.ok() && a->has_value()) << "run " << run;
-    TrialReport r{(*a)->trial.id, w.owner, 0, {{"loss", 1.0}}, 100.0 + run, {{"threads", 1}}, w.device};
+    TrialReport r{(*a)->trial.id, w.owner,          0,       {{"loss", 1.0}},
+                  100.0 + run,    {{"threads", 1}}, w.device};
     ASSERT_TRUE(engine_->Report(r).ok());
     ASSERT_TRUE(engine_->Complete((*a)->trial.id, w.owner, false, json::object(), "").ok());
   }
@@ -1313,12 +1416,14 @@ TEST_F(EngineTest, RunsOfOneSpecShareOneWorkloadLabel) {
   EXPECT_EQ(key.rfind("fashion-mnist-mlp/a@", 0), 0u) << key;
   const std::string cnn = R"({"builtin": {"trainer": "fashion-mnist-cnn"}})";
   EXPECT_NE(Engine::Workload(*ParseExperimentSpec(Spec(cnn, 1, 1)), "a"), key) << "another trainer";
-  EXPECT_NE(Engine::Workload(*one, "a"), Engine::Workload(*ParseExperimentSpec(Spec(kBuiltin, 1, 1)), "b"));
+  EXPECT_NE(Engine::Workload(*one, "a"),
+            Engine::Workload(*ParseExperimentSpec(Spec(kBuiltin, 1, 1)), "b"));
   std::string wider = OneSpace(Spec(kBuiltin, 1, 1));
   wider.replace(wider.find(R"("high": 1})"), 10, R"("high": 2})");
   EXPECT_NE(Engine::Workload(*ParseExperimentSpec(wider), "a"), key) << "another space";
   std::string more_trials = OneSpace(Spec(kBuiltin, 7, 1));
-  EXPECT_EQ(Engine::Workload(*ParseExperimentSpec(more_trials), "a"), key) << "the budget is not what runs";
+  EXPECT_EQ(Engine::Workload(*ParseExperimentSpec(more_trials), "a"), key)
+      << "the budget is not what runs";
 
   metrics::Registry registry;
   StoreGaugeOptions o;
@@ -1344,9 +1449,9 @@ TEST_F(EngineTest, RunsOfOneSpecShareOneWorkloadLabel) {
 class CountedTopUps : public StalledTopUps {
  public:
   using StalledTopUps::StalledTopUps;
-  Result<std::vector<store::TrialRecord>> CreateTrialsUpTo(store::Id experiment_id,
-                                                           const std::vector<store::NewTrial>& trials,
-                                                           const TrialLimits& limits) override {
+  Result<std::vector<store::TrialRecord>> CreateTrialsUpTo(
+      store::Id experiment_id, const std::vector<store::NewTrial>& trials,
+      const TrialLimits& limits) override {
     {
       std::lock_guard lock(mu_);
       inserts_.push_back(trials.size());
@@ -1406,10 +1511,12 @@ TEST_F(EngineTest, DevicesThatAskAtOnceGetTheirNewTrialsFromOneBatch) {
   for (auto& f : others) {
     auto got = f.get();
     ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
-    EXPECT_TRUE(ids.insert((*got)->trial.id).second) << "trial " << (*got)->trial.id << " went to two devices";
+    EXPECT_TRUE(ids.insert((*got)->trial.id).second)
+        << "trial " << (*got)->trial.id << " went to two devices";
     ++per_space[(*got)->space];
   }
-  EXPECT_EQ(counted.inserts(), (std::vector<size_t>{1, 4})) << "the four waiting devices' trials in one insert";
+  EXPECT_EQ(counted.inserts(), (std::vector<size_t>{1, 4}))
+      << "the four waiting devices' trials in one insert";
   EXPECT_GE(per_space["a"], 2) << "space b took the batch";
   EXPECT_GE(per_space["b"], 2) << "space a took the batch";
   auto n = store_->CountTrials(e->id);
@@ -1427,7 +1534,8 @@ TEST_F(EngineTest, ALeaseMakingATrialOfAnExperimentThatEndsMeanwhileGetsNoWork) 
   ASSERT_TRUE(e.ok()) << e.status();
   const TestWorker w = AddWorker(engine, "w");
   stalled.Arm();
-  auto lease = std::async(std::launch::async, [&] { return engine.LeaseForWorker(w.caller, w.device); });
+  auto lease =
+      std::async(std::launch::async, [&] { return engine.LeaseForWorker(w.caller, w.device); });
   ASSERT_TRUE(stalled.WaitUntilStalled(std::chrono::seconds(30)));
   // The cancel takes no lock of the engine's: it lands before the stalled
   // insert goes on.
@@ -1458,7 +1566,8 @@ TEST_F(EngineTest, ALeaseWithNothingElseToRunWaitsForTheTrialBeingMade) {
   // Worker 2 asks meanwhile, with nothing pending. The pause only lets its
   // lease reach the engine before the release; what is checked is what it
   // gets, however long the pause.
-  auto second = std::async(std::launch::async, [&] { return engine.LeaseForWorker(two.caller, two.device); });
+  auto second =
+      std::async(std::launch::async, [&] { return engine.LeaseForWorker(two.caller, two.device); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   stalled.Release();
   worker1.join();
@@ -1508,12 +1617,13 @@ TEST_F(EngineTest, ALeaseWhoseAnswerWasLostEndsWhenTheWorkerSaysItHoldsNothing) 
 class StalledRereads : public testing::StoreWrapper, public testing::StallGate {
  public:
   using StoreWrapper::StoreWrapper;
-  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurements(store::Id experiment_id) override {
+  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurements(
+      store::Id experiment_id) override {
     StallWhileArmed();
     return StoreWrapper::ListExperimentMeasurements(experiment_id);
   }
-  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurementsSince(store::Id experiment_id,
-                                                                                int64_t since) override {
+  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurementsSince(
+      store::Id experiment_id, int64_t since) override {
     StallWhileArmed();
     return StoreWrapper::ListExperimentMeasurementsSince(experiment_id, since);
   }
@@ -1530,12 +1640,14 @@ TEST_F(EngineTest, ReportsAndCompletionsDoNotWaitForARereadOfTheTrials) {
   EngineOptions o = Options();
   o.history_cache = std::chrono::milliseconds(1);
   Engine engine(stalled, o);
-  auto e = engine.CreateExperiment(SpecStopping(kClient, 20, 4, R"({"rule": "median", "startup_trials": 0})"));
+  auto e = engine.CreateExperiment(
+      SpecStopping(kClient, 20, 4, R"({"rule": "median", "startup_trials": 0})"));
   ASSERT_TRUE(e.ok()) << e.status();
   auto batch = engine.Suggest(e->id, 3);
   ASSERT_TRUE(batch.ok() && batch->size() == 3u) << batch.status();
   auto report = [&](const Lease& a, int step) {
-    return engine.Report({a.trial.id, Engine::kClientOwner, step, {{"loss", 1.0}}, 0, json::object(), std::nullopt});
+    return engine.Report(
+        {a.trial.id, Engine::kClientOwner, step, {{"loss", 1.0}}, 0, json::object(), std::nullopt});
   };
   ASSERT_TRUE(report((*batch)[2], 0).ok());
   // The view is now older than its bound (a millisecond): the next report
@@ -1574,7 +1686,8 @@ TEST_F(EngineTest, DevicesAskingAtOnceGetDistinctTrialsWithinMaxParallel) {
   for (int i = 0; i < 6; ++i) workers.push_back(AddWorker("w" + std::to_string(i)));
   std::vector<std::future<Result<std::optional<Lease>>>> asks;
   for (const auto& w : workers) {
-    asks.push_back(std::async(std::launch::async, [&, w] { return engine_->LeaseForWorker(w.caller, w.device); }));
+    asks.push_back(std::async(std::launch::async,
+                              [&, w] { return engine_->LeaseForWorker(w.caller, w.device); }));
   }
   std::set<store::Id> got;
   int none = 0;
@@ -1616,7 +1729,11 @@ TEST_F(EngineTest, CompletingAFinishedTrialAgainHasNoSideEffects) {
   auto batch = engine_->Suggest(e->id, 1);
   ASSERT_TRUE(batch.ok() && batch->size() == 1u) << batch.status();
   const store::Id trial = batch->at(0).trial.id;
-  ASSERT_TRUE(engine_->Report({trial, Engine::kClientOwner, 0, {{"loss", 0.5}}, 0, json::object(), std::nullopt}).ok());
+  ASSERT_TRUE(
+      engine_
+          ->Report(
+              {trial, Engine::kClientOwner, 0, {{"loss", 0.5}}, 0, json::object(), std::nullopt})
+          .ok());
   ASSERT_TRUE(engine_->Complete(trial, Engine::kClientOwner, false, {{"loss", 0.5}}, "").ok());
   ASSERT_EQ(finished.size(), 1u);
 
@@ -1625,15 +1742,18 @@ TEST_F(EngineTest, CompletingAFinishedTrialAgainHasNoSideEffects) {
   EXPECT_TRUE(again.ok()) << again;
   EXPECT_EQ(finished.size(), 1u) << "a repeated completion was announced again";
   // Anything else: refused, saying why, and silent too.
-  Status other_metrics = engine_->Complete(trial, Engine::kClientOwner, false, {{"loss", 0.001}}, "");
+  Status other_metrics =
+      engine_->Complete(trial, Engine::kClientOwner, false, {{"loss", 0.001}}, "");
   EXPECT_TRUE(other_metrics.IsFailedPrecondition()) << other_metrics;
-  EXPECT_NE(other_metrics.message().find("other final metrics"), std::string::npos) << other_metrics;
+  EXPECT_NE(other_metrics.message().find("other final metrics"), std::string::npos)
+      << other_metrics;
   Status other_owner = engine_->Complete(trial, Engine::WorkerOwner(7), false, {{"loss", 0.5}}, "");
   EXPECT_TRUE(other_owner.IsFailedPrecondition()) << other_owner;
   EXPECT_NE(other_owner.message().find("not 'worker/7'"), std::string::npos) << other_owner;
   Status as_failed = engine_->Complete(trial, Engine::kClientOwner, true, json::object(), "boom");
   EXPECT_TRUE(as_failed.IsFailedPrecondition()) << as_failed;
-  EXPECT_EQ(finished.size(), 1u) << "a refused completion was announced: " << finished.back().dump();
+  EXPECT_EQ(finished.size(), 1u) << "a refused completion was announced: "
+                                 << finished.back().dump();
   EXPECT_EQ(json::parse(store_->GetTrial(trial)->final_metrics_json), json({{"loss", 0.5}}));
   auto best = engine_->BestTrial(e->id);
   ASSERT_TRUE(best.ok() && best->has_value());
@@ -1661,7 +1781,8 @@ TEST_F(EngineTest, ACancelReasonIsCutAndKeptOnceOnTheExperiment) {
   EXPECT_NE(stored.find("(cut)"), std::string::npos);
   ASSERT_EQ(ended.size(), 1u);
   EXPECT_EQ(ended[0]["reason"], stored);
-  for (const auto& t : *store_->ListTrials(e->id, {})) EXPECT_EQ(t.reason, "experiment cancelled") << t.id;
+  for (const auto& t : *store_->ListTrials(e->id, {}))
+    EXPECT_EQ(t.reason, "experiment cancelled") << t.id;
 }
 
 TEST(CapTextTest, KeepsWholeUtf8CharactersAndTheRightEnd) {
@@ -1679,8 +1800,11 @@ TEST(CapTextTest, KeepsWholeUtf8CharactersAndTheRightEnd) {
   const std::string tail = CapText(FreeText::kLogTail, log);
   EXPECT_LE(tail.size(), kMaxLogTailLength);
   EXPECT_EQ(tail.rfind("(cut) ...", 0), 0u);
-  EXPECT_EQ(tail.substr(tail.size() - 12), "\xE2\x82\xAC" "the error");
-  EXPECT_EQ(CapText(FreeText::kFailureReason, std::string(kMaxReasonLength, 'r')).size(), kMaxReasonLength)
+  EXPECT_EQ(tail.substr(tail.size() - 12),
+            "\xE2\x82\xAC"
+            "the error");
+  EXPECT_EQ(CapText(FreeText::kFailureReason, std::string(kMaxReasonLength, 'r')).size(),
+            kMaxReasonLength)
       << "at the limit: kept whole";
 }
 
@@ -1714,13 +1838,13 @@ TEST(TrialRunTest, SeedsDifferForNearbyTrialsAndRepeatForTheSame) {
 TEST(TrialRunTest, CommandArgvFillsWhatTheTrialKnowsOnce) {
   ExperimentSpec spec;
   spec.steps_per_trial = 5;
-  spec.argv = {"run", "--id={trial_id}", "--steps={steps}", "--x={x}", "--opt={opt}", "-j{threads}",
-               "--at={step}", "{nope}", "--s={s}", "{unclosed"};
+  spec.argv = {"run",         "--id={trial_id}", "--steps={steps}", "--x={x}", "--opt={opt}",
+               "-j{threads}", "--at={step}",     "{nope}",          "--s={s}", "{unclosed"};
   const nlohmann::json params = {{"x", 0.5}, {"opt", "adam"}, {"s", "{x}"}};
   const nlohmann::json system = {{"threads", 4}, {"x", "not this one"}};
   EXPECT_EQ(CommandArgv(spec, 12, params, system),
-            (std::vector<std::string>{"run", "--id=12", "--steps=5", "--x=0.5", "--opt=adam", "-j4", "--at={step}",
-                                      "{nope}", "--s={x}", "{unclosed"}));
+            (std::vector<std::string>{"run", "--id=12", "--steps=5", "--x=0.5", "--opt=adam", "-j4",
+                                      "--at={step}", "{nope}", "--s={x}", "{unclosed"}));
 }
 
 }  // namespace

@@ -24,7 +24,8 @@ class FaultTest : public ::testing::Test {
     setup_.worker_bin = HPO_WORKER_BIN;
 #endif
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    setup_.dir = ::testing::TempDir() + "hpo-fault-" + std::to_string(getpid()) + "-" + info->name();
+    setup_.dir =
+        ::testing::TempDir() + "hpo-fault-" + std::to_string(getpid()) + "-" + info->name();
     std::filesystem::remove_all(setup_.dir);
     std::filesystem::create_directories(setup_.dir);
   }
@@ -36,7 +37,7 @@ class FaultTest : public ::testing::Test {
   testing::Setup setup_;
 };
 
-#define REQUIRE_WORKER_BINARY()                                              \
+#define REQUIRE_WORKER_BINARY() \
   if (setup_.worker_bin.empty()) GTEST_SKIP() << "hpo-worker is not built"
 
 TEST_F(FaultTest, EveryTrialEndsWhenWorkersAreKilledMidTrial) {
@@ -74,7 +75,8 @@ void AcknowledgedReportsSurviveServerKills(testing::Setup setup) {
   EXPECT_EQ(r->kills, o.kills);
   EXPECT_GT(r->acked_reports, 0);
   EXPECT_EQ(r->lost_reports, 0) << (r->lost_samples.empty() ? "" : r->lost_samples[0]);
-  EXPECT_EQ(r->recovery_ms.size(), static_cast<size_t>(o.kills)) << "reports resumed after every restart";
+  EXPECT_EQ(r->recovery_ms.size(), static_cast<size_t>(o.kills))
+      << "reports resumed after every restart";
 }
 
 TEST_F(FaultTest, AcknowledgedReportsSurviveServerKillsOnSqlite) {
@@ -100,7 +102,8 @@ TEST_F(FaultTest, TheServerRidesOutPostgresqlRestartsWithoutHangingCalls) {
   }
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->server_survived) << Logs();
-  EXPECT_EQ(r->recovered, o.restarts) << "reports were acknowledged again after every restart; " << Logs();
+  EXPECT_EQ(r->recovered, o.restarts)
+      << "reports were acknowledged again after every restart; " << Logs();
   EXPECT_EQ(r->hung, 0) << "calls that ran into the " << o.bound.count() << " ms bound";
   EXPECT_EQ(r->unclean_errors, 0) << "errors other than UNAVAILABLE / 503: "
                                   << (r->error_samples.empty() ? "" : r->error_samples[0]);
@@ -122,7 +125,8 @@ TEST_F(FaultTest, ALiveButSlowWorkerKeepsItsTrial) {
   ASSERT_TRUE(r.ok()) << r.status();
   // A step three lease timeouts long, with heartbeats: the lease holds.
   EXPECT_EQ(r->long_step_state, "completed") << Logs();
-  EXPECT_EQ(r->long_step_attempts, 1) << "the heartbeating worker's trial was taken away; " << Logs();
+  EXPECT_EQ(r->long_step_attempts, 1)
+      << "the heartbeating worker's trial was taken away; " << Logs();
   // SIGSTOP for less than the lease: no false failure, no second attempt.
   EXPECT_EQ(r->pauses, o.pauses);
   EXPECT_EQ(r->paused_trials, o.pauses);
@@ -155,7 +159,8 @@ void PromotedTrialsSurviveKillsAndCutUploads(testing::Setup setup) {
   std::string samples;
   for (const auto& s : r->samples) samples += "\n  " + s;
   EXPECT_EQ(r->server_kills, o.server_kills);
-  EXPECT_EQ(r->upload_cuts, o.upload_cuts) << "the run found no promoted trial to cut the upload of";
+  EXPECT_EQ(r->upload_cuts, o.upload_cuts)
+      << "the run found no promoted trial to cut the upload of";
   EXPECT_GT(r->promotions, 0);
   EXPECT_GT(r->acked_reports, 0);
   EXPECT_EQ(r->lost_reports, 0) << samples;
@@ -164,7 +169,8 @@ void PromotedTrialsSurviveKillsAndCutUploads(testing::Setup setup) {
   EXPECT_EQ(r->bad_resumes, 0) << samples;
   EXPECT_EQ(r->restarted, 0) << samples;
   EXPECT_EQ(r->cut_previous_intact, r->upload_cuts) << samples;
-  EXPECT_EQ(r->cut_wrong_resumes, 0) << "a cut trial was promoted again from another step" << samples;
+  EXPECT_EQ(r->cut_wrong_resumes, 0)
+      << "a cut trial was promoted again from another step" << samples;
   EXPECT_EQ(r->cut_resumed + r->cut_not_leased_again, r->upload_cuts) << samples;
   EXPECT_GT(r->paused_at_end, 0);
   EXPECT_EQ(r->checkpoints_intact, r->paused_at_end) << samples;

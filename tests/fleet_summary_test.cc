@@ -2,6 +2,8 @@
 // of the device list: after any sequence of changes it must say what a
 // recount of every device says, and Decide on it must decide what Decide on
 // the device list decides.
+#include "scheduler/fleet_summary.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/fleet_summary.h"
 #include "scheduler/policy.h"
 #include "search/random.h"
 
@@ -36,7 +37,8 @@ std::vector<FleetSummary::ClassView> Recount(const Devices& devices, const std::
     ++count[d.device_class];
     soonest.emplace(d.device_class, kInf);
     if (id == asking_id) continue;
-    const double busy = std::max(0.0, d.free_at_s - now_s);  // NaN: 0, as a NaN busy time always was
+    const double busy =
+        std::max(0.0, d.free_at_s - now_s);  // NaN: 0, as a NaN busy time always was
     soonest[d.device_class] = std::min(soonest[d.device_class], busy);
   }
   if (!devices.count(asking_id)) {
@@ -50,11 +52,13 @@ std::vector<FleetSummary::ClassView> Recount(const Devices& devices, const std::
 
 std::vector<LiveDevice> List(const Devices& devices, double now_s) {
   std::vector<LiveDevice> out;
-  for (const auto& [id, d] : devices) out.push_back({id, d.device_class, std::max(0.0, d.free_at_s - now_s)});
+  for (const auto& [id, d] : devices)
+    out.push_back({id, d.device_class, std::max(0.0, d.free_at_s - now_s)});
   return out;
 }
 
-void ExpectSame(const std::vector<FleetSummary::ClassView>& got, const std::vector<FleetSummary::ClassView>& want) {
+void ExpectSame(const std::vector<FleetSummary::ClassView>& got,
+                const std::vector<FleetSummary::ClassView>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(got[i].device_class, want[i].device_class) << i;
@@ -69,11 +73,12 @@ void Change(search::Rng& r, double now_s, FleetSummary& summary, Devices& device
   const std::string id = "d" + std::to_string(r.Below(40));
   const std::string cls = "c" + std::to_string(r.Below(5));
   const double u = r.Uniform();
-  const double free_at = u < 0.2   ? now_s                                   // just idle
-                         : u < 0.3 ? -kInf                                   // never busy
-                         : u < 0.35 ? std::numeric_limits<double>::quiet_NaN()  // an unknown estimate
+  const double free_at = u < 0.2   ? now_s  // just idle
+                         : u < 0.3 ? -kInf  // never busy
+                         : u < 0.35
+                             ? std::numeric_limits<double>::quiet_NaN()  // an unknown estimate
                          : u < 0.4 ? kInf
-                         : u < 0.6 ? now_s + 5                               // ties
+                         : u < 0.6 ? now_s + 5  // ties
                                    : now_s + 100 * r.Uniform();
   const double what = r.Uniform();
   if (what < 0.35) {
@@ -152,7 +157,8 @@ TEST(FleetSummary, TheAskingDeviceIsLeftOutOfItsClassesSoonestFreeTime) {
 SpeedModel Speeds() {
   SpeedModel m;
   for (int c = 0; c < 4; ++c) m.AddBenchmark("c" + std::to_string(c), 10.0 * (c + 1));
-  for (const auto& [cls, sps] : std::vector<std::pair<std::string, double>>{{"c0", 100}, {"c1", 300}, {"c2", 300}}) {
+  for (const auto& [cls, sps] :
+       std::vector<std::pair<std::string, double>>{{"c0", 100}, {"c1", 300}, {"c2", 300}}) {
     for (int k = 0; k < 3; ++k) m.Observe(cls, "w0", "", sps * (1 + 0.01 * k));
     m.Observe(cls, "w1", "", 2 * sps);
   }
@@ -191,19 +197,22 @@ TEST(FleetSummary, DecideOnAKeptSummaryDecidesWhatDecideOnTheDeviceListDoes) {
     if (devices.empty()) continue;
     const std::vector<WorkItem> items = Items(r);
     const auto listed = std::next(devices.begin(), static_cast<long>(r.Below(devices.size())));
-    const AskingDevice asking = r.Uniform() < 0.8 ? AskingDevice{listed->first, listed->second.device_class}
-                                                  : AskingDevice{"new", "c" + std::to_string(r.Below(6))};
+    const AskingDevice asking = r.Uniform() < 0.8
+                                    ? AskingDevice{listed->first, listed->second.device_class}
+                                    : AskingDevice{"new", "c" + std::to_string(r.Below(6))};
     for (const PolicyKind kind : {PolicyKind::kSpeed, PolicyKind::kFifo, PolicyKind::kShadho}) {
       PolicyOptions o;
       o.kind = kind;
       o.samples_per_step = 1000;
-      o.explore_relative_stddev = r.Uniform() < 0.5 ? 0.25 : 10;  // often matching and hold-back, not exploration
+      o.explore_relative_stddev =
+          r.Uniform() < 0.5 ? 0.25 : 10;  // often matching and hold-back, not exploration
       o.class_order = {"c3", "c1", "c2", "c0"};
       if (r.Uniform() < 0.3) {
         o.price_per_hour = {{"c0", 1.0}, {"c2", 3.0}};
         if (r.Uniform() < 0.5) o.deadline_s = 30;
       }
-      SCOPED_TRACE("step " + std::to_string(step) + ", " + PolicyName(kind) + ", asking " + asking.id);
+      SCOPED_TRACE("step " + std::to_string(step) + ", " + PolicyName(kind) + ", asking " +
+                   asking.id);
       const PolicyDecision kept = Decide(asking, summary, now, items, speeds, o);
       const PolicyDecision listed_d = Decide(asking, List(devices, now), items, speeds, o);
       EXPECT_EQ(kept.run, listed_d.run);

@@ -3,6 +3,8 @@
 // device as placement marks devices busy or idle and as a device asks. A
 // real SQLite store; the store's clock is a fake one, placement's busy times
 // run on the steady clock, so only bounds of them are checked.
+#include "server/engine/fleet_view.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,7 +15,6 @@
 #include <thread>
 
 #include "scheduler/fleet_summary.h"
-#include "server/engine/fleet_view.h"
 #include "testing/stall_gate.h"
 #include "testing/store_backends.h"
 #include "testing/store_wrapper.h"
@@ -33,7 +34,8 @@ class FleetViewTest : public ::testing::Test {
     store_ = std::move(s).value();
   }
   // A worker with one device of `device_class`; its id and the device's.
-  std::pair<store::Id, store::Id> AddWorker(const std::string& host, const std::string& device_class) {
+  std::pair<store::Id, store::Id> AddWorker(const std::string& host,
+                                            const std::string& device_class) {
     store::NewWorker w;
     w.host = host;
     store::DeviceInfo d;
@@ -54,7 +56,8 @@ class FleetViewTest : public ::testing::Test {
     auto f = view.Fresh(device, Clock::now());
     EXPECT_TRUE(f.ok()) << f.status();
     if (!f.ok()) return {};
-    return (*f)->live.ClassesFor(std::to_string(device), device_class, FleetView::Seconds(Clock::now()));
+    return (*f)->live.ClassesFor(std::to_string(device), device_class,
+                                 FleetView::Seconds(Clock::now()));
   }
 
   testing::FakeClock clock_;
@@ -113,8 +116,8 @@ TEST_F(FleetViewTest, KeepsThePolicysSummaryAsDevicesBecomeBusyIdleAndLive) {
 class StalledFleetReads : public testing::StoreWrapper, public testing::StallGate {
  public:
   using StoreWrapper::StoreWrapper;
-  Result<std::vector<store::SpeedObservationRecord>> ListSpeedObservations(std::string_view workload,
-                                                                           int64_t limit) override {
+  Result<std::vector<store::SpeedObservationRecord>> ListSpeedObservations(
+      std::string_view workload, int64_t limit) override {
     StallWhileArmed();
     return StoreWrapper::ListSpeedObservations(workload, limit);
   }
@@ -154,11 +157,14 @@ TEST_F(FleetViewTest, LeasesAndReportsDoNotWaitForARereadOfTheFleet) {
   ASSERT_TRUE(f.ok()) << f.status();
   const auto estimate = (*f)->model.Estimate("fast", "w");
   ASSERT_TRUE(estimate.has_value());
-  EXPECT_EQ(estimate->observations, 1) << "the observation made during the reread is not in the new view";
+  EXPECT_EQ(estimate->observations, 1)
+      << "the observation made during the reread is not in the new view";
   EXPECT_DOUBLE_EQ(estimate->samples_per_sec, 123.0);
-  const auto fast = (*f)->live.ClassesFor(std::to_string(a), "fast", FleetView::Seconds(Clock::now()));
+  const auto fast =
+      (*f)->live.ClassesFor(std::to_string(a), "fast", FleetView::Seconds(Clock::now()));
   ASSERT_EQ(fast.size(), 1u);
-  EXPECT_GT(fast[0].soonest_free_s, 0) << "b's busy time, set during the reread, is not in the new view";
+  EXPECT_GT(fast[0].soonest_free_s, 0)
+      << "b's busy time, set during the reread, is not in the new view";
 }
 
 // Samples per step come from the time between a trial's reports within one

@@ -13,18 +13,18 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
-#include <optional>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
-#include <thread>
-#include <nlohmann/json.hpp>
-#include <chrono>
-#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/sha256.h"
@@ -79,7 +79,8 @@ class GrpcCheckpointsTest : public ::testing::Test {
     auto server = GrpcServer::Start("127.0.0.1:0", service_.get());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server).value();
-    stub_ = v1::WorkerService::NewStub(::grpc::CreateChannel(Address(), ::grpc::InsecureChannelCredentials()));
+    stub_ = v1::WorkerService::NewStub(
+        ::grpc::CreateChannel(Address(), ::grpc::InsecureChannelCredentials()));
     auto e = engine_->CreateExperiment(kSpec);
     ASSERT_TRUE(e.ok()) << e.status();
     experiment_ = e->id;
@@ -147,7 +148,8 @@ class GrpcCheckpointsTest : public ::testing::Test {
   // Uploads `data` as `w` in chunks of `chunk` bytes; `edit` may change
   // each chunk before it goes (index, chunk).
   ::grpc::Status Upload(const Worker& w, int64_t trial, int64_t step, const std::string& data,
-                        size_t chunk = size_t{1} << 20, std::function<void(int, v1::CheckpointChunk&)> edit = nullptr) {
+                        size_t chunk = size_t{1} << 20,
+                        std::function<void(int, v1::CheckpointChunk&)> edit = nullptr) {
     auto ctx = Ctx();
     v1::UploadCheckpointResponse res;
     auto writer = stub_->UploadCheckpoint(ctx.get(), &res);
@@ -232,7 +234,9 @@ class GrpcCheckpointsTest : public ::testing::Test {
     return trial;
   }
 
-  std::string File(int64_t trial) const { return checkpoint_dir_ + "/trial-" + std::to_string(trial) + ".ckpt"; }
+  std::string File(int64_t trial) const {
+    return checkpoint_dir_ + "/trial-" + std::to_string(trial) + ".ckpt";
+  }
   std::vector<json> Events(const std::string& type) {
     std::lock_guard lock(mu_);
     std::vector<json> out;
@@ -251,7 +255,8 @@ class GrpcCheckpointsTest : public ::testing::Test {
     const auto t = *store_->GetTrial(trial);
     EXPECT_EQ(t.resume_step, 0);
     EXPECT_TRUE(store_->ListMeasurements(trial)->empty()) << "the steps of before are gone";
-    for (int step = 1; step <= 5; ++step) EXPECT_EQ(ReportOk(b_, trial, step), v1::DECISION_CONTINUE);
+    for (int step = 1; step <= 5; ++step)
+      EXPECT_EQ(ReportOk(b_, trial, step), v1::DECISION_CONTINUE);
     EXPECT_EQ(store_->ListMeasurements(trial)->size(), 5u);
   }
 
@@ -313,9 +318,11 @@ TEST_F(GrpcCheckpointsTest, ACorruptCheckpointRestartsTheTrialFromStepOneWithThe
   }
   const Downloaded got = Download(b_, trial);
   EXPECT_EQ(got.status.error_code(), ::grpc::StatusCode::DATA_LOSS) << got.status.error_message();
-  EXPECT_NE(got.status.error_message().find("corrupt"), std::string::npos) << got.status.error_message();
+  EXPECT_NE(got.status.error_message().find("corrupt"), std::string::npos)
+      << got.status.error_message();
   ASSERT_FALSE(got.chunks.empty());
-  EXPECT_TRUE(got.chunks.back().sha256().empty()) << "no checksum vouches for bytes that did not match";
+  EXPECT_TRUE(got.chunks.back().sha256().empty())
+      << "no checksum vouches for bytes that did not match";
   // What the worker does with that: restart, and say why.
   const std::string why = "the checkpoint could not be restored: " + got.status.error_message();
   ASSERT_TRUE(Restart(b_, trial, why).ok());
@@ -328,7 +335,8 @@ TEST_F(GrpcCheckpointsTest, AMissingCheckpointRestartsTheTrialFromStepOne) {
   fs::remove(File(trial));
   const Downloaded got = Download(b_, trial);
   EXPECT_EQ(got.status.error_code(), ::grpc::StatusCode::NOT_FOUND) << got.status.error_message();
-  EXPECT_NE(got.status.error_message().find("has no checkpoint"), std::string::npos) << got.status.error_message();
+  EXPECT_NE(got.status.error_message().find("has no checkpoint"), std::string::npos)
+      << got.status.error_message();
   ASSERT_TRUE(Restart(b_, trial, "missing").ok());
   ExpectRestartedFromScratch(trial, "missing");
 }
@@ -345,10 +353,13 @@ TEST_F(GrpcCheckpointsTest, BadUploadsAreRefusedNamingWhatIsWrongAndStoreNothing
     std::string message;
   };
   const std::vector<Case> cases = {
-      {"not this worker's trial", [&] { return Upload(b_, trial, 2, data); }, ::grpc::StatusCode::FAILED_PRECONDITION,
-       "cannot upload a checkpoint of trial " + std::to_string(trial) + ": it is not leased to '" + b_.owner + "'"},
+      {"not this worker's trial", [&] { return Upload(b_, trial, 2, data); },
+       ::grpc::StatusCode::FAILED_PRECONDITION,
+       "cannot upload a checkpoint of trial " + std::to_string(trial) + ": it is not leased to '" +
+           b_.owner + "'"},
       {"over the limit", [&] { return Upload(a_, trial, 2, Bytes((8u << 20) + 1, 5)); },
-       ::grpc::StatusCode::RESOURCE_EXHAUSTED, "over the server's limit of 8 MiB (--max-checkpoint-mb)"},
+       ::grpc::StatusCode::RESOURCE_EXHAUSTED,
+       "over the server's limit of 8 MiB (--max-checkpoint-mb)"},
       {"wrong checksum",
        [&] {
          return Upload(a_, trial, 2, data, 1 << 20, [](int, v1::CheckpointChunk& c) {
@@ -357,7 +368,10 @@ TEST_F(GrpcCheckpointsTest, BadUploadsAreRefusedNamingWhatIsWrongAndStoreNothing
        },
        ::grpc::StatusCode::DATA_LOSS, "SHA-256"},
       {"no checksum",
-       [&] { return Upload(a_, trial, 2, data, 1 << 20, [](int, v1::CheckpointChunk& c) { c.clear_sha256(); }); },
+       [&] {
+         return Upload(a_, trial, 2, data, 1 << 20,
+                       [](int, v1::CheckpointChunk& c) { c.clear_sha256(); });
+       },
        ::grpc::StatusCode::DATA_LOSS, "ended without the sha256"},
       {"shorter than announced",
        [&] {
@@ -374,10 +388,12 @@ TEST_F(GrpcCheckpointsTest, BadUploadsAreRefusedNamingWhatIsWrongAndStoreNothing
        },
        ::grpc::StatusCode::DATA_LOSS, "more than the 10 bytes announced"},
       {"a chunk over 1 MiB", [&] { return Upload(a_, trial, 2, data, (1 << 20) + 1); },
-       ::grpc::StatusCode::INVALID_ARGUMENT, "chunks[0].data: 1048577 bytes, over the limit of 1048576"},
-      {"a checkpoint older than the step it resumed after", [&] { return Upload(a_, trial, -1, data); },
-       ::grpc::StatusCode::INVALID_ARGUMENT, "step"},
-      {"a checkpoint past the trial's last step", [&] { return Upload(a_, trial, 4611686018427387904, data); },
+       ::grpc::StatusCode::INVALID_ARGUMENT,
+       "chunks[0].data: 1048577 bytes, over the limit of 1048576"},
+      {"a checkpoint older than the step it resumed after",
+       [&] { return Upload(a_, trial, -1, data); }, ::grpc::StatusCode::INVALID_ARGUMENT, "step"},
+      {"a checkpoint past the trial's last step",
+       [&] { return Upload(a_, trial, 4611686018427387904, data); },
        ::grpc::StatusCode::INVALID_ARGUMENT,
        "step: 4611686018427387904 is past the trial's last step, 5 (budget.steps_per_trial)"},
   };
@@ -400,7 +416,8 @@ TEST_F(GrpcCheckpointsTest, PauseAndDownloadRefuseWhatDoesNotApply) {
   ReportOk(a_, trial, 2);
   ::grpc::Status early = Pause(a_, trial, 3, false);
   EXPECT_EQ(early.error_code(), ::grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(early.error_message().find("last reported step is 2"), std::string::npos) << early.error_message();
+  EXPECT_NE(early.error_message().find("last reported step is 2"), std::string::npos)
+      << early.error_message();
   ::grpc::Status other = Pause(b_, trial, 2, false);
   EXPECT_EQ(other.error_code(), ::grpc::StatusCode::FAILED_PRECONDITION) << other.error_message();
   // A trial that did not resume has nothing to download.
@@ -426,9 +443,10 @@ TEST_F(GrpcCheckpointsTest, AWorkerKilledMidUploadLeavesThePreviousCheckpointVal
   ASSERT_TRUE(Upload(a_, trial, 2, previous).ok());
 
   const std::string log = checkpoint_dir_ + "/../child.log";
-  const pid_t child = testing::Spawn({CHECKPOINT_UPLOAD_CHILD, Address(), kToken, std::to_string(a_.id), a_.session,
-                                      std::to_string(trial), "2", std::to_string(6 << 20), "3"},
-                                     log);
+  const pid_t child =
+      testing::Spawn({CHECKPOINT_UPLOAD_CHILD, Address(), kToken, std::to_string(a_.id), a_.session,
+                      std::to_string(trial), "2", std::to_string(6 << 20), "3"},
+                     log);
   ASSERT_GT(child, 0);
   // Until the server holds part of the new checkpoint.
   auto upload_in_progress = [&] {
@@ -441,15 +459,18 @@ TEST_F(GrpcCheckpointsTest, AWorkerKilledMidUploadLeavesThePreviousCheckpointVal
     }
     return false;
   };
-  for (int i = 0; i < 600 && !upload_in_progress(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_TRUE(upload_in_progress()) << "the child's upload never reached the server: " << testing::ReadFile(log);
+  for (int i = 0; i < 600 && !upload_in_progress(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(upload_in_progress())
+      << "the child's upload never reached the server: " << testing::ReadFile(log);
   kill(child, SIGKILL);
   int status = 0;
   waitpid(child, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status));
 
   // The server notices the broken stream and drops what it had.
-  for (int i = 0; i < 600 && upload_in_progress(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 600 && upload_in_progress(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_FALSE(upload_in_progress()) << "the abandoned upload was not cleaned up";
   auto info = artifacts_->Stat(trial);
   ASSERT_TRUE(info.ok() && info->has_value()) << info.status();
@@ -494,7 +515,8 @@ TEST_F(GrpcCheckpointsTest, AWorkerKilledBetweenItsUploadAndItsPauseLeavesAUsabl
   ASSERT_EQ(t.state, TrialState::kPaused);
   ASSERT_TRUE(store_->ResumeTrial(trial, a_.owner, 60'000, std::nullopt).ok());
   const Downloaded got = Download(a_, trial);
-  ASSERT_TRUE(got.status.ok()) << "paused after step " << t.resume_step << ": " << got.status.error_message();
+  ASSERT_TRUE(got.status.ok()) << "paused after step " << t.resume_step << ": "
+                               << got.status.error_message();
   EXPECT_EQ(got.chunks.front().step(), t.resume_step);
   EXPECT_TRUE(got.data == (t.resume_step == 4 ? second : first));
   EXPECT_EQ(store_->ListMeasurements(trial)->size(), static_cast<size_t>(t.resume_step))
@@ -508,8 +530,8 @@ TEST_F(GrpcCheckpointsTest, AWorkerKilledBetweenItsUploadAndItsPauseLeavesAUsabl
 // Its call is waited on in the background; destroying it cancels the call.
 class StalledUpload {
  public:
-  StalledUpload(v1::WorkerService::Stub& stub, int64_t worker, const std::string& session, int64_t trial,
-                int64_t step, int64_t total, bool send_first_chunk = true) {
+  StalledUpload(v1::WorkerService::Stub& stub, int64_t worker, const std::string& session,
+                int64_t trial, int64_t step, int64_t total, bool send_first_chunk = true) {
     ctx_.AddMetadata("authorization", std::string("Bearer ") + kToken);
     writer_ = stub.UploadCheckpoint(&ctx_, &res_);
     if (send_first_chunk) {
@@ -574,7 +596,8 @@ TEST_F(GrpcCheckpointsTest, ANewerUploadOfATrialEndsTheOlderOneSoOneIsInFlight) 
   for (int step = 1; step <= 2; ++step) ReportOk(a_, trial, step);
   std::vector<std::unique_ptr<StalledUpload>> stalled;
   for (int i = 0; i < 8; ++i) {
-    stalled.push_back(std::make_unique<StalledUpload>(*stub_, a_.id, a_.session, trial, 2, int64_t{4} << 20));
+    stalled.push_back(
+        std::make_unique<StalledUpload>(*stub_, a_.id, a_.session, trial, 2, int64_t{4} << 20));
     if (i == 0) {
       // Until the server holds its first chunk.
       ASSERT_TRUE(Eventually([&] { return UploadsOnDisk(checkpoint_dir_) == 1; }));
@@ -582,7 +605,8 @@ TEST_F(GrpcCheckpointsTest, ANewerUploadOfATrialEndsTheOlderOneSoOneIsInFlight) 
     }
     // Ended by this one's first chunk (so the next starts after this one).
     auto ended = stalled[i - 1]->EndedByServer();
-    ASSERT_TRUE(ended.has_value()) << "upload " << i - 1 << " is still in flight beside upload " << i;
+    ASSERT_TRUE(ended.has_value())
+        << "upload " << i - 1 << " is still in flight beside upload " << i;
     EXPECT_FALSE(ended->ok());
   }
   EXPECT_TRUE(Eventually([&] { return UploadsOnDisk(checkpoint_dir_) == 1; }))
@@ -618,7 +642,8 @@ TEST_F(GrpcCheckpointsTest, AStalledUploadEndsWithItsLeaseAndLeavesThePreviousCh
   auto ended = stalled.EndedByServer();
   ASSERT_TRUE(ended.has_value()) << "the upload outlived its lease";
   EXPECT_FALSE(ended->ok());
-  EXPECT_TRUE(Eventually([&] { return UploadsOnDisk(checkpoint_dir_) == 0; })) << "its partial file is left";
+  EXPECT_TRUE(Eventually([&] { return UploadsOnDisk(checkpoint_dir_) == 0; }))
+      << "its partial file is left";
   auto info = artifacts_->Stat(trial);
   ASSERT_TRUE(info.ok() && info->has_value()) << info.status();
   EXPECT_EQ((*info)->step, 2);
@@ -637,8 +662,8 @@ TEST_F(GrpcCheckpointsTest, AnUploadPastTheServersDeadlineEnds) {
   WorkerServiceImpl service(*engine_, options);
   auto server = GrpcServer::Start("127.0.0.1:0", &service);
   ASSERT_TRUE(server.ok()) << server.status();
-  auto stub = v1::WorkerService::NewStub(
-      ::grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()), ::grpc::InsecureChannelCredentials()));
+  auto stub = v1::WorkerService::NewStub(::grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string((*server)->port()), ::grpc::InsecureChannelCredentials()));
 
   const int64_t trial = LeasedTrial(a_, 4);
   for (int step = 1; step <= 2; ++step) ReportOk(a_, trial, step);
@@ -647,12 +672,14 @@ TEST_F(GrpcCheckpointsTest, AnUploadPastTheServersDeadlineEnds) {
     auto ended = stalled.EndedByServer();
     ASSERT_TRUE(ended.has_value()) << "the upload outlived the server's deadline";
     EXPECT_FALSE(ended->ok());
-    EXPECT_TRUE(Eventually([&] { return UploadsOnDisk(checkpoint_dir_) == 0; })) << "its partial file is left";
+    EXPECT_TRUE(Eventually([&] { return UploadsOnDisk(checkpoint_dir_) == 0; }))
+        << "its partial file is left";
   }
   {
     StalledUpload silent(*stub, 0, "", 0, 0, 0, /*send_first_chunk=*/false);
     auto ended = silent.EndedByServer();
-    ASSERT_TRUE(ended.has_value()) << "a stream without a first chunk outlived the server's deadline";
+    ASSERT_TRUE(ended.has_value())
+        << "a stream without a first chunk outlived the server's deadline";
     EXPECT_FALSE(ended->ok());
   }
   EXPECT_EQ(store_->GetTrial(trial)->state, TrialState::kRunning) << "the lease is untouched";

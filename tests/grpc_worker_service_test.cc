@@ -15,11 +15,11 @@
 #include <thread>
 #include <vector>
 
-#include "server/engine/engine.h"
 #include "proto/grpc_status.h"
+#include "server/engine/engine.h"
 #include "server/grpc/worker_service.h"
-#include "tests/event_log.h"
 #include "testing/store_backends.h"
+#include "tests/event_log.h"
 
 namespace hpo::server {
 namespace {
@@ -137,8 +137,9 @@ class GrpcWorkerServiceTest : public ::testing::Test {
 
   // A report as `worker`, with `session` (its own when unset) and the
   // device it names (none when 0).
-  ::grpc::Status Report(int64_t worker, int64_t trial, int64_t step, double loss, v1::ReportResponse* resp,
-                        std::optional<std::string> session = std::nullopt, int64_t device = 0) {
+  ::grpc::Status Report(int64_t worker, int64_t trial, int64_t step, double loss,
+                        v1::ReportResponse* resp, std::optional<std::string> session = std::nullopt,
+                        int64_t device = 0) {
     v1::ReportRequest req;
     req.set_worker_id(worker);
     req.set_session(session ? *session : SessionOf(worker));
@@ -213,8 +214,8 @@ TEST(GrpcWorkerServiceBounds, PastTheBoundOnWaitingLeasesALeaseIsAnsweredAtOnce)
   WorkerServiceImpl service(engine, options);
   auto server = GrpcServer::Start("127.0.0.1:0", &service);
   ASSERT_TRUE(server.ok()) << server.status();
-  auto stub = v1::WorkerService::NewStub(
-      ::grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()), ::grpc::InsecureChannelCredentials()));
+  auto stub = v1::WorkerService::NewStub(::grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string((*server)->port()), ::grpc::InsecureChannelCredentials()));
   v1::RegisterRequest reg;
   reg.set_host("node-1");
   v1::Device d;
@@ -235,7 +236,8 @@ TEST(GrpcWorkerServiceBounds, PastTheBoundOnWaitingLeasesALeaseIsAnsweredAtOnce)
   lc.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   ASSERT_TRUE(stub->Lease(&lc, req, &res).ok());
   EXPECT_FALSE(res.has_trial());
-  EXPECT_EQ(res.retry_after_ms(), options.retry_after_ms) << "it waited: a waited lease says to ask again soon";
+  EXPECT_EQ(res.retry_after_ms(), options.retry_after_ms)
+      << "it waited: a waited lease says to ask again soon";
   (*server)->Shutdown(std::chrono::seconds(1));
 }
 
@@ -360,8 +362,8 @@ TEST_F(GrpcWorkerServiceTest, TwoWorkersRunABuiltinExperimentToCompletion) {
           return;
         }
         // Co-tuning may ask for another system setting; the trial goes on.
-        const bool goes_on = rr.decision() == v1::DECISION_CONTINUE ||
-                             rr.decision() == v1::DECISION_CHANGE_SYSTEM;
+        const bool goes_on =
+            rr.decision() == v1::DECISION_CONTINUE || rr.decision() == v1::DECISION_CHANGE_SYSTEM;
         EXPECT_TRUE(goes_on) << rr.decision();
         stopped = !goes_on;
       }
@@ -587,7 +589,8 @@ TEST_F(GrpcWorkerServiceTest, AFailedTrialKeepsItsReasonAndLogTail) {
   ASSERT_TRUE(stub_->Complete(Ctx().get(), req, &resp).ok());
   t = store_->GetTrial(lease.trial().trial_id());
   EXPECT_EQ(t->reason.rfind("exit status 2", 0), 0u) << t->reason.substr(0, 100);
-  EXPECT_NE(t->reason.find("RuntimeError: the real cause"), std::string::npos) << "the log's end was cut off";
+  EXPECT_NE(t->reason.find("RuntimeError: the real cause"), std::string::npos)
+      << "the log's end was cut off";
   EXPECT_LE(t->reason.size(), kMaxReasonLength + 1 + kMaxLogTailLength);
   EXPECT_NE(t->reason.find("... (cut)"), std::string::npos);
 }
@@ -612,11 +615,14 @@ TEST_F(GrpcWorkerServiceTest, AnotherWorkerSendingTheOwnersIdCannotTouchItsTrial
                                           SessionOf(owner).substr(0, 63), SessionOf(owner) + "0"};
   for (const std::string& session : wrong) {
     auto expect_denied = [&](const ::grpc::Status& s, const char* rpc) {
-      EXPECT_EQ(s.error_code(), ::grpc::StatusCode::PERMISSION_DENIED) << rpc << ": " << s.error_message();
-      EXPECT_NE(s.error_message().find("worker " + std::to_string(owner) + ": the session"), std::string::npos)
+      EXPECT_EQ(s.error_code(), ::grpc::StatusCode::PERMISSION_DENIED)
+          << rpc << ": " << s.error_message();
+      EXPECT_NE(s.error_message().find("worker " + std::to_string(owner) + ": the session"),
+                std::string::npos)
           << s.error_message();
       if (!session.empty()) {
-        EXPECT_EQ(s.error_message().find(session), std::string::npos) << rpc << " echoed the session it was sent";
+        EXPECT_EQ(s.error_message().find(session), std::string::npos)
+            << rpc << " echoed the session it was sent";
       }
     };
     v1::ReportResponse rr;
@@ -650,7 +656,8 @@ TEST_F(GrpcWorkerServiceTest, AnotherWorkerSendingTheOwnersIdCannotTouchItsTrial
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->state, TrialState::kLeased) << t->reason;
   EXPECT_EQ(*t->lease_expires_ms, expires) << "a heartbeat with a wrong session renewed the lease";
-  EXPECT_TRUE(store_->ListMeasurements(trial)->empty()) << "a report with a wrong session was stored";
+  EXPECT_TRUE(store_->ListMeasurements(trial)->empty())
+      << "a report with a wrong session was stored";
   EXPECT_EQ(store_->CountTrials(e->id)->leased, 1) << "a lease with a wrong session was granted";
 
   // The owner, with its own session, carries on.
@@ -758,13 +765,15 @@ TEST_F(GrpcWorkerServiceTest, AReportNamingADeviceNotTheWorkersStoresNothing) {
     v1::ReportResponse rr;
     ::grpc::Status s = Report(w1, trial, 0, 0.5, &rr, std::nullopt, device);
     EXPECT_EQ(s.error_code(), ::grpc::StatusCode::NOT_FOUND) << s.error_message();
-    EXPECT_NE(s.error_message().find("device " + std::to_string(device) + " is not a device of worker " +
-                                     std::to_string(w1)),
+    EXPECT_NE(s.error_message().find("device " + std::to_string(device) +
+                                     " is not a device of worker " + std::to_string(w1)),
               std::string::npos)
         << s.error_message();
   }
-  EXPECT_TRUE(store_->ListMeasurements(trial)->empty()) << "a step was stored with another worker's device";
-  EXPECT_TRUE(store_->ListSpeedObservations("", 100)->empty()) << "another worker's device got a speed";
+  EXPECT_TRUE(store_->ListMeasurements(trial)->empty())
+      << "a step was stored with another worker's device";
+  EXPECT_TRUE(store_->ListSpeedObservations("", 100)->empty())
+      << "another worker's device got a speed";
   EXPECT_EQ(store_->GetTrial(trial)->state, TrialState::kLeased);
 
   v1::ReportResponse rr;
@@ -792,8 +801,8 @@ TEST_F(GrpcWorkerServiceTest, AReportPastTheTrialsLastStepIsRefusedAndStoresNoth
     v1::ReportResponse rr;
     ::grpc::Status s = Report(worker, trial, step, 0.5, &rr, std::nullopt, device);
     EXPECT_EQ(s.error_code(), ::grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
-    EXPECT_EQ(s.error_message(),
-              "step: " + std::to_string(step) + " is past the trial's last step, 3 (budget.steps_per_trial)");
+    EXPECT_EQ(s.error_message(), "step: " + std::to_string(step) +
+                                     " is past the trial's last step, 3 (budget.steps_per_trial)");
   }
   EXPECT_TRUE(store_->ListMeasurements(trial)->empty());
   EXPECT_TRUE(Events("trial.reported").empty());
@@ -855,7 +864,8 @@ TEST_F(GrpcWorkerServiceTest, TheWorkersDeclarationDecidesWhatIsProbedMidTrial) 
       (*req.mutable_metrics())["loss"] = 1.0 / step;
       // Faster with more threads and more inter-op threads: a probe of
       // either always looks worth it.
-      req.set_samples_per_sec(1000 * std::stod(system.at("threads")) + 100 * std::stod(system.at("inter_op_threads")));
+      req.set_samples_per_sec(1000 * std::stod(system.at("threads")) +
+                              100 * std::stod(system.at("inter_op_threads")));
       *req.mutable_system()->mutable_values() = system;
       if (declares) {
         auto& changes = *req.mutable_system_changes();
@@ -870,7 +880,8 @@ TEST_F(GrpcWorkerServiceTest, TheWorkersDeclarationDecidesWhatIsProbedMidTrial) 
       v1::ReportResponse rr;
       ::grpc::Status s = stub_->Report(Ctx().get(), req, &rr);
       ASSERT_TRUE(s.ok()) << s.error_message();
-      ASSERT_TRUE(rr.decision() == v1::DECISION_CONTINUE || rr.decision() == v1::DECISION_CHANGE_SYSTEM)
+      ASSERT_TRUE(rr.decision() == v1::DECISION_CONTINUE ||
+                  rr.decision() == v1::DECISION_CHANGE_SYSTEM)
           << rr.decision();
       if (rr.decision() != v1::DECISION_CHANGE_SYSTEM) continue;
       for (const auto& [name, value] : rr.new_system().values()) {
@@ -889,10 +900,13 @@ TEST_F(GrpcWorkerServiceTest, TheWorkersDeclarationDecidesWhatIsProbedMidTrial) 
     ASSERT_TRUE(engine_->CancelExperiment(e->id, "next").ok());
   }
   const auto unknown = Events("trial.system_unknown");
-  ASSERT_EQ(unknown.size(), 1u) << "once, at the declaring worker's first report; never for an older worker";
+  ASSERT_EQ(unknown.size(), 1u)
+      << "once, at the declaring worker's first report; never for an older worker";
   EXPECT_EQ(unknown[0]["parameter"], "foo");
   const std::string reason = unknown[0]["reason"];
-  EXPECT_EQ(reason.rfind("system.foo: the program running this trial does not know this parameter", 0), 0u)
+  EXPECT_EQ(
+      reason.rfind("system.foo: the program running this trial does not know this parameter", 0),
+      0u)
       << reason;
   EXPECT_NE(reason.find("batch_size, inter_op_threads, threads"), std::string::npos) << reason;
 }
@@ -923,10 +937,12 @@ TEST_F(GrpcWorkerServiceTest, AppliedValuesAreWhatTheStepIsRecordedWith) {
   auto ms = store_->ListMeasurements(lease.trial().trial_id());
   ASSERT_TRUE(ms.ok());
   ASSERT_EQ(ms->size(), 1u);
-  EXPECT_EQ(json::parse(ms->at(0).system_setting_json), json({{"threads", 2}, {"inter_op_threads", 1}}));
+  EXPECT_EQ(json::parse(ms->at(0).system_setting_json),
+            json({{"threads", 2}, {"inter_op_threads", 1}}));
   auto observed = store_->ListSpeedObservations("", 10);
   ASSERT_EQ(observed->size(), 1u);
-  EXPECT_EQ(json::parse(observed->at(0).system_setting_json), json({{"threads", 2}, {"inter_op_threads", 1}}));
+  EXPECT_EQ(json::parse(observed->at(0).system_setting_json),
+            json({{"threads", 2}, {"inter_op_threads", 1}}));
 
   // A bad applied value is refused naming its field, and nothing is stored.
   req.set_step(2);
@@ -949,7 +965,8 @@ TEST_F(GrpcWorkerServiceTest, ThreadsBeyondTheDevicesCoresAreCappedWithAnEvent) 
   ASSERT_TRUE(lease.has_trial());
   const int64_t trial = lease.trial().trial_id();
   auto system = lease.trial().system().values();
-  EXPECT_LE(std::stoi(system.at("threads")), 2) << "the middle of [1, 16] was asked of a 2-core device";
+  EXPECT_LE(std::stoi(system.at("threads")), 2)
+      << "the middle of [1, 16] was asked of a 2-core device";
   const auto capped = Events("trial.system_capped");
   ASSERT_EQ(capped.size(), 1u);
   EXPECT_EQ(capped[0]["parameter"], "threads");
@@ -957,7 +974,9 @@ TEST_F(GrpcWorkerServiceTest, ThreadsBeyondTheDevicesCoresAreCappedWithAnEvent) 
   EXPECT_EQ(capped[0]["device_id"], device);
   EXPECT_EQ(capped[0]["trial_id"], trial);
   const std::string reason = capped[0]["reason"];
-  EXPECT_EQ(reason.rfind("system.threads: the spec allows up to 16, device " + std::to_string(device), 0), 0u)
+  EXPECT_EQ(
+      reason.rfind("system.threads: the spec allows up to 16, device " + std::to_string(device), 0),
+      0u)
       << reason;
   EXPECT_NE(reason.find("has 2 usable core(s)"), std::string::npos) << reason;
 
@@ -970,7 +989,8 @@ TEST_F(GrpcWorkerServiceTest, ThreadsBeyondTheDevicesCoresAreCappedWithAnEvent) 
     req.set_trial_id(trial);
     req.set_step(step);
     (*req.mutable_metrics())["loss"] = 1.0 / step;
-    req.set_samples_per_sec(1000 * std::stod(system.at("threads")));  // more threads, faster: probes go up
+    req.set_samples_per_sec(1000 *
+                            std::stod(system.at("threads")));  // more threads, faster: probes go up
     *req.mutable_system()->mutable_values() = system;
     v1::ReportResponse rr;
     ::grpc::Status s = stub_->Report(Ctx().get(), req, &rr);
@@ -991,17 +1011,20 @@ TEST_F(GrpcWorkerServiceTest, AHeartbeatCarriesAtMostTheLimitOfTrials) {
   v1::HeartbeatRequest hb;
   hb.set_worker_id(worker);
   hb.set_session(SessionOf(worker));
-  for (size_t i = 0; i < kMaxTrialsPerHeartbeat; ++i) hb.add_trial_ids(100'000 + static_cast<int64_t>(i));
+  for (size_t i = 0; i < kMaxTrialsPerHeartbeat; ++i)
+    hb.add_trial_ids(100'000 + static_cast<int64_t>(i));
   v1::HeartbeatResponse resp;
   ::grpc::Status s = stub_->Heartbeat(Ctx().get(), hb, &resp);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(resp.stop_trial_ids_size(), static_cast<int>(kMaxTrialsPerHeartbeat)) << "unknown trials are to stop";
+  EXPECT_EQ(resp.stop_trial_ids_size(), static_cast<int>(kMaxTrialsPerHeartbeat))
+      << "unknown trials are to stop";
   hb.add_trial_ids(1);
   resp.Clear();
   s = stub_->Heartbeat(Ctx().get(), hb, &resp);
   EXPECT_EQ(s.error_code(), ::grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
-  EXPECT_NE(s.error_message().find("trial_ids: 257 trials in one heartbeat, more than the limit of 256"),
-            std::string::npos)
+  EXPECT_NE(
+      s.error_message().find("trial_ids: 257 trials in one heartbeat, more than the limit of 256"),
+      std::string::npos)
       << s.error_message();
 }
 
@@ -1092,8 +1115,9 @@ TEST(GrpcStatusTest, EveryCodeRoundTripsWithItsMessage) {
 // GET /api/v1/workers registers under it.
 
 // Registers a one-CPU worker under (host, instance), presenting `secret`.
-::grpc::Status RegisterAs(v1::WorkerService::Stub& stub, const std::string& host, const std::string& instance,
-                          const std::string& secret, v1::RegisterResponse* resp) {
+::grpc::Status RegisterAs(v1::WorkerService::Stub& stub, const std::string& host,
+                          const std::string& instance, const std::string& secret,
+                          v1::RegisterResponse* resp) {
   v1::RegisterRequest req;
   req.set_host(host);
   req.set_instance(instance);
@@ -1167,7 +1191,8 @@ TEST_F(GrpcWorkerServiceTest, RegisteringALiveWorkersIdentityWithoutItsSecretIsR
   EXPECT_NE(again.session(), victim.session());
   EXPECT_TRUE(again.identity_secret().empty()) << "the secret it has stays the one";
   v1::RegisterResponse third;
-  EXPECT_TRUE(RegisterAs(*stub_, "node-7", "pod-a", victim.identity_secret(), &third).ok()) << "and stays valid";
+  EXPECT_TRUE(RegisterAs(*stub_, "node-7", "pod-a", victim.identity_secret(), &third).ok())
+      << "and stays valid";
 }
 
 // Once the worker is no longer live (unseen for a lease timeout), its

@@ -22,9 +22,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -69,7 +69,8 @@ class HpctlTest : public ::testing::Test {
     dir_ = ::testing::TempDir() + "/hpo-hpctl-" + std::to_string(getpid());
     std::filesystem::remove_all(dir_);
     // At debug level the server logs one line per REST request.
-    const std::vector<std::string> args = {"--store", "sqlite://" + dir_ + "/hpo.db", "--log-level", "debug"};
+    const std::vector<std::string> args = {"--store", "sqlite://" + dir_ + "/hpo.db", "--log-level",
+                                           "debug"};
     server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, dir_, args);
     ASSERT_TRUE(server_->Start().ok()) << server_->Log();
     addr_ = "--server 127.0.0.1:" + std::to_string(server_->http_port());
@@ -94,10 +95,13 @@ executor: {client: {}}
 
   // Runs the experiment's trials as an ask/tell client would, each
   // reporting loss(x).
-  void Finish(int64_t id, double (*loss)(double) = [](double x) { return x * x; }) {
+  void Finish(
+      int64_t id, double (*loss)(double) = [](double x) { return x * x; }) {
     HttpClientOptions o;
     o.port = server_->http_port();
-    auto s = HttpRequestOnce(o, "POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest", R"({"count": 3})");
+    auto s =
+        HttpRequestOnce(o, "POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest",
+                        R"({"count": 3})");
     ASSERT_TRUE(s.ok() && s->status == 200);
     const json suggested = json::parse(s->body);
     for (const auto& t : suggested["trials"]) {
@@ -116,7 +120,8 @@ executor: {client: {}}
   // could not start.
   pid_t StartWatch(const std::string& out, bool first_block = true) {
     const pid_t watch = testing::Spawn(
-        {HPCTL_BIN, "--server", "127.0.0.1:" + std::to_string(server_->http_port()), "watch", "1"}, out);
+        {HPCTL_BIN, "--server", "127.0.0.1:" + std::to_string(server_->http_port()), "watch", "1"},
+        out);
     for (int i = 0; watch > 0 && first_block && i < 600 &&
                     testing::ReadFile(out).find("elapsed") == std::string::npos;
          ++i) {
@@ -171,9 +176,11 @@ TEST_F(HpctlTest, WatchReadsOnlyWhatChangedAfterItsFirstRead) {
     return lines;
   };
   // Two reads: the whole one, then one since its cursor, before anything new.
-  for (int i = 0; i < 600 && reads().size() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 600 && reads().size() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_GE(reads().size(), 2u) << testing::ReadFile(out) << server_->Log();
-  EXPECT_NE(testing::ReadFile(out).find("trials 3 of 6 finished"), std::string::npos) << testing::ReadFile(out);
+  EXPECT_NE(testing::ReadFile(out).find("trials 3 of 6 finished"), std::string::npos)
+      << testing::ReadFile(out);
   // Three more trials, each better than any of the first three (x*x >= 0).
   Finish(1, [](double x) { return x * x - 10; });
   const auto status = testing::WaitExit(watch, std::chrono::seconds(60));
@@ -187,7 +194,8 @@ TEST_F(HpctlTest, WatchReadsOnlyWhatChangedAfterItsFirstRead) {
   ASSERT_GE(lines.size(), 3u);
   EXPECT_EQ(lines[0].find("since="), std::string::npos) << "the first read is whole: " << lines[0];
   for (size_t i = 1; i < lines.size(); ++i) {
-    EXPECT_NE(lines[i].find("since="), std::string::npos) << "read " << i << " is not since a cursor: " << lines[i];
+    EXPECT_NE(lines[i].find("since="), std::string::npos)
+        << "read " << i << " is not since a cursor: " << lines[i];
   }
   // The best it shows last is the server's best, from the later trials.
   Out best = Hpctl(addr_ + " best 1 -o json");
@@ -470,9 +478,9 @@ TEST_F(HpctlTest, HumanOutputRoundsFloatsAndDataKeepsEveryDigit) {
     EXPECT_EQ(human.text.find("0.912345678"), std::string::npos) << command << "\n" << human.text;
     EXPECT_EQ(human.text.find(x), std::string::npos) << command << ": x in full\n" << human.text;
   }
-  for (const std::string& command : std::vector<std::string>{
-           " trials 1 -o csv", " trials 1 -o json", " best 1 -o json", " status 1 -o json",
-           " export 1"}) {
+  for (const std::string& command :
+       std::vector<std::string>{" trials 1 -o csv", " trials 1 -o json", " best 1 -o json",
+                                " status 1 -o json", " export 1"}) {
     Out data = Hpctl(addr_ + command);
     ASSERT_EQ(data.code, 0) << command << "\n" << data.text;
     if (command.find("status") == std::string::npos) {
@@ -490,12 +498,13 @@ TEST_F(HpctlTest, StatusIsAReadableBlockAndJsonOnRequest) {
   Finish(1, [](double) { return 0.25; });
   Out done = Hpctl(addr_ + " status 1");
   ASSERT_EQ(done.code, 0) << done.text;
-  EXPECT_EQ(done.text.rfind("experiment 1 (cli): completed\n"
-                            "  trials 3 of 3 finished: 3 completed, 0 pruned, 0 running, 0 paused at a "
-                            "rung, 0 failed\n"
-                            "  best: trial 0 (main) loss=0.25 {\"x\":",
-                            0),
-            0u)
+  EXPECT_EQ(
+      done.text.rfind("experiment 1 (cli): completed\n"
+                      "  trials 3 of 3 finished: 3 completed, 0 pruned, 0 running, 0 paused at a "
+                      "rung, 0 failed\n"
+                      "  best: trial 0 (main) loss=0.25 {\"x\":",
+                      0),
+      0u)
       << done.text;
   EXPECT_NE(done.text.find("\n  elapsed "), std::string::npos) << done.text;
   EXPECT_NE(done.text.find("\n  ended: all 3 trials finished\n"), std::string::npos) << done.text;
@@ -531,9 +540,10 @@ TEST_F(HpctlTest, TheServerLogsEachExperimentsStartAndEnd) {
     if (log.find("experiment 2 ended") != std::string::npos) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  for (const char* line : {" info experiment 1 (cli) created\n",
-                           " info experiment 1 ended: completed (all 3 trials finished)\n",
-                           " info experiment 2 (cli) created\n", " info experiment 2 ended: cancelled"}) {
+  for (const char* line :
+       {" info experiment 1 (cli) created\n",
+        " info experiment 1 ended: completed (all 3 trials finished)\n",
+        " info experiment 2 (cli) created\n", " info experiment 2 ended: cancelled"}) {
     EXPECT_NE(log.find(line), std::string::npos) << line << "\n" << log;
   }
 }
@@ -555,13 +565,16 @@ TEST_F(HpctlTest, TheRestAddressComesFromHpoRestServerAndTheOldNameStillWorks) {
                    " " + addr_ + " list");
   EXPECT_EQ(flag.code, 0) << "--server wins over both\n" << flag.text;
   EXPECT_EQ(flag.text.find("warning"), std::string::npos) << flag.text;
-  Out down = Shell("env -u HPO_SERVER HPO_REST_SERVER=127.0.0.1:1 " + std::string(HPCTL_BIN) + " list");
+  Out down =
+      Shell("env -u HPO_SERVER HPO_REST_SERVER=127.0.0.1:1 " + std::string(HPCTL_BIN) + " list");
   EXPECT_EQ(down.code, 3) << down.text;
   EXPECT_NE(down.text.find("set --server or HPO_REST_SERVER"), std::string::npos) << down.text;
 }
 
 TEST_F(HpctlTest, ErrorsAreOneClearLineWithAnExitCode) {
-  std::ofstream(dir_ + "/bad.yaml") << "name: bad\nobjective: {metric: loss}\nspaces:\n  - name: s\n    params: {x: {type: float, low: 2, high: 1}}\nexecutor: {client: {}}\n";
+  std::ofstream(dir_ + "/bad.yaml")
+      << "name: bad\nobjective: {metric: loss}\nspaces:\n  - name: s\n    params: {x: {type: "
+         "float, low: 2, high: 1}}\nexecutor: {client: {}}\n";
   Out bad = Hpctl(addr_ + " submit " + dir_ + "/bad.yaml");
   EXPECT_EQ(bad.code, 1);
   EXPECT_NE(bad.text.find("spaces[0].params.x.low: must be < high"), std::string::npos) << bad.text;
@@ -612,13 +625,18 @@ TEST_F(HpctlTest, DryRunPrintsTheParsedSpacesAndCreatesNothing) {
   std::ofstream(dir_ + "/rich.yaml") << kRichSpec;
   Out table = Hpctl(addr_ + " submit --dry-run " + dir_ + "/rich.yaml");
   ASSERT_EQ(table.code, 0) << table.text;
-  EXPECT_NE(table.text.find("a valid spec (dry run: nothing created)"), std::string::npos) << table.text;
-  EXPECT_NE(table.text.find("experiment rich: minimize loss, sampler auto"), std::string::npos) << table.text;
+  EXPECT_NE(table.text.find("a valid spec (dry run: nothing created)"), std::string::npos)
+      << table.text;
+  EXPECT_NE(table.text.find("experiment rich: minimize loss, sampler auto"), std::string::npos)
+      << table.text;
   EXPECT_NE(table.text.find("space main (3 params"), std::string::npos) << table.text;
   EXPECT_NE(table.text.find("float [-1.0, 1.0]"), std::string::npos) << table.text;
   EXPECT_NE(table.text.find("categorical {sgd, a,b \"c\"}"), std::string::npos) << table.text;
-  EXPECT_NE(table.text.find("when opt=sgd"), std::string::npos) << "the conditional names its parent\n" << table.text;
-  EXPECT_NE(table.text.find("int [1, 4]  co-tuned epoch by epoch"), std::string::npos) << table.text;
+  EXPECT_NE(table.text.find("when opt=sgd"), std::string::npos)
+      << "the conditional names its parent\n"
+      << table.text;
+  EXPECT_NE(table.text.find("int [1, 4]  co-tuned epoch by epoch"), std::string::npos)
+      << table.text;
 
   Out js = Hpctl(addr_ + " submit --dry-run -o json " + dir_ + "/rich.yaml");
   ASSERT_EQ(js.code, 0) << js.text;
@@ -638,18 +656,24 @@ TEST_F(HpctlTest, DryRunPrintsTheParsedSpacesAndCreatesNothing) {
   EXPECT_EQ(spec["early_stopping"]["type"], "stop") << "defaults are filled in";
   EXPECT_EQ(spec["budget"]["max_trials"], 5);
 
-  EXPECT_EQ(Hpctl(addr_ + " submit --dry-run --watch " + dir_ + "/rich.yaml").code, 2) << "they exclude each other";
+  EXPECT_EQ(Hpctl(addr_ + " submit --dry-run --watch " + dir_ + "/rich.yaml").code, 2)
+      << "they exclude each other";
   EXPECT_EQ(Experiments(server_->http_port()).size(), 0u) << "a dry run creates nothing";
 }
 
 TEST_F(HpctlTest, DryRunOfABadSpecNamesTheFieldAndFails) {
-  std::ofstream(dir_ + "/bad.yaml") << "name: bad\nobjective: {metric: loss}\nspaces:\n  - name: s\n    params: {x: {type: float, low: 2, high: 1}}\nexecutor: {client: {}}\n";
+  std::ofstream(dir_ + "/bad.yaml")
+      << "name: bad\nobjective: {metric: loss}\nspaces:\n  - name: s\n    params: {x: {type: "
+         "float, low: 2, high: 1}}\nexecutor: {client: {}}\n";
   Out bad = Hpctl(addr_ + " submit --dry-run " + dir_ + "/bad.yaml");
   EXPECT_EQ(bad.code, 1) << bad.text;
   EXPECT_EQ(bad.text, "hpctl: spaces[0].params.x.low: must be < high\n");
   // A check the spec parser cannot make alone (the engine builds the pruner
   // to judge it): the dry run takes the same route as creating.
-  std::ofstream(dir_ + "/eta.yaml") << "name: eta\nobjective: {metric: loss}\nspaces:\n  - name: s\n    params: {x: {type: float, low: 0, high: 1}}\nearly_stopping: {rule: asha, reduction_factor: 1}\nexecutor: {client: {}}\n";
+  std::ofstream(dir_ + "/eta.yaml")
+      << "name: eta\nobjective: {metric: loss}\nspaces:\n  - name: s\n    params: {x: {type: "
+         "float, low: 0, high: 1}}\nearly_stopping: {rule: asha, reduction_factor: 1}\nexecutor: "
+         "{client: {}}\n";
   Out eta = Hpctl(addr_ + " submit --dry-run " + dir_ + "/eta.yaml");
   EXPECT_EQ(eta.code, 1) << eta.text;
   EXPECT_NE(eta.text.find("early_stopping"), std::string::npos) << eta.text;
@@ -665,25 +689,31 @@ TEST_F(HpctlTest, DryRunOfABadSpecNamesTheFieldAndFails) {
 TEST_F(HpctlTest, DryRunWarnsWhenNoTrialCanReachTheLastRung) {
   const auto spec = [&](int max_trials) {
     const std::string file = dir_ + "/rungs-" + std::to_string(max_trials) + ".yaml";
-    std::ofstream(file) << "name: rungs\nobjective: {metric: loss}\nspaces:\n  - name: s\n"
-                           "    params: {x: {type: float, low: 0, high: 1}}\n"
-                           "early_stopping: {rule: asha, type: promotion, min_resource: 1, reduction_factor: 3}\n"
-                           "budget: {max_trials: "
-                        << max_trials
-                        << ", steps_per_trial: 9}\nexecutor: {command: {argv: [train, '{x}'], checkpoints: true}}\n";
+    std::ofstream(file)
+        << "name: rungs\nobjective: {metric: loss}\nspaces:\n  - name: s\n"
+           "    params: {x: {type: float, low: 0, high: 1}}\n"
+           "early_stopping: {rule: asha, type: promotion, min_resource: 1, reduction_factor: 3}\n"
+           "budget: {max_trials: "
+        << max_trials
+        << ", steps_per_trial: 9}\nexecutor: {command: {argv: [train, '{x}'], checkpoints: "
+           "true}}\n";
     return file;
   };
   // Rungs 1, 3, 9: a rung keeps floor(n / 3), so the last needs 9 trials.
   Out few = Hpctl(addr_ + " submit --dry-run " + spec(8));
   ASSERT_EQ(few.code, 0) << few.text;
-  EXPECT_NE(few.text.find("hpctl: warning: budget.max_trials: 8 trials cannot bring any trial to the last rung "
-                          "(step 9 of rungs 1, 3, 9)"),
-            std::string::npos)
+  EXPECT_NE(
+      few.text.find(
+          "hpctl: warning: budget.max_trials: 8 trials cannot bring any trial to the last rung "
+          "(step 9 of rungs 1, 3, 9)"),
+      std::string::npos)
       << few.text;
   EXPECT_NE(few.text.find("about 9 trials"), std::string::npos) << few.text;
-  Out js = Shell("(" + std::string(HPCTL_BIN) + " " + addr_ + " submit --dry-run -o json " + spec(8) + " 2>/dev/null)");
+  Out js = Shell("(" + std::string(HPCTL_BIN) + " " + addr_ + " submit --dry-run -o json " +
+                 spec(8) + " 2>/dev/null)");
   ASSERT_EQ(js.code, 0);
-  EXPECT_TRUE(json::parse(js.text, nullptr, false).is_object()) << "the warning is not in the JSON: " << js.text;
+  EXPECT_TRUE(json::parse(js.text, nullptr, false).is_object())
+      << "the warning is not in the JSON: " << js.text;
   Out enough = Hpctl(addr_ + " submit --dry-run " + spec(9));
   ASSERT_EQ(enough.code, 0) << enough.text;
   EXPECT_EQ(enough.text.find("warning"), std::string::npos) << enough.text;
@@ -692,10 +722,11 @@ TEST_F(HpctlTest, DryRunWarnsWhenNoTrialCanReachTheLastRung) {
 // An ask/tell experiment of 5-step trials, ended by a 1 s wall-time budget.
 std::string WallTimeSpec(const std::string& dir) {
   const std::string file = dir + "/wall.yaml";
-  std::ofstream(file) << "name: wall\nobjective: {metric: loss}\nspaces:\n  - name: main\n"
-                         "    params: {x: {type: float, low: -1, high: 1}}\n"
-                         "budget: {max_trials: 3, max_parallel: 3, steps_per_trial: 5, max_wall_time_s: 1}\n"
-                         "executor: {client: {}}\n";
+  std::ofstream(file)
+      << "name: wall\nobjective: {metric: loss}\nspaces:\n  - name: main\n"
+         "    params: {x: {type: float, low: -1, high: 1}}\n"
+         "budget: {max_trials: 3, max_parallel: 3, steps_per_trial: 5, max_wall_time_s: 1}\n"
+         "executor: {client: {}}\n";
   return file;
 }
 
@@ -717,20 +748,24 @@ TEST_F(HpctlTest, AnExperimentWithoutACompletedTrialHasAPartialBest) {
     const std::string tid = std::to_string(t["id"].get<int64_t>());
     for (int step = 1; step <= 2; ++step) {
       // Step 1 is each trial's best: the best is found at a step, not the last.
-      auto r =
-          HttpRequestOnce(o, "POST", "/api/v1/trials/" + tid + "/measurements",
-                          json{{"step", step}, {"metrics", {{"loss", step == 1 ? losses[i] : losses[i] + 1}}}}.dump());
+      auto r = HttpRequestOnce(
+          o, "POST", "/api/v1/trials/" + tid + "/measurements",
+          json{{"step", step}, {"metrics", {{"loss", step == 1 ? losses[i] : losses[i] + 1}}}}
+              .dump());
       ASSERT_TRUE(r.ok() && r->status == 200) << (r.ok() ? r->body : r.status().message());
     }
   }
   Out watched = Hpctl(addr_ + " watch 1");
   EXPECT_EQ(watched.code, 0) << "measured trials are a result\n" << watched.text;
-  EXPECT_NE(watched.text.find("best so far: trial " + std::to_string(best_number)), std::string::npos) << watched.text;
+  EXPECT_NE(watched.text.find("best so far: trial " + std::to_string(best_number)),
+            std::string::npos)
+      << watched.text;
   Out best = Hpctl(addr_ + " best 1");
   ASSERT_EQ(best.code, 0) << best.text;
-  EXPECT_NE(best.text.find("best so far: trial " + std::to_string(best_number) +
-                           " (main; running, best at step 1, not trained to its full budget): loss 0.2"),
-            std::string::npos)
+  EXPECT_NE(
+      best.text.find("best so far: trial " + std::to_string(best_number) +
+                     " (main; running, best at step 1, not trained to its full budget): loss 0.2"),
+      std::string::npos)
       << best.text;
   Out js = Hpctl(addr_ + " best 1 -o json");
   ASSERT_EQ(js.code, 0) << js.text;
@@ -747,14 +782,16 @@ TEST_F(HpctlTest, WatchOfAnExperimentEndedWithNoMeasurementExitsFive) {
   ASSERT_EQ(Hpctl(addr_ + " submit " + WallTimeSpec(dir_)).code, 0);
   Out watched = Hpctl(addr_ + " watch 1");
   EXPECT_EQ(watched.code, 5) << watched.text;
-  EXPECT_NE(watched.text.find("hpctl: experiment 1 ended with no result: no trial completed or reported loss"),
+  EXPECT_NE(watched.text.find(
+                "hpctl: experiment 1 ended with no result: no trial completed or reported loss"),
             std::string::npos)
       << watched.text;
   Out quiet = Hpctl(addr_ + " -q watch 1");
   EXPECT_EQ(quiet.code, 5) << quiet.text;
   Out best = Hpctl(addr_ + " best 1");
   EXPECT_EQ(best.code, 1) << best.text;
-  EXPECT_NE(best.text.find("no completed trial and no measurement yet"), std::string::npos) << best.text;
+  EXPECT_NE(best.text.find("no completed trial and no measurement yet"), std::string::npos)
+      << best.text;
 }
 
 TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
@@ -778,7 +815,8 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
     ASSERT_TRUE(r.ok() && r->status == 200);
     if (i == 4) continue;
     const json final_metrics = i == 2 ? json{{"accuracy", 0.5}} : json::object();
-    auto done = i == 3 ? HttpRequestOnce(o, "POST", "/api/v1/trials/" + tid + ":fail", json{{"reason", reason}}.dump())
+    auto done = i == 3 ? HttpRequestOnce(o, "POST", "/api/v1/trials/" + tid + ":fail",
+                                         json{{"reason", reason}}.dump())
                        : HttpRequestOnce(o, "POST", "/api/v1/trials/" + tid + ":complete",
                                          json{{"metrics", final_metrics}}.dump());
     ASSERT_TRUE(done.ok() && done->status == 200) << (done.ok() ? done->body : "");
@@ -791,17 +829,26 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
   ASSERT_EQ(written.code, 0) << written.text;
   EXPECT_EQ(written.text, "wrote 5 trials of experiment 1 to " + csv + " (csv)\n");
   // Read back by Python's csv module, as pandas' reader would.
-  Out parsed = Shell("python3 -c 'import csv, json, sys; r = csv.reader(open(sys.argv[1], newline=\"\")); "
-                     "print(json.dumps(list(r)))' " + csv);
+  Out parsed = Shell(
+      "python3 -c 'import csv, json, sys; r = csv.reader(open(sys.argv[1], newline=\"\")); "
+      "print(json.dumps(list(r)))' " +
+      csv);
   ASSERT_EQ(parsed.code, 0) << parsed.text;
   const json rows = json::parse(parsed.text);
   ASSERT_EQ(rows.size(), 6u) << parsed.text;
-  const std::vector<std::string> header = {
-      "number",          "id",          "space",         "state",          "attempt",          "level",
-      "started_ms",      "finished_ms", "stop_step",     "reason",         "device_seconds",   "latest_step",
-      "best_step",       "params.momentum", "params.opt", "params.x",      "system.threads",   "metrics.accuracy",
-      "metrics.loss",    "latest.loss", "best.loss"};
-  EXPECT_EQ(rows[0], json(header)) << "one column per param, system parameter and metric, sorted in each group";
+  const std::vector<std::string> header = {"number",         "id",
+                                           "space",          "state",
+                                           "attempt",        "level",
+                                           "started_ms",     "finished_ms",
+                                           "stop_step",      "reason",
+                                           "device_seconds", "latest_step",
+                                           "best_step",      "params.momentum",
+                                           "params.opt",     "params.x",
+                                           "system.threads", "metrics.accuracy",
+                                           "metrics.loss",   "latest.loss",
+                                           "best.loss"};
+  EXPECT_EQ(rows[0], json(header))
+      << "one column per param, system parameter and metric, sorted in each group";
   auto col = [&](const std::string& name) {
     return static_cast<size_t>(std::find(header.begin(), header.end(), name) - header.begin());
   };
@@ -812,33 +859,42 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
     EXPECT_EQ(row[col("number")], std::to_string(t["number"].get<int64_t>()));
     EXPECT_EQ(row[col("state")], t["state"]);
     EXPECT_EQ(row[col("space")], "main");
-    EXPECT_EQ(row[col("params.opt")], t["params"]["opt"]) << "a choice with a comma and quotes reads back whole";
+    EXPECT_EQ(row[col("params.opt")], t["params"]["opt"])
+        << "a choice with a comma and quotes reads back whole";
     EXPECT_EQ(std::stod(row[col("params.x")].get<std::string>()), t["params"]["x"].get<double>())
         << "numbers keep every digit";
     if (t["params"].contains("momentum")) {
-      EXPECT_EQ(std::stod(row[col("params.momentum")].get<std::string>()), t["params"]["momentum"].get<double>());
+      EXPECT_EQ(std::stod(row[col("params.momentum")].get<std::string>()),
+                t["params"]["momentum"].get<double>());
     } else {
       EXPECT_EQ(row[col("params.momentum")], "") << "an inactive parameter is an empty cell";
     }
     EXPECT_EQ(row[col("latest_step")], "1");
     EXPECT_EQ(row[col("best_step")], "1");
     EXPECT_EQ(row[col("best.loss")], row[col("latest.loss")]) << "one step: its last is its best";
-    EXPECT_EQ(std::stod(row[col("latest.loss")].get<std::string>()), std::pow(t["params"]["x"].get<double>(), 2))
+    EXPECT_EQ(std::stod(row[col("latest.loss")].get<std::string>()),
+              std::pow(t["params"]["x"].get<double>(), 2))
         << "every trial's last report, whether or not it finished";
     if (t["state"] == "failed") {
-      EXPECT_EQ(row[col("reason")], reason) << "a reason with a line break, a comma and quotes reads back whole";
+      EXPECT_EQ(row[col("reason")], reason)
+          << "a reason with a line break, a comma and quotes reads back whole";
     } else if (t["state"] == "running") {
       EXPECT_EQ(row[col("metrics.loss")], "") << "no final metrics yet";
     } else {
-      EXPECT_EQ(std::stod(row[col("metrics.loss")].get<std::string>()), t["final_metrics"]["loss"].get<double>());
+      EXPECT_EQ(std::stod(row[col("metrics.loss")].get<std::string>()),
+                t["final_metrics"]["loss"].get<double>());
     }
-    EXPECT_EQ(row[col("metrics.accuracy")], t["id"] == suggested[2]["id"] ? "0.5" : "") << "a metric one trial lacks is empty";
-    EXPECT_EQ(std::stoi(row[col("system.threads")].get<std::string>()), t["system"]["threads"].get<int>());
+    EXPECT_EQ(row[col("metrics.accuracy")], t["id"] == suggested[2]["id"] ? "0.5" : "")
+        << "a metric one trial lacks is empty";
+    EXPECT_EQ(std::stoi(row[col("system.threads")].get<std::string>()),
+              t["system"]["threads"].get<int>());
   }
 
   Out table = Hpctl(addr_ + " trials 1");
   ASSERT_EQ(table.code, 0) << table.text;
-  EXPECT_NE(table.text.find(" @ step 1"), std::string::npos) << "the running trial's latest report\n" << table.text;
+  EXPECT_NE(table.text.find(" @ step 1"), std::string::npos)
+      << "the running trial's latest report\n"
+      << table.text;
   EXPECT_NE(table.text.find("best_loss"), std::string::npos) << table.text;
 
   Out to_stdout = Hpctl(addr_ + " export 1 -o csv");
@@ -868,7 +924,8 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
   EXPECT_NE(missing.text.find("experiment 99"), std::string::npos) << missing.text;
   Out unwritable = Hpctl(addr_ + " export 1 " + dir_ + "/no/such/dir/t.csv");
   EXPECT_EQ(unwritable.code, 2) << unwritable.text;
-  EXPECT_NE(unwritable.text.find(dir_ + "/no/such/dir/t.csv: cannot write"), std::string::npos) << unwritable.text;
+  EXPECT_NE(unwritable.text.find(dir_ + "/no/such/dir/t.csv: cannot write"), std::string::npos)
+      << unwritable.text;
   EXPECT_EQ(Hpctl(addr_ + " export 1 -o xml").code, 2);
 }
 
@@ -885,15 +942,19 @@ TEST_F(HpctlTest, QuietKeepsTheDataAndTheErrors) {
   EXPECT_EQ(exported.text, "");
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/t.csv"));
   Out table = Hpctl("-q " + addr_ + " trials 1 -o csv");
-  EXPECT_EQ(std::count(table.text.begin(), table.text.end(), '\n'), 4) << "the data asked for stays\n" << table.text;
+  EXPECT_EQ(std::count(table.text.begin(), table.text.end(), '\n'), 4)
+      << "the data asked for stays\n"
+      << table.text;
   std::ofstream(dir_ + "/rich.yaml") << kRichSpec;
   Out dry = Hpctl("-q " + addr_ + " submit --dry-run " + dir_ + "/rich.yaml");
   EXPECT_EQ(dry.code, 0) << dry.text;
   EXPECT_EQ(dry.text.find("a valid spec"), std::string::npos) << dry.text;
-  EXPECT_EQ(dry.text.rfind("experiment rich:", 0), 0u) << "the parsed spec is the data\n" << dry.text;
+  EXPECT_EQ(dry.text.rfind("experiment rich:", 0), 0u) << "the parsed spec is the data\n"
+                                                       << dry.text;
   Out unknown = Hpctl("-q " + addr_ + " status 99");
   EXPECT_EQ(unknown.code, 1);
-  EXPECT_NE(unknown.text.find("experiment 99 does not exist"), std::string::npos) << "errors stay\n" << unknown.text;
+  EXPECT_NE(unknown.text.find("experiment 99 does not exist"), std::string::npos) << "errors stay\n"
+                                                                                  << unknown.text;
   Out second = Hpctl("-q " + addr_ + " submit " + spec_);
   ASSERT_EQ(second.text, "2\n");
   Out cancelled = Hpctl("-q " + addr_ + " cancel 2");
@@ -923,9 +984,12 @@ std::vector<std::string> HelpCommands() {
 
 // What the bash script completes for the words of a command line (the last
 // one being completed), the real completion function called as bash does.
-std::vector<std::string> BashComplete(const std::string& script, const std::vector<std::string>& words) {
-  std::string cmd = "bash --norc --noprofile -c 'source \"$0\"; COMP_WORDS=(\"${@}\"); COMP_CWORD=$(($# - 1)); "
-                    "_hpctl; printf \"%s\\n\" \"${COMPREPLY[@]}\"' " + script;
+std::vector<std::string> BashComplete(const std::string& script,
+                                      const std::vector<std::string>& words) {
+  std::string cmd =
+      "bash --norc --noprofile -c 'source \"$0\"; COMP_WORDS=(\"${@}\"); COMP_CWORD=$(($# - 1)); "
+      "_hpctl; printf \"%s\\n\" \"${COMPREPLY[@]}\"' " +
+      script;
   for (const auto& w : words) cmd += " '" + w + "'";
   Out r = Shell(cmd);
   std::vector<std::string> out;
@@ -938,7 +1002,8 @@ std::vector<std::string> BashComplete(const std::string& script, const std::vect
 }
 
 TEST(HpctlCompletion, BashCompletesCommandsOptionsAndValues) {
-  const std::string dir = ::testing::TempDir() + "/hpo-hpctl-completion-" + std::to_string(getpid());
+  const std::string dir =
+      ::testing::TempDir() + "/hpo-hpctl-completion-" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
   const std::string script = dir + "/hpctl.bash";
   Out generated = Hpctl("completion bash > " + script);
@@ -948,35 +1013,46 @@ TEST(HpctlCompletion, BashCompletesCommandsOptionsAndValues) {
 
   const std::vector<std::string> commands = HelpCommands();
   ASSERT_GE(commands.size(), 12u) << "--help's Subcommands section";
-  EXPECT_EQ(BashComplete(script, {"hpctl", ""}), commands) << "every command of the app, from the app";
+  EXPECT_EQ(BashComplete(script, {"hpctl", ""}), commands)
+      << "every command of the app, from the app";
   EXPECT_EQ(BashComplete(script, {"hpctl", "ex"}), std::vector<std::string>{"export"});
-  EXPECT_EQ(BashComplete(script, {"hpctl", "--server", "h:1", "su"}), std::vector<std::string>{"submit"})
+  EXPECT_EQ(BashComplete(script, {"hpctl", "--server", "h:1", "su"}),
+            std::vector<std::string>{"submit"})
       << "a global option's value is not the command";
-  EXPECT_EQ(BashComplete(script, {"hpctl", "submit", "--d"}), std::vector<std::string>{"--dry-run"});
+  EXPECT_EQ(BashComplete(script, {"hpctl", "submit", "--d"}),
+            std::vector<std::string>{"--dry-run"});
   const auto export_options = BashComplete(script, {"hpctl", "export", "1", "-"});
   for (const char* o : {"-o", "--output", "--quiet", "-q", "--server", "--help"}) {
-    EXPECT_NE(std::find(export_options.begin(), export_options.end(), o), export_options.end()) << o;
+    EXPECT_NE(std::find(export_options.begin(), export_options.end(), o), export_options.end())
+        << o;
   }
-  EXPECT_EQ(BashComplete(script, {"hpctl", "export", "1", "-o", ""}), (std::vector<std::string>{"csv", "json"}));
-  EXPECT_EQ(BashComplete(script, {"hpctl", "trials", "1", "--output", "c"}), std::vector<std::string>{"csv"});
-  EXPECT_EQ(BashComplete(script, {"hpctl", "trials", "1", "--state", "pa"}), std::vector<std::string>{"paused"});
-  EXPECT_EQ(BashComplete(script, {"hpctl", "completion", ""}), (std::vector<std::string>{"bash", "zsh"}));
+  EXPECT_EQ(BashComplete(script, {"hpctl", "export", "1", "-o", ""}),
+            (std::vector<std::string>{"csv", "json"}));
+  EXPECT_EQ(BashComplete(script, {"hpctl", "trials", "1", "--output", "c"}),
+            std::vector<std::string>{"csv"});
+  EXPECT_EQ(BashComplete(script, {"hpctl", "trials", "1", "--state", "pa"}),
+            std::vector<std::string>{"paused"});
+  EXPECT_EQ(BashComplete(script, {"hpctl", "completion", ""}),
+            (std::vector<std::string>{"bash", "zsh"}));
   std::ofstream(dir + "/spec-one.yaml") << "name: x\n";
-  EXPECT_EQ(BashComplete(script, {"hpctl", "submit", dir + "/spec-o"}), std::vector<std::string>{dir + "/spec-one.yaml"})
+  EXPECT_EQ(BashComplete(script, {"hpctl", "submit", dir + "/spec-o"}),
+            std::vector<std::string>{dir + "/spec-one.yaml"})
       << "a spec file completes as a path";
-  EXPECT_EQ(BashComplete(script, {"hpctl", "status", ""}), std::vector<std::string>{}) << "an id: nothing to offer";
+  EXPECT_EQ(BashComplete(script, {"hpctl", "status", ""}), std::vector<std::string>{})
+      << "an id: nothing to offer";
   std::filesystem::remove_all(dir);
 }
 
 TEST(HpctlCompletion, ZshScriptLoadsAndRegisters) {
-  if (std::system("command -v zsh > /dev/null") != 0) GTEST_SKIP() << "zsh is not installed (scripts/setup installs it)";
+  if (std::system("command -v zsh > /dev/null") != 0)
+    GTEST_SKIP() << "zsh is not installed (scripts/setup installs it)";
   const std::string dir = ::testing::TempDir() + "/hpo-hpctl-zsh-" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
   ASSERT_EQ(Hpctl("completion zsh > " + dir + "/_hpctl").code, 0);
   Out syntax = Shell("zsh -n " + dir + "/_hpctl");
   EXPECT_EQ(syntax.code, 0) << syntax.text;
-  Out loaded = Shell("zsh -f -c 'autoload -U compinit && compinit -u -d " + dir + "/zcompdump && source " + dir +
-                     "/_hpctl && print -r -- $_comps[hpctl]'");
+  Out loaded = Shell("zsh -f -c 'autoload -U compinit && compinit -u -d " + dir +
+                     "/zcompdump && source " + dir + "/_hpctl && print -r -- $_comps[hpctl]'");
   EXPECT_EQ(loaded.text, "_hpctl\n");
   std::filesystem::remove_all(dir);
 }
@@ -989,7 +1065,8 @@ namespace {
 
 TEST(HpctlRun, RunsAnExperimentOnThisMachineAndCleansUp) {
 #ifndef HPO_HAVE_WORKER
-  GTEST_SKIP() << "hpctl run needs hpo-worker, which this build (HPO_BUILD_WORKER=OFF) does not have";
+  GTEST_SKIP()
+      << "hpctl run needs hpo-worker, which this build (HPO_BUILD_WORKER=OFF) does not have";
 #endif
   const std::string dir = ::testing::TempDir() + "/hpo-hpctl-run-" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
@@ -1009,7 +1086,8 @@ executor: {builtin: {trainer: fashion-mnist, args: {max_train_samples: 2000}}}
   Out r = Hpctl("run " + dir + "/tiny.yaml --workers 1 --data-dir " + dir + "/data");
   EXPECT_EQ(r.code, 0) << r.text;
   EXPECT_NE(r.text.find("dashboard: http://127.0.0.1:"), std::string::npos)
-      << "the embedded server serves this checkout's web/\n" << r.text;
+      << "the embedded server serves this checkout's web/\n"
+      << r.text;
   EXPECT_NE(r.text.find("trials 2 of 2 finished: 2 completed"), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("best trial"), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("test_accuracy"), std::string::npos) << r.text;
@@ -1134,7 +1212,8 @@ TEST(HpctlRun, RefusesAWebRootWithoutTheDashboard) {
   std::ofstream(dir + "/spec.yaml") << "name: x\n";
   Out r = Hpctl("run " + dir + "/spec.yaml --web-root " + dir + " --data-dir " + dir + "/data");
   EXPECT_EQ(r.code, 2) << r.text;
-  EXPECT_NE(r.text.find("--web-root " + dir + ": no index.html there"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("--web-root " + dir + ": no index.html there"), std::string::npos)
+      << r.text;
   EXPECT_FALSE(std::filesystem::exists(dir + "/data")) << "nothing started";
   std::filesystem::remove_all(dir);
 }
@@ -1146,8 +1225,8 @@ int ListenOnLoopback(uint16_t& port) {
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof addr;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 16) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(fd, 16) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     if (fd >= 0) ::close(fd);
     return -1;
   }
@@ -1219,7 +1298,8 @@ TEST(HpctlRedirect, IsRefusedWithAClearErrorAndTheTokenGoesNowhereElse) {
   // Never accepted: a connection hpctl made to it would wait in its backlog.
   const int elsewhere = ListenOnLoopback(elsewhere_port);
   ASSERT_GE(elsewhere, 0);
-  const std::string target = "http://127.0.0.1:" + std::to_string(elsewhere_port) + "/api/v1/experiments";
+  const std::string target =
+      "http://127.0.0.1:" + std::to_string(elsewhere_port) + "/api/v1/experiments";
   for (const int status : {301, 302, 303, 307, 308}) {
     CannedHttpServer server("HTTP/1.1 " + std::to_string(status) + " Moved\r\nLocation: " + target +
                             "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
@@ -1231,7 +1311,8 @@ TEST(HpctlRedirect, IsRefusedWithAClearErrorAndTheTokenGoesNowhereElse) {
       EXPECT_NE(r.text.find("answered " + std::to_string(status) + ", a redirect to " + target +
                             "; hpctl follows no redirect"),
                 std::string::npos)
-          << command << ":\n" << r.text;
+          << command << ":\n"
+          << r.text;
     }
     const auto requests = server.requests();
     EXPECT_EQ(requests.size(), 3u);
@@ -1302,7 +1383,8 @@ TEST(HpctlRun, WritesTheTokenFileWithMode0600AndFollowsNoSymlink) {
   std::filesystem::create_symlink(dir + "/made-through-the-link", dangling + "/token");
   run(dangling);
   expect_fresh_token(dangling, "");
-  EXPECT_FALSE(std::filesystem::exists(dir + "/made-through-the-link")) << "created through the symlink";
+  EXPECT_FALSE(std::filesystem::exists(dir + "/made-through-the-link"))
+      << "created through the symlink";
   std::filesystem::remove_all(dir);
 }
 

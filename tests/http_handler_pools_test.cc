@@ -2,8 +2,8 @@
 // lower CPU priority (read_nice), and a write is answered while every read
 // thread is busy. The server is the real one, in this process, with a
 // handler that records where each request ran.
-#include <gtest/gtest.h>
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -11,9 +11,9 @@
 
 #include <chrono>
 #include <cstdio>
-#include <thread>
 #include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/http_client.h"
@@ -92,7 +92,8 @@ class HttpHandlerPoolsTest : public ::testing::Test {
 
 TEST_F(HttpHandlerPoolsTest, ReadsRunAtTheLowerPriorityAndWritesAtTheProcesss) {
   const int base = ThisThreadsNice();
-  if (base > 14) GTEST_SKIP() << "this test runs at nice " << base << ": no room to lower reads by 5";
+  if (base > 14)
+    GTEST_SKIP() << "this test runs at nice " << base << ": no room to lower reads by 5";
   HttpServerOptions o;
   o.read_nice = 5;
   o.read_handler_threads = 1;  // so that the second GET runs on the thread of the first
@@ -117,7 +118,8 @@ TEST_F(HttpHandlerPoolsTest, AWriteIsAnsweredWhileEveryReadThreadIsBusy) {
   Start(o);
   std::vector<std::future<Result<HttpResult>>> reads;
   for (int i = 0; i < 3; ++i) {
-    reads.push_back(std::async(std::launch::async, [this] { return HttpRequestOnce(client_, "GET", "/block"); }));
+    reads.push_back(std::async(std::launch::async,
+                               [this] { return HttpRequestOnce(client_, "GET", "/block"); }));
   }
   ASSERT_TRUE(WaitBlocked(2, 10s)) << "two reads should be running";
   // The third read waits for a read thread; a write does not.
@@ -136,17 +138,20 @@ TEST_F(HttpHandlerPoolsTest, AWriteIsAnsweredWhileEveryReadThreadIsBusy) {
 
 TEST_F(HttpHandlerPoolsTest, WhatTheCallerCallsNoReadSkipsTheReadPool) {
   const int base = ThisThreadsNice();
-  if (base > 14) GTEST_SKIP() << "this test runs at nice " << base << ": no room to lower reads by 5";
+  if (base > 14)
+    GTEST_SKIP() << "this test runs at nice " << base << ": no room to lower reads by 5";
   HttpServerOptions o;
   o.read_nice = 5;
   o.read_handler_threads = 1;
   o.is_read = [](const HttpRequest& r) { return r.method == "GET" && r.path != "/probe"; };
   Start(o);
-  auto blocked = std::async(std::launch::async, [this] { return HttpRequestOnce(client_, "GET", "/block"); });
+  auto blocked =
+      std::async(std::launch::async, [this] { return HttpRequestOnce(client_, "GET", "/block"); });
   ASSERT_TRUE(WaitBlocked(1, 10s)) << "the one read thread should be busy";
   auto probe = HttpRequestOnce(client_, "GET", "/probe");
   ASSERT_TRUE(probe.ok()) << probe.status();
-  EXPECT_EQ(probe->body, std::to_string(base)) << "answered beside the busy read, at the server's priority";
+  EXPECT_EQ(probe->body, std::to_string(base))
+      << "answered beside the busy read, at the server's priority";
   Release();
   auto got = blocked.get();
   ASSERT_TRUE(got.ok()) << got.status();
@@ -198,7 +203,8 @@ int SendFrom(const char* source, uint16_t port, const std::string& request) {
   inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
   if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
       ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0 ||
-      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(request.size())) {
     ::close(fd);
     return -1;
   }
@@ -207,7 +213,8 @@ int SendFrom(const char* source, uint16_t port, const std::string& request) {
 
 // The status of a GET from `source`, read whole (a small answer).
 int StatusFrom(const char* source, uint16_t port, const std::string& path) {
-  const int fd = SendFrom(source, port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  const int fd = SendFrom(
+      source, port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
   if (fd < 0) return -1;
   timeval limit{10, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
@@ -247,8 +254,10 @@ TEST(HttpServerBudgets, APeerThatNeverReadsSpendsOnlyItsShareAndProbesAreAlwaysA
     std::this_thread::sleep_for(50ms);
     over = StatusFrom("127.0.0.2", port, "/small");
   }
-  EXPECT_EQ(over, 503) << "a peer holding 8 MiB of unread answers was given more past its 4 MiB share";
-  EXPECT_EQ(StatusFrom("127.0.0.3", port, "/small"), 200) << "another peer paid for the first one's share";
+  EXPECT_EQ(over, 503)
+      << "a peer holding 8 MiB of unread answers was given more past its 4 MiB share";
+  EXPECT_EQ(StatusFrom("127.0.0.3", port, "/small"), 200)
+      << "another peer paid for the first one's share";
   // Two more peers take the whole budget (24 MiB queued of 20).
   for (const char* peer : {"127.0.0.3", "127.0.0.4"}) {
     hoarders.push_back(SendFrom(peer, port, big));
@@ -260,8 +269,10 @@ TEST(HttpServerBudgets, APeerThatNeverReadsSpendsOnlyItsShareAndProbesAreAlwaysA
     spent = StatusFrom("127.0.0.5", port, "/small");
   }
   EXPECT_EQ(spent, 503) << "the whole send budget was spent and a new answer was still queued";
-  EXPECT_EQ(StatusFrom("127.0.0.5", port, "/healthz"), 200) << "a probe was refused while the budget was spent";
-  EXPECT_EQ(StatusFrom("127.0.0.2", port, "/healthz"), 200) << "a probe was refused to a peer over its share";
+  EXPECT_EQ(StatusFrom("127.0.0.5", port, "/healthz"), 200)
+      << "a probe was refused while the budget was spent";
+  EXPECT_EQ(StatusFrom("127.0.0.2", port, "/healthz"), 200)
+      << "a probe was refused to a peer over its share";
   for (int fd : hoarders) ::close(fd);
   server->Shutdown();
 }

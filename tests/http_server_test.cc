@@ -8,22 +8,22 @@
 //    auth scheme's case.
 #include <gtest/gtest.h>
 #include <poll.h>
-
-#include <atomic>
-#include <filesystem>
-#include <fstream>
-#include <thread>
-#include <vector>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <nlohmann/json.hpp>
+
+#include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common/http_client.h"
-#include "tests/raw_http.h"
 #include "testing/server_process.h"
+#include "tests/raw_http.h"
 
 namespace hpo {
 namespace {
@@ -117,13 +117,14 @@ TEST_F(HttpServerTest, IdleAndSlowClientsLockNobodyOutAndAreClosed) {
   }
   done = true;
   dribble.join();
-  EXPECT_EQ(refused, 0) << "a normal client was not served beside " << kIdle << " idle and " << kSlow
-                        << " slow connections (served " << served << ")";
+  EXPECT_EQ(refused, 0) << "a normal client was not served beside " << kIdle << " idle and "
+                        << kSlow << " slow connections (served " << served << ")";
   EXPECT_GT(served, 10);
   int open_idle = 0, open_slow = 0;
   for (int fd : idle) open_idle += !PeerClosed(fd);
   for (int fd : slow) open_slow += !PeerClosed(fd);
-  EXPECT_TRUE(closed) << open_idle << " idle and " << open_slow << " slow connections still open after 30 s";
+  EXPECT_TRUE(closed) << open_idle << " idle and " << open_slow
+                      << " slow connections still open after 30 s";
 }
 
 TEST_F(HttpServerTest, AtTheConnectionCapTheLongestIdleMakesRoom) {
@@ -141,8 +142,8 @@ TEST_F(HttpServerTest, SigtermEndsWithinTheDrainBoundWhileClientsNeverRead) {
   // far more answer than the socket buffers hold.
   std::string pipelined;
   for (int i = 0; i < 400; ++i) {
-    pipelined += "GET /openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + std::string(kToken) +
-                 "\r\n\r\n";
+    pipelined += "GET /openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
+                 std::string(kToken) + "\r\n\r\n";
   }
   for (int i = 0; i < 20; ++i) {
     const int fd = Open();
@@ -162,15 +163,17 @@ TEST_F(HttpServerTest, HeadAnswersWithTheHeadersOfGetAndNoBody) {
   StartServer();
   // Two requests on one connection: the second response must follow the
   // first's headers directly, with no body in between.
-  const std::string raw = testing::RawRequest(
-      server_->http_port(),
-      "HEAD /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-      "Connection: close\r\n\r\n");
+  const std::string raw =
+      testing::RawRequest(server_->http_port(),
+                          "HEAD /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /healthz "
+                          "HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                          "Connection: close\r\n\r\n");
   ASSERT_EQ(testing::StatusOf(raw), 200) << raw;
   const auto end_of_head = raw.find("\r\n\r\n");
   ASSERT_NE(end_of_head, std::string::npos) << raw;
   EXPECT_NE(raw.substr(0, end_of_head).find("Content-Length: 3"), std::string::npos) << raw;
-  EXPECT_EQ(raw.compare(end_of_head + 4, 8, "HTTP/1.1"), 0) << "HEAD's answer carried a body:\n" << raw;
+  EXPECT_EQ(raw.compare(end_of_head + 4, 8, "HTTP/1.1"), 0) << "HEAD's answer carried a body:\n"
+                                                            << raw;
   EXPECT_EQ(raw.substr(raw.size() - 3), "ok\n") << raw;
 }
 
@@ -203,8 +206,11 @@ TEST_F(HttpServerTest, AChunkSizeLineWithoutAnEndIsCutOffWith400) {
   StartServer({"--token", kToken});
   const int fd = Open();
   ASSERT_GE(fd, 0);
-  ASSERT_TRUE(SendAll(fd, "POST /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                          "Authorization: Bearer " + std::string(kToken) + "\r\nTransfer-Encoding: chunked\r\n\r\n1;"));
+  ASSERT_TRUE(SendAll(
+      fd,
+      "POST /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Authorization: Bearer " +
+          std::string(kToken) + "\r\nTransfer-Encoding: chunked\r\n\r\n1;"));
   const std::string filler(64 * 1024, 'a');
   int sent = 0;
   auto answered = [fd] {
@@ -216,7 +222,8 @@ TEST_F(HttpServerTest, AChunkSizeLineWithoutAnEndIsCutOffWith400) {
   while (sent < 1024 && !answered() && SendAll(fd, filler)) ++sent;
   const std::string raw = testing::ReadUntilClosed(fd, 10s);
   EXPECT_EQ(testing::StatusOf(raw), 400) << raw.substr(0, 300);
-  EXPECT_NE(raw.find("chunk-size line or trailer longer than"), std::string::npos) << raw.substr(0, 300);
+  EXPECT_NE(raw.find("chunk-size line or trailer longer than"), std::string::npos)
+      << raw.substr(0, 300);
   EXPECT_LT(sent, 1024) << "the server read 64 MiB of one chunk-size line";
   EXPECT_TRUE(Served()) << "the server stopped answering";
 }
@@ -225,13 +232,15 @@ TEST_F(HttpServerTest, TheBearerSchemeIsCaseInsensitive) {
   StartServer({"--token", kToken});
   for (const std::string scheme : {"Bearer", "bearer", "BEARER", "bEaReR"}) {
     const std::string raw = testing::RawRequest(
-        server_->http_port(), "GET /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: " + scheme +
-                                  " " + kToken + "\r\nConnection: close\r\n\r\n");
+        server_->http_port(),
+        "GET /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: " + scheme + " " +
+            kToken + "\r\nConnection: close\r\n\r\n");
     EXPECT_EQ(testing::StatusOf(raw), 200) << scheme << ": " << raw;
   }
   const std::string wrong = testing::RawRequest(
-      server_->http_port(), "GET /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic " +
-                                std::string(kToken) + "\r\nConnection: close\r\n\r\n");
+      server_->http_port(),
+      "GET /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic " +
+          std::string(kToken) + "\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(testing::StatusOf(wrong), 401) << wrong;
 }
 
@@ -246,7 +255,8 @@ long RssMiB(pid_t pid) {
 }
 
 std::string Post(const std::string& token, size_t content_length) {
-  std::string head = "POST /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
+  std::string head =
+      "POST /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
   if (!token.empty()) head += "Authorization: Bearer " + token + "\r\n";
   return head + "Content-Length: " + std::to_string(content_length) + "\r\n\r\n";
 }
@@ -273,7 +283,8 @@ TEST_F(HttpServerTest, ABodyWithoutTheTokenIsRefusedOnItsHeaders) {
   ASSERT_TRUE(AnswerWithin(fd, 20s, &answer)) << "no answer before the body was sent";
   EXPECT_EQ(testing::StatusOf(answer), 401) << answer;
   // A foreign Origin and a form body are refused the same way.
-  for (const std::string extra : {"Origin: https://evil.example\r\n", "Content-Type: text/plain\r\n"}) {
+  for (const std::string extra :
+       {"Origin: https://evil.example\r\n", "Content-Type: text/plain\r\n"}) {
     const int other = Open();
     ASSERT_GE(other, 0);
     std::string request = Post(kToken, 8 << 20);
@@ -353,7 +364,8 @@ TEST_F(HttpServerTest, UnauthenticatedBodiesNeitherGrowTheServerNorLockOutProbes
   for (int i = 0; i < 100 && !(served = Served()); ++i) std::this_thread::sleep_for(200ms);
   done = true;
   dribble.join();
-  EXPECT_TRUE(served) << "/healthz and the API stayed locked out by clients trickling bodies without a token";
+  EXPECT_TRUE(served)
+      << "/healthz and the API stayed locked out by clients trickling bodies without a token";
 }
 
 // A token holder's bodies are bounded too: each reserves its
@@ -396,7 +408,8 @@ TEST_F(HttpServerTest, AdmittedBodiesBeyondTheServersBudgetGet503) {
 TEST_F(HttpServerTest, DownloadsThatAreNeverReadLockNobodyOut) {
   const std::string web = dir_ + "/web";
   fs::create_directories(web);
-  std::ofstream(web + "/index.html") << "<html><script type=\"module\" src=\"/big.js\"></script></html>";
+  std::ofstream(web + "/index.html")
+      << "<html><script type=\"module\" src=\"/big.js\"></script></html>";
   std::ofstream(web + "/big.js") << std::string(8 << 20, '/');
   StartServer({"--token", kToken, "--web-root", web});
   const long before = RssMiB(server_->pid());

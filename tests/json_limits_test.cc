@@ -4,18 +4,19 @@
 // Report's system value. Each must be refused with an error that names the
 // limit, and the server must still answer afterwards (issue #14 item 1: it
 // used to overflow its stack copying or serializing such values).
+#include "common/json_limits.h"
+
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-#include <unistd.h>
-#include <nlohmann/json.hpp>
-#include <filesystem>
-#include <chrono>
 
 #include "common/http_client.h"
-#include "common/json_limits.h"
 #include "hpo/v1/worker.grpc.pb.h"
 #include "testing/server_process.h"
 
@@ -26,7 +27,9 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 // `levels` nested arrays: [[[...]]].
-std::string NestedArrays(size_t levels) { return std::string(levels, '[') + std::string(levels, ']'); }
+std::string NestedArrays(size_t levels) {
+  return std::string(levels, '[') + std::string(levels, ']');
+}
 
 // --- The parser ------------------------------------------------------------------
 
@@ -57,7 +60,8 @@ TEST(ParseJsonTest, RefusesNestingBeyondTheLimitNamingFieldAndLimit) {
   JsonLimits tight;
   tight.max_depth = 2;
   EXPECT_TRUE(ParseJson("[[1]]", "v", tight).ok());
-  EXPECT_EQ(ParseJson("[[[1]]]", "v", tight).status().message(), "v: nested more than 2 levels deep");
+  EXPECT_EQ(ParseJson("[[[1]]]", "v", tight).status().message(),
+            "v: nested more than 2 levels deep");
 }
 
 TEST(ParseJsonTest, RefusesTextAndValueCountsBeyondTheLimits) {
@@ -137,8 +141,9 @@ class DeepJsonServerTest : public ::testing::Test {
   void SetUp() override {
     dir_ = ::testing::TempDir() + "/hpo-json-limits-" + std::to_string(getpid());
     fs::remove_all(dir_);
-    server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, 
-        dir_, std::vector<std::string>{"--token", kToken, "--store", "sqlite://" + dir_ + "/hpo.db"});
+    server_ = std::make_unique<testing::ServerProcess>(
+        HPO_SERVER_BIN, dir_,
+        std::vector<std::string>{"--token", kToken, "--store", "sqlite://" + dir_ + "/hpo.db"});
     ASSERT_TRUE(server_->Start().ok()) << server_->Log();
   }
   void TearDown() override {
@@ -146,7 +151,8 @@ class DeepJsonServerTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  Result<HttpResult> Call(const std::string& method, const std::string& target, const std::string& body = "") {
+  Result<HttpResult> Call(const std::string& method, const std::string& target,
+                          const std::string& body = "") {
     HttpClientOptions o;
     o.port = server_->http_port();
     o.token = kToken;
@@ -156,7 +162,8 @@ class DeepJsonServerTest : public ::testing::Test {
   // The server answers /healthz: it did not crash on what came before.
   void ExpectAlive(const std::string& after) {
     auto r = Call("GET", "/healthz");
-    ASSERT_TRUE(r.ok()) << "the server is gone after " << after << ": " << r.status() << "\n" << server_->Log();
+    ASSERT_TRUE(r.ok()) << "the server is gone after " << after << ": " << r.status() << "\n"
+                        << server_->Log();
     EXPECT_EQ(r->status, 200) << after;
   }
 
@@ -171,7 +178,8 @@ TEST_F(DeepJsonServerTest, RestBodiesNestedTooDeepGetA400AndTheServerStaysUp) {
       {"/api/v1/experiments/1:cancel", R"({"reason": )" + deep + "}"},
       {"/api/v1/experiments/1/trials:suggest", R"({"count": )" + deep + "}"},
       {"/api/v1/trials/1/measurements", R"({"step": )" + deep + "}"},
-      {"/api/v1/trials/1/measurements", R"({"step": 1, "metrics": {"loss": 1}, "system": {"x": )" + deep + "}}"},
+      {"/api/v1/trials/1/measurements",
+       R"({"step": 1, "metrics": {"loss": 1}, "system": {"x": )" + deep + "}}"},
       {"/api/v1/trials/1:complete", R"({"metrics": )" + deep + "}"},
       {"/api/v1/trials/1:fail", R"({"reason": "r", "metrics": )" + deep + "}"},
   };
@@ -184,40 +192,49 @@ TEST_F(DeepJsonServerTest, RestBodiesNestedTooDeepGetA400AndTheServerStaysUp) {
     ExpectAlive(target);
   }
   // Deeper still (2 MB): refused by its size before it is parsed.
-  auto r = Call("POST", "/api/v1/experiments/1:cancel", R"({"reason": )" + NestedArrays(1'000'000) + "}");
+  auto r = Call("POST", "/api/v1/experiments/1:cancel",
+                R"({"reason": )" + NestedArrays(1'000'000) + "}");
   ASSERT_TRUE(r.ok()) << r.status() << "\n" << server_->Log();
   EXPECT_EQ(r->status, 400) << r->body.substr(0, 300);
-  EXPECT_NE(r->body.find("body: larger than 1048576 bytes"), std::string::npos) << r->body.substr(0, 300);
+  EXPECT_NE(r->body.find("body: larger than 1048576 bytes"), std::string::npos)
+      << r->body.substr(0, 300);
   ExpectAlive("a 2 MB body");
   // A spec nested too deep, as JSON and as block YAML.
   r = Call("POST", "/api/v1/experiments", R"({"name": )" + deep + "}");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status, 400);
-  EXPECT_NE(r->body.find("nested more than 32 levels deep"), std::string::npos) << r->body.substr(0, 300);
+  EXPECT_NE(r->body.find("nested more than 32 levels deep"), std::string::npos)
+      << r->body.substr(0, 300);
   std::string yaml = "name:\n";
   for (int i = 0; i < 100'000; ++i) yaml += "- ";
   r = Call("POST", "/api/v1/experiments", yaml + "x\n");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status, 400);
-  EXPECT_NE(r->body.find("nested more than 32 levels deep"), std::string::npos) << r->body.substr(0, 300);
+  EXPECT_NE(r->body.find("nested more than 32 levels deep"), std::string::npos)
+      << r->body.substr(0, 300);
   ExpectAlive("deep specs");
 }
 
 TEST_F(DeepJsonServerTest, AGrpcSystemValueNestedTooDeepIsInvalidAndTheServerStaysUp) {
   // A trial that exists and no worker holds (an ask/tell client's).
-  auto created = Call("POST", "/api/v1/experiments", R"({"name": "deep", "objective": {"metric": "loss"},
+  auto created =
+      Call("POST", "/api/v1/experiments", R"({"name": "deep", "objective": {"metric": "loss"},
       "spaces": [{"name": "s", "params": {"x": [1, 2]}}], "budget": {"max_trials": 2, "max_parallel": 1},
       "executor": {"client": {}}})");
   ASSERT_TRUE(created.ok()) << created.status();
   ASSERT_EQ(created->status, 201) << created->body;
-  auto trials = Call("POST", "/api/v1/experiments/" + std::to_string(json::parse(created->body)["id"].get<int64_t>()) +
-                                 "/trials:suggest", "{}");
+  auto trials =
+      Call("POST",
+           "/api/v1/experiments/" +
+               std::to_string(json::parse(created->body)["id"].get<int64_t>()) + "/trials:suggest",
+           "{}");
   ASSERT_TRUE(trials.ok() && trials->status == 200) << trials.status();
   const int64_t pending = json::parse(trials->body)["trials"][0]["id"];
 
   auto stub = hpo::v1::WorkerService::NewStub(grpc::CreateChannel(
       "127.0.0.1:" + std::to_string(server_->grpc_port()), grpc::InsecureChannelCredentials()));
-  for (const int64_t trial : {pending, int64_t{12345}}) {  // one nobody holds, one that does not exist
+  for (const int64_t trial :
+       {pending, int64_t{12345}}) {  // one nobody holds, one that does not exist
     hpo::v1::ReportRequest req;
     req.set_worker_id(1);
     req.set_trial_id(trial);
@@ -229,8 +246,10 @@ TEST_F(DeepJsonServerTest, AGrpcSystemValueNestedTooDeepIsInvalidAndTheServerSta
     ctx.AddMetadata("authorization", std::string("Bearer ") + kToken);
     hpo::v1::ReportResponse res;
     const grpc::Status s = stub->Report(&ctx, req, &res);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "trial " << trial << ": " << s.error_message();
-    EXPECT_EQ(s.error_message(), "system.threads: nested more than 32 levels deep") << "trial " << trial;
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << "trial " << trial << ": " << s.error_message();
+    EXPECT_EQ(s.error_message(), "system.threads: nested more than 32 levels deep")
+        << "trial " << trial;
     ExpectAlive("a gRPC Report for trial " + std::to_string(trial));
   }
 }

@@ -10,24 +10,24 @@
 // No timing assertions: every wait polls for up to a minute, and the values
 // compared are ones nothing changes once the test's own requests are done.
 #include <gtest/gtest.h>
-#include <sys/prctl.h>
-
-#include <cctype>
-#include <cmath>
-#include <cstdlib>
-#include <map>
-#include <optional>
-#include <regex>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <nlohmann/json.hpp>
-#include <fstream>
-#include <thread>
-#include <filesystem>
+
+#include <cctype>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/http_client.h"

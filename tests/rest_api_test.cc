@@ -16,8 +16,8 @@
 #include "server/http/dashboard.h"
 #include "server/http/http_status.h"
 #include "testing/store_backends.h"
-#include "testing/world.h"
 #include "testing/store_wrapper.h"
+#include "testing/world.h"
 
 namespace hpo::server {
 namespace {
@@ -83,7 +83,8 @@ class RestApiTest : public ::testing::Test {
   void TearDown() override {
     if (server_) server_->Shutdown();
   }
-  HttpResult Call(const std::string& method, const std::string& target, const std::string& body = "") {
+  HttpResult Call(const std::string& method, const std::string& target,
+                  const std::string& body = "") {
     auto r = HttpRequestOnce(client_, method, target, body);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : HttpResult{};
@@ -110,7 +111,8 @@ class RestApiTest : public ::testing::Test {
 // bounds, throw or answer 500; each is now a 4xx with a JSON body.
 TEST_F(RestApiTest, HostileRequestsGetA4xxNotACrash) {
   Start();
-  auto handle = [&](const std::string& method, const std::string& target, const std::string& body = "") {
+  auto handle = [&](const std::string& method, const std::string& target,
+                    const std::string& body = "") {
     HttpRequest req;
     req.method = method;
     ParseRequestTarget(target, req);
@@ -130,9 +132,13 @@ TEST_F(RestApiTest, HostileRequestsGetA4xxNotACrash) {
   EXPECT_EQ(handle("G\xbcT", "/api/v1/nope").status, 404);
   // A cancel reason that is not a string threw.
   const int64_t id = CallJson("POST", "/api/v1/experiments", 201, kClientSpec)["id"];
-  EXPECT_EQ(handle("POST", "/api/v1/experiments/" + std::to_string(id) + ":cancel", R"({"reason": 5})").status, 400);
+  EXPECT_EQ(
+      handle("POST", "/api/v1/experiments/" + std::to_string(id) + ":cancel", R"({"reason": 5})")
+          .status,
+      400);
   // A suggest count of 2^32 + 1 wrapped to 1.
-  EXPECT_EQ(handle("POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest", R"({"count": 4294967297})")
+  EXPECT_EQ(handle("POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest",
+                   R"({"count": 4294967297})")
                 .status,
             400);
   // Invented methods share one metrics label instead of adding one each.
@@ -158,16 +164,17 @@ TEST_F(RestApiTest, AskTellRoundTrip) {
   Start();
   json created = CallJson("POST", "/api/v1/experiments", 201, kClientSpec);
   const int64_t id = created["id"];
-  json suggested = CallJson("POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest", 200,
-                            R"({"count": 3})");
+  json suggested = CallJson("POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest",
+                            200, R"({"count": 3})");
   ASSERT_EQ(suggested["trials"].size(), 3u);
   for (const auto& t : suggested["trials"]) {
     const std::string tid = std::to_string(t["id"].get<int64_t>());
     EXPECT_EQ(t["space"], "main");
     const double x = t["params"]["x"];
     for (int step = 0; step < 2; ++step) {
-      json d = CallJson("POST", "/api/v1/trials/" + tid + "/measurements", 200,
-                        json{{"step", step}, {"metrics", {{"loss", x * x + 1.0 / (step + 1)}}}}.dump());
+      json d =
+          CallJson("POST", "/api/v1/trials/" + tid + "/measurements", 200,
+                   json{{"step", step}, {"metrics", {{"loss", x * x + 1.0 / (step + 1)}}}}.dump());
       EXPECT_EQ(d["decision"], "continue");
     }
     CallJson("POST", "/api/v1/trials/" + tid + ":complete", 200, "{}");
@@ -187,7 +194,10 @@ TEST_F(RestApiTest, AskTellRoundTrip) {
   EXPECT_DOUBLE_EQ(best["final_metrics"]["loss"].get<double>(), best_loss);
   json list = CallJson("GET", "/api/v1/experiments", 200);
   EXPECT_EQ(list["experiments"].size(), 1u);
-  json page = CallJson("GET", "/api/v1/experiments/" + std::to_string(id) + "/trials?state=completed&offset=1&limit=1", 200);
+  json page = CallJson(
+      "GET",
+      "/api/v1/experiments/" + std::to_string(id) + "/trials?state=completed&offset=1&limit=1",
+      200);
   ASSERT_EQ(page["trials"].size(), 1u);
   EXPECT_EQ(page["trials"][0]["number"], 1);
 }
@@ -198,8 +208,8 @@ TEST_F(RestApiTest, AskTellRoundTrip) {
 TEST_F(RestApiTest, TrialsShowTheirLatestReportBeforeTheyFinish) {
   Start();
   const int64_t id = CallJson("POST", "/api/v1/experiments", 201, kClientSpec)["id"];
-  json suggested = CallJson("POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest", 200,
-                            R"({"count": 3})");
+  json suggested = CallJson("POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest",
+                            200, R"({"count": 3})");
   ASSERT_EQ(suggested["trials"].size(), 3u);
   std::vector<std::string> ids;
   for (const auto& t : suggested["trials"]) {
@@ -222,16 +232,19 @@ TEST_F(RestApiTest, TrialsShowTheirLatestReportBeforeTheyFinish) {
   EXPECT_DOUBLE_EQ(by_id[ids[0]]["latest"]["metrics"]["loss"].get<double>(), 0.4);
   EXPECT_EQ(by_id[ids[0]]["best"]["step"], 1) << "the smaller loss";
   report(ids[1], 1, 0.8);
-  EXPECT_EQ(CallJson("GET", "/api/v1/trials/" + ids[1], 200)["best"]["step"], 0) << "its earlier, smaller loss";
+  EXPECT_EQ(CallJson("GET", "/api/v1/trials/" + ids[1], 200)["best"]["step"], 0)
+      << "its earlier, smaller loss";
   page = CallJson("GET", "/api/v1/experiments/" + std::to_string(id) + "/trials", 200);
   for (const auto& t : page["trials"]) by_id[std::to_string(t["id"].get<int64_t>())] = t;
   EXPECT_EQ(by_id[ids[1]]["latest"]["step"], 1) << by_id[ids[1]];
   EXPECT_DOUBLE_EQ(by_id[ids[1]]["best"]["metrics"]["loss"].get<double>(), 0.7);
   EXPECT_TRUE(by_id[ids[2]]["latest"].is_null()) << by_id[ids[2]];
   EXPECT_TRUE(by_id[ids[2]]["best"].is_null()) << by_id[ids[2]];
-  EXPECT_EQ(by_id[ids[0]]["device_seconds"], 0) << "an ask/tell client's steps run on no device of ours";
+  EXPECT_EQ(by_id[ids[0]]["device_seconds"], 0)
+      << "an ask/tell client's steps run on no device of ours";
   // A page that starts past the first trial still finds its own.
-  json second = CallJson("GET", "/api/v1/experiments/" + std::to_string(id) + "/trials?offset=1&limit=1", 200);
+  json second = CallJson(
+      "GET", "/api/v1/experiments/" + std::to_string(id) + "/trials?offset=1&limit=1", 200);
   ASSERT_EQ(second["trials"].size(), 1u);
   EXPECT_EQ(second["trials"][0]["latest"]["step"], 1) << second;
   json one = CallJson("GET", "/api/v1/trials/" + ids[0], 200);
@@ -245,29 +258,35 @@ TEST_F(RestApiTest, TrialsShowTheirLatestReportBeforeTheyFinish) {
 // steps_per_trial sets no limit of its own, and its client's steps go on.
 TEST_F(RestApiTest, AReportPastTheLastStepIsRefusedAndStoresNothing) {
   Start();
-  const int64_t id = CallJson("POST", "/api/v1/experiments", 201, kClientSpec)["id"];  // steps_per_trial: 2
-  json suggested = CallJson("POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest", 200,
-                            R"({"count": 1})");
-  const std::string trial = "/api/v1/trials/" + std::to_string(suggested["trials"][0]["id"].get<int64_t>());
+  const int64_t id =
+      CallJson("POST", "/api/v1/experiments", 201, kClientSpec)["id"];  // steps_per_trial: 2
+  json suggested = CallJson("POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest",
+                            200, R"({"count": 1})");
+  const std::string trial =
+      "/api/v1/trials/" + std::to_string(suggested["trials"][0]["id"].get<int64_t>());
   auto report = [&](const json& step, int want) {
-    return CallJson("POST", trial + "/measurements", want, json{{"step", step}, {"metrics", {{"loss", 1}}}}.dump());
+    return CallJson("POST", trial + "/measurements", want,
+                    json{{"step", step}, {"metrics", {{"loss", 1}}}}.dump());
   };
   for (const json step : {json(3), json(4611686018427387904), json(INT64_MAX)}) {
     json e = report(step, 400);
     EXPECT_EQ(e["error"]["code"], "InvalidArgument");
-    EXPECT_EQ(e["error"]["message"], "step: " + step.dump() + " is past the trial's last step, 2 (budget.steps_per_trial)")
+    EXPECT_EQ(e["error"]["message"],
+              "step: " + step.dump() + " is past the trial's last step, 2 (budget.steps_per_trial)")
         << e.dump();
   }
-  EXPECT_EQ(report(2, 200)["decision"], "continue") << "steps_per_trial itself is a step of the trial";
+  EXPECT_EQ(report(2, 200)["decision"], "continue")
+      << "steps_per_trial itself is a step of the trial";
   EXPECT_EQ(report(0, 200)["decision"], "continue") << "so is 0, for a client that counts from 0";
   EXPECT_EQ(CallJson("GET", trial, 200)["measurements"].size(), 2u);
 
   std::string unlimited = kClientSpec;
   unlimited.replace(unlimited.find(", steps_per_trial: 2"), 20, "");
   const int64_t free_id = CallJson("POST", "/api/v1/experiments", 201, unlimited)["id"];
-  suggested = CallJson("POST", "/api/v1/experiments/" + std::to_string(free_id) + "/trials:suggest", 200,
-                       R"({"count": 1})");
-  const std::string free_trial = "/api/v1/trials/" + std::to_string(suggested["trials"][0]["id"].get<int64_t>());
+  suggested = CallJson("POST", "/api/v1/experiments/" + std::to_string(free_id) + "/trials:suggest",
+                       200, R"({"count": 1})");
+  const std::string free_trial =
+      "/api/v1/trials/" + std::to_string(suggested["trials"][0]["id"].get<int64_t>());
   for (int step : {0, 10, 11, 500}) {
     json d = CallJson("POST", free_trial + "/measurements", 200,
                       json{{"step", step}, {"metrics", {{"loss", 1}}}}.dump());
@@ -290,7 +309,8 @@ TEST_F(RestApiTest, ADurationBeyondTheBoundIsRefusedNamingTheField) {
   spec.replace(spec.find("steps_per_trial: 2"), 18, "steps_per_trial: 2, max_wall_time_s: 1e16");
   json e = CallJson("POST", "/api/v1/experiments", 400, spec);
   EXPECT_EQ(e["error"]["code"], "InvalidArgument");
-  EXPECT_EQ(e["error"]["message"].get<std::string>().rfind("budget.max_wall_time_s: must be at most 315360000 s", 0),
+  EXPECT_EQ(e["error"]["message"].get<std::string>().rfind(
+                "budget.max_wall_time_s: must be at most 315360000 s", 0),
             0u)
       << e.dump();
   CallJson("POST", "/api/v1/experiments:validate", 400, spec);
@@ -302,8 +322,8 @@ TEST_F(RestApiTest, ADurationBeyondTheBoundIsRefusedNamingTheField) {
 TEST_F(RestApiTest, AskTellTrialsCarryTheSeedAWorkersLeaseWould) {
   Start();
   const int64_t id = CallJson("POST", "/api/v1/experiments", 201, kClientSpec)["id"];
-  json suggested = CallJson("POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest", 200,
-                            R"({"count": 3})");
+  json suggested = CallJson("POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest",
+                            200, R"({"count": 3})");
   ASSERT_EQ(suggested["trials"].size(), 3u);
   auto spec = engine_->Spec(id);
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -318,7 +338,8 @@ TEST_F(RestApiTest, AskTellTrialsCarryTheSeedAWorkersLeaseWould) {
   }
   EXPECT_EQ(seeds.size(), 3u) << "each trial has its own seed";
   json page = CallJson("GET", "/api/v1/experiments/" + std::to_string(id) + "/trials", 200);
-  for (const auto& t : page["trials"]) EXPECT_TRUE(seeds.count(t["seed"].get<int64_t>())) << t.dump();
+  for (const auto& t : page["trials"])
+    EXPECT_TRUE(seeds.count(t["seed"].get<int64_t>())) << t.dump();
 }
 
 TEST_F(RestApiTest, ErrorsAreJsonWithTheRightStatusAndFieldPath) {
@@ -338,7 +359,8 @@ TEST_F(RestApiTest, ErrorsAreJsonWithTheRightStatusAndFieldPath) {
   const std::string id = std::to_string(created["id"].get<int64_t>());
   json t = CallJson("POST", "/api/v1/experiments/" + id + "/trials:suggest", 200, "{}");
   const std::string tid = std::to_string(t["trials"][0]["id"].get<int64_t>());
-  json missing = CallJson("POST", "/api/v1/trials/" + tid + "/measurements", 400, R"({"step": 0, "metrics": {"acc": 1}})");
+  json missing = CallJson("POST", "/api/v1/trials/" + tid + "/measurements", 400,
+                          R"({"step": 0, "metrics": {"acc": 1}})");
   EXPECT_NE(missing["error"]["message"].get<std::string>().find("metrics.loss"), std::string::npos);
   CallJson("POST", "/api/v1/trials/" + tid + "/measurements", 400, "not json");
   CallJson("POST", "/api/v1/experiments/" + id + ":cancel", 200);
@@ -396,12 +418,13 @@ TEST_F(RestApiTest, MetricsPassPromtool) {
 TEST_F(RestApiTest, OpenApiDescribesEveryRoute) {
   Start();
   json doc = CallJson("GET", "/openapi.json", 200);
-  for (const char* path : {"/healthz", "/readyz", "/metrics", "/api/v1/experiments", "/api/v1/experiments/{id}",
-                           "/api/v1/experiments/{id}:cancel", "/api/v1/experiments/{id}/trials",
-                           "/api/v1/experiments/{id}/best", "/api/v1/experiments/{id}/trials:suggest",
-                           "/api/v1/trials/{id}", "/api/v1/trials/{id}/measurements", "/api/v1/trials/{id}:complete",
-                           "/api/v1/trials/{id}:fail", "/api/v1/workers", "/api/v1/events",
-                           "/api/v1/experiments/{id}/measurements", "/api/v1/experiments/{id}/system-tuning"}) {
+  for (const char* path :
+       {"/healthz", "/readyz", "/metrics", "/api/v1/experiments", "/api/v1/experiments/{id}",
+        "/api/v1/experiments/{id}:cancel", "/api/v1/experiments/{id}/trials",
+        "/api/v1/experiments/{id}/best", "/api/v1/experiments/{id}/trials:suggest",
+        "/api/v1/trials/{id}", "/api/v1/trials/{id}/measurements", "/api/v1/trials/{id}:complete",
+        "/api/v1/trials/{id}:fail", "/api/v1/workers", "/api/v1/events",
+        "/api/v1/experiments/{id}/measurements", "/api/v1/experiments/{id}/system-tuning"}) {
     EXPECT_TRUE(doc["paths"].contains(path)) << path;
   }
   EXPECT_EQ(Call("GET", "/readyz").status, 200);
@@ -423,7 +446,8 @@ TEST_F(RestApiTest, EveryRouteIsDocumentedAndEveryDocumentedRouteAnswers) {
   }
   std::set<std::pair<std::string, std::string>> routed;
   for (const auto& r : RestApi::Routes()) {
-    EXPECT_TRUE(routed.emplace(r.method, r.path).second) << "two rows for " << r.method << " " << r.path;
+    EXPECT_TRUE(routed.emplace(r.method, r.path).second)
+        << "two rows for " << r.method << " " << r.path;
   }
   EXPECT_EQ(documented, routed);
   EXPECT_GE(routed.size(), 20u);
@@ -431,9 +455,11 @@ TEST_F(RestApiTest, EveryRouteIsDocumentedAndEveryDocumentedRouteAnswers) {
   for (const auto& [method, path] : documented) {
     if (path == "/api/v1/events") continue;  // a stream: it would not end
     std::string target = path;
-    if (const auto at = target.find("{id}"); at != std::string::npos) target.replace(at, 4, std::to_string(id));
+    if (const auto at = target.find("{id}"); at != std::string::npos)
+      target.replace(at, 4, std::to_string(id));
     const HttpResult r = Call(method, target, method == "POST" ? "{}" : "");
-    EXPECT_EQ(r.body.find("no route for"), std::string::npos) << method << " " << target << ": " << r.body;
+    EXPECT_EQ(r.body.find("no route for"), std::string::npos)
+        << method << " " << target << ": " << r.body;
     EXPECT_LT(r.status, 500) << method << " " << target << ": " << r.body;
   }
 }
@@ -450,7 +476,8 @@ TEST(HttpStatusTest, OneMappingWithCausesThatRefineOnlyTheirOwnCode) {
   EXPECT_EQ(HttpStatusFor(Status::Internal("bug")), 500);
   // A load limit may pass; a body too large fails the same way each time.
   EXPECT_EQ(ErrorResponse(Status::ResourceExhausted("disk full")).headers.count("Retry-After"), 1u);
-  const HttpResponse big = ErrorResponse(Status::ResourceExhausted("big"), HttpCause::kBodyTooLarge);
+  const HttpResponse big =
+      ErrorResponse(Status::ResourceExhausted("big"), HttpCause::kBodyTooLarge);
   EXPECT_EQ(big.status, 413);
   EXPECT_EQ(big.headers.count("Retry-After"), 0u);
   EXPECT_EQ(json::parse(big.body)["error"]["code"], "ResourceExhausted");
@@ -463,11 +490,13 @@ TEST_F(RestApiTest, TheServersOwnRefusalsUseTheOneConversion) {
   Start();
   auto big = Call("POST", "/api/v1/experiments", std::string(100 << 10, 'x'));
   EXPECT_EQ(big.status, 413);
-  EXPECT_EQ(json::parse(big.body, nullptr, false)["error"]["code"], "ResourceExhausted") << big.body;
+  EXPECT_EQ(json::parse(big.body, nullptr, false)["error"]["code"], "ResourceExhausted")
+      << big.body;
   EXPECT_EQ(big.headers.count("retry-after"), 0u);
   HttpServerOptions ho;
   ho.port = 0;
-  auto throwing = HttpServer::Start(ho, [](const HttpRequest&) -> HttpResponse { throw std::runtime_error("bug"); });
+  auto throwing = HttpServer::Start(
+      ho, [](const HttpRequest&) -> HttpResponse { throw std::runtime_error("bug"); });
   ASSERT_TRUE(throwing.ok()) << throwing.status();
   HttpClientOptions o;
   o.port = (*throwing)->port();
@@ -502,17 +531,20 @@ TEST_F(RestApiTest, EventsStreamTrialChangesLive) {
   std::thread listener([&] {
     HttpClientOptions o = client_;
     o.timeout = std::chrono::milliseconds(10'000);
-    Status s = ReadEventStream(o, "/api/v1/events", [&](const std::string& type, const std::string& data) {
-      if (type == "trial.finished" && json::parse(data)["trial_id"] == std::stoll(tid)) {
-        got_finished = true;
-        return false;
-      }
-      return true;
-    });
+    Status s =
+        ReadEventStream(o, "/api/v1/events", [&](const std::string& type, const std::string& data) {
+          if (type == "trial.finished" && json::parse(data)["trial_id"] == std::stoll(tid)) {
+            got_finished = true;
+            return false;
+          }
+          return true;
+        });
     EXPECT_TRUE(s.ok()) << s;
   });
-  for (int i = 0; i < 100 && world_->events().subscribers() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  CallJson("POST", "/api/v1/trials/" + tid + "/measurements", 200, R"({"step": 0, "metrics": {"loss": 0.5}})");
+  for (int i = 0; i < 100 && world_->events().subscribers() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CallJson("POST", "/api/v1/trials/" + tid + "/measurements", 200,
+           R"({"step": 0, "metrics": {"loss": 0.5}})");
   CallJson("POST", "/api/v1/trials/" + tid + ":complete", 200, "{}");
   listener.join();
   EXPECT_TRUE(got_finished);
@@ -531,7 +563,8 @@ TEST_F(RestApiTest, ServesTheWebRootAndNothingOutsideIt) {
   EXPECT_EQ(index.body, page);
   EXPECT_EQ(index.headers["content-type"], "text/html; charset=utf-8");
   EXPECT_EQ(Call("GET", "/js/app.js").status, 200);
-  for (const char* evil : {"/../secret.txt", "/js/../../secret.txt", "/%2e%2e/secret.txt", "/nope.html"}) {
+  for (const char* evil :
+       {"/../secret.txt", "/js/../../secret.txt", "/%2e%2e/secret.txt", "/nope.html"}) {
     auto r = Call("GET", evil);
     EXPECT_EQ(r.status, 404) << evil;
     EXPECT_EQ(r.body.find("do not serve"), std::string::npos) << evil;
@@ -551,7 +584,8 @@ TEST_F(RestApiTest, DashboardFilesAndTheEventStreamOpenToABrowser) {
   EXPECT_EQ(HttpRequestOnce(browser, "GET", "/index.html")->status, 200);
   EXPECT_EQ(HttpRequestOnce(browser, "GET", "/api/v1/experiments")->status, 401);
   EXPECT_EQ(HttpRequestOnce(browser, "GET", "/metrics")->status, 401);
-  EXPECT_EQ(HttpRequestOnce(browser, "GET", "/api/v1/experiments?access_token=s3cret-token")->status, 401)
+  EXPECT_EQ(
+      HttpRequestOnce(browser, "GET", "/api/v1/experiments?access_token=s3cret-token")->status, 401)
       << "only the event stream takes the token in the URL";
   EXPECT_EQ(HttpRequestOnce(browser, "GET", "/api/v1/events?access_token=wrong")->status, 401);
   bool got = false;
@@ -565,7 +599,8 @@ TEST_F(RestApiTest, DashboardFilesAndTheEventStreamOpenToABrowser) {
                                });
     EXPECT_TRUE(s.ok()) << s;
   });
-  for (int i = 0; i < 250 && world_->events().subscribers() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (int i = 0; i < 250 && world_->events().subscribers() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   world_->events().Publish("test.ping", json::object());
   listener.join();
   EXPECT_TRUE(got);
@@ -578,13 +613,16 @@ TEST_F(RestApiTest, LearningCurvesAndSystemTuningForTheDashboard) {
   spec.replace(spec.find("steps_per_trial: 2"), 18, "steps_per_trial: 10");
   json created = CallJson("POST", "/api/v1/experiments", 201, spec);
   const std::string id = std::to_string(created["id"].get<int64_t>());
-  json suggested = CallJson("POST", "/api/v1/experiments/" + id + "/trials:suggest", 200, R"({"count": 3})");
+  json suggested =
+      CallJson("POST", "/api/v1/experiments/" + id + "/trials:suggest", 200, R"({"count": 3})");
   ASSERT_EQ(suggested["trials"].size(), 3u);
   for (const auto& t : suggested["trials"]) {
     EXPECT_GT(t["priority"].get<double>(), 0) << "the space's share when the trial was created";
     for (int step = 0; step < 10; ++step) {
-      CallJson("POST", "/api/v1/trials/" + std::to_string(t["id"].get<int64_t>()) + "/measurements", 200,
-               json{{"step", step}, {"metrics", {{"loss", 1.0 / (step + 1)}, {"acc", step * 0.1}}}}.dump());
+      CallJson("POST", "/api/v1/trials/" + std::to_string(t["id"].get<int64_t>()) + "/measurements",
+               200,
+               json{{"step", step}, {"metrics", {{"loss", 1.0 / (step + 1)}, {"acc", step * 0.1}}}}
+                   .dump());
     }
   }
   json all = CallJson("GET", "/api/v1/experiments/" + id + "/measurements", 200);
@@ -595,14 +633,14 @@ TEST_F(RestApiTest, LearningCurvesAndSystemTuningForTheDashboard) {
   EXPECT_EQ(all["trials"][0]["trial_id"], suggested["trials"][0]["id"]);
   EXPECT_DOUBLE_EQ(all["trials"][0]["values"][9].get<double>(), 0.1);
   // 9 points for 3 trials: 3 per curve, first, middle and last step.
-  json thin = CallJson("GET", "/api/v1/experiments/" + id + "/measurements?metric=acc&max_points=9", 200);
+  json thin =
+      CallJson("GET", "/api/v1/experiments/" + id + "/measurements?metric=acc&max_points=9", 200);
   EXPECT_EQ(thin["metric"], "acc");
   EXPECT_EQ(thin["points"], 9);
   EXPECT_EQ(thin["downsampled"], true);
   EXPECT_EQ(thin["trials"][2]["steps"], json::parse("[0, 5, 9]"));
   CallJson("GET", "/api/v1/experiments/" + id + "/measurements?max_points=0", 400);
   CallJson("GET", "/api/v1/experiments/77/measurements", 404);
-
 }
 
 // The co-tuning view: samples/s against the tuned parameter (threads), a
@@ -677,7 +715,8 @@ TEST_F(RestApiTest, SystemTuningShowsSpeedAgainstTheTunedParameterPerBatchBucket
   // Two threads in every bucket, although the fastest whole setting seen
   // (500 samples/s) had one thread: it had the biggest batch, and two
   // threads at 256 scale up to more than that at 512.
-  for (const json& b : buckets) EXPECT_EQ(b["chosen"], json::parse(R"({"threads": 2})")) << buckets.dump();
+  for (const json& b : buckets)
+    EXPECT_EQ(b["chosen"], json::parse(R"({"threads": 2})")) << buckets.dump();
   // Seen once: not reused yet.
   EXPECT_EQ(classes[1]["buckets"][0]["chosen"], nullptr) << classes.dump();
 }
@@ -705,7 +744,6 @@ TEST(DashboardLearningCurves, SkipsStepsWithoutTheMetricAndKeepsEveryTrialsEnds)
   EXPECT_TRUE(dashboard::LearningCurves({}, "loss", 10)["trials"].empty());
 }
 
-
 // Cost-aware placement's spec through REST: prices must name a class or a
 // label some registered worker has, a deadline must lie ahead, and the
 // workers' listing shows what each device costs each priced experiment.
@@ -728,25 +766,36 @@ TEST_F(RestApiTest, PricesAndDeadlinesAreCheckedAndShownPerDevice) {
   const std::string cheap_class = add("cheap", "cpu");
   add("dear", "gpu");
   auto spec_with = [](const json& cost) {
-    json spec = {{"name", "priced"}, {"objective", {{"metric", "loss"}}},
-                 {"spaces", {{{"name", "s"}, {"params", {{"x", {{"type", "float"}, {"low", 0}, {"high", 1}}}}}}}},
-                 {"executor", {{"command", {{"argv", {"true"}}}}}}, {"cost", cost}};
+    json spec = {
+        {"name", "priced"},
+        {"objective", {{"metric", "loss"}}},
+        {"spaces",
+         {{{"name", "s"}, {"params", {{"x", {{"type", "float"}, {"low", 0}, {"high", 1}}}}}}}},
+        {"executor", {{"command", {{"argv", {"true"}}}}}},
+        {"cost", cost}};
     return spec.dump();
   };
-  json r = CallJson("POST", "/api/v1/experiments", 400, spec_with({{"prices", {{"pool=tpu", 9.0}}}}));
-  EXPECT_NE(r["error"]["message"].get<std::string>().find("cost.prices.pool=tpu: no registered worker"),
-            std::string::npos) << r;
+  json r =
+      CallJson("POST", "/api/v1/experiments", 400, spec_with({{"prices", {{"pool=tpu", 9.0}}}}));
+  EXPECT_NE(
+      r["error"]["message"].get<std::string>().find("cost.prices.pool=tpu: no registered worker"),
+      std::string::npos)
+      << r;
   r = CallJson("POST", "/api/v1/experiments", 400,
                spec_with({{"prices", {{"pool=cpu", 1.0}}}, {"deadline", "2001-01-01T00:00:00Z"}}));
   EXPECT_NE(r["error"]["message"].get<std::string>().find("cost.deadline"), std::string::npos) << r;
   EXPECT_NE(r["error"]["message"].get<std::string>().find("has passed"), std::string::npos) << r;
   r = CallJson("POST", "/api/v1/experiments", 400, spec_with({{"deadline_s", 60}}));
-  EXPECT_NE(r["error"]["message"].get<std::string>().find("give the prices too"), std::string::npos) << r;
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("give the prices too"), std::string::npos)
+      << r;
   r = CallJson("POST", "/api/v1/experiments", 400, spec_with({{"prices", {{"pool=cpu", -1.0}}}}));
-  EXPECT_NE(r["error"]["message"].get<std::string>().find("cost.prices.pool=cpu"), std::string::npos) << r;
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("cost.prices.pool=cpu"),
+            std::string::npos)
+      << r;
 
   const int64_t id = CallJson("POST", "/api/v1/experiments", 201,
-                              spec_with({{"prices", {{"pool=gpu", 30.0}, {cheap_class, 1.5}}}, {"deadline_s", 3600}}))["id"];
+                              spec_with({{"prices", {{"pool=gpu", 30.0}, {cheap_class, 1.5}}},
+                                         {"deadline_s", 3600}}))["id"];
   json workers = CallJson("GET", "/api/v1/workers", 200)["workers"];
   ASSERT_EQ(workers.size(), 2u);
   std::map<std::string, double> per_hour;

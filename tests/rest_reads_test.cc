@@ -136,7 +136,8 @@ TYPED_TEST(RestReadsTest, SinceACursorOnlyTheTrialsAndPointsThatChangedComeBack)
     // transaction (ctest runs tests side by side on one server) holds it
     // back, and what changed since then comes again. Never less.
     const std::vector<int64_t> got = this->Numbers(changed);
-    for (int64_t n : {1, 2}) EXPECT_NE(std::find(got.begin(), got.end(), n), got.end()) << changed.dump();
+    for (int64_t n : {1, 2})
+      EXPECT_NE(std::find(got.begin(), got.end(), n), got.end()) << changed.dump();
     return;
   }
   EXPECT_EQ(this->Numbers(changed), (std::vector<int64_t>{1, 2}));
@@ -165,7 +166,8 @@ TYPED_TEST(RestReadsTest, ACursorStaysGoodAcrossAServerRestart) {
   this->Stop();
   this->Start();
   this->Lease(trials[2]);
-  const std::vector<int64_t> got = this->Numbers(this->CallJson("GET", this->Path("/trials?since=" + cursor), 200));
+  const std::vector<int64_t> got =
+      this->Numbers(this->CallJson("GET", this->Path("/trials?since=" + cursor), 200));
   if (kExact<TypeParam>) {
     EXPECT_EQ(got, (std::vector<int64_t>{2}));
   } else {

@@ -199,8 +199,9 @@ TEST(Simulator, StopsAtTheTargetAndSaysWhichTrialReachedIt) {
 TEST(Simulator, EveryDecisionGoesThroughTheHook) {
   SimulatorOptions o = SmallFleet(PolicyKind::kFifo, 1);
   int64_t calls = 0;
-  o.decide = [&calls](const AskingDevice& d, const FleetSummary& fleet, double now_s, const std::vector<WorkItem>& items,
-                      const SpeedModel& speeds, const PolicyOptions& options) {
+  o.decide = [&calls](const AskingDevice& d, const FleetSummary& fleet, double now_s,
+                      const std::vector<WorkItem>& items, const SpeedModel& speeds,
+                      const PolicyOptions& options) {
     ++calls;
     EXPECT_EQ(fleet.size(), 8u) << "every live device, no failures here";
     return Decide(d, fleet, now_s, items, speeds, options);
@@ -245,7 +246,8 @@ TEST(Simulator, BadOptionsAreErrorsNamingTheOption) {
   o.reduction_factor = 1.1;
   sim = Simulator::Create(o);
   ASSERT_FALSE(sim.ok());
-  EXPECT_NE(sim.status().message().find("reduction_factor"), std::string::npos) << sim.status().message();
+  EXPECT_NE(sim.status().message().find("reduction_factor"), std::string::npos)
+      << sim.status().message();
 
   o = SmallFleet(PolicyKind::kSpeed, 1);
   o.workers = 0;

@@ -5,13 +5,13 @@
 #include <utility>
 #include <vector>
 
-#include "testing/objectives.h"
 #include "scheduler/offer.h"
 #include "scheduler/policy.h"
-#include "search/promotion.h"
 #include "scheduler/speed_model.h"
+#include "search/promotion.h"
 #include "search/random.h"
 #include "search/ranking.h"
+#include "testing/objectives.h"
 
 namespace hpo::scheduler {
 namespace {
@@ -91,8 +91,10 @@ TEST(SpeedModel, BestTunablesPicksTheFastestWhenTheBatchIsTunable) {
   m.Observe("gpu", kCnn, R"({"batch_size":128})", 2100);
   m.Observe("gpu", kMlp, R"({"batch_size":512})", 99999);  // another workload
   m.Observe("gpu", kCnn, "", 50000);                       // "whatever" is no setting
-  EXPECT_EQ(m.BestTunables("gpu", kCnn, tunable, json::object()), json::parse(R"({"batch_size":256})"));
-  EXPECT_EQ(m.BestTunables("gpu", kCnn, tunable, json::object(), 2), json::parse(R"({"batch_size":128})"))
+  EXPECT_EQ(m.BestTunables("gpu", kCnn, tunable, json::object()),
+            json::parse(R"({"batch_size":256})"));
+  EXPECT_EQ(m.BestTunables("gpu", kCnn, tunable, json::object(), 2),
+            json::parse(R"({"batch_size":128})"))
       << "256 has a single observation";
   EXPECT_FALSE(m.BestTunables("gpu", kCnn, tunable, json::object(), 3));
   EXPECT_FALSE(m.BestTunables("cpu", kCnn, tunable, json::object()));
@@ -114,13 +116,16 @@ TEST(SpeedModel, BestTunablesSeparatesThreadsFromTheSearchedBatch) {
   for (double sps : {400.0, 420.0}) m.Observe("cpu", kCnn, Setting(2, 256), sps);
   for (double sps : {490.0, 510.0}) m.Observe("cpu", kCnn, Setting(1, 512), sps);
   for (int batch : {32, 64, 512, 1024}) {
-    EXPECT_EQ(m.BestTunables("cpu", kCnn, tunable, {{"batch_size", batch}}, 2), json::parse(R"({"threads":2})"))
+    EXPECT_EQ(m.BestTunables("cpu", kCnn, tunable, {{"batch_size", batch}}, 2),
+              json::parse(R"({"threads":2})"))
         << "batch " << batch;
   }
   // The prediction moves with the batch the way the measured line does
   // (slope log(410/200)/log(4) for both, shrunk to the same pooled value).
-  const double at64 = *m.PredictTunables("cpu", kCnn, tunable, {{"threads", 2}}, {{"batch_size", 64}});
-  const double at256 = *m.PredictTunables("cpu", kCnn, tunable, {{"threads", 2}}, {{"batch_size", 256}});
+  const double at64 =
+      *m.PredictTunables("cpu", kCnn, tunable, {{"threads", 2}}, {{"batch_size", 64}});
+  const double at256 =
+      *m.PredictTunables("cpu", kCnn, tunable, {{"threads", 2}}, {{"batch_size", 256}});
   EXPECT_NEAR(at256 / at64, 410.0 / 200.0, 0.15);
   EXPECT_FALSE(m.PredictTunables("cpu", kCnn, tunable, {{"threads", 3}}, {{"batch_size", 64}}));
 }
@@ -136,8 +141,10 @@ TEST(SpeedModel, BestTunablesDependsOnTheTrialsBatch) {
     m.Observe("cpu", kCnn, Setting(1, 512), 500);
     m.Observe("cpu", kCnn, Setting(2, 512), 900);
   }
-  EXPECT_EQ(m.BestTunables("cpu", kCnn, tunable, {{"batch_size", 32}}), json::parse(R"({"threads":1})"));
-  EXPECT_EQ(m.BestTunables("cpu", kCnn, tunable, {{"batch_size", 512}}), json::parse(R"({"threads":2})"));
+  EXPECT_EQ(m.BestTunables("cpu", kCnn, tunable, {{"batch_size", 32}}),
+            json::parse(R"({"threads":1})"));
+  EXPECT_EQ(m.BestTunables("cpu", kCnn, tunable, {{"batch_size", 512}}),
+            json::parse(R"({"threads":2})"));
   // Without the trial's batch the means decide.
   EXPECT_EQ(m.BestTunables("cpu", kCnn, tunable, json::object()), json::parse(R"({"threads":2})"));
 }
@@ -188,7 +195,8 @@ PolicyOptions Timed() {
 // The trial id (or -1 for a new trial, or 0 for nothing) the device gets.
 int64_t Pick(const PolicyDecision& d, const std::vector<WorkItem>& items) {
   if (!d.run) return 0;
-  return items[d.item].kind == WorkItem::Kind::kNew ? -1 - items[d.item].space_index : items[d.item].trial_id;
+  return items[d.item].kind == WorkItem::Kind::kNew ? -1 - items[d.item].space_index
+                                                    : items[d.item].trial_id;
 }
 
 TEST(Policy, FastDevicesTakeImportantWorkSlowOnesExploration) {
@@ -233,7 +241,8 @@ TEST(Policy, InAFleetOfEqualsPromotionsComeFirst) {
   // Successive halving's order: a promotion before new work, for any device.
   const std::vector<WorkItem> items = {New(0, 0.5), New(1, 0.5), Resume(9, 0.5, 1)};
   for (const auto& d : fleet) {
-    EXPECT_EQ(Pick(Decide({d.id, d.device_class}, fleet, items, speeds, Timed()), items), 9) << d.id;
+    EXPECT_EQ(Pick(Decide({d.id, d.device_class}, fleet, items, speeds, Timed()), items), 9)
+        << d.id;
   }
 }
 
@@ -284,12 +293,15 @@ TEST(Policy, ADeviceMeasuredOftenEnoughIsKnownHoweverWideItsEstimate) {
   PolicyOptions options = Timed();
   ASSERT_GT(options.explore_min_observations, 2);
   const auto twice = Decide({"gpu1", "gpu"}, w.fleet, items, w.speeds, options);
-  EXPECT_NE(twice.reason.find("explore"), std::string::npos) << "two wide observations: still exploring";
+  EXPECT_NE(twice.reason.find("explore"), std::string::npos)
+      << "two wide observations: still exploring";
   w.speeds.Observe("gpu", kCnn, "", 16000);
-  ASSERT_GT(w.speeds.Estimate("gpu", kCnn)->stddev / w.speeds.Estimate("gpu", kCnn)->samples_per_sec,
-            options.explore_relative_stddev);
+  ASSERT_GT(
+      w.speeds.Estimate("gpu", kCnn)->stddev / w.speeds.Estimate("gpu", kCnn)->samples_per_sec,
+      options.explore_relative_stddev);
   const auto known = Decide({"gpu1", "gpu"}, w.fleet, items, w.speeds, options);
-  EXPECT_EQ(Pick(known, items), 7) << "measured three times, the fastest takes the promotion: " << known.reason;
+  EXPECT_EQ(Pick(known, items), 7)
+      << "measured three times, the fastest takes the promotion: " << known.reason;
 }
 
 TEST(Policy, PriorsPlaceBeforeAnyObservation) {
@@ -408,10 +420,13 @@ TEST(Policy, FifoGivesTheOldestWorkToWhoeverAsks) {
   World w;
   PolicyOptions options = Timed();
   options.kind = PolicyKind::kFifo;
-  std::vector<WorkItem> items = {New(0, 0.5), Resume(3, 0.9, 2, 5), Pending(4, 0.1, 0, 50), New(1, 0.5)};
+  std::vector<WorkItem> items = {New(0, 0.5), Resume(3, 0.9, 2, 5), Pending(4, 0.1, 0, 50),
+                                 New(1, 0.5)};
   items[3].preferred = true;
   for (const char* device : {"fast1", "slow1"}) {
-    EXPECT_EQ(Pick(Decide({device, std::string(device, 4)}, w.fleet, items, w.speeds, options), items), 4) << device;
+    EXPECT_EQ(
+        Pick(Decide({device, std::string(device, 4)}, w.fleet, items, w.speeds, options), items), 4)
+        << device;
   }
   items.erase(items.begin() + 1, items.begin() + 3);
   EXPECT_EQ(Pick(Decide({"slow1", "slow"}, w.fleet, items, w.speeds, options), items), -2)
@@ -430,10 +445,10 @@ TEST(Policy, ShadhoTrustsTheGivenClassOrderNotMeasurements) {
   EXPECT_FALSE(ParsePolicyKind("magic"));
 }
 
-
 // --- What an experiment offers (scheduler/offer.h) --------------------------
 
-search::Observation Reached(int64_t number, double value, int64_t last, search::TrialStatus status) {
+search::Observation Reached(int64_t number, double value, int64_t last,
+                            search::TrialStatus status) {
   search::Observation o;
   o.number = number;
   o.status = status;
@@ -448,8 +463,10 @@ TEST(Offer, PromotablePausedTrialsPendingOnesAndANewTrialPerSpace) {
   const auto rule = *search::PromotionRule::Asha(asha, 9);  // rungs 1, 3, 9
   std::vector<search::History> histories(2);
   // Space 0: three paused at step 1 (the best, 0.1, may go on), one pending.
-  histories[0].trials = {Reached(0, 0.5, 1, search::TrialStatus::kPruned), Reached(1, 0.1, 1, search::TrialStatus::kPruned),
-                         Reached(2, 0.9, 1, search::TrialStatus::kPruned), Reached(3, 0, 0, search::TrialStatus::kRunning)};
+  histories[0].trials = {Reached(0, 0.5, 1, search::TrialStatus::kPruned),
+                         Reached(1, 0.1, 1, search::TrialStatus::kPruned),
+                         Reached(2, 0.9, 1, search::TrialStatus::kPruned),
+                         Reached(3, 0, 0, search::TrialStatus::kRunning)};
   histories[1].trials = {Reached(4, 0.3, 2, search::TrialStatus::kRunning)};
   OfferInput in;
   in.histories = &histories;
@@ -642,10 +659,13 @@ TEST(Offer, TiedSpacesTakeTurnsThroughTheRankingsPick) {
   for (int i = 0; i < 5; ++i) {
     // Paused at rung 1 (promotion ASHA's results so far); space 1 untried.
     histories[0].trials.push_back(Reached(i, 0.2 + 0.1 * i, 1, search::TrialStatus::kPruned));
-    in.trials.push_back({100 + i, 0, static_cast<size_t>(i), OfferTrial::Phase::kFinished, 0, 1, std::nullopt, 0, ""});
+    in.trials.push_back({100 + i, 0, static_cast<size_t>(i), OfferTrial::Phase::kFinished, 0, 1,
+                         std::nullopt, 0, ""});
   }
-  const auto ranks = search::RankSpaces({testing::Box("mlp", 2, 0, 1), testing::Box("cnn", 2, 0, 1)}, histories);
-  ASSERT_DOUBLE_EQ(ranks[0].share, ranks[1].share) << "an unexplored space ranks with the best explored one";
+  const auto ranks =
+      search::RankSpaces({testing::Box("mlp", 2, 0, 1), testing::Box("cnn", 2, 0, 1)}, histories);
+  ASSERT_DOUBLE_EQ(ranks[0].share, ranks[1].share)
+      << "an unexplored space ranks with the best explored one";
   in.shares = {ranks[0].share, ranks[1].share};
   in.workloads = {kMlp, kCnn};
   in.preferred_space = search::PickSpace(ranks, {5, 0});
@@ -659,7 +679,8 @@ TEST(Offer, TiedSpacesTakeTurnsThroughTheRankingsPick) {
 
   SpeedModel speeds;
   std::vector<LiveDevice> fleet;
-  for (const auto& [cls, sps] : std::vector<std::pair<std::string, double>>{{"x1.0", 400}, {"x0.5", 200}, {"x0.2", 100}}) {
+  for (const auto& [cls, sps] :
+       std::vector<std::pair<std::string, double>>{{"x1.0", 400}, {"x0.5", 200}, {"x0.2", 100}}) {
     speeds.Observe(cls, kMlp, "", 10 * sps);  // measured: matching, not exploration, decides
     speeds.Observe(cls, kCnn, "", sps);
     fleet.push_back({cls, cls, 0});
@@ -669,7 +690,9 @@ TEST(Offer, TiedSpacesTakeTurnsThroughTheRankingsPick) {
     options.kind = kind;
     options.class_order = {"x1.0", "x0.5", "x0.2"};
     for (const auto& d : fleet) {
-      EXPECT_EQ(Pick(Decide({d.id, d.device_class}, fleet, offer.items, speeds, options), offer.items), -2)
+      EXPECT_EQ(
+          Pick(Decide({d.id, d.device_class}, fleet, offer.items, speeds, options), offer.items),
+          -2)
           << PolicyName(kind) << " on " << d.id;
     }
   }
@@ -695,9 +718,10 @@ TEST(Offer, NewTrialsKeepTheRankingsSplitBetweenSpaces) {
   OfferInput in = TwoSpaces(histories, 100);
   const auto add = [&](size_t space) {
     const size_t index = histories[space].trials.size();
-    histories[space].trials.push_back(Reached(static_cast<int>(in.trials.size()), 0.5, 1, search::TrialStatus::kPruned));
-    in.trials.push_back({static_cast<int64_t>(in.trials.size() + 1), space, index, OfferTrial::Phase::kFinished, 0, 1,
-                         std::nullopt, 0, ""});
+    histories[space].trials.push_back(
+        Reached(static_cast<int>(in.trials.size()), 0.5, 1, search::TrialStatus::kPruned));
+    in.trials.push_back({static_cast<int64_t>(in.trials.size() + 1), space, index,
+                         OfferTrial::Phase::kFinished, 0, 1, std::nullopt, 0, ""});
   };
   const auto new_spaces = [&] {
     std::vector<int> out;
@@ -734,9 +758,10 @@ TEST(Offer, FinishedTrialsCountedOrListedMakeTheSameOffer) {
   counted.finished_per_space = {0, 0};
   const auto finish = [&](size_t space) {
     const size_t index = histories[space].trials.size();
-    histories[space].trials.push_back(Reached(static_cast<int>(index), 0.5, 1, search::TrialStatus::kPruned));
-    listed.trials.push_back({static_cast<int64_t>(listed.trials.size() + 1), space, index, OfferTrial::Phase::kFinished,
-                             0, 1, std::nullopt, 0, ""});
+    histories[space].trials.push_back(
+        Reached(static_cast<int>(index), 0.5, 1, search::TrialStatus::kPruned));
+    listed.trials.push_back({static_cast<int64_t>(listed.trials.size() + 1), space, index,
+                             OfferTrial::Phase::kFinished, 0, 1, std::nullopt, 0, ""});
     ++counted.finished_per_space[space];
   };
   const auto news = [](const OfferInput& in) {

@@ -22,9 +22,6 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-
-
-
 Param Under(Param p, int parent, int choice) {
   p.parent = parent;
   p.parent_choice = choice;
@@ -430,7 +427,8 @@ TEST(GpSamplerTest, OlderRunningTrialsRepelToo) {
       }
     }
     for (int i = 0; i < 64; ++i) {
-      running.push_back({std::fmod(alone[0] + 0.5 + 0.001 * i, 1.0), std::fmod(alone[1] + 0.5, 1.0)});
+      running.push_back(
+          {std::fmod(alone[0] + 0.5 + 0.001 * i, 1.0), std::fmod(alone[1] + 0.5, 1.0)});
     }
     for (const Assignment& x : running) {
       Observation t;
@@ -441,10 +439,11 @@ TEST(GpSamplerTest, OlderRunningTrialsRepelToo) {
     Rng rng(seed);
     const Assignment got = MakeGpSampler(o)->Suggest(space, history, 1, rng).at(0);
     double nearest = INFINITY;
-    for (const Assignment& x : running) nearest = std::min(nearest, std::hypot(got[0] - x[0], got[1] - x[1]));
+    for (const Assignment& x : running)
+      nearest = std::min(nearest, std::hypot(got[0] - x[0], got[1] - x[1]));
     EXPECT_GE(nearest, o.min_pending_distance)
-        << "seed " << seed << ": suggested (" << got[0] << ", " << got[1] << ") next to a running trial; alone: ("
-        << alone[0] << ", " << alone[1] << ")";
+        << "seed " << seed << ": suggested (" << got[0] << ", " << got[1]
+        << ") next to a running trial; alone: (" << alone[0] << ", " << alone[1] << ")";
   }
 }
 

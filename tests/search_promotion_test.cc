@@ -2,8 +2,6 @@
 // expectation follows from the rules in search/promotion.h.
 #include <gtest/gtest.h>
 
-#include "search/promotion.h"
-
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -11,13 +9,16 @@
 #include <random>
 #include <tuple>
 
+#include "search/promotion.h"
+
 namespace hpo::search {
 namespace {
 
 using Curve = std::vector<std::pair<int64_t, double>>;
 
 // A trial whose curve is `value` at every step 1..last.
-Observation Trial(int64_t number, double value, int64_t last, TrialStatus status = TrialStatus::kRunning) {
+Observation Trial(int64_t number, double value, int64_t last,
+                  TrialStatus status = TrialStatus::kRunning) {
   Observation o;
   o.number = number;
   o.status = status;
@@ -40,7 +41,8 @@ TEST(PromotionRuleTest, RungsEndAtTheBudget) {
   EXPECT_EQ(PromotionRule::Asha(Asha(3, 3), 10)->Rungs(5), (std::vector<int64_t>{3, 9, 10}));
   EXPECT_EQ(PromotionRule::Asha(Asha(2, 2), 8)->Rungs(0), (std::vector<int64_t>{2, 4, 8}));
   // eta 1.5 from 1: 1, 1.5 -> 2, 2.25 -> 3, 3.375 -> 4, 5.06 -> 6, 7.6 -> 8, then the budget.
-  EXPECT_EQ(PromotionRule::Asha(Asha(1, 1.5), 10)->Rungs(0), (std::vector<int64_t>{1, 2, 3, 4, 6, 8, 10}));
+  EXPECT_EQ(PromotionRule::Asha(Asha(1, 1.5), 10)->Rungs(0),
+            (std::vector<int64_t>{1, 2, 3, 4, 6, 8, 10}));
   // A budget at the first rung: one segment to the end.
   EXPECT_EQ(PromotionRule::Asha(Asha(3, 3), 3)->Rungs(0), (std::vector<int64_t>{3}));
   EXPECT_EQ(PromotionRule::Asha(Asha(1, 3), 27)->FirstStop(0), 1);
@@ -104,7 +106,9 @@ TEST(PromotionRuleTest, TheQuantileRulePromotesTheBetterOfTwoAtOnce) {
   ASSERT_EQ(p.size(), 2u);
   EXPECT_EQ(p[0].index, 3u);
   EXPECT_EQ(p[1].index, 1u);
-  EXPECT_EQ(PromotionRule::Asha(Asha(1, 3), 27)->Promotable(h, {{0, 0}, {1, 0}, {2, 0}, {3, 0}}).size(), 1u);
+  EXPECT_EQ(
+      PromotionRule::Asha(Asha(1, 3), 27)->Promotable(h, {{0, 0}, {1, 0}, {2, 0}, {3, 0}}).size(),
+      1u);
   // The quantile of the last rung uses its own ratio: rungs 1, 3, 9, 10 end
   // at the budget, so from 9 p = 9 / 10 and nearly every result goes on.
   const auto last = *PromotionRule::Asha(Asha(1, 3), 10, PromotionCriterion::kQuantile);
@@ -125,7 +129,7 @@ TEST(PromotionRuleTest, HigherRungsFirstAndFailedTrialsCountNowhere) {
   const auto rule = *PromotionRule::Asha(Asha(1, 3), 9);  // rungs 1, 3, 9
   History h;
   // Three reached step 3 (paused at level 1); three more only step 1.
-  h.trials = {Trial(0, 0.4, 3), Trial(1, 0.1, 3), Trial(2, 0.6, 3),
+  h.trials = {Trial(0, 0.4, 3),  Trial(1, 0.1, 3), Trial(2, 0.6, 3),
               Trial(3, 0.05, 1), Trial(4, 0.9, 1), Trial(5, 0.95, 1)};
   auto p = rule.Promotable(h, {{0, 1}, {1, 1}, {2, 1}, {3, 0}, {4, 0}, {5, 0}});
   // Rung 3: floor(3/3) = 1 -> trial 1, to the end. Rung 1: six reached it,
@@ -183,7 +187,8 @@ std::vector<Promotion> ByTheDefinition(const PromotionRule& rule, double eta, co
     const auto r = rule.Rungs(o.number);
     for (size_t j = 0; j + 1 < r.size() && r[j] <= *o.LastStep(); ++j) {
       const auto v = o.ValueAt(r[j]);
-      if (v && !std::isnan(*v)) at_rung[{bracket(o.number), static_cast<int>(j)}].emplace_back(*v, o.number);
+      if (v && !std::isnan(*v))
+        at_rung[{bracket(o.number), static_cast<int>(j)}].emplace_back(*v, o.number);
     }
   }
   for (auto& [k, values] : at_rung) std::sort(values.begin(), values.end());
@@ -200,12 +205,15 @@ std::vector<Promotion> ByTheDefinition(const PromotionRule& rule, double eta, co
     if (!v || std::isnan(*v) || it == at_rung.end()) continue;
     const size_t best = static_cast<size_t>(std::floor(it->second.size() / eta * (1 + 1e-12)));
     const size_t place =
-        std::lower_bound(it->second.begin(), it->second.end(), std::make_pair(*v, o.number)) - it->second.begin();
+        std::lower_bound(it->second.begin(), it->second.end(), std::make_pair(*v, o.number)) -
+        it->second.begin();
     if (place >= best) continue;
-    out.push_back({index, level, r[level], r[level + 1], static_cast<size_t>(level) + 2 == r.size(), *v});
+    out.push_back(
+        {index, level, r[level], r[level + 1], static_cast<size_t>(level) + 2 == r.size(), *v});
   }
   std::sort(out.begin(), out.end(), [](const Promotion& a, const Promotion& b) {
-    return std::make_tuple(-a.from_level, a.value, a.index) < std::make_tuple(-b.from_level, b.value, b.index);
+    return std::make_tuple(-a.from_level, a.value, a.index) <
+           std::make_tuple(-b.from_level, b.value, b.index);
   });
   return out;
 }
@@ -222,7 +230,9 @@ TEST(PromotionRuleTest, PromotableIsTheRuleAsDefinedOnRandomHistories) {
   for (int round = 0; round < 200; ++round) {
     const bool is_hb = round % 2 == 1;
     const PromotionRule& rule = is_hb ? hyperband : asha;
-    const std::function<int(int64_t)> bracket = [&](int64_t n) { return is_hb ? HyperbandBracket(hb, n) : 0; };
+    const std::function<int(int64_t)> bracket = [&](int64_t n) {
+      return is_hb ? HyperbandBracket(hb, n) : 0;
+    };
     History h;
     std::vector<PausedTrial> paused;
     const int n = 1 + static_cast<int>(rng() % 60);
@@ -232,7 +242,7 @@ TEST(PromotionRuleTest, PromotableIsTheRuleAsDefinedOnRandomHistories) {
       o.status = rng() % 10 == 0 ? TrialStatus::kFailed : TrialStatus::kPruned;
       const int64_t last = static_cast<int64_t>(rng() % 28);
       for (int64_t step = 1; step <= last; ++step) {
-        if (rng() % 4 == 0) continue;  // steps not reported
+        if (rng() % 4 == 0) continue;                   // steps not reported
         double v = static_cast<double>(rng() % 8) / 8;  // ties
         if (rng() % 25 == 0) v = std::nan("");
         o.curve.emplace_back(step, v);
@@ -269,10 +279,12 @@ TEST(PromotionRuleTest, TrialsToReachLastRungIsEtaToTheNumberOfPromotions) {
   EXPECT_EQ(TrialsToReachLastRung(*PromotionRule::Asha(Asha(1, 3), 9), 3), 9);    // rungs 1, 3, 9
   EXPECT_EQ(TrialsToReachLastRung(*PromotionRule::Asha(Asha(1, 3), 27), 3), 27);  // 1, 3, 9, 27
   EXPECT_EQ(TrialsToReachLastRung(*PromotionRule::Asha(Asha(1, 3), 8), 3), 9);    // 1, 3, 8
-  EXPECT_EQ(TrialsToReachLastRung(*PromotionRule::Asha(Asha(3, 3), 3), 3), 1);    // one rung: no promotion
+  EXPECT_EQ(TrialsToReachLastRung(*PromotionRule::Asha(Asha(3, 3), 3), 3),
+            1);  // one rung: no promotion
   // eta 2.5: m = 1, ceil(2.5) = 3, ceil(7.5) = 8.
   EXPECT_EQ(TrialsToReachLastRung(*PromotionRule::Asha(Asha(1, 2.5), 7), 2.5), 8);  // 1, 3 (2.5), 7
-  EXPECT_EQ(TrialsToReachLastRung(*PromotionRule::Asha(Asha(1, 3), 27), 3, 10), 11) << "past the limit";
+  EXPECT_EQ(TrialsToReachLastRung(*PromotionRule::Asha(Asha(1, 3), 27), 3, 10), 11)
+      << "past the limit";
 }
 
 }  // namespace

@@ -359,8 +359,9 @@ TEST(AshaPrunerTest, AReportAtTheTopOfTheStepRangeIsJudgedOnlyAtTheRungsItCrosse
   });
   constexpr int64_t kTop = std::numeric_limits<int64_t>::max();
   History h;
-  h.trials.push_back(Trial(1, TrialStatus::kRunning, {{1, 10}, {kTop, 10}}));  // worse, reached the top
-  h.trials.push_back(Trial(2, TrialStatus::kRunning, {{1, 0}}));              // better, stopped at step 1
+  h.trials.push_back(
+      Trial(1, TrialStatus::kRunning, {{1, 10}, {kTop, 10}}));    // worse, reached the top
+  h.trials.push_back(Trial(2, TrialStatus::kRunning, {{1, 0}}));  // better, stopped at step 1
   h.trials.push_back(Trial(3, TrialStatus::kRunning, {{1, 0}}));
   EXPECT_FALSE(Judge(*p, h, Trial(0, TrialStatus::kRunning, {{kMin, 5}, {kTop, 5}})));
   // Worse than trial 1 at the rungs crossed, it stops at the first of them.
@@ -478,8 +479,9 @@ TEST(PrunerOptionsTest, DefaultsAreValid) {
 // experiment's lock). See kMinReductionFactor.
 TEST(PrunerOptionsTest, ReductionFactorIsAtLeastOnePointFive) {
   for (double eta : {1.000001, 1.2, 1.4999}) {
-    for (const Status& s : {MakeAshaPruner(Set(&AshaOptions::reduction_factor, eta)).status(),
-                            MakeHyperbandPruner(Set(&HyperbandOptions::reduction_factor, eta)).status()}) {
+    for (const Status& s :
+         {MakeAshaPruner(Set(&AshaOptions::reduction_factor, eta)).status(),
+          MakeHyperbandPruner(Set(&HyperbandOptions::reduction_factor, eta)).status()}) {
       EXPECT_TRUE(s.IsInvalidArgument()) << eta;
       EXPECT_EQ(s.message().rfind("reduction_factor: must be a finite number >= 1.5 ", 0), 0u) << s;
     }

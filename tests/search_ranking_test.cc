@@ -22,12 +22,13 @@ History Results(std::vector<double> values) {
 SearchSpace Box(int dims) { return testing::Box("s" + std::to_string(dims), dims, 0, 1); }
 
 double ShareSum(const std::vector<SpaceRank>& r) {
-  return std::accumulate(r.begin(), r.end(), 0.0, [](double a, const SpaceRank& x) { return a + x.share; });
+  return std::accumulate(r.begin(), r.end(), 0.0,
+                         [](double a, const SpaceRank& x) { return a + x.share; });
 }
 
 TEST(SpaceRanking, FavoursTheSpaceLikelierToHoldTheBest) {
-  auto r = RankSpaces({Box(2), Box(2)},
-                      {Results({0.10, 0.12, 0.15, 0.30, 0.5}), Results({0.90, 0.95, 1.0, 1.1, 1.2})});
+  auto r = RankSpaces({Box(2), Box(2)}, {Results({0.10, 0.12, 0.15, 0.30, 0.5}),
+                                         Results({0.90, 0.95, 1.0, 1.1, 1.2})});
   EXPECT_GT(r[0].share, r[1].share);
   EXPECT_GT(r[0].share, 0.6);
   EXPECT_NEAR(ShareSum(r), 1.0, 1e-12);
@@ -38,8 +39,8 @@ TEST(SpaceRanking, FavoursTheSpaceLikelierToHoldTheBest) {
 TEST(SpaceRanking, UnsettledSpacesRankAboveSettledOnesWithTheSameBest) {
   // Same best value; space 1's results spread widely, so its best is less
   // settled and it may still improve.
-  auto r = RankSpaces({Box(2), Box(2)},
-                      {Results({0.5, 0.5, 0.5, 0.51, 0.5, 0.5}), Results({0.5, 2.0, 0.9, 3.0, 1.5, 0.7})});
+  auto r = RankSpaces({Box(2), Box(2)}, {Results({0.5, 0.5, 0.5, 0.51, 0.5, 0.5}),
+                                         Results({0.5, 2.0, 0.9, 3.0, 1.5, 0.7})});
   EXPECT_GT(r[1].uncertainty, r[0].uncertainty);
   EXPECT_GT(r[1].priority, r[0].priority);
 }
@@ -118,9 +119,11 @@ TEST(SpaceRanking, UnexploredSpacesComeFirst) {
 TEST(SpaceRanking, PrunedTrialsPartialResultsCount) {
   History a = Results({5.0});
   for (int i = 0; i < 20; ++i) {
-    a.trials.push_back({1 + i, TrialStatus::kPruned, {0.5}, std::nullopt, {{1, 9.0}, {3, 5.0 + 0.1 * i}}});
+    a.trials.push_back(
+        {1 + i, TrialStatus::kPruned, {0.5}, std::nullopt, {{1, 9.0}, {3, 5.0 + 0.1 * i}}});
   }
-  a.trials.push_back({30, TrialStatus::kPruned, {0.5}, std::nullopt, {}});  // no report: nothing to count
+  a.trials.push_back(
+      {30, TrialStatus::kPruned, {0.5}, std::nullopt, {}});  // no report: nothing to count
   const History b = Results({1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9});
   auto r = RankSpaces({Box(2), Box(2)}, {a, b});
   EXPECT_EQ(r[0].results, 21);

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 
-#include "testing/objectives.h"
 #include "search/sampler.h"
 #include "search/tpe.h"
+#include "testing/objectives.h"
 
 namespace hpo::search {
 namespace {
@@ -54,8 +54,9 @@ TEST_P(SamplerVsRandom, TpeBeatsRandomSearchOverManySeeds) {
   EXPECT_LT(Median(tpe_regret), 0.75 * Median(random_regret))
       << obj.name << ": tpe " << Median(tpe_regret) << " random " << Median(random_regret);
   EXPECT_GE(wins, kSeeds * 2 / 3) << obj.name;
-  std::printf("  %s: median regret at 100 trials: tpe %.4g, random %.4g, tpe ahead on %d of %d seeds\n",
-              obj.name.c_str(), Median(tpe_regret), Median(random_regret), wins, kSeeds);
+  std::printf(
+      "  %s: median regret at 100 trials: tpe %.4g, random %.4g, tpe ahead on %d of %d seeds\n",
+      obj.name.c_str(), Median(tpe_regret), Median(random_regret), wins, kSeeds);
 }
 
 INSTANTIATE_TEST_SUITE_P(Functions, SamplerVsRandom,
@@ -106,10 +107,12 @@ TEST(TpeSampler, BatchesAndRunningTrialsSpreadOut) {
         h.trials.push_back({t, TrialStatus::kCompleted, x, obj.f(obj.space.ToJson(x)), {}});
       }
       // Four trials running where the best result is: where TPE would go.
-      const auto best = std::min_element(h.trials.begin(), h.trials.end(),
-                                         [](const auto& a, const auto& b) { return *a.value < *b.value; });
+      const auto best =
+          std::min_element(h.trials.begin(), h.trials.end(),
+                           [](const auto& a, const auto& b) { return *a.value < *b.value; });
       std::vector<Assignment> running(4, best->params);
-      for (int k = 0; k < 4; ++k) h.trials.push_back({30 + k, TrialStatus::kRunning, running[k], std::nullopt, {}});
+      for (int k = 0; k < 4; ++k)
+        h.trials.push_back({30 + k, TrialStatus::kRunning, running[k], std::nullopt, {}});
       auto batch = s->Suggest(obj.space, h, 8, rng);
       EXPECT_EQ(batch.size(), 8u);
       for (size_t i = 0; i < batch.size(); ++i) {
@@ -117,7 +120,8 @@ TEST(TpeSampler, BatchesAndRunningTrialsSpreadOut) {
         for (size_t k = 0; k < batch.size(); ++k) {
           if (k != i) nearest = std::min(nearest, distance(batch[i], batch[k]));
         }
-        for (const auto& r : running) nearest_running = std::min(nearest_running, distance(batch[i], r));
+        for (const auto& r : running)
+          nearest_running = std::min(nearest_running, distance(batch[i], r));
         to_batch += nearest;
         to_running += nearest_running;
         ++n;
@@ -129,8 +133,8 @@ TEST(TpeSampler, BatchesAndRunningTrialsSpreadOut) {
   const auto [without_batch, without_running] = spread(false);
   EXPECT_GT(with_batch, 2 * without_batch) << "a batch spreads out";
   EXPECT_GT(with_running, 1.1 * without_running) << "a batch keeps away from running trials";
-  std::printf("liar: nearest in batch %.3f (off: %.3f), nearest running %.3f (off: %.3f)\n", with_batch,
-              without_batch, with_running, without_running);
+  std::printf("liar: nearest in batch %.3f (off: %.3f), nearest running %.3f (off: %.3f)\n",
+              with_batch, without_batch, with_running, without_running);
 }
 
 TEST(TpeSampler, UsesPrunedTrialsPartialCurves) {

@@ -46,15 +46,24 @@ TEST(SearchSpace, ErrorsNameThePath) {
     const char* spec;
     const char* path;
   } cases[] = {
-      {R"({"name":"a","params":{"lr":{"type":"float","low":1,"high":0}}})", "spaces[0].params.lr.low: must be < high"},
-      {R"({"name":"a","params":{"lr":{"type":"float","low":0,"high":1,"log":true}}})", "spaces[0].params.lr.low: must be > 0"},
-      {R"({"name":"a","params":{"lr":{"type":"floaty","low":0,"high":1}}})", "spaces[0].params.lr.type"},
-      {R"({"name":"a","params":{"lr":{"type":"float","low":0,"hi":1}}})", "spaces[0].params.lr.hi: unknown field"},
-      {R"({"name":"a","params":{"n":{"type":"int","low":0.5,"high":3}}})", "spaces[0].params.n.low"},
-      {R"({"name":"a","params":{"o":{"type":"categorical","choices":[]}}})", "spaces[0].params.o.choices"},
-      {R"({"name":"a","params":{"o":{"type":"categorical","choices":["x","x"]}}})", "spaces[0].params.o.choices[1]"},
-      {R"({"name":"a","params":{"o":{"type":"categorical","choices":["x"],"conditional":{"y":{}}}}})", "spaces[0].params.o.conditional.y: not one of the choices"},
-      {R"({"name":"a","params":{"o":{"type":"categorical","choices":["x"],"conditional":{"x":{"o":[1,2]}}}}})", "already used"},
+      {R"({"name":"a","params":{"lr":{"type":"float","low":1,"high":0}}})",
+       "spaces[0].params.lr.low: must be < high"},
+      {R"({"name":"a","params":{"lr":{"type":"float","low":0,"high":1,"log":true}}})",
+       "spaces[0].params.lr.low: must be > 0"},
+      {R"({"name":"a","params":{"lr":{"type":"floaty","low":0,"high":1}}})",
+       "spaces[0].params.lr.type"},
+      {R"({"name":"a","params":{"lr":{"type":"float","low":0,"hi":1}}})",
+       "spaces[0].params.lr.hi: unknown field"},
+      {R"({"name":"a","params":{"n":{"type":"int","low":0.5,"high":3}}})",
+       "spaces[0].params.n.low"},
+      {R"({"name":"a","params":{"o":{"type":"categorical","choices":[]}}})",
+       "spaces[0].params.o.choices"},
+      {R"({"name":"a","params":{"o":{"type":"categorical","choices":["x","x"]}}})",
+       "spaces[0].params.o.choices[1]"},
+      {R"({"name":"a","params":{"o":{"type":"categorical","choices":["x"],"conditional":{"y":{}}}}})",
+       "spaces[0].params.o.conditional.y: not one of the choices"},
+      {R"({"name":"a","params":{"o":{"type":"categorical","choices":["x"],"conditional":{"x":{"o":[1,2]}}}}})",
+       "already used"},
       {R"({"name":"","params":{"x":[1]}})", "spaces[0].name"},
       {R"({"name":"a","params":{}})", "spaces[0].params: must not be empty"},
   };
@@ -62,9 +71,11 @@ TEST(SearchSpace, ErrorsNameThePath) {
     auto r = ParseSearchSpace(json::parse(c.spec), "spaces[0]");
     ASSERT_FALSE(r.ok()) << c.spec;
     EXPECT_TRUE(r.status().IsInvalidArgument());
-    EXPECT_NE(r.status().message().find(c.path), std::string::npos) << r.status() << " for " << c.spec;
+    EXPECT_NE(r.status().message().find(c.path), std::string::npos)
+        << r.status() << " for " << c.spec;
   }
-  auto dup = ParseSearchSpaces(json::parse(R"([{"name":"a","params":{"x":[1]}},{"name":"a","params":{"y":[1]}}])"));
+  auto dup = ParseSearchSpaces(
+      json::parse(R"([{"name":"a","params":{"x":[1]}},{"name":"a","params":{"y":[1]}}])"));
   ASSERT_FALSE(dup.ok());
   EXPECT_NE(dup.status().message().find("spaces[1].name"), std::string::npos) << dup.status();
 }
@@ -122,7 +133,8 @@ TEST(SearchSpace, StepGridIncludesBothEndsAndSnapClamps) {
 
 TEST(SearchSpace, FromJsonRejectsWhatDoesNotFit) {
   auto s = Parse(kMixed);
-  json ok = {{"lr", 0.01}, {"dropout", 0.2}, {"width", 64}, {"layers", 3}, {"optimizer", "adam"}, {"beta1", 0.9}};
+  json ok = {{"lr", 0.01},  {"dropout", 0.2},      {"width", 64},
+             {"layers", 3}, {"optimizer", "adam"}, {"beta1", 0.9}};
   ASSERT_TRUE(s.FromJson(ok).ok()) << s.FromJson(ok).status();
   auto expect_error = [&](json j, const std::string& what) {
     auto r = s.FromJson(j);
@@ -160,23 +172,29 @@ TEST(SearchSpace, RefusesDomainsDoublesCannotRepresent) {
     const char* error;
   } cases[] = {
       {R"("i": {"type": "int", "low": -9223372036854775807, "high": 9223372036854775807})",
-       "spaces[0].params.i.low: an int parameter's bounds must be within -2^53..2^53 (9007199254740992)"},
+       "spaces[0].params.i.low: an int parameter's bounds must be within -2^53..2^53 "
+       "(9007199254740992)"},
       {R"("i": {"type": "int", "low": 0, "high": 9007199254740993})",
        "spaces[0].params.i.high: an int parameter's bounds must be within -2^53..2^53"},
-      {R"("i": {"type": "int", "low": -1e16, "high": 0})", "spaces[0].params.i.low: an int parameter's bounds"},
-      {R"("i": {"type": "int", "low": 0, "high": 18446744073709551615})", "spaces[0].params.i.high: an int"},
+      {R"("i": {"type": "int", "low": -1e16, "high": 0})",
+       "spaces[0].params.i.low: an int parameter's bounds"},
+      {R"("i": {"type": "int", "low": 0, "high": 18446744073709551615})",
+       "spaces[0].params.i.high: an int"},
       {R"("f": {"type": "float", "low": 0, "high": 1e308, "step": 1e-300})",
-       "spaces[0].params.f.step: (high - low) / step must be at most 2^53 (9007199254740992) grid points"},
-      {R"("f": {"type": "float", "low": 0, "high": 1, "step": 1e-16})", "spaces[0].params.f.step: (high - low)"},
+       "spaces[0].params.f.step: (high - low) / step must be at most 2^53 (9007199254740992) grid "
+       "points"},
+      {R"("f": {"type": "float", "low": 0, "high": 1, "step": 1e-16})",
+       "spaces[0].params.f.step: (high - low)"},
       {R"("f": {"type": "float", "low": -1e308, "high": 1e308})",
        "spaces[0].params.f.high: high - low must be a finite number"},
   };
   for (const auto& c : cases) {
-    auto r = ParseSearchSpace(json::parse(std::string(R"({"name": "s", "params": {)") + c.params + "}}"),
-                              "spaces[0]");
+    auto r = ParseSearchSpace(
+        json::parse(std::string(R"({"name": "s", "params": {)") + c.params + "}}"), "spaces[0]");
     ASSERT_FALSE(r.ok()) << c.params;
     EXPECT_TRUE(r.status().IsInvalidArgument());
-    EXPECT_EQ(r.status().message().rfind(c.error, 0), 0u) << r.status() << "\nexpected: " << c.error;
+    EXPECT_EQ(r.status().message().rfind(c.error, 0), 0u)
+        << r.status() << "\nexpected: " << c.error;
   }
 }
 
@@ -211,7 +229,8 @@ TEST(SearchSpace, SuggestionsAtTheEdgesOfTheAcceptedDomainsStayInside) {
   // An integer just beyond 2^53 would round onto the bound as a double.
   auto beyond = s.FromJson({{"i", 9007199254740993}, {"j", 0}, {"f", 0}, {"g", 0}});
   ASSERT_FALSE(beyond.ok());
-  EXPECT_NE(beyond.status().message().find("params.i: 9007199254740993 is outside"), std::string::npos)
+  EXPECT_NE(beyond.status().message().find("params.i: 9007199254740993 is outside"),
+            std::string::npos)
       << beyond.status();
 }
 

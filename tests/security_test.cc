@@ -8,18 +8,18 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-
-#include <future>
-#include <regex>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <nlohmann/json.hpp>
-#include <fstream>
-#include <filesystem>
-#include <chrono>
+
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -53,7 +53,8 @@ class SecurityTest : public ::testing::Test {
     // web/ is the root; outside/ and secret.txt are beside it.
     fs::create_directories(dir_ + "/web/sub");
     fs::create_directories(dir_ + "/outside");
-    std::ofstream(dir_ + "/web/index.html") << "<html><script src=\"/sub/page.js\"></script>dashboard</html>";
+    std::ofstream(dir_ + "/web/index.html")
+        << "<html><script src=\"/sub/page.js\"></script>dashboard</html>";
     std::ofstream(dir_ + "/web/sub/page.js") << "// sub";
     std::ofstream(dir_ + "/secret.txt") << kFileSecret;
     std::ofstream(dir_ + "/outside/secret.txt") << kFileSecret;
@@ -66,7 +67,8 @@ class SecurityTest : public ::testing::Test {
   }
 
   void StartServer(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--token", kToken, "--web-root", dir_ + "/web", "--log-level", "trace"};
+    std::vector<std::string> args = {"--token",     kToken,        "--web-root",
+                                     dir_ + "/web", "--log-level", "trace"};
     if (std::find(extra.begin(), extra.end(), "--store") == extra.end()) {
       args.insert(args.end(), {"--store", "sqlite://" + dir_ + "/hpo.db"});
     }
@@ -88,8 +90,8 @@ class SecurityTest : public ::testing::Test {
   // Calls every method of hpo.v1.WorkerService with an empty request and
   // the given authorization metadata (none when empty).
   std::map<std::string, grpc::Status> CallEveryRpc(const std::string& authorization) {
-    const auto* service =
-        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName("hpo.v1.WorkerService");
+    const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+        "hpo.v1.WorkerService");
     EXPECT_NE(service, nullptr);
     auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port()),
                                        grpc::InsecureChannelCredentials());
@@ -102,8 +104,9 @@ class SecurityTest : public ::testing::Test {
       grpc::Slice empty(std::string{});
       grpc::ByteBuffer request(&empty, 1), response;
       std::promise<grpc::Status> done;
-      stub.UnaryCall(&ctx, "/" + service->full_name() + "/" + service->method(i)->name(), grpc::StubOptions(),
-                     &request, &response, [&](grpc::Status s) { done.set_value(std::move(s)); });
+      stub.UnaryCall(&ctx, "/" + service->full_name() + "/" + service->method(i)->name(),
+                     grpc::StubOptions(), &request, &response,
+                     [&](grpc::Status s) { done.set_value(std::move(s)); });
       out[service->method(i)->name()] = done.get_future().get();
     }
     return out;
@@ -133,18 +136,23 @@ TEST_F(SecurityTest, EveryRestRouteNeedsTheToken) {
   ASSERT_EQ(doc.status, 200) << doc.body;
   auto routes = DocumentedRoutes(json::parse(doc.body));
   // The probes are open by design (checked below).
-  routes.erase(std::remove_if(routes.begin(), routes.end(),
-                              [](const auto& r) { return r.second == "/healthz" || r.second == "/readyz"; }),
-               routes.end());
+  routes.erase(
+      std::remove_if(routes.begin(), routes.end(),
+                     [](const auto& r) { return r.second == "/healthz" || r.second == "/readyz"; }),
+      routes.end());
   ASSERT_GE(routes.size(), 14u) << "fewer routes than the API has: " << doc.body;
   // And the ones outside /api/v1 that carry data.
-  routes.insert(routes.end(), {{"GET", "/metrics"}, {"GET", "/openapi.json"}, {"DELETE", "/api/v1/experiments"},
-                               {"GET", "/api/v1/nope"}, {"POST", "/api/v1/experiments/1/trials"}});
+  routes.insert(routes.end(), {{"GET", "/metrics"},
+                               {"GET", "/openapi.json"},
+                               {"DELETE", "/api/v1/experiments"},
+                               {"GET", "/api/v1/nope"},
+                               {"POST", "/api/v1/experiments/1/trials"}});
   for (const auto& [method, target] : routes) {
     for (const std::string& token : {std::string(), std::string("wrong"), std::string(kToken) + "x",
                                      std::string(kToken).substr(0, 5)}) {
       const HttpResult r = Call(method, target, token, method == "POST" ? kClientSpec : "");
-      EXPECT_EQ(r.status, 401) << method << " " << target << " with token '" << token << "': " << r.body;
+      EXPECT_EQ(r.status, 401) << method << " " << target << " with token '" << token
+                               << "': " << r.body;
       EXPECT_EQ(r.body.find("dashboard"), std::string::npos);
     }
     // With the token the route answers (whatever it says about id 1); the
@@ -178,8 +186,9 @@ TEST_F(SecurityTest, MetricsAreOpenOnlyWithPublicMetrics) {
 
 TEST_F(SecurityTest, EveryRpcNeedsTheToken) {
   StartServer();
-  for (const std::string& auth : {std::string(), std::string("Bearer wrong"), std::string(kToken),
-                                  std::string("Bearer ") + kToken + "x", std::string("Basic ") + kToken}) {
+  for (const std::string& auth :
+       {std::string(), std::string("Bearer wrong"), std::string(kToken),
+        std::string("Bearer ") + kToken + "x", std::string("Basic ") + kToken}) {
     const auto statuses = CallEveryRpc(auth);
     EXPECT_EQ(statuses.size(), 10u)
         << "WorkerService has a new method: check that it authenticates";
@@ -201,10 +210,11 @@ TEST_F(SecurityTest, EveryRpcNeedsTheToken) {
 TEST_F(SecurityTest, StaticFilesStayInsideTheWebRoot) {
   StartServer();
   for (const char* evil :
-       {"/../secret.txt", "/sub/../../secret.txt", "/%2e%2e/secret.txt", "/%2E%2E/secret.txt", "/..%2fsecret.txt",
-        "/%2e%2e%2fsecret.txt", "/sub/%2e%2e/%2e%2e/secret.txt", "/escape/secret.txt", "/link.txt",
-        "//etc/passwd", "/%2fetc/passwd", "/..\\secret.txt", "/....//secret.txt", "/%252e%252e/secret.txt",
-        "/./../secret.txt", "/sub/..%00/../secret.txt"}) {
+       {"/../secret.txt", "/sub/../../secret.txt", "/%2e%2e/secret.txt", "/%2E%2E/secret.txt",
+        "/..%2fsecret.txt", "/%2e%2e%2fsecret.txt", "/sub/%2e%2e/%2e%2e/secret.txt",
+        "/escape/secret.txt", "/link.txt", "//etc/passwd", "/%2fetc/passwd", "/..\\secret.txt",
+        "/....//secret.txt", "/%252e%252e/secret.txt", "/./../secret.txt",
+        "/sub/..%00/../secret.txt"}) {
     const HttpResult r = Call("GET", evil, "");
     EXPECT_NE(r.status, 200) << evil << ": " << r.body;
     EXPECT_EQ(r.body.find(kFileSecret), std::string::npos) << evil;
@@ -221,15 +231,18 @@ TEST_F(SecurityTest, StaticFilesStayInsideTheWebRoot) {
 // the chart library came from (its source maps, sources, other packages).
 TEST_F(SecurityTest, OnlyTheFilesTheDashboardLoadsAreServed) {
   const std::string web = dir_ + "/web";
-  std::ofstream(web + "/index.html") << "<html><link rel=\"stylesheet\" href=\"/style.css\">"
-                                        "<script type=\"module\" src=\"/js/app.js\"></script></html>";
+  std::ofstream(web + "/index.html")
+      << "<html><link rel=\"stylesheet\" href=\"/style.css\">"
+         "<script type=\"module\" src=\"/js/app.js\"></script></html>";
   fs::create_directories(web + "/js/pages");
   fs::create_directories(web + "/node_modules/lib/dist");
   fs::create_directories(web + "/node_modules/other");
   std::ofstream(web + "/style.css") << "body { color: black; }";
-  std::ofstream(web + "/js/app.js") << "import { page } from './pages/page.js';\nimport * as lib from "
-                                       "'/node_modules/lib/dist/lib.min.mjs';\n";
-  std::ofstream(web + "/js/pages/page.js") << "import { x } from \"../dom.js\"; export const page = 1;";
+  std::ofstream(web + "/js/app.js")
+      << "import { page } from './pages/page.js';\nimport * as lib from "
+         "'/node_modules/lib/dist/lib.min.mjs';\n";
+  std::ofstream(web + "/js/pages/page.js")
+      << "import { x } from \"../dom.js\"; export const page = 1;";
   std::ofstream(web + "/js/dom.js") << "export const x = 1;";
   std::ofstream(web + "/js/unused.js") << "export const y = 2;";
   std::ofstream(web + "/node_modules/lib/dist/lib.min.mjs") << "export default 1;";
@@ -237,12 +250,13 @@ TEST_F(SecurityTest, OnlyTheFilesTheDashboardLoadsAreServed) {
   std::ofstream(web + "/node_modules/lib/package.json") << "{}";
   std::ofstream(web + "/node_modules/other/index.js") << "1";
   StartServer();
-  for (const char* served : {"/", "/index.html", "/style.css", "/js/app.js", "/js/pages/page.js", "/js/dom.js",
-                             "/node_modules/lib/dist/lib.min.mjs"}) {
+  for (const char* served : {"/", "/index.html", "/style.css", "/js/app.js", "/js/pages/page.js",
+                             "/js/dom.js", "/node_modules/lib/dist/lib.min.mjs"}) {
     EXPECT_EQ(Call("GET", served, "").status, 200) << served;
   }
-  for (const char* hidden : {"/js/unused.js", "/node_modules/lib/dist/lib.min.mjs.map", "/node_modules/lib/package.json",
-                             "/node_modules/other/index.js", "/node_modules/", "/js/"}) {
+  for (const char* hidden :
+       {"/js/unused.js", "/node_modules/lib/dist/lib.min.mjs.map", "/node_modules/lib/package.json",
+        "/node_modules/other/index.js", "/node_modules/", "/js/"}) {
     EXPECT_EQ(Call("GET", hidden, "").status, 404) << hidden;
     EXPECT_EQ(Call("GET", hidden, kToken).status, 404) << hidden << " (with the token)";
   }
@@ -254,14 +268,15 @@ TEST_F(SecurityTest, OnlyTheFilesTheDashboardLoadsAreServed) {
 TEST_F(SecurityTest, NoFormOfTheTokenInAQueryIsLogged) {
   StartServer();
   const std::string t = kToken;
-  for (const std::string target : {"/?token=" + t, "/api/v1/experiments?access_token=" + t,
-                                   "/api/v1/experiments?api_key=" + t, "/index.html?Token=" + t,
-                                   "/api/v1/experiments?limit=5&auth=" + t}) {
+  for (const std::string target :
+       {"/?token=" + t, "/api/v1/experiments?access_token=" + t, "/api/v1/experiments?api_key=" + t,
+        "/index.html?Token=" + t, "/api/v1/experiments?limit=5&auth=" + t}) {
     Call("GET", target, "");
   }
   ASSERT_TRUE(WIFEXITED(server_->Stop(SIGTERM)));
   const std::string log = server_->Log();
-  EXPECT_NE(log.find("token=REDACTED"), std::string::npos) << "the requests were not logged:\n" << log;
+  EXPECT_NE(log.find("token=REDACTED"), std::string::npos) << "the requests were not logged:\n"
+                                                           << log;
   EXPECT_NE(log.find("limit=5"), std::string::npos) << log;
   EXPECT_EQ(log.find(kToken), std::string::npos) << log;
 }
@@ -269,12 +284,14 @@ TEST_F(SecurityTest, NoFormOfTheTokenInAQueryIsLogged) {
 // --token-file on the command line wins over HPO_TOKEN in the environment
 // (CLI11 once refused the pair as "excludes"), and HPO_TOKEN beside
 // HPO_TOKEN_FILE is an error that names both: no guess at which was meant.
-TEST_F(SecurityTest, ATokenFileOnTheCommandLineWinsOverTheEnvironmentAndTwoTokenVariablesAreRefused) {
+TEST_F(SecurityTest,
+       ATokenFileOnTheCommandLineWinsOverTheEnvironmentAndTwoTokenVariablesAreRefused) {
   std::ofstream(dir_ + "/token") << kToken << "\n";
   const std::string store = "sqlite://" + dir_ + "/hpo.db";
   ::setenv("HPO_TOKEN", "the-environment's-token", 1);
-  server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, dir_,
-                                                     std::vector<std::string>{"--token-file", dir_ + "/token", "--store", store});
+  server_ = std::make_unique<testing::ServerProcess>(
+      HPO_SERVER_BIN, dir_,
+      std::vector<std::string>{"--token-file", dir_ + "/token", "--store", store});
   const Status started = server_->Start();
   ::unsetenv("HPO_TOKEN");
   ASSERT_TRUE(started.ok()) << started << "\n" << server_->Log();
@@ -289,7 +306,8 @@ TEST_F(SecurityTest, ATokenFileOnTheCommandLineWinsOverTheEnvironmentAndTwoToken
   ::unsetenv("HPO_TOKEN");
   ::unsetenv("HPO_TOKEN_FILE");
   EXPECT_FALSE(refused_start.ok());
-  EXPECT_NE(refused.Log().find("HPO_TOKEN and HPO_TOKEN_FILE are both set"), std::string::npos) << refused.Log();
+  EXPECT_NE(refused.Log().find("HPO_TOKEN and HPO_TOKEN_FILE are both set"), std::string::npos)
+      << refused.Log();
 }
 
 TEST_F(SecurityTest, NeitherTheTokenNorTheDatabasePasswordIsLogged) {
@@ -308,12 +326,14 @@ TEST_F(SecurityTest, NeitherTheTokenNorTheDatabasePasswordIsLogged) {
   ASSERT_EQ(created.status, 201) << created.body;
   const int64_t id = json::parse(created.body)["id"];
   const HttpResult suggested =
-      Call("POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest", kToken, R"({"count": 1})");
+      Call("POST", "/api/v1/experiments/" + std::to_string(id) + "/trials:suggest", kToken,
+           R"({"count": 1})");
   ASSERT_EQ(suggested.status, 200) << suggested.body;
   const int64_t trial = json::parse(suggested.body)["trials"][0]["id"];
   Call("POST", "/api/v1/trials/" + std::to_string(trial) + "/measurements", kToken,
        R"({"step": 1, "metrics": {"loss": 0.5}})");
-  Call("POST", "/api/v1/trials/" + std::to_string(trial) + ":fail", kToken, R"({"reason": "boom"})");
+  Call("POST", "/api/v1/trials/" + std::to_string(trial) + ":fail", kToken,
+       R"({"reason": "boom"})");
   Call("GET", "/metrics", kToken);
   CallEveryRpc("Bearer wrong");
   CallEveryRpc(std::string("Bearer ") + kToken);
@@ -325,7 +345,8 @@ TEST_F(SecurityTest, NeitherTheTokenNorTheDatabasePasswordIsLogged) {
 
   // A database that cannot be reached: the error names it, without the password.
   std::string unreachable = "postgresql://postgres:" + std::string(kPassword) + "@127.0.0.1:1/none";
-  testing::ServerProcess failing(HPO_SERVER_BIN, dir_ + "/failing", {"--store", unreachable, "--token", kToken});
+  testing::ServerProcess failing(HPO_SERVER_BIN, dir_ + "/failing",
+                                 {"--store", unreachable, "--token", kToken});
   EXPECT_FALSE(failing.Start().ok());
   const std::string failed_log = failing.Log();
   EXPECT_NE(failed_log.find("127.0.0.1"), std::string::npos) << failed_log;
@@ -338,8 +359,10 @@ TEST_F(SecurityTest, RequestsBeyondALimitGetAClearError) {
   const HttpResult created = Call("POST", "/api/v1/experiments", kToken, kClientSpec);
   ASSERT_EQ(created.status, 201) << created.body;
   const std::string eid = std::to_string(json::parse(created.body)["id"].get<int64_t>());
-  const HttpResult suggested = Call("POST", "/api/v1/experiments/" + eid + "/trials:suggest", kToken, R"({"count": 1})");
-  const std::string tid = std::to_string(json::parse(suggested.body)["trials"][0]["id"].get<int64_t>());
+  const HttpResult suggested =
+      Call("POST", "/api/v1/experiments/" + eid + "/trials:suggest", kToken, R"({"count": 1})");
+  const std::string tid =
+      std::to_string(json::parse(suggested.body)["trials"][0]["id"].get<int64_t>());
   const std::string report = "/api/v1/trials/" + tid + "/measurements";
 
   // Too many metrics in one report.
@@ -349,12 +372,16 @@ TEST_F(SecurityTest, RequestsBeyondALimitGetAClearError) {
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("limit of 256"), std::string::npos) << r.body;
   // A metric name too long.
-  r = Call("POST", report, kToken, json{{"step", 1}, {"metrics", {{"loss", 1}, {std::string(300, 'a'), 1}}}}.dump());
+  r = Call("POST", report, kToken,
+           json{{"step", 1}, {"metrics", {{"loss", 1}, {std::string(300, 'a'), 1}}}}.dump());
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("1 to 256 bytes"), std::string::npos) << r.body;
   // A system value too long.
-  r = Call("POST", report, kToken,
-           json{{"step", 1}, {"metrics", {{"loss", 1}}}, {"system", {{"device", std::string(2000, 'x')}}}}.dump());
+  r = Call(
+      "POST", report, kToken,
+      json{
+          {"step", 1}, {"metrics", {{"loss", 1}}}, {"system", {{"device", std::string(2000, 'x')}}}}
+          .dump());
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("longer than 1024 bytes"), std::string::npos) << r.body;
   // A metric that is not a number.
@@ -362,7 +389,8 @@ TEST_F(SecurityTest, RequestsBeyondALimitGetAClearError) {
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("metrics.note: must be a number"), std::string::npos) << r.body;
   // Within the limits the same report is taken.
-  r = Call("POST", report, kToken, R"({"step": 1, "metrics": {"loss": 1, "acc": 0.5}, "system": {"threads": 2}})");
+  r = Call("POST", report, kToken,
+           R"({"step": 1, "metrics": {"loss": 1, "acc": 0.5}, "system": {"threads": 2}})");
   EXPECT_EQ(r.status, 200) << r.body;
 
   // Spec strings: names, parameter names, values.
@@ -377,12 +405,14 @@ TEST_F(SecurityTest, RequestsBeyondALimitGetAClearError) {
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("longer than 256 bytes"), std::string::npos) << r.body;
   spec = json::parse(kClientSpec);
-  spec["spaces"][0]["params"]["c"] = {{"type", "categorical"}, {"choices", {"a", std::string(20000, 'v')}}};
+  spec["spaces"][0]["params"]["c"] = {{"type", "categorical"},
+                                      {"choices", {"a", std::string(20000, 'v')}}};
   r = Call("POST", "/api/v1/experiments", kToken, spec.dump());
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("longer than 16384 bytes"), std::string::npos) << r.body;
   // YAML that nests too deep, or expands aliases into too many values.
-  r = Call("POST", "/api/v1/experiments", kToken, std::string(100000, '[') + std::string(100000, ']'));
+  r = Call("POST", "/api/v1/experiments", kToken,
+           std::string(100000, '[') + std::string(100000, ']'));
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("nested more than 32 levels"), std::string::npos) << r.body;
   std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
@@ -419,15 +449,18 @@ TEST_F(SecurityTest, RequestsBeyondALimitGetAClearError) {
   EXPECT_TRUE(register_with([](auto&) {}).ok());
   grpc::Status s = register_with([](auto& q) { q.set_host(std::string(300, 'h')); });
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(s.error_message().find("host: longer than 256"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("host: longer than 256"), std::string::npos)
+      << s.error_message();
   s = register_with([](auto& q) {
     for (int i = 0; i < 100; ++i) (*q.mutable_labels())["k" + std::to_string(i)] = "v";
   });
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(s.error_message().find("labels: more than the limit of 64"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("labels: more than the limit of 64"), std::string::npos)
+      << s.error_message();
   s = register_with([](auto& q) { q.mutable_devices(0)->set_name(std::string(300, 'd')); });
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(s.error_message().find("devices[0].name: longer than 256"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("devices[0].name: longer than 256"), std::string::npos)
+      << s.error_message();
 }
 
 // One cancel with a 1 MiB reason over 50 unfinished trials: the reason used
@@ -442,7 +475,10 @@ TEST_F(SecurityTest, ALongCancelReasonIsCutAndStoredOnce) {
   const std::string eid = std::to_string(json::parse(created.body)["id"].get<int64_t>());
   // 50 trials out (with an ask/tell client: a worker experiment makes its
   // trials one at a time, as devices ask).
-  ASSERT_EQ(Call("POST", "/api/v1/experiments/" + eid + "/trials:suggest", kToken, R"({"count": 50})").status, 200);
+  ASSERT_EQ(
+      Call("POST", "/api/v1/experiments/" + eid + "/trials:suggest", kToken, R"({"count": 50})")
+          .status,
+      200);
   const HttpResult before = Call("GET", "/api/v1/experiments/" + eid, kToken);
   ASSERT_EQ(json::parse(before.body)["trials"]["leased"], 50) << before.body;
   auto store_bytes = [&] {
@@ -463,8 +499,8 @@ TEST_F(SecurityTest, ALongCancelReasonIsCutAndStoredOnce) {
   EXPECT_EQ(too_big.status, 400) << too_big.body.substr(0, 300);
   EXPECT_NE(too_big.body.find("1048576"), std::string::npos) << too_big.body.substr(0, 300);
   const std::string reason = "stop now: " + std::string((1 << 20) - 4096, 'r');
-  const HttpResult cancelled =
-      Call("POST", "/api/v1/experiments/" + eid + ":cancel", kToken, json{{"reason", reason}}.dump());
+  const HttpResult cancelled = Call("POST", "/api/v1/experiments/" + eid + ":cancel", kToken,
+                                    json{{"reason", reason}}.dump());
   ASSERT_EQ(cancelled.status, 200) << cancelled.body.substr(0, 300);
 
   const HttpResult page = Call("GET", "/api/v1/experiments/" + eid + "/trials?limit=50", kToken);
@@ -518,7 +554,8 @@ TEST_F(SecurityTest, AWorkerSessionIsNeitherLoggedNorStored) {
   ASSERT_TRUE(WIFEXITED(server_->Stop(SIGTERM)));
   EXPECT_EQ(server_->Log().find(session), std::string::npos) << "the session was logged";
   for (const char* suffix : {"", "-wal"}) {
-    EXPECT_EQ(ReadFile(dir_ + "/hpo.db" + suffix).find(session), std::string::npos) << "hpo.db" << suffix;
+    EXPECT_EQ(ReadFile(dir_ + "/hpo.db" + suffix).find(session), std::string::npos)
+        << "hpo.db" << suffix;
   }
 }
 
@@ -527,26 +564,33 @@ TEST_F(SecurityTest, AWorkerSessionIsNeitherLoggedNorStored) {
 // another literal or a kConstant (the column lists).
 std::vector<std::string> SqlJoinedWithValues(const std::string& text) {
   const std::string sql = R"(\b(SELECT|INSERT|UPDATE|DELETE|WHERE|VALUES|SET|FROM|RETURNING)\b)";
-  const std::regex after("\"[^\"\n]*" + sql + "[^\"\n]*\"\\s*\\+\\s*(?!\"|std::string\\(k[A-Z]|k[A-Z])(\\S+)");
+  const std::regex after("\"[^\"\n]*" + sql +
+                         "[^\"\n]*\"\\s*\\+\\s*(?!\"|std::string\\(k[A-Z]|k[A-Z])(\\S+)");
   const std::regex before("(?:^|[^\\w])(?!k[A-Z])([A-Za-z_][\\w.]*)\\s*\\+\\s*\"[^\"\n]*" + sql);
   std::vector<std::string> out;
   for (const auto* re : {&after, &before}) {
-    for (std::sregex_iterator it(text.begin(), text.end(), *re), end; it != end; ++it) out.push_back(it->str());
+    for (std::sregex_iterator it(text.begin(), text.end(), *re), end; it != end; ++it)
+      out.push_back(it->str());
   }
   return out;
 }
 
 TEST(SqlTest, StatementsTakeValuesOnlyAsBoundParameters) {
   // The check itself catches pasted values.
-  EXPECT_EQ(SqlJoinedWithValues(R"(c.Query("SELECT id FROM t WHERE name = '" + name + "'", {});)").size(), 1u);
+  EXPECT_EQ(
+      SqlJoinedWithValues(R"(c.Query("SELECT id FROM t WHERE name = '" + name + "'", {});)").size(),
+      1u);
   EXPECT_EQ(SqlJoinedWithValues(R"(c.Exec(table + " SET x = $1", {x});)").size(), 1u);
-  EXPECT_TRUE(SqlJoinedWithValues(R"(c.Query("SELECT " + std::string(kColumns) + " FROM t WHERE id = $1");)").empty());
-  for (const char* file : {"server/store/sql_store.cc", "server/store/sqlite_driver.cc",
-                           "server/store/postgres_driver.cc", "server/store/store.cc",
-                           "server/store/migrations.cc"}) {
+  EXPECT_TRUE(SqlJoinedWithValues(
+                  R"(c.Query("SELECT " + std::string(kColumns) + " FROM t WHERE id = $1");)")
+                  .empty());
+  for (const char* file :
+       {"server/store/sql_store.cc", "server/store/sqlite_driver.cc",
+        "server/store/postgres_driver.cc", "server/store/store.cc", "server/store/migrations.cc"}) {
     const std::string text = ReadFile(fs::path(HPO_SOURCE_DIR) / file);
     ASSERT_FALSE(text.empty()) << file;
-    for (const auto& m : SqlJoinedWithValues(text)) ADD_FAILURE() << file << ": SQL text joined with a value: " << m;
+    for (const auto& m : SqlJoinedWithValues(text))
+      ADD_FAILURE() << file << ": SQL text joined with a value: " << m;
   }
 }
 

@@ -10,8 +10,8 @@
 #include <map>
 #include <sstream>
 
-#include "testing/harness.h"
 #include "server/store/store.h"
+#include "testing/harness.h"
 #include "testing/store_backends.h"
 
 namespace hpo {
@@ -63,8 +63,9 @@ class ServerBenchTest : public ::testing::Test {
     SCOPED_TRACE(l.at("line"));
     const bool rest = l.count("rest_clients") > 0;
     const char* first = rest ? "suggest" : "lease";
-    for (const std::string key : {"trials_per_s", "cpu_ms_per_trial", "report_p50_ms", "report_p99_ms",
-                                  "complete_p50_ms", "complete_p99_ms", "client_cpu_ms_per_trial"}) {
+    for (const std::string key :
+         {"trials_per_s", "cpu_ms_per_trial", "report_p50_ms", "report_p99_ms", "complete_p50_ms",
+          "complete_p99_ms", "client_cpu_ms_per_trial"}) {
       ASSERT_TRUE(l.count(key)) << key << " is missing";
       EXPECT_GT(std::stod(l.at(key)), 0) << key;
     }
@@ -74,16 +75,19 @@ class ServerBenchTest : public ::testing::Test {
     }
     EXPECT_EQ(l.at("errors"), "0");
     EXPECT_GT(std::stoll(l.at("acked_completed")), 0);
-    EXPECT_EQ(l.at("store_completed"), l.at("acked_completed")) << "completions the clients were told of are not in the store";
+    EXPECT_EQ(l.at("store_completed"), l.at("acked_completed"))
+        << "completions the clients were told of are not in the store";
     EXPECT_GE(std::stoll(l.at("acked_completed")), std::stoll(l.at("trials")));
   }
 
   std::string dir_;
 };
 
-const std::vector<std::string> kTiny = {"--workers", "2", "--rest-clients", "2", "--seconds", "1.5",
-                                        "--warmup-seconds", "0.5", "--min-trials", "5", "--existing-trials", "30",
-                                        "--existing-workers", "2", "--existing-rest-clients", "1"};
+const std::vector<std::string> kTiny = {
+    "--workers",          "2",   "--rest-clients",          "2",
+    "--seconds",          "1.5", "--warmup-seconds",        "0.5",
+    "--min-trials",       "5",   "--existing-trials",       "30",
+    "--existing-workers", "2",   "--existing-rest-clients", "1"};
 
 TEST_F(ServerBenchTest, SqlitePrintsEveryLineAndTheStoreHasTheCompletions) {
   std::vector<std::string> args = kTiny;
@@ -117,11 +121,13 @@ TEST_F(ServerBenchTest, PostgresPrintsEveryLineWithThePeers) {
   args.insert(args.end(), {"--stores", "postgresql"});
   // The peers need Debian's Optuna with psycopg2; without them the lines of
   // hpo-server are still checked.
-  const bool peers = testing::WaitExit(testing::Spawn({"/usr/bin/python3", "-c", "import optuna, psycopg2"},
-                                                  dir_ + "/import.log"),
-                                     std::chrono::seconds(60))
-                         .value_or(1) == 0;
-  if (peers) args.insert(args.end(), {"--with-peers", "--peer-seconds", "2", "--peer-processes", "2"});
+  const bool peers =
+      testing::WaitExit(testing::Spawn({"/usr/bin/python3", "-c", "import optuna, psycopg2"},
+                                       dir_ + "/import.log"),
+                        std::chrono::seconds(60))
+          .value_or(1) == 0;
+  if (peers)
+    args.insert(args.end(), {"--with-peers", "--peer-seconds", "2", "--peer-processes", "2"});
   const auto lines = Run(args);
   ASSERT_EQ(lines.size(), peers ? 6u : 4u);
   for (size_t i = 0; i < 4; ++i) {
@@ -129,7 +135,8 @@ TEST_F(ServerBenchTest, PostgresPrintsEveryLineWithThePeers) {
     ExpectServerLine(lines[i]);
     EXPECT_GT(std::stod(lines[i].at("pg_cpu_ms_per_trial")), 0);
   }
-  if (!peers) GTEST_SKIP() << "no python3-optuna or python3-psycopg2 for /usr/bin/python3: peers not run";
+  if (!peers)
+    GTEST_SKIP() << "no python3-optuna or python3-psycopg2 for /usr/bin/python3: peers not run";
   for (size_t i = 4; i < 6; ++i) {
     SCOPED_TRACE(lines[i].at("line"));
     EXPECT_EQ(lines[i].at("peer"), "optuna-3.1");

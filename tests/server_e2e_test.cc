@@ -3,15 +3,15 @@
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-
-#include <set>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <nlohmann/json.hpp>
-#include <fstream>
-#include <filesystem>
+
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,8 +41,9 @@ class ServerE2eTest : public ::testing::Test {
   void SetUp() override {
     dir_ = ::testing::TempDir() + "/hpo-e2e-" + std::to_string(getpid());
     std::filesystem::remove_all(dir_);
-    server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, 
-        dir_, std::vector<std::string>{"--store", "sqlite://" + dir_ + "/hpo.db", "--token", "tok"});
+    server_ = std::make_unique<testing::ServerProcess>(
+        HPO_SERVER_BIN, dir_,
+        std::vector<std::string>{"--store", "sqlite://" + dir_ + "/hpo.db", "--token", "tok"});
     ASSERT_TRUE(server_->Start().ok()) << server_->Log();
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -166,7 +167,8 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
   for (int i = 0; i < 20; ++i) {
     v1::Trial t;
     if (!lease(&t)) break;
-    EXPECT_TRUE(seen.insert(t.trial_id()).second) << "trial " << t.trial_id() << " handed out twice";
+    EXPECT_TRUE(seen.insert(t.trial_id()).second)
+        << "trial " << t.trial_id() << " handed out twice";
     for (int step = 0; step < 3; ++step) report(t, step);
     complete(t);
   }
@@ -177,14 +179,16 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
   EXPECT_EQ(e["state"], "completed") << exp->body;
   EXPECT_EQ(e["trials"]["completed"], 6);
   EXPECT_EQ(e["trials"]["total"], 6);
-  auto trial = HttpRequestOnce(Http(), "GET", "/api/v1/trials/" + std::to_string(inflight.trial_id()));
+  auto trial =
+      HttpRequestOnce(Http(), "GET", "/api/v1/trials/" + std::to_string(inflight.trial_id()));
   const json got = json::parse(trial->body);
   EXPECT_EQ(got["measurements"].size(), 3u) << "a step was lost across the restart";
   // Where it ran: every step on the one worker's device, named with it.
   ASSERT_EQ(got["devices"].size(), 1u) << trial->body;
   EXPECT_EQ(got["devices"][0]["steps"], 3) << trial->body;
   EXPECT_FALSE(got["devices"][0]["host"].is_null()) << trial->body;
-  EXPECT_EQ(got["devices"][0]["device_class"], got["measurements"][0]["device_class"]) << trial->body;
+  EXPECT_EQ(got["devices"][0]["device_class"], got["measurements"][0]["device_class"])
+      << trial->body;
   EXPECT_EQ(got["measurements"][2]["device_id"], got["devices"][0]["device_id"]) << trial->body;
   EXPECT_TRUE(got["events"].is_array()) << trial->body;
 
@@ -192,7 +196,9 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
   ASSERT_TRUE(m.ok());
   const std::string path = dir_ + "/metrics.txt";
   std::ofstream(path) << m->body;
-  EXPECT_EQ(std::system(("promtool check metrics < " + path + " > " + dir_ + "/promtool.out 2>&1").c_str()), 0)
+  EXPECT_EQ(std::system(
+                ("promtool check metrics < " + path + " > " + dir_ + "/promtool.out 2>&1").c_str()),
+            0)
       << m->body;
   EXPECT_NE(m->body.find("hpo_trials{state=\"completed\"} 6"), std::string::npos) << m->body;
   EXPECT_NE(m->body.find("hpo_leases_total{outcome=\"trial\"}"), std::string::npos);
@@ -203,7 +209,8 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
   const size_t at = m->body.find(batches);
   ASSERT_NE(at, std::string::npos) << m->body;
   EXPECT_GE(std::stod(m->body.substr(at + batches.size())), 3.0) << "three steps were reported";
-  EXPECT_NE(m->body.find("hpo_device_samples_per_second{device_class=\"cpu:test cpu:x1.0\",workload=\"fashion-mnist-mlp/a@"),
+  EXPECT_NE(m->body.find("hpo_device_samples_per_second{device_class=\"cpu:test "
+                         "cpu:x1.0\",workload=\"fashion-mnist-mlp/a@"),
             std::string::npos)
       << m->body;
   // Workers come with their devices' measured speed.
@@ -213,22 +220,26 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
   ASSERT_EQ(workers.size(), 1u);
   json measured = workers[0]["devices"][0]["measured"];
   ASSERT_EQ(measured.size(), 1u) << w->body;
-  EXPECT_EQ(measured[0]["workload"].get<std::string>().rfind("fashion-mnist-mlp/a@", 0), 0u) << measured[0];
+  EXPECT_EQ(measured[0]["workload"].get<std::string>().rfind("fashion-mnist-mlp/a@", 0), 0u)
+      << measured[0];
   EXPECT_EQ(measured[0]["system"]["threads"], 2);
   EXPECT_GE(measured[0]["samples_per_sec"].get<double>(), 100);
 }
 
 TEST_F(ServerE2eTest, BadFlagsAndStoresFailWithOneLine) {
-  testing::ServerProcess bad(HPO_SERVER_BIN, dir_ + "/bad", {"--store", "postgresql://u:pw@127.0.0.1:1/x?connect_timeout=2"});
+  testing::ServerProcess bad(HPO_SERVER_BIN, dir_ + "/bad",
+                             {"--store", "postgresql://u:pw@127.0.0.1:1/x?connect_timeout=2"});
   EXPECT_FALSE(bad.Start().ok());
   const std::string log = bad.Log();
   EXPECT_NE(log.find("postgresql://u:***@127.0.0.1:1/x"), std::string::npos) << log;
   EXPECT_EQ(log.find(":pw@"), std::string::npos) << log;
   // The port the first server holds cannot be bound twice.
-  testing::ServerProcess clash(HPO_SERVER_BIN, dir_ + "/clash", {"--store", "sqlite://" + dir_ + "/clash.db", "--http",
-                                                 "127.0.0.1:" + std::to_string(server_->http_port())});
+  testing::ServerProcess clash(HPO_SERVER_BIN, dir_ + "/clash",
+                               {"--store", "sqlite://" + dir_ + "/clash.db", "--http",
+                                "127.0.0.1:" + std::to_string(server_->http_port())});
   EXPECT_FALSE(clash.Start().ok());
-  EXPECT_NE(clash.Log().find("cannot listen on 127.0.0.1:" + std::to_string(server_->http_port())), std::string::npos)
+  EXPECT_NE(clash.Log().find("cannot listen on 127.0.0.1:" + std::to_string(server_->http_port())),
+            std::string::npos)
       << clash.Log();
   // A long poll as long as the lease timeout would make a waiting worker look gone.
   testing::ServerProcess long_poll(HPO_SERVER_BIN, dir_ + "/long_poll",

@@ -7,22 +7,22 @@
 // And live events: a subscriber of one replica sees changes made through
 // the other.
 #include <gtest/gtest.h>
-
-#include <pqxx/pqxx>
-#include <atomic>
-#include <map>
-#include <regex>
-#include <set>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <nlohmann/json.hpp>
-#include <sstream>
-#include <thread>
-#include <filesystem>
-#include <chrono>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <pqxx/pqxx>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/http_client.h"
@@ -88,15 +88,17 @@ class ServerReplicasTest : public ::testing::Test {
   std::string WorkerLogs() const {
     std::string out;
     for (size_t i = 0; i < workers_.size(); ++i) {
-      out += "--- worker " + std::to_string(i) + "\n" + ReadFile(dir_ + "/worker-" + std::to_string(i) + ".log");
+      out += "--- worker " + std::to_string(i) + "\n" +
+             ReadFile(dir_ + "/worker-" + std::to_string(i) + ".log");
     }
     return out;
   }
 
   void StartServers() {
     for (int i = 0; i < 2; ++i) {
-      servers_.push_back(std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, 
-          dir_ + "/server-" + std::to_string(i), std::vector<std::string>{"--store", db_->url()}));
+      servers_.push_back(std::make_unique<testing::ServerProcess>(
+          HPO_SERVER_BIN, dir_ + "/server-" + std::to_string(i),
+          std::vector<std::string>{"--store", db_->url()}));
       ASSERT_TRUE(servers_.back()->Start().ok()) << servers_.back()->Log();
     }
   }
@@ -112,7 +114,8 @@ TEST_F(ServerReplicasTest, TwoServersOnOnePostgresqlRunEveryTrialExactlyOnce) {
   const std::string spec = R"({"name": "replicas", "objective": {"metric": "loss"},
       "spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}],
       "algorithm": {"sampler": "random", "seed": 3},
-      "budget": {"max_trials": )" + std::to_string(kTrials) + R"(, "max_parallel": 16, "steps_per_trial": 1},
+      "budget": {"max_trials": )" +
+                           std::to_string(kTrials) + R"(, "max_parallel": 16, "steps_per_trial": 1},
       "executor": {"command": {"argv": ["/bin/sh", "-c", "echo hpo: step=1 loss={x}"], "timeout_s": 60}}})";
   const auto start = Clock::now();
   auto created = HttpRequestOnce(Http(0), "POST", "/api/v1/experiments", spec);
@@ -123,9 +126,9 @@ TEST_F(ServerReplicasTest, TwoServersOnOnePostgresqlRunEveryTrialExactlyOnce) {
   for (int i = 0; i < 2 * kWorkersPerServer; ++i) {
     const size_t server = i % 2;
     workers_.push_back(testing::Spawn(
-        {HPO_WORKER_BIN, "--server", "127.0.0.1:" + std::to_string(servers_[server]->grpc_port()), "--device",
-         "cpu", "--threads", "1", "--benchmark-seconds", "0.05", "--heartbeat-ms", "1000", "--labels",
-         "pool=cpu,server=" + std::to_string(server)},
+        {HPO_WORKER_BIN, "--server", "127.0.0.1:" + std::to_string(servers_[server]->grpc_port()),
+         "--device", "cpu", "--threads", "1", "--benchmark-seconds", "0.05", "--heartbeat-ms",
+         "1000", "--labels", "pool=cpu,server=" + std::to_string(server)},
         dir_ + "/worker-" + std::to_string(i) + ".log"));
   }
 
@@ -139,7 +142,8 @@ TEST_F(ServerReplicasTest, TwoServersOnOnePostgresqlRunEveryTrialExactlyOnce) {
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   ASSERT_EQ(e.value("state", ""), "completed") << e.dump() << "\n" << WorkerLogs();
-  std::printf("bench=two_servers trials=%d workers=%d seconds=%.1f\n", kTrials, 2 * kWorkersPerServer, seconds);
+  std::printf("bench=two_servers trials=%d workers=%d seconds=%.1f\n", kTrials,
+              2 * kWorkersPerServer, seconds);
   EXPECT_EQ(json::parse(Get(0, path))["state"], "completed");
 
   // Stop the workers (SIGTERM: they finish what they run, which is nothing).
@@ -166,8 +170,10 @@ TEST_F(ServerReplicasTest, TwoServersOnOnePostgresqlRunEveryTrialExactlyOnce) {
   EXPECT_EQ(counts[3].as<int64_t>(), 1) << "a trial was never leased";
   EXPECT_GE(counts[4].as<int64_t>(), 2) << "workers that ran trials";
   const auto ms = q.exec1(
-      "SELECT COUNT(*), COUNT(DISTINCT m.trial_id) FROM measurements m JOIN trials t ON t.id = m.trial_id "
-      "WHERE t.experiment_id = " + std::to_string(id));
+      "SELECT COUNT(*), COUNT(DISTINCT m.trial_id) FROM measurements m JOIN trials t ON t.id = "
+      "m.trial_id "
+      "WHERE t.experiment_id = " +
+      std::to_string(id));
   EXPECT_EQ(ms[0].as<int64_t>(), kTrials) << "measurements";
   EXPECT_EQ(ms[1].as<int64_t>(), kTrials) << "trials with a measurement";
 
@@ -186,7 +192,8 @@ TEST_F(ServerReplicasTest, TwoServersOnOnePostgresqlRunEveryTrialExactlyOnce) {
     }
   }
   EXPECT_EQ(runs.size(), static_cast<size_t>(kTrials)) << "distinct trials the workers started";
-  for (const auto& [trial, n] : runs) EXPECT_EQ(n, 1) << "trial " << trial << " started " << n << " times";
+  for (const auto& [trial, n] : runs)
+    EXPECT_EQ(n, 1) << "trial " << trial << " started " << n << " times";
   EXPECT_EQ(servers_that_ran.size(), 2u) << "the workers of one replica ran nothing";
 
   // /metrics: the store-backed totals agree (each replica reads them from
@@ -222,12 +229,13 @@ TEST_F(ServerReplicasTest, EventsMadeThroughOneReplicaReachTheOthersSubscribers)
   std::thread subscriber([&] {
     HttpClientOptions o = Http(1);
     o.timeout = std::chrono::seconds(20);
-    (void)ReadEventStream(o, "/api/v1/events", [&](const std::string& type, const std::string& data) {
-      if (type != "experiment.created") return true;
-      seen_data = data;
-      seen = true;
-      return false;
-    });
+    (void)ReadEventStream(o, "/api/v1/events",
+                          [&](const std::string& type, const std::string& data) {
+                            if (type != "experiment.created") return true;
+                            seen_data = data;
+                            seen = true;
+                            return false;
+                          });
   });
   const std::string spec = R"({"name": "relayed", "objective": {"metric": "loss"},
       "spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}],
@@ -240,7 +248,8 @@ TEST_F(ServerReplicasTest, EventsMadeThroughOneReplicaReachTheOthersSubscribers)
       break;  // the subscriber gives up at its timeout
     }
     created.push_back(json::parse(r->body)["id"]);
-    for (int j = 0; j < 10 && !seen; ++j) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int j = 0; j < 10 && !seen; ++j)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   subscriber.join();
   ASSERT_TRUE(seen) << "replica 1's subscribers never saw an experiment created through replica 0\n"

@@ -41,7 +41,8 @@ TEST(ServerStoreErrors, BadSchemeIsOneLineNamingTheUrl) {
 
 TEST(ServerStoreErrors, UnreachablePostgresIsOneLineWithPasswordMasked) {
   // Port 1 on loopback: nothing listens there.
-  auto r = RunServer("--migrate-only --store 'postgresql://hpo:hunter2@127.0.0.1:1/hpo?connect_timeout=2'");
+  auto r = RunServer(
+      "--migrate-only --store 'postgresql://hpo:hunter2@127.0.0.1:1/hpo?connect_timeout=2'");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(Lines(r.output), 1) << r.output;
   EXPECT_NE(r.output.find("postgresql://hpo:***@127.0.0.1:1/hpo"), std::string::npos) << r.output;
@@ -69,7 +70,8 @@ TEST(ServerStoreErrors, MigrateTwiceIsANoOpAndNewerSchemaIsRefused) {
   auto second = RunServer("--migrate-only --store " + b.url());
   ASSERT_EQ(second.exit_code, 0) << second.output;
   const int latest = hpo::store::SqliteMigrations().back().version;
-  EXPECT_NE(second.output.find("schema version " + std::to_string(latest)), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("schema version " + std::to_string(latest)), std::string::npos)
+      << second.output;
   b.Raw("INSERT INTO schema_version (version, name, applied_ms) VALUES (42, 'future', 0)");
   auto newer = RunServer("--migrate-only --store " + b.url());
   EXPECT_NE(newer.exit_code, 0);

@@ -86,7 +86,8 @@ TEST(ExperimentSpec, SamplerNamesAreTheRegistrys) {
   for (const std::string name : {"auto", "tpe", "gp", "random"}) {
     auto r = ParseExperimentSpec(std::string(R"({"name":"x","objective":{"metric":"loss"},
       "spaces":[{"name":"s","params":{"a":{"type":"float","low":0,"high":1}}}],
-      "algorithm":{"sampler":")") + name + R"("},"executor":{"client":{}}})");
+      "algorithm":{"sampler":")") +
+                                 name + R"("},"executor":{"client":{}}})");
     ASSERT_TRUE(r.ok()) << name << ": " << r.status();
     EXPECT_EQ(r->sampler, name);
   }
@@ -94,7 +95,8 @@ TEST(ExperimentSpec, SamplerNamesAreTheRegistrys) {
     "spaces":[{"name":"s","params":{"a":{"type":"float","low":0,"high":1}}}],
     "algorithm":{"sampler":"cmaes"},"executor":{"client":{}}})"));
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(), "algorithm.sampler: must be one of auto, tpe, gp, random, not 'cmaes'");
+  EXPECT_EQ(bad.status().message(),
+            "algorithm.sampler: must be one of auto, tpe, gp, random, not 'cmaes'");
 }
 
 // early_stopping.promotion picks the promotion criterion: quantile where
@@ -230,16 +232,22 @@ TEST(ExperimentSpec, ErrorsNameTheFieldPath) {
   struct Case {
     std::string text, error;
   } cases[] = {
-      {replace(base, "low: 1e-4, high: 0.1", "low: 0.5, high: 0.1"), "spaces[1].params.lr.low: must be < high"},
-      {replace(base, "max_parallel: 2", "max_parallel: 0"), "budget.max_parallel: must be at least 1"},
+      {replace(base, "low: 1e-4, high: 0.1", "low: 0.5, high: 0.1"),
+       "spaces[1].params.lr.low: must be < high"},
+      {replace(base, "max_parallel: 2", "max_parallel: 0"),
+       "budget.max_parallel: must be at least 1"},
       {replace(base, "direction: maximize", "direction: up"), "objective.direction"},
       {replace(base, "sampler: gp", "sampler: cmaes"), "algorithm.sampler"},
-      {replace(base, "rule: asha", "rule: asha, eta: 3"), "early_stopping.eta: unknown field (expected rule, type, promotion, bootstrap_count"},
+      {replace(base, "rule: asha", "rule: asha, eta: 3"),
+       "early_stopping.eta: unknown field (expected rule, type, promotion, bootstrap_count"},
       {replace(base, "budget:", "budgett:"), "budgett: unknown field"},
-      {replace(base, "threads: {type: int", "lr: {type: int"), "system.lr: 'lr' is already a hyperparameter"},
-      {replace(base, "builtin: {trainer: fashion-mnist-mlp, args: {validation_fraction: 0.1}}", "magic: {}"),
+      {replace(base, "threads: {type: int", "lr: {type: int"),
+       "system.lr: 'lr' is already a hyperparameter"},
+      {replace(base, "builtin: {trainer: fashion-mnist-mlp, args: {validation_fraction: 0.1}}",
+               "magic: {}"),
        "executor.magic: unknown executor"},
-      {replace(base, "objective: {metric: accuracy, direction: maximize}", ""), "objective: missing"},
+      {replace(base, "objective: {metric: accuracy, direction: maximize}", ""),
+       "objective: missing"},
       {replace(base, "max_trials: 40", "max_trials: 4.5"), "budget.max_trials: must be an integer"},
       {"name: [unclosed", "line 1"},
       {replace(base, "budget:", "workload: ''\nbudget:"), "workload: must be a non-empty"},
@@ -249,18 +257,21 @@ TEST(ExperimentSpec, ErrorsNameTheFieldPath) {
     auto r = ParseExperimentSpec(c.text);
     ASSERT_FALSE(r.ok()) << c.error;
     EXPECT_TRUE(r.status().IsInvalidArgument());
-    EXPECT_NE(r.status().message().find(c.error), std::string::npos) << r.status() << "\nexpected: " << c.error;
+    EXPECT_NE(r.status().message().find(c.error), std::string::npos)
+        << r.status() << "\nexpected: " << c.error;
   }
   auto cmd = ParseExperimentSpec(std::string(R"({"name":"x","objective":{"metric":"loss"},
     "spaces":[{"name":"s","params":{"a":[1,2]}}],"executor":{"command":{"argv":["run","--b={b}"]}}})"));
   ASSERT_FALSE(cmd.ok());
-  EXPECT_NE(cmd.status().message().find("executor.command.argv[1]: {b}"), std::string::npos) << cmd.status();
+  EXPECT_NE(cmd.status().message().find("executor.command.argv[1]: {b}"), std::string::npos)
+      << cmd.status();
 }
 
 // Inputs the fuzzer (fuzz/fuzz_spec.cc) found or that guard the same
 // limits: each is a clear InvalidArgument, never an exception or a crash.
 TEST(ExperimentSpec, HostileInputIsAnErrorNotACrash) {
-  const std::string spaces = R"("spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}])";
+  const std::string spaces =
+      R"("spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}])";
   struct Case {
     std::string text, error;
   };
@@ -269,7 +280,8 @@ TEST(ExperimentSpec, HostileInputIsAnErrorNotACrash) {
       {"name: \xbc\xff\nobjective: {metric: loss}\n", "name: not valid UTF-8"},
       {"name: x\nobjective: {metric: loss}\n\xc3: 1\n", "spec: a key is not valid UTF-8"},
       // An integer field holding a float beyond int64 used to convert with undefined behaviour.
-      {R"({"name": "x", "objective": {"metric": "loss"}, )" + spaces + R"(, "budget": {"max_trials": 1e300}})",
+      {R"({"name": "x", "objective": {"metric": "loss"}, )" + spaces +
+           R"(, "budget": {"max_trials": 1e300}})",
        "budget.max_trials: must be an integer"},
       {R"({"name": "x", "objective": {"metric": "loss"}, )" + spaces +
            R"(, "budget": {"max_trials": 18446744073709551615}})",
@@ -282,7 +294,8 @@ TEST(ExperimentSpec, HostileInputIsAnErrorNotACrash) {
     auto r = ParseExperimentSpec(c.text);
     ASSERT_FALSE(r.ok()) << c.error;
     EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
-    EXPECT_NE(r.status().message().find(c.error), std::string::npos) << r.status() << "\nexpected: " << c.error;
+    EXPECT_NE(r.status().message().find(c.error), std::string::npos)
+        << r.status() << "\nexpected: " << c.error;
   }
   // A few lines of nested YAML aliases would expand to 10^8 values.
   std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
@@ -296,7 +309,8 @@ TEST(ExperimentSpec, HostileInputIsAnErrorNotACrash) {
   EXPECT_NE(r.status().message().find("more than 100000 values"), std::string::npos) << r.status();
   // Few values, but each a long string repeated through aliases: 16 KiB
   // times 10^4 would be 160 MB.
-  std::string wide = "s: &s \"" + std::string(16'000, 'x') + "\"\na: &a [*s, *s, *s, *s, *s, *s, *s, *s, *s, *s]\n";
+  std::string wide = "s: &s \"" + std::string(16'000, 'x') +
+                     "\"\na: &a [*s, *s, *s, *s, *s, *s, *s, *s, *s, *s]\n";
   for (char c = 'b'; c <= 'd'; ++c) {
     wide += std::string(1, c) + ": &" + c + " [";
     for (int i = 0; i < 10; ++i) wide += std::string(i ? ", *" : "*") + static_cast<char>(c - 1);
@@ -304,7 +318,8 @@ TEST(ExperimentSpec, HostileInputIsAnErrorNotACrash) {
   }
   r = ParseExperimentSpec(wide);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("bytes of names and values"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("bytes of names and values"), std::string::npos)
+      << r.status();
 }
 
 // Nesting is bounded however the spec nests (issue #14): JSON, flow YAML,
@@ -319,15 +334,18 @@ TEST(ExperimentSpec, NestingIsBoundedHoweverItIsWritten) {
   for (int i = 0; i < 600; ++i) indented += std::string(i, ' ') + "a:\n";
   std::string aliases = "a0: &a0 [x]\n";
   for (int i = 1; i < 40'000; ++i) {
-    aliases += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [*a" + std::to_string(i - 1) + "]\n";
+    aliases += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [*a" +
+               std::to_string(i - 1) + "]\n";
   }
   ASSERT_LT(aliases.size(), kMaxSpecBytes);
-  for (const std::string& text : {dashes + "x\n", indented + std::string(600, ' ') + "x\n", aliases,
-                                  R"({"name": )" + std::string(200'000, '[') + std::string(200'000, ']') + "}"}) {
+  for (const std::string& text :
+       {dashes + "x\n", indented + std::string(600, ' ') + "x\n", aliases,
+        R"({"name": )" + std::string(200'000, '[') + std::string(200'000, ']') + "}"}) {
     auto r = ParseExperimentSpec(text);
     ASSERT_FALSE(r.ok());
     EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
-    EXPECT_NE(r.status().message().find("nested more than 32 levels deep"), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find("nested more than 32 levels deep"), std::string::npos)
+        << r.status();
   }
 }
 
@@ -342,10 +360,13 @@ TEST(ExperimentSpec, EveryFormCountsNestingAlike) {
     const std::string lists = std::string(levels - 4, '[') + std::string(levels - 4, ']');
     if (json) {
       return R"({"name": "n", "objective": {"metric": "m"}, "spaces": [{"name": "s", "params": {"x": [1, 2]}}],
-                 "executor": {"builtin": {"trainer": "t", "args": {"a": )" + lists + "}}}}";
+                 "executor": {"builtin": {"trainer": "t", "args": {"a": )" +
+             lists + "}}}}";
     }
-    return "name: n\nobjective: {metric: m}\nspaces: [{name: s, params: {x: [1, 2]}}]\nexecutor:\n  builtin:\n"
-           "    trainer: t\n    args:\n      a: " + lists + "\n";
+    return "name: n\nobjective: {metric: m}\nspaces: [{name: s, params: {x: [1, 2]}}]\nexecutor:\n "
+           " builtin:\n"
+           "    trainer: t\n    args:\n      a: " +
+           lists + "\n";
   };
   for (const bool json : {true, false}) {
     auto at_limit = ParseExperimentSpec(spec_with_args(kMaxSpecDepth, json));
@@ -354,16 +375,19 @@ TEST(ExperimentSpec, EveryFormCountsNestingAlike) {
     EXPECT_TRUE(again.ok()) << again.status();
     auto beyond = ParseExperimentSpec(spec_with_args(kMaxSpecDepth + 1, json));
     ASSERT_FALSE(beyond.ok()) << (json ? "JSON" : "YAML");
-    EXPECT_NE(beyond.status().message().find("nested more than 32 levels deep"), std::string::npos) << beyond.status();
+    EXPECT_NE(beyond.status().message().find("nested more than 32 levels deep"), std::string::npos)
+        << beyond.status();
   }
   // The same count on a JSON value handed in directly.
   json deep = json::parse(spec_with_args(kMaxSpecDepth + 1, true));
-  EXPECT_NE(ParseExperimentSpec(deep).status().message().find("executor.builtin.args.a"), std::string::npos);
+  EXPECT_NE(ParseExperimentSpec(deep).status().message().find("executor.builtin.args.a"),
+            std::string::npos);
 }
 
 // Item 10d of issue #14: a JSON surrogate pair is one character.
 TEST(ExperimentSpec, JsonSurrogatePairsAreOneCharacter) {
-  const std::string tail = R"(, "objective": {"metric": "loss"}, "spaces": [{"name": "s", "params": {"x": [1, 2]}}],
+  const std::string tail =
+      R"(, "objective": {"metric": "loss"}, "spaces": [{"name": "s", "params": {"x": [1, 2]}}],
       "executor": {"client": {}}})";
   auto r = ParseExperimentSpec(R"({"name": "smile \ud83d\ude00")" + tail);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -380,13 +404,15 @@ TEST(ExperimentSpec, JsonSurrogatePairsAreOneCharacter) {
   }
   // YAML's own escapes have no pairs (yaml-cpp refuses the halves): the
   // error says what to write instead, and that works.
-  const std::string yaml_tail = "\nobjective: {metric: loss}\nspaces: [{name: s, params: {x: [1, 2]}}]\n"
-                                "executor: {client: {}}\n";
+  const std::string yaml_tail =
+      "\nobjective: {metric: loss}\nspaces: [{name: s, params: {x: [1, 2]}}]\n"
+      "executor: {client: {}}\n";
   auto yaml_pair = ParseExperimentSpec("name: \"smile \\ud83d\\ude00\"" + yaml_tail);
   ASSERT_FALSE(yaml_pair.ok());
   EXPECT_NE(yaml_pair.status().message().find("\\uD83D is a UTF-16 surrogate"), std::string::npos)
       << yaml_pair.status();
-  EXPECT_NE(yaml_pair.status().message().find("\\U0001F600"), std::string::npos) << yaml_pair.status();
+  EXPECT_NE(yaml_pair.status().message().find("\\U0001F600"), std::string::npos)
+      << yaml_pair.status();
   auto yaml_u = ParseExperimentSpec("name: \"smile \\U0001F600\"" + yaml_tail);
   ASSERT_TRUE(yaml_u.ok()) << yaml_u.status();
   EXPECT_EQ(yaml_u->name, "smile \xF0\x9F\x98\x80");
@@ -401,8 +427,10 @@ TEST(ExperimentSpec, EarlyStoppingAndStepsAreBounded) {
   struct Case {
     std::string add, error;
   } cases[] = {
-      {R"("budget": {"steps_per_trial": 9e18})", "budget.steps_per_trial: must be at most 1000000000"},
-      {R"("budget": {"steps_per_trial": 1000000001})", "budget.steps_per_trial: must be at most 1000000000"},
+      {R"("budget": {"steps_per_trial": 9e18})",
+       "budget.steps_per_trial: must be at most 1000000000"},
+      {R"("budget": {"steps_per_trial": 1000000001})",
+       "budget.steps_per_trial: must be at most 1000000000"},
       {R"("early_stopping": {"rule": "asha", "reduction_factor": 1.000001})",
        "early_stopping.reduction_factor: must be a finite number >= 1.5"},
       {R"("early_stopping": {"rule": "hyperband", "reduction_factor": 1.2})",
@@ -424,7 +452,8 @@ TEST(ExperimentSpec, EarlyStoppingAndStepsAreBounded) {
     auto r = ParseExperimentSpec(head + ", " + c.add + "}");
     ASSERT_FALSE(r.ok()) << c.add;
     EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
-    EXPECT_EQ(r.status().message().rfind(c.error, 0), 0u) << r.status() << "\nexpected: " << c.error;
+    EXPECT_EQ(r.status().message().rfind(c.error, 0), 0u)
+        << r.status() << "\nexpected: " << c.error;
   }
   // At the bounds, and integers written as floats, are fine.
   auto ok = ParseExperimentSpec(head + R"(, "budget": {"steps_per_trial": 1000000000},
@@ -449,20 +478,24 @@ TEST(ExperimentSpec, DurationsAreBoundedBeforeAnyMultiply) {
        "budget.max_wall_time_s: must be at most 315360000 s (3650 days)"},
       {R"("budget": {"max_wall_time_s": 9223372036854775807}, )" + client,
        "budget.max_wall_time_s: must be at most 315360000 s"},
-      {R"("budget": {"max_wall_time_s": 0}, )" + client, "budget.max_wall_time_s: must be at least 1"},
+      {R"("budget": {"max_wall_time_s": 0}, )" + client,
+       "budget.max_wall_time_s: must be at least 1"},
       {R"("executor": {"command": {"argv": ["run"], "timeout_s": 1e18}})",
-       "executor.command.timeout_s: must be at most 315360000 s (3650 days), got 1000000000000000000"},
+       "executor.command.timeout_s: must be at most 315360000 s (3650 days), got "
+       "1000000000000000000"},
       {R"("executor": {"command": {"argv": ["run"], "timeout_s": 315360001}})",
        "executor.command.timeout_s: must be at most 315360000 s"},
       {R"("cost": {)" + prices + R"(, "deadline_s": 1e16}, )" + client,
        "cost.deadline_s: must be at most 315360000 s"},
-      {R"("placement": {"max_wait_s": 1e16}, )" + client, "placement.max_wait_s: must be at most 31536000"},
+      {R"("placement": {"max_wait_s": 1e16}, )" + client,
+       "placement.max_wait_s: must be at most 31536000"},
   };
   for (const auto& c : cases) {
     auto r = ParseExperimentSpec(head + ", " + c.add + "}");
     ASSERT_FALSE(r.ok()) << c.add;
     EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
-    EXPECT_EQ(r.status().message().rfind(c.error, 0), 0u) << r.status() << "\nexpected: " << c.error;
+    EXPECT_EQ(r.status().message().rfind(c.error, 0), 0u)
+        << r.status() << "\nexpected: " << c.error;
   }
   // At the bound each is taken, and its milliseconds fit (with room) in int64.
   auto ok = ParseExperimentSpec(head + R"(, "budget": {"max_wall_time_s": 315360000},
@@ -526,20 +559,25 @@ TEST(ExperimentSpec, TheLastStepIsTheBudgetsUnlessAClientGivesNone) {
   EXPECT_TRUE(CheckStep(*command, 5).ok());
   const Status past = CheckStep(*command, 4611686018427387904);
   EXPECT_TRUE(past.IsInvalidArgument()) << past;
-  EXPECT_EQ(past.message(), "step: 4611686018427387904 is past the trial's last step, 5 (budget.steps_per_trial)");
+  EXPECT_EQ(past.message(),
+            "step: 4611686018427387904 is past the trial's last step, 5 (budget.steps_per_trial)");
   EXPECT_TRUE(CheckStep(*command, 6).IsInvalidArgument());
   EXPECT_TRUE(CheckStep(*command, -1).IsInvalidArgument());
   EXPECT_EQ(DescribeSpec(*command)["budget"]["last_step"], 5);
 
-  auto builtin_default = ParseExperimentSpec(head + R"("executor": {"builtin": {"trainer": "t"}}})");
+  auto builtin_default =
+      ParseExperimentSpec(head + R"("executor": {"builtin": {"trainer": "t"}}})");
   ASSERT_TRUE(builtin_default.ok()) << builtin_default.status();
-  EXPECT_EQ(builtin_default->LastStep(), 10) << "the default steps_per_trial is a worker's limit too";
+  EXPECT_EQ(builtin_default->LastStep(), 10)
+      << "the default steps_per_trial is a worker's limit too";
 
-  auto client_given = ParseExperimentSpec(head + R"("budget": {"steps_per_trial": 3}, "executor": {"client": {}}})");
+  auto client_given = ParseExperimentSpec(
+      head + R"("budget": {"steps_per_trial": 3}, "executor": {"client": {}}})");
   ASSERT_TRUE(client_given.ok()) << client_given.status();
   EXPECT_EQ(client_given->LastStep(), 3);
 
-  auto client_none = ParseExperimentSpec(head + R"("budget": {"max_trials": 2}, "executor": {"client": {}}})");
+  auto client_none =
+      ParseExperimentSpec(head + R"("budget": {"max_trials": 2}, "executor": {"client": {}}})");
   ASSERT_TRUE(client_none.ok()) << client_none.status();
   EXPECT_EQ(client_none->steps_per_trial, 10);
   EXPECT_EQ(client_none->LastStep(), kMaxSpecSteps);
@@ -551,7 +589,8 @@ TEST(ExperimentSpec, TheLastStepIsTheBudgetsUnlessAClientGivesNone) {
 // refused with the field's path (they used to be taken, and suggested
 // values beyond their bounds).
 TEST(ExperimentSpec, UnrepresentableDomainsAreRefused) {
-  const std::string head = R"({"name": "x", "objective": {"metric": "loss"}, "executor": {"client": {}},
+  const std::string head =
+      R"({"name": "x", "objective": {"metric": "loss"}, "executor": {"client": {}},
       "spaces": [{"name": "s", "params": {"ok": [1, 2], )";
   struct Case {
     std::string param, error;
@@ -567,7 +606,8 @@ TEST(ExperimentSpec, UnrepresentableDomainsAreRefused) {
     auto r = ParseExperimentSpec(head + c.param + "}}]}");
     ASSERT_FALSE(r.ok()) << c.param;
     EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status();
-    EXPECT_EQ(r.status().message().rfind(c.error, 0), 0u) << r.status() << "\nexpected: " << c.error;
+    EXPECT_EQ(r.status().message().rfind(c.error, 0), 0u)
+        << r.status() << "\nexpected: " << c.error;
   }
 }
 
@@ -583,7 +623,6 @@ TEST(YamlToJson, KeepsQuotedScalarsAsStrings) {
   EXPECT_EQ((*j)["g"][0], "x");
 }
 
-
 // docs/spec.md documents every field the parser accepts. The parser says
 // which names a mapping takes when it meets one it does not know ("unknown
 // field (expected a, b, c)"), so each mapping of a valid spec gets an
@@ -597,7 +636,8 @@ TEST(ExperimentSpec, TheSpecReferenceDocumentsEveryFieldTheParserAccepts) {
   const json base = {
       {"name", "doc"},
       {"objective", {{"metric", "loss"}, {"direction", "minimize"}}},
-      {"spaces", {{{"name", "s"}, {"params", {{"x", {{"type", "float"}, {"low", 0}, {"high", 1}}}}}}}},
+      {"spaces",
+       {{{"name", "s"}, {"params", {{"x", {{"type", "float"}, {"low", 0}, {"high", 1}}}}}}}},
       {"system", {{"threads", {{"type", "int"}, {"low", 1}, {"high", 4}}}}},
       {"algorithm", {{"sampler", "tpe"}, {"seed", 1}}},
       {"early_stopping", {{"rule", "asha"}, {"type", "stop"}}},
@@ -650,7 +690,8 @@ TEST(ExperimentSpec, TheSpecReferenceDocumentsEveryFieldTheParserAccepts) {
     list = list.substr(0, list.find(')'));
     for (size_t from = 0; from <= list.size();) {
       size_t end = list.find(", ", from);
-      std::string name = list.substr(from, end == std::string::npos ? std::string::npos : end - from);
+      std::string name =
+          list.substr(from, end == std::string::npos ? std::string::npos : end - from);
       from = end == std::string::npos ? list.size() + 1 : end + 2;
       if (name.rfind("or ", 0) == 0) name = name.substr(3);
       if (const size_t o = name.find(" or "); o != std::string::npos) {  // "choices or conditional"
@@ -660,7 +701,8 @@ TEST(ExperimentSpec, TheSpecReferenceDocumentsEveryFieldTheParserAccepts) {
         name = name.substr(0, o);
       }
       ++names;
-      EXPECT_TRUE(doc.find("`" + name) != std::string::npos || doc.find(name + ":") != std::string::npos ||
+      EXPECT_TRUE(doc.find("`" + name) != std::string::npos ||
+                  doc.find(name + ":") != std::string::npos ||
                   doc.find("## " + name) != std::string::npos)
           << (pointer.empty() ? "the top level" : pointer) << ": the field " << name
           << " is not in docs/spec.md";

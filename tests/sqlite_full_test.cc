@@ -42,7 +42,8 @@ TEST(SqliteFull, AFullDatabaseIsUnavailableNamingTheCauseAndKeepsWhatWasCommitte
   ASSERT_TRUE(failure.has_value()) << "64 KiB never filled";
   EXPECT_EQ(failure->code(), StatusCode::kUnavailable) << failure->ToString();
   EXPECT_TRUE(IsRetryable(*failure));
-  EXPECT_NE(failure->message().find("the disk holding the store is full"), std::string::npos) << failure->ToString();
+  EXPECT_NE(failure->message().find("the disk holding the store is full"), std::string::npos)
+      << failure->ToString();
   // Nothing of the transaction that did not fit was kept.
   c->Begin(SqlConnection::TxMode::kRead);
   const SqlRows rows = c->Query("SELECT COUNT(*) FROM t", {});

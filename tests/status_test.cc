@@ -18,9 +18,10 @@ TEST(IsRetryableTest, TransientFailuresAreRetryable) {
 TEST(IsRetryableTest, WrongRequestsAndBrokenStateAreNot) {
   for (const Status& s :
        {Status::OK(), Status::Cancelled("c"), Status::InvalidArgument("step: must not be negative"),
-        Status::NotFound("trial 7 does not exist"), Status::AlreadyExists("a"), Status::PermissionDenied("p"),
-        Status::FailedPrecondition("the lease is held by 'w2'"), Status::Unimplemented("u"), Status::Internal("bug"),
-        Status::DataLoss("corrupt"), Status::Unauthenticated("no token")}) {
+        Status::NotFound("trial 7 does not exist"), Status::AlreadyExists("a"),
+        Status::PermissionDenied("p"), Status::FailedPrecondition("the lease is held by 'w2'"),
+        Status::Unimplemented("u"), Status::Internal("bug"), Status::DataLoss("corrupt"),
+        Status::Unauthenticated("no token")}) {
     EXPECT_FALSE(IsRetryable(s)) << s;
   }
 }

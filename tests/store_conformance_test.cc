@@ -10,10 +10,9 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "server/store/store.h"
 #include "testing/store_backends.h"
@@ -133,7 +132,8 @@ TYPED_TEST(StoreTest, MigrationsApplyOnceAndReopenIsANoOp) {
 
 TYPED_TEST(StoreTest, RefusesASchemaNewerThanTheBinary) {
   this->store_.reset();
-  this->backend_->Raw("INSERT INTO schema_version (version, name, applied_ms) VALUES (999, 'future', 0)");
+  this->backend_->Raw(
+      "INSERT INTO schema_version (version, name, applied_ms) VALUES (999, 'future', 0)");
   auto s = OpenStore(this->backend_->url());
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
@@ -210,13 +210,15 @@ TYPED_TEST(StoreTest, CancellingAnExperimentCancelsItsUnfinishedTrials) {
   EXPECT_EQ(counts->total(), 3);
   // The reason is the experiment's, kept once; its trials only point there.
   EXPECT_EQ(this->store_->GetExperiment(e.id)->reason, "by user");
-  for (const auto& t : *this->store_->ListTrials(e.id, {})) EXPECT_EQ(t.reason, "experiment cancelled") << t.id;
+  for (const auto& t : *this->store_->ListTrials(e.id, {}))
+    EXPECT_EQ(t.reason, "experiment cancelled") << t.id;
   // Nothing can be leased or added any more, and it cannot end twice.
   auto none = this->store_->LeaseNextTrial({"w2", 1000, e.id, std::nullopt});
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_value());
   EXPECT_TRUE(this->store_->CreateTrials(e.id, {NewTrial{}}).status().IsFailedPrecondition());
-  EXPECT_TRUE(this->store_->FinishExperiment(e.id, ExperimentState::kCompleted, "").IsFailedPrecondition());
+  EXPECT_TRUE(
+      this->store_->FinishExperiment(e.id, ExperimentState::kCompleted, "").IsFailedPrecondition());
   EXPECT_TRUE(this->store_->GetExperiment(e.id)->finished_ms.has_value());
 }
 
@@ -247,18 +249,22 @@ TYPED_TEST(StoreTest, ListsLeasedTrialsOfEveryRunningExperimentInOneRead) {
     ASSERT_TRUE(this->store_->LeaseTrial(t.id, "w/" + std::to_string(t.id), 60'000).ok());
   }
   // older: 0 running, 1 completed, 2 pending, 3 leased.
-  ASSERT_TRUE(this->store_->ReportMeasurement(to[0].id, "w/" + std::to_string(to[0].id), this->Step(0, 0.5),
-                                              std::nullopt)
+  ASSERT_TRUE(this->store_
+                  ->ReportMeasurement(to[0].id, "w/" + std::to_string(to[0].id), this->Step(0, 0.5),
+                                      std::nullopt)
                   .ok());
-  ASSERT_TRUE(this->store_->FinishTrial(to[1].id, "w/" + std::to_string(to[1].id), {TrialState::kCompleted, "{}", ""})
+  ASSERT_TRUE(this->store_
+                  ->FinishTrial(to[1].id, "w/" + std::to_string(to[1].id),
+                                {TrialState::kCompleted, "{}", ""})
                   .ok());
   ASSERT_TRUE(this->store_->FinishExperiment(ended.id, ExperimentState::kCompleted, "budget").ok());
   auto all = this->store_->ListLeasedTrials(100);
   ASSERT_TRUE(all.ok()) << all.status();
   std::vector<std::pair<Id, TrialState>> got;
   for (const auto& t : *all) got.emplace_back(t.id, t.state);
-  const std::vector<std::pair<Id, TrialState>> want = {
-      {tn[1].id, TrialState::kLeased}, {to[3].id, TrialState::kLeased}, {to[0].id, TrialState::kRunning}};
+  const std::vector<std::pair<Id, TrialState>> want = {{tn[1].id, TrialState::kLeased},
+                                                       {to[3].id, TrialState::kLeased},
+                                                       {to[0].id, TrialState::kRunning}};
   EXPECT_EQ(got, want);
   EXPECT_EQ((*all)[0].lease_owner, "w/" + std::to_string(tn[1].id));
   EXPECT_EQ(this->store_->ListLeasedTrials(2)->size(), 2u);
@@ -343,7 +349,10 @@ TYPED_TEST(StoreTest, ListsAnExperimentsMeasurementsByTrialAndStep) {
   auto t3 = this->Lease("w");
   for (const auto* t : {&t2, &t1, &t3}) {
     for (int step : {1, 0}) {
-      ASSERT_TRUE(this->store_->ReportMeasurement(t->id, "w", this->Step(step, 1.0 / (step + 1)), std::nullopt).ok());
+      ASSERT_TRUE(
+          this->store_
+              ->ReportMeasurement(t->id, "w", this->Step(step, 1.0 / (step + 1)), std::nullopt)
+              .ok());
     }
   }
   auto ms = this->store_->ListExperimentMeasurements(e.id);
@@ -364,7 +373,9 @@ TYPED_TEST(StoreTest, ATrialsEventsAreKeptInOrderAndTheNewestListed) {
   auto t = this->Lease("w");
   auto other = this->Lease("w");
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(this->store_->AddTrialEvent(t.id, "trial.paused", R"({"step":)" + std::to_string(i) + "}").ok());
+    ASSERT_TRUE(
+        this->store_->AddTrialEvent(t.id, "trial.paused", R"({"step":)" + std::to_string(i) + "}")
+            .ok());
   }
   ASSERT_TRUE(this->store_->AddTrialEvent(other.id, "trial.moving", "{}").ok());
   auto all = this->store_->ListTrialEvents(t.id, 10);
@@ -400,9 +411,11 @@ TYPED_TEST(StoreTest, APageOfTrialsProgressIsItsLastStepAndItsDeviceTime) {
     m.cost = 0.5;
     ASSERT_TRUE(this->store_->ReportMeasurement(t[0].id, "w", m, std::nullopt).ok());
   }
-  ASSERT_TRUE(this->store_->ReportMeasurement(t[2].id, "w", this->Step(0, 0.75), std::nullopt).ok());
+  ASSERT_TRUE(
+      this->store_->ReportMeasurement(t[2].id, "w", this->Step(0, 0.75), std::nullopt).ok());
   Measurement other_metric = this->Step(1, 0.5);
-  other_metric.metrics_json = R"({"accuracy":0.01})";  // never the best loss, though the smallest number
+  other_metric.metrics_json =
+      R"({"accuracy":0.01})";  // never the best loss, though the smallest number
   ASSERT_TRUE(this->store_->ReportMeasurement(t[2].id, "w", other_metric, std::nullopt).ok());
   ASSERT_TRUE(this->store_->ReportMeasurement(t[3].id, "w", this->Step(5, 0.1), std::nullopt).ok());
   ASSERT_TRUE(this->store_->ReportMeasurement(t[4].id, "w", this->Step(0, 0.2), std::nullopt).ok());
@@ -539,8 +552,11 @@ TYPED_TEST(StoreTest, NewTrialsKeepEveryFieldAndTheirRefusalsSayWhy) {
       const bool leased = !ts[i].lease_owner.empty();
       EXPECT_EQ(t->state, leased ? TrialState::kLeased : TrialState::kPending) << i;
       EXPECT_EQ(t->attempt, leased ? 1 : 0) << i;
-      EXPECT_EQ(t->started_ms, leased ? std::optional<TimeMs>(*this->clock_.now) : std::nullopt) << i;
-      EXPECT_EQ(t->lease_expires_ms, leased ? std::optional<TimeMs>(*this->clock_.now + 1234) : std::nullopt) << i;
+      EXPECT_EQ(t->started_ms, leased ? std::optional<TimeMs>(*this->clock_.now) : std::nullopt)
+          << i;
+      EXPECT_EQ(t->lease_expires_ms,
+                leased ? std::optional<TimeMs>(*this->clock_.now + 1234) : std::nullopt)
+          << i;
     }
   }
   NewTrial forever;
@@ -559,20 +575,23 @@ TYPED_TEST(StoreTest, NewTrialsKeepEveryFieldAndTheirRefusalsSayWhy) {
   EXPECT_EQ(one->size(), 1u);
   auto bad = this->store_->CreateTrialsUpTo(e.id, tail, {});
   ASSERT_TRUE(bad.status().IsInvalidArgument()) << bad.status();
-  EXPECT_NE(bad.status().message().find("trials[1].space_id: search space 999999 is not part of experiment " +
-                                        std::to_string(e.id)),
+  EXPECT_NE(bad.status().message().find(
+                "trials[1].space_id: search space 999999 is not part of experiment " +
+                std::to_string(e.id)),
             std::string::npos)
       << bad.status();
 
   auto missing = this->store_->CreateTrialsUpTo(e.id + 1000, {NewTrial{}}, {});
   ASSERT_TRUE(missing.status().IsNotFound()) << missing.status();
-  EXPECT_NE(missing.status().message().find("experiment " + std::to_string(e.id + 1000) + " does not exist"),
+  EXPECT_NE(missing.status().message().find("experiment " + std::to_string(e.id + 1000) +
+                                            " does not exist"),
             std::string::npos)
       << missing.status();
   ASSERT_TRUE(this->store_->FinishExperiment(e.id, ExperimentState::kCancelled, "").ok());
   auto ended = this->store_->CreateTrialsUpTo(e.id, {NewTrial{}}, {});
   ASSERT_EQ(ended.status().code(), StatusCode::kFailedPrecondition) << ended.status();
-  EXPECT_NE(ended.status().message().find("has ended (cancelled)"), std::string::npos) << ended.status();
+  EXPECT_NE(ended.status().message().find("has ended (cancelled)"), std::string::npos)
+      << ended.status();
   EXPECT_EQ(this->store_->CountTrials(e.id)->total(), 4);
 }
 
@@ -620,7 +639,9 @@ TYPED_TEST(StoreTest, LeasingAGivenTrialIsACompareAndSet) {
   ASSERT_TRUE(again.status().IsFailedPrecondition());
   EXPECT_NE(again.status().message().find("leased"), std::string::npos) << again.status();
   EXPECT_TRUE(this->store_->LeaseTrial(4242, "w1", 1000).status().IsNotFound());
-  EXPECT_TRUE(this->store_->LeaseNextTrial({"", 1000, std::nullopt, std::nullopt}).status().IsInvalidArgument());
+  EXPECT_TRUE(this->store_->LeaseNextTrial({"", 1000, std::nullopt, std::nullopt})
+                  .status()
+                  .IsInvalidArgument());
 }
 
 TYPED_TEST(StoreTest, ReportsAreIdempotentPerStep) {
@@ -653,9 +674,12 @@ TYPED_TEST(StoreTest, OnlyTheLeaseHolderReports) {
   EXPECT_NE(r.status().message().find("'w1'"), std::string::npos) << r.status();
   r = this->store_->ReportMeasurement(ts[1].id, "w1", this->Step(0, 1), std::nullopt);
   EXPECT_TRUE(r.status().IsFailedPrecondition()) << "reported on a pending trial";
-  EXPECT_TRUE(this->store_->ReportMeasurement(999, "w1", this->Step(0, 1), std::nullopt).status().IsNotFound());
+  EXPECT_TRUE(this->store_->ReportMeasurement(999, "w1", this->Step(0, 1), std::nullopt)
+                  .status()
+                  .IsNotFound());
   Measurement bad = this->Step(-1, 1);
-  EXPECT_TRUE(this->store_->ReportMeasurement(t.id, "w1", bad, std::nullopt).status().IsInvalidArgument());
+  EXPECT_TRUE(
+      this->store_->ReportMeasurement(t.id, "w1", bad, std::nullopt).status().IsInvalidArgument());
   EXPECT_TRUE(this->store_->ListMeasurements(t.id)->empty());
 }
 
@@ -710,7 +734,8 @@ TYPED_TEST(StoreTest, LeasesTheOwnerDoesNotHoldExpireAndAreReclaimed) {
   ASSERT_EQ(*this->store_->ReclaimExpiredLeases(3), std::vector<Id>{lost.id});
   EXPECT_EQ(this->store_->GetTrial(lost.id)->state, TrialState::kPending);
   EXPECT_EQ(this->store_->GetTrial(held.id)->state, TrialState::kLeased);
-  EXPECT_EQ(this->store_->GetTrial(theirs.id)->state, TrialState::kLeased) << "another owner's lease ended";
+  EXPECT_EQ(this->store_->GetTrial(theirs.id)->state, TrialState::kLeased)
+      << "another owner's lease ended";
   EXPECT_EQ(this->store_->GetTrial(done.id)->state, TrialState::kCompleted);
   EXPECT_EQ(this->store_->GetTrial(ts[4].id)->state, TrialState::kPending);
   EXPECT_TRUE(this->store_->ExpireLeasesNotHeld("", {}).status().IsInvalidArgument());
@@ -732,7 +757,9 @@ TYPED_TEST(StoreTest, ExpiredLeasesAreReclaimedThenFailedAfterMaxAttempts) {
   EXPECT_EQ(back.lease_owner, "");
   EXPECT_TRUE(this->store_->ListMeasurements(t.id)->empty()) << "the dead attempt's steps remain";
   // The old holder has lost it.
-  EXPECT_TRUE(this->store_->ReportMeasurement(t.id, "w1", this->Step(1, 1), std::nullopt).status().IsFailedPrecondition());
+  EXPECT_TRUE(this->store_->ReportMeasurement(t.id, "w1", this->Step(1, 1), std::nullopt)
+                  .status()
+                  .IsFailedPrecondition());
   auto second = this->Lease("w2", 1000);
   EXPECT_EQ(second.id, t.id);
   EXPECT_EQ(second.attempt, 2);
@@ -740,7 +767,8 @@ TYPED_TEST(StoreTest, ExpiredLeasesAreReclaimedThenFailedAfterMaxAttempts) {
   ASSERT_EQ(*this->store_->ReclaimExpiredLeases(2), std::vector<Id>{t.id});
   auto failed = *this->store_->GetTrial(t.id);
   EXPECT_EQ(failed.state, TrialState::kFailed);
-  EXPECT_NE(failed.reason.find("lease expired after attempt 2 of 2"), std::string::npos) << failed.reason;
+  EXPECT_NE(failed.reason.find("lease expired after attempt 2 of 2"), std::string::npos)
+      << failed.reason;
   EXPECT_NE(failed.reason.find("w2"), std::string::npos) << failed.reason;
 }
 
@@ -749,12 +777,14 @@ TYPED_TEST(StoreTest, FinishedTrialsAreImmutable) {
   this->MakeTrials(e.id, 1);
   auto t = this->Lease("w1");
   ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "w1", this->Step(0, 0.5), std::nullopt).ok());
-  auto first = this->store_->FinishTrial(t.id, "w1", {TrialState::kCompleted, R"({"loss":0.5})", ""});
+  auto first =
+      this->store_->FinishTrial(t.id, "w1", {TrialState::kCompleted, R"({"loss":0.5})", ""});
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(*first, FinishResult::kFinished);
   // The owner's same finish again (a retried Complete) is acknowledged as a
   // repeat; any other finish is refused, saying what differs.
-  auto again = this->store_->FinishTrial(t.id, "w1", {TrialState::kCompleted, R"({"loss":0.5})", ""});
+  auto again =
+      this->store_->FinishTrial(t.id, "w1", {TrialState::kCompleted, R"({"loss":0.5})", ""});
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*again, FinishResult::kRepeated);
   const std::vector<std::pair<std::string, FinishRequest>> refused = {
@@ -765,7 +795,8 @@ TYPED_TEST(StoreTest, FinishedTrialsAreImmutable) {
   };
   for (const auto& [owner, f] : refused) {
     auto r = this->store_->FinishTrial(t.id, owner, f);
-    ASSERT_TRUE(r.status().IsFailedPrecondition()) << owner << " " << f.final_metrics_json << ": " << r.status();
+    ASSERT_TRUE(r.status().IsFailedPrecondition())
+        << owner << " " << f.final_metrics_json << ": " << r.status();
     EXPECT_NE(r.status().message().find("immutable"), std::string::npos) << r.status();
   }
   EXPECT_NE(this->store_->FinishTrial(t.id, "w1", {TrialState::kCompleted, R"({"loss":0.1})", ""})
@@ -795,10 +826,18 @@ TYPED_TEST(StoreTest, PendingTrialsCanBeCancelledButNotCompleted) {
   auto e = this->MakeExperiment();
   auto ts = this->MakeTrials(e.id, 2);
   EXPECT_TRUE(this->store_->FinishTrial(ts[0].id, "", {TrialState::kCancelled, "{}", "user"}).ok());
-  EXPECT_TRUE(this->store_->FinishTrial(ts[1].id, "w", {TrialState::kCompleted, "{}", ""}).status().IsFailedPrecondition());
-  EXPECT_TRUE(this->store_->FinishTrial(ts[1].id, "w", {TrialState::kFailed, "{}", ""}).status().IsFailedPrecondition());
-  EXPECT_TRUE(this->store_->FinishTrial(ts[1].id, "w", {TrialState::kRunning, "{}", ""}).status().IsInvalidArgument());
-  EXPECT_TRUE(this->store_->FinishTrial(777, "w", {TrialState::kCancelled, "{}", ""}).status().IsNotFound());
+  EXPECT_TRUE(this->store_->FinishTrial(ts[1].id, "w", {TrialState::kCompleted, "{}", ""})
+                  .status()
+                  .IsFailedPrecondition());
+  EXPECT_TRUE(this->store_->FinishTrial(ts[1].id, "w", {TrialState::kFailed, "{}", ""})
+                  .status()
+                  .IsFailedPrecondition());
+  EXPECT_TRUE(this->store_->FinishTrial(ts[1].id, "w", {TrialState::kRunning, "{}", ""})
+                  .status()
+                  .IsInvalidArgument());
+  EXPECT_TRUE(this->store_->FinishTrial(777, "w", {TrialState::kCancelled, "{}", ""})
+                  .status()
+                  .IsNotFound());
   EXPECT_EQ(this->Lease("w").id, ts[1].id);
 }
 
@@ -808,7 +847,8 @@ TYPED_TEST(StoreTest, ListsAndCountsTrialsWithFilters) {
   for (int i = 0; i < 6; ++i) ts[i].space_id = e.spaces[i % 2].id;
   auto created = *this->store_->CreateTrials(e.id, ts);
   auto a = this->Lease("w");
-  ASSERT_TRUE(this->store_->FinishTrial(a.id, "w", {TrialState::kPruned, "{}", "median rule"}).ok());
+  ASSERT_TRUE(
+      this->store_->FinishTrial(a.id, "w", {TrialState::kPruned, "{}", "median rule"}).ok());
   this->Lease("w");
   TrialFilter f;
   f.state = TrialState::kPending;
@@ -838,8 +878,10 @@ TYPED_TEST(StoreTest, RegistersWorkersWithDevices) {
   NewWorker w;
   w.host = "node-a";
   w.labels_json = R"({"pool":"gpu"})";
-  w.devices.push_back({0, DeviceKind::kCpu, "AMD EPYC", "cpu:AMD EPYC:x2.0", 2.0, int64_t{8} << 30, 55.5});
-  w.devices.push_back({1, DeviceKind::kCuda, "NVIDIA H200", "cuda:NVIDIA H200", 0, int64_t{141} << 30, 60000});
+  w.devices.push_back(
+      {0, DeviceKind::kCpu, "AMD EPYC", "cpu:AMD EPYC:x2.0", 2.0, int64_t{8} << 30, 55.5});
+  w.devices.push_back(
+      {1, DeviceKind::kCuda, "NVIDIA H200", "cuda:NVIDIA H200", 0, int64_t{141} << 30, 60000});
   w.session_hash = std::string(64, 'a');
   auto r = this->store_->RegisterWorker(w);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -893,7 +935,8 @@ TYPED_TEST(StoreTest, ListingWorkersWhileOthersRegisterSeesWholeWorkers) {
     auto list = this->store_->ListWorkers();
     if (!list.ok()) torn = list.status().ToString() + " after " + std::to_string(lists) + " lists";
     for (const auto& w : list.ok() ? *list : std::vector<WorkerRecord>{}) {
-      if (w.devices.size() != 2) torn = w.host + " listed with " + std::to_string(w.devices.size()) + " devices";
+      if (w.devices.size() != 2)
+        torn = w.host + " listed with " + std::to_string(w.devices.size()) + " devices";
     }
   }
   registrar.join();
@@ -920,8 +963,11 @@ TYPED_TEST(StoreTest, RegisteringAnIdentityAgainKeepsTheWorkerAndItsDevices) {
   EXPECT_EQ(first->identity_hash, w.identity_hash);
   EXPECT_FALSE(first->took_identity_of.has_value());
   const Id cpu = first->devices[0].id, gpu = first->devices[1].id;
-  ASSERT_TRUE(this->store_->AddSpeedObservation({cpu, "cpu:EPYC:x2.0", "mlp", "{}", 100, std::nullopt}).ok());
-  ASSERT_TRUE(this->store_->AddSpeedObservation({gpu, "cuda:H200", "mlp", "{}", 5000, std::nullopt}).ok());
+  ASSERT_TRUE(
+      this->store_->AddSpeedObservation({cpu, "cpu:EPYC:x2.0", "mlp", "{}", 100, std::nullopt})
+          .ok());
+  ASSERT_TRUE(
+      this->store_->AddSpeedObservation({gpu, "cuda:H200", "mlp", "{}", 5000, std::nullopt}).ok());
   this->clock_.Advance(600'000);
   ASSERT_EQ(this->store_->MarkWorkersGone(1)->size(), 1u);
 
@@ -1082,7 +1128,8 @@ TYPED_TEST(StoreTest, AnIdentityIsRegisteredAgainOnlyWithItsSecretOrOnceOutOfUse
   EXPECT_EQ(old.session_hash, w.session_hash);
   ASSERT_EQ(old.devices.size(), 1u);
   EXPECT_EQ(old.devices[0].id, first->devices[0].id);
-  EXPECT_FALSE(this->store_->GetWorker(moved->id)->took_identity_of.has_value()) << "set by RegisterWorker alone";
+  EXPECT_FALSE(this->store_->GetWorker(moved->id)->took_identity_of.has_value())
+      << "set by RegisterWorker alone";
   // The old secret proves nothing now; the new one does.
   NewWorker back = w;
   back.presented_identity_hash = w.identity_hash;
@@ -1114,21 +1161,25 @@ TYPED_TEST(StoreTest, AnIdentityIsRegisteredAgainOnlyWithItsSecretOrOnceOutOfUse
 // handles), cleared by the next touch; pruning deletes only gone workers
 // unseen long enough, and leaves the trials and speed they left behind.
 TYPED_TEST(StoreTest, UnseenWorkersAreMarkedGoneOnceAndPrunedKeepingTheirHistory) {
-  NewWorker a{"node-a", "{}", {{0, DeviceKind::kCpu, "cpu", "cpu:cpu:x1.0", 1, 1, 1}}, "", "pod-a", "", "", 0};
+  NewWorker a{"node-a", "{}",    {{0, DeviceKind::kCpu, "cpu", "cpu:cpu:x1.0", 1, 1, 1}},
+              "",       "pod-a", "",
+              "",       0};
   NewWorker b = a;
   b.instance = "pod-b";
   auto wa = *this->store_->RegisterWorker(a);
   auto wb = *this->store_->RegisterWorker(b);
   auto e = this->MakeExperiment();
   this->MakeTrials(e.id, 1);
-  const std::string owner = "worker/" + std::to_string(wa.id) + "/device/" + std::to_string(wa.devices[0].id);
+  const std::string owner =
+      "worker/" + std::to_string(wa.id) + "/device/" + std::to_string(wa.devices[0].id);
   auto t = this->Lease(owner);
   ASSERT_TRUE(this->store_->ReportMeasurement(t.id, owner, this->Step(1, 0.5), std::nullopt).ok());
   FinishRequest done;
   done.final_metrics_json = R"({"loss":0.5})";
   ASSERT_TRUE(this->store_->FinishTrial(t.id, owner, done).ok());
   ASSERT_TRUE(
-      this->store_->AddSpeedObservation({wa.devices[0].id, "cpu:cpu:x1.0", "mlp", "{}", 100, t.id}).ok());
+      this->store_->AddSpeedObservation({wa.devices[0].id, "cpu:cpu:x1.0", "mlp", "{}", 100, t.id})
+          .ok());
 
   this->clock_.Advance(10'000);
   ASSERT_TRUE(this->store_->TouchWorker(wb.id).ok());
@@ -1211,7 +1262,8 @@ TYPED_TEST(StoreTest, RecordsSpeedObservations) {
   auto worker = *this->store_->RegisterWorker(w);
   const Id dev = worker.devices[0].id;
   for (int i = 0; i < 5; ++i) {
-    SpeedObservation o{dev, "cpu:x1", i % 2 ? "cnn" : "mlp", R"({"threads":1})", 100.0 * i, std::nullopt};
+    SpeedObservation o{dev,       "cpu:x1",    i % 2 ? "cnn" : "mlp", R"({"threads":1})",
+                       100.0 * i, std::nullopt};
     ASSERT_TRUE(this->store_->AddSpeedObservation(o).ok());
   }
   auto mlp = *this->store_->ListSpeedObservations("mlp", 100);
@@ -1258,15 +1310,20 @@ TYPED_TEST(StoreTest, AReportsSpeedIsStoredWithItsNewStepOnly) {
   this->MakeTrials(e.id, 1);
   const std::string owner = "worker/" + std::to_string(worker.id);
   auto t = this->Lease(owner);
-  auto speed = [&](double sps) { return SpeedObservation{dev, "cpu:x1", "mlp", R"({"threads":1})", sps, t.id}; };
-  auto r = this->store_->ReportMeasurement(t.id, owner, this->Step(0, 0.9), std::nullopt, speed(100));
+  auto speed = [&](double sps) {
+    return SpeedObservation{dev, "cpu:x1", "mlp", R"({"threads":1})", sps, t.id};
+  };
+  auto r =
+      this->store_->ReportMeasurement(t.id, owner, this->Step(0, 0.9), std::nullopt, speed(100));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->inserted);
   // The same step again: neither the step nor its speed is added.
   r = this->store_->ReportMeasurement(t.id, owner, this->Step(0, 0.9), std::nullopt, speed(200));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->inserted);
-  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, owner, this->Step(1, 0.8), std::nullopt, speed(300)).ok());
+  ASSERT_TRUE(
+      this->store_->ReportMeasurement(t.id, owner, this->Step(1, 0.8), std::nullopt, speed(300))
+          .ok());
   auto obs = *this->store_->ListSpeedObservations("mlp", 10);
   ASSERT_EQ(obs.size(), 2u);
   EXPECT_DOUBLE_EQ(obs[0].samples_per_sec, 100);
@@ -1276,9 +1333,11 @@ TYPED_TEST(StoreTest, AReportsSpeedIsStoredWithItsNewStepOnly) {
   EXPECT_EQ(obs[1].trial_id, t.id);
   EXPECT_NE(obs[1].system_setting_json.find("threads"), std::string::npos);
   // Not the holder: refused, and nothing is recorded.
-  EXPECT_TRUE(this->store_->ReportMeasurement(t.id, "someone-else", this->Step(2, 0.7), std::nullopt, speed(400))
-                  .status()
-                  .IsFailedPrecondition());
+  EXPECT_TRUE(
+      this->store_
+          ->ReportMeasurement(t.id, "someone-else", this->Step(2, 0.7), std::nullopt, speed(400))
+          .status()
+          .IsFailedPrecondition());
   // A bad observation fails the report before anything is written.
   SpeedObservation bad = speed(-1);
   EXPECT_TRUE(this->store_->ReportMeasurement(t.id, owner, this->Step(2, 0.7), std::nullopt, bad)
@@ -1324,7 +1383,9 @@ TYPED_TEST(StoreTest, FourThreadsOnTwoHandlesLeaseEveryTrialExactlyOnce) {
         }
         if (!r->has_value()) return;
         auto [it, fresh] = leased_by.emplace((*r)->id, owner);
-        if (!fresh) errors.push_back("trial " + std::to_string((*r)->id) + " leased by " + it->second + " and " + owner);
+        if (!fresh)
+          errors.push_back("trial " + std::to_string((*r)->id) + " leased by " + it->second +
+                           " and " + owner);
       }
     });
   }
@@ -1364,7 +1425,9 @@ TYPED_TEST(StoreTest, AnAcknowledgedWriteSurvivesAKilledProcess) {
     m.step = 7;
     m.metrics_json = R"({"accuracy":0.9})";
     if (ok) ok = (*s)->ReportMeasurement(ts[0].id, "child", m, std::nullopt).ok();
-    if (ok) ok = (*s)->FinishTrial(ts[0].id, "child", {TrialState::kCompleted, R"({"accuracy":0.9})", ""}).ok();
+    if (ok)
+      ok = (*s)->FinishTrial(ts[0].id, "child", {TrialState::kCompleted, R"({"accuracy":0.9})", ""})
+               .ok();
     const char c = ok ? 'y' : 'n';
     if (write(fds[1], &c, 1) != 1) _exit(3);
     raise(SIGKILL);
@@ -1388,7 +1451,6 @@ TYPED_TEST(StoreTest, AnAcknowledgedWriteSurvivesAKilledProcess) {
   EXPECT_EQ(ms[0].step, 7);
 }
 
-
 // Promotion-type early stopping: pause at a rung, resume (level + 1) on
 // another owner, the lease of a resumed segment expiring back to paused.
 TYPED_TEST(StoreTest, APausedTrialResumesOneLevelUpAndAnExpiredResumeGoesBackToPaused) {
@@ -1397,9 +1459,11 @@ TYPED_TEST(StoreTest, APausedTrialResumesOneLevelUpAndAnExpiredResumeGoesBackToP
   auto leased = this->Lease("w1", 1000);
   ASSERT_EQ(leased.id, t.id);
   for (int64_t step = 1; step <= 3; ++step) {
-    ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "w1", this->Step(step, 1.0 / step), 1000).ok());
+    ASSERT_TRUE(
+        this->store_->ReportMeasurement(t.id, "w1", this->Step(step, 1.0 / step), 1000).ok());
   }
-  EXPECT_TRUE(this->store_->PauseTrial(t.id, "w2", 3).IsFailedPrecondition()) << "another owner's trial";
+  EXPECT_TRUE(this->store_->PauseTrial(t.id, "w2", 3).IsFailedPrecondition())
+      << "another owner's trial";
   ASSERT_TRUE(this->store_->PauseTrial(t.id, "w1", 3).ok());
   ASSERT_TRUE(this->store_->PauseTrial(t.id, "w1", 3).ok()) << "a retried pause is acknowledged";
   EXPECT_TRUE(this->store_->PauseTrial(t.id, "w1", 2).IsFailedPrecondition());
@@ -1410,7 +1474,9 @@ TYPED_TEST(StoreTest, APausedTrialResumesOneLevelUpAndAnExpiredResumeGoesBackToP
   EXPECT_FALSE(paused.lease_expires_ms);
   // Not leasable as pending, no reports, no renewals while paused.
   EXPECT_FALSE(this->store_->LeaseNextTrial({"w3", 1000, std::nullopt, std::nullopt})->has_value());
-  EXPECT_TRUE(this->store_->ReportMeasurement(t.id, "w1", this->Step(4, 0.2), 1000).status().IsFailedPrecondition());
+  EXPECT_TRUE(this->store_->ReportMeasurement(t.id, "w1", this->Step(4, 0.2), 1000)
+                  .status()
+                  .IsFailedPrecondition());
   EXPECT_TRUE(this->store_->RenewLease(t.id, "w1", 1000).IsFailedPrecondition());
   auto n = *this->store_->CountTrials(e.id);
   EXPECT_EQ(n.paused, 1);
@@ -1455,7 +1521,8 @@ TYPED_TEST(StoreTest, APausedTrialResumesOneLevelUpAndAnExpiredResumeGoesBackToP
   auto restarted = this->store_->ResumeTrial(t.id, "w3", 1000, 9, /*restart=*/true);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   EXPECT_EQ(restarted->resume_step, 0);
-  EXPECT_EQ(restarted->attempt, 1) << "attempts count per segment; the pause at step 2 began a new one";
+  EXPECT_EQ(restarted->attempt, 1)
+      << "attempts count per segment; the pause at step 2 began a new one";
   EXPECT_TRUE(this->store_->ListMeasurements(t.id)->empty());
 }
 
@@ -1503,9 +1570,11 @@ TYPED_TEST(StoreTest, PausedTrialsEndWithTheirExperiment) {
     ASSERT_TRUE(this->store_->PauseTrial(leased.id, "w1", 1).ok());
     ASSERT_TRUE(this->store_->FinishExperiment(e.id, state, "done").ok());
     auto ended = *this->store_->GetTrial(t.id);
-    EXPECT_EQ(ended.state, state == ExperimentState::kCompleted ? TrialState::kPruned : TrialState::kCancelled);
+    EXPECT_EQ(ended.state,
+              state == ExperimentState::kCompleted ? TrialState::kPruned : TrialState::kCancelled);
     EXPECT_TRUE(ended.finished_ms);
-    EXPECT_TRUE(this->store_->ResumeTrial(t.id, "w2", 1000, std::nullopt).status().IsFailedPrecondition());
+    EXPECT_TRUE(
+        this->store_->ResumeTrial(t.id, "w2", 1000, std::nullopt).status().IsFailedPrecondition());
   }
   // And a paused trial of a running experiment can be cancelled by anyone.
   auto e = this->MakeExperiment();
@@ -1533,9 +1602,11 @@ TYPED_TEST(StoreTest, TrialsCreatedForADeviceAreLeasedAndPausedOnesLeaveRoomUnde
   EXPECT_EQ(t.attempt, 1);
   EXPECT_EQ(t.stop_step, 3);
   EXPECT_TRUE(this->store_->ReportMeasurement(t.id, "worker/1", this->Step(1, 0.5), 5000).ok());
-  EXPECT_TRUE(this->store_->CreateTrialsUpTo(e.id, {nt}, cap)->empty()) << "one on a device: the cap is full";
+  EXPECT_TRUE(this->store_->CreateTrialsUpTo(e.id, {nt}, cap)->empty())
+      << "one on a device: the cap is full";
   ASSERT_TRUE(this->store_->PauseTrial(t.id, "worker/1", 3).ok());
-  EXPECT_EQ(this->store_->CreateTrialsUpTo(e.id, {nt}, cap)->size(), 1u) << "a paused trial holds no device";
+  EXPECT_EQ(this->store_->CreateTrialsUpTo(e.id, {nt}, cap)->size(), 1u)
+      << "a paused trial holds no device";
   NewTrial bad = nt;
   bad.lease_ms = 0;
   EXPECT_TRUE(this->store_->CreateTrialsUpTo(e.id, {bad}, {}).status().IsInvalidArgument());
@@ -1589,10 +1660,12 @@ TYPED_TEST(StoreTest, AReportRenewsItsLeaseOnlyWhenItIsNeeded) {
   ASSERT_TRUE(this->store_->ReportMeasurement(short_id, "worker/1", this->Step(0, 0.9), 500).ok());
   const TimeMs short_start = *this->clock_.now;
   this->clock_.Advance(40);
-  EXPECT_EQ(this->store_->ReportMeasurement(short_id, "worker/1", this->Step(1, 0.8), 500)->trial.lease_expires_ms,
+  EXPECT_EQ(this->store_->ReportMeasurement(short_id, "worker/1", this->Step(1, 0.8), 500)
+                ->trial.lease_expires_ms,
             short_start + 500);
   this->clock_.Advance(20);
-  EXPECT_EQ(this->store_->ReportMeasurement(short_id, "worker/1", this->Step(2, 0.7), 500)->trial.lease_expires_ms,
+  EXPECT_EQ(this->store_->ReportMeasurement(short_id, "worker/1", this->Step(2, 0.7), 500)
+                ->trial.lease_expires_ms,
             *this->clock_.now + 500);
   // A finished trial still refuses a report.
   FinishRequest done;
@@ -1626,8 +1699,10 @@ TYPED_TEST(StoreTest, AReportReturnsItsTrialAndStopsAtItsLeasesStopStep) {
   EXPECT_EQ(r->trial.lease_expires_ms, *this->clock_.now + 8000);
   EXPECT_EQ(r->trial.stop_step, 3);
   // Up to the stop_step, and again (idempotent); not past it.
-  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "worker/1", this->Step(3, 0.4), std::nullopt).ok());
-  ASSERT_TRUE(this->store_->ReportMeasurement(t.id, "worker/1", this->Step(3, 0.4), std::nullopt).ok());
+  ASSERT_TRUE(
+      this->store_->ReportMeasurement(t.id, "worker/1", this->Step(3, 0.4), std::nullopt).ok());
+  ASSERT_TRUE(
+      this->store_->ReportMeasurement(t.id, "worker/1", this->Step(3, 0.4), std::nullopt).ok());
   auto past = this->store_->ReportMeasurement(t.id, "worker/1", this->Step(4, 0.3), std::nullopt);
   EXPECT_TRUE(past.status().IsFailedPrecondition()) << past.status();
   EXPECT_NE(past.status().message().find("stop_step 3"), std::string::npos) << past.status();
@@ -1671,12 +1746,16 @@ TYPED_TEST(StoreTest, ConcurrentReportsFromManyThreadsAllLandExactlyOnce) {
       // Every step twice, the second a retry: it must be acknowledged and
       // change nothing, in whichever batch it lands.
       for (int step = 0; step < 2 * kSteps; ++step) {
-        auto r = (*batching)->ReportMeasurement(t.id, t.lease_owner, this->Step(step / 2, 0.5), 60'000);
+        auto r =
+            (*batching)->ReportMeasurement(t.id, t.lease_owner, this->Step(step / 2, 0.5), 60'000);
         std::lock_guard lock(mu);
-        if (!r.ok()) errors.push_back(r.status().ToString());
-        else if (r->inserted) inserted[t.id]++;
+        if (!r.ok())
+          errors.push_back(r.status().ToString());
+        else if (r->inserted)
+          inserted[t.id]++;
       }
-      auto done = (*batching)->FinishTrial(t.id, t.lease_owner, {TrialState::kCompleted, R"({"loss":0.1})", ""});
+      auto done = (*batching)->FinishTrial(t.id, t.lease_owner,
+                                           {TrialState::kCompleted, R"({"loss":0.1})", ""});
       std::lock_guard lock(mu);
       if (!done.ok()) errors.push_back(done.status().ToString());
     });
@@ -1684,7 +1763,8 @@ TYPED_TEST(StoreTest, ConcurrentReportsFromManyThreadsAllLandExactlyOnce) {
   for (auto& t : threads) t.join();
   ASSERT_TRUE(errors.empty()) << errors.front();
   for (const TrialRecord& t : trials) {
-    EXPECT_EQ(inserted[t.id], kSteps) << "trial " << t.id << ": each step inserted once, its retry not";
+    EXPECT_EQ(inserted[t.id], kSteps)
+        << "trial " << t.id << ": each step inserted once, its retry not";
     auto ms = this->store_->ListMeasurements(t.id);
     ASSERT_TRUE(ms.ok()) << ms.status();
     ASSERT_EQ(ms->size(), static_cast<size_t>(kSteps)) << "trial " << t.id;
@@ -1693,7 +1773,8 @@ TYPED_TEST(StoreTest, ConcurrentReportsFromManyThreadsAllLandExactlyOnce) {
   }
   // How many calls shared a transaction depends on the scheduler; that
   // every acknowledged one is there does not.
-  std::printf("  %zu of %d calls committed in batches\n", batched_calls.load(), kThreads * (2 * kSteps + 1));
+  std::printf("  %zu of %d calls committed in batches\n", batched_calls.load(),
+              kThreads * (2 * kSteps + 1));
 }
 
 TYPED_TEST(StoreTest, ADuplicateStepInsideOneBatchIsRecordedOnce) {
@@ -1711,13 +1792,14 @@ TYPED_TEST(StoreTest, ADuplicateStepInsideOneBatchIsRecordedOnce) {
       same_step.push_back(*r);
     };
   };
-  auto sizes = this->RunAsOneBatch({report_a(0.25), report_a(0.75), [&](Store& s) {
-                                      other = s.ReportMeasurement(b.id, "worker/b", this->Step(1, 0.5), std::nullopt)
-                                                  .status();
-                                    }});
+  auto sizes = this->RunAsOneBatch(
+      {report_a(0.25), report_a(0.75), [&](Store& s) {
+         other = s.ReportMeasurement(b.id, "worker/b", this->Step(1, 0.5), std::nullopt).status();
+       }});
   EXPECT_EQ(sizes, std::vector<size_t>{3}) << "the three calls were not one batch";
   ASSERT_EQ(same_step.size(), 2u);
-  EXPECT_NE(same_step[0].inserted, same_step[1].inserted) << "one report of step 1 inserts, the other is a repeat";
+  EXPECT_NE(same_step[0].inserted, same_step[1].inserted)
+      << "one report of step 1 inserts, the other is a repeat";
   EXPECT_TRUE(other.ok()) << other;
   auto ms = this->store_->ListMeasurements(a.id);
   ASSERT_TRUE(ms.ok()) << ms.status();
@@ -1731,15 +1813,22 @@ TYPED_TEST(StoreTest, ADuplicateStepInsideOneBatchIsRecordedOnce) {
 TYPED_TEST(StoreTest, ACallWithAnotherOwnersLeaseFailsAloneInsideABatch) {
   auto e = this->MakeExperiment();
   this->MakeTrials(e.id, 4);
-  const TrialRecord a = this->Lease("worker/a"), b = this->Lease("worker/b"), c = this->Lease("worker/c"),
-                    d = this->Lease("worker/d");
+  const TrialRecord a = this->Lease("worker/a"), b = this->Lease("worker/b"),
+                    c = this->Lease("worker/c"), d = this->Lease("worker/d");
   Status stale, report, finish, renew;
   auto sizes = this->RunAsOneBatch({
       // A stale worker reports on a trial another holds: the lease's
       // compare-and-set refuses it inside the batch as it does alone.
-      [&](Store& s) { stale = s.ReportMeasurement(a.id, "worker/stale", this->Step(1, 0.9), 60'000).status(); },
-      [&](Store& s) { report = s.ReportMeasurement(b.id, "worker/b", this->Step(1, 0.5), 60'000).status(); },
-      [&](Store& s) { finish = s.FinishTrial(c.id, "worker/c", {TrialState::kCompleted, R"({"loss":0.2})", ""}).status(); },
+      [&](Store& s) {
+        stale = s.ReportMeasurement(a.id, "worker/stale", this->Step(1, 0.9), 60'000).status();
+      },
+      [&](Store& s) {
+        report = s.ReportMeasurement(b.id, "worker/b", this->Step(1, 0.5), 60'000).status();
+      },
+      [&](Store& s) {
+        finish = s.FinishTrial(c.id, "worker/c", {TrialState::kCompleted, R"({"loss":0.2})", ""})
+                     .status();
+      },
       [&](Store& s) { renew = s.RenewLease(d.id, "worker/d", 90'000); },
   });
   EXPECT_EQ(sizes, std::vector<size_t>{4}) << "the four calls were not one batch";
@@ -1770,12 +1859,18 @@ TYPED_TEST(StoreTest, AStatementThatFailsInsideABatchIsUndoneAlone) {
   const Id device = worker->devices.at(0).id;
   Status bad, first, second, good_observation;
   auto sizes = this->RunAsOneBatch({
-      [&](Store& s) { first = s.ReportMeasurement(a.id, "worker/a", this->Step(1, 0.5), 60'000).status(); },
+      [&](Store& s) {
+        first = s.ReportMeasurement(a.id, "worker/a", this->Step(1, 0.5), 60'000).status();
+      },
       [&](Store& s) {
         bad = s.AddSpeedObservation({device, "cpu:x", "wl", "{}", 100, Id{987654321}}).status();
       },
-      [&](Store& s) { second = s.ReportMeasurement(b.id, "worker/b", this->Step(1, 0.5), 60'000).status(); },
-      [&](Store& s) { good_observation = s.AddSpeedObservation({device, "cpu:x", "wl", "{}", 200, a.id}).status(); },
+      [&](Store& s) {
+        second = s.ReportMeasurement(b.id, "worker/b", this->Step(1, 0.5), 60'000).status();
+      },
+      [&](Store& s) {
+        good_observation = s.AddSpeedObservation({device, "cpu:x", "wl", "{}", 200, a.id}).status();
+      },
   });
   EXPECT_EQ(sizes, std::vector<size_t>{4}) << "the four calls were not one batch";
   EXPECT_TRUE(bad.IsInvalidArgument()) << bad;
@@ -1795,7 +1890,8 @@ TYPED_TEST(StoreTest, TrialsMadeInsideABatchKeepTheLimitsAndARefusalFailsAlone) 
   // commit; the limits are still counted in the transaction that inserts,
   // and an ended experiment refuses only the call that asked it for a
   // trial. PostgreSQL makes them in transactions of their own.
-  if (std::string(TypeParam::kName) != "sqlite") GTEST_SKIP() << "trials are made in batches on SQLite only";
+  if (std::string(TypeParam::kName) != "sqlite")
+    GTEST_SKIP() << "trials are made in batches on SQLite only";
   auto e = this->MakeExperiment();
   auto ended = this->MakeExperiment();
   ASSERT_TRUE(this->store_->FinishExperiment(ended.id, ExperimentState::kCancelled, "test").ok());
@@ -1808,11 +1904,14 @@ TYPED_TEST(StoreTest, TrialsMadeInsideABatchKeepTheLimitsAndARefusalFailsAlone) 
     t.lease_ms = 60'000;
     return std::vector<NewTrial>{t};
   };
-  Result<std::vector<TrialRecord>> made_c = Status::Internal("not run"), made_d = made_c, refused = made_c;
+  Result<std::vector<TrialRecord>> made_c = Status::Internal("not run"), made_d = made_c,
+                                   refused = made_c;
   Status report;
   auto sizes = this->RunAsOneBatch({
       [&](Store& s) { made_c = s.CreateTrialsUpTo(e.id, leased_to("worker/c"), one_more); },
-      [&](Store& s) { report = s.ReportMeasurement(a.id, "worker/a", this->Step(1, 0.5), 60'000).status(); },
+      [&](Store& s) {
+        report = s.ReportMeasurement(a.id, "worker/a", this->Step(1, 0.5), 60'000).status();
+      },
       [&](Store& s) { refused = s.CreateTrialsUpTo(ended.id, leased_to("worker/x"), {}); },
       [&](Store& s) { made_d = s.CreateTrialsUpTo(e.id, leased_to("worker/d"), one_more); },
   });

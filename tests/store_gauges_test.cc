@@ -2,11 +2,12 @@
 // on one database (two server replicas) report the same totals, a change
 // made through one handle shows on the other, and one read serves scrapes
 // for max_age. Run on both backends.
+#include "server/metrics/store_gauges.h"
+
 #include <gtest/gtest.h>
 
 #include <thread>
 
-#include "server/metrics/store_gauges.h"
 #include "testing/store_backends.h"
 
 namespace hpo::server {

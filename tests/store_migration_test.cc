@@ -20,13 +20,15 @@ class StoreMigrationTest : public ::testing::Test {
   }
   // The schema as the binary of `version` left it.
   void MakeSchemaOf(int version) {
-    const auto& all = std::string_view(Backend::kName) == "sqlite" ? SqliteMigrations() : PostgresqlMigrations();
+    const auto& all =
+        std::string_view(Backend::kName) == "sqlite" ? SqliteMigrations() : PostgresqlMigrations();
     std::string sql =
-        "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_ms BIGINT NOT NULL);";
+        "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_ms "
+        "BIGINT NOT NULL);";
     for (const auto& m : all) {
       if (m.version > version) break;
-      sql += std::string(m.sql) + ";\nINSERT INTO schema_version VALUES (" + std::to_string(m.version) + ", '" +
-             std::string(m.name) + "', 0);\n";
+      sql += std::string(m.sql) + ";\nINSERT INTO schema_version VALUES (" +
+             std::to_string(m.version) + ", '" + std::string(m.name) + "', 0);\n";
     }
     backend_->Raw(sql);
   }
@@ -51,15 +53,19 @@ TYPED_TEST(StoreMigrationTest, TrialsAndWhatRefersToThemSurviveThePromotionsMigr
   this->backend_->Raw(
       "INSERT INTO experiments (id, name, spec, state, next_number, created_ms, updated_ms) "
       "VALUES (1, 'old', '{}', 'running', 2, 1, 1);"
-      "INSERT INTO trials (id, experiment_id, number, params, system_params, state, attempt, lease_owner, "
+      "INSERT INTO trials (id, experiment_id, number, params, system_params, state, attempt, "
+      "lease_owner, "
       "lease_expires_ms, created_ms, updated_ms) VALUES "
       "(7, 1, 0, '{\"x\":1}', '{}', 'running', 1, 'worker/1', 99999999999999, 1, 1), "
       "(9, 1, 1, '{\"x\":2}', '{}', 'completed', 1, 'worker/1', NULL, 1, 1);"
-      "INSERT INTO measurements (trial_id, step, metrics, created_ms) VALUES (7, 1, '{\"loss\":0.5}', 1), "
+      "INSERT INTO measurements (trial_id, step, metrics, created_ms) VALUES (7, 1, "
+      "'{\"loss\":0.5}', 1), "
       "(7, 2, '{\"loss\":0.4}', 1), (9, 1, '{\"loss\":0.3}', 1);"
       "INSERT INTO workers (id, host, registered_ms, last_seen_ms) VALUES (1, 'h', 1, 1);"
-      "INSERT INTO devices (id, worker_id, ordinal, kind, name, device_class) VALUES (1, 1, 0, 'cpu', 'c', 'cpu:c:x1.0');"
-      "INSERT INTO speed_observations (device_id, device_class, workload, system_setting, samples_per_sec, "
+      "INSERT INTO devices (id, worker_id, ordinal, kind, name, device_class) VALUES (1, 1, 0, "
+      "'cpu', 'c', 'cpu:c:x1.0');"
+      "INSERT INTO speed_observations (device_id, device_class, workload, system_setting, "
+      "samples_per_sec, "
       "trial_id, observed_ms) VALUES (1, 'cpu:c:x1.0', 'w', '{}', 100, 7, 1);");
   if (std::string_view(TypeParam::kName) == "postgresql") {
     // The old binary never chose ids: its sequences stand where its rows end.
@@ -74,7 +80,8 @@ TYPED_TEST(StoreMigrationTest, TrialsAndWhatRefersToThemSurviveThePromotionsMigr
   Store& store = **opened;
   // Each dialect's migrations are numbered on their own (PostgreSQL has one
   // more: its checkpoint tables).
-  const auto& all = std::string_view(TypeParam::kName) == "sqlite" ? SqliteMigrations() : PostgresqlMigrations();
+  const auto& all =
+      std::string_view(TypeParam::kName) == "sqlite" ? SqliteMigrations() : PostgresqlMigrations();
   EXPECT_EQ(*store.SchemaVersion(), all.back().version);
   auto t = store.GetTrial(7);
   ASSERT_TRUE(t.ok()) << t.status();

@@ -62,13 +62,19 @@ TEST(StoreNotificationsTest, SeveralInOneCallArriveWholeAndInOrder) {
   ASSERT_TRUE(listener->Next(std::chrono::milliseconds(100)).ok());  // listening from here on
   // What an array literal would mistake for its own syntax, and text that
   // is not ASCII.
-  const std::vector<std::string> sent = {R"({"q":"a \"quoted\" word"})", R"(back\slash)", "{a,b}", "", "NULL",
-                                         "caf\u00e9 \xc3\xa9", std::string(Store::kMaxChangePayload, 'y')};
+  const std::vector<std::string> sent = {R"({"q":"a \"quoted\" word"})",
+                                         R"(back\slash)",
+                                         "{a,b}",
+                                         "",
+                                         "NULL",
+                                         "caf\u00e9 \xc3\xa9",
+                                         std::string(Store::kMaxChangePayload, 'y')};
   ASSERT_TRUE(a->NotifyChanges(sent).ok());
   for (const std::string& want : sent) {
     auto got = listener->Next(std::chrono::seconds(5));
     ASSERT_TRUE(got.ok()) << got.status();
-    ASSERT_TRUE(got->has_value()) << "no notification within 5 s for '" << want.substr(0, 40) << "'";
+    ASSERT_TRUE(got->has_value()) << "no notification within 5 s for '" << want.substr(0, 40)
+                                  << "'";
     EXPECT_EQ(**got, want);
   }
   // One too large: none of them is sent.

@@ -16,11 +16,10 @@
 // connection lost twice fails every call of it and leaves nothing written.
 #include <gtest/gtest.h>
 
-#include <pqxx/pqxx>
-
 #include <chrono>
 #include <future>
 #include <mutex>
+#include <pqxx/pqxx>
 #include <thread>
 
 #include "testing/store_backends.h"
@@ -68,7 +67,8 @@ class StoreRetryTest : public ::testing::Test {
     pqxx::transaction<pqxx::repeatable_read> tx(holder);
     tx.exec("UPDATE trials SET " + update + " WHERE id = " + std::to_string(trial_));
     auto result = std::async(std::launch::async, call);
-    EXPECT_NE(WaitForALockWaiter(), 0) << "the store's call never waited for the row the test holds";
+    EXPECT_NE(WaitForALockWaiter(), 0)
+        << "the store's call never waited for the row the test holds";
     tx.commit();
     return result.get();
   }
@@ -81,9 +81,10 @@ class StoreRetryTest : public ::testing::Test {
     pqxx::connection watcher(backend_->url());
     for (int i = 0; i < 600; ++i) {  // a minute: a hang fails the test
       pqxx::nontransaction n(watcher);
-      auto rows = n.exec("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND "
-                         "wait_event_type = 'Lock' AND pid <> " +
-                         std::to_string(except));
+      auto rows = n.exec(
+          "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND "
+          "wait_event_type = 'Lock' AND pid <> " +
+          std::to_string(except));
       if (!rows.empty()) return rows[0][0].as<int>();
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -175,7 +176,8 @@ TEST_F(StoreRetryTest, AReportThatLosesARaceIsRunAgainAndAcknowledged) {
   const auto retries = Retries();
   ASSERT_EQ(retries.size(), 1u);
   EXPECT_EQ(retries[0].first.code(), StatusCode::kAborted) << retries[0].first;
-  EXPECT_NE(retries[0].first.message().find("could not serialize"), std::string::npos) << retries[0].first;
+  EXPECT_NE(retries[0].first.message().find("could not serialize"), std::string::npos)
+      << retries[0].first;
   EXPECT_EQ(retries[0].second, 2);
   // Both writes are there: the rerun saw the winner's change and kept it.
   auto measurements = store_->ListMeasurements(trial_);
@@ -189,7 +191,8 @@ TEST_F(StoreRetryTest, AReportThatLosesARaceIsRunAgainAndAcknowledged) {
 TEST_F(StoreRetryTest, WhatTheRerunFindsIsAnsweredNotRetried) {
   // The winner hands the trial to another worker: the rerun's answer is
   // that w1 no longer holds it, a FailedPrecondition, returned at once.
-  auto renew = RaceWith("lease_owner = 'w2'", [&] { return store_->RenewLease(trial_, "w1", 60'000); });
+  auto renew =
+      RaceWith("lease_owner = 'w2'", [&] { return store_->RenewLease(trial_, "w1", 60'000); });
   EXPECT_EQ(renew.code(), StatusCode::kFailedPrecondition) << renew;
   EXPECT_NE(renew.message().find("held by 'w2'"), std::string::npos) << renew;
   const auto retries = Retries();
@@ -247,7 +250,8 @@ TEST_F(StoreRetryTest, ABatchWhoseConnectionDiesTwiceFailsEveryCallAndWritesNoth
   int waiter = 0;
   for (int kill = 0; kill < 2; ++kill) {
     waiter = WaitForALockWaiter(waiter);
-    ASSERT_NE(waiter, 0) << "kill " << kill << ": the batch never waited for the row the test holds";
+    ASSERT_NE(waiter, 0) << "kill " << kill
+                         << ": the batch never waited for the row the test holds";
     pqxx::nontransaction(admin).exec("SELECT pg_terminate_backend(" + std::to_string(waiter) + ")");
   }
   auto a = held->first.get(), b = held->second.get();

@@ -1,7 +1,8 @@
+#include "server/store/store_url.h"
+
 #include <gtest/gtest.h>
 
 #include "server/store/migrations.h"
-#include "server/store/store_url.h"
 
 namespace hpo::store {
 namespace {
@@ -27,8 +28,8 @@ TEST(StoreUrl, ChoosesTheBackendByScheme) {
 }
 
 TEST(StoreUrl, RejectsBadUrlsWithoutLeakingPasswords) {
-  for (const char* bad : {"", "mysql://root:hunter2@h/db", "sqlite:relative.db", "sqlite://",
-                          "postgresql://"}) {
+  for (const char* bad :
+       {"", "mysql://root:hunter2@h/db", "sqlite:relative.db", "sqlite://", "postgresql://"}) {
     auto r = ParseStoreUrl(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_TRUE(r.status().IsInvalidArgument()) << bad;

@@ -3,16 +3,17 @@
 // and its real clients: HTTPS for REST (common/http_client, hpctl) and TLS
 // for gRPC (hpo-worker).
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <nlohmann/json.hpp>
-#include <fstream>
-#include <thread>
-#include <filesystem>
+
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/http_client.h"
@@ -47,9 +48,10 @@ class TlsTest : public ::testing::Test {
     cert_ = dir_ + "/cert.pem";
     key_ = dir_ + "/key.pem";
     // A certificate for the address the tests use; it is its own CA.
-    const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
-                            "-addext subjectAltName=IP:127.0.0.1 -keyout " + key_ + " -out " + cert_ +
-                            " >" + dir_ + "/openssl.log 2>&1";
+    const std::string cmd =
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+        "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+        key_ + " -out " + cert_ + " >" + dir_ + "/openssl.log 2>&1";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << ReadFile(dir_ + "/openssl.log");
   }
   void TearDown() override {
@@ -58,7 +60,8 @@ class TlsTest : public ::testing::Test {
   }
 
   void StartServer(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--store", "sqlite://" + dir_ + "/hpo.db", "--tls-cert", cert_, "--tls-key", key_};
+    std::vector<std::string> args = {
+        "--store", "sqlite://" + dir_ + "/hpo.db", "--tls-cert", cert_, "--tls-key", key_};
     args.insert(args.end(), extra.begin(), extra.end());
     server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, dir_ + "/server", args);
     ASSERT_TRUE(server_->Start().ok()) << server_->Log();
@@ -72,8 +75,9 @@ class TlsTest : public ::testing::Test {
   }
   // hpo-server's exit code and output for flags that must be refused.
   std::pair<int, std::string> ServerRefuses(const std::vector<std::string>& flags) {
-    std::vector<std::string> argv = {HPO_SERVER_BIN, "--store", "sqlite://" + dir_ + "/refused.db", "--http",
-                                     "127.0.0.1:0", "--grpc", "127.0.0.1:0"};
+    std::vector<std::string> argv = {
+        HPO_SERVER_BIN, "--store",    "sqlite://" + dir_ + "/refused.db", "--http", "127.0.0.1:0",
+        "--grpc",       "127.0.0.1:0"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     const std::string log = dir_ + "/refused.log";
     const int code = RunToEnd(argv, log, 20);
@@ -94,7 +98,8 @@ TEST_F(TlsTest, TheServerRefusesHalfOrUnreadableTlsFlags) {
   const std::string missing = dir_ + "/no-such-cert.pem";
   std::tie(code, out) = ServerRefuses({"--tls-cert", missing, "--tls-key", key_});
   EXPECT_EQ(code, 1);
-  EXPECT_NE(out.find("cannot read TLS certificate file '" + missing + "'"), std::string::npos) << out;
+  EXPECT_NE(out.find("cannot read TLS certificate file '" + missing + "'"), std::string::npos)
+      << out;
   // A key that is not a key (the certificate given twice).
   std::tie(code, out) = ServerRefuses({"--tls-cert", cert_, "--tls-key", cert_});
   EXPECT_EQ(code, 1);
@@ -110,7 +115,8 @@ TEST_F(TlsTest, RestWorksOverHttpsAndPlainHttpIsRefusedCleanly) {
   auto health = HttpRequestOnce(o, "GET", "/healthz");
   ASSERT_TRUE(health.ok()) << health.status() << server_->Log();
   EXPECT_EQ(health->status, 200);
-  auto created = HttpRequestOnce(o, "POST", "/api/v1/experiments", R"({"name": "tls", "objective": {"metric": "loss"},
+  auto created = HttpRequestOnce(o, "POST", "/api/v1/experiments",
+                                 R"({"name": "tls", "objective": {"metric": "loss"},
       "spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}],
       "executor": {"client": {}}})");
   ASSERT_TRUE(created.ok()) << created.status();
@@ -124,10 +130,11 @@ TEST_F(TlsTest, RestWorksOverHttpsAndPlainHttpIsRefusedCleanly) {
     (void)HttpRequestOnce(o, "POST", "/api/v1/experiments/1:cancel");
   });
   std::string first_event;
-  Status stream = ReadEventStream(o, "/api/v1/events", [&](const std::string& type, const std::string&) {
-    first_event = type;
-    return false;
-  });
+  Status stream =
+      ReadEventStream(o, "/api/v1/events", [&](const std::string& type, const std::string&) {
+        first_event = type;
+        return false;
+      });
   cancel.join();
   EXPECT_TRUE(stream.ok()) << stream;
   EXPECT_EQ(first_event, "experiment.finished");
@@ -145,13 +152,16 @@ TEST_F(TlsTest, RestWorksOverHttpsAndPlainHttpIsRefusedCleanly) {
   untrusted.tls_ca_file.clear();
   auto rejected = HttpRequestOnce(untrusted, "GET", "/healthz");
   ASSERT_FALSE(rejected.ok());
-  EXPECT_NE(rejected.status().message().find("TLS handshake"), std::string::npos) << rejected.status();
-  EXPECT_NE(rejected.status().message().find("certificate"), std::string::npos) << rejected.status();
+  EXPECT_NE(rejected.status().message().find("TLS handshake"), std::string::npos)
+      << rejected.status();
+  EXPECT_NE(rejected.status().message().find("certificate"), std::string::npos)
+      << rejected.status();
   // A CA file that is not there.
   untrusted.tls_ca_file = dir_ + "/nope.pem";
   rejected = HttpRequestOnce(untrusted, "GET", "/healthz");
   ASSERT_FALSE(rejected.ok());
-  EXPECT_NE(rejected.status().message().find(dir_ + "/nope.pem"), std::string::npos) << rejected.status();
+  EXPECT_NE(rejected.status().message().find(dir_ + "/nope.pem"), std::string::npos)
+      << rejected.status();
   // The server still serves after all that.
   EXPECT_TRUE(HttpRequestOnce(o, "GET", "/healthz").ok());
 }
@@ -165,15 +175,19 @@ TEST_F(TlsTest, OnlyForwardSecretAeadSuitesOnTls12) {
   // that speaks no HTTP/2 right after it, so the exit code says nothing).
   auto handshake = [&](uint16_t port, const std::string& cipher) {
     const std::string cmd = "openssl s_client -connect 127.0.0.1:" + std::to_string(port) +
-                            " -tls1_2 -cipher " + cipher + " </dev/null >" + dir_ + "/s_client.log 2>&1";
+                            " -tls1_2 -cipher " + cipher + " </dev/null >" + dir_ +
+                            "/s_client.log 2>&1";
     (void)std::system(cmd.c_str());
     return ReadFile(dir_ + "/s_client.log").find("Cipher is " + cipher) != std::string::npos;
   };
   for (const uint16_t port : {server_->http_port(), server_->grpc_port()}) {
     const std::string where = port == server_->http_port() ? "REST" : "gRPC";
-    EXPECT_TRUE(handshake(port, "ECDHE-RSA-AES128-GCM-SHA256")) << where << ": " << ReadFile(dir_ + "/s_client.log");
-    EXPECT_TRUE(handshake(port, "ECDHE-RSA-AES256-GCM-SHA384")) << where << ": " << ReadFile(dir_ + "/s_client.log");
-    for (const char* weak : {"AES128-SHA", "AES256-GCM-SHA384", "ECDHE-RSA-AES128-SHA", "ECDHE-RSA-AES256-SHA384"}) {
+    EXPECT_TRUE(handshake(port, "ECDHE-RSA-AES128-GCM-SHA256"))
+        << where << ": " << ReadFile(dir_ + "/s_client.log");
+    EXPECT_TRUE(handshake(port, "ECDHE-RSA-AES256-GCM-SHA384"))
+        << where << ": " << ReadFile(dir_ + "/s_client.log");
+    for (const char* weak :
+         {"AES128-SHA", "AES256-GCM-SHA384", "ECDHE-RSA-AES128-SHA", "ECDHE-RSA-AES256-SHA384"}) {
       EXPECT_FALSE(handshake(port, weak)) << where << " accepted " << weak;
     }
   }
@@ -183,7 +197,8 @@ TEST_F(TlsTest, HpctlTalksHttpsWithTheCa) {
   StartServer();
   const std::string server = "https://127.0.0.1:" + std::to_string(server_->http_port());
   const std::string log = dir_ + "/hpctl.log";
-  EXPECT_EQ(RunToEnd({HPCTL_BIN, "--server", server, "--tls-ca", cert_, "list"}, log), 0) << ReadFile(log);
+  EXPECT_EQ(RunToEnd({HPCTL_BIN, "--server", server, "--tls-ca", cert_, "list"}, log), 0)
+      << ReadFile(log);
   EXPECT_NE(RunToEnd({HPCTL_BIN, "--server", server, "list"}, log), 0);
   EXPECT_NE(ReadFile(log).find("certificate"), std::string::npos) << ReadFile(log);
 }
@@ -192,30 +207,35 @@ TEST_F(TlsTest, HpctlTalksHttpsWithTheCa) {
 TEST_F(TlsTest, AWorkerWithTheCaCompletesTrialsOverTlsAndOneWithoutItStops) {
   StartServer();
   const std::string script = dir_ + "/train.sh";
-  std::ofstream(script) << "#!/bin/sh\nfor step in 1 2; do echo \"hpo: step=$step loss=$1\"; done\n";
+  std::ofstream(script)
+      << "#!/bin/sh\nfor step in 1 2; do echo \"hpo: step=$step loss=$1\"; done\n";
   fs::permissions(script, fs::perms::owner_all);
   auto created = HttpRequestOnce(Https(), "POST", "/api/v1/experiments",
                                  R"({"name": "tls-worker", "objective": {"metric": "loss"},
       "spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}],
       "budget": {"max_trials": 2, "max_parallel": 1, "steps_per_trial": 2},
-      "executor": {"command": {"argv": [")" + script + R"(", "{x}"], "timeout_s": 30}}})");
-  ASSERT_TRUE(created.ok() && created->status == 201) << (created.ok() ? created->body : created.status().ToString());
+      "executor": {"command": {"argv": [")" +
+                                     script + R"(", "{x}"], "timeout_s": 30}}})");
+  ASSERT_TRUE(created.ok() && created->status == 201)
+      << (created.ok() ? created->body : created.status().ToString());
   const std::string grpc = "127.0.0.1:" + std::to_string(server_->grpc_port());
-  const std::vector<std::string> common = {HPO_WORKER_BIN, "--benchmark-seconds", "0.1", "--heartbeat-ms", "500",
-                                           "--device", "cpu"};
+  const std::vector<std::string> common = {
+      HPO_WORKER_BIN, "--benchmark-seconds", "0.1", "--heartbeat-ms", "500", "--device", "cpu"};
 
   // Without the CA (TLS with the system's CAs): it stops with a clear message.
   std::vector<std::string> argv = common;
   argv.insert(argv.end(), {"--server", "https://" + grpc, "--max-trials", "1"});
   std::string log = dir_ + "/worker-untrusted.log";
   EXPECT_EQ(RunToEnd(argv, log, 60), 1) << ReadFile(log);
-  EXPECT_NE(ReadFile(log).find("give the CA that signed it with --tls-ca"), std::string::npos) << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("give the CA that signed it with --tls-ca"), std::string::npos)
+      << ReadFile(log);
   // An unreadable CA file: refused before anything else.
   argv = common;
   argv.insert(argv.end(), {"--server", grpc, "--tls-ca", dir_ + "/nope.pem"});
   log = dir_ + "/worker-nofile.log";
   EXPECT_EQ(RunToEnd(argv, log, 20), 1) << ReadFile(log);
-  EXPECT_NE(ReadFile(log).find("--tls-ca: cannot read '" + dir_ + "/nope.pem'"), std::string::npos) << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("--tls-ca: cannot read '" + dir_ + "/nope.pem'"), std::string::npos)
+      << ReadFile(log);
 
   // With the CA: both trials complete.
   argv = common;
@@ -226,7 +246,8 @@ TEST_F(TlsTest, AWorkerWithTheCaCompletesTrialsOverTlsAndOneWithoutItStops) {
   ASSERT_TRUE(trials.ok()) << trials.status();
   const json t = json::parse(trials->body)["trials"];
   ASSERT_EQ(t.size(), 2u) << trials->body;
-  for (const auto& trial : t) EXPECT_EQ(trial["state"], "completed") << trial.dump() << ReadFile(log);
+  for (const auto& trial : t)
+    EXPECT_EQ(trial["state"], "completed") << trial.dump() << ReadFile(log);
 }
 #endif
 

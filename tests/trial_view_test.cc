@@ -4,6 +4,8 @@
 // completions with and without a final value, prunes, and a restart that
 // deleted a curve. On both stores: their revisions and cursors differ
 // (a counter on SQLite, transaction ids and snapshot xmin on PostgreSQL).
+#include "server/engine/trial_view.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -12,7 +14,6 @@
 #include <string>
 
 #include "server/engine/engine.h"
-#include "server/engine/trial_view.h"
 #include "server/spec/spec.h"
 #include "testing/store_backends.h"
 #include "testing/store_wrapper.h"
@@ -37,16 +38,18 @@ const char* kSpec = R"({"name": "view", "objective": {"metric": "loss", "directi
 class CountingStore : public testing::StoreWrapper {
  public:
   using StoreWrapper::StoreWrapper;
-  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurements(Id experiment_id) override {
+  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurements(
+      Id experiment_id) override {
     ++whole_reads;
     return StoreWrapper::ListExperimentMeasurements(experiment_id);
   }
-  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurementsSince(Id experiment_id,
-                                                                                int64_t since) override {
+  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurementsSince(
+      Id experiment_id, int64_t since) override {
     ++reads_since;
     return StoreWrapper::ListExperimentMeasurementsSince(experiment_id, since);
   }
-  Result<std::vector<store::TrialRecord>> ListTrials(Id experiment_id, const store::TrialFilter& f) override {
+  Result<std::vector<store::TrialRecord>> ListTrials(Id experiment_id,
+                                                     const store::TrialFilter& f) override {
     if (f.since_revision) ++trial_reads_since;
     return StoreWrapper::ListTrials(experiment_id, f);
   }
@@ -61,9 +64,13 @@ std::string Describe(const TrialsSnapshot& view) {
   for (const auto& [id, e] : view.trials) {
     const search::Observation& o = view.histories[e.space].trials[e.index];
     std::ostringstream s;
-    s << "trial " << id << " #" << e.number << " space " << e.space << " state " << store::ToString(e.state)
-      << " level " << e.level << " status " << static_cast<int>(o.status) << " value ";
-    if (o.value) s << *o.value; else s << "-";
+    s << "trial " << id << " #" << e.number << " space " << e.space << " state "
+      << store::ToString(e.state) << " level " << e.level << " status "
+      << static_cast<int>(o.status) << " value ";
+    if (o.value)
+      s << *o.value;
+    else
+      s << "-";
     s << " params";
     for (double p : o.params) s << ' ' << p;
     s << " curve";
@@ -80,8 +87,12 @@ std::string Describe(const std::vector<search::History>& histories) {
   std::ostringstream s;
   for (size_t h = 0; h < histories.size(); ++h) {
     for (const search::Observation& o : histories[h].trials) {
-      s << "space " << h << " #" << o.number << " status " << static_cast<int>(o.status) << " value ";
-      if (o.value) s << *o.value; else s << "-";
+      s << "space " << h << " #" << o.number << " status " << static_cast<int>(o.status)
+        << " value ";
+      if (o.value)
+        s << *o.value;
+      else
+        s << "-";
       s << " params";
       for (double p : o.params) s << ' ' << p;
       s << " curve";
@@ -97,8 +108,8 @@ std::string Describe(const std::vector<search::SpaceRank>& ranks) {
   std::ostringstream s;
   s.precision(12);
   for (const auto& r : ranks) {
-    s << "results " << r.results << " best " << (r.results ? r.best : 0) << " uncertainty " << r.uncertainty
-      << " priority " << r.priority << " share " << r.share << "\n";
+    s << "results " << r.results << " best " << (r.results ? r.best : 0) << " uncertainty "
+      << r.uncertainty << " priority " << r.priority << " share " << r.share << "\n";
   }
   return s.str();
 }
@@ -129,7 +140,13 @@ class TrialViewTest : public ::testing::Test {
     return batch.ok() ? *batch : std::vector<Lease>{};
   }
   void Report(const Lease& a, int step, double loss) {
-    auto r = writer_->Report({a.trial.id, Engine::kClientOwner, step, {{"loss", loss}}, 0, json::object(), std::nullopt});
+    auto r = writer_->Report({a.trial.id,
+                              Engine::kClientOwner,
+                              step,
+                              {{"loss", loss}},
+                              0,
+                              json::object(),
+                              std::nullopt});
     EXPECT_TRUE(r.ok()) << r.status();
   }
   void Complete(const Lease& a, const json& metrics) {
@@ -238,7 +255,9 @@ TYPED_TEST(TrialViewTest, ARereadOfTheChangesHoldsWhatAWholeReadDoes) {
   ASSERT_TRUE(this->store_->RestartTrial(first[0].trial.id, Engine::kClientOwner).ok());
   this->Report(first[0], 0, 0.8);
   // A prune and a failure.
-  ASSERT_TRUE(this->writer_->Complete(first[3].trial.id, Engine::kClientOwner, true, json::object(), "boom").ok());
+  ASSERT_TRUE(
+      this->writer_->Complete(first[3].trial.id, Engine::kClientOwner, true, json::object(), "boom")
+          .ok());
   this->Report(first[4], 0, 2.0);
   store::FinishRequest pruned;
   pruned.state = store::TrialState::kPruned;
@@ -288,7 +307,8 @@ TYPED_TEST(TrialViewTest, AKeptCopyOfTheHistoriesCopiesOnlyWhatChanged) {
     value -= 0.1;
   }
   EXPECT_EQ(this->UpdateCopy(view, copy, "six outcomes"), 6u);
-  ASSERT_TRUE(view.ApplyReport(more[1].trial, 3, 0.05, true, nullptr).ok());  // running again (requeued)
+  ASSERT_TRUE(
+      view.ApplyReport(more[1].trial, 3, 0.05, true, nullptr).ok());  // running again (requeued)
   EXPECT_EQ(this->UpdateCopy(view, copy, "a finished trial reporting again"), 1u);
 
   // A view read whole again is copied whole again.
@@ -296,7 +316,8 @@ TYPED_TEST(TrialViewTest, AKeptCopyOfTheHistoriesCopiesOnlyWhatChanged) {
   EXPECT_EQ(this->UpdateCopy(view, copy, "a whole reread"), 8u);
 
   // Another replica's changes, read since the cursor (every Fresh() rereads).
-  TrialView rereading(*this->counting_, this->experiment_, this->spec_, std::chrono::milliseconds(0));
+  TrialView rereading(*this->counting_, this->experiment_, this->spec_,
+                      std::chrono::milliseconds(0));
   HistoriesCopy kept;
   this->UpdateCopy(rereading, kept, "the first read");
   this->Report(first[3], 0, 0.7);
@@ -308,7 +329,8 @@ TYPED_TEST(TrialViewTest, AKeptCopyOfTheHistoriesCopiesOnlyWhatChanged) {
   // Three observations changed: a report and a completion, a new trial, a
   // restart. Rows the reread reads again unchanged (PostgreSQL's cursor may
   // repeat many) are not copied.
-  EXPECT_EQ(this->UpdateCopy(rereading, kept, "another replica's changes"), 3u) << "only what changed";
+  EXPECT_EQ(this->UpdateCopy(rereading, kept, "another replica's changes"), 3u)
+      << "only what changed";
 }
 
 // The kept ranking lists the trials changed since it last read them, and
@@ -340,7 +362,8 @@ TYPED_TEST(TrialViewTest, AKeptRankingFollowsChangesPastWhatItLists) {
   outcomes(25, 70'025, 5, 5);
   this->UpdateCopy(view, copy, "70,005 outcomes, more than the list holds");
   outcomes(70'025, 70'030, 0, 10);
-  ASSERT_TRUE(view.ApplyReport(trials[0].trial, 3, 0.01, true, nullptr).ok());  // running again: no value
+  ASSERT_TRUE(
+      view.ApplyReport(trials[0].trial, 3, 0.01, true, nullptr).ok());  // running again: no value
   this->UpdateCopy(view, copy, "listed again after a whole reading");
 }
 

@@ -30,7 +30,8 @@ using nlohmann::json;
 
 // Starts hpo-worker with `args`; returns its pid. Output goes to `log`.
 pid_t StartWorker(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<std::string> argv = {HPO_WORKER_BIN, "--benchmark-seconds", "0.1", "--heartbeat-ms", "500"};
+  std::vector<std::string> argv = {HPO_WORKER_BIN, "--benchmark-seconds", "0.1", "--heartbeat-ms",
+                                   "500"};
   argv.insert(argv.end(), args.begin(), args.end());
   return testing::Spawn(argv, log);
 }
@@ -100,7 +101,8 @@ TEST_F(WorkerE2eTest, BuiltinTrainerRunsAnExperimentThroughTheServer) {
   StartServer();
   const int64_t id = Create(kBuiltin);
   const std::string log = dir_ + "/worker.log";
-  const pid_t worker = StartWorker({"--server", Grpc(), "--max-trials", "2", "--labels", "pool=cpu,zone=a"}, log);
+  const pid_t worker =
+      StartWorker({"--server", Grpc(), "--max-trials", "2", "--labels", "pool=cpu,zone=a"}, log);
   const int status = WaitFor(worker, 120);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(log);
   json e = Get("/api/v1/experiments/" + std::to_string(id));
@@ -137,8 +139,8 @@ TEST_F(WorkerE2eTest, TheCommandLineWinsOverTheEnvironmentAndTwoVariablesForOneS
   ::setenv("HPO_TOKEN", "not-the-token", 1);
   ::setenv("HPO_WORKER_INSTANCE", "from-the-environment", 1);
   const std::string log = dir_ + "/worker.log";
-  const pid_t worker =
-      StartWorker({"--server", Grpc(), "--token-file", dir_ + "/token", "--id-file", dir_ + "/id"}, log);
+  const pid_t worker = StartWorker(
+      {"--server", Grpc(), "--token-file", dir_ + "/token", "--id-file", dir_ + "/id"}, log);
   ::unsetenv("HPO_TOKEN");
   ::unsetenv("HPO_WORKER_INSTANCE");
   HttpClientOptions o;
@@ -147,12 +149,14 @@ TEST_F(WorkerE2eTest, TheCommandLineWinsOverTheEnvironmentAndTwoVariablesForOneS
   json workers;
   for (int i = 0; i < 200 && workers.empty(); ++i) {
     auto r = HttpRequestOnce(o, "GET", "/api/v1/workers");
-    if (r.ok() && r->status == 200) workers = json::parse(r->body, nullptr, false).value("workers", json::array());
+    if (r.ok() && r->status == 200)
+      workers = json::parse(r->body, nullptr, false).value("workers", json::array());
     if (workers.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   kill(worker, SIGKILL);
   WaitFor(worker, 10);
-  ASSERT_EQ(workers.size(), 1u) << "the worker did not register with the token from --token-file\n" << ReadFile(log);
+  ASSERT_EQ(workers.size(), 1u) << "the worker did not register with the token from --token-file\n"
+                                << ReadFile(log);
   EXPECT_EQ(workers[0]["instance"], "from-the-file");
 
   ::setenv("HPO_TOKEN", token.c_str(), 1);
@@ -163,7 +167,8 @@ TEST_F(WorkerE2eTest, TheCommandLineWinsOverTheEnvironmentAndTwoVariablesForOneS
   ::unsetenv("HPO_TOKEN_FILE");
   const int status = WaitFor(refused, 30);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << ReadFile(refused_log);
-  EXPECT_NE(ReadFile(refused_log).find("HPO_TOKEN and HPO_TOKEN_FILE are both set"), std::string::npos)
+  EXPECT_NE(ReadFile(refused_log).find("HPO_TOKEN and HPO_TOKEN_FILE are both set"),
+            std::string::npos)
       << ReadFile(refused_log);
 }
 
@@ -178,7 +183,8 @@ int64_t RegisteredAs(const std::string& log) {
 
 // Polls (every 100 ms, up to a minute) until `done` holds.
 bool Eventually(const std::function<bool()>& done) {
-  for (int i = 0; i < 600 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 600 && !done(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   return done();
 }
 
@@ -198,7 +204,8 @@ TEST_F(WorkerE2eTest, TheIdFileKeepsTheIdentitySecretSoOnlyTheWorkerItselfComesB
     for (std::string line; std::getline(in, line);) out.push_back(line);
     return out;
   };
-  const std::vector<std::string> worker_args = {"--server", Grpc(), "--device", "cpu", "--id-file", id_file};
+  const std::vector<std::string> worker_args = {"--server", Grpc(),      "--device",
+                                                "cpu",      "--id-file", id_file};
   const std::string first_log = dir_ + "/first.log";
   pid_t worker = StartWorker(worker_args, first_log);
   ASSERT_TRUE(Eventually([&] { return lines(id_file).size() == 2; })) << ReadFile(first_log);
@@ -226,10 +233,13 @@ TEST_F(WorkerE2eTest, TheIdFileKeepsTheIdentitySecretSoOnlyTheWorkerItselfComesB
   const std::string copy = dir_ + "/copy";
   std::ofstream(copy) << "pod-e2e\n";
   const std::string copy_log = dir_ + "/copy.log";
-  const pid_t other = StartWorker({"--server", Grpc(), "--device", "cpu", "--id-file", copy}, copy_log);
-  ASSERT_TRUE(Eventually([&] { return ReadFile(copy_log).find("identity secret") != std::string::npos; }))
-      << ReadFile(copy_log);
-  EXPECT_NE(ReadFile(copy_log).find("instance 'pod-e2e' is worker " + std::to_string(id)), std::string::npos)
+  const pid_t other =
+      StartWorker({"--server", Grpc(), "--device", "cpu", "--id-file", copy}, copy_log);
+  ASSERT_TRUE(Eventually([&] {
+    return ReadFile(copy_log).find("identity secret") != std::string::npos;
+  })) << ReadFile(copy_log);
+  EXPECT_NE(ReadFile(copy_log).find("instance 'pod-e2e' is worker " + std::to_string(id)),
+            std::string::npos)
       << ReadFile(copy_log);
   EXPECT_EQ(RegisteredAs(copy_log), 0) << ReadFile(copy_log);
   EXPECT_EQ(Get("/api/v1/workers")["workers"].size(), 1u);
@@ -259,7 +269,8 @@ TEST_F(WorkerE2eTest, TheGrpcAddressComesFromHpoGrpcServerAndTheOldNameStillWork
     bool warns;
   };
   const std::string grpc = Grpc();
-  for (const Case c : {Case{grpc.c_str(), rest.c_str(), false}, Case{nullptr, grpc.c_str(), true}}) {
+  for (const Case c :
+       {Case{grpc.c_str(), rest.c_str(), false}, Case{nullptr, grpc.c_str(), true}}) {
     SCOPED_TRACE(c.grpc_server ? "HPO_GRPC_SERVER" : "HPO_SERVER alone");
     if (c.grpc_server) ::setenv("HPO_GRPC_SERVER", c.grpc_server, 1);
     ::setenv("HPO_SERVER", c.old_server, 1);
@@ -272,7 +283,8 @@ TEST_F(WorkerE2eTest, TheGrpcAddressComesFromHpoGrpcServerAndTheOldNameStillWork
     WaitFor(worker, 10);
     EXPECT_TRUE(registered) << ReadFile(log);
     const std::string warning =
-        "hpo-worker: warning: HPO_SERVER is deprecated (hpo-worker reads it as the gRPC address, hpctl "
+        "hpo-worker: warning: HPO_SERVER is deprecated (hpo-worker reads it as the gRPC address, "
+        "hpctl "
         "as the REST one): set HPO_GRPC_SERVER instead\n";
     EXPECT_EQ(ReadFile(log).find(warning) != std::string::npos, c.warns) << ReadFile(log);
   }
@@ -283,7 +295,8 @@ TEST_F(WorkerE2eTest, CommandExecutorRunsTheUsersProgram) {
   const std::string script = dir_ + "/train.sh";
   std::ofstream(script) << "#!/bin/sh\n"
                            "for step in 1 2 3; do\n"
-                           "  echo \"hpo: step=$step loss=$(echo \"$1 $step\" | awk '{print ($1-0.3)^2 + 1/$2}') samples_per_sec=50\"\n"
+                           "  echo \"hpo: step=$step loss=$(echo \"$1 $step\" | awk '{print "
+                           "($1-0.3)^2 + 1/$2}') samples_per_sec=50\"\n"
                            "done\n";
   std::filesystem::permissions(script, std::filesystem::perms::owner_all);
   const int64_t id = Create(R"({"name": "cmd", "objective": {"metric": "loss"},
@@ -302,7 +315,8 @@ TEST_F(WorkerE2eTest, CommandExecutorRunsTheUsersProgram) {
   ASSERT_EQ(trials.size(), 3u);
   for (const auto& t : trials) {
     const double x = t["params"]["x"];
-    EXPECT_NEAR(t["final_metrics"]["loss"].get<double>(), (x - 0.3) * (x - 0.3) + 1.0 / 3, 1e-4) << t.dump();
+    EXPECT_NEAR(t["final_metrics"]["loss"].get<double>(), (x - 0.3) * (x - 0.3) + 1.0 / 3, 1e-4)
+        << t.dump();
   }
 }
 
@@ -321,7 +335,8 @@ TEST_F(WorkerE2eTest, AProgramsLinesPastTheTrialsStepsAreNeitherSentNorStored) {
   const int64_t id = Create(R"({"name": "chatty", "objective": {"metric": "loss"},
       "spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}],
       "budget": {"max_trials": 1, "max_parallel": 1, "steps_per_trial": 3},
-      "executor": {"command": {"argv": [")" + script + R"("], "timeout_s": 60}}})");
+      "executor": {"command": {"argv": [")" +
+                            script + R"("], "timeout_s": 60}}})");
   const std::string log = dir_ + "/worker.log";
   const pid_t worker = StartWorker({"--server", Grpc(), "--max-trials", "1"}, log);
   const int status = WaitFor(worker, 90);
@@ -348,10 +363,11 @@ TEST_F(WorkerE2eTest, ACommandProgramCannotReadTheWorkersToken) {
   token_ = "worker-token-that-no-program-may-read";
   StartServer({"--token", token_});
   const std::string script = dir_ + "/peek.sh";
-  std::ofstream(script) << "#!/bin/sh\n"
-                           "cat /proc/$PPID/environ > \"$1/environ\" 2>/dev/null; echo $? > \"$1/environ.rc\"\n"
-                           "cat /proc/$PPID/cmdline > \"$1/cmdline\"\n"
-                           "echo 'hpo: step=1 loss=1'\n";
+  std::ofstream(script)
+      << "#!/bin/sh\n"
+         "cat /proc/$PPID/environ > \"$1/environ\" 2>/dev/null; echo $? > \"$1/environ.rc\"\n"
+         "cat /proc/$PPID/cmdline > \"$1/cmdline\"\n"
+         "echo 'hpo: step=1 loss=1'\n";
   std::filesystem::permissions(script, std::filesystem::perms::owner_all);
   struct Way {
     const char* name;
@@ -364,7 +380,8 @@ TEST_F(WorkerE2eTest, ACommandProgramCannotReadTheWorkersToken) {
     const int64_t id = Create(R"({"name": "peek", "objective": {"metric": "loss"},
         "spaces": [{"name": "s", "params": {"x": {"type": "float", "low": 0, "high": 1}}}],
         "budget": {"max_trials": 1, "max_parallel": 1, "steps_per_trial": 1},
-        "executor": {"command": {"argv": [")" + script + R"(", ")" + out + R"("], "timeout_s": 30}}})");
+        "executor": {"command": {"argv": [")" +
+                              script + R"(", ")" + out + R"("], "timeout_s": 30}}})");
     // A variable of the worker's that is no secret: it shows the program read the real environ.
     ::setenv("HPO_E2E_MARKER", "worker-environment", 1);
     std::vector<std::string> args = {"--server", Grpc(), "--max-trials", "1"};
@@ -379,7 +396,8 @@ TEST_F(WorkerE2eTest, ACommandProgramCannotReadTheWorkersToken) {
     ::unsetenv("HPO_E2E_MARKER");
     const int status = WaitFor(worker, 60);
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(log);
-    EXPECT_EQ(Get("/api/v1/experiments/" + std::to_string(id))["trials"]["completed"], 1) << ReadFile(log);
+    EXPECT_EQ(Get("/api/v1/experiments/" + std::to_string(id))["trials"]["completed"], 1)
+        << ReadFile(log);
 
     const std::string environ_text = ReadFile(out + "/environ");
     if (geteuid() == 0) {
@@ -387,12 +405,15 @@ TEST_F(WorkerE2eTest, ACommandProgramCannotReadTheWorkersToken) {
       EXPECT_NE(environ_text.find("HPO_E2E_MARKER=worker-environment"), std::string::npos)
           << "the program did not read the worker's environment";
     } else {
-      EXPECT_NE(ReadFile(out + "/environ.rc"), "0\n") << "a non-dumpable worker's environ is root's";
+      EXPECT_NE(ReadFile(out + "/environ.rc"), "0\n")
+          << "a non-dumpable worker's environ is root's";
     }
-    EXPECT_EQ(environ_text.find(token_), std::string::npos) << "the token is in /proc/$PPID/environ";
+    EXPECT_EQ(environ_text.find(token_), std::string::npos)
+        << "the token is in /proc/$PPID/environ";
     EXPECT_EQ(environ_text.find("HPO_TOKEN="), std::string::npos);
     const std::string cmdline = ReadFile(out + "/cmdline");
-    EXPECT_NE(cmdline.find("--max-trials"), std::string::npos) << "the program did not read the worker's cmdline";
+    EXPECT_NE(cmdline.find("--max-trials"), std::string::npos)
+        << "the program did not read the worker's cmdline";
     EXPECT_EQ(cmdline.find(token_), std::string::npos) << "the token is in /proc/$PPID/cmdline";
   }
 }
@@ -415,12 +436,14 @@ TEST_F(WorkerE2eTest, AWorkerWaitsForItsServerAndFinishesItsTrialOnSigterm) {
   spec.replace(spec.find("max_train_samples: 2000"), 23, "max_train_samples: 9000");
   const int64_t id = Create(spec);
   // Wait until a trial runs, then ask the worker to stop.
-  for (int i = 0; i < 600 && Get("/api/v1/experiments/" + std::to_string(id))["trials"]["running"] == 0; ++i) {
+  for (int i = 0;
+       i < 600 && Get("/api/v1/experiments/" + std::to_string(id))["trials"]["running"] == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   // Trials take seconds here, so the one running now is the one SIGTERM
   // interrupts.
-  const int64_t completed_before = Get("/api/v1/experiments/" + std::to_string(id))["trials"]["completed"];
+  const int64_t completed_before =
+      Get("/api/v1/experiments/" + std::to_string(id))["trials"]["completed"];
   kill(worker, SIGTERM);
   const int status = WaitFor(worker, 120);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(log);
@@ -428,7 +451,8 @@ TEST_F(WorkerE2eTest, AWorkerWaitsForItsServerAndFinishesItsTrialOnSigterm) {
   EXPECT_NE(out.find("retrying"), std::string::npos) << out;
   json e = Get("/api/v1/experiments/" + std::to_string(id));
   EXPECT_EQ(e["trials"]["completed"], completed_before + 1)
-      << "the running trial finished, no new one started\n" << out;
+      << "the running trial finished, no new one started\n"
+      << out;
   EXPECT_EQ(e["trials"]["running"], 0);
   // It said it leaves (Leave): gone now, not after the 60 s lease timeout.
   EXPECT_NE(out.find("left the fleet"), std::string::npos) << out;
@@ -468,12 +492,14 @@ TEST_F(WorkerE2eTest, PromotedTrialsResumeFromTheirCheckpointsOnRealWorkers) {
                                              "width": {"type": "int", "low": 2, "high": 16}}}],
       "early_stopping": {"rule": "asha", "type": "promotion", "min_resource": 1, "reduction_factor": 3},
       "budget": {"max_trials": 6, "max_parallel": 2, "steps_per_trial": 3},
-      "executor": {"command": {"argv": ["python3", ")") + HPO_SOURCE_DIR + R"(/examples/train_example.py",
+      "executor": {"command": {"argv": ["python3", ")") +
+                            HPO_SOURCE_DIR + R"(/examples/train_example.py",
                                         "--lr={lr}", "--width={width}"], "timeout_s": 60, "checkpoints": true}}})");
   std::vector<pid_t> workers;
   for (int i = 0; i < 2; ++i) {
-    workers.push_back(StartWorker({"--server", Grpc(), "--scratch-dir", dir_ + "/scratch-" + std::to_string(i)},
-                                  dir_ + "/worker-" + std::to_string(i) + ".log"));
+    workers.push_back(
+        StartWorker({"--server", Grpc(), "--scratch-dir", dir_ + "/scratch-" + std::to_string(i)},
+                    dir_ + "/worker-" + std::to_string(i) + ".log"));
   }
   json e;
   for (int i = 0; i < 600; ++i) {  // 120 s at most

@@ -8,24 +8,24 @@
 // timeouts, waited for by polling, for the server: nothing asserts a duration.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-#include <unistd.h>
-#include <nlohmann/json.hpp>
-#include <filesystem>
 
 #include "common/http_client.h"
 #include "hpo/v1/worker.grpc.pb.h"
 #include "server/engine/engine.h"
 #include "testing/server_process.h"
-#include "tests/event_log.h"
 #include "testing/store_backends.h"
+#include "tests/event_log.h"
 
 namespace hpo {
 namespace {
@@ -57,7 +57,8 @@ class WorkerLifecycleTest : public ::testing::Test {
     o.on_event = events_.Recorder();
     return o;
   }
-  static server::WorkerRegistration Registration(const std::string& host, const std::string& instance) {
+  static server::WorkerRegistration Registration(const std::string& host,
+                                                 const std::string& instance) {
     server::WorkerRegistration w;
     w.host = host;
     w.instance = instance;
@@ -138,11 +139,14 @@ TYPED_TEST(WorkerLifecycleTest, ARegistrationAgainCountsOnEveryServer) {
   EXPECT_NE(again->session, first->session);
   auto hb = two.Heartbeat({again->worker.id, again->session}, {});
   EXPECT_TRUE(hb.ok()) << hb.status();
-  auto lease = two.LeaseForWorker({again->worker.id, again->session}, again->worker.devices.at(0).id);
+  auto lease =
+      two.LeaseForWorker({again->worker.id, again->session}, again->worker.devices.at(0).id);
   EXPECT_TRUE(lease.ok()) << lease.status();
   // The older session is the worker's no more, on either server.
-  EXPECT_TRUE(one.Heartbeat({first->worker.id, first->session}, {}).status().code() == StatusCode::kPermissionDenied);
-  EXPECT_TRUE(two.Heartbeat({first->worker.id, first->session}, {}).status().code() == StatusCode::kPermissionDenied);
+  EXPECT_TRUE(one.Heartbeat({first->worker.id, first->session}, {}).status().code() ==
+              StatusCode::kPermissionDenied);
+  EXPECT_TRUE(two.Heartbeat({first->worker.id, first->session}, {}).status().code() ==
+              StatusCode::kPermissionDenied);
   EXPECT_EQ(store_a->ListWorkers()->size(), 1u);
   EXPECT_EQ(this->EventsOf("worker.registered").size(), 2u);
 }
@@ -242,7 +246,8 @@ class FakeWorker {
 
   int64_t worker_id = 0, device_id = 0, trial_id = 0;
   std::string session;
-  std::string identity_secret;  // as the server issued it; a restarted worker keeps it (its id file)
+  std::string
+      identity_secret;  // as the server issued it; a restarted worker keeps it (its id file)
 
  private:
   static void Auth(grpc::ClientContext& ctx) {
@@ -279,7 +284,8 @@ class ServerLifecycleTest : public ::testing::Test {
   void SetUp() override {
     HPO_REQUIRE_BACKEND(Backend);
     backend_ = std::make_unique<Backend>();
-    dir_ = ::testing::TempDir() + "/hpo-lifecycle-" + std::string(Backend::kName) + "-" + std::to_string(getpid());
+    dir_ = ::testing::TempDir() + "/hpo-lifecycle-" + std::string(Backend::kName) + "-" +
+           std::to_string(getpid());
     std::filesystem::remove_all(dir_);
   }
   void TearDown() override {
@@ -290,9 +296,11 @@ class ServerLifecycleTest : public ::testing::Test {
   // timeout: a worker is gone after one unheard second.
   void StartServer(const std::string& retention_s) {
     server_.reset();
-    server_ = std::make_unique<testing::ServerProcess>(HPO_SERVER_BIN, 
-        dir_, std::vector<std::string>{"--store", backend_->url(), "--token", "tok", "--lease-timeout", "1",
-                                       "--worker-gone-after", "1", "--worker-retention", retention_s});
+    server_ = std::make_unique<testing::ServerProcess>(
+        HPO_SERVER_BIN, dir_,
+        std::vector<std::string>{"--store", backend_->url(), "--token", "tok", "--lease-timeout",
+                                 "1", "--worker-gone-after", "1", "--worker-retention",
+                                 retention_s});
     ASSERT_TRUE(server_->Start().ok()) << server_->Log();
   }
   json Get(const std::string& path) {
@@ -333,7 +341,8 @@ class ServerLifecycleTest : public ::testing::Test {
 };
 TYPED_TEST_SUITE(ServerLifecycleTest, Backends, BackendNames);
 
-TYPED_TEST(ServerLifecycleTest, AGoneWorkerLeavesTheFleetComesBackUnderItsIdAndIsPrunedKeepingItsTrials) {
+TYPED_TEST(ServerLifecycleTest,
+           AGoneWorkerLeavesTheFleetComesBackUnderItsIdAndIsPrunedKeepingItsTrials) {
   ASSERT_NO_FATAL_FAILURE(this->StartServer("0"));  // never pruned, for now
   HttpClientOptions http;
   http.port = this->server_->http_port();
@@ -343,7 +352,8 @@ TYPED_TEST(ServerLifecycleTest, AGoneWorkerLeavesTheFleetComesBackUnderItsIdAndI
   ASSERT_EQ(created->status, 201) << created->body;
   const int64_t experiment = json::parse(created->body)["id"];
 
-  FakeWorker a(this->server_->grpc_port(), "node", "pod-a"), b(this->server_->grpc_port(), "node", "pod-b");
+  FakeWorker a(this->server_->grpc_port(), "node", "pod-a"),
+      b(this->server_->grpc_port(), "node", "pod-b");
   ASSERT_TRUE(a.Register().ok());
   ASSERT_TRUE(b.Register().ok());
   ASSERT_NO_FATAL_FAILURE(a.RunOneTrial());
@@ -380,16 +390,20 @@ TYPED_TEST(ServerLifecycleTest, AGoneWorkerLeavesTheFleetComesBackUnderItsIdAndI
     ASSERT_NE(this->Find(back, a_id), nullptr);
     EXPECT_EQ((*this->Find(back, a_id))["state"], "live");
     EXPECT_EQ((*this->Find(back, a_id))["instance"], "pod-a");
-    EXPECT_EQ((*this->Find(back, a_id))["devices"][0]["measured"].size(), 1u) << "its speed history stays its own";
-    EXPECT_EQ(this->Get("/api/v1/workers?include_gone=true")["workers"].size(), 2u) << "no second row";
+    EXPECT_EQ((*this->Find(back, a_id))["devices"][0]["measured"].size(), 1u)
+        << "its speed history stays its own";
+    EXPECT_EQ(this->Get("/api/v1/workers?include_gone=true")["workers"].size(), 2u)
+        << "no second row";
   }
 
   // With a retention of a second, a is deleted once gone again (b is too,
   // now that nothing heartbeats it); what they did stays.
   ASSERT_NO_FATAL_FAILURE(this->StartServer("1"));
-  ASSERT_TRUE(this->Eventually([&] { return this->Get("/api/v1/workers?include_gone=true")["workers"].empty(); }))
-      << this->server_->Log();
-  const json trials = this->Get("/api/v1/experiments/" + std::to_string(experiment) + "/trials")["trials"];
+  ASSERT_TRUE(this->Eventually([&] {
+    return this->Get("/api/v1/workers?include_gone=true")["workers"].empty();
+  })) << this->server_->Log();
+  const json trials =
+      this->Get("/api/v1/experiments/" + std::to_string(experiment) + "/trials")["trials"];
   bool found = false;
   for (const auto& t : trials) {
     if (t["id"] == a.trial_id) {
@@ -398,7 +412,9 @@ TYPED_TEST(ServerLifecycleTest, AGoneWorkerLeavesTheFleetComesBackUnderItsIdAndI
     }
   }
   EXPECT_TRUE(found) << trials.dump();
-  EXPECT_NE(this->Get("/metrics").template get<std::string>().find("hpo_device_samples_per_second{"), std::string::npos)
+  EXPECT_NE(
+      this->Get("/metrics").template get<std::string>().find("hpo_device_samples_per_second{"),
+      std::string::npos)
       << "the measured speed outlives the device";
   EXPECT_EQ(this->Metric("hpo_workers"), 0);
   EXPECT_EQ(this->Metric("hpo_workers_gone"), 0);

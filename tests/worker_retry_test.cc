@@ -15,16 +15,16 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
-#include <thread>
-#include <unistd.h>
-#include <chrono>
 #include <string>
+#include <thread>
 
 #include "proto/grpc_status.h"
 #include "server/engine/engine.h"
@@ -49,11 +49,13 @@ class AbortingService final : public v1::WorkerService::Service {
   AbortingService(WorkerServiceImpl& real, int aborts, bool lose_first_lease = false)
       : real_(real), aborts_(aborts), lose_lease_(lose_first_lease) {}
 
-  ::grpc::Status Report(::grpc::ServerContext* c, const v1::ReportRequest* q, v1::ReportResponse* r) override {
+  ::grpc::Status Report(::grpc::ServerContext* c, const v1::ReportRequest* q,
+                        v1::ReportResponse* r) override {
     if (Abort("report", q->trial_id(), q->step())) return Aborted();
     return real_.Report(c, q, r);
   }
-  ::grpc::Status Complete(::grpc::ServerContext* c, const v1::CompleteRequest* q, v1::CompleteResponse* r) override {
+  ::grpc::Status Complete(::grpc::ServerContext* c, const v1::CompleteRequest* q,
+                          v1::CompleteResponse* r) override {
     if (Abort("complete", q->trial_id(), 0)) return Aborted();
     return real_.Complete(c, q, r);
   }
@@ -70,10 +72,12 @@ class AbortingService final : public v1::WorkerService::Service {
   }
 
   // The rest is the real service's.
-  ::grpc::Status Register(::grpc::ServerContext* c, const v1::RegisterRequest* q, v1::RegisterResponse* r) override {
+  ::grpc::Status Register(::grpc::ServerContext* c, const v1::RegisterRequest* q,
+                          v1::RegisterResponse* r) override {
     return real_.Register(c, q, r);
   }
-  ::grpc::Status Lease(::grpc::ServerContext* c, const v1::LeaseRequest* q, v1::LeaseResponse* r) override {
+  ::grpc::Status Lease(::grpc::ServerContext* c, const v1::LeaseRequest* q,
+                       v1::LeaseResponse* r) override {
     ::grpc::Status s = real_.Lease(c, q, r);
     std::lock_guard lock(mu_);
     ++calls_[{"lease", 0, 0}];
@@ -84,20 +88,24 @@ class AbortingService final : public v1::WorkerService::Service {
     }
     return s;
   }
-  ::grpc::Status Heartbeat(::grpc::ServerContext* c, const v1::HeartbeatRequest* q, v1::HeartbeatResponse* r) override {
+  ::grpc::Status Heartbeat(::grpc::ServerContext* c, const v1::HeartbeatRequest* q,
+                           v1::HeartbeatResponse* r) override {
     return real_.Heartbeat(c, q, r);
   }
-  ::grpc::Status Pause(::grpc::ServerContext* c, const v1::PauseRequest* q, v1::PauseResponse* r) override {
+  ::grpc::Status Pause(::grpc::ServerContext* c, const v1::PauseRequest* q,
+                       v1::PauseResponse* r) override {
     return real_.Pause(c, q, r);
   }
-  ::grpc::Status Restart(::grpc::ServerContext* c, const v1::RestartRequest* q, v1::RestartResponse* r) override {
+  ::grpc::Status Restart(::grpc::ServerContext* c, const v1::RestartRequest* q,
+                         v1::RestartResponse* r) override {
     return real_.Restart(c, q, r);
   }
 
  private:
   static ::grpc::Status Aborted() {
     // What the real service sends when the store gave up on a conflict.
-    return ToGrpcStatus(Status::Aborted("postgresql://db: could not serialize access due to concurrent update"));
+    return ToGrpcStatus(
+        Status::Aborted("postgresql://db: could not serialize access due to concurrent update"));
   }
   bool Abort(const std::string& what, int64_t trial, int64_t step) {
     std::lock_guard lock(mu_);
@@ -107,7 +115,7 @@ class AbortingService final : public v1::WorkerService::Service {
   WorkerServiceImpl& real_;
   const int aborts_;
   std::mutex mu_;
-  bool lose_lease_;  // GUARDED_BY(mu_)
+  bool lose_lease_;                                                 // GUARDED_BY(mu_)
   std::map<std::tuple<std::string, int64_t, int64_t>, int> calls_;  // GUARDED_BY(mu_)
 };
 
@@ -155,10 +163,11 @@ class WorkerRetryTest : public ::testing::Test {
   // log_.
   bool RunWorker(int trials = 1) {
     const std::string log = dir_ + "/worker.log";
-    const pid_t pid = testing::Spawn({HPO_WORKER_BIN, "--server", "127.0.0.1:" + std::to_string(server_->port()),
-                                      "--device", "cpu", "--threads", "1", "--benchmark-seconds", "0.1",
-                                      "--heartbeat-ms", "500", "--max-trials", std::to_string(trials)},
-                                     log);
+    const pid_t pid =
+        testing::Spawn({HPO_WORKER_BIN, "--server", "127.0.0.1:" + std::to_string(server_->port()),
+                        "--device", "cpu", "--threads", "1", "--benchmark-seconds", "0.1",
+                        "--heartbeat-ms", "500", "--max-trials", std::to_string(trials)},
+                       log);
     // 120 s: a hang fails the test instead of stalling it.
     const std::optional<int> status = testing::WaitExit(pid, std::chrono::seconds(120));
     if (!status) testing::KillAndReap(pid);

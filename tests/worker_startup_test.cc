@@ -29,7 +29,8 @@ using store::TrialState;
 
 constexpr const char* kData = "/usr/share/datasets/fashion-mnist";
 
-const char* kSpec = R"({"name": "startup", "objective": {"metric": "accuracy", "direction": "maximize"},
+const char* kSpec =
+    R"({"name": "startup", "objective": {"metric": "accuracy", "direction": "maximize"},
   "spaces": [{"name": "a", "params": {"lr": {"type": "float", "low": 0.001, "high": 0.002}}}],
   "algorithm": {"sampler": "random", "seed": 3},
   "budget": {"max_trials": 1, "max_parallel": 1, "steps_per_trial": 2},

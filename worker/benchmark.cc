@@ -41,7 +41,8 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 // ends.
 class ThreadCountGuard {
  public:
-  explicit ThreadCountGuard(int threads) : previous_(torch::get_num_threads()), previous_blas_(BlasThreads()) {
+  explicit ThreadCountGuard(int threads)
+      : previous_(torch::get_num_threads()), previous_blas_(BlasThreads()) {
     if (threads > 0) {
       torch::set_num_threads(threads);
       SetBlasThreads(threads);
@@ -94,7 +95,6 @@ class Gemm {
   torch::Tensor a_, b_, c_;
 };
 
-
 Result<torch::Device> ParseDevice(const std::string& text) {
   std::optional<torch::Device> device;
   try {
@@ -136,13 +136,15 @@ Result<double> Measure(const torch::Device& device, double budget) {
 
   const Clock::time_point begin = Clock::now();
   const auto at = [&](double share) {
-    return begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(budget * share));
+    return begin + std::chrono::duration_cast<Clock::duration>(
+                       std::chrono::duration<double>(budget * share));
   };
   // Grow while a product twice as wide (8x the work) stays within its share
   // of the budget: small matrices underuse wide devices. Growing stops at a
   // quarter of the budget, so that most of it is left to measure.
   double seconds = gemm.Run();
-  while (gemm.n() < max_size && seconds * 8 <= budget * kMaxShareOfBudget && Clock::now() < at(kGrowthShare)) {
+  while (gemm.n() < max_size && seconds * 8 <= budget * kMaxShareOfBudget &&
+         Clock::now() < at(kGrowthShare)) {
     gemm = Gemm(gemm.n() * 2, device);
     gemm.Run();  // first product at a new size picks kernels, touches memory
     seconds = gemm.Run();

@@ -29,9 +29,11 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 Result<Split> LoadSplit(const std::string& dir, const std::string& prefix) {
-  HPO_ASSIGN_OR_RETURN(std::string img_bytes, ReadGzipFile(dir + "/" + prefix + "-images-idx3-ubyte.gz"));
+  HPO_ASSIGN_OR_RETURN(std::string img_bytes,
+                       ReadGzipFile(dir + "/" + prefix + "-images-idx3-ubyte.gz"));
   HPO_ASSIGN_OR_RETURN(IdxArray img, ParseIdx(img_bytes, prefix + " images"));
-  HPO_ASSIGN_OR_RETURN(std::string lab_bytes, ReadGzipFile(dir + "/" + prefix + "-labels-idx1-ubyte.gz"));
+  HPO_ASSIGN_OR_RETURN(std::string lab_bytes,
+                       ReadGzipFile(dir + "/" + prefix + "-labels-idx1-ubyte.gz"));
   HPO_ASSIGN_OR_RETURN(IdxArray lab, ParseIdx(lab_bytes, prefix + " labels"));
   if (img.dims.size() != 3 || lab.dims.size() != 1 || img.dims[0] != lab.dims[0]) {
     return Status::DataLoss(dir + ": " + prefix + " images and labels do not match");
@@ -82,13 +84,15 @@ class Params {
     auto it = j_.find(key);
     if (it == j_.end()) return fallback;
     if (it->is_boolean()) return it->get<bool>() ? 1.0 : 0.0;
-    if (!it->is_number()) return Status::InvalidArgument(std::string("params.") + key + ": must be a number");
+    if (!it->is_number())
+      return Status::InvalidArgument(std::string("params.") + key + ": must be a number");
     return it->get<double>();
   }
   Result<std::string> Str(const char* key, const char* fallback) const {
     auto it = j_.find(key);
     if (it == j_.end()) return std::string(fallback);
-    if (!it->is_string()) return Status::InvalidArgument(std::string("params.") + key + ": must be a string");
+    if (!it->is_string())
+      return Status::InvalidArgument(std::string("params.") + key + ": must be a string");
     return it->get<std::string>();
   }
 
@@ -222,7 +226,8 @@ Result<std::string> ReadWholeFile(const std::string& path) {
 
 Status SaveCheckpoint(const TrialRun& run, torch::nn::Sequential& net, torch::optim::Optimizer& opt,
                       int64_t epochs_done, const torch::Device& device) {
-  if (run.checkpoint_dir.empty()) return Status::FailedPrecondition("the worker gave no checkpoint directory");
+  if (run.checkpoint_dir.empty())
+    return Status::FailedPrecondition("the worker gave no checkpoint directory");
   // A checkpoint that cannot be written pauses the trial without one; it
   // must not fail the trial.
   try {
@@ -282,8 +287,8 @@ Status LoadCheckpoint(const TrialRun& run, torch::nn::Sequential& net, torch::op
   Sha256 sha;
   sha.Update(bytes);
   if (want != sha.HexDigest()) {
-    return Status::DataLoss(std::string(kCheckpointFile) + " does not match its SHA-256 (" + kCheckpointFile +
-                            ".sha256): it is damaged");
+    return Status::DataLoss(std::string(kCheckpointFile) + " does not match its SHA-256 (" +
+                            kCheckpointFile + ".sha256): it is damaged");
   }
   try {
     torch::serialize::InputArchive archive, model, optimizer;
@@ -296,12 +301,14 @@ Status LoadCheckpoint(const TrialRun& run, torch::nn::Sequential& net, torch::op
       return Status::FailedPrecondition("the checkpoint is of another format");
     }
     if (!trial.isString() || trial.toStringRef() != TrialIdentity(run)) {
-      return Status::FailedPrecondition("the checkpoint is of another trainer or other hyperparameters");
+      return Status::FailedPrecondition(
+          "the checkpoint is of another trainer or other hyperparameters");
     }
     if (!epoch.isInt() || epoch.toInt() != epochs_done) {
-      return Status::FailedPrecondition("the checkpoint was taken after epoch " +
-                                        (epoch.isInt() ? std::to_string(epoch.toInt()) : std::string("?")) +
-                                        ", not " + std::to_string(epochs_done));
+      return Status::FailedPrecondition(
+          "the checkpoint was taken after epoch " +
+          (epoch.isInt() ? std::to_string(epoch.toInt()) : std::string("?")) + ", not " +
+          std::to_string(epochs_done));
     }
     archive.read("model", model);
     archive.read("optimizer", optimizer);
@@ -388,14 +395,17 @@ class BuiltinExecutor final : public Executor {
     mc.channels = static_cast<int>(channels);
     if (!(lr > 0) || mc.width < 1 || mc.depth < 0 || mc.dropout < 0 || mc.dropout >= 1 ||
         mc.conv_layers < 0 || mc.conv_layers > 4 || mc.channels < 1) {
-      return Status::InvalidArgument("params: lr > 0, width >= 1, depth >= 0, 0 <= dropout < 1, "
-                                     "0 <= conv_layers <= 4 and channels >= 1 are required");
+      return Status::InvalidArgument(
+          "params: lr > 0, width >= 1, depth >= 0, 0 <= dropout < 1, "
+          "0 <= conv_layers <= 4 and channels >= 1 are required");
     }
     if (optimizer != "sgd" && optimizer != "adam" && optimizer != "adamw") {
-      return Status::InvalidArgument("params.optimizer: '" + optimizer + "' is not sgd, adam or adamw");
+      return Status::InvalidArgument("params.optimizer: '" + optimizer +
+                                     "' is not sgd, adam or adamw");
     }
     if (schedule != "constant" && schedule != "cosine" && schedule != "step") {
-      return Status::InvalidArgument("params.lr_schedule: '" + schedule + "' is not constant, cosine or step");
+      return Status::InvalidArgument("params.lr_schedule: '" + schedule +
+                                     "' is not constant, cosine or step");
     }
 
     json system = run.system;
@@ -407,7 +417,8 @@ class BuiltinExecutor final : public Executor {
     torch::manual_seed(run.seed);
     const double val_fraction = run.trainer_args.value("validation_fraction", 0.1);
     const int64_t n_all = data->train.images.size(0);
-    const int64_t n_val = std::clamp<int64_t>(static_cast<int64_t>(n_all * val_fraction), 1, n_all - 1);
+    const int64_t n_val =
+        std::clamp<int64_t>(static_cast<int64_t>(n_all * val_fraction), 1, n_all - 1);
     auto perm = torch::randperm(n_all, torch::TensorOptions().dtype(torch::kInt64));
     auto val_idx = perm.slice(0, 0, n_val);
     auto train_idx = perm.slice(0, n_val, n_all);
@@ -432,8 +443,9 @@ class BuiltinExecutor final : public Executor {
     // rising over many short steps instead of plateauing after a few passes.
     const int64_t per_step_arg = run.trainer_args.value("samples_per_step", int64_t{0});
     if (per_step_arg < 0) {
-      return Status::InvalidArgument("executor.builtin.args.samples_per_step: " + std::to_string(per_step_arg) +
-                                     " must be 0 (a full pass per step) or positive");
+      return Status::InvalidArgument(
+          "executor.builtin.args.samples_per_step: " + std::to_string(per_step_arg) +
+          " must be 0 (a full pass per step) or positive");
     }
     const int64_t per_step = per_step_arg > 0 ? std::min(per_step_arg, n_train) : n_train;
 
@@ -442,15 +454,17 @@ class BuiltinExecutor final : public Executor {
     const int64_t eval_chunk = EvalChunk(mc, device);
     std::unique_ptr<torch::optim::Optimizer> opt;
     if (optimizer == "sgd") {
-      opt = std::make_unique<torch::optim::SGD>(
-          net->parameters(),
-          torch::optim::SGDOptions(lr).momentum(momentum).nesterov(nesterov != 0 && momentum > 0).weight_decay(weight_decay));
+      opt = std::make_unique<torch::optim::SGD>(net->parameters(),
+                                                torch::optim::SGDOptions(lr)
+                                                    .momentum(momentum)
+                                                    .nesterov(nesterov != 0 && momentum > 0)
+                                                    .weight_decay(weight_decay));
     } else if (optimizer == "adamw") {
-      opt = std::make_unique<torch::optim::AdamW>(net->parameters(),
-                                                  torch::optim::AdamWOptions(lr).weight_decay(weight_decay));
+      opt = std::make_unique<torch::optim::AdamW>(
+          net->parameters(), torch::optim::AdamWOptions(lr).weight_decay(weight_decay));
     } else {
-      opt = std::make_unique<torch::optim::Adam>(net->parameters(),
-                                                 torch::optim::AdamOptions(lr).weight_decay(weight_decay));
+      opt = std::make_unique<torch::optim::Adam>(
+          net->parameters(), torch::optim::AdamOptions(lr).weight_decay(weight_decay));
     }
 
     RunResult result;
@@ -461,14 +475,15 @@ class BuiltinExecutor final : public Executor {
     int64_t first_epoch = 0;
     if (run.resume_step > 0) {
       const auto restoring = Clock::now();
-      Status restored = run.resume_step < epochs
-                            ? LoadCheckpoint(run, net, *opt, run.resume_step, device)
-                            : Status::FailedPrecondition("resume_step " + std::to_string(run.resume_step) +
-                                                         " is not before the last epoch");
+      Status restored =
+          run.resume_step < epochs
+              ? LoadCheckpoint(run, net, *opt, run.resume_step, device)
+              : Status::FailedPrecondition("resume_step " + std::to_string(run.resume_step) +
+                                           " is not before the last epoch");
       result.overheads.restore_ms = since(restoring);
       if (!restored.ok()) {
-        result.restore_error = "cannot restore the checkpoint taken after epoch " + std::to_string(run.resume_step) +
-                               ": " + restored.message();
+        result.restore_error = "cannot restore the checkpoint taken after epoch " +
+                               std::to_string(run.resume_step) + ": " + restored.message();
         return result;
       }
       first_epoch = run.resume_step;
@@ -477,16 +492,19 @@ class BuiltinExecutor final : public Executor {
     for (int64_t epoch = first_epoch; epoch < epochs; ++epoch) {
       double epoch_lr = lr;
       if (schedule == "cosine") epoch_lr = lr * 0.5 * (1 + std::cos(M_PI * epoch / epochs));
-      if (schedule == "step") epoch_lr = lr * std::pow(0.1, epoch / std::max<int64_t>(1, epochs / 3));
+      if (schedule == "step")
+        epoch_lr = lr * std::pow(0.1, epoch / std::max<int64_t>(1, epochs / 3));
       for (auto& group : opt->param_groups()) group.options().set_lr(epoch_lr);
 
       net->train();
-      auto order = torch::randperm(n_train, torch::TensorOptions().dtype(torch::kInt64).device(device))
-                       .slice(0, 0, per_step);
+      auto order =
+          torch::randperm(n_train, torch::TensorOptions().dtype(torch::kInt64).device(device))
+              .slice(0, 0, per_step);
       // The loss stays on the device and is read once per epoch: reading it
       // per batch (item()) would wait for the GPU every batch, and the
       // measured speed that placement uses would be the synchronized one.
-      auto train_loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+      auto train_loss =
+          torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
       int64_t batches = 0;
       const auto start = Clock::now();
       for (int64_t b = 0, end = 0; b < per_step; b = end) {
@@ -521,10 +539,13 @@ class BuiltinExecutor final : public Executor {
           {"accuracy", val.accuracy}, {"loss", val.loss}, {"train_loss", epoch_loss}};
       // Applied: what this epoch really ran with. inter_op_threads is the
       // process's (a later trial asking for another value does not get it).
-      json applied = {{"batch_size", batch_size}, {"threads", threads > 0 ? threads : torch::get_num_threads()}};
-      if (system.contains("inter_op_threads")) applied["inter_op_threads"] = at::get_num_interop_threads();
+      json applied = {{"batch_size", batch_size},
+                      {"threads", threads > 0 ? threads : torch::get_num_threads()}};
+      if (system.contains("inter_op_threads"))
+        applied["inter_op_threads"] = at::get_num_interop_threads();
       system.update(applied);
-      const Verdict v = reporter.ReportApplied(epoch + 1, result.final_metrics, sps, system, applied);
+      const Verdict v =
+          reporter.ReportApplied(epoch + 1, result.final_metrics, sps, system, applied);
       if (v == Verdict::kStop || reporter.stop_requested()) {
         result.stopped = true;
         return result;
@@ -587,7 +608,8 @@ class BuiltinExecutor final : public Executor {
 }  // namespace builtin
 
 bool IsBuiltinTrainer(const std::string& trainer) {
-  return trainer == "fashion-mnist" || trainer == "fashion-mnist-mlp" || trainer == "fashion-mnist-cnn";
+  return trainer == "fashion-mnist" || trainer == "fashion-mnist-mlp" ||
+         trainer == "fashion-mnist-cnn";
 }
 
 Status LoadBuiltinData(const std::string& data_dir) {

@@ -49,10 +49,11 @@ Status CopyInto(std::ifstream& in, std::ofstream& out, uint64_t size, const std:
 
 Status PackDirectory(const std::string& dir, const std::string& archive) {
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return Status::InvalidArgument("checkpoint directory " + dir + " is missing");
+  if (!fs::is_directory(dir, ec))
+    return Status::InvalidArgument("checkpoint directory " + dir + " is missing");
   std::vector<fs::path> entries;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     entries.push_back(it->path());
   }
   if (ec) return Status::Internal("cannot list " + dir + ": " + ec.message());
@@ -63,7 +64,8 @@ Status PackDirectory(const std::string& dir, const std::string& archive) {
   for (const fs::path& p : entries) {
     const std::string rel = p.lexically_relative(dir).generic_string();
     if (!SafePath(rel))
-      return Status::InvalidArgument("checkpoint directory entry '" + rel + "' has a name that cannot be archived");
+      return Status::InvalidArgument("checkpoint directory entry '" + rel +
+                                     "' has a name that cannot be archived");
     const fs::file_status st = fs::symlink_status(p, ec);
     if (ec) return Status::Internal("cannot stat " + p.string() + ": " + ec.message());
     if (fs::is_directory(st)) {
@@ -78,9 +80,10 @@ Status PackDirectory(const std::string& dir, const std::string& archive) {
       if (!in) return Status::Internal("cannot read " + p.string() + ": " + std::strerror(errno));
       HPO_RETURN_IF_ERROR(CopyInto(in, out, size, p.string() + " changed while it was archived"));
     } else {
-      return Status::InvalidArgument("checkpoint directory entry '" + rel +
-                                     "' is neither a regular file nor a directory (symbolic links, sockets and "
-                                     "devices are not saved)");
+      return Status::InvalidArgument(
+          "checkpoint directory entry '" + rel +
+          "' is neither a regular file nor a directory (symbolic links, sockets and "
+          "devices are not saved)");
     }
   }
   out << "end\n";
@@ -93,12 +96,15 @@ Status UnpackDirectory(const std::string& archive, const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Status::Internal("cannot create " + dir + ": " + ec.message());
-  if (!fs::is_empty(dir, ec)) return Status::Internal("cannot restore a checkpoint into " + dir + ": not empty");
+  if (!fs::is_empty(dir, ec))
+    return Status::Internal("cannot restore a checkpoint into " + dir + ": not empty");
   std::ifstream in(archive, std::ios::binary);
   if (!in) return Status::Internal("cannot read " + archive + ": " + std::strerror(errno));
   const uint64_t total = fs::file_size(archive, ec);
   if (ec) return Status::Internal("cannot stat " + archive + ": " + ec.message());
-  auto damaged = [](const std::string& why) { return Status::DataLoss("the checkpoint archive is damaged: " + why); };
+  auto damaged = [](const std::string& why) {
+    return Status::DataLoss("the checkpoint archive is damaged: " + why);
+  };
   auto line = [&](std::string& out) {
     out.clear();
     char c;
@@ -111,7 +117,8 @@ Status UnpackDirectory(const std::string& archive, const std::string& dir) {
   };
   std::string text;
   if (!line(text) || text + "\n" != kMagic)
-    return damaged("it does not start with '" + std::string(kMagic.substr(0, kMagic.size() - 1)) + "'");
+    return damaged("it does not start with '" + std::string(kMagic.substr(0, kMagic.size() - 1)) +
+                   "'");
   for (int64_t index = 0;; ++index) {
     if (!line(text)) return damaged("it ends before its end marker (truncated)");
     if (text == "end") break;
@@ -139,18 +146,25 @@ Status UnpackDirectory(const std::string& archive, const std::string& dir) {
     const std::string rel = text.substr(b + 1);
     if (!SafePath(rel)) return damaged(where + " has the unsafe path '" + rel + "'");
     const auto here = static_cast<uint64_t>(in.tellg());
-    if (size > total - std::min(total, here)) return damaged(where + " ('" + rel + "') is longer than the archive");
+    if (size > total - std::min(total, here))
+      return damaged(where + " ('" + rel + "') is longer than the archive");
     const fs::path target = fs::path(dir) / rel;
     fs::create_directories(target.parent_path(), ec);
-    if (ec) return Status::Internal("cannot create " + target.parent_path().string() + ": " + ec.message());
+    if (ec)
+      return Status::Internal("cannot create " + target.parent_path().string() + ": " +
+                              ec.message());
     {
       std::ofstream out(target, std::ios::binary | std::ios::trunc);
-      if (!out) return Status::Internal("cannot write " + target.string() + ": " + std::strerror(errno));
-      HPO_RETURN_IF_ERROR(CopyInto(in, out, size, "the checkpoint archive is damaged: '" + rel + "' is truncated"));
+      if (!out)
+        return Status::Internal("cannot write " + target.string() + ": " + std::strerror(errno));
+      HPO_RETURN_IF_ERROR(
+          CopyInto(in, out, size, "the checkpoint archive is damaged: '" + rel + "' is truncated"));
       out.close();
-      if (!out) return Status::Internal("cannot write " + target.string() + ": " + std::strerror(errno));
+      if (!out)
+        return Status::Internal("cannot write " + target.string() + ": " + std::strerror(errno));
     }
-    fs::permissions(target, static_cast<fs::perms>(mode | 0600u), ec);  // readable and writable by the trial
+    fs::permissions(target, static_cast<fs::perms>(mode | 0600u),
+                    ec);  // readable and writable by the trial
   }
   char extra;
   if (in.get(extra)) return damaged("bytes follow its end marker");

@@ -80,7 +80,9 @@ constexpr size_t kChunkBytes = size_t{1} << 20;
 
 // IsRetryable's rule (common/status.h), but a certificate this worker does
 // not trust fails as UNAVAILABLE every time.
-bool Retryable(const grpc::Status& s) { return !CertificateRejected(s) && IsRetryable(FromGrpcStatus(s)); }
+bool Retryable(const grpc::Status& s) {
+  return !CertificateRejected(s) && IsRetryable(FromGrpcStatus(s));
+}
 
 // The pause before a call is made again: 100 ms doubling to at most 1 s, so
 // that a fleet is back within about a second of its server (issue #21), and
@@ -106,7 +108,9 @@ int64_t Jittered(int64_t ms) {
   return std::uniform_int_distribution<int64_t>(ms / 2, ms)(rng);
 }
 
-double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 }  // namespace
 
@@ -123,11 +127,11 @@ struct WorkerClient::Impl {
     int64_t worker_id = 0;
     std::string session;
   };
-  Mutex register_mu;            // one re-registration at a time
+  Mutex register_mu;  // one re-registration at a time
   // The identity secret presented when registering (WorkerOptions::
   // identity_secret at first, then any the server issues).
   std::string identity_secret HPO_GUARDED_BY(register_mu);
-  mutable Mutex identity_mu;    // held only to read or replace these
+  mutable Mutex identity_mu;  // held only to read or replace these
   Identity identity_ HPO_GUARDED_BY(identity_mu);
   std::vector<int64_t> device_ids HPO_GUARDED_BY(identity_mu);
   std::atomic<int64_t> trials_done{0};
@@ -158,7 +162,8 @@ struct WorkerClient::Impl {
   // Sleeps up to `ms`, waking early when the worker must stop at `level`.
   void Sleep(int64_t ms, int level = 1) const {
     const auto until = Clock::now() + std::chrono::milliseconds(ms);
-    while (Clock::now() < until && !Stopping(level)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    while (Clock::now() < until && !Stopping(level))
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 
   // Sleep's pause before a call is tried again, during which the channel is
@@ -232,11 +237,14 @@ struct WorkerClient::Impl {
     // through once that registration lapses.
     std::optional<Clock::time_point> last_warned;
     for (;;) {
-      s = WithRetry("register", [&] {
-        grpc::ClientContext ctx;
-        Prepare(ctx);
-        return stub->Register(&ctx, req, &res);
-      }, 1);
+      s = WithRetry(
+          "register",
+          [&] {
+            grpc::ClientContext ctx;
+            Prepare(ctx);
+            return stub->Register(&ctx, req, &res);
+          },
+          1);
       if (s.error_code() != grpc::StatusCode::ALREADY_EXISTS || Stopping()) break;
       if (!last_warned || Clock::now() - *last_warned >= std::chrono::seconds(30)) {
         last_warned = Clock::now();
@@ -246,9 +254,10 @@ struct WorkerClient::Impl {
     }
     if (!s.ok()) {
       return Status::Unavailable("register with " + options.server + ": " + s.error_message() +
-                                 (CertificateRejected(s) ? " (the server's TLS certificate is not trusted: "
-                                                           "give the CA that signed it with --tls-ca)"
-                                                         : ""));
+                                 (CertificateRejected(s)
+                                      ? " (the server's TLS certificate is not trusted: "
+                                        "give the CA that signed it with --tls-ca)"
+                                      : ""));
     }
     {
       // The session is a secret: never logged.
@@ -256,16 +265,19 @@ struct WorkerClient::Impl {
       identity_ = {res.worker_id(), res.session()};
       device_ids.assign(res.device_ids().begin(), res.device_ids().end());
     }
-    spdlog::info("registered as worker {} with {} device(s)", res.worker_id(), res.device_ids_size());
+    spdlog::info("registered as worker {} with {} device(s)", res.worker_id(),
+                 res.device_ids_size());
     if (!res.identity_secret().empty()) {
       // A new identity: the secret (never logged) proves it from now on.
       identity_secret = res.identity_secret();
       if (!options.id_file.empty()) {
         Status saved = WriteIdFile(options.id_file, {options.instance, identity_secret});
         if (!saved.ok()) {
-          spdlog::error("{}; the worker goes on, but after a restart it cannot prove it is worker {}, and registers "
-                        "as a new worker once this one is no longer live",
-                        saved.message(), res.worker_id());
+          spdlog::error(
+              "{}; the worker goes on, but after a restart it cannot prove it is worker {}, and "
+              "registers "
+              "as a new worker once this one is no longer live",
+              saved.message(), res.worker_id());
         }
       }
     }
@@ -308,12 +320,13 @@ struct WorkerClient::Impl {
           trial_id_(run.trial_id),
           name_(TrialName(run)),
           declared_(std::move(declared)) {}
-    Verdict Report(int64_t step, const std::map<std::string, double>& metrics, double samples_per_sec,
-                   const json& system) override {
+    Verdict Report(int64_t step, const std::map<std::string, double>& metrics,
+                   double samples_per_sec, const json& system) override {
       return ReportApplied(step, metrics, samples_per_sec, system, json::object());
     }
-    Verdict ReportApplied(int64_t step, const std::map<std::string, double>& metrics, double samples_per_sec,
-                          const json& system, const json& applied) override {
+    Verdict ReportApplied(int64_t step, const std::map<std::string, double>& metrics,
+                          double samples_per_sec, const json& system,
+                          const json& applied) override {
       v1::ReportRequest req;
       const Identity me = w_.identity();
       req.set_worker_id(me.worker_id);
@@ -334,9 +347,10 @@ struct WorkerClient::Impl {
       // With every report: the server keeps no state about this worker's
       // programs, and the next report may reach another replica.
       for (const auto& [name, change] : declared_) {
-        (*req.mutable_system_changes())[name] = change == SystemChange::kMidTrial    ? v1::SYSTEM_CHANGE_MID_TRIAL
-                                                : change == SystemChange::kAtRestart ? v1::SYSTEM_CHANGE_AT_RESTART
-                                                                                     : v1::SYSTEM_CHANGE_FIXED;
+        (*req.mutable_system_changes())[name] =
+            change == SystemChange::kMidTrial    ? v1::SYSTEM_CHANGE_MID_TRIAL
+            : change == SystemChange::kAtRestart ? v1::SYSTEM_CHANGE_AT_RESTART
+                                                 : v1::SYSTEM_CHANGE_FIXED;
       }
       v1::ReportResponse res;
       const auto sent = Clock::now();
@@ -405,25 +419,30 @@ struct WorkerClient::Impl {
   // destroyed (client.h gives the format, which bench/hetero reads).
   class SegmentLog {
    public:
-    SegmentLog(int64_t trial_id, int64_t resume_step, Clock::time_point leased, const GrpcReporter& reporter)
+    SegmentLog(int64_t trial_id, int64_t resume_step, Clock::time_point leased,
+               const GrpcReporter& reporter)
         : trial_id_(trial_id), resume_step_(resume_step), leased_(leased), reporter_(reporter) {}
     ~SegmentLog() {
       const double first_report_ms =
           reporter_.reports() > 0
-              ? std::chrono::duration<double, std::milli>(reporter_.first_reported() - leased_).count()
+              ? std::chrono::duration<double, std::milli>(reporter_.first_reported() - leased_)
+                    .count()
               : -1;
-      spdlog::info("segment trial={} resume_step={} end={} lease_to_first_step_ms={:.0f} checkpoint_restore_ms={:.0f} "
-                   "checkpoint_save_ms={:.0f} report_ms={:.0f} reports={} lease_to_first_report_ms={:.0f} "
-                   "eval_ms={:.0f} segment_ms={:.0f}",
-                   trial_id_, resume_step_, end, lease_to_first_step_ms_, restore_ms, save_ms,
-                   reporter_.report_ms(), reporter_.reports(), first_report_ms, eval_ms_, MsSince(leased_));
+      spdlog::info(
+          "segment trial={} resume_step={} end={} lease_to_first_step_ms={:.0f} "
+          "checkpoint_restore_ms={:.0f} "
+          "checkpoint_save_ms={:.0f} report_ms={:.0f} reports={} lease_to_first_report_ms={:.0f} "
+          "eval_ms={:.0f} segment_ms={:.0f}",
+          trial_id_, resume_step_, end, lease_to_first_step_ms_, restore_ms, save_ms,
+          reporter_.report_ms(), reporter_.reports(), first_report_ms, eval_ms_, MsSince(leased_));
     }
     // A run of the executor that began at `started`: its own overheads, and
     // its first step's start (a second run, from step 1 after a checkpoint
     // it could not restore, replaces the first's).
     void Ran(Clock::time_point started, const Result<RunResult>& result) {
       const RunResult::Overheads o = result.ok() ? result->overheads : RunResult::Overheads{};
-      lease_to_first_step_ms_ = std::chrono::duration<double, std::milli>(started - leased_).count() + o.setup_ms;
+      lease_to_first_step_ms_ =
+          std::chrono::duration<double, std::milli>(started - leased_).count() + o.setup_ms;
       restore_ms += o.restore_ms;
       save_ms += o.save_ms;
       eval_ms_ += o.eval_ms;
@@ -587,7 +606,9 @@ struct WorkerClient::Impl {
       if (s.ok()) return Status::OK();
       listing_.CallFailed();
       // A checkpoint over the server's limit is too big every time.
-      if (!Retryable(s) || FromGrpcStatus(s).code() == StatusCode::kResourceExhausted || Stopping(2)) break;
+      if (!Retryable(s) || FromGrpcStatus(s).code() == StatusCode::kResourceExhausted ||
+          Stopping(2))
+        break;
       spdlog::warn("{}: checkpoint upload failed ({}); trying again", TrialName(run), Describe(s));
     }
     return Status::Unavailable("upload: " + Describe(s));
@@ -619,8 +640,8 @@ struct WorkerClient::Impl {
         if (total < 0) {
           total = chunk.total_bytes();
           if (chunk.step() != resume_step) {
-            wrong = "the server sent the checkpoint of step " + std::to_string(chunk.step()) + ", not " +
-                    std::to_string(resume_step);
+            wrong = "the server sent the checkpoint of step " + std::to_string(chunk.step()) +
+                    ", not " + std::to_string(resume_step);
           }
         }
         if (!want.empty()) wrong = "data came after the last chunk";
@@ -638,16 +659,18 @@ struct WorkerClient::Impl {
       if (s.ok()) {
         if (!out) return Status::Internal("cannot write " + path);
         if (want.empty() || got != total) {
-          return Status::DataLoss("download: " + std::to_string(got) + " of " + std::to_string(total) +
-                                  " bytes arrived, without the last chunk");
+          return Status::DataLoss("download: " + std::to_string(got) + " of " +
+                                  std::to_string(total) + " bytes arrived, without the last chunk");
         }
         const std::string have = sha.HexDigest();
         std::string lower = want;
         for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        if (have != lower) return Status::DataLoss("download: the SHA-256 is " + have + ", not " + lower);
+        if (have != lower)
+          return Status::DataLoss("download: the SHA-256 is " + have + ", not " + lower);
         return Status::OK();
       }
-      if (!Retryable(s)) {  // the server's answer (none kept, the lease gone): no try will change it
+      if (!Retryable(
+              s)) {  // the server's answer (none kept, the lease gone): no try will change it
         return Status(FromGrpcStatus(s).code(), "download: " + Describe(s));
       }
       if (Stopping(2)) break;
@@ -699,7 +722,8 @@ struct WorkerClient::Impl {
   // After a kPause: uploads what the executor saved, then pauses the trial,
   // with or without its checkpoint. Returns the milliseconds the archive and
   // its upload took.
-  double PauseTrial(const TrialRun& run, TrialScratch& scratch, const RunResult& result, int64_t step) {
+  double PauseTrial(const TrialRun& run, TrialScratch& scratch, const RunResult& result,
+                    int64_t step) {
     std::string problem = result.checkpoint_error;
     if (result.checkpoint_saved && !scratch.ok()) problem = scratch.error();
     bool uploaded = false;
@@ -779,15 +803,18 @@ struct WorkerClient::Impl {
               TrialName(run), restored.message());
           return;
         }
-        if (!RestartFromScratch(run, scratch, "the checkpoint could not be restored: " + restored.message())) return;
+        if (!RestartFromScratch(run, scratch,
+                                "the checkpoint could not be restored: " + restored.message()))
+          return;
       } else {
         spdlog::info("{}: resuming after step {}", TrialName(run), run.resume_step);
       }
     }
     auto execute = [&] {
       const auto started = Clock::now();
-      Result<RunResult> ran = executor ? executor->Run(run, reporter)
-                                       : Result<RunResult>(Status::Unimplemented("no executor for this trial"));
+      Result<RunResult> ran =
+          executor ? executor->Run(run, reporter)
+                   : Result<RunResult>(Status::Unimplemented("no executor for this trial"));
       segment.Ran(started, ran);
       return ran;
     };
@@ -881,24 +908,27 @@ struct WorkerClient::Impl {
       grpc::Status s;
       {
         MutexLock serial(lease_mu);
-        s = WithRetry("lease", [&] {
-          const HeldListing::Try listing = listing_.Next();
-          req.set_lists_held(listing.list);
-          req.clear_held_trial_ids();
-          if (listing.list) {
-            MutexLock lock(held_mu);
-            for (const int64_t id : held_) req.add_held_trial_ids(id);
-          }
-          grpc::ClientContext ctx;
-          Prepare(ctx);
-          grpc::Status called = stub->Lease(&ctx, req, &res);
-          if (called.ok()) {
-            listing_.WentThrough(listing);
-          } else {
-            listing_.LeaseFailed();  // counted by WithRetry, like every failed call
-          }
-          return called;
-        }, 1);
+        s = WithRetry(
+            "lease",
+            [&] {
+              const HeldListing::Try listing = listing_.Next();
+              req.set_lists_held(listing.list);
+              req.clear_held_trial_ids();
+              if (listing.list) {
+                MutexLock lock(held_mu);
+                for (const int64_t id : held_) req.add_held_trial_ids(id);
+              }
+              grpc::ClientContext ctx;
+              Prepare(ctx);
+              grpc::Status called = stub->Lease(&ctx, req, &res);
+              if (called.ok()) {
+                listing_.WentThrough(listing);
+              } else {
+                listing_.LeaseFailed();  // counted by WithRetry, like every failed call
+              }
+              return called;
+            },
+            1);
         if (s.ok() && res.has_trial()) {
           MutexLock lock(held_mu);
           held_.insert(res.trial().trial_id());
@@ -938,7 +968,8 @@ struct WorkerClient::Impl {
   }
 };
 
-WorkerClient::WorkerClient(WorkerOptions options, Executors executors) : impl_(std::make_unique<Impl>()) {
+WorkerClient::WorkerClient(WorkerOptions options, Executors executors)
+    : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   impl_->executors = std::move(executors);
   MutexLock lock(impl_->register_mu);
@@ -969,7 +1000,8 @@ Status WorkerClient::Run(const std::atomic<int>& stop_level) {
     HPO_RETURN_IF_ERROR(w.Register());
   }
   std::vector<std::thread> loops;
-  for (size_t i = 0; i < w.options.devices.size(); ++i) loops.emplace_back([&w, i] { w.DeviceLoop(i); });
+  for (size_t i = 0; i < w.options.devices.size(); ++i)
+    loops.emplace_back([&w, i] { w.DeviceLoop(i); });
   for (auto& t : loops) t.join();
   w.Leave();
   return Status::OK();

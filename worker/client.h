@@ -94,9 +94,9 @@ struct WorkerOptions {
   std::string id_file;
   std::map<std::string, std::string> labels;
   std::vector<DeviceSpec> devices;
-  int threads = 0;             // intra-op threads per CPU trial; 0: the device's cores
+  int threads = 0;  // intra-op threads per CPU trial; 0: the device's cores
   int64_t heartbeat_ms = 5000;
-  int64_t max_trials = 0;      // stop after this many trials (0: run until stopped)
+  int64_t max_trials = 0;  // stop after this many trials (0: run until stopped)
   // Where each trial's checkpoint directory and its archive are kept while
   // it runs (removed after); empty: $TMPDIR, else /tmp.
   std::string scratch_dir;

@@ -310,8 +310,9 @@ class CommandRun {
       return Status::InvalidArgument("stop_step and resume_step: must not be negative");
     }
     if (run_.timeout_ms > kMaxTimeoutMs) {
-      return Status::InvalidArgument("timeout: " + SecondsText(run_.timeout_ms) + " s is more than the most, " +
-                                     SecondsText(kMaxTimeoutMs) + " s (ten years)");
+      return Status::InvalidArgument("timeout: " + SecondsText(run_.timeout_ms) +
+                                     " s is more than the most, " + SecondsText(kMaxTimeoutMs) +
+                                     " s (ten years)");
     }
     current_system_ = run_.system.is_object() ? run_.system : json::object();
     for (auto it = current_system_.begin(); it != current_system_.end(); ++it) {
@@ -339,10 +340,13 @@ class CommandRun {
     // The worker's directory when it keeps one for the trial (it uploads
     // what is left there); else one that goes with the scratch directory.
     std::error_code ec;
-    checkpoint_dir_ = run_.checkpoint_dir.empty() ? scratch_dir_ + "/checkpoint"
-                                                  : std::filesystem::absolute(run_.checkpoint_dir, ec).string();
+    checkpoint_dir_ = run_.checkpoint_dir.empty()
+                          ? scratch_dir_ + "/checkpoint"
+                          : std::filesystem::absolute(run_.checkpoint_dir, ec).string();
     std::filesystem::create_directories(checkpoint_dir_, ec);
-    if (ec) return Status::Internal("cannot make the checkpoint directory " + checkpoint_dir_ + ": " + ec.message());
+    if (ec)
+      return Status::Internal("cannot make the checkpoint directory " + checkpoint_dir_ + ": " +
+                              ec.message());
     return WriteFileAtomically(system_file_, DumpJson(current_system_) + "\n");
   }
 
@@ -549,7 +553,8 @@ class CommandRun {
 
   Result<RunResult> Outcome(int status) {
     if (lines_past_last_step_ > 0) {
-      Note(std::to_string(lines_past_last_step_) + " metric line(s) past step " + std::to_string(run_.max_steps) +
+      Note(std::to_string(lines_past_last_step_) + " metric line(s) past step " +
+           std::to_string(run_.max_steps) +
            " (HPO_MAX_STEPS, the spec's budget.steps_per_trial) not reported");
     }
     RunResult result;
@@ -571,12 +576,14 @@ class CommandRun {
         result.checkpoint_error = "the program did not exit within " +
                                   SecondsText(options_.pause_grace.count()) + " s of its stop step";
       } else if (WIFSIGNALED(status)) {
-        result.checkpoint_error = "the program was " + SignalText(WTERMSIG(status)) + " after its stop step";
+        result.checkpoint_error =
+            "the program was " + SignalText(WTERMSIG(status)) + " after its stop step";
       } else if (code != 0) {
-        result.checkpoint_error = "the program ended with exit status " + std::to_string(code) +
-                                  " after its stop step";
+        result.checkpoint_error =
+            "the program ended with exit status " + std::to_string(code) + " after its stop step";
       } else if (std::filesystem::is_empty(checkpoint_dir_, ec) || ec) {
-        result.checkpoint_error = "the program left HPO_CHECKPOINT_DIR empty (it saves nothing to resume from)";
+        result.checkpoint_error =
+            "the program left HPO_CHECKPOINT_DIR empty (it saves nothing to resume from)";
       } else {
         result.checkpoint_saved = true;
       }
@@ -592,8 +599,8 @@ class CommandRun {
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     if (code == CommandExecutor::kRestoreRefusedExitStatus && run_.resume_step > 0 && !reported_) {
       result.restore_error = with_tail("the program could not restore the state saved after step " +
-                                       std::to_string(run_.resume_step) + " (exit status " + std::to_string(code) +
-                                       ")");
+                                       std::to_string(run_.resume_step) + " (exit status " +
+                                       std::to_string(code) + ")");
       return result;
     }
     if (code != 0) {
@@ -729,8 +736,9 @@ class CommandRun {
     system.update(m.system);
     // Applied: only what the line itself says the program ran; the rest of
     // `system` is the starting setting, assumed.
-    const Verdict verdict = reporter_.ReportApplied(step, m.metrics, m.samples_per_sec.value_or(0.0), system,
-                                                    m.system.is_object() ? m.system : json::object());
+    const Verdict verdict =
+        reporter_.ReportApplied(step, m.metrics, m.samples_per_sec.value_or(0.0), system,
+                                m.system.is_object() ? m.system : json::object());
     reported_ = true;
     last_metrics_ = std::move(m.metrics);
     switch (verdict) {
@@ -772,7 +780,7 @@ class CommandRun {
   Stream streams_[2];  // standard output, standard error
   std::vector<char> buffer_;
   Ending ending_ = Ending::kNone;
-  std::optional<Clock::time_point> kill_at_;  // when SIGKILL is due
+  std::optional<Clock::time_point> kill_at_;         // when SIGKILL is due
   std::optional<Clock::time_point> pause_deadline_;  // with kPausing: when to stop waiting
 
   LogTail tail_;

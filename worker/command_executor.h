@@ -98,8 +98,8 @@
 //   exit status 0, at least one step reported
 //       -> RunResult{final_metrics = the last reported metrics, log_tail}
 //   stopped (kStop or stop_requested)   -> RunResult{stopped = true, ...}
-//   paused (kPause, see Checkpoints)    -> RunResult{paused = true, checkpoint_saved or checkpoint_error}
-//   exit status 65 on a resume before any metric line -> RunResult{restore_error}
+//   paused (kPause, see Checkpoints)    -> RunResult{paused = true, checkpoint_saved or
+//   checkpoint_error} exit status 65 on a resume before any metric line -> RunResult{restore_error}
 //   exit status 0 without a reported step -> FailedPrecondition
 //   exit status N != 0                  -> FailedPrecondition "exit status N"
 //   killed by a signal (a crash)        -> Internal "killed by signal N (...)"

@@ -6,10 +6,9 @@
 // No LibTorch here: this header is included widely.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <atomic>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -33,12 +32,12 @@ struct TrialRun {
   std::string trainer;
   nlohmann::json trainer_args = nlohmann::json::object();
   // Command executor:
-  std::vector<std::string> argv;               // placeholders already filled
+  std::vector<std::string> argv;  // placeholders already filled
   std::map<std::string, std::string> env;
-  int64_t timeout_ms = 0;                      // 0: none
+  int64_t timeout_ms = 0;  // 0: none
   // The device to use: "cpu" or "cuda:N".
   std::string device = "cpu";
-  int threads = 0;                             // 0: all usable cores
+  int threads = 0;  // 0: all usable cores
   // Checkpoints (promotion-type early stopping). stop_step > 0: the lease
   // ends after that step; its report is answered Verdict::kPause, and the
   // executor then saves the trial's state into checkpoint_dir and returns
@@ -77,8 +76,9 @@ class Reporter {
   // As Report, with `applied`: the values of `system` the program itself
   // says it applied to this step (worker.proto ReportRequest.applied). The
   // default forgets them.
-  virtual Verdict ReportApplied(int64_t step, const std::map<std::string, double>& metrics, double samples_per_sec,
-                                const nlohmann::json& system, const nlohmann::json& applied) {
+  virtual Verdict ReportApplied(int64_t step, const std::map<std::string, double>& metrics,
+                                double samples_per_sec, const nlohmann::json& system,
+                                const nlohmann::json& applied) {
     (void)applied;
     return Report(step, metrics, samples_per_sec, system);
   }

@@ -63,8 +63,10 @@ Result<WorkerIdFile> ReadOrCreateIdFile(const std::string& path) {
   std::string secret;
   if (std::getline(in, secret) && !secret.empty()) {
     if (!LooksLikeSecret(secret)) {
-      return Fail(path, "its second line is not an identity secret as the server issues them (64 hex digits); "
-                        "remove the line to register this worker as a new one");
+      return Fail(
+          path,
+          "its second line is not an identity secret as the server issues them (64 hex digits); "
+          "remove the line to register this worker as a new one");
     }
     file.identity_secret = secret;
   }
@@ -76,7 +78,8 @@ Status WriteIdFile(const std::string& path, const WorkerIdFile& file) {
   // mkstemp creates the file with mode 0600, exclusively: nothing that was
   // at that name (a planted link) is followed.
   const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) return Fail(path, std::string("cannot create a file beside it: ") + std::strerror(errno));
+  if (fd < 0)
+    return Fail(path, std::string("cannot create a file beside it: ") + std::strerror(errno));
   std::string text = file.instance + "\n";
   if (!file.identity_secret.empty()) text += file.identity_secret + "\n";
   const bool written = WriteAll(fd, text) && ::fsync(fd) == 0;

@@ -35,10 +35,12 @@ Result<IdxArray> ParseIdx(const std::string& bytes, const std::string& name) {
   if (bytes.size() < 4) return Status::DataLoss(name + ": too short for an IDX header");
   const uint32_t magic = u32(0);
   if ((magic >> 8) != 0x08) {
-    return Status::DataLoss(name + ": not unsigned-byte IDX data (magic " + std::to_string(magic) + ")");
+    return Status::DataLoss(name + ": not unsigned-byte IDX data (magic " + std::to_string(magic) +
+                            ")");
   }
   const int ndims = static_cast<int>(magic & 0xff);
-  if (ndims < 1 || ndims > 4) return Status::DataLoss(name + ": " + std::to_string(ndims) + " dimensions");
+  if (ndims < 1 || ndims > 4)
+    return Status::DataLoss(name + ": " + std::to_string(ndims) + " dimensions");
   const size_t header = 4 + 4 * static_cast<size_t>(ndims);
   if (bytes.size() < header) return Status::DataLoss(name + ": truncated header");
   IdxArray out;
@@ -48,8 +50,8 @@ Result<IdxArray> ParseIdx(const std::string& bytes, const std::string& name) {
     total *= static_cast<size_t>(out.dims.back());
   }
   if (bytes.size() != header + total) {
-    return Status::DataLoss(name + ": expected " + std::to_string(header + total) + " bytes, found " +
-                            std::to_string(bytes.size()));
+    return Status::DataLoss(name + ": expected " + std::to_string(header + total) +
+                            " bytes, found " + std::to_string(bytes.size()));
   }
   out.data.assign(bytes.begin() + header, bytes.end());
   return out;

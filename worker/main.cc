@@ -53,8 +53,9 @@ int Fail(const std::string& message) {
 // GPUs in PCI bus order, as CUDA does under CUDA_DEVICE_ORDER=PCI_BUS_ID;
 // with the default order the two agree whenever the GPUs are one model.
 bool NvidiaSmiDevice(int index, std::string& name, int64_t& memory_bytes) {
-  const std::string cmd = "nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits -i " +
-                          std::to_string(index) + " 2>/dev/null";
+  const std::string cmd =
+      "nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits -i " +
+      std::to_string(index) + " 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return false;
   char buf[512];
@@ -80,7 +81,8 @@ bool NvidiaSmiDevice(int index, std::string& name, int64_t& memory_bytes) {
 
 // The devices to serve: "auto" = the CPU plus every CUDA device LibTorch
 // sees; otherwise "cpu" or "cuda:N".
-Result<std::vector<DeviceSpec>> Inventory(const std::string& which, int threads, double bench_seconds) {
+Result<std::vector<DeviceSpec>> Inventory(const std::string& which, int threads,
+                                          double bench_seconds) {
   HPO_ASSIGN_OR_RETURN(CpuInventory cpu, ReadCpuInventory("/"));
   std::vector<DeviceSpec> out;
   const bool cuda = torch::cuda::is_available();
@@ -109,10 +111,11 @@ Result<std::vector<DeviceSpec>> Inventory(const std::string& which, int threads,
       d.cores = prop.multiProcessorCount;
     } else
 #endif
-    if (!NvidiaSmiDevice(i, d.name, d.memory_bytes)) {
-      spdlog::warn("cuda:{}: neither the CUDA runtime nor nvidia-smi names this GPU; its device class "
-                   "follows the ordinal",
-                   i);
+        if (!NvidiaSmiDevice(i, d.name, d.memory_bytes)) {
+      spdlog::warn(
+          "cuda:{}: neither the CUDA runtime nor nvidia-smi names this GPU; its device class "
+          "follows the ordinal",
+          i);
     }
     out.push_back(d);
   };
@@ -124,8 +127,8 @@ Result<std::vector<DeviceSpec>> Inventory(const std::string& which, int threads,
   } else if (which.rfind("cuda:", 0) == 0) {
     const int i = std::atoi(which.c_str() + 5);
     if (i < 0 || i >= gpus) {
-      return Status::InvalidArgument("--device " + which + ": LibTorch sees " + std::to_string(gpus) +
-                                     " CUDA device(s)");
+      return Status::InvalidArgument("--device " + which + ": LibTorch sees " +
+                                     std::to_string(gpus) + " CUDA device(s)");
     }
     add_gpu(i);
   } else {
@@ -133,7 +136,8 @@ Result<std::vector<DeviceSpec>> Inventory(const std::string& which, int threads,
   }
   // Each device runs a trial at a time, side by side: a GPU trial's host
   // threads are its share of the usable cores.
-  const int gpu_share = std::max(1, static_cast<int>(cpu.usable_cores / std::max<size_t>(1, out.size())));
+  const int gpu_share =
+      std::max(1, static_cast<int>(cpu.usable_cores / std::max<size_t>(1, out.size())));
   for (auto& d : out) {
     if (d.device != "cpu") d.host_threads = threads > 0 ? threads : gpu_share;
   }
@@ -219,41 +223,52 @@ int main(int argc, char** argv) {
                      "(env: HPO_GRPC_SERVER)")
           ->capture_default_str();
   std::string tls_ca;
-  app.add_option("--tls-ca", tls_ca,
-                 "PEM CA certificate(s) that signed the server's; implies TLS (default: the system's CAs)")
+  app.add_option(
+         "--tls-ca", tls_ca,
+         "PEM CA certificate(s) that signed the server's; implies TLS (default: the system's CAs)")
       ->envname("HPO_TLS_CA");
   std::string token_file;
   // These four read their environment variables after parsing
   // (common/cli_env.h): the command line wins over the environment.
-  auto* token_opt = app.add_option("--token", options.token,
-                                   "bearer token, when the server has one (prefer HPO_TOKEN or --token-file: "
-                                   "a command line shows in the process list) (env: HPO_TOKEN)");
+  auto* token_opt =
+      app.add_option("--token", options.token,
+                     "bearer token, when the server has one (prefer HPO_TOKEN or --token-file: "
+                     "a command line shows in the process list) (env: HPO_TOKEN)");
   auto* token_file_opt =
-      app.add_option("--token-file", token_file, "read the bearer token from this file's first line (env: HPO_TOKEN_FILE)")
+      app.add_option("--token-file", token_file,
+                     "read the bearer token from this file's first line (env: HPO_TOKEN_FILE)")
           ->excludes(token_opt);
   std::string id_file;
-  auto* instance_opt = app.add_option("--instance", options.instance,
-                                      "this worker's stable name on its host (e.g. the pod name): registering again "
-                                      "under it keeps its worker id on the server while this process runs; to keep "
-                                      "it across restarts use --id-file, which holds the identity secret (env: "
-                                      "HPO_WORKER_INSTANCE)");
-  auto* id_file_opt = app.add_option("--id-file", id_file,
-                                     "take --instance from this file's first line, creating it with a random id when "
-                                     "missing; the server's identity secret for it is kept on its second line (env: "
-                                     "HPO_WORKER_ID_FILE)")
-                          ->excludes(instance_opt);
+  auto* instance_opt =
+      app.add_option("--instance", options.instance,
+                     "this worker's stable name on its host (e.g. the pod name): registering again "
+                     "under it keeps its worker id on the server while this process runs; to keep "
+                     "it across restarts use --id-file, which holds the identity secret (env: "
+                     "HPO_WORKER_INSTANCE)");
+  auto* id_file_opt =
+      app.add_option(
+             "--id-file", id_file,
+             "take --instance from this file's first line, creating it with a random id when "
+             "missing; the server's identity secret for it is kept on its second line (env: "
+             "HPO_WORKER_ID_FILE)")
+          ->excludes(instance_opt);
   app.add_option("--device", device, "auto, cpu or cuda:N")->capture_default_str();
-  app.add_option("--threads", options.threads, "intra-op threads per CPU trial (default: usable cores)");
+  app.add_option("--threads", options.threads,
+                 "intra-op threads per CPU trial (default: usable cores)");
   app.add_option("--labels", labels, "k=v,k=v reported with the worker");
   app.add_option("--data-dir", data_dir, "Fashion-MNIST directory")->capture_default_str();
-  app.add_option("--heartbeat-ms", options.heartbeat_ms, "between heartbeats")->capture_default_str();
+  app.add_option("--heartbeat-ms", options.heartbeat_ms, "between heartbeats")
+      ->capture_default_str();
   app.add_option("--max-trials", options.max_trials, "exit after this many trials (0: never)");
   app.add_option("--scratch-dir", options.scratch_dir,
-                 "where a trial's checkpoint directory and its archive are kept while it runs (default: $TMPDIR "
+                 "where a trial's checkpoint directory and its archive are kept while it runs "
+                 "(default: $TMPDIR "
                  "or /tmp)")
       ->envname("HPO_SCRATCH_DIR");
-  app.add_option("--benchmark-seconds", bench_seconds, "GEMM benchmark time per device")->capture_default_str();
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("--benchmark-seconds", bench_seconds, "GEMM benchmark time per device")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
   app.add_flag("--list-devices", list_devices, "print the devices and their benchmark, then exit");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
@@ -263,10 +278,10 @@ int main(int argc, char** argv) {
                         "hpo-worker reads it as the gRPC address, hpctl as the REST one");
     if (!from_environment.empty()) options.server = from_environment;
   }
-  for (Status s : {FormFromEnvironment(*token_opt, options.token, "HPO_TOKEN", *token_file_opt, token_file,
-                                       "HPO_TOKEN_FILE"),
-                   FormFromEnvironment(*instance_opt, options.instance, "HPO_WORKER_INSTANCE", *id_file_opt, id_file,
-                                       "HPO_WORKER_ID_FILE")}) {
+  for (Status s : {FormFromEnvironment(*token_opt, options.token, "HPO_TOKEN", *token_file_opt,
+                                       token_file, "HPO_TOKEN_FILE"),
+                   FormFromEnvironment(*instance_opt, options.instance, "HPO_WORKER_INSTANCE",
+                                       *id_file_opt, id_file, "HPO_WORKER_ID_FILE")}) {
     if (!s.ok()) return Fail(s.message());
   }
   // options.token holds its copy now (when the variable gave it).
@@ -331,8 +346,8 @@ int main(int argc, char** argv) {
   auto devices = Inventory(device, options.threads, bench_seconds);
   if (!devices.ok()) return Fail(devices.status().message());
   for (const auto& d : *devices) {
-    std::printf("%s: %s, %.1f usable cores, %.1f GiB, %.1f GFLOP/s\n", d.device.c_str(), d.name.c_str(),
-                d.cores, d.memory_bytes / 1073741824.0, d.benchmark_gflops);
+    std::printf("%s: %s, %.1f usable cores, %.1f GiB, %.1f GFLOP/s\n", d.device.c_str(),
+                d.name.c_str(), d.cores, d.memory_bytes / 1073741824.0, d.benchmark_gflops);
   }
   std::fflush(stdout);
   if (list_devices) return 0;

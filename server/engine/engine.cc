@@ -10,9 +10,9 @@
 #include <string>
 
 #include "common/json_limits.h"
+#include "scheduler/speed_model.h"
 #include "search/ranking.h"
 #include "search/registry.h"
-#include "scheduler/speed_model.h"
 
 namespace hpo::server {
 
@@ -22,19 +22,26 @@ using store::TrialState;
 
 std::string_view ToString(Decision d) {
   switch (d) {
-    case Decision::kContinue: return "continue";
-    case Decision::kPrune: return "prune";
-    case Decision::kStop: return "stop";
-    case Decision::kPause: return "pause";
+    case Decision::kContinue:
+      return "continue";
+    case Decision::kPrune:
+      return "prune";
+    case Decision::kStop:
+      return "stop";
+    case Decision::kPause:
+      return "pause";
   }
   return "continue";
 }
 
 size_t MaxLength(FreeText field) {
   switch (field) {
-    case FreeText::kFailureReason: return kMaxReasonLength;
-    case FreeText::kLogTail: return kMaxLogTailLength;
-    case FreeText::kCancelReason: return kMaxCancelReasonLength;
+    case FreeText::kFailureReason:
+      return kMaxReasonLength;
+    case FreeText::kLogTail:
+      return kMaxLogTailLength;
+    case FreeText::kCancelReason:
+      return kMaxCancelReasonLength;
   }
   return kMaxReasonLength;
 }
@@ -42,7 +49,9 @@ size_t MaxLength(FreeText field) {
 std::string CapText(FreeText field, std::string_view text) {
   const size_t limit = MaxLength(field);
   if (text.size() <= limit) return std::string(text);
-  auto continuation = [&](size_t i) { return (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80; };
+  auto continuation = [&](size_t i) {
+    return (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80;
+  };
   if (field == FreeText::kLogTail) {
     // The end of a program's output says why it failed (the traceback, the
     // last error), so that is the part kept.
@@ -101,18 +110,19 @@ Engine::Engine(store::Store& store, EngineOptions options)
                                      "Time to choose and store a batch of new trials", buckets);
     report_seconds_ = &m->histogram("hpo_report_duration_seconds",
                                     "Time to record a step and decide on early stopping", buckets);
-    lease_seconds_ = &m->histogram("hpo_lease_duration_seconds", "Time to answer a worker's lease",
-                                   buckets);
-    leases_granted_ = &m->counter("hpo_leases_total", "Worker lease requests by outcome",
-                                  {{"outcome", "trial"}});
-    leases_empty_ = &m->counter("hpo_leases_total", "Worker lease requests by outcome",
-                                {{"outcome", "none"}});
+    lease_seconds_ =
+        &m->histogram("hpo_lease_duration_seconds", "Time to answer a worker's lease", buckets);
+    leases_granted_ =
+        &m->counter("hpo_leases_total", "Worker lease requests by outcome", {{"outcome", "trial"}});
+    leases_empty_ =
+        &m->counter("hpo_leases_total", "Worker lease requests by outcome", {{"outcome", "none"}});
     workers_gone_ = &m->counter("hpo_workers_gone_total",
                                 "Workers this server marked gone (left, or unseen for several "
                                 "lease timeouts)");
-    kept_trials_ = &m->gauge("hpo_engine_kept_trials",
-                             "Trials kept in memory for search and placement (the experiments' views and "
-                             "their samplers' copies, a trial once per copy)");
+    kept_trials_ =
+        &m->gauge("hpo_engine_kept_trials",
+                  "Trials kept in memory for search and placement (the experiments' views and "
+                  "their samplers' copies, a trial once per copy)");
   }
 }
 
@@ -122,16 +132,18 @@ namespace {
 Status CheckMetrics(const json& metrics, const std::string& field) {
   if (!metrics.is_object()) return Status::InvalidArgument(field + ": must be an object");
   if (metrics.size() > kMaxMetricsPerReport) {
-    return Status::InvalidArgument(field + ": " + std::to_string(metrics.size()) + " metrics, more than the limit of " +
+    return Status::InvalidArgument(field + ": " + std::to_string(metrics.size()) +
+                                   " metrics, more than the limit of " +
                                    std::to_string(kMaxMetricsPerReport));
   }
   for (auto it = metrics.begin(); it != metrics.end(); ++it) {
     if (it.key().empty() || it.key().size() > kMaxNameLength) {
-      return Status::InvalidArgument(field + ": a metric name must be 1 to " + std::to_string(kMaxNameLength) +
-                                     " bytes ('" + it.key().substr(0, 40) + "' is " +
-                                     std::to_string(it.key().size()) + ")");
+      return Status::InvalidArgument(
+          field + ": a metric name must be 1 to " + std::to_string(kMaxNameLength) + " bytes ('" +
+          it.key().substr(0, 40) + "' is " + std::to_string(it.key().size()) + ")");
     }
-    if (!it->is_number()) return Status::InvalidArgument(field + "." + it.key() + ": must be a number");
+    if (!it->is_number())
+      return Status::InvalidArgument(field + "." + it.key() + ": must be a number");
   }
   return Status::OK();
 }
@@ -140,22 +152,24 @@ Status CheckSystem(const json& system, const std::string& field = "system") {
   if (system.is_null()) return Status::OK();
   if (!system.is_object()) return Status::InvalidArgument(field + ": must be an object");
   if (system.size() > kMaxSystemKeys) {
-    return Status::InvalidArgument(field + ": " + std::to_string(system.size()) + " keys, more than the limit of " +
+    return Status::InvalidArgument(field + ": " + std::to_string(system.size()) +
+                                   " keys, more than the limit of " +
                                    std::to_string(kMaxSystemKeys));
   }
   for (auto it = system.begin(); it != system.end(); ++it) {
     if (it.key().empty() || it.key().size() > kMaxNameLength) {
-      return Status::InvalidArgument(field + ": a key must be 1 to " + std::to_string(kMaxNameLength) + " bytes");
+      return Status::InvalidArgument(field + ": a key must be 1 to " +
+                                     std::to_string(kMaxNameLength) + " bytes");
     }
     // Parsed values are bounded by json_limits.h; one built in code may not
     // be, and dump() recurses: measure the depth without recursion first.
     if (JsonDepth(*it, kMaxJsonDepth) > kMaxJsonDepth) {
-      return Status::InvalidArgument(field + "." + it.key() + ": nested more than " + std::to_string(kMaxJsonDepth) +
-                                     " levels deep");
+      return Status::InvalidArgument(field + "." + it.key() + ": nested more than " +
+                                     std::to_string(kMaxJsonDepth) + " levels deep");
     }
     if (it->dump(-1, ' ', false, json::error_handler_t::replace).size() > kMaxValueLength) {
-      return Status::InvalidArgument(field + "." + it.key() + ": longer than " + std::to_string(kMaxValueLength) +
-                                     " bytes");
+      return Status::InvalidArgument(field + "." + it.key() + ": longer than " +
+                                     std::to_string(kMaxValueLength) + " bytes");
     }
   }
   return Status::OK();
@@ -188,8 +202,9 @@ Result<Engine::Cached*> Engine::Load(Id experiment_id) {
   HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.GetExperiment(experiment_id));
   auto parsed = ParseStoredExperimentSpec(rec.spec_json);
   if (!parsed.ok()) {
-    return Status::DataLoss("experiment " + std::to_string(experiment_id) +
-                            " has a stored spec this server cannot read: " + parsed.status().message());
+    return Status::DataLoss(
+        "experiment " + std::to_string(experiment_id) +
+        " has a stored spec this server cannot read: " + parsed.status().message());
   }
   auto c = std::make_unique<Cached>();
   c->spec = std::make_shared<const ExperimentSpec>(std::move(parsed).value());
@@ -229,7 +244,8 @@ Result<Engine::Cached*> Engine::LoadUnlessUnreadable(Id experiment_id) {
     MutexLock lock(mu_);
     if (!unreadable_.insert(experiment_id).second) return nullptr;
   }
-  spdlog::warn("leases and ticks skip experiment {}: {}", experiment_id, loaded.status().ToString());
+  spdlog::warn("leases and ticks skip experiment {}: {}", experiment_id,
+               loaded.status().ToString());
   return nullptr;
 }
 
@@ -322,13 +338,15 @@ Result<store::ExperimentRecord> Engine::GetExperiment(Id id) { return store_.Get
 Result<Engine::ExperimentList> Engine::RunningExperiments() {
   MutexLock lock(experiments_mu_);
   const auto now = std::chrono::steady_clock::now();
-  if (running_experiments_ && now - running_experiments_read_ < options_.history_cache) return running_experiments_;
+  if (running_experiments_ && now - running_experiments_read_ < options_.history_cache)
+    return running_experiments_;
   HPO_ASSIGN_OR_RETURN(auto all, store_.ListExperiments(0, 10'000));
   std::vector<store::ExperimentRecord> running;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {  // oldest first
     if (it->state == store::ExperimentState::kRunning) running.push_back(std::move(*it));
   }
-  running_experiments_ = std::make_shared<const std::vector<store::ExperimentRecord>>(std::move(running));
+  running_experiments_ =
+      std::make_shared<const std::vector<store::ExperimentRecord>>(std::move(running));
   running_experiments_read_ = now;
   return running_experiments_;
 }
@@ -338,19 +356,22 @@ void Engine::ExperimentsChanged() {
   running_experiments_.reset();
 }
 
-Result<std::vector<store::ExperimentRecord>> Engine::ListExperiments(int64_t offset, int64_t limit) {
+Result<std::vector<store::ExperimentRecord>> Engine::ListExperiments(int64_t offset,
+                                                                     int64_t limit) {
   return store_.ListExperiments(offset, limit);
 }
-Result<store::TrialCounts> Engine::CountTrials(Id experiment_id) { return store_.CountTrials(experiment_id); }
+Result<store::TrialCounts> Engine::CountTrials(Id experiment_id) {
+  return store_.CountTrials(experiment_id);
+}
 Result<std::vector<store::TrialEventRecord>> Engine::ListTrialEvents(Id trial_id, int64_t limit) {
   return store_.ListTrialEvents(trial_id, limit);
 }
 
 void Engine::KeepTrialEvent(const std::string& type, const json& data) const {
   static const std::set<std::string, std::less<>> kKept = {
-      "trial.paused",         "trial.resumed",        "trial.moving",
-      "trial.preempted",      "trial.requeued",       "trial.restarted",
-      "trial.system_capped",  "trial.system_unknown", "trial.cotuning_stopped"};
+      "trial.paused",        "trial.resumed",        "trial.moving",
+      "trial.preempted",     "trial.requeued",       "trial.restarted",
+      "trial.system_capped", "trial.system_unknown", "trial.cotuning_stopped"};
   if (!kKept.count(type)) return;
   const auto id = data.find("trial_id");
   if (id == data.end() || !id->is_number_integer()) return;
@@ -367,8 +388,8 @@ Result<store::Usage> Engine::ExperimentUsage(Id experiment_id) {
 }
 
 Result<std::map<Id, store::TrialProgress>> Engine::ListTrialProgress(Id experiment_id,
-                                                                    int64_t first_number,
-                                                                    int64_t last_number) {
+                                                                     int64_t first_number,
+                                                                     int64_t last_number) {
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
   const store::Objective objective{c->spec->metric,
                                    c->spec->direction == search::Direction::kMaximize};
@@ -398,7 +419,8 @@ int64_t Engine::ChargeDeviceMs(Id trial_id) {
   return std::max<int64_t>(0, now - since);
 }
 Result<store::TrialRecord> Engine::GetTrial(Id id) { return store_.GetTrial(id); }
-Result<std::vector<store::TrialRecord>> Engine::ListTrials(Id experiment_id, const store::TrialFilter& filter) {
+Result<std::vector<store::TrialRecord>> Engine::ListTrials(Id experiment_id,
+                                                           const store::TrialFilter& filter) {
   return store_.ListTrials(experiment_id, filter);
 }
 Result<std::vector<store::TrialRecord>> Engine::ListLeasedTrials(int64_t limit) {
@@ -410,27 +432,28 @@ Result<std::vector<store::MeasurementRecord>> Engine::ListMeasurements(Id trial_
 Result<std::vector<store::MeasurementRecord>> Engine::ListExperimentMeasurements(Id experiment_id) {
   return store_.ListExperimentMeasurements(experiment_id);
 }
-Result<std::vector<store::MeasurementRecord>> Engine::ListExperimentMeasurementsSince(Id experiment_id,
-                                                                                      int64_t since) {
+Result<std::vector<store::MeasurementRecord>> Engine::ListExperimentMeasurementsSince(
+    Id experiment_id, int64_t since) {
   return store_.ListExperimentMeasurementsSince(experiment_id, since);
 }
 Result<store::ReadCursor> Engine::ReadHorizon() { return store_.ReadHorizon(); }
 Result<std::vector<store::WorkerRecord>> Engine::ListWorkers() { return store_.ListWorkers(); }
 Result<MeasuredSpeeds> Engine::Measured() { return fleet_->Measured(FleetView::Clock::now()); }
-Result<std::vector<store::SpeedObservationRecord>> Engine::ListSpeedObservations(std::string_view workload,
-                                                                                 int64_t limit) {
+Result<std::vector<store::SpeedObservationRecord>> Engine::ListSpeedObservations(
+    std::string_view workload, int64_t limit) {
   return store_.ListSpeedObservations(workload, limit);
 }
 
-search::Rng Engine::ExperimentRng(const ExperimentSpec& spec, Id experiment_id, size_t trials_so_far) {
+search::Rng Engine::ExperimentRng(const ExperimentSpec& spec, Id experiment_id,
+                                  size_t trials_so_far) {
   // Deterministic for (seed, experiment, how far it got): a restarted server
   // suggests what the old one would have.
   return search::Rng(spec.seed).Fork(static_cast<uint64_t>(experiment_id)).Fork(trials_so_far);
 }
 
-Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_id, Cached& c,
-                                                                  const std::vector<NewTrialFor>& wanted,
-                                                                  std::optional<int64_t> max_unfinished) {
+Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(
+    Id experiment_id, Cached& c, const std::vector<NewTrialFor>& wanted,
+    std::optional<int64_t> max_unfinished) {
   const auto timer = TimeIf(suggest_seconds_);
   const ExperimentSpec& spec = *c.spec;
   // The cached view, kept current with this engine's changes: the same
@@ -462,7 +485,8 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
     if (w.space && *w.space >= 0 && static_cast<size_t>(*w.space) < spec.spaces.size()) {
       int64_t so_far = 0;
       for (int n : per_space_so_far) so_far += n;
-      if (search::BelowShareAfterOneMore(ranks[*w.space].share, so_far, per_space_so_far[*w.space])) s = *w.space;
+      if (search::BelowShareAfterOneMore(ranks[*w.space].share, so_far, per_space_so_far[*w.space]))
+        s = *w.space;
     }
     ++per_space_so_far[s];
     ++per_space_wanted[s];
@@ -489,7 +513,8 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
     // A system parameter searched as a hyperparameter runs as sampled.
     json trial_system = system;
     for (const auto& p : spec.system) {
-      if (p.affects_accuracy && params.contains(p.domain.name)) trial_system[p.domain.name] = params[p.domain.name];
+      if (p.affects_accuracy && params.contains(p.domain.name))
+        trial_system[p.domain.name] = params[p.domain.name];
     }
     t.system_params_json = trial_system.dump();
     t.priority = ranks[s].share;  // higher-priority spaces are leased first
@@ -504,33 +529,38 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(Id experiment_
   }
   // The caller emits "trial.created" once it has let go of the view: on
   // PostgreSQL each event is a NOTIFY, a store call of its own.
-  HPO_ASSIGN_OR_RETURN(auto created, store_.CreateTrialsUpTo(experiment_id, trials, {spec.max_trials, max_unfinished}));
+  HPO_ASSIGN_OR_RETURN(auto created, store_.CreateTrialsUpTo(experiment_id, trials,
+                                                             {spec.max_trials, max_unfinished}));
   for (const auto& t : created) c.trials->Apply(t);
   return created;
 }
 
-std::vector<Status> Engine::MakeNewTrials(Id experiment_id, Cached& c, const std::vector<NewTrialRequest*>& batch) {
+std::vector<Status> Engine::MakeNewTrials(Id experiment_id, Cached& c,
+                                          const std::vector<NewTrialRequest*>& batch) {
   std::vector<NewTrialFor> wanted;
   wanted.reserve(batch.size());
   for (const NewTrialRequest* r : batch) wanted.push_back(r->wanted);
-  Result<std::vector<store::TrialRecord>> created = [&]() -> Result<std::vector<store::TrialRecord>> {
+  Result<std::vector<store::TrialRecord>> created =
+      [&]() -> Result<std::vector<store::TrialRecord>> {
     MutexLock lock(c.replenish_mu);
     return CreateSuggestions(experiment_id, c, wanted, c.spec->max_parallel);
   }();
   if (!created.ok()) return std::vector<Status>(batch.size(), created.status());
-  for (size_t i = 0; i < created->size() && i < batch.size(); ++i) batch[i]->made = std::move((*created)[i]);
+  for (size_t i = 0; i < created->size() && i < batch.size(); ++i)
+    batch[i]->made = std::move((*created)[i]);
   return std::vector<Status>(batch.size(), Status::OK());
 }
 
-void Engine::EmitCreated(Id experiment_id, const Cached& c, const std::vector<store::TrialRecord>& created,
-                         const json& placed) const {
+void Engine::EmitCreated(Id experiment_id, const Cached& c,
+                         const std::vector<store::TrialRecord>& created, const json& placed) const {
   for (const auto& t : created) {
     json space = nullptr;
     for (const auto& [name, id] : c.space_ids) {
       if (t.space_id == id) space = name;
     }
     json params = json::parse(t.params_json, nullptr, false);
-    if (params.is_discarded()) params = json::object();  // unreadable: not expected of what the engine wrote
+    if (params.is_discarded())
+      params = json::object();  // unreadable: not expected of what the engine wrote
     json data = {{"experiment_id", experiment_id},
                  {"trial_id", t.id},
                  {"number", t.number},
@@ -544,16 +574,19 @@ void Engine::EmitCreated(Id experiment_id, const Cached& c, const std::vector<st
 }
 
 Result<std::vector<Lease>> Engine::Suggest(Id experiment_id, int count) {
-  if (count < 1 || count > 1000) return Status::InvalidArgument("count: must be between 1 and 1000");
+  if (count < 1 || count > 1000)
+    return Status::InvalidArgument("count: must be between 1 and 1000");
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
   if (c->spec->executor != ExperimentSpec::ExecutorKind::kClient) {
-    return Status::FailedPrecondition("experiment " + std::to_string(experiment_id) +
-                                      " runs on workers; only client experiments take suggest calls");
+    return Status::FailedPrecondition(
+        "experiment " + std::to_string(experiment_id) +
+        " runs on workers; only client experiments take suggest calls");
   }
-  HPO_ASSIGN_OR_RETURN(const store::ExperimentState state, store_.GetExperimentState(experiment_id));
+  HPO_ASSIGN_OR_RETURN(const store::ExperimentState state,
+                       store_.GetExperimentState(experiment_id));
   if (state != store::ExperimentState::kRunning) {
-    return Status::FailedPrecondition("experiment " + std::to_string(experiment_id) + " has ended (" +
-                                      std::string(store::ToString(state)) + ")");
+    return Status::FailedPrecondition("experiment " + std::to_string(experiment_id) +
+                                      " has ended (" + std::string(store::ToString(state)) + ")");
   }
   // Created leased to the client: one write per batch, not one per trial
   // more (on SQLite each write is an fsync).
@@ -563,8 +596,9 @@ Result<std::vector<Lease>> Engine::Suggest(Id experiment_id, int count) {
   std::vector<store::TrialRecord> created;
   {
     MutexLock lock(c->replenish_mu);
-    HPO_ASSIGN_OR_RETURN(created, CreateSuggestions(experiment_id, *c, std::vector<NewTrialFor>(count, client),
-                                                    std::nullopt));
+    HPO_ASSIGN_OR_RETURN(
+        created, CreateSuggestions(experiment_id, *c, std::vector<NewTrialFor>(count, client),
+                                   std::nullopt));
   }
   EmitCreated(experiment_id, *c, created);
   std::vector<Lease> out;
@@ -634,13 +668,14 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   HPO_RETURN_IF_ERROR(CheckSystem(given.system));
   HPO_RETURN_IF_ERROR(CheckSystem(given.applied, "applied"));
   if (given.system_changes.size() > kMaxSystemKeys) {
-    return Status::InvalidArgument("system_changes: " + std::to_string(given.system_changes.size()) +
-                                   " parameters, more than the limit of " + std::to_string(kMaxSystemKeys));
+    return Status::InvalidArgument(
+        "system_changes: " + std::to_string(given.system_changes.size()) +
+        " parameters, more than the limit of " + std::to_string(kMaxSystemKeys));
   }
   for (const auto& [name, change] : given.system_changes) {
     if (name.empty() || name.size() > kMaxNameLength) {
-      return Status::InvalidArgument("system_changes: a name must be 1 to " + std::to_string(kMaxNameLength) +
-                                     " bytes");
+      return Status::InvalidArgument("system_changes: a name must be 1 to " +
+                                     std::to_string(kMaxNameLength) + " bytes");
     }
   }
   // What the program says it applied is what the step ran: it is stored,
@@ -682,7 +717,8 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
     m.device_id = r.device_id;
     m.device_class = device->device_class;
   }
-  const int64_t lease = r.owner == kClientOwner ? options_.client_lease_ms : options_.worker_lease_ms;
+  const int64_t lease =
+      r.owner == kClientOwner ? options_.client_lease_ms : options_.worker_lease_ms;
   std::string space;
   for (const auto& [name, id] : c->space_ids) {
     if (home.space_id == id) space = name;
@@ -691,8 +727,8 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   const bool measured = device_class && r.samples_per_sec > 0;
   std::optional<store::SpeedObservation> speed;
   if (measured) {
-    speed = store::SpeedObservation{*r.device_id, *device_class, workload, m.system_setting_json,
-                                    r.samples_per_sec, r.trial_id};
+    speed = store::SpeedObservation{*r.device_id,          *device_class,     workload,
+                                    m.system_setting_json, r.samples_per_sec, r.trial_id};
   }
   // The step and its speed in one transaction, which also reads whether the
   // experiment still runs.
@@ -719,9 +755,9 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   }
   if (reported.inserted && measured) {
     // Placement sees it on the next lease.
-    fleet_->Observe(*r.device_id, *device_class, workload, r.step,
-                    {trial.attempt, trial.resume_step},
-                    {r.samples_per_sec, r.system.is_object() ? r.system : json::object(), NowMs(), r.trial_id});
+    fleet_->Observe(
+        *r.device_id, *device_class, workload, r.step, {trial.attempt, trial.resume_step},
+        {r.samples_per_sec, r.system.is_object() ? r.system : json::object(), NowMs(), r.trial_id});
     // The device is busy with what is left of this lease, at the speed it
     // just measured: placement's free time for it (hold-back, migration)
     // follows the trial, rather than the lease's first guess, which is 0
@@ -754,9 +790,11 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   // there is one (suggestions, placement). Promotion-type rules judge when
   // a device asks for work instead (server/engine/lease.cc).
   const double value = search::Minimized(spec.direction, it->get<double>());
-  const bool judge = spec.early_stopping != "none" && spec.early_stopping_type == ExperimentSpec::StoppingType::kStop;
+  const bool judge = spec.early_stopping != "none" &&
+                     spec.early_stopping_type == ExperimentSpec::StoppingType::kStop;
   HPO_ASSIGN_OR_RETURN(const bool prune,
-                       c->trials->ApplyReport(trial, r.step, value, reported.inserted, judge ? c->pruner.get() : nullptr));
+                       c->trials->ApplyReport(trial, r.step, value, reported.inserted,
+                                              judge ? c->pruner.get() : nullptr));
   if (!prune) {
     // The lease ends at a rung (promotion-type early stopping): the worker
     // saves and uploads the checkpoint, then pauses the trial.
@@ -772,7 +810,8 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
     return CoTune(trial, spec, r, reported.inserted, workload);
   }
   const std::string why = "pruned by " + spec.early_stopping + " at step " + std::to_string(r.step);
-  auto finished = store_.FinishTrial(r.trial_id, r.owner, {TrialState::kPruned, r.metrics.dump(), why});
+  auto finished =
+      store_.FinishTrial(r.trial_id, r.owner, {TrialState::kPruned, r.metrics.dump(), why});
   // FailedPrecondition: it ended meanwhile (another of its reports pruned
   // it, or the experiment ended); either way the worker stops, and it was
   // not this call that ended it.
@@ -794,13 +833,14 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   return ReportReply{Decision::kPrune, std::nullopt, why};
 }
 
-Status Engine::Complete(Id trial_id, const std::string& owner, bool failed, const json& final_metrics,
-                        const std::string& reason) {
+Status Engine::Complete(Id trial_id, const std::string& owner, bool failed,
+                        const json& final_metrics, const std::string& reason) {
   return Finish(trial_id, owner, failed, final_metrics, CapText(FreeText::kFailureReason, reason));
 }
 
-Status Engine::Complete(const WorkerCaller& caller, Id trial_id, bool failed, const json& final_metrics,
-                        const std::string& reason, const std::string& log_tail) {
+Status Engine::Complete(const WorkerCaller& caller, Id trial_id, bool failed,
+                        const json& final_metrics, const std::string& reason,
+                        const std::string& log_tail) {
   HPO_RETURN_IF_ERROR(Authenticate(caller).status());
   // Each part is cut to its own limit, so a long reason cannot push the
   // output's end (usually the real error) out.
@@ -829,10 +869,12 @@ Status Engine::Finish(Id trial_id, const std::string& owner, bool failed, const 
     json last = json::parse(ms.back().metrics_json, nullptr, false);
     if (last.is_object() && last.contains(spec.metric)) metrics[spec.metric] = last[spec.metric];
   }
-  if (!failed && !(metrics[spec.metric].is_number() && std::isfinite(metrics[spec.metric].get<double>()))) {
+  if (!failed &&
+      !(metrics[spec.metric].is_number() && std::isfinite(metrics[spec.metric].get<double>()))) {
     return Status::InvalidArgument("final_metrics." + spec.metric + ": must be a finite number");
   }
-  const store::FinishRequest f{failed ? TrialState::kFailed : TrialState::kCompleted, metrics.dump(), why};
+  const store::FinishRequest f{failed ? TrialState::kFailed : TrialState::kCompleted,
+                               metrics.dump(), why};
   HPO_ASSIGN_OR_RETURN(const store::FinishResult finished, store_.FinishTrial(trial_id, owner, f));
   // The owner's same finish again (a retried call): acknowledged, and
   // nothing is announced, counted or cached twice.
@@ -871,7 +913,8 @@ Status Engine::MaybeFinish(Id experiment_id, Cached& c, bool after_change) {
       for (const auto& [id, t] : view->trials) {
         if (t.space == s && t.state == TrialState::kPaused) paused.push_back({t.index, t.level});
       }
-      if (!paused.empty() && !c.promotion->Promotable(view->histories[s], paused).empty()) return Status::OK();
+      if (!paused.empty() && !c.promotion->Promotable(view->histories[s], paused).empty())
+        return Status::OK();
     }
   }
   const std::string why = "all " + std::to_string(spec.max_trials) + " trials finished";
@@ -879,7 +922,8 @@ Status Engine::MaybeFinish(Id experiment_id, Cached& c, bool after_change) {
   if (s.ok()) {
     ExperimentsChanged();
     c.trials->Forget();  // its paused trials were pruned with it
-    Emit("experiment.finished", {{"experiment_id", experiment_id}, {"state", "completed"}, {"reason", why}});
+    Emit("experiment.finished",
+         {{"experiment_id", experiment_id}, {"state", "completed"}, {"reason", why}});
   }
   return s.IsFailedPrecondition() ? Status::OK() : s;  // another thread or server got there first
 }
@@ -909,7 +953,8 @@ Result<std::optional<BestTrialResult>> Engine::BestTrial(Id experiment_id) {
       if (v && (!best || *v < best_value)) {
         best_value = *v;
         std::string metrics = t.final_metrics_json;
-        best = BestTrialResult{std::move(t), false, spec.steps_per_trial, std::move(metrics), std::nullopt};
+        best = BestTrialResult{std::move(t), false, spec.steps_per_trial, std::move(metrics),
+                               std::nullopt};
       }
     }
     if (static_cast<int64_t>(page.size()) < f.limit) break;
@@ -933,7 +978,8 @@ Result<std::optional<BestTrialResult>> Engine::BestTrial(Id experiment_id) {
   std::optional<int64_t> checkpoint_step;
   if (options_.artifacts) {
     auto info = options_.artifacts->Stat(t.id);
-    if (info.ok() && *info) checkpoint_step = (*info)->step;  // an unreadable one is as good as none here
+    if (info.ok() && *info)
+      checkpoint_step = (*info)->step;  // an unreadable one is as good as none here
   }
   return std::optional<BestTrialResult>(
       BestTrialResult{std::move(t), true, at->step, at->metrics_json, checkpoint_step});
@@ -946,12 +992,14 @@ std::vector<std::string> Engine::SpecWarnings(const ExperimentSpec& spec) {
     auto rule = MakePromotionRule(spec);
     if (!rule.ok()) return out;  // ValidateExperiment refuses it
     const double eta = spec.early_stopping_options.value(
-        "reduction_factor", spec.early_stopping == "hyperband" ? search::HyperbandOptions{}.reduction_factor
-                                                               : search::AshaOptions{}.reduction_factor);
+        "reduction_factor", spec.early_stopping == "hyperband"
+                                ? search::HyperbandOptions{}.reduction_factor
+                                : search::AshaOptions{}.reduction_factor);
     // Each space promotes among its own trials; they share max_trials.
     const auto spaces = static_cast<int64_t>(std::max<size_t>(spec.spaces.size(), 1));
     const int64_t per_space = spec.max_trials / spaces;
-    const int64_t need = search::TrialsToReachLastRung(*rule, eta, std::max<int64_t>(per_space, 100'000));
+    const int64_t need =
+        search::TrialsToReachLastRung(*rule, eta, std::max<int64_t>(per_space, 100'000));
     if (need > per_space) {
       const auto rungs = rule->Rungs(0);
       char eta_text[32];
@@ -959,11 +1007,15 @@ std::vector<std::string> Engine::SpecWarnings(const ExperimentSpec& spec) {
       std::string list;
       for (const int64_t r : rungs) list += (list.empty() ? "" : ", ") + std::to_string(r);
       std::string w = "budget.max_trials: " + std::to_string(spec.max_trials) + " trials";
-      if (spaces > 1) w += " (about " + std::to_string(per_space) + " per space, over " + std::to_string(spaces) + ")";
-      w += " cannot bring any trial to the last rung (step " + std::to_string(rungs.back()) + " of rungs " + list +
-           "): with " + spec.early_stopping + "'s top-fraction promotion a rung keeps floor(n / " + eta_text +
+      if (spaces > 1)
+        w += " (about " + std::to_string(per_space) + " per space, over " + std::to_string(spaces) +
+             ")";
+      w += " cannot bring any trial to the last rung (step " + std::to_string(rungs.back()) +
+           " of rungs " + list + "): with " + spec.early_stopping +
+           "'s top-fraction promotion a rung keeps floor(n / " + eta_text +
            ") of the n trials that reach it, so about " + std::to_string(need) +
-           " trials per space are needed; no trial would complete, and the best would be a partial one "
+           " trials per space are needed; no trial would complete, and the best would be a partial "
+           "one "
            "(paused at a rung). Raise max_trials, lower reduction_factor or raise min_resource";
       out.push_back(std::move(w));
     }
@@ -974,10 +1026,12 @@ std::vector<std::string> Engine::SpecWarnings(const ExperimentSpec& spec) {
 Status Engine::ReclaimExpiredLeases() { return Reclaim({}); }
 
 Status Engine::Reclaim(const std::vector<Id>& ended, std::string_view why) {
-  HPO_ASSIGN_OR_RETURN(const std::vector<Id> reclaimed, store_.ReclaimExpiredLeases(options_.max_attempts));
+  HPO_ASSIGN_OR_RETURN(const std::vector<Id> reclaimed,
+                       store_.ReclaimExpiredLeases(options_.max_attempts));
   for (const Id id : reclaimed) {
     HPO_ASSIGN_OR_RETURN(const store::TrialRecord t, store_.GetTrial(id));
-    ForgetHistory(t.experiment_id);  // its curve is gone (or it failed): read again on the next report
+    ForgetHistory(
+        t.experiment_id);  // its curve is gone (or it failed): read again on the next report
     if (t.state == TrialState::kFailed) {
       DeleteCheckpoint(id);
       Emit("trial.finished", {{"experiment_id", t.experiment_id},
@@ -1031,7 +1085,8 @@ Status Engine::Tick() {
       Status s = store_.FinishExperiment(e.id, store::ExperimentState::kCompleted, why);
       if (s.ok()) {
         ExperimentsChanged();
-        Emit("experiment.finished", {{"experiment_id", e.id}, {"state", "completed"}, {"reason", why}});
+        Emit("experiment.finished",
+             {{"experiment_id", e.id}, {"state", "completed"}, {"reason", why}});
       }
       if (!s.ok() && !s.IsFailedPrecondition()) return s;
       continue;

@@ -16,13 +16,12 @@
 // Thread-safe: any number of transport threads may call it at once.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -34,14 +33,14 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "scheduler/cotuner.h"
+#include "scheduler/policy.h"
+#include "scheduler/speed_model.h"
 #include "search/history.h"
 #include "search/promotion.h"
 #include "search/pruner.h"
 #include "search/random.h"
 #include "search/sampler.h"
-#include "scheduler/cotuner.h"
-#include "scheduler/policy.h"
-#include "scheduler/speed_model.h"
 #include "server/engine/fleet_view.h"
 #include "server/engine/trial_view.h"
 #include "server/engine/work_signal.h"
@@ -56,7 +55,8 @@ namespace hpo::server {
 // one the call fails with InvalidArgument naming the limit.
 inline constexpr size_t kMaxMetricsPerReport = 256;  // metrics in one report or in final metrics
 inline constexpr size_t kMaxSystemKeys = 64;         // keys of a reported system setting
-inline constexpr size_t kMaxNameLength = 256;        // a metric name, system key, label, host or device name
+inline constexpr size_t kMaxNameLength =
+    256;  // a metric name, system key, label, host or device name
 inline constexpr size_t kMaxValueLength = 1024;      // a label or system value (as JSON text)
 inline constexpr size_t kMaxDevicesPerWorker = 256;  // devices in one registration
 inline constexpr size_t kMaxLabels = 64;             // labels of one worker
@@ -96,9 +96,9 @@ size_t MaxLength(FreeText field);
 std::string CapText(FreeText field, std::string_view text);
 
 struct EngineOptions {
-  int64_t worker_lease_ms = 60'000;         // a worker renews by reporting or heartbeating
+  int64_t worker_lease_ms = 60'000;  // a worker renews by reporting or heartbeating
   int64_t client_lease_ms = int64_t{24} * 3'600'000;  // ask/tell clients are slower
-  int max_attempts = 3;                      // leases per trial before it fails
+  int max_attempts = 3;                               // leases per trial before it fails
   // Called after each change this engine makes ("experiment.created",
   // "experiment.finished", "trial.created", "trial.reported",
   // "trial.finished"), from the calling thread. Changes made by other
@@ -161,7 +161,7 @@ struct TrialReport {
   int64_t step = 0;
   nlohmann::json metrics = nlohmann::json::object();  // must hold the objective metric
   double samples_per_sec = 0;
-  nlohmann::json system = nlohmann::json::object();   // the system setting this step used
+  nlohmann::json system = nlohmann::json::object();  // the system setting this step used
   // The device it ran on; with samples_per_sec > 0 the step is also a speed
   // observation for (device class, workload, system setting).
   std::optional<store::Id> device_id;
@@ -239,7 +239,11 @@ class CheckpointUpload {
   friend class Engine;
   CheckpointUpload(Engine& engine, store::Id trial_id, int64_t step, std::string owner,
                    std::unique_ptr<store::CheckpointWriter> writer)
-      : engine_(engine), trial_id_(trial_id), step_(step), owner_(std::move(owner)), writer_(std::move(writer)) {}
+      : engine_(engine),
+        trial_id_(trial_id),
+        step_(step),
+        owner_(std::move(owner)),
+        writer_(std::move(writer)) {}
   Engine& engine_;
   const store::Id trial_id_;
   const int64_t step_;
@@ -325,20 +329,22 @@ class Engine {
                                                                       int64_t first_number,
                                                                       int64_t last_number);
   Result<store::TrialRecord> GetTrial(store::Id id);
-  Result<std::vector<store::TrialRecord>> ListTrials(store::Id experiment_id, const store::TrialFilter& filter);
+  Result<std::vector<store::TrialRecord>> ListTrials(store::Id experiment_id,
+                                                     const store::TrialFilter& filter);
   // The leased and running trials of every running experiment, in one read.
   Result<std::vector<store::TrialRecord>> ListLeasedTrials(int64_t limit);
   Result<std::vector<store::MeasurementRecord>> ListMeasurements(store::Id trial_id);
   // A trial's kept events (KeepTrialEvent), oldest first, the newest `limit`.
   Result<std::vector<store::TrialEventRecord>> ListTrialEvents(store::Id trial_id, int64_t limit);
   Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurements(store::Id experiment_id);
-  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurementsSince(store::Id experiment_id,
-                                                                                int64_t since);
+  Result<std::vector<store::MeasurementRecord>> ListExperimentMeasurementsSince(
+      store::Id experiment_id, int64_t since);
   // Where a read that starts now stands among the store's changes (store::ReadCursor).
   Result<store::ReadCursor> ReadHorizon();
   Result<std::vector<store::WorkerRecord>> ListWorkers();
   // Speed observations of one workload (all when empty), at most `limit`.
-  Result<std::vector<store::SpeedObservationRecord>> ListSpeedObservations(std::string_view workload, int64_t limit);
+  Result<std::vector<store::SpeedObservationRecord>> ListSpeedObservations(
+      std::string_view workload, int64_t limit);
   // The newest measured speed per device and workload: the fleet view's
   // (FleetView::Measured), this engine's reports at once, other replicas'
   // within fleet_cache.
@@ -379,7 +385,8 @@ class Engine {
   // Returns the ids it could not renew - the trial went on without this
   // worker (pruned, cancelled, lease lost to expiry) or is unknown - which
   // the worker should stop.
-  Result<std::vector<store::Id>> Heartbeat(const WorkerCaller& caller, const std::vector<store::Id>& trial_ids);
+  Result<std::vector<store::Id>> Heartbeat(const WorkerCaller& caller,
+                                           const std::vector<store::Id>& trial_ids);
   // The worker stops and says so: it is gone now (store::Store::
   // MarkWorkerGone; "worker.gone" with `left` true, once, and
   // hpo_workers_gone_total), its devices leave the fleet view, and the
@@ -398,8 +405,9 @@ class Engine {
   // `held`, when given, is every trial the worker holds (it makes one lease
   // call at a time): first the leases it does not hold - answers that never
   // reached it - end as if expired, so their trials run again at once.
-  Result<std::optional<Lease>> LeaseForWorker(const WorkerCaller& caller, store::Id device_id,
-                                              const std::optional<std::vector<store::Id>>& held = std::nullopt);
+  Result<std::optional<Lease>> LeaseForWorker(
+      const WorkerCaller& caller, store::Id device_id,
+      const std::optional<std::vector<store::Id>>& held = std::nullopt);
   // What a lease that found nothing waits on before it asks again (a long
   // poll): the count of this engine's changes that may give an idle device
   // work (an experiment or trial created; a trial paused, finished,
@@ -435,8 +443,9 @@ class Engine {
   // A worker's completion, as its lease owner. A failed trial's reason is
   // followed by the end of its program's output (log_tail, cut to
   // kMaxLogTailLength); on success the tail says nothing the metrics do not.
-  Status Complete(const WorkerCaller& caller, store::Id trial_id, bool failed, const nlohmann::json& final_metrics,
-                  const std::string& reason, const std::string& log_tail);
+  Status Complete(const WorkerCaller& caller, store::Id trial_id, bool failed,
+                  const nlohmann::json& final_metrics, const std::string& reason,
+                  const std::string& log_tail);
 
   // Checkpoints (promotion-type early stopping; server/engine/engine_checkpoints.cc).
   // Each is a worker's call about a trial whose lease it holds (leased or
@@ -448,12 +457,14 @@ class Engine {
   // `total_bytes` (ResourceExhausted over the artifact store's limit,
   // naming it). FailedPrecondition also when this server keeps no
   // checkpoints.
-  Result<std::unique_ptr<CheckpointUpload>> BeginCheckpointUpload(const WorkerCaller& caller, store::Id trial_id,
-                                                                  int64_t step, int64_t total_bytes);
+  Result<std::unique_ptr<CheckpointUpload>> BeginCheckpointUpload(const WorkerCaller& caller,
+                                                                  store::Id trial_id, int64_t step,
+                                                                  int64_t total_bytes);
   // The checkpoint a resumed trial restores (its resume_step's). NotFound:
   // it has none, or only one of another step; the worker then restarts it
   // (RestartTrial). FailedPrecondition: the trial did not resume.
-  Result<std::unique_ptr<store::CheckpointReader>> OpenCheckpoint(const WorkerCaller& caller, store::Id trial_id);
+  Result<std::unique_ptr<store::CheckpointReader>> OpenCheckpoint(const WorkerCaller& caller,
+                                                                  store::Id trial_id);
   // Pauses the trial after `step`, the last step it reported ("trial.paused"
   // with experiment_id, trial_id, step, level and checkpoint). With
   // `checkpoint_uploaded`, the trial's checkpoint must be of that step;
@@ -467,7 +478,8 @@ class Engine {
   // the caller does not hold the trial's lease, and no pause of its took
   // effect; or the lease resumed the trial after `step` and has reported
   // nothing since (a late Pause of the segment before).
-  Status PauseTrial(const WorkerCaller& caller, store::Id trial_id, int64_t step, bool checkpoint_uploaded);
+  Status PauseTrial(const WorkerCaller& caller, store::Id trial_id, int64_t step,
+                    bool checkpoint_uploaded);
   // The worker could not restore the resumed trial's checkpoint: it trains
   // from scratch under the same lease (store::Store::RestartTrial), the
   // checkpoint is deleted and "trial.restarted" says why (`reason`, cut
@@ -555,8 +567,8 @@ class Engine {
   };
   struct Cached {
     std::shared_ptr<const ExperimentSpec> spec;
-    std::map<std::string, store::Id> space_ids;  // by space name
-    std::unique_ptr<search::Pruner> pruner;      // stopping-type early stopping
+    std::map<std::string, store::Id> space_ids;      // by space name
+    std::unique_ptr<search::Pruner> pruner;          // stopping-type early stopping
     std::optional<search::PromotionRule> promotion;  // promotion-type
     Mutex replenish_mu;  // one batch of suggestions at a time per experiment
     // What early stopping judges against, the samplers suggest from and
@@ -623,7 +635,8 @@ class Engine {
   // What samplers and the space ranking draw from: deterministic for
   // (seed, experiment, trials so far), so a restarted server suggests what
   // the old one would have.
-  static search::Rng ExperimentRng(const ExperimentSpec& spec, store::Id experiment_id, size_t trials_so_far);
+  static search::Rng ExperimentRng(const ExperimentSpec& spec, store::Id experiment_id,
+                                   size_t trials_so_far);
   // The spec's cost section against the fleet: every priced class or label
   // names a registered device or worker, and a deadline is in the future.
   Status CheckCost(const ExperimentSpec& spec);
@@ -639,13 +652,15 @@ class Engine {
   // The batch of new trials that devices asked for at once (Cached::
   // new_trials): one CreateSuggestions for all, each request's trial back in
   // it (none where the budget or max_parallel ran out).
-  std::vector<Status> MakeNewTrials(store::Id experiment_id, Cached& c, const std::vector<NewTrialRequest*>& batch);
+  std::vector<Status> MakeNewTrials(store::Id experiment_id, Cached& c,
+                                    const std::vector<NewTrialRequest*>& batch);
   // "trial.created" for each, with what a view of the trials needs to add
   // it without a read (number, space, params, state, level); called
   // without replenish_mu held. `placed`, when an object, joins each event:
   // a trial made for the device that asked says which device and the
   // policy's reason.
-  void EmitCreated(store::Id experiment_id, const Cached& c, const std::vector<store::TrialRecord>& created,
+  void EmitCreated(store::Id experiment_id, const Cached& c,
+                   const std::vector<store::TrialRecord>& created,
                    const nlohmann::json& placed = nullptr) const;
   // Ends the experiment when every trial of its budget has finished and, for
   // promotion-type early stopping, no paused trial may be promoted any more
@@ -661,8 +676,8 @@ class Engine {
   // the worker, or a worker that left).
   Status Reclaim(const std::vector<store::Id>& ended, std::string_view why = "lease answer lost");
   // Complete's body, with the reason already cut.
-  Status Finish(store::Id trial_id, const std::string& owner, bool failed, const nlohmann::json& final_metrics,
-                const std::string& why);
+  Status Finish(store::Id trial_id, const std::string& owner, bool failed,
+                const nlohmann::json& final_metrics, const std::string& why);
   // What a worker's session is checked against, and its devices: read once
   // per worker, again when a session does not match (a re-registration).
   struct WorkerAuth {
@@ -681,7 +696,8 @@ class Engine {
   // (pruned) is forgotten by Authenticate's cache too.
   Status TouchWorker(store::Id worker_id);
   // NotFound unless `device_id` is one of the worker's.
-  static Status CheckDevice(const WorkerCaller& caller, const WorkerAuth& auth, store::Id device_id);
+  static Status CheckDevice(const WorkerCaller& caller, const WorkerAuth& auth,
+                            store::Id device_id);
   // A lease for the worker (authenticated) on one of its devices.
   Result<std::optional<Lease>> GrantLease(store::Id worker_id, store::Id device_id);
   int64_t NowMs() const;
@@ -689,9 +705,11 @@ class Engine {
   std::chrono::steady_clock::time_point SteadyNow() const;
   friend class CheckpointUpload;
   // FailedPrecondition unless `trial` is leased or running under `owner`.
-  static Status CheckHolds(const store::TrialRecord& trial, const std::string& owner, std::string_view action);
+  static Status CheckHolds(const store::TrialRecord& trial, const std::string& owner,
+                           std::string_view action);
   // PauseTrial once the caller is known to hold `trial`'s lease.
-  Status PauseHeld(const store::TrialRecord& trial, const std::string& owner, int64_t step, bool checkpoint_uploaded);
+  Status PauseHeld(const store::TrialRecord& trial, const std::string& owner, int64_t step,
+                   bool checkpoint_uploaded);
   // Best effort: deletes the trial's checkpoint now that it ended (the sweep
   // retries what fails).
   void DeleteCheckpoint(store::Id trial_id);
@@ -767,7 +785,8 @@ class Engine {
   static constexpr size_t kMaxUploadPauses = 100'000;
   void RememberUploadPause(store::Id trial_id, const std::string& owner, int64_t step)
       HPO_EXCLUDES(upload_pauses_mu_);
-  bool PausedByUpload(store::Id trial_id, const std::string& owner, int64_t step) HPO_EXCLUDES(upload_pauses_mu_);
+  bool PausedByUpload(store::Id trial_id, const std::string& owner, int64_t step)
+      HPO_EXCLUDES(upload_pauses_mu_);
   Mutex upload_pauses_mu_;
   std::unordered_map<store::Id, UploadPause> upload_pauses_ HPO_GUARDED_BY(upload_pauses_mu_);
   std::chrono::steady_clock::time_point running_experiments_read_ HPO_GUARDED_BY(experiments_mu_);
@@ -820,8 +839,8 @@ class Engine {
                                                       const LeasePlan& plan, store::Id worker_id,
                                                       store::Id device_id);
   // The policy's options for this experiment's spec, budget and fleet.
-  scheduler::PolicyOptions PolicyFor(Cached& c, const FleetSnapshot& fleet, const store::ExperimentRecord& e,
-                                     int64_t now_ms);
+  scheduler::PolicyOptions PolicyFor(Cached& c, const FleetSnapshot& fleet,
+                                     const store::ExperimentRecord& e, int64_t now_ms);
   // Migration after a report the trial survived (stop-type early stopping,
   // placement.migrate): a pause, when the trial was preempted, or when it
   // passed a rung and a faster device would finish it sooner
@@ -841,8 +860,8 @@ class Engine {
   // `inserted`: the report was new (not a retry), so its events are due.
   // `workload`: the trial's (Workload), whose speeds measured on the
   // device's class spare it probes (scheduler::KnownSpeeds).
-  Result<ReportReply> CoTune(const store::TrialRecord& trial, const ExperimentSpec& spec, const TrialReport& r,
-                             bool inserted, const std::string& workload);
+  Result<ReportReply> CoTune(const store::TrialRecord& trial, const ExperimentSpec& spec,
+                             const TrialReport& r, bool inserted, const std::string& workload);
   // The system parameters co-tuned within this trial's epochs on this
   // device: the spec's throughput-only ones, probed only where the spec and
   // the worker's declaration allow it (scheduler::RestrictToDeclared), with

@@ -19,16 +19,19 @@ namespace {
 std::string TrialName(Id id) { return "trial " + std::to_string(id); }
 
 Status NoArtifactStore() {
-  return Status::FailedPrecondition("this server keeps no checkpoints (it was started without an artifact store)");
+  return Status::FailedPrecondition(
+      "this server keeps no checkpoints (it was started without an artifact store)");
 }
 
 }  // namespace
 
-Status Engine::CheckHolds(const store::TrialRecord& trial, const std::string& owner, std::string_view action) {
+Status Engine::CheckHolds(const store::TrialRecord& trial, const std::string& owner,
+                          std::string_view action) {
   const bool active = trial.state == TrialState::kLeased || trial.state == TrialState::kRunning;
   if (active && trial.lease_owner == owner) return Status::OK();
-  std::string msg = "cannot " + std::string(action) + " " + TrialName(trial.id) + ": it is not leased to '" + owner +
-                    "' (it is " + std::string(store::ToString(trial.state));
+  std::string msg = "cannot " + std::string(action) + " " + TrialName(trial.id) +
+                    ": it is not leased to '" + owner + "' (it is " +
+                    std::string(store::ToString(trial.state));
   if (active) msg += ", leased to '" + trial.lease_owner + "'";
   return Status::FailedPrecondition(msg + ")");
 }
@@ -75,8 +78,9 @@ Status CheckpointUpload::Commit(std::string_view sha256) {
   return Status::OK();
 }
 
-Result<std::unique_ptr<CheckpointUpload>> Engine::BeginCheckpointUpload(const WorkerCaller& caller, Id trial_id,
-                                                                        int64_t step, int64_t total_bytes) {
+Result<std::unique_ptr<CheckpointUpload>> Engine::BeginCheckpointUpload(const WorkerCaller& caller,
+                                                                        Id trial_id, int64_t step,
+                                                                        int64_t total_bytes) {
   HPO_RETURN_IF_ERROR(Authenticate(caller).status());
   if (!options_.artifacts) return NoArtifactStore();
   const std::string owner = WorkerOwner(caller.worker_id);
@@ -90,31 +94,38 @@ Result<std::unique_ptr<CheckpointUpload>> Engine::BeginCheckpointUpload(const Wo
                                    std::to_string(step) + " is older than that");
   }
   HPO_ASSIGN_OR_RETURN(auto writer, options_.artifacts->Begin(trial_id, step, total_bytes));
-  return std::unique_ptr<CheckpointUpload>(new CheckpointUpload(*this, trial_id, step, owner, std::move(writer)));
+  return std::unique_ptr<CheckpointUpload>(
+      new CheckpointUpload(*this, trial_id, step, owner, std::move(writer)));
 }
 
-Result<std::unique_ptr<store::CheckpointReader>> Engine::OpenCheckpoint(const WorkerCaller& caller, Id trial_id) {
+Result<std::unique_ptr<store::CheckpointReader>> Engine::OpenCheckpoint(const WorkerCaller& caller,
+                                                                        Id trial_id) {
   HPO_RETURN_IF_ERROR(Authenticate(caller).status());
   if (!options_.artifacts) return NoArtifactStore();
   HPO_ASSIGN_OR_RETURN(const store::TrialRecord trial, store_.GetTrial(trial_id));
-  HPO_RETURN_IF_ERROR(CheckHolds(trial, WorkerOwner(caller.worker_id), "download the checkpoint of"));
+  HPO_RETURN_IF_ERROR(
+      CheckHolds(trial, WorkerOwner(caller.worker_id), "download the checkpoint of"));
   if (trial.resume_step == 0) {
-    return Status::FailedPrecondition(TrialName(trial_id) +
-                                      " starts from scratch (resume_step 0): it has no checkpoint to restore");
+    return Status::FailedPrecondition(
+        TrialName(trial_id) +
+        " starts from scratch (resume_step 0): it has no checkpoint to restore");
   }
   HPO_ASSIGN_OR_RETURN(auto reader, options_.artifacts->Open(trial_id));
   if (reader->info().step != trial.resume_step) {
-    return Status::NotFound(TrialName(trial_id) + " resumes after step " + std::to_string(trial.resume_step) +
-                            ", but its checkpoint is of step " + std::to_string(reader->info().step));
+    return Status::NotFound(TrialName(trial_id) + " resumes after step " +
+                            std::to_string(trial.resume_step) + ", but its checkpoint is of step " +
+                            std::to_string(reader->info().step));
   }
   return reader;
 }
 
-Status Engine::PauseTrial(const WorkerCaller& caller, Id trial_id, int64_t step, bool checkpoint_uploaded) {
+Status Engine::PauseTrial(const WorkerCaller& caller, Id trial_id, int64_t step,
+                          bool checkpoint_uploaded) {
   HPO_RETURN_IF_ERROR(Authenticate(caller).status());
   const std::string owner = WorkerOwner(caller.worker_id);
   HPO_ASSIGN_OR_RETURN(store::TrialRecord trial, store_.GetTrial(trial_id));
-  if (trial.state == TrialState::kPaused && trial.lease_owner == owner && trial.resume_step == step) {
+  if (trial.state == TrialState::kPaused && trial.lease_owner == owner &&
+      trial.resume_step == step) {
     // A retried call: acknowledged, announced once. Refused only when the
     // trial was promoted in between, which the check below answers.
     Status s = store_.PauseTrial(trial_id, owner, step);
@@ -131,8 +142,9 @@ Status Engine::PauseTrial(const WorkerCaller& caller, Id trial_id, int64_t step,
   if (trial.state == TrialState::kLeased && step > 0 && step == trial.resume_step) {
     // A lease that resumed the trial after `step` and ran nothing yet: the
     // late Pause of the segment before it must not end this one.
-    return Status::FailedPrecondition("cannot pause " + TrialName(trial_id) + " after step " + std::to_string(step) +
-                                      ": it resumed after that step and has reported no step since");
+    return Status::FailedPrecondition(
+        "cannot pause " + TrialName(trial_id) + " after step " + std::to_string(step) +
+        ": it resumed after that step and has reported no step since");
   }
   return PauseHeld(trial, owner, step, checkpoint_uploaded);
 }
@@ -157,8 +169,9 @@ Status Engine::PauseHeld(const store::TrialRecord& trial, const std::string& own
   HPO_ASSIGN_OR_RETURN(const auto measurements, store_.ListMeasurements(trial_id));
   const int64_t last = measurements.empty() ? trial.resume_step : measurements.back().step;
   if (step != last) {
-    return Status::InvalidArgument("step: " + std::to_string(step) + ", but " + TrialName(trial_id) +
-                                   "'s last reported step is " + std::to_string(last) +
+    return Status::InvalidArgument("step: " + std::to_string(step) + ", but " +
+                                   TrialName(trial_id) + "'s last reported step is " +
+                                   std::to_string(last) +
                                    " (a trial pauses after the report of its last step)");
   }
   bool with_checkpoint = false;
@@ -208,7 +221,8 @@ Result<bool> Engine::CheckpointUsable(const store::TrialRecord& paused, std::str
     return false;
   };
   if (!options_.artifacts) return say("this server keeps no checkpoints");
-  if (paused.resume_step == 0) return say(TrialName(paused.id) + " paused without a step to resume after");
+  if (paused.resume_step == 0)
+    return say(TrialName(paused.id) + " paused without a step to resume after");
   auto info = options_.artifacts->Stat(paused.id);
   if (!info.ok()) {
     // A damaged one is as good as none; a store that cannot be reached now
@@ -216,7 +230,8 @@ Result<bool> Engine::CheckpointUsable(const store::TrialRecord& paused, std::str
     if (info.status().code() == StatusCode::kDataLoss) return say(info.status().message());
     return info.status();
   }
-  if (!*info) return say(TrialName(paused.id) + " has no checkpoint (none was uploaded when it paused)");
+  if (!*info)
+    return say(TrialName(paused.id) + " has no checkpoint (none was uploaded when it paused)");
   if ((*info)->step != paused.resume_step) {
     return say(TrialName(paused.id) + " paused after step " + std::to_string(paused.resume_step) +
                ", but its checkpoint is of step " + std::to_string((*info)->step));
@@ -252,7 +267,8 @@ Status Engine::SweepCheckpoints() {
         // or failed one was stopped for good. An unreadable spec (DATA_LOSS)
         // keeps nothing; a store that cannot be reached now deletes nothing.
         std::optional<Id> keep;
-        HPO_ASSIGN_OR_RETURN(const store::ExperimentRecord e, store_.GetExperiment(trial->experiment_id));
+        HPO_ASSIGN_OR_RETURN(const store::ExperimentRecord e,
+                             store_.GetExperiment(trial->experiment_id));
         if (e.state == store::ExperimentState::kCompleted) {
           auto best = BestTrial(e.id);
           if (!best.ok() && best.status().code() == StatusCode::kUnavailable) return best.status();

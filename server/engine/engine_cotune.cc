@@ -35,8 +35,9 @@ Result<std::vector<scheduler::SystemDimension>> Engine::CoTunedDimensions(
   return dims;
 }
 
-Result<ReportReply> Engine::CoTune(const store::TrialRecord& trial, const ExperimentSpec& spec, const TrialReport& r,
-                                   bool inserted, const std::string& workload) {
+Result<ReportReply> Engine::CoTune(const store::TrialRecord& trial, const ExperimentSpec& spec,
+                                   const TrialReport& r, bool inserted,
+                                   const std::string& workload) {
   ReportReply reply;
   const Id experiment_id = trial.experiment_id;
   std::vector<std::string> unknown;
@@ -44,12 +45,14 @@ Result<ReportReply> Engine::CoTune(const store::TrialRecord& trial, const Experi
                        CoTunedDimensions(spec, r.system_changes, r.device_id, &unknown));
   if (!unknown.empty() && inserted) {
     HPO_ASSIGN_OR_RETURN(auto ms, store_.ListMeasurements(r.trial_id));
-    const auto this_lease = std::count_if(ms.begin(), ms.end(), [&](const auto& m) { return m.step > trial.resume_step; });
+    const auto this_lease = std::count_if(
+        ms.begin(), ms.end(), [&](const auto& m) { return m.step > trial.resume_step; });
     if (this_lease <= 1) {
       // Once per lease, at its first report: the next lease may be on a
       // worker whose program knows them.
       std::string declared;
-      for (const auto& [name, change] : r.system_changes) declared += (declared.empty() ? "" : ", ") + name;
+      for (const auto& [name, change] : r.system_changes)
+        declared += (declared.empty() ? "" : ", ") + name;
       for (const auto& name : unknown) {
         Emit("trial.system_unknown",
              {{"experiment_id", experiment_id},
@@ -77,18 +80,21 @@ Result<ReportReply> Engine::CoTune(const store::TrialRecord& trial, const Experi
   // searched values: the neighbours known slower are not probed again.
   scheduler::KnownSpeeds known;
   if (r.device_id && !history.empty()) {
-    HPO_ASSIGN_OR_RETURN(known, fleet_->PredictAllTunables(*r.device_id, workload, TunableNames(spec), r.system,
-                                                           kMinObservationsToReuseSetting));
+    HPO_ASSIGN_OR_RETURN(
+        known, fleet_->PredictAllTunables(*r.device_id, workload, TunableNames(spec), r.system,
+                                          kMinObservationsToReuseSetting));
   }
   if (const auto ignored = scheduler::FirstIgnoredChange(dims, history, {}, 64, known)) {
     // Asking again would only get the same answer: the trial runs on as it
     // is. Said once, at the epoch that showed it.
     if (ignored->epoch + 1 == history.size()) {
-      std::string why = "system." + ignored->parameter + ": step " + std::to_string(r.step) + " ran " +
-                        (ignored->ran.is_null() ? "no value of it" : ignored->ran.dump()) + ", not " +
-                        ignored->asked.dump() + " as asked; co-tuning stops for this trial (does the program apply "
-                        "HPO_SYSTEM_FILE, or can this parameter change only at a restart? then say `mutable: "
-                        "false`)";
+      std::string why =
+          "system." + ignored->parameter + ": step " + std::to_string(r.step) + " ran " +
+          (ignored->ran.is_null() ? "no value of it" : ignored->ran.dump()) + ", not " +
+          ignored->asked.dump() +
+          " as asked; co-tuning stops for this trial (does the program apply "
+          "HPO_SYSTEM_FILE, or can this parameter change only at a restart? then say `mutable: "
+          "false`)";
       Emit("trial.cotuning_stopped", {{"experiment_id", experiment_id},
                                       {"trial_id", r.trial_id},
                                       {"number", trial.number},
@@ -137,13 +143,16 @@ Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id,
   // co-tuner probes only there (CoTunedDimensions), which this event says.
   for (const auto& p : spec.system) {
     if (p.domain.name != "threads" || !max_threads) continue;
-    scheduler::SystemDimension d{p.domain.name, scheduler::CandidateValues(p.domain), p.may_change_mid_trial};
-    const json highest = d.values.empty() ? json() : *std::max_element(d.values.begin(), d.values.end());
+    scheduler::SystemDimension d{p.domain.name, scheduler::CandidateValues(p.domain),
+                                 p.may_change_mid_trial};
+    const json highest =
+        d.values.empty() ? json() : *std::max_element(d.values.begin(), d.values.end());
     const json asked_for = start.value(p.domain.name, json());
     if (!scheduler::CapToDevice(d, *max_threads, &start)) continue;
-    std::string why = "system.threads: the spec allows up to " + highest.dump() + ", device " + std::to_string(device_id) + " (" + device_class + ") has " +
-                      std::to_string(*max_threads) + " usable core(s); this trial is asked for at most " +
-                      std::to_string(*max_threads);
+    std::string why =
+        "system.threads: the spec allows up to " + highest.dump() + ", device " +
+        std::to_string(device_id) + " (" + device_class + ") has " + std::to_string(*max_threads) +
+        " usable core(s); this trial is asked for at most " + std::to_string(*max_threads);
     if (asked_for != start.value(p.domain.name, json())) {
       why += " and starts at " + start[p.domain.name].dump() + " instead of " + asked_for.dump();
     }

@@ -36,7 +36,8 @@ std::string ClassOf(const store::DeviceInfo& d) {
   // train different batch sizes at different speeds: both are the class.
   if (d.kind == store::DeviceKind::kCuda) {
     if (d.memory_bytes <= 0) return "cuda:" + d.name;
-    return "cuda:" + d.name + ":" + std::to_string((d.memory_bytes + (int64_t{1} << 29)) >> 30) + "GiB";
+    return "cuda:" + d.name + ":" + std::to_string((d.memory_bytes + (int64_t{1} << 29)) >> 30) +
+           "GiB";
   }
   return "cpu:" + d.name + ":x" + OneDecimal(d.cores);
 }
@@ -44,10 +45,12 @@ std::string ClassOf(const store::DeviceInfo& d) {
 Status ValidateDevice(const store::DeviceInfo& d, const std::string& path) {
   if (d.name.empty()) return Status::InvalidArgument(path + ".name: must not be empty");
   if (d.name.size() > kMaxNameLength) {
-    return Status::InvalidArgument(path + ".name: longer than " + std::to_string(kMaxNameLength) + " bytes");
+    return Status::InvalidArgument(path + ".name: longer than " + std::to_string(kMaxNameLength) +
+                                   " bytes");
   }
   if (d.ordinal < 0) return Status::InvalidArgument(path + ".ordinal: must be >= 0");
-  if (!FiniteNonNegative(d.cores)) return Status::InvalidArgument(path + ".cores: must be a finite number >= 0");
+  if (!FiniteNonNegative(d.cores))
+    return Status::InvalidArgument(path + ".cores: must be a finite number >= 0");
   if (d.memory_bytes < 0) return Status::InvalidArgument(path + ".memory_bytes: must be >= 0");
   if (!FiniteNonNegative(d.benchmark_gflops)) {
     return Status::InvalidArgument(path + ".benchmark_gflops: must be a finite number >= 0");
@@ -83,7 +86,8 @@ Result<std::string> NewSecret() {
 std::string SessionHash(std::string_view session) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int size = 0;
-  if (EVP_Digest(session.data(), session.size(), digest, &size, EVP_sha256(), nullptr) != 1) return "";
+  if (EVP_Digest(session.data(), session.size(), digest, &size, EVP_sha256(), nullptr) != 1)
+    return "";
   return Hex(digest, size);
 }
 }  // namespace
@@ -93,20 +97,24 @@ std::string Engine::WorkerOwner(Id worker_id) { return "worker/" + std::to_strin
 Result<RegisteredWorker> Engine::RegisterWorker(const WorkerRegistration& w) {
   if (w.host.empty()) return Status::InvalidArgument("host: must not be empty");
   if (w.host.size() > kMaxNameLength) {
-    return Status::InvalidArgument("host: longer than " + std::to_string(kMaxNameLength) + " bytes");
+    return Status::InvalidArgument("host: longer than " + std::to_string(kMaxNameLength) +
+                                   " bytes");
   }
   if (w.devices.empty()) return Status::InvalidArgument("devices: must list at least one device");
   if (w.devices.size() > kMaxDevicesPerWorker) {
-    return Status::InvalidArgument("devices: more than the limit of " + std::to_string(kMaxDevicesPerWorker));
+    return Status::InvalidArgument("devices: more than the limit of " +
+                                   std::to_string(kMaxDevicesPerWorker));
   }
   if (w.labels.size() > kMaxLabels) {
     return Status::InvalidArgument("labels: more than the limit of " + std::to_string(kMaxLabels));
   }
   if (w.instance.size() > kMaxNameLength) {
-    return Status::InvalidArgument("instance: longer than " + std::to_string(kMaxNameLength) + " bytes");
+    return Status::InvalidArgument("instance: longer than " + std::to_string(kMaxNameLength) +
+                                   " bytes");
   }
   if (w.identity_secret.size() > kMaxNameLength) {
-    return Status::InvalidArgument("identity_secret: longer than " + std::to_string(kMaxNameLength) + " bytes");
+    return Status::InvalidArgument("identity_secret: longer than " +
+                                   std::to_string(kMaxNameLength) + " bytes");
   }
   store::NewWorker nw;
   nw.host = w.host;
@@ -114,8 +122,9 @@ Result<RegisteredWorker> Engine::RegisterWorker(const WorkerRegistration& w) {
   json labels = json::object();
   for (const auto& [k, v] : w.labels) {
     if (k.empty() || k.size() > kMaxNameLength || v.size() > kMaxValueLength) {
-      return Status::InvalidArgument("labels: a key must be 1 to " + std::to_string(kMaxNameLength) +
-                                     " bytes and a value at most " + std::to_string(kMaxValueLength));
+      return Status::InvalidArgument(
+          "labels: a key must be 1 to " + std::to_string(kMaxNameLength) +
+          " bytes and a value at most " + std::to_string(kMaxValueLength));
     }
     labels[k] = v;
   }
@@ -127,14 +136,16 @@ Result<RegisteredWorker> Engine::RegisterWorker(const WorkerRegistration& w) {
     HPO_RETURN_IF_ERROR(ValidateDevice(d, path));
     if (auto [it, inserted] = index_of_ordinal.emplace(d.ordinal, i); !inserted) {
       return Status::InvalidArgument(path + ".ordinal: " + std::to_string(d.ordinal) +
-                                     " is also the ordinal of devices[" + std::to_string(it->second) + "]");
+                                     " is also the ordinal of devices[" +
+                                     std::to_string(it->second) + "]");
     }
     d.device_class = ClassOf(d);
     nw.devices.push_back(std::move(d));
   }
   HPO_ASSIGN_OR_RETURN(std::string session, NewSecret());
   nw.session_hash = SessionHash(session);
-  if (nw.session_hash.empty()) return Status::Internal("cannot hash a worker session (SHA-256 unavailable)");
+  if (nw.session_hash.empty())
+    return Status::Internal("cannot hash a worker session (SHA-256 unavailable)");
   // An identity the worker can prove on its next start, so that a token
   // holder who read (host, instance) from the worker list cannot register
   // as that worker and take over its id, session and trials. Drawn on every
@@ -149,10 +160,14 @@ Result<RegisteredWorker> Engine::RegisterWorker(const WorkerRegistration& w) {
   auto registered = store_.RegisterWorker(nw);
   if (registered.status().code() == StatusCode::kAlreadyExists) {
     return Status::AlreadyExists(
-        registered.status().message() + " (hpo-worker keeps it on the second line of its --id-file). " +
-        (w.identity_secret.empty() ? "This registration presented none" : "The one presented does not match") +
-        ": if it is that worker, restarted without its secret, it is registered as a new worker once the old "
-        "registration has been unseen for " + std::to_string((options_.worker_lease_ms + 999) / 1000) +
+        registered.status().message() +
+        " (hpo-worker keeps it on the second line of its --id-file). " +
+        (w.identity_secret.empty() ? "This registration presented none"
+                                   : "The one presented does not match") +
+        ": if it is that worker, restarted without its secret, it is registered as a new worker "
+        "once the old "
+        "registration has been unseen for " +
+        std::to_string((options_.worker_lease_ms + 999) / 1000) +
         " s (try again then); if it is another worker, give it another --instance or --id-file");
   }
   HPO_ASSIGN_OR_RETURN(store::WorkerRecord rec, std::move(registered));
@@ -177,8 +192,8 @@ Status Engine::TouchWorker(Id worker_id) {
   {
     MutexLock lock(mu_);
     const auto it = workers_.find(worker_id);
-    if (it != workers_.end() && it->second.touched_ms > 0 && now - it->second.touched_ms < interval &&
-        now >= it->second.touched_ms) {
+    if (it != workers_.end() && it->second.touched_ms > 0 &&
+        now - it->second.touched_ms < interval && now >= it->second.touched_ms) {
       return Status::OK();
     }
   }
@@ -199,10 +214,13 @@ std::string_view Engine::WorkerState(const store::WorkerRecord& w) const {
 
 Status Engine::SweepWorkers() {
   // Measured by the store's clock, the one that wrote last_seen_ms.
-  HPO_ASSIGN_OR_RETURN(auto gone, store_.MarkWorkersGone(options_.worker_gone_after * options_.worker_lease_ms));
+  HPO_ASSIGN_OR_RETURN(
+      auto gone, store_.MarkWorkersGone(options_.worker_gone_after * options_.worker_lease_ms));
   for (const auto& w : gone) {
     if (workers_gone_) workers_gone_->Increment();
-    Emit("worker.gone", {{"worker_id", w.id}, {"host", w.host}, {"instance", w.instance},
+    Emit("worker.gone", {{"worker_id", w.id},
+                         {"host", w.host},
+                         {"instance", w.instance},
                          {"last_seen_ms", w.last_seen_ms}});
   }
   if (options_.worker_retention.count() <= 0) return Status::OK();
@@ -243,12 +261,14 @@ Result<Engine::WorkerAuth> Engine::Authenticate(const WorkerCaller& caller) {
   std::optional<std::string> given;
   auto matches = [&] {
     if (caller.session.empty()) return false;
-    if (!auth->verified_session.empty() && TokenEquals(caller.session, auth->verified_session)) return true;
+    if (!auth->verified_session.empty() && TokenEquals(caller.session, auth->verified_session))
+      return true;
     if (!given) given = SessionHash(caller.session);
     if (!TokenEquals(*given, auth->session_hash)) return false;
     auth->verified_session = caller.session;
     MutexLock lock(mu_);
-    if (auto it = workers_.find(caller.worker_id); it != workers_.end() && it->second.session_hash == auth->session_hash) {
+    if (auto it = workers_.find(caller.worker_id);
+        it != workers_.end() && it->second.session_hash == auth->session_hash) {
       it->second.verified_session = caller.session;
     }
     return true;
@@ -264,14 +284,17 @@ Result<Engine::WorkerAuth> Engine::Authenticate(const WorkerCaller& caller) {
     match = matches();
   }
   if (!match) {
-    return Status::PermissionDenied("worker " + std::to_string(caller.worker_id) +
-                                    ": the session is missing or is not the one its registration returned "
-                                    "(register again to get one)");
+    return Status::PermissionDenied(
+        "worker " + std::to_string(caller.worker_id) +
+        ": the session is missing or is not the one its registration returned "
+        "(register again to get one)");
   }
   return *std::move(auth);
 }
 
-Status Engine::AuthenticateWorker(const WorkerCaller& caller) { return Authenticate(caller).status(); }
+Status Engine::AuthenticateWorker(const WorkerCaller& caller) {
+  return Authenticate(caller).status();
+}
 
 Status Engine::CheckDevice(const WorkerCaller& caller, const WorkerAuth& auth, Id device_id) {
   if (auth.devices.count(device_id)) return Status::OK();
@@ -279,11 +302,13 @@ Status Engine::CheckDevice(const WorkerCaller& caller, const WorkerAuth& auth, I
                           std::to_string(caller.worker_id));
 }
 
-Result<std::vector<Id>> Engine::Heartbeat(const WorkerCaller& caller, const std::vector<Id>& trial_ids) {
+Result<std::vector<Id>> Engine::Heartbeat(const WorkerCaller& caller,
+                                          const std::vector<Id>& trial_ids) {
   if (trial_ids.size() > kMaxTrialsPerHeartbeat) {
     return Status::InvalidArgument("trial_ids: " + std::to_string(trial_ids.size()) +
                                    " trials in one heartbeat, more than the limit of " +
-                                   std::to_string(kMaxTrialsPerHeartbeat) + " (kMaxTrialsPerHeartbeat)");
+                                   std::to_string(kMaxTrialsPerHeartbeat) +
+                                   " (kMaxTrialsPerHeartbeat)");
   }
   HPO_RETURN_IF_ERROR(Authenticate(caller).status());
   HPO_RETURN_IF_ERROR(TouchWorker(caller.worker_id));

@@ -29,7 +29,10 @@ std::string DumpText(const nlohmann::json& j) {
 }  // namespace
 
 EventRelay::EventRelay(store::Store& store, EventBus& bus)
-    : store_(store), bus_(bus), origin_(RandomOrigin()), own_prefix_("{\"origin\":\"" + origin_ + "\"") {
+    : store_(store),
+      bus_(bus),
+      origin_(RandomOrigin()),
+      own_prefix_("{\"origin\":\"" + origin_ + "\"") {
   auto listener = store_.ListenForChanges();
   if (!listener.ok()) return;  // Unimplemented: no other replica to hear from
   listener_ = std::move(listener).value();
@@ -77,9 +80,10 @@ void EventRelay::Publish(std::string type, const nlohmann::json& data) {
   if (queue_.size() == 1 || queue_.size() == kMaxPerStatement) queued_.NotifyOne();
 }
 
-std::string EventRelay::Envelope(uint64_t seq, const std::string& type, const std::string& data_json) const {
-  return own_prefix_ + ",\"seq\":" + std::to_string(seq) + ",\"type\":" + nlohmann::json(type).dump() +
-         ",\"data\":" + data_json + "}";
+std::string EventRelay::Envelope(uint64_t seq, const std::string& type,
+                                 const std::string& data_json) const {
+  return own_prefix_ + ",\"seq\":" + std::to_string(seq) +
+         ",\"type\":" + nlohmann::json(type).dump() + ",\"data\":" + data_json + "}";
 }
 
 void EventRelay::Send() {
@@ -96,14 +100,17 @@ void EventRelay::Send() {
       while (!stopping_ && queue_.size() < kMaxPerStatement && queued_.WaitUntil(mu_, until)) {
       }
       const auto n = static_cast<std::ptrdiff_t>(std::min(queue_.size(), kMaxPerStatement));
-      batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.begin() + n));
+      batch.assign(std::make_move_iterator(queue_.begin()),
+                   std::make_move_iterator(queue_.begin() + n));
       queue_.erase(queue_.begin(), queue_.begin() + n);
       dropped = std::exchange(dropped_, 0);
     }
     if (dropped > 0) {
-      spdlog::warn("{} events were not relayed to other replicas ({} were queued already); their clients are "
-                   "told to re-read",
-                   dropped, kMaxQueued);
+      spdlog::warn(
+          "{} events were not relayed to other replicas ({} were queued already); their clients "
+          "are "
+          "told to re-read",
+          dropped, kMaxQueued);
       const nlohmann::json why = {{"reason", "another replica dropped events it could not relay"}};
       batch.push_back(Envelope(++sequence_, "lagged", why.dump()));
     }
@@ -127,17 +134,20 @@ void EventRelay::Listen() {
   while (!stop_) {
     auto next = listener_->Next(std::chrono::milliseconds(250));
     if (!next.ok()) {
-      if (!failing) spdlog::warn("events of other replicas: {}; retrying", next.status().ToString());
+      if (!failing)
+        spdlog::warn("events of other replicas: {}; retrying", next.status().ToString());
       failing = true;
-      for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (int i = 0; i < 10 && !stop_; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
       continue;
     }
     if (failing) {
       spdlog::info("events of other replicas: listening again");
       // What other replicas published meanwhile was not heard: tell this
       // server's clients to re-read, as when a slow client drops events.
-      bus_.Publish("lagged", {{"reason", "events of other replicas may have been missed while the listener "
-                                         "reconnected"}});
+      bus_.Publish("lagged", {{"reason",
+                               "events of other replicas may have been missed while the listener "
+                               "reconnected"}});
     }
     failing = false;
     if (!next->has_value()) continue;
@@ -150,8 +160,11 @@ void EventRelay::Listen() {
     if (!n.is_object()) continue;
     const auto origin = n.find("origin"), type = n.find("type"), data = n.find("data");
     if (type == n.end() || !type->is_string()) continue;
-    if (origin != n.end() && (!origin->is_string() || origin->get_ref<const std::string&>() == origin_)) continue;
-    bus_.Publish(type->get<std::string>(), data != n.end() && data->is_object() ? *data : nlohmann::json::object());
+    if (origin != n.end() &&
+        (!origin->is_string() || origin->get_ref<const std::string&>() == origin_))
+      continue;
+    bus_.Publish(type->get<std::string>(),
+                 data != n.end() && data->is_object() ? *data : nlohmann::json::object());
   }
 }
 

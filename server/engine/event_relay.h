@@ -22,14 +22,13 @@
 // Thread-safe: Publish may be called from any thread.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
@@ -72,11 +71,11 @@ class EventRelay {
 
   store::Store& store_;
   EventBus& bus_;
-  const std::string origin_;  // tells this process's notifications from others'
+  const std::string origin_;      // tells this process's notifications from others'
   const std::string own_prefix_;  // how each of this relay's notifications begins
   std::unique_ptr<store::ChangeListener> listener_;
   std::atomic<bool> stop_{false};
-  std::thread thread_;  // listens
+  std::thread thread_;                 // listens
   std::atomic<uint64_t> sequence_{0};  // of this relay's notifications
 
   Mutex mu_;

@@ -1,10 +1,9 @@
 #include "server/engine/fleet_view.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "scheduler/cotuner.h"
 
@@ -20,7 +19,8 @@ constexpr int64_t kObservationsRead = 5000;
 }  // namespace
 
 std::optional<int> DeviceThreadLimit(const store::DeviceInfo& d) {
-  if (d.kind != store::DeviceKind::kCpu || !(d.cores > 0) || !std::isfinite(d.cores)) return std::nullopt;
+  if (d.kind != store::DeviceKind::kCpu || !(d.cores > 0) || !std::isfinite(d.cores))
+    return std::nullopt;
   return static_cast<int>(std::max(1.0, std::floor(std::min(d.cores, 1e6))));
 }
 
@@ -69,7 +69,8 @@ Result<FleetSnapshot> FleetView::ReadNow() const {
     v.model.Observe(o.device_class, o.workload, scheduler::SettingKey(setting), o.samples_per_sec);
     if (o.device_id == 0) continue;  // its device was pruned
     if (!setting.is_object()) setting = json::object();
-    v.measured[o.device_id][o.workload] = {o.samples_per_sec, std::move(setting), o.observed_ms, o.trial_id};
+    v.measured[o.device_id][o.workload] = {o.samples_per_sec, std::move(setting), o.observed_ms,
+                                           o.trial_id};
   }
   return v;
 }
@@ -97,7 +98,9 @@ Status FleetView::RereadReleasing() {
   return Status::OK();
 }
 
-bool FleetView::Current(Clock::time_point asked) const { return view_ && view_->loaded + max_age_ >= asked; }
+bool FleetView::Current(Clock::time_point asked) const {
+  return view_ && view_->loaded + max_age_ >= asked;
+}
 
 double FleetView::FreeAtLocked(Id device_id) const {
   const auto b = busy_until_.find(device_id);
@@ -143,7 +146,8 @@ Result<FleetView::Known> FleetView::KnownDevice(Id device_id) {
 
 void FleetView::Registered(const store::WorkerRecord& w) {
   MutexLock lock(mu_);
-  for (const auto& d : w.devices) known_[d.id] = {d.device_class, DeviceThreadLimit(d), WorkerLabels(w)};
+  for (const auto& d : w.devices)
+    known_[d.id] = {d.device_class, DeviceThreadLimit(d), WorkerLabels(w)};
   // A new device makes the next Fresh reread (it asks for one it does not
   // know); one registered again is updated here, or it would keep its old
   // class (and thread limit) until the next reread.
@@ -159,7 +163,8 @@ void FleetView::Registered(const store::WorkerRecord& w) {
   if (view_) {
     update(*view_);
     for (const auto& d : w.devices) {
-      if (view_->devices.count(d.id)) view_->live.Set(std::to_string(d.id), d.device_class, FreeAtLocked(d.id));
+      if (view_->devices.count(d.id))
+        view_->live.Set(std::to_string(d.id), d.device_class, FreeAtLocked(d.id));
     }
   }
   if (reading_) missed_.push_back(std::move(update));
@@ -207,15 +212,16 @@ Result<std::optional<int>> FleetView::ThreadLimit(Id device_id) {
   return k.max_threads;
 }
 
-Result<std::map<std::string, double>> FleetView::PredictAllTunables(Id device_id, const std::string& workload,
-                                                                    const std::vector<std::string>& tunable,
-                                                                    const nlohmann::json& given, int min_observations) {
+Result<std::map<std::string, double>> FleetView::PredictAllTunables(
+    Id device_id, const std::string& workload, const std::vector<std::string>& tunable,
+    const nlohmann::json& given, int min_observations) {
   HPO_ASSIGN_OR_RETURN(Known k, KnownDevice(device_id));
   MutexLock lock(mu_);
   // No view read yet (no lease on this server since it started): nothing
   // known here, which costs only probes.
   if (!view_) return std::map<std::string, double>{};
-  return view_->model.PredictAllTunables(k.device_class, workload, tunable, given, min_observations);
+  return view_->model.PredictAllTunables(k.device_class, workload, tunable, given,
+                                         min_observations);
 }
 
 void FleetView::Observe(Id device_id, const std::string& device_class, const std::string& workload,
@@ -244,10 +250,13 @@ void FleetView::SetBusy(Id device_id, double seconds) {
   if (!(seconds > 0) || !std::isfinite(seconds)) {
     busy_until_.erase(device_id);
   } else {
-    busy_until_[device_id] = steady_now_() + std::chrono::duration_cast<Clock::duration>(
-                                                std::chrono::duration<double>(std::min(seconds, 1e7)));
+    busy_until_[device_id] =
+        steady_now_() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(std::min(seconds, 1e7)));
   }
-  if (view_) view_->live.SetFreeAt(std::to_string(device_id), FreeAtLocked(device_id));  // a device not live: no-op
+  if (view_)
+    view_->live.SetFreeAt(std::to_string(device_id),
+                          FreeAtLocked(device_id));  // a device not live: no-op
 }
 
 void FleetView::SetIdle(Id device_id) {

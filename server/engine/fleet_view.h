@@ -15,11 +15,10 @@
 // engine's changes made during the read are applied to the new one too.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <chrono>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,7 +37,7 @@ namespace hpo::server {
 struct FleetDevice {
   store::Id worker_id = 0;
   std::string device_class;
-  std::optional<int> max_threads;  // DeviceThreadLimit
+  std::optional<int> max_threads;             // DeviceThreadLimit
   std::map<std::string, std::string> labels;  // its worker's
   bool live = false;
 };
@@ -51,7 +50,8 @@ struct MeasuredSpeed {
   int64_t observed_ms = 0;
   std::optional<store::Id> trial_id;
 };
-using MeasuredSpeeds = std::map<store::Id, std::map<std::string, MeasuredSpeed>>;  // by device, then workload
+using MeasuredSpeeds =
+    std::map<store::Id, std::map<std::string, MeasuredSpeed>>;  // by device, then workload
 
 struct FleetSnapshot {
   std::map<store::Id, FleetDevice> devices;  // every registered device, by id
@@ -102,7 +102,9 @@ class FleetView {
   // lease's start) and knows `device_id`; the asking device is live.
   Result<Locked> Fresh(store::Id device_id, Clock::time_point asked) HPO_EXCLUDES(mu_);
   // A steady-clock time as the summary's free times count it (seconds).
-  static double Seconds(Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
+  static double Seconds(Clock::time_point t) {
+    return std::chrono::duration<double>(t.time_since_epoch()).count();
+  }
   // What is known of a registered device without reading the view: its
   // class, thread limit and worker's labels. NotFound: not registered.
   struct Known {
@@ -122,10 +124,11 @@ class FleetView {
   Result<std::optional<int>> ThreadLimit(store::Id device_id) HPO_EXCLUDES(mu_);
   // SpeedModel::PredictAllTunables on a registered device's class.
   // NotFound: not registered.
-  Result<std::map<std::string, double>> PredictAllTunables(store::Id device_id, const std::string& workload,
+  Result<std::map<std::string, double>> PredictAllTunables(store::Id device_id,
+                                                           const std::string& workload,
                                                            const std::vector<std::string>& tunable,
-                                                           const nlohmann::json& given, int min_observations)
-      HPO_EXCLUDES(mu_);
+                                                           const nlohmann::json& given,
+                                                           int min_observations) HPO_EXCLUDES(mu_);
 
   // One of this engine's reports (`speed.trial_id`'s step `step` on the
   // device, in `segment`): a speed observation (placement sees it on the

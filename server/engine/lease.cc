@@ -20,7 +20,9 @@ using store::TrialState;
 
 namespace {
 
-double SecondsSince(int64_t now_ms, int64_t then_ms) { return std::max<int64_t>(0, now_ms - then_ms) / 1000.0; }
+double SecondsSince(int64_t now_ms, int64_t then_ms) {
+  return std::max<int64_t>(0, now_ms - then_ms) / 1000.0;
+}
 
 Result<std::optional<store::TrialRecord>> NoTrial() { return std::optional<store::TrialRecord>(); }
 
@@ -66,7 +68,8 @@ Result<std::optional<Lease>> Engine::LeaseForWorker(const WorkerCaller& caller, 
   HPO_RETURN_IF_ERROR(CheckDevice(caller, auth, device_id));
   HPO_RETURN_IF_ERROR(TouchWorker(caller.worker_id));
   if (held && held->size() > kMaxTrialsPerHeartbeat) {
-    return Status::InvalidArgument("held_trial_ids: at most " + std::to_string(kMaxTrialsPerHeartbeat) +
+    return Status::InvalidArgument("held_trial_ids: at most " +
+                                   std::to_string(kMaxTrialsPerHeartbeat) +
                                    " trials, one per device");
   }
   if (held) {
@@ -83,21 +86,25 @@ Result<std::optional<Lease>> Engine::GrantLease(Id worker_id, Id device_id) {
   std::optional<metrics::ScopedTimer> timer;
   if (lease_seconds_) timer.emplace(*lease_seconds_);
   HPO_ASSIGN_OR_RETURN(const ExperimentList experiments, RunningExperiments());
-  const auto asked = std::chrono::steady_clock::now();  // the fleet view may be older by fleet_cache
+  const auto asked =
+      std::chrono::steady_clock::now();  // the fleet view may be older by fleet_cache
   for (const auto& e : *experiments) {
     HPO_ASSIGN_OR_RETURN(Cached * c, LoadUnlessUnreadable(e.id));
     if (!c || c->spec->executor == ExperimentSpec::ExecutorKind::kClient) continue;
     // Another lease may take the chosen work first: then plan again.
     constexpr int kAttempts = 4;
     for (int attempt = 0; attempt < kAttempts; ++attempt) {
-      HPO_ASSIGN_OR_RETURN(LeasePlan plan, PlanLease(e, *c, device_id, asked, /*without_new=*/false));
+      HPO_ASSIGN_OR_RETURN(LeasePlan plan,
+                           PlanLease(e, *c, device_id, asked, /*without_new=*/false));
       if (!plan.decision.run) break;
-      if (plan.items[plan.decision.item].kind == scheduler::WorkItem::Kind::kNew && c->new_trials->Running()) {
+      if (plan.items[plan.decision.item].kind == scheduler::WorkItem::Kind::kNew &&
+          c->new_trials->Running()) {
         // A batch of new trials is being made, and this one would wait for
         // the next: other work (a requeued trial, a promotion) goes now if
         // there is some. Leases used to queue behind the trials being made
         // until they ran past their deadlines.
-        HPO_ASSIGN_OR_RETURN(LeasePlan other, PlanLease(e, *c, device_id, asked, /*without_new=*/true));
+        HPO_ASSIGN_OR_RETURN(LeasePlan other,
+                             PlanLease(e, *c, device_id, asked, /*without_new=*/true));
         if (other.decision.run) plan = std::move(other);
       }
       const scheduler::WorkItem& chosen = plan.items[plan.decision.item];
@@ -120,7 +127,8 @@ Result<std::optional<Lease>> Engine::GrantLease(Id worker_id, Id device_id) {
       for (const auto& [name, id] : c->space_ids) {
         if (leased->space_id == id) a.space = name;
       }
-      if (!c->spec->system.empty()) HPO_RETURN_IF_ERROR(StartAtBestSetting(*c->spec, device_id, asked, a));
+      if (!c->spec->system.empty())
+        HPO_RETURN_IF_ERROR(StartAtBestSetting(*c->spec, device_id, asked, a));
       if (leases_granted_) leases_granted_->Increment();
       return std::optional<Lease>(std::move(a));
     }
@@ -129,8 +137,10 @@ Result<std::optional<Lease>> Engine::GrantLease(Id worker_id, Id device_id) {
   return std::optional<Lease>();
 }
 
-Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Cached& c, Id device_id,
-                                            std::chrono::steady_clock::time_point asked, bool without_new) {
+Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Cached& c,
+                                            Id device_id,
+                                            std::chrono::steady_clock::time_point asked,
+                                            bool without_new) {
   const ExperimentSpec& spec = *c.spec;
   const int64_t now = NowMs();
   LeasePlan plan;
@@ -195,7 +205,8 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
     in.trials.reserve(view->waiting.size());
     if (view->waiting.size() * 8 < view->trials.size()) {
       for (const Id id : view->waiting) {
-        if (const auto found = view->trials.find(id); found != view->trials.end()) list(id, found->second);
+        if (const auto found = view->trials.find(id); found != view->trials.end())
+          list(id, found->second);
       }
     } else {
       for (const auto& [id, t] : view->trials) {
@@ -207,7 +218,8 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
     in.preferred_space = search::PickSpace(ranks, per_space);
     scheduler::Offer offer = scheduler::OfferWork(in);
     for (auto& item : offer.items) {
-      if (!without_new || item.kind != scheduler::WorkItem::Kind::kNew) plan.items.push_back(std::move(item));
+      if (!without_new || item.kind != scheduler::WorkItem::Kind::kNew)
+        plan.items.push_back(std::move(item));
     }
     plan.promotion_of = std::move(offer.promotion_of);
   }
@@ -229,11 +241,12 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
   return plan;
 }
 
-scheduler::PolicyOptions Engine::PolicyFor(Cached& c, const FleetSnapshot& fleet, const store::ExperimentRecord& e,
-                                           int64_t now_ms) {
+scheduler::PolicyOptions Engine::PolicyFor(Cached& c, const FleetSnapshot& fleet,
+                                           const store::ExperimentRecord& e, int64_t now_ms) {
   const ExperimentSpec& spec = *c.spec;
   scheduler::PolicyOptions o;
-  o.kind = scheduler::ParsePolicyKind(spec.placement_policy).value_or(scheduler::PolicyKind::kSpeed);
+  o.kind =
+      scheduler::ParsePolicyKind(spec.placement_policy).value_or(scheduler::PolicyKind::kSpeed);
   o.class_order = spec.placement_class_order;
   o.max_wait_s = spec.placement_max_wait_s;
   if (spec.prices.empty()) return o;
@@ -242,7 +255,8 @@ scheduler::PolicyOptions Engine::PolicyFor(Cached& c, const FleetSnapshot& fleet
   // one of its devices' workers.
   for (const auto& [id, d] : fleet.devices) {
     if (o.price_per_hour.count(d.device_class)) continue;
-    if (const auto price = PricePerHour(spec, d.device_class, d.labels)) o.price_per_hour[d.device_class] = *price;
+    if (const auto price = PricePerHour(spec, d.device_class, d.labels))
+      o.price_per_hour[d.device_class] = *price;
   }
   std::optional<int64_t> deadline_ms = spec.deadline_ms;
   if (spec.deadline_s) deadline_ms = e.created_ms + *spec.deadline_s * 1000;
@@ -273,8 +287,9 @@ Result<std::optional<store::TrialRecord>> Engine::ApplyPlan(const store::Experim
       HPO_ASSIGN_OR_RETURN(const store::TrialRecord before, store_.GetTrial(item.trial_id));
       std::string why;
       HPO_ASSIGN_OR_RETURN(const bool usable, CheckpointUsable(before, &why));
-      auto r = store_.ResumeTrial(item.trial_id, owner, lease_ms,
-                                  p.to_end ? std::nullopt : std::optional<int64_t>(p.to_step), !usable);
+      auto r =
+          store_.ResumeTrial(item.trial_id, owner, lease_ms,
+                             p.to_end ? std::nullopt : std::optional<int64_t>(p.to_step), !usable);
       if (!r.ok()) {
         if (r.status().IsFailedPrecondition()) return NoTrial();
         return r.status();
@@ -288,7 +303,8 @@ Result<std::optional<store::TrialRecord>> Engine::ApplyPlan(const store::Experim
                              {"to_step", p.to_step},
                              {"device_id", device_id},
                              {"reason", plan.decision.reason}});
-      if (!usable) AnnounceRestart(*leased, "no usable checkpoint: " + why + "; it trains from step 1");
+      if (!usable)
+        AnnounceRestart(*leased, "no usable checkpoint: " + why + "; it trains from step 1");
       break;
     }
     case scheduler::WorkItem::Kind::kNew: {
@@ -491,8 +507,9 @@ std::optional<ReportReply> Engine::MaybeMove(Cached& c, const store::TrialRecord
 
 Status Engine::CheckCost(const ExperimentSpec& spec) {
   if (spec.deadline_ms && *spec.deadline_ms <= NowMs()) {
-    return Status::InvalidArgument("cost.deadline: " + spec.source.at("cost").at("deadline").get<std::string>() +
-                                   " has passed");
+    return Status::InvalidArgument(
+        "cost.deadline: " + spec.source.at("cost").at("deadline").get<std::string>() +
+        " has passed");
   }
   if (spec.prices.empty()) return Status::OK();
   HPO_ASSIGN_OR_RETURN(const auto workers, store_.ListWorkers());

@@ -42,11 +42,12 @@ std::string FillPlaceholders(const std::string& arg, Lookup&& lookup) {
 int64_t TrialSeed(const ExperimentSpec& spec, int64_t trial_number) {
   // Shifted to stay non-negative. No attempt in the draw, so a retried
   // trial repeats.
-  return static_cast<int64_t>(search::Rng(spec.seed).Fork(static_cast<uint64_t>(trial_number)).Next() >> 1);
+  return static_cast<int64_t>(
+      search::Rng(spec.seed).Fork(static_cast<uint64_t>(trial_number)).Next() >> 1);
 }
 
-std::vector<std::string> CommandArgv(const ExperimentSpec& spec, store::Id trial_id, const json& params,
-                                     const json& system) {
+std::vector<std::string> CommandArgv(const ExperimentSpec& spec, store::Id trial_id,
+                                     const json& params, const json& system) {
   auto lookup = [&](const std::string& name) -> std::optional<std::string> {
     if (name == "trial_id") return std::to_string(trial_id);
     if (name == "steps") return std::to_string(spec.steps_per_trial);

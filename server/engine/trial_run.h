@@ -3,9 +3,8 @@
 // its command line. Pure functions of the spec and the trial.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -28,7 +27,7 @@ int64_t TrialSeed(const ExperimentSpec& spec, int64_t trial_number);
 // prints it (3, 0.01, true). Any other {name} ({step}, which the worker
 // fills in each step, or a parameter this trial does not have) stays as
 // written. One pass, so a value that itself holds braces is never expanded.
-std::vector<std::string> CommandArgv(const ExperimentSpec& spec, store::Id trial_id, const nlohmann::json& params,
-                                     const nlohmann::json& system);
+std::vector<std::string> CommandArgv(const ExperimentSpec& spec, store::Id trial_id,
+                                     const nlohmann::json& params, const nlohmann::json& system);
 
 }  // namespace hpo::server

@@ -24,12 +24,16 @@ std::optional<double> ObjectiveOf(const ExperimentSpec& spec, const std::string&
 
 search::TrialStatus SearchStatus(TrialState s) {
   switch (s) {
-    case TrialState::kCompleted: return search::TrialStatus::kCompleted;
+    case TrialState::kCompleted:
+      return search::TrialStatus::kCompleted;
     case TrialState::kPruned:
-    case TrialState::kPaused: return search::TrialStatus::kPruned;
+    case TrialState::kPaused:
+      return search::TrialStatus::kPruned;
     case TrialState::kFailed:
-    case TrialState::kCancelled: return search::TrialStatus::kFailed;
-    default: return search::TrialStatus::kRunning;
+    case TrialState::kCancelled:
+      return search::TrialStatus::kFailed;
+    default:
+      return search::TrialStatus::kRunning;
   }
 }
 
@@ -88,7 +92,8 @@ const std::vector<search::SpaceRank>& SpaceRanking(TrialsSnapshot& view,
 }
 
 size_t HistoriesCopy::Update(const TrialsSnapshot& view) {
-  bool whole = view.generation == 0 || generation != view.generation || histories.size() != view.histories.size();
+  bool whole = view.generation == 0 || generation != view.generation ||
+               histories.size() != view.histories.size();
   for (size_t s = 0; !whole && s < histories.size(); ++s) {
     whole = histories[s].trials.size() > view.histories[s].trials.size();
   }
@@ -125,7 +130,8 @@ namespace {
 // trial is new to the view), so that `waiting`, `on_device_per_space` and
 // `finished_per_space` stay what the states say.
 void SetState(TrialsSnapshot& view, Id trial_id, TrialEntry& e, TrialState state, bool added) {
-  if (view.finished_per_space.size() < view.histories.size()) view.finished_per_space.resize(view.histories.size(), 0);
+  if (view.finished_per_space.size() < view.histories.size())
+    view.finished_per_space.resize(view.histories.size(), 0);
   if (view.on_device_per_space.size() < view.histories.size()) {
     view.on_device_per_space.resize(view.histories.size(), 0);
   }
@@ -147,8 +153,8 @@ void SetState(TrialsSnapshot& view, Id trial_id, TrialEntry& e, TrialState state
 }
 }  // namespace
 
-TrialView::TrialView(store::Store& store, Id experiment_id, std::shared_ptr<const ExperimentSpec> spec,
-                     std::chrono::milliseconds max_age)
+TrialView::TrialView(store::Store& store, Id experiment_id,
+                     std::shared_ptr<const ExperimentSpec> spec, std::chrono::milliseconds max_age)
     : store_(store), experiment_id_(experiment_id), spec_(std::move(spec)), max_age_(max_age) {}
 
 void TrialView::Add(TrialsSnapshot& view, const store::TrialRecord& trial) const {
@@ -176,7 +182,8 @@ void TrialView::Add(TrialsSnapshot& view, const store::TrialRecord& trial) const
   o.number = trial.number;
   o.status = SearchStatus(trial.state);
   o.params = std::move(params).value();
-  if (trial.state == TrialState::kCompleted) o.value = ObjectiveOf(*spec_, trial.final_metrics_json);
+  if (trial.state == TrialState::kCompleted)
+    o.value = ObjectiveOf(*spec_, trial.final_metrics_json);
   auto& trials = view.histories[si->second].trials;
   TrialEntry e;
   e.space = si->second;
@@ -186,7 +193,8 @@ void TrialView::Add(TrialsSnapshot& view, const store::TrialRecord& trial) const
   e.resume_step = trial.resume_step;
   e.stop_step = trial.stop_step;
   e.updated_ms = trial.updated_ms;
-  SetState(view, trial.id, view.trials.emplace(trial.id, e).first->second, trial.state, /*added=*/true);
+  SetState(view, trial.id, view.trials.emplace(trial.id, e).first->second, trial.state,
+           /*added=*/true);
   trials.push_back(std::move(o));
   NoteChanged(view, si->second, e.index);
 }
@@ -224,7 +232,8 @@ Result<TrialView::Changes> TrialView::ReadChanges(std::optional<int64_t> since) 
     HPO_ASSIGN_OR_RETURN(changes.measurements, store_.ListExperimentMeasurements(experiment_id_));
     return changes;
   }
-  HPO_ASSIGN_OR_RETURN(changes.measurements, store_.ListExperimentMeasurementsSince(experiment_id_, *since));
+  HPO_ASSIGN_OR_RETURN(changes.measurements,
+                       store_.ListExperimentMeasurementsSince(experiment_id_, *since));
   for (const auto& t : changes.trials) {
     // Points the view holds may be gone (a reclaimed or restarted attempt).
     if (t.curve_reset_revision >= *since) {
@@ -267,7 +276,8 @@ void TrialView::ApplyChanges(TrialsSnapshot& view, const Changes& changes) const
     if (!o) continue;
     // As a whole read: only a completed trial has a value (its final one,
     // else its curve's last, set below once the curve is current).
-    o->value = t.state == TrialState::kCompleted ? ObjectiveOf(*spec_, t.final_metrics_json) : std::nullopt;
+    o->value = t.state == TrialState::kCompleted ? ObjectiveOf(*spec_, t.final_metrics_json)
+                                                 : std::nullopt;
     touched.insert(t.id);
   }
   for (const auto& [trial_id, measurements] : changes.curves) {
@@ -296,7 +306,8 @@ void TrialView::ApplyChanges(TrialsSnapshot& view, const Changes& changes) const
   // A completed trial that reported steps but no final value counts with its last one.
   for (const Id id : touched) {
     search::Observation& o = *observation(id);
-    if (o.status == search::TrialStatus::kCompleted && !o.value && !o.curve.empty()) o.value = o.curve.back().second;
+    if (o.status == search::TrialStatus::kCompleted && !o.value && !o.curve.empty())
+      o.value = o.curve.back().second;
   }
   for (const auto& [id, b] : before) {
     const search::Observation& now = view.histories[b.space].trials[b.index];
@@ -378,7 +389,8 @@ void TrialView::Apply(const store::TrialRecord& trial) {
 }
 
 namespace {
-void SetOutcomeIn(TrialsSnapshot& view, Id trial_id, TrialState state, std::optional<double> value) {
+void SetOutcomeIn(TrialsSnapshot& view, Id trial_id, TrialState state,
+                  std::optional<double> value) {
   auto it = view.trials.find(trial_id);
   if (it == view.trials.end()) return;
   SetState(view, trial_id, it->second, state, /*added=*/false);
@@ -386,7 +398,8 @@ void SetOutcomeIn(TrialsSnapshot& view, Id trial_id, TrialState state, std::opti
   o.status = SearchStatus(state);
   o.value = value;
   // As ReadNow: a completed trial without a final value counts with its last one.
-  if (o.status == search::TrialStatus::kCompleted && !o.value && !o.curve.empty()) o.value = o.curve.back().second;
+  if (o.status == search::TrialStatus::kCompleted && !o.value && !o.curve.empty())
+    o.value = o.curve.back().second;
 }
 
 void DropCurveIn(TrialsSnapshot& view, Id trial_id, int64_t step) {
@@ -405,8 +418,8 @@ void TrialView::SetOutcome(Id trial_id, TrialState state, std::optional<double> 
   Missed([=](TrialsSnapshot& view) { SetOutcomeIn(view, trial_id, state, value); });
 }
 
-Result<bool> TrialView::ApplyReport(const store::TrialRecord& trial, int64_t step, double value, bool inserted,
-                                    const search::Pruner* judge) {
+Result<bool> TrialView::ApplyReport(const store::TrialRecord& trial, int64_t step, double value,
+                                    bool inserted, const search::Pruner* judge) {
   auto missed = [this, trial, step, value, inserted](TrialsSnapshot& view) {
     ApplyReportTo(view, trial, step, value, inserted, nullptr);
   };
@@ -423,8 +436,8 @@ Result<bool> TrialView::ApplyReport(const store::TrialRecord& trial, int64_t ste
   return ApplyReportTo(*view_, trial, step, value, inserted, judge);
 }
 
-bool TrialView::ApplyReportTo(TrialsSnapshot& view, const store::TrialRecord& trial, int64_t step, double value,
-                              bool inserted, const search::Pruner* judge) const {
+bool TrialView::ApplyReportTo(TrialsSnapshot& view, const store::TrialRecord& trial, int64_t step,
+                              double value, bool inserted, const search::Pruner* judge) const {
   // Created since the view was read (by another replica); a trial the view
   // holds keeps what the view knows (the record may be older).
   if (!view.trials.count(trial.id)) Add(view, trial);
@@ -438,8 +451,9 @@ bool TrialView::ApplyReportTo(TrialsSnapshot& view, const store::TrialRecord& tr
     // The report is the newest point: whatever the view holds from this
     // step on belongs to an earlier attempt (requeued). A step sent again
     // (not inserted) leaves the stored curve as it is, and so the view.
-    auto first_after = std::lower_bound(o.curve.begin(), o.curve.end(), step,
-                                        [](const auto& point, int64_t s) { return point.first < s; });
+    auto first_after =
+        std::lower_bound(o.curve.begin(), o.curve.end(), step,
+                         [](const auto& point, int64_t s) { return point.first < s; });
     o.curve.erase(first_after, o.curve.end());
     o.curve.emplace_back(step, value);
   }

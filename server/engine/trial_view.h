@@ -68,12 +68,12 @@ struct TrialsSnapshot {
   // One per space, in spec order. Changed only by TrialView, which counts
   // every change of an observation in `changed`.
   std::vector<search::History> histories;
-  std::map<store::Id, TrialEntry> trials;  // by trial id, trials of the spec's spaces only
+  std::map<store::Id, TrialEntry> trials;   // by trial id, trials of the spec's spaces only
   std::map<store::Id, size_t> space_index;  // space id -> index
   std::chrono::steady_clock::time_point loaded;
   store::ReadCursor cursor;  // a reread asks for what changed from here on
-  uint64_t generation = 0;  // which whole read of its TrialView this is (from 1)
-  uint64_t revision = 0;    // changes to the histories so far
+  uint64_t generation = 0;   // which whole read of its TrialView this is (from 1)
+  uint64_t revision = 0;     // changes to the histories so far
   // Per space and trial, parallel to `histories`: the revision of the
   // observation's last change.
   std::vector<std::vector<uint64_t>> changed;
@@ -131,8 +131,8 @@ struct HistoriesCopy {
 class TrialView {
  public:
   // `spec` and `store` outlive the view.
-  TrialView(store::Store& store, store::Id experiment_id, std::shared_ptr<const ExperimentSpec> spec,
-            std::chrono::milliseconds max_age);
+  TrialView(store::Store& store, store::Id experiment_id,
+            std::shared_ptr<const ExperimentSpec> spec, std::chrono::milliseconds max_age);
 
   // The view with its lock held.
   using Locked = LockedPtr<TrialsSnapshot>;
@@ -148,13 +148,14 @@ class TrialView {
   // next Fresh() reads them). A trial the view does not hold is added.
   void Apply(const store::TrialRecord& trial) HPO_EXCLUDES(mu_);
   // A trial's end (or pause) and its final value, if the view holds it.
-  void SetOutcome(store::Id trial_id, store::TrialState state, std::optional<double> value) HPO_EXCLUDES(mu_);
+  void SetOutcome(store::Id trial_id, store::TrialState state, std::optional<double> value)
+      HPO_EXCLUDES(mu_);
   // Puts a report into the view (value minimized; `inserted`: new to the
   // store) and, with `judge`, asks it whether the trial should stop now
   // (reading the view first if it is too old). Without `judge` and without
   // a view it does nothing.
-  Result<bool> ApplyReport(const store::TrialRecord& trial, int64_t step, double value, bool inserted,
-                           const search::Pruner* judge) HPO_EXCLUDES(mu_);
+  Result<bool> ApplyReport(const store::TrialRecord& trial, int64_t step, double value,
+                           bool inserted, const search::Pruner* judge) HPO_EXCLUDES(mu_);
   // The store deleted a trial's steps after `step` (a restart: 0).
   void DropCurveAfter(store::Id trial_id, int64_t step) HPO_EXCLUDES(mu_);
   // Drops the view (a requeue deleted a curve; the experiment ended).
@@ -168,8 +169,8 @@ class TrialView {
 
  private:
   // ApplyReport's work on the view, held one way or the other.
-  bool ApplyReportTo(TrialsSnapshot& view, const store::TrialRecord& trial, int64_t step, double value,
-                     bool inserted, const search::Pruner* judge) const;
+  bool ApplyReportTo(TrialsSnapshot& view, const store::TrialRecord& trial, int64_t step,
+                     double value, bool inserted, const search::Pruner* judge) const;
 
   store::Store& store_;
   const store::Id experiment_id_;
@@ -206,8 +207,8 @@ class TrialView {
   CondVar read_done_;  // signalled when a reread ends
   std::optional<TrialsSnapshot> view_ HPO_GUARDED_BY(mu_);
   uint64_t generations_ HPO_GUARDED_BY(mu_) = 0;  // whole reads kept so far
-  bool reading_ HPO_GUARDED_BY(mu_) = false;  // a caller of Fresh() reads the store now
-  bool read_void_ HPO_GUARDED_BY(mu_) = false;  // Forget() since that read began: it is not kept
+  bool reading_ HPO_GUARDED_BY(mu_) = false;      // a caller of Fresh() reads the store now
+  bool read_void_ HPO_GUARDED_BY(mu_) = false;    // Forget() since that read began: it is not kept
   std::vector<Change> missed_ HPO_GUARDED_BY(mu_);  // changes made since that read began
 };
 

@@ -51,7 +51,8 @@ Result<store::DeviceInfo> ToDeviceInfo(const hpo::v1::Device& d, const std::stri
   }
   store::DeviceInfo info;
   info.ordinal = d.ordinal();
-  info.kind = d.kind() == hpo::v1::DEVICE_KIND_CUDA ? store::DeviceKind::kCuda : store::DeviceKind::kCpu;
+  info.kind =
+      d.kind() == hpo::v1::DEVICE_KIND_CUDA ? store::DeviceKind::kCuda : store::DeviceKind::kCpu;
   info.name = d.name();
   info.cores = d.cores();
   info.memory_bytes = d.memory_bytes();
@@ -65,7 +66,8 @@ Result<json> ParseStoredObject(const std::string& text, Id trial_id, const char*
   auto j = ParseJson(text, what, JsonLimits{kMaxJsonDepth, SIZE_MAX, SIZE_MAX});
   if (!j.ok() || !j->is_object()) {
     return Status::DataLoss("trial " + std::to_string(trial_id) + " has stored " + what +
-                            " that are not a JSON object" + (j.ok() ? "" : " (" + j.status().message() + ")"));
+                            " that are not a JSON object" +
+                            (j.ok() ? "" : " (" + j.status().message() + ")"));
   }
   return std::move(j).value();
 }
@@ -97,10 +99,12 @@ json MetricsToJson(const google::protobuf::Map<std::string, double>& m) {
 Status LeaseStillHeld(Engine& engine, Id trial_id, Id worker_id) {
   HPO_ASSIGN_OR_RETURN(const store::TrialRecord t, engine.GetTrial(trial_id));
   const std::string owner = Engine::WorkerOwner(worker_id);
-  const bool active = t.state == store::TrialState::kLeased || t.state == store::TrialState::kRunning;
+  const bool active =
+      t.state == store::TrialState::kLeased || t.state == store::TrialState::kRunning;
   if (!active || t.lease_owner != owner) {
-    return Status::FailedPrecondition("trial " + std::to_string(trial_id) + " is not leased to '" + owner +
-                                      "' any more (it is " + std::string(store::ToString(t.state)) + ")");
+    return Status::FailedPrecondition("trial " + std::to_string(trial_id) + " is not leased to '" +
+                                      owner + "' any more (it is " +
+                                      std::string(store::ToString(t.state)) + ")");
   }
   const auto& clock = engine.options().clock;
   const int64_t now = clock ? clock()
@@ -108,8 +112,8 @@ Status LeaseStillHeld(Engine& engine, Id trial_id, Id worker_id) {
                                   std::chrono::system_clock::now().time_since_epoch())
                                   .count();
   if (t.lease_expires_ms && *t.lease_expires_ms <= now) {
-    return Status::FailedPrecondition("the lease of trial " + std::to_string(trial_id) + " to '" + owner +
-                                      "' expired");
+    return Status::FailedPrecondition("the lease of trial " + std::to_string(trial_id) + " to '" +
+                                      owner + "' expired");
   }
   return Status::OK();
 }
@@ -163,7 +167,8 @@ CheckpointUploads::~CheckpointUploads() {
   checker_.join();
 }
 
-std::unique_ptr<CheckpointUploads::Ticket> CheckpointUploads::Track(::grpc::ServerContext* context) {
+std::unique_ptr<CheckpointUploads::Ticket> CheckpointUploads::Track(
+    ::grpc::ServerContext* context) {
   auto e = std::make_shared<Entry>();
   e->context = context;
   e->started = UploadClock::now();
@@ -197,9 +202,10 @@ void CheckpointUploads::Ticket::Start(Id trial_id, Id worker_id, int64_t total_b
   const auto [it, first] = owner_.by_trial_.try_emplace(trial_id, e.serial);
   if (first) return;
   if (const auto older = owner_.entries_.find(it->second); older != owner_.entries_.end()) {
-    owner_.End(*older->second, Status::Cancelled("checkpoint upload of trial " + std::to_string(trial_id) +
-                                                 ": a newer upload of the trial replaced it; nothing of this "
-                                                 "one was stored"));
+    owner_.End(*older->second,
+               Status::Cancelled("checkpoint upload of trial " + std::to_string(trial_id) +
+                                 ": a newer upload of the trial replaced it; nothing of this "
+                                 "one was stored"));
   }
   it->second = e.serial;
 }
@@ -240,11 +246,13 @@ void CheckpointUploads::CheckLoop() {
       for (auto& [serial, e] : entries_) {
         if (e->ended || e->committing) continue;
         if (now >= e->deadline) {
-          const std::string what = e->trial_id == 0 ? std::string("checkpoint upload: no first chunk")
-                                                    : "checkpoint upload of trial " + std::to_string(e->trial_id) +
-                                                          ": not done";
+          const std::string what =
+              e->trial_id == 0
+                  ? std::string("checkpoint upload: no first chunk")
+                  : "checkpoint upload of trial " + std::to_string(e->trial_id) + ": not done";
           End(*e, Status::DeadlineExceeded(what + " within the server's deadline of " +
-                                           Seconds(e->deadline - e->started) + " s; nothing was stored"));
+                                           Seconds(e->deadline - e->started) +
+                                           " s; nothing was stored"));
         } else if (e->trial_id != 0) {
           leased.push_back({e, e->trial_id, e->worker_id});
         }
@@ -255,10 +263,12 @@ void CheckpointUploads::CheckLoop() {
       const Status held = lease_check_(l.trial_id, l.worker_id);
       if (!held.IsFailedPrecondition() && !held.IsNotFound()) continue;
       MutexLock lock(mu_);
-      if (entries_.count(l.entry->serial) == 0) continue;  // done meanwhile: its context may be gone
-      End(*l.entry, Status::FailedPrecondition("checkpoint upload of trial " + std::to_string(l.trial_id) +
-                                               " ended with the worker's lease: " + held.message() +
-                                               "; nothing was stored"));
+      if (entries_.count(l.entry->serial) == 0)
+        continue;  // done meanwhile: its context may be gone
+      End(*l.entry,
+          Status::FailedPrecondition("checkpoint upload of trial " + std::to_string(l.trial_id) +
+                                     " ended with the worker's lease: " + held.message() +
+                                     "; nothing was stored"));
     }
   }
 }
@@ -313,7 +323,9 @@ WorkerServiceImpl::WorkerServiceImpl(Engine& engine, WorkerServiceOptions option
     : engine_(engine),
       options_(std::move(options)),
       expected_token_(options_.token),
-      uploads_(options_, [&engine](Id trial_id, Id worker_id) { return LeaseStillHeld(engine, trial_id, worker_id); }) {}
+      uploads_(options_, [&engine](Id trial_id, Id worker_id) {
+        return LeaseStillHeld(engine, trial_id, worker_id);
+      }) {}
 
 Status WorkerServiceImpl::Authenticate(const ::grpc::ServerContext& context) const {
   if (expected_token_.empty()) return Status::OK();
@@ -358,18 +370,21 @@ Status WorkerServiceImpl::Authenticate(const ::grpc::ServerContext& context) con
   return Serve(Authenticate(*context), [&] { return DoHeartbeat(*request, *response); });
 }
 
-::grpc::Status WorkerServiceImpl::Pause(::grpc::ServerContext* context, const hpo::v1::PauseRequest* request,
+::grpc::Status WorkerServiceImpl::Pause(::grpc::ServerContext* context,
+                                        const hpo::v1::PauseRequest* request,
                                         hpo::v1::PauseResponse* /*response*/) {
   return Serve(Authenticate(*context), [&] {
-    return engine_.PauseTrial({request->worker_id(), request->session()}, request->trial_id(), request->step(),
-                              request->checkpoint_uploaded());
+    return engine_.PauseTrial({request->worker_id(), request->session()}, request->trial_id(),
+                              request->step(), request->checkpoint_uploaded());
   });
 }
 
-::grpc::Status WorkerServiceImpl::Restart(::grpc::ServerContext* context, const hpo::v1::RestartRequest* request,
+::grpc::Status WorkerServiceImpl::Restart(::grpc::ServerContext* context,
+                                          const hpo::v1::RestartRequest* request,
                                           hpo::v1::RestartResponse* /*response*/) {
   return Serve(Authenticate(*context), [&] {
-    return engine_.RestartTrial({request->worker_id(), request->session()}, request->trial_id(), request->reason());
+    return engine_.RestartTrial({request->worker_id(), request->session()}, request->trial_id(),
+                                request->reason());
   });
 }
 
@@ -384,22 +399,23 @@ Status WorkerServiceImpl::Authenticate(const ::grpc::ServerContext& context) con
   });
 }
 
-::grpc::Status WorkerServiceImpl::UploadCheckpoint(::grpc::ServerContext* context,
-                                                   ::grpc::ServerReader<hpo::v1::CheckpointChunk>* reader,
-                                                   hpo::v1::UploadCheckpointResponse* response) {
+::grpc::Status WorkerServiceImpl::UploadCheckpoint(
+    ::grpc::ServerContext* context, ::grpc::ServerReader<hpo::v1::CheckpointChunk>* reader,
+    hpo::v1::UploadCheckpointResponse* response) {
   return UploadCheckpointFrom(context, reader, response);
 }
 
-::grpc::Status WorkerServiceImpl::DownloadCheckpoint(::grpc::ServerContext* context,
-                                                     const hpo::v1::DownloadCheckpointRequest* request,
-                                                     ::grpc::ServerWriter<hpo::v1::CheckpointChunk>* writer) {
+::grpc::Status WorkerServiceImpl::DownloadCheckpoint(
+    ::grpc::ServerContext* context, const hpo::v1::DownloadCheckpointRequest* request,
+    ::grpc::ServerWriter<hpo::v1::CheckpointChunk>* writer) {
   return DownloadCheckpointTo(context, request, writer);
 }
 
-::grpc::Status WorkerServiceImpl::UploadCheckpointFrom(::grpc::ServerContext* context,
-                                                       ::grpc::ServerReaderInterface<hpo::v1::CheckpointChunk>* reader,
-                                                       hpo::v1::UploadCheckpointResponse* response) {
-  return Serve(Authenticate(*context), [&] { return DoUploadCheckpoint(context, *reader, *response); });
+::grpc::Status WorkerServiceImpl::UploadCheckpointFrom(
+    ::grpc::ServerContext* context, ::grpc::ServerReaderInterface<hpo::v1::CheckpointChunk>* reader,
+    hpo::v1::UploadCheckpointResponse* response) {
+  return Serve(Authenticate(*context),
+               [&] { return DoUploadCheckpoint(context, *reader, *response); });
 }
 
 ::grpc::Status WorkerServiceImpl::DownloadCheckpointTo(
@@ -408,9 +424,9 @@ Status WorkerServiceImpl::Authenticate(const ::grpc::ServerContext& context) con
   return Serve(Authenticate(*context), [&] { return DoDownloadCheckpoint(*request, *writer); });
 }
 
-Status WorkerServiceImpl::DoUploadCheckpoint(::grpc::ServerContext* context,
-                                             ::grpc::ServerReaderInterface<hpo::v1::CheckpointChunk>& reader,
-                                             hpo::v1::UploadCheckpointResponse& response) {
+Status WorkerServiceImpl::DoUploadCheckpoint(
+    ::grpc::ServerContext* context, ::grpc::ServerReaderInterface<hpo::v1::CheckpointChunk>& reader,
+    hpo::v1::UploadCheckpointResponse& response) {
   // Before the first Read, so that a stream that never sends one ends too.
   const std::unique_ptr<CheckpointUploads::Ticket> ticket = uploads_.Track(context);
   hpo::v1::CheckpointChunk chunk;
@@ -420,8 +436,8 @@ Status WorkerServiceImpl::DoUploadCheckpoint(::grpc::ServerContext* context,
   }
   const Id trial_id = chunk.trial_id();
   HPO_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointUpload> upload,
-                       engine_.BeginCheckpointUpload({chunk.worker_id(), chunk.session()}, trial_id, chunk.step(),
-                                                     chunk.total_bytes()));
+                       engine_.BeginCheckpointUpload({chunk.worker_id(), chunk.session()}, trial_id,
+                                                     chunk.step(), chunk.total_bytes()));
   // Only now, with the caller known to hold the trial's lease, may this
   // upload end another of the same trial.
   ticket->Start(trial_id, chunk.worker_id(), chunk.total_bytes());
@@ -435,8 +451,8 @@ Status WorkerServiceImpl::DoUploadCheckpoint(::grpc::ServerContext* context,
     }
     if (chunk.data().size() > kCheckpointChunkBytes) {
       return Status::InvalidArgument(where + ".data: " + std::to_string(chunk.data().size()) +
-                                     " bytes, over the limit of " + std::to_string(kCheckpointChunkBytes) +
-                                     " per chunk");
+                                     " bytes, over the limit of " +
+                                     std::to_string(kCheckpointChunkBytes) + " per chunk");
     }
     HPO_RETURN_IF_ERROR(upload->Append(chunk.data()));
     bytes += static_cast<int64_t>(chunk.data().size());
@@ -447,15 +463,18 @@ Status WorkerServiceImpl::DoUploadCheckpoint(::grpc::ServerContext* context,
     if (auto ended = ticket->Ended()) return *ended;
     if (!more) break;
     if (!sha256.empty()) {
-      return Status::InvalidArgument(where + ".sha256: set on a chunk that is not the last (only the last carries "
-                                             "it); nothing was stored");
+      return Status::InvalidArgument(
+          where +
+          ".sha256: set on a chunk that is not the last (only the last carries "
+          "it); nothing was stored");
     }
   }
   // The worker stopped sending (it died, or gave up) before the last chunk:
   // the upload is abandoned and the trial keeps its previous checkpoint.
   if (sha256.empty()) {
-    return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id) +
-                            ": the upload ended without the sha256 of its last chunk; nothing was stored");
+    return Status::DataLoss(
+        "checkpoint of trial " + std::to_string(trial_id) +
+        ": the upload ended without the sha256 of its last chunk; nothing was stored");
   }
   HPO_RETURN_IF_ERROR(ticket->BeginCommit());
   HPO_RETURN_IF_ERROR(upload->Commit(sha256));
@@ -463,10 +482,12 @@ Status WorkerServiceImpl::DoUploadCheckpoint(::grpc::ServerContext* context,
   return Status::OK();
 }
 
-Status WorkerServiceImpl::DoDownloadCheckpoint(const hpo::v1::DownloadCheckpointRequest& request,
-                                               ::grpc::ServerWriterInterface<hpo::v1::CheckpointChunk>& writer) {
-  HPO_ASSIGN_OR_RETURN(std::unique_ptr<store::CheckpointReader> reader,
-                       engine_.OpenCheckpoint({request.worker_id(), request.session()}, request.trial_id()));
+Status WorkerServiceImpl::DoDownloadCheckpoint(
+    const hpo::v1::DownloadCheckpointRequest& request,
+    ::grpc::ServerWriterInterface<hpo::v1::CheckpointChunk>& writer) {
+  HPO_ASSIGN_OR_RETURN(
+      std::unique_ptr<store::CheckpointReader> reader,
+      engine_.OpenCheckpoint({request.worker_id(), request.session()}, request.trial_id()));
   const store::CheckpointInfo& info = reader->info();
   for (bool first = true;; first = false) {
     // The reader checks the bytes as they come; the checksum goes out only
@@ -494,7 +515,8 @@ Status WorkerServiceImpl::DoRegister(const hpo::v1::RegisterRequest& request,
   w.identity_secret = request.identity_secret();
   w.labels.insert(request.labels().begin(), request.labels().end());
   for (int i = 0; i < request.devices_size(); ++i) {
-    HPO_ASSIGN_OR_RETURN(store::DeviceInfo d, ToDeviceInfo(request.devices(i), "devices[" + std::to_string(i) + "]"));
+    HPO_ASSIGN_OR_RETURN(store::DeviceInfo d,
+                         ToDeviceInfo(request.devices(i), "devices[" + std::to_string(i) + "]"));
     w.devices.push_back(std::move(d));
   }
   HPO_ASSIGN_OR_RETURN(RegisteredWorker registered, engine_.RegisterWorker(w));
@@ -517,15 +539,18 @@ Status WorkerServiceImpl::DoRegister(const hpo::v1::RegisterRequest& request,
   return Status::OK();
 }
 
-Status WorkerServiceImpl::DoLease(const hpo::v1::LeaseRequest& request, hpo::v1::LeaseResponse& response,
+Status WorkerServiceImpl::DoLease(const hpo::v1::LeaseRequest& request,
+                                  hpo::v1::LeaseResponse& response,
                                   ::grpc::ServerContext* context) {
   std::optional<std::vector<store::Id>> held;
-  if (request.lists_held()) held.emplace(request.held_trial_ids().begin(), request.held_trial_ids().end());
+  if (request.lists_held())
+    held.emplace(request.held_trial_ids().begin(), request.held_trial_ids().end());
   const WorkerCaller caller{request.worker_id(), request.session()};
   // Read before the first try: a change between that try and the wait
   // below is then not missed.
   uint64_t epoch = engine_.WorkEpoch();
-  HPO_ASSIGN_OR_RETURN(std::optional<server::Lease> a, engine_.LeaseForWorker(caller, request.device_id(), held));
+  HPO_ASSIGN_OR_RETURN(std::optional<server::Lease> a,
+                       engine_.LeaseForWorker(caller, request.device_id(), held));
   const int64_t wait_ms = std::clamp<int64_t>(request.max_wait_ms(), 0, options_.max_lease_wait_ms);
   if (!a && wait_ms > 0) {
     // A long poll: wait for a change that may give this device work, and
@@ -537,7 +562,8 @@ Status WorkerServiceImpl::DoLease(const hpo::v1::LeaseRequest& request, hpo::v1:
       // server's shutdown cancelled, stops waiting within one.
       constexpr auto kSlice = std::chrono::milliseconds(250);
       while (!a && std::chrono::steady_clock::now() < deadline && !context->IsCancelled()) {
-        const uint64_t now = engine_.WaitForWork(epoch, std::min(deadline, std::chrono::steady_clock::now() + kSlice));
+        const uint64_t now = engine_.WaitForWork(
+            epoch, std::min(deadline, std::chrono::steady_clock::now() + kSlice));
         if (now == epoch) continue;  // a slice passed without a change
         epoch = now;
         auto again = engine_.LeaseForWorker(caller, request.device_id());
@@ -577,12 +603,14 @@ Status WorkerServiceImpl::DoReport(const hpo::v1::ReportRequest& request,
   HPO_ASSIGN_OR_RETURN(r.applied, SystemToJson(request.applied(), "applied"));
   for (const auto& [name, change] : request.system_changes()) {
     // An unspecified or unknown (newer) value promises nothing: fixed.
-    r.system_changes[name] = change == hpo::v1::SYSTEM_CHANGE_MID_TRIAL    ? scheduler::SystemChange::kMidTrial
-                             : change == hpo::v1::SYSTEM_CHANGE_AT_RESTART ? scheduler::SystemChange::kAtRestart
-                                                                           : scheduler::SystemChange::kFixed;
+    r.system_changes[name] =
+        change == hpo::v1::SYSTEM_CHANGE_MID_TRIAL    ? scheduler::SystemChange::kMidTrial
+        : change == hpo::v1::SYSTEM_CHANGE_AT_RESTART ? scheduler::SystemChange::kAtRestart
+                                                      : scheduler::SystemChange::kFixed;
   }
   if (request.device_id() > 0) r.device_id = request.device_id();
-  HPO_ASSIGN_OR_RETURN(ReportReply reply, engine_.Report({request.worker_id(), request.session()}, std::move(r)));
+  HPO_ASSIGN_OR_RETURN(ReportReply reply,
+                       engine_.Report({request.worker_id(), request.session()}, std::move(r)));
   if (reply.decision == Decision::kContinue && reply.new_system) {
     response.set_decision(hpo::v1::DECISION_CHANGE_SYSTEM);
     for (auto it = reply.new_system->begin(); it != reply.new_system->end(); ++it) {
@@ -608,8 +636,9 @@ Status WorkerServiceImpl::DoReport(const hpo::v1::ReportRequest& request,
 }
 
 Status WorkerServiceImpl::DoComplete(const hpo::v1::CompleteRequest& request) {
-  return engine_.Complete({request.worker_id(), request.session()}, request.trial_id(), request.failed(),
-                          MetricsToJson(request.final_metrics()), request.reason(), request.log_tail());
+  return engine_.Complete({request.worker_id(), request.session()}, request.trial_id(),
+                          request.failed(), MetricsToJson(request.final_metrics()),
+                          request.reason(), request.log_tail());
 }
 
 Status WorkerServiceImpl::DoHeartbeat(const hpo::v1::HeartbeatRequest& request,
@@ -649,7 +678,8 @@ Result<std::string> ReadPemFile(const std::string& path, const char* what) {
 
 }  // namespace
 
-Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address, ::grpc::Service* service,
+Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address,
+                                                      ::grpc::Service* service,
                                                       const GrpcTlsFiles& tls) {
   std::shared_ptr<::grpc::ServerCredentials> credentials = ::grpc::InsecureServerCredentials();
   if (tls.cert_file.empty() != tls.key_file.empty()) {
@@ -674,7 +704,8 @@ Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address
   // started a thread and ended one (issue #19: the server's CPU went to
   // clone, exit and unmapping stacks). Idle threads are kept up to a fleet's
   // usual concurrency; more calls still get threads, as before.
-  builder.SetSyncServerOption(::grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, kMaxIdleCallThreads);
+  builder.SetSyncServerOption(::grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
+                              kMaxIdleCallThreads);
   int selected_port = 0;
   builder.AddListeningPort(address, credentials, &selected_port);
   builder.RegisterService(service);

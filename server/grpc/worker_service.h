@@ -110,7 +110,8 @@ class CheckpointUploads {
 
    private:
     friend class CheckpointUploads;
-    Ticket(CheckpointUploads& owner, std::shared_ptr<Entry> entry) : owner_(owner), entry_(std::move(entry)) {}
+    Ticket(CheckpointUploads& owner, std::shared_ptr<Entry> entry)
+        : owner_(owner), entry_(std::move(entry)) {}
     CheckpointUploads& owner_;
     std::shared_ptr<Entry> entry_;
   };
@@ -135,7 +136,7 @@ class CheckpointUploads {
   bool stopping_ HPO_GUARDED_BY(mu_) = false;
   uint64_t next_serial_ HPO_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, std::shared_ptr<Entry>> entries_ HPO_GUARDED_BY(mu_);  // by serial
-  std::map<store::Id, uint64_t> by_trial_ HPO_GUARDED_BY(mu_);              // the serial of each trial's upload
+  std::map<store::Id, uint64_t> by_trial_ HPO_GUARDED_BY(mu_);  // the serial of each trial's upload
   std::thread checker_;
 };
 
@@ -152,8 +153,8 @@ class CheckpointUploads {
 //             parameter this trial does not have (another space's, an
 //             inactive conditional one) is left as written.
 //  Report:    one step; the answer is CONTINUE, PRUNE, CANCEL (the
-//             experiment ended) or PAUSE (the lease's stop_step). FailedPrecondition: the lease is not this
-//             worker's any more.
+//             experiment ended) or PAUSE (the lease's stop_step). FailedPrecondition: the lease is
+//             not this worker's any more.
 //  Complete:  ends the trial; a failed trial's log_tail follows its reason.
 //  Heartbeat: renews the worker and the given leases; a trial whose lease
 //             cannot be renewed because it ended or moved on (pruned,
@@ -199,18 +200,20 @@ class WorkerServiceImpl final : public hpo::v1::WorkerService::Service {
   ::grpc::Status UploadCheckpoint(::grpc::ServerContext* context,
                                   ::grpc::ServerReader<hpo::v1::CheckpointChunk>* reader,
                                   hpo::v1::UploadCheckpointResponse* response) override;
-  ::grpc::Status DownloadCheckpoint(::grpc::ServerContext* context, const hpo::v1::DownloadCheckpointRequest* request,
-                                    ::grpc::ServerWriter<hpo::v1::CheckpointChunk>* writer) override;
+  ::grpc::Status DownloadCheckpoint(
+      ::grpc::ServerContext* context, const hpo::v1::DownloadCheckpointRequest* request,
+      ::grpc::ServerWriter<hpo::v1::CheckpointChunk>* writer) override;
 
   // The two streaming RPCs over any stream of chunks: the overrides above
   // pass gRPC's own, fuzz/fuzz_worker.cc a reader and a writer of chunks it
   // decoded (gRPC's ServerReader and ServerWriter exist only inside a call).
-  ::grpc::Status UploadCheckpointFrom(::grpc::ServerContext* context,
-                                      ::grpc::ServerReaderInterface<hpo::v1::CheckpointChunk>* reader,
-                                      hpo::v1::UploadCheckpointResponse* response);
-  ::grpc::Status DownloadCheckpointTo(::grpc::ServerContext* context,
-                                      const hpo::v1::DownloadCheckpointRequest* request,
-                                      ::grpc::ServerWriterInterface<hpo::v1::CheckpointChunk>* writer);
+  ::grpc::Status UploadCheckpointFrom(
+      ::grpc::ServerContext* context,
+      ::grpc::ServerReaderInterface<hpo::v1::CheckpointChunk>* reader,
+      hpo::v1::UploadCheckpointResponse* response);
+  ::grpc::Status DownloadCheckpointTo(
+      ::grpc::ServerContext* context, const hpo::v1::DownloadCheckpointRequest* request,
+      ::grpc::ServerWriterInterface<hpo::v1::CheckpointChunk>* writer);
 
   // Lease calls waiting for work now (LeaseRequest.max_wait_ms).
   int waiting_leases() const { return waiting_leases_.load(); }
@@ -259,7 +262,8 @@ class GrpcServer {
   // server. Unavailable, naming the address, when it cannot listen there
   // (malformed, in use, not a local address); InvalidArgument, naming the
   // file, when a TLS file cannot be read or only one is given.
-  static Result<std::unique_ptr<GrpcServer>> Start(const std::string& address, ::grpc::Service* service,
+  static Result<std::unique_ptr<GrpcServer>> Start(const std::string& address,
+                                                   ::grpc::Service* service,
                                                    const GrpcTlsFiles& tls = {});
 
   // Shuts down (with no further deadline) unless Shutdown was called.

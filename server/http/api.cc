@@ -1,5 +1,7 @@
 #include "server/http/api.h"
 
+#include <spdlog/spdlog.h>
+
 #include <charconv>
 #include <cstdint>
 #include <filesystem>
@@ -7,14 +9,12 @@
 #include <set>
 #include <sstream>
 
-#include <spdlog/spdlog.h>
-
 #include "common/json_limits.h"
 #include "common/token.h"
-#include "server/http/web_files.h"
 #include "server/engine/trial_run.h"
 #include "server/http/dashboard.h"
 #include "server/http/read_cursor.h"
+#include "server/http/web_files.h"
 
 namespace hpo::server {
 
@@ -52,7 +52,8 @@ json TrialJson(const store::TrialRecord& t, const std::map<Id, std::string>& spa
             {"created_ms", t.created_ms},
             {"started_ms", Opt(t.started_ms)},
             {"finished_ms", Opt(t.finished_ms)},
-            {"final_metrics", t.final_metrics_json.empty() ? json(nullptr) : ParseOr(t.final_metrics_json, nullptr)},
+            {"final_metrics",
+             t.final_metrics_json.empty() ? json(nullptr) : ParseOr(t.final_metrics_json, nullptr)},
             {"reason", t.reason},
             {"level", t.level},
             {"stop_step", Opt(t.stop_step)},
@@ -76,8 +77,10 @@ json TrialJson(const store::TrialRecord& t, const std::map<Id, std::string>& spa
 // TrialJson's fields.
 void SetProgress(json& trial, const store::TrialProgress& p) {
   if (p.steps == 0) return;
-  trial["latest"] = {{"step", p.last_step}, {"metrics", ParseOr(p.last_metrics_json, json::object())}};
-  trial["best"] = {{"step", p.best_step}, {"metrics", ParseOr(p.best_metrics_json, json::object())}};
+  trial["latest"] = {{"step", p.last_step},
+                     {"metrics", ParseOr(p.last_metrics_json, json::object())}};
+  trial["best"] = {{"step", p.best_step},
+                   {"metrics", ParseOr(p.best_metrics_json, json::object())}};
   trial["device_seconds"] = static_cast<double>(p.device_ms) / 1000.0;
 }
 
@@ -95,22 +98,23 @@ std::map<Id, std::string> SpaceNames(const store::ExperimentRecord& e) {
 }
 
 json CountsJson(const store::TrialCounts& n) {
-  return {{"pending", n.pending},     {"leased", n.leased}, {"running", n.running}, {"paused", n.paused},
-          {"completed", n.completed}, {"pruned", n.pruned}, {"failed", n.failed},
-          {"cancelled", n.cancelled}, {"total", n.total()}};
+  return {{"pending", n.pending}, {"leased", n.leased},       {"running", n.running},
+          {"paused", n.paused},   {"completed", n.completed}, {"pruned", n.pruned},
+          {"failed", n.failed},   {"cancelled", n.cancelled}, {"total", n.total()}};
 }
 
 Result<Id> ParseId(const std::string& text, const char* what) {
   Id id = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
   if (ec != std::errc() || p != text.data() + text.size() || id <= 0) {
-    return Status::InvalidArgument(std::string(what) + " id '" + text + "' is not a positive integer");
+    return Status::InvalidArgument(std::string(what) + " id '" + text +
+                                   "' is not a positive integer");
   }
   return id;
 }
 
-Result<int64_t> QueryInt(const HttpRequest& req, const std::string& key, int64_t fallback, int64_t lo,
-                         int64_t hi) {
+Result<int64_t> QueryInt(const HttpRequest& req, const std::string& key, int64_t fallback,
+                         int64_t lo, int64_t hi) {
   auto it = req.query.find(key);
   if (it == req.query.end()) return fallback;
   int64_t v = 0;
@@ -127,7 +131,8 @@ Result<bool> QueryBool(const HttpRequest& req, const std::string& key, bool fall
   if (it == req.query.end()) return fallback;
   if (it->second == "true" || it->second == "1") return true;
   if (it->second == "false" || it->second == "0") return false;
-  return Status::InvalidArgument("query parameter " + key + ": must be true or false, not '" + it->second + "'");
+  return Status::InvalidArgument("query parameter " + key + ": must be true or false, not '" +
+                                 it->second + "'");
 }
 
 // Every JSON body goes through the limits of json_limits.h before a route
@@ -201,9 +206,9 @@ constexpr int64_t kMaxLeasedTrials = 100'000;
 RestApi::RestApi(Engine& engine, EventBus& events, metrics::Registry& metrics, ApiOptions options)
     : engine_(engine), events_(events), metrics_(metrics), options_(std::move(options)) {
   if (!options_.web_root.empty()) web_files_ = DashboardFiles(options_.web_root);
-  request_seconds_ = &metrics_.histogram("hpo_http_request_duration_seconds",
-                                         "REST request latency, all routes",
-                                         metrics::ExponentialBuckets(0.0005, 2, 14));
+  request_seconds_ =
+      &metrics_.histogram("hpo_http_request_duration_seconds", "REST request latency, all routes",
+                          metrics::ExponentialBuckets(0.0005, 2, 14));
 }
 
 const RestApi::Route* RestApi::Find(const HttpRequest& req, std::string* id) {
@@ -222,7 +227,8 @@ const RestApi::Route* RestApi::Find(const HttpRequest& req, std::string* id) {
 }
 
 bool RestApi::IsDashboardFile(const HttpRequest& req, const Route* route) const {
-  return route == nullptr && req.method == "GET" && !options_.web_root.empty() && req.path.rfind("/api/", 0) != 0;
+  return route == nullptr && req.method == "GET" && !options_.web_root.empty() &&
+         req.path.rfind("/api/", 0) != 0;
 }
 
 bool RestApi::Authorized(const HttpRequest& req, const Route* route) const {
@@ -256,7 +262,9 @@ void RestApi::Attach(HttpServerOptions& options) {
   options.admit = [this](const HttpRequest& req) { return Admit(req); };
 }
 
-bool RestApi::IsProbe(const HttpRequest& req) { return req.path == "/healthz" || req.path == "/readyz"; }
+bool RestApi::IsProbe(const HttpRequest& req) {
+  return req.path == "/healthz" || req.path == "/readyz";
+}
 
 std::optional<HttpResponse> RestApi::Admit(const HttpRequest& req) {
   std::string id;
@@ -284,10 +292,12 @@ HttpResponse RestApi::Handle(const HttpRequest& original) {
 void RestApi::Count(const HttpRequest& req, const HttpResponse& r) {
   // Any other method is "other": a label per invented method would grow
   // /metrics without bound.
-  static const std::set<std::string> kMethods = {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"};
+  static const std::set<std::string> kMethods = {"GET",   "POST", "PUT",    "DELETE",
+                                                 "PATCH", "HEAD", "OPTIONS"};
   metrics_
       .counter("hpo_http_requests_total", "REST requests by method and status",
-               {{"method", kMethods.count(req.method) ? req.method : "other"}, {"code", std::to_string(r.status)}})
+               {{"method", kMethods.count(req.method) ? req.method : "other"},
+                {"code", std::to_string(r.status)}})
       .Increment();
   if (spdlog::should_log(spdlog::level::debug)) LogRequest(req, r);
 }
@@ -307,17 +317,20 @@ void RestApi::LogRequest(const HttpRequest& req, const HttpResponse& r) {
   for (char& ch : target) {
     if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
   }
-  spdlog::debug("http {} {} {} {}B from {}", req.method, target, r.status, r.body.size(), req.remote);
+  spdlog::debug("http {} {} {} {}B from {}", req.method, target, r.status, r.body.size(),
+                req.remote);
 }
 
 std::optional<HttpResponse> RestApi::Gate(const HttpRequest& req, const Route* route) const {
   if (route != nullptr && route->access == Access::kProbe) return std::nullopt;
-  if (auto refused = CheckRequestSource(req, options_.guard)) return ErrorResponse(refused->status, refused->cause);
+  if (auto refused = CheckRequestSource(req, options_.guard))
+    return ErrorResponse(refused->status, refused->cause);
   // Kubernetes probes and Prometheus scrapers carry no bearer token:
   // /readyz tells only whether the store answers; /metrics is open when the
   // operator chose public_metrics.
-  const bool open = route != nullptr && (route->access == Access::kOpen ||
-                                         (route->access == Access::kMetrics && options_.public_metrics));
+  const bool open =
+      route != nullptr && (route->access == Access::kOpen ||
+                           (route->access == Access::kMetrics && options_.public_metrics));
   if (!open && !Authorized(req, route)) {
     HttpResponse r = ErrorResponse(Status::Unauthenticated("missing or invalid bearer token"));
     r.headers["WWW-Authenticate"] = "Bearer";
@@ -338,11 +351,14 @@ HttpResponse RestApi::Answer(const HttpRequest& req) {
   if (auto refused = Gate(req, route)) return std::move(*refused);
   // Every error below, the route's own included, is answered by the one
   // conversion (ErrorResponse).
-  auto answer = [&](Result<HttpResponse> r) { return r.ok() ? std::move(r).value() : ErrorResponse(r.status()); };
+  auto answer = [&](Result<HttpResponse> r) {
+    return r.ok() ? std::move(r).value() : ErrorResponse(r.status());
+  };
   if (route != nullptr) return answer(Dispatch(*route, call));
   if (IsDashboardFile(req, route)) return answer(Static(req));
   if (req.path.rfind("/api/v1/", 0) == 0) {
-    return ErrorResponse(Status::NotFound("no route for " + req.method + " " + req.path + " (see /openapi.json)"));
+    return ErrorResponse(
+        Status::NotFound("no route for " + req.method + " " + req.path + " (see /openapi.json)"));
   }
   return ErrorResponse(Status::NotFound("no route for " + req.method + " " + req.path));
 }
@@ -360,7 +376,9 @@ Result<HttpResponse> RestApi::Dispatch(const Route& route, const RouteCall& call
 
 // Health, metrics, the document, the event stream -----------------------
 
-Result<HttpResponse> RestApi::Healthz(const RouteCall&) { return HttpResponse{200, "text/plain", "ok\n", {}, {}}; }
+Result<HttpResponse> RestApi::Healthz(const RouteCall&) {
+  return HttpResponse{200, "text/plain", "ok\n", {}, {}};
+}
 
 bool RestApi::IsBackgroundRead(const HttpRequest& req) {
   if (req.method != "GET" && req.method != "HEAD") return false;
@@ -402,7 +420,9 @@ Result<HttpResponse> RestApi::Events(const RouteCall&) {
         continue;
       }
       idle_ms = 0;
-      if (!w.Write("id: " + std::to_string(e->id) + "\nevent: " + e->type + "\ndata: " + e->data + "\n\n")) return;
+      if (!w.Write("id: " + std::to_string(e->id) + "\nevent: " + e->type + "\ndata: " + e->data +
+                   "\n\n"))
+        return;
     }
   };
   return r;
@@ -422,8 +442,10 @@ Result<json> RestApi::ListWorkers(const RouteCall& call) {
   std::map<std::string, json> current;
   if (auto ts = engine_.ListLeasedTrials(kMaxLeasedTrials); ts.ok()) {
     for (const auto& t : *ts) {
-      current[t.lease_owner].push_back({{"trial_id", t.id}, {"experiment_id", t.experiment_id},
-                                        {"number", t.number}, {"state", store::ToString(t.state)}});
+      current[t.lease_owner].push_back({{"trial_id", t.id},
+                                        {"experiment_id", t.experiment_id},
+                                        {"number", t.number},
+                                        {"state", store::ToString(t.state)}});
     }
   }
   // Running experiments with prices (cost-aware placement): what each
@@ -432,7 +454,8 @@ Result<json> RestApi::ListWorkers(const RouteCall& call) {
   if (auto exps = engine_.ListExperiments(0, 10'000); exps.ok()) {
     for (const auto& e : *exps) {
       if (e.state != store::ExperimentState::kRunning) continue;
-      if (auto spec = engine_.Spec(e.id); spec.ok() && !(*spec)->prices.empty()) priced.emplace_back(e.id, *spec);
+      if (auto spec = engine_.Spec(e.id); spec.ok() && !(*spec)->prices.empty())
+        priced.emplace_back(e.id, *spec);
     }
   }
   // Built by moving each part into place: nlohmann's initializer lists copy
@@ -493,7 +516,8 @@ Result<json> RestApi::ListWorkers(const RouteCall& call) {
     worker["registered_ms"] = w.registered_ms;
     worker["last_seen_ms"] = w.last_seen_ms;
     worker["devices"] = std::move(devices);
-    worker["current_trials"] = running == current.end() ? json::array() : std::move(running->second);
+    worker["current_trials"] =
+        running == current.end() ? json::array() : std::move(running->second);
     out.push_back(std::move(worker));
   }
   json answer = json::object();
@@ -512,7 +536,8 @@ Result<json> RestApi::CreateExperiment(const RouteCall& call) {
 // the server read it (DescribeSpec) in the answer.
 Result<json> RestApi::ValidateExperiment(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(auto spec, engine_.ValidateExperiment(call.req.body));
-  return json{{"valid", true}, {"spec", DescribeSpec(spec)}, {"warnings", Engine::SpecWarnings(spec)}};
+  return json{
+      {"valid", true}, {"spec", DescribeSpec(spec)}, {"warnings", Engine::SpecWarnings(spec)}};
 }
 
 Result<json> RestApi::ListExperiments(const RouteCall& call) {
@@ -522,8 +547,12 @@ Result<json> RestApi::ListExperiments(const RouteCall& call) {
   json out = json::array();
   for (const auto& e : list) {
     auto n = engine_.CountTrials(e.id);
-    out.push_back({{"id", e.id}, {"name", e.name}, {"state", store::ToString(e.state)},
-                   {"reason", e.reason}, {"created_ms", e.created_ms}, {"finished_ms", Opt(e.finished_ms)},
+    out.push_back({{"id", e.id},
+                   {"name", e.name},
+                   {"state", store::ToString(e.state)},
+                   {"reason", e.reason},
+                   {"created_ms", e.created_ms},
+                   {"finished_ms", Opt(e.finished_ms)},
                    {"trials", n.ok() ? CountsJson(*n) : json(nullptr)}});
   }
   return json{{"experiments", out}};
@@ -565,7 +594,8 @@ Result<json> RestApi::CancelExperiment(const RouteCall& call) {
 }
 
 Status RestApi::AddProgress(json& out, const store::TrialRecord& t) {
-  HPO_ASSIGN_OR_RETURN(const auto progress, engine_.ListTrialProgress(t.experiment_id, t.number, t.number));
+  HPO_ASSIGN_OR_RETURN(const auto progress,
+                       engine_.ListTrialProgress(t.experiment_id, t.number, t.number));
   if (auto p = progress.find(t.id); p != progress.end()) SetProgress(out, p->second);
   return Status::OK();
 }
@@ -575,7 +605,8 @@ Result<json> RestApi::BestTrial(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(auto e, engine_.GetExperiment(id));
   HPO_ASSIGN_OR_RETURN(auto best, engine_.BestTrial(id));
   if (!best) {
-    return Status::NotFound("experiment " + call.id + " has no completed trial and no measurement yet");
+    return Status::NotFound("experiment " + call.id +
+                            " has no completed trial and no measurement yet");
   }
   json out = TrialJson(best->trial, SpaceNames(e), SpecOrNull(engine_, id).get());
   HPO_RETURN_IF_ERROR(AddProgress(out, best->trial));
@@ -592,7 +623,8 @@ Result<json> RestApi::LearningCurves(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "experiment"));
   HPO_ASSIGN_OR_RETURN(auto spec, engine_.Spec(id));
   const auto metric = call.req.query.find("metric");
-  HPO_ASSIGN_OR_RETURN(const int64_t max_points, QueryInt(call.req, "max_points", 20'000, 1, 1'000'000));
+  HPO_ASSIGN_OR_RETURN(const int64_t max_points,
+                       QueryInt(call.req, "max_points", 20'000, 1, 1'000'000));
   const std::string name = metric == call.req.query.end() ? spec->metric : metric->second;
   // Before the read: what it sees is then at least what the cursor says.
   HPO_ASSIGN_OR_RETURN(const auto now, engine_.ReadHorizon());
@@ -629,7 +661,9 @@ Result<json> RestApi::CurveChanges(Id experiment_id, const std::string& metric, 
     return std::tie(a.trial_id, a.step) < std::tie(b.trial_id, b.step);
   });
   ms.erase(std::unique(ms.begin(), ms.end(),
-                       [](const auto& a, const auto& b) { return a.trial_id == b.trial_id && a.step == b.step; }),
+                       [](const auto& a, const auto& b) {
+                         return a.trial_id == b.trial_id && a.step == b.step;
+                       }),
            ms.end());
   json out = dashboard::LearningCurves(ms, metric, INT64_MAX);
   for (json& c : out["trials"]) c["replace"] = reset.count(c["trial_id"].get<Id>()) > 0;
@@ -682,12 +716,14 @@ Result<json> RestApi::ListTrials(const RouteCall& call) {
     for (const auto& s : e.spaces) {
       if (s.name == sp->second) f.space_id = s.id;
     }
-    if (!f.space_id) return Status::InvalidArgument("query parameter space: no space '" + sp->second + "'");
+    if (!f.space_id)
+      return Status::InvalidArgument("query parameter space: no space '" + sp->second + "'");
   }
   HPO_ASSIGN_OR_RETURN(f.offset, QueryInt(req, "offset", 0, 0, INT64_MAX));
   HPO_ASSIGN_OR_RETURN(f.limit, QueryInt(req, "limit", 100, 0, options_.max_page));
   if (req.query.count("after")) {
-    if (f.offset != 0) return Status::InvalidArgument("query parameter after: give after or offset, not both");
+    if (f.offset != 0)
+      return Status::InvalidArgument("query parameter after: give after or offset, not both");
     HPO_ASSIGN_OR_RETURN(f.after_number, QueryInt(req, "after", 0, -1, INT64_MAX));
   }
   // Before the read: what it sees is then at least what the cursor says.
@@ -699,7 +735,8 @@ Result<json> RestApi::ListTrials(const RouteCall& call) {
   const auto spec = SpecOrNull(engine_, id);
   std::map<Id, store::TrialProgress> progress;
   if (!list.empty()) {  // ordered by number
-    HPO_ASSIGN_OR_RETURN(progress, engine_.ListTrialProgress(id, list.front().number, list.back().number));
+    HPO_ASSIGN_OR_RETURN(progress,
+                         engine_.ListTrialProgress(id, list.front().number, list.back().number));
   }
   for (const auto& t : list) {
     trials.push_back(TrialJson(t, names, spec.get()));
@@ -740,15 +777,16 @@ Result<json> RestApi::GetTrial(const RouteCall& call) {
                             {"device_class", m.device_class}});
     if (!m.device_id) continue;
     auto [it, added] = devices.emplace(*m.device_id, json{{"device_id", *m.device_id},
-                                                         {"device_class", m.device_class},
-                                                         {"worker_id", nullptr},
-                                                         {"host", nullptr},
-                                                         {"name", nullptr},
-                                                         {"steps", 0},
-                                                         {"device_seconds", 0.0}});
+                                                          {"device_class", m.device_class},
+                                                          {"worker_id", nullptr},
+                                                          {"host", nullptr},
+                                                          {"name", nullptr},
+                                                          {"steps", 0},
+                                                          {"device_seconds", 0.0}});
     if (added) order.push_back(*m.device_id);
     it->second["steps"] = it->second["steps"].get<int64_t>() + 1;
-    it->second["device_seconds"] = it->second["device_seconds"].get<double>() + m.device_ms / 1000.0;
+    it->second["device_seconds"] =
+        it->second["device_seconds"].get<double>() + m.device_ms / 1000.0;
   }
   out["measurements"] = measurements;
   if (!devices.empty()) {
@@ -770,8 +808,9 @@ Result<json> RestApi::GetTrial(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(const auto events, engine_.ListTrialEvents(id, kEvents));
   json kept = json::array();
   for (const auto& ev : events) {
-    kept.push_back(
-        {{"type", ev.type}, {"created_ms", ev.created_ms}, {"data", ParseOr(ev.data_json, json::object())}});
+    kept.push_back({{"type", ev.type},
+                    {"created_ms", ev.created_ms},
+                    {"data", ParseOr(ev.data_json, json::object())}});
   }
   out["events"] = kept;
   return out;
@@ -809,7 +848,8 @@ Result<json> RestApi::FinishTrial(const RouteCall& call, bool failed) {
   if (!metrics.is_object()) return Status::InvalidArgument("metrics: must be an object");
   const json reason = body.value("reason", json(""));
   if (!reason.is_string()) return Status::InvalidArgument("reason: must be a string");
-  HPO_RETURN_IF_ERROR(engine_.Complete(id, Engine::kClientOwner, failed, metrics, reason.get<std::string>()));
+  HPO_RETURN_IF_ERROR(
+      engine_.Complete(id, Engine::kClientOwner, failed, metrics, reason.get<std::string>()));
   return json{{"id", id}, {"state", failed ? "failed" : "completed"}};
 }
 
@@ -820,7 +860,8 @@ Result<HttpResponse> RestApi::Static(const HttpRequest& req) {
   // Only the files the dashboard loads (server/http/web_files.h): not the
   // package tree under node_modules, its source maps or its tests.
   // "/js/../js/app.js" names /js/app.js; what climbs above the root names nothing.
-  const std::string path = req.path == "/" ? "/index.html" : fs::path(req.path).lexically_normal().generic_string();
+  const std::string path =
+      req.path == "/" ? "/index.html" : fs::path(req.path).lexically_normal().generic_string();
   if (!web_files_.count(path)) return Status::NotFound("no such file: " + req.path);
   const auto file = FileUnderRoot(options_.web_root, path);  // again: it may be a symlink by now
   if (!file) return Status::NotFound("no such file: " + req.path);
@@ -833,7 +874,8 @@ Result<HttpResponse> RestApi::Static(const HttpRequest& req) {
   if (file->extension() == ".html") {
     r.headers["Content-Security-Policy"] =
         "default-src 'none'; script-src 'self'; style-src 'self'; style-src-attr 'unsafe-inline'; "
-        "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+        "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors "
+        "'none'";
   }
   return r;
 }

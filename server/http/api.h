@@ -23,9 +23,8 @@
 // HEAD is answered as GET (the HTTP server sends no body).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -33,8 +32,8 @@
 #include <vector>
 
 #include "server/engine/engine.h"
-#include "server/http/browser_guard.h"
 #include "server/engine/event_bus.h"
+#include "server/http/browser_guard.h"
 #include "server/http/http_server.h"
 #include "server/http/http_status.h"
 #include "server/metrics/metrics.h"
@@ -42,9 +41,9 @@
 namespace hpo::server {
 
 struct ApiOptions {
-  std::string token;     // empty: no auth
-  std::string web_root;  // empty: no dashboard files
-  int max_page = 10'000; // largest page a list call returns
+  std::string token;      // empty: no auth
+  std::string web_root;   // empty: no dashboard files
+  int max_page = 10'000;  // largest page a list call returns
   // Serve /metrics without the token (Prometheus scrapers often carry none).
   bool public_metrics = false;
   BrowserGuardOptions guard;
@@ -142,7 +141,8 @@ class RestApi {
   Result<nlohmann::json> BestTrial(const RouteCall& call);
   Result<nlohmann::json> LearningCurves(const RouteCall& call);  // server/http/dashboard.h
   Result<nlohmann::json> SystemTuning(const RouteCall& call);    // server/http/dashboard.h
-  Result<nlohmann::json> CurveChanges(store::Id experiment_id, const std::string& metric, int64_t since);
+  Result<nlohmann::json> CurveChanges(store::Id experiment_id, const std::string& metric,
+                                      int64_t since);
   Result<nlohmann::json> SuggestTrials(const RouteCall& call);
   Result<nlohmann::json> ListTrials(const RouteCall& call);
   Result<nlohmann::json> GetTrial(const RouteCall& call);

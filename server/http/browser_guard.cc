@@ -1,7 +1,7 @@
 #include "server/http/browser_guard.h"
 
-#include <boost/asio/ip/address.hpp>
 #include <algorithm>
+#include <boost/asio/ip/address.hpp>
 #include <cctype>
 
 namespace hpo::server {
@@ -39,7 +39,8 @@ bool IsIpAddress(const std::string& host) {
 }
 
 bool Contains(const std::vector<std::string>& list, const std::string& value) {
-  return std::any_of(list.begin(), list.end(), [&](const std::string& x) { return Lower(x) == value; });
+  return std::any_of(list.begin(), list.end(),
+                     [&](const std::string& x) { return Lower(x) == value; });
 }
 
 // scheme://host[:port] with the scheme's default port left out, lower-cased.
@@ -56,7 +57,8 @@ bool ChangesState(const std::string& method) {
 
 }  // namespace
 
-std::optional<GuardRefusal> CheckRequestSource(const HttpRequest& req, const BrowserGuardOptions& options) {
+std::optional<GuardRefusal> CheckRequestSource(const HttpRequest& req,
+                                               const BrowserGuardOptions& options) {
   if (req.path == "/healthz") return std::nullopt;
   const std::string host_header = Trim(req.Header("host"));
   if (!host_header.empty() && !Contains(options.allowed_hosts, "*")) {
@@ -64,9 +66,9 @@ std::optional<GuardRefusal> CheckRequestSource(const HttpRequest& req, const Bro
     if (!IsIpAddress(host) && host != "localhost" && !Contains(options.allowed_hosts, host) &&
         !Contains(options.allowed_hosts, Lower(host_header))) {
       return GuardRefusal{Status::PermissionDenied(
-                                   "Host '" + host_header.substr(0, 256) +
-                                   "' is not a name this server answers to; an operator allows it with "
-                                   "--allowed-host (IP addresses and localhost are always allowed)")};
+          "Host '" + host_header.substr(0, 256) +
+          "' is not a name this server answers to; an operator allows it with "
+          "--allowed-host (IP addresses and localhost are always allowed)")};
     }
   }
   const auto origin = req.headers.find("origin");
@@ -74,18 +76,20 @@ std::optional<GuardRefusal> CheckRequestSource(const HttpRequest& req, const Bro
     const std::string given = Lower(Trim(origin->second));
     const auto sep = given.find("://");
     const std::string normalized =
-        sep == std::string::npos ? given : NormalizedOrigin(given.substr(0, sep), given.substr(sep + 3));
+        sep == std::string::npos ? given
+                                 : NormalizedOrigin(given.substr(0, sep), given.substr(sep + 3));
     const std::string own = NormalizedOrigin(req.tls ? "https" : "http", host_header);
     bool allowed = !host_header.empty() && normalized == own;
     for (const auto& o : options.allowed_origins) {
       const std::string lo = Lower(o);
       const auto s = lo.find("://");
-      allowed = allowed || (s != std::string::npos && NormalizedOrigin(lo.substr(0, s), lo.substr(s + 3)) == normalized);
+      allowed = allowed || (s != std::string::npos &&
+                            NormalizedOrigin(lo.substr(0, s), lo.substr(s + 3)) == normalized);
     }
     if (!allowed) {
       return GuardRefusal{Status::PermissionDenied(
-                                   "cross-origin request from '" + origin->second.substr(0, 256) +
-                                   "' refused; an operator allows an origin with --allowed-origin")};
+          "cross-origin request from '" + origin->second.substr(0, 256) +
+          "' refused; an operator allows an origin with --allowed-origin")};
     }
   }
   return std::nullopt;
@@ -93,14 +97,16 @@ std::optional<GuardRefusal> CheckRequestSource(const HttpRequest& req, const Bro
 
 std::optional<GuardRefusal> CheckContentType(const HttpRequest& req) {
   if (ChangesState(req.method)) {
-    const std::string type = Lower(Trim(req.Header("content-type").substr(0, req.Header("content-type").find(';'))));
+    const std::string type =
+        Lower(Trim(req.Header("content-type").substr(0, req.Header("content-type").find(';'))));
     if (type != "application/json" && type != "application/yaml" && type != "application/x-yaml") {
-      return GuardRefusal{Status::InvalidArgument(
-                                   "Content-Type: " +
-                                   (type.empty() ? std::string("missing") : "'" + type.substr(0, 100) + "'") +
-                                   "; a " + req.method +
-                                   " must send application/json or application/yaml (even with an empty body)"),
-                          HttpCause::kUnsupportedMediaType};
+      return GuardRefusal{
+          Status::InvalidArgument(
+              "Content-Type: " +
+              (type.empty() ? std::string("missing") : "'" + type.substr(0, 100) + "'") + "; a " +
+              req.method +
+              " must send application/json or application/yaml (even with an empty body)"),
+          HttpCause::kUnsupportedMediaType};
     }
   }
   return std::nullopt;

@@ -53,7 +53,8 @@ struct GuardRefusal {
 
 // Host and Origin; nullopt when the request may go on. The API checks
 // these before the token (they are about where a request comes from).
-std::optional<GuardRefusal> CheckRequestSource(const HttpRequest& req, const BrowserGuardOptions& options);
+std::optional<GuardRefusal> CheckRequestSource(const HttpRequest& req,
+                                               const BrowserGuardOptions& options);
 // Content-Type of a state-changing request; nullopt when it may go on. The
 // API checks it after the token, so an unauthenticated caller learns only
 // that it needs one.

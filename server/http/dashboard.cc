@@ -28,7 +28,8 @@ std::vector<Curve> ReadCurves(const std::vector<store::MeasurementRecord>& measu
     if (!metrics.is_object()) continue;
     const auto it = metrics.find(metric);
     if (it == metrics.end() || !it->is_number() || !std::isfinite(it->get<double>())) continue;
-    if (curves.empty() || curves.back().trial_id != m.trial_id) curves.push_back({m.trial_id, {}, {}});
+    if (curves.empty() || curves.back().trial_id != m.trial_id)
+      curves.push_back({m.trial_id, {}, {}});
     curves.back().steps.push_back(m.step);
     curves.back().values.push_back(it->get<double>());
   }
@@ -41,7 +42,8 @@ void Thin(Curve& c, size_t keep) {
   if (n <= keep) return;
   Curve out{c.trial_id, {}, {}};
   for (size_t i = 0; i < keep; ++i) {
-    const size_t at = static_cast<size_t>(std::llround(static_cast<double>(i) * (n - 1) / (keep - 1)));
+    const size_t at =
+        static_cast<size_t>(std::llround(static_cast<double>(i) * (n - 1) / (keep - 1)));
     out.steps.push_back(c.steps[at]);
     out.values.push_back(c.values[at]);
   }
@@ -50,8 +52,8 @@ void Thin(Curve& c, size_t keep) {
 
 }  // namespace
 
-json LearningCurves(const std::vector<store::MeasurementRecord>& measurements, const std::string& metric,
-                    int64_t max_points) {
+json LearningCurves(const std::vector<store::MeasurementRecord>& measurements,
+                    const std::string& metric, int64_t max_points) {
   std::vector<Curve> curves = ReadCurves(measurements, metric);
   const size_t per_trial =
       curves.empty() ? 2 : std::max<size_t>(2, static_cast<size_t>(max_points) / curves.size());
@@ -68,8 +70,8 @@ json LearningCurves(const std::vector<store::MeasurementRecord>& measurements, c
 }
 
 json SystemTuning(const std::vector<store::SpeedObservationRecord>& observations,
-                  const std::vector<std::string>& workloads, const std::vector<std::string>& tunable,
-                  int min_observations) {
+                  const std::vector<std::string>& workloads,
+                  const std::vector<std::string>& tunable, int min_observations) {
   struct Point {
     json tunables;
     double sum = 0;
@@ -77,7 +79,8 @@ json SystemTuning(const std::vector<store::SpeedObservationRecord>& observations
   };
   // A searched batch size is a covariate (one line per bucket); a tunable
   // one is on the x axis with the others.
-  const bool batch_searched = std::find(tunable.begin(), tunable.end(), "batch_size") == tunable.end();
+  const bool batch_searched =
+      std::find(tunable.begin(), tunable.end(), "batch_size") == tunable.end();
   auto bucket_of = [&](const json& setting) -> std::optional<int64_t> {
     if (!batch_searched) return std::nullopt;
     const auto b = setting.find("batch_size");
@@ -88,10 +91,12 @@ json SystemTuning(const std::vector<store::SpeedObservationRecord>& observations
   };
   scheduler::SpeedModel model;
   // workload -> device class -> batch bucket (-1: none) -> tunables' key -> what was measured
-  std::map<std::string, std::map<std::string, std::map<int64_t, std::map<std::string, Point>>>> measured;
+  std::map<std::string, std::map<std::string, std::map<int64_t, std::map<std::string, Point>>>>
+      measured;
   const std::set<std::string> wanted(workloads.begin(), workloads.end());
   for (const auto& o : observations) {
-    if (!wanted.count(o.workload) || !(o.samples_per_sec > 0) || !std::isfinite(o.samples_per_sec)) continue;
+    if (!wanted.count(o.workload) || !(o.samples_per_sec > 0) || !std::isfinite(o.samples_per_sec))
+      continue;
     const json setting = json::parse(o.system_setting_json, nullptr, false);
     if (!setting.is_object()) continue;
     model.Observe(o.device_class, o.workload, scheduler::SettingKey(setting), o.samples_per_sec);
@@ -99,7 +104,8 @@ json SystemTuning(const std::vector<store::SpeedObservationRecord>& observations
     for (const auto& name : tunable) {
       if (const auto v = setting.find(name); v != setting.end()) t[name] = *v;
     }
-    Point& p = measured[o.workload][o.device_class][bucket_of(setting).value_or(-1)][scheduler::SettingKey(t)];
+    Point& p = measured[o.workload][o.device_class][bucket_of(setting).value_or(-1)]
+                       [scheduler::SettingKey(t)];
     p.tunables = t;
     p.sum += o.samples_per_sec;
     ++p.n;
@@ -115,9 +121,11 @@ json SystemTuning(const std::vector<store::SpeedObservationRecord>& observations
         if (lo > 0) given["batch_size"] = static_cast<double>(lo) * std::sqrt(2.0);
         json line = json::array();
         for (const auto& [key, p] : points) {
-          line.push_back({{"tunables", p.tunables}, {"samples_per_sec", p.sum / p.n}, {"observations", p.n}});
+          line.push_back(
+              {{"tunables", p.tunables}, {"samples_per_sec", p.sum / p.n}, {"observations", p.n}});
         }
-        const auto chosen = model.BestTunables(device_class, workload, tunable, given, min_observations);
+        const auto chosen =
+            model.BestTunables(device_class, workload, tunable, given, min_observations);
         rows.push_back({{"batch_size", lo > 0 ? json(lo) : json(nullptr)},
                         {"chosen", chosen ? *chosen : json(nullptr)},
                         {"points", line}});

@@ -4,9 +4,8 @@
 // without a server; server/http/api.cc reads the store and calls them.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -40,7 +39,7 @@ nlohmann::json LearningCurves(const std::vector<store::MeasurementRecord>& measu
 //        "points": [{"tunables": {...}, "samples_per_sec": mean, "observations": n}, ...]}]}]}]}
 // Buckets are sorted by batch size, points by the tunables' canonical JSON text.
 nlohmann::json SystemTuning(const std::vector<store::SpeedObservationRecord>& observations,
-                            const std::vector<std::string>& workloads, const std::vector<std::string>& tunable,
-                            int min_observations);
+                            const std::vector<std::string>& workloads,
+                            const std::vector<std::string>& tunable, int min_observations);
 
 }  // namespace hpo::server::dashboard

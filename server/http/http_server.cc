@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -15,7 +16,6 @@
 #include <boost/beast/core/detect_ssl.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -79,7 +79,9 @@ void ParseRequestTarget(const std::string& target, HttpRequest& req) {
 
 namespace {
 
-const char* Reason(int status) { return http::obsolete_reason(static_cast<http::status>(status)).data(); }
+const char* Reason(int status) {
+  return http::obsolete_reason(static_cast<http::status>(status)).data();
+}
 
 // Raises the calling thread's nice value by `increment`, once per thread (a
 // pool's threads call it before each task). On Linux the nice value is per
@@ -101,23 +103,26 @@ constexpr const char* kTls12Ciphers =
 
 // The server's TLS context from PEM files; errors name the file and say
 // what is wrong with it.
-Result<std::unique_ptr<ssl::context>> ServerTlsContext(const std::string& cert_file, const std::string& key_file) {
+Result<std::unique_ptr<ssl::context>> ServerTlsContext(const std::string& cert_file,
+                                                       const std::string& key_file) {
   for (const auto* file : {&cert_file, &key_file}) {
     std::ifstream in(*file);
     if (!in) {
       return Status::InvalidArgument(std::string("cannot read TLS ") +
-                                     (file == &cert_file ? "certificate" : "key") + " file '" + *file +
-                                     "': " + std::strerror(errno));
+                                     (file == &cert_file ? "certificate" : "key") + " file '" +
+                                     *file + "': " + std::strerror(errno));
     }
   }
   auto ctx = std::make_unique<ssl::context>(ssl::context::tls_server);
-  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
-                   ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                   ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                   ssl::context::single_dh_use);
   // TLS 1.2 offers what gRPC's TLS offers: forward secrecy (ECDHE) with
   // AEAD ciphers (AES-GCM) only; no RSA key exchange, no CBC, no SHA-1
   // MACs. TLS 1.3's suites are all AEAD with forward secrecy already.
   if (SSL_CTX_set_cipher_list(ctx->native_handle(), kTls12Ciphers) != 1) {
-    return Status::Internal("this OpenSSL offers none of the TLS 1.2 ciphers " + std::string(kTls12Ciphers));
+    return Status::Internal("this OpenSSL offers none of the TLS 1.2 ciphers " +
+                            std::string(kTls12Ciphers));
   }
   SSL_CTX_set_options(ctx->native_handle(), SSL_OP_CIPHER_SERVER_PREFERENCE);
   beast::error_code ec;
@@ -128,12 +133,12 @@ Result<std::unique_ptr<ssl::context>> ServerTlsContext(const std::string& cert_f
   }
   ctx->use_private_key_file(key_file, ssl::context::pem, ec);
   if (ec) {
-    return Status::InvalidArgument("TLS key file '" + key_file + "' holds no usable PEM private key: " +
-                                   ec.message());
+    return Status::InvalidArgument("TLS key file '" + key_file +
+                                   "' holds no usable PEM private key: " + ec.message());
   }
   if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
-    return Status::InvalidArgument("TLS key file '" + key_file + "' does not match the certificate in '" +
-                                   cert_file + "'");
+    return Status::InvalidArgument("TLS key file '" + key_file +
+                                   "' does not match the certificate in '" + cert_file + "'");
   }
   return ctx;
 }
@@ -147,7 +152,8 @@ constexpr size_t kReadBufferBytes = size_t{128} * 1024;
 
 bool IsMalformedRequest(const beast::error_code& ec) {
   static const auto& http_category = http::make_error_code(http::error::bad_version).category();
-  return ec.category() == http_category && ec != http::error::end_of_stream && ec != http::error::partial_message;
+  return ec.category() == http_category && ec != http::error::end_of_stream &&
+         ec != http::error::partial_message;
 }
 
 }  // namespace
@@ -296,16 +302,17 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
     // detection and handshake included) shares one deadline.
     Lowest().expires_after(impl_.options.header_timeout);
     if constexpr (kTls) {
-      beast::async_detect_ssl(Lowest(), buffer_, [self = Self()](beast::error_code ec, bool is_tls) {
-        if (ec) return self->Close();
-        if (!is_tls) return self->RefusePlainHttp();
-        self->stream_.async_handshake(ssl::stream_base::server, self->buffer_.data(),
-                                      [self](beast::error_code handshake_ec, size_t used) {
-                                        if (handshake_ec) return self->Close();
-                                        self->buffer_.consume(used);
-                                        self->WaitForRequest(true);
-                                      });
-      });
+      beast::async_detect_ssl(
+          Lowest(), buffer_, [self = Self()](beast::error_code ec, bool is_tls) {
+            if (ec) return self->Close();
+            if (!is_tls) return self->RefusePlainHttp();
+            self->stream_.async_handshake(ssl::stream_base::server, self->buffer_.data(),
+                                          [self](beast::error_code handshake_ec, size_t used) {
+                                            if (handshake_ec) return self->Close();
+                                            self->buffer_.consume(used);
+                                            self->WaitForRequest(true);
+                                          });
+          });
     } else {
       WaitForRequest(true);
     }
@@ -328,14 +335,15 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
       net::post(session_->stream_.get_executor(), [s = session_, done, chunk] {
         if (s->closed_) return done->set_value(false);
         s->Lowest().expires_after(s->impl_.options.write_timeout);
-        net::async_write(s->stream_, net::buffer(*chunk), [s, done, chunk](beast::error_code ec, size_t) {
-          if (ec) {
-            s->Close();
-          } else {
-            s->Lowest().expires_never();  // the stream may be quiet for a while
-          }
-          done->set_value(!ec);
-        });
+        net::async_write(s->stream_, net::buffer(*chunk),
+                         [s, done, chunk](beast::error_code ec, size_t) {
+                           if (ec) {
+                             s->Close();
+                           } else {
+                             s->Lowest().expires_never();  // the stream may be quiet for a while
+                           }
+                           done->set_value(!ec);
+                         });
       });
       return done->get_future().get();
     }
@@ -367,34 +375,38 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
     if (!first) Lowest().expires_after(impl_.options.idle_timeout);
     idle_since = Clock::now().time_since_epoch().count();
     idle = true;
-    stream_.async_read_some(buffer_.prepare(4096), [self = Self(), first](beast::error_code ec, size_t n) {
-      self->idle = false;
-      if (ec) return self->Close();
-      self->buffer_.commit(n);
-      if (!first) self->Lowest().expires_after(self->impl_.options.header_timeout);
-      self->ReadHeader();
-    });
+    stream_.async_read_some(buffer_.prepare(4096),
+                            [self = Self(), first](beast::error_code ec, size_t n) {
+                              self->idle = false;
+                              if (ec) return self->Close();
+                              self->buffer_.commit(n);
+                              if (!first)
+                                self->Lowest().expires_after(self->impl_.options.header_timeout);
+                              self->ReadHeader();
+                            });
   }
 
   void ReadHeader() {
     parser_.emplace();
     parser_->body_limit(impl_.options.max_body_bytes);
-    http::async_read_header(stream_, buffer_, *parser_, [self = Self()](beast::error_code ec, size_t) {
-      if (ec) return self->OnReadError(ec);
-      self->TakeHeaders();
-      if (self->parser_->is_done()) return self->Dispatch();
-      if (auto refused = self->Admit()) return self->Respond(std::move(*refused), false);
-      const auto& msg = self->parser_->get();
-      if (beast::iequals(msg[http::field::expect], "100-continue")) {
-        static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-        self->Lowest().expires_after(self->impl_.options.write_timeout);
-        return net::async_write(self->stream_, net::buffer(kContinue), [self](beast::error_code write_ec, size_t) {
-          if (write_ec) return self->Close();
+    http::async_read_header(
+        stream_, buffer_, *parser_, [self = Self()](beast::error_code ec, size_t) {
+          if (ec) return self->OnReadError(ec);
+          self->TakeHeaders();
+          if (self->parser_->is_done()) return self->Dispatch();
+          if (auto refused = self->Admit()) return self->Respond(std::move(*refused), false);
+          const auto& msg = self->parser_->get();
+          if (beast::iequals(msg[http::field::expect], "100-continue")) {
+            static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+            self->Lowest().expires_after(self->impl_.options.write_timeout);
+            return net::async_write(self->stream_, net::buffer(kContinue),
+                                    [self](beast::error_code write_ec, size_t) {
+                                      if (write_ec) return self->Close();
+                                      self->ReadBody();
+                                    });
+          }
           self->ReadBody();
         });
-      }
-      self->ReadBody();
-    });
   }
 
   void ReadBody() {
@@ -408,14 +420,17 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
   void OnReadError(const beast::error_code& ec) {
     head_ = false;
     if (ec == http::error::body_limit) {
-      return Respond(ErrorResponse(Status::ResourceExhausted("request body is larger than " +
-                                                       std::to_string(impl_.options.max_body_bytes) + " bytes"),
+      return Respond(ErrorResponse(Status::ResourceExhausted(
+                                       "request body is larger than " +
+                                       std::to_string(impl_.options.max_body_bytes) + " bytes"),
                                    HttpCause::kBodyTooLarge),
                      false);
     }
     if (ec == http::error::header_limit) {
-      return Respond(ErrorResponse(Status::ResourceExhausted("request headers are larger than 8192 bytes"),
-                                   HttpCause::kHeadersTooLarge), false);
+      return Respond(
+          ErrorResponse(Status::ResourceExhausted("request headers are larger than 8192 bytes"),
+                        HttpCause::kHeadersTooLarge),
+          false);
     }
     if (ec == http::error::buffer_overflow) {
       return Respond(ErrorResponse(Status::InvalidArgument(
@@ -424,7 +439,8 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
                      false);
     }
     if (IsMalformedRequest(ec)) {
-      return Respond(ErrorResponse(Status::InvalidArgument("malformed HTTP request: " + ec.message())), false);
+      return Respond(
+          ErrorResponse(Status::InvalidArgument("malformed HTTP request: " + ec.message())), false);
     }
     Close();  // the client went away or took too long
   }
@@ -456,7 +472,8 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
     const auto length = parser_->content_length();
     const size_t need = length ? static_cast<size_t>(*length) : impl_.options.max_body_bytes;
     if (!impl_.ReserveBody(need)) {
-      return ErrorResponse(Status::Unavailable("the server is busy receiving other requests; retry later"));
+      return ErrorResponse(
+          Status::Unavailable("the server is busy receiving other requests; retry later"));
     }
     reserved_body_ = need;
     return std::nullopt;
@@ -475,16 +492,19 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
     head_ = msg.method() == http::verb::head;
     const bool probe = impl_.options.is_probe && impl_.options.is_probe(req);
     if (!probe && impl_.SendBudgetSpent(remote_)) {
-      return Respond(ErrorResponse(Status::Unavailable("the server is busy sending other responses; retry later")),
+      return Respond(ErrorResponse(Status::Unavailable(
+                         "the server is busy sending other responses; retry later")),
                      false);
     }
-    const bool read = impl_.options.is_read ? impl_.options.is_read(req) : req.method == "GET" || head_;
-    net::post(read ? *impl_.read_handlers : *impl_.handlers, [self = Self(), req = std::move(req), read] {
-      if (read) LowerThisThreadsPriority(self->impl_.options.read_nice);
-      HttpResponse res = self->impl_.Call(req);
-      net::post(self->stream_.get_executor(),
-                [self, res = std::move(res)]() mutable { self->OnResponse(std::move(res)); });
-    });
+    const bool read =
+        impl_.options.is_read ? impl_.options.is_read(req) : req.method == "GET" || head_;
+    net::post(
+        read ? *impl_.read_handlers : *impl_.handlers, [self = Self(), req = std::move(req), read] {
+          if (read) LowerThisThreadsPriority(self->impl_.options.read_nice);
+          HttpResponse res = self->impl_.Call(req);
+          net::post(self->stream_.get_executor(),
+                    [self, res = std::move(res)]() mutable { self->OnResponse(std::move(res)); });
+        });
   }
 
   void OnResponse(HttpResponse res) {
@@ -509,7 +529,8 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
     if (head_) {
       // What the GET would send, but not the bytes.
       std::error_code size_ec;
-      const auto size = r.file.empty() ? r.body.size() : std::filesystem::file_size(r.file, size_ec);
+      const auto size =
+          r.file.empty() ? r.body.size() : std::filesystem::file_size(r.file, size_ec);
       res_->content_length(size_ec ? 0 : size);
     } else {
       res_->body() = std::move(r.body);
@@ -538,10 +559,11 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
     file_res_->body() = std::move(file);
     file_res_->prepare_payload();
     Lowest().expires_after(impl_.options.write_timeout);
-    http::async_write(stream_, *file_res_, [self = Self(), keep_alive](beast::error_code write_ec, size_t) {
-      self->file_res_.reset();
-      self->AfterResponse(write_ec, keep_alive);
-    });
+    http::async_write(stream_, *file_res_,
+                      [self = Self(), keep_alive](beast::error_code write_ec, size_t) {
+                        self->file_res_.reset();
+                        self->AfterResponse(write_ec, keep_alive);
+                      });
   }
 
   void AfterResponse(const beast::error_code& ec, bool keep_alive) {
@@ -552,7 +574,8 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
 
   void StartStream(HttpResponse r) {
     if (!impl_.BeginStream()) {
-      return Respond(ErrorResponse(Status::Unavailable("too many open event streams; retry later")), false);
+      return Respond(ErrorResponse(Status::Unavailable("too many open event streams; retry later")),
+                     false);
     }
     std::string head = "HTTP/1.1 " + std::to_string(r.status) + " " + Reason(r.status) +
                        "\r\nServer: hpo-server\r\nContent-Type: " + r.content_type +
@@ -561,26 +584,27 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
     head += "\r\n";
     auto text = std::make_shared<std::string>(std::move(head));
     Lowest().expires_after(impl_.options.write_timeout);
-    net::async_write(stream_, net::buffer(*text),
-                     [self = Self(), text, stream = std::move(r.stream)](beast::error_code ec, size_t) {
-                       if (ec) {
-                         self->Close();
-                         self->impl_.EndStream();
-                         return;
-                       }
-                       self->Lowest().expires_never();
-                       // The stream blocks between events: a thread of its own.
-                       std::thread([self, stream]() mutable {
-                         HttpServer::Impl& impl = self->impl_;
-                         {
-                           Writer writer(self);
-                           stream(writer);
-                         }
-                         net::post(self->stream_.get_executor(), [self] { self->Close(); });
-                         self.reset();
-                         impl.EndStream();
-                       }).detach();
-                     });
+    net::async_write(
+        stream_, net::buffer(*text),
+        [self = Self(), text, stream = std::move(r.stream)](beast::error_code ec, size_t) {
+          if (ec) {
+            self->Close();
+            self->impl_.EndStream();
+            return;
+          }
+          self->Lowest().expires_never();
+          // The stream blocks between events: a thread of its own.
+          std::thread([self, stream]() mutable {
+            HttpServer::Impl& impl = self->impl_;
+            {
+              Writer writer(self);
+              stream(writer);
+            }
+            net::post(self->stream_.get_executor(), [self] { self->Close(); });
+            self.reset();
+            impl.EndStream();
+          }).detach();
+        });
   }
 
   // After an answer that ends the connection: stop sending, and read what
@@ -598,11 +622,12 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
   void Drain() {
     if (drained_ >= (size_t{64} << 20)) return Close();
     drain_buffer_.resize(64 << 10);
-    stream_.async_read_some(net::buffer(drain_buffer_), [self = Self()](beast::error_code ec, size_t n) {
-      self->drained_ += n;
-      if (ec) return self->Close();
-      self->Drain();
-    });
+    stream_.async_read_some(net::buffer(drain_buffer_),
+                            [self = Self()](beast::error_code ec, size_t n) {
+                              self->drained_ += n;
+                              if (ec) return self->Close();
+                              self->Drain();
+                            });
   }
 
   // A plain HTTP request to an HTTPS server: a plain answer.
@@ -623,11 +648,12 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
   }
   void DrainPlain() {
     drain_buffer_.resize(4096);
-    Lowest().async_read_some(net::buffer(drain_buffer_), [self = Self()](beast::error_code ec, size_t n) {
-      self->drained_ += n;
-      if (ec || self->drained_ >= (size_t{1} << 20)) return self->Close();
-      self->DrainPlain();
-    });
+    Lowest().async_read_some(net::buffer(drain_buffer_),
+                             [self = Self()](beast::error_code ec, size_t n) {
+                               self->drained_ += n;
+                               if (ec || self->drained_ >= (size_t{1} << 20)) return self->Close();
+                               self->DrainPlain();
+                             });
   }
 
   void Close() {
@@ -649,7 +675,7 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
   // buffer_overflow and the client gets a 400.
   beast::flat_buffer buffer_{kReadBufferBytes};
   std::optional<http::request_parser<http::string_body>> parser_;
-  HttpRequest req_;  // from the headers on, until it goes to the handler
+  HttpRequest req_;           // from the headers on, until it goes to the handler
   size_t reserved_body_ = 0;  // of Impl::buffered_request_bytes
   std::optional<http::response<http::string_body>> res_;     // while it is written
   std::optional<http::response<http::file_body>> file_res_;  // while it is written
@@ -707,10 +733,11 @@ void HttpServer::Impl::OnAccept(const beast::error_code& ec, tcp::socket socket)
     }
     std::shared_ptr<HttpConnection> session;
     if (tls) {
-      session = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(*this, std::move(socket),
-                                                                                std::move(remote));
+      session = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
+          *this, std::move(socket), std::move(remote));
     } else {
-      session = std::make_shared<Session<beast::tcp_stream>>(*this, std::move(socket), std::move(remote));
+      session =
+          std::make_shared<Session<beast::tcp_stream>>(*this, std::move(socket), std::move(remote));
     }
     Register(session);
     session->Start();
@@ -725,7 +752,8 @@ void HttpServer::Impl::RefuseBusy(tcp::socket socket) {
     return;
   }
   const HttpResponse r = ErrorResponse(Status::Unavailable("too many connections; retry later"));
-  auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(r.status), 11);
+  auto res =
+      std::make_shared<http::response<http::string_body>>(static_cast<http::status>(r.status), 11);
   res->set(http::field::content_type, r.content_type);
   for (const auto& [name, value] : r.headers) res->set(name, value);
   res->body() = r.body;
@@ -745,7 +773,8 @@ HttpServer::~HttpServer() { Shutdown(); }
 
 uint16_t HttpServer::port() const { return impl_->port; }
 
-Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options, Handler handler) {
+Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
+                                                      Handler handler) {
   auto impl = std::make_shared<Impl>();
   impl->options = options;
   impl->handler = std::move(handler);
@@ -755,7 +784,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& o
   if (options.io_threads < 1 || options.handler_threads < 1 || options.read_handler_threads < 1 ||
       options.max_connections < 1) {
     return Status::InvalidArgument(
-        "the HTTP server needs at least one I/O thread, handler thread, read handler thread and connection");
+        "the HTTP server needs at least one I/O thread, handler thread, read handler thread and "
+        "connection");
   }
   if (options.read_nice < 0 || options.read_nice > 19) {
     return Status::InvalidArgument("read_nice: " + std::to_string(options.read_nice) +
@@ -774,7 +804,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& o
   const std::string where = options.address + ":" + std::to_string(options.port);
   beast::error_code ec;
   const auto address = net::ip::make_address(options.address, ec);
-  if (ec) return Status::InvalidArgument("http address '" + options.address + "' is not an IP address");
+  if (ec)
+    return Status::InvalidArgument("http address '" + options.address + "' is not an IP address");
   tcp::endpoint endpoint{address, options.port};
   impl->acceptor.open(endpoint.protocol(), ec);
   if (!ec) impl->acceptor.set_option(net::socket_base::reuse_address(true), ec);
@@ -787,7 +818,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& o
   impl->work.emplace(impl->io.get_executor());
   Impl* raw = impl.get();
   net::post(impl->acceptor.get_executor(), [raw] { raw->DoAccept(); });
-  for (int i = 0; i < options.io_threads; ++i) impl->io_threads.emplace_back([raw] { raw->io.run(); });
+  for (int i = 0; i < options.io_threads; ++i)
+    impl->io_threads.emplace_back([raw] { raw->io.run(); });
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }
 

@@ -43,8 +43,8 @@
 namespace hpo::server {
 
 struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
-  std::string path;    // decoded, without the query
+  std::string method;                          // "GET", "POST", ...
+  std::string path;                            // decoded, without the query
   std::map<std::string, std::string> query;    // decoded
   std::map<std::string, std::string> headers;  // names lower-cased
   std::string body;
@@ -118,8 +118,9 @@ struct HttpServerOptions {
   // Shutdown(): how long requests in flight may take to finish before
   // every connection is closed.
   std::chrono::milliseconds drain_timeout{5'000};
-  int io_threads = 2;        // run the sockets
-  int handler_threads = 16;  // run the handler (it may block on the store) for writes: POST, PUT, ...
+  int io_threads = 2;  // run the sockets
+  int handler_threads =
+      16;  // run the handler (it may block on the store) for writes: POST, PUT, ...
   // GET and HEAD requests (dashboards, listings, /metrics) run on a pool of
   // their own, whose threads lower their CPU priority by read_nice (a Linux
   // thread's nice value is its own; 0 leaves it). On a saturated machine
@@ -132,7 +133,7 @@ struct HttpServerOptions {
   // Which requests are reads; unset: every GET and HEAD. A caller leaves
   // out what must not queue behind reads, such as health probes.
   std::function<bool(const HttpRequest&)> is_read;
-  int max_streams = 256;     // streaming responses at once; more get 503
+  int max_streams = 256;  // streaming responses at once; more get 503
   // Bytes of response bodies produced and not yet sent; beyond it new
   // requests get 503 until slow readers are served or timed out. A file
   // body (HttpResponse::file) counts nothing: Beast reads it from disk a
@@ -154,7 +155,8 @@ class HttpServer {
 
   // Binds and starts accepting. Unavailable when the address cannot be bound;
   // InvalidArgument, naming the file, when a TLS file cannot be read or used.
-  static Result<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options, Handler handler);
+  static Result<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
+                                                   Handler handler);
   ~HttpServer();
 
   uint16_t port() const;

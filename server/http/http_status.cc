@@ -10,7 +10,8 @@ namespace {
 // the wrong code cannot turn, say, an outage into a 413.
 HttpCause Applicable(const Status& s, HttpCause cause) {
   switch (cause) {
-    case HttpCause::kNone: return cause;
+    case HttpCause::kNone:
+      return cause;
     case HttpCause::kBodyTooLarge:
     case HttpCause::kHeadersTooLarge:
       return s.code() == StatusCode::kResourceExhausted ? cause : HttpCause::kNone;
@@ -24,27 +25,43 @@ HttpCause Applicable(const Status& s, HttpCause cause) {
 
 int HttpStatusFor(const Status& s, HttpCause cause) {
   switch (Applicable(s, cause)) {
-    case HttpCause::kNone: break;
-    case HttpCause::kBodyTooLarge: return 413;
-    case HttpCause::kHeadersTooLarge: return 431;
-    case HttpCause::kUnsupportedMediaType: return 415;
+    case HttpCause::kNone:
+      break;
+    case HttpCause::kBodyTooLarge:
+      return 413;
+    case HttpCause::kHeadersTooLarge:
+      return 431;
+    case HttpCause::kUnsupportedMediaType:
+      return 415;
   }
   switch (s.code()) {
-    case StatusCode::kOk: return 200;
-    case StatusCode::kInvalidArgument: return 400;
-    case StatusCode::kUnauthenticated: return 401;
-    case StatusCode::kPermissionDenied: return 403;
-    case StatusCode::kNotFound: return 404;
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kInvalidArgument:
+      return 400;
+    case StatusCode::kUnauthenticated:
+      return 401;
+    case StatusCode::kPermissionDenied:
+      return 403;
+    case StatusCode::kNotFound:
+      return 404;
     case StatusCode::kAlreadyExists:
     case StatusCode::kFailedPrecondition:
-    case StatusCode::kAborted: return 409;
-    case StatusCode::kResourceExhausted: return 429;
-    case StatusCode::kCancelled: return 499;
-    case StatusCode::kUnimplemented: return 501;
-    case StatusCode::kUnavailable: return 503;
-    case StatusCode::kDeadlineExceeded: return 504;
+    case StatusCode::kAborted:
+      return 409;
+    case StatusCode::kResourceExhausted:
+      return 429;
+    case StatusCode::kCancelled:
+      return 499;
+    case StatusCode::kUnimplemented:
+      return 501;
+    case StatusCode::kUnavailable:
+      return 503;
+    case StatusCode::kDeadlineExceeded:
+      return 504;
     case StatusCode::kInternal:
-    case StatusCode::kDataLoss: return 500;
+    case StatusCode::kDataLoss:
+      return 500;
   }
   return 500;
 }
@@ -55,8 +72,10 @@ HttpResponse ErrorResponse(const Status& s, HttpCause cause) {
   r.status = HttpStatusFor(s, cause);
   // Messages may quote what a client sent; bytes that are not UTF-8 become
   // U+FFFD instead of an exception.
-  r.body = nlohmann::json{{"error", {{"code", std::string(StatusCodeName(s.code()))}, {"message", s.message()}}}}
-               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  r.body =
+      nlohmann::json{
+          {"error", {{"code", std::string(StatusCodeName(s.code()))}, {"message", s.message()}}}}
+          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   // The same rule as every other retry decision: a lost race (409), a full
   // disk (429), an outage (503) or a slow answer (504) may pass; a client
   // that honours Retry-After tries again after a second. A request too

@@ -34,7 +34,9 @@ std::string QuotedAt(const std::string& text, size_t at) {
 
 // Whether `word` stands alone at text[at] (no identifier character around it).
 bool WordAt(const std::string& text, size_t at, const std::string& word) {
-  auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$'; };
+  auto ident = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$';
+  };
   if (text.compare(at, word.size(), word) != 0) return false;
   if (at > 0 && ident(text[at - 1])) return false;
   const size_t after = at + word.size();
@@ -82,7 +84,8 @@ std::vector<std::string> CssReferences(const std::string& text) {
     }
     if (!v.empty()) out.push_back(v);
   }
-  for (size_t at = text.find("@import"); at != std::string::npos; at = text.find("@import", at + 1)) {
+  for (size_t at = text.find("@import"); at != std::string::npos;
+       at = text.find("@import", at + 1)) {
     if (auto v = QuotedAt(text, at + 7); !v.empty()) out.push_back(v);
   }
   return out;
@@ -133,7 +136,8 @@ std::set<std::string> DashboardFiles(const fs::path& root) {
     if (ext == ".js" || ext == ".mjs") refs = ModuleSpecifiers(ReadAll(file));
     if (ext == ".css") refs = CssReferences(ReadAll(file));
     for (const auto& ref : refs) {
-      if (std::string next = Resolve(path, ref); !next.empty() && !files.count(next)) queue.push_back(next);
+      if (std::string next = Resolve(path, ref); !next.empty() && !files.count(next))
+        queue.push_back(next);
     }
   }
   return files;

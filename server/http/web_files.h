@@ -32,6 +32,7 @@ std::set<std::string> DashboardFiles(const std::filesystem::path& root);
 // root, symlinks resolved, or nullopt when it is none or lies outside root
 // (the one check DashboardFiles and the server's answer both make: a file
 // may have become a symlink since the scan).
-std::optional<std::filesystem::path> FileUnderRoot(const std::filesystem::path& root, const std::string& path);
+std::optional<std::filesystem::path> FileUnderRoot(const std::filesystem::path& root,
+                                                   const std::string& path);
 
 }  // namespace hpo::server

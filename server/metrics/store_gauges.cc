@@ -20,11 +20,13 @@ struct Snapshot {
 
 Snapshot ReadStore(store::Store& store, const StoreGaugeOptions& options) {
   using namespace std::chrono;
-  const int64_t now = options.now_ms ? options.now_ms()
-                                     : duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+  const int64_t now =
+      options.now_ms ? options.now_ms()
+                     : duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
   Snapshot s;
   if (auto list = store.ListExperiments(0, 1'000'000); list.ok()) {
-    std::map<std::string, double> by_state = {{"running", 0}, {"completed", 0}, {"cancelled", 0}, {"failed", 0}};
+    std::map<std::string, double> by_state = {
+        {"running", 0}, {"completed", 0}, {"cancelled", 0}, {"failed", 0}};
     store::TrialCounts sum;
     bool counted = true;
     for (const auto& e : *list) {
@@ -65,12 +67,14 @@ Snapshot ReadStore(store::Store& store, const StoreGaugeOptions& options) {
       if (w.gone_ms) ++gone;
       if (w.gone_ms || w.last_seen_ms < now - options.live_for.count()) continue;
       ++live;
-      for (const auto& d : w.devices) n[{std::string(store::ToString(d.kind)), d.device_class}] += 1;
+      for (const auto& d : w.devices)
+        n[{std::string(store::ToString(d.kind)), d.device_class}] += 1;
     }
     s.workers = metrics::GaugeSamples{{{}, live}};
     s.workers_gone = metrics::GaugeSamples{{{}, gone}};
     s.devices.emplace();
-    for (const auto& [k, v] : n) s.devices->push_back({{{"kind", k.first}, {"device_class", k.second}}, v});
+    for (const auto& [k, v] : n)
+      s.devices->push_back({{{"kind", k.first}, {"device_class", k.second}}, v});
   }
   if (auto obs = store.ListSpeedObservations("", 5000); obs.ok()) {
     std::map<std::pair<std::string, std::string>, std::vector<double>> by;
@@ -95,7 +99,8 @@ Snapshot ReadStore(store::Store& store, const StoreGaugeOptions& options) {
 // One store read shared by every family and by scrapes within max_age.
 class CachedSnapshot {
  public:
-  CachedSnapshot(store::Store& store, StoreGaugeOptions options) : store_(store), options_(std::move(options)) {}
+  CachedSnapshot(store::Store& store, StoreGaugeOptions options)
+      : store_(store), options_(std::move(options)) {}
 
   std::shared_ptr<const Snapshot> Get() {
     MutexLock lock(mu_);  // held across the read: concurrent scrapes wait for one read
@@ -117,7 +122,8 @@ class CachedSnapshot {
 
 }  // namespace
 
-void RegisterStoreGauges(metrics::Registry& registry, store::Store& store, StoreGaugeOptions options) {
+void RegisterStoreGauges(metrics::Registry& registry, store::Store& store,
+                         StoreGaugeOptions options) {
   auto cache = std::make_shared<CachedSnapshot>(store, std::move(options));
   auto family = [cache](std::optional<metrics::GaugeSamples> Snapshot::*field) {
     return [cache, field] {
@@ -125,13 +131,18 @@ void RegisterStoreGauges(metrics::Registry& registry, store::Store& store, Store
       return (*snapshot).*field ? *((*snapshot).*field) : metrics::GaugeSamples{};
     };
   };
-  registry.gauge_callback("hpo_experiments", "Experiments by state", family(&Snapshot::experiments));
-  registry.gauge_callback("hpo_trials", "Trials by state, over all experiments", family(&Snapshot::trials));
-  registry.gauge_callback("hpo_devices", "Devices of live workers by kind and class", family(&Snapshot::devices));
-  registry.gauge_callback("hpo_device_samples_per_second",
-                          "Mean measured training speed over the last 20 reports, by device class and workload",
-                          family(&Snapshot::speed));
-  registry.gauge_callback("hpo_workers", "Live workers (seen within the lease timeout)", family(&Snapshot::workers));
+  registry.gauge_callback("hpo_experiments", "Experiments by state",
+                          family(&Snapshot::experiments));
+  registry.gauge_callback("hpo_trials", "Trials by state, over all experiments",
+                          family(&Snapshot::trials));
+  registry.gauge_callback("hpo_devices", "Devices of live workers by kind and class",
+                          family(&Snapshot::devices));
+  registry.gauge_callback(
+      "hpo_device_samples_per_second",
+      "Mean measured training speed over the last 20 reports, by device class and workload",
+      family(&Snapshot::speed));
+  registry.gauge_callback("hpo_workers", "Live workers (seen within the lease timeout)",
+                          family(&Snapshot::workers));
   registry.gauge_callback(
       "hpo_workers_gone",
       "Workers gone (left, or unseen for several lease timeouts), not pruned yet",

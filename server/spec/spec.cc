@@ -117,22 +117,26 @@ Result<json> Convert(const YAML::Node& node, ExpansionBudget& budget, int depth)
 // depth kMaxSpecDepth is one level too many: the count json_limits.h keeps.
 Status CheckStrings(const json& j, const std::string& path, int depth) {
   const std::string where = path.empty() ? "spec" : path;
-  if (j.is_structured() && depth >= kMaxSpecDepth) return Status::InvalidArgument(NestedTooDeep(where));
+  if (j.is_structured() && depth >= kMaxSpecDepth)
+    return Status::InvalidArgument(NestedTooDeep(where));
   if (j.is_string()) {
     const auto& s = j.get_ref<const std::string&>();
     if (!IsValidUtf8(s)) return Status::InvalidArgument(where + ": not valid UTF-8");
     if (s.size() > kMaxSpecStringLength) {
-      return Status::InvalidArgument(where + ": longer than " + std::to_string(kMaxSpecStringLength) +
-                                     " bytes");
+      return Status::InvalidArgument(where + ": longer than " +
+                                     std::to_string(kMaxSpecStringLength) + " bytes");
     }
   } else if (j.is_object()) {
     for (auto it = j.begin(); it != j.end(); ++it) {
-      if (!IsValidUtf8(it.key())) return Status::InvalidArgument(where + ": a key is not valid UTF-8");
+      if (!IsValidUtf8(it.key()))
+        return Status::InvalidArgument(where + ": a key is not valid UTF-8");
       if (it.key().size() > kMaxSpecNameLength) {
-        return Status::InvalidArgument(where + ": key '" + it.key().substr(0, 40) + "...' is longer than " +
-                                       std::to_string(kMaxSpecNameLength) + " bytes");
+        return Status::InvalidArgument(where + ": key '" + it.key().substr(0, 40) +
+                                       "...' is longer than " + std::to_string(kMaxSpecNameLength) +
+                                       " bytes");
       }
-      HPO_RETURN_IF_ERROR(CheckStrings(*it, path.empty() ? it.key() : path + "." + it.key(), depth + 1));
+      HPO_RETURN_IF_ERROR(
+          CheckStrings(*it, path.empty() ? it.key() : path + "." + it.key(), depth + 1));
     }
   } else if (j.is_array()) {
     for (size_t i = 0; i < j.size(); ++i) {
@@ -167,7 +171,8 @@ class Fields {
       return Status::InvalidArgument(Path(key) + ": must be a non-empty string");
     }
     if (v->get_ref<const std::string&>().size() > kMaxSpecNameLength) {
-      return Status::InvalidArgument(Path(key) + ": longer than " + std::to_string(kMaxSpecNameLength) + " bytes");
+      return Status::InvalidArgument(Path(key) + ": longer than " +
+                                     std::to_string(kMaxSpecNameLength) + " bytes");
     }
     return v->get<std::string>();
   }
@@ -187,9 +192,12 @@ class Fields {
     if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX}) {
       return Status::InvalidArgument(Path(key) + ": must be at most " + std::to_string(INT64_MAX));
     }
-    const int64_t x = v->is_number_float() ? static_cast<int64_t>(v->get<double>()) : v->get<int64_t>();
-    if (x < min) return Status::InvalidArgument(Path(key) + ": must be at least " + std::to_string(min));
-    if (x > max) return Status::InvalidArgument(Path(key) + ": must be at most " + std::to_string(max));
+    const int64_t x =
+        v->is_number_float() ? static_cast<int64_t>(v->get<double>()) : v->get<int64_t>();
+    if (x < min)
+      return Status::InvalidArgument(Path(key) + ": must be at least " + std::to_string(min));
+    if (x > max)
+      return Status::InvalidArgument(Path(key) + ": must be at most " + std::to_string(max));
     return x;
   }
   // A duration in whole seconds, 1 to `max`: nullopt when absent. The
@@ -198,8 +206,9 @@ class Fields {
     if (!Get(key)) return std::optional<int64_t>();
     HPO_ASSIGN_OR_RETURN(const int64_t s, Int(key, std::nullopt, 1));
     if (s > max) {
-      return Status::InvalidArgument(Path(key) + ": must be at most " + std::to_string(max) + " s (" +
-                                     std::to_string(max / 86'400) + " days), got " + std::to_string(s));
+      return Status::InvalidArgument(Path(key) + ": must be at most " + std::to_string(max) +
+                                     " s (" + std::to_string(max / 86'400) + " days), got " +
+                                     std::to_string(s));
     }
     return std::optional<int64_t>(s);
   }
@@ -228,7 +237,9 @@ class Fields {
 
 Status ParseObjective(Fields& top, ExperimentSpec& spec) {
   const json* o = top.Get("objective");
-  if (!o) return Status::InvalidArgument("objective: missing (e.g. {metric: accuracy, direction: maximize})");
+  if (!o)
+    return Status::InvalidArgument(
+        "objective: missing (e.g. {metric: accuracy, direction: maximize})");
   Fields f(*o, "objective");
   HPO_RETURN_IF_ERROR(f.RequireObject());
   HPO_ASSIGN_OR_RETURN(spec.metric, f.String("metric", std::nullopt));
@@ -238,7 +249,8 @@ Status ParseObjective(Fields& top, ExperimentSpec& spec) {
   } else if (dir == "maximize") {
     spec.direction = search::Direction::kMaximize;
   } else {
-    return Status::InvalidArgument("objective.direction: must be minimize or maximize, not '" + dir + "'");
+    return Status::InvalidArgument("objective.direction: must be minimize or maximize, not '" +
+                                   dir + "'");
   }
   return f.NoOthers();
 }
@@ -254,7 +266,8 @@ Status ParseSystem(Fields& top, ExperimentSpec& spec) {
   for (auto it = s->begin(); it != s->end(); ++it) {
     const std::string path = "system." + it.key();
     if (hyper.count(it.key())) {
-      return Status::InvalidArgument(path + ": '" + it.key() + "' is already a hyperparameter of a space");
+      return Status::InvalidArgument(path + ": '" + it.key() +
+                                     "' is already a hyperparameter of a space");
     }
     if (!it->is_object()) return Status::InvalidArgument(path + ": must be a mapping with a type");
     json domain = *it;
@@ -271,8 +284,9 @@ Status ParseSystem(Fields& top, ExperimentSpec& spec) {
     domain.erase("mutable");
     domain.erase("affects_accuracy");
     // The same domain grammar as a space parameter.
-    HPO_ASSIGN_OR_RETURN(auto one, search::ParseSearchSpace(
-                                       json{{"name", "system"}, {"params", {{it.key(), domain}}}}, "system"));
+    HPO_ASSIGN_OR_RETURN(auto one,
+                         search::ParseSearchSpace(
+                             json{{"name", "system"}, {"params", {{it.key(), domain}}}}, "system"));
     if (one.params.size() != 1) {
       return Status::InvalidArgument(path + ": conditional system parameters are not supported");
     }
@@ -306,19 +320,22 @@ Status CheckStoppingOption(const std::string& key, const json& v) {
     return s.ok() ? s : Status::InvalidArgument("early_stopping." + s.message());
   }
   static const std::map<std::string, std::pair<int64_t, int64_t>> kBounds = {
-      {"min_resource", {1, kMaxSpecSteps}},       {"max_resource", {0, kMaxSpecSteps}},
-      {"warmup_steps", {0, kMaxSpecSteps}},       {"interval_steps", {1, kMaxSpecSteps}},
-      {"startup_trials", {0, kMaxSpecCount}},     {"min_trials_at_step", {1, kMaxSpecCount}},
-      {"bootstrap_count", {0, kMaxSpecCount}},    {"min_early_stopping_rate", {0, kMaxSpecCount}}};
+      {"min_resource", {1, kMaxSpecSteps}},    {"max_resource", {0, kMaxSpecSteps}},
+      {"warmup_steps", {0, kMaxSpecSteps}},    {"interval_steps", {1, kMaxSpecSteps}},
+      {"startup_trials", {0, kMaxSpecCount}},  {"min_trials_at_step", {1, kMaxSpecCount}},
+      {"bootstrap_count", {0, kMaxSpecCount}}, {"min_early_stopping_rate", {0, kMaxSpecCount}}};
   const auto bounds = kBounds.find(key);
   if (bounds == kBounds.end()) return Status::Internal(path + ": an option without bounds");
   const auto [lo, hi] = bounds->second;
-  const std::string range = ": must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  const std::string range =
+      ": must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();  // (lo and hi are >= 0)
-    if (u < static_cast<uint64_t>(lo) || u > static_cast<uint64_t>(hi)) return Status::InvalidArgument(path + range);
+    if (u < static_cast<uint64_t>(lo) || u > static_cast<uint64_t>(hi))
+      return Status::InvalidArgument(path + range);
   } else if (v.is_number_integer()) {
-    if (v.get<int64_t>() < lo || v.get<int64_t>() > hi) return Status::InvalidArgument(path + range);
+    if (v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+      return Status::InvalidArgument(path + range);
   } else {
     const double d = v.get<double>();
     // `!(lo <= d && d <= hi)` also catches NaN.
@@ -333,7 +350,8 @@ Status ParseEarlyStopping(Fields& top, ExperimentSpec& spec) {
   const json* e = top.Get("early_stopping");
   if (!e) return Status::OK();
   spec.early_stopping_given = true;
-  if (!e->is_object()) return Status::InvalidArgument("early_stopping: must be a mapping with a rule");
+  if (!e->is_object())
+    return Status::InvalidArgument("early_stopping: must be a mapping with a rule");
   Fields f(*e, "early_stopping");
   HPO_ASSIGN_OR_RETURN(spec.early_stopping, f.String("rule", "none"));
   HPO_ASSIGN_OR_RETURN(const search::StoppingRule* rule,
@@ -341,25 +359,31 @@ Status ParseEarlyStopping(Fields& top, ExperimentSpec& spec) {
   spec.early_stopping_options = json::object();
   if (const json* t = f.Get("type")) {
     if (!t->is_string() || (*t != "stop" && *t != "promotion")) {
-      return Status::InvalidArgument("early_stopping.type: must be stop or promotion, not " + t->dump());
+      return Status::InvalidArgument("early_stopping.type: must be stop or promotion, not " +
+                                     t->dump());
     }
     if (*t == "promotion" && !rule->rungs) {
-      return Status::InvalidArgument("early_stopping.type: promotion needs rule asha or hyperband, not '" +
-                                     spec.early_stopping + "'");
+      return Status::InvalidArgument(
+          "early_stopping.type: promotion needs rule asha or hyperband, not '" +
+          spec.early_stopping + "'");
     }
     spec.early_stopping_options["type"] = *t;  // resolved with the executor, in ParseExperimentSpec
   }
   if (const json* c = f.Get("promotion")) {
-    const auto criterion = c->is_string() ? search::ParsePromotionCriterion(c->get<std::string>()) : std::nullopt;
+    const auto criterion =
+        c->is_string() ? search::ParsePromotionCriterion(c->get<std::string>()) : std::nullopt;
     if (!criterion) {
-      return Status::InvalidArgument("early_stopping.promotion: must be top_fraction or quantile, not " + c->dump());
+      return Status::InvalidArgument(
+          "early_stopping.promotion: must be top_fraction or quantile, not " + c->dump());
     }
     if (!rule->rungs) {
-      return Status::InvalidArgument("early_stopping.promotion: promotion needs rule asha or hyperband, not '" +
-                                     spec.early_stopping + "'");
+      return Status::InvalidArgument(
+          "early_stopping.promotion: promotion needs rule asha or hyperband, not '" +
+          spec.early_stopping + "'");
     }
     spec.promotion_criterion = *criterion;
-    spec.early_stopping_options["promotion"] = *c;  // checked against the type in ResolveStoppingType
+    spec.early_stopping_options["promotion"] =
+        *c;  // checked against the type in ResolveStoppingType
   }
   for (auto it = e->begin(); it != e->end(); ++it) {
     if (it.key() == "rule" || it.key() == "type" || it.key() == "promotion") continue;
@@ -367,8 +391,9 @@ Status ParseEarlyStopping(Fields& top, ExperimentSpec& spec) {
       std::string known = "rule, type, promotion";
       for (const auto& k : std::set<std::string>(rule->options.begin(), rule->options.end()))
         known += ", " + k;
-      return Status::InvalidArgument("early_stopping." + it.key() + ": unknown field (expected " + known +
-                                     "): not an option of rule '" + spec.early_stopping + "'");
+      return Status::InvalidArgument("early_stopping." + it.key() + ": unknown field (expected " +
+                                     known + "): not an option of rule '" + spec.early_stopping +
+                                     "'");
     }
     HPO_RETURN_IF_ERROR(CheckStoppingOption(it.key(), *it));
     spec.early_stopping_options[it.key()] = *it;
@@ -383,7 +408,8 @@ Status ParseBudget(Fields& top, ExperimentSpec& spec) {
   HPO_RETURN_IF_ERROR(f.RequireObject());
   HPO_ASSIGN_OR_RETURN(spec.max_trials, f.Int("max_trials", spec.max_trials, 1));
   HPO_ASSIGN_OR_RETURN(spec.max_parallel, f.Int("max_parallel", spec.max_parallel, 1));
-  HPO_ASSIGN_OR_RETURN(spec.steps_per_trial, f.Int("steps_per_trial", spec.steps_per_trial, 1, kMaxSpecSteps));
+  HPO_ASSIGN_OR_RETURN(spec.steps_per_trial,
+                       f.Int("steps_per_trial", spec.steps_per_trial, 1, kMaxSpecSteps));
   spec.steps_per_trial_given = f.Get("steps_per_trial") != nullptr;
   HPO_ASSIGN_OR_RETURN(spec.max_wall_time_s, f.Seconds("max_wall_time_s"));
   return f.NoOthers();
@@ -428,22 +454,25 @@ Status ParsePlacement(Fields& top, ExperimentSpec& spec) {
   HPO_RETURN_IF_ERROR(f.RequireObject());
   HPO_ASSIGN_OR_RETURN(spec.placement_policy, f.String("policy", "speed"));
   if (!scheduler::ParsePolicyKind(spec.placement_policy)) {
-    return Status::InvalidArgument("placement.policy: must be speed, fifo or shadho, not '" + spec.placement_policy +
-                                   "'");
+    return Status::InvalidArgument("placement.policy: must be speed, fifo or shadho, not '" +
+                                   spec.placement_policy + "'");
   }
   if (const json* order = f.Get("class_order")) {
     if (!order->is_array() || order->empty()) {
-      return Status::InvalidArgument("placement.class_order: must be a non-empty list of device classes");
+      return Status::InvalidArgument(
+          "placement.class_order: must be a non-empty list of device classes");
     }
     for (size_t i = 0; i < order->size(); ++i) {
       if (!(*order)[i].is_string()) {
-        return Status::InvalidArgument("placement.class_order[" + std::to_string(i) + "]: must be a string");
+        return Status::InvalidArgument("placement.class_order[" + std::to_string(i) +
+                                       "]: must be a string");
       }
       spec.placement_class_order.push_back((*order)[i].get<std::string>());
     }
   }
   if (spec.placement_policy == "shadho" && spec.placement_class_order.empty()) {
-    return Status::InvalidArgument("placement.class_order: shadho needs the device classes, strongest first");
+    return Status::InvalidArgument(
+        "placement.class_order: shadho needs the device classes, strongest first");
   }
   HPO_ASSIGN_OR_RETURN(const int64_t wait, f.Int("max_wait_s", 600, 1, kMaxSpecWaitSeconds));
   spec.placement_max_wait_s = static_cast<double>(wait);
@@ -455,10 +484,12 @@ Status ParsePlacement(Fields& top, ExperimentSpec& spec) {
 // "2026-12-01T18:00:00Z", "2026-12-01T18:00:00.5+01:00" (RFC 3339) -> Unix ms.
 std::optional<int64_t> ParseRfc3339(const std::string& text) {
   int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0, n = 0;
-  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 || n != 19) {
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 ||
+      n != 19) {
     return std::nullopt;
   }
-  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60 || y < 1970 || y > 9999) {
+  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60 || y < 1970 ||
+      y > 9999) {
     return std::nullopt;
   }
   size_t i = 19;
@@ -475,7 +506,8 @@ std::optional<int64_t> ParseRfc3339(const std::string& text) {
     ++i;
   } else if (i + 6 == text.size() && (text[i] == '+' || text[i] == '-') && text[i + 3] == ':') {
     int oh = 0, om = 0;
-    if (std::sscanf(text.c_str() + i + 1, "%2d:%2d", &oh, &om) != 2 || oh > 23 || om > 59) return std::nullopt;
+    if (std::sscanf(text.c_str() + i + 1, "%2d:%2d", &oh, &om) != 2 || oh > 23 || om > 59)
+      return std::nullopt;
     offset_min = int64_t{text[i] == '+' ? 1 : -1} * (oh * 60 + om);
     i += 6;
   } else {
@@ -500,11 +532,13 @@ Status ParseCost(Fields& top, ExperimentSpec& spec) {
   HPO_RETURN_IF_ERROR(f.RequireObject());
   if (const json* prices = f.Get("prices")) {
     if (!prices->is_object() || prices->empty()) {
-      return Status::InvalidArgument("cost.prices: must map device classes or worker labels (k=v) to prices per hour");
+      return Status::InvalidArgument(
+          "cost.prices: must map device classes or worker labels (k=v) to prices per hour");
     }
     for (auto it = prices->begin(); it != prices->end(); ++it) {
       if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0) {
-        return Status::InvalidArgument("cost.prices." + it.key() + ": must be a price per hour >= 0");
+        return Status::InvalidArgument("cost.prices." + it.key() +
+                                       ": must be a price per hour >= 0");
       }
       spec.prices[it.key()] = it->get<double>();
     }
@@ -513,8 +547,8 @@ Status ParseCost(Fields& top, ExperimentSpec& spec) {
   if (const json* d = f.Get("deadline")) {
     const auto ms = d->is_string() ? ParseRfc3339(d->get<std::string>()) : std::nullopt;
     if (!ms) {
-      return Status::InvalidArgument("cost.deadline: must be a moment such as \"2026-12-01T18:00:00Z\", not " +
-                                     d->dump());
+      return Status::InvalidArgument(
+          "cost.deadline: must be a moment such as \"2026-12-01T18:00:00Z\", not " + d->dump());
     }
     spec.deadline_ms = ms;
   }
@@ -522,7 +556,8 @@ Status ParseCost(Fields& top, ExperimentSpec& spec) {
     return Status::InvalidArgument("cost: give deadline_s or deadline, not both");
   }
   if ((spec.deadline_s || spec.deadline_ms) && spec.prices.empty()) {
-    return Status::InvalidArgument("cost.prices: a deadline is weighed against prices; give the prices too");
+    return Status::InvalidArgument(
+        "cost.prices: a deadline is weighed against prices; give the prices too");
   }
   if (const json* b = f.Get("budget")) {
     if (!b->is_number() || !std::isfinite(b->get<double>()) || b->get<double>() <= 0) {
@@ -557,8 +592,9 @@ Status ResolveStoppingType(ExperimentSpec& spec) {
     spec.early_stopping = "asha";
     spec.early_stopping_options = json::object();
   }
-  const bool can_checkpoint = spec.executor == ExperimentSpec::ExecutorKind::kBuiltin ||
-                              (spec.executor == ExperimentSpec::ExecutorKind::kCommand && spec.command_checkpoints);
+  const bool can_checkpoint =
+      spec.executor == ExperimentSpec::ExecutorKind::kBuiltin ||
+      (spec.executor == ExperimentSpec::ExecutorKind::kCommand && spec.command_checkpoints);
   const bool criterion_given = spec.early_stopping_options.erase("promotion") > 0;
   const auto given = spec.early_stopping_options.find("type");
   if (given == spec.early_stopping_options.end()) {
@@ -567,12 +603,14 @@ Status ResolveStoppingType(ExperimentSpec& spec) {
     const bool promotion = *given == "promotion";
     spec.early_stopping_options.erase("type");
     if (promotion && !can_checkpoint) {
-      return Status::InvalidArgument(
-          spec.executor == ExperimentSpec::ExecutorKind::kClient
-              ? "early_stopping.type: promotion pauses and resumes trials on workers; an ask/tell client's trials "
-                "cannot be, use type: stop"
-              : "early_stopping.type: promotion needs a program that keeps the checkpoint contract: set "
-                "executor.command.checkpoints: true (see worker/command_executor.h), or use type: stop");
+      return Status::InvalidArgument(spec.executor == ExperimentSpec::ExecutorKind::kClient
+                                         ? "early_stopping.type: promotion pauses and resumes "
+                                           "trials on workers; an ask/tell client's trials "
+                                           "cannot be, use type: stop"
+                                         : "early_stopping.type: promotion needs a program that "
+                                           "keeps the checkpoint contract: set "
+                                           "executor.command.checkpoints: true (see "
+                                           "worker/command_executor.h), or use type: stop");
     }
     spec.early_stopping_type =
         promotion ? ExperimentSpec::StoppingType::kPromotion : ExperimentSpec::StoppingType::kStop;
@@ -606,7 +644,8 @@ Status ParseExecutor(Fields& top, ExperimentSpec& spec) {
   const std::string kind = e->begin().key();
   const json& body = e->begin().value();
   const std::string path = "executor." + kind;
-  if (!body.is_null() && !body.is_object()) return Status::InvalidArgument(path + ": must be a mapping");
+  if (!body.is_null() && !body.is_object())
+    return Status::InvalidArgument(path + ": must be a mapping");
   static const json kEmpty = json::object();
   Fields f(body.is_null() ? kEmpty : body, path);
   if (kind == "builtin") {
@@ -631,7 +670,8 @@ Status ParseExecutor(Fields& top, ExperimentSpec& spec) {
     if (const json* env = f.Get("env")) {
       if (!env->is_object()) return Status::InvalidArgument(path + ".env: must be a mapping");
       for (auto it = env->begin(); it != env->end(); ++it) {
-        if (!it->is_string()) return Status::InvalidArgument(path + ".env." + it.key() + ": must be a string");
+        if (!it->is_string())
+          return Status::InvalidArgument(path + ".env." + it.key() + ": must be a string");
         spec.env[it.key()] = it->get<std::string>();
       }
     }
@@ -640,7 +680,8 @@ Status ParseExecutor(Fields& top, ExperimentSpec& spec) {
   } else if (kind == "client") {
     spec.executor = ExperimentSpec::ExecutorKind::kClient;
   } else {
-    return Status::InvalidArgument("executor." + kind + ": unknown executor (builtin, command or client)");
+    return Status::InvalidArgument("executor." + kind +
+                                   ": unknown executor (builtin, command or client)");
   }
   return f.NoOthers();
 }
@@ -731,7 +772,8 @@ json DescribeSpec(const ExperimentSpec& spec) {
   for (const auto& s : spec.spaces) {
     json params = json::array();
     for (const auto& p : s.params) params.push_back(DescribeParam(p, &s));
-    spaces.push_back({{"name", s.name}, {"params", params}, {"complexity_bits", s.ComplexityBits()}});
+    spaces.push_back(
+        {{"name", s.name}, {"params", params}, {"complexity_bits", s.ComplexityBits()}});
   }
   json system = json::array();
   for (const auto& p : spec.system) {
@@ -746,7 +788,9 @@ json DescribeSpec(const ExperimentSpec& spec) {
       executor = {{"kind", "builtin"}, {"trainer", spec.trainer}, {"args", spec.trainer_args}};
       break;
     case ExperimentSpec::ExecutorKind::kCommand:
-      executor = {{"kind", "command"}, {"argv", spec.argv}, {"env", spec.env},
+      executor = {{"kind", "command"},
+                  {"argv", spec.argv},
+                  {"env", spec.env},
                   {"timeout_s", spec.timeout_s ? json(*spec.timeout_s) : json(nullptr)},
                   {"checkpoints", spec.command_checkpoints}};
       break;
@@ -828,12 +872,14 @@ Result<json> YamlToJson(const std::string& text) {
     return Status::InvalidArgument(NestedTooDeep("line " + std::to_string(e.mark.line + 1)));
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument("line " + std::to_string(e.mark.line + 1) + ", column " +
-                                   std::to_string(e.mark.column + 1) + ": " + UnicodeEscapeMessage(e.msg));
+                                   std::to_string(e.mark.column + 1) + ": " +
+                                   UnicodeEscapeMessage(e.msg));
   }
 }
 
 int64_t ExperimentSpec::LastStep() const {
-  return executor == ExecutorKind::kClient && !steps_per_trial_given ? kMaxSpecSteps : steps_per_trial;
+  return executor == ExecutorKind::kClient && !steps_per_trial_given ? kMaxSpecSteps
+                                                                     : steps_per_trial;
 }
 
 std::optional<double> PricePerHour(const ExperimentSpec& spec, const std::string& device_class,
@@ -848,15 +894,18 @@ std::optional<double> PricePerHour(const ExperimentSpec& spec, const std::string
 }
 
 Status CheckStep(const ExperimentSpec& spec, int64_t step) {
-  if (step < 0) return Status::InvalidArgument("step: must not be negative, got " + std::to_string(step));
+  if (step < 0)
+    return Status::InvalidArgument("step: must not be negative, got " + std::to_string(step));
   const int64_t last = spec.LastStep();
   if (step <= last) return Status::OK();
-  const std::string limit = last == spec.steps_per_trial
-                                ? std::to_string(last) + " (budget.steps_per_trial)"
-                                : std::to_string(last) +
-                                      " (this ask/tell experiment gives no budget.steps_per_trial; the most any "
-                                      "experiment allows)";
-  return Status::InvalidArgument("step: " + std::to_string(step) + " is past the trial's last step, " + limit);
+  const std::string limit =
+      last == spec.steps_per_trial
+          ? std::to_string(last) + " (budget.steps_per_trial)"
+          : std::to_string(last) +
+                " (this ask/tell experiment gives no budget.steps_per_trial; the most any "
+                "experiment allows)";
+  return Status::InvalidArgument("step: " + std::to_string(step) +
+                                 " is past the trial's last step, " + limit);
 }
 
 Result<ExperimentSpec> ParseExperimentSpec(const std::string& text) {
@@ -888,7 +937,8 @@ Result<ExperimentSpec> ParseStoredExperimentSpec(const std::string& text) {
 }
 
 Result<ExperimentSpec> ParseExperimentSpec(const json& j) {
-  if (!j.is_object()) return Status::InvalidArgument("spec: must be a mapping (YAML) or an object (JSON)");
+  if (!j.is_object())
+    return Status::InvalidArgument("spec: must be a mapping (YAML) or an object (JSON)");
   HPO_RETURN_IF_ERROR(CheckStrings(j, "", 0));
   ExperimentSpec spec;
   spec.source = j;
@@ -938,12 +988,13 @@ Result<ExperimentSpec> ParseExperimentSpec(const json& j) {
       for (const auto& s : spec.spaces) known = known || s.Find(name) >= 0;
       for (const auto& p : spec.system) known = known || p.domain.name == name;
       if (!known) {
-        return Status::InvalidArgument("executor.command.argv[" + std::to_string(i) + "]: {" + name +
-                                       "} is not a parameter of any space or of system");
+        return Status::InvalidArgument("executor.command.argv[" + std::to_string(i) + "]: {" +
+                                       name + "} is not a parameter of any space or of system");
       }
     }
   }
-  for (size_t i = 0; i < spec.spaces.size(); ++i) spec.workload_keys.push_back(WorkloadKey(spec, i));
+  for (size_t i = 0; i < spec.spaces.size(); ++i)
+    spec.workload_keys.push_back(WorkloadKey(spec, i));
   return spec;
 }
 

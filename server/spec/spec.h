@@ -70,10 +70,9 @@
 //     (worker/command_executor.h) # client: {}                   # ask/tell over REST
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -87,7 +86,7 @@
 namespace hpo::server {
 
 struct SystemParam {
-  search::Param domain;          // int or float or categorical, as in a space
+  search::Param domain;  // int or float or categorical, as in a space
   // "mutable": may the co-tuner change it between epochs. The worker has a
   // say too: it is probed only where the worker's program can change it
   // mid-trial as well (scheduler::RestrictToDeclared).
@@ -132,7 +131,7 @@ struct ExperimentSpec {
   search::PromotionCriterion promotion_criterion = search::PromotionCriterion::kTopFraction;
 
   // Where trials run (scheduler/policy.h).
-  std::string placement_policy = "speed";         // speed | fifo | shadho
+  std::string placement_policy = "speed";          // speed | fifo | shadho
   std::vector<std::string> placement_class_order;  // shadho: device classes, strongest first
   double placement_max_wait_s = 600;
   // Stop-type asha or hyperband on the built-in trainers under the speed
@@ -165,12 +164,12 @@ struct ExperimentSpec {
 
   enum class ExecutorKind { kBuiltin, kCommand, kClient };
   ExecutorKind executor = ExecutorKind::kClient;
-  std::string trainer;                 // builtin
+  std::string trainer;  // builtin
   nlohmann::json trainer_args = nlohmann::json::object();
-  std::vector<std::string> argv;       // command, with {param} placeholders
+  std::vector<std::string> argv;  // command, with {param} placeholders
   std::map<std::string, std::string> env;
   std::optional<int64_t> timeout_s;
-  bool command_checkpoints = false;    // command: it keeps the checkpoint contract
+  bool command_checkpoints = false;  // command: it keeps the checkpoint contract
 
   nlohmann::json source;  // the spec as given, in JSON form
 };
@@ -183,9 +182,10 @@ inline constexpr size_t kMaxSpecNodes = kMaxJsonValues;  // values, after YAML a
 // Bytes of keys and scalars after YAML aliases: a spec's own text is at most
 // kMaxSpecBytes, and expanding aliases may repeat some of it, not more.
 inline constexpr size_t kMaxSpecExpandedBytes = 4 * kMaxSpecBytes;
-inline constexpr int kMaxSpecDepth = kMaxJsonDepth;      // mappings and lists open at once
-inline constexpr size_t kMaxSpecNameLength = 256;        // every key (names of params, metrics, ...)
-inline constexpr size_t kMaxSpecStringLength = 16'384;   // every string value (argv entries, env values)
+inline constexpr int kMaxSpecDepth = kMaxJsonDepth;  // mappings and lists open at once
+inline constexpr size_t kMaxSpecNameLength = 256;    // every key (names of params, metrics, ...)
+inline constexpr size_t kMaxSpecStringLength =
+    16'384;  // every string value (argv entries, env values)
 // budget.steps_per_trial, and every step-valued option of early_stopping
 // (min_resource, max_resource, warmup_steps, interval_steps). A billion
 // steps is far beyond any trial (a report per step, so a billion reports);

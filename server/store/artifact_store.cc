@@ -11,13 +11,15 @@ Status CheckpointOverLimit(Id trial_id, int64_t size, const ArtifactStoreOptions
   const int64_t limit = options.max_checkpoint_bytes;
   std::string flag = std::to_string(limit >> 20) + " MiB";
   if (limit % (int64_t{1} << 20) != 0) flag = std::to_string(limit) + " bytes";
-  return Status::ResourceExhausted("checkpoint of trial " + std::to_string(trial_id) + ": " + std::to_string(size) +
-                                   " bytes, over the server's limit of " + flag + " (--max-checkpoint-mb)");
+  return Status::ResourceExhausted("checkpoint of trial " + std::to_string(trial_id) + ": " +
+                                   std::to_string(size) + " bytes, over the server's limit of " +
+                                   flag + " (--max-checkpoint-mb)");
 }
 
 Status UploadDeleted(Id trial_id) {
-  return Status::FailedPrecondition("checkpoint of trial " + std::to_string(trial_id) +
-                                    ": the upload was deleted before it was committed (the trial ended)");
+  return Status::FailedPrecondition(
+      "checkpoint of trial " + std::to_string(trial_id) +
+      ": the upload was deleted before it was committed (the trial ended)");
 }
 
 Result<std::string> VerifyUpload(Id trial_id, int64_t announced, int64_t received, Sha256& sha,
@@ -37,7 +39,8 @@ Result<std::string> VerifyUpload(Id trial_id, int64_t announced, int64_t receive
   return got;
 }
 
-Result<std::unique_ptr<ArtifactStore>> OpenArtifactStore(const std::string& spec, const std::string& store_url,
+Result<std::unique_ptr<ArtifactStore>> OpenArtifactStore(const std::string& spec,
+                                                         const std::string& store_url,
                                                          ArtifactStoreOptions options) {
   if (spec.rfind("files:", 0) == 0) return OpenFileArtifactStore(spec.substr(6), options);
   if (spec == "postgresql") return OpenPostgresArtifactStore(store_url, options);
@@ -45,7 +48,8 @@ Result<std::unique_ptr<ArtifactStore>> OpenArtifactStore(const std::string& spec
     return Status::InvalidArgument("--artifacts '" + spec + "': expected files:DIR or postgresql");
   }
   HPO_ASSIGN_OR_RETURN(StoreUrl parsed, ParseStoreUrl(store_url));
-  if (parsed.backend == StoreUrl::Backend::kPostgresql) return OpenPostgresArtifactStore(store_url, options);
+  if (parsed.backend == StoreUrl::Backend::kPostgresql)
+    return OpenPostgresArtifactStore(store_url, options);
   if (parsed.target == ":memory:") {
     return Status::InvalidArgument(
         "--artifacts: an in-memory SQLite store has no directory to keep checkpoints "

@@ -90,7 +90,8 @@ class ArtifactStore {
 
   // Starts a new checkpoint of `trial_id`. ResourceExhausted: size over the
   // limit. InvalidArgument: a negative step or size.
-  virtual Result<std::unique_ptr<CheckpointWriter>> Begin(Id trial_id, int64_t step, int64_t size_bytes) = 0;
+  virtual Result<std::unique_ptr<CheckpointWriter>> Begin(Id trial_id, int64_t step,
+                                                          int64_t size_bytes) = 0;
   // The trial's checkpoint, if it has one. DataLoss: one is there but what
   // it says of itself is unreadable.
   virtual Result<std::optional<CheckpointInfo>> Stat(Id trial_id) = 0;
@@ -118,7 +119,8 @@ struct ArtifactStoreOptions {
 // InvalidArgument names what is wrong (an in-memory SQLite store has no
 // directory; postgresql needs a PostgreSQL store); Unavailable when the
 // location cannot be reached or created.
-Result<std::unique_ptr<ArtifactStore>> OpenArtifactStore(const std::string& spec, const std::string& store_url,
+Result<std::unique_ptr<ArtifactStore>> OpenArtifactStore(const std::string& spec,
+                                                         const std::string& store_url,
                                                          ArtifactStoreOptions options = {});
 
 // The backends, for the factory and the tests.
@@ -133,8 +135,10 @@ Status UploadDeleted(Id trial_id);
 // differs.
 Result<std::string> VerifyUpload(Id trial_id, int64_t announced, int64_t received, Sha256& sha,
                                  std::string_view sha256);
-Result<std::unique_ptr<ArtifactStore>> OpenFileArtifactStore(const std::string& dir, ArtifactStoreOptions options);
+Result<std::unique_ptr<ArtifactStore>> OpenFileArtifactStore(const std::string& dir,
+                                                             ArtifactStoreOptions options);
 // `url`: a postgresql:// URL of a database migrated by OpenStore.
-Result<std::unique_ptr<ArtifactStore>> OpenPostgresArtifactStore(const std::string& url, ArtifactStoreOptions options);
+Result<std::unique_ptr<ArtifactStore>> OpenPostgresArtifactStore(const std::string& url,
+                                                                 ArtifactStoreOptions options);
 
 }  // namespace hpo::store

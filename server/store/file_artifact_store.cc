@@ -38,7 +38,8 @@ std::string ErrnoText(int err) { return std::strerror(err); }
 // for a checkpoint over the size limit, a refusal no retry gets past.
 Status IoError(const std::string& what, int err) {
   if (err == ENOSPC || err == EDQUOT) {
-    return Status::Unavailable(what + ": " + ErrnoText(err) + " (the disk holding the checkpoints is full)");
+    return Status::Unavailable(what + ": " + ErrnoText(err) +
+                               " (the disk holding the checkpoints is full)");
   }
   return Status::Unavailable(what + ": " + ErrnoText(err));
 }
@@ -68,7 +69,8 @@ class Fd {
 Status WriteAll(int fd, std::string_view bytes, off_t offset, const std::string& path) {
   size_t done = 0;
   while (done < bytes.size()) {
-    const ssize_t n = ::pwrite(fd, bytes.data() + done, bytes.size() - done, offset + static_cast<off_t>(done));
+    const ssize_t n =
+        ::pwrite(fd, bytes.data() + done, bytes.size() - done, offset + static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return IoError("cannot write " + path, errno);
     done += static_cast<size_t>(n);
@@ -78,8 +80,8 @@ Status WriteAll(int fd, std::string_view bytes, off_t offset, const std::string&
 
 std::string Header(Id trial_id, int64_t step, int64_t size, std::string_view sha256) {
   std::string h(kMagic);
-  h += "trial " + std::to_string(trial_id) + "\nstep " + std::to_string(step) + "\nsize " + std::to_string(size) +
-       "\nsha256 " + std::string(sha256) + "\n";
+  h += "trial " + std::to_string(trial_id) + "\nstep " + std::to_string(step) + "\nsize " +
+       std::to_string(size) + "\nsha256 " + std::string(sha256) + "\n";
   h.resize(kHeaderBytes - 1, ' ');
   h += '\n';
   return h;
@@ -87,7 +89,8 @@ std::string Header(Id trial_id, int64_t step, int64_t size, std::string_view sha
 
 // The value of the line "<key> <value>\n" starting at `pos`; advances pos.
 std::optional<std::string_view> Field(std::string_view text, size_t& pos, std::string_view key) {
-  if (text.substr(pos, key.size()) != key || pos + key.size() >= text.size() || text[pos + key.size()] != ' ') {
+  if (text.substr(pos, key.size()) != key || pos + key.size() >= text.size() ||
+      text[pos + key.size()] != ' ') {
     return std::nullopt;
   }
   const size_t begin = pos + key.size() + 1;
@@ -109,7 +112,8 @@ Result<CheckpointInfo> ParseHeader(std::string_view h, Id trial_id, const std::s
   auto bad = [&](const std::string& why) {
     return Status::DataLoss("checkpoint " + path + " has a damaged header (" + why + ")");
   };
-  if (h.size() != kHeaderBytes) return bad("shorter than " + std::to_string(kHeaderBytes) + " bytes");
+  if (h.size() != kHeaderBytes)
+    return bad("shorter than " + std::to_string(kHeaderBytes) + " bytes");
   if (h.substr(0, kMagic.size()) != kMagic) return bad("not a HeteroTune checkpoint");
   size_t pos = kMagic.size();
   const auto trial = Int(Field(h, pos, "trial"));
@@ -124,7 +128,8 @@ Result<CheckpointInfo> ParseHeader(std::string_view h, Id trial_id, const std::s
 
 class FileReader final : public CheckpointReader {
  public:
-  FileReader(int fd, CheckpointInfo info, std::string path) : fd_(fd), info_(std::move(info)), path_(std::move(path)) {}
+  FileReader(int fd, CheckpointInfo info, std::string path)
+      : fd_(fd), info_(std::move(info)), path_(std::move(path)) {}
   const CheckpointInfo& info() const override { return info_; }
 
   Result<std::string> Read(size_t max_bytes) override {
@@ -134,27 +139,30 @@ class FileReader final : public CheckpointReader {
       if (!verified_) {
         char extra;
         const ssize_t n = ::pread(fd_.get(), &extra, 1, static_cast<off_t>(kHeaderBytes + read_));
-        if (n > 0) return Status::DataLoss("checkpoint " + path_ + " is longer than its header says");
+        if (n > 0)
+          return Status::DataLoss("checkpoint " + path_ + " is longer than its header says");
         const std::string got = sha_.HexDigest();
         if (got != info_.sha256) {
-          return Status::DataLoss("checkpoint " + path_ + " is corrupt: its SHA-256 is " + got + ", not " +
-                                  info_.sha256);
+          return Status::DataLoss("checkpoint " + path_ + " is corrupt: its SHA-256 is " + got +
+                                  ", not " + info_.sha256);
         }
         verified_ = true;
       }
       return std::string();
     }
-    std::string out(static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(std::max<size_t>(max_bytes, 1)))),
+    std::string out(static_cast<size_t>(std::min<int64_t>(
+                        left, static_cast<int64_t>(std::max<size_t>(max_bytes, 1)))),
                     '\0');
     size_t done = 0;
     while (done < out.size()) {
-      const ssize_t n = ::pread(fd_.get(), out.data() + done, out.size() - done,
-                                static_cast<off_t>(kHeaderBytes + read_ + static_cast<int64_t>(done)));
+      const ssize_t n =
+          ::pread(fd_.get(), out.data() + done, out.size() - done,
+                  static_cast<off_t>(kHeaderBytes + read_ + static_cast<int64_t>(done)));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return IoError("cannot read " + path_, errno);
       if (n == 0) {
-        return Status::DataLoss("checkpoint " + path_ +
-                                " is truncated: " + std::to_string(read_ + static_cast<int64_t>(done)) + " of " +
+        return Status::DataLoss("checkpoint " + path_ + " is truncated: " +
+                                std::to_string(read_ + static_cast<int64_t>(done)) + " of " +
                                 std::to_string(info_.size_bytes) + " bytes");
       }
       done += static_cast<size_t>(n);
@@ -177,7 +185,8 @@ class FileArtifactStore;
 
 class FileWriter final : public CheckpointWriter {
  public:
-  FileWriter(int fd, std::string tmp, std::string path, std::string dir, Id trial_id, int64_t step, int64_t size)
+  FileWriter(int fd, std::string tmp, std::string path, std::string dir, Id trial_id, int64_t step,
+             int64_t size)
       : fd_(fd),
         tmp_(std::move(tmp)),
         path_(std::move(path)),
@@ -193,10 +202,12 @@ class FileWriter final : public CheckpointWriter {
   }
 
   Status Append(std::string_view bytes) override {
-    if (committed_ || failed_) return Status::FailedPrecondition("checkpoint upload " + tmp_ + " has ended");
+    if (committed_ || failed_)
+      return Status::FailedPrecondition("checkpoint upload " + tmp_ + " has ended");
     if (static_cast<int64_t>(bytes.size()) > size_ - written_) {
-      return Status::InvalidArgument("checkpoint of trial " + std::to_string(trial_id_) + ": more than the " +
-                                     std::to_string(size_) + " bytes announced");
+      return Status::InvalidArgument("checkpoint of trial " + std::to_string(trial_id_) +
+                                     ": more than the " + std::to_string(size_) +
+                                     " bytes announced");
     }
     Status s = WriteAll(fd_.get(), bytes, static_cast<off_t>(kHeaderBytes + written_), tmp_);
     if (!s.ok()) {
@@ -209,7 +220,8 @@ class FileWriter final : public CheckpointWriter {
   }
 
   Status Commit(std::string_view sha256) override {
-    if (committed_ || failed_) return Status::FailedPrecondition("checkpoint upload " + tmp_ + " has ended");
+    if (committed_ || failed_)
+      return Status::FailedPrecondition("checkpoint upload " + tmp_ + " has ended");
     failed_ = true;  // whatever happens below, this writer is done
     HPO_ASSIGN_OR_RETURN(const std::string got,
                          VerifyUpload(trial_id_, size_, written_, sha_, sha256));
@@ -224,7 +236,8 @@ class FileWriter final : public CheckpointWriter {
     }
     committed_ = true;
     Fd dir(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!dir.valid() || ::fsync(dir.get()) != 0) return IoError("cannot sync the directory " + dir_, errno);
+    if (!dir.valid() || ::fsync(dir.get()) != 0)
+      return IoError("cannot sync the directory " + dir_, errno);
     return Status::OK();
   }
 
@@ -247,10 +260,12 @@ class FileArtifactStore final : public ArtifactStore {
   std::string description() const override { return "files:" + dir_; }
   int64_t max_checkpoint_bytes() const override { return options_.max_checkpoint_bytes; }
 
-  Result<std::unique_ptr<CheckpointWriter>> Begin(Id trial_id, int64_t step, int64_t size_bytes) override {
+  Result<std::unique_ptr<CheckpointWriter>> Begin(Id trial_id, int64_t step,
+                                                  int64_t size_bytes) override {
     if (step < 0) return Status::InvalidArgument("step: must be >= 0");
     if (size_bytes < 0) return Status::InvalidArgument("total_bytes: must be >= 0");
-    if (size_bytes > options_.max_checkpoint_bytes) return CheckpointOverLimit(trial_id, size_bytes, options_);
+    if (size_bytes > options_.max_checkpoint_bytes)
+      return CheckpointOverLimit(trial_id, size_bytes, options_);
     // Unique across processes sharing the directory (pid, a random nonce)
     // and threads (a counter).
     const std::string tmp = Path(trial_id) + std::string(kUploadInfix.substr(kSuffix.size())) +
@@ -278,8 +293,10 @@ class FileArtifactStore final : public ArtifactStore {
 
   Result<std::unique_ptr<CheckpointReader>> Open(Id trial_id) override {
     HPO_ASSIGN_OR_RETURN(auto opened, OpenFile(trial_id));
-    if (!opened) return Status::NotFound("trial " + std::to_string(trial_id) + " has no checkpoint");
-    return std::unique_ptr<CheckpointReader>(new FileReader(opened->first, opened->second, Path(trial_id)));
+    if (!opened)
+      return Status::NotFound("trial " + std::to_string(trial_id) + " has no checkpoint");
+    return std::unique_ptr<CheckpointReader>(
+        new FileReader(opened->first, opened->second, Path(trial_id)));
   }
 
   Status Delete(Id trial_id) override {
@@ -309,7 +326,9 @@ class FileArtifactStore final : public ArtifactStore {
   }
 
  private:
-  std::string Path(Id trial_id) const { return dir_ + "/trial-" + std::to_string(trial_id) + std::string(kSuffix); }
+  std::string Path(Id trial_id) const {
+    return dir_ + "/trial-" + std::to_string(trial_id) + std::string(kSuffix);
+  }
 
   // The names in the directory, or Unavailable. A range-for over
   // directory_iterator throws from its ++ when a readdir fails (EIO, or
@@ -318,7 +337,8 @@ class FileArtifactStore final : public ArtifactStore {
   Result<std::vector<std::string>> Names() const {
     std::vector<std::string> names;
     std::error_code ec;
-    for (std::filesystem::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    for (std::filesystem::directory_iterator it(dir_, ec), end; !ec && it != end;
+         it.increment(ec)) {
       names.push_back(it->path().filename().string());
     }
     if (ec) return Status::Unavailable("cannot list " + dir_ + ": " + ec.message());
@@ -342,10 +362,12 @@ class FileArtifactStore final : public ArtifactStore {
     if (::fstat(fd.get(), &st) != 0) return IoError("cannot stat " + path, errno);
     const int64_t body = static_cast<int64_t>(st.st_size) - static_cast<int64_t>(kHeaderBytes);
     if (body != info.size_bytes) {
-      return Status::DataLoss("checkpoint " + path + " holds " + std::to_string(body) + " bytes, not the " +
-                              std::to_string(info.size_bytes) + " its header says");
+      return Status::DataLoss("checkpoint " + path + " holds " + std::to_string(body) +
+                              " bytes, not the " + std::to_string(info.size_bytes) +
+                              " its header says");
     }
-    return std::optional<std::pair<int, CheckpointInfo>>(std::make_pair(fd.Release(), std::move(info)));
+    return std::optional<std::pair<int, CheckpointInfo>>(
+        std::make_pair(fd.Release(), std::move(info)));
   }
 
   const std::string dir_;
@@ -356,17 +378,22 @@ class FileArtifactStore final : public ArtifactStore {
 
 }  // namespace
 
-Result<std::unique_ptr<ArtifactStore>> OpenFileArtifactStore(const std::string& dir, ArtifactStoreOptions options) {
+Result<std::unique_ptr<ArtifactStore>> OpenFileArtifactStore(const std::string& dir,
+                                                             ArtifactStoreOptions options) {
   if (dir.empty()) return Status::InvalidArgument("--artifacts files:DIR: the directory is empty");
-  if (options.max_checkpoint_bytes < 0) return Status::InvalidArgument("max_checkpoint_bytes: must be >= 0");
+  if (options.max_checkpoint_bytes < 0)
+    return Status::InvalidArgument("max_checkpoint_bytes: must be >= 0");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::Unavailable("cannot create the checkpoint directory " + dir + ": " + ec.message());
+  if (ec)
+    return Status::Unavailable("cannot create the checkpoint directory " + dir + ": " +
+                               ec.message());
   if (!std::filesystem::is_directory(dir, ec)) {
     return Status::InvalidArgument("--artifacts files:" + dir + ": not a directory");
   }
   if (::access(dir.c_str(), W_OK) != 0) {
-    return Status::Unavailable("the checkpoint directory " + dir + " is not writable: " + ErrnoText(errno));
+    return Status::Unavailable("the checkpoint directory " + dir +
+                               " is not writable: " + ErrnoText(errno));
   }
   std::string abs = std::filesystem::absolute(dir, ec).lexically_normal().string();
   if (ec) abs = dir;

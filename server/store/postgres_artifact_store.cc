@@ -81,7 +81,8 @@ class PostgresArtifactStore;
 // unless it broke.
 class Lease {
  public:
-  Lease(PostgresArtifactStore& store, std::unique_ptr<pqxx::connection> c) : store_(&store), c_(std::move(c)) {}
+  Lease(PostgresArtifactStore& store, std::unique_ptr<pqxx::connection> c)
+      : store_(&store), c_(std::move(c)) {}
   Lease(Lease&&) = default;
   Lease& operator=(Lease&&) = default;
   ~Lease();
@@ -113,7 +114,8 @@ class PostgresArtifactStore final : public ArtifactStore {
     }
     std::unique_ptr<pqxx::connection> c;
     bool broken = false;
-    HPO_RETURN_IF_ERROR(Guard(display_, broken, [&] { c = std::make_unique<pqxx::connection>(url_); }));
+    HPO_RETURN_IF_ERROR(
+        Guard(display_, broken, [&] { c = std::make_unique<pqxx::connection>(url_); }));
     return Lease(*this, std::move(c));
   }
   void GiveBack(std::unique_ptr<pqxx::connection> c) {
@@ -122,7 +124,8 @@ class PostgresArtifactStore final : public ArtifactStore {
     if (idle_.size() < kMaxIdle) idle_.push_back(std::move(c));
   }
 
-  Result<std::unique_ptr<CheckpointWriter>> Begin(Id trial_id, int64_t step, int64_t size_bytes) override;
+  Result<std::unique_ptr<CheckpointWriter>> Begin(Id trial_id, int64_t step,
+                                                  int64_t size_bytes) override;
 
   Result<std::optional<CheckpointInfo>> Stat(Id trial_id) override {
     HPO_ASSIGN_OR_RETURN(Lease c, Connect());
@@ -130,9 +133,12 @@ class PostgresArtifactStore final : public ArtifactStore {
     HPO_RETURN_IF_ERROR(Guard(display_, c.broken, [&] {
       pqxx::nontransaction n(*c);
       const pqxx::result r = n.exec_params(
-          "SELECT step, size_bytes, sha256 FROM checkpoint_uploads WHERE trial_id = $1 AND committed_ms IS NOT NULL",
+          "SELECT step, size_bytes, sha256 FROM checkpoint_uploads WHERE trial_id = $1 AND "
+          "committed_ms IS NOT NULL",
           trial_id);
-      if (!r.empty()) info = CheckpointInfo{r[0][0].as<int64_t>(), r[0][1].as<int64_t>(), r[0][2].as<std::string>()};
+      if (!r.empty())
+        info =
+            CheckpointInfo{r[0][0].as<int64_t>(), r[0][1].as<int64_t>(), r[0][2].as<std::string>()};
     }));
     return info;
   }
@@ -153,7 +159,8 @@ class PostgresArtifactStore final : public ArtifactStore {
     std::vector<Id> ids;
     HPO_RETURN_IF_ERROR(Guard(display_, c.broken, [&] {
       pqxx::nontransaction n(*c);
-      for (const auto& row : n.exec("SELECT DISTINCT trial_id FROM checkpoint_uploads ORDER BY trial_id")) {
+      for (const auto& row :
+           n.exec("SELECT DISTINCT trial_id FROM checkpoint_uploads ORDER BY trial_id")) {
         ids.push_back(row[0].as<int64_t>());
       }
     }));
@@ -180,7 +187,8 @@ Lease::~Lease() {
 
 class PostgresWriter final : public CheckpointWriter {
  public:
-  PostgresWriter(PostgresArtifactStore& store, Lease c, int64_t upload_id, Id trial_id, int64_t size)
+  PostgresWriter(PostgresArtifactStore& store, Lease c, int64_t upload_id, Id trial_id,
+                 int64_t size)
       : store_(store), c_(std::move(c)), upload_id_(upload_id), trial_id_(trial_id), size_(size) {}
   ~PostgresWriter() override {
     if (committed_) return;
@@ -192,10 +200,12 @@ class PostgresWriter final : public CheckpointWriter {
   }
 
   Status Append(std::string_view bytes) override {
-    if (committed_ || failed_) return Status::FailedPrecondition("this checkpoint upload has ended");
+    if (committed_ || failed_)
+      return Status::FailedPrecondition("this checkpoint upload has ended");
     if (static_cast<int64_t>(bytes.size()) > size_ - received_) {
-      return Status::InvalidArgument("checkpoint of trial " + std::to_string(trial_id_) + ": more than the " +
-                                     std::to_string(size_) + " bytes announced");
+      return Status::InvalidArgument("checkpoint of trial " + std::to_string(trial_id_) +
+                                     ": more than the " + std::to_string(size_) +
+                                     " bytes announced");
     }
     received_ += static_cast<int64_t>(bytes.size());
     sha_.Update(bytes);
@@ -209,7 +219,8 @@ class PostgresWriter final : public CheckpointWriter {
   }
 
   Status Commit(std::string_view sha256) override {
-    if (committed_ || failed_) return Status::FailedPrecondition("this checkpoint upload has ended");
+    if (committed_ || failed_)
+      return Status::FailedPrecondition("this checkpoint upload has ended");
     failed_ = true;
     HPO_ASSIGN_OR_RETURN(const std::string got,
                          VerifyUpload(trial_id_, size_, received_, sha_, sha256));
@@ -217,18 +228,23 @@ class PostgresWriter final : public CheckpointWriter {
     bool gone = false;
     HPO_RETURN_IF_ERROR(Guard(store_.display(), c_.broken, [&] {
       pqxx::work w(*c_);
-      w.exec_params("SELECT pg_advisory_xact_lock($1, $2)", kCommitLockKey, static_cast<int>(trial_id_));
+      w.exec_params("SELECT pg_advisory_xact_lock($1, $2)", kCommitLockKey,
+                    static_cast<int>(trial_id_));
       // Delete removed this upload meanwhile (the trial ended): it must not
       // come back. Delete takes no advisory lock, so the row is locked here:
       // a Delete that comes later waits for this commit (and then removes
       // what it made), and one that came first leaves no row to lock.
-      if (w.exec_params("SELECT 1 FROM checkpoint_uploads WHERE id = $1 FOR UPDATE", upload_id_).empty()) {
+      if (w.exec_params("SELECT 1 FROM checkpoint_uploads WHERE id = $1 FOR UPDATE", upload_id_)
+              .empty()) {
         gone = true;
         return;
       }
-      w.exec_params("DELETE FROM checkpoint_uploads WHERE trial_id = $1 AND committed_ms IS NOT NULL", trial_id_);
+      w.exec_params(
+          "DELETE FROM checkpoint_uploads WHERE trial_id = $1 AND committed_ms IS NOT NULL",
+          trial_id_);
       const pqxx::result updated = w.exec_params(
-          "UPDATE checkpoint_uploads SET sha256 = $2, committed_ms = $3 WHERE id = $1", upload_id_, got, NowMs());
+          "UPDATE checkpoint_uploads SET sha256 = $2, committed_ms = $3 WHERE id = $1", upload_id_,
+          got, NowMs());
       if (updated.affected_rows() != 1) {  // not committed: the DELETE above is rolled back too
         gone = true;
         return;
@@ -247,8 +263,8 @@ class PostgresWriter final : public CheckpointWriter {
     Status s = Guard(store_.display(), c_.broken, [&] {
       pqxx::nontransaction n(*c_);
       try {
-        n.exec_params("INSERT INTO checkpoint_chunks (upload_id, seq, data) VALUES ($1, $2, $3)", upload_id_, seq,
-                      pqxx::binarystring(pending_.data(), pending_.size()));
+        n.exec_params("INSERT INTO checkpoint_chunks (upload_id, seq, data) VALUES ($1, $2, $3)",
+                      upload_id_, seq, pqxx::binarystring(pending_.data(), pending_.size()));
       } catch (const pqxx::foreign_key_violation&) {
         gone = true;  // Delete removed the upload's row meanwhile
       }
@@ -277,8 +293,13 @@ class PostgresWriter final : public CheckpointWriter {
 
 class PostgresReader final : public CheckpointReader {
  public:
-  PostgresReader(PostgresArtifactStore& store, Lease c, int64_t upload_id, CheckpointInfo info, Id trial_id)
-      : store_(store), c_(std::move(c)), upload_id_(upload_id), info_(std::move(info)), trial_id_(trial_id) {}
+  PostgresReader(PostgresArtifactStore& store, Lease c, int64_t upload_id, CheckpointInfo info,
+                 Id trial_id)
+      : store_(store),
+        c_(std::move(c)),
+        upload_id_(upload_id),
+        info_(std::move(info)),
+        trial_id_(trial_id) {}
   ~PostgresReader() override {
     if (tx_) (void)Guard(store_.display(), c_.broken, [&] { tx_->abort(); });
     tx_.reset();
@@ -291,7 +312,9 @@ class PostgresReader final : public CheckpointReader {
       tx_ = std::make_unique<pqxx::transaction<pqxx::repeatable_read, pqxx::read_only>>(*c_);
       // The snapshot is taken at the first statement: check that the
       // upload Open found is still the one, in it.
-      if (tx_->exec_params("SELECT 1 FROM checkpoint_uploads WHERE id = $1 AND committed_ms IS NOT NULL", upload_id_)
+      if (tx_->exec_params(
+                 "SELECT 1 FROM checkpoint_uploads WHERE id = $1 AND committed_ms IS NOT NULL",
+                 upload_id_)
               .empty()) {
         replaced_ = true;
       }
@@ -307,14 +330,15 @@ class PostgresReader final : public CheckpointReader {
       if (read_ == info_.size_bytes) return Finish();
       HPO_ASSIGN_OR_RETURN(std::optional<std::string> chunk, Chunk(seq_));
       if (!chunk) {
-        return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id_) + " is truncated: " +
-                                std::to_string(read_) + " of " + std::to_string(info_.size_bytes) + " bytes");
+        return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id_) +
+                                " is truncated: " + std::to_string(read_) + " of " +
+                                std::to_string(info_.size_bytes) + " bytes");
       }
       ++seq_;
       if (chunk->empty() || read_ + static_cast<int64_t>(chunk->size()) > info_.size_bytes) {
         return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id_) +
-                                " has chunks of the wrong size (longer than its " + std::to_string(info_.size_bytes) +
-                                " bytes, or empty)");
+                                " has chunks of the wrong size (longer than its " +
+                                std::to_string(info_.size_bytes) + " bytes, or empty)");
       }
       buffer_ = std::move(*chunk);
       read_ += static_cast<int64_t>(buffer_.size());
@@ -330,8 +354,8 @@ class PostgresReader final : public CheckpointReader {
   Result<std::optional<std::string>> Chunk(int seq) {
     std::optional<std::string> out;
     HPO_RETURN_IF_ERROR(Guard(store_.display(), c_.broken, [&] {
-      const pqxx::result r =
-          tx_->exec_params("SELECT data FROM checkpoint_chunks WHERE upload_id = $1 AND seq = $2", upload_id_, seq);
+      const pqxx::result r = tx_->exec_params(
+          "SELECT data FROM checkpoint_chunks WHERE upload_id = $1 AND seq = $2", upload_id_, seq);
       if (r.empty()) return;
       const pqxx::binarystring b(r[0][0]);
       out = b.str();
@@ -348,8 +372,8 @@ class PostgresReader final : public CheckpointReader {
       }
       const std::string got = sha_.HexDigest();
       if (got != info_.sha256) {
-        return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id_) + " is corrupt: its SHA-256 is " +
-                                got + ", not " + info_.sha256);
+        return Status::DataLoss("checkpoint of trial " + std::to_string(trial_id_) +
+                                " is corrupt: its SHA-256 is " + got + ", not " + info_.sha256);
       }
       verified_ = true;
     }
@@ -371,21 +395,25 @@ class PostgresReader final : public CheckpointReader {
   bool replaced_ = false;
 };
 
-Result<std::unique_ptr<CheckpointWriter>> PostgresArtifactStore::Begin(Id trial_id, int64_t step, int64_t size_bytes) {
+Result<std::unique_ptr<CheckpointWriter>> PostgresArtifactStore::Begin(Id trial_id, int64_t step,
+                                                                       int64_t size_bytes) {
   if (step < 0) return Status::InvalidArgument("step: must be >= 0");
   if (size_bytes < 0) return Status::InvalidArgument("total_bytes: must be >= 0");
-  if (size_bytes > options_.max_checkpoint_bytes) return CheckpointOverLimit(trial_id, size_bytes, options_);
+  if (size_bytes > options_.max_checkpoint_bytes)
+    return CheckpointOverLimit(trial_id, size_bytes, options_);
   HPO_ASSIGN_OR_RETURN(Lease c, Connect());
   int64_t id = 0;
   HPO_RETURN_IF_ERROR(Guard(display_, c.broken, [&] {
     pqxx::nontransaction n(*c);
     id = n.exec_params(
-              "INSERT INTO checkpoint_uploads (trial_id, step, size_bytes, started_ms) VALUES ($1, $2, $3, $4) "
+              "INSERT INTO checkpoint_uploads (trial_id, step, size_bytes, started_ms) VALUES ($1, "
+              "$2, $3, $4) "
               "RETURNING id",
               trial_id, step, size_bytes, NowMs())[0][0]
              .as<int64_t>();
   }));
-  return std::unique_ptr<CheckpointWriter>(new PostgresWriter(*this, std::move(c), id, trial_id, size_bytes));
+  return std::unique_ptr<CheckpointWriter>(
+      new PostgresWriter(*this, std::move(c), id, trial_id, size_bytes));
 }
 
 Result<std::unique_ptr<CheckpointReader>> PostgresArtifactStore::Open(Id trial_id) {
@@ -397,30 +425,37 @@ Result<std::unique_ptr<CheckpointReader>> PostgresArtifactStore::Open(Id trial_i
     HPO_RETURN_IF_ERROR(Guard(display_, c.broken, [&] {
       pqxx::nontransaction n(*c);
       const pqxx::result r = n.exec_params(
-          "SELECT id, step, size_bytes, sha256 FROM checkpoint_uploads WHERE trial_id = $1 AND committed_ms IS NOT "
+          "SELECT id, step, size_bytes, sha256 FROM checkpoint_uploads WHERE trial_id = $1 AND "
+          "committed_ms IS NOT "
           "NULL",
           trial_id);
       if (!r.empty()) {
         found.emplace(r[0][0].as<int64_t>(),
-                      CheckpointInfo{r[0][1].as<int64_t>(), r[0][2].as<int64_t>(), r[0][3].as<std::string>()});
+                      CheckpointInfo{r[0][1].as<int64_t>(), r[0][2].as<int64_t>(),
+                                     r[0][3].as<std::string>()});
       }
     }));
     if (!found) return Status::NotFound("trial " + std::to_string(trial_id) + " has no checkpoint");
-    auto reader = std::make_unique<PostgresReader>(*this, std::move(c), found->first, found->second, trial_id);
+    auto reader = std::make_unique<PostgresReader>(*this, std::move(c), found->first, found->second,
+                                                   trial_id);
     HPO_RETURN_IF_ERROR(reader->Start());
     if (!reader->replaced()) return std::unique_ptr<CheckpointReader>(std::move(reader));
   }
-  return Status::Aborted("trial " + std::to_string(trial_id) + "'s checkpoint kept being replaced; try again");
+  return Status::Aborted("trial " + std::to_string(trial_id) +
+                         "'s checkpoint kept being replaced; try again");
 }
 
 }  // namespace
 
-Result<std::unique_ptr<ArtifactStore>> OpenPostgresArtifactStore(const std::string& url, ArtifactStoreOptions options) {
+Result<std::unique_ptr<ArtifactStore>> OpenPostgresArtifactStore(const std::string& url,
+                                                                 ArtifactStoreOptions options) {
   HPO_ASSIGN_OR_RETURN(StoreUrl parsed, ParseStoreUrl(url));
   if (parsed.backend != StoreUrl::Backend::kPostgresql) {
-    return Status::InvalidArgument("--artifacts postgresql needs a PostgreSQL store, not " + parsed.display);
+    return Status::InvalidArgument("--artifacts postgresql needs a PostgreSQL store, not " +
+                                   parsed.display);
   }
-  if (options.max_checkpoint_bytes < 0) return Status::InvalidArgument("max_checkpoint_bytes: must be >= 0");
+  if (options.max_checkpoint_bytes < 0)
+    return Status::InvalidArgument("max_checkpoint_bytes: must be >= 0");
   auto store = std::make_unique<PostgresArtifactStore>(parsed.target, parsed.display, options);
   // Fail at start-up, not at the first pause, when the tables are missing.
   HPO_RETURN_IF_ERROR(store->List().status());

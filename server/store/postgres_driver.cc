@@ -3,10 +3,9 @@
 // with row locks where SqlStore asks for them ({FOR_UPDATE}, {SKIP_LOCKED},
 // and inside the store's functions, sql/postgresql/0007_create_trials.sql),
 // REPEATABLE READ read-only transactions for reads (one snapshot).
-#include <pqxx/pqxx>
-
 #include <cstdio>
 #include <deque>
+#include <pqxx/pqxx>
 #include <unordered_map>
 
 #include "server/store/sql_driver.h"
@@ -17,11 +16,14 @@ namespace {
 std::string Rewrite(std::string_view sql) {
   std::string out(sql);
   auto replace = [&](std::string_view token, std::string_view with) {
-    for (size_t pos; (pos = out.find(token)) != std::string::npos;) out.replace(pos, token.size(), with);
+    for (size_t pos; (pos = out.find(token)) != std::string::npos;)
+      out.replace(pos, token.size(), with);
   };
   replace("{FOR_UPDATE}", "FOR UPDATE");
   replace("{SKIP_LOCKED}", "SKIP LOCKED");
-  replace("{METRIC_4}", "CAST(json_extract_path_text(CAST(metrics AS json), CAST($4 AS text)) AS DOUBLE PRECISION)");
+  replace(
+      "{METRIC_4}",
+      "CAST(json_extract_path_text(CAST(metrics AS json), CAST($4 AS text)) AS DOUBLE PRECISION)");
   return out;
 }
 
@@ -80,7 +82,10 @@ class PostgresConnection final : public SqlConnection {
   // COMMIT, which releases them all), so a call costs two round trips,
   // not three.
   void Savepoint() override {
-    Guard([&] { tx_->exec(release_pending_ ? "RELEASE SAVEPOINT hpo_call; SAVEPOINT hpo_call" : "SAVEPOINT hpo_call"); });
+    Guard([&] {
+      tx_->exec(release_pending_ ? "RELEASE SAVEPOINT hpo_call; SAVEPOINT hpo_call"
+                                 : "SAVEPOINT hpo_call");
+    });
     release_pending_ = false;
   }
   void ReleaseSavepoint() override { release_pending_ = true; }
@@ -187,7 +192,8 @@ class PostgresConnection final : public SqlConnection {
       // Class 53, insufficient resources (a full disk, memory, too many
       // connections): the server may have room again later; the connection
       // itself is fine.
-      if (state.rfind("53", 0) == 0) Throw(Status::Unavailable(display_ + ": " + OneLine(e.what())));
+      if (state.rfind("53", 0) == 0)
+        Throw(Status::Unavailable(display_ + ": " + OneLine(e.what())));
       Throw(Status::Internal(display_ + ": " + OneLine(e.what())));
     } catch (const pqxx::failure& e) {
       healthy_ = false;
@@ -201,7 +207,8 @@ class PostgresConnection final : public SqlConnection {
     // "ERROR:  message\nCONTEXT: ...", the severity in the server's
     // lc_messages language: what follows the first ":  ".
     what = what.substr(0, what.find('\n'));
-    if (const size_t colon = what.find(":  "); colon != std::string_view::npos) what.remove_prefix(colon + 3);
+    if (const size_t colon = what.find(":  "); colon != std::string_view::npos)
+      what.remove_prefix(colon + 3);
     std::string message(what);
     if (state == "U0404") Throw(Status::NotFound(std::move(message)));
     if (state == "U0412") Throw(Status::FailedPrecondition(std::move(message)));
@@ -214,8 +221,7 @@ class PostgresConnection final : public SqlConnection {
   std::unique_ptr<pqxx::dbtransaction> tx_;
   bool healthy_ = true;
   bool release_pending_ = false;  // see Savepoint
-  std::unordered_map<std::string, std::string>
-      prepared_;
+  std::unordered_map<std::string, std::string> prepared_;
 };
 
 // Every HeteroTune process on a database notifies and listens on this channel.
@@ -225,7 +231,8 @@ constexpr const char* kChangeChannel = "hpo_changes";
 // threads between calls).
 class PostgresListener final : public ChangeListener {
  public:
-  PostgresListener(std::string url, std::string display) : url_(std::move(url)), display_(std::move(display)) {}
+  PostgresListener(std::string url, std::string display)
+      : url_(std::move(url)), display_(std::move(display)) {}
   ~PostgresListener() override {
     receiver_.reset();  // unregisters from the connection before it closes
   }
@@ -281,7 +288,8 @@ class PostgresDriver final : public SqlDriver {
   bool stored_functions() const override { return true; }
   // Every transaction below the snapshot's xmin has ended.
   std::string_view horizon_sql() const override {
-    return "SELECT (SELECT id FROM store_identity), pg_snapshot_xmin(pg_current_snapshot())::text::bigint";
+    return "SELECT (SELECT id FROM store_identity), "
+           "pg_snapshot_xmin(pg_current_snapshot())::text::bigint";
   }
 
   std::unique_ptr<SqlConnection> Connect() override {
@@ -302,7 +310,8 @@ class PostgresDriver final : public SqlDriver {
   }
 
   std::string_view notify_sql() const override {
-    static const std::string sql = std::string("SELECT pg_notify('") + kChangeChannel + "', p) FROM unnest($1::text[]) AS p";
+    static const std::string sql =
+        std::string("SELECT pg_notify('") + kChangeChannel + "', p) FROM unnest($1::text[]) AS p";
     return sql;
   }
   std::unique_ptr<ChangeListener> Listen() override {

@@ -1,17 +1,16 @@
 #include "server/store/sql_store.h"
 
 #include <algorithm>
-#include <tuple>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <type_traits>
-
-#include <nlohmann/json.hpp>
 
 #include "common/token.h"
 
@@ -36,9 +35,9 @@ TrialRecord ReadTrial(const SqlRow& r) {
   SqlColumns in(r);
   in >> t.id >> t.experiment_id >> t.space_id >> t.number >> t.params_json >> t.system_params_json;
   t.state = TrialStateOrThrow(in.Text());
-  in >> t.priority >> t.attempt >> t.lease_owner >> t.lease_expires_ms >> t.created_ms >> t.started_ms >>
-      t.finished_ms >> t.updated_ms >> t.final_metrics_json >> t.reason >> t.level >> t.stop_step >> t.resume_step >> t.revision >>
-      t.curve_reset_revision;
+  in >> t.priority >> t.attempt >> t.lease_owner >> t.lease_expires_ms >> t.created_ms >>
+      t.started_ms >> t.finished_ms >> t.updated_ms >> t.final_metrics_json >> t.reason >>
+      t.level >> t.stop_step >> t.resume_step >> t.revision >> t.curve_reset_revision;
   return t;
 }
 
@@ -127,7 +126,9 @@ SqlStore::SqlStore(std::unique_ptr<SqlDriver> driver, StoreOptions options)
     // connection while batches commit.
     b.max_in_flight = std::max(1, driver_->max_connections() / 2);
     batcher_ = std::make_unique<CommitBatcher>(
-        b, [this](const std::vector<const CommitBatcher::Call*>& batch) { return CommitBatch(batch); });
+        b, [this](const std::vector<const CommitBatcher::Call*>& batch) {
+          return CommitBatch(batch);
+        });
   }
 }
 
@@ -177,8 +178,8 @@ bool SqlStore::RetryAfter(const Status& s, bool committing, int attempt) {
     if (attempt + 1 >= kMaxConflictAttempts) return false;
     thread_local std::minstd_rand rng(std::random_device{}());
     const int ceiling_ms = 5 << attempt;  // 5, 10, 20, 40 ms
-    std::this_thread::sleep_for(
-        std::chrono::milliseconds(std::uniform_int_distribution<int>(ceiling_ms / 2, ceiling_ms)(rng)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(
+        std::uniform_int_distribution<int>(ceiling_ms / 2, ceiling_ms)(rng)));
   } else if (s.IsUnavailable()) {
     // The connection died (the database may have restarted): try once
     // more on a new one. Before COMMIT nothing was applied. A single
@@ -257,7 +258,9 @@ namespace {
 // transaction back under us (SQLite does on a full disk or an I/O error),
 // is not one call's to keep. Everything else (the call's own conflict, a
 // bad argument, a constraint) is rolled back to that call's savepoint.
-bool FailsTheBatch(const Status& s, const SqlConnection& c) { return IsRetryable(s) || !c.healthy(); }
+bool FailsTheBatch(const Status& s, const SqlConnection& c) {
+  return IsRetryable(s) || !c.healthy();
+}
 }  // namespace
 
 std::vector<Status> SqlStore::CommitBatch(const std::vector<const CommitBatcher::Call*>& batch) {
@@ -393,8 +396,8 @@ void SqlStore::Migrate(SqlConnection& c) {
   c.ExecScript(
       "CREATE TABLE IF NOT EXISTS schema_version ("
       " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_ms BIGINT NOT NULL)");
-  const int current =
-      static_cast<int>(c.Query("SELECT COALESCE(MAX(version), 0) FROM schema_version", {})[0].Int(0));
+  const int current = static_cast<int>(
+      c.Query("SELECT COALESCE(MAX(version), 0) FROM schema_version", {})[0].Int(0));
   auto pending = PendingMigrations(driver_->migrations(), current, driver_->display_url());
   if (!pending.ok()) Throw(pending.status());
   for (const Migration* m : *pending) {
@@ -436,7 +439,8 @@ Result<ExperimentRecord> SqlStore::CreateExperiment(const NewExperiment& e) {
     const TimeMs now = Now();
     auto rows = c.Query(
         "INSERT INTO experiments (name, spec, state, created_ms, updated_ms) "
-        "VALUES ($1, $2, 'running', $3, $3) RETURNING " + std::string(kExperimentColumns),
+        "VALUES ($1, $2, 'running', $3, $3) RETURNING " +
+            std::string(kExperimentColumns),
         {e.name, e.spec_json, now});
     ExperimentRecord rec = ReadExperiment(rows.at(0));
     for (const auto& s : e.spaces) {
@@ -454,7 +458,8 @@ Result<ExperimentRecord> SqlStore::GetExperiment(Id id) {
   return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     auto rows = c.Query(
         "SELECT " + std::string(kExperimentColumns) + " FROM experiments WHERE id = $1", {id});
-    if (rows.empty()) Throw(Status::NotFound("experiment " + std::to_string(id) + " does not exist"));
+    if (rows.empty())
+      Throw(Status::NotFound("experiment " + std::to_string(id) + " does not exist"));
     ExperimentRecord rec = ReadExperiment(rows[0]);
     for (const auto& r : c.Query("SELECT id, experiment_id, name, spec FROM search_spaces "
                                  "WHERE experiment_id = $1 ORDER BY id",
@@ -468,7 +473,8 @@ Result<ExperimentRecord> SqlStore::GetExperiment(Id id) {
 Result<ExperimentState> SqlStore::GetExperimentState(Id id) {
   return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     auto rows = c.Query("SELECT state FROM experiments WHERE id = $1", {id});
-    if (rows.empty()) Throw(Status::NotFound("experiment " + std::to_string(id) + " does not exist"));
+    if (rows.empty())
+      Throw(Status::NotFound("experiment " + std::to_string(id) + " does not exist"));
     return ExperimentStateOrThrow(rows[0].Text(0));
   });
 }
@@ -499,8 +505,9 @@ Result<std::vector<ExperimentRecord>> SqlStore::ListExperiments(int64_t offset, 
 
 Status SqlStore::FinishExperiment(Id id, ExperimentState state, std::string_view reason) {
   if (state == ExperimentState::kRunning) {
-    return Status::InvalidArgument("state: an experiment can only be finished as completed, "
-                                   "cancelled or failed");
+    return Status::InvalidArgument(
+        "state: an experiment can only be finished as completed, "
+        "cancelled or failed");
   }
   return Run(TxMode::kWrite, [&](SqlConnection& c) {
     const TimeMs now = Now();
@@ -510,7 +517,8 @@ Status SqlStore::FinishExperiment(Id id, ExperimentState state, std::string_view
         {id, std::string(ToString(state)), std::string(reason), now});
     if (rows.empty()) {
       auto cur = c.Query("SELECT state FROM experiments WHERE id = $1", {id});
-      if (cur.empty()) Throw(Status::NotFound("experiment " + std::to_string(id) + " does not exist"));
+      if (cur.empty())
+        Throw(Status::NotFound("experiment " + std::to_string(id) + " does not exist"));
       Throw(Status::FailedPrecondition("experiment " + std::to_string(id) + " has already ended (" +
                                        cur[0].Text(0) + ")"));
     }
@@ -531,7 +539,8 @@ Status SqlStore::FinishExperiment(Id id, ExperimentState state, std::string_view
     c.Query(
         "UPDATE trials SET state = 'cancelled', reason = $2, finished_ms = $3, updated_ms = $3, "
         "lease_expires_ms = NULL "
-        "WHERE experiment_id = $1 AND (state = 'pending' OR (CAST($4 AS INTEGER) = 1 AND state IN ('leased', "
+        "WHERE experiment_id = $1 AND (state = 'pending' OR (CAST($4 AS INTEGER) = 1 AND state IN "
+        "('leased', "
         "'running')))",
         {id, why, now, int64_t{stop_running ? 1 : 0}});
   });
@@ -568,17 +577,17 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrialsUpTo(Id experiment_id,
     if (limits.max_unfinished && n > 0) {
       // The experiment's row is locked above: no other server counts or
       // inserts in between.
-      const int64_t unfinished =
-          c.Query("SELECT COUNT(*) FROM trials WHERE experiment_id = $1 AND "
-                  "state IN ('pending', 'leased', 'running')",
-                  {experiment_id})
-              .at(0)
-              .Int(0);
+      const int64_t unfinished = c.Query(
+                                      "SELECT COUNT(*) FROM trials WHERE experiment_id = $1 AND "
+                                      "state IN ('pending', 'leased', 'running')",
+                                      {experiment_id})
+                                     .at(0)
+                                     .Int(0);
       n = std::clamp<int64_t>(*limits.max_unfinished - unfinished, 0, n);
     }
     std::set<Id> spaces;
-    for (const auto& r : c.Query("SELECT id FROM search_spaces WHERE experiment_id = $1",
-                                 {experiment_id})) {
+    for (const auto& r :
+         c.Query("SELECT id FROM search_spaces WHERE experiment_id = $1", {experiment_id})) {
       spaces.insert(r.Int(0));
     }
     const TimeMs now = Now();
@@ -593,12 +602,15 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrialsUpTo(Id experiment_id,
       const bool leased = !t.lease_owner.empty();
       auto rows = c.Query(
           "INSERT INTO trials (experiment_id, space_id, number, params, system_params, state, "
-          "priority, created_ms, updated_ms, attempt, lease_owner, lease_expires_ms, started_ms, stop_step) "
+          "priority, created_ms, updated_ms, attempt, lease_owner, lease_expires_ms, started_ms, "
+          "stop_step) "
           "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $10, $11, $12, $13) "
-          "RETURNING " + std::string(kTrialColumns),
+          "RETURNING " +
+              std::string(kTrialColumns),
           {experiment_id, Opt(t.space_id), number++, t.params_json, t.system_params_json,
-           std::string(leased ? "leased" : "pending"), t.priority, now, int64_t{leased ? 1 : 0}, t.lease_owner,
-           leased ? SqlValue(now + t.lease_ms) : Null(), leased ? SqlValue(now) : Null(), Opt(t.stop_step)});
+           std::string(leased ? "leased" : "pending"), t.priority, now, int64_t{leased ? 1 : 0},
+           t.lease_owner, leased ? SqlValue(now + t.lease_ms) : Null(),
+           leased ? SqlValue(now) : Null(), Opt(t.stop_step)});
       out.push_back(ReadTrial(rows.at(0)));
     }
     c.Query("UPDATE experiments SET next_number = $2, updated_ms = $3 WHERE id = $1",
@@ -628,9 +640,8 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrialsUpTo(Id experiment_id,
 // switches at 16 workers. In one statement the server's CPU per trial
 // fell 4-8% at 1 to 16 workers (bench/README.md, server_bench, "New trials
 // in one statement").
-Result<std::vector<TrialRecord>> SqlStore::CreateTrialsInOneCall(Id experiment_id,
-                                                                 const std::vector<NewTrial>& trials,
-                                                                 const TrialLimits& limits) {
+Result<std::vector<TrialRecord>> SqlStore::CreateTrialsInOneCall(
+    Id experiment_id, const std::vector<NewTrial>& trials, const TrialLimits& limits) {
   nlohmann::json items = nlohmann::json::array();
   for (const NewTrial& t : trials) {
     items.push_back({{"space_id", t.space_id ? nlohmann::json(*t.space_id) : nlohmann::json()},
@@ -645,7 +656,8 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrialsInOneCall(Id experiment_i
   try {
     json = items.dump();
   } catch (const nlohmann::json::exception&) {  // text that is not UTF-8
-    return Status::InvalidArgument("trials: params, system params and lease owners must be UTF-8 text");
+    return Status::InvalidArgument(
+        "trials: params, system params and lease owners must be UTF-8 text");
   }
   // `now` is read before the statement waits for the experiment's row, as
   // every other write here reads it before its statements run.
@@ -656,10 +668,10 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrialsInOneCall(Id experiment_i
       TxMode::kSingle,
       [&](SqlConnection& c) {
         std::vector<TrialRecord> out;
-        for (const auto& r :
-             c.Query("SELECT " + std::string(kTrialColumns) +
-                         " FROM hpo_create_trials($1, $2, $3, $4, $5) ORDER BY number",
-                     {experiment_id, Opt(limits.max_total), Opt(limits.max_unfinished), Now(), json})) {
+        for (const auto& r : c.Query(
+                 "SELECT " + std::string(kTrialColumns) +
+                     " FROM hpo_create_trials($1, $2, $3, $4, $5) ORDER BY number",
+                 {experiment_id, Opt(limits.max_total), Opt(limits.max_unfinished), Now(), json})) {
           out.push_back(ReadTrial(r));
         }
         return out;
@@ -669,7 +681,8 @@ Result<std::vector<TrialRecord>> SqlStore::CreateTrialsInOneCall(Id experiment_i
 
 Result<TrialRecord> SqlStore::GetTrial(Id id) {
   return Run(TxMode::kReadOne, [&](SqlConnection& c) {
-    auto rows = c.Query("SELECT " + std::string(kTrialColumns) + " FROM trials WHERE id = $1", {id});
+    auto rows =
+        c.Query("SELECT " + std::string(kTrialColumns) + " FROM trials WHERE id = $1", {id});
     if (rows.empty()) Throw(Status::NotFound(TrialName(id) + " does not exist"));
     return ReadTrial(rows[0]);
   });
@@ -691,16 +704,15 @@ Result<std::vector<TrialRecord>> SqlStore::ListTrials(Id experiment_id, const Tr
     RequireExperiment(c, experiment_id);
     std::vector<TrialRecord> out;
     SqlValue state = f.state ? SqlValue(std::string(ToString(*f.state))) : Null();
-    for (const auto& r :
-         c.Query("SELECT " + std::string(kTrialColumns) +
-                     " FROM trials WHERE experiment_id = $1"
-                     " AND (CAST($2 AS TEXT) IS NULL OR state = $2)"
-                     " AND (CAST($3 AS BIGINT) IS NULL OR space_id = $3)"
-                     " AND (CAST($6 AS BIGINT) IS NULL OR number > $6)"
-                     " AND (CAST($7 AS BIGINT) IS NULL OR revision >= $7)"
-                     " ORDER BY number LIMIT $4 OFFSET $5",
-                 {experiment_id, state, Opt(f.space_id), f.limit, f.offset, Opt(f.after_number),
-                  Opt(f.since_revision)})) {
+    for (const auto& r : c.Query("SELECT " + std::string(kTrialColumns) +
+                                     " FROM trials WHERE experiment_id = $1"
+                                     " AND (CAST($2 AS TEXT) IS NULL OR state = $2)"
+                                     " AND (CAST($3 AS BIGINT) IS NULL OR space_id = $3)"
+                                     " AND (CAST($6 AS BIGINT) IS NULL OR number > $6)"
+                                     " AND (CAST($7 AS BIGINT) IS NULL OR revision >= $7)"
+                                     " ORDER BY number LIMIT $4 OFFSET $5",
+                                 {experiment_id, state, Opt(f.space_id), f.limit, f.offset,
+                                  Opt(f.after_number), Opt(f.since_revision)})) {
       out.push_back(ReadTrial(r));
     }
     return out;
@@ -712,13 +724,14 @@ Result<std::vector<TrialRecord>> SqlStore::ListLeasedTrials(int64_t limit) {
   return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     std::vector<TrialRecord> out;
     // "leased" sorts before "running", as the order promises.
-    for (const auto& r : c.Query("SELECT " + std::string(kTrialColumns) +
-                                     " FROM trials WHERE state IN ($1, $2)"
-                                     " AND experiment_id IN (SELECT id FROM experiments WHERE state = $3)"
-                                     " ORDER BY experiment_id DESC, state, number LIMIT $4",
-                                 {std::string(ToString(TrialState::kLeased)),
-                                  std::string(ToString(TrialState::kRunning)),
-                                  std::string(ToString(ExperimentState::kRunning)), limit})) {
+    for (const auto& r :
+         c.Query("SELECT " + std::string(kTrialColumns) +
+                     " FROM trials WHERE state IN ($1, $2)"
+                     " AND experiment_id IN (SELECT id FROM experiments WHERE state = $3)"
+                     " ORDER BY experiment_id DESC, state, number LIMIT $4",
+                 {std::string(ToString(TrialState::kLeased)),
+                  std::string(ToString(TrialState::kRunning)),
+                  std::string(ToString(ExperimentState::kRunning)), limit})) {
       out.push_back(ReadTrial(r));
     }
     return out;
@@ -734,20 +747,35 @@ Result<TrialCounts> SqlStore::CountTrials(Id experiment_id) {
                                  {experiment_id})) {
       const int64_t k = r.Int(1);
       switch (TrialStateOrThrow(r.Text(0))) {
-        case TrialState::kPending: n.pending = k; break;
-        case TrialState::kLeased: n.leased = k; break;
-        case TrialState::kRunning: n.running = k; break;
-        case TrialState::kPaused: n.paused = k; break;
-        case TrialState::kCompleted: n.completed = k; break;
-        case TrialState::kPruned: n.pruned = k; break;
-        case TrialState::kFailed: n.failed = k; break;
-        case TrialState::kCancelled: n.cancelled = k; break;
+        case TrialState::kPending:
+          n.pending = k;
+          break;
+        case TrialState::kLeased:
+          n.leased = k;
+          break;
+        case TrialState::kRunning:
+          n.running = k;
+          break;
+        case TrialState::kPaused:
+          n.paused = k;
+          break;
+        case TrialState::kCompleted:
+          n.completed = k;
+          break;
+        case TrialState::kPruned:
+          n.pruned = k;
+          break;
+        case TrialState::kFailed:
+          n.failed = k;
+          break;
+        case TrialState::kCancelled:
+          n.cancelled = k;
+          break;
       }
     }
     return n;
   });
 }
-
 
 Result<std::optional<TrialRecord>> SqlStore::LeaseNextTrial(const LeaseRequest& req) {
   HPO_RETURN_IF_ERROR(CheckLeaseArgs(req.owner, req.lease_ms));
@@ -762,7 +790,8 @@ Result<std::optional<TrialRecord>> SqlStore::LeaseNextTrial(const LeaseRequest& 
         " AND (CAST($4 AS BIGINT) IS NULL OR experiment_id = $4)"
         " AND (CAST($5 AS BIGINT) IS NULL OR space_id = $5)"
         " ORDER BY priority DESC, id LIMIT 1 {FOR_UPDATE} {SKIP_LOCKED}) "
-        "RETURNING " + std::string(kTrialColumns),
+        "RETURNING " +
+            std::string(kTrialColumns),
         {req.owner, now + req.lease_ms, now, Opt(req.experiment_id), Opt(req.space_id)});
     if (rows.empty()) return std::nullopt;
     return ReadTrial(rows[0]);
@@ -776,7 +805,8 @@ Result<TrialRecord> SqlStore::LeaseTrial(Id trial_id, const std::string& owner, 
     auto rows = c.Query(
         "UPDATE trials SET state = 'leased', lease_owner = $1, lease_expires_ms = $2, "
         "attempt = attempt + 1, started_ms = COALESCE(started_ms, $3), updated_ms = $3 "
-        "WHERE id = $4 AND state = 'pending' RETURNING " + std::string(kTrialColumns),
+        "WHERE id = $4 AND state = 'pending' RETURNING " +
+            std::string(kTrialColumns),
         {owner, now + lease_ms, now, trial_id});
     if (rows.empty()) Throw(ExplainTrialConflict(c, trial_id, owner, "lease"));
     return ReadTrial(rows[0]);
@@ -798,20 +828,22 @@ Status SqlStore::RenewLease(Id trial_id, const std::string& owner, TimeMs lease_
   });
 }
 
-Result<std::vector<Id>> SqlStore::RenewLeases(const std::vector<Id>& trial_ids, const std::string& owner,
-                                              TimeMs lease_ms) {
+Result<std::vector<Id>> SqlStore::RenewLeases(const std::vector<Id>& trial_ids,
+                                              const std::string& owner, TimeMs lease_ms) {
   HPO_RETURN_IF_ERROR(CheckLeaseArgs(owner, lease_ms));
   if (trial_ids.empty()) return std::vector<Id>{};
   // One transaction (one commit, one fsync on SQLite) for the whole
   // heartbeat rather than one per trial.
-  return RunBatched(TxMode::kWrite, *std::min_element(trial_ids.begin(), trial_ids.end()), [&](SqlConnection& c) {
-    const TimeMs now = Now();
-    std::vector<Id> lost;
-    for (const Id id : trial_ids) {
-      if (c.Query(kRenew, {id, owner, now + lease_ms, now}).empty()) lost.push_back(id);
-    }
-    return lost;
-  });
+  return RunBatched(TxMode::kWrite, *std::min_element(trial_ids.begin(), trial_ids.end()),
+                    [&](SqlConnection& c) {
+                      const TimeMs now = Now();
+                      std::vector<Id> lost;
+                      for (const Id id : trial_ids) {
+                        if (c.Query(kRenew, {id, owner, now + lease_ms, now}).empty())
+                          lost.push_back(id);
+                      }
+                      return lost;
+                    });
 }
 
 Result<std::vector<Id>> SqlStore::ReclaimExpiredLeases(int max_attempts) {
@@ -826,22 +858,27 @@ Result<std::vector<Id>> SqlStore::ReclaimExpiredLeases(int max_attempts) {
         " state = CASE WHEN attempt >= CAST($2 AS INTEGER) THEN 'failed'"
         "  WHEN resume_step > 0 THEN 'paused' ELSE 'pending' END,"
         " reason = CASE WHEN attempt >= CAST($2 AS INTEGER) THEN 'lease expired after attempt ' || "
-        "CAST(attempt AS TEXT) || ' of ' || CAST(CAST($2 AS INTEGER) AS TEXT) || ' (last held by ' || lease_owner || ')'"
+        "CAST(attempt AS TEXT) || ' of ' || CAST(CAST($2 AS INTEGER) AS TEXT) || ' (last held by ' "
+        "|| lease_owner || ')'"
         " ELSE reason END,"
         " finished_ms = CASE WHEN attempt >= CAST($2 AS INTEGER) THEN $1 ELSE NULL END,"
-        " level = CASE WHEN attempt < CAST($2 AS INTEGER) AND resume_step > 0 AND level > 0 THEN level - 1"
+        " level = CASE WHEN attempt < CAST($2 AS INTEGER) AND resume_step > 0 AND level > 0 THEN "
+        "level - 1"
         "  ELSE level END,"
-        " stop_step = CASE WHEN attempt < CAST($2 AS INTEGER) AND resume_step > 0 THEN NULL ELSE stop_step END,"
+        " stop_step = CASE WHEN attempt < CAST($2 AS INTEGER) AND resume_step > 0 THEN NULL ELSE "
+        "stop_step END,"
         " lease_owner = CASE WHEN attempt >= CAST($2 AS INTEGER) THEN lease_owner ELSE '' END,"
         " lease_expires_ms = NULL, updated_ms = $1 "
-        "WHERE state IN ('leased', 'running') AND lease_expires_ms < $1 RETURNING id, state, resume_step",
+        "WHERE state IN ('leased', 'running') AND lease_expires_ms < $1 RETURNING id, state, "
+        "resume_step",
         {now, int64_t{max_attempts}});
     for (const auto& r : rows) {
       out.push_back(r.Int(0));
       // The dead attempt's curve says nothing about the next one: all of it
       // for a trial that starts over, what came after its checkpoint for a
       // paused one.
-      if (r.Text(1) == "pending") c.Query("DELETE FROM measurements WHERE trial_id = $1", {r.Int(0)});
+      if (r.Text(1) == "pending")
+        c.Query("DELETE FROM measurements WHERE trial_id = $1", {r.Int(0)});
       if (r.Text(1) == "paused") {
         c.Query("DELETE FROM measurements WHERE trial_id = $1 AND step > $2", {r.Int(0), r.Int(2)});
       }
@@ -851,26 +888,29 @@ Result<std::vector<Id>> SqlStore::ReclaimExpiredLeases(int max_attempts) {
   });
 }
 
-Result<std::vector<Id>> SqlStore::ExpireLeasesNotHeld(const std::string& owner, const std::vector<Id>& held) {
+Result<std::vector<Id>> SqlStore::ExpireLeasesNotHeld(const std::string& owner,
+                                                      const std::vector<Id>& held) {
   if (owner.empty()) return Status::InvalidArgument("owner: must not be empty");
   // Asked on every lease of a worker that lists what it holds, and almost
   // always nothing is lost: a read first, a write only when there is one.
   const std::set<Id> kept(held.begin(), held.end());
-  HPO_ASSIGN_OR_RETURN(std::vector<Id> lost, Run(TxMode::kReadOne, [&](SqlConnection& c) {
-    std::vector<Id> ids;
-    // Not those expired already: the next ReclaimExpiredLeases takes them.
-    // Sorted here, not by an ORDER BY: with one, SQLite's planner scanned
-    // the whole table instead of the live leases' index (trials_lease_idx),
-    // on every lease (a quarter of the server's CPU at 8,000 trials,
-    // bench/server_bench).
-    for (const auto& r : c.Query("SELECT id FROM trials WHERE lease_owner = $1 AND state IN ('leased', 'running')"
-                                 " AND lease_expires_ms >= $2",
-                                 {owner, Now()})) {
-      if (!kept.count(r.Int(0))) ids.push_back(r.Int(0));
-    }
-    std::sort(ids.begin(), ids.end());
-    return ids;
-  }));
+  HPO_ASSIGN_OR_RETURN(
+      std::vector<Id> lost, Run(TxMode::kReadOne, [&](SqlConnection& c) {
+        std::vector<Id> ids;
+        // Not those expired already: the next ReclaimExpiredLeases takes them.
+        // Sorted here, not by an ORDER BY: with one, SQLite's planner scanned
+        // the whole table instead of the live leases' index (trials_lease_idx),
+        // on every lease (a quarter of the server's CPU at 8,000 trials,
+        // bench/server_bench).
+        for (const auto& r : c.Query(
+                 "SELECT id FROM trials WHERE lease_owner = $1 AND state IN ('leased', 'running')"
+                 " AND lease_expires_ms >= $2",
+                 {owner, Now()})) {
+          if (!kept.count(r.Int(0))) ids.push_back(r.Int(0));
+        }
+        std::sort(ids.begin(), ids.end());
+        return ids;
+      }));
   if (lost.empty()) return lost;
   return Run(TxMode::kWrite, [&](SqlConnection& c) {
     std::vector<Id> expired;
@@ -892,16 +932,20 @@ Status SqlStore::PauseTrial(Id trial_id, const std::string& owner, int64_t step)
   if (owner.empty()) return Status::InvalidArgument("owner: must not be empty");
   if (step < 0) return Status::InvalidArgument("step: must not be negative");
   return RunBatched(TxMode::kWrite, trial_id, [&](SqlConnection& c) {
-    auto cur = c.Query("SELECT state, lease_owner, resume_step FROM trials WHERE id = $1", {trial_id});
+    auto cur =
+        c.Query("SELECT state, lease_owner, resume_step FROM trials WHERE id = $1", {trial_id});
     if (cur.empty()) Throw(Status::NotFound(TrialName(trial_id) + " does not exist"));
     const TrialState state = TrialStateOrThrow(cur[0].Text(0));
-    if (state == TrialState::kPaused && cur[0].Text(1) == owner && cur[0].Int(2) == step) return;  // a retry
-    if ((state != TrialState::kLeased && state != TrialState::kRunning) || cur[0].Text(1) != owner) {
+    if (state == TrialState::kPaused && cur[0].Text(1) == owner && cur[0].Int(2) == step)
+      return;  // a retry
+    if ((state != TrialState::kLeased && state != TrialState::kRunning) ||
+        cur[0].Text(1) != owner) {
       Throw(ExplainTrialConflict(c, trial_id, owner, "pause"));
     }
     if (step < cur[0].Int(2)) {
       Throw(Status::InvalidArgument("step: " + TrialName(trial_id) + " resumed after step " +
-                                    std::to_string(cur[0].Int(2)) + "; it cannot pause at " + std::to_string(step)));
+                                    std::to_string(cur[0].Int(2)) + "; it cannot pause at " +
+                                    std::to_string(step)));
     }
     // lease_owner stays: it says who paused it (and makes a retry
     // recognisable), and that the segment ended here, so the next lease
@@ -927,20 +971,23 @@ Result<TrialRecord> SqlStore::ResumeTrial(Id trial_id, const std::string& owner,
         "attempt = CASE WHEN lease_owner = '' THEN attempt + 1 ELSE 1 END, "
         "level = level + 1, stop_step = $3, resume_step = CASE WHEN CAST($5 AS INTEGER) = 1 THEN 0 "
         "ELSE resume_step END, updated_ms = $4 "
-        "WHERE id = $6 AND state = 'paused' AND (SELECT state FROM experiments WHERE id = trials.experiment_id) = "
-        "'running' RETURNING " + std::string(kTrialColumns),
+        "WHERE id = $6 AND state = 'paused' AND (SELECT state FROM experiments WHERE id = "
+        "trials.experiment_id) = "
+        "'running' RETURNING " +
+            std::string(kTrialColumns),
         {owner, now + lease_ms, Opt(stop_step), now, int64_t{restart ? 1 : 0}, trial_id});
     if (rows.empty()) {
-      auto cur = c.Query("SELECT t.state, e.state FROM trials t JOIN experiments e ON e.id = t.experiment_id "
-                         "WHERE t.id = $1",
-                         {trial_id});
+      auto cur = c.Query(
+          "SELECT t.state, e.state FROM trials t JOIN experiments e ON e.id = t.experiment_id "
+          "WHERE t.id = $1",
+          {trial_id});
       if (cur.empty()) Throw(Status::NotFound(TrialName(trial_id) + " does not exist"));
       if (cur[0].Text(0) != "paused") {
-        Throw(Status::FailedPrecondition("cannot resume " + TrialName(trial_id) + ": it is " + cur[0].Text(0) +
-                                         ", not paused"));
+        Throw(Status::FailedPrecondition("cannot resume " + TrialName(trial_id) + ": it is " +
+                                         cur[0].Text(0) + ", not paused"));
       }
-      Throw(Status::FailedPrecondition("cannot resume " + TrialName(trial_id) + ": its experiment has ended (" +
-                                       cur[0].Text(1) + ")"));
+      Throw(Status::FailedPrecondition("cannot resume " + TrialName(trial_id) +
+                                       ": its experiment has ended (" + cur[0].Text(1) + ")"));
     }
     if (restart) c.Query("DELETE FROM measurements WHERE trial_id = $1", {trial_id});
     return ReadTrial(rows[0]);
@@ -973,32 +1020,39 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
   if (speed) HPO_RETURN_IF_ERROR(CheckSpeedObservation(*speed));
   const TimeMs now = Now();
   const SqlValue expires = renew_lease_ms ? SqlValue(now + *renew_lease_ms) : Null();
-  const SqlValue renew_before = renew_lease_ms ? SqlValue(ReportRenewsBefore(now, *renew_lease_ms)) : Null();
+  const SqlValue renew_before =
+      renew_lease_ms ? SqlValue(ReportRenewsBefore(now, *renew_lease_ms)) : Null();
   // Whether the trial is the owner's to report on, at this step.
   static const std::string kClaimable =
-      "id = $1 AND lease_owner = $2 AND state IN ('leased', 'running') AND (stop_step IS NULL OR stop_step >= $5)";
+      "id = $1 AND lease_owner = $2 AND state IN ('leased', 'running') AND (stop_step IS NULL OR "
+      "stop_step >= $5)";
   // The trial's row is written only when the report changes it: its first
   // (leased -> running), or a lease to renew (Store::ReportRenewsBefore).
   static const std::string kClaimWrite =
       "UPDATE trials SET state = 'running', updated_ms = $3,"
       " lease_expires_ms = COALESCE(CAST($4 AS BIGINT), lease_expires_ms) "
-      "WHERE " + kClaimable + " AND (state = 'leased' OR (CAST($6 AS BIGINT) IS NOT NULL AND"
+      "WHERE " +
+      kClaimable +
+      " AND (state = 'leased' OR (CAST($6 AS BIGINT) IS NOT NULL AND"
       " (lease_expires_ms IS NULL OR lease_expires_ms < $6)))";
   // Why the claim took no row.
   auto refused = [&](SqlConnection& c) {
-    auto rows = c.Query("SELECT state, lease_owner, stop_step FROM trials WHERE id = $1", {trial_id});
+    auto rows =
+        c.Query("SELECT state, lease_owner, stop_step FROM trials WHERE id = $1", {trial_id});
     if (!rows.empty() && (rows[0].Text(0) == "leased" || rows[0].Text(0) == "running") &&
         rows[0].Text(1) == owner && !rows[0].IsNull(2) && rows[0].Int(2) < m.step) {
-      Throw(Status::FailedPrecondition("step: " + std::to_string(m.step) + " is past the lease's stop_step " +
-                                       std::to_string(rows[0].Int(2)) + " of " + TrialName(trial_id) +
-                                       " (a lease that ends at a rung covers the steps up to it; the report "
-                                       "of that step was answered pause: upload the checkpoint and pause)"));
+      Throw(Status::FailedPrecondition(
+          "step: " + std::to_string(m.step) + " is past the lease's stop_step " +
+          std::to_string(rows[0].Int(2)) + " of " + TrialName(trial_id) +
+          " (a lease that ends at a rung covers the steps up to it; the report "
+          "of that step was answered pause: upload the checkpoint and pause)"));
     }
     Throw(ExplainTrialConflict(c, trial_id, owner, "report on"));
   };
   // The trial's experiment's state, as the report's result carries it.
   constexpr const char* kExperimentStateOfTrial =
-      "(SELECT e.state FROM experiments e JOIN trials tr ON tr.experiment_id = e.id WHERE tr.id = $1)";
+      "(SELECT e.state FROM experiments e JOIN trials tr ON tr.experiment_id = e.id WHERE tr.id = "
+      "$1)";
   // The observation goes in with a new step only, and only while its
   // device is registered (its foreign key would fail the report otherwise).
   if (driver_->writable_cte()) {
@@ -1033,10 +1087,9 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
       const SqlRow row =
           speed ? c.Query(sql, {trial_id, owner, now, expires, m.step, renew_before, m.metrics_json,
                                 m.samples_per_sec, m.system_setting_json, m.device_ms, m.cost,
-                                Opt(m.device_id), m.device_class, speed->device_id, speed->device_class,
-                                speed->workload,
-                                speed->system_setting_json, speed->samples_per_sec,
-                                Opt(speed->trial_id)})
+                                Opt(m.device_id), m.device_class, speed->device_id,
+                                speed->device_class, speed->workload, speed->system_setting_json,
+                                speed->samples_per_sec, Opt(speed->trial_id)})
                       .at(0)
                 : c.Query(sql, {trial_id, owner, now, expires, m.step, renew_before, m.metrics_json,
                                 m.samples_per_sec, m.system_setting_json, m.device_ms, m.cost,
@@ -1044,8 +1097,8 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
                       .at(0);
       if (row.IsNull(0)) refused(c);
       const size_t n = row.size();
-      return ReportResult{row.Int(n - 2) == 1, TrialState::kRunning, ExperimentStateOrThrow(row.Text(n - 1)),
-                          ReadTrial(row)};
+      return ReportResult{row.Int(n - 2) == 1, TrialState::kRunning,
+                          ExperimentStateOrThrow(row.Text(n - 1)), ReadTrial(row)};
     });
   }
   // One writer at a time (SQLite): the write, if any, then the trial as it
@@ -1053,8 +1106,9 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
   // SQLite buffers in a temporary table of its own.)
   return RunBatched(TxMode::kWrite, trial_id, [&](SqlConnection& c) {
     c.Query(kClaimWrite, {trial_id, owner, now, expires, m.step, renew_before});
-    const SqlRows claimed = c.Query("SELECT " + std::string(kTrialColumns) + " FROM trials WHERE " + kClaimable,
-                                    {trial_id, owner, Null(), Null(), m.step});
+    const SqlRows claimed =
+        c.Query("SELECT " + std::string(kTrialColumns) + " FROM trials WHERE " + kClaimable,
+                {trial_id, owner, Null(), Null(), m.step});
     if (claimed.empty()) refused(c);
     const bool inserted =
         !c.Query(
@@ -1067,7 +1121,8 @@ Result<ReportResult> SqlStore::ReportMeasurement(Id trial_id, const std::string&
              .empty();
     if (inserted && speed) {
       c.Query(std::string(kInsertSpeed) +
-                  "SELECT $1, $2, $3, $4, $5, $6, $7 WHERE EXISTS (SELECT 1 FROM devices WHERE id = $1)",
+                  "SELECT $1, $2, $3, $4, $5, $6, $7 WHERE EXISTS (SELECT 1 FROM devices WHERE id "
+                  "= $1)",
               {speed->device_id, speed->device_class, speed->workload, speed->system_setting_json,
                speed->samples_per_sec, Opt(speed->trial_id), now});
     }
@@ -1084,8 +1139,9 @@ constexpr const char* kMeasurementColumns =
     "cost, device_id, device_class";
 MeasurementRecord ReadMeasurement(const SqlRow& r) {
   MeasurementRecord m;
-  SqlColumns(r) >> m.trial_id >> m.step >> m.metrics_json >> m.samples_per_sec >> m.system_setting_json >>
-      m.created_ms >> m.revision >> m.device_ms >> m.cost >> m.device_id >> m.device_class;
+  SqlColumns(r) >> m.trial_id >> m.step >> m.metrics_json >> m.samples_per_sec >>
+      m.system_setting_json >> m.created_ms >> m.revision >> m.device_ms >> m.cost >> m.device_id >>
+      m.device_class;
   return m;
 }
 }  // namespace
@@ -1109,12 +1165,13 @@ Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurements(Id e
   return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     RequireExperiment(c, experiment_id);
     std::vector<MeasurementRecord> out;
-    for (const auto& r : c.Query(
-             "SELECT m.trial_id, m.step, m.metrics, m.samples_per_sec, m.system_setting, m.created_ms, "
-             "m.revision, m.device_ms, m.cost, m.device_id, m.device_class FROM measurements m "
-             "JOIN trials t ON t.id = m.trial_id WHERE t.experiment_id = $1 "
-             "ORDER BY m.trial_id, m.step",
-             {experiment_id})) {
+    for (const auto& r :
+         c.Query("SELECT m.trial_id, m.step, m.metrics, m.samples_per_sec, m.system_setting, "
+                 "m.created_ms, "
+                 "m.revision, m.device_ms, m.cost, m.device_id, m.device_class FROM measurements m "
+                 "JOIN trials t ON t.id = m.trial_id WHERE t.experiment_id = $1 "
+                 "ORDER BY m.trial_id, m.step",
+                 {experiment_id})) {
       out.push_back(ReadMeasurement(r));
     }
     return out;
@@ -1165,8 +1222,10 @@ Result<Usage> SqlStore::ExperimentUsage(Id experiment_id) {
   });
 }
 
-Result<std::map<Id, TrialProgress>> SqlStore::ListTrialProgress(Id experiment_id, int64_t first_number,
-                                                                int64_t last_number, const Objective& objective) {
+Result<std::map<Id, TrialProgress>> SqlStore::ListTrialProgress(Id experiment_id,
+                                                                int64_t first_number,
+                                                                int64_t last_number,
+                                                                const Objective& objective) {
   return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     RequireExperiment(c, experiment_id);
     std::map<Id, TrialProgress> out;
@@ -1178,20 +1237,26 @@ Result<std::map<Id, TrialProgress>> SqlStore::ListTrialProgress(Id experiment_id
         "FROM measurements b WHERE b.trial_id = t.id "
         "ORDER BY CASE WHEN {METRIC_4} IS NULL THEN 1 ELSE 0 END, {METRIC_4} * $5, b.step LIMIT 1";
     static const std::string kSql =
-        std::string("SELECT t.id, COUNT(*), MAX(m.step), COALESCE(SUM(m.device_ms), 0), COALESCE(SUM(m.cost), 0), "
-                    "(SELECT l.metrics FROM measurements l WHERE l.trial_id = t.id ORDER BY l.step DESC LIMIT 1), "
-                    "(SELECT b.step ") + kBest + "), (SELECT b.metrics " + kBest + ") " +
+        std::string(
+            "SELECT t.id, COUNT(*), MAX(m.step), COALESCE(SUM(m.device_ms), 0), "
+            "COALESCE(SUM(m.cost), 0), "
+            "(SELECT l.metrics FROM measurements l WHERE l.trial_id = t.id ORDER BY l.step DESC "
+            "LIMIT 1), "
+            "(SELECT b.step ") +
+        kBest + "), (SELECT b.metrics " + kBest + ") " +
         "FROM trials t JOIN measurements m ON m.trial_id = t.id "
         "WHERE t.experiment_id = $1 AND t.number BETWEEN $2 AND $3 GROUP BY t.id";
     for (const auto& r : c.Query(kSql, {experiment_id, first_number, last_number, objective.metric,
                                         int64_t{objective.maximize ? -1 : 1}})) {
-      out[r.Int(0)] = TrialProgress{r.Int(1), r.Int(2), r.Text(5), r.Int(6), r.Text(7), r.Int(3), r.Real(4)};
+      out[r.Int(0)] =
+          TrialProgress{r.Int(1), r.Int(2), r.Text(5), r.Int(6), r.Text(7), r.Int(3), r.Real(4)};
     }
     return out;
   });
 }
 
-Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurementsSince(Id experiment_id, int64_t since) {
+Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurementsSince(Id experiment_id,
+                                                                                 int64_t since) {
   return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     RequireExperiment(c, experiment_id);
     std::vector<MeasurementRecord> out;
@@ -1201,12 +1266,13 @@ Result<std::vector<MeasurementRecord>> SqlStore::ListExperimentMeasurementsSince
     // 100,000, against under a millisecond by revision), and the order is
     // made here rather than by a sort that would make the planner prefer
     // (trial, step) order too.
-    for (const auto& r : c.Query(
-             "SELECT m.trial_id, m.step, m.metrics, m.samples_per_sec, m.system_setting, m.created_ms, "
-             "m.revision, m.device_ms, m.cost, m.device_id, m.device_class FROM measurements m "
-             "JOIN trials t ON t.id = m.trial_id WHERE m.revision >= $2 "
-             "AND +t.experiment_id = $1",
-             {experiment_id, since})) {
+    for (const auto& r :
+         c.Query("SELECT m.trial_id, m.step, m.metrics, m.samples_per_sec, m.system_setting, "
+                 "m.created_ms, "
+                 "m.revision, m.device_ms, m.cost, m.device_id, m.device_class FROM measurements m "
+                 "JOIN trials t ON t.id = m.trial_id WHERE m.revision >= $2 "
+                 "AND +t.experiment_id = $1",
+                 {experiment_id, since})) {
       out.push_back(ReadMeasurement(r));
     }
     std::sort(out.begin(), out.end(), [](const MeasurementRecord& a, const MeasurementRecord& b) {
@@ -1223,10 +1289,13 @@ Result<ReadCursor> SqlStore::ReadHorizon() {
   });
 }
 
-Result<FinishResult> SqlStore::FinishTrial(Id trial_id, const std::string& owner, const FinishRequest& f) {
+Result<FinishResult> SqlStore::FinishTrial(Id trial_id, const std::string& owner,
+                                           const FinishRequest& f) {
   if (!IsFinished(f.state)) {
-    return Status::InvalidArgument("state: a trial can only be finished as completed, pruned, "
-                                   "failed or cancelled, not " + std::string(ToString(f.state)));
+    return Status::InvalidArgument(
+        "state: a trial can only be finished as completed, pruned, "
+        "failed or cancelled, not " +
+        std::string(ToString(f.state)));
   }
   return RunBatched(TxMode::kSingle, trial_id, [&](SqlConnection& c) {
     const TimeMs now = Now();
@@ -1242,7 +1311,8 @@ Result<FinishResult> SqlStore::FinishTrial(Id trial_id, const std::string& owner
         {trial_id, owner, state, f.final_metrics_json, f.reason, now,
          int64_t{may_skip_lease ? 1 : 0}});
     if (!rows.empty()) return FinishResult::kFinished;
-    auto cur = c.Query("SELECT state, lease_owner, final_metrics FROM trials WHERE id = $1", {trial_id});
+    auto cur =
+        c.Query("SELECT state, lease_owner, final_metrics FROM trials WHERE id = $1", {trial_id});
     if (cur.empty() || !IsFinished(TrialStateOrThrow(cur[0].Text(0)))) {
       Throw(ExplainTrialConflict(c, trial_id, owner, "finish"));
     }
@@ -1262,8 +1332,8 @@ Result<FinishResult> SqlStore::FinishTrial(Id trial_id, const std::string& owner
     } else {
       return FinishResult::kRepeated;
     }
-    Throw(Status::FailedPrecondition("cannot finish " + TrialName(trial_id) + " as " + state + ": " + why +
-                                     ", and finished trials are immutable"));
+    Throw(Status::FailedPrecondition("cannot finish " + TrialName(trial_id) + " as " + state +
+                                     ": " + why + ", and finished trials are immutable"));
   });
 }
 
@@ -1293,28 +1363,34 @@ Result<WorkerRecord> SqlStore::RegisterWorker(const NewWorker& w) {
     const auto& d = w.devices[i];
     const std::string path = "devices[" + std::to_string(i) + "]";
     if (d.name.empty()) return Status::InvalidArgument(path + ".name: must not be empty");
-    if (d.device_class.empty()) return Status::InvalidArgument(path + ".device_class: must not be empty");
+    if (d.device_class.empty())
+      return Status::InvalidArgument(path + ".device_class: must not be empty");
     if (!ordinals.insert(d.ordinal).second) {
       return Status::InvalidArgument(path + ".ordinal: " + std::to_string(d.ordinal) +
                                      " is used by an earlier device");
     }
     if (!IsFiniteNonNegative(d.cores) || !IsFiniteNonNegative(d.benchmark_gflops) ||
         d.memory_bytes < 0) {
-      return Status::InvalidArgument(path + ": cores, memory_bytes and benchmark_gflops must be "
+      return Status::InvalidArgument(path +
+                                     ": cores, memory_bytes and benchmark_gflops must be "
                                      "finite and >= 0");
     }
   }
   return Run(TxMode::kWrite, [&](SqlConnection& c) {
     const TimeMs now = Now();
-    WorkerRecord rec{0, w.host, w.labels_json, now, now, {}, w.session_hash, w.instance, std::nullopt, "", {}};
+    WorkerRecord rec{
+        0, w.host, w.labels_json, now, now, {}, w.session_hash, w.instance, std::nullopt, "", {}};
     // unless_taken: nothing is inserted when the identity's row exists.
     auto insert = [&](bool unless_taken) {
       static constexpr const char* kInsert =
-          "INSERT INTO workers (host, labels, registered_ms, last_seen_ms, session_hash, instance, identity_hash) "
+          "INSERT INTO workers (host, labels, registered_ms, last_seen_ms, session_hash, instance, "
+          "identity_hash) "
           "VALUES ($1, $2, $3, $3, $4, $5, $6) RETURNING id, registered_ms";
       static constexpr const char* kInsertUnlessTaken =
-          "INSERT INTO workers (host, labels, registered_ms, last_seen_ms, session_hash, instance, identity_hash) "
-          "VALUES ($1, $2, $3, $3, $4, $5, $6) ON CONFLICT (host, instance) WHERE instance <> '' DO NOTHING "
+          "INSERT INTO workers (host, labels, registered_ms, last_seen_ms, session_hash, instance, "
+          "identity_hash) "
+          "VALUES ($1, $2, $3, $3, $4, $5, $6) ON CONFLICT (host, instance) WHERE instance <> '' "
+          "DO NOTHING "
           "RETURNING id, registered_ms";
       auto rows = c.Query(unless_taken ? kInsertUnlessTaken : kInsert,
                           {w.host, w.labels_json, now, w.session_hash, w.instance,
@@ -1333,12 +1409,14 @@ Result<WorkerRecord> SqlStore::RegisterWorker(const NewWorker& w) {
       // inserts first meets ours at the unique index: our insert does
       // nothing and the loop judges against its row.
       for (int attempt = 0;; ++attempt) {
-        auto held = c.Query("SELECT id, identity_hash, last_seen_ms, gone_ms FROM workers "
-                            "WHERE host = $1 AND instance = $2 {FOR_UPDATE}",
-                            {w.host, w.instance});
+        auto held = c.Query(
+            "SELECT id, identity_hash, last_seen_ms, gone_ms FROM workers "
+            "WHERE host = $1 AND instance = $2 {FOR_UPDATE}",
+            {w.host, w.instance});
         if (held.empty()) {
           if (insert(true)) break;
-          if (attempt >= 2) Throw(Status::Aborted("worker identity registered concurrently; try again"));
+          if (attempt >= 2)
+            Throw(Status::Aborted("worker identity registered concurrently; try again"));
           continue;
         }
         const Id id = held[0].Int(0);
@@ -1347,9 +1425,11 @@ Result<WorkerRecord> SqlStore::RegisterWorker(const NewWorker& w) {
         const bool gone = held[0].OptInt(3).has_value();
         // Compared in constant time; an empty stored hash proves nothing.
         if (!stored_hash.empty() && TokenEquals(w.presented_identity_hash, stored_hash)) {
-          auto rows = c.Query("UPDATE workers SET labels = $2, last_seen_ms = $3, session_hash = $4, gone_ms = NULL "
-                              "WHERE id = $1 RETURNING registered_ms",
-                              {id, w.labels_json, now, w.session_hash});
+          auto rows = c.Query(
+              "UPDATE workers SET labels = $2, last_seen_ms = $3, session_hash = $4, gone_ms = "
+              "NULL "
+              "WHERE id = $1 RETURNING registered_ms",
+              {id, w.labels_json, now, w.session_hash});
           rec.id = id;
           rec.registered_ms = rows.at(0).Int(0);
           rec.identity_hash = stored_hash;
@@ -1357,10 +1437,11 @@ Result<WorkerRecord> SqlStore::RegisterWorker(const NewWorker& w) {
         }
         if (!gone && last_seen >= now - w.in_use_ms) {
           const TimeMs ago = std::max<TimeMs>(0, now - last_seen);
-          Throw(Status::AlreadyExists("host '" + w.host + "', instance '" + w.instance + "' is worker " +
-                                      std::to_string(id) + ", seen " + std::to_string(ago) +
-                                      " ms ago: registering it again needs the identity secret its first "
-                                      "registration returned"));
+          Throw(Status::AlreadyExists(
+              "host '" + w.host + "', instance '" + w.instance + "' is worker " +
+              std::to_string(id) + ", seen " + std::to_string(ago) +
+              " ms ago: registering it again needs the identity secret its first "
+              "registration returned"));
         }
         // Out of use and not proven: the old worker keeps its id, session,
         // devices and leases, only without the name; the name goes to a new
@@ -1372,7 +1453,8 @@ Result<WorkerRecord> SqlStore::RegisterWorker(const NewWorker& w) {
       }
     }
     std::map<int, Id> stored;  // the devices it had, by ordinal (none for a new worker)
-    for (const auto& r : c.Query("SELECT ordinal, id FROM devices WHERE worker_id = $1", {rec.id})) {
+    for (const auto& r :
+         c.Query("SELECT ordinal, id FROM devices WHERE worker_id = $1", {rec.id})) {
       stored[static_cast<int>(r.Int(0))] = r.Int(1);
     }
     for (const auto& d : w.devices) {
@@ -1381,17 +1463,22 @@ Result<WorkerRecord> SqlStore::RegisterWorker(const NewWorker& w) {
       if (auto it = stored.find(d.ordinal); it != stored.end()) {
         // The same device back (perhaps with another quota, hence class):
         // its id stays, so its measured speed stays linked to it.
-        drow = c.Query("UPDATE devices SET kind = $2, name = $3, device_class = $4, cores = $5, memory_bytes = $6, "
-                       "benchmark_gflops = $7 WHERE id = $1 RETURNING " +
-                           std::string(kDeviceColumns),
-                       {it->second, kind, d.name, d.device_class, d.cores, d.memory_bytes, d.benchmark_gflops});
+        drow = c.Query(
+            "UPDATE devices SET kind = $2, name = $3, device_class = $4, cores = $5, memory_bytes "
+            "= $6, "
+            "benchmark_gflops = $7 WHERE id = $1 RETURNING " +
+                std::string(kDeviceColumns),
+            {it->second, kind, d.name, d.device_class, d.cores, d.memory_bytes,
+             d.benchmark_gflops});
         stored.erase(it);
       } else {
         drow = c.Query(
-            "INSERT INTO devices (worker_id, ordinal, kind, name, device_class, cores, memory_bytes, "
+            "INSERT INTO devices (worker_id, ordinal, kind, name, device_class, cores, "
+            "memory_bytes, "
             "benchmark_gflops) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING " +
                 std::string(kDeviceColumns),
-            {rec.id, int64_t{d.ordinal}, kind, d.name, d.device_class, d.cores, d.memory_bytes, d.benchmark_gflops});
+            {rec.id, int64_t{d.ordinal}, kind, d.name, d.device_class, d.cores, d.memory_bytes,
+             d.benchmark_gflops});
       }
       rec.devices.push_back(ReadDevice(drow.at(0)));
     }
@@ -1417,16 +1504,18 @@ constexpr const char* kWorkerColumns =
     "id, host, labels, registered_ms, last_seen_ms, session_hash, instance, gone_ms, identity_hash";
 WorkerRecord ReadWorker(const SqlRow& r) {
   WorkerRecord w;  // its devices are read apart
-  SqlColumns(r) >> w.id >> w.host >> w.labels_json >> w.registered_ms >> w.last_seen_ms >> w.session_hash >>
-      w.instance >> w.gone_ms >> w.identity_hash;
+  SqlColumns(r) >> w.id >> w.host >> w.labels_json >> w.registered_ms >> w.last_seen_ms >>
+      w.session_hash >> w.instance >> w.gone_ms >> w.identity_hash;
   return w;
 }
 }  // namespace
 
 Result<WorkerRecord> SqlStore::GetWorker(Id worker_id) {
   return Run(TxMode::kRead, [&](SqlConnection& c) {
-    auto rows = c.Query("SELECT " + std::string(kWorkerColumns) + " FROM workers WHERE id = $1", {worker_id});
-    if (rows.empty()) Throw(Status::NotFound("worker " + std::to_string(worker_id) + " is not registered"));
+    auto rows = c.Query("SELECT " + std::string(kWorkerColumns) + " FROM workers WHERE id = $1",
+                        {worker_id});
+    if (rows.empty())
+      Throw(Status::NotFound("worker " + std::to_string(worker_id) + " is not registered"));
     WorkerRecord w = ReadWorker(rows[0]);
     for (const auto& r : c.Query("SELECT " + std::string(kDeviceColumns) +
                                      " FROM devices WHERE worker_id = $1 ORDER BY ordinal",
@@ -1441,13 +1530,14 @@ Result<std::vector<WorkerRecord>> SqlStore::ListWorkers() {
   return Run(TxMode::kRead, [&](SqlConnection& c) {
     std::vector<WorkerRecord> out;
     std::map<Id, size_t> index;
-    for (const auto& r : c.Query("SELECT " + std::string(kWorkerColumns) + " FROM workers ORDER BY id", {})) {
+    for (const auto& r :
+         c.Query("SELECT " + std::string(kWorkerColumns) + " FROM workers ORDER BY id", {})) {
       index[r.Int(0)] = out.size();
       out.push_back(ReadWorker(r));
     }
-    for (const auto& r : c.Query("SELECT " + std::string(kDeviceColumns) +
-                                     " FROM devices ORDER BY worker_id, ordinal",
-                                 {})) {
+    for (const auto& r : c.Query(
+             "SELECT " + std::string(kDeviceColumns) + " FROM devices ORDER BY worker_id, ordinal",
+             {})) {
       auto d = ReadDevice(r);
       out[index.at(d.worker_id)].devices.push_back(std::move(d));
     }
@@ -1461,13 +1551,15 @@ Result<std::vector<WorkerRecord>> SqlStore::MarkWorkersGone(TimeMs unseen_ms) {
     // A compare-and-set per row (gone_ms IS NULL): of two replicas' ticks
     // only one returns a worker, so it is announced once.
     std::vector<WorkerRecord> out;
-    for (const auto& r : c.Query("UPDATE workers SET gone_ms = $2 WHERE gone_ms IS NULL AND last_seen_ms < $1 "
-                                 "RETURNING " +
-                                     std::string(kWorkerColumns),
-                                 {now - unseen_ms, now})) {
+    for (const auto& r :
+         c.Query("UPDATE workers SET gone_ms = $2 WHERE gone_ms IS NULL AND last_seen_ms < $1 "
+                 "RETURNING " +
+                     std::string(kWorkerColumns),
+                 {now - unseen_ms, now})) {
       out.push_back(ReadWorker(r));
     }
-    std::sort(out.begin(), out.end(), [](const WorkerRecord& a, const WorkerRecord& b) { return a.id < b.id; });
+    std::sort(out.begin(), out.end(),
+              [](const WorkerRecord& a, const WorkerRecord& b) { return a.id < b.id; });
     return out;
   });
 }
@@ -1492,8 +1584,9 @@ Result<std::vector<Id>> SqlStore::PruneGoneWorkers(TimeMs unseen_ms) {
     std::vector<Id> out;
     // Devices go with their worker (ON DELETE CASCADE), speed observations
     // stay with device_id NULL (ON DELETE SET NULL, migration 5).
-    for (const auto& r : c.Query("DELETE FROM workers WHERE gone_ms IS NOT NULL AND last_seen_ms < $1 RETURNING id",
-                                 {Now() - unseen_ms})) {
+    for (const auto& r :
+         c.Query("DELETE FROM workers WHERE gone_ms IS NOT NULL AND last_seen_ms < $1 RETURNING id",
+                 {Now() - unseen_ms})) {
       out.push_back(r.Int(0));
     }
     std::sort(out.begin(), out.end());
@@ -1523,11 +1616,11 @@ Result<std::vector<SpeedObservationRecord>> SqlStore::ListSpeedObservations(
   if (limit < 0) return Status::InvalidArgument("limit: must not be negative");
   return Run(TxMode::kReadOne, [&](SqlConnection& c) {
     std::vector<SpeedObservationRecord> out;
-    for (const auto& r : c.Query(
-             "SELECT id, device_id, device_class, workload, system_setting, samples_per_sec, "
-             "trial_id, observed_ms FROM speed_observations WHERE ($1 = '' OR workload = $1) "
-             "ORDER BY id DESC LIMIT $2",
-             {std::string(workload), limit})) {
+    for (const auto& r :
+         c.Query("SELECT id, device_id, device_class, workload, system_setting, samples_per_sec, "
+                 "trial_id, observed_ms FROM speed_observations WHERE ($1 = '' OR workload = $1) "
+                 "ORDER BY id DESC LIMIT $2",
+                 {std::string(workload), limit})) {
       SpeedObservationRecord o;
       o.id = r.Int(0);
       o.device_id = r.OptInt(1).value_or(0);  // NULL: its device was pruned
@@ -1550,9 +1643,9 @@ Result<std::vector<SpeedObservationRecord>> SqlStore::ListSpeedObservations(
 Status SqlStore::NotifyChanges(const std::vector<std::string>& payloads) {
   for (size_t i = 0; i < payloads.size(); ++i) {
     if (payloads[i].size() > kMaxChangePayload) {
-      return Status::InvalidArgument("payloads[" + std::to_string(i) + "]: " + std::to_string(payloads[i].size()) +
-                                     " bytes, more than the " + std::to_string(kMaxChangePayload) +
-                                     " a notification holds");
+      return Status::InvalidArgument(
+          "payloads[" + std::to_string(i) + "]: " + std::to_string(payloads[i].size()) +
+          " bytes, more than the " + std::to_string(kMaxChangePayload) + " a notification holds");
     }
     if (payloads[i].find('\0') != std::string::npos) {
       return Status::InvalidArgument("payloads[" + std::to_string(i) + "]: holds a NUL byte");

@@ -46,11 +46,11 @@ class SqlStore final : public Store {
                                   std::optional<int64_t> stop_step, bool restart) override;
   Status RestartTrial(Id trial_id, const std::string& owner) override;
   Result<std::vector<Id>> ReclaimExpiredLeases(int max_attempts) override;
-  Result<std::vector<Id>> ExpireLeasesNotHeld(const std::string& owner, const std::vector<Id>& held) override;
+  Result<std::vector<Id>> ExpireLeasesNotHeld(const std::string& owner,
+                                              const std::vector<Id>& held) override;
   using Store::ReportMeasurement;
   Result<ReportResult> ReportMeasurement(Id trial_id, const std::string& owner,
-                                         const Measurement& m,
-                                         std::optional<TimeMs> renew_lease_ms,
+                                         const Measurement& m, std::optional<TimeMs> renew_lease_ms,
                                          const std::optional<SpeedObservation>& speed) override;
   Result<std::vector<MeasurementRecord>> ListMeasurements(Id trial_id) override;
   Result<std::vector<MeasurementRecord>> ListExperimentMeasurements(Id experiment_id) override;
@@ -58,11 +58,13 @@ class SqlStore final : public Store {
   Status AddTrialEvent(Id trial_id, std::string_view type, const std::string& data_json) override;
   Result<std::vector<TrialEventRecord>> ListTrialEvents(Id trial_id, int64_t limit) override;
   Result<std::map<Id, TrialProgress>> ListTrialProgress(Id experiment_id, int64_t first_number,
-                                                        int64_t last_number, const Objective& objective) override;
+                                                        int64_t last_number,
+                                                        const Objective& objective) override;
   Result<std::vector<MeasurementRecord>> ListExperimentMeasurementsSince(Id experiment_id,
                                                                          int64_t since) override;
   Result<ReadCursor> ReadHorizon() override;
-  Result<FinishResult> FinishTrial(Id trial_id, const std::string& owner, const FinishRequest& f) override;
+  Result<FinishResult> FinishTrial(Id trial_id, const std::string& owner,
+                                   const FinishRequest& f) override;
 
   Result<WorkerRecord> RegisterWorker(const NewWorker& w) override;
   Result<WorkerRecord> GetWorker(Id worker_id) override;

@@ -13,8 +13,8 @@ namespace hpo::store {
 namespace {
 
 Status SqliteStatus(sqlite3* db, int rc, std::string_view what, const std::string& display) {
-  const std::string msg = display + ": " + std::string(what) + ": " +
-                          (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+  const std::string msg =
+      display + ": " + std::string(what) + ": " + (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
   switch (rc & 0xff) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
@@ -48,7 +48,8 @@ std::string Rewrite(std::string_view sql) {
   std::string out;
   out.reserve(sql.size());
   for (size_t i = 0; i < sql.size(); ++i) {
-    if (sql[i] == '$' && i + 1 < sql.size() && std::isdigit(static_cast<unsigned char>(sql[i + 1]))) {
+    if (sql[i] == '$' && i + 1 < sql.size() &&
+        std::isdigit(static_cast<unsigned char>(sql[i + 1]))) {
       out += '?';
     } else if (sql.compare(i, kMetric.size(), kMetric) == 0) {
       out += "json_extract(metrics, '$.' || json_quote(?4))";
@@ -135,9 +136,15 @@ class SqliteConnection final : public SqlConnection {
       cols.reserve(n);
       for (int c = 0; c < n; ++c) {
         switch (sqlite3_column_type(stmt, c)) {
-          case SQLITE_NULL: cols.emplace_back(std::monostate{}); break;
-          case SQLITE_INTEGER: cols.emplace_back(static_cast<int64_t>(sqlite3_column_int64(stmt, c))); break;
-          case SQLITE_FLOAT: cols.emplace_back(sqlite3_column_double(stmt, c)); break;
+          case SQLITE_NULL:
+            cols.emplace_back(std::monostate{});
+            break;
+          case SQLITE_INTEGER:
+            cols.emplace_back(static_cast<int64_t>(sqlite3_column_int64(stmt, c)));
+            break;
+          case SQLITE_FLOAT:
+            cols.emplace_back(sqlite3_column_double(stmt, c));
+            break;
           default: {
             const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt, c));
             cols.emplace_back(std::string(p ? p : "", sqlite3_column_bytes(stmt, c)));
@@ -155,7 +162,8 @@ class SqliteConnection final : public SqlConnection {
     if (it != cache_.end()) return it->second;
     const std::string text = Rewrite(sql);
     sqlite3_stmt* stmt = nullptr;
-    const int rc = sqlite3_prepare_v3(db_, text.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+    const int rc =
+        sqlite3_prepare_v3(db_, text.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
     if (rc != SQLITE_OK) Throw(SqliteStatus(db_, rc, "prepare", display_));
     cache_.emplace(std::string(sql), stmt);
     return stmt;
@@ -188,9 +196,9 @@ class SqliteDriver final : public SqlDriver {
 
   std::unique_ptr<SqlConnection> Connect() override {
     sqlite3* db = nullptr;
-    const int rc = sqlite3_open_v2(path_.c_str(), &db,
-                                   SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                                   nullptr);
+    const int rc =
+        sqlite3_open_v2(path_.c_str(), &db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
     if (rc != SQLITE_OK) {
       Status s = SqliteStatus(db, rc, "cannot open", display_);
       sqlite3_close_v2(db);
@@ -199,8 +207,7 @@ class SqliteDriver final : public SqlDriver {
     auto conn = std::make_unique<SqliteConnection>(db, display_);
     sqlite3_busy_timeout(db, busy_timeout_ms_);
     // Touches the file header first, so a corrupt file fails here, clearly.
-    conn->ExecScript(
-        "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;");
+    conn->ExecScript("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;");
     return conn;
   }
 

@@ -12,24 +12,36 @@ namespace hpo::store {
 
 std::string_view ToString(ExperimentState s) {
   switch (s) {
-    case ExperimentState::kRunning: return "running";
-    case ExperimentState::kCompleted: return "completed";
-    case ExperimentState::kCancelled: return "cancelled";
-    case ExperimentState::kFailed: return "failed";
+    case ExperimentState::kRunning:
+      return "running";
+    case ExperimentState::kCompleted:
+      return "completed";
+    case ExperimentState::kCancelled:
+      return "cancelled";
+    case ExperimentState::kFailed:
+      return "failed";
   }
   return "unknown";
 }
 
 std::string_view ToString(TrialState s) {
   switch (s) {
-    case TrialState::kPending: return "pending";
-    case TrialState::kLeased: return "leased";
-    case TrialState::kRunning: return "running";
-    case TrialState::kPaused: return "paused";
-    case TrialState::kCompleted: return "completed";
-    case TrialState::kPruned: return "pruned";
-    case TrialState::kFailed: return "failed";
-    case TrialState::kCancelled: return "cancelled";
+    case TrialState::kPending:
+      return "pending";
+    case TrialState::kLeased:
+      return "leased";
+    case TrialState::kRunning:
+      return "running";
+    case TrialState::kPaused:
+      return "paused";
+    case TrialState::kCompleted:
+      return "completed";
+    case TrialState::kPruned:
+      return "pruned";
+    case TrialState::kFailed:
+      return "failed";
+    case TrialState::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }
@@ -46,8 +58,9 @@ Result<ExperimentState> ParseExperimentState(std::string_view s) {
 }
 
 Result<TrialState> ParseTrialState(std::string_view s) {
-  for (auto v : {TrialState::kPending, TrialState::kLeased, TrialState::kRunning, TrialState::kPaused,
-                 TrialState::kCompleted, TrialState::kPruned, TrialState::kFailed, TrialState::kCancelled}) {
+  for (auto v :
+       {TrialState::kPending, TrialState::kLeased, TrialState::kRunning, TrialState::kPaused,
+        TrialState::kCompleted, TrialState::kPruned, TrialState::kFailed, TrialState::kCancelled}) {
     if (ToString(v) == s) return v;
   }
   return Status::InvalidArgument("unknown trial state '" + std::string(s) +

@@ -103,7 +103,16 @@
 namespace hpo::store {
 
 enum class ExperimentState { kRunning, kCompleted, kCancelled, kFailed };
-enum class TrialState { kPending, kLeased, kRunning, kPaused, kCompleted, kPruned, kFailed, kCancelled };
+enum class TrialState {
+  kPending,
+  kLeased,
+  kRunning,
+  kPaused,
+  kCompleted,
+  kPruned,
+  kFailed,
+  kCancelled
+};
 enum class DeviceKind { kCpu, kCuda };
 
 std::string_view ToString(ExperimentState s);
@@ -149,7 +158,7 @@ struct ExperimentRecord {
 };
 
 struct NewTrial {
-  std::optional<Id> space_id;   // none for single-space experiments
+  std::optional<Id> space_id;  // none for single-space experiments
   std::string params_json = "{}";
   std::string system_params_json = "{}";
   double priority = 0;  // higher priorities are leased first
@@ -176,7 +185,7 @@ struct TrialRecord {
   std::string lease_owner;
   std::optional<TimeMs> lease_expires_ms;
   TimeMs created_ms = 0;
-  std::optional<TimeMs> started_ms;   // first lease
+  std::optional<TimeMs> started_ms;  // first lease
   std::optional<TimeMs> finished_ms;
   TimeMs updated_ms = 0;
   std::string final_metrics_json;  // empty until finished
@@ -230,12 +239,12 @@ struct Usage {
 // cut trial reached, its best step, and the time it trained (time paused at
 // a rung is not in it).
 struct TrialProgress {
-  int64_t steps = 0;       // steps stored
-  int64_t last_step = 0;   // the highest
+  int64_t steps = 0;                     // steps stored
+  int64_t last_step = 0;                 // the highest
   std::string last_metrics_json = "{}";  // that step's metrics
-  int64_t best_step = 0;   // the best objective value's (the earliest of ties)
+  int64_t best_step = 0;                 // the best objective value's (the earliest of ties)
   std::string best_metrics_json = "{}";
-  int64_t device_ms = 0;   // Measurement::device_ms, summed
+  int64_t device_ms = 0;  // Measurement::device_ms, summed
   double cost = 0;
 };
 
@@ -464,8 +473,7 @@ class Store {
     return e.state;
   }
   // Newest first.
-  virtual Result<std::vector<ExperimentRecord>> ListExperiments(int64_t offset,
-                                                                int64_t limit) = 0;
+  virtual Result<std::vector<ExperimentRecord>> ListExperiments(int64_t offset, int64_t limit) = 0;
   // Ends a running experiment. With kCancelled (or kFailed), every pending,
   // leased and running trial is cancelled in the same transaction (with
   // kCompleted only the pending ones). `reason` is stored once, on the
@@ -515,8 +523,8 @@ class Store {
   // RenewLease for each of `trial_ids`, in one transaction. Returns the ids
   // it could not renew (unknown, finished, pending, or another owner's), in
   // the order given; the others are renewed.
-  virtual Result<std::vector<Id>> RenewLeases(const std::vector<Id>& trial_ids, const std::string& owner,
-                                              TimeMs lease_ms) = 0;
+  virtual Result<std::vector<Id>> RenewLeases(const std::vector<Id>& trial_ids,
+                                              const std::string& owner, TimeMs lease_ms) = 0;
   // Returns trials whose lease expired to pending (or, resumed ones, to
   // paused at level - 1), or fails those leased `max_attempts` times
   // already in their current segment (reason says so). Returns the ids
@@ -526,7 +534,8 @@ class Store {
   // on leased or running trials other than `held`: the owner says it does
   // not hold them (a lease whose answer was lost). Returns their ids, in id
   // order; none is a read and no write.
-  virtual Result<std::vector<Id>> ExpireLeasesNotHeld(const std::string& owner, const std::vector<Id>& held) = 0;
+  virtual Result<std::vector<Id>> ExpireLeasesNotHeld(const std::string& owner,
+                                                      const std::vector<Id>& held) = 0;
 
   // Pauses a leased or running trial of `owner` after `step` (its
   // checkpoint's step): no lease, resume_step = step; attempt stays, the
@@ -544,7 +553,8 @@ class Store {
   // FailedPrecondition: not paused (the message says what it is), or the
   // experiment ended.
   virtual Result<TrialRecord> ResumeTrial(Id trial_id, const std::string& owner, TimeMs lease_ms,
-                                          std::optional<int64_t> stop_step, bool restart = false) = 0;
+                                          std::optional<int64_t> stop_step,
+                                          bool restart = false) = 0;
   // The owner of a leased or running resumed trial found its checkpoint
   // unusable: resume_step becomes 0 and every measurement is deleted, so
   // the same lease trains it from scratch. FailedPrecondition: not leased
@@ -578,7 +588,8 @@ class Store {
                                                  const Measurement& m,
                                                  std::optional<TimeMs> renew_lease_ms,
                                                  const std::optional<SpeedObservation>& speed) = 0;
-  Result<ReportResult> ReportMeasurement(Id trial_id, const std::string& owner, const Measurement& m,
+  Result<ReportResult> ReportMeasurement(Id trial_id, const std::string& owner,
+                                         const Measurement& m,
                                          std::optional<TimeMs> renew_lease_ms) {
     return ReportMeasurement(trial_id, owner, m, renew_lease_ms, std::nullopt);
   }
@@ -592,7 +603,8 @@ class Store {
                                                                                  int64_t since) = 0;
   // Keeps an event of a trial's history (TrialEventRecord). NotFound when
   // the trial does not exist.
-  virtual Status AddTrialEvent(Id trial_id, std::string_view type, const std::string& data_json) = 0;
+  virtual Status AddTrialEvent(Id trial_id, std::string_view type,
+                               const std::string& data_json) = 0;
   // A trial's events, oldest first, at most `limit` (the newest ones when
   // there are more). NotFound when the trial does not exist.
   virtual Result<std::vector<TrialEventRecord>> ListTrialEvents(Id trial_id, int64_t limit) = 0;
@@ -603,7 +615,8 @@ class Store {
   // included) that stored at least one step, by trial id: one read for a
   // page of trials. A step without the objective's metric is never best.
   // NotFound when the experiment does not exist.
-  virtual Result<std::map<Id, TrialProgress>> ListTrialProgress(Id experiment_id, int64_t first_number,
+  virtual Result<std::map<Id, TrialProgress>> ListTrialProgress(Id experiment_id,
+                                                                int64_t first_number,
                                                                 int64_t last_number,
                                                                 const Objective& objective) = 0;
   // A cursor to read changes after: see ReadCursor. Take it before the
@@ -612,7 +625,8 @@ class Store {
   // Ends a trial. See the rules above for repeated calls.
   // FailedPrecondition: pending (unless cancelled), another owner's lease,
   // or finished otherwise before. NotFound: no such trial.
-  virtual Result<FinishResult> FinishTrial(Id trial_id, const std::string& owner, const FinishRequest& f) = 0;
+  virtual Result<FinishResult> FinishTrial(Id trial_id, const std::string& owner,
+                                           const FinishRequest& f) = 0;
 
   // Workers, devices, speed ----------------------------------------------
   // A new worker; or, with an instance whose (host, instance) is stored

@@ -17,7 +17,8 @@ Result<StoreUrl> ParseStoreUrl(const std::string& url) {
   StoreUrl out;
   out.display = MaskPassword(url);
   if (url.empty()) {
-    return Status::InvalidArgument("store URL is empty (expected sqlite://PATH or postgresql://...)");
+    return Status::InvalidArgument(
+        "store URL is empty (expected sqlite://PATH or postgresql://...)");
   }
   auto starts = [&](std::string_view p) { return url.rfind(p, 0) == 0; };
   if (starts("postgresql://") || starts("postgres://")) {
