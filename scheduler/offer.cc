@@ -1,7 +1,6 @@
 #include "scheduler/offer.h"
 
 #include <algorithm>
-#include <unordered_map>
 
 #include "search/pruner.h"
 #include "search/ranking.h"
@@ -36,23 +35,23 @@ Offer OfferWork(const OfferInput& in) {
   const bool room = on_devices < in.max_parallel;
   out.items.reserve(in.trials.size() + spaces);
   if (room && in.promotion) {
-    // The paused trials per space, by index in its history (the order the
-    // rule reads them in), and each one's entry.
-    std::vector<std::vector<search::PausedTrial>> paused(spaces);
-    std::vector<std::unordered_map<size_t, const OfferTrial*>> at(spaces);
+    // The paused trials by (space, index in its history), then per space in
+    // index order, the order the rule reads them in.
+    std::vector<std::vector<const OfferTrial*>> at(spaces);
+    for (size_t s = 0; s < spaces; ++s) at[s].assign((*in.histories)[s].trials.size(), nullptr);
     for (const auto& t : in.trials) {
-      if (!known(t) || t.phase != OfferTrial::Phase::kPaused) continue;
-      paused[t.space].push_back({t.index, t.level});
-      at[t.space][t.index] = &t;
+      if (known(t) && t.phase == OfferTrial::Phase::kPaused) at[t.space][t.index] = &t;
+    }
+    std::vector<std::vector<search::PausedTrial>> paused(spaces);
+    for (size_t s = 0; s < spaces; ++s) {
+      for (size_t i = 0; i < at[s].size(); ++i) {
+        if (at[s][i]) paused[s].push_back({i, at[s][i]->level});
+      }
     }
     for (size_t s = 0; s < spaces; ++s) {
       if (paused[s].empty()) continue;
-      std::sort(paused[s].begin(), paused[s].end(),
-                [](const search::PausedTrial& a, const search::PausedTrial& b) {
-                  return a.index < b.index;
-                });
       for (const search::Promotion& p : in.promotion->Promotable((*in.histories)[s], paused[s])) {
-        const OfferTrial& t = *at[s].at(p.index);
+        const OfferTrial& t = *at[s][p.index];
         WorkItem item;
         item.kind = WorkItem::Kind::kResume;
         item.trial_id = t.id;
