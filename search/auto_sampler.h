@@ -19,7 +19,7 @@
 // changes nothing before the models start.
 //
 // Why not TPE for conditional and categorical-heavy spaces, as OptunaHub's
-// AutoSampler and issue #18 first had it: on bench/search_compare.py's suite
+// AutoSampler first had it: on bench/search_compare.py's suite
 // (20 seeds; bench/README.md, "search suite") our GP beat our TPE on every
 // conditional and mixed task at 25, 50 and 100 trials, e.g. at 50 trials
 // cat_heavy (six categoricals, two floats) 0.33 against 0.81, the

@@ -28,8 +28,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // l = exp(mu - sigma^2), 0.5 at d = 6. Without that term (a Gaussian on t,
 // as this code had) the mode sat at exp(mu), 10 at d = 6 and 13 at d = 10:
 // twenty times too smooth, so with a few dozen points the model was nearly
-// flat and GP-BO searched almost at random in 10 dimensions (issue #18,
-// bench/README.md "Why our GP lost to a plain GP-EI loop").
+// flat and GP-BO searched almost at random in 10 dimensions (bench/README.md,
+// "Why our GP lost to a plain GP-EI loop").
 // Signal and noise variance: Gaussian in log space.
 constexpr double kLengthscaleSigma = 1.7320508075688772;
 // Signal variance of standardized targets: about 1.

@@ -88,7 +88,7 @@ std::vector<int64_t> PromotionRule::Rungs(int64_t trial_number) const {
 std::vector<Promotion> PromotionRule::Promotable(const History& history,
                                                  const std::vector<PausedTrial>& paused) const {
   // Placement asks this on every lease, over every trial of the experiment
-  // (issue #19: 11% of the server's CPU at a few thousand trials under
+  // (11% of the server's CPU at a few thousand trials under
   // bench/load), so it allocates per rung, not per trial, and finds each
   // rung's top 1/eta by selection rather than a sort.
   std::map<int, std::vector<int64_t>>

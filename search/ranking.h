@@ -22,7 +22,7 @@
 //                weight a double can hold (kRankingOrderStatistics), so
 //                that is O(n) from the results and O(1) from the smallest
 //                kept in order, where 200 drawn resamples cost 200 n draws
-//                (about 20 ms at 10,000 trials, on every lease: issue #19),
+//                (about 20 ms at 10,000 trials, on every lease),
 //                and it has no sampling noise.
 //   reach        sd_s = u_s * (1 + c_s): a larger space has more room left
 //                to improve than its resamples show
@@ -77,7 +77,7 @@ double RankedValue(const Observation& trial);
 // count for nothing), for a caller that keeps those values and updates
 // only the trials that changed: the ranking reads every trial, and at
 // thousands of trials a lease that ranked from the histories spent a tenth
-// of the server's CPU there (issue #19).
+// of the server's CPU there.
 // REQUIRES: spaces.size() == ranked_values.size() and not empty.
 std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
                                   const std::vector<std::vector<double>>& ranked_values,
@@ -88,7 +88,7 @@ std::vector<SpaceRank> RankSpaces(const std::vector<SearchSpace>& spaces,
 // P(min(y*) >= y(65)) = (1 - 64/n)^n, is below e^-64 (1.6e-28) of it: no
 // double holds that next to the rest. So a caller that keeps its results
 // in order (server/engine/trial_view.h) hands over only those, and a
-// ranking costs the same at 100 results as at 100,000 (issue #19: at
+// ranking costs the same at 100 results as at 100,000 (at
 // 16 workers, ranking from every result was 8% of the server's CPU).
 inline constexpr size_t kRankingOrderStatistics = 64;
 struct SpaceResults {

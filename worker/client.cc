@@ -85,7 +85,7 @@ bool Retryable(const grpc::Status& s) {
 }
 
 // The pause before a call is made again: 100 ms doubling to at most 1 s, so
-// that a fleet is back within about a second of its server (issue #21), and
+// that a fleet is back within about a second of its server, and
 // each drawn between half and all of it, so that a fleet that lost its
 // server at once does not come back in lockstep. The channel's own
 // reconnect backoff (Run) is bounded alike.
@@ -171,8 +171,8 @@ struct WorkerClient::Impl {
   // synchronous client makes progress on a connection attempt only while
   // some thread waits on gRPC; between fail-fast calls that fail at once
   // nobody does, and the new server's accepted connection went unnoticed
-  // until gRPC's backup poller ran, every 5 s: the 3-8 s recoveries of
-  // issue #21. A call refused while connected (RESOURCE_EXHAUSTED) waits the
+  // until gRPC's backup poller ran, every 5 s: the 3-8 s recoveries seen
+  // in the fault tests. A call refused while connected (RESOURCE_EXHAUSTED) waits the
   // whole pause.
   void PauseBeforeRetry(int64_t ms, int level) const {
     const auto until = Clock::now() + std::chrono::milliseconds(ms);

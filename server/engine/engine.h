@@ -583,7 +583,7 @@ class Engine {
     // ask while a batch is being made queue and are made together in the
     // next, one batch at a time (two made at once from the same history
     // would be the same suggestion). One at a time, a fleet that asked at
-    // once queued for one suggestion each (issue #19: bench/load's lease
+    // once queued for one suggestion each (bench/load's lease
     // p99 of 4 s under ASHA).
     std::unique_ptr<Batcher<NewTrialRequest>> new_trials;
     // The paused or pending trials a lease in flight chose and has not yet
@@ -685,14 +685,14 @@ class Engine {
     std::set<store::Id> devices;
     int64_t touched_ms = 0;  // when TouchWorker last wrote its last_seen_ms (NowMs)
     // The session that last matched session_hash: the next call with it is
-    // compared with it (in constant time) rather than hashed again (issue
-    // #19: a SHA-256 per call). In memory only; the store keeps the hash.
+    // compared with it (in constant time) rather than hashed again (a
+    // SHA-256 per call cost the server's CPU under load). In memory only; the store keeps the hash.
     std::string verified_session;
   };
   Result<WorkerAuth> Authenticate(const WorkerCaller& caller);
   // store::Store::TouchWorker, unless this engine wrote it within the last
   // tenth of a worker lease (at most a second): a worker's every lease and
-  // heartbeat wrote it before (issue #19). A worker that is not there
+  // heartbeat wrote it before. A worker that is not there
   // (pruned) is forgotten by Authenticate's cache too.
   Status TouchWorker(store::Id worker_id);
   // NotFound unless `device_id` is one of the worker's.
@@ -717,7 +717,7 @@ class Engine {
   // of an experiment whose trials pause at rungs, or one that paused and
   // resumed. Any other (a checkpoint uploaded by a worker that died before
   // its pause) is left to the sweep, rather than every trial's end costing
-  // a delete (issue #19).
+  // a delete.
   static bool MayHaveCheckpoint(const Cached& c, int level, int64_t resume_step) {
     return c.promotion.has_value() || level > 0 || resume_step > 0;
   }
@@ -727,7 +727,7 @@ class Engine {
   // The running experiments, oldest first, as a lease looks through them:
   // read at most history_cache ago (another replica's new or ended
   // experiments count within it), and again after this engine created or
-  // ended one (issue #19: a list of every experiment, specs included, was a
+  // ended one (a list of every experiment, specs included, was a
   // round trip and a few percent of the server's CPU per lease).
   using ExperimentList = std::shared_ptr<const std::vector<store::ExperimentRecord>>;
   Result<ExperimentList> RunningExperiments() HPO_EXCLUDES(experiments_mu_);
@@ -737,7 +737,7 @@ class Engine {
 
   // A trial's experiment and space, which never change: a report needs its
   // spec and workload before its write, and read the whole trial for them
-  // (issue #19: a round trip per report). Kept for the trials this engine
+  // (a round trip per report). Kept for the trials this engine
   // made or leased, and read on a miss; cleared whole when it holds
   // kMaxTrialHomes (misses refill it).
   struct TrialHome {

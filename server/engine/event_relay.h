@@ -9,7 +9,7 @@
 // publishes locally. The notifications are sent by a thread of the relay,
 // all those queued since its last statement in one (Store::NotifyChanges):
 // Publish does not wait for the database, and a busy server's events cost
-// one round trip per batch, not one each (issue #19: a NOTIFY per event was
+// one round trip per batch, not one each (a NOTIFY per event was
 // a twelfth of the server's CPU under bench/server_bench). Delivery between
 // replicas is best effort: a notification that fails to send, that does
 // not fit the queue, or that arrives while a listener reconnects, is lost

@@ -10,8 +10,8 @@
 // Thread-safe: one lock. Fresh() hands out the locked view; a caller holding
 // it must not call the other methods. The store is read without the lock
 // held (workers, devices and thousands of observations: tens of
-// milliseconds on PostgreSQL, which every lease and report waited for,
-// issue #19); meanwhile a view that knows the asking device serves, and the
+// milliseconds on PostgreSQL, which every lease and report waited for);
+// meanwhile a view that knows the asking device serves, and the
 // engine's changes made during the read are applied to the new one too.
 #pragma once
 
@@ -142,7 +142,7 @@ class FleetView {
   // The newest speed per device and workload, from a view read within
   // max_age before `asked` (reread otherwise, as Fresh does): GET /workers
   // from memory rather than thousands of observations read per call
-  // (issue #19: with 20 REST clients it took 38% of the server's CPU).
+  // (with 20 REST clients it took 38% of the server's CPU).
   Result<MeasuredSpeeds> Measured(Clock::time_point asked) HPO_EXCLUDES(mu_);
   // StepSamples::SamplesPerStep: the median of the recent estimates; 0 when none.
   double SamplesPerStep(const std::string& workload) HPO_EXCLUDES(mu_);

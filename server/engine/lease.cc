@@ -74,7 +74,7 @@ Result<std::optional<Lease>> Engine::LeaseForWorker(const WorkerCaller& caller, 
   }
   if (held) {
     // Without this a lost answer would hold its trial, and a max_parallel
-    // slot, until the lease timeout (issue #21).
+    // slot, until the lease timeout.
     HPO_ASSIGN_OR_RETURN(const std::vector<Id> lost,
                          store_.ExpireLeasesNotHeld(WorkerOwner(caller.worker_id), *held));
     if (!lost.empty()) HPO_RETURN_IF_ERROR(Reclaim(lost));

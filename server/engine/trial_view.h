@@ -7,7 +7,7 @@
 // A reread reads only what changed since the view's cursor (trials and
 // measurements written since, whole curves of trials some of whose
 // measurements were deleted; see store::ReadCursor), so its cost follows the
-// rate of change, not the experiment's size (issue #19: at 10,000 trials a
+// rate of change, not the experiment's size (at 10,000 trials a
 // whole read every second took tens of milliseconds and megabytes). The
 // view is read whole the first time, after Forget(), and when the store's
 // identity changes.
@@ -17,7 +17,7 @@
 // not call the other methods (the lock is not reentrant). The store is read
 // without the lock held: at 10,000 trials a reread takes tens of
 // milliseconds, and reports, completions and leases would all queue behind
-// it (issue #19). Meanwhile the view being replaced serves them, and the
+// it. Meanwhile the view being replaced serves them, and the
 // changes they make are applied to both.
 #pragma once
 
@@ -117,8 +117,8 @@ bool IsOpen(store::TrialState s);
 // A view's histories as one caller copies them to read without the view's
 // lock (sampling, the space ranking), kept between its calls. Update()
 // copies only the observations that changed since the last one, so its
-// cost follows the rate of change, not the experiment's size (issue #19:
-// at 10,000 trials a whole copy per suggestion was a fifth of its CPU).
+// cost follows the rate of change, not the experiment's size (at 10,000
+// trials a whole copy per suggestion was a fifth of its CPU).
 struct HistoriesCopy {
   std::vector<search::History> histories;
   uint64_t generation = 0;  // of the view it copies; 0: none yet

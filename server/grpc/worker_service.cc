@@ -701,7 +701,7 @@ Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address
   // is 2) and ends any thread beyond that as soon as its call returns. A
   // fleet's calls wait on the store's group commit for milliseconds, so
   // dozens are in flight at once, and with the default nearly every call
-  // started a thread and ended one (issue #19: the server's CPU went to
+  // started a thread and ended one (the server's CPU went to
   // clone, exit and unmapping stacks). Idle threads are kept up to a fleet's
   // usual concurrency; more calls still get threads, as before.
   builder.SetSyncServerOption(::grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,

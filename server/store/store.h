@@ -579,7 +579,7 @@ class Store {
   // after its last report. Otherwise the report writes only its step, not
   // the trial's row: a running trial reports seconds apart or less, and
   // rewriting the row writes every index of `trials` (its revision, which
-  // a trigger sets, changes each time), on SQLite twice (issue #19).
+  // a trigger sets, changes each time), on SQLite twice.
   // Returns the time before which a lease is renewed by a report at `now`.
   static TimeMs ReportRenewsBefore(TimeMs now, TimeMs renew_lease_ms) {
     return now + renew_lease_ms - std::min<TimeMs>(1000, renew_lease_ms / 10);
