@@ -30,18 +30,40 @@
 // suggestions (random by default: the sampler is not what is timed).
 // Diagnostics (where promotions ran, what the policy said, and the run's
 // decision fingerprint, SimResult::trace, to compare two builds) go to stderr.
+//
+//   fleet_sim --trace TRACE.json [--reps 5] [-v]
+//
+// predicts bench/hetero's medians from its own traces (bench/hetero.py
+// --predict writes TRACE.json and runs this): the experiment's spaces,
+// fleet and settings, and every HeteroTune trial it ran, with its curve and
+// cost per step (scheduler/simulator.h, SimTrace). Each policy's runs are
+// simulated seed by seed in a world made from the other seeds' trials only
+// (a seed never sees its own), --reps times each, with the server's long
+// poll; per policy one line,
+//   bench=fleet_predict fleet=F workload=W policy=P seeds=N reps=R predicted_s=X measured_s=Y
+//         ratio=X/Y reached=K/M
+// the median simulated time to the target beside bench/hetero's measured median.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "scheduler/policy.h"
 #include "scheduler/simulator.h"
+#include "search/history.h"
+#include "search/space.h"
 
 namespace {
 
@@ -151,6 +173,159 @@ void Diagnose(const SimulatorOptions& o, const SimResult& r, bool verbose) {
   }
 }
 
+// --- Prediction from bench/hetero's traces -----------------------------------
+
+struct TracedRun {
+  int seed = 0;
+  std::string policy;
+  double measured_s = std::numeric_limits<double>::quiet_NaN();  // NaN: not reached
+  std::vector<hpo::scheduler::TracedTrial> trials;
+};
+
+struct Trace {
+  std::string fleet, workload;
+  hpo::scheduler::SimTrace world;  // the spaces, devices and overheads; trials per seed below
+  SimulatorOptions options;        // the experiment's settings
+  double cap_s = 0;
+  std::vector<TracedRun> runs;
+};
+
+// Reads bench/hetero.py's trace file; the error names the field.
+hpo::Result<Trace> ReadTrace(const std::string& path) {
+  using hpo::Status;
+  std::ifstream in(path);
+  if (!in) return Status::InvalidArgument("cannot read " + path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(path + ": not JSON: " + e.what());
+  }
+  Trace t;
+  try {
+    t.fleet = j.at("fleet").get<std::string>();
+    t.workload = j.at("workload").get<std::string>();
+    HPO_ASSIGN_OR_RETURN(t.world.spaces, hpo::search::ParseSearchSpaces(j.at("spaces")));
+    t.world.device_speeds = j.at("device_speeds").get<std::vector<double>>();
+    t.world.segment_start_s = j.at("segment_start_s").get<double>();
+    t.world.pause_s = j.at("pause_s").get<double>();
+    const auto direction = j.at("direction").get<std::string>() == "maximize"
+                               ? hpo::search::Direction::kMaximize
+                               : hpo::search::Direction::kMinimize;
+    SimulatorOptions& o = t.options;
+    o.samples_per_step = j.at("samples_per_step").get<double>();
+    o.steps_per_trial = j.at("steps_per_trial").get<int64_t>();
+    o.target = hpo::search::Minimized(direction, j.at("target").get<double>());
+    o.sampler = j.at("sampler").get<std::string>();
+    const auto& es = j.at("early_stopping");
+    o.early_stopping = es.at("rule").get<std::string>();
+    o.promotion = es.at("type").get<std::string>() == "promotion";
+    o.min_resource = es.at("min_resource").get<int64_t>();
+    o.reduction_factor = es.at("reduction_factor").get<double>();
+    o.max_trials = j.at("max_trials").get<int64_t>();
+    o.max_parallel = j.at("max_parallel").get<int64_t>();
+    o.lease_wait_s = j.at("lease_wait_s").get<double>();
+    o.failure = 0;  // bench/hetero's workers do not die
+    o.benchmark_sigma = j.at("benchmark_sigma").get<double>();
+    t.cap_s = j.at("cap_s").get<double>();
+    std::map<std::string, size_t> space_index;
+    for (size_t i = 0; i < t.world.spaces.size(); ++i) space_index[t.world.spaces[i].name] = i;
+    for (const auto& r : j.at("runs")) {
+      TracedRun run;
+      run.seed = r.at("seed").get<int>();
+      run.policy = r.at("policy").get<std::string>();
+      if (!r.at("time_to_target_s").is_null())
+        run.measured_s = r.at("time_to_target_s").get<double>();
+      for (const auto& tr : r.at("trials")) {
+        hpo::scheduler::TracedTrial trial;
+        const auto name = tr.at("space").get<std::string>();
+        const auto it = space_index.find(name);
+        if (it == space_index.end())
+          return Status::InvalidArgument(path + ": runs[].trials[].space: no space " + name);
+        trial.space = it->second;
+        HPO_ASSIGN_OR_RETURN(trial.params, t.world.spaces[trial.space].FromJson(tr.at("params")));
+        for (const auto& v : tr.at("values"))
+          trial.values.push_back(hpo::search::Minimized(direction, v.get<double>()));
+        trial.step_s = tr.at("step_s").get<double>();
+        run.trials.push_back(std::move(trial));
+      }
+      t.runs.push_back(std::move(run));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(path + ": " + e.what());
+  }
+  if (t.runs.empty()) return Status::InvalidArgument(path + ": runs: none");
+  return t;
+}
+
+// bench/hetero's policies as the simulator's: default is the speed policy
+// with the spec's defaults (as speed and fifo, only placement differs).
+std::optional<PolicyKind> SimPolicy(const std::string& hetero_policy) {
+  if (hetero_policy == "default") return PolicyKind::kSpeed;
+  return hpo::scheduler::ParsePolicyKind(hetero_policy);
+}
+
+int Predict(const std::string& path, int reps, bool verbose) {
+  auto read = ReadTrace(path);
+  if (!read.ok()) {
+    std::fprintf(stderr, "fleet_sim: %s\n", read.status().message().c_str());
+    return 2;
+  }
+  const Trace& trace = *read;
+  std::vector<std::string> policies;  // as the trace lists them
+  std::set<int> seeds;
+  for (const auto& r : trace.runs) {
+    if (std::find(policies.begin(), policies.end(), r.policy) == policies.end())
+      policies.push_back(r.policy);
+    seeds.insert(r.seed);
+  }
+  for (const auto& policy : policies) {
+    const auto kind = SimPolicy(policy);
+    if (!kind) continue;  // optuna: not ours to simulate
+    std::vector<double> predicted, measured;
+    for (const auto& run : trace.runs) {
+      if (run.policy != policy) continue;
+      measured.push_back(run.measured_s);
+      // The world: every other seed's trials, whichever policy ran them.
+      auto world = std::make_shared<hpo::scheduler::SimTrace>(trace.world);
+      for (const auto& other : trace.runs) {
+        if (other.seed == run.seed) continue;
+        world->trials.insert(world->trials.end(), other.trials.begin(), other.trials.end());
+      }
+      for (int rep = 0; rep < reps; ++rep) {
+        SimulatorOptions o = trace.options;
+        o.trace = world;
+        o.workers = static_cast<int>(world->device_speeds.size());
+        o.policy.kind = *kind;
+        o.migrate = !o.promotion && *kind == PolicyKind::kSpeed &&
+                    (o.early_stopping == "asha" || o.early_stopping == "hyperband");
+        o.seed = static_cast<uint64_t>(run.seed) * 1000 + static_cast<uint64_t>(rep);
+        o.max_sim_s = trace.cap_s;
+        auto sim = Simulator::Create(o);
+        if (!sim.ok()) {
+          std::fprintf(stderr, "fleet_sim: %s\n", sim.status().message().c_str());
+          return 2;
+        }
+        const SimResult r = (*sim)->Run();
+        predicted.push_back(r.time_to_target_s);
+        std::fprintf(stderr, "diag policy=%s seed=%d rep=%d predicted_s=%.1f measured_s=%.1f\n",
+                     policy.c_str(), run.seed, rep, r.time_to_target_s, run.measured_s);
+        if (verbose) Diagnose(o, r, verbose);
+      }
+    }
+    const auto reached =
+        std::count_if(predicted.begin(), predicted.end(), [](double x) { return !std::isnan(x); });
+    const double p = Median(predicted), m = Median(measured);
+    std::printf(
+        "bench=fleet_predict fleet=%s workload=%s policy=%s seeds=%zu reps=%d predicted_s=%.1f "
+        "measured_s=%.1f ratio=%.2f reached=%lld/%zu\n",
+        trace.fleet.c_str(), trace.workload.c_str(), policy.c_str(), measured.size(), reps, p, m,
+        p / m, static_cast<long long>(reached), predicted.size());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int Usage(const char* argv0) {
   std::fprintf(
       stderr,
@@ -159,8 +334,9 @@ int Usage(const char* argv0) {
       "TRIALS]\n"
       "          [--min-resource 3] [--steps 27] [--reduction-factor 3] [--type promotion|stop]\n"
       "          [--migrate 1|0] [--timing-skip ASKS] [--timing-sampler random]\n"
-      "          [--timing-workers 10000] [--timing-decisions 5000] [-v]\n",
-      argv0);
+      "          [--timing-workers 10000] [--timing-decisions 5000] [-v]\n"
+      "       %s --trace TRACE.json [--reps 5] [-v]\n",
+      argv0, argv0);
   return 2;
 }
 
@@ -180,6 +356,8 @@ int main(int argc, char** argv) {
   // fantasizing the running trials) would take the run's minutes before the
   // first timed ask.
   std::string timing_sampler = "random";
+  std::string trace_path;
+  int reps = 5;
   SimulatorOptions base;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -228,10 +406,15 @@ int main(int argc, char** argv) {
       timing_sampler = value;
     } else if (flag == "--timing-decisions") {
       timing_decisions = std::atoll(value.c_str());
+    } else if (flag == "--trace") {
+      trace_path = value;
+    } else if (flag == "--reps") {
+      reps = std::atoi(value.c_str());
     } else {
       return Usage(argv[0]);
     }
   }
+  if (!trace_path.empty()) return reps >= 1 ? Predict(trace_path, reps, verbose) : Usage(argv[0]);
   std::vector<PolicyKind> kinds;
   for (const auto& p : policies) {
     const auto k = hpo::scheduler::ParsePolicyKind(p);

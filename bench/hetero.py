@@ -31,7 +31,8 @@ Policies (--policies; all five by default):
            models, data split and validation set (bench/peers/optuna_hetero.py).
 
     sudo nice -n 19 flock /tmp/hpo-bench.lock bench/hetero.py [--fleet 3,7] [--workload default|long]
-        [--seeds 10] [--policies default,speed,fifo,shadho,optuna] [--cap-s S] [--dir DIR]
+        [--seeds 10] [--policies default,speed,fifo,shadho,optuna] [--cap-s S] [--dir DIR] [--predict]
+    bench/hetero.py --predict-from DIR [--reps 5]
 
 Needs root (it makes cgroups), the built binaries (build/server/hpo-server,
 build/worker/hpo-worker: configure with -DHPO_BUILD_WORKER=ON), and for
@@ -47,6 +48,14 @@ diagnostics go to stderr, the figures to stdout:
       checkpoint_restore_ms=B checkpoint_save_ms=C report_ms_per_call=D eval_s=E
       (HeteroTune's runs: the workers' own segment lines, worker/client.h; A-C medians over the
       segments that had them, -1 where none did)
+
+With --predict (or later, --predict-from DIR on an earlier --dir DIR),
+bench/fleet_sim predicts each HeteroTune policy's median from these runs'
+own traces, a seed never from its own runs (bench/fleet_sim.cc says how),
+and prints it beside the measured one:
+
+  bench=fleet_predict fleet=F workload=W policy=P seeds=N reps=R predicted_s=X measured_s=Y
+      ratio=X/Y reached=K/M
 
 Definitions (HeteroTune's from its REST API, Optuna's from its workers'
 logs; see bench/README.md):
@@ -993,6 +1002,127 @@ def print_fleet_summary(fleet, workload, policies, results, cap_s):
           flush=True)
 
 
+# ------------------------------------------------------ prediction -------
+
+# The spec's defaults for what make_spec leaves out (server/spec/spec.h).
+DEFAULT_EARLY_STOPPING = {"rule": "asha", "type": "stop", "min_resource": 1, "reduction_factor": 3}
+SERVER_LEASE_WAIT_S = 5.0  # hpo-server's --max-lease-wait default: the smaller of 5 s and half the lease timeout
+
+
+def traced_trials(run_dir, result):
+    """Each HeteroTune trial of one run that reported: its space and
+    parameters, its validation accuracy step by step (from step 1, as far as
+    it is contiguous) and the device-seconds a step took at speed 1 (a
+    segment's time from its lease to its last report, times its worker's
+    quota, over its reports: evaluation, reports and the segment's start
+    included)."""
+    created, reports = {}, {}
+    with open(os.path.join(run_dir, "events.jsonl")) as f:
+        for line in f:
+            ev = json.loads(line)
+            d = ev["data"]
+            if ev["type"] == "trial.created":
+                created[d["trial_id"]] = d
+            elif ev["type"] == "trial.reported" and "accuracy" in d.get("metrics", {}):
+                reports.setdefault(d["trial_id"], []).append((ev["t_ms"], d["step"], d["metrics"]["accuracy"]))
+    cost = {}  # trial -> [device-seconds at speed 1, steps]
+    for seg in result["segments"]:
+        mine = [t for t, _, _ in reports.get(seg["trial"], []) if seg["start_ms"] < t <= seg["end_ms"]]
+        if mine:
+            c = cost.setdefault(seg["trial"], [0.0, 0])
+            c[0] += (max(mine) - seg["start_ms"]) / 1000 * seg["quota"]
+            c[1] += len(mine)
+    trials = []
+    for tid, rs in sorted(reports.items()):
+        if tid not in created or tid not in cost:
+            continue
+        by_step = {step: acc for _, step, acc in sorted(rs)}  # a step run again: its last report
+        values = []
+        while len(values) + 1 in by_step:
+            values.append(by_step[len(values) + 1])
+        if values:
+            trials.append({"space": created[tid]["space"], "params": created[tid]["params"], "values": values,
+                           "step_s": cost[tid][0] / cost[tid][1]})
+    return trials
+
+
+def write_trace(run_dirs, path, cap_s):
+    """bench/fleet_sim's --trace file from bench/hetero's HeteroTune runs of
+    one fleet and workload (their spec.json, result.json and events.jsonl)."""
+    runs, first = [], None
+    for run_dir in run_dirs:
+        with open(os.path.join(run_dir, "result.json")) as f:
+            r = json.load(f)
+        with open(os.path.join(run_dir, "spec.json")) as f:
+            spec = json.load(f)
+        first = first or (r, spec)
+        trials = traced_trials(run_dir, r)
+        for t in trials:  # system parameters (batch size) are not the spaces'
+            t["params"] = {k: v for k, v in t["params"].items() if k not in spec.get("system", {})}
+        runs.append({"seed": r["seed"], "policy": r["policy"],
+                     "time_to_target_s": r["time_to_target_s"] if r["reached"] else None,
+                     "trials": trials})
+    r, spec = first
+    es = dict(DEFAULT_EARLY_STOPPING, **spec.get("early_stopping", {}))
+    args = spec["executor"]["builtin"]["args"]
+    save_ms = [x["overheads"]["checkpoint_save_ms"] for x in (json.load(open(os.path.join(d, "result.json")))
+                                                               for d in run_dirs)
+               if x.get("overheads", {}).get("checkpoint_save_ms", -1) >= 0]
+    trace = {
+        "fleet": str(r["fleet"]), "workload": r["workload"],
+        "spaces": spec["spaces"],
+        "device_speeds": [r["quotas"][str(i)] for i in range(len(r["quotas"]))],
+        # A traced step's time holds its segment's start already; a pause's
+        # checkpoint comes after the last report.
+        "segment_start_s": 0.0,
+        "pause_s": median(save_ms) / 1000 if save_ms else 0.0,
+        "direction": spec["objective"]["direction"],
+        "target": r.get("target", WORKLOADS.get(r["workload"], {}).get("target")),
+        "samples_per_step": args["samples_per_step"] or args["max_train_samples"] * (1 - args["validation_fraction"]),
+        "steps_per_trial": spec["budget"]["steps_per_trial"],
+        "sampler": spec.get("algorithm", {}).get("sampler", "auto"),
+        "early_stopping": es,
+        "max_trials": spec["budget"]["max_trials"], "max_parallel": spec["budget"]["max_parallel"],
+        "lease_wait_s": SERVER_LEASE_WAIT_S,
+        # The workers' GEMM scores in their cgroups follow their quotas closely (100, 50, 25).
+        "benchmark_sigma": 0.05,
+        "cap_s": cap_s,
+        "runs": runs,
+    }
+    with open(path, "w") as f:
+        json.dump(trace, f)
+    return sum(len(x["trials"]) for x in runs)
+
+
+def predict(base, fleet_sim, reps, cap_s):
+    """Writes a trace per (fleet, workload) of the HeteroTune runs under
+    `base` and has bench/fleet_sim predict their medians from it."""
+    groups = {}
+    for name in sorted(os.listdir(base)):
+        res = os.path.join(base, name, "result.json")
+        if not os.path.isfile(res):
+            continue
+        with open(res) as f:
+            r = json.load(f)
+        if r.get("policy") == "optuna" or "segments" not in r:
+            continue
+        groups.setdefault((r["fleet"], r["workload"]), []).append(os.path.join(base, name))
+    if not groups:
+        log(f"predict: no HeteroTune run in {base}")
+        return
+    for (fleet, workload), dirs in sorted(groups.items()):
+        path = os.path.join(base, f"trace-fleet{fleet}-{workload}.json")
+        cap = cap_s if cap_s is not None else WORKLOADS.get(workload, {}).get("cap_s", 40)
+        n = write_trace(dirs, path, cap)
+        log(f"predict: fleet {fleet}, workload {workload}: {len(dirs)} runs, {n} traced trials in {path}")
+        out = subprocess.run([fleet_sim, "--trace", path, "--reps", str(reps)], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+        sys.stdout.write(out.stdout)
+        sys.stdout.flush()
+        if out.returncode != 0:
+            log(f"predict: {fleet_sim} --trace {path} failed ({out.returncode})")
+
+
 # ------------------------------------------------------------- main -------
 
 def main():
@@ -1023,7 +1153,18 @@ def main():
                     help="the peer's evaluation mini-batch (2000: the built-in trainer's chunks)")
     ap.add_argument("--data-dir", default=DEFAULT_DATA)
     ap.add_argument("--dir", help="keep every run's logs, spec and result.json here (default: a temp dir, removed)")
+    ap.add_argument("--predict", action="store_true",
+                    help="after the runs, bench/fleet_sim predicts each policy's median from their traces")
+    ap.add_argument("--predict-from", metavar="DIR",
+                    help="run nothing: predict from the runs an earlier --dir DIR kept")
+    ap.add_argument("--reps", type=int, default=5, help="simulated runs per seed for --predict")
     args = ap.parse_args()
+    fleet_sim = os.path.join(args.build, "bench", "fleet_sim")
+    if (args.predict or args.predict_from) and not os.access(fleet_sim, os.X_OK):
+        sys.exit(f"{fleet_sim} is missing: build it (--target fleet_sim)")
+    if args.predict_from:
+        predict(args.predict_from, fleet_sim, args.reps, args.cap_s)
+        return
 
     workload = WORKLOADS[args.workload]
     custom = False
@@ -1097,7 +1238,8 @@ def main():
                         r = run_optuna(args, fleet, seed, run_dir)
                     else:
                         r = run_heterotune(args, fleet, seed, policy, run_dir)
-                    r.update({"fleet": fleet, "workload": workload_name, "seed": seed, "policy": policy})
+                    r.update({"fleet": fleet, "workload": workload_name, "seed": seed, "policy": policy,
+                              "target": args.target})
                     if policy != "optuna":
                         r["overheads"] = segment_overheads(run_dir)
                     with open(os.path.join(run_dir, "result.json"), "w") as f:
@@ -1124,6 +1266,8 @@ def main():
                     log(f"  run took {time.time() - t:.0f} s; elapsed {(time.time() - started) / 60:.1f} min, "
                         f"about {left / 60:.0f} min left (done at {time.strftime('%H:%M', time.localtime(time.time() + left))})")
             print_fleet_summary(fleet, workload_name, policies, results, args.cap_s)
+        if args.predict:
+            predict(base, fleet_sim, args.reps, args.cap_s)
     except KeyboardInterrupt as e:
         log(f"interrupted ({e}): processes stopped, cgroups removed")
         sys.exit(130)

@@ -84,9 +84,12 @@ struct Simulator::State {
     std::string id;
     int cls = 0;
     double speed = 0;       // true samples/s
+    double factor = 1;      // traced world: its relative speed (SimTrace::device_speeds)
     double percentile = 0;  // among the fleet's true speeds, 1 = fastest
     bool down = false;
-    bool parked = false;  // asked, found no work on offer at all: waits for a change
+    bool parked = false;   // asked, found no work on offer at all: waits for a change
+    bool waiting = false;  // lease_wait_s: in a long poll, until a change or the wait's end
+    uint64_t ask_tag = 0;  // an ask scheduled under an older tag is void
     double last_ask = 0;
     // The lease it runs, if any.
     int64_t trial = -1;     // index into trials
@@ -112,9 +115,10 @@ struct Simulator::State {
     int attempts = 0;     // leases of the current segment
     double paused_s = 0;  // before the segment it runs now
     double a = 0, c = 0;
-    double moved_from_speed = -1;  // moved: the true speed of the device it left
-    int moving_to = -1;            // moved: the class it moves toward, until resumed
-    std::vector<int64_t> rungs;    // the promotion rule's, for its number
+    double moved_from_speed = -1;     // moved: the true speed of the device it left
+    int moving_to = -1;               // moved: the class it moves toward, until resumed
+    std::vector<int64_t> rungs;       // the promotion rule's, for its number
+    std::vector<int32_t> neighbours;  // traced world: its space's traced trials, nearest first
     std::vector<SimResult::Segment> segments;
   };
   enum class EventKind { kAsk, kStep, kDie, kExpire, kReplace };
@@ -122,7 +126,8 @@ struct Simulator::State {
     double t = 0;
     int64_t seq = 0;
     EventKind kind = EventKind::kAsk;
-    int64_t who = 0;  // device index, or trial index for kExpire
+    int64_t who = 0;   // device index, or trial index for kExpire
+    uint64_t tag = 0;  // kAsk: the device's ask_tag when scheduled
     bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
   };
   struct Ranking {
@@ -194,7 +199,10 @@ struct Simulator::State {
   bool done = false;
   SimResult result;
 
-  void Schedule(double t, EventKind kind, int64_t who) { events.push({t, seq++, kind, who}); }
+  void Schedule(double t, EventKind kind, int64_t who) { events.push({t, seq++, kind, who, 0}); }
+  void ScheduleAsk(double t, int64_t d) {
+    events.push({t, seq++, EventKind::kAsk, d, devices[d].ask_tag});
+  }
   // SimulatorOptions::on_event, at the current time.
   void Emit(SimEvent e) {
     if (!o.on_event) return;
@@ -244,15 +252,26 @@ struct Simulator::State {
     t.phase = p;
     t.changed_at = now;
     Changed(true);
+    // The engine wakes long polls on a trial paused, finished or requeued.
+    if (p != Phase::kOnDevice) WakeWaiting();
   }
 
   double ValueAt(const Trial& t, int64_t step) const {
+    if (o.trace) return TracedValue(t, step);
     // Noise fixed per (trial, step): a segment run again reports what it
     // reported before, whichever device runs it.
     search::Rng r(o.seed ^ (static_cast<uint64_t>(t.number) * 0x9E3779B97F4A7C15ull) ^
                   (static_cast<uint64_t>(step) * 0xC2B2AE3D27D4EB4Full));
     return t.a + kCurveB * std::exp(-t.c * static_cast<double>(step)) + kCurveNoise * r.Normal();
   }
+
+  double TracedValue(const Trial& t, int64_t step) const;
+  std::vector<int32_t> Neighbours(size_t space, const Assignment& x) const;
+  double PauseSeconds() const { return o.trace ? o.trace->pause_s : 0; }
+
+  int64_t waiting_devices = 0;
+  void Wait(int64_t d);
+  void WakeWaiting();
 
   void BuildWorld();
   void SetBusyUntil(int64_t d, double t);
@@ -262,9 +281,9 @@ struct Simulator::State {
   void Ask(int64_t d);
   void Apply(int64_t d, const WorkItem& item, const PolicyDecision& decision);
   void StartLease(int64_t d, int64_t ti);
-  void ScheduleNext(int64_t d);
+  void ScheduleNext(int64_t d, double extra_s = 0);
   void Step(int64_t d);
-  void EndSegment(int64_t d);
+  void EndSegment(int64_t d, double then_s = 0);
   void Die(int64_t d);
   void Expire(int64_t ti);
   int RungsPassed(int64_t step) const { return search::RungsPassed(stop_rungs, step); }
@@ -278,18 +297,44 @@ struct Simulator::State {
 
 void Simulator::State::BuildWorld() {
   search::Rng r = search::Rng(o.seed).Fork(1);  // the same fleet for every policy of a seed
-  const int k = std::min(o.workers, o.max_device_classes);
-  for (int i = 0; i < k; ++i) {
-    const double u = k == 1 ? 0 : i == 0 ? 0 : i == 1 ? 1 : r.Uniform();
-    class_speed.push_back(o.slowest_samples_per_sec * std::pow(o.spread, u));
+  if (o.trace) {
+    // A class per distinct speed, each device exactly its speed (a CPU
+    // quota); its samples/s those of a trial of the median cost.
+    std::vector<double> step_s;
+    for (const auto& t : o.trace->trials) step_s.push_back(t.step_s);
+    std::nth_element(step_s.begin(), step_s.begin() + step_s.size() / 2, step_s.end());
+    const double nominal = o.samples_per_step / step_s[step_s.size() / 2];
+    std::vector<double> factors;
+    for (size_t i = 0; i < o.trace->device_speeds.size(); ++i) {
+      const double f = o.trace->device_speeds[i];
+      const auto known = std::find(factors.begin(), factors.end(), f);
+      Device d;
+      d.id = "dev" + std::to_string(i);
+      d.cls = static_cast<int>(known - factors.begin());
+      if (known == factors.end()) {
+        factors.push_back(f);
+        class_speed.push_back(f * nominal);
+      }
+      d.factor = f;
+      d.speed = f * nominal;
+      devices.push_back(std::move(d));
+    }
+  } else {
+    const int k = std::min(o.workers, o.max_device_classes);
+    for (int i = 0; i < k; ++i) {
+      const double u = k == 1 ? 0 : i == 0 ? 0 : i == 1 ? 1 : r.Uniform();
+      class_speed.push_back(o.slowest_samples_per_sec * std::pow(o.spread, u));
+    }
+    for (int i = 0; i < o.workers; ++i) {
+      Device d;
+      d.id = "dev" + std::to_string(i);
+      d.cls =
+          i < k ? i : static_cast<int>(r.Below(static_cast<uint64_t>(k)));  // every class present
+      d.speed = class_speed[d.cls] * std::exp(o.device_sigma * r.Normal());
+      devices.push_back(std::move(d));
+    }
   }
-  for (int i = 0; i < o.workers; ++i) {
-    Device d;
-    d.id = "dev" + std::to_string(i);
-    d.cls = i < k ? i : static_cast<int>(r.Below(static_cast<uint64_t>(k)));  // every class present
-    d.speed = class_speed[d.cls] * std::exp(o.device_sigma * r.Normal());
-    devices.push_back(std::move(d));
-  }
+  const int k = static_cast<int>(class_speed.size());
   // A class's benchmark (GFLOP/s-like): proportional to its speed, but noisy.
   for (int i = 0; i < k; ++i) {
     class_benchmark.push_back(class_speed[i] / 50 * std::exp(o.benchmark_sigma * r.Normal()));
@@ -308,6 +353,92 @@ void Simulator::State::BuildWorld() {
   running_key.resize(devices.size());
   moving_to.assign(class_speed.size(), 0);
   world = search::Rng(o.seed).Fork(2);
+}
+
+// The nearest traced trial's value. Past the end of its curve (it was
+// stopped there), the median change from that step to this one of the
+// kExtendFrom traced trials of its space that got this far and were
+// closest to its value at that step: learning curves that start alike go
+// on alike, whatever the parameters.
+constexpr size_t kExtendFrom = 5;
+
+double Simulator::State::TracedValue(const Trial& t, int64_t step) const {
+  const auto& traced = o.trace->trials;
+  const TracedTrial& nearest = traced[t.neighbours.front()];
+  const std::vector<double>& near = nearest.values;
+  const auto n = static_cast<int64_t>(near.size());
+  if (step <= n) return near[step - 1];
+  // The farthest step any traced trial of the space reached bounds it.
+  int64_t reach = n;
+  for (const int32_t i : t.neighbours)
+    reach = std::max(reach, static_cast<int64_t>(traced[i].values.size()));
+  const int64_t k = std::min(step, reach);
+  if (k == n) return near.back();
+  std::vector<std::pair<double, double>> alike;  // (distance at step n, change from n to k)
+  for (const int32_t i : t.neighbours) {
+    const std::vector<double>& v = traced[i].values;
+    if (static_cast<int64_t>(v.size()) < k) continue;
+    alike.emplace_back(std::abs(v[n - 1] - near.back()), v[k - 1] - v[n - 1]);
+  }
+  const size_t use = std::min(kExtendFrom, alike.size());
+  std::partial_sort(alike.begin(), alike.begin() + static_cast<std::ptrdiff_t>(use), alike.end());
+  std::vector<double> changes;
+  for (size_t i = 0; i < use; ++i) changes.push_back(alike[i].second);
+  std::sort(changes.begin(), changes.end());
+  const double change =
+      use % 2 ? changes[use / 2] : 0.5 * (changes[use / 2 - 1] + changes[use / 2]);
+  return near.back() + change;
+}
+
+// The traced trials of `space`, nearest to `x` first (ties: trace order).
+std::vector<int32_t> Simulator::State::Neighbours(size_t space, const Assignment& x) const {
+  const SearchSpace& sp = spaces[space];
+  std::vector<std::pair<double, int32_t>> by_distance;
+  const auto& traced = o.trace->trials;
+  for (size_t i = 0; i < traced.size(); ++i) {
+    if (traced[i].space != space) continue;
+    double d = 0;
+    for (int p = 0; p < sp.size(); ++p) {
+      const double a = x[p];
+      const double b = traced[i].params[p];
+      if (search::IsInactive(a) || search::IsInactive(b)) {
+        d += search::IsInactive(a) == search::IsInactive(b) ? 0 : 1;
+      } else if (sp.params[p].kind == search::ParamKind::kCategorical) {
+        d += a == b ? 0 : 1;
+      } else {
+        d += Sq(sp.params[p].ToUnit(a) - sp.params[p].ToUnit(b));
+      }
+    }
+    by_distance.emplace_back(d, static_cast<int32_t>(i));
+  }
+  std::stable_sort(by_distance.begin(), by_distance.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<int32_t> out;
+  out.reserve(by_distance.size());
+  for (const auto& [d, i] : by_distance) out.push_back(i);
+  return out;
+}
+
+// The server's long poll: the device waits for a change that may give it
+// work, or for the wait's end, and then asks again.
+void Simulator::State::Wait(int64_t d) {
+  Device& dev = devices[d];
+  dev.waiting = true;
+  ++waiting_devices;
+  ++dev.ask_tag;
+  ScheduleAsk(now + o.lease_wait_s + o.long_poll_retry_s, d);
+}
+
+void Simulator::State::WakeWaiting() {
+  if (waiting_devices == 0) return;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    Device& dev = devices[i];
+    if (!dev.waiting) continue;
+    dev.waiting = false;
+    ++dev.ask_tag;
+    ScheduleAsk(now, static_cast<int64_t>(i));
+  }
+  waiting_devices = 0;
 }
 
 // A down device keeps its (stale) estimate, and is back in the summary
@@ -392,12 +523,16 @@ void Simulator::State::WakeParked() {
     dev.parked = false;
     // Its next poll: the first one (every 1 s after its last) from now on.
     const double polls = std::ceil(std::max(0.0, now - dev.last_ask));
-    Schedule(dev.last_ask + std::max(polls, 1.0), EventKind::kAsk, static_cast<int64_t>(i));
+    ScheduleAsk(dev.last_ask + std::max(polls, 1.0), static_cast<int64_t>(i));
   }
 }
 
 void Simulator::State::Ask(int64_t d) {
   Device& dev = devices[d];
+  if (dev.waiting) {  // its wait ended
+    dev.waiting = false;
+    --waiting_devices;
+  }
   if (done || dev.down || dev.trial >= 0) return;
   dev.last_ask = now;
   if (o.ask_probe) o.ask_probe(true);
@@ -407,6 +542,10 @@ void Simulator::State::Ask(int64_t d) {
     e.kind = SimEvent::Kind::kAsk;
     e.device = d;
     Emit(std::move(e));
+    if (o.lease_wait_s > 0) {
+      if (on_devices == 0) done = true;  // as Park: nothing can change
+      return Wait(d);
+    }
     return Park(d);
   }
   const Offer& off = CurrentOffer();
@@ -425,7 +564,12 @@ void Simulator::State::Ask(int64_t d) {
     e.offered = true;
     e.reason = decision.reason;
     Emit(std::move(e));
-    Schedule(now + std::max(decision.retry_after_s, 1e-3), EventKind::kAsk, d);
+    // The server's long poll takes the place of the answer's retry-after.
+    if (o.lease_wait_s > 0) {
+      Wait(d);
+    } else {
+      ScheduleAsk(now + std::max(decision.retry_after_s, 1e-3), d);
+    }
   } else {
     const WorkItem item = off.items[decision.item];
     Apply(d, item, decision);
@@ -435,6 +579,7 @@ void Simulator::State::Ask(int64_t d) {
 
 void Simulator::State::Apply(int64_t d, const WorkItem& item, const PolicyDecision& decision) {
   int64_t ti = -1;
+  bool created = false;
   switch (item.kind) {
     case WorkItem::Kind::kResume: {
       // The store's ResumeTrial: paused -> leased, level + 1, to the next rung.
@@ -485,12 +630,17 @@ void Simulator::State::Apply(int64_t d, const WorkItem& item, const PolicyDecisi
       obs.number = t.number;
       obs.status = TrialStatus::kRunning;
       obs.params = std::move(params.front());
-      CurveParams(s, obs.params, o.bowl_scale, &t.a, &t.c);
+      if (o.trace) {
+        t.neighbours = Neighbours(s, obs.params);
+      } else {
+        CurveParams(s, obs.params, o.bowl_scale, &t.a, &t.c);
+      }
       histories[s].trials.push_back(std::move(obs));
       ++per_space[s];
       trials.push_back(std::move(t));
       ti = static_cast<int64_t>(trials.size()) - 1;
       SetPhase(trials[ti], Phase::kOnDevice);
+      created = true;
       break;
     }
   }
@@ -514,16 +664,25 @@ void Simulator::State::Apply(int64_t d, const WorkItem& item, const PolicyDecisi
     e.stop_step = t.stop_step;
     e.reason = decision.reason;
     e.trial = t.number;
+    if (created) e.params = histories[t.space].trials[t.index].params;
     Emit(std::move(e));
   }
   StartLease(d, ti);
+  if (created) WakeWaiting();  // the engine's trial.created
 }
 
 void Simulator::State::StartLease(int64_t d, int64_t ti) {
   Device& dev = devices[d];
   const Trial& t = trials[ti];
-  dev.lease_sps = dev.speed * std::exp(o.lease_sigma * world.Normal());
-  dev.step_s = o.samples_per_step / dev.lease_sps;
+  if (o.trace) {
+    // Each configuration its own cost: its nearest traced trial's.
+    dev.step_s = o.trace->trials[t.neighbours.front()].step_s / dev.factor *
+                 std::exp(o.lease_sigma * world.Normal());
+    dev.lease_sps = o.samples_per_step / dev.step_s;
+  } else {
+    dev.lease_sps = dev.speed * std::exp(o.lease_sigma * world.Normal());
+    dev.step_s = o.samples_per_step / dev.lease_sps;
+  }
   dev.lease_started = now;
   dev.next_step = t.resume_step + 1;
   dev.end_step = t.stop_step.value_or(o.steps_per_trial);
@@ -539,15 +698,15 @@ void Simulator::State::StartLease(int64_t d, int64_t ti) {
         static_cast<int64_t>(world.Below(static_cast<uint64_t>(std::max<int64_t>(steps, 1))));
     dev.fail_fraction = world.Uniform();
   }
-  ScheduleNext(d);
+  ScheduleNext(d, o.trace ? o.trace->segment_start_s : 0);
 }
 
-void Simulator::State::ScheduleNext(int64_t d) {
+void Simulator::State::ScheduleNext(int64_t d, double extra_s) {
   const Device& dev = devices[d];
   if (dev.next_step == dev.fail_step) {
-    Schedule(now + dev.fail_fraction * dev.step_s, EventKind::kDie, d);
+    Schedule(now + extra_s + dev.fail_fraction * dev.step_s, EventKind::kDie, d);
   } else {
-    Schedule(now + dev.step_s, EventKind::kStep, d);
+    Schedule(now + extra_s + dev.step_s, EventKind::kStep, d);
   }
 }
 
@@ -628,7 +787,7 @@ void Simulator::State::Step(int64_t d) {
       t.attempts = 0;
       SetPhase(t, Phase::kPaused);
     }
-    EndSegment(d);
+    EndSegment(d, completed ? 0 : PauseSeconds());
     return;
   }
   EmitReport(d, step, value, SimEvent::Outcome::kContinue);
@@ -717,10 +876,11 @@ void Simulator::State::PauseAfter(int64_t d, int64_t step) {
   t.resume_step = step;
   t.attempts = 0;
   SetPhase(t, Phase::kPaused);
-  EndSegment(d);
+  EndSegment(d, PauseSeconds());
 }
 
-void Simulator::State::EndSegment(int64_t d) {
+// `then_s`: the worker's own work after the segment (a checkpoint) before it asks again.
+void Simulator::State::EndSegment(int64_t d, double then_s) {
   Device& dev = devices[d];
   NoteStopped(d);
   Trial& t = trials[dev.trial];
@@ -736,7 +896,7 @@ void Simulator::State::EndSegment(int64_t d) {
   dev.trial = -1;
   SetBusyUntil(d, now);
   WakeParked();
-  Schedule(now, EventKind::kAsk, d);
+  ScheduleAsk(now + then_s, d);
 }
 
 // The worker dies: the store still holds the lease until it expires.
@@ -755,6 +915,8 @@ void Simulator::State::Die(int64_t d) {
   dev.trial = -1;
   dev.down = true;
   dev.parked = false;
+  if (std::exchange(dev.waiting, false)) --waiting_devices;
+  ++dev.ask_tag;
   live.Remove(dev.id);
 }
 
@@ -793,7 +955,55 @@ Simulator::Simulator(SimulatorOptions options, std::unique_ptr<State> state)
 
 Simulator::~Simulator() = default;
 
+namespace {
+
+Status CheckTrace(const SimTrace& trace) {
+  if (trace.spaces.empty()) return Status::InvalidArgument("trace.spaces: none");
+  if (trace.device_speeds.empty()) return Status::InvalidArgument("trace.device_speeds: none");
+  for (const double f : trace.device_speeds) {
+    if (!(f > 0) || !std::isfinite(f))
+      return Status::InvalidArgument("trace.device_speeds: each must be a positive number");
+  }
+  if (!(trace.segment_start_s >= 0) || !(trace.pause_s >= 0) ||
+      !std::isfinite(trace.segment_start_s + trace.pause_s)) {
+    return Status::InvalidArgument("trace.segment_start_s, trace.pause_s: must be >= 0");
+  }
+  std::vector<int> per_space(trace.spaces.size(), 0);
+  for (size_t i = 0; i < trace.trials.size(); ++i) {
+    const TracedTrial& t = trace.trials[i];
+    const std::string at = "trace.trials[" + std::to_string(i) + "]";
+    if (t.space >= trace.spaces.size())
+      return Status::InvalidArgument(at + ".space: no such space");
+    if (t.params.size() != trace.spaces[t.space].params.size())
+      return Status::InvalidArgument(at + ".params: not one value per parameter of its space");
+    HPO_RETURN_IF_ERROR(trace.spaces[t.space].Validate(t.params).WithContext(at + ".params"));
+    if (t.values.empty()) return Status::InvalidArgument(at + ".values: none");
+    for (const double v : t.values) {
+      if (!std::isfinite(v)) return Status::InvalidArgument(at + ".values: not all finite");
+    }
+    if (!(t.step_s > 0) || !std::isfinite(t.step_s))
+      return Status::InvalidArgument(at + ".step_s: must be a positive number");
+    ++per_space[t.space];
+  }
+  for (size_t s = 0; s < per_space.size(); ++s) {
+    if (per_space[s] == 0) {
+      return Status::InvalidArgument("trace: no traced trial in space " + trace.spaces[s].name);
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Simulator>> Simulator::Create(SimulatorOptions o) {
+  if (o.trace) {
+    HPO_RETURN_IF_ERROR(CheckTrace(*o.trace));
+    o.workers = static_cast<int>(o.trace->device_speeds.size());
+  }
+  if (!(o.lease_wait_s >= 0) || !(o.long_poll_retry_s > 0) ||
+      !std::isfinite(o.lease_wait_s + o.long_poll_retry_s)) {
+    return Status::InvalidArgument("lease_wait_s: must be >= 0; long_poll_retry_s: must be > 0");
+  }
   if (o.workers < 1) return Status::InvalidArgument("workers: must be at least 1");
   if (!(o.spread >= 1) || !std::isfinite(o.spread))
     return Status::InvalidArgument("spread: must be a number >= 1");
@@ -847,7 +1057,7 @@ Result<std::unique_ptr<Simulator>> Simulator::Create(SimulatorOptions o) {
     st->stop_rungs =
         search::RungStepsBelow(o.min_resource, o.reduction_factor, 0, o.steps_per_trial);
   }
-  st->spaces = Spaces();
+  st->spaces = o.trace ? o.trace->spaces : Spaces();
   for (const auto& s : st->spaces) st->workloads.push_back(WorkloadOf(s));
   st->histories.resize(st->spaces.size());
   st->per_space.assign(st->spaces.size(), 0);
@@ -899,7 +1109,7 @@ SimResult Simulator::Run() {
     s.now = e.t;
     switch (e.kind) {
       case State::EventKind::kAsk:
-        s.Ask(e.who);
+        if (e.tag == s.devices[e.who].ask_tag) s.Ask(e.who);
         break;
       case State::EventKind::kStep:
         s.Step(e.who);

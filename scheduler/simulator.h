@@ -120,6 +120,7 @@ struct SimEvent {
   int64_t from_step = 0;
   std::optional<int64_t> stop_step;
   std::string reason;
+  search::Assignment params;  // kAsk that created a trial: its parameters
   // kAsk that ran, kReport, kLost and kExpired: the trial.
   int64_t trial = -1;
   // kReport: the step, its value and the worker's measured samples/s.
@@ -131,8 +132,37 @@ struct SimEvent {
   int64_t preempts = -1;  // kMoved: the trial asked to pause at its next step for it, or -1
 };
 
+// A world made from traced runs of a real experiment (bench/hetero's), in
+// place of the synthetic one: the experiment's spaces, the fleet's devices,
+// and what each traced trial reported and cost. A simulated trial takes the
+// curve and the cost per step of the nearest traced trial of its space
+// (each parameter scaled to [0, 1] as search::Param::ToUnit scales it, a
+// different choice or an inactive parameter counting 1); past the end of
+// that curve (a trial stopped early) it changes from its last traced step
+// as the traced trials of its space that went on and had the closest value
+// at that step did (the median of five).
+struct TracedTrial {
+  size_t space = 0;
+  search::Assignment params;   // in spaces[space]
+  std::vector<double> values;  // what it reported at steps 1, 2, ... (minimized); not empty
+  double step_s = 0;           // seconds per step on a device of speed 1, all costs included
+};
+struct SimTrace {
+  std::vector<search::SearchSpace> spaces;
+  std::vector<TracedTrial> trials;  // at least one per space
+  // One device per entry, by its relative speed (a CPU quota: 1.0, 0.5, ...).
+  std::vector<double> device_speeds;
+  // What a lease costs besides its steps: the start of every segment (lease
+  // to first step, checkpoint restore) and a checkpoint at a pause.
+  double segment_start_s = 0;
+  double pause_s = 0;
+};
+
 struct SimulatorOptions {
   // --- The world.
+  // Set: the traced world (SimTrace); workers, spread, max_device_classes,
+  // slowest_samples_per_sec, device_sigma and bowl_scale are then unused.
+  std::shared_ptr<const SimTrace> trace;
   int workers = 100;
   double spread = 10;  // fastest class / slowest class; >= 1
   int max_device_classes = 16;
@@ -143,6 +173,14 @@ struct SimulatorOptions {
   double failure = 0.02;  // chance that a trial run to its end loses its worker once
   double lease_timeout_s = 60;
   double replace_after_s = 120;
+  // How an idle device asks again. 0: it polls, every retry_after_s of the
+  // policy's answer (1 s when nothing was on offer). Above 0: as the
+  // server's long poll (server/grpc/worker_service.cc, --max-lease-wait), it
+  // waits up to this long for a change that may give it work (a trial
+  // created, paused, finished or requeued), asks again at once when one
+  // comes, and otherwise asks again long_poll_retry_s after the wait ends.
+  double lease_wait_s = 0;
+  double long_poll_retry_s = 0.1;
   // How steep the objective's bowl is around its best (the penalty's
   // factor): steeper means fewer random trials come near the best, so the
   // search, not the first wave's luck, has to find it.

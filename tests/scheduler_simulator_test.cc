@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -252,6 +253,149 @@ TEST(Simulator, BadOptionsAreErrorsNamingTheOption) {
   o = SmallFleet(PolicyKind::kSpeed, 1);
   o.workers = 0;
   EXPECT_FALSE(Simulator::Create(o).ok());
+}
+
+// --- The traced world (SimTrace) and the server's long poll.
+
+// One space, x in [0, 1] and kind in {a, b}; one device per speed; no
+// noise, no failures, no early stopping, three steps per trial.
+SimulatorOptions Traced(std::vector<TracedTrial> trials, std::vector<double> speeds) {
+  auto trace = std::make_shared<SimTrace>();
+  search::SearchSpace space;
+  space.name = "only";
+  space.params = {search::Param::Float("x", 0, 1), search::Param::Categorical("kind", {"a", "b"})};
+  trace->spaces = {space};
+  trace->trials = std::move(trials);
+  trace->device_speeds = std::move(speeds);
+  SimulatorOptions o;
+  o.trace = std::move(trace);
+  o.sampler = "random";
+  o.early_stopping = "none";
+  o.promotion = false;
+  o.steps_per_trial = 3;
+  o.failure = 0;
+  o.lease_sigma = 0;
+  o.max_trials = 1;
+  o.target = -std::numeric_limits<double>::infinity();
+  o.seed = 1;
+  return o;
+}
+
+TracedTrial Curve(double kind, std::vector<double> values, double step_s) {
+  return {0, {0.5, kind}, std::move(values), step_s};
+}
+
+TEST(SimulatorTraced, ATrialReportsItsTracedCurveAtItsCostOverTheDevicesSpeed) {
+  SimulatorOptions o = Traced({Curve(0, {0.5, 0.3, 0.2}, 2)}, {0.5});
+  o.target = 0.25;
+  std::vector<std::pair<double, double>> reports;  // (t, value)
+  o.on_event = [&](const SimEvent& e) {
+    if (e.kind == SimEvent::Kind::kReport) reports.emplace_back(e.t, e.value);
+  };
+  const SimResult r = RunOrDie(o);
+  ASSERT_EQ(reports.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(reports[i].first, 4.0 * static_cast<double>(i + 1), 1e-9)
+        << "2 s a step at speed 0.5";
+  }
+  EXPECT_EQ(reports[1].second, 0.3);
+  EXPECT_NEAR(r.time_to_target_s, 12, 1e-9) << "the third step's 0.2 is the first at or below 0.25";
+}
+
+TEST(SimulatorTraced, PastItsTracedEndATrialChangesAsTheFiveClosestInValueDid) {
+  // Kind a's only traced trial stopped after step 1, at 0.6; kind b's went
+  // on. Of these, the five closest to 0.6 at step 1 change by -0.05 to step
+  // 2 and by -0.4, -0.2, -0.1, -0.1 and -0.3 to step 3 (median -0.2); the
+  // sixth, far off at 0.0, would make it -0.25.
+  SimulatorOptions o =
+      Traced({Curve(0, {0.6}, 1), Curve(1, {0.5, 0.45, 0.1}, 2), Curve(1, {0.9, 0.85, 0.7}, 2),
+              Curve(1, {0.6, 0.55, 0.5}, 2), Curve(1, {0.65, 0.6, 0.55}, 2),
+              Curve(1, {0.55, 0.5, 0.25}, 2), Curve(1, {0.0, -0.05, -1.0}, 2)},
+             {1.0});
+  o.max_trials = 20;
+  std::map<int64_t, double> kind;                 // trial -> its kind
+  std::map<int64_t, std::vector<double>> values;  // trial -> its reports
+  std::map<int64_t, std::vector<double>> times;
+  o.on_event = [&](const SimEvent& e) {
+    if (e.kind == SimEvent::Kind::kAsk && e.ran && e.item == WorkItem::Kind::kNew) {
+      ASSERT_EQ(e.params.size(), 2u);
+      kind[e.trial] = e.params[1];
+    }
+    if (e.kind == SimEvent::Kind::kReport) {
+      values[e.trial].push_back(e.value);
+      times[e.trial].push_back(e.t);
+    }
+  };
+  const SimResult r = RunOrDie(o);
+  EXPECT_EQ(r.completed, 20);
+  int seen[2] = {0, 0};
+  for (const auto& [trial, k] : kind) {
+    ASSERT_EQ(values[trial].size(), 3u);
+    ++seen[static_cast<int>(k)];
+    // Its cost per step too is its nearest traced trial's.
+    EXPECT_NEAR(times[trial][2] - times[trial][1], k == 0 ? 1 : 2, 1e-9);
+    if (k == 0) {
+      EXPECT_NEAR(values[trial][0], 0.6, 1e-12);
+      EXPECT_NEAR(values[trial][1], 0.55, 1e-12);
+      EXPECT_NEAR(values[trial][2], 0.4, 1e-12);
+    } else {  // all of kind b's are as near: the first traced one
+      EXPECT_EQ(values[trial], (std::vector<double>{0.5, 0.45, 0.1}));
+    }
+  }
+  EXPECT_GT(seen[0], 0);
+  EXPECT_GT(seen[1], 0);
+}
+
+// Three devices, two trials of two 0.7 s steps: the third device finds
+// nothing from the start. Polling, it waits for the offer to change, which
+// it never does. In a long poll of 0.5 s it asks again 0.1 s after each
+// wait ends, and at once when a trial finishes.
+TEST(SimulatorTraced, AnIdleDeviceInALongPollAsksAgainWhenATrialFinishes) {
+  for (const double wait : {0.0, 0.5}) {
+    SimulatorOptions o = Traced({Curve(0, {0.5, 0.4}, 0.7)}, {1, 1, 1});
+    o.steps_per_trial = 2;
+    o.max_trials = 2;
+    o.lease_wait_s = wait;
+    o.long_poll_retry_s = 0.1;
+    std::vector<double> third;
+    o.on_event = [&](const SimEvent& e) {
+      if (e.kind == SimEvent::Kind::kAsk && e.device == 2) third.push_back(e.t);
+    };
+    const SimResult r = RunOrDie(o);
+    EXPECT_EQ(r.completed, 2);
+    if (wait == 0) {
+      EXPECT_EQ(third, std::vector<double>{0.0});
+    } else {
+      const std::vector<double> want = {0.0, 0.6, 1.2, 1.4};
+      ASSERT_EQ(third.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(third[i], want[i], 1e-9) << i;
+    }
+  }
+}
+
+TEST(SimulatorTraced, ABadTraceIsAnErrorNamingTheField) {
+  const auto message = [](const SimulatorOptions& o) {
+    auto sim = Simulator::Create(o);
+    return sim.ok() ? std::string("ok") : sim.status().message();
+  };
+  SimulatorOptions o = Traced({Curve(0, {0.5}, 1)}, {});
+  EXPECT_NE(message(o).find("trace.device_speeds"), std::string::npos) << message(o);
+  o = Traced({Curve(0, {0.5}, 1)}, {1, -1});
+  EXPECT_NE(message(o).find("trace.device_speeds"), std::string::npos) << message(o);
+  o = Traced({{0, {0.5}, {0.5}, 1}}, {1});
+  EXPECT_NE(message(o).find("trace.trials[0].params"), std::string::npos) << message(o);
+  o = Traced({Curve(0, {0.5}, 1), Curve(3, {0.5}, 1)}, {1});  // kind 3: no such choice
+  EXPECT_NE(message(o).find("trace.trials[1].params"), std::string::npos) << message(o);
+  o = Traced({Curve(0, {}, 1)}, {1});
+  EXPECT_NE(message(o).find("trace.trials[0].values"), std::string::npos) << message(o);
+  o = Traced({Curve(0, {0.5}, 0)}, {1});
+  EXPECT_NE(message(o).find("trace.trials[0].step_s"), std::string::npos) << message(o);
+  o = Traced({}, {1});
+  EXPECT_NE(message(o).find("no traced trial in space only"), std::string::npos) << message(o);
+  o = Traced({Curve(0, {0.5}, 1)}, {1});
+  o.lease_wait_s = -1;
+  EXPECT_NE(message(o).find("lease_wait_s"), std::string::npos) << message(o);
+  EXPECT_EQ(message(Traced({Curve(0, {0.5}, 1)}, {1})), "ok");
 }
 
 }  // namespace
