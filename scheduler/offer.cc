@@ -1,6 +1,8 @@
 #include "scheduler/offer.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <unordered_map>
 
 #include "search/pruner.h"
 #include "search/ranking.h"
@@ -18,6 +20,8 @@ Offer OfferWork(const OfferInput& in) {
   };
   for (size_t sp = 0; sp < spaces && sp < in.finished_per_space.size(); ++sp)
     total += in.finished_per_space[sp];
+  for (size_t sp = 0; sp < spaces && sp < in.paused_per_space.size(); ++sp)
+    total += in.paused_per_space[sp];
   for (size_t sp = 0; sp < spaces && sp < in.on_device_per_space.size(); ++sp) {
     total += in.on_device_per_space[sp];
     on_devices += in.on_device_per_space[sp];
@@ -35,35 +39,53 @@ Offer OfferWork(const OfferInput& in) {
   const bool room = on_devices < in.max_parallel;
   out.items.reserve(in.trials.size() + spaces);
   if (room && in.promotion) {
-    // The paused trials by (space, index in its history), then per space in
-    // index order, the order the rule reads them in.
-    std::vector<std::vector<const OfferTrial*>> at(spaces);
-    for (size_t s = 0; s < spaces; ++s) at[s].assign((*in.histories)[s].trials.size(), nullptr);
-    for (const auto& t : in.trials) {
-      if (known(t) && t.phase == OfferTrial::Phase::kPaused) at[t.space][t.index] = &t;
-    }
-    std::vector<std::vector<search::PausedTrial>> paused(spaces);
-    for (size_t s = 0; s < spaces; ++s) {
-      for (size_t i = 0; i < at[s].size(); ++i) {
-        if (at[s][i]) paused[s].push_back({i, at[s][i]->level});
+    const auto resume = [&](const OfferTrial& t, size_t s, const search::Promotion& p) {
+      WorkItem item;
+      item.kind = WorkItem::Kind::kResume;
+      item.trial_id = t.id;
+      item.space_index = static_cast<int>(s);
+      item.space_priority = share(s);
+      item.level = p.from_level + 1;
+      item.workload = workload(s);
+      item.steps = p.to_step - p.from_step;
+      item.remaining_steps = in.steps_per_trial - p.from_step;
+      item.waiting_s = t.waiting_s;
+      out.items.push_back(item);
+      out.promotion_of[t.id] = p;
+    };
+    if (in.promotable) {
+      // The caller's promotions, of the paused trials it listed.
+      std::unordered_map<uint64_t, const OfferTrial*> listed;
+      const auto key = [](size_t s, size_t index) {
+        return (static_cast<uint64_t>(s) << 40) ^ static_cast<uint64_t>(index);
+      };
+      for (const auto& t : in.trials) {
+        if (known(t) && t.phase == OfferTrial::Phase::kPaused) listed[key(t.space, t.index)] = &t;
       }
-    }
-    for (size_t s = 0; s < spaces; ++s) {
-      if (paused[s].empty()) continue;
-      for (const search::Promotion& p : in.promotion->Promotable((*in.histories)[s], paused[s])) {
-        const OfferTrial& t = *at[s][p.index];
-        WorkItem item;
-        item.kind = WorkItem::Kind::kResume;
-        item.trial_id = t.id;
-        item.space_index = static_cast<int>(s);
-        item.space_priority = share(s);
-        item.level = p.from_level + 1;
-        item.workload = workload(s);
-        item.steps = p.to_step - p.from_step;
-        item.remaining_steps = in.steps_per_trial - p.from_step;
-        item.waiting_s = t.waiting_s;
-        out.items.push_back(item);
-        out.promotion_of[t.id] = p;
+      for (size_t s = 0; s < spaces && s < in.promotable->size(); ++s) {
+        for (const search::Promotion& p : (*in.promotable)[s]) {
+          const auto it = listed.find(key(s, p.index));
+          if (it != listed.end()) resume(*it->second, s, p);
+        }
+      }
+    } else {
+      // The paused trials by (space, index in its history), then per space
+      // in index order, the order the rule reads them in.
+      std::vector<std::vector<const OfferTrial*>> at(spaces);
+      for (size_t s = 0; s < spaces; ++s) at[s].assign((*in.histories)[s].trials.size(), nullptr);
+      for (const auto& t : in.trials) {
+        if (known(t) && t.phase == OfferTrial::Phase::kPaused) at[t.space][t.index] = &t;
+      }
+      std::vector<std::vector<search::PausedTrial>> paused(spaces);
+      for (size_t s = 0; s < spaces; ++s) {
+        for (size_t i = 0; i < at[s].size(); ++i) {
+          if (at[s][i]) paused[s].push_back({i, at[s][i]->level});
+        }
+      }
+      for (size_t s = 0; s < spaces; ++s) {
+        if (paused[s].empty()) continue;
+        for (const search::Promotion& p : in.promotion->Promotable((*in.histories)[s], paused[s]))
+          resume(*at[s][p.index], s, p);
       }
     }
   }
@@ -123,6 +145,9 @@ Offer OfferWork(const OfferInput& in) {
     }
     for (size_t sp = 0; sp < spaces && sp < in.on_device_per_space.size(); ++sp) {
       per_space[sp] += in.on_device_per_space[sp];
+    }
+    for (size_t sp = 0; sp < spaces && sp < in.paused_per_space.size(); ++sp) {
+      per_space[sp] += in.paused_per_space[sp];
     }
     for (const auto& t : in.trials) {
       if (t.space < spaces) ++per_space[t.space];

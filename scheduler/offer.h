@@ -74,6 +74,14 @@ struct OfferInput {
   int64_t max_parallel = 0;
   int64_t steps_per_trial = 0;
   const search::PromotionRule* promotion = nullptr;  // null: stopping-type or no early stopping
+  // Promotion-type, from a caller that keeps the rule's results as trials
+  // change (search::RungResults): per space, what may be promoted now. The
+  // caller then lists only the pending trials and these paused ones (and
+  // any it claims for another lease, as on a device); the paused trials it
+  // leaves out are counted in paused_per_space. Unset: the rule's
+  // Promotable over the listed paused trials, which must be all of them.
+  std::optional<std::vector<std::vector<search::Promotion>>> promotable;
+  std::vector<int64_t> paused_per_space;
   // Stop-type early stopping's rung steps, ascending: a paused trial's level
   // is how many of them it has passed (placement's importance).
   std::vector<int64_t> rung_steps;

@@ -143,6 +143,10 @@ struct Simulator::State {
   std::unique_ptr<search::Sampler> sampler;
   std::unique_ptr<search::Pruner> pruner;  // stopping type only
   std::optional<search::PromotionRule> promotion;
+  // Promotion-type: the rule's results kept as trials change, as the
+  // engine's view keeps them, and the trials changed since they were read.
+  std::optional<search::RungResults> rung_results;
+  std::vector<std::pair<size_t, size_t>> rung_touched;
   search::Rng world{0};
 
   std::vector<double> class_speed;
@@ -165,6 +169,8 @@ struct Simulator::State {
   // engine's does.
   std::set<int64_t> waiting;
   std::vector<int64_t> waiting_per_space, on_device_per_space;
+  std::set<int64_t> pending;  // of the waiting ones, those pending
+
   int64_t on_devices = 0;  // pending or on a device
 
   // Versions: `history` changes with anything the policy or ranking reads,
@@ -228,6 +234,7 @@ struct Simulator::State {
   // A trial's observation, to change it: the ranking reads it again.
   search::Observation& Obs(const Trial& t) {
     touched.emplace_back(t.space, t.index);
+    if (rung_results) rung_touched.emplace_back(t.space, t.index);
     return histories[t.space].trials[t.index];
   }
   void Changed(bool offer_too) {
@@ -249,6 +256,12 @@ struct Simulator::State {
     }
     on_device_per_space[t.space] +=
         static_cast<int>(p == Phase::kOnDevice) - static_cast<int>(t.phase == Phase::kOnDevice);
+    if (p == Phase::kPending) {
+      pending.insert(t.number);
+    } else {
+      pending.erase(t.number);
+    }
+    if (rung_results) rung_touched.emplace_back(t.space, t.index);
     t.phase = p;
     t.changed_at = now;
     Changed(true);
@@ -469,11 +482,33 @@ const Offer& Simulator::State::CurrentOffer() {
     const Ranking& r = Rank();
     OfferInput in;
     in.histories = &histories;
-    in.trials.reserve(waiting.size());
-    for (const int64_t i : waiting) {
-      const Trial& t = trials[i];
+    const auto list = [&](const Trial& t) {
       in.trials.push_back({t.id, t.space, t.index, t.phase, t.level, t.resume_step, t.stop_step, 0,
                            t.moving_to >= 0 ? ClassName(t.moving_to) : std::string()});
+    };
+    if (rung_results) {
+      // The pending trials and the promotable paused ones listed; the
+      // other paused ones only counted.
+      for (const auto& [s, i] : rung_touched) {
+        const Trial& t = trials[histories[s].trials[i].number];
+        rung_results->Set(s, i, histories[s].trials[i],
+                          t.phase == Phase::kPaused ? std::optional<int>(t.level) : std::nullopt);
+      }
+      rung_touched.clear();
+      in.paused_per_space = waiting_per_space;  // less the pending ones and those listed
+      for (const int64_t i : pending) {
+        list(trials[i]);
+        --in.paused_per_space[trials[i].space];
+      }
+      in.promotable.emplace(spaces.size());
+      for (size_t s = 0; s < spaces.size(); ++s) {
+        (*in.promotable)[s] = rung_results->Promotable(s);
+        for (const auto& p : (*in.promotable)[s]) list(trials[histories[s].trials[p.index].number]);
+        in.paused_per_space[s] -= static_cast<int64_t>((*in.promotable)[s].size());
+      }
+    } else {
+      in.trials.reserve(waiting.size());
+      for (const int64_t i : waiting) list(trials[i]);
     }
     in.on_device_per_space = on_device_per_space;
     in.finished_per_space.resize(spaces.size());
@@ -1042,6 +1077,7 @@ Result<std::unique_ptr<Simulator>> Simulator::Create(SimulatorOptions o) {
                                        search::PromotionCriterion::kTopFraction);
     if (!r.ok()) return r.status().WithContext("early_stopping");
     st->promotion = std::move(r).value();
+    st->rung_results.emplace(*st->promotion);
   } else if (o.early_stopping != "none") {
     auto p = search::MakeStoppingPruner(o.early_stopping, stopping, o.steps_per_trial);
     if (!p.ok()) return p.status().WithContext("early_stopping");

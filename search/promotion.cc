@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
@@ -176,6 +177,148 @@ std::vector<Promotion> PromotionRule::Promotable(const History& history,
     p.to_end = static_cast<size_t>(level) + 2 == r.size();
     p.value = *v;
     out.push_back(p);
+  }
+  std::sort(out.begin(), out.end(), [](const Promotion& a, const Promotion& b) {
+    if (a.from_level != b.from_level) return a.from_level > b.from_level;
+    if (a.value != b.value) return a.value < b.value;
+    return a.index < b.index;
+  });
+  return out;
+}
+
+RungResults::RungResults(PromotionRule rule) : rule_(std::move(rule)), eta_(rule_.eta()) {}
+
+void RungResults::Clear() {
+  spaces_.clear();
+  steps_of_bracket_.clear();
+}
+
+const std::vector<int64_t>& RungResults::StepsOf(int bracket, int64_t number) {
+  auto it = steps_of_bracket_.find(bracket);
+  if (it == steps_of_bracket_.end())
+    it = steps_of_bracket_.emplace(bracket, rule_.Rungs(number)).first;
+  return it->second;
+}
+
+RungResults::Rung& RungResults::RungAt(Space& space, const RungKey& key) {
+  auto it = space.rungs.find(key);
+  if (it == space.rungs.end()) {
+    Rung r;
+    r.steps = steps_of_bracket_.at(key.first);
+    r.level = key.second;
+    r.p = static_cast<double>(r.steps[key.second]) / static_cast<double>(r.steps[key.second + 1]);
+    it = space.rungs.emplace(key, std::move(r)).first;
+  }
+  return it->second;
+}
+
+// How many of a rung's n results the threshold's side holds: top fraction,
+// the best floor(n / eta) (its limit the worst of them); quantile, the
+// order statistics up to x_floor(h) (its limit between the worst of them
+// and the best of the rest).
+size_t RungResults::BestCount(const Rung& rung, size_t n) const {
+  if (n == 0) return 0;
+  if (rule_.criterion() == PromotionCriterion::kQuantile) {
+    const double h = static_cast<double>(n - 1) * rung.p;
+    return static_cast<size_t>(std::floor(h)) + 1;
+  }
+  return static_cast<size_t>(std::floor(static_cast<double>(n) / eta_ * (1 + kRelTolerance)));
+}
+
+void RungResults::Rebalance(Rung& rung) const {
+  const size_t k = BestCount(rung, rung.best.size() + rung.rest.size());
+  while (rung.best.size() > k) {
+    rung.rest.insert(rung.best.extract(std::prev(rung.best.end())));
+  }
+  while (rung.best.size() < k && !rung.rest.empty()) {
+    rung.best.insert(rung.rest.extract(rung.rest.begin()));
+  }
+}
+
+void RungResults::Insert(Rung& rung, const Result& r) const {
+  if (!rung.best.empty() && r < *rung.best.rbegin()) {
+    rung.best.insert(r);
+  } else {
+    rung.rest.insert(r);
+  }
+  Rebalance(rung);
+}
+
+void RungResults::Erase(Rung& rung, const Result& r) const {
+  if (rung.best.erase(r) == 0) rung.rest.erase(r);
+  Rebalance(rung);
+}
+
+std::optional<RungResults::Result> RungResults::Limit(const Rung& rung) const {
+  if (rung.best.empty()) return std::nullopt;
+  if (rule_.criterion() == PromotionCriterion::kTopFraction) return *rung.best.rbegin();
+  // Quantile's Q_p, computed as Quantile() computes it.
+  const size_t n = rung.best.size() + rung.rest.size();
+  if (n < 2) return std::nullopt;
+  const double h = static_cast<double>(n - 1) * rung.p;
+  const auto lo = static_cast<size_t>(std::floor(h));
+  const double x_lo = rung.best.rbegin()->first;
+  const double q = rung.rest.empty()
+                       ? x_lo
+                       : x_lo + (h - static_cast<double>(lo)) * (rung.rest.begin()->first - x_lo);
+  return Result{q, std::numeric_limits<int64_t>::max()};
+}
+
+void RungResults::Set(size_t space, size_t index, const Observation& o,
+                      std::optional<int> paused_level) {
+  if (spaces_.size() <= space) spaces_.resize(space + 1);
+  Space& sp = spaces_[space];
+  if (sp.trials.size() <= index) sp.trials.resize(index + 1);
+  // What it gives now, as Promotable reads it.
+  Kept now;
+  const int bracket = rule_.Bracket(o.number);
+  const std::vector<int64_t>& r = StepsOf(bracket, o.number);
+  if (o.status != TrialStatus::kFailed && !o.curve.empty()) {
+    size_t c = 0;
+    std::optional<double> at;
+    for (size_t j = 0; j + 1 < r.size() && r[j] <= o.curve.back().first; ++j) {
+      for (; c < o.curve.size() && o.curve[c].first <= r[j]; ++c) at = o.curve[c].second;
+      if (!at || std::isnan(*at)) continue;
+      now.reached.push_back({{bracket, static_cast<int>(j)}, {*at, o.number}});
+    }
+  }
+  if (paused_level && *paused_level >= 0 && static_cast<size_t>(*paused_level) + 1 < r.size()) {
+    const auto v = o.ValueAt(r[*paused_level]);
+    if (v && !std::isnan(*v)) now.paused = {{bracket, *paused_level}, {*v, o.number, index}};
+  }
+  std::optional<Kept>& kept = sp.trials[index];
+  if (kept && *kept == now) return;
+  if (kept) {
+    for (const auto& [key, result] : kept->reached) Erase(RungAt(sp, key), result);
+    if (kept->paused) {
+      RungAt(sp, kept->paused->first).paused.erase(kept->paused->second);
+    }
+  }
+  for (const auto& [key, result] : now.reached) Insert(RungAt(sp, key), result);
+  if (now.paused) {
+    RungAt(sp, now.paused->first).paused.insert(now.paused->second);
+  }
+  kept = std::move(now);
+}
+
+std::vector<Promotion> RungResults::Promotable(size_t space) const {
+  std::vector<Promotion> out;
+  if (space >= spaces_.size()) return out;
+  for (const auto& [key, rung] : spaces_[space].rungs) {
+    if (rung.paused.empty()) continue;
+    const auto limit = Limit(rung);
+    if (!limit) continue;
+    for (const auto& [value, number, index] : rung.paused) {
+      if (Result{value, number} > *limit) break;
+      Promotion p;
+      p.index = index;
+      p.from_level = rung.level;
+      p.from_step = rung.steps[rung.level];
+      p.to_step = rung.steps[rung.level + 1];
+      p.to_end = static_cast<size_t>(rung.level) + 2 == rung.steps.size();
+      p.value = value;
+      out.push_back(p);
+    }
   }
   std::sort(out.begin(), out.end(), [](const Promotion& a, const Promotion& b) {
     if (a.from_level != b.from_level) return a.from_level > b.from_level;

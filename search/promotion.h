@@ -37,8 +37,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <set>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -91,8 +95,10 @@ class PromotionRule {
                                     const std::vector<PausedTrial>& paused) const;
 
  private:
+  friend class RungResults;
   PromotionRule() = default;
   int Bracket(int64_t trial_number) const;
+  double eta() const { return eta_; }
 
   PromotionCriterion criterion_ = PromotionCriterion::kTopFraction;
   double eta_ = 3;
@@ -101,6 +107,62 @@ class PromotionRule {
   int min_early_stopping_rate_ = 0;
   bool hyperband_ = false;
   HyperbandOptions hyperband_options_;
+};
+
+// PromotionRule::Promotable kept as trials change, for callers that ask it
+// on every lease of a large experiment: per space and rung, the results
+// that reached the rung, split where the rule's threshold falls (the best
+// k of them and the rest, k as the criterion says), and the paused trials
+// there by value. Set() costs O(rungs log n) and Promotable() O(p log p)
+// for p promotable trials, where the rule's own Promotable walks every
+// trial and its curve (at 10,000 simulated workers with 27,000 paused
+// trials, 13 ms a lease). Gives what the rule's Promotable gives over the
+// same trials (tests/search_promotion_test.cc checks it against it).
+class RungResults {
+ public:
+  explicit RungResults(PromotionRule rule);
+
+  // What trial `index` of space `space` gives now: its observation, and the
+  // level it paused after if it is paused and may be offered (nullopt:
+  // not paused, or not to be offered). Call it whenever either changed.
+  void Set(size_t space, size_t index, const Observation& o, std::optional<int> paused_level);
+  // rule.Promotable(history, paused) over what was Set for `space`.
+  std::vector<Promotion> Promotable(size_t space) const;
+  void Clear();
+
+ private:
+  using Result = std::pair<double, int64_t>;  // (value, trial number)
+  struct Rung {
+    std::vector<int64_t> steps;  // its bracket's rungs
+    int level = 0;
+    double p = 0;                                          // the quantile criterion's R_j / R_j+1
+    std::set<Result> best, rest;                           // the best k results and the others
+    std::set<std::tuple<double, int64_t, size_t>> paused;  // (value, number, index)
+  };
+  using RungKey = std::pair<int, int>;  // (bracket, level)
+  struct Kept {
+    std::vector<std::pair<RungKey, Result>> reached;
+    std::optional<std::pair<RungKey, std::tuple<double, int64_t, size_t>>> paused;
+    bool operator==(const Kept& o) const { return reached == o.reached && paused == o.paused; }
+  };
+  struct Space {
+    std::map<RungKey, Rung> rungs;
+    std::vector<std::optional<Kept>> trials;  // by index
+    size_t paused = 0;
+  };
+  const std::vector<int64_t>& StepsOf(int bracket, int64_t number);
+  Rung& RungAt(Space& space, const RungKey& key);
+  size_t BestCount(const Rung& rung, size_t n) const;
+  void Rebalance(Rung& rung) const;
+  void Insert(Rung& rung, const Result& r) const;
+  void Erase(Rung& rung, const Result& r) const;
+  // The (value, number) a paused trial's must not exceed, if any.
+  std::optional<Result> Limit(const Rung& rung) const;
+
+  PromotionRule rule_;
+  double eta_ = 3;
+  std::map<int, std::vector<int64_t>> steps_of_bracket_;
+  std::vector<Space> spaces_;
 };
 
 // The fewest trials (numbered 0..n-1, all of one search space) of which at

@@ -1062,7 +1062,9 @@ TEST_F(EngineTest, AStopTypeTrialThatPassesARungMovesToTheFastDevicePreemptingNe
   // The slow device does not take it back.
   auto other = LeaseFor(slow);
   ASSERT_TRUE(other.ok()) << other.status();
-  if (other->has_value()) EXPECT_NE((*other)->trial.id, moving);
+  if (other->has_value()) {
+    EXPECT_NE((*other)->trial.id, moving);
+  }
   // C, which passed no rung, pauses at its next step, and the fast device takes B to its end.
   const ReportReply preempted = report(fast, newer, 1, 0.9, 1000);
   ASSERT_EQ(preempted.decision, Decision::kPause) << preempted.reason;

@@ -268,7 +268,7 @@ TEST_F(RestApiTest, AReportPastTheLastStepIsRefusedAndStoresNothing) {
     return CallJson("POST", trial + "/measurements", want,
                     json{{"step", step}, {"metrics", {{"loss", 1}}}}.dump());
   };
-  for (const json step : {json(3), json(4611686018427387904), json(INT64_MAX)}) {
+  for (const json& step : {json(3), json(4611686018427387904), json(INT64_MAX)}) {
     json e = report(step, 400);
     EXPECT_EQ(e["error"]["code"], "InvalidArgument");
     EXPECT_EQ(e["error"]["message"],

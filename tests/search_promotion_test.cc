@@ -273,6 +273,90 @@ TEST(PromotionRuleTest, PromotableIsTheRuleAsDefinedOnRandomHistories) {
   EXPECT_GT(promoted, 100) << "the histories hardly exercised promotion";
 }
 
+// RungResults, kept through random changes (curves growing and cut back,
+// statuses, pauses and resumes, in two spaces), gives what the rule's
+// Promotable gives over the same trials after every change, under both
+// criteria, for ASHA and Hyperband.
+TEST(RungResultsTest, KeptResultsPromoteAsTheRuleOverTheSameTrials) {
+  std::mt19937_64 rng(11);
+  HyperbandOptions hb;
+  hb.min_resource = 1;
+  hb.max_resource = 27;
+  hb.reduction_factor = 3;
+  int promoted = 0, checks = 0;
+  for (const auto criterion : {PromotionCriterion::kTopFraction, PromotionCriterion::kQuantile}) {
+    for (const bool is_hb : {false, true}) {
+      const auto rule = is_hb ? *PromotionRule::Hyperband(hb, 27, criterion)
+                              : *PromotionRule::Asha(Asha(1, 3), 27, criterion);
+      RungResults kept(rule);
+      std::vector<History> h(2);
+      std::vector<std::map<size_t, int>> paused(2);  // index -> level
+      for (int change = 0; change < 1500; ++change) {
+        const size_t s = rng() % 2;
+        auto& trials = h[s].trials;
+        size_t i = 0;
+        if (trials.empty() || rng() % 6 == 0) {  // a new trial
+          Observation o;
+          o.number = static_cast<int64_t>(trials.size() + h[1 - s].trials.size());
+          o.status = TrialStatus::kRunning;
+          trials.push_back(o);
+          i = trials.size() - 1;
+        } else {
+          i = rng() % trials.size();
+          Observation& o = trials[i];
+          switch (rng() % 6) {
+            case 0:
+            case 1: {  // reports
+              const int64_t from = o.curve.empty() ? 0 : o.curve.back().first;
+              for (int64_t k = 1 + static_cast<int64_t>(rng() % 5); k > 0 && from + k <= 27; --k) {
+                double v = static_cast<double>(rng() % 8) / 8;  // ties
+                if (rng() % 30 == 0) v = std::nan("");
+                o.curve.emplace_back(from + k, v);
+              }
+              std::sort(o.curve.begin(), o.curve.end());
+              break;
+            }
+            case 2:  // pauses at a level (sometimes one with nothing above it)
+              paused[s][i] = static_cast<int>(rng() % 5) - (rng() % 15 == 0 ? 5 : 0);
+              break;
+            case 3:  // resumed, completed or requeued: not paused
+              paused[s].erase(i);
+              break;
+            case 4:  // an expired lease cuts its curve back
+              if (!o.curve.empty()) o.curve.resize(rng() % o.curve.size());
+              break;
+            default:
+              o.status = rng() % 4 == 0 ? TrialStatus::kFailed : TrialStatus::kPruned;
+          }
+        }
+        const auto level = paused[s].find(i);
+        kept.Set(s, i, trials[i],
+                 level == paused[s].end() ? std::nullopt : std::optional<int>(level->second));
+        if (change % 7 != 0) continue;
+        for (size_t space = 0; space < 2; ++space) {
+          std::vector<PausedTrial> list;
+          for (const auto& [index, lv] : paused[space]) list.push_back({index, lv});
+          const auto want = rule.Promotable(h[space], list);
+          const auto got = kept.Promotable(space);
+          ++checks;
+          ASSERT_EQ(got.size(), want.size()) << "change " << change;
+          for (size_t k = 0; k < got.size(); ++k) {
+            EXPECT_EQ(got[k].index, want[k].index) << "change " << change;
+            EXPECT_EQ(got[k].from_level, want[k].from_level);
+            EXPECT_EQ(got[k].from_step, want[k].from_step);
+            EXPECT_EQ(got[k].to_step, want[k].to_step);
+            EXPECT_EQ(got[k].to_end, want[k].to_end);
+            EXPECT_EQ(got[k].value, want[k].value);
+          }
+          promoted += static_cast<int>(got.size());
+        }
+      }
+    }
+  }
+  EXPECT_GT(checks, 1000);
+  EXPECT_GT(promoted, 1000) << "the changes hardly exercised promotion";
+}
+
 // Issue #46: a rung keeps floor(n / eta), so the last of L + 1 rungs needs
 // about eta^L trials; fewer, and no trial completes.
 TEST(PromotionRuleTest, TrialsToReachLastRungIsEtaToTheNumberOfPromotions) {

@@ -8,11 +8,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>
 #include <string>
 
+#include "search/promotion.h"
 #include "server/engine/engine.h"
 #include "server/spec/spec.h"
 #include "testing/store_backends.h"
@@ -114,6 +116,16 @@ std::string Describe(const std::vector<search::SpaceRank>& ranks) {
   return s.str();
 }
 
+// Promotions as text.
+std::string Describe(const std::vector<search::Promotion>& promotions) {
+  std::ostringstream out;
+  for (const auto& p : promotions) {
+    out << p.index << " from " << p.from_level << " at " << p.from_step << " to " << p.to_step
+        << (p.to_end ? " (end)" : "") << " value " << p.value << "\n";
+  }
+  return out.str();
+}
+
 template <typename Backend>
 class TrialViewTest : public ::testing::Test {
  protected:
@@ -175,9 +187,14 @@ class TrialViewTest : public ::testing::Test {
   // against the states.
   static void ExpectListsAndCountsAsTheStatesSay(const TrialsSnapshot& view,
                                                  const std::string& after) {
-    std::set<Id> waiting;
-    std::vector<int64_t> on_device(view.histories.size(), 0), finished(view.histories.size(), 0);
+    std::set<Id> waiting, pending;
+    std::vector<int64_t> on_device(view.histories.size(), 0), finished(view.histories.size(), 0),
+        paused(view.histories.size(), 0);
     for (const auto& [id, t] : view.trials) {
+      ASSERT_LT(t.index, view.ids.at(t.space).size());
+      EXPECT_EQ(view.ids[t.space][t.index], id) << "after " << after;
+      if (t.state == store::TrialState::kPending) pending.insert(id);
+      if (t.state == store::TrialState::kPaused) ++paused[t.space];
       if (t.state == store::TrialState::kPending || t.state == store::TrialState::kPaused) {
         waiting.insert(id);
       } else if (t.state == store::TrialState::kLeased || t.state == store::TrialState::kRunning) {
@@ -187,10 +204,14 @@ class TrialViewTest : public ::testing::Test {
       }
     }
     std::vector<int64_t> kept_finished = view.finished_per_space,
-                         kept_on_device = view.on_device_per_space;
+                         kept_on_device = view.on_device_per_space,
+                         kept_paused = view.paused_per_space;
     kept_finished.resize(view.histories.size(), 0);
     kept_on_device.resize(view.histories.size(), 0);
+    kept_paused.resize(view.histories.size(), 0);
     EXPECT_EQ(view.waiting, waiting) << "after " << after;
+    EXPECT_EQ(view.pending, pending) << "after " << after;
+    EXPECT_EQ(kept_paused, paused) << "after " << after;
     EXPECT_EQ(kept_on_device, on_device) << "after " << after;
     EXPECT_EQ(kept_finished, finished) << "after " << after;
   }
@@ -209,8 +230,39 @@ class TrialViewTest : public ::testing::Test {
     EXPECT_EQ(Describe(SpaceRanking(**locked, spec_->spaces)),
               Describe(search::RankSpaces(spec_->spaces, (*locked)->histories)))
         << "the kept ranking after " << after;
+    ExpectKeptPromotionsAsTheRuleSays(**locked, after);
     return copied;
   }
+
+  // The promotions kept with the view (Promotable), against the rule over
+  // every trial of the view and its paused ones. Returns how many.
+  size_t ExpectKeptPromotionsAsTheRuleSays(TrialsSnapshot& view, const std::string& after) {
+    const auto kept = Promotable(view, rule_);
+    EXPECT_EQ(kept.size(), view.histories.size());
+    size_t n = 0;
+    for (size_t s = 0; s < view.histories.size() && s < kept.size(); ++s) {
+      std::vector<search::PausedTrial> paused;
+      for (const auto& [id, t] : view.trials) {
+        if (t.space == s && t.state == store::TrialState::kPaused)
+          paused.push_back({t.index, t.level});
+      }
+      std::sort(paused.begin(), paused.end(),
+                [](const auto& a, const auto& b) { return a.index < b.index; });
+      const auto want = rule_.Promotable(view.histories[s], paused);
+      EXPECT_EQ(Describe(kept[s]), Describe(want)) << "space " << s << " after " << after;
+      n += want.size();
+    }
+    return n;
+  }
+  // Promotion-type ASHA over the spec's 4 steps: rungs 1, 3 and 4.
+  const search::PromotionRule rule_ = *search::PromotionRule::Asha(
+      [] {
+        search::AshaOptions o;
+        o.min_resource = 1;
+        o.reduction_factor = 3;
+        return o;
+      }(),
+      4);
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<store::Store> store_;
@@ -337,6 +389,46 @@ TYPED_TEST(TrialViewTest, AKeptCopyOfTheHistoriesCopiesOnlyWhatChanged) {
 // past what that list holds (65,536) reads every trial. Both ways, and with
 // values that come, change and go, it must give what a ranking made from
 // every trial gives.
+TYPED_TEST(TrialViewTest, KeptPromotionsFollowReportsPausesAndCurvesCutBack) {
+  TrialView view(*this->counting_, this->experiment_, this->spec_, std::chrono::hours(1));
+  HistoriesCopy copy;
+  auto trials = this->Suggest(12);
+  ASSERT_EQ(trials.size(), 12u);
+  this->UpdateCopy(view, copy, "the first read");
+  // Each reports its first step and pauses at the first rung: a third of
+  // each space's may go on.
+  for (size_t i = 0; i < trials.size(); ++i) {
+    ASSERT_TRUE(view.ApplyReport(trials[i].trial, 1, 0.05 * static_cast<double>((i * 7) % 12), true,
+                                 nullptr)
+                    .ok());
+    view.SetOutcome(trials[i].trial.id, store::TrialState::kPaused, std::nullopt);
+  }
+  this->UpdateCopy(view, copy, "twelve paused at the first rung");
+  {
+    auto locked = view.Fresh();
+    ASSERT_TRUE(locked.ok());
+    EXPECT_GT(this->ExpectKeptPromotionsAsTheRuleSays(**locked, "the count"), 0u);
+  }
+  // Two go on (running: not paused), one of them to the second rung and
+  // pauses there; another fails; another's curve is cut back to nothing.
+  ASSERT_TRUE(view.ApplyReport(trials[0].trial, 2, 0.01, true, nullptr).ok());
+  ASSERT_TRUE(view.ApplyReport(trials[1].trial, 2, 0.02, true, nullptr).ok());
+  ASSERT_TRUE(view.ApplyReport(trials[1].trial, 3, 0.01, true, nullptr).ok());
+  view.SetOutcome(trials[1].trial.id, store::TrialState::kPaused, std::nullopt);
+  view.SetOutcome(trials[2].trial.id, store::TrialState::kFailed, std::nullopt);
+  view.DropCurveAfter(trials[3].trial.id, 0);
+  this->UpdateCopy(view, copy, "resumes, a failure and a curve cut back");
+  // More trials than the stale list holds change.
+  for (int k = 0; k < 70'000; ++k) {
+    const auto& t = trials[4 + static_cast<size_t>(k) % 8].trial;
+    view.SetOutcome(t.id, k % 2 ? store::TrialState::kPaused : store::TrialState::kRunning,
+                    std::nullopt);
+  }
+  this->UpdateCopy(view, copy, "70,000 changes, more than the list holds");
+  view.Forget();
+  this->UpdateCopy(view, copy, "a whole reread");
+}
+
 TYPED_TEST(TrialViewTest, AKeptRankingFollowsChangesPastWhatItLists) {
   TrialView view(*this->counting_, this->experiment_, this->spec_, std::chrono::hours(1));
   HistoriesCopy copy;

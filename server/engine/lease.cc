@@ -202,8 +202,28 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
       }
       in.trials.push_back(o);
     };
-    in.trials.reserve(view->waiting.size());
-    if (view->waiting.size() * 8 < view->trials.size()) {
+    if (c.promotion) {
+      // Promotion-type: the pending trials and the paused ones the rule may
+      // promote now listed; the other paused ones only counted.
+      auto promotable = Promotable(*view, *c.promotion);
+      for (const Id id : view->pending) {
+        if (const auto found = view->trials.find(id); found != view->trials.end())
+          list(id, found->second);
+      }
+      in.paused_per_space.assign(spec.spaces.size(), 0);
+      for (size_t s = 0; s < promotable.size() && s < spec.spaces.size(); ++s) {
+        for (const search::Promotion& p : promotable[s]) {
+          const Id id = view->ids[s][p.index];
+          list(id, view->trials.at(id));
+        }
+        in.paused_per_space[s] =
+            (s < view->paused_per_space.size() ? view->paused_per_space[s] : 0) -
+            static_cast<int64_t>(promotable[s].size());
+        per_space[s] += static_cast<int>(in.paused_per_space[s]);
+      }
+      in.promotable = std::move(promotable);
+    } else if (view->waiting.size() * 8 < view->trials.size()) {
+      in.trials.reserve(view->waiting.size());
       for (const Id id : view->waiting) {
         if (const auto found = view->trials.find(id); found != view->trials.end())
           list(id, found->second);
@@ -444,8 +464,9 @@ std::optional<ReportReply> Engine::MaybeMove(Cached& c, const store::TrialRecord
         if (dev == device_id || on.trial_id == trial.id || on.rungs > victim_rungs) continue;
         // Ties: the newer trial, which has the least invested.
         if (on.rungs == victim_rungs && (!victim || on.trial_id < victim->second)) continue;
-        const auto d = f->devices.find(dev);
-        if (d == f->devices.end() || !d->second.live || d->second.device_class != cls.device_class)
+        const auto there = f->devices.find(dev);
+        if (there == f->devices.end() || !there->second.live ||
+            there->second.device_class != cls.device_class)
           continue;
         victim = std::make_pair(dev, on.trial_id);
         victim_rungs = on.rungs;

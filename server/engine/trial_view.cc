@@ -38,6 +38,22 @@ search::TrialStatus SearchStatus(TrialState s) {
 }
 
 namespace {
+// Lists (space, index) as changed for a kept reader of the trials (the
+// ranking, the promotions) that has been made and is not stale whole.
+template <typename Kept>
+void NoteStale(bool made, Kept& kept, size_t space, size_t index) {
+  if (!made || kept.all_stale) return;  // its next use reads every trial
+  // Past this many the next use reads every trial: about what a list of
+  // them would cost it.
+  constexpr size_t kMaxStale = 65'536;
+  if (kept.stale.size() >= kMaxStale) {
+    kept.stale.clear();
+    kept.all_stale = true;
+    return;
+  }
+  kept.stale.emplace_back(space, index);
+}
+
 // Counts the observation at (space, index) as changed: every change to a
 // view's histories goes through here.
 void NoteChanged(TrialsSnapshot& view, size_t space, size_t index) {
@@ -46,17 +62,8 @@ void NoteChanged(TrialsSnapshot& view, size_t space, size_t index) {
   } else {
     view.changed[space].push_back(++view.revision);  // appended
   }
-  TrialsSnapshot::Ranking& r = view.ranking;
-  if (!r.made || r.all_stale) return;  // the next ranking reads every trial
-  // Past this many the next ranking reads every trial: about what a list
-  // of them would cost it.
-  constexpr size_t kMaxStale = 65'536;
-  if (r.stale.size() >= kMaxStale) {
-    r.stale.clear();
-    r.all_stale = true;
-    return;
-  }
-  r.stale.emplace_back(space, index);
+  NoteStale(view.ranking.made, view.ranking, space, index);
+  NoteStale(view.promotions.results.has_value(), view.promotions, space, index);
 }
 
 // The observation at (space, index), counted as changed.
@@ -89,6 +96,32 @@ const std::vector<search::SpaceRank>& SpaceRanking(TrialsSnapshot& view,
   r.made = true;
   if (changed) r.ranks = search::RankSpaces(spaces, r.results.Results(view.histories.size()));
   return r.ranks;
+}
+
+std::vector<std::vector<search::Promotion>> Promotable(TrialsSnapshot& view,
+                                                       const search::PromotionRule& rule) {
+  TrialsSnapshot::Promotions& p = view.promotions;
+  const auto set = [&](size_t s, size_t i) {
+    if (s >= view.ids.size() || i >= view.ids[s].size()) return;
+    const auto it = view.trials.find(view.ids[s][i]);
+    if (it == view.trials.end()) return;
+    const TrialEntry& e = it->second;
+    p.results->Set(s, i, view.histories[s].trials[i],
+                   e.state == TrialState::kPaused ? std::optional<int>(e.level) : std::nullopt);
+  };
+  if (!p.results || p.all_stale) {
+    p.results.emplace(rule);
+    for (size_t s = 0; s < view.histories.size(); ++s) {
+      for (size_t i = 0; i < view.histories[s].trials.size(); ++i) set(s, i);
+    }
+  } else {
+    for (const auto& [s, i] : p.stale) set(s, i);
+  }
+  p.stale.clear();
+  p.all_stale = false;
+  std::vector<std::vector<search::Promotion>> out(view.histories.size());
+  for (size_t s = 0; s < out.size(); ++s) out[s] = p.results->Promotable(s);
+  return out;
 }
 
 size_t HistoriesCopy::Update(const TrialsSnapshot& view) {
@@ -127,26 +160,34 @@ bool IsOpen(TrialState s) {
 
 namespace {
 // Every change of a trial's state in a view goes through here (`added`: the
-// trial is new to the view), so that `waiting`, `on_device_per_space` and
-// `finished_per_space` stay what the states say.
+// trial is new to the view), so that `waiting`, `pending` and the counts
+// per space stay what the states say.
 void SetState(TrialsSnapshot& view, Id trial_id, TrialEntry& e, TrialState state, bool added) {
   if (view.finished_per_space.size() < view.histories.size())
     view.finished_per_space.resize(view.histories.size(), 0);
   if (view.on_device_per_space.size() < view.histories.size()) {
     view.on_device_per_space.resize(view.histories.size(), 0);
   }
+  if (view.paused_per_space.size() < view.histories.size())
+    view.paused_per_space.resize(view.histories.size(), 0);
   const auto waits = [](TrialState s) {
     return s == TrialState::kPending || s == TrialState::kPaused;
   };
   const auto on_device = [](TrialState s) {
     return s == TrialState::kLeased || s == TrialState::kRunning;
   };
+  // The state and level the promotions read.
+  NoteStale(view.promotions.results.has_value(), view.promotions, e.space, e.index);
   if (!added) {
+    if (e.state == TrialState::kPending) view.pending.erase(trial_id);
+    if (e.state == TrialState::kPaused) --view.paused_per_space[e.space];
     if (waits(e.state)) view.waiting.erase(trial_id);
     if (on_device(e.state)) --view.on_device_per_space[e.space];
     if (!IsOpen(e.state)) --view.finished_per_space[e.space];
   }
   e.state = state;
+  if (state == TrialState::kPending) view.pending.insert(trial_id);
+  if (state == TrialState::kPaused) ++view.paused_per_space[e.space];
   if (waits(state)) view.waiting.insert(trial_id);
   if (on_device(state)) ++view.on_device_per_space[e.space];
   if (!IsOpen(state)) ++view.finished_per_space[e.space];
@@ -196,6 +237,8 @@ void TrialView::Add(TrialsSnapshot& view, const store::TrialRecord& trial) const
   SetState(view, trial.id, view.trials.emplace(trial.id, e).first->second, trial.state,
            /*added=*/true);
   trials.push_back(std::move(o));
+  if (view.ids.size() < view.histories.size()) view.ids.resize(view.histories.size());
+  view.ids[si->second].push_back(trial.id);
   NoteChanged(view, si->second, e.index);
 }
 

@@ -36,6 +36,7 @@
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "search/history.h"
+#include "search/promotion.h"
 #include "search/pruner.h"
 #include "search/ranking.h"
 #include "search/space.h"
@@ -87,6 +88,7 @@ struct TrialsSnapshot {
   std::set<store::Id> waiting;
   std::vector<int64_t> on_device_per_space;
   std::vector<int64_t> finished_per_space;
+  std::vector<int64_t> paused_per_space;
   // The space ranking of `histories`, kept by SpaceRanking() with what
   // each trial gave it (search::RankedResults), so that a change costs
   // O(log n).
@@ -101,6 +103,21 @@ struct TrialsSnapshot {
     bool all_stale = false;
   };
   Ranking ranking;
+  // Promotion-type early stopping: what its rule reads, kept as trials
+  // change (search::RungResults), so that a lease lists only the paused
+  // trials it may promote, not every one (at 10,000 simulated workers with
+  // 27,000 paused trials, the walk and the rule over all of them were most
+  // of a lease). Stale as `ranking` is; made by Promotable().
+  struct Promotions {
+    std::optional<search::RungResults> results;
+    std::vector<std::pair<size_t, size_t>> stale;
+    bool all_stale = false;
+  };
+  Promotions promotions;
+  // Per space, by index into its history: the trial's id.
+  std::vector<std::vector<store::Id>> ids;
+  // Of the waiting trials, the pending ones.
+  std::set<store::Id> pending;
 };
 
 // search::RankSpaces of the view's histories (default options): made again
@@ -109,6 +126,13 @@ struct TrialsSnapshot {
 // report of a running trial changes none. Call with the view's lock held.
 const std::vector<search::SpaceRank>& SpaceRanking(TrialsSnapshot& view,
                                                    const std::vector<search::SearchSpace>& spaces);
+
+// search::PromotionRule::Promotable of the view's histories and paused
+// trials, per space: kept by TrialsSnapshot::promotions, brought up to date
+// with the trials changed since the last call. Call with the view's lock
+// held, always with the same rule.
+std::vector<std::vector<search::Promotion>> Promotable(TrialsSnapshot& view,
+                                                       const search::PromotionRule& rule);
 
 // Whether a trial in this state is still to run or running (IsOpen), or
 // has finished.

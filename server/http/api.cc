@@ -377,7 +377,7 @@ Result<HttpResponse> RestApi::Dispatch(const Route& route, const RouteCall& call
 // Health, metrics, the document, the event stream -----------------------
 
 Result<HttpResponse> RestApi::Healthz(const RouteCall&) {
-  return HttpResponse{200, "text/plain", "ok\n", {}, {}};
+  return HttpResponse{200, "text/plain", "ok\n", {}, {}, {}};
 }
 
 bool RestApi::IsBackgroundRead(const HttpRequest& req) {
@@ -387,15 +387,16 @@ bool RestApi::IsBackgroundRead(const HttpRequest& req) {
 
 Result<HttpResponse> RestApi::Readyz(const RouteCall&) {
   HPO_RETURN_IF_ERROR(engine_.CheckStore());
-  return HttpResponse{200, "text/plain", "ready\n", {}, {}};
+  return HttpResponse{200, "text/plain", "ready\n", {}, {}, {}};
 }
 
 Result<HttpResponse> RestApi::Metrics(const RouteCall&) {
-  return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.Render(), {}, {}};
+  return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.Render(), {}, {},
+                      {}};
 }
 
 Result<HttpResponse> RestApi::OpenApiDocument(const RouteCall&) {
-  return HttpResponse{200, "application/json", OpenApi(), {}, {}};
+  return HttpResponse{200, "application/json", OpenApi(), {}, {}, {}};
 }
 
 Result<HttpResponse> RestApi::Events(const RouteCall&) {
