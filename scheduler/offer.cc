@@ -50,6 +50,7 @@ Offer OfferWork(const OfferInput& in) {
       item.steps = p.to_step - p.from_step;
       item.remaining_steps = in.steps_per_trial - p.from_step;
       item.waiting_s = t.waiting_s;
+      item.alike = p.more;
       out.items.push_back(item);
       out.promotion_of[t.id] = p;
     };

@@ -51,22 +51,34 @@ WorkloadSpeeds SpeedsFor(const std::string& workload, const AskingDevice& device
 }
 
 // Mid-rank percentiles of `values` (1 = largest), in their order.
-std::vector<double> Percentiles(const std::vector<double>& values) {
+// Each value's mid-rank percentile among all of them, value i counted
+// weights[i] times (an item and the ones alike it left out).
+std::vector<double> Percentiles(const std::vector<double>& values,
+                                const std::vector<double>& weights) {
   const size_t n = values.size();
+  double total = 0;
+  for (double w : weights) total += w;
   std::vector<double> out(n, 1.0);
-  if (n < 2) return out;
+  if (!(total >= 2)) return out;
   std::vector<size_t> order(n);
   for (size_t i = 0; i < n; ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return values[a] < values[b]; });
+  double below = 0;  // the weight of the values below this one
   for (size_t lo = 0; lo < n;) {
     size_t hi = lo;
-    while (hi + 1 < n && values[order[hi + 1]] == values[order[lo]]) ++hi;
-    const double p = (lo + (hi - lo) / 2.0) / (n - 1);
+    double w = weights[order[lo]];
+    while (hi + 1 < n && values[order[hi + 1]] == values[order[lo]]) w += weights[order[++hi]];
+    const double p = (below + (w - 1) / 2.0) / (total - 1);
     for (size_t k = lo; k <= hi; ++k) out[order[k]] = p;
+    below += w;
     lo = hi + 1;
   }
   return out;
+}
+
+double Weight(const WorkItem& item) {
+  return 1 + static_cast<double>(std::max<int64_t>(item.alike, 0));
 }
 
 double Seconds(const WorkItem& item, double samples_per_step, double samples_per_sec) {
@@ -200,11 +212,14 @@ PolicyDecision Shadho(const AskingDevice& device, const FleetClasses& fleet,
     if (s == mine) equal += count;
   }
   const double q = n > 1 ? (slower + (equal - 1) / 2) / (n - 1) : 1.0;
-  std::vector<double> importance;
+  std::vector<double> importance, weights;
   importance.reserve(items.size());
-  for (const auto& it : items)
+  weights.reserve(items.size());
+  for (const auto& it : items) {
     importance.push_back(std::max(0.0, std::isfinite(it.space_priority) ? it.space_priority : 0));
-  const auto p = Percentiles(importance);
+    weights.push_back(Weight(it));
+  }
+  const auto p = Percentiles(importance, weights);
   size_t best = 0;
   for (size_t i = 1; i < items.size(); ++i) {
     if (std::abs(p[i] - q) < std::abs(p[best] - q)) best = i;
@@ -342,13 +357,14 @@ PolicyDecision Decide(const AskingDevice& device, const FleetSummary& fleet, dou
                "explore: little known about this device");
 
   // 4. Matching importance to speed.
-  std::vector<double> importance;
+  std::vector<double> importance, weights;
   for (size_t i : offered) {
     const auto& it = items[i];
     const double priority = std::isfinite(it.space_priority) ? std::max(it.space_priority, 0.0) : 0;
     importance.push_back(priority * (1 + std::max(it.level, 0)));
+    weights.push_back(Weight(it));
   }
-  const std::vector<double> p = Percentiles(importance);
+  const std::vector<double> p = Percentiles(importance, weights);
   std::vector<size_t> order(offered.size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = k;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {

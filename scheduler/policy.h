@@ -132,6 +132,11 @@ struct WorkItem {
   // resume: the device class the trial paused to move to (DecideMove chose
   // it, and counted on that class's next free device); empty otherwise.
   std::string moving_to;
+  // Items like this one (the same kind, space, level and steps) that the
+  // offer left out after it (OfferInput::promotable, kMaxPromotionsPerRung):
+  // where the policy weighs the offer as a whole (importance percentiles)
+  // they count as if listed.
+  int64_t alike = 0;
 };
 
 enum class PolicyKind { kSpeed, kFifo, kShadho };

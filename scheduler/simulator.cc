@@ -502,7 +502,7 @@ const Offer& Simulator::State::CurrentOffer() {
       }
       in.promotable.emplace(spaces.size());
       for (size_t s = 0; s < spaces.size(); ++s) {
-        (*in.promotable)[s] = rung_results->Promotable(s);
+        (*in.promotable)[s] = rung_results->Promotable(s, kMaxPromotionsPerRung);
         for (const auto& p : (*in.promotable)[s]) list(trials[histories[s].trials[p.index].number]);
         in.paused_per_space[s] -= static_cast<int64_t>((*in.promotable)[s].size());
       }

@@ -301,15 +301,21 @@ void RungResults::Set(size_t space, size_t index, const Observation& o,
   kept = std::move(now);
 }
 
-std::vector<Promotion> RungResults::Promotable(size_t space) const {
+std::vector<Promotion> RungResults::Promotable(size_t space, size_t per_rung) const {
   std::vector<Promotion> out;
   if (space >= spaces_.size()) return out;
   for (const auto& [key, rung] : spaces_[space].rungs) {
     if (rung.paused.empty()) continue;
     const auto limit = Limit(rung);
     if (!limit) continue;
+    size_t listed = 0;
     for (const auto& [value, number, index] : rung.paused) {
       if (Result{value, number} > *limit) break;
+      if (listed == per_rung) {
+        ++out.back().more;
+        continue;
+      }
+      ++listed;
       Promotion p;
       p.index = index;
       p.from_level = rung.level;

@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -64,6 +65,9 @@ struct Promotion {
   int64_t to_step = 0;    // R_{from_level + 1}: where the promoted segment ends
   bool to_end = false;    // to_step is the trial's budget: it completes there
   double value = 0;       // at from_step (minimized); the best first
+  // RungResults::Promotable with a limit per rung: on the last one it lists
+  // of a rung, how many more of that rung may go on (worse, so later).
+  int64_t more = 0;
 };
 
 // Which trials paused at a rung may go on (see above).
@@ -126,8 +130,11 @@ class RungResults {
   // level it paused after if it is paused and may be offered (nullopt:
   // not paused, or not to be offered). Call it whenever either changed.
   void Set(size_t space, size_t index, const Observation& o, std::optional<int> paused_level);
-  // rule.Promotable(history, paused) over what was Set for `space`.
-  std::vector<Promotion> Promotable(size_t space) const;
+  // rule.Promotable(history, paused) over what was Set for `space`; with
+  // `per_rung`, only the best that many of each rung, the last of them
+  // saying how many more there are (Promotion::more).
+  std::vector<Promotion> Promotable(size_t space,
+                                    size_t per_rung = std::numeric_limits<size_t>::max()) const;
   void Clear();
 
  private:

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -220,6 +221,47 @@ TEST(Policy, FastDevicesTakeImportantWorkSlowOnesExploration) {
   // The middle of the fleet takes the middle of the offer (importance 0.2,
   // 0.8, 0.6, 3.2, 0.5: the median is trial 3).
   EXPECT_EQ(Pick(Decide({"mid1", "mid"}, w.fleet, items, w.speeds, no_hold_back), items), 3);
+}
+
+// An item with `alike` left out after it decides as the offer with them
+// listed (resume items of one rung, the same but for their trials): the
+// same trial on every class, under the speed policy and shadho.
+TEST(Policy, AnItemStandsForTheAlikeOnesTheOfferLeftOut) {
+  World w;
+  std::mt19937_64 rng(3);
+  int resumed = 0;
+  for (int round = 0; round < 300; ++round) {
+    std::vector<WorkItem> listed, compressed;
+    int64_t id = 1;
+    const int groups = 1 + static_cast<int>(rng() % 5);
+    for (int g = 0; g < groups; ++g) {
+      const double priority = 0.1 * static_cast<double>(1 + rng() % 5);
+      const int level = static_cast<int>(rng() % 3);
+      const int64_t n = 1 + static_cast<int64_t>(rng() % 6);
+      compressed.push_back(Resume(id, priority, level));
+      compressed.back().alike = n - 1;
+      for (int64_t k = 0; k < n; ++k) listed.push_back(Resume(id++, priority, level));
+    }
+    for (int k = static_cast<int>(rng() % 3); k > 0; --k) {
+      const WorkItem fresh = New(k, 0.1 * static_cast<double>(1 + rng() % 5));
+      listed.push_back(fresh);
+      compressed.push_back(fresh);
+    }
+    for (const PolicyKind kind : {PolicyKind::kSpeed, PolicyKind::kShadho}) {
+      PolicyOptions o = Timed();
+      o.kind = kind;
+      o.class_order = {"fast", "mid", "slow"};
+      for (const char* cls : {"slow", "mid", "fast"}) {
+        const AskingDevice device{std::string(cls) + "1", cls};
+        const PolicyDecision a = Decide(device, w.fleet, listed, w.speeds, o);
+        const PolicyDecision b = Decide(device, w.fleet, compressed, w.speeds, o);
+        ASSERT_EQ(Pick(a, listed), Pick(b, compressed)) << "round " << round << " " << cls;
+        EXPECT_EQ(a.reason, b.reason);
+        resumed += Pick(a, listed) > 0;
+      }
+    }
+  }
+  EXPECT_GT(resumed, 300);
 }
 
 TEST(Policy, PromotionsGoToFastDevicesNewTrialsToSlowOnes) {

@@ -349,6 +349,25 @@ TEST(RungResultsTest, KeptResultsPromoteAsTheRuleOverTheSameTrials) {
             EXPECT_EQ(got[k].value, want[k].value);
           }
           promoted += static_cast<int>(got.size());
+          // At most two a rung: the best two of each, the second saying
+          // how many more.
+          std::vector<Promotion> want_capped;
+          std::map<std::pair<int, int64_t>, std::vector<size_t>> of_rung;  // -> in want_capped
+          for (const Promotion& p : got) {
+            auto& at = of_rung[{p.from_level, p.from_step}];
+            if (at.size() < 2) {
+              want_capped.push_back(p);
+              at.push_back(want_capped.size() - 1);
+            } else {
+              ++want_capped[at.back()].more;
+            }
+          }
+          const auto capped = kept.Promotable(space, 2);
+          ASSERT_EQ(capped.size(), want_capped.size()) << "change " << change;
+          for (size_t k = 0; k < capped.size(); ++k) {
+            EXPECT_EQ(capped[k].index, want_capped[k].index) << "change " << change;
+            EXPECT_EQ(capped[k].more, want_capped[k].more) << "change " << change;
+          }
         }
       }
     }

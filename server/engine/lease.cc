@@ -205,7 +205,7 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
     if (c.promotion) {
       // Promotion-type: the pending trials and the paused ones the rule may
       // promote now listed; the other paused ones only counted.
-      auto promotable = Promotable(*view, *c.promotion);
+      auto promotable = Promotable(*view, *c.promotion, scheduler::kMaxPromotionsPerRung);
       for (const Id id : view->pending) {
         if (const auto found = view->trials.find(id); found != view->trials.end())
           list(id, found->second);

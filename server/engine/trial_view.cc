@@ -99,7 +99,8 @@ const std::vector<search::SpaceRank>& SpaceRanking(TrialsSnapshot& view,
 }
 
 std::vector<std::vector<search::Promotion>> Promotable(TrialsSnapshot& view,
-                                                       const search::PromotionRule& rule) {
+                                                       const search::PromotionRule& rule,
+                                                       size_t per_rung) {
   TrialsSnapshot::Promotions& p = view.promotions;
   const auto set = [&](size_t s, size_t i) {
     if (s >= view.ids.size() || i >= view.ids[s].size()) return;
@@ -120,7 +121,7 @@ std::vector<std::vector<search::Promotion>> Promotable(TrialsSnapshot& view,
   p.stale.clear();
   p.all_stale = false;
   std::vector<std::vector<search::Promotion>> out(view.histories.size());
-  for (size_t s = 0; s < out.size(); ++s) out[s] = p.results->Promotable(s);
+  for (size_t s = 0; s < out.size(); ++s) out[s] = p.results->Promotable(s, per_rung);
   return out;
 }
 

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -131,8 +132,10 @@ const std::vector<search::SpaceRank>& SpaceRanking(TrialsSnapshot& view,
 // trials, per space: kept by TrialsSnapshot::promotions, brought up to date
 // with the trials changed since the last call. Call with the view's lock
 // held, always with the same rule.
-std::vector<std::vector<search::Promotion>> Promotable(TrialsSnapshot& view,
-                                                       const search::PromotionRule& rule);
+// `per_rung` as search::RungResults::Promotable's.
+std::vector<std::vector<search::Promotion>> Promotable(
+    TrialsSnapshot& view, const search::PromotionRule& rule,
+    size_t per_rung = std::numeric_limits<size_t>::max());
 
 // Whether a trial in this state is still to run or running (IsOpen), or
 // has finished.
