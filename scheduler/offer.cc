@@ -38,6 +38,7 @@ Offer OfferWork(const OfferInput& in) {
   };
   const bool room = on_devices < in.max_parallel;
   out.items.reserve(in.trials.size() + spaces);
+  out.promotions.reserve(in.trials.size() + spaces);
   if (room && in.promotion) {
     const auto resume = [&](const OfferTrial& t, size_t s, const search::Promotion& p) {
       WorkItem item;
@@ -52,7 +53,7 @@ Offer OfferWork(const OfferInput& in) {
       item.waiting_s = t.waiting_s;
       item.alike = p.more;
       out.items.push_back(item);
-      out.promotion_of[t.id] = p;
+      out.promotions.push_back(p);
     };
     if (in.promotable) {
       // The caller's promotions, of the paused trials it listed.
@@ -113,7 +114,7 @@ Offer OfferWork(const OfferInput& in) {
       p.from_step = t.resume_step;
       p.to_step = in.steps_per_trial;
       p.to_end = true;
-      out.promotion_of[t.id] = p;
+      out.promotions.push_back(p);
     }
   }
   for (const auto& t : in.trials) {
@@ -170,6 +171,9 @@ Offer OfferWork(const OfferInput& in) {
       out.items.push_back(item);
     }
   }
+  // The resume items come first, each with its promotion; the pending and
+  // new items after them have none.
+  out.promotions.resize(out.items.size());
   return out;
 }
 

@@ -31,7 +31,6 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "scheduler/policy.h"
@@ -89,7 +88,10 @@ struct OfferInput {
 
 struct Offer {
   std::vector<WorkItem> items;
-  std::unordered_map<int64_t, search::Promotion> promotion_of;  // of the resume items, by trial id
+  // Parallel to `items`: a resume item's promotion (the others' is unused).
+  // Not a map by trial id: at 10,000 workers its inserts were a fifth of a
+  // lease's time.
+  std::vector<search::Promotion> promotions;
 };
 
 Offer OfferWork(const OfferInput& in);

@@ -150,6 +150,7 @@ struct Simulator::State {
   search::Rng world{0};
 
   std::vector<double> class_speed;
+  std::vector<std::string> class_names;  // ClassName(k), made once
   std::vector<double> class_benchmark;
   std::vector<Device> devices;
   FleetSummary live;  // the devices not down, for the policy
@@ -348,6 +349,7 @@ void Simulator::State::BuildWorld() {
     }
   }
   const int k = static_cast<int>(class_speed.size());
+  for (int i = 0; i < k; ++i) class_names.push_back(ClassName(i));
   // A class's benchmark (GFLOP/s-like): proportional to its speed, but noisy.
   for (int i = 0; i < k; ++i) {
     class_benchmark.push_back(class_speed[i] / 50 * std::exp(o.benchmark_sigma * r.Normal()));
@@ -484,7 +486,7 @@ const Offer& Simulator::State::CurrentOffer() {
     in.histories = &histories;
     const auto list = [&](const Trial& t) {
       in.trials.push_back({t.id, t.space, t.index, t.phase, t.level, t.resume_step, t.stop_step, 0,
-                           t.moving_to >= 0 ? ClassName(t.moving_to) : std::string()});
+                           t.moving_to >= 0 ? class_names[t.moving_to] : std::string()});
     };
     if (rung_results) {
       // The pending trials and the promotable paused ones listed; the
@@ -530,10 +532,14 @@ const Offer& Simulator::State::CurrentOffer() {
   }
   // The waiting times move with the clock, and samples per step with the
   // reports (the engine reads both on every lease).
+  // Per workload, not per item, as the engine reads them.
+  std::vector<double> per_step(workloads.size());
+  for (size_t s = 0; s < workloads.size(); ++s)
+    per_step[s] = step_samples.SamplesPerStep(workloads[s]);
   for (auto& item : offer.items) {
     if (item.kind != WorkItem::Kind::kNew)
       item.waiting_s = now - trials[item.trial_id - 1].changed_at;
-    item.samples_per_step = step_samples.SamplesPerStep(item.workload);
+    item.samples_per_step = per_step[static_cast<size_t>(item.space_index)];
   }
   return offer;
 }
@@ -618,7 +624,7 @@ void Simulator::State::Apply(int64_t d, const WorkItem& item, const PolicyDecisi
   switch (item.kind) {
     case WorkItem::Kind::kResume: {
       // The store's ResumeTrial: paused -> leased, level + 1, to the next rung.
-      const search::Promotion p = offer.promotion_of.at(item.trial_id);
+      const search::Promotion p = offer.promotions.at(decision.item);
       ti = item.trial_id - 1;
       Trial& t = trials[ti];
       t.paused_s = now - t.changed_at;

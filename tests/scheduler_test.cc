@@ -532,7 +532,8 @@ TEST(Offer, PromotablePausedTrialsPendingOnesAndANewTrialPerSpace) {
   EXPECT_EQ(offer.items[0].level, 1);
   EXPECT_EQ(offer.items[0].steps, 2) << "from rung 1 to rung 3";
   EXPECT_DOUBLE_EQ(offer.items[0].waiting_s, 6);
-  EXPECT_EQ(offer.promotion_of.at(11).to_step, 3);
+  ASSERT_EQ(offer.promotions.size(), offer.items.size());
+  EXPECT_EQ(offer.promotions[0].to_step, 3);
   EXPECT_EQ(offer.items[1].kind, WorkItem::Kind::kPending);
   EXPECT_EQ(offer.items[1].trial_id, 13);
   EXPECT_EQ(offer.items[1].steps, 1) << "its lease runs to its stop step";
@@ -569,7 +570,7 @@ TEST(Offer, PromotablePausedTrialsPendingOnesAndANewTrialPerSpace) {
     EXPECT_EQ(offer.items[k].trial_id, 10 + k);
     EXPECT_EQ(offer.items[k].level, 1) << "passed rung 1";
     EXPECT_EQ(offer.items[k].steps, 8) << "from step 1 to the end";
-    EXPECT_TRUE(offer.promotion_of.at(10 + k).to_end);
+    EXPECT_TRUE(offer.promotions.at(k).to_end);
   }
   EXPECT_EQ(offer.items[3].kind, WorkItem::Kind::kPending);
   EXPECT_EQ(offer.items[4].steps, 9);

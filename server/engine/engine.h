@@ -826,8 +826,7 @@ class Engine {
   class LeaseClaim;  // lease.cc
   struct LeasePlan {
     std::vector<scheduler::WorkItem> items;
-    std::unordered_map<store::Id, search::Promotion>
-        promotion_of;  // of the kResume items, by trial id
+    std::vector<search::Promotion> promotions;  // parallel to items: the kResume items'
     scheduler::PolicyDecision decision;
   };
   Result<LeasePlan> PlanLease(const store::ExperimentRecord& e, Cached& c, store::Id device_id,

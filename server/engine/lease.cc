@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
 
 #include "scheduler/offer.h"
@@ -237,18 +238,26 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
     for (const auto& r : ranks) in.shares.push_back(r.share);
     in.preferred_space = search::PickSpace(ranks, per_space);
     scheduler::Offer offer = scheduler::OfferWork(in);
-    for (auto& item : offer.items) {
-      if (!without_new || item.kind != scheduler::WorkItem::Kind::kNew)
-        plan.items.push_back(std::move(item));
+    for (size_t k = 0; k < offer.items.size(); ++k) {
+      if (without_new && offer.items[k].kind == scheduler::WorkItem::Kind::kNew) continue;
+      plan.items.push_back(std::move(offer.items[k]));
+      plan.promotions.push_back(offer.promotions[k]);
     }
-    plan.promotion_of = std::move(offer.promotion_of);
   }
   if (plan.items.empty()) {
     plan.decision.retry_after_s = 1;
     plan.decision.reason = "nothing to run";
     return plan;
   }
-  for (auto& item : plan.items) item.samples_per_step = fleet_->SamplesPerStep(item.workload);
+  // Per workload, not per item: an offer may hold thousands of items of a
+  // few workloads, and each read takes the fleet view's lock.
+  std::map<std::string, double> per_step;
+  for (auto& item : plan.items) {
+    auto it = per_step.find(item.workload);
+    if (it == per_step.end())
+      it = per_step.emplace(item.workload, fleet_->SamplesPerStep(item.workload)).first;
+    item.samples_per_step = it->second;
+  }
   HPO_ASSIGN_OR_RETURN(FleetView::Locked fleet, fleet_->Fresh(device_id, asked));
   const auto device = fleet->devices.find(device_id);
   if (device == fleet->devices.end()) {
@@ -303,7 +312,7 @@ Result<std::optional<store::TrialRecord>> Engine::ApplyPlan(const store::Experim
       break;
     }
     case scheduler::WorkItem::Kind::kResume: {
-      const search::Promotion& p = plan.promotion_of.at(item.trial_id);
+      const search::Promotion& p = plan.promotions.at(plan.decision.item);
       HPO_ASSIGN_OR_RETURN(const store::TrialRecord before, store_.GetTrial(item.trial_id));
       std::string why;
       HPO_ASSIGN_OR_RETURN(const bool usable, CheckpointUsable(before, &why));
