@@ -186,7 +186,7 @@ std::vector<Promotion> PromotionRule::Promotable(const History& history,
   return out;
 }
 
-RungResults::RungResults(PromotionRule rule) : rule_(std::move(rule)), eta_(rule_.eta()) {}
+RungResults::RungResults(const PromotionRule& rule) : rule_(rule), eta_(rule.eta()) {}
 
 void RungResults::Clear() {
   spaces_.clear();

@@ -124,7 +124,7 @@ class PromotionRule {
 // same trials (tests/search_promotion_test.cc checks it against it).
 class RungResults {
  public:
-  explicit RungResults(PromotionRule rule);
+  explicit RungResults(const PromotionRule& rule);
 
   // What trial `index` of space `space` gives now: its observation, and the
   // level it paused after if it is paused and may be offered (nullopt:
