@@ -179,9 +179,16 @@ void Server::Housekeep() {
   auto next_tick = Clock::now() + tick;
   Clock::time_point last_warning;  // one a second while the store is down
   auto next_trim = Clock::now() + trim_every;
-  std::unique_lock lock(tick_mu_);
-  while (!tick_cv_.wait_for(lock, period, [&] { return stopping_; })) {
-    lock.unlock();
+  for (;;) {
+    {
+      // The period's wait, cut short by Shutdown.
+      MutexLock lock(tick_mu_);
+      const auto until = Clock::now() + period;
+      while (!stopping_) {
+        if (!tick_cv_.WaitUntil(tick_mu_, until)) break;  // the period is over
+      }
+      if (stopping_) return;
+    }
     const bool full = Clock::now() >= next_tick;
     if (full) next_tick = Clock::now() + tick;
     const Status s = full ? engine_->Tick() : engine_->ReclaimExpiredLeases();
@@ -196,16 +203,15 @@ void Server::Housekeep() {
       spdlog::debug("malloc_trim: {:.1f} ms",
                     std::chrono::duration<double, std::milli>(Clock::now() - began).count());
     }
-    lock.lock();
   }
 }
 
 void Server::Shutdown() {
   {
-    std::lock_guard lock(tick_mu_);
+    MutexLock lock(tick_mu_);
     stopping_ = true;
   }
-  tick_cv_.notify_all();
+  tick_cv_.NotifyAll();
   if (ticker_.joinable()) ticker_.join();
   if (grpc_) grpc_->Shutdown(std::chrono::milliseconds(5000));
   if (http_) http_->Shutdown();

@@ -10,17 +10,17 @@
 // thread; Shutdown once, from one.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "server/engine/engine.h"
 #include "server/engine/event_bus.h"
 #include "server/engine/event_relay.h"
@@ -125,9 +125,9 @@ class Server {
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<GrpcServer> grpc_;
-  std::mutex tick_mu_;
-  std::condition_variable tick_cv_;
-  bool stopping_ = false;  // guarded by tick_mu_
+  Mutex tick_mu_;
+  CondVar tick_cv_;
+  bool stopping_ HPO_GUARDED_BY(tick_mu_) = false;
   std::thread ticker_;
 };
 
