@@ -1,5 +1,3 @@
-#include "server/engine/engine.h"
-
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -9,10 +7,11 @@
 #include <set>
 #include <string>
 
-#include "common/json_limits.h"
 #include "scheduler/speed_model.h"
 #include "search/ranking.h"
 #include "search/registry.h"
+#include "server/engine/engine_impl.h"
+#include "server/engine/report_check.h"
 
 namespace hpo::server {
 
@@ -98,7 +97,7 @@ json InitialSystem(const ExperimentSpec& spec) {
 
 }  // namespace
 
-Engine::Engine(store::Store& store, EngineOptions options)
+EngineImpl::EngineImpl(store::Store& store, EngineOptions options)
     : store_(store),
       options_(std::move(options)),
       fleet_(std::make_unique<FleetView>(
@@ -127,54 +126,6 @@ Engine::Engine(store::Store& store, EngineOptions options)
 }
 
 namespace {
-// `metrics` of a report or a completion: an object of at most
-// kMaxMetricsPerReport numbers with names of 1 to kMaxNameLength bytes.
-Status CheckMetrics(const json& metrics, const std::string& field) {
-  if (!metrics.is_object()) return Status::InvalidArgument(field + ": must be an object");
-  if (metrics.size() > kMaxMetricsPerReport) {
-    return Status::InvalidArgument(field + ": " + std::to_string(metrics.size()) +
-                                   " metrics, more than the limit of " +
-                                   std::to_string(kMaxMetricsPerReport));
-  }
-  for (auto it = metrics.begin(); it != metrics.end(); ++it) {
-    if (it.key().empty() || it.key().size() > kMaxNameLength) {
-      return Status::InvalidArgument(
-          field + ": a metric name must be 1 to " + std::to_string(kMaxNameLength) + " bytes ('" +
-          it.key().substr(0, 40) + "' is " + std::to_string(it.key().size()) + ")");
-    }
-    if (!it->is_number())
-      return Status::InvalidArgument(field + "." + it.key() + ": must be a number");
-  }
-  return Status::OK();
-}
-
-Status CheckSystem(const json& system, const std::string& field = "system") {
-  if (system.is_null()) return Status::OK();
-  if (!system.is_object()) return Status::InvalidArgument(field + ": must be an object");
-  if (system.size() > kMaxSystemKeys) {
-    return Status::InvalidArgument(field + ": " + std::to_string(system.size()) +
-                                   " keys, more than the limit of " +
-                                   std::to_string(kMaxSystemKeys));
-  }
-  for (auto it = system.begin(); it != system.end(); ++it) {
-    if (it.key().empty() || it.key().size() > kMaxNameLength) {
-      return Status::InvalidArgument(field + ": a key must be 1 to " +
-                                     std::to_string(kMaxNameLength) + " bytes");
-    }
-    // Parsed values are bounded by json_limits.h; one built in code may not
-    // be, and dump() recurses: measure the depth without recursion first.
-    if (JsonDepth(*it, kMaxJsonDepth) > kMaxJsonDepth) {
-      return Status::InvalidArgument(field + "." + it.key() + ": nested more than " +
-                                     std::to_string(kMaxJsonDepth) + " levels deep");
-    }
-    if (it->dump(-1, ' ', false, json::error_handler_t::replace).size() > kMaxValueLength) {
-      return Status::InvalidArgument(field + "." + it.key() + ": longer than " +
-                                     std::to_string(kMaxValueLength) + " bytes");
-    }
-  }
-  return Status::OK();
-}
-
 // Where a trial of a stop-type asha or hyperband experiment may move
 // (placement.migrate): the rungs of the rule (hyperband: of its first
 // bracket) below the trial's budget.
@@ -197,7 +148,7 @@ std::optional<metrics::ScopedTimer> TimeIf(metrics::Histogram* h) {
 
 }  // namespace
 
-Result<Engine::Cached*> Engine::Load(Id experiment_id) {
+Result<EngineImpl::Cached*> EngineImpl::Load(Id experiment_id) {
   if (Cached* c = Find(experiment_id)) return c;
   HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.GetExperiment(experiment_id));
   auto parsed = ParseStoredExperimentSpec(rec.spec_json);
@@ -208,7 +159,7 @@ Result<Engine::Cached*> Engine::Load(Id experiment_id) {
   }
   auto c = std::make_unique<Cached>();
   c->spec = std::make_shared<const ExperimentSpec>(std::move(parsed).value());
-  for (const auto& s : rec.spaces) c->space_ids[s.name] = s.id;
+  c->spaces = SpaceMap(*c->spec, rec.spaces);
   HPO_ASSIGN_OR_RETURN(c->pruner, MakePruner(*c->spec));
   if (c->spec->early_stopping_type == ExperimentSpec::StoppingType::kPromotion) {
     HPO_ASSIGN_OR_RETURN(c->promotion, MakePromotionRule(*c->spec));
@@ -231,7 +182,7 @@ Result<Engine::Cached*> Engine::Load(Id experiment_id) {
   return it->second.get();
 }
 
-Result<Engine::Cached*> Engine::LoadUnlessUnreadable(Id experiment_id) {
+Result<EngineImpl::Cached*> EngineImpl::LoadUnlessUnreadable(Id experiment_id) {
   {
     // A stored spec never changes, so one that could not be read is not
     // read again on every lease.
@@ -249,12 +200,12 @@ Result<Engine::Cached*> Engine::LoadUnlessUnreadable(Id experiment_id) {
   return nullptr;
 }
 
-Result<std::shared_ptr<const ExperimentSpec>> Engine::Spec(Id experiment_id) {
+Result<std::shared_ptr<const ExperimentSpec>> EngineImpl::Spec(Id experiment_id) {
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
   return c->spec;
 }
 
-Result<ExperimentSpec> Engine::ValidateExperiment(const std::string& spec_text) {
+Result<ExperimentSpec> EngineImpl::ValidateExperiment(const std::string& spec_text) {
   HPO_ASSIGN_OR_RETURN(ExperimentSpec spec, ParseExperimentSpec(spec_text));
   // Options the spec parser cannot judge alone (e.g. ASHA's eta) are
   // checked here, before anything is written.
@@ -268,7 +219,7 @@ Result<ExperimentSpec> Engine::ValidateExperiment(const std::string& spec_text) 
   return spec;
 }
 
-Result<store::ExperimentRecord> Engine::CreateExperiment(const std::string& spec_text) {
+Result<store::ExperimentRecord> EngineImpl::CreateExperiment(const std::string& spec_text) {
   // One validation for both, so a dry run can never pass a spec that
   // creating it would refuse.
   HPO_ASSIGN_OR_RETURN(ExperimentSpec spec, ValidateExperiment(spec_text));
@@ -287,7 +238,7 @@ Result<store::ExperimentRecord> Engine::CreateExperiment(const std::string& spec
   return rec;
 }
 
-Status Engine::CancelExperiment(Id id, std::string_view reason) {
+Status EngineImpl::CancelExperiment(Id id, std::string_view reason) {
   const std::string why = CapText(FreeText::kCancelReason, reason);
   HPO_RETURN_IF_ERROR(store_.FinishExperiment(id, store::ExperimentState::kCancelled, why));
   ExperimentsChanged();
@@ -295,17 +246,17 @@ Status Engine::CancelExperiment(Id id, std::string_view reason) {
   return Status::OK();
 }
 
-Engine::Cached* Engine::Find(Id experiment_id) {
+EngineImpl::Cached* EngineImpl::Find(Id experiment_id) {
   MutexLock lock(mu_);
   auto it = cache_.find(experiment_id);
   return it == cache_.end() ? nullptr : it->second.get();
 }
 
-void Engine::ForgetHistory(Id experiment_id) {
+void EngineImpl::ForgetHistory(Id experiment_id) {
   if (Cached* c = Find(experiment_id)) c->trials->Forget();
 }
 
-void Engine::ForgetEnded(Id experiment_id) {
+void EngineImpl::ForgetEnded(Id experiment_id) {
   Cached* c = Find(experiment_id);
   if (!c) return;
   c->trials->Forget();
@@ -317,7 +268,7 @@ void Engine::ForgetEnded(Id experiment_id) {
   c->sampling_trials.store(0);
 }
 
-size_t Engine::KeptTrials() {
+size_t EngineImpl::KeptTrials() {
   std::vector<Cached*> cached;
   {
     MutexLock lock(mu_);
@@ -328,14 +279,16 @@ size_t Engine::KeptTrials() {
   return kept;
 }
 
-size_t Engine::NewTrialsWaiting(Id experiment_id) {
+size_t EngineImpl::NewTrialsWaiting(Id experiment_id) {
   Cached* c = Find(experiment_id);
   return c ? c->new_trials->Queued() : 0;
 }
 
-Status Engine::CheckStore() { return store_.SchemaVersion().status(); }
-Result<store::ExperimentRecord> Engine::GetExperiment(Id id) { return store_.GetExperiment(id); }
-Result<Engine::ExperimentList> Engine::RunningExperiments() {
+Status EngineImpl::CheckStore() { return store_.SchemaVersion().status(); }
+Result<store::ExperimentRecord> EngineImpl::GetExperiment(Id id) {
+  return store_.GetExperiment(id);
+}
+Result<EngineImpl::ExperimentList> EngineImpl::RunningExperiments() {
   MutexLock lock(experiments_mu_);
   const auto now = std::chrono::steady_clock::now();
   if (running_experiments_ && now - running_experiments_read_ < options_.history_cache)
@@ -351,23 +304,24 @@ Result<Engine::ExperimentList> Engine::RunningExperiments() {
   return running_experiments_;
 }
 
-void Engine::ExperimentsChanged() {
+void EngineImpl::ExperimentsChanged() {
   MutexLock lock(experiments_mu_);
   running_experiments_.reset();
 }
 
-Result<std::vector<store::ExperimentRecord>> Engine::ListExperiments(int64_t offset,
-                                                                     int64_t limit) {
+Result<std::vector<store::ExperimentRecord>> EngineImpl::ListExperiments(int64_t offset,
+                                                                         int64_t limit) {
   return store_.ListExperiments(offset, limit);
 }
-Result<store::TrialCounts> Engine::CountTrials(Id experiment_id) {
+Result<store::TrialCounts> EngineImpl::CountTrials(Id experiment_id) {
   return store_.CountTrials(experiment_id);
 }
-Result<std::vector<store::TrialEventRecord>> Engine::ListTrialEvents(Id trial_id, int64_t limit) {
+Result<std::vector<store::TrialEventRecord>> EngineImpl::ListTrialEvents(Id trial_id,
+                                                                         int64_t limit) {
   return store_.ListTrialEvents(trial_id, limit);
 }
 
-void Engine::KeepTrialEvent(const std::string& type, const json& data) const {
+void EngineImpl::KeepTrialEvent(const std::string& type, const json& data) const {
   static const std::set<std::string, std::less<>> kKept = {
       "trial.paused",        "trial.resumed",        "trial.moving",
       "trial.preempted",     "trial.requeued",       "trial.restarted",
@@ -383,33 +337,33 @@ void Engine::KeepTrialEvent(const std::string& type, const json& data) const {
   }
 }
 
-Result<store::Usage> Engine::ExperimentUsage(Id experiment_id) {
+Result<store::Usage> EngineImpl::ExperimentUsage(Id experiment_id) {
   return store_.ExperimentUsage(experiment_id);
 }
 
-Result<std::map<Id, store::TrialProgress>> Engine::ListTrialProgress(Id experiment_id,
-                                                                     int64_t first_number,
-                                                                     int64_t last_number) {
+Result<std::map<Id, store::TrialProgress>> EngineImpl::ListTrialProgress(Id experiment_id,
+                                                                         int64_t first_number,
+                                                                         int64_t last_number) {
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
   const store::Objective objective{c->spec->metric,
                                    c->spec->direction == search::Direction::kMaximize};
   return store_.ListTrialProgress(experiment_id, first_number, last_number, objective);
 }
 
-double Engine::BudgetLeft(Cached& c) {
+double EngineImpl::BudgetLeft(Cached& c) {
   if (!c.spec->budget) return std::numeric_limits<double>::infinity();
   MutexLock lock(c.usage_mu);
   return *c.spec->budget - c.used.cost;
 }
 
-void Engine::StartCharge(Id trial_id) {
+void EngineImpl::StartCharge(Id trial_id) {
   const int64_t now = NowMs();
   MutexLock lock(charge_mu_);
   if (charged_until_ms_.size() >= kMaxTrialHomes) charged_until_ms_.clear();
   charged_until_ms_[trial_id] = now;
 }
 
-int64_t Engine::ChargeDeviceMs(Id trial_id) {
+int64_t EngineImpl::ChargeDeviceMs(Id trial_id) {
   const int64_t now = NowMs();
   MutexLock lock(charge_mu_);
   if (charged_until_ms_.size() >= kMaxTrialHomes) charged_until_ms_.clear();
@@ -418,40 +372,41 @@ int64_t Engine::ChargeDeviceMs(Id trial_id) {
   it->second = std::max(it->second, now);
   return std::max<int64_t>(0, now - since);
 }
-Result<store::TrialRecord> Engine::GetTrial(Id id) { return store_.GetTrial(id); }
-Result<std::vector<store::TrialRecord>> Engine::ListTrials(Id experiment_id,
-                                                           const store::TrialFilter& filter) {
+Result<store::TrialRecord> EngineImpl::GetTrial(Id id) { return store_.GetTrial(id); }
+Result<std::vector<store::TrialRecord>> EngineImpl::ListTrials(Id experiment_id,
+                                                               const store::TrialFilter& filter) {
   return store_.ListTrials(experiment_id, filter);
 }
-Result<std::vector<store::TrialRecord>> Engine::ListLeasedTrials(int64_t limit) {
+Result<std::vector<store::TrialRecord>> EngineImpl::ListLeasedTrials(int64_t limit) {
   return store_.ListLeasedTrials(limit);
 }
-Result<std::vector<store::MeasurementRecord>> Engine::ListMeasurements(Id trial_id) {
+Result<std::vector<store::MeasurementRecord>> EngineImpl::ListMeasurements(Id trial_id) {
   return store_.ListMeasurements(trial_id);
 }
-Result<std::vector<store::MeasurementRecord>> Engine::ListExperimentMeasurements(Id experiment_id) {
+Result<std::vector<store::MeasurementRecord>> EngineImpl::ListExperimentMeasurements(
+    Id experiment_id) {
   return store_.ListExperimentMeasurements(experiment_id);
 }
-Result<std::vector<store::MeasurementRecord>> Engine::ListExperimentMeasurementsSince(
+Result<std::vector<store::MeasurementRecord>> EngineImpl::ListExperimentMeasurementsSince(
     Id experiment_id, int64_t since) {
   return store_.ListExperimentMeasurementsSince(experiment_id, since);
 }
-Result<store::ReadCursor> Engine::ReadHorizon() { return store_.ReadHorizon(); }
-Result<std::vector<store::WorkerRecord>> Engine::ListWorkers() { return store_.ListWorkers(); }
-Result<MeasuredSpeeds> Engine::Measured() { return fleet_->Measured(FleetView::Clock::now()); }
-Result<std::vector<store::SpeedObservationRecord>> Engine::ListSpeedObservations(
+Result<store::ReadCursor> EngineImpl::ReadHorizon() { return store_.ReadHorizon(); }
+Result<std::vector<store::WorkerRecord>> EngineImpl::ListWorkers() { return store_.ListWorkers(); }
+Result<MeasuredSpeeds> EngineImpl::Measured() { return fleet_->Measured(FleetView::Clock::now()); }
+Result<std::vector<store::SpeedObservationRecord>> EngineImpl::ListSpeedObservations(
     std::string_view workload, int64_t limit) {
   return store_.ListSpeedObservations(workload, limit);
 }
 
-search::Rng Engine::ExperimentRng(const ExperimentSpec& spec, Id experiment_id,
-                                  size_t trials_so_far) {
+search::Rng EngineImpl::ExperimentRng(const ExperimentSpec& spec, Id experiment_id,
+                                      size_t trials_so_far) {
   // Deterministic for (seed, experiment, how far it got): a restarted server
   // suggests what the old one would have.
   return search::Rng(spec.seed).Fork(static_cast<uint64_t>(experiment_id)).Fork(trials_so_far);
 }
 
-Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(
+Result<std::vector<store::TrialRecord>> EngineImpl::CreateSuggestions(
     Id experiment_id, Cached& c, const std::vector<NewTrialFor>& wanted,
     std::optional<int64_t> max_unfinished) {
   const auto timer = TimeIf(suggest_seconds_);
@@ -508,7 +463,7 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(
     if (next[s] >= suggested[s].size()) break;  // a sampler that gave fewer: the rest are not made
     const json params = spec.spaces[s].ToJson(suggested[s][next[s]++]);
     store::NewTrial t;
-    t.space_id = c.space_ids.at(spec.spaces[s].name);
+    t.space_id = c.spaces.IdOf(spec.spaces[s].name).value();
     t.params_json = params.dump();
     // A system parameter searched as a hyperparameter runs as sampled.
     json trial_system = system;
@@ -535,8 +490,8 @@ Result<std::vector<store::TrialRecord>> Engine::CreateSuggestions(
   return created;
 }
 
-std::vector<Status> Engine::MakeNewTrials(Id experiment_id, Cached& c,
-                                          const std::vector<NewTrialRequest*>& batch) {
+std::vector<Status> EngineImpl::MakeNewTrials(Id experiment_id, Cached& c,
+                                              const std::vector<NewTrialRequest*>& batch) {
   std::vector<NewTrialFor> wanted;
   wanted.reserve(batch.size());
   for (const NewTrialRequest* r : batch) wanted.push_back(r->wanted);
@@ -551,13 +506,12 @@ std::vector<Status> Engine::MakeNewTrials(Id experiment_id, Cached& c,
   return std::vector<Status>(batch.size(), Status::OK());
 }
 
-void Engine::EmitCreated(Id experiment_id, const Cached& c,
-                         const std::vector<store::TrialRecord>& created, const json& placed) const {
+void EngineImpl::EmitCreated(Id experiment_id, const Cached& c,
+                             const std::vector<store::TrialRecord>& created,
+                             const json& placed) const {
   for (const auto& t : created) {
     json space = nullptr;
-    for (const auto& [name, id] : c.space_ids) {
-      if (t.space_id == id) space = name;
-    }
+    if (t.space_id && !c.spaces.NameOf(*t.space_id).empty()) space = c.spaces.NameOf(*t.space_id);
     json params = json::parse(t.params_json, nullptr, false);
     if (params.is_discarded())
       params = json::object();  // unreadable: not expected of what the engine wrote
@@ -573,7 +527,7 @@ void Engine::EmitCreated(Id experiment_id, const Cached& c,
   }
 }
 
-Result<std::vector<Lease>> Engine::Suggest(Id experiment_id, int count) {
+Result<std::vector<Lease>> EngineImpl::Suggest(Id experiment_id, int count) {
   if (count < 1 || count > 1000)
     return Status::InvalidArgument("count: must be between 1 and 1000");
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
@@ -604,16 +558,13 @@ Result<std::vector<Lease>> Engine::Suggest(Id experiment_id, int count) {
   std::vector<Lease> out;
   for (const auto& t : created) {
     RememberHome(t);
-    Lease a{t, c->spec, ""};
-    for (const auto& [name, id] : c->space_ids) {
-      if (t.space_id == id) a.space = name;
-    }
+    Lease a{t, c->spec, t.space_id ? c->spaces.NameOf(*t.space_id) : std::string()};
     out.push_back(std::move(a));
   }
   return out;
 }
 
-Result<ReportReply> Engine::Report(const WorkerCaller& caller, TrialReport report) {
+Result<ReportReply> EngineImpl::Report(const WorkerCaller& caller, TrialReport report) {
   HPO_ASSIGN_OR_RETURN(const WorkerAuth auth, Authenticate(caller));
   // A device of another worker (or none) would otherwise be credited with
   // this worker's speed.
@@ -622,7 +573,7 @@ Result<ReportReply> Engine::Report(const WorkerCaller& caller, TrialReport repor
   return Report(report);
 }
 
-Result<Engine::TrialHome> Engine::HomeOf(Id trial_id) {
+Result<EngineImpl::TrialHome> EngineImpl::HomeOf(Id trial_id) {
   {
     MutexLock lock(homes_mu_);
     if (const auto it = trial_homes_.find(trial_id); it != trial_homes_.end()) return it->second;
@@ -632,14 +583,14 @@ Result<Engine::TrialHome> Engine::HomeOf(Id trial_id) {
   return TrialHome{trial.experiment_id, trial.space_id, trial.number};
 }
 
-void Engine::RememberHome(const store::TrialRecord& trial) {
+void EngineImpl::RememberHome(const store::TrialRecord& trial) {
   MutexLock lock(homes_mu_);
   if (trial_homes_.size() >= kMaxTrialHomes) trial_homes_.clear();
   trial_homes_[trial.id] = TrialHome{trial.experiment_id, trial.space_id, trial.number};
 }
 
-Result<ReportReply> Engine::StopForEndedExperiment(const TrialReport& r, Id experiment_id,
-                                                   store::ExperimentState state) {
+Result<ReportReply> EngineImpl::StopForEndedExperiment(const TrialReport& r, Id experiment_id,
+                                                       store::ExperimentState state) {
   // A completed experiment's reason is the server's own, short ("wall-time
   // budget of 840 s reached"), and the trials it cut while running (at most
   // its parallelism) carry it: "experiment completed: wall-time budget ...".
@@ -656,40 +607,13 @@ Result<ReportReply> Engine::StopForEndedExperiment(const TrialReport& r, Id expe
   return ReportReply{Decision::kStop, std::nullopt, "experiment ended"};
 }
 
-Result<ReportReply> Engine::Report(const TrialReport& given) {
+Result<ReportReply> EngineImpl::Report(const TrialReport& given) {
   const auto timer = TimeIf(report_seconds_);
   HPO_ASSIGN_OR_RETURN(const TrialHome home, HomeOf(given.trial_id));
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(home.experiment_id));
   const ExperimentSpec& spec = *c->spec;
-  // Before anything is stored: a step past the trial's budget is no step of
-  // it, and every one would be a row (a program printing thousands of lines).
-  HPO_RETURN_IF_ERROR(CheckStep(spec, given.step));
-  HPO_RETURN_IF_ERROR(CheckMetrics(given.metrics, "metrics"));
-  HPO_RETURN_IF_ERROR(CheckSystem(given.system));
-  HPO_RETURN_IF_ERROR(CheckSystem(given.applied, "applied"));
-  if (given.system_changes.size() > kMaxSystemKeys) {
-    return Status::InvalidArgument(
-        "system_changes: " + std::to_string(given.system_changes.size()) +
-        " parameters, more than the limit of " + std::to_string(kMaxSystemKeys));
-  }
-  for (const auto& [name, change] : given.system_changes) {
-    if (name.empty() || name.size() > kMaxNameLength) {
-      return Status::InvalidArgument("system_changes: a name must be 1 to " +
-                                     std::to_string(kMaxNameLength) + " bytes");
-    }
-  }
-  // What the program says it applied is what the step ran: it is stored,
-  // credited with the speed and compared with what co-tuning asked.
-  TrialReport r = given;
-  if (r.applied.is_object() && !r.applied.empty()) {
-    if (!r.system.is_object()) r.system = json::object();
-    for (auto it = r.applied.begin(); it != r.applied.end(); ++it) r.system[it.key()] = *it;
-  }
-  auto it = r.metrics.find(spec.metric);
-  if (it == r.metrics.end() || !it->is_number() || !std::isfinite(it->get<double>())) {
-    return Status::InvalidArgument("metrics." + spec.metric +
-                                   ": missing or not a finite number (it is the objective)");
-  }
+  // Before anything is stored (report_check.h).
+  HPO_ASSIGN_OR_RETURN(TrialReport r, CheckedReport(spec, given));
   // Known before anything is written: an unregistered device is an error,
   // not a stored step followed by one.
   std::optional<FleetView::Known> device;
@@ -719,10 +643,7 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   }
   const int64_t lease =
       r.owner == kClientOwner ? options_.client_lease_ms : options_.worker_lease_ms;
-  std::string space;
-  for (const auto& [name, id] : c->space_ids) {
-    if (home.space_id == id) space = name;
-  }
+  const std::string space = home.space_id ? c->spaces.NameOf(*home.space_id) : std::string();
   const std::string workload = Workload(spec, space);
   const bool measured = device_class && r.samples_per_sec > 0;
   std::optional<store::SpeedObservation> speed;
@@ -789,7 +710,7 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   // to read every trial: the report only goes into the cached view, if
   // there is one (suggestions, placement). Promotion-type rules judge when
   // a device asks for work instead (server/engine/lease.cc).
-  const double value = search::Minimized(spec.direction, it->get<double>());
+  const double value = search::Minimized(spec.direction, r.metrics.at(spec.metric).get<double>());
   const bool judge = spec.early_stopping != "none" &&
                      spec.early_stopping_type == ExperimentSpec::StoppingType::kStop;
   HPO_ASSIGN_OR_RETURN(const bool prune,
@@ -833,14 +754,14 @@ Result<ReportReply> Engine::Report(const TrialReport& given) {
   return ReportReply{Decision::kPrune, std::nullopt, why};
 }
 
-Status Engine::Complete(Id trial_id, const std::string& owner, bool failed,
-                        const json& final_metrics, const std::string& reason) {
+Status EngineImpl::Complete(Id trial_id, const std::string& owner, bool failed,
+                            const json& final_metrics, const std::string& reason) {
   return Finish(trial_id, owner, failed, final_metrics, CapText(FreeText::kFailureReason, reason));
 }
 
-Status Engine::Complete(const WorkerCaller& caller, Id trial_id, bool failed,
-                        const json& final_metrics, const std::string& reason,
-                        const std::string& log_tail) {
+Status EngineImpl::Complete(const WorkerCaller& caller, Id trial_id, bool failed,
+                            const json& final_metrics, const std::string& reason,
+                            const std::string& log_tail) {
   HPO_RETURN_IF_ERROR(Authenticate(caller).status());
   // Each part is cut to its own limit, so a long reason cannot push the
   // output's end (usually the real error) out.
@@ -852,8 +773,8 @@ Status Engine::Complete(const WorkerCaller& caller, Id trial_id, bool failed,
   return Finish(trial_id, WorkerOwner(caller.worker_id), failed, final_metrics, why);
 }
 
-Status Engine::Finish(Id trial_id, const std::string& owner, bool failed, const json& final_metrics,
-                      const std::string& why) {
+Status EngineImpl::Finish(Id trial_id, const std::string& owner, bool failed,
+                          const json& final_metrics, const std::string& why) {
   HPO_ASSIGN_OR_RETURN(const TrialHome home, HomeOf(trial_id));
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(home.experiment_id));
   const ExperimentSpec& spec = *c->spec;
@@ -895,7 +816,7 @@ Status Engine::Finish(Id trial_id, const std::string& owner, bool failed, const 
   return MaybeFinish(home.experiment_id, *c);
 }
 
-Status Engine::MaybeFinish(Id experiment_id, Cached& c, bool after_change) {
+Status EngineImpl::MaybeFinish(Id experiment_id, Cached& c, bool after_change) {
   const ExperimentSpec& spec = *c.spec;
   if (after_change) {
     const size_t kept = c.trials->Kept();  // 0: no view (forgotten): ask the store
@@ -936,7 +857,7 @@ std::string Engine::Workload(const ExperimentSpec& spec, const std::string& spac
   return spec.workload.empty() ? "unknown/" + space : spec.workload + "/" + space;
 }
 
-Result<std::optional<BestTrialResult>> Engine::BestTrial(Id experiment_id) {
+Result<std::optional<BestTrialResult>> EngineImpl::BestTrial(Id experiment_id) {
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
   const ExperimentSpec& spec = *c->spec;
   std::optional<BestTrialResult> best;
@@ -1023,9 +944,9 @@ std::vector<std::string> Engine::SpecWarnings(const ExperimentSpec& spec) {
   return out;
 }
 
-Status Engine::ReclaimExpiredLeases() { return Reclaim({}); }
+Status EngineImpl::ReclaimExpiredLeases() { return Reclaim({}); }
 
-Status Engine::Reclaim(const std::vector<Id>& ended, std::string_view why) {
+Status EngineImpl::Reclaim(const std::vector<Id>& ended, std::string_view why) {
   HPO_ASSIGN_OR_RETURN(const std::vector<Id> reclaimed,
                        store_.ReclaimExpiredLeases(options_.max_attempts));
   for (const Id id : reclaimed) {
@@ -1054,7 +975,7 @@ Status Engine::Reclaim(const std::vector<Id>& ended, std::string_view why) {
   return Status::OK();
 }
 
-Status Engine::Tick() {
+Status EngineImpl::Tick() {
   HPO_RETURN_IF_ERROR(ReclaimExpiredLeases());
   HPO_RETURN_IF_ERROR(SweepWorkers());
   // Checkpoints of trials that ended on paths that do not delete them

@@ -13,37 +13,23 @@
 // measured speeds) placement reads on a lease. This server's own changes
 // show in them at once; another replica's within the bound.
 //
-// Thread-safe: any number of transport threads may call it at once.
+// engine.h is what the transports call (class Engine, below, with its
+// thread-safety promise) and the types they pass; engine_impl.h is the
+// state behind it.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
-#include "common/batcher.h"
-#include "common/mutex.h"
 #include "common/status.h"
-#include "common/thread_annotations.h"
 #include "scheduler/cotuner.h"
-#include "scheduler/policy.h"
-#include "scheduler/speed_model.h"
-#include "search/history.h"
-#include "search/promotion.h"
-#include "search/pruner.h"
-#include "search/random.h"
-#include "search/sampler.h"
 #include "server/engine/fleet_view.h"
-#include "server/engine/trial_view.h"
-#include "server/engine/work_signal.h"
 #include "server/metrics/metrics.h"
 #include "server/spec/spec.h"
 #include "server/store/artifact_store.h"
@@ -217,7 +203,7 @@ struct RegisteredWorker {
   std::string identity_secret;
 };
 
-class Engine;
+class EngineImpl;
 
 // A checkpoint on its way in from the worker that holds the trial's lease
 // (Engine::BeginCheckpointUpload). Destroyed without a successful Commit,
@@ -236,15 +222,15 @@ class CheckpointUpload {
   Status Commit(std::string_view sha256);
 
  private:
-  friend class Engine;
-  CheckpointUpload(Engine& engine, store::Id trial_id, int64_t step, std::string owner,
+  friend class EngineImpl;
+  CheckpointUpload(EngineImpl& engine, store::Id trial_id, int64_t step, std::string owner,
                    std::unique_ptr<store::CheckpointWriter> writer)
       : engine_(engine),
         trial_id_(trial_id),
         step_(step),
         owner_(std::move(owner)),
         writer_(std::move(writer)) {}
-  Engine& engine_;
+  EngineImpl& engine_;
   const store::Id trial_id_;
   const int64_t step_;
   const std::string owner_;
@@ -276,19 +262,33 @@ struct BestTrialResult {
   // after the trial ended, rather than delete it with other ended trials'.
   std::optional<int64_t> checkpoint_step;
 };
-
+// The engine as its callers see it, grouped by caller: the REST API
+// (server/http/api.cc), the workers' gRPC service (server/grpc/
+// worker_service.cc), the server's housekeeping loop (server/server.cc),
+// and tests. Its state, caches and locks are EngineImpl's
+// (server/engine/engine_impl.h), which only the engine's own files see.
+//
+// Thread-safety: every method may be called from any number of threads at
+// once, with no lock of the caller's held (the engine takes its own, and
+// calls EngineOptions::on_event on the calling thread). Each call is
+// atomic as the store makes it: a caller never sees a half-made
+// experiment, lease or report. WaitForWork blocks its caller; nothing
+// else waits on anything but the store.
 class Engine {
  public:
   explicit Engine(store::Store& store, EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
-  const EngineOptions& options() const { return options_; }
+  const EngineOptions& options() const;
   static std::string WorkerOwner(store::Id worker_id);
   static constexpr const char* kClientOwner = "client";
   // A trial starts at the fastest system setting measured for its device
   // class and workload once that setting has this many observations.
   static constexpr int kMinObservationsToReuseSetting = 2;
 
-  // Experiments ------------------------------------------------------------
+  // --- For the REST API: experiments, the pages' reads, and ask/tell ------
   // Parses and validates the spec (YAML or JSON); InvalidArgument names the
   // field. Creates the experiment and its first batch of trials.
   Result<store::ExperimentRecord> CreateExperiment(const std::string& spec_text);
@@ -350,7 +350,38 @@ class Engine {
   // within fleet_cache.
   Result<MeasuredSpeeds> Measured();
 
-  // Workers ----------------------------------------------------------------
+  // For an ask/tell client: `count` new trials, leased to kClientOwner.
+  // FailedPrecondition: not a client experiment, or it has ended.
+  Result<std::vector<Lease>> Suggest(store::Id experiment_id, int count);
+
+  // --- For both transports: reports and completions -----------------------
+  // Records a step and answers continue (maybe with a new system setting),
+  // prune (the trial is now pruned) or stop (the experiment ended; the trial
+  // is now cancelled). The caller vouches for report.owner (REST passes
+  // kClientOwner); a worker's report comes through the overload below.
+  // NotFound for an unregistered device_id, and InvalidArgument for a step
+  // past the trial's last (ExperimentSpec::LastStep, CheckStep), before
+  // anything is stored.
+  Result<ReportReply> Report(const TrialReport& report);
+  // A worker's report: as its lease owner (report.owner is ignored), and
+  // NotFound, before anything is stored, when report.device_id is not one of
+  // its devices.
+  Result<ReportReply> Report(const WorkerCaller& caller, TrialReport report);
+  // Ends the trial: completed with final metrics (the objective taken from
+  // the last report if missing) or failed with a reason (cut to
+  // kMaxReasonLength). Finishing a finished trial again is OK and changes
+  // nothing - no event, no cache update - when it is the owner's same
+  // finish (a retried call); otherwise FailedPrecondition saying why.
+  Status Complete(store::Id trial_id, const std::string& owner, bool failed,
+                  const nlohmann::json& final_metrics, const std::string& reason);
+  // A worker's completion, as its lease owner. A failed trial's reason is
+  // followed by the end of its program's output (log_tail, cut to
+  // kMaxLogTailLength); on success the tail says nothing the metrics do not.
+  Status Complete(const WorkerCaller& caller, store::Id trial_id, bool failed,
+                  const nlohmann::json& final_metrics, const std::string& reason,
+                  const std::string& log_tail);
+
+  // --- For the workers' gRPC service ---------------------------------------
   // Every call of a worker but RegisterWorker names the worker and presents
   // its session (WorkerCaller), and fails before doing anything else with
   // NotFound when no such worker is registered (register again) or
@@ -396,7 +427,6 @@ class Engine {
   // counts it live again.
   Result<std::vector<store::Id>> LeaveWorker(const WorkerCaller& caller);
 
-  // Trials -----------------------------------------------------------------
   // For a worker's device: marks the worker seen, then a trial of the oldest
   // running experiment that has work for workers (builtin or command
   // executor), started at the fastest system setting measured so far for
@@ -414,40 +444,10 @@ class Engine {
   // requeued or restarted), and a wait until it moves past `seen` or
   // `deadline` passes (the count then). Another replica's changes do not
   // move it: a wait on one of several servers ends at its deadline.
-  uint64_t WorkEpoch() const { return work_.Epoch(); }
-  uint64_t WaitForWork(uint64_t seen, std::chrono::steady_clock::time_point deadline) const {
-    return work_.WaitChange(seen, deadline);
-  }
-  // For an ask/tell client: `count` new trials, leased to kClientOwner.
-  // FailedPrecondition: not a client experiment, or it has ended.
-  Result<std::vector<Lease>> Suggest(store::Id experiment_id, int count);
-  // Records a step and answers continue (maybe with a new system setting),
-  // prune (the trial is now pruned) or stop (the experiment ended; the trial
-  // is now cancelled). The caller vouches for report.owner (REST passes
-  // kClientOwner); a worker's report comes through the overload below.
-  // NotFound for an unregistered device_id, and InvalidArgument for a step
-  // past the trial's last (ExperimentSpec::LastStep, CheckStep), before
-  // anything is stored.
-  Result<ReportReply> Report(const TrialReport& report);
-  // A worker's report: as its lease owner (report.owner is ignored), and
-  // NotFound, before anything is stored, when report.device_id is not one of
-  // its devices.
-  Result<ReportReply> Report(const WorkerCaller& caller, TrialReport report);
-  // Ends the trial: completed with final metrics (the objective taken from
-  // the last report if missing) or failed with a reason (cut to
-  // kMaxReasonLength). Finishing a finished trial again is OK and changes
-  // nothing - no event, no cache update - when it is the owner's same
-  // finish (a retried call); otherwise FailedPrecondition saying why.
-  Status Complete(store::Id trial_id, const std::string& owner, bool failed,
-                  const nlohmann::json& final_metrics, const std::string& reason);
-  // A worker's completion, as its lease owner. A failed trial's reason is
-  // followed by the end of its program's output (log_tail, cut to
-  // kMaxLogTailLength); on success the tail says nothing the metrics do not.
-  Status Complete(const WorkerCaller& caller, store::Id trial_id, bool failed,
-                  const nlohmann::json& final_metrics, const std::string& reason,
-                  const std::string& log_tail);
+  uint64_t WorkEpoch() const;
+  uint64_t WaitForWork(uint64_t seen, std::chrono::steady_clock::time_point deadline) const;
 
-  // Checkpoints (promotion-type early stopping; server/engine/engine_checkpoints.cc).
+  // Checkpoints (promotion-type early stopping and migration; engine_checkpoints.cc).
   // Each is a worker's call about a trial whose lease it holds (leased or
   // running under WorkerOwner(worker)); a trial it does not hold is
   // FailedPrecondition naming the trial and what it is now.
@@ -486,30 +486,9 @@ class Engine {
   // like a failure reason). A trial that already starts from scratch is
   // acknowledged and left as it is.
   Status RestartTrial(const WorkerCaller& caller, store::Id trial_id, const std::string& reason);
-  // For the lease path, before it resumes a paused trial: whether its
-  // checkpoint is there and of the step it paused at (resume_step), read
-  // from what the checkpoint says of itself (the bytes are verified by the
-  // worker that downloads them). When not, `why` says what is wrong: resume
-  // it with restart = true and call AnnounceRestart. Always false when this
-  // server keeps no checkpoints.
-  Result<bool> CheckpointUsable(const store::TrialRecord& paused, std::string* why = nullptr);
-  // "trial.restarted" (experiment_id, trial_id, reason, by "server") for a
-  // trial resumed from scratch because its checkpoint was unusable; deletes
-  // what is left of that checkpoint and forgets the trial's cached curve
-  // (its steps were deleted).
-  void AnnounceRestart(const store::TrialRecord& trial, const std::string& reason);
-  // Deletes the checkpoints of trials that ended (or do not exist), but for
-  // the partial best of an experiment that no trial completed (BestTrial):
-  // its weights are that experiment's only result. Tick calls it every
-  // EngineOptions::checkpoint_sweep.
-  Status SweepCheckpoints();
 
-  // Marks gone the workers unseen for worker_gone_after lease timeouts
-  // ("worker.gone" with worker_id, host, instance and last_seen_ms, once
-  // across replicas; hpo_workers_gone_total) and deletes the gone ones
-  // unseen for worker_retention. Tick calls it.
-  Status SweepWorkers();
-
+  // --- For the server's housekeeping loop (and SweepWorkers for REST) -----
+  // Called from one thread, concurrently with everything above.
   // Housekeeping, called periodically: requeues or fails trials whose lease
   // expired, ends experiments past their wall time or their trial budget,
   // deletes the checkpoints of trials that ended (SweepCheckpoints), and
@@ -520,7 +499,18 @@ class Engine {
   // lease expired back to pending, or fails it after its last attempt, and
   // announces it ("trial.requeued" or "trial.finished").
   Status ReclaimExpiredLeases();
+  // Deletes the checkpoints of trials that ended (or do not exist), but for
+  // the partial best of an experiment that no trial completed (BestTrial):
+  // its weights are that experiment's only result. Tick calls it every
+  // EngineOptions::checkpoint_sweep.
+  Status SweepCheckpoints();
+  // Marks gone the workers unseen for worker_gone_after lease timeouts
+  // ("worker.gone" with worker_id, host, instance and last_seen_ms, once
+  // across replicas; hpo_workers_gone_total) and deletes the gone ones
+  // unseen for worker_retention. Tick calls it.
+  Status SweepWorkers();
 
+  // --- For tests and diagnostics -------------------------------------------
   // Drops the cached view of an experiment's trials, if there is one: the
   // next decision reads them from the store (a change made around this
   // engine counts at once rather than within history_cache).
@@ -534,7 +524,20 @@ class Engine {
   // (server/engine/lease.cc), for tests and diagnostics; 0 when it is not
   // loaded.
   size_t NewTrialsWaiting(store::Id experiment_id);
+  // For the lease path, before it resumes a paused trial: whether its
+  // checkpoint is there and of the step it paused at (resume_step), read
+  // from what the checkpoint says of itself (the bytes are verified by the
+  // worker that downloads them). When not, `why` says what is wrong: resume
+  // it with restart = true and call AnnounceRestart. Always false when this
+  // server keeps no checkpoints.
+  Result<bool> CheckpointUsable(const store::TrialRecord& paused, std::string* why = nullptr);
+  // "trial.restarted" (experiment_id, trial_id, reason, by "server") for a
+  // trial resumed from scratch because its checkpoint was unusable; deletes
+  // what is left of that checkpoint and forgets the trial's cached curve
+  // (its steps were deleted).
+  void AnnounceRestart(const store::TrialRecord& trial, const std::string& reason);
 
+  // --- Pure: the spec alone -------------------------------------------------
   // The system parameters co-tuned inside trials (not affects_accuracy).
   static std::vector<std::string> TunableNames(const ExperimentSpec& spec);
   // What a trial's speed is measured against, the speed model's workload
@@ -546,341 +549,7 @@ class Engine {
   static std::string Workload(const ExperimentSpec& spec, const std::string& space);
 
  private:
-  // What one new trial is made for: an ask/tell client's suggestion, or
-  // placement's answer to a device that asked.
-  struct NewTrialFor {
-    // In this space unless it is at its share of the trials after one more
-    // (search::BelowShareAfterOneMore; then, as with none, the space
-    // ranking's pick): trials made in one batch for many devices keep the
-    // ranking's split, as one at a time would.
-    std::optional<int> space;
-    // Non-empty: created leased to this owner, in the same transaction.
-    std::string owner;
-    int64_t lease_ms = 0;
-    // Its lease ends at the promotion rule's first rung for its trial number
-    // (promotion-type early stopping).
-    bool to_first_rung = false;
-  };
-  struct NewTrialRequest {
-    NewTrialFor wanted;
-    std::optional<store::TrialRecord> made;  // none: the budget or max_parallel ran out
-  };
-  struct Cached {
-    std::shared_ptr<const ExperimentSpec> spec;
-    std::map<std::string, store::Id> space_ids;      // by space name
-    std::unique_ptr<search::Pruner> pruner;          // stopping-type early stopping
-    std::optional<search::PromotionRule> promotion;  // promotion-type
-    Mutex replenish_mu;  // one batch of suggestions at a time per experiment
-    // What early stopping judges against, the samplers suggest from and
-    // placement offers (EngineOptions::history_cache); its own lock, taken
-    // after replenish_mu when both are held.
-    std::unique_ptr<TrialView> trials;
-    // The histories a batch of suggestions is drawn from, copied from
-    // `trials` and kept between batches (only what changed is copied again).
-    HistoriesCopy sampling HPO_GUARDED_BY(replenish_mu);
-    std::atomic<size_t> sampling_trials{0};  // in `sampling`, read without replenish_mu
-    // The new trials devices ask for (server/engine/lease.cc): those that
-    // ask while a batch is being made queue and are made together in the
-    // next, one batch at a time (two made at once from the same history
-    // would be the same suggestion). One at a time, a fleet that asked at
-    // once queued for one suggestion each (bench/load's lease
-    // p99 of 4 s under ASHA).
-    std::unique_ptr<Batcher<NewTrialRequest>> new_trials;
-    // The paused or pending trials a lease in flight chose and has not yet
-    // written (lease.cc, LeaseClaim): other leases plan without them.
-    // Before, every lease that asked at once chose the same promotion, and
-    // all but one lost the race in the store and planned again (bench/load's
-    // lease tail).
-    Mutex claims_mu;
-    std::unordered_set<store::Id> claimed HPO_GUARDED_BY(claims_mu);
-    // Migration (placement.migrate; lease.cc, MaybeMove): the steps where a
-    // trial that survived its rung may move (ascending; empty: it never
-    // does), what each of the experiment's devices runs as its lease or last
-    // report left it (the trial and the rungs it has passed, by device id),
-    // and the trials asked to pause at their next report to make room for
-    // a more advanced one, with why.
-    std::vector<int64_t> rung_steps;
-    struct OnDevice {
-      store::Id trial_id = 0;
-      int rungs = 0;
-    };
-    Mutex moves_mu;
-    std::unordered_map<store::Id, OnDevice> on_device HPO_GUARDED_BY(moves_mu);
-    std::unordered_map<store::Id, std::string> preempted HPO_GUARDED_BY(moves_mu);
-    // Moved trials not yet resumed, by the class they move toward (a class
-    // with as many on their way as it has live devices is no target for
-    // another), and each one's class.
-    std::unordered_map<std::string, int> moving_to HPO_GUARDED_BY(moves_mu);
-    std::unordered_map<store::Id, std::string> moving_class HPO_GUARDED_BY(moves_mu);
-    // With cost.budget: what the trials have spent, read from the store on
-    // load and at every tick (which counts other replicas' reports too),
-    // plus this server's reports since.
-    Mutex usage_mu;
-    store::Usage used HPO_GUARDED_BY(usage_mu);
-  };
-  // Money left of the experiment's cost.budget (infinity without one).
-  static double BudgetLeft(Cached& c);
-  // An experiment that is no longer running: its view and its samplers'
-  // copy go (a server that runs experiment after experiment would keep
-  // every ended one's otherwise).
-  void ForgetEnded(store::Id experiment_id);
-  Result<Cached*> Load(store::Id experiment_id);
-  // Load for the loops over every running experiment (leases, ticks): an
-  // experiment whose stored spec this server cannot read (written by a
-  // newer version, say) is skipped, null, logged and remembered once per
-  // server, so that it does not stop the others' work. Its REST reads answer Load's
-  // DATA_LOSS, so it is not hidden.
-  Result<Cached*> LoadUnlessUnreadable(store::Id experiment_id) HPO_EXCLUDES(mu_);
-  Cached* Find(store::Id experiment_id) HPO_EXCLUDES(mu_);  // the cached entry, or null
-  // What samplers and the space ranking draw from: deterministic for
-  // (seed, experiment, trials so far), so a restarted server suggests what
-  // the old one would have.
-  static search::Rng ExperimentRng(const ExperimentSpec& spec, store::Id experiment_id,
-                                   size_t trials_so_far);
-  // The spec's cost section against the fleet: every priced class or label
-  // names a registered device or worker, and a deadline is in the future.
-  Status CheckCost(const ExperimentSpec& spec);
-  // Creates a new trial for each of `wanted`, in its order, drawn by the
-  // spec's sampler (one call per space for all of a space's trials, so a
-  // batch is spread, not the same suggestion again), as many of the first
-  // ones as the budget allows while leaving at most `max_unfinished`
-  // unfinished if set; the records in `wanted`'s order (maybe fewer).
-  Result<std::vector<store::TrialRecord>> CreateSuggestions(store::Id experiment_id, Cached& c,
-                                                            const std::vector<NewTrialFor>& wanted,
-                                                            std::optional<int64_t> max_unfinished)
-      HPO_REQUIRES(c.replenish_mu);
-  // The batch of new trials that devices asked for at once (Cached::
-  // new_trials): one CreateSuggestions for all, each request's trial back in
-  // it (none where the budget or max_parallel ran out).
-  std::vector<Status> MakeNewTrials(store::Id experiment_id, Cached& c,
-                                    const std::vector<NewTrialRequest*>& batch);
-  // "trial.created" for each, with what a view of the trials needs to add
-  // it without a read (number, space, params, state, level); called
-  // without replenish_mu held. `placed`, when an object, joins each event:
-  // a trial made for the device that asked says which device and the
-  // policy's reason.
-  void EmitCreated(store::Id experiment_id, const Cached& c,
-                   const std::vector<store::TrialRecord>& created,
-                   const nlohmann::json& placed = nullptr) const;
-  // Ends the experiment when every trial of its budget has finished and, for
-  // promotion-type early stopping, no paused trial may be promoted any more
-  // (the paused ones are then pruned, as never promoted).
-  // `after_change`: called after one of this engine's changes (a completion,
-  // a prune, a pause), where a view that holds fewer trials than the budget
-  // settles it without the store's count (a scan of the experiment's trials,
-  // on every completion: a fifth of the server's CPU at 10,000 trials); the
-  // ticks count in the store, so another replica's trials count there.
-  Status MaybeFinish(store::Id experiment_id, Cached& c, bool after_change = true);
-  // ReclaimExpiredLeases, whose events say which of the leases ended
-  // for `why` rather than by expiry (`ended`: answers that never reached
-  // the worker, or a worker that left).
-  Status Reclaim(const std::vector<store::Id>& ended, std::string_view why = "lease answer lost");
-  // Complete's body, with the reason already cut.
-  Status Finish(store::Id trial_id, const std::string& owner, bool failed,
-                const nlohmann::json& final_metrics, const std::string& why);
-  // What a worker's session is checked against, and its devices: read once
-  // per worker, again when a session does not match (a re-registration).
-  struct WorkerAuth {
-    std::string session_hash;
-    std::set<store::Id> devices;
-    int64_t touched_ms = 0;  // when TouchWorker last wrote its last_seen_ms (NowMs)
-    // The session that last matched session_hash: the next call with it is
-    // compared with it (in constant time) rather than hashed again (a
-    // SHA-256 per call cost the server's CPU under load). In memory only; the store keeps the hash.
-    std::string verified_session;
-  };
-  Result<WorkerAuth> Authenticate(const WorkerCaller& caller);
-  // store::Store::TouchWorker, unless this engine wrote it within the last
-  // tenth of a worker lease (at most a second): a worker's every lease and
-  // heartbeat wrote it before. A worker that is not there
-  // (pruned) is forgotten by Authenticate's cache too.
-  Status TouchWorker(store::Id worker_id);
-  // NotFound unless `device_id` is one of the worker's.
-  static Status CheckDevice(const WorkerCaller& caller, const WorkerAuth& auth,
-                            store::Id device_id);
-  // A lease for the worker (authenticated) on one of its devices.
-  Result<std::optional<Lease>> GrantLease(store::Id worker_id, store::Id device_id);
-  int64_t NowMs() const;
-  // EngineOptions::steady_clock's now.
-  std::chrono::steady_clock::time_point SteadyNow() const;
-  friend class CheckpointUpload;
-  // FailedPrecondition unless `trial` is leased or running under `owner`.
-  static Status CheckHolds(const store::TrialRecord& trial, const std::string& owner,
-                           std::string_view action);
-  // PauseTrial once the caller is known to hold `trial`'s lease.
-  Status PauseHeld(const store::TrialRecord& trial, const std::string& owner, int64_t step,
-                   bool checkpoint_uploaded);
-  // Best effort: deletes the trial's checkpoint now that it ended (the sweep
-  // retries what fails).
-  void DeleteCheckpoint(store::Id trial_id);
-  // Whether a trial that ends may leave a checkpoint to delete at once: one
-  // of an experiment whose trials pause at rungs, or one that paused and
-  // resumed. Any other (a checkpoint uploaded by a worker that died before
-  // its pause) is left to the sweep, rather than every trial's end costing
-  // a delete.
-  static bool MayHaveCheckpoint(const Cached& c, int level, int64_t resume_step) {
-    return c.promotion.has_value() || level > 0 || resume_step > 0;
-  }
-  Mutex sweep_mu_;
-  std::chrono::steady_clock::time_point last_sweep_ HPO_GUARDED_BY(sweep_mu_);
-
-  // The running experiments, oldest first, as a lease looks through them:
-  // read at most history_cache ago (another replica's new or ended
-  // experiments count within it), and again after this engine created or
-  // ended one (a list of every experiment, specs included, was a
-  // round trip and a few percent of the server's CPU per lease).
-  using ExperimentList = std::shared_ptr<const std::vector<store::ExperimentRecord>>;
-  Result<ExperimentList> RunningExperiments() HPO_EXCLUDES(experiments_mu_);
-  void ExperimentsChanged() HPO_EXCLUDES(experiments_mu_);
-  Mutex experiments_mu_;
-  ExperimentList running_experiments_ HPO_GUARDED_BY(experiments_mu_);
-
-  // A trial's experiment and space, which never change: a report needs its
-  // spec and workload before its write, and read the whole trial for them
-  // (a round trip per report). Kept for the trials this engine
-  // made or leased, and read on a miss; cleared whole when it holds
-  // kMaxTrialHomes (misses refill it).
-  struct TrialHome {
-    store::Id experiment_id = 0;
-    std::optional<store::Id> space_id;
-    int64_t number = 0;  // within the experiment, for events
-  };
-  static constexpr size_t kMaxTrialHomes = 200'000;
-  Result<TrialHome> HomeOf(store::Id trial_id) HPO_EXCLUDES(homes_mu_);
-  void RememberHome(const store::TrialRecord& trial) HPO_EXCLUDES(homes_mu_);
-  Mutex homes_mu_;
-  std::unordered_map<store::Id, TrialHome> trial_homes_ HPO_GUARDED_BY(homes_mu_);
-
-  // A step's device time (Measurement::device_ms): by trial, when its
-  // device was last charged up to. A segment leased here is charged from
-  // its lease, then each report from the one before; one leased by another
-  // replica or before a restart is charged from its first report here.
-  // Cleared whole at kMaxTrialHomes.
-  void StartCharge(store::Id trial_id) HPO_EXCLUDES(charge_mu_);
-  // Milliseconds since the trial's device was last charged (0 when not
-  // known), charging it up to now.
-  int64_t ChargeDeviceMs(store::Id trial_id) HPO_EXCLUDES(charge_mu_);
-  Mutex charge_mu_;
-  std::unordered_map<store::Id, int64_t> charged_until_ms_ HPO_GUARDED_BY(charge_mu_);
-
-  // The device each trial this server leased runs on, by trial, so that a
-  // segment's end frees its device in the fleet view at once (placement's
-  // free times, hold-back, migration) rather than when the lease's estimate
-  // runs out, and migration no longer counts the trial as running there.
-  // Cleared whole at kMaxTrialHomes.
-  void SegmentEnded(Cached& c, store::Id trial_id) HPO_EXCLUDES(leased_on_mu_);
-  Mutex leased_on_mu_;
-  std::unordered_map<store::Id, store::Id> leased_on_ HPO_GUARDED_BY(leased_on_mu_);
-
-  // The pauses that uploads of a rung's checkpoint made (CheckpointUpload::
-  // Commit), by trial: the owner and step, so that the owner's own Pause,
-  // which may arrive after a promotion leased the trial again, is
-  // acknowledged (PauseTrial). This server's uploads only: a Pause that
-  // reaches another replica after a promotion is refused, as before.
-  // Cleared whole at kMaxUploadPauses.
-  struct UploadPause {
-    std::string owner;
-    int64_t step = 0;
-  };
-  static constexpr size_t kMaxUploadPauses = 100'000;
-  void RememberUploadPause(store::Id trial_id, const std::string& owner, int64_t step)
-      HPO_EXCLUDES(upload_pauses_mu_);
-  bool PausedByUpload(store::Id trial_id, const std::string& owner, int64_t step)
-      HPO_EXCLUDES(upload_pauses_mu_);
-  Mutex upload_pauses_mu_;
-  std::unordered_map<store::Id, UploadPause> upload_pauses_ HPO_GUARDED_BY(upload_pauses_mu_);
-  std::chrono::steady_clock::time_point running_experiments_read_ HPO_GUARDED_BY(experiments_mu_);
-
-  void Emit(std::string type, const nlohmann::json& data) const {
-    // What may give an idle device work: a new experiment or trial, a
-    // trial that paused (a rung's results changed: one may be promotable)
-    // or left its device (finished, requeued, restarted).
-    if (type == "experiment.created" || type == "trial.created" || type == "trial.paused" ||
-        type == "trial.finished" || type == "trial.requeued" || type == "trial.restarted") {
-      work_.Notify();
-    }
-    KeepTrialEvent(type, data);
-    if (options_.on_event) options_.on_event(std::move(type), data);
-  }
-  // A trial's event between its steps (paused, resumed, moving, preempted,
-  // requeued, restarted, system capped or unknown, co-tuning stopped) goes
-  // to the store too, for the trial's history (Store::AddTrialEvent); a
-  // failure to keep it is logged, not the caller's.
-  void KeepTrialEvent(const std::string& type, const nlohmann::json& data) const;
-  mutable WorkSignal work_;
-
-  store::Store& store_;
-  EngineOptions options_;
-  // Metrics, or null: registered once, updated without locks.
-  metrics::Histogram* suggest_seconds_ = nullptr;
-  metrics::Histogram* report_seconds_ = nullptr;
-  metrics::Histogram* lease_seconds_ = nullptr;
-  metrics::Counter* leases_granted_ = nullptr;
-  metrics::Counter* leases_empty_ = nullptr;
-  metrics::Counter* workers_gone_ = nullptr;
-  metrics::Gauge* kept_trials_ = nullptr;
-  // Placement for one experiment (scheduler/policy.h; server/engine/lease.cc):
-  // the work it offers this device - promotable paused trials, pending
-  // trials, a new trial per space while budget and max_parallel allow -
-  // and the policy's choice among them (`without_new`: no new trial offered).
-  class LeaseClaim;  // lease.cc
-  struct LeasePlan {
-    std::vector<scheduler::WorkItem> items;
-    std::vector<search::Promotion> promotions;  // parallel to items: the kResume items'
-    scheduler::PolicyDecision decision;
-  };
-  Result<LeasePlan> PlanLease(const store::ExperimentRecord& e, Cached& c, store::Id device_id,
-                              std::chrono::steady_clock::time_point asked, bool without_new);
-  // Carries out the plan's decision for the worker's device: the trial
-  // leased, or none when another lease took it first (or the budget or
-  // max_parallel ran out for a new one).
-  Result<std::optional<store::TrialRecord>> ApplyPlan(const store::ExperimentRecord& e, Cached& c,
-                                                      const LeasePlan& plan, store::Id worker_id,
-                                                      store::Id device_id);
-  // The policy's options for this experiment's spec, budget and fleet.
-  scheduler::PolicyOptions PolicyFor(Cached& c, const FleetSnapshot& fleet,
-                                     const store::ExperimentRecord& e, int64_t now_ms);
-  // Migration after a report the trial survived (stop-type early stopping,
-  // placement.migrate): a pause, when the trial was preempted, or when it
-  // passed a rung and a faster device would finish it sooner
-  // (scheduler::DecideMove), which may preempt a less advanced trial there;
-  // nullopt to go on here. Best effort: a fleet that cannot be read moves
-  // nothing.
-  std::optional<ReportReply> MaybeMove(Cached& c, const store::TrialRecord& trial,
-                                       const TrialReport& r, const std::string& workload);
-  // What the device runs now, for MaybeMove (a lease or a report of it).
-  static void NoteOnDevice(Cached& c, store::Id device_id, store::Id trial_id, int64_t step);
-  // A report's answer once its experiment ended: the trial cancelled (unless
-  // the experiment's end finished it already) with the experiment's reason,
-  // the worker told to stop.
-  Result<ReportReply> StopForEndedExperiment(const TrialReport& r, store::Id experiment_id,
-                                             store::ExperimentState state);
-  // Co-tuning after a report: maybe a new system setting for the next epoch.
-  // `inserted`: the report was new (not a retry), so its events are due.
-  // `workload`: the trial's (Workload), whose speeds measured on the
-  // device's class spare it probes (scheduler::KnownSpeeds).
-  Result<ReportReply> CoTune(const store::TrialRecord& trial, const ExperimentSpec& spec,
-                             const TrialReport& r, bool inserted, const std::string& workload);
-  // The system parameters co-tuned within this trial's epochs on this
-  // device: the spec's throughput-only ones, probed only where the spec and
-  // the worker's declaration allow it (scheduler::RestrictToDeclared), with
-  // threads capped at the device's limit (DeviceThreadLimit). `unknown`, when
-  // given, gets the spec's parameters (all of them) the declaration lacks.
-  Result<std::vector<scheduler::SystemDimension>> CoTunedDimensions(
-      const ExperimentSpec& spec, const std::map<std::string, scheduler::SystemChange>& declared,
-      std::optional<store::Id> device_id, std::vector<std::string>* unknown);
-  // Overrides the lease's tunable system parameters with the fastest
-  // setting measured for the device's class and the workload, then brings
-  // threads within what the device takes (a trial.system_capped event says
-  // so when the spec's range goes beyond it).
-  Status StartAtBestSetting(const ExperimentSpec& spec, store::Id device_id,
-                            std::chrono::steady_clock::time_point asked, Lease& a);
-
-  std::unique_ptr<FleetView> fleet_;
-  Mutex mu_;
-  std::map<store::Id, std::unique_ptr<Cached>> cache_ HPO_GUARDED_BY(mu_);
-  std::map<store::Id, WorkerAuth> workers_ HPO_GUARDED_BY(mu_);
-  std::set<store::Id> unreadable_ HPO_GUARDED_BY(mu_);  // see LoadUnlessUnreadable
+  std::unique_ptr<EngineImpl> impl_;
 };
 
 }  // namespace hpo::server

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "server/engine/engine.h"
+#include "server/engine/engine_impl.h"
 
 namespace hpo::server {
 
@@ -25,8 +25,8 @@ Status NoArtifactStore() {
 
 }  // namespace
 
-Status Engine::CheckHolds(const store::TrialRecord& trial, const std::string& owner,
-                          std::string_view action) {
+Status EngineImpl::CheckHolds(const store::TrialRecord& trial, const std::string& owner,
+                              std::string_view action) {
   const bool active = trial.state == TrialState::kLeased || trial.state == TrialState::kRunning;
   if (active && trial.lease_owner == owner) return Status::OK();
   std::string msg = "cannot " + std::string(action) + " " + TrialName(trial.id) +
@@ -36,7 +36,7 @@ Status Engine::CheckHolds(const store::TrialRecord& trial, const std::string& ow
   return Status::FailedPrecondition(msg + ")");
 }
 
-void Engine::DeleteCheckpoint(Id trial_id) {
+void EngineImpl::DeleteCheckpoint(Id trial_id) {
   if (options_.artifacts) (void)options_.artifacts->Delete(trial_id);
 }
 
@@ -51,7 +51,7 @@ Status CheckpointUpload::Commit(std::string_view sha256) {
   // The lease may have expired while the bytes came in: a trial that moved
   // on (requeued, paused again at its old step, finished) keeps what it had.
   HPO_ASSIGN_OR_RETURN(const store::TrialRecord trial, engine_.store_.GetTrial(trial_id_));
-  HPO_RETURN_IF_ERROR(Engine::CheckHolds(trial, owner_, "commit a checkpoint of"));
+  HPO_RETURN_IF_ERROR(EngineImpl::CheckHolds(trial, owner_, "commit a checkpoint of"));
   HPO_RETURN_IF_ERROR(writer_->Commit(sha256));
   // The checkpoint of the step the trial was told to pause at completes the
   // pause, so the trial is paused from here on whatever becomes of the
@@ -66,7 +66,7 @@ Status CheckpointUpload::Commit(std::string_view sha256) {
   // step PauseHeld accepts.
   bool pause_step = trial.stop_step && *trial.stop_step == step_;
   if (!pause_step) {
-    HPO_ASSIGN_OR_RETURN(const Engine::Cached* c, engine_.Load(trial.experiment_id));
+    HPO_ASSIGN_OR_RETURN(const EngineImpl::Cached* c, engine_.Load(trial.experiment_id));
     pause_step = c->spec->placement_migrate;
   }
   if (pause_step) {
@@ -78,9 +78,8 @@ Status CheckpointUpload::Commit(std::string_view sha256) {
   return Status::OK();
 }
 
-Result<std::unique_ptr<CheckpointUpload>> Engine::BeginCheckpointUpload(const WorkerCaller& caller,
-                                                                        Id trial_id, int64_t step,
-                                                                        int64_t total_bytes) {
+Result<std::unique_ptr<CheckpointUpload>> EngineImpl::BeginCheckpointUpload(
+    const WorkerCaller& caller, Id trial_id, int64_t step, int64_t total_bytes) {
   HPO_RETURN_IF_ERROR(Authenticate(caller).status());
   if (!options_.artifacts) return NoArtifactStore();
   const std::string owner = WorkerOwner(caller.worker_id);
@@ -98,8 +97,8 @@ Result<std::unique_ptr<CheckpointUpload>> Engine::BeginCheckpointUpload(const Wo
       new CheckpointUpload(*this, trial_id, step, owner, std::move(writer)));
 }
 
-Result<std::unique_ptr<store::CheckpointReader>> Engine::OpenCheckpoint(const WorkerCaller& caller,
-                                                                        Id trial_id) {
+Result<std::unique_ptr<store::CheckpointReader>> EngineImpl::OpenCheckpoint(
+    const WorkerCaller& caller, Id trial_id) {
   HPO_RETURN_IF_ERROR(Authenticate(caller).status());
   if (!options_.artifacts) return NoArtifactStore();
   HPO_ASSIGN_OR_RETURN(const store::TrialRecord trial, store_.GetTrial(trial_id));
@@ -119,8 +118,8 @@ Result<std::unique_ptr<store::CheckpointReader>> Engine::OpenCheckpoint(const Wo
   return reader;
 }
 
-Status Engine::PauseTrial(const WorkerCaller& caller, Id trial_id, int64_t step,
-                          bool checkpoint_uploaded) {
+Status EngineImpl::PauseTrial(const WorkerCaller& caller, Id trial_id, int64_t step,
+                              bool checkpoint_uploaded) {
   HPO_RETURN_IF_ERROR(Authenticate(caller).status());
   const std::string owner = WorkerOwner(caller.worker_id);
   HPO_ASSIGN_OR_RETURN(store::TrialRecord trial, store_.GetTrial(trial_id));
@@ -149,20 +148,20 @@ Status Engine::PauseTrial(const WorkerCaller& caller, Id trial_id, int64_t step,
   return PauseHeld(trial, owner, step, checkpoint_uploaded);
 }
 
-void Engine::RememberUploadPause(Id trial_id, const std::string& owner, int64_t step) {
+void EngineImpl::RememberUploadPause(Id trial_id, const std::string& owner, int64_t step) {
   MutexLock lock(upload_pauses_mu_);
   if (upload_pauses_.size() >= kMaxUploadPauses) upload_pauses_.clear();
   upload_pauses_[trial_id] = UploadPause{owner, step};
 }
 
-bool Engine::PausedByUpload(Id trial_id, const std::string& owner, int64_t step) {
+bool EngineImpl::PausedByUpload(Id trial_id, const std::string& owner, int64_t step) {
   MutexLock lock(upload_pauses_mu_);
   const auto it = upload_pauses_.find(trial_id);
   return it != upload_pauses_.end() && it->second.owner == owner && it->second.step == step;
 }
 
-Status Engine::PauseHeld(const store::TrialRecord& trial, const std::string& owner, int64_t step,
-                         bool checkpoint_uploaded) {
+Status EngineImpl::PauseHeld(const store::TrialRecord& trial, const std::string& owner,
+                             int64_t step, bool checkpoint_uploaded) {
   const Id trial_id = trial.id;
   // The checkpoint and the history must agree: a promotion continues at
   // step + 1 from both.
@@ -197,7 +196,8 @@ Status Engine::PauseHeld(const store::TrialRecord& trial, const std::string& own
   return MaybeFinish(trial.experiment_id, *c);
 }
 
-Status Engine::RestartTrial(const WorkerCaller& caller, Id trial_id, const std::string& reason) {
+Status EngineImpl::RestartTrial(const WorkerCaller& caller, Id trial_id,
+                                const std::string& reason) {
   HPO_RETURN_IF_ERROR(Authenticate(caller).status());
   const std::string owner = WorkerOwner(caller.worker_id);
   HPO_ASSIGN_OR_RETURN(const store::TrialRecord trial, store_.GetTrial(trial_id));
@@ -215,7 +215,7 @@ Status Engine::RestartTrial(const WorkerCaller& caller, Id trial_id, const std::
   return Status::OK();
 }
 
-Result<bool> Engine::CheckpointUsable(const store::TrialRecord& paused, std::string* why) {
+Result<bool> EngineImpl::CheckpointUsable(const store::TrialRecord& paused, std::string* why) {
   auto say = [&](std::string text) {
     if (why) *why = std::move(text);
     return false;
@@ -242,7 +242,7 @@ Result<bool> Engine::CheckpointUsable(const store::TrialRecord& paused, std::str
   return true;
 }
 
-void Engine::AnnounceRestart(const store::TrialRecord& trial, const std::string& reason) {
+void EngineImpl::AnnounceRestart(const store::TrialRecord& trial, const std::string& reason) {
   DeleteCheckpoint(trial.id);
   ForgetHistory(trial.experiment_id);
   Emit("trial.restarted", {{"experiment_id", trial.experiment_id},
@@ -252,7 +252,7 @@ void Engine::AnnounceRestart(const store::TrialRecord& trial, const std::string&
                            {"by", "server"}});
 }
 
-Status Engine::SweepCheckpoints() {
+Status EngineImpl::SweepCheckpoints() {
   if (!options_.artifacts) return Status::OK();
   HPO_ASSIGN_OR_RETURN(const std::vector<Id> ids, options_.artifacts->List());
   std::map<Id, std::optional<Id>> partial_best;  // by experiment, read once per sweep

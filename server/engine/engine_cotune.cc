@@ -5,14 +5,14 @@
 #include <algorithm>
 
 #include "scheduler/cotuner.h"
-#include "server/engine/engine.h"
+#include "server/engine/engine_impl.h"
 
 namespace hpo::server {
 
 using nlohmann::json;
 using store::Id;
 
-Result<std::vector<scheduler::SystemDimension>> Engine::CoTunedDimensions(
+Result<std::vector<scheduler::SystemDimension>> EngineImpl::CoTunedDimensions(
     const ExperimentSpec& spec, const std::map<std::string, scheduler::SystemChange>& declared,
     std::optional<Id> device_id, std::vector<std::string>* unknown) {
   std::vector<scheduler::SystemDimension> all;
@@ -35,9 +35,9 @@ Result<std::vector<scheduler::SystemDimension>> Engine::CoTunedDimensions(
   return dims;
 }
 
-Result<ReportReply> Engine::CoTune(const store::TrialRecord& trial, const ExperimentSpec& spec,
-                                   const TrialReport& r, bool inserted,
-                                   const std::string& workload) {
+Result<ReportReply> EngineImpl::CoTune(const store::TrialRecord& trial, const ExperimentSpec& spec,
+                                       const TrialReport& r, bool inserted,
+                                       const std::string& workload) {
   ReportReply reply;
   const Id experiment_id = trial.experiment_id;
   std::vector<std::string> unknown;
@@ -113,8 +113,8 @@ Result<ReportReply> Engine::CoTune(const store::TrialRecord& trial, const Experi
   return reply;
 }
 
-Status Engine::StartAtBestSetting(const ExperimentSpec& spec, Id device_id,
-                                  std::chrono::steady_clock::time_point asked, Lease& a) {
+Status EngineImpl::StartAtBestSetting(const ExperimentSpec& spec, Id device_id,
+                                      std::chrono::steady_clock::time_point asked, Lease& a) {
   // Only the tunable (throughput-only) parameters come from what was
   // learned, chosen for this trial's own searched values (its batch size);
   // the rest are the trial's own.

@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "common/token.h"
-#include "server/engine/engine.h"
+#include "server/engine/engine_impl.h"
 
 namespace hpo::server {
 
@@ -94,7 +94,7 @@ std::string SessionHash(std::string_view session) {
 
 std::string Engine::WorkerOwner(Id worker_id) { return "worker/" + std::to_string(worker_id); }
 
-Result<RegisteredWorker> Engine::RegisterWorker(const WorkerRegistration& w) {
+Result<RegisteredWorker> EngineImpl::RegisterWorker(const WorkerRegistration& w) {
   if (w.host.empty()) return Status::InvalidArgument("host: must not be empty");
   if (w.host.size() > kMaxNameLength) {
     return Status::InvalidArgument("host: longer than " + std::to_string(kMaxNameLength) +
@@ -186,7 +186,7 @@ Result<RegisteredWorker> Engine::RegisterWorker(const WorkerRegistration& w) {
   return RegisteredWorker{std::move(rec), std::move(session), std::move(identity_secret)};
 }
 
-Status Engine::TouchWorker(Id worker_id) {
+Status EngineImpl::TouchWorker(Id worker_id) {
   const int64_t now = NowMs();
   const int64_t interval = std::min<int64_t>(1000, options_.worker_lease_ms / 10);
   {
@@ -207,12 +207,12 @@ Status Engine::TouchWorker(Id worker_id) {
   return s;
 }
 
-std::string_view Engine::WorkerState(const store::WorkerRecord& w) const {
+std::string_view EngineImpl::WorkerState(const store::WorkerRecord& w) const {
   if (w.gone_ms) return "gone";
   return w.last_seen_ms >= NowMs() - options_.worker_lease_ms ? "live" : "silent";
 }
 
-Status Engine::SweepWorkers() {
+Status EngineImpl::SweepWorkers() {
   // Measured by the store's clock, the one that wrote last_seen_ms.
   HPO_ASSIGN_OR_RETURN(
       auto gone, store_.MarkWorkersGone(options_.worker_gone_after * options_.worker_lease_ms));
@@ -232,7 +232,7 @@ Status Engine::SweepWorkers() {
   return Status::OK();
 }
 
-Result<Engine::WorkerAuth> Engine::Authenticate(const WorkerCaller& caller) {
+Result<EngineImpl::WorkerAuth> EngineImpl::Authenticate(const WorkerCaller& caller) {
   std::optional<WorkerAuth> auth;
   {
     MutexLock lock(mu_);
@@ -292,18 +292,18 @@ Result<Engine::WorkerAuth> Engine::Authenticate(const WorkerCaller& caller) {
   return *std::move(auth);
 }
 
-Status Engine::AuthenticateWorker(const WorkerCaller& caller) {
+Status EngineImpl::AuthenticateWorker(const WorkerCaller& caller) {
   return Authenticate(caller).status();
 }
 
-Status Engine::CheckDevice(const WorkerCaller& caller, const WorkerAuth& auth, Id device_id) {
+Status EngineImpl::CheckDevice(const WorkerCaller& caller, const WorkerAuth& auth, Id device_id) {
   if (auth.devices.count(device_id)) return Status::OK();
   return Status::NotFound("device " + std::to_string(device_id) + " is not a device of worker " +
                           std::to_string(caller.worker_id));
 }
 
-Result<std::vector<Id>> Engine::Heartbeat(const WorkerCaller& caller,
-                                          const std::vector<Id>& trial_ids) {
+Result<std::vector<Id>> EngineImpl::Heartbeat(const WorkerCaller& caller,
+                                              const std::vector<Id>& trial_ids) {
   if (trial_ids.size() > kMaxTrialsPerHeartbeat) {
     return Status::InvalidArgument("trial_ids: " + std::to_string(trial_ids.size()) +
                                    " trials in one heartbeat, more than the limit of " +
@@ -315,7 +315,7 @@ Result<std::vector<Id>> Engine::Heartbeat(const WorkerCaller& caller,
   return store_.RenewLeases(trial_ids, WorkerOwner(caller.worker_id), options_.worker_lease_ms);
 }
 
-Result<std::vector<Id>> Engine::LeaveWorker(const WorkerCaller& caller) {
+Result<std::vector<Id>> EngineImpl::LeaveWorker(const WorkerCaller& caller) {
   HPO_RETURN_IF_ERROR(Authenticate(caller).status());
   // Gone in the store first: a fleet reread from here on finds it so.
   HPO_ASSIGN_OR_RETURN(const std::optional<store::WorkerRecord> gone,

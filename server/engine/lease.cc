@@ -11,7 +11,7 @@
 
 #include "scheduler/offer.h"
 #include "search/ranking.h"
-#include "server/engine/engine.h"
+#include "server/engine/engine_impl.h"
 
 namespace hpo::server {
 
@@ -32,7 +32,7 @@ Result<std::optional<store::TrialRecord>> NoTrial() { return std::optional<store
 // A lease's claim on the paused or pending trial it chose, from its choice
 // until its write is in the view (Cached::claimed); a trial another lease
 // claimed first is not taken.
-class Engine::LeaseClaim {
+class EngineImpl::LeaseClaim {
  public:
   LeaseClaim(Cached& c, Id trial_id) : c_(c), trial_id_(trial_id) {
     MutexLock lock(c_.claims_mu);
@@ -53,18 +53,18 @@ class Engine::LeaseClaim {
   bool held_ = false;
 };
 
-int64_t Engine::NowMs() const {
+int64_t EngineImpl::NowMs() const {
   if (options_.clock) return options_.clock();
   using namespace std::chrono;
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
-std::chrono::steady_clock::time_point Engine::SteadyNow() const {
+std::chrono::steady_clock::time_point EngineImpl::SteadyNow() const {
   return options_.steady_clock ? options_.steady_clock() : std::chrono::steady_clock::now();
 }
 
-Result<std::optional<Lease>> Engine::LeaseForWorker(const WorkerCaller& caller, Id device_id,
-                                                    const std::optional<std::vector<Id>>& held) {
+Result<std::optional<Lease>> EngineImpl::LeaseForWorker(
+    const WorkerCaller& caller, Id device_id, const std::optional<std::vector<Id>>& held) {
   HPO_ASSIGN_OR_RETURN(const WorkerAuth auth, Authenticate(caller));
   HPO_RETURN_IF_ERROR(CheckDevice(caller, auth, device_id));
   HPO_RETURN_IF_ERROR(TouchWorker(caller.worker_id));
@@ -83,7 +83,7 @@ Result<std::optional<Lease>> Engine::LeaseForWorker(const WorkerCaller& caller, 
   return GrantLease(caller.worker_id, device_id);
 }
 
-Result<std::optional<Lease>> Engine::GrantLease(Id worker_id, Id device_id) {
+Result<std::optional<Lease>> EngineImpl::GrantLease(Id worker_id, Id device_id) {
   std::optional<metrics::ScopedTimer> timer;
   if (lease_seconds_) timer.emplace(*lease_seconds_);
   HPO_ASSIGN_OR_RETURN(const ExperimentList experiments, RunningExperiments());
@@ -124,10 +124,8 @@ Result<std::optional<Lease>> Engine::GrantLease(Id worker_id, Id device_id) {
         leased_on_[leased->id] = device_id;
       }
       fleet_->SetBusy(device_id, plan.decision.estimated_seconds);
-      Lease a{*leased, c->spec, ""};
-      for (const auto& [name, id] : c->space_ids) {
-        if (leased->space_id == id) a.space = name;
-      }
+      Lease a{*leased, c->spec,
+              leased->space_id ? c->spaces.NameOf(*leased->space_id) : std::string()};
       if (!c->spec->system.empty())
         HPO_RETURN_IF_ERROR(StartAtBestSetting(*c->spec, device_id, asked, a));
       if (leases_granted_) leases_granted_->Increment();
@@ -138,10 +136,10 @@ Result<std::optional<Lease>> Engine::GrantLease(Id worker_id, Id device_id) {
   return std::optional<Lease>();
 }
 
-Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Cached& c,
-                                            Id device_id,
-                                            std::chrono::steady_clock::time_point asked,
-                                            bool without_new) {
+Result<EngineImpl::LeasePlan> EngineImpl::PlanLease(const store::ExperimentRecord& e, Cached& c,
+                                                    Id device_id,
+                                                    std::chrono::steady_clock::time_point asked,
+                                                    bool without_new) {
   const ExperimentSpec& spec = *c.spec;
   const int64_t now = NowMs();
   LeasePlan plan;
@@ -270,8 +268,8 @@ Result<Engine::LeasePlan> Engine::PlanLease(const store::ExperimentRecord& e, Ca
   return plan;
 }
 
-scheduler::PolicyOptions Engine::PolicyFor(Cached& c, const FleetSnapshot& fleet,
-                                           const store::ExperimentRecord& e, int64_t now_ms) {
+scheduler::PolicyOptions EngineImpl::PolicyFor(Cached& c, const FleetSnapshot& fleet,
+                                               const store::ExperimentRecord& e, int64_t now_ms) {
   const ExperimentSpec& spec = *c.spec;
   scheduler::PolicyOptions o;
   o.kind =
@@ -294,9 +292,9 @@ scheduler::PolicyOptions Engine::PolicyFor(Cached& c, const FleetSnapshot& fleet
   return o;
 }
 
-Result<std::optional<store::TrialRecord>> Engine::ApplyPlan(const store::ExperimentRecord& e,
-                                                            Cached& c, const LeasePlan& plan,
-                                                            Id worker_id, Id device_id) {
+Result<std::optional<store::TrialRecord>> EngineImpl::ApplyPlan(const store::ExperimentRecord& e,
+                                                                Cached& c, const LeasePlan& plan,
+                                                                Id worker_id, Id device_id) {
   const scheduler::WorkItem& item = plan.items[plan.decision.item];
   const std::string owner = WorkerOwner(worker_id);
   const int64_t lease_ms = options_.worker_lease_ms;
@@ -368,7 +366,7 @@ Result<std::optional<store::TrialRecord>> Engine::ApplyPlan(const store::Experim
   return leased;
 }
 
-void Engine::SegmentEnded(Cached& c, Id trial_id) {
+void EngineImpl::SegmentEnded(Cached& c, Id trial_id) {
   std::optional<Id> device;
   {
     MutexLock lock(leased_on_mu_);
@@ -386,7 +384,7 @@ void Engine::SegmentEnded(Cached& c, Id trial_id) {
   }
 }
 
-void Engine::NoteOnDevice(Cached& c, Id device_id, Id trial_id, int64_t step) {
+void EngineImpl::NoteOnDevice(Cached& c, Id device_id, Id trial_id, int64_t step) {
   const int rungs = search::RungsPassed(c.rung_steps, step);
   MutexLock lock(c.moves_mu);
   c.on_device[device_id] = Cached::OnDevice{trial_id, rungs};
@@ -395,8 +393,9 @@ void Engine::NoteOnDevice(Cached& c, Id device_id, Id trial_id, int64_t step) {
 // Cost: a map lookup on every report; at a rung the trial survived, one pass
 // over the experiment's devices per faster class (to find whom to preempt)
 // and one DecideMove, O(classes).
-std::optional<ReportReply> Engine::MaybeMove(Cached& c, const store::TrialRecord& trial,
-                                             const TrialReport& r, const std::string& workload) {
+std::optional<ReportReply> EngineImpl::MaybeMove(Cached& c, const store::TrialRecord& trial,
+                                                 const TrialReport& r,
+                                                 const std::string& workload) {
   const ExperimentSpec& spec = *c.spec;
   const Id device_id = *r.device_id;
   const bool last = r.step >= spec.steps_per_trial;
@@ -535,7 +534,7 @@ std::optional<ReportReply> Engine::MaybeMove(Cached& c, const store::TrialRecord
   return ReportReply{Decision::kPause, std::nullopt, why};
 }
 
-Status Engine::CheckCost(const ExperimentSpec& spec) {
+Status EngineImpl::CheckCost(const ExperimentSpec& spec) {
   if (spec.deadline_ms && *spec.deadline_ms <= NowMs()) {
     return Status::InvalidArgument(
         "cost.deadline: " + spec.source.at("cost").at("deadline").get<std::string>() +

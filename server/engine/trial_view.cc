@@ -6,6 +6,8 @@
 #include <limits>
 #include <set>
 
+#include "server/engine/space_map.h"
+
 namespace hpo::server {
 
 using nlohmann::json;
@@ -246,11 +248,7 @@ void TrialView::Add(TrialsSnapshot& view, const store::TrialRecord& trial) const
 Result<TrialsSnapshot> TrialView::ReadNow() const {
   TrialsSnapshot view;
   HPO_ASSIGN_OR_RETURN(store::ExperimentRecord rec, store_.GetExperiment(experiment_id_));
-  for (size_t i = 0; i < spec_->spaces.size(); ++i) {
-    for (const auto& s : rec.spaces) {
-      if (s.name == spec_->spaces[i].name) view.space_index[s.id] = i;
-    }
-  }
+  view.space_index = SpaceMap(*spec_, rec.spaces).IndexById();
   view.histories.resize(spec_->spaces.size());
   view.changed.resize(spec_->spaces.size());
   HPO_ASSIGN_OR_RETURN(const Changes everything, ReadChanges(std::nullopt));

@@ -11,6 +11,7 @@
 
 #include "common/json_limits.h"
 #include "common/token.h"
+#include "server/engine/space_map.h"
 #include "server/engine/trial_run.h"
 #include "server/http/dashboard.h"
 #include "server/http/read_cursor.h"
@@ -36,7 +37,7 @@ json Opt(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr);
 
 // `spec`: the trial's experiment's, for its seed (null when it cannot be
 // read: the trial is still shown, with a null seed).
-json TrialJson(const store::TrialRecord& t, const std::map<Id, std::string>& space_names,
+json TrialJson(const store::TrialRecord& t, const SpaceMap& space_names,
                const ExperimentSpec* spec) {
   json j = {{"id", t.id},
             {"experiment_id", t.experiment_id},
@@ -67,8 +68,7 @@ json TrialJson(const store::TrialRecord& t, const std::map<Id, std::string>& spa
             {"best", nullptr},
             {"device_seconds", 0}};
   if (t.space_id) {
-    auto it = space_names.find(*t.space_id);
-    if (it != space_names.end()) j["space"] = it->second;
+    if (const std::string& name = space_names.NameOf(*t.space_id); !name.empty()) j["space"] = name;
   }
   return j;
 }
@@ -91,11 +91,7 @@ std::shared_ptr<const ExperimentSpec> SpecOrNull(Engine& engine, Id experiment_i
   return spec.ok() ? *spec : nullptr;
 }
 
-std::map<Id, std::string> SpaceNames(const store::ExperimentRecord& e) {
-  std::map<Id, std::string> out;
-  for (const auto& s : e.spaces) out[s.id] = s.name;
-  return out;
-}
+SpaceMap SpaceNames(const store::ExperimentRecord& e) { return SpaceMap(e.spaces); }
 
 json CountsJson(const store::TrialCounts& n) {
   return {{"pending", n.pending}, {"leased", n.leased},       {"running", n.running},
@@ -714,9 +710,7 @@ Result<json> RestApi::ListTrials(const RouteCall& call) {
     f.state = *parsed;
   }
   if (auto sp = req.query.find("space"); sp != req.query.end()) {
-    for (const auto& s : e.spaces) {
-      if (s.name == sp->second) f.space_id = s.id;
-    }
+    f.space_id = SpaceMap(e.spaces).IdOf(sp->second);
     if (!f.space_id)
       return Status::InvalidArgument("query parameter space: no space '" + sp->second + "'");
   }
