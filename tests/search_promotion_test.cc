@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <string>
 #include <tuple>
 
 #include "search/promotion.h"
@@ -218,6 +219,20 @@ std::vector<Promotion> ByTheDefinition(const PromotionRule& rule, double eta, co
   return out;
 }
 
+// The same promotions, field by field, in the same order.
+void ExpectSamePromotions(const std::vector<Promotion>& got, const std::vector<Promotion>& want,
+                          const std::string& where) {
+  ASSERT_EQ(got.size(), want.size()) << where;
+  for (size_t k = 0; k < got.size(); ++k) {
+    EXPECT_EQ(got[k].index, want[k].index) << where;
+    EXPECT_EQ(got[k].from_level, want[k].from_level) << where;
+    EXPECT_EQ(got[k].from_step, want[k].from_step) << where;
+    EXPECT_EQ(got[k].to_step, want[k].to_step) << where;
+    EXPECT_EQ(got[k].to_end, want[k].to_end) << where;
+    EXPECT_EQ(got[k].value, want[k].value) << where;
+  }
+}
+
 TEST(PromotionRuleTest, PromotableIsTheRuleAsDefinedOnRandomHistories) {
   std::mt19937_64 rng(7);
   HyperbandOptions hb;
@@ -259,15 +274,7 @@ TEST(PromotionRuleTest, PromotableIsTheRuleAsDefinedOnRandomHistories) {
     }
     const auto got = rule.Promotable(h, paused);
     const auto want = ByTheDefinition(rule, 3, h, paused, bracket);
-    ASSERT_EQ(got.size(), want.size()) << "round " << round;
-    for (size_t k = 0; k < got.size(); ++k) {
-      EXPECT_EQ(got[k].index, want[k].index) << "round " << round;
-      EXPECT_EQ(got[k].from_level, want[k].from_level);
-      EXPECT_EQ(got[k].from_step, want[k].from_step);
-      EXPECT_EQ(got[k].to_step, want[k].to_step);
-      EXPECT_EQ(got[k].to_end, want[k].to_end);
-      EXPECT_EQ(got[k].value, want[k].value);
-    }
+    ExpectSamePromotions(got, want, "round " + std::to_string(round));
     promoted += static_cast<int>(got.size());
   }
   EXPECT_GT(promoted, 100) << "the histories hardly exercised promotion";
@@ -339,15 +346,7 @@ TEST(RungResultsTest, KeptResultsPromoteAsTheRuleOverTheSameTrials) {
           const auto want = rule.Promotable(h[space], list);
           const auto got = kept.Promotable(space);
           ++checks;
-          ASSERT_EQ(got.size(), want.size()) << "change " << change;
-          for (size_t k = 0; k < got.size(); ++k) {
-            EXPECT_EQ(got[k].index, want[k].index) << "change " << change;
-            EXPECT_EQ(got[k].from_level, want[k].from_level);
-            EXPECT_EQ(got[k].from_step, want[k].from_step);
-            EXPECT_EQ(got[k].to_step, want[k].to_step);
-            EXPECT_EQ(got[k].to_end, want[k].to_end);
-            EXPECT_EQ(got[k].value, want[k].value);
-          }
+          ExpectSamePromotions(got, want, "change " + std::to_string(change));
           promoted += static_cast<int>(got.size());
           // At most two a rung: the best two of each, the second saying
           // how many more.
