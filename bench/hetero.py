@@ -1049,10 +1049,12 @@ def traced_trials(run_dir, result):
 def write_trace(run_dirs, path, cap_s):
     """bench/fleet_sim's --trace file from bench/hetero's HeteroTune runs of
     one fleet and workload (their spec.json, result.json and events.jsonl)."""
-    runs, first = [], None
+    runs, first, save_ms = [], None, []
     for run_dir in run_dirs:
         with open(os.path.join(run_dir, "result.json")) as f:
             r = json.load(f)
+        if r.get("overheads", {}).get("checkpoint_save_ms", -1) >= 0:
+            save_ms.append(r["overheads"]["checkpoint_save_ms"])
         with open(os.path.join(run_dir, "spec.json")) as f:
             spec = json.load(f)
         first = first or (r, spec)
@@ -1065,9 +1067,6 @@ def write_trace(run_dirs, path, cap_s):
     r, spec = first
     es = dict(DEFAULT_EARLY_STOPPING, **spec.get("early_stopping", {}))
     args = spec["executor"]["builtin"]["args"]
-    save_ms = [x["overheads"]["checkpoint_save_ms"] for x in (json.load(open(os.path.join(d, "result.json")))
-                                                               for d in run_dirs)
-               if x.get("overheads", {}).get("checkpoint_save_ms", -1) >= 0]
     trace = {
         "fleet": str(r["fleet"]), "workload": r["workload"],
         "spaces": spec["spaces"],

@@ -511,7 +511,9 @@ void EngineImpl::EmitCreated(Id experiment_id, const Cached& c,
                              const json& placed) const {
   for (const auto& t : created) {
     json space = nullptr;
-    if (t.space_id && !c.spaces.NameOf(*t.space_id).empty()) space = c.spaces.NameOf(*t.space_id);
+    if (t.space_id) {
+      if (const std::string& name = c.spaces.NameOf(*t.space_id); !name.empty()) space = name;
+    }
     json params = json::parse(t.params_json, nullptr, false);
     if (params.is_discarded())
       params = json::object();  // unreadable: not expected of what the engine wrote

@@ -164,7 +164,9 @@ bool IsOpen(TrialState s) {
 namespace {
 // Every change of a trial's state in a view goes through here (`added`: the
 // trial is new to the view), so that `waiting`, `pending` and the counts
-// per space stay what the states say.
+// per space stay what the states say. Each caller also counts the trial's
+// observation as changed (NoteChanged), which lists it for the kept
+// promotions: they read its state and level with it.
 void SetState(TrialsSnapshot& view, Id trial_id, TrialEntry& e, TrialState state, bool added) {
   if (view.finished_per_space.size() < view.histories.size())
     view.finished_per_space.resize(view.histories.size(), 0);
@@ -179,8 +181,6 @@ void SetState(TrialsSnapshot& view, Id trial_id, TrialEntry& e, TrialState state
   const auto on_device = [](TrialState s) {
     return s == TrialState::kLeased || s == TrialState::kRunning;
   };
-  // The state and level the promotions read.
-  NoteStale(view.promotions.results.has_value(), view.promotions, e.space, e.index);
   if (!added) {
     if (e.state == TrialState::kPending) view.pending.erase(trial_id);
     if (e.state == TrialState::kPaused) --view.paused_per_space[e.space];

@@ -91,8 +91,6 @@ std::shared_ptr<const ExperimentSpec> SpecOrNull(Engine& engine, Id experiment_i
   return spec.ok() ? *spec : nullptr;
 }
 
-SpaceMap SpaceNames(const store::ExperimentRecord& e) { return SpaceMap(e.spaces); }
-
 json CountsJson(const store::TrialCounts& n) {
   return {{"pending", n.pending}, {"leased", n.leased},       {"running", n.running},
           {"paused", n.paused},   {"completed", n.completed}, {"pruned", n.pruned},
@@ -605,7 +603,7 @@ Result<json> RestApi::BestTrial(const RouteCall& call) {
     return Status::NotFound("experiment " + call.id +
                             " has no completed trial and no measurement yet");
   }
-  json out = TrialJson(best->trial, SpaceNames(e), SpecOrNull(engine_, id).get());
+  json out = TrialJson(best->trial, SpaceMap(e.spaces), SpecOrNull(engine_, id).get());
   HPO_RETURN_IF_ERROR(AddProgress(out, best->trial));
   // A partial best keeps its own final_metrics (null while paused, the last
   // report when pruned); best_metrics is the report that made it the best.
@@ -695,7 +693,7 @@ Result<json> RestApi::SuggestTrials(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(auto out, engine_.Suggest(id, count.get<int>()));
   HPO_ASSIGN_OR_RETURN(auto e, engine_.GetExperiment(id));
   json trials = json::array();
-  for (const auto& a : out) trials.push_back(TrialJson(a.trial, SpaceNames(e), a.spec.get()));
+  for (const auto& a : out) trials.push_back(TrialJson(a.trial, SpaceMap(e.spaces), a.spec.get()));
   return json{{"trials", trials}};
 }
 
@@ -726,7 +724,7 @@ Result<json> RestApi::ListTrials(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(f.since_revision, SinceRevision(req, now));
   HPO_ASSIGN_OR_RETURN(auto list, engine_.ListTrials(id, f));
   json trials = json::array();
-  const auto names = SpaceNames(e);
+  const auto names = SpaceMap(e.spaces);
   const auto spec = SpecOrNull(engine_, id);
   std::map<Id, store::TrialProgress> progress;
   if (!list.empty()) {  // ordered by number
@@ -753,7 +751,7 @@ Result<json> RestApi::GetTrial(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(auto t, engine_.GetTrial(id));
   HPO_ASSIGN_OR_RETURN(auto e, engine_.GetExperiment(t.experiment_id));
   HPO_ASSIGN_OR_RETURN(auto ms, engine_.ListMeasurements(id));
-  json out = TrialJson(t, SpaceNames(e), SpecOrNull(engine_, t.experiment_id).get());
+  json out = TrialJson(t, SpaceMap(e.spaces), SpecOrNull(engine_, t.experiment_id).get());
   HPO_RETURN_IF_ERROR(AddProgress(out, t));
   json measurements = json::array();
   // The devices it ran on, in the order it first ran on each, with their
