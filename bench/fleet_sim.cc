@@ -41,8 +41,10 @@
 // (a seed never sees its own), --reps times each, with the server's long
 // poll; per policy one line,
 //   bench=fleet_predict fleet=F workload=W policy=P seeds=N reps=R predicted_s=X measured_s=Y
-//         ratio=X/Y reached=K/M
-// the median simulated time to the target beside bench/hetero's measured median.
+//         measured_lo=L measured_hi=H ratio=X/Y reached=K/M
+// the median simulated time to the target beside bench/hetero's measured
+// median and that median's 90% bootstrap interval over its seeds (how far
+// one run of as many seeds could have put it).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -55,9 +57,11 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "scheduler/policy.h"
@@ -90,6 +94,26 @@ double Median(std::vector<double> v) {
   if (n == 0) return std::numeric_limits<double>::quiet_NaN();
   if (n % 2) return v[n / 2];
   return 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The 90% bootstrap interval of the median of `v` (resampled with
+// replacement, fixed seed): where another run of as many seeds could put its
+// median. NaN (never) sorts last, as in Median.
+std::pair<double, double> MedianInterval(const std::vector<double>& v) {
+  constexpr int kResamples = 4000;
+  if (v.empty()) return {std::nan(""), std::nan("")};
+  std::mt19937_64 rng(1);
+  std::uniform_int_distribution<size_t> pick(0, v.size() - 1);
+  std::vector<double> medians, sample(v.size());
+  medians.reserve(kResamples);
+  for (int i = 0; i < kResamples; ++i) {
+    for (double& x : sample) x = v[pick(rng)];
+    medians.push_back(Median(sample));
+  }
+  std::sort(medians.begin(), medians.end(), [](double a, double b) {
+    return std::isnan(b) ? !std::isnan(a) : (!std::isnan(a) && a < b);
+  });
+  return {medians[kResamples / 20], medians[kResamples - 1 - kResamples / 20]};
 }
 
 struct Timed {
@@ -316,11 +340,12 @@ int Predict(const std::string& path, int reps, bool verbose) {
     const auto reached =
         std::count_if(predicted.begin(), predicted.end(), [](double x) { return !std::isnan(x); });
     const double p = Median(predicted), m = Median(measured);
+    const auto [lo, hi] = MedianInterval(measured);
     std::printf(
         "bench=fleet_predict fleet=%s workload=%s policy=%s seeds=%zu reps=%d predicted_s=%.1f "
-        "measured_s=%.1f ratio=%.2f reached=%lld/%zu\n",
+        "measured_s=%.1f measured_lo=%.1f measured_hi=%.1f ratio=%.2f reached=%lld/%zu\n",
         trace.fleet.c_str(), trace.workload.c_str(), policy.c_str(), measured.size(), reps, p, m,
-        p / m, static_cast<long long>(reached), predicted.size());
+        lo, hi, p / m, static_cast<long long>(reached), predicted.size());
     std::fflush(stdout);
   }
   return 0;

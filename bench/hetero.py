@@ -55,7 +55,10 @@ own traces, a seed never from its own runs (bench/fleet_sim.cc says how),
 and prints it beside the measured one:
 
   bench=fleet_predict fleet=F workload=W policy=P seeds=N reps=R predicted_s=X measured_s=Y
-      ratio=X/Y reached=K/M
+      measured_lo=L measured_hi=H ratio=X/Y reached=K/M
+
+(measured_lo-measured_hi: the measured median's 90% bootstrap interval
+over its seeds, where another run of as many seeds could have put it.)
 
 Definitions (HeteroTune's from its REST API, Optuna's from its workers'
 logs; see bench/README.md):
