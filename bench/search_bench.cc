@@ -20,6 +20,12 @@
 //   bench=suggest sampler=tpe observations=1000 params=8 count=1 ms=X cpu_ms=Y
 // `--gp-options` changes GpOptions of the "gp" sampler (and auto's GP) for
 // ablations: warp_output=0, startup_trials=5, num_candidates=2000, ...
+//
+// With --multi-objective: the problems of bench/suite/mo_suite.py instead
+// (--problems narrows them), one JSON line of evaluations per problem,
+// sampler and seed, which bench/mo_compare.py scores by hypervolume; and
+// Suggest's latency at 1,000 results with 2 and 3 objectives:
+//   bench=suggest sampler=tpe observations=1000 params=8 objectives=2 count=1 ms=X cpu_ms=Y
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -265,6 +271,106 @@ void Quality(Suite& suite, const std::vector<std::string>& samplers, const std::
   }
 }
 
+// Several objectives: the problems of bench/suite/mo_suite.py, each sampler
+// run sequentially for `trials` trials per seed, every trial completed with
+// all its objectives (and its constraint violation). One JSON line per
+// (problem, sampler, seed), the evaluations in trial order, as
+// bench/peers/mo_peers.py prints them; bench/mo_compare.py turns them into
+// hypervolumes.
+void MultiObjective(Suite& suite, const std::vector<std::string>& samplers,
+                    const std::string& problems, int first_seed, int seeds, int trials) {
+  const std::vector<std::string> names = Split(problems);
+  for (const json& p : suite.Call({{"cmd", "list"}})) {
+    const std::string name = p.at("name");
+    if (!names.empty() && std::find(names.begin(), names.end(), name) == names.end()) continue;
+    auto space = ParseSearchSpace(p.at("space"), name);
+    if (!space.ok()) {
+      std::fprintf(stderr, "search_bench: problem %s: %s\n", name.c_str(),
+                   space.status().ToString().c_str());
+      std::exit(1);
+    }
+    const bool constrained = p.at("constrained");
+    for (const std::string& sname : samplers) {
+      const auto start = std::chrono::steady_clock::now();
+      for (int seed = first_seed; seed < first_seed + seeds; ++seed) {
+        auto sampler = Make(sname);
+        Rng rng(seed);
+        History h;
+        json trace = json::array();
+        for (int t = 0; t < trials; ++t) {
+          Assignment a = sampler->Suggest(*space, h, 1, rng).at(0);
+          const json r =
+              suite.Call({{"cmd", "eval"}, {"problem", name}, {"params", space->ToJson(a)}});
+          Observation o;
+          o.number = t;
+          o.status = TrialStatus::kCompleted;
+          o.params = std::move(a);
+          o.values = r.at("values").get<std::vector<double>>();
+          o.value = o.values.at(0);
+          if (constrained) o.violation = r.at("violation").get<double>();
+          h.trials.push_back(std::move(o));
+          trace.push_back({{"values", r.at("values")}, {"violation", r.at("violation")}});
+        }
+        std::printf("%s\n",
+                    json{{"problem", name}, {"sampler", sname}, {"seed", seed}, {"trace", trace}}
+                        .dump()
+                        .c_str());
+        std::fflush(stdout);
+      }
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::fprintf(stderr, "bench: %s/%s %d seeds in %.1fs\n", name.c_str(), sname.c_str(), seeds,
+                   secs);
+    }
+  }
+}
+
+// Suggest with 1,000 completed observations of 8 parameters and 2 and 3
+// objectives (median of 11 calls, wall and thread CPU time):
+//   bench=suggest sampler=tpe observations=1000 params=8 objectives=2 count=1 ms=X cpu_ms=Y
+void LatencyMultiObjective(const std::vector<std::string>& samplers) {
+  const auto space = testing::Box("latency", 8, 0, 1);
+  for (int objectives : {2, 3}) {
+    Rng data(objectives);
+    History h;
+    for (int i = 0; i < 1000; ++i) {
+      Observation o;
+      o.number = i;
+      o.status = TrialStatus::kCompleted;
+      o.params = SampleUniform(space, data);
+      for (int m = 0; m < objectives; ++m) {
+        double y = 0;
+        for (size_t k = 0; k < o.params.size(); ++k) {
+          const double target = (m + 1.0) / (objectives + 1.0);
+          y += (o.params[k] - target) * (o.params[k] - target);
+        }
+        o.values.push_back(y);
+      }
+      o.value = o.values[0];
+      h.trials.push_back(std::move(o));
+    }
+    for (const auto& sname : samplers) {
+      auto sampler = Make(sname);
+      Rng rng(1);
+      std::vector<double> ms, cpu_ms;
+      for (int rep = 0; rep < 11; ++rep) {
+        const double cpu_start = ThreadCpuMs();
+        const auto start = std::chrono::steady_clock::now();
+        auto out = sampler->Suggest(space, h, 1, rng);
+        ms.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count());
+        cpu_ms.push_back(ThreadCpuMs() - cpu_start);
+      }
+      std::printf(
+          "bench=suggest sampler=%s observations=1000 params=8 objectives=%d count=1 ms=%.3f "
+          "cpu_ms=%.3f\n",
+          sname.c_str(), objectives, Percentile(ms, 50), Percentile(cpu_ms, 50));
+      std::fflush(stdout);
+    }
+  }
+}
+
 void Latency(const std::vector<std::string>& samplers) {
   const auto space = testing::Box("latency", 8, 0, 1);
   for (int n : {100, 1000, 10000}) {
@@ -305,7 +411,8 @@ int main(int argc, char** argv) {
   int seeds = 20, first_seed = 0, trials = 100;
   std::string samplers = "auto,tpe,gp,random", tasks, families;
   std::string python = "/usr/bin/python3", script = "bench/suite/suite.py";
-  bool quality = true, latency = true;
+  bool quality = true, latency = true, multi_objective = false;
+  std::string problems;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -330,6 +437,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "search_bench: bad --gp-options (key=value,... of GpOptions)\n");
         return 2;
       }
+    } else if (a == "--multi-objective") {
+      multi_objective = true;
+    } else if (a == "--problems") {
+      problems = next();
     } else if (a == "--latency-only") {
       quality = false;
     } else if (a == "--quality-only") {
@@ -339,7 +450,7 @@ int main(int argc, char** argv) {
           stderr,
           "usage: search_bench [--samplers a,b] [--tasks t,u] [--families f,g] [--seeds N] "
           "[--first-seed N] [--trials N] [--gp-options k=v,...] [--python PATH] [--suite PATH] "
-          "[--latency-only|--quality-only]\n");
+          "[--latency-only|--quality-only] [--multi-objective [--problems p,q]]\n");
       return 2;
     }
   }
@@ -348,6 +459,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "search_bench: unknown sampler '%s'\n", s.c_str());
       return 2;
     }
+  }
+  if (multi_objective) {
+    if (quality) {
+      Suite suite(python, script == "bench/suite/suite.py" ? "bench/suite/mo_suite.py" : script);
+      MultiObjective(suite, Split(samplers), problems, first_seed, seeds, trials);
+    }
+    if (latency) LatencyMultiObjective(Split(samplers));
+    return 0;
   }
   if (quality) {
     Suite suite(python, script);

@@ -12,6 +12,7 @@
 
 #include "search/numeric.h"
 #include "search/output_warp.h"
+#include "search/parego.h"
 
 namespace hpo::search {
 namespace {
@@ -373,6 +374,9 @@ class GpSampler : public Sampler {
 
   std::vector<Assignment> Suggest(const SearchSpace& space, const History& history, int count,
                                   Rng& rng) override {
+    // Several objectives or constraints: one GP on ParEGO's scalarization,
+    // new weights at every call (parego.h). The scalarized view needs none.
+    if (NeedsScalarizing(history)) return Suggest(space, ScalarizeParEgo(history, rng), count, rng);
     std::vector<Assignment> out;
     if (count <= 0) return out;
     out.reserve(count);

@@ -24,12 +24,32 @@ enum class TrialStatus {
 };
 
 struct Observation {
+  Observation() = default;
+  // The one-objective form most callers build.
+  Observation(int64_t number, TrialStatus status, Assignment params, std::optional<double> value,
+              std::vector<std::pair<int64_t, double>> curve)
+      : number(number),
+        status(status),
+        params(std::move(params)),
+        value(value),
+        curve(std::move(curve)) {}
+
   int64_t number = 0;  // the trial's number in its experiment
   TrialStatus status = TrialStatus::kRunning;
   Assignment params;            // internal form, NaN for inactive params
   std::optional<double> value;  // final objective, minimized (completed trials)
   // Intermediate objective values (minimized) by step, steps increasing.
   std::vector<std::pair<int64_t, double>> curve;
+  // With several objectives: every final objective value (minimized), in the
+  // spec's objective order, of a completed trial (`value` is the first).
+  // Empty with one objective.
+  std::vector<double> values;
+  // With constraints: how far the trial's final metrics lie outside their
+  // bounds (the sum over the constraints; 0 when it satisfies them all).
+  // nullopt without constraints, or before its final metrics.
+  std::optional<double> violation;
+
+  bool Feasible() const { return !violation || *violation <= 0; }
 
   // The last intermediate value at or before `step`, if any.
   std::optional<double> ValueAt(int64_t step) const;

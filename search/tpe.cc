@@ -6,10 +6,12 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "search/numeric.h"
+#include "search/pareto.h"
 
 namespace hpo::search {
 namespace {
@@ -304,6 +306,94 @@ std::vector<double> RecencyWeights(size_t n) {
   return w;
 }
 
+struct Ranked {
+  int tier;
+  double neg_steps, value;
+  int64_t number;
+  const Assignment* params;
+  const std::vector<double>* values;  // tier 0: every objective (several), else empty
+};
+
+bool Better(const Ranked& x, const Ranked& y) {
+  return std::tie(x.tier, x.neg_steps, x.value, x.number) <
+         std::tie(y.tier, y.neg_steps, y.value, y.number);
+}
+
+bool IsMultiObjective(const std::vector<Ranked>& ranked) {
+  return std::any_of(ranked.begin(), ranked.end(),
+                     [](const Ranked& r) { return r.values && r.values->size() >= 2; });
+}
+
+// The good set with several objectives (MOTPE, as Optuna 3.1's TPE has it):
+// the feasible completed trials' non-domination ranks fill it front by
+// front; the front that does not fit gives the places left to its members
+// that add the most hypervolume (greedily); places still left go to the
+// rest in tier order. Each good trial's kernel weighs its share of the good
+// set's hypervolume (its exclusive contribution over the largest, with the
+// reference past the good set's worst values), so that a trial the others
+// nearly cover counts little; a good trial from a later tier, and any with
+// no contribution, weighs 1% of the largest.
+void ChooseGoodByPareto(const std::vector<Ranked>& ranked, size_t n_good,
+                        std::vector<char>& is_good, std::vector<double>& weight) {
+  constexpr double kFloor = 0.01;
+  std::vector<size_t> feasible;
+  std::vector<ObjectivePoint> points;
+  size_t dims = 0;
+  for (const Ranked& r : ranked) {
+    if (r.values) dims = std::max(dims, r.values->size());
+  }
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    if (ranked[i].tier == 0 && ranked[i].values && ranked[i].values->size() == dims &&
+        std::all_of(ranked[i].values->begin(), ranked[i].values->end(),
+                    [](double v) { return std::isfinite(v); })) {
+      feasible.push_back(i);
+      points.push_back(*ranked[i].values);
+    }
+  }
+  const std::vector<int> rank = NonDominatedRanks(points);
+  std::vector<size_t> chosen;  // indices into `points`
+  for (int r = 0; chosen.size() < n_good && chosen.size() < points.size(); ++r) {
+    std::vector<size_t> front;
+    for (size_t k = 0; k < points.size(); ++k) {
+      if (rank[k] == r) front.push_back(k);
+    }
+    if (chosen.size() + front.size() <= n_good) {
+      chosen.insert(chosen.end(), front.begin(), front.end());
+      continue;
+    }
+    std::vector<ObjectivePoint> front_points;
+    for (size_t k : front) front_points.push_back(points[k]);
+    for (size_t pick : GreedyHypervolumeSubset(front_points, NadirReference(front_points),
+                                               n_good - chosen.size())) {
+      chosen.push_back(front[pick]);
+    }
+  }
+  std::vector<ObjectivePoint> good_points;
+  for (size_t k : chosen) good_points.push_back(points[k]);
+  std::vector<double> share =
+      good_points.size() > 1 ? HypervolumeContributions(good_points, NadirReference(good_points))
+                             : std::vector<double>(good_points.size(), 1.0);
+  const double top = share.empty() ? 0 : *std::max_element(share.begin(), share.end());
+  for (size_t c = 0; c < chosen.size(); ++c) {
+    const size_t i = feasible[chosen[c]];
+    is_good[i] = 1;
+    weight[i] = top > 0 ? std::max(share[c] / top, kFloor) : 1.0;
+  }
+  if (chosen.size() < n_good) {
+    std::vector<uint32_t> rest;
+    for (size_t i = 0; i < ranked.size(); ++i) {
+      if (!is_good[i]) rest.push_back(static_cast<uint32_t>(i));
+    }
+    const size_t more = std::min(n_good - chosen.size(), rest.size());
+    std::partial_sort(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(more), rest.end(),
+                      [&](uint32_t a, uint32_t b) { return Better(ranked[a], ranked[b]); });
+    for (size_t k = 0; k < more; ++k) {
+      is_good[rest[k]] = 1;
+      weight[rest[k]] = kFloor;
+    }
+  }
+}
+
 class TpeSampler final : public Sampler {
  public:
   explicit TpeSampler(TpeOptions o) : o_(o) {}
@@ -311,24 +401,25 @@ class TpeSampler final : public Sampler {
 
   std::vector<Assignment> Suggest(const SearchSpace& space, const History& history, int count,
                                   Rng& rng) override {
-    // Ranked results: (completed?, -steps, value, number) ascending = better first.
-    struct Ranked {
-      int tier;
-      double neg_steps, value;
-      int64_t number;
-      const Assignment* params;
-    };
+    // Ranked results: (tier, -steps, value, number) ascending = better first.
+    // Tier 0: completed and feasible; 1: completed but outside a
+    // constraint, by how far (Optuna's order for constraints); 2: pruned, by
+    // how far it got and its value there.
     std::vector<Ranked> ranked;
     std::vector<const Observation*> running;
     ranked.reserve(history.trials.size());
     for (const Observation& t : history.trials) {
       if (t.params.size() != space.params.size()) continue;
       if (t.status == TrialStatus::kCompleted && t.value && std::isfinite(*t.value)) {
-        ranked.push_back({0, 0, *t.value, t.number, &t.params});
+        if (t.Feasible()) {
+          ranked.push_back({0, 0, *t.value, t.number, &t.params, &t.values});
+        } else {
+          ranked.push_back({1, 0, *t.violation, t.number, &t.params, nullptr});
+        }
       } else if (t.status == TrialStatus::kPruned && !t.curve.empty() &&
                  std::isfinite(t.curve.back().second)) {
-        ranked.push_back({1, -static_cast<double>(t.curve.back().first), t.curve.back().second,
-                          t.number, &t.params});
+        ranked.push_back({2, -static_cast<double>(t.curve.back().first), t.curve.back().second,
+                          t.number, &t.params, nullptr});
       } else if (t.status == TrialStatus::kRunning) {
         running.push_back(&t);
       }
@@ -345,19 +436,25 @@ class TpeSampler final : public Sampler {
     const size_t n_good = static_cast<size_t>(std::clamp<int64_t>(
         RoundToInt64(std::ceil(o_.gamma_fraction * static_cast<double>(n))), 1, o_.gamma_cap));
     std::vector<char> is_good(n, 0);
+    std::vector<double> good_weight(n, 0.0);  // several objectives: the good set's weights
+    const bool several = IsMultiObjective(ranked);
     if (n >= static_cast<size_t>(o_.startup_trials)) {
-      std::vector<uint32_t> order(n);
-      std::iota(order.begin(), order.end(), 0u);
-      auto better = [&](uint32_t a, uint32_t b) {
-        const Ranked &x = ranked[a], &y = ranked[b];
-        return std::tie(x.tier, x.neg_steps, x.value, x.number) <
-               std::tie(y.tier, y.neg_steps, y.value, y.number);
-      };
-      std::nth_element(order.begin(), order.begin() + (n_good - 1), order.end(), better);
-      for (size_t i = 0; i < n_good; ++i) is_good[order[i]] = 1;
+      if (several) {
+        ChooseGoodByPareto(ranked, n_good, is_good, good_weight);
+      } else {
+        std::vector<uint32_t> order(n);
+        std::iota(order.begin(), order.end(), 0u);
+        std::nth_element(order.begin(), order.begin() + (n_good - 1), order.end(),
+                         [&](uint32_t a, uint32_t b) { return Better(ranked[a], ranked[b]); });
+        for (size_t i = 0; i < n_good; ++i) is_good[order[i]] = 1;
+      }
     }
     std::vector<const Assignment*> good_pts, bad_pts;
-    for (size_t i = 0; i < n; ++i) (is_good[i] ? good_pts : bad_pts).push_back(ranked[i].params);
+    std::vector<double> good_weights;
+    for (size_t i = 0; i < n; ++i) {
+      (is_good[i] ? good_pts : bad_pts).push_back(ranked[i].params);
+      if (is_good[i]) good_weights.push_back(good_weight[i]);
+    }
     // g(x) from the newest max_bad_observations results only: older ones
     // weigh little under the recency weights, and scoring against thousands
     // of kernels would make a suggestion cost tens of milliseconds.
@@ -380,7 +477,8 @@ class TpeSampler final : public Sampler {
       for (int s = 0; s < count; ++s) out.push_back(SampleUniform(space, rng));
       return out;
     }
-    const Mixture l(space, good_pts, RecencyWeights(good_pts.size()), o_, o_.prior_weight);
+    const Mixture l(space, good_pts, several ? good_weights : RecencyWeights(good_pts.size()), o_,
+                    o_.prior_weight);
     // The constant liar: running trials and this call's earlier suggestions
     // count as bad, so that a batch spreads out; with thousands of running
     // trials (a large fleet) the newest are kept, max_lies lies in all.

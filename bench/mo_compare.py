@@ -1,0 +1,138 @@
+#!/usr/bin/python3
+"""Ours and Optuna side by side on several objectives (bench/suite/mo_suite.py),
+scored by hypervolume.
+
+    # run what is missing (one file of evaluations per sampler and problem)
+    /usr/bin/python3 bench/mo_compare.py run [--ours auto,tpe,gp,random]
+        [--peers optuna-motpe,optuna-nsga2,optuna-random] [--problems zdt1,bnh]
+        [--seeds 20] [--trials 100] [--out build/mo-compare] [--force]
+    # the lines: median hypervolume and its interquartile range per problem,
+    # sampler and checkpoint (50, 100 trials), and the goal's count
+    /usr/bin/python3 bench/mo_compare.py table [--out build/mo-compare]
+
+Ours run through the library (build/bench/search_bench --multi-objective),
+the peers through bench/peers/mo_peers.py; both evaluate through
+mo_suite.py, and every hypervolume is computed by Optuna's WFG on the
+feasible points, against the problem's fixed reference point. Lines:
+
+    bench=mo_suite task=T sampler=S trials=N hv_median=X hv_iqr=L,H seeds=K
+    bench=mo_goal sampler=S trials=N at_least_best_peer=K/M
+
+(at_least_best_peer: the problems where S's median hypervolume is at least
+the best peer's). Every sub-run holds /tmp/hpo-bench.lock and runs at nice 19.
+"""
+import argparse
+import fcntl
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(HERE, "suite"))
+import mo_suite  # noqa: E402
+
+PYTHON = "/usr/bin/python3"
+OURS = ["auto", "tpe", "gp", "random"]
+PEERS = ["optuna-motpe", "optuna-nsga2", "optuna-random"]
+
+
+def result_path(out, sampler, problem):
+    return os.path.join(out, sampler, problem + ".jsonl")
+
+
+def load(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.startswith("{")]
+
+
+def run_one(cmd, path, lock):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(lock, "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        p = subprocess.run(["nice", "-n", "19"] + cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        print(f"bench: FAILED ({p.returncode}): {' '.join(cmd)}", file=sys.stderr, flush=True)
+        return
+    with open(path + ".tmp", "w") as f:
+        f.write(p.stdout)
+    os.replace(path + ".tmp", path)
+
+
+def run(args):
+    problems = mo_suite.select(args.problems)
+    jobs = []
+    for sampler in [s for s in args.ours.split(",") if s]:
+        for p in problems:
+            jobs.append((sampler, p, [os.path.join(args.build, "bench", "search_bench"), "--multi-objective",
+                                      "--quality-only", "--samplers", sampler, "--problems", p.name,
+                                      "--seeds", str(args.seeds), "--trials", str(args.trials)]))
+    for sampler in [s for s in args.peers.split(",") if s]:
+        for p in problems:
+            jobs.append((sampler, p, [PYTHON, os.path.join(HERE, "peers", "mo_peers.py"), "--samplers", sampler,
+                                      "--problems", p.name, "--seeds", str(args.seeds),
+                                      "--trials", str(args.trials)]))
+    for i, (sampler, p, cmd) in enumerate(jobs, 1):
+        path = result_path(args.out, sampler, p.name)
+        have = load(path)
+        if not args.force and len(have) >= args.seeds and all(len(r["trace"]) >= args.trials for r in have):
+            continue
+        print(f"bench: [{i}/{len(jobs)}] {sampler} on {p.name}", file=sys.stderr, flush=True)
+        run_one(cmd, path, args.lock)
+
+
+def table(args):
+    goal = {}  # (sampler, trials) -> [problems at least the best peer, problems]
+    for p in mo_suite.PROBLEMS.values():
+        medians = {}
+        for sampler in OURS + PEERS:
+            runs = load(result_path(args.out, sampler, p.name))
+            if not runs:
+                continue
+            for n in mo_suite.CHECKPOINTS:
+                hv = [mo_suite.trace_hv(p, r["trace"], n) for r in runs if len(r["trace"]) >= n]
+                if not hv:
+                    continue
+                q25, med, q75 = np.percentile(hv, [25, 50, 75])
+                medians[(sampler, n)] = med
+                print(f"bench=mo_suite task={p.name} sampler={sampler} trials={n} hv_median={med:.6g} "
+                      f"hv_iqr={q25:.6g},{q75:.6g} seeds={len(hv)}", flush=True)
+        for n in mo_suite.CHECKPOINTS:
+            peers = [medians[(s, n)] for s in PEERS if (s, n) in medians]
+            if not peers:
+                continue
+            for s in OURS:
+                if (s, n) in medians:
+                    g = goal.setdefault((s, n), [0, 0])
+                    g[0] += medians[(s, n)] >= max(peers)
+                    g[1] += 1
+    for (s, n), (k, m) in sorted(goal.items()):
+        print(f"bench=mo_goal sampler={s} trials={n} at_least_best_peer={k}/{m}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--ours", default=",".join(OURS))
+    r.add_argument("--peers", default=",".join(PEERS))
+    r.add_argument("--problems", default="")
+    r.add_argument("--seeds", type=int, default=20)
+    r.add_argument("--trials", type=int, default=100)
+    r.add_argument("--force", action="store_true")
+    r.add_argument("--build", default=os.path.join(ROOT, "build"))
+    r.add_argument("--lock", default="/tmp/hpo-bench.lock")
+    t = sub.add_parser("table")
+    for p in (r, t):
+        p.add_argument("--out", default=os.path.join(ROOT, "build", "mo-compare"))
+    args = ap.parse_args()
+    run(args) if args.cmd == "run" else table(args)
+
+
+if __name__ == "__main__":
+    main()

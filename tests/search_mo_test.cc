@@ -1,0 +1,193 @@
+// Several objectives and constraints in the samplers: TPE's Pareto good set
+// (MOTPE), the GP through ParEGO's scalarization, and constraints with one
+// objective. Behaviour over seeded runs against random search, and the
+// scalarization's values themselves.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "search/gp_sampler.h"
+#include "search/parego.h"
+#include "search/pareto.h"
+#include "search/sampler.h"
+#include "search/tpe.h"
+#include "testing/objectives.h"
+
+namespace hpo::search {
+namespace {
+
+// ZDT1 on 4 variables: f1 = x0, f2 = g (1 - sqrt(x0 / g)), g = 1 + 3 mean(x1..x3).
+std::vector<double> Zdt1(const Assignment& x) {
+  double rest = 0;
+  for (size_t i = 1; i < x.size(); ++i) rest += x[i];
+  const double g = 1 + 9 * rest / static_cast<double>(x.size() - 1);
+  return {x[0], g * (1 - std::sqrt(x[0] / g))};
+}
+
+struct Evaluated {
+  std::vector<double> values;
+  double violation;
+};
+
+// Sequential suggestions, each completed with every objective (and its
+// violation when `constraint` is given); returns the evaluations in order.
+std::vector<Evaluated> RunTrials(
+    Sampler& sampler, const SearchSpace& space, int trials, uint64_t seed,
+    const std::function<std::vector<double>(const Assignment&)>& f,
+    const std::function<double(const Assignment&)>& constraint = nullptr) {
+  Rng rng(seed);
+  History h;
+  std::vector<Evaluated> out;
+  for (int t = 0; t < trials; ++t) {
+    Assignment a = sampler.Suggest(space, h, 1, rng).at(0);
+    EXPECT_TRUE(space.Validate(a).ok());
+    Observation o;
+    o.number = t;
+    o.status = TrialStatus::kCompleted;
+    o.values = f(a);
+    o.value = o.values[0];
+    if (o.values.size() == 1) o.values.clear();
+    double violation = 0;
+    if (constraint) {
+      violation = std::max(0.0, constraint(a));
+      o.violation = violation;
+    }
+    o.params = std::move(a);
+    out.push_back({f(o.params), violation});
+    h.trials.push_back(std::move(o));
+  }
+  return out;
+}
+
+double FeasibleHypervolume(const std::vector<Evaluated>& evals, const ObjectivePoint& reference) {
+  std::vector<ObjectivePoint> points;
+  for (const auto& e : evals) {
+    if (e.violation <= 0) points.push_back(e.values);
+  }
+  return Hypervolume(points, reference);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median hypervolume over seeds 1..seeds of `trials` trials on ZDT1.
+double MedianZdt1Hypervolume(const std::function<std::unique_ptr<Sampler>()>& make, int seeds,
+                             int trials) {
+  const SearchSpace space = testing::Box("zdt1", 4, 0, 1);
+  std::vector<double> hv;
+  for (int seed = 1; seed <= seeds; ++seed) {
+    auto sampler = make();
+    hv.push_back(FeasibleHypervolume(RunTrials(*sampler, space, trials, seed, Zdt1), {1.1, 11}));
+  }
+  return Median(hv);
+}
+
+TEST(MultiObjective, TpeFindsABetterFrontThanRandomSearch) {
+  const double tpe = MedianZdt1Hypervolume([] { return MakeTpeSampler(); }, 9, 60);
+  const double random = MedianZdt1Hypervolume([] { return MakeRandomSampler(); }, 9, 60);
+  // The best possible is about 11.1 - 0.33 (the front's area above it);
+  // random search's points mostly lie far from the front.
+  EXPECT_GT(tpe, random + 0.3) << "tpe " << tpe << ", random " << random;
+}
+
+TEST(MultiObjective, GpThroughParEgoFindsABetterFrontThanRandomSearch) {
+  const double gp = MedianZdt1Hypervolume([] { return MakeGpSampler(); }, 5, 40);
+  const double random = MedianZdt1Hypervolume([] { return MakeRandomSampler(); }, 5, 40);
+  EXPECT_GT(gp, random + 0.3) << "gp " << gp << ", random " << random;
+}
+
+// The best feasible value of a one-objective run.
+double BestFeasible(const std::vector<Evaluated>& evals) {
+  double best = INFINITY;
+  for (const auto& e : evals) {
+    if (e.violation <= 0) best = std::min(best, e.values[0]);
+  }
+  return best;
+}
+
+// One objective, (x0 - 0.9)^2 + (x1 - 0.5)^2, and the constraint x0 <= 0.5:
+// the best feasible point is (0.5, 0.5), value 0.16.
+TEST(MultiObjective, ConstraintsKeepOneObjectiveSamplersInsideTheFeasibleRegion) {
+  const SearchSpace space = testing::Box("constrained", 2, 0, 1);
+  auto f = [](const Assignment& x) {
+    return std::vector<double>{(x[0] - 0.9) * (x[0] - 0.9) + (x[1] - 0.5) * (x[1] - 0.5)};
+  };
+  auto constraint = [](const Assignment& x) { return x[0] - 0.5; };
+  for (const char* name : {"tpe", "gp"}) {
+    int feasible_late = 0, late = 0;
+    std::vector<double> best;
+    for (int seed = 1; seed <= 5; ++seed) {
+      auto sampler = std::string(name) == "tpe" ? MakeTpeSampler() : MakeGpSampler();
+      const auto evals = RunTrials(*sampler, space, 40, seed, f, constraint);
+      for (size_t t = 20; t < evals.size(); ++t) {
+        feasible_late += evals[t].violation <= 0;
+        ++late;
+      }
+      best.push_back(BestFeasible(evals));
+    }
+    // The unconstrained optimum (0.9, 0.5) is infeasible: a sampler that
+    // ignored the constraint would spend its late trials around it.
+    EXPECT_GT(feasible_late, late * 6 / 10) << name;
+    EXPECT_LT(Median(best), 0.16 + 0.02) << name;
+  }
+}
+
+TEST(ParEgo, ScalarizesFeasibleTrialsIntoTheUnitRangeAndRanksInfeasibleOnesAfter) {
+  History h;
+  auto add = [&](int64_t n, TrialStatus status, std::vector<double> values,
+                 std::optional<double> v) {
+    Observation o;
+    o.number = n;
+    o.status = status;
+    o.params = {0.5};
+    if (!values.empty()) o.value = values[0];
+    o.values = std::move(values);
+    o.violation = v;
+    h.trials.push_back(std::move(o));
+  };
+  add(0, TrialStatus::kCompleted, {0, 10}, 0.0);   // best in the first objective
+  add(1, TrialStatus::kCompleted, {4, 0}, 0.0);    // best in the second
+  add(2, TrialStatus::kCompleted, {4, 10}, 0.0);   // worst in both: max(w) + 0.05
+  add(3, TrialStatus::kCompleted, {0, 0}, 2.0);    // better than all, but infeasible
+  add(4, TrialStatus::kCompleted, {0, 0}, 1.0);    // less infeasible
+  add(5, TrialStatus::kPruned, {}, std::nullopt);  // a partial curve: not on this scale
+  h.trials.back().curve = {{1, 3.0}};
+  add(6, TrialStatus::kRunning, {}, std::nullopt);
+  ASSERT_TRUE(NeedsScalarizing(h));
+  Rng rng(3);
+  const History s = ScalarizeParEgo(h, rng);
+  EXPECT_FALSE(NeedsScalarizing(s));
+  ASSERT_EQ(s.trials.size(), h.trials.size());
+  for (int i = 0; i <= 2; ++i) {
+    EXPECT_GE(*s.trials[i].value, 0.0);
+    EXPECT_LE(*s.trials[i].value, 1.05 + 1e-12);
+  }
+  EXPECT_GT(*s.trials[2].value, *s.trials[0].value) << "dominated by both";
+  EXPECT_GT(*s.trials[2].value, *s.trials[1].value);
+  EXPECT_LT(*s.trials[0].value + *s.trials[1].value, 1.05) << "each is best in one objective";
+  EXPECT_DOUBLE_EQ(*s.trials[3].value, 1.05 + 1.0);
+  EXPECT_DOUBLE_EQ(*s.trials[4].value, 1.05 + 0.5);
+  EXPECT_EQ(s.trials[5].status, TrialStatus::kFailed);
+  EXPECT_EQ(s.trials[6].status, TrialStatus::kRunning);
+  // New weights at every call: the two single-objective champions trade places.
+  bool first_wins = false, second_wins = false;
+  for (int k = 0; k < 50; ++k) {
+    const History t = ScalarizeParEgo(h, rng);
+    (*t.trials[0].value < *t.trials[1].value ? first_wins : second_wins) = true;
+  }
+  EXPECT_TRUE(first_wins && second_wins);
+}
+
+TEST(ParEgo, OneObjectiveWithoutConstraintsNeedsNoScalarizing) {
+  History h;
+  h.trials.push_back({0, TrialStatus::kCompleted, {0.5}, 1.0, {}});
+  EXPECT_FALSE(NeedsScalarizing(h));
+}
+
+}  // namespace
+}  // namespace hpo::search
