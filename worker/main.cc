@@ -201,6 +201,75 @@ static void MaskTokenArgument(int argc, char** argv) {
   }
 }
 
+// --labels k=v,k=v into the worker's labels.
+static Status ParseLabels(const std::string& labels, WorkerOptions& options) {
+  for (size_t start = 0; start < labels.size();) {
+    size_t end = labels.find(',', start);
+    if (end == std::string::npos) end = labels.size();
+    const std::string kv = labels.substr(start, end - start);
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Status::InvalidArgument("--labels: '" + kv + "' is not key=value");
+    }
+    options.labels[kv.substr(0, eq)] = kv.substr(eq + 1);
+    start = end + 1;
+  }
+  return Status::OK();
+}
+
+// --tls-ca: the PEM CA certificates the server's must chain to; implies TLS.
+static Status ReadTlsCa(const std::string& path, WorkerOptions& options) {
+  std::ifstream in(path);
+  if (!in) {
+    return Status::InvalidArgument("--tls-ca: cannot read '" + path + "': " + std::strerror(errno));
+  }
+  std::ostringstream pem;
+  pem << in.rdbuf();
+  if (pem.str().find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+    return Status::InvalidArgument("--tls-ca: '" + path + "' holds no PEM certificate");
+  }
+  options.tls = true;
+  options.tls_ca_pem = pem.str();
+  return Status::OK();
+}
+
+// The fault tests' hold inside each pause's checkpoint save
+// (WorkerOptions::test_pause_hold_ms): an environment variable, not a flag,
+// as no user has a use for it.
+static Status ReadTestPauseHold(WorkerOptions& options) {
+  const char* hold = std::getenv("HPO_WORKER_TEST_PAUSE_HOLD_MS");
+  if (hold == nullptr || *hold == '\0') return Status::OK();
+  char* end = nullptr;
+  const long long ms = std::strtoll(hold, &end, 10);
+  if (*end != '\0' || ms < 0 || ms > 600'000) {
+    return Status::InvalidArgument(
+        "HPO_WORKER_TEST_PAUSE_HOLD_MS: must be milliseconds from 0 to 600000, not '" +
+        std::string(hold) + "'");
+  }
+  options.test_pause_hold_ms = ms;
+  spdlog::warn(
+      "HPO_WORKER_TEST_PAUSE_HOLD_MS={}: every pause's checkpoint save is held (a test hook)", ms);
+  return Status::OK();
+}
+
+// The built-in trainers' data is loaded before the worker asks for work: at
+// its first lease it sat inside the experiment's clock (four times longer on
+// a quarter-core worker). Without it the worker still serves command
+// experiments; a built-in trial then fails with the same error.
+static void LoadTrainerData(const std::string& data_dir) {
+  const auto loading = std::chrono::steady_clock::now();
+  if (Status loaded = LoadBuiltinData(data_dir); loaded.ok()) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - loading);
+    spdlog::info("built-in trainers' data loaded from {} in {} ms", data_dir, ms.count());
+  } else {
+    spdlog::warn(
+        "{}; trials of the built-in trainers will fail on this worker until it can be read "
+        "(command trials are not affected)",
+        loaded.message());
+  }
+}
+
 int main(int argc, char** argv) {
   hpo::TurnOffMutexDeadlockDetection();
   PreferPassiveOpenMp(argv);
@@ -293,22 +362,7 @@ int main(int argc, char** argv) {
     options.token = *t;
   }
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
-  // The fault tests' hold inside each pause's checkpoint save
-  // (WorkerOptions::test_pause_hold_ms): an environment variable, not a
-  // flag, as no user has a use for it.
-  if (const char* hold = std::getenv("HPO_WORKER_TEST_PAUSE_HOLD_MS");
-      hold != nullptr && *hold != '\0') {
-    char* end = nullptr;
-    const long long ms = std::strtoll(hold, &end, 10);
-    if (*end != '\0' || ms < 0 || ms > 600'000) {
-      return Fail("HPO_WORKER_TEST_PAUSE_HOLD_MS: must be milliseconds from 0 to 600000, not '" +
-                  std::string(hold) + "'");
-    }
-    options.test_pause_hold_ms = ms;
-    spdlog::warn(
-        "HPO_WORKER_TEST_PAUSE_HOLD_MS={}: every pause's checkpoint save is held (a test hook)",
-        ms);
-  }
+  if (Status hold = ReadTestPauseHold(options); !hold.ok()) return Fail(hold.message());
   if (!id_file.empty()) {
     auto id = ReadOrCreateIdFile(id_file);
     if (!id.ok()) return Fail(id.status().message());
@@ -322,26 +376,9 @@ int main(int argc, char** argv) {
     options.tls = true;
   }
   if (!tls_ca.empty()) {
-    std::ifstream in(tls_ca);
-    if (!in) return Fail("--tls-ca: cannot read '" + tls_ca + "': " + std::strerror(errno));
-    std::ostringstream pem;
-    pem << in.rdbuf();
-    if (pem.str().find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
-      return Fail("--tls-ca: '" + tls_ca + "' holds no PEM certificate");
-    }
-    options.tls = true;
-    options.tls_ca_pem = pem.str();
+    if (Status ca = ReadTlsCa(tls_ca, options); !ca.ok()) return Fail(ca.message());
   }
-
-  for (size_t start = 0; start < labels.size();) {
-    size_t end = labels.find(',', start);
-    if (end == std::string::npos) end = labels.size();
-    const std::string kv = labels.substr(start, end - start);
-    const auto eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) return Fail("--labels: '" + kv + "' is not key=value");
-    options.labels[kv.substr(0, eq)] = kv.substr(eq + 1);
-    start = end + 1;
-  }
+  if (Status parsed = ParseLabels(labels, options); !parsed.ok()) return Fail(parsed.message());
 
   auto devices = Inventory(device, options.threads, bench_seconds);
   if (!devices.ok()) return Fail(devices.status().message());
@@ -359,21 +396,7 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  // The built-in trainers' data is loaded before the worker asks for work:
-  // at its first lease it sat inside the experiment's clock (four times
-  // longer on a quarter-core worker). Without it the worker still serves
-  // command experiments; a built-in trial then fails with the same error.
-  const auto loading = std::chrono::steady_clock::now();
-  if (Status loaded = LoadBuiltinData(data_dir); loaded.ok()) {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::steady_clock::now() - loading);
-    spdlog::info("built-in trainers' data loaded from {} in {} ms", data_dir, ms.count());
-  } else {
-    spdlog::warn(
-        "{}; trials of the built-in trainers will fail on this worker until it can be read "
-        "(command trials are not affected)",
-        loaded.message());
-  }
+  LoadTrainerData(data_dir);
 
   Executors executors;
   BuiltinOptions builtin;
