@@ -9,6 +9,9 @@ scored by hypervolume.
     # the lines: median hypervolume and its interquartile range per problem,
     # sampler and checkpoint (50, 100 trials), and the goal's count
     /usr/bin/python3 bench/mo_compare.py table [--out build/mo-compare]
+    # early stopping on several objectives against full budgets
+    /usr/bin/python3 bench/mo_compare.py run --fidelity [--ours random] [--problems ...]
+    /usr/bin/python3 bench/mo_compare.py fidelity [--out build/mo-compare]
 
 Ours run through the library (build/bench/search_bench --multi-objective),
 the peers through bench/peers/mo_peers.py; both evaluate through
@@ -19,7 +22,22 @@ feasible points, against the problem's fixed reference point. Lines:
     bench=mo_goal sampler=S trials=N at_least_best_peer=K/M
 
 (at_least_best_peer: the problems where S's median hypervolume is at least
-the best peer's). Every sub-run holds /tmp/hpo-bench.lock and runs at nice 19.
+the best peer's). With early stopping (`run --fidelity`, `fidelity`): each
+problem's objectives follow a synthetic learning curve of 27 steps
+(mo_suite.py's at_step), one worker spends 100 full trials' worth of steps,
+once running every trial to its end (MO random search with full budgets,
+with the random sampler) and once under ASHA with the several-objective
+rule; per seed, paired:
+
+    bench=mo_fidelity task=T sampler=S hv_full=X hv_asha_at_third=Y budget_to_match=F seeds=K
+
+hv_full: the median hypervolume of the full-budget run's completed trials
+at the end; hv_asha_at_third: ASHA's, of its completed trials, after a
+third of that budget; budget_to_match: the median fraction of the budget
+ASHA spent before its hypervolume first reached the full-budget run's
+final one (same seed; inf where it never did).
+
+Every sub-run holds /tmp/hpo-bench.lock and runs at nice 19.
 """
 import argparse
 import fcntl
@@ -67,6 +85,17 @@ def run_one(cmd, path, lock):
 def run(args):
     problems = mo_suite.select(args.problems)
     jobs = []
+    if args.fidelity:
+        for sampler in [s for s in args.ours.split(",") if s]:
+            for p in problems:
+                path = result_path(os.path.join(args.out, "fidelity"), sampler, p.name)
+                if not args.force and len(load(path)) >= 2 * args.seeds:
+                    continue
+                print(f"bench: fidelity {sampler} on {p.name}", file=sys.stderr, flush=True)
+                run_one([os.path.join(args.build, "bench", "search_bench"), "--multi-objective", "--fidelity",
+                         "--quality-only", "--samplers", sampler, "--problems", p.name,
+                         "--seeds", str(args.seeds), "--trials", str(args.trials)], path, args.lock)
+        return
     for sampler in [s for s in args.ours.split(",") if s]:
         for p in problems:
             jobs.append((sampler, p, [os.path.join(args.build, "bench", "search_bench"), "--multi-objective",
@@ -115,6 +144,31 @@ def table(args):
         print(f"bench=mo_goal sampler={s} trials={n} at_least_best_peer={k}/{m}")
 
 
+def fidelity(args):
+    for p in mo_suite.PROBLEMS.values():
+        for sampler in OURS:
+            runs = load(result_path(os.path.join(args.out, "fidelity"), sampler, p.name))
+            full = {r["seed"]: r for r in runs if r["rule"] == "none"}
+            asha = {r["seed"]: r for r in runs if r["rule"] == "asha"}
+            seeds = sorted(set(full) & set(asha))
+            if not seeds:
+                continue
+            hv_full, hv_third, fraction = [], [], []
+            for seed in seeds:
+                budget = full[seed]["budget"]
+                def hv_at(run, spent):
+                    pts = [c["values"] for c in run["completions"] if c["spent"] <= spent and c["violation"] <= 0]
+                    return mo_suite.hypervolume(pts, p.reference)
+                target = hv_at(full[seed], budget)
+                hv_full.append(target)
+                hv_third.append(hv_at(asha[seed], budget / 3))
+                reached = [c["spent"] for c in asha[seed]["completions"] if hv_at(asha[seed], c["spent"]) >= target]
+                fraction.append(min(reached) / budget if reached and target > 0 else float("inf"))
+            print(f"bench=mo_fidelity task={p.name} sampler={sampler} hv_full={np.median(hv_full):.6g} "
+                  f"hv_asha_at_third={np.median(hv_third):.6g} budget_to_match={np.median(fraction):.3g} "
+                  f"seeds={len(seeds)}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -125,13 +179,15 @@ def main():
     r.add_argument("--seeds", type=int, default=20)
     r.add_argument("--trials", type=int, default=100)
     r.add_argument("--force", action="store_true")
+    r.add_argument("--fidelity", action="store_true", help="early stopping against full budgets")
     r.add_argument("--build", default=os.path.join(ROOT, "build"))
     r.add_argument("--lock", default="/tmp/hpo-bench.lock")
     t = sub.add_parser("table")
-    for p in (r, t):
+    f = sub.add_parser("fidelity")
+    for p in (r, t, f):
         p.add_argument("--out", default=os.path.join(ROOT, "build", "mo-compare"))
     args = ap.parse_args()
-    run(args) if args.cmd == "run" else table(args)
+    {"run": run, "table": table, "fidelity": fidelity}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,10 @@
 //
 // With --multi-objective: the problems of bench/suite/mo_suite.py instead
 // (--problems narrows them), one JSON line of evaluations per problem,
-// sampler and seed, which bench/mo_compare.py scores by hypervolume; and
-// Suggest's latency at 1,000 results with 2 and 3 objectives:
+// sampler and seed, which bench/mo_compare.py scores by hypervolume (with
+// --fidelity: early stopping on several objectives against full budgets,
+// see MultiFidelity); and Suggest's latency at 1,000 results with 2 and 3
+// objectives:
 //   bench=suggest sampler=tpe observations=1000 params=8 objectives=2 count=1 ms=X cpu_ms=Y
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -41,9 +43,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "search/gp_sampler.h"
+#include "search/pruner.h"
 #include "search/registry.h"
 #include "search/sampler.h"
 #include "testing/objectives.h"
@@ -133,6 +137,23 @@ double Percentile(std::vector<double> v, double q) {
   const size_t lo = static_cast<size_t>(std::floor(pos));
   const size_t hi = std::min(lo + 1, v.size() - 1);
   return v[lo] + (pos - lo) * (v[hi] - v[lo]);
+}
+
+// The median wall and thread-CPU milliseconds of 11 calls of Suggest(count)
+// on a fresh sampler (seed 1).
+std::pair<double, double> TimeSuggest(Sampler& sampler, const SearchSpace& space, const History& h,
+                                      int count) {
+  Rng rng(1);
+  std::vector<double> ms, cpu_ms;
+  for (int rep = 0; rep < 11; ++rep) {
+    const double cpu_start = ThreadCpuMs();
+    const auto start = std::chrono::steady_clock::now();
+    auto out = sampler.Suggest(space, h, count, rng);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
+    cpu_ms.push_back(ThreadCpuMs() - cpu_start);
+  }
+  return {Percentile(ms, 50), Percentile(cpu_ms, 50)};
 }
 
 // `suite.py serve` as a child process: one JSON request per line on its
@@ -325,6 +346,87 @@ void MultiObjective(Suite& suite, const std::vector<std::string>& samplers,
   }
 }
 
+// Several objectives with early stopping (--fidelity): every problem's
+// objectives follow a learning curve over `max_step` steps (mo_suite.py's
+// at_step), and one worker runs trials in turn until `budget_trials` full
+// trials' worth of steps is spent: `none` runs each trial to its end (MO
+// random search with full budgets when the sampler is random), `asha` stops
+// trials at rungs by the several-objective rule (ASHA, min_resource 1,
+// reduction factor 3, max_resource max_step). One JSON line per (problem,
+// sampler, rule, seed): each completed trial's steps spent so far, final
+// objectives and violation, in order; bench/mo_compare.py fidelity compares
+// the budgets.
+void MultiFidelity(Suite& suite, const std::vector<std::string>& samplers,
+                   const std::string& problems, int first_seed, int seeds, int budget_trials,
+                   int max_step) {
+  const std::vector<std::string> names = Split(problems);
+  AshaOptions asha;
+  asha.max_resource = max_step;
+  for (const json& p : suite.Call({{"cmd", "list"}})) {
+    const std::string name = p.at("name");
+    if (!names.empty() && std::find(names.begin(), names.end(), name) == names.end()) continue;
+    auto space = ParseSearchSpace(p.at("space"), name);
+    if (!space.ok()) std::exit(1);
+    const bool constrained = p.at("constrained");
+    for (const std::string& sname : samplers) {
+      for (const std::string rule : {"none", "asha"}) {
+        for (int seed = first_seed; seed < first_seed + seeds; ++seed) {
+          auto sampler = Make(sname);
+          auto pruner = rule == "asha" ? std::move(*MakeAshaPruner(asha)) : MakeNopPruner();
+          Rng rng(seed);
+          History h;
+          json completions = json::array();
+          int64_t spent = 0;
+          const int64_t budget = static_cast<int64_t>(budget_trials) * max_step;
+          for (int t = 0; spent < budget; ++t) {
+            Observation o(t, TrialStatus::kRunning, sampler->Suggest(*space, h, 1, rng).at(0),
+                          std::nullopt, {});
+            h.trials.push_back(o);
+            const json params = space->ToJson(o.params);
+            json r;
+            for (int step = 1; step <= max_step && spent < budget; ++step) {
+              r = suite.Call({{"cmd", "eval_step"},
+                              {"problem", name},
+                              {"params", params},
+                              {"step", step},
+                              {"max_step", max_step}});
+              ++spent;
+              const auto values = r.at("values").get<std::vector<double>>();
+              Observation& mine = h.trials.back();
+              mine.curve.emplace_back(step, values.at(0));
+              mine.curve_values.emplace_back(step, values);
+              if (step == max_step) {
+                mine.status = TrialStatus::kCompleted;
+                mine.values = values;
+                mine.value = values.at(0);
+                if (constrained) mine.violation = r.at("violation").get<double>();
+                completions.push_back(
+                    {{"spent", spent}, {"values", values}, {"violation", r.at("violation")}});
+              } else if (pruner->ShouldPrune(h, mine)) {
+                mine.status = TrialStatus::kPruned;
+                break;
+              }
+            }
+            if (h.trials.back().status == TrialStatus::kRunning)
+              h.trials.back().status = TrialStatus::kFailed;
+          }
+          std::printf("%s\n", json{{"problem", name},
+                                   {"sampler", sname},
+                                   {"rule", rule},
+                                   {"seed", seed},
+                                   {"budget", budget},
+                                   {"completions", completions}}
+                                  .dump()
+                                  .c_str());
+          std::fflush(stdout);
+        }
+        std::fprintf(stderr, "bench: fidelity %s/%s/%s %d seeds\n", name.c_str(), sname.c_str(),
+                     rule.c_str(), seeds);
+      }
+    }
+  }
+}
+
 // Suggest with 1,000 completed observations of 8 parameters and 2 and 3
 // objectives (median of 11 calls, wall and thread CPU time):
 //   bench=suggest sampler=tpe observations=1000 params=8 objectives=2 count=1 ms=X cpu_ms=Y
@@ -350,22 +452,11 @@ void LatencyMultiObjective(const std::vector<std::string>& samplers) {
       h.trials.push_back(std::move(o));
     }
     for (const auto& sname : samplers) {
-      auto sampler = Make(sname);
-      Rng rng(1);
-      std::vector<double> ms, cpu_ms;
-      for (int rep = 0; rep < 11; ++rep) {
-        const double cpu_start = ThreadCpuMs();
-        const auto start = std::chrono::steady_clock::now();
-        auto out = sampler->Suggest(space, h, 1, rng);
-        ms.push_back(
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                .count());
-        cpu_ms.push_back(ThreadCpuMs() - cpu_start);
-      }
+      const auto [ms, cpu_ms] = TimeSuggest(*Make(sname), space, h, 1);
       std::printf(
           "bench=suggest sampler=%s observations=1000 params=8 objectives=%d count=1 ms=%.3f "
           "cpu_ms=%.3f\n",
-          sname.c_str(), objectives, Percentile(ms, 50), Percentile(cpu_ms, 50));
+          sname.c_str(), objectives, ms, cpu_ms);
       std::fflush(stdout);
     }
   }
@@ -384,21 +475,10 @@ void Latency(const std::vector<std::string>& samplers) {
     }
     for (const auto& sname : samplers) {
       for (int count : {1, 16}) {
-        auto sampler = Make(sname);
-        Rng rng(1);
-        std::vector<double> ms, cpu_ms;
-        for (int rep = 0; rep < 11; ++rep) {
-          const double cpu_start = ThreadCpuMs();
-          const auto start = std::chrono::steady_clock::now();
-          auto out = sampler->Suggest(space, h, count, rng);
-          ms.push_back(
-              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                  .count());
-          cpu_ms.push_back(ThreadCpuMs() - cpu_start);
-        }
+        const auto [ms, cpu_ms] = TimeSuggest(*Make(sname), space, h, count);
         std::printf(
             "bench=suggest sampler=%s observations=%d params=8 count=%d ms=%.3f cpu_ms=%.3f\n",
-            sname.c_str(), n, count, Percentile(ms, 50), Percentile(cpu_ms, 50));
+            sname.c_str(), n, count, ms, cpu_ms);
         std::fflush(stdout);
       }
     }
@@ -411,7 +491,8 @@ int main(int argc, char** argv) {
   int seeds = 20, first_seed = 0, trials = 100;
   std::string samplers = "auto,tpe,gp,random", tasks, families;
   std::string python = "/usr/bin/python3", script = "bench/suite/suite.py";
-  bool quality = true, latency = true, multi_objective = false;
+  bool quality = true, latency = true, multi_objective = false, fidelity = false;
+  int max_step = 27;
   std::string problems;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -441,6 +522,10 @@ int main(int argc, char** argv) {
       multi_objective = true;
     } else if (a == "--problems") {
       problems = next();
+    } else if (a == "--fidelity") {
+      fidelity = true;
+    } else if (a == "--max-step") {
+      max_step = std::atoi(next().c_str());
     } else if (a == "--latency-only") {
       quality = false;
     } else if (a == "--quality-only") {
@@ -450,7 +535,8 @@ int main(int argc, char** argv) {
           stderr,
           "usage: search_bench [--samplers a,b] [--tasks t,u] [--families f,g] [--seeds N] "
           "[--first-seed N] [--trials N] [--gp-options k=v,...] [--python PATH] [--suite PATH] "
-          "[--latency-only|--quality-only] [--multi-objective [--problems p,q]]\n");
+          "[--latency-only|--quality-only] [--multi-objective [--problems p,q] [--fidelity "
+          "[--max-step 27]]]\n");
       return 2;
     }
   }
@@ -463,7 +549,11 @@ int main(int argc, char** argv) {
   if (multi_objective) {
     if (quality) {
       Suite suite(python, script == "bench/suite/suite.py" ? "bench/suite/mo_suite.py" : script);
-      MultiObjective(suite, Split(samplers), problems, first_seed, seeds, trials);
+      if (fidelity) {
+        MultiFidelity(suite, Split(samplers), problems, first_seed, seeds, trials, max_step);
+      } else {
+        MultiObjective(suite, Split(samplers), problems, first_seed, seeds, trials);
+      }
     }
     if (latency) LatencyMultiObjective(Split(samplers));
     return 0;

@@ -44,6 +44,10 @@ struct Observation {
   // spec's objective order, of a completed trial (`value` is the first).
   // Empty with one objective.
   std::vector<double> values;
+  // With several objectives: every objective's intermediate value
+  // (minimized) by step, steps increasing, as `curve` holds the first's.
+  // Empty with one objective.
+  std::vector<std::pair<int64_t, std::vector<double>>> curve_values;
   // With constraints: how far the trial's final metrics lie outside their
   // bounds (the sum over the constraints; 0 when it satisfies them all).
   // nullopt without constraints, or before its final metrics.

@@ -117,6 +117,30 @@ std::vector<int> NonDominatedRanks(const std::vector<ObjectivePoint>& points) {
   return rank;
 }
 
+std::vector<int> FirstFronts(const std::vector<ObjectivePoint>& points, size_t needed) {
+  std::vector<int> rank(points.size(), -1);
+  std::vector<size_t> remaining(points.size());
+  std::iota(remaining.begin(), remaining.end(), size_t{0});
+  std::stable_sort(remaining.begin(), remaining.end(),
+                   [&](size_t a, size_t b) { return points[a] < points[b]; });
+  size_t ranked = 0;
+  for (int r = 0; ranked < needed && !remaining.empty(); ++r) {
+    // In lexicographic order a point is on this front unless a point
+    // already on it dominates it (whatever dominates it comes earlier, and
+    // is on the front or dominated by a point that is).
+    std::vector<size_t> front, rest;
+    for (size_t i : remaining) {
+      const bool dominated = std::any_of(front.begin(), front.end(),
+                                         [&](size_t f) { return Dominates(points[f], points[i]); });
+      (dominated ? rest : front).push_back(i);
+    }
+    for (size_t i : front) rank[i] = r;
+    ranked += front.size();
+    remaining = std::move(rest);
+  }
+  return rank;
+}
+
 std::vector<double> CrowdingDistances(const std::vector<ObjectivePoint>& points) {
   const size_t n = points.size();
   std::vector<double> distance(n, 0.0);

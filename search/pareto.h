@@ -27,6 +27,13 @@ bool Dominates(const ObjectivePoint& a, const ObjectivePoint& b);
 // rank.
 std::vector<int> NonDominatedRanks(const std::vector<ObjectivePoint>& points);
 
+// NonDominatedRanks for the first fronts only: ranks 0, 1, ... for the
+// points of the fronts that together hold at least `needed` points, -1 for
+// the rest. What choosing the best few of many needs: O(N F) per front
+// (points in lexicographic order can only be dominated by earlier ones),
+// where the full sort is O(N^2).
+std::vector<int> FirstFronts(const std::vector<ObjectivePoint>& points, size_t needed);
+
 // The crowding distance of each point of one set (NSGA-II's): over every
 // objective, the gap between its sorted neighbours divided by the
 // objective's range; the extremes of any objective are infinite. A larger

@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "search/pareto.h"
 
 namespace hpo::search {
 namespace {
@@ -173,11 +176,51 @@ double RungValue(const Observation& o, int64_t rung) {
   return v ? *v : o.curve.front().second;
 }
 
+// With several objectives: the point `o` had at rung step `rung`, chosen as
+// RungValue chooses; empty when `o` has no multi-objective curve.
+ObjectivePoint RungPoint(const Observation& o, int64_t rung) {
+  if (o.curve_values.empty()) return {};
+  const auto after =
+      std::upper_bound(o.curve_values.begin(), o.curve_values.end(), rung,
+                       [](int64_t step, const std::pair<int64_t, std::vector<double>>& p) {
+                         return step < p.first;
+                       });
+  return after == o.curve_values.begin() ? o.curve_values.front().second : std::prev(after)->second;
+}
+
+// Whether `trial` is among the top m of the points at a rung, `points[0]`
+// being its own: ranked by Pareto order (non-domination rank, then the
+// lonelier by crowding distance first; ties to the trial), so that what goes
+// on keeps the front and its spread (MO-ASHA's rule, Schmucker et al. 2021,
+// with NSGA-II's order).
+bool AmongParetoTop(const std::vector<ObjectivePoint>& points, int64_t m) {
+  const std::vector<size_t> order = ParetoOrder(points);
+  for (int64_t k = 0; k < m && k < static_cast<int64_t>(order.size()); ++k) {
+    if (order[static_cast<size_t>(k)] == 0) return true;
+  }
+  return false;
+}
+
 // Whether `trial` is among the top 1/eta at `rung` of the trials that reached
 // it and for which `in_group` holds.
 template <typename InGroup>
 bool ContinuesAtRung(const Rungs& rungs, const History& history, const Observation& trial,
                      int64_t rung, const InGroup& in_group) {
+  if (!trial.curve_values.empty()) {
+    std::vector<ObjectivePoint> points{RungPoint(trial, rung)};
+    for (const Observation& o : history.trials) {
+      if (!IsPeer(o, trial) || !in_group(o)) continue;
+      const std::optional<int64_t> last = o.LastStep();
+      if (!last || *last < rung) continue;
+      ObjectivePoint p = RungPoint(o, rung);
+      if (p.size() == points[0].size()) points.push_back(std::move(p));
+    }
+    const int64_t n = static_cast<int64_t>(points.size());
+    if (n < rungs.bootstrap_count) return true;
+    const int64_t keep = std::max<int64_t>(
+        1, static_cast<int64_t>(std::floor(static_cast<double>(n) / rungs.eta + kRelTolerance)));
+    return AmongParetoTop(points, keep);
+  }
   const double mine = RungValue(trial, rung);
   if (std::isnan(mine)) return false;
   std::vector<double> values{mine};

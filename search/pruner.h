@@ -134,6 +134,11 @@ int RungsPassed(const std::vector<int64_t>& rung_steps, int64_t step);
 // continues iff n < bootstrap_count or
 //   v(trial) <= the m-th smallest value, m = max(1, floor(n / eta)),
 // so the first trial at a rung always continues and ties continue.
+// Several objectives (the trial's Observation::curve_values): the points at
+// the rung, chosen the same way, are put in Pareto order (pareto.h:
+// non-domination rank, then the lonelier by crowding distance), and the
+// trial continues iff it is among the first m, ties to the trial (MO-ASHA,
+// Schmucker et al. 2021); Hyperband's brackets judge the same way.
 // Errors: min_resource < 1, reduction_factor < kMinReductionFactor (or not
 // finite), max_resource < 0 or 0 < max_resource < min_resource,
 // min_early_stopping_rate < 0, bootstrap_count < 0.

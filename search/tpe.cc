@@ -350,13 +350,14 @@ void ChooseGoodByPareto(const std::vector<Ranked>& ranked, size_t n_good,
       points.push_back(*ranked[i].values);
     }
   }
-  const std::vector<int> rank = NonDominatedRanks(points);
+  const std::vector<int> rank = FirstFronts(points, n_good);
   std::vector<size_t> chosen;  // indices into `points`
-  for (int r = 0; chosen.size() < n_good && chosen.size() < points.size(); ++r) {
+  for (int r = 0; chosen.size() < n_good; ++r) {
     std::vector<size_t> front;
     for (size_t k = 0; k < points.size(); ++k) {
       if (rank[k] == r) front.push_back(k);
     }
+    if (front.empty()) break;  // every point ranked
     if (chosen.size() + front.size() <= n_good) {
       chosen.insert(chosen.end(), front.begin(), front.end());
       continue;

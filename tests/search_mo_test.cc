@@ -1,7 +1,8 @@
-// Several objectives and constraints in the samplers: TPE's Pareto good set
-// (MOTPE), the GP through ParEGO's scalarization, and constraints with one
-// objective. Behaviour over seeded runs against random search, and the
-// scalarization's values themselves.
+// Several objectives and constraints in the samplers and early stopping:
+// TPE's Pareto good set (MOTPE), the GP through ParEGO's scalarization,
+// constraints with one objective, and ASHA's rung rule by Pareto order.
+// Behaviour over seeded runs against random search, the rung decisions, and
+// the scalarization's values themselves.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "search/gp_sampler.h"
 #include "search/parego.h"
 #include "search/pareto.h"
+#include "search/pruner.h"
 #include "search/sampler.h"
 #include "search/tpe.h"
 #include "testing/objectives.h"
@@ -135,6 +137,42 @@ TEST(MultiObjective, ConstraintsKeepOneObjectiveSamplersInsideTheFeasibleRegion)
     EXPECT_GT(feasible_late, late * 6 / 10) << name;
     EXPECT_LT(Median(best), 0.16 + 0.02) << name;
   }
+}
+
+// A history of trials that reported one step with the given points (two
+// objectives); the last is the one judged.
+History AtFirstRung(const std::vector<std::vector<double>>& points) {
+  History h;
+  for (size_t i = 0; i < points.size(); ++i) {
+    Observation o(static_cast<int64_t>(i), TrialStatus::kRunning, {0.5}, std::nullopt,
+                  {{1, points[i][0]}});
+    o.curve_values = {{1, points[i]}};
+    h.trials.push_back(std::move(o));
+  }
+  return h;
+}
+
+bool Prunes(const std::vector<std::vector<double>>& points) {
+  auto pruner = MakeAshaPruner({});  // rungs at steps 1, 3, 9, ...; each keeps 1/3
+  EXPECT_TRUE(pruner.ok());
+  const History h = AtFirstRung(points);
+  return (*pruner)->ShouldPrune(h, h.trials.back());
+}
+
+TEST(MultiObjectiveAsha, ADominatedTrialStopsAndOneOnTheFrontGoesOn) {
+  // Three at the rung keep one. (2,2) is dominated by (1,1): it stops.
+  EXPECT_TRUE(Prunes({{1, 1}, {0.5, 3}, {2, 2}}));
+  // (3, 0.5) is the worst in the first objective, which alone would stop
+  // it, but no one dominates it: on the front, and one of its extremes.
+  EXPECT_FALSE(Prunes({{1, 1}, {2, 2}, {3, 0.5}}));
+}
+
+TEST(MultiObjectiveAsha, OnTheFrontTheLonelierPointsGoOnFirst) {
+  // Six at the rung keep two. The front: (0,10) and (10,0), its extremes,
+  // and (5,5) and (5.1,4.9) between them, crowded together; (8,8) and (9,9)
+  // are dominated. The extremes go on; the crowded middle stops.
+  EXPECT_TRUE(Prunes({{0, 10}, {10, 0}, {5, 5}, {8, 8}, {9, 9}, {5.1, 4.9}}));
+  EXPECT_FALSE(Prunes({{5, 5}, {10, 0}, {5.1, 4.9}, {8, 8}, {9, 9}, {0, 10}}));
 }
 
 TEST(ParEgo, ScalarizesFeasibleTrialsIntoTheUnitRangeAndRanksInfeasibleOnesAfter) {

@@ -31,6 +31,35 @@ TEST(Pareto, RanksAreFrontsPeeledInTurn) {
   EXPECT_TRUE(NonDominatedRanks({}).empty());
 }
 
+TEST(Pareto, FirstFrontsAgreeWithTheFullSortAsFarAsNeeded) {
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<int> coord(0, 9);  // small integers: many ties and equal points
+  for (int rep = 0; rep < 50; ++rep) {
+    Points p(40, ObjectivePoint(2 + rep % 2));
+    for (auto& x : p) {
+      for (double& v : x) v = coord(rng);
+    }
+    const auto full = NonDominatedRanks(p);
+    for (size_t needed : {size_t{1}, size_t{10}, size_t{40}}) {
+      const auto first = FirstFronts(p, needed);
+      size_t covered = 0;
+      int deepest = -1;
+      for (size_t i = 0; i < p.size(); ++i) {
+        if (first[i] < 0) continue;
+        EXPECT_EQ(first[i], full[i]) << "repetition " << rep << ", point " << i;
+        ++covered;
+        deepest = std::max(deepest, first[i]);
+      }
+      EXPECT_GE(covered, std::min(needed, p.size()));
+      for (size_t i = 0; i < p.size(); ++i) {
+        if (first[i] < 0) {
+          EXPECT_GT(full[i], deepest) << "a point of a front it ranked was left out";
+        }
+      }
+    }
+  }
+}
+
 TEST(Pareto, CrowdingDistanceIsTheNeighboursGapOverTheRange) {
   // Sorted by the first objective: 0, 1, 3, 4 (range 4); by the second the reverse (range 4).
   const Points p = {{0, 4}, {1, 3}, {3, 1}, {4, 0}};

@@ -23,6 +23,7 @@ problem's reference point, computed by Optuna's own WFG implementation
 (optuna._hypervolume.WFG): a judge that is neither of the compared
 samplers' code.
 """
+import hashlib
 import json
 import math
 import sys
@@ -37,12 +38,29 @@ class Problem:
         self.f = f  # params dict -> list of objective values (minimized)
         self.reference = reference
         self.constraints = constraints  # params dict -> list of values, <= 0 feasible
+        self._final = {}  # at_step's final evaluations by parameters
 
     def evaluate(self, params):
         values = [float(v) for v in self.f(params)]
         c = [float(v) for v in self.constraints(params)] if self.constraints else []
         return {"values": values, "constraints": c,
                 "violation": sum(max(0.0, v) for v in c)}
+
+    def at_step(self, params, step, max_step):
+        """The objectives after `step` of `max_step` steps of a synthetic
+        learning curve: each starts above its final value by up to a
+        quarter of the reference's magnitude, by an amount and a rate of its
+        own (a hash of the parameters), and reaches it at max_step; so early
+        steps rank trials roughly, not exactly. Constraints as at the end."""
+        key = json.dumps(params, sort_keys=True)
+        if key not in self._final:  # one model fit per trial, not per step
+            self._final[key] = self.evaluate(params)
+        r = dict(self._final[key])
+        h = hashlib.sha256(key.encode()).digest()
+        late = (max_step - step) / (max_step - 1) if max_step > 1 else 0.0
+        r["values"] = [v + 0.25 * abs(ref) * (h[2 * i] / 255) * late ** (1 + 2 * h[2 * i + 1] / 255)
+                       for i, (v, ref) in enumerate(zip(r["values"], self.reference))]
+        return r
 
     def describe(self):
         return {"name": self.name, "space": self.space, "objectives": len(self.reference),
@@ -165,16 +183,17 @@ def trace_hv(problem, trace, trials):
 
 
 def serve():
-    """One JSON request per line: {"cmd": "list"} or
-    {"cmd": "eval", "problem": P, "params": {...}}."""
-    for line in sys.stdin:
-        req = json.loads(line)
+    """One JSON request per line: {"cmd": "list"},
+    {"cmd": "eval", "problem": P, "params": {...}} or
+    {"cmd": "eval_step", "problem": P, "params": {...}, "step": S, "max_step": M}."""
+    def answer(req):
         if req["cmd"] == "list":
-            out = [p.describe() for p in PROBLEMS.values()]
-        else:
-            out = PROBLEMS[req["problem"]].evaluate(req["params"])
-        sys.stdout.write(json.dumps(out) + "\n")
-        sys.stdout.flush()
+            return [p.describe() for p in PROBLEMS.values()]
+        if req["cmd"] == "eval_step":
+            return PROBLEMS[req["problem"]].at_step(req["params"], req["step"], req["max_step"])
+        return PROBLEMS[req["problem"]].evaluate(req["params"])
+    from suite import serve_lines
+    serve_lines(answer)
 
 
 if __name__ == "__main__":

@@ -542,18 +542,23 @@ def result_line(task, sampler, trials, regrets):
             f"regrets={','.join(f'{v:.6g}' for v in r)}")
 
 
+def serve_lines(answer):
+    """The serve loop (this suite's and mo_suite.py's): one JSON request per
+    line on stdin, answer(request)'s JSON on a line of stdout."""
+    for line in sys.stdin:
+        sys.stdout.write(json.dumps(answer(json.loads(line))) + "\n")
+        sys.stdout.flush()
+
+
 def serve():
     """One JSON request per line: {"cmd": "list"} or
     {"cmd": "eval", "task": T, "params": {...}, "seed": S, "trial": N}."""
-    for line in sys.stdin:
-        req = json.loads(line)
+    def answer(req):
         if req["cmd"] == "list":
-            out = [t.describe() for t in TASKS.values()]
-        else:
-            y, f = TASKS[req["task"]].evaluate(req["params"], req["seed"], req["trial"])
-            out = {"y": y, "f": f}
-        sys.stdout.write(json.dumps(out) + "\n")
-        sys.stdout.flush()
+            return [t.describe() for t in TASKS.values()]
+        y, f = TASKS[req["task"]].evaluate(req["params"], req["seed"], req["trial"])
+        return {"y": y, "f": f}
+    serve_lines(answer)
 
 
 if __name__ == "__main__":
