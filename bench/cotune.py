@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """bench/cotune: in-trial co-tuning of threads against the exhaustive best and
-the naive default, per device class and searched batch size (issue #16 item 4).
+the naive default, per device class and searched batch size.
 
 Each device class is a CPU cgroup capped at 1.0, 0.5 and 0.25 cores, with its
 own real hpo-server (SQLite in a private directory, loopback ports, a bearer

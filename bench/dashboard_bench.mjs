@@ -1,4 +1,4 @@
-// The dashboard at scale (issue #19 item 4), in headless Chromium against a
+// The dashboard at scale, in headless Chromium against a
 // real hpo-server on SQLite: the first paint of an experiment with 10,000
 // trials and 100,000 measurements, and the time to apply one live update.
 //

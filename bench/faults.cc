@@ -1,4 +1,4 @@
-// bench/faults: the fault scenarios of issue #10 at full size against the
+// bench/faults: the fault scenarios at full size against the
 // real hpo-server and hpo-worker binaries (testing/scenarios.h says what each
 // does and checks). One line per scenario and store:
 //

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """bench/hetero: time to a good model on a real heterogeneous fleet, HeteroTune
-against Optuna (issue #46 items 6 and 7).
+against Optuna.
 
 The real hpo-server (SQLite store in a private directory, loopback ports, a
 bearer token) and one real hpo-worker per fleet member, each in its own CPU

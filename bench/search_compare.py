@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Ours and the peers side by side on bench/suite/suite.py (issue #18).
+"""Ours and the peers side by side on bench/suite/suite.py.
 
     # run what is missing (results are kept, one file per sampler and task)
     /usr/bin/python3 bench/search_compare.py run [--ours auto,tpe,gp,random]
@@ -229,7 +229,7 @@ def cmd_table(a):
         if any(c != "-" for c in cells):
             print((f"| {fam} | " + " | ".join(cells) + " |") if md else f"{fam:12s} " + " ".join(f"{c:>8s}" for c in cells))
 
-    print("\nGoals (issue #18) at", a.trials, "trials, over the tasks every compared sampler ran:\n")
+    print("\nGoals at", a.trials, "trials, over the tasks every compared sampler ran:\n")
     for ours in [s for s in samplers if s in ("auto", "gp", "tpe")]:
         n = vs_best = vs_mv = n_mv = 0
         for name, got in rows.items():

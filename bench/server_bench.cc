@@ -507,7 +507,7 @@ int main(int argc, char** argv) {
   hpo::TurnOffMutexDeadlockDetection();  // as hpo-worker does
   using hpo::bench::Options;
   Options o;
-  CLI::App app{"bench/server_bench: trials per second through the real hpo-server (issue #19)"};
+  CLI::App app{"bench/server_bench: trials per second through the real hpo-server"};
   app.add_option("--stores", o.stores, "sqlite and/or postgresql")
       ->delimiter(',')
       ->capture_default_str();

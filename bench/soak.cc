@@ -1,4 +1,4 @@
-// bench/soak: a chaos soak (issue #21). Simulated workers (in child
+// bench/soak: a chaos soak. Simulated workers (in child
 // processes of this program, so that a worker can be killed or stopped)
 // and REST clients run against one hpo-server on a private PostgreSQL for
 // --minutes, while every 20-40 s one fault is injected at random:

@@ -1,4 +1,4 @@
-// The fault and load scenarios of issue #10, each one function that runs the
+// The fault and load scenarios, each one function that runs the
 // real binaries and returns what it observed. bench/faults and bench/load
 // run them at full size and print the figures; tests/fault_test runs small
 // versions and asserts the behaviour (never the timings).
@@ -84,7 +84,7 @@ struct ServerKillResult {
 };
 Result<ServerKillResult> KillServer(const Setup& setup, const ServerKillOptions& options);
 
-// (b') the same kills, with real hpo-worker processes (issue #21): each runs
+// (b') the same kills, with real hpo-worker processes: each runs
 // a command experiment whose steps take `step_ms`, so it reports about 20
 // times a second. For each kill, a worker's recovery is the time from the
 // kill until the server stored a report of it made after the kill; the

@@ -1,7 +1,6 @@
-// A web page must not drive the REST API from a user's browser (issue #14
-// item 3), against the real hpo-server in its default setup: no token. The
-// requests are the ones a browser sends for a cross-site form or fetch and
-// for a DNS-rebinding page; each is refused and nothing is created. See
+// A web page must not drive the REST API from a user's browser, against the real hpo-server in its
+// default setup: no token. The requests are the ones a browser sends for a cross-site form or fetch
+// and for a DNS-rebinding page; each is refused and nothing is created. See
 // server/http/browser_guard.h.
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1552,8 +1552,7 @@ TEST_F(EngineTest, ALeaseMakingATrialOfAnExperimentThatEndsMeanwhileGetsNoWork) 
 // ...but a lease that finds nothing else waits for the trial being made,
 // then makes its own, rather than sending its device away for a retry-after
 // of a second. A whole fleet leases at once after a server restart, and
-// each device but one idled that second (issue #21: bench/faults
-// kill_server_workers).
+// each device but one idled that second (bench/faults kill_server_workers).
 TEST_F(EngineTest, ALeaseWithNothingElseToRunWaitsForTheTrialBeingMade) {
   StalledTopUps stalled(*store_);
   Engine engine(stalled, Options());
@@ -1587,7 +1586,7 @@ TEST_F(EngineTest, ALeaseWithNothingElseToRunWaitsForTheTrialBeingMade) {
 // A server killed after it granted a lease loses the answer: the trial
 // stays leased to a worker that never got it. When that worker asks again,
 // listing what it holds, the trial runs again at once instead of holding
-// the experiment's only slot until its lease times out (issue #21).
+// the experiment's only slot until its lease times out.
 TEST_F(EngineTest, ALeaseWhoseAnswerWasLostEndsWhenTheWorkerSaysItHoldsNothing) {
   auto e = engine_->CreateExperiment(Spec(kBuiltin, 20, 1));
   ASSERT_TRUE(e.ok()) << e.status();
@@ -1634,7 +1633,7 @@ class StalledRereads : public testing::StoreWrapper, public testing::StallGate {
 // The trial view is reread from the store once it is older than
 // history_cache, which at 10,000 trials takes tens of milliseconds. Reports
 // (judged by early stopping against the view) and completions used to wait
-// for the whole read, since it held the view's lock (issue #19); they now
+// for the whole read, since it held the view's lock; they now
 // go on with the view being replaced, and what they change is kept in the
 // new one.
 TEST_F(EngineTest, ReportsAndCompletionsDoNotWaitForARereadOfTheTrials) {

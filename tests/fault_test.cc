@@ -183,7 +183,7 @@ TEST_F(FaultTest, PromotedTrialsSurviveServerKillsAndCutUploadsOnSqlite) {
 
 // Was disabled while one run in about four on PostgreSQL (under load) saw
 // no acknowledged report within 30 s of a server restart: the stalled
-// reconnects of issue #21 item 1, since fixed (a worker waits on its
+// reconnects after a server restart, since fixed (a worker waits on its
 // channel between retries; a lease whose answer was lost ends at the next
 // lease). 16 runs in a row then passed, 8 of them beside two busy loops.
 TEST_F(FaultTest, PromotedTrialsSurviveServerKillsAndCutUploadsOnPostgresql) {

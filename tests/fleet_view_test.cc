@@ -168,7 +168,7 @@ TEST_F(FleetViewTest, LeasesAndReportsDoNotWaitForARereadOfTheFleet) {
 }
 
 // Samples per step come from the time between a trial's reports within one
-// segment (issue #46): a trial paused at a rung and resumed later, on
+// segment: a trial paused at a rung and resumed later, on
 // another device or the same one, counts none of its pause. The steady
 // clock the view measures on is a fake one here, moved by the test.
 TEST_F(FleetViewTest, SamplesPerStepCountsTrainingTimeOnly) {

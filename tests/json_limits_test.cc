@@ -2,8 +2,8 @@
 // the parser itself, then a real hpo-server on loopback that is sent deeply
 // nested JSON on every REST route that takes a JSON body and in a gRPC
 // Report's system value. Each must be refused with an error that names the
-// limit, and the server must still answer afterwards (issue #14 item 1: it
-// used to overflow its stack copying or serializing such values).
+// limit, and the server must still answer afterwards (it used to overflow
+// its stack copying or serializing such values).
 #include "common/json_limits.h"
 
 #include <grpcpp/grpcpp.h>

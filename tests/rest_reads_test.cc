@@ -1,4 +1,4 @@
-// Reads that scale (issue #19): ?since=<cursor> on trials and learning
+// Reads that scale: ?since=<cursor> on trials and learning
 // curves, and keyset pages of trials, over a real HTTP server on each store
 // backend (typed tests; PostgreSQL with HPO_TEST_PG_*).
 #include <gtest/gtest.h>

@@ -106,7 +106,7 @@ std::string Setting(int threads, int batch) {
   return json{{"batch_size", batch}, {"threads", threads}}.dump();
 }
 
-// The confound of issue #16: one thread was measured only with the biggest
+// A confound seen on a real fleet: one thread was measured only with the biggest
 // batch, so its whole setting is the fastest seen, though two threads are
 // faster at every batch size. Fitted in log batch size, two threads win
 // for a trial of any batch.

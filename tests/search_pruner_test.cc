@@ -475,7 +475,7 @@ TEST(PrunerOptionsTest, DefaultsAreValid) {
 }
 
 // Nearer 1 a report is judged at ever more rungs: at 1.000001 one report
-// from step 1 to step 2^62 crossed some 43 million (issue #14: 2 s under the
+// from step 1 to step 2^62 crossed some 43 million (2 s under the
 // experiment's lock). See kMinReductionFactor.
 TEST(PrunerOptionsTest, ReductionFactorIsAtLeastOnePointFive) {
   for (double eta : {1.000001, 1.2, 1.4999}) {

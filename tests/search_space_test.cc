@@ -161,7 +161,7 @@ TEST(SearchSpace, FromJsonRejectsWhatDoesNotFit) {
   expect_error(bad, "params.color: not a parameter");
 }
 
-// Issue #14 item 9: domains whose suggestions a double cannot represent
+// Domains whose suggestions a double cannot represent
 // are refused when parsed, naming the field. They used to be taken, and the
 // float-to-int conversions then overflowed: an int in [-(2^63-1), 2^63-1]
 // was suggested -2^63, and a float in [0, 1e308] with step 1e-300 gave

@@ -322,7 +322,7 @@ TEST(ExperimentSpec, HostileInputIsAnErrorNotACrash) {
       << r.status();
 }
 
-// Nesting is bounded however the spec nests (issue #14): JSON, flow YAML,
+// Nesting is bounded however the spec nests: JSON, flow YAML,
 // block YAML (which yaml-cpp stops at 500 levels with "bad file") and YAML
 // aliases, each of which a line nests one level deeper than the last
 // (yaml-cpp never sees that depth; only the value budget stopped it). Each
@@ -384,7 +384,7 @@ TEST(ExperimentSpec, EveryFormCountsNestingAlike) {
             std::string::npos);
 }
 
-// Item 10d of issue #14: a JSON surrogate pair is one character.
+// A JSON surrogate pair is one character.
 TEST(ExperimentSpec, JsonSurrogatePairsAreOneCharacter) {
   const std::string tail =
       R"(, "objective": {"metric": "loss"}, "spaces": [{"name": "s", "params": {"x": [1, 2]}}],
@@ -418,7 +418,7 @@ TEST(ExperimentSpec, JsonSurrogatePairsAreOneCharacter) {
   EXPECT_EQ(yaml_u->name, "smile \xF0\x9F\x98\x80");
 }
 
-// Item 6 of issue #14: options that made one report cost seconds, and
+// Options that made one report cost seconds, and
 // options the engine converts to integers (with undefined behaviour beyond
 // their range), are refused naming the field.
 TEST(ExperimentSpec, EarlyStoppingAndStepsAreBounded) {
@@ -585,7 +585,7 @@ TEST(ExperimentSpec, TheLastStepIsTheBudgetsUnlessAClientGivesNone) {
   EXPECT_TRUE(CheckStep(*client_none, kMaxSpecSteps + 1).IsInvalidArgument());
 }
 
-// Item 9 of issue #14: domains whose values a double cannot represent are
+// Domains whose values a double cannot represent are
 // refused with the field's path (they used to be taken, and suggested
 // values beyond their bounds).
 TEST(ExperimentSpec, UnrepresentableDomainsAreRefused) {

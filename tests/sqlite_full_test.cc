@@ -1,4 +1,4 @@
-// A full disk under the SQLite store (issue #21): SQLITE_FULL is an outage
+// A full disk under the SQLite store: SQLITE_FULL is an outage
 // the caller may retry once there is room (UNAVAILABLE / HTTP 503 with
 // Retry-After), named as a full disk, and the transaction it hit leaves
 // nothing behind. `PRAGMA max_page_count` makes SQLite answer SQLITE_FULL

@@ -1,4 +1,4 @@
-// Workers that go away (issue #21 item 3), on SQLite and PostgreSQL: the
+// Workers that go away, on SQLite and PostgreSQL: the
 // engine marks a worker unseen for N lease timeouts gone, once across
 // servers; a worker that registers again under its identity is the same
 // worker on every server; and the real hpo-server drops gone workers from

@@ -209,7 +209,7 @@ TEST_F(WorkerRetryTest, AbortedReportsAndCompletionsAreRetriedAndTheTrialComplet
 // The server granted a lease whose answer never arrived. The worker's next
 // lease says it holds nothing, so the trial runs again at once; without that
 // it stayed leased to nobody for the lease timeout (60 s here), holding the
-// experiment's only slot (issue #21).
+// experiment's only slot.
 TEST_F(WorkerRetryTest, ALeaseWhoseAnswerWasLostRunsAgainAtTheNextLease) {
   Start(/*aborts=*/0, /*lose_first_lease=*/true);
   ASSERT_TRUE(RunWorker()) << log_;

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""bench/peers/optuna_hetero.py: Optuna 3.1 on bench/hetero's job (issue #46
-item 6), the peer HeteroTune's time to a good model is measured against.
+"""bench/peers/optuna_hetero.py: Optuna 3.1 on bench/hetero's job, the peer
+HeteroTune's time to a good model is measured against.
 
 One process is one Optuna worker: bench/hetero starts N of them, each in the
 CPU cgroup one hpo-worker gets, all sharing one study in a JournalFileStorage
@@ -79,7 +79,7 @@ MASK64 = (1 << 64) - 1
 # worker/builtin_trainer.cc's Evaluate takes chunks of 2,000, which give the
 # same accuracy but cost 2.7x the time here: each chunk's activations (100 MB
 # for a CNN of 16 channels) are above glibc's mmap threshold, so every
-# evaluation faults in fresh memory (issue #46 item 3). `replay
+# evaluation faults in fresh memory. `replay
 # --eval-batch 2000` reproduces the trainer's chunks exactly.
 EVAL_BATCH = 256
 

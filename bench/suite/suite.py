@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The search-quality suite: every task defined once, here, for our samplers
-and the peers alike (issue #18).
+and the peers alike.
 
 A task is a search space in the experiment spec's grammar (server/spec/spec.h,
 search/space.h: {"name": ..., "params": {...}}, conditional subtrees
