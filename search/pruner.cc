@@ -207,13 +207,17 @@ template <typename InGroup>
 bool ContinuesAtRung(const Rungs& rungs, const History& history, const Observation& trial,
                      int64_t rung, const InGroup& in_group) {
   if (!trial.curve_values.empty()) {
+    const auto finite = [](const ObjectivePoint& p) {
+      return std::all_of(p.begin(), p.end(), [](double v) { return std::isfinite(v); });
+    };
     std::vector<ObjectivePoint> points{RungPoint(trial, rung)};
+    if (!finite(points[0])) return false;  // as a NaN value stops it with one objective
     for (const Observation& o : history.trials) {
       if (!IsPeer(o, trial) || !in_group(o)) continue;
       const std::optional<int64_t> last = o.LastStep();
       if (!last || *last < rung) continue;
       ObjectivePoint p = RungPoint(o, rung);
-      if (p.size() == points[0].size()) points.push_back(std::move(p));
+      if (p.size() == points[0].size() && finite(p)) points.push_back(std::move(p));
     }
     const int64_t n = static_cast<int64_t>(points.size());
     if (n < rungs.bootstrap_count) return true;

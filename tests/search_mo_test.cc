@@ -167,6 +167,14 @@ TEST(MultiObjectiveAsha, ADominatedTrialStopsAndOneOnTheFrontGoesOn) {
   EXPECT_FALSE(Prunes({{1, 1}, {2, 2}, {3, 0.5}}));
 }
 
+TEST(MultiObjectiveAsha, ANonFiniteObjectiveStopsTheTrialAndIsNoPeer) {
+  EXPECT_TRUE(Prunes({{1, 1}, {2, 2}, {0.5, NAN}}));
+  // A peer's NaN takes no place among the three: (2,2) is alone beside (1,1)
+  // and, with two points, still the one kept is (1,1).
+  EXPECT_TRUE(Prunes({{NAN, 0}, {1, 1}, {2, 2}}));
+  EXPECT_FALSE(Prunes({{NAN, 0}, {2, 2}, {1, 1}}));
+}
+
 TEST(MultiObjectiveAsha, OnTheFrontTheLonelierPointsGoOnFirst) {
   // Six at the rung keep two. The front: (0,10) and (10,0), its extremes,
   // and (5,5) and (5.1,4.9) between them, crowded together; (8,8) and (9,9)
