@@ -363,6 +363,7 @@ void ChooseGoodByPareto(const std::vector<Ranked>& ranked, size_t n_good,
       continue;
     }
     std::vector<ObjectivePoint> front_points;
+    front_points.reserve(front.size());
     for (size_t k : front) front_points.push_back(points[k]);
     for (size_t pick : GreedyHypervolumeSubset(front_points, NadirReference(front_points),
                                                n_good - chosen.size())) {
@@ -370,6 +371,7 @@ void ChooseGoodByPareto(const std::vector<Ranked>& ranked, size_t n_good,
     }
   }
   std::vector<ObjectivePoint> good_points;
+  good_points.reserve(chosen.size());
   for (size_t k : chosen) good_points.push_back(points[k]);
   std::vector<double> share =
       good_points.size() > 1 ? HypervolumeContributions(good_points, NadirReference(good_points))
