@@ -395,6 +395,9 @@ void MultiFidelity(Suite& suite, const std::vector<std::string>& samplers,
               Observation& mine = h.trials.back();
               mine.curve.emplace_back(step, values.at(0));
               mine.curve_values.emplace_back(step, values);
+              // mo_suite's constraints depend on the parameters alone:
+              // known, and final, from the first step.
+              if (constrained) mine.known_violation = r.at("violation").get<double>();
               if (step == max_step) {
                 mine.status = TrialStatus::kCompleted;
                 mine.values = values;

@@ -52,6 +52,11 @@ struct Observation {
   // bounds (the sum over the constraints; 0 when it satisfies them all).
   // nullopt without constraints, or before its final metrics.
   std::optional<double> violation;
+  // With constraints whose values can only get worse as a trial runs (its
+  // model size, the cost it has spent): how far its latest report already
+  // lies outside them. Above 0, the trial must end infeasible, and early
+  // stopping stops it at its next rung.
+  std::optional<double> known_violation;
 
   bool Feasible() const { return !violation || *violation <= 0; }
 

@@ -266,6 +266,9 @@ bool AshaShouldPrune(const Rungs& rungs, const History& history, const Observati
     // Rounding up can land two rungs on one step; they are one rung.
     if (*rung == judged) continue;
     judged = *rung;
+    // Already outside a constraint that only gets worse: it cannot end
+    // feasible, whatever its objective.
+    if (trial.known_violation && *trial.known_violation > 0) return true;
     if (!ContinuesAtRung(rungs, history, trial, *rung, in_group)) return true;
   }
   return false;

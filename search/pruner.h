@@ -138,7 +138,9 @@ int RungsPassed(const std::vector<int64_t>& rung_steps, int64_t step);
 // the rung, chosen the same way, are put in Pareto order (pareto.h:
 // non-domination rank, then the lonelier by crowding distance), and the
 // trial continues iff it is among the first m, ties to the trial (MO-ASHA,
-// Schmucker et al. 2021); Hyperband's brackets judge the same way.
+// Schmucker et al. 2021); Hyperband's brackets judge the same way. A trial
+// whose Observation::known_violation is above 0 (outside a constraint that
+// only gets worse) stops at any rung it reaches, whatever its value.
 // Errors: min_resource < 1, reduction_factor < kMinReductionFactor (or not
 // finite), max_resource < 0 or 0 < max_resource < min_resource,
 // min_early_stopping_rate < 0, bootstrap_count < 0.

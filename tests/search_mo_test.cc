@@ -175,6 +175,21 @@ TEST(MultiObjectiveAsha, ANonFiniteObjectiveStopsTheTrialAndIsNoPeer) {
   EXPECT_FALSE(Prunes({{NAN, 0}, {2, 2}, {1, 1}}));
 }
 
+TEST(MultiObjectiveAsha, ATrialAlreadyOutsideAConstraintThatOnlyGetsWorseStopsAtItsRung) {
+  auto pruner = MakeAshaPruner({});
+  ASSERT_TRUE(pruner.ok());
+  History h = AtFirstRung({{2, 2}, {1, 1}});  // (1,1) would go on: it dominates
+  h.trials.back().known_violation = 0.5;
+  EXPECT_TRUE((*pruner)->ShouldPrune(h, h.trials.back()));
+  h.trials.back().known_violation = 0.0;  // inside every bound: judged by its point
+  EXPECT_FALSE((*pruner)->ShouldPrune(h, h.trials.back()));
+  // Between rungs nothing is judged, a violation included.
+  h.trials.back().curve.emplace_back(2, 1.0);
+  h.trials.back().curve_values.push_back({2, {1, 1}});
+  h.trials.back().known_violation = 0.5;
+  EXPECT_FALSE((*pruner)->ShouldPrune(h, h.trials.back()));
+}
+
 TEST(MultiObjectiveAsha, OnTheFrontTheLonelierPointsGoOnFirst) {
   // Six at the rung keep two. The front: (0,10) and (10,0), its extremes,
   // and (5,5) and (5.1,4.9) between them, crowded together; (8,8) and (9,9)
