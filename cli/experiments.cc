@@ -30,8 +30,7 @@ int List(const HttpClientOptions& o) {
 }
 
 // No trial completed: the best report of any, said to be partial.
-void PrintPartialBest(const HttpClientOptions& o, int64_t id, const json& b) {
-  const json e = Call(o, "GET", ExperimentPath(id));
+void PrintPartialBest(const json& e, const json& b) {
   std::cout << BestLine(b, e["spec"]["objective"].value("metric", "")) << "\n  id      "
             << Str(b["id"]) << "\n  metrics " << Human(b["best_metrics"]) << " (step "
             << Str(b["best_step"]) << ")\n  params  " << Human(b["params"]) << "\n  system  "
@@ -45,11 +44,16 @@ void PrintCompletedBest(const json& b) {
 }
 
 int Best(const HttpClientOptions& o, const ExperimentOptions& x) {
+  const json e = Call(o, "GET", ExperimentPath(x.id));
+  if (HasSeveralObjectives(e)) {
+    PrintFront(o, x.id, x.format);
+    return kOk;
+  }
   json b = Call(o, "GET", ExperimentPath(x.id) + "/best");
   if (x.format == "json") {
     std::cout << b.dump(2) << "\n";
   } else if (b.value("partial", false)) {
-    PrintPartialBest(o, x.id, b);
+    PrintPartialBest(e, b);
   } else {
     PrintCompletedBest(b);
   }
@@ -63,6 +67,39 @@ int Cancel(const HttpClientOptions& o, int64_t id) {
 }
 
 }  // namespace
+
+bool HasSeveralObjectives(const json& e) {
+  const json& spec = e.value("spec", json::object());
+  return spec.contains("objectives") && spec["objectives"].is_array() &&
+         spec["objectives"].size() > 1;
+}
+
+void PrintFront(const HttpClientOptions& o, int64_t id, const std::string& format) {
+  const json r = Call(o, "GET", ExperimentPath(id) + "/pareto");
+  if (format == "json") {
+    std::cout << r.dump(2) << "\n";
+    return;
+  }
+  std::vector<std::string> header = {"trial", "space"};
+  for (const auto& obj : r["objectives"])
+    header.push_back(Str(obj["metric"]) + (obj["direction"] == "maximize" ? " (max)" : " (min)"));
+  header.push_back("params");
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& t : r["trials"]) {
+    std::vector<std::string> row = {Str(t["number"]), Str(t["space"])};
+    for (const auto& v : t["values"]) row.push_back(Str(v));
+    row.push_back(Human(t["params"]));
+    rows.push_back(std::move(row));
+  }
+  if (rows.empty()) {
+    std::cout << "experiment " << id << ": no feasible completed trial yet (" << Str(r["completed"])
+              << " completed)\n";
+    return;
+  }
+  PrintRows(header, rows, "table", r);
+  std::cout << Str(r["front_size"]) << " on the front of " << Str(r["feasible"]) << " feasible, "
+            << Str(r["completed"]) << " completed\n";
+}
 
 Command AddList(CLI::App& app) {
   return {app.add_subcommand("list", "list experiments"), nullptr, List};
@@ -95,7 +132,8 @@ Command AddBest(CLI::App& app, CompletionHints& hints) {
   auto x = std::make_shared<ExperimentOptions>();
   auto* cmd = app.add_subcommand("best",
                                  "the best completed trial; while none completed, the best "
-                                 "reported one, marked \"best so far\"");
+                                 "reported one, marked \"best so far\"; with several "
+                                 "objectives, the Pareto front of the feasible completed trials");
   cmd->add_option("id", x->id)->required();
   Choices(hints, cmd->add_option("-o,--output", x->format, "table or json"), {"table", "json"});
   return {cmd, nullptr, [x](const HttpClientOptions& o) { return Best(o, *x); }};

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cli/completion.h"
+#include "cli/experiments.h"
 #include "cli/output.h"
 #include "cli/submit.h"
 #include "cli/watch.h"
@@ -229,6 +230,12 @@ void PrintWhereToLook(const HttpClientOptions& o, const std::string& web_root,
 // The best trial once the experiment ended, if there is one: completed, or
 // the best reported so far, said to be partial.
 void PrintBest(const HttpClientOptions& o, int64_t id) {
+  const Answer e = Ask(o, "GET", ExperimentPath(id));
+  if (e.ok() && HasSeveralObjectives(e.body)) {
+    std::cout << "the Pareto front:\n";
+    PrintFront(o, id, "table");
+    return;
+  }
   const Answer best = Ask(o, "GET", ExperimentPath(id) + "/best");
   if (!best.ok()) return;
   json b = best.body;

@@ -56,12 +56,33 @@ void PrintParams(const json& params, bool system) {
   }
 }
 
+// "maximize accuracy", or with several: "maximize accuracy, minimize device_seconds (derived)".
+std::string ObjectivesLine(const json& spec) {
+  const json& list = spec.value("objectives", json::array());
+  if (list.size() <= 1) {
+    return Str(spec["objective"]["direction"]) + " " + Str(spec["objective"]["metric"]);
+  }
+  std::string out;
+  for (const auto& o : list) {
+    out += (out.empty() ? "" : ", ") + Str(o["direction"]) + " " + Str(o["metric"]) +
+           (o.value("derived", false) ? " (derived)" : "");
+  }
+  return out;
+}
+
 void PrintObjective(const json& spec) {
-  std::cout << "experiment " << Str(spec["name"]) << ": " << Str(spec["objective"]["direction"])
-            << " " << Str(spec["objective"]["metric"]) << ", sampler "
+  std::cout << "experiment " << Str(spec["name"]) << ": " << ObjectivesLine(spec) << ", sampler "
             << Str(spec["algorithm"]["sampler"]) << ", early stopping "
             << Str(spec["early_stopping"]["rule"]) << " (" << Str(spec["early_stopping"]["type"])
             << "), placement " << Str(spec["placement"]["policy"]) << "\n";
+  for (const auto& c : spec.value("constraints", json::array())) {
+    std::string bound;
+    if (c["min"].is_number()) bound += c["min"].dump() + " <= ";
+    bound += Str(c["metric"]);
+    if (c["max"].is_number()) bound += " <= " + c["max"].dump();
+    std::cout << "constraint: " << bound << (c.value("derived", false) ? " (derived)" : "")
+              << " (a trial outside it, or that never reports it, is infeasible)\n";
+  }
 }
 
 void PrintSpaces(const json& spec) {

@@ -106,6 +106,10 @@ void WriteExportCsv(std::ostream& out, const json& records) {
     }
   }
   std::vector<std::string> header = kExportFields;
+  // AddRanks's columns, when it added them.
+  const std::vector<std::string> kRankFields = {"feasible", "rank", "infeasible_reasons"};
+  const bool ranked = !records.empty() && records[0].contains("rank");
+  if (ranked) header.insert(header.end(), kRankFields.begin(), kRankFields.end());
   for (const char* group : kExportGroups) {
     for (const auto& k : names[group]) header.push_back(std::string(group) + "." + k);
   }
@@ -113,6 +117,9 @@ void WriteExportCsv(std::ostream& out, const json& records) {
   for (const auto& rec : records) {
     std::vector<std::string> row;
     for (const auto& f : kExportFields) row.push_back(Cell(rec[f]));
+    if (ranked) {
+      for (const auto& f : kRankFields) row.push_back(Cell(rec.value(f, json())));
+    }
     for (const char* group : kExportGroups) {
       for (const auto& k : names[group]) row.push_back(Cell(rec[group].value(k, json())));
     }
@@ -152,8 +159,41 @@ struct ExportOptions {
 
 // hpctl export: ExportRecords of every trial, as JSON or CSV, on stdout or
 // in a file (ReplaceFile).
+// With several objectives or constraints, each record also says whether
+// the trial is feasible, why not, and its non-domination rank (0: on the
+// front; empty while it has not completed, or when it is infeasible), from
+// GET .../pareto?all=true.
+void AddRanks(const HttpClientOptions& o, int64_t id, json& records) {
+  const json e = Call(o, "GET", ExperimentPath(id));
+  const json& spec = e["spec"];
+  const bool several =
+      spec.contains("objectives") && spec["objectives"].is_array() && spec["objectives"].size() > 1;
+  const bool constrained = spec.contains("constraints") && spec["constraints"].is_array() &&
+                           !spec["constraints"].empty();
+  if (!several && !constrained) return;
+  const json ranked = Call(o, "GET", ExperimentPath(id) + "/pareto?all=true")["trials"];
+  std::map<int64_t, const json*> by_id;
+  for (const auto& t : ranked) by_id[t["id"].get<int64_t>()] = &t;
+  for (auto& rec : records) {
+    const auto it = rec["id"].is_number() ? by_id.find(rec["id"].get<int64_t>()) : by_id.end();
+    if (it == by_id.end()) {
+      rec["feasible"] = nullptr;
+      rec["rank"] = nullptr;
+      rec["infeasible_reasons"] = nullptr;
+      continue;
+    }
+    const json& t = *it->second;
+    rec["feasible"] = t["feasible"];
+    rec["rank"] = t["rank"];
+    std::string reasons;
+    for (const auto& r : t["infeasible_reasons"]) reasons += (reasons.empty() ? "" : "; ") + Str(r);
+    rec["infeasible_reasons"] = reasons.empty() ? json() : json(reasons);
+  }
+}
+
 int Export(const HttpClientOptions& o, const ExportOptions& x) {
-  const json records = ExportRecords(AllTrials(o, x.id));
+  json records = ExportRecords(AllTrials(o, x.id));
+  AddRanks(o, x.id, records);
   std::ostringstream out;
   if (x.format == "json") {
     out << records.dump(2) << "\n";

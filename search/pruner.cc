@@ -176,6 +176,12 @@ double RungValue(const Observation& o, int64_t rung) {
   return v ? *v : o.curve.front().second;
 }
 
+// Already outside a constraint that only gets worse (Observation::
+// known_violation): it stops at its next rung, and ranks behind every peer
+// that may still end feasible at the rungs it reached, as constrained
+// domination (Deb's) ranks an infeasible point behind every feasible one.
+bool MustEndInfeasible(const Observation& o) { return o.known_violation && *o.known_violation > 0; }
+
 // With several objectives: the point `o` had at rung step `rung`, chosen as
 // RungValue chooses; empty when `o` has no multi-objective curve.
 ObjectivePoint RungPoint(const Observation& o, int64_t rung) {
@@ -212,14 +218,20 @@ bool ContinuesAtRung(const Rungs& rungs, const History& history, const Observati
     };
     std::vector<ObjectivePoint> points{RungPoint(trial, rung)};
     if (!finite(points[0])) return false;  // as a NaN value stops it with one objective
+    int64_t behind = 0;                    // peers that must end infeasible: counted, ranked last
     for (const Observation& o : history.trials) {
       if (!IsPeer(o, trial) || !in_group(o)) continue;
       const std::optional<int64_t> last = o.LastStep();
       if (!last || *last < rung) continue;
       ObjectivePoint p = RungPoint(o, rung);
-      if (p.size() == points[0].size() && finite(p)) points.push_back(std::move(p));
+      if (p.size() != points[0].size() || !finite(p)) continue;
+      if (MustEndInfeasible(o)) {
+        ++behind;
+      } else {
+        points.push_back(std::move(p));
+      }
     }
-    const int64_t n = static_cast<int64_t>(points.size());
+    const int64_t n = static_cast<int64_t>(points.size()) + behind;
     if (n < rungs.bootstrap_count) return true;
     const int64_t keep = std::max<int64_t>(
         1, static_cast<int64_t>(std::floor(static_cast<double>(n) / rungs.eta + kRelTolerance)));
@@ -233,7 +245,8 @@ bool ContinuesAtRung(const Rungs& rungs, const History& history, const Observati
     const std::optional<int64_t> last = o.LastStep();
     if (!last || *last < rung) continue;
     const double v = RungValue(o, rung);
-    if (!std::isnan(v)) values.push_back(v);
+    if (std::isnan(v)) continue;
+    values.push_back(MustEndInfeasible(o) ? std::numeric_limits<double>::infinity() : v);
   }
   const int64_t n = static_cast<int64_t>(values.size());
   if (n < rungs.bootstrap_count) return true;
@@ -268,7 +281,7 @@ bool AshaShouldPrune(const Rungs& rungs, const History& history, const Observati
     judged = *rung;
     // Already outside a constraint that only gets worse: it cannot end
     // feasible, whatever its objective.
-    if (trial.known_violation && *trial.known_violation > 0) return true;
+    if (MustEndInfeasible(trial)) return true;
     if (!ContinuesAtRung(rungs, history, trial, *rung, in_group)) return true;
   }
   return false;

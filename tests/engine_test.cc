@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "server/engine/trial_run.h"
+#include "server/engine/trial_view.h"
 #include "server/metrics/store_gauges.h"
 #include "testing/stall_gate.h"
 #include "testing/store_backends.h"
@@ -1846,6 +1847,161 @@ TEST(TrialRunTest, CommandArgvFillsWhatTheTrialKnowsOnce) {
   EXPECT_EQ(CommandArgv(spec, 12, params, system),
             (std::vector<std::string>{"run", "--id=12", "--steps=5", "--x=0.5", "--opt=adam", "-j4",
                                       "--at={step}", "{nope}", "--s={x}", "{unclosed"}));
+}
+
+// Several objectives and a constraint, ask/tell: the search's view holds
+// every objective of each completed trial and how far outside the
+// constraint it lies (a trial that never reported the constrained metric
+// counts as outside), and the ranking places each.
+TEST_F(EngineTest, SeveralObjectivesAndAConstraintReachTheSearchAndTheRanking) {
+  const std::string spec = R"({"name": "front",
+    "objectives": [{"metric": "loss"}, {"metric": "latency", "direction": "maximize"}],
+    "constraints": [{"metric": "size", "max": 4}],
+    "spaces": [{"name": "a", "params": {"x": {"type": "float", "low": 0, "high": 1}}}],
+    "budget": {"max_trials": 8, "max_parallel": 4}, "executor": {"client": {}}})";
+  auto e = engine_->CreateExperiment(spec);
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto leases = engine_->Suggest(e->id, 4);
+  ASSERT_TRUE(leases.ok() && leases->size() == 4u) << leases.status();
+  const auto& l = *leases;
+  ASSERT_TRUE(engine_
+                  ->Report({l[0].trial.id,
+                            Engine::kClientOwner,
+                            1,
+                            {{"loss", 0.9}, {"latency", 1}, {"size", 2}},
+                            0,
+                            json::object(),
+                            std::nullopt})
+                  .ok());
+  // Its final metrics leave latency out: its last report's stands in.
+  ASSERT_TRUE(
+      engine_
+          ->Complete(l[0].trial.id, Engine::kClientOwner, false, {{"loss", 0.5}, {"size", 2}}, "")
+          .ok());
+  ASSERT_TRUE(engine_
+                  ->Complete(l[1].trial.id, Engine::kClientOwner, false,
+                             {{"loss", 0.4}, {"latency", 3}, {"size", 8}}, "")
+                  .ok());
+  ASSERT_TRUE(engine_
+                  ->Complete(l[2].trial.id, Engine::kClientOwner, false,
+                             {{"loss", 0.7}, {"latency", 0.5}}, "")
+                  .ok());
+  auto refused = engine_->Complete(l[3].trial.id, Engine::kClientOwner, false, {{"loss", 0.1}}, "");
+  EXPECT_TRUE(refused.IsInvalidArgument()) << refused;
+  EXPECT_NE(refused.message().find("final_metrics.latency"), std::string::npos) << refused;
+
+  auto parsed = engine_->Spec(e->id);
+  ASSERT_TRUE(parsed.ok());
+  TrialView view(*store_, e->id, *parsed, std::chrono::milliseconds(0));
+  auto read = view.ReadNow();
+  ASSERT_TRUE(read.ok()) << read.status();
+  std::map<int64_t, search::Observation> by_number;
+  for (const auto& o : read->histories[0].trials) by_number[o.number] = o;
+  const search::Observation& first = by_number.at(l[0].trial.number);
+  EXPECT_EQ(first.values, (std::vector<double>{0.5, -1})) << "minimized: latency is maximized";
+  ASSERT_EQ(first.curve_values.size(), 1u);
+  EXPECT_EQ(first.curve_values[0].second, (std::vector<double>{0.9, -1}));
+  EXPECT_EQ(first.violation, 0);
+  EXPECT_TRUE(first.Feasible());
+  EXPECT_DOUBLE_EQ(by_number.at(l[1].trial.number).violation.value_or(-1), 1.0)
+      << "8 is its bound (4) above it";
+  EXPECT_FALSE(by_number.at(l[2].trial.number).Feasible()) << "size never reported";
+  EXPECT_EQ(by_number.at(l[3].trial.number).status, search::TrialStatus::kRunning);
+  // The engine's own kept view agrees with the read (the samplers read it).
+  auto more = engine_->Suggest(e->id, 2);
+  ASSERT_TRUE(more.ok() && more->size() == 2u) << more.status();
+
+  auto ranked = engine_->RankTrials(e->id);
+  ASSERT_TRUE(ranked.ok()) << ranked.status();
+  ASSERT_EQ(ranked->size(), 3u);
+  EXPECT_EQ((*ranked)[0].rank, 0);
+  EXPECT_EQ((*ranked)[0].values, (std::vector<double>{0.5, 1})) << "as reported";
+  EXPECT_FALSE((*ranked)[1].feasible);
+  EXPECT_EQ((*ranked)[1].reasons, (std::vector<std::string>{"size: 8 is above the max 4"}));
+  EXPECT_FALSE((*ranked)[1].rank);
+  EXPECT_EQ((*ranked)[2].reasons, (std::vector<std::string>{"size: not reported"}));
+  // The best (by the first objective) is the best within the constraint:
+  // trial 1's loss of 0.4 is lower, but its size is above the bound.
+  auto best = engine_->BestTrial(e->id);
+  ASSERT_TRUE(best.ok() && best->has_value()) << best.status();
+  EXPECT_EQ((*best)->trial.id, l[0].trial.id);
+  EXPECT_FALSE((*best)->partial);
+}
+
+// Stop-type ASHA on two objectives: a trial whose model size is already
+// outside its constraint stops at its first rung, whatever its objectives;
+// one inside goes on.
+TEST_F(EngineTest, ATrialThatMustEndInfeasibleStopsAtItsRung) {
+  const std::string spec = R"({"name": "front",
+    "objectives": [{"metric": "loss"}, {"metric": "latency"}],
+    "constraints": [{"metric": "params", "max": 1000}],
+    "spaces": [{"name": "a", "params": {"x": {"type": "float", "low": 0, "high": 1}}}],
+    "early_stopping": {"rule": "asha", "min_resource": 1, "reduction_factor": 3},
+    "budget": {"max_trials": 4, "max_parallel": 2, "steps_per_trial": 9},
+    "executor": {"client": {}}})";
+  auto e = engine_->CreateExperiment(spec);
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto l = engine_->Suggest(e->id, 2);
+  ASSERT_TRUE(l.ok() && l->size() == 2u) << l.status();
+  auto big = engine_->Report({(*l)[0].trial.id,
+                              Engine::kClientOwner,
+                              1,
+                              {{"loss", 0.01}, {"latency", 0.01}, {"params", 5000}},
+                              0,
+                              json::object(),
+                              std::nullopt});
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_EQ(big->decision, Decision::kPrune) << "5,000 parameters can only end above 1,000";
+  auto small = engine_->Report({(*l)[1].trial.id,
+                                Engine::kClientOwner,
+                                1,
+                                {{"loss", 0.9}, {"latency", 0.9}, {"params", 500}},
+                                0,
+                                json::object(),
+                                std::nullopt});
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->decision, Decision::kContinue);
+}
+
+// The derived metrics: each stored step carries the trial's device time
+// and speed so far, and its final metrics the totals.
+TEST_F(EngineTest, DerivedMetricsAreTheTrialsDeviceTimeSoFar) {
+  const TestWorker w = AddWorker("w");
+  std::string spec = OneSpace(Spec(kBuiltin, 2, 1));
+  const std::string one = R"("objective": {"metric": "loss", "direction": "minimize"})";
+  spec.replace(spec.find(one), one.size(),
+               R"("objectives": [{"metric": "loss"}, {"metric": "device_seconds"}],
+                  "constraints": [{"metric": "samples_per_sec", "min": 1}])");
+  auto e = engine_->CreateExperiment(spec);
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto a = LeaseFor(w);
+  ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
+  const store::Id trial = (*a)->trial.id;
+  const double speeds[] = {100, 300};
+  for (int64_t step = 1; step <= 2; ++step) {
+    clock_.Advance(2'000 * step);  // 2 s, then 4 s
+    auto d = engine_->Report(
+        {trial, w.owner, step, {{"loss", 0.5}}, speeds[step - 1], json::object(), w.device});
+    ASSERT_TRUE(d.ok()) << d.status();
+  }
+  auto ms = store_->ListMeasurements(trial);
+  ASSERT_TRUE(ms.ok() && ms->size() == 2u);
+  const json first = json::parse((*ms)[0].metrics_json);
+  const json second = json::parse((*ms)[1].metrics_json);
+  EXPECT_DOUBLE_EQ(first["device_seconds"].get<double>(), 2.0) << first;
+  EXPECT_DOUBLE_EQ(second["device_seconds"].get<double>(), 6.0) << second;
+  EXPECT_DOUBLE_EQ(second["samples_per_sec"].get<double>(), 200.0) << "the mean of the steps'";
+  EXPECT_FALSE(second.contains("cost")) << "no prices, no cost";
+  ASSERT_TRUE(
+      engine_->Complete(trial, w.owner, false, {{"loss", 0.4}, {"device_seconds", 1}}, "").ok());
+  const json final_metrics = json::parse(store_->GetTrial(trial)->final_metrics_json);
+  EXPECT_DOUBLE_EQ(final_metrics["device_seconds"].get<double>(), 6.0)
+      << "the server's figure, not the trial's";
+  EXPECT_DOUBLE_EQ(final_metrics["loss"].get<double>(), 0.4);
+  auto ranked = engine_->RankTrials(e->id);
+  ASSERT_TRUE(ranked.ok() && ranked->size() == 1u);
+  EXPECT_TRUE((*ranked)[0].feasible);
+  EXPECT_EQ((*ranked)[0].values, (std::vector<double>{0.4, 6.0}));
 }
 
 }  // namespace

@@ -22,14 +22,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -927,6 +930,103 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
   EXPECT_NE(unwritable.text.find(dir_ + "/no/such/dir/t.csv: cannot write"), std::string::npos)
       << unwritable.text;
   EXPECT_EQ(Hpctl(addr_ + " export 1 -o xml").code, 2);
+}
+
+// Several objectives and a constraint: the dry run says them, a report or
+// a completion without an objective is refused naming it, GET .../pareto
+// and `hpctl best` give the feasible non-dominated trials, and the export
+// carries each trial's feasibility, why not, and its rank.
+TEST_F(HpctlTest, AFrontOfSeveralObjectivesInTheDryRunBestAndExport) {
+  std::ofstream(dir_ + "/front.yaml") << R"(
+name: front
+objectives:
+  - {metric: loss, direction: minimize}
+  - {metric: latency_ms, direction: minimize}
+constraints: [{metric: size, max: 5}]
+spaces:
+  - name: main
+    params: {x: {type: float, low: -1, high: 1}}
+early_stopping: {rule: asha}
+budget: {max_trials: 6, max_parallel: 6, steps_per_trial: 3}
+executor: {client: {}}
+)";
+  Out dry = Hpctl(addr_ + " submit --dry-run " + dir_ + "/front.yaml");
+  ASSERT_EQ(dry.code, 0) << dry.text;
+  EXPECT_NE(dry.text.find("experiment front: minimize loss, minimize latency_ms, sampler auto"),
+            std::string::npos)
+      << dry.text;
+  EXPECT_NE(dry.text.find("constraint: size <= 5"), std::string::npos) << dry.text;
+  ASSERT_EQ(Hpctl(addr_ + " submit " + dir_ + "/front.yaml").code, 0);
+
+  HttpClientOptions o;
+  o.port = server_->http_port();
+  auto s = HttpRequestOnce(o, "POST", "/api/v1/experiments/1/trials:suggest", R"({"count": 6})");
+  ASSERT_TRUE(s.ok() && s->status == 200);
+  const json suggested = json::parse(s->body)["trials"];
+  ASSERT_EQ(suggested.size(), 6u);
+  auto id = [&](size_t i) { return std::to_string(suggested[i]["id"].get<int64_t>()); };
+  // A report without the second objective: early stopping ranks by both.
+  auto partial = HttpRequestOnce(o, "POST", "/api/v1/trials/" + id(0) + "/measurements",
+                                 json{{"step", 1}, {"metrics", {{"loss", 1}}}}.dump());
+  ASSERT_TRUE(partial.ok());
+  EXPECT_EQ(partial->status, 400);
+  EXPECT_NE(partial->body.find("metrics.latency_ms"), std::string::npos) << partial->body;
+  // A completion without it, and no report to take it from.
+  auto bare = HttpRequestOnce(o, "POST", "/api/v1/trials/" + id(0) + ":complete",
+                              json{{"metrics", {{"loss", 1}, {"size", 1}}}}.dump());
+  ASSERT_TRUE(bare.ok());
+  EXPECT_EQ(bare->status, 400);
+  EXPECT_NE(bare->body.find("final_metrics.latency_ms"), std::string::npos) << bare->body;
+  // loss, latency, size (null: not reported): 0 and 1 on the front, 2
+  // dominated by 0, 3 better than all but too big, 4 never says its size,
+  // 5 on the front with a value the others do not reach.
+  const std::vector<std::array<double, 3>> finals = {{1, 10, 3},  {2, 5, 3},     {2, 12, 3},
+                                                     {0.5, 1, 9}, {0.2, 2, NAN}, {5, 0.5, 5}};
+  for (size_t i = 0; i < finals.size(); ++i) {
+    json m = {{"loss", finals[i][0]}, {"latency_ms", finals[i][1]}};
+    if (!std::isnan(finals[i][2])) m["size"] = finals[i][2];
+    auto done = HttpRequestOnce(o, "POST", "/api/v1/trials/" + id(i) + ":complete",
+                                json{{"metrics", m}}.dump());
+    ASSERT_TRUE(done.ok() && done->status == 200) << (done.ok() ? done->body : "");
+  }
+  auto front = HttpRequestOnce(o, "GET", "/api/v1/experiments/1/pareto");
+  ASSERT_TRUE(front.ok() && front->status == 200);
+  const json f = json::parse(front->body);
+  EXPECT_EQ(f["completed"], 6);
+  EXPECT_EQ(f["feasible"], 4);
+  EXPECT_EQ(f["front_size"], 3);
+  std::set<int64_t> numbers;
+  for (const auto& t : f["trials"]) {
+    numbers.insert(t["number"].get<int64_t>());
+    EXPECT_EQ(t["rank"], 0);
+    EXPECT_EQ(t["values"].size(), 2u);
+  }
+  const auto number = [&](size_t i) { return suggested[i]["number"].get<int64_t>(); };
+  EXPECT_EQ(numbers, (std::set<int64_t>{number(0), number(1), number(5)})) << f.dump();
+
+  Out best = Hpctl(addr_ + " best 1");
+  ASSERT_EQ(best.code, 0) << best.text;
+  EXPECT_NE(best.text.find("loss (min)"), std::string::npos) << best.text;
+  EXPECT_NE(best.text.find("latency_ms (min)"), std::string::npos) << best.text;
+  EXPECT_NE(best.text.find("3 on the front of 4 feasible, 6 completed"), std::string::npos)
+      << best.text;
+
+  Out exported = Hpctl(addr_ + " export 1 -o json");
+  ASSERT_EQ(exported.code, 0) << exported.text;
+  const json records = json::parse(exported.text);
+  ASSERT_EQ(records.size(), 6u);
+  std::map<int64_t, json> by_number;
+  for (const auto& r : records) by_number[r["number"].get<int64_t>()] = r;
+  EXPECT_EQ(by_number[number(2)]["rank"], 1) << "dominated by trial " << number(0);
+  EXPECT_EQ(by_number[number(2)]["feasible"], true);
+  EXPECT_EQ(by_number[number(3)]["feasible"], false);
+  EXPECT_TRUE(by_number[number(3)]["rank"].is_null());
+  EXPECT_EQ(by_number[number(3)]["infeasible_reasons"], "size: 9 is above the max 5");
+  EXPECT_EQ(by_number[number(4)]["infeasible_reasons"], "size: not reported")
+      << "never silently feasible";
+  Out csv = Hpctl(addr_ + " export 1");
+  ASSERT_EQ(csv.code, 0) << csv.text;
+  EXPECT_NE(csv.text.find(",feasible,rank,infeasible_reasons,"), std::string::npos) << csv.text;
 }
 
 TEST_F(HpctlTest, QuietKeepsTheDataAndTheErrors) {

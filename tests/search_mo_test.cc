@@ -190,6 +190,24 @@ TEST(MultiObjectiveAsha, ATrialAlreadyOutsideAConstraintThatOnlyGetsWorseStopsAt
   EXPECT_FALSE((*pruner)->ShouldPrune(h, h.trials.back()));
 }
 
+TEST(MultiObjectiveAsha, APeerThatMustEndInfeasibleRanksBehindTheOthers) {
+  auto pruner = MakeAshaPruner({});
+  ASSERT_TRUE(pruner.ok());
+  // (1,1) dominates (2,2), and two at the rung keep one: (2,2) would stop.
+  History h = AtFirstRung({{1, 1}, {2, 2}});
+  EXPECT_TRUE((*pruner)->ShouldPrune(h, h.trials.back()));
+  // Outside a constraint that only gets worse, (1,1) cannot end feasible:
+  // it still counts at the rung, behind (2,2), which goes on.
+  h.trials.front().known_violation = 0.5;
+  EXPECT_FALSE((*pruner)->ShouldPrune(h, h.trials.back()));
+  // The same with one objective.
+  History one = AtFirstRung({{1, 1}, {2, 2}});
+  for (auto& o : one.trials) o.curve_values.clear();
+  EXPECT_TRUE((*pruner)->ShouldPrune(one, one.trials.back()));
+  one.trials.front().known_violation = 0.5;
+  EXPECT_FALSE((*pruner)->ShouldPrune(one, one.trials.back()));
+}
+
 TEST(MultiObjectiveAsha, OnTheFrontTheLonelierPointsGoOnFirst) {
   // Six at the rung keep two. The front: (0,10) and (10,0), its extremes,
   // and (5,5) and (5.1,4.9) between them, crowded together; (8,8) and (9,9)

@@ -28,6 +28,13 @@ using store::Id;
 using testing::PostgresBackend;
 using testing::SqliteBackend;
 
+// A report's or a final reading of the one objective (minimized).
+ObjectiveReading Reading(double value) {
+  ObjectiveReading r;
+  r.value = value;
+  return r;
+}
+
 const char* kSpec = R"({"name": "view", "objective": {"metric": "loss", "direction": "minimize"},
   "spaces": [{"name": "a", "params": {"x": {"type": "float", "low": -1, "high": 1}}},
              {"name": "b", "params": {"y": {"type": "float", "low": 0, "high": 2}}}],
@@ -341,9 +348,9 @@ TYPED_TEST(TrialViewTest, AKeptCopyOfTheHistoriesCopiesOnlyWhatChanged) {
   EXPECT_EQ(this->UpdateCopy(view, copy, "the first read"), 6u) << "the first copy is whole";
   EXPECT_EQ(this->UpdateCopy(view, copy, "no change"), 0u);
 
-  ASSERT_TRUE(view.ApplyReport(first[0].trial, 1, 0.5, true, nullptr).ok());
+  ASSERT_TRUE(view.ApplyReport(first[0].trial, 1, Reading(0.5), true, nullptr).ok());
   EXPECT_EQ(this->UpdateCopy(view, copy, "a report"), 1u);
-  view.SetOutcome(first[1].trial.id, store::TrialState::kCompleted, 0.25);
+  view.SetOutcome(first[1].trial.id, store::TrialState::kCompleted, Reading(0.25));
   view.SetOutcome(first[2].trial.id, store::TrialState::kFailed, std::nullopt);
   EXPECT_EQ(this->UpdateCopy(view, copy, "two outcomes"), 2u);
   view.DropCurveAfter(first[0].trial.id, 0);
@@ -355,12 +362,12 @@ TYPED_TEST(TrialViewTest, AKeptCopyOfTheHistoriesCopiesOnlyWhatChanged) {
   // Enough results (7 over two spaces) for the ranking to judge a space.
   double value = 0.9;
   for (const Lease* a : {&first[0], &first[3], &first[4], &first[5], &more[0], &more[1]}) {
-    view.SetOutcome(a->trial.id, store::TrialState::kCompleted, value);
+    view.SetOutcome(a->trial.id, store::TrialState::kCompleted, Reading(value));
     value -= 0.1;
   }
   EXPECT_EQ(this->UpdateCopy(view, copy, "six outcomes"), 6u);
-  ASSERT_TRUE(
-      view.ApplyReport(more[1].trial, 3, 0.05, true, nullptr).ok());  // running again (requeued)
+  ASSERT_TRUE(view.ApplyReport(more[1].trial, 3, Reading(0.05), true, nullptr)
+                  .ok());  // running again (requeued)
   EXPECT_EQ(this->UpdateCopy(view, copy, "a finished trial reporting again"), 1u);
 
   // A view read whole again is copied whole again.
@@ -398,8 +405,8 @@ TYPED_TEST(TrialViewTest, KeptPromotionsFollowReportsPausesAndCurvesCutBack) {
   // Each reports its first step and pauses at the first rung: a third of
   // each space's may go on.
   for (size_t i = 0; i < trials.size(); ++i) {
-    ASSERT_TRUE(view.ApplyReport(trials[i].trial, 1, 0.05 * static_cast<double>((i * 7) % 12), true,
-                                 nullptr)
+    ASSERT_TRUE(view.ApplyReport(trials[i].trial, 1,
+                                 Reading(0.05 * static_cast<double>((i * 7) % 12)), true, nullptr)
                     .ok());
     view.SetOutcome(trials[i].trial.id, store::TrialState::kPaused, std::nullopt);
   }
@@ -411,9 +418,9 @@ TYPED_TEST(TrialViewTest, KeptPromotionsFollowReportsPausesAndCurvesCutBack) {
   }
   // Two go on (running: not paused), one of them to the second rung and
   // pauses there; another fails; another's curve is cut back to nothing.
-  ASSERT_TRUE(view.ApplyReport(trials[0].trial, 2, 0.01, true, nullptr).ok());
-  ASSERT_TRUE(view.ApplyReport(trials[1].trial, 2, 0.02, true, nullptr).ok());
-  ASSERT_TRUE(view.ApplyReport(trials[1].trial, 3, 0.01, true, nullptr).ok());
+  ASSERT_TRUE(view.ApplyReport(trials[0].trial, 2, Reading(0.01), true, nullptr).ok());
+  ASSERT_TRUE(view.ApplyReport(trials[1].trial, 2, Reading(0.02), true, nullptr).ok());
+  ASSERT_TRUE(view.ApplyReport(trials[1].trial, 3, Reading(0.01), true, nullptr).ok());
   view.SetOutcome(trials[1].trial.id, store::TrialState::kPaused, std::nullopt);
   view.SetOutcome(trials[2].trial.id, store::TrialState::kFailed, std::nullopt);
   view.DropCurveAfter(trials[3].trial.id, 0);
@@ -441,7 +448,8 @@ TYPED_TEST(TrialViewTest, AKeptRankingFollowsChangesPastWhatItLists) {
       if (i % 7 == 3) {
         view.SetOutcome(t.id, store::TrialState::kFailed, std::nullopt);  // its value goes
       } else {
-        view.SetOutcome(t.id, store::TrialState::kCompleted, 0.1 + ((i * 37) % 101) / 100.0);
+        view.SetOutcome(t.id, store::TrialState::kCompleted,
+                        Reading(0.1 + ((i * 37) % 101) / 100.0));
       }
     }
   };
@@ -454,8 +462,8 @@ TYPED_TEST(TrialViewTest, AKeptRankingFollowsChangesPastWhatItLists) {
   outcomes(25, 70'025, 5, 5);
   this->UpdateCopy(view, copy, "70,005 outcomes, more than the list holds");
   outcomes(70'025, 70'030, 0, 10);
-  ASSERT_TRUE(
-      view.ApplyReport(trials[0].trial, 3, 0.01, true, nullptr).ok());  // running again: no value
+  ASSERT_TRUE(view.ApplyReport(trials[0].trial, 3, Reading(0.01), true, nullptr)
+                  .ok());  // running again: no value
   this->UpdateCopy(view, copy, "listed again after a whole reading");
 }
 

@@ -451,6 +451,10 @@ class BuiltinExecutor final : public Executor {
 
     auto net = BuildModel(mc);
     net->to(device);
+    // The model's size, reported with every epoch: an objective or a
+    // constraint a spec may name (`params`), known from the first report.
+    int64_t param_count = 0;
+    for (const auto& weights : net->parameters()) param_count += weights.numel();
     const int64_t eval_chunk = EvalChunk(mc, device);
     std::unique_ptr<torch::optim::Optimizer> opt;
     if (optimizer == "sgd") {
@@ -535,8 +539,10 @@ class BuiltinExecutor final : public Executor {
       const Evaluation val = Evaluate(net, data->train, val_idx, device, eval_chunk);
       result.overheads.eval_ms += since(evaluating);
       const double sps = per_step / std::max(seconds, 1e-9);
-      result.final_metrics = {
-          {"accuracy", val.accuracy}, {"loss", val.loss}, {"train_loss", epoch_loss}};
+      result.final_metrics = {{"accuracy", val.accuracy},
+                              {"loss", val.loss},
+                              {"train_loss", epoch_loss},
+                              {"params", static_cast<double>(param_count)}};
       // Applied: what this epoch really ran with. inter_op_threads is the
       // process's (a later trial asking for another value does not get it).
       json applied = {{"batch_size", batch_size},

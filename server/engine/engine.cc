@@ -8,9 +8,11 @@
 #include <string>
 
 #include "scheduler/speed_model.h"
+#include "search/pareto.h"
 #include "search/ranking.h"
 #include "search/registry.h"
 #include "server/engine/engine_impl.h"
+#include "server/engine/objectives.h"
 #include "server/engine/report_check.h"
 
 namespace hpo::server {
@@ -643,6 +645,13 @@ Result<ReportReply> EngineImpl::Report(const TrialReport& given) {
     m.device_id = r.device_id;
     m.device_class = device->device_class;
   }
+  if (spec.UsesDerivedMetrics()) {
+    // The trial's totals so far, this step included, as metrics of the
+    // step: what its rungs and its known constraints read.
+    HPO_ASSIGN_OR_RETURN(const auto earlier, store_.ListMeasurements(r.trial_id));
+    AddDerivedMetrics(spec, earlier, r.step, &m, r.metrics);
+    m.metrics_json = r.metrics.dump();
+  }
   const int64_t lease =
       r.owner == kClientOwner ? options_.client_lease_ms : options_.worker_lease_ms;
   const std::string space = home.space_id ? c->spaces.NameOf(*home.space_id) : std::string();
@@ -712,11 +721,12 @@ Result<ReportReply> EngineImpl::Report(const TrialReport& given) {
   // to read every trial: the report only goes into the cached view, if
   // there is one (suggestions, placement). Promotion-type rules judge when
   // a device asks for work instead (server/engine/lease.cc).
-  const double value = search::Minimized(spec.direction, r.metrics.at(spec.metric).get<double>());
+  const std::optional<ObjectiveReading> point = PointOf(spec, r.metrics);
+  if (!point) return Status::Internal("a checked report without its objective");
   const bool judge = spec.early_stopping != "none" &&
                      spec.early_stopping_type == ExperimentSpec::StoppingType::kStop;
   HPO_ASSIGN_OR_RETURN(const bool prune,
-                       c->trials->ApplyReport(trial, r.step, value, reported.inserted,
+                       c->trials->ApplyReport(trial, r.step, *point, reported.inserted,
                                               judge ? c->pruner.get() : nullptr));
   if (!prune) {
     // The lease ends at a rung (promotion-type early stopping): the worker
@@ -782,20 +792,7 @@ Status EngineImpl::Finish(Id trial_id, const std::string& owner, bool failed,
   const ExperimentSpec& spec = *c->spec;
   json metrics = final_metrics.is_object() ? final_metrics : json::object();
   HPO_RETURN_IF_ERROR(CheckMetrics(metrics, "final_metrics"));
-  if (!failed && !metrics.contains(spec.metric)) {
-    // The last report stands in for a missing final value.
-    HPO_ASSIGN_OR_RETURN(auto ms, store_.ListMeasurements(trial_id));
-    if (ms.empty()) {
-      return Status::InvalidArgument("final_metrics." + spec.metric +
-                                     ": missing, and the trial reported no steps to take it from");
-    }
-    json last = json::parse(ms.back().metrics_json, nullptr, false);
-    if (last.is_object() && last.contains(spec.metric)) metrics[spec.metric] = last[spec.metric];
-  }
-  if (!failed &&
-      !(metrics[spec.metric].is_number() && std::isfinite(metrics[spec.metric].get<double>()))) {
-    return Status::InvalidArgument("final_metrics." + spec.metric + ": must be a finite number");
-  }
+  if (!failed) HPO_RETURN_IF_ERROR(CompleteFinalMetrics(spec, trial_id, metrics));
   const store::FinishRequest f{failed ? TrialState::kFailed : TrialState::kCompleted,
                                metrics.dump(), why};
   HPO_ASSIGN_OR_RETURN(const store::FinishResult finished, store_.FinishTrial(trial_id, owner, f));
@@ -803,7 +800,7 @@ Status EngineImpl::Finish(Id trial_id, const std::string& owner, bool failed,
   // nothing is announced, counted or cached twice.
   if (finished == store::FinishResult::kRepeated) return Status::OK();
   c->trials->SetOutcome(trial_id, failed ? TrialState::kFailed : TrialState::kCompleted,
-                        failed ? std::nullopt : ObjectiveOf(spec, metrics.dump()));
+                        failed ? std::nullopt : PointOf(spec, metrics));
   SegmentEnded(*c, trial_id);
   // As the view knows the trial; one the view does not hold may have one.
   const std::optional<TrialEntry> entry = c->trials->Find(trial_id);
@@ -816,6 +813,43 @@ Status EngineImpl::Finish(Id trial_id, const std::string& owner, bool failed,
   if (failed) event["reason"] = why;
   Emit("trial.finished", event);
   return MaybeFinish(home.experiment_id, *c);
+}
+
+Status EngineImpl::CompleteFinalMetrics(const ExperimentSpec& spec, Id trial_id, json& metrics) {
+  // Every objective the trial must report (the derived ones are the
+  // server's): a missing one is taken from its last report that has it.
+  std::vector<std::string> needed;
+  for (const auto& o : spec.objectives) {
+    if (!IsDerivedMetric(o.metric) && !metrics.contains(o.metric)) needed.push_back(o.metric);
+  }
+  std::vector<store::MeasurementRecord> ms;
+  if (!needed.empty() || spec.UsesDerivedMetrics()) {
+    HPO_ASSIGN_OR_RETURN(ms, store_.ListMeasurements(trial_id));
+  }
+  for (const std::string& metric : needed) {
+    for (auto m = ms.rbegin(); m != ms.rend(); ++m) {
+      const json step = json::parse(m->metrics_json, nullptr, false);
+      if (step.is_object() && step.contains(metric)) {
+        metrics[metric] = step[metric];
+        break;
+      }
+    }
+    if (!metrics.contains(metric)) {
+      return Status::InvalidArgument(
+          "final_metrics." + metric + ": missing, and " +
+          (ms.empty() ? std::string("the trial reported no steps to take it from")
+                      : "none of the trial's reports has it") +
+          (spec.SeveralObjectives() ? " (every objective places a trial on the front)" : ""));
+    }
+  }
+  for (const auto& o : spec.objectives) {
+    if (IsDerivedMetric(o.metric)) continue;
+    const json& v = metrics[o.metric];
+    if (!(v.is_number() && std::isfinite(v.get<double>())))
+      return Status::InvalidArgument("final_metrics." + o.metric + ": must be a finite number");
+  }
+  AddDerivedMetrics(spec, ms, std::nullopt, nullptr, metrics);
+  return Status::OK();
 }
 
 Status EngineImpl::MaybeFinish(Id experiment_id, Cached& c, bool after_change) {
@@ -859,11 +893,72 @@ std::string Engine::Workload(const ExperimentSpec& spec, const std::string& spac
   return spec.workload.empty() ? "unknown/" + space : spec.workload + "/" + space;
 }
 
+Result<std::vector<RankedTrial>> EngineImpl::RankTrials(Id experiment_id) {
+  HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
+  const ExperimentSpec& spec = *c->spec;
+  std::vector<RankedTrial> out;
+  std::vector<search::ObjectivePoint> points;  // of the feasible ones, minimized
+  std::vector<size_t> feasible;                // their places in `out`
+  store::TrialFilter f;
+  f.state = TrialState::kCompleted;
+  f.limit = 10'000;
+  for (;;) {
+    HPO_ASSIGN_OR_RETURN(auto page, store_.ListTrials(experiment_id, f));
+    if (!page.empty()) f.after_number = page.back().number;
+    for (auto& t : page) {
+      const json metrics = json::parse(t.final_metrics_json, nullptr, false);
+      RankedTrial r;
+      search::ObjectivePoint point;
+      for (const auto& o : spec.objectives) {
+        const json v = metrics.is_object() ? metrics.value(o.metric, json()) : json();
+        if (!v.is_number() || !std::isfinite(v.get<double>())) break;
+        r.values.push_back(v.get<double>());
+        point.push_back(search::Minimized(o.direction, v.get<double>()));
+      }
+      if (r.values.size() < spec.objectives.size()) {
+        // Stored before its objectives were required (an older server).
+        r.feasible = false;
+        r.reasons.push_back("an objective is missing from its final metrics");
+      } else {
+        const Feasibility feasibility = FeasibilityOf(spec, metrics);
+        r.feasible = feasibility.feasible;
+        r.reasons = feasibility.reasons;
+      }
+      if (r.feasible) {
+        feasible.push_back(out.size());
+        points.push_back(std::move(point));
+      }
+      r.trial = std::move(t);
+      out.push_back(std::move(r));
+    }
+    if (static_cast<int64_t>(page.size()) < f.limit) break;
+  }
+  std::vector<int> ranks(points.size());
+  if (spec.SeveralObjectives()) {
+    // Front by front, with no list of who dominates whom (at 10,000
+    // trials that list alone would be hundreds of megabytes).
+    ranks = search::FirstFronts(points, points.size());
+  } else {
+    // One objective: the rank of each distinct value, best first.
+    std::vector<double> sorted;
+    for (const auto& p : points) sorted.push_back(p[0]);
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    for (size_t i = 0; i < points.size(); ++i) {
+      ranks[i] = static_cast<int>(std::lower_bound(sorted.begin(), sorted.end(), points[i][0]) -
+                                  sorted.begin());
+    }
+  }
+  for (size_t i = 0; i < feasible.size(); ++i) out[feasible[i]].rank = ranks[i];
+  return out;
+}
+
 Result<std::optional<BestTrialResult>> EngineImpl::BestTrial(Id experiment_id) {
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
   const ExperimentSpec& spec = *c->spec;
   std::optional<BestTrialResult> best;
   double best_value = 0;
+  bool any_completed = false;  // (outside the constraints)
   store::TrialFilter f;
   f.state = TrialState::kCompleted;
   f.limit = 10'000;
@@ -873,6 +968,12 @@ Result<std::optional<BestTrialResult>> EngineImpl::BestTrial(Id experiment_id) {
     if (!page.empty()) f.after_number = page.back().number;
     for (auto& t : page) {
       auto v = ObjectiveOf(spec, t.final_metrics_json);
+      // With constraints, the best feasible trial.
+      if (v && !spec.constraints.empty() &&
+          !FeasibilityOf(spec, json::parse(t.final_metrics_json, nullptr, false)).feasible) {
+        any_completed = true;
+        continue;
+      }
       if (v && (!best || *v < best_value)) {
         best_value = *v;
         std::string metrics = t.final_metrics_json;
@@ -883,6 +984,9 @@ Result<std::optional<BestTrialResult>> EngineImpl::BestTrial(Id experiment_id) {
     if (static_cast<int64_t>(page.size()) < f.limit) break;
   }
   if (best) return best;
+  // Some completed, none within the constraints: no best to name (a
+  // report's value would be no better).
+  if (any_completed) return best;
   // None completed (e.g. every trial paused at a rung when the budget ran
   // out): what was measured still names a best, marked partial, with its
   // checkpoint if one is kept. Read only in this case, so a finished

@@ -262,6 +262,19 @@ struct BestTrialResult {
   // after the trial ended, rather than delete it with other ended trials'.
   std::optional<int64_t> checkpoint_step;
 };
+// A completed trial's place among its experiment's objectives and
+// constraints (GET .../pareto, hpctl best and export).
+struct RankedTrial {
+  store::TrialRecord trial;
+  std::vector<double> values;  // each objective's final value, as reported, in spec order
+  bool feasible = true;
+  std::vector<std::string> reasons;  // why it is infeasible
+  // Its non-domination rank among the feasible completed trials (0: on the
+  // front; with one objective, ties of the best value); none when
+  // infeasible.
+  std::optional<int> rank;
+};
+
 // The engine as its callers see it, grouped by caller: the REST API
 // (server/http/api.cc), the workers' gRPC service (server/grpc/
 // worker_service.cc), the server's housekeeping loop (server/server.cc),
@@ -309,6 +322,9 @@ class Engine {
   // promotion budget too small for any trial to reach the last rung).
   // nullopt: no trial completed or reported a value of the objective.
   Result<std::optional<BestTrialResult>> BestTrial(store::Id experiment_id);
+  // Every completed trial, by number, with its objective values,
+  // feasibility and rank (RankedTrial).
+  Result<std::vector<RankedTrial>> RankTrials(store::Id experiment_id);
   // What a dry run warns of in a valid spec: e.g. a promotion-type budget
   // (top fraction) whose max_trials cannot bring any trial to its last rung.
   // Pure: the spec alone.

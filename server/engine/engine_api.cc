@@ -34,6 +34,10 @@ Result<std::optional<BestTrialResult>> Engine::BestTrial(store::Id experiment_id
   return impl_->BestTrial(experiment_id);
 }
 
+Result<std::vector<RankedTrial>> Engine::RankTrials(store::Id experiment_id) {
+  return impl_->RankTrials(experiment_id);
+}
+
 Status Engine::CheckStore() { return impl_->CheckStore(); }
 
 Result<store::ExperimentRecord> Engine::GetExperiment(store::Id id) {

@@ -57,6 +57,7 @@ class EngineImpl {
   Status CancelExperiment(store::Id id, std::string_view reason);
   Result<std::shared_ptr<const ExperimentSpec>> Spec(store::Id experiment_id);
   Result<std::optional<BestTrialResult>> BestTrial(store::Id experiment_id);
+  Result<std::vector<RankedTrial>> RankTrials(store::Id experiment_id);
   static std::vector<std::string> SpecWarnings(const ExperimentSpec& spec) {
     return Engine::SpecWarnings(spec);
   }
@@ -261,6 +262,11 @@ class EngineImpl {
   // on every completion: a fifth of the server's CPU at 10,000 trials); the
   // ticks count in the store, so another replica's trials count there.
   Status MaybeFinish(store::Id experiment_id, Cached& c, bool after_change = true);
+  // A completed trial's final metrics made whole: each objective it left
+  // out taken from its last report that has it (InvalidArgument naming the
+  // one none has), and the derived metrics the spec names added.
+  Status CompleteFinalMetrics(const ExperimentSpec& spec, store::Id trial_id,
+                              nlohmann::json& metrics);
   // ReclaimExpiredLeases, whose events say which of the leases ended
   // for `why` rather than by expiry (`ended`: answers that never reached
   // the worker, or a worker that left).

@@ -77,10 +77,25 @@ Result<TrialReport> CheckedReport(const ExperimentSpec& spec, const TrialReport&
     if (!r.system.is_object()) r.system = json::object();
     for (auto it = r.applied.begin(); it != r.applied.end(); ++it) r.system[it.key()] = *it;
   }
-  const auto it = r.metrics.find(spec.metric);
-  if (it == r.metrics.end() || !it->is_number() || !std::isfinite(it->get<double>())) {
-    return Status::InvalidArgument("metrics." + spec.metric +
-                                   ": missing or not a finite number (it is the objective)");
+  const auto finite = [&r](const std::string& metric) {
+    const auto it = r.metrics.find(metric);
+    return it != r.metrics.end() && it->is_number() && std::isfinite(it->get<double>());
+  };
+  if (!finite(spec.metric)) {
+    return Status::InvalidArgument(
+        "metrics." + spec.metric + ": missing or not a finite number (" +
+        (spec.SeveralObjectives() ? "the first objective" : "it is the objective") + ")");
+  }
+  // A rung ranks trials by every objective: each report carries them all
+  // (the server adds the derived ones).
+  if (spec.SeveralObjectives() && spec.early_stopping != "none") {
+    for (size_t i = 1; i < spec.objectives.size(); ++i) {
+      const std::string& metric = spec.objectives[i].metric;
+      if (IsDerivedMetric(metric) || finite(metric)) continue;
+      return Status::InvalidArgument(
+          "metrics." + metric + ": missing or not a finite number (objectives[" +
+          std::to_string(i) + "]; early stopping ranks each report by every objective)");
+    }
   }
   return r;
 }

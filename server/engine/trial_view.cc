@@ -74,6 +74,63 @@ search::Observation& Changing(TrialsSnapshot& view, size_t space, size_t index) 
   return view.histories[space].trials[index];
 }
 
+// A completed trial's final reading (none: not completed, or no final
+// value; FallBackToCurve may give it one).
+void SetFinal(search::Observation& o, const std::optional<ObjectiveReading>& p) {
+  o.value = p ? std::optional<double>(p->value) : std::nullopt;
+  o.values = p ? p->values : std::vector<double>();
+  o.violation = p ? p->violation : std::nullopt;
+}
+
+// A completed trial that reported steps but no final value counts with its
+// last one (each objective with its last point that has them all).
+void FallBackToCurve(search::Observation& o) {
+  if (o.status != search::TrialStatus::kCompleted) return;
+  if (!o.value && !o.curve.empty()) o.value = o.curve.back().second;
+  if (o.values.empty() && !o.curve_values.empty()) o.values = o.curve_values.back().second;
+}
+
+template <typename Curve>
+typename Curve::iterator FirstAtOrAfter(Curve& curve, int64_t step) {
+  return std::lower_bound(curve.begin(), curve.end(), step,
+                          [](const auto& point, int64_t s) { return point.first < s; });
+}
+
+// Puts a point of `step` into the curves, replacing one of that step; with
+// `newest`, what they hold after it goes (an earlier attempt's steps).
+void PutPoint(search::Observation& o, int64_t step, const ObjectiveReading& p, bool newest) {
+  const auto put = [&](auto& curve, const auto& v) {
+    auto at = FirstAtOrAfter(curve, step);
+    if (newest) {
+      curve.erase(at, curve.end());
+      curve.emplace_back(step, v);
+    } else if (at != curve.end() && at->first == step) {
+      at->second = v;
+    } else {
+      curve.insert(at, {step, v});
+    }
+  };
+  put(o.curve, p.value);
+  if (!p.values.empty()) {
+    put(o.curve_values, p.values);
+  } else if (newest) {
+    o.curve_values.erase(FirstAtOrAfter(o.curve_values, step), o.curve_values.end());
+  }
+  if (o.curve.back().first == step) o.known_violation = p.known_violation;
+}
+
+// Drops the curves' points after `step`.
+void DropPointsAfter(search::Observation& o, int64_t step) {
+  o.curve.erase(FirstAtOrAfter(o.curve, step + 1), o.curve.end());
+  o.curve_values.erase(FirstAtOrAfter(o.curve_values, step + 1), o.curve_values.end());
+}
+
+bool SameReading(const search::Observation& a, const search::Observation& b) {
+  return a.status == b.status && a.value == b.value && a.curve == b.curve && a.values == b.values &&
+         a.curve_values == b.curve_values && a.violation == b.violation &&
+         a.known_violation == b.known_violation;
+}
+
 }  // namespace
 
 const std::vector<search::SpaceRank>& SpaceRanking(TrialsSnapshot& view,
@@ -213,8 +270,8 @@ void TrialView::Add(TrialsSnapshot& view, const store::TrialRecord& trial) const
     search::Observation& o = Changing(view, e.space, e.index);
     o.status = SearchStatus(trial.state);
     if (trial.state == TrialState::kCompleted) {
-      o.value = ObjectiveOf(*spec_, trial.final_metrics_json);
-      if (!o.value && !o.curve.empty()) o.value = o.curve.back().second;
+      SetFinal(o, PointOf(*spec_, trial.final_metrics_json));
+      FallBackToCurve(o);
     }
     return;
   }
@@ -226,8 +283,7 @@ void TrialView::Add(TrialsSnapshot& view, const store::TrialRecord& trial) const
   o.number = trial.number;
   o.status = SearchStatus(trial.state);
   o.params = std::move(params).value();
-  if (trial.state == TrialState::kCompleted)
-    o.value = ObjectiveOf(*spec_, trial.final_metrics_json);
+  if (trial.state == TrialState::kCompleted) SetFinal(o, PointOf(*spec_, trial.final_metrics_json));
   auto& trials = view.histories[si->second].trials;
   TrialEntry e;
   e.space = si->second;
@@ -318,43 +374,35 @@ void TrialView::ApplyChanges(TrialsSnapshot& view, const Changes& changes) const
     if (!o) continue;
     // As a whole read: only a completed trial has a value (its final one,
     // else its curve's last, set below once the curve is current).
-    o->value = t.state == TrialState::kCompleted ? ObjectiveOf(*spec_, t.final_metrics_json)
-                                                 : std::nullopt;
+    SetFinal(*o, t.state == TrialState::kCompleted ? PointOf(*spec_, t.final_metrics_json)
+                                                   : std::nullopt);
     touched.insert(t.id);
   }
   for (const auto& [trial_id, measurements] : changes.curves) {
     search::Observation* o = observation(trial_id);
     if (!o) continue;
     o->curve.clear();
+    o->curve_values.clear();
+    o->known_violation.reset();
     for (const auto& m : measurements) {
-      if (auto v = ObjectiveOf(*spec_, m.metrics_json)) o->curve.emplace_back(m.step, *v);
+      if (auto p = PointOf(*spec_, m.metrics_json)) PutPoint(*o, m.step, *p, /*newest=*/false);
     }
     touched.insert(trial_id);
   }
   for (const auto& m : changes.measurements) {
     if (changes.curves.count(m.trial_id)) continue;  // read whole above
     search::Observation* o = observation(m.trial_id);
-    const std::optional<double> v = o ? ObjectiveOf(*spec_, m.metrics_json) : std::nullopt;
-    if (!v) continue;
-    auto at = std::lower_bound(o->curve.begin(), o->curve.end(), m.step,
-                               [](const auto& point, int64_t s) { return point.first < s; });
-    if (at != o->curve.end() && at->first == m.step) {
-      at->second = *v;  // read again: a cursor may repeat a row
-    } else {
-      o->curve.insert(at, {m.step, *v});
-    }
+    const std::optional<ObjectiveReading> p = o ? PointOf(*spec_, m.metrics_json) : std::nullopt;
+    if (!p) continue;
+    // A row read again (a cursor may repeat one) replaces itself.
+    PutPoint(*o, m.step, *p, /*newest=*/false);
     touched.insert(m.trial_id);
   }
-  // A completed trial that reported steps but no final value counts with its last one.
-  for (const Id id : touched) {
-    search::Observation& o = *observation(id);
-    if (o.status == search::TrialStatus::kCompleted && !o.value && !o.curve.empty())
-      o.value = o.curve.back().second;
-  }
+  for (const Id id : touched) FallBackToCurve(*observation(id));
   for (const auto& [id, b] : before) {
     const search::Observation& now = view.histories[b.space].trials[b.index];
     const search::Observation& was = b.observation;
-    if (now.status == was.status && now.value == was.value && now.curve == was.curve) {
+    if (SameReading(now, was)) {
       view.changed[b.space][b.index] = b.changed;  // read again, not changed
     }
   }
@@ -432,54 +480,52 @@ void TrialView::Apply(const store::TrialRecord& trial) {
 
 namespace {
 void SetOutcomeIn(TrialsSnapshot& view, Id trial_id, TrialState state,
-                  std::optional<double> value) {
+                  const std::optional<ObjectiveReading>& final) {
   auto it = view.trials.find(trial_id);
   if (it == view.trials.end()) return;
   SetState(view, trial_id, it->second, state, /*added=*/false);
   search::Observation& o = Changing(view, it->second.space, it->second.index);
   o.status = SearchStatus(state);
-  o.value = value;
-  // As ReadNow: a completed trial without a final value counts with its last one.
-  if (o.status == search::TrialStatus::kCompleted && !o.value && !o.curve.empty())
-    o.value = o.curve.back().second;
+  SetFinal(o, final);
+  FallBackToCurve(o);  // as ReadNow
 }
 
 void DropCurveIn(TrialsSnapshot& view, Id trial_id, int64_t step) {
   auto it = view.trials.find(trial_id);
   if (it == view.trials.end()) return;
-  auto& curve = Changing(view, it->second.space, it->second.index).curve;
-  curve.erase(std::upper_bound(curve.begin(), curve.end(), step,
-                               [](int64_t s, const auto& point) { return s < point.first; }),
-              curve.end());
+  DropPointsAfter(Changing(view, it->second.space, it->second.index), step);
 }
 }  // namespace
 
-void TrialView::SetOutcome(Id trial_id, TrialState state, std::optional<double> value) {
+void TrialView::SetOutcome(Id trial_id, TrialState state,
+                           const std::optional<ObjectiveReading>& final) {
   MutexLock lock(mu_);
-  if (view_) SetOutcomeIn(*view_, trial_id, state, value);
-  Missed([=](TrialsSnapshot& view) { SetOutcomeIn(view, trial_id, state, value); });
+  if (view_) SetOutcomeIn(*view_, trial_id, state, final);
+  Missed([=](TrialsSnapshot& view) { SetOutcomeIn(view, trial_id, state, final); });
 }
 
-Result<bool> TrialView::ApplyReport(const store::TrialRecord& trial, int64_t step, double value,
-                                    bool inserted, const search::Pruner* judge) {
-  auto missed = [this, trial, step, value, inserted](TrialsSnapshot& view) {
-    ApplyReportTo(view, trial, step, value, inserted, nullptr);
+Result<bool> TrialView::ApplyReport(const store::TrialRecord& trial, int64_t step,
+                                    const ObjectiveReading& point, bool inserted,
+                                    const search::Pruner* judge) {
+  auto missed = [this, trial, step, point, inserted](TrialsSnapshot& view) {
+    ApplyReportTo(view, trial, step, point, inserted, nullptr);
   };
   if (judge) {
     HPO_ASSIGN_OR_RETURN(Locked view, Fresh());
     mu_.AssertHeld();  // by `view`
-    const bool prune = ApplyReportTo(*view, trial, step, value, inserted, judge);
+    const bool prune = ApplyReportTo(*view, trial, step, point, inserted, judge);
     Missed(missed);
     return prune;
   }
   MutexLock lock(mu_);
   Missed(missed);
   if (!view_) return false;  // nothing to keep current, nothing to decide
-  return ApplyReportTo(*view_, trial, step, value, inserted, judge);
+  return ApplyReportTo(*view_, trial, step, point, inserted, judge);
 }
 
 bool TrialView::ApplyReportTo(TrialsSnapshot& view, const store::TrialRecord& trial, int64_t step,
-                              double value, bool inserted, const search::Pruner* judge) const {
+                              const ObjectiveReading& point, bool inserted,
+                              const search::Pruner* judge) const {
   // Created since the view was read (by another replica); a trial the view
   // holds keeps what the view knows (the record may be older).
   if (!view.trials.count(trial.id)) Add(view, trial);
@@ -493,11 +539,7 @@ bool TrialView::ApplyReportTo(TrialsSnapshot& view, const store::TrialRecord& tr
     // The report is the newest point: whatever the view holds from this
     // step on belongs to an earlier attempt (requeued). A step sent again
     // (not inserted) leaves the stored curve as it is, and so the view.
-    auto first_after =
-        std::lower_bound(o.curve.begin(), o.curve.end(), step,
-                         [](const auto& point, int64_t s) { return point.first < s; });
-    o.curve.erase(first_after, o.curve.end());
-    o.curve.emplace_back(step, value);
+    PutPoint(o, step, point, /*newest=*/true);
   }
   return judge && judge->ShouldPrune(h, o);
 }

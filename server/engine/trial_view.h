@@ -41,6 +41,7 @@
 #include "search/pruner.h"
 #include "search/ranking.h"
 #include "search/space.h"
+#include "server/engine/objectives.h"
 #include "server/spec/spec.h"
 #include "server/store/store.h"
 
@@ -175,14 +176,16 @@ class TrialView {
   // next Fresh() reads them). A trial the view does not hold is added.
   void Apply(const store::TrialRecord& trial) HPO_EXCLUDES(mu_);
   // A trial's end (or pause) and its final value, if the view holds it.
-  void SetOutcome(store::Id trial_id, store::TrialState state, std::optional<double> value)
-      HPO_EXCLUDES(mu_);
-  // Puts a report into the view (value minimized; `inserted`: new to the
-  // store) and, with `judge`, asks it whether the trial should stop now
+  // (`final`: PointOf its final metrics; none when it did not complete.)
+  void SetOutcome(store::Id trial_id, store::TrialState state,
+                  const std::optional<ObjectiveReading>& final) HPO_EXCLUDES(mu_);
+  // Puts a report into the view (PointOf its metrics; `inserted`: new to
+  // the store) and, with `judge`, asks it whether the trial should stop now
   // (reading the view first if it is too old). Without `judge` and without
   // a view it does nothing.
-  Result<bool> ApplyReport(const store::TrialRecord& trial, int64_t step, double value,
-                           bool inserted, const search::Pruner* judge) HPO_EXCLUDES(mu_);
+  Result<bool> ApplyReport(const store::TrialRecord& trial, int64_t step,
+                           const ObjectiveReading& point, bool inserted,
+                           const search::Pruner* judge) HPO_EXCLUDES(mu_);
   // The store deleted a trial's steps after `step` (a restart: 0).
   void DropCurveAfter(store::Id trial_id, int64_t step) HPO_EXCLUDES(mu_);
   // Drops the view (a requeue deleted a curve; the experiment ended).
@@ -197,7 +200,8 @@ class TrialView {
  private:
   // ApplyReport's work on the view, held one way or the other.
   bool ApplyReportTo(TrialsSnapshot& view, const store::TrialRecord& trial, int64_t step,
-                     double value, bool inserted, const search::Pruner* judge) const;
+                     const ObjectiveReading& point, bool inserted,
+                     const search::Pruner* judge) const;
 
   store::Store& store_;
   const store::Id experiment_id_;

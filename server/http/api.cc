@@ -33,7 +33,10 @@ json ParseOr(const std::string& text, const json& fallback) {
   return j.ok() ? std::move(j).value() : fallback;
 }
 
-json Opt(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
+template <typename T>
+json Opt(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
 
 // `spec`: the trial's experiment's, for its seed (null when it cannot be
 // read: the trial is still shown, with a null seed).
@@ -600,6 +603,11 @@ Result<json> RestApi::BestTrial(const RouteCall& call) {
   HPO_ASSIGN_OR_RETURN(auto e, engine_.GetExperiment(id));
   HPO_ASSIGN_OR_RETURN(auto best, engine_.BestTrial(id));
   if (!best) {
+    HPO_ASSIGN_OR_RETURN(auto spec, engine_.Spec(id));
+    if (!spec->constraints.empty()) {
+      return Status::NotFound("experiment " + call.id +
+                              " has no completed trial within its constraints yet");
+    }
     return Status::NotFound("experiment " + call.id +
                             " has no completed trial and no measurement yet");
   }
@@ -612,6 +620,46 @@ Result<json> RestApi::BestTrial(const RouteCall& call) {
   out["best_metrics"] = ParseOr(best->metrics_json, json::object());
   if (best->partial) out["checkpoint_step"] = Opt(best->checkpoint_step);
   return out;
+}
+
+// The feasible non-dominated trials (with all=true, every completed trial,
+// its rank and feasibility), and the objectives and constraints they are
+// judged by.
+Result<json> RestApi::Pareto(const RouteCall& call) {
+  HPO_ASSIGN_OR_RETURN(const Id id, ParseId(call.id, "experiment"));
+  HPO_ASSIGN_OR_RETURN(auto e, engine_.GetExperiment(id));
+  HPO_ASSIGN_OR_RETURN(const bool all, QueryBool(call.req, "all", false));
+  HPO_ASSIGN_OR_RETURN(auto spec, engine_.Spec(id));
+  HPO_ASSIGN_OR_RETURN(const auto ranked, engine_.RankTrials(id));
+  const SpaceMap spaces(e.spaces);
+  json objectives = json::array();
+  for (const auto& o : spec->objectives) {
+    objectives.push_back(
+        {{"metric", o.metric},
+         {"direction", o.direction == search::Direction::kMaximize ? "maximize" : "minimize"}});
+  }
+  json constraints = json::array();
+  for (const auto& c : spec->constraints) {
+    constraints.push_back({{"metric", c.metric}, {"max", Opt(c.max)}, {"min", Opt(c.min)}});
+  }
+  json trials = json::array();
+  int64_t feasible = 0;
+  int64_t on_front = 0;
+  for (const auto& r : ranked) {
+    feasible += r.feasible ? 1 : 0;
+    const bool front = r.rank == 0;
+    on_front += front ? 1 : 0;
+    if (!all && !front) continue;
+    json t = TrialJson(r.trial, spaces, spec.get());
+    t["values"] = r.values;
+    t["feasible"] = r.feasible;
+    t["infeasible_reasons"] = r.reasons;
+    t["rank"] = Opt(r.rank);
+    trials.push_back(std::move(t));
+  }
+  return json{{"objectives", objectives},   {"constraints", constraints},
+              {"completed", ranked.size()}, {"feasible", feasible},
+              {"front_size", on_front},     {"trials", trials}};
 }
 
 Result<json> RestApi::LearningCurves(const RouteCall& call) {

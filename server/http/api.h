@@ -139,6 +139,7 @@ class RestApi {
   Result<nlohmann::json> GetExperiment(const RouteCall& call);
   Result<nlohmann::json> CancelExperiment(const RouteCall& call);
   Result<nlohmann::json> BestTrial(const RouteCall& call);
+  Result<nlohmann::json> Pareto(const RouteCall& call);
   Result<nlohmann::json> LearningCurves(const RouteCall& call);  // server/http/dashboard.h
   Result<nlohmann::json> SystemTuning(const RouteCall& call);    // server/http/dashboard.h
   Result<nlohmann::json> CurveChanges(store::Id experiment_id, const std::string& metric,

@@ -70,6 +70,14 @@ const std::vector<RestApi::Route>& RestApi::Routes() {
        R"json("responses": {"200": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Tria)json"
        R"json(l"}}}, "description": "best trial, with partial, best_step and best_metrics"}, )json"
        R"json("404": {"description": "none completed and none reported the objective yet"}}})json"},
+      {"GET", "/api/v1/experiments/{id}/pareto", Access::kToken, 200, JsonHandler{&RestApi::Pareto},
+       R"json({"summary": "The Pareto front: the feasible completed trials no other feasible one dominates )json"
+       R"json(in every objective (with one objective, the best value's), each with its objective values; )json"
+       R"json(all=true lists every completed trial with its rank (0: on the front; null: infeasible) and )json"
+       R"json(why it is infeasible", "parameters": [{"name": "id", "in": "path", "required": true, )json"
+       R"json("schema": {"type": "integer"}}, {"name": "all", "in": "query", "schema": {"type": "boolean"}}], )json"
+       R"json("responses": {"200": {"description": "{objectives, constraints, completed, feasible, front_size, )json"
+       R"json(trials: [trial with values, feasible, infeasible_reasons, rank]}"}}})json"},
       {"GET", "/api/v1/experiments/{id}/measurements", Access::kToken, 200,
        JsonHandler{&RestApi::LearningCurves},
        R"json({"summary": "Learning curves: every trial's metric by step, )json"

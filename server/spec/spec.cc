@@ -235,24 +235,175 @@ class Fields {
   std::set<std::string> used_;
 };
 
-Status ParseObjective(Fields& top, ExperimentSpec& spec) {
-  const json* o = top.Get("objective");
-  if (!o)
-    return Status::InvalidArgument(
-        "objective: missing (e.g. {metric: accuracy, direction: maximize})");
-  Fields f(*o, "objective");
-  HPO_RETURN_IF_ERROR(f.RequireObject());
-  HPO_ASSIGN_OR_RETURN(spec.metric, f.String("metric", std::nullopt));
+Result<search::Direction> ParseDirection(Fields& f, const std::string& path) {
   HPO_ASSIGN_OR_RETURN(std::string dir, f.String("direction", "minimize"));
-  if (dir == "minimize") {
-    spec.direction = search::Direction::kMinimize;
-  } else if (dir == "maximize") {
-    spec.direction = search::Direction::kMaximize;
-  } else {
-    return Status::InvalidArgument("objective.direction: must be minimize or maximize, not '" +
-                                   dir + "'");
+  if (dir == "minimize") return search::Direction::kMinimize;
+  if (dir == "maximize") return search::Direction::kMaximize;
+  return Status::InvalidArgument(path + ".direction: must be minimize or maximize, not '" + dir +
+                                 "'");
+}
+
+// `objective:` (one) or `objectives:` (a list of one to kMaxObjectives).
+Status ParseObjective(Fields& top, ExperimentSpec& spec) {
+  const json* one = top.Get("objective");
+  const json* several = top.Get("objectives");
+  if (one && several) {
+    return Status::InvalidArgument(
+        "objectives: give either objective (one) or objectives (a list), not both");
   }
-  return f.NoOthers();
+  if (!one && !several) {
+    return Status::InvalidArgument(
+        "objective: missing (e.g. {metric: accuracy, direction: maximize}, or objectives: a list "
+        "of them)");
+  }
+  std::vector<std::pair<const json*, std::string>> items;
+  if (one) {
+    items.emplace_back(one, "objective");
+  } else {
+    if (!several->is_array() || several->empty()) {
+      return Status::InvalidArgument("objectives: must be a non-empty list of {metric, direction}");
+    }
+    if (several->size() > kMaxObjectives) {
+      return Status::InvalidArgument(
+          "objectives: " + std::to_string(several->size()) + " objectives, more than " +
+          std::to_string(kMaxObjectives) +
+          " (the samplers' hypervolume and the rungs' non-dominated sorting are built for up to " +
+          std::to_string(kMaxObjectives) + ")");
+    }
+    for (size_t i = 0; i < several->size(); ++i)
+      items.emplace_back(&(*several)[i], "objectives[" + std::to_string(i) + "]");
+  }
+  for (const auto& [o, path] : items) {
+    Fields f(*o, path);
+    HPO_RETURN_IF_ERROR(f.RequireObject());
+    Objective objective;
+    HPO_ASSIGN_OR_RETURN(objective.metric, f.String("metric", std::nullopt));
+    HPO_ASSIGN_OR_RETURN(objective.direction, ParseDirection(f, path));
+    HPO_RETURN_IF_ERROR(f.NoOthers());
+    for (size_t i = 0; i < spec.objectives.size(); ++i) {
+      if (spec.objectives[i].metric == objective.metric) {
+        return Status::InvalidArgument(path + ".metric: '" + objective.metric +
+                                       "' is already objectives[" + std::to_string(i) + "]");
+      }
+    }
+    spec.objectives.push_back(std::move(objective));
+  }
+  spec.metric = spec.objectives[0].metric;
+  spec.direction = spec.objectives[0].direction;
+  return Status::OK();
+}
+
+Result<double> ConstraintBound(const json& v, const std::string& path) {
+  if (!v.is_number() || !std::isfinite(v.get<double>()))
+    return Status::InvalidArgument(path + ": must be a finite number, not " + v.dump());
+  return v.get<double>();
+}
+
+// `constraints:`, a list of {metric, max and/or min}.
+Status ParseConstraints(Fields& top, ExperimentSpec& spec) {
+  const json* c = top.Get("constraints");
+  if (!c) return Status::OK();
+  if (!c->is_array()) {
+    return Status::InvalidArgument(
+        "constraints: must be a list of {metric, max and/or min} (e.g. [{metric: params, max: "
+        "200000}])");
+  }
+  if (c->size() > kMaxConstraints) {
+    return Status::InvalidArgument("constraints: " + std::to_string(c->size()) +
+                                   " constraints, more than " + std::to_string(kMaxConstraints));
+  }
+  for (size_t i = 0; i < c->size(); ++i) {
+    const std::string path = "constraints[" + std::to_string(i) + "]";
+    Fields f((*c)[i], path);
+    HPO_RETURN_IF_ERROR(f.RequireObject());
+    Constraint k;
+    HPO_ASSIGN_OR_RETURN(k.metric, f.String("metric", std::nullopt));
+    if (const json* v = f.Get("max")) {
+      HPO_ASSIGN_OR_RETURN(k.max, ConstraintBound(*v, path + ".max"));
+    }
+    if (const json* v = f.Get("min")) {
+      HPO_ASSIGN_OR_RETURN(k.min, ConstraintBound(*v, path + ".min"));
+    }
+    HPO_RETURN_IF_ERROR(f.NoOthers());
+    if (!k.max && !k.min)
+      return Status::InvalidArgument(path + ": needs max, min or both (a bound on " + k.metric +
+                                     ")");
+    if (k.max && k.min && *k.min > *k.max) {
+      return Status::InvalidArgument(path + ".min: " + std::to_string(*k.min) + " is above max " +
+                                     std::to_string(*k.max) + ": no trial could be feasible");
+    }
+    for (size_t j = 0; j < spec.constraints.size(); ++j) {
+      if (spec.constraints[j].metric == k.metric) {
+        return Status::InvalidArgument(path + ".metric: '" + k.metric +
+                                       "' is already constraints[" + std::to_string(j) +
+                                       "] (give max and min in one)");
+      }
+    }
+    spec.constraints.push_back(std::move(k));
+  }
+  return Status::OK();
+}
+
+// What objectives and constraints need of the rest of the spec, once it is
+// all read: a metric the trials can report, prices for `cost`, and early
+// stopping that ranks by every objective.
+Status CheckObjectivesFit(const ExperimentSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> named;  // metric, its field
+  for (size_t i = 0; i < spec.objectives.size(); ++i) {
+    named.emplace_back(spec.objectives[i].metric,
+                       spec.SeveralObjectives() ? "objectives[" + std::to_string(i) + "].metric"
+                                                : std::string("objective.metric"));
+  }
+  for (size_t i = 0; i < spec.constraints.size(); ++i)
+    named.emplace_back(spec.constraints[i].metric, "constraints[" + std::to_string(i) + "].metric");
+  for (const auto& [metric, field] : named) {
+    if (IsDerivedMetric(metric)) {
+      if (spec.executor == ExperimentSpec::ExecutorKind::kClient) {
+        return Status::InvalidArgument(
+            field + ": '" + metric +
+            "' is derived from the device time workers report; an ask/tell client's trials "
+            "run elsewhere (report it as a metric of your own under another name)");
+      }
+      if (metric == "cost" && spec.prices.empty()) {
+        return Status::InvalidArgument(
+            field + ": 'cost' is device time at cost.prices; give cost.prices too");
+      }
+      continue;
+    }
+    // (A spec of one `objective:` is not checked: it never was, and a
+    // spec that ran keeps running.)
+    const bool new_form = spec.source.contains("objectives") || !spec.constraints.empty();
+    if (new_form && spec.executor == ExperimentSpec::ExecutorKind::kBuiltin) {
+      const auto& known = BuiltinTrainerMetrics();
+      const bool final_only = metric == "test_accuracy" || metric == "test_loss";
+      if (std::find(known.begin(), known.end(), metric) == known.end() &&
+          !(final_only && field.rfind("constraints", 0) == 0)) {
+        std::string list = "device_seconds, samples_per_sec";
+        if (!spec.prices.empty()) list += ", cost";
+        for (const auto& k : known) list += ", " + k;
+        if (field.rfind("constraints", 0) == 0) list += ", test_accuracy, test_loss";
+        return Status::InvalidArgument(field + ": the built-in trainers report no metric '" +
+                                       metric + "' (one of: " + list + ")");
+      }
+    }
+  }
+  if (!spec.SeveralObjectives()) return Status::OK();
+  const std::string n = std::to_string(spec.objectives.size());
+  if (spec.early_stopping == "median") {
+    return Status::InvalidArgument(
+        "early_stopping.rule: median compares a trial with the median of one metric, and there "
+        "are " +
+        n +
+        " objectives (no single median orders them); use asha or hyperband, whose rungs rank "
+        "several objectives by non-dominated sorting");
+  }
+  if (spec.early_stopping != "none" &&
+      spec.early_stopping_type == ExperimentSpec::StoppingType::kPromotion) {
+    return Status::InvalidArgument(
+        "early_stopping.type: promotion ranks each rung by one objective, and there are " + n +
+        "; use type: stop (asha or hyperband rank a rung by non-dominated sorting there)");
+  }
+  return Status::OK();
 }
 
 Status ParseSystem(Fields& top, ExperimentSpec& spec) {
@@ -798,6 +949,20 @@ json DescribeSpec(const ExperimentSpec& spec) {
       executor = {{"kind", "client"}};
       break;
   }
+  json objectives = json::array();
+  for (const auto& o : spec.objectives) {
+    objectives.push_back(
+        {{"metric", o.metric},
+         {"direction", o.direction == search::Direction::kMaximize ? "maximize" : "minimize"},
+         {"derived", IsDerivedMetric(o.metric)}});
+  }
+  json constraints = json::array();
+  for (const auto& c : spec.constraints) {
+    constraints.push_back({{"metric", c.metric},
+                           {"max", c.max ? json(*c.max) : json(nullptr)},
+                           {"min", c.min ? json(*c.min) : json(nullptr)},
+                           {"derived", IsDerivedMetric(c.metric)}});
+  }
   json cost = {{"prices", spec.prices}};
   if (spec.deadline_s) cost["deadline_s"] = *spec.deadline_s;
   if (spec.deadline_ms) cost["deadline_ms"] = *spec.deadline_ms;
@@ -807,6 +972,8 @@ json DescribeSpec(const ExperimentSpec& spec) {
       {"objective",
        {{"metric", spec.metric},
         {"direction", spec.direction == search::Direction::kMaximize ? "maximize" : "minimize"}}},
+      {"objectives", objectives},
+      {"constraints", constraints},
       {"spaces", spaces},
       {"system", system},
       {"workload", spec.workload.empty() ? json(nullptr) : json(spec.workload)},
@@ -875,6 +1042,25 @@ Result<json> YamlToJson(const std::string& text) {
                                    std::to_string(e.mark.column + 1) + ": " +
                                    UnicodeEscapeMessage(e.msg));
   }
+}
+
+bool IsDerivedMetric(const std::string& metric) {
+  return metric == "device_seconds" || metric == "cost" || metric == "samples_per_sec";
+}
+
+const std::vector<std::string>& BuiltinTrainerMetrics() {
+  static const std::vector<std::string> kMetrics = {"accuracy", "loss", "train_loss", "params"};
+  return kMetrics;
+}
+
+bool ExperimentSpec::UsesDerivedMetrics() const {
+  for (const auto& o : objectives) {
+    if (IsDerivedMetric(o.metric)) return true;
+  }
+  for (const auto& c : constraints) {
+    if (IsDerivedMetric(c.metric)) return true;
+  }
+  return false;
 }
 
 int64_t ExperimentSpec::LastStep() const {
@@ -975,7 +1161,9 @@ Result<ExperimentSpec> ParseExperimentSpec(const json& j) {
   HPO_RETURN_IF_ERROR(ResolveStoppingType(spec));
   HPO_RETURN_IF_ERROR(ParsePlacement(top, spec));
   HPO_RETURN_IF_ERROR(ParseCost(top, spec));
+  HPO_RETURN_IF_ERROR(ParseConstraints(top, spec));
   HPO_RETURN_IF_ERROR(top.NoOthers());
+  HPO_RETURN_IF_ERROR(CheckObjectivesFit(spec));
   if (spec.max_parallel > spec.max_trials) spec.max_parallel = spec.max_trials;
   // Every {placeholder} of a command must be a parameter somewhere.
   for (size_t i = 0; i < spec.argv.size(); ++i) {

@@ -7,6 +7,10 @@
 //
 //   name: fashion-mnist
 //   objective: {metric: accuracy, direction: maximize}
+//   # or several, and bounds on final metrics (docs/spec.md, objectives):
+//   # objectives: [{metric: accuracy, direction: maximize},
+//   #              {metric: device_seconds, direction: minimize}]
+//   # constraints: [{metric: params, max: 200000}]
 //   spaces:                          # one or more named search spaces
 //     - name: mlp
 //       params:
@@ -97,10 +101,46 @@ struct SystemParam {
   bool affects_accuracy = false;
 };
 
-struct ExperimentSpec {
-  std::string name;
+// One objective: a metric the trials report (or one the server derives,
+// IsDerivedMetric) and whether smaller or larger is better.
+struct Objective {
   std::string metric;
   search::Direction direction = search::Direction::kMinimize;
+};
+
+// A bound on a trial's final metric: feasible only at or below `max` and at
+// or above `min` (at least one is given).
+struct Constraint {
+  std::string metric;
+  std::optional<double> max;
+  std::optional<double> min;
+};
+
+// The metrics the server derives from a trial's measurements, when the
+// spec's objectives or constraints name one: `device_seconds` (the device
+// time its steps were charged), `cost` (that time at cost.prices) and
+// `samples_per_sec` (the mean of its steps' speeds). Added to each report
+// as it is stored (the trial's total so far) and to the final metrics.
+bool IsDerivedMetric(const std::string& metric);
+// The metrics the built-in trainers report at each step (their final
+// metrics add test_accuracy and test_loss): a constraint or objective on
+// another name could never be met.
+const std::vector<std::string>& BuiltinTrainerMetrics();
+
+struct ExperimentSpec {
+  std::string name;
+  // The first objective (the only one of `objective:`): what every
+  // single-objective part of the server (the median rule, promotion-type
+  // rungs, the space ranking, BestTrial) reads.
+  std::string metric;
+  search::Direction direction = search::Direction::kMinimize;
+  // Every objective, in spec order (`objectives:`, or the one of
+  // `objective:`); objectives[0] is metric and direction.
+  std::vector<Objective> objectives;
+  std::vector<Constraint> constraints;
+  bool SeveralObjectives() const { return objectives.size() > 1; }
+  // Whether an objective or constraint names a derived metric.
+  bool UsesDerivedMetrics() const;
   std::vector<search::SearchSpace> spaces;
   std::vector<SystemParam> system;
   // `workload:` names what is trained (e.g. resnet-cifar) so that experiments
@@ -173,6 +213,12 @@ struct ExperimentSpec {
 
   nlohmann::json source;  // the spec as given, in JSON form
 };
+
+// The most objectives a spec may have (`objectives:`): the hypervolume
+// and non-dominated sorting behind the samplers and the rungs grow
+// quickly with them, and past four a front is most of any sample.
+inline constexpr size_t kMaxObjectives = 4;
+inline constexpr size_t kMaxConstraints = 16;
 
 // Limits on what a spec may hold; a spec beyond one is InvalidArgument,
 // naming the limit.

@@ -3,8 +3,8 @@ import assert from 'node:assert/strict';
 import test from 'node:test';
 
 import {
-  bestSoFar, bestTrial, CurveSet, dataRange, fleetUtilization, importance, importanceView, MIN_IMPORTANCE_TRIALS,
-  paramAxis, shownObjective, spaceHistory, specParams, tableRows, timeRange, trainMs, trialChanges, trialSeries,
+  bestSoFar, bestTrial, CurveSet, dataRange, fleetUtilization, hypervolume2d, importance, importanceView,
+  infeasibleReasons, MIN_IMPORTANCE_TRIALS, objectivesOf, paramAxis, paretoView, shownObjective, spaceHistory, specParams, tableRows, timeRange, trainMs, trialChanges, trialSeries,
   TrialSet,
 } from '../../web/js/analysis.js';
 
@@ -250,4 +250,64 @@ test('trial changes say what a live update must redraw', () => {
   // Pruned: its curve changes kind; no completed trial changed.
   assert.deepEqual(changed(running, { ...running, state: 'pruned' }).outcomes, new Set());
   assert.equal(trialChanges([], 'loss').any, false);
+});
+
+// Several objectives: the front the page draws.
+const mo = (number, loss, acc, size, state = 'completed') => ({
+  number, state, params: {}, space: 'a', finished_ms: 1000 * number,
+  final_metrics: { loss, acc, ...(size === null ? {} : { size }) },
+});
+
+test('objectives come from objectives, else the one objective', () => {
+  assert.deepEqual(objectivesOf({ objective: { metric: 'loss' } }), [{ metric: 'loss', direction: 'minimize' }]);
+  assert.deepEqual(objectivesOf({ objectives: [{ metric: 'a', direction: 'maximize' }, { metric: 'b' }] }),
+                   [{ metric: 'a', direction: 'maximize' }, { metric: 'b', direction: 'minimize' }]);
+});
+
+test('a trial outside a constraint, or without its metric, is infeasible and says why', () => {
+  const c = [{ metric: 'size', max: 5 }, { metric: 'acc', min: 0.5 }];
+  assert.deepEqual(infeasibleReasons(mo(0, 1, 0.9, 3), c), []);
+  assert.deepEqual(infeasibleReasons(mo(0, 1, 0.4, 9), c),
+                   ['size: 9 is above the max 5', 'acc: 0.4 is below the min 0.5']);
+  assert.deepEqual(infeasibleReasons(mo(0, 1, 0.9, null), c), ['size: not reported']);
+});
+
+test('the 2-D hypervolume is the area the points dominate inside the reference', () => {
+  assert.equal(hypervolume2d([[1, 3], [2, 2], [3, 1]], [4, 4]), 3 + 2 + 1);
+  assert.equal(hypervolume2d([[1, 1], [2, 2]], [3, 3]), 4, 'a dominated point adds nothing');
+  assert.equal(hypervolume2d([[5, 1]], [4, 4]), 0, 'outside the reference');
+});
+
+test('with constraints the best trial is the best feasible one', () => {
+  const trials = [mo(1, 1.0, 0.8, 1), mo(2, 0.1, 0.9, 9), mo(3, 0.5, 0.9, null)];
+  assert.equal(bestTrial(trials, 'loss', 'minimize').number, 2);
+  assert.equal(bestTrial(trials, 'loss', 'minimize', [{ metric: 'size', max: 5 }]).number, 1);
+});
+
+test('the front: feasible trials no other beats in every objective, with the hypervolume over time', () => {
+  const objectives = [{ metric: 'loss' }, { metric: 'acc', direction: 'maximize' }];
+  const constraints = [{ metric: 'size', max: 5 }];
+  const trials = [
+    mo(1, 1.0, 0.8, 1),   // front
+    mo(2, 2.0, 0.9, 1),   // front: worse loss, better accuracy
+    mo(3, 2.5, 0.7, 1),   // dominated by 1 and 2
+    mo(4, 0.1, 0.99, 9),  // best in both, but too big
+    mo(5, 0.5, 0.5, null),  // never said its size
+    mo(6, 0.1, 0.1, 1, 'pruned'),  // not completed: not drawn
+    mo(7, 0.9, 0.75, 1),  // front: the best feasible loss
+  ];
+  const v = paretoView(trials, objectives, constraints);
+  assert.deepEqual(v.front.map((e) => e.trial.number).sort(), [1, 2, 7]);
+  assert.deepEqual(v.dominated.map((e) => e.trial.number), [3]);
+  assert.deepEqual(v.infeasible.map((e) => e.trial.number).sort(), [4, 5]);
+  assert.deepEqual(v.infeasible.find((e) => e.trial.number === 5).reasons, ['size: not reported']);
+  assert.equal(v.front.find((e) => e.trial.number === 2).y, 0.9, 'drawn as reported, not minimized');
+  assert.deepEqual(v.reference, [2.5, 0.7], 'the worst feasible loss and accuracy');
+  // Over time, never falling: 1 alone, then 2, then 3 adds nothing, then 7.
+  const hv = v.hypervolume.map(([, h]) => h);
+  assert.equal(hv.length, 4);
+  assert.ok(Math.abs(hv[0] - 1.5 * 0.1) < 1e-12, String(hv[0]));
+  assert.ok(hv[1] > hv[0] && hv[2] === hv[1] && hv[3] > hv[2], String(hv));
+  // One objective: nothing to draw.
+  assert.deepEqual(paretoView(trials, [objectives[0]]).front, []);
 });

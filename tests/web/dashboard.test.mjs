@@ -18,6 +18,9 @@
 //     log axis) and the objective's range; hovering a learning curve names
 //     its trial and a click opens the trial's page; at 10 completed trials
 //     importance ranks the parameters;
+//   * several objectives and a constraint: the front apart from dominated and
+//     infeasible trials, its hypervolume over time, and a trial completed
+//     over REST moving the front live;
 //   * a command experiment run by the worker: system-parameter tuning, and
 //     the table's train time from the trials' device time;
 //   * fleet: the worker, its device, measured speed and running trial, and
@@ -573,6 +576,45 @@ try {
   await assertChart('experiment.importance', (s) => assert.ok(s[0] >= 3));
   assert.equal(await page.evaluate(() => window.hpoCharts.get('experiment.importance').getOption().yAxis[0].data[0]),
                'width (10)', 'the parameter the accuracy depends on ranks first');
+
+  // Several objectives and a constraint: the front, set apart from the
+  // dominated and the infeasible trials, its hypervolume over time, and a
+  // trial that moves the front shown live.
+  const front = await api('POST', '/api/v1/experiments', {
+    name: 'front', objectives: [{ metric: 'loss' }, { metric: 'accuracy', direction: 'maximize' }],
+    constraints: [{ metric: 'size', max: 5 }],
+    spaces: [{ name: 'main', params: { x: { type: 'float', low: 0, high: 1 } } }],
+    algorithm: { sampler: 'random', seed: 4 },
+    budget: { max_trials: 8, max_parallel: 8, steps_per_trial: 1 },
+    executor: { client: {} },
+  });
+  const frontTrials = (await api('POST', `/api/v1/experiments/${front.id}/trials:suggest`, { count: 6 })).trials;
+  // loss, accuracy, size: three on the front, one dominated, one too big;
+  // the sixth comes later.
+  const finals = [[1, 0.8], [2, 0.9], [0.9, 0.75], [2.5, 0.7], [0.1, 0.99, 9]];
+  for (const [i, [loss, accuracy, size = 3]] of finals.entries()) {
+    await api('POST', `/api/v1/trials/${frontTrials[i].id}:complete`, { metrics: { loss, accuracy, size } });
+  }
+  await renderAfter(() => page.goto(`${base}/#/experiments/${front.id}`));
+  await assertChart('experiment.front', (s) => assert.deepEqual(s, [3, 1, 1], 'front, dominated, infeasible'));
+  await assertChart('experiment.hypervolume', (s) => assert.deepEqual(s, [4], 'one point per feasible trial'));
+  assert.equal(await page.textContent('#front-note'), '3 on the front of 4 feasible, 5 completed');
+  const frontNumbers = () => page.evaluate(() => window.hpoCharts.get('experiment.front').getOption().series[0].data
+    .map((d) => d.number).sort((a, b) => a - b));
+  assert.deepEqual(await frontNumbers(), [0, 1, 2].map((i) => frontTrials[i].number));
+  await assertTextsFit('experiment.front');
+  await screenshot('experiment-front');
+  // A trial better than two of the front in both objectives (not the
+  // third), completed over REST, moves the front without a reload.
+  await api('POST', `/api/v1/trials/${frontTrials[5].id}:complete`,
+            { metrics: { loss: 0.85, accuracy: 0.85, size: 1 } });
+  await page.waitForFunction(() => window.hpoCharts.get('experiment.front').getOption().series[0].data.length === 2,
+                             null, { timeout: 15000 });
+  assert.deepEqual(await frontNumbers(), [1, 5].map((i) => frontTrials[i].number).sort((a, b) => a - b));
+  const hv = await page.evaluate(() => window.hpoCharts.get('experiment.hypervolume').getOption().series[0].data
+    .map(([, v]) => v));
+  assert.equal(hv.length, 5);
+  assert.ok(hv.every((v, i) => i === 0 || v >= hv[i - 1]) && hv[4] > hv[3], `the hypervolume grows: ${hv}`);
 
   // The worker's experiment: system-parameter tuning per device class.
   await waitFor('the worker to finish the command experiment', async () =>

@@ -13,12 +13,13 @@ export function better(direction) {
   return direction === 'maximize' ? (a, b) => a > b : (a, b) => a < b;
 }
 
-// The completed trial with the best objective value, or null.
-export function bestTrial(trials, metric, direction) {
+// The completed trial with the best objective value, or null; with
+// constraints, the best feasible one.
+export function bestTrial(trials, metric, direction, constraints = []) {
   const isBetter = better(direction);
   let best = null;
   for (const t of trials) {
-    const v = t.state === 'completed' ? objective(t, metric) : null;
+    const v = t.state === 'completed' && !infeasibleReasons(t, constraints).length ? objective(t, metric) : null;
     if (v !== null && (best === null || isBetter(v, objective(best, metric)))) best = t;
   }
   return best;
@@ -442,4 +443,108 @@ export function trialChanges(changes, metric) {
     if (!before || before.space !== after.space || before.priority !== after.priority) out.spaces = true;
   }
   return out;
+}
+
+// --- Several objectives: the front ---------------------------------------
+
+// The spec's objectives, [{metric, direction}]: `objectives`, else the one
+// `objective`.
+export function objectivesOf(spec) {
+  const list = Array.isArray(spec?.objectives) && spec.objectives.length ? spec.objectives
+    : spec?.objective ? [spec.objective] : [];
+  return list.map((o) => ({ metric: o.metric, direction: o.direction ?? 'minimize' }));
+}
+
+// Why a completed trial's final metrics break the spec's constraints (as
+// the server says it: "size: 9 is above the max 5", "size: not reported");
+// empty when it keeps them all.
+export function infeasibleReasons(trial, constraints = []) {
+  const reasons = [];
+  for (const c of constraints) {
+    const v = objective(trial, c.metric);
+    if (v === null) reasons.push(`${c.metric}: not reported`);
+    else if (typeof c.max === 'number' && v > c.max) reasons.push(`${c.metric}: ${v} is above the max ${c.max}`);
+    else if (typeof c.min === 'number' && v < c.min) reasons.push(`${c.metric}: ${v} is below the min ${c.min}`);
+  }
+  return reasons;
+}
+
+// a dominates b (both minimized): no worse in any objective, better in one.
+function dominates(a, b) {
+  let strictly = false;
+  for (let i = 0; i < a.length; i++) {
+    if (a[i] > b[i]) return false;
+    if (a[i] < b[i]) strictly = true;
+  }
+  return strictly;
+}
+
+// The hypervolume of 2-D minimized points against `ref`: the area they
+// dominate inside it.
+export function hypervolume2d(points, ref) {
+  const inside = points.filter(([x, y]) => x < ref[0] && y < ref[1]).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  let area = 0;
+  let lowestY = ref[1];
+  for (const [x, y] of inside) {
+    if (y >= lowestY) continue;
+    // Sorted by x, each new lower point adds the strip from its x to the reference.
+    area += (ref[0] - x) * (lowestY - y);
+    lowestY = y;
+  }
+  return area;
+}
+
+// The experiment's completed trials against its objectives, drawn as the
+// pair `pair` (indices into `objectives`): `front` (feasible, no feasible
+// trial dominates it in every objective), `dominated` (feasible, behind the
+// front), `infeasible` (with `reasons`), each entry {trial, x, y, reasons};
+// and the hypervolume of the pair's feasible points over time
+// ([finished_ms, hv]) against `reference`, the worst feasible value of each
+// of the two (null with fewer than two objectives or no feasible trial).
+export function paretoView(trials, objectives, constraints = [], pair = [0, 1]) {
+  const view = { front: [], dominated: [], infeasible: [], hypervolume: [], reference: null };
+  if (objectives.length < 2) return view;
+  const sign = objectives.map((o) => (o.direction === 'maximize' ? -1 : 1));
+  const done = [];
+  for (const t of trials) {
+    if (t.state !== 'completed') continue;
+    const values = objectives.map((o) => objective(t, o.metric));
+    if (values.some((v) => v === null)) continue;
+    const reasons = infeasibleReasons(t, constraints);
+    const entry = { trial: t, x: values[pair[0]], y: values[pair[1]], reasons,
+                    minimized: values.map((v, i) => v * sign[i]) };
+    if (reasons.length) view.infeasible.push(entry);
+    else done.push(entry);
+  }
+  // In lexicographic order a point can only be dominated by an earlier one,
+  // and then by one of the front found so far: O(N F), not O(N^2).
+  const lexicographic = (a, b) => {
+    for (let i = 0; i < a.minimized.length; i++) {
+      if (a.minimized[i] !== b.minimized[i]) return a.minimized[i] - b.minimized[i];
+    }
+    return 0;
+  };
+  for (const e of [...done].sort(lexicographic)) {
+    (view.front.some((f) => dominates(f.minimized, e.minimized)) ? view.dominated : view.front).push(e);
+  }
+  if (!done.length) return view;
+  // The pair, minimized, against its worst feasible values.
+  const ref = [0, 1].map((k) => Math.max(...done.map((e) => e.minimized[pair[k]])));
+  view.reference = ref.map((v, k) => v * sign[pair[k]]);
+  // Over time: the pair's own front so far, kept, so that each trial costs
+  // O(front) rather than a new sweep over every point.
+  const inOrder = [...done].sort((a, b) => (a.trial.finished_ms ?? 0) - (b.trial.finished_ms ?? 0));
+  let kept = [];
+  let hv = 0;
+  for (const e of inOrder) {
+    const p = [e.minimized[pair[0]], e.minimized[pair[1]]];
+    const covered = kept.some((q) => q[0] <= p[0] && q[1] <= p[1]);
+    if (!covered) {
+      kept = kept.filter((q) => !(p[0] <= q[0] && p[1] <= q[1]));
+      kept.push(p);
+      hv = hypervolume2d(kept, ref);
+    }
+    view.hypervolume.push([e.trial.finished_ms, hv]);
+  }
+  return view;
 }

@@ -263,10 +263,17 @@ class Experiment:
 
     @property
     def metric(self):
-        """The objective's metric name, from the spec."""
+        """The objective's metric name (the first objective's, with several), from the spec."""
+        return self.objectives[0]
+
+    @property
+    def objectives(self):
+        """The objectives' metric names, in spec order (one for `objective:`)."""
         if self._metric is None:
             info = self.info if "spec" in self.info else self.refresh()
-            self._metric = info["spec"]["objective"]["metric"]
+            spec = info["spec"]
+            listed = spec.get("objectives") or [spec["objective"]]
+            self._metric = [o["metric"] for o in listed]
         return self._metric
 
     def cancel(self, reason=None):
@@ -286,6 +293,14 @@ class Experiment:
         except errors.NotFoundError:
             self.refresh()  # raises NotFoundError itself when the experiment is what is missing
             return None
+
+    def pareto_front(self, all_trials=False):
+        """The feasible completed trials that no other dominates in every objective
+        (dicts, each with ``values`` in objective order and ``rank`` 0); with
+        `all_trials`, every completed trial, with its ``rank`` (None when
+        infeasible), ``feasible`` and ``infeasible_reasons``."""
+        query = {"all": "true"} if all_trials else None
+        return self.client.request("GET", f"/api/v1/experiments/{self.id}/pareto", query=query)["trials"]
 
     def list_trials(self, state=None, space=None, offset=0, limit=100):
         """Trials as the server shows them (dicts), by number; `state` and `space` filter."""
@@ -330,8 +345,10 @@ class Experiment:
 
         The objective reads trial.params, may call trial.report(step, ...) and
         raise TrialPruned when the answer says should_prune, and returns
-        the objective's value (a number: completed with {metric: value}), a
-        dict of final metrics, or None (the server takes the last report's).
+        the objective's value (a number: completed with {metric: value}; with
+        several objectives a tuple of numbers in objective order, as
+        Optuna's multi-objective studies take), a dict of final metrics, or
+        None (the server takes the last report's).
 
         n_trials: how many trials this call runs, in all threads; None: until
           the budget is handed out or the experiment ends.
@@ -407,6 +424,13 @@ class Experiment:
             raise
         if value is None or isinstance(value, dict):
             trial.complete(value)
+        elif isinstance(value, (tuple, list)):
+            names = self.objectives
+            if len(value) != len(names):
+                trial.fail(f"the objective returned {len(value)} values for {len(names)} objectives {names}")
+                raise ValueError(f"objective returned {len(value)} values; the experiment has "
+                                 f"{len(names)} objectives: {names}")
+            trial.complete({name: float(v) for name, v in zip(names, value)})
         else:
             trial.complete({self.metric: float(value)})
 

@@ -242,6 +242,44 @@ def test_optimize_in_threads_runs_n_trials_then_the_rest(client):
     assert threading.get_ident() not in threads  # n_jobs > 1: every trial ran in a thread of optimize's
 
 
+def test_several_objectives_return_a_tuple_and_give_a_front(client):
+    s = spec("front", max_trials=8)
+    del s["objective"]
+    s["objectives"] = [{"metric": "loss"}, {"metric": "width", "direction": "maximize"}]
+    s["constraints"] = [{"metric": "width", "max": 4}]
+    exp = client.create_experiment(s)
+    assert exp.objectives == ["loss", "width"] and exp.metric == "loss"
+
+    def objective(trial):
+        x = trial.params["x"]
+        return x * x, abs(x)  # smaller loss and larger width pull apart: a front
+
+    ran = exp.optimize(objective)
+    assert len(ran) == 8 and all(t.state == "completed" for t in ran)
+    every = exp.pareto_front(all_trials=True)
+    assert len(every) == 8
+    by_id = {t["id"]: t for t in every}
+    for t in ran:
+        x = t.params["x"]
+        rec = by_id[t.id]
+        assert rec["values"] == [pytest.approx(x * x), pytest.approx(abs(x))]
+        assert rec["feasible"] == (abs(x) <= 4)
+        if not rec["feasible"]:
+            assert rec["rank"] is None and rec["infeasible_reasons"][0].startswith("width: ")
+    front = exp.pareto_front()
+    assert front and all(t["rank"] == 0 and t["feasible"] for t in front)
+    # No feasible trial beats one on the front in both objectives.
+    feasible = [t for t in every if t["feasible"]]
+    for f in front:
+        (loss, width) = f["values"]
+        assert not any(o["values"][0] <= loss and o["values"][1] >= width and o["values"] != f["values"]
+                       for o in feasible)
+
+    wrong = client.create_experiment({**s, "name": "front-wrong"})
+    with pytest.raises(ValueError, match="2 objectives"):
+        wrong.optimize(lambda trial: (1.0,), n_trials=1)
+
+
 def test_optimize_fails_the_trial_and_raises_the_objectives_error(client):
     exp = client.create_experiment(spec("optimize-raises", max_trials=5))
 

@@ -22,8 +22,8 @@
 // table row or on a learning curve opens the trial's page (pages/trial.js).
 import { allTrials, allTrialsAtOnce, ApiError, getJson, getJsonOrNull } from '../api.js';
 import {
-  bestSoFar, bestTrial, CurveSet, dataRange, FINISHED, importanceView, MIN_IMPORTANCE_TRIALS, objective, paramAxis,
-  spaceHistory, specParams, tableRows, timeRange, trainMs, trialChanges, TrialSet,
+  bestSoFar, bestTrial, CurveSet, dataRange, FINISHED, importanceView, MIN_IMPORTANCE_TRIALS, objective,
+  objectivesOf, paramAxis, paretoView, spaceHistory, specParams, tableRows, timeRange, trainMs, trialChanges, TrialSet,
 } from '../analysis.js';
 import {
   baseOption, chart, chartMessage, compact, formatDuration, formatNumber, formatTime, GRID, PALETTE, seriesData,
@@ -91,11 +91,12 @@ export class ExperimentPage {
     this.setData(exp, tuning);
     const { metric } = this.data;
     const changed = trialChanges(trialsChanged, metric);
-    if (changed.outcomes.size) this.best = bestTrial(this.trials.list, metric, this.data.direction);
+    if (changed.outcomes.size) this.best = bestTrial(this.trials.list, metric, this.data.direction, this.data.constraints);
     // The charts before any change to the page's markup: ECharts reads the
     // page's layout as it draws, which would make the browser lay out the
     // changed page once per chart.
     if (changed.outcomes.size) drawBest(this.data, false);
+    if (changed.outcomes.size) this.drawFront();
     if (curvesChanged.length || changed.states) {
       this.curvesChart.draw(this.data, [...curvesChanged, ...trialsChanged.map((c) => c.after.id)]);
     }
@@ -126,7 +127,7 @@ export class ExperimentPage {
     this.trials = new TrialSet();
     this.trials.merge(trials.trials);
     this.setData(exp, null);
-    this.best = bestTrial(this.trials.list, this.data.metric, this.data.direction);
+    this.best = bestTrial(this.trials.list, this.data.metric, this.data.direction, this.data.constraints);
     if (!this.el || !this.root.contains(this.el)) this.build(exp);
     this.drawSummary();
     this.drawTable();
@@ -134,6 +135,7 @@ export class ExperimentPage {
     await nextFrame();
     if (!this.root.contains(this.el)) return;
     drawBest(this.data, true);
+    this.drawFront();
     this.drawParallel();
     drawSpaces(this.data, true);
     drawImportance(this.data, true);
@@ -154,9 +156,12 @@ export class ExperimentPage {
 
   // What the drawing reads, as the last reads left it.
   setData(exp, tuning) {
+    // With several objectives the one-objective charts follow the first.
+    const objectives = objectivesOf(exp.spec);
     this.data = {
       exp, tuning, trials: this.trials.list, trialsById: this.trials.byId, curves: this.curves.byId,
-      metric: exp.spec.objective.metric, direction: exp.spec.objective.direction ?? 'minimize',
+      metric: objectives[0]?.metric, direction: objectives[0]?.direction ?? 'minimize',
+      objectives, constraints: exp.spec.constraints ?? [],
     };
   }
 
@@ -190,6 +195,15 @@ export class ExperimentPage {
           <div class="panel"><h2>Best so far, by trial</h2><div class="chart" id="best-trials"></div></div>
           <div class="panel"><h2>Best so far, over time</h2><div class="chart" id="best-time"></div></div>
         </div>
+        ${objectivesOf(exp.spec).length > 1 ? html`<div class="grid" id="front-row">
+          <div class="panel"><h2>Pareto front
+            <select id="front-x" aria-label="objective across"></select>
+            <select id="front-y" aria-label="objective up"></select></h2>
+            <div class="chart tall" id="front"></div><p class="note" id="front-note"></p></div>
+          <div class="panel"><h2>Hypervolume over time</h2><div class="chart tall" id="hypervolume"></div>
+            <p class="note">The area the feasible completed trials dominate in the two objectives shown, against
+            the worst feasible value of each: it grows each time a trial moves the front.</p></div>
+        </div>` : ''}
         <div class="grid">
           <div class="panel"><h2>Learning curves <label class="toggle"><input type="checkbox" id="curves-log"
             ${this.curvesLog ? 'checked' : ''}> log scale</label></h2><div class="chart tall" id="curves"></div>
@@ -225,6 +239,19 @@ export class ExperimentPage {
         </div>
       </div>`);
     this.el = this.root.querySelector('#experiment');
+    const objectives = objectivesOf(exp.spec);
+    if (objectives.length > 1) {
+      this.frontPair ??= [0, 1];
+      for (const [k, id] of [[0, '#front-x'], [1, '#front-y']]) {
+        const pick = this.root.querySelector(id);
+        setHtml(pick, html`${objectives.map((o, i) => html`<option value="${String(i)}">${o.metric}</option>`)}`);
+        pick.value = String(this.frontPair[k]);
+        pick.onchange = () => {
+          this.frontPair[k] = Number(pick.value);
+          this.drawFront();
+        };
+      }
+    }
     const select = this.root.querySelector('#parallel-space');
     setHtml(select, html`${exp.spaces.map((s) => html`<option>${s}</option>`)}`);
     select.onchange = () => {
@@ -301,6 +328,54 @@ export class ExperimentPage {
       <div><span class="muted">sampler · early stopping</span>
         <b>${exp.spec.algorithm?.sampler ?? 'tpe'} · ${exp.spec.early_stopping?.rule ?? 'none'}</b></div>
       <div><span class="muted">started</span><b>${formatTime(exp.created_ms)}</b></div>`);
+  }
+
+  // Several objectives: the completed trials in the two chosen objectives,
+  // the feasible front set apart from the dominated and the infeasible
+  // ones, and the front's hypervolume as trials completed. A click opens a
+  // trial.
+  drawFront() {
+    const { trials, objectives, constraints } = this.data;
+    const el = this.el?.querySelector('#front');
+    if (!el || objectives.length < 2) return;
+    const [i, j] = this.frontPair;
+    const view = paretoView(trials, objectives, constraints, [i, j]);
+    const point = (e) => ({ value: [e.x, e.y], number: e.trial.number, space: e.trial.space, reasons: e.reasons });
+    const series = [
+      { id: 'front', name: 'on the front', color: PALETTE[0], symbolSize: 10,
+        data: view.front.map(point).sort((a, b) => a.value[0] - b.value[0]) },
+      { id: 'dominated', name: 'dominated', color: '#9ca3af', symbolSize: 6, data: view.dominated.map(point) },
+      { id: 'infeasible', name: 'infeasible', color: PALETTE[4], symbol: 'triangle', symbolSize: 7,
+        data: view.infeasible.map(point) },
+    ].map(({ color, ...rest }) => ({ type: 'scatter', itemStyle: { color }, ...rest }));
+    const axis = (k) => ({ type: 'value', name: `${objectives[k].metric} (${objectives[k].direction === 'maximize'
+      ? 'max' : 'min'})`, scale: true, nameLocation: 'middle', nameGap: 28 });
+    const c = chart(el, 'experiment.front');
+    c.setOption({
+      ...baseOption,
+      legend: { top: 0 },
+      tooltip: { trigger: 'item', confine: true, formatter: ({ data }) => frontTooltip(data, objectives[i], objectives[j]) },
+      xAxis: axis(i), yAxis: axis(j), series,
+    }, true);
+    c.off('click');
+    c.on('click', ({ data }) => data?.number !== undefined && this.openTrial(data.number));
+    const done = view.front.length + view.dominated.length + view.infeasible.length;
+    chartMessage(el, done ? null : 'no completed trial yet: each completed trial is a dot here');
+    this.setText(this.el.querySelector('#front-note'), done
+      ? `${view.front.length} on the front of ${view.front.length + view.dominated.length} feasible, ${done} completed`
+        + (objectives.length > 2 ? ` (the front in all ${objectives.length} objectives, drawn in two)` : '')
+      : '');
+    const hvEl = this.el.querySelector('#hypervolume');
+    chart(hvEl, 'experiment.hypervolume').setOption({
+      ...baseOption,
+      tooltip: { trigger: 'axis' },
+      xAxis: { type: 'time', axisLabel: { hideOverlap: true, ...INWARD_LABELS },
+               ...(timeRange(view.hypervolume.map(([t]) => t)) ?? {}) },
+      yAxis: { type: 'value', name: 'hypervolume', scale: true },
+      series: [{ id: 'hv', name: 'hypervolume', type: 'line', step: 'end', showSymbol: false,
+                 data: seriesData(view.hypervolume) }],
+    }, true);
+    chartMessage(hvEl, view.hypervolume.length ? null : 'no feasible completed trial yet');
   }
 
   drawParallel() {
@@ -721,6 +796,16 @@ function drawTuning({ tuning }) {
 // name, the workload from the command's argv[0] and the space's name, the
 // setting from the spec, and ECharts would put a returned string into the
 // page as HTML (see web/js/dom.js).
+// A front point's tooltip: its trial, the two values, why it is infeasible.
+function frontTooltip(data, ox, oy) {
+  if (!data) return '';
+  return element('div', null,
+    element('div', null, element('b', null, `trial #${data.number}`), ` ${data.space ?? ''}`),
+    element('div', null, `${ox.metric} ${formatNumber(data.value[0])}`),
+    element('div', null, `${oy.metric} ${formatNumber(data.value[1])}`),
+    ...(data.reasons.length ? [element('div', null, `infeasible: ${data.reasons.join('; ')}`)] : []));
+}
+
 function tuningTooltip({ data }) {
   return element('div', null,
     element('div', null, element('b', null, data.deviceClass)),

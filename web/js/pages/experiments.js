@@ -1,7 +1,7 @@
 // The experiments: state, progress against the trial budget, best value and
 // start time, and a chart of each one's trials by state.
 import { getJson, getJsonOrNull } from '../api.js';
-import { objective } from '../analysis.js';
+import { objective, objectivesOf } from '../analysis.js';
 import { baseOption, chart, formatNumber, formatTime } from '../charts.js';
 import { html, setHtml, stateBadge } from '../dom.js';
 
@@ -67,7 +67,7 @@ function row(e) {
   const n = e.trials ?? {};
   const finished = (n.completed ?? 0) + (n.pruned ?? 0) + (n.failed ?? 0) + (n.cancelled ?? 0);
   const budget = e.spec?.budget?.max_trials ?? 100;
-  const metric = e.spec?.objective?.metric;
+  const metric = objectivesOf(e.spec)[0]?.metric;
   const partial = e.best?.partial === true;
   const best = e.best ? objective(partial ? { final_metrics: e.best.best_metrics } : e.best, metric) : null;
   return html`<tr data-id="${e.id}">

@@ -13,7 +13,7 @@
 // the experiment's trials (?after=NUMBER-1&limit=1). Live: an event about
 // the trial refreshes the page.
 import { getJson } from '../api.js';
-import { trialSeries } from '../analysis.js';
+import { objectivesOf, trialSeries } from '../analysis.js';
 import {
   baseOption, chart, chartMessage, compact, formatDuration, formatNumber, formatTime, shownValue,
 } from '../charts.js';
@@ -84,7 +84,7 @@ export class TrialPage {
   }
 
   draw(exp, trial) {
-    const metric = exp.spec.objective.metric;
+    const metric = objectivesOf(exp.spec)[0]?.metric;
     // A failed trial's reason is its worker's (or client's) words, then,
     // after a line break, its program's log tail: the first line in the
     // summary, the rest in its own panel.
