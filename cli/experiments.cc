@@ -31,7 +31,7 @@ int List(const HttpClientOptions& o) {
 
 // No trial completed: the best report of any, said to be partial.
 void PrintPartialBest(const json& e, const json& b) {
-  std::cout << BestLine(b, e["spec"]["objective"].value("metric", "")) << "\n  id      "
+  std::cout << BestLine(b, FirstObjective(e["spec"]).value("metric", "")) << "\n  id      "
             << Str(b["id"]) << "\n  metrics " << Human(b["best_metrics"]) << " (step "
             << Str(b["best_step"]) << ")\n  params  " << Human(b["params"]) << "\n  system  "
             << Human(b["system"]) << "\n";

@@ -57,6 +57,16 @@ std::string Str(const json& v) {
   return Human(v);
 }
 
+json FirstObjective(const json& spec) {
+  if (!spec.is_object()) return json::object();
+  const auto several = spec.find("objectives");
+  if (several != spec.end() && several->is_array() && !several->empty() &&
+      several->front().is_object())
+    return several->front();
+  const auto one = spec.find("objective");
+  return one != spec.end() && one->is_object() ? *one : json::object();
+}
+
 std::string Seconds(double s) {
   char buf[32];
   if (s >= 3600) {

@@ -46,6 +46,11 @@ void PrintRows(const std::vector<std::string>& header,
                const std::vector<std::vector<std::string>>& rows, const std::string& format,
                const nlohmann::json& raw);
 
+// A stored spec's (GET .../experiments/{id}'s "spec") objective, or its
+// first one with several: {metric, direction}; an empty object when it has
+// neither.
+nlohmann::json FirstObjective(const nlohmann::json& spec);
+
 // The file's text; fails with kUsage when it cannot be read.
 std::string ReadFile(const std::string& path);
 

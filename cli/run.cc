@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,9 +44,15 @@ class Local {
   // its user can read, not on its command line, which everyone can.
   pid_t Spawn(const std::vector<std::string>& args, const std::string& log,
               const std::string& token) {
+    const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid == 0) {
       setpgid(0, 0);  // Ctrl-C reaches hpctl only; it stops the children in order
+      // An hpctl that dies without stopping its children (killed, or a
+      // crash) takes them with it, rather than leave a server and workers
+      // running an experiment nobody watches.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(1);  // it died before the line above
       setenv("HPO_TOKEN", token.c_str(), 1);
       unsetenv("HPO_TOKEN_FILE");
       std::vector<char*> argv;

@@ -228,7 +228,7 @@ int Trials(const HttpClientOptions& o, const TrialsOptions& x) {
     return kOk;
   }
   const json e = Call(o, "GET", ExperimentPath(x.id));
-  const std::string metric = Str(e["spec"]["objective"]["metric"]);
+  const std::string metric = Str(FirstObjective(e["spec"]).value("metric", json()));
   std::vector<std::vector<std::string>> rows;
   for (const auto& t : r["trials"]) {
     const double trained = t.value("device_seconds", 0.0);

@@ -216,7 +216,7 @@ ExperimentView ViewOf(int64_t id, const json& e, const json& best, double now_s)
   const double elapsed =
       (e["finished_ms"].is_number() ? e["finished_ms"].get<double>() / 1000 : now_s) -
       e["created_ms"].get<double>() / 1000;
-  const std::string metric = e["spec"]["objective"].value("metric", "");
+  const std::string metric = FirstObjective(e["spec"]).value("metric", "");
   std::ostringstream view;
   view << "experiment " << id << " (" << Str(e["name"]) << "): " << Str(e["state"]) << "\n";
   view << "  trials " << finished << " of " << budget << " finished: " << n.value("completed", 0)
@@ -328,7 +328,7 @@ int Watch(const HttpClientOptions& o, int64_t id) {
   for (;;) {
     if (g_interrupted) return kInterrupted;
     json e = Call(o, "GET", ExperimentPath(id));
-    const json objective = e["spec"]["objective"];
+    const json objective = FirstObjective(e["spec"]);
     const std::string state = Str(e["state"]);
     const json& b = best.Update(objective, state);
     screen.Draw(ViewOf(id, e, b, NowSeconds()));

@@ -1004,6 +1004,15 @@ executor: {client: {}}
   const auto number = [&](size_t i) { return suggested[i]["number"].get<int64_t>(); };
   EXPECT_EQ(numbers, (std::set<int64_t>{number(0), number(1), number(5)})) << f.dump();
 
+  // Every command that reads the objective reads the first of several.
+  Out watched = Hpctl(addr_ + " watch 1");
+  EXPECT_EQ(watched.code, 0) << watched.text;
+  EXPECT_NE(watched.text.find("trials 6 of 6 finished"), std::string::npos) << watched.text;
+  Out table = Hpctl(addr_ + " trials 1");
+  EXPECT_EQ(table.code, 0) << table.text;
+  Out status = Hpctl(addr_ + " status 1");
+  EXPECT_EQ(status.code, 0) << status.text;
+
   Out best = Hpctl(addr_ + " best 1");
   ASSERT_EQ(best.code, 0) << best.text;
   EXPECT_NE(best.text.find("loss (min)"), std::string::npos) << best.text;

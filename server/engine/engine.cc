@@ -893,46 +893,52 @@ std::string Engine::Workload(const ExperimentSpec& spec, const std::string& spac
   return spec.workload.empty() ? "unknown/" + space : spec.workload + "/" + space;
 }
 
+Status EngineImpl::ForEachCompleted(Id experiment_id,
+                                    const std::function<void(store::TrialRecord&)>& visit) {
+  store::TrialFilter f;
+  f.state = TrialState::kCompleted;
+  f.limit = 10'000;
+  // Keyset pages (by number): each page reads from the index where the last ended.
+  for (;;) {
+    HPO_ASSIGN_OR_RETURN(auto page, store_.ListTrials(experiment_id, f));
+    if (!page.empty()) f.after_number = page.back().number;
+    for (auto& t : page) visit(t);
+    if (static_cast<int64_t>(page.size()) < f.limit) return Status::OK();
+  }
+}
+
 Result<std::vector<RankedTrial>> EngineImpl::RankTrials(Id experiment_id) {
   HPO_ASSIGN_OR_RETURN(Cached * c, Load(experiment_id));
   const ExperimentSpec& spec = *c->spec;
   std::vector<RankedTrial> out;
   std::vector<search::ObjectivePoint> points;  // of the feasible ones, minimized
   std::vector<size_t> feasible;                // their places in `out`
-  store::TrialFilter f;
-  f.state = TrialState::kCompleted;
-  f.limit = 10'000;
-  for (;;) {
-    HPO_ASSIGN_OR_RETURN(auto page, store_.ListTrials(experiment_id, f));
-    if (!page.empty()) f.after_number = page.back().number;
-    for (auto& t : page) {
-      const json metrics = json::parse(t.final_metrics_json, nullptr, false);
-      RankedTrial r;
-      search::ObjectivePoint point;
-      for (const auto& o : spec.objectives) {
-        const json v = metrics.is_object() ? metrics.value(o.metric, json()) : json();
-        if (!v.is_number() || !std::isfinite(v.get<double>())) break;
-        r.values.push_back(v.get<double>());
-        point.push_back(search::Minimized(o.direction, v.get<double>()));
-      }
-      if (r.values.size() < spec.objectives.size()) {
-        // Stored before its objectives were required (an older server).
-        r.feasible = false;
-        r.reasons.push_back("an objective is missing from its final metrics");
-      } else {
-        const Feasibility feasibility = FeasibilityOf(spec, metrics);
-        r.feasible = feasibility.feasible;
-        r.reasons = feasibility.reasons;
-      }
-      if (r.feasible) {
-        feasible.push_back(out.size());
-        points.push_back(std::move(point));
-      }
-      r.trial = std::move(t);
-      out.push_back(std::move(r));
+  HPO_RETURN_IF_ERROR(ForEachCompleted(experiment_id, [&](store::TrialRecord& t) {
+    const json metrics = json::parse(t.final_metrics_json, nullptr, false);
+    RankedTrial r;
+    search::ObjectivePoint point;
+    for (const auto& o : spec.objectives) {
+      const json v = metrics.is_object() ? metrics.value(o.metric, json()) : json();
+      if (!v.is_number() || !std::isfinite(v.get<double>())) break;
+      r.values.push_back(v.get<double>());
+      point.push_back(search::Minimized(o.direction, v.get<double>()));
     }
-    if (static_cast<int64_t>(page.size()) < f.limit) break;
-  }
+    if (r.values.size() < spec.objectives.size()) {
+      // Stored before its objectives were required (an older server).
+      r.feasible = false;
+      r.reasons.push_back("an objective is missing from its final metrics");
+    } else {
+      const Feasibility feasibility = FeasibilityOf(spec, metrics);
+      r.feasible = feasibility.feasible;
+      r.reasons = feasibility.reasons;
+    }
+    if (r.feasible) {
+      feasible.push_back(out.size());
+      points.push_back(std::move(point));
+    }
+    r.trial = std::move(t);
+    out.push_back(std::move(r));
+  }));
   std::vector<int> ranks(points.size());
   if (spec.SeveralObjectives()) {
     // Front by front, with no list of who dominates whom (at 10,000
@@ -959,30 +965,21 @@ Result<std::optional<BestTrialResult>> EngineImpl::BestTrial(Id experiment_id) {
   std::optional<BestTrialResult> best;
   double best_value = 0;
   bool any_completed = false;  // (outside the constraints)
-  store::TrialFilter f;
-  f.state = TrialState::kCompleted;
-  f.limit = 10'000;
-  // Keyset pages (by number): each page reads from the index where the last ended.
-  for (;;) {
-    HPO_ASSIGN_OR_RETURN(auto page, store_.ListTrials(experiment_id, f));
-    if (!page.empty()) f.after_number = page.back().number;
-    for (auto& t : page) {
-      auto v = ObjectiveOf(spec, t.final_metrics_json);
-      // With constraints, the best feasible trial.
-      if (v && !spec.constraints.empty() &&
-          !FeasibilityOf(spec, json::parse(t.final_metrics_json, nullptr, false)).feasible) {
-        any_completed = true;
-        continue;
-      }
-      if (v && (!best || *v < best_value)) {
-        best_value = *v;
-        std::string metrics = t.final_metrics_json;
-        best = BestTrialResult{std::move(t), false, spec.steps_per_trial, std::move(metrics),
-                               std::nullopt};
-      }
+  HPO_RETURN_IF_ERROR(ForEachCompleted(experiment_id, [&](store::TrialRecord& t) {
+    auto v = ObjectiveOf(spec, t.final_metrics_json);
+    // With constraints, the best feasible trial.
+    if (v && !spec.constraints.empty() &&
+        !FeasibilityOf(spec, json::parse(t.final_metrics_json, nullptr, false)).feasible) {
+      any_completed = true;
+      return;
     }
-    if (static_cast<int64_t>(page.size()) < f.limit) break;
-  }
+    if (v && (!best || *v < best_value)) {
+      best_value = *v;
+      std::string metrics = t.final_metrics_json;
+      best = BestTrialResult{std::move(t), false, spec.steps_per_trial, std::move(metrics),
+                             std::nullopt};
+    }
+  }));
   if (best) return best;
   // Some completed, none within the constraints: no best to name (a
   // report's value would be no better).

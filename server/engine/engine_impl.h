@@ -58,6 +58,10 @@ class EngineImpl {
   Result<std::shared_ptr<const ExperimentSpec>> Spec(store::Id experiment_id);
   Result<std::optional<BestTrialResult>> BestTrial(store::Id experiment_id);
   Result<std::vector<RankedTrial>> RankTrials(store::Id experiment_id);
+  // Calls `visit` with each completed trial of the experiment, by number,
+  // read a page at a time.
+  Status ForEachCompleted(store::Id experiment_id,
+                          const std::function<void(store::TrialRecord&)>& visit);
   static std::vector<std::string> SpecWarnings(const ExperimentSpec& spec) {
     return Engine::SpecWarnings(spec);
   }
