@@ -947,6 +947,7 @@ Result<std::vector<RankedTrial>> EngineImpl::RankTrials(Id experiment_id) {
   } else {
     // One objective: the rank of each distinct value, best first.
     std::vector<double> sorted;
+    sorted.reserve(points.size());
     for (const auto& p : points) sorted.push_back(p[0]);
     std::sort(sorted.begin(), sorted.end());
     sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());

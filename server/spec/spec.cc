@@ -359,10 +359,11 @@ Status CheckObjectivesFit(const ExperimentSpec& spec) {
   for (const auto& [metric, field] : named) {
     if (IsDerivedMetric(metric)) {
       if (spec.executor == ExperimentSpec::ExecutorKind::kClient) {
-        return Status::InvalidArgument(
-            field + ": '" + metric +
+        std::string why = field;
+        why.append(": '").append(metric).append(
             "' is derived from the device time workers report; an ask/tell client's trials "
             "run elsewhere (report it as a metric of your own under another name)");
+        return Status::InvalidArgument(why);
       }
       if (metric == "cost" && spec.prices.empty()) {
         return Status::InvalidArgument(
@@ -380,10 +381,15 @@ Status CheckObjectivesFit(const ExperimentSpec& spec) {
           !(final_only && field.rfind("constraints", 0) == 0)) {
         std::string list = "device_seconds, samples_per_sec";
         if (!spec.prices.empty()) list += ", cost";
-        for (const auto& k : known) list += ", " + k;
+        for (const auto& k : known) list.append(", ").append(k);
         if (field.rfind("constraints", 0) == 0) list += ", test_accuracy, test_loss";
-        return Status::InvalidArgument(field + ": the built-in trainers report no metric '" +
-                                       metric + "' (one of: " + list + ")");
+        std::string why = field;
+        why.append(": the built-in trainers report no metric '")
+            .append(metric)
+            .append("' (one of: ")
+            .append(list)
+            .append(")");
+        return Status::InvalidArgument(why);
       }
     }
   }
