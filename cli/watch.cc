@@ -22,14 +22,16 @@ namespace {
 // read's cursor, so a poll of an experiment with 10,000 trials reads only its
 // news. Ties go to the lower number, as GET .../best. A cursor the server
 // refuses (Refusal::kConflict: it is another server's database now) starts a
-// full read.
+// full read. With the spec's constraints, a trial outside one (or without
+// its metric) is not the best, as GET .../best says.
 class BestSoFar {
  public:
-  BestSoFar(const HttpClientOptions& o, int64_t id, const json& objective)
+  BestSoFar(const HttpClientOptions& o, int64_t id, const json& objective, json constraints)
       : o_(o),
         id_(id),
         metric_(objective.value("metric", "")),
-        maximize_(objective.value("direction", "minimize") == "maximize") {}
+        maximize_(objective.value("direction", "minimize") == "maximize"),
+        constraints_(constraints.is_array() ? std::move(constraints) : json::array()) {}
 
   // Reads what changed; the best trial so far, or null.
   const json& Update() {
@@ -61,8 +63,21 @@ class BestSoFar {
     return true;
   }
 
+  bool Feasible(const json& metrics) const {
+    for (const json& c : constraints_) {
+      const json v = metrics.value(c.value("metric", ""), json());
+      if (!v.is_number()) return false;
+      const double x = v.get<double>();
+      if (c.contains("max") && c["max"].is_number() && x > c["max"].get<double>()) return false;
+      if (c.contains("min") && c["min"].is_number() && x < c["min"].get<double>()) return false;
+    }
+    return true;
+  }
+
   void Consider(const json& t) {
-    const json v = t.value("final_metrics", json::object()).value(metric_, json());
+    const json metrics = t.value("final_metrics", json::object());
+    if (!metrics.is_object() || !Feasible(metrics)) return;
+    const json v = metrics.value(metric_, json());
     if (!v.is_number()) return;
     const double x = v.get<double>();
     const bool better =
@@ -77,7 +92,8 @@ class BestSoFar {
   const int64_t id_;
   const std::string metric_;
   const bool maximize_;
-  std::string cursor_;  // empty: read everything
+  const json constraints_;  // the spec's, as written: [{metric, max, min}]
+  std::string cursor_;      // empty: read everything
   json best_;
   double best_value_ = 0;
 };
@@ -273,8 +289,8 @@ class WatchedBest {
   WatchedBest(const HttpClientOptions& o, int64_t id) : o_(o), id_(id) {}
 
   // The best after one more poll of the experiment; null when none yet.
-  const json& Update(const json& objective, const std::string& state) {
-    if (!completed_) completed_.emplace(o_, id_, objective);
+  const json& Update(const json& objective, const json& constraints, const std::string& state) {
+    if (!completed_) completed_.emplace(o_, id_, objective, constraints);
     const json& best = completed_->Update();
     if (!best.is_null()) return best;
     const auto now = std::chrono::steady_clock::now();
@@ -330,7 +346,9 @@ int Watch(const HttpClientOptions& o, int64_t id) {
     json e = Call(o, "GET", ExperimentPath(id));
     const json objective = FirstObjective(e["spec"]);
     const std::string state = Str(e["state"]);
-    const json& b = best.Update(objective, state);
+    const json constraints =
+        e["spec"].is_object() ? e["spec"].value("constraints", json::array()) : json::array();
+    const json& b = best.Update(objective, constraints, state);
     screen.Draw(ViewOf(id, e, b, NowSeconds()));
     if (state != "running") return Ended(id, e, b, objective.value("metric", ""));
     for (int i = 0; i < 10 && !g_interrupted; ++i) {

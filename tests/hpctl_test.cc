@@ -1008,6 +1008,13 @@ executor: {client: {}}
   Out watched = Hpctl(addr_ + " watch 1");
   EXPECT_EQ(watched.code, 0) << watched.text;
   EXPECT_NE(watched.text.find("trials 6 of 6 finished"), std::string::npos) << watched.text;
+  // The best by the first objective within the constraint: trial 0's loss
+  // of 1 (3's 0.5 is too big, 4's 0.2 never said its size).
+  EXPECT_NE(
+      watched.text.find("best: trial " + std::to_string(suggested[0]["number"].get<int64_t>()) +
+                        " (main) loss=1 "),
+      std::string::npos)
+      << watched.text;
   Out table = Hpctl(addr_ + " trials 1");
   EXPECT_EQ(table.code, 0) << table.text;
   Out status = Hpctl(addr_ + " status 1");
