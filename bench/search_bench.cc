@@ -356,9 +356,12 @@ void MultiObjective(Suite& suite, const std::vector<std::string>& samplers,
 // sampler, rule, seed): each completed trial's steps spent so far, final
 // objectives and violation, in order; bench/mo_compare.py fidelity compares
 // the budgets.
+// `curve_offset`: how far above its final value a curve starts, as a
+// fraction of the reference point (mo_suite.py's at_step; 0: every step is
+// the final value, early rungs rank trials exactly).
 void MultiFidelity(Suite& suite, const std::vector<std::string>& samplers,
                    const std::string& problems, int first_seed, int seeds, int budget_trials,
-                   int max_step) {
+                   int max_step, double curve_offset) {
   const std::vector<std::string> names = Split(problems);
   AshaOptions asha;
   asha.max_resource = max_step;
@@ -389,7 +392,8 @@ void MultiFidelity(Suite& suite, const std::vector<std::string>& samplers,
                               {"problem", name},
                               {"params", params},
                               {"step", step},
-                              {"max_step", max_step}});
+                              {"max_step", max_step},
+                              {"offset", curve_offset}});
               ++spent;
               const auto values = r.at("values").get<std::vector<double>>();
               Observation& mine = h.trials.back();
@@ -496,6 +500,7 @@ int main(int argc, char** argv) {
   std::string python = "/usr/bin/python3", script = "bench/suite/suite.py";
   bool quality = true, latency = true, multi_objective = false, fidelity = false;
   int max_step = 27;
+  double curve_offset = 0.25;
   std::string problems;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -529,6 +534,8 @@ int main(int argc, char** argv) {
       fidelity = true;
     } else if (a == "--max-step") {
       max_step = std::atoi(next().c_str());
+    } else if (a == "--curve-offset") {
+      curve_offset = std::atof(next().c_str());
     } else if (a == "--latency-only") {
       quality = false;
     } else if (a == "--quality-only") {
@@ -539,7 +546,7 @@ int main(int argc, char** argv) {
           "usage: search_bench [--samplers a,b] [--tasks t,u] [--families f,g] [--seeds N] "
           "[--first-seed N] [--trials N] [--gp-options k=v,...] [--python PATH] [--suite PATH] "
           "[--latency-only|--quality-only] [--multi-objective [--problems p,q] [--fidelity "
-          "[--max-step 27]]]\n");
+          "[--max-step 27] [--curve-offset 0.25]]]\n");
       return 2;
     }
   }
@@ -553,7 +560,8 @@ int main(int argc, char** argv) {
     if (quality) {
       Suite suite(python, script == "bench/suite/suite.py" ? "bench/suite/mo_suite.py" : script);
       if (fidelity) {
-        MultiFidelity(suite, Split(samplers), problems, first_seed, seeds, trials, max_step);
+        MultiFidelity(suite, Split(samplers), problems, first_seed, seeds, trials, max_step,
+                      curve_offset);
       } else {
         MultiObjective(suite, Split(samplers), problems, first_seed, seeds, trials);
       }

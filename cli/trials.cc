@@ -64,7 +64,8 @@ std::string Cell(const json& v) {
 // record has the trial's fields (kExportFields), its params, system setting
 // and final metrics (a pruned trial's are its last report), its last report
 // ("latest": a paused or cut trial has no final metrics) and its best
-// report by the objective, each with its step, and its device time. As JSON
+// report by the objective, each with its step, its device time and the
+// device class that trained it longest. As JSON
 // its nested params/system/metrics/latest/best objects are what
 // pd.json_normalize flattens to the CSV's own column names ("params.lr",
 // "metrics.loss", "latest.loss", "best.loss"). The CSV has one column per
@@ -72,8 +73,9 @@ std::string Cell(const json& v) {
 // depend on which trials ran first. `hpctl export` and `hpctl trials -o
 // csv` write the same columns.
 const std::vector<std::string> kExportFields = {
-    "number",      "id",        "space",  "state",          "attempt",     "level",    "started_ms",
-    "finished_ms", "stop_step", "reason", "device_seconds", "latest_step", "best_step"};
+    "number",         "id",           "space",       "state",     "attempt",
+    "level",          "started_ms",   "finished_ms", "stop_step", "reason",
+    "device_seconds", "device_class", "latest_step", "best_step"};
 const std::vector<const char*> kExportGroups = {"params", "system", "metrics", "latest", "best"};
 
 json ExportRecords(const json& trials) {

@@ -1,5 +1,8 @@
 #include "search/history.h"
 
+#include <algorithm>
+#include <iterator>
+
 namespace hpo::search {
 
 std::optional<double> Observation::ValueAt(int64_t step) const {
@@ -9,6 +12,13 @@ std::optional<double> Observation::ValueAt(int64_t step) const {
     out = v;
   }
   return out;
+}
+
+const std::vector<double>* Observation::ValuesAt(int64_t step) const {
+  const auto after = std::upper_bound(
+      curve_values.begin(), curve_values.end(), step,
+      [](int64_t s, const std::pair<int64_t, std::vector<double>>& p) { return s < p.first; });
+  return after == curve_values.begin() ? nullptr : &std::prev(after)->second;
 }
 
 int History::CountCompleted() const {

@@ -59,9 +59,14 @@ struct Observation {
   std::optional<double> known_violation;
 
   bool Feasible() const { return !violation || *violation <= 0; }
+  // Already outside a constraint that only gets worse (known_violation > 0).
+  bool MustEndInfeasible() const { return known_violation && *known_violation > 0; }
 
   // The last intermediate value at or before `step`, if any.
   std::optional<double> ValueAt(int64_t step) const;
+  // With several objectives: the last point of curve_values at or before
+  // `step`; null when there is none.
+  const std::vector<double>* ValuesAt(int64_t step) const;
   std::optional<int64_t> LastStep() const {
     return curve.empty() ? std::nullopt : std::optional<int64_t>(curve.back().first);
   }

@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -16,17 +17,79 @@ namespace {
 // must not come out one short.
 constexpr double kRelTolerance = 1e-12;
 
+// x_lo + frac (x_hi - x_lo): exact at frac 0, and never NaN where a value
+// is infinite (a peer that must end infeasible counts as +inf).
+double Interpolate(double x_lo, double x_hi, double frac) {
+  if (frac == 0 || x_hi == x_lo) return x_lo;
+  return x_lo + frac * (x_hi - x_lo);
+}
+
 // Q_p of `values` (see promotion.h), sorting them. REQUIRES: values not empty.
 double Quantile(std::vector<std::pair<double, int64_t>>& values, double p) {
   std::sort(values.begin(), values.end());
   const double h = static_cast<double>(values.size() - 1) * p;
   const auto lo = static_cast<size_t>(std::floor(h));
   if (lo + 1 >= values.size()) return values.back().first;
-  return values[lo].first +
-         (h - static_cast<double>(lo)) * (values[lo + 1].first - values[lo].first);
+  return Interpolate(values[lo].first, values[lo + 1].first, h - static_cast<double>(lo));
+}
+
+// What a trial gives a rung of one objective: its value there, or +inf when
+// it must end infeasible (behind every other).
+double RankedAt(const Observation& o, double value) {
+  return o.MustEndInfeasible() ? std::numeric_limits<double>::infinity() : value;
+}
+
+bool AllFinite(const std::vector<double>& point) {
+  return std::all_of(point.begin(), point.end(), [](double v) { return std::isfinite(v); });
+}
+
+// How many of the n results of a rung of several objectives go on (see
+// promotion.h); p is the quantile criterion's R_j / R_j+1.
+size_t ParetoPromotedCount(PromotionCriterion criterion, double eta, double p, size_t n) {
+  if (criterion == PromotionCriterion::kQuantile) {
+    return n < 2 ? 0 : static_cast<size_t>(std::floor(static_cast<double>(n - 1) * p)) + 1;
+  }
+  return static_cast<size_t>(std::floor(static_cast<double>(n) / eta * (1 + kRelTolerance)));
+}
+
+// Adds what trial `o` gives the rungs of several objectives below the last
+// of `rungs` (bracket `bracket`) to `add(key, number, point)`, the point
+// null when it must end infeasible.
+template <typename Add>
+void ForEachRungPoint(const Observation& o, int bracket, const std::vector<int64_t>& rungs,
+                      const Add& add) {
+  for (size_t j = 0; j + 1 < rungs.size() && rungs[j] <= o.curve_values.back().first; ++j) {
+    const std::vector<double>* at = o.ValuesAt(rungs[j]);
+    if (!at || !AllFinite(*at)) continue;
+    add(std::make_pair(bracket, static_cast<int>(j)), o.number,
+        o.MustEndInfeasible() ? nullptr : at);
+  }
+}
+
+// Whether paused trial `o` has a point at rung step `step` that can go on.
+bool ParetoCandidate(const Observation& o, int64_t step) {
+  if (o.MustEndInfeasible()) return false;
+  const std::vector<double>* at = o.ValuesAt(step);
+  return at && AllFinite(*at);
 }
 
 }  // namespace
+
+std::map<int64_t, size_t> ParetoRungResults::Best(size_t count) const {
+  std::map<int64_t, size_t> out;
+  if (count == 0) return out;
+  std::vector<ObjectivePoint> ranked;
+  std::vector<int64_t> numbers;
+  ranked.reserve(points.size());
+  numbers.reserve(points.size());
+  for (const auto& [number, point] : points) {
+    numbers.push_back(number);
+    ranked.push_back(point);
+  }
+  const std::vector<size_t> order = ParetoOrder(ranked);
+  for (size_t k = 0; k < count && k < order.size(); ++k) out.emplace(numbers[order[k]], k);
+  return out;
+}
 
 std::optional<PromotionCriterion> ParsePromotionCriterion(std::string_view name) {
   if (name == "top_fraction") return PromotionCriterion::kTopFraction;
@@ -112,13 +175,27 @@ std::vector<Promotion> PromotionRule::Promotable(const History& history,
   }
   if (!any_paused) return {};
 
-  // (bracket, level) -> the (value, number) at that rung of the trials that reached it.
+  // (bracket, level) -> the (value, number) at that rung of the trials that
+  // reached it; with several objectives, their points.
   using Key = std::pair<int, int>;
   std::map<Key, std::vector<std::pair<double, int64_t>>> reached;
+  std::map<Key, ParetoRungResults> reached_points;
   for (size_t i = 0; i < n; ++i) {
     const Observation& o = history.trials[i];
     if (o.status == TrialStatus::kFailed || o.curve.empty()) continue;
     const auto& r = rungs_of(bracket_of[i], o.number);
+    if (!o.curve_values.empty()) {
+      ForEachRungPoint(o, bracket_of[i], r,
+                       [&](const Key& key, int64_t number, const std::vector<double>* point) {
+                         ParetoRungResults& rung = reached_points[key];
+                         if (point) {
+                           rung.points.emplace(number, *point);
+                         } else {
+                           ++rung.behind;
+                         }
+                       });
+      continue;
+    }
     // The value at each rung below the last: the curve's last point at or
     // before it, found in one pass (both are in step order).
     size_t c = 0;
@@ -126,9 +203,24 @@ std::vector<Promotion> PromotionRule::Promotable(const History& history,
     for (size_t j = 0; j + 1 < r.size() && r[j] <= o.curve.back().first; ++j) {
       for (; c < o.curve.size() && o.curve[c].first <= r[j]; ++c) at = o.curve[c].second;
       if (!at || std::isnan(*at)) continue;
-      reached[{bracket_of[i], static_cast<int>(j)}].emplace_back(*at, o.number);
+      reached[{bracket_of[i], static_cast<int>(j)}].emplace_back(RankedAt(o, *at), o.number);
     }
   }
+  // Several objectives: the numbers a rung promotes, and their places,
+  // found once per rung that has a paused trial.
+  std::map<Key, std::map<int64_t, size_t>> pareto_best;
+  auto place_of = [&](const Key& key, double p, int64_t number) -> std::optional<size_t> {
+    auto b = pareto_best.find(key);
+    if (b == pareto_best.end()) {
+      std::map<int64_t, size_t> best;
+      if (auto it = reached_points.find(key); it != reached_points.end()) {
+        best = it->second.Best(ParetoPromotedCount(criterion_, eta_, p, it->second.size()));
+      }
+      b = pareto_best.emplace(key, std::move(best)).first;
+    }
+    const auto at = b->second.find(number);
+    return at == b->second.end() ? std::nullopt : std::optional<size_t>(at->second);
+  };
   // The (value, number) a paused trial's own must not exceed to go on,
   // found once per rung that has a paused trial. Top fraction: the best-th
   // smallest, best = floor(n / eta), found by selection. Quantile: Q_p with
@@ -164,18 +256,27 @@ std::vector<Promotion> PromotionRule::Promotable(const History& history,
     const Observation& o = history.trials[index];
     const auto& r = rungs_of(bracket_of[index], o.number);
     if (static_cast<size_t>(level) + 1 >= r.size()) continue;  // nothing above it
-    const auto v = o.ValueAt(r[level]);
-    if (!v || std::isnan(*v)) continue;
     const double ratio = static_cast<double>(r[level]) / static_cast<double>(r[level + 1]);
-    const auto& limit = threshold_of({bracket_of[index], level}, ratio);
-    if (!limit || std::make_pair(*v, o.number) > *limit) continue;
+    double value = 0;
+    if (!o.curve_values.empty()) {
+      if (!ParetoCandidate(o, r[level])) continue;
+      const auto place = place_of({bracket_of[index], level}, ratio, o.number);
+      if (!place) continue;
+      value = static_cast<double>(*place);
+    } else {
+      const auto v = o.ValueAt(r[level]);
+      if (!v || std::isnan(*v) || o.MustEndInfeasible()) continue;
+      const auto& limit = threshold_of({bracket_of[index], level}, ratio);
+      if (!limit || std::make_pair(*v, o.number) > *limit) continue;
+      value = *v;
+    }
     Promotion p;
     p.index = index;
     p.from_level = level;
     p.from_step = r[level];
     p.to_step = r[level + 1];
     p.to_end = static_cast<size_t>(level) + 2 == r.size();
-    p.value = *v;
+    p.value = value;
     out.push_back(p);
   }
   std::sort(out.begin(), out.end(), [](const Promotion& a, const Promotion& b) {
@@ -249,6 +350,10 @@ void RungResults::Erase(Rung& rung, const Result& r) const {
   Rebalance(rung);
 }
 
+size_t RungResults::ParetoCount(const Rung& rung) const {
+  return ParetoPromotedCount(rule_.criterion(), eta_, rung.p, rung.pareto.size());
+}
+
 std::optional<RungResults::Result> RungResults::Limit(const Rung& rung) const {
   if (rung.best.empty()) return std::nullopt;
   if (rule_.criterion() == PromotionCriterion::kTopFraction) return *rung.best.rbegin();
@@ -260,7 +365,7 @@ std::optional<RungResults::Result> RungResults::Limit(const Rung& rung) const {
   const double x_lo = rung.best.rbegin()->first;
   const double q = rung.rest.empty()
                        ? x_lo
-                       : x_lo + (h - static_cast<double>(lo)) * (rung.rest.begin()->first - x_lo);
+                       : Interpolate(x_lo, rung.rest.begin()->first, h - static_cast<double>(lo));
   return Result{q, std::numeric_limits<int64_t>::max()};
 }
 
@@ -273,47 +378,77 @@ void RungResults::Set(size_t space, size_t index, const Observation& o,
   Kept now;
   const int bracket = rule_.Bracket(o.number);
   const std::vector<int64_t>& r = StepsOf(bracket, o.number);
+  const bool several = !o.curve_values.empty();
   if (o.status != TrialStatus::kFailed && !o.curve.empty()) {
-    size_t c = 0;
-    std::optional<double> at;
-    for (size_t j = 0; j + 1 < r.size() && r[j] <= o.curve.back().first; ++j) {
-      for (; c < o.curve.size() && o.curve[c].first <= r[j]; ++c) at = o.curve[c].second;
-      if (!at || std::isnan(*at)) continue;
-      now.reached.push_back({{bracket, static_cast<int>(j)}, {*at, o.number}});
+    if (several) {
+      ForEachRungPoint(
+          o, bracket, r, [&](const RungKey& key, int64_t number, const std::vector<double>* point) {
+            now.reached_points.push_back(
+                {key, {number, point ? std::optional<ObjectivePoint>(*point) : std::nullopt}});
+          });
+    } else {
+      size_t c = 0;
+      std::optional<double> at;
+      for (size_t j = 0; j + 1 < r.size() && r[j] <= o.curve.back().first; ++j) {
+        for (; c < o.curve.size() && o.curve[c].first <= r[j]; ++c) at = o.curve[c].second;
+        if (!at || std::isnan(*at)) continue;
+        now.reached.push_back({{bracket, static_cast<int>(j)}, {RankedAt(o, *at), o.number}});
+      }
     }
   }
   if (paused_level && *paused_level >= 0 && static_cast<size_t>(*paused_level) + 1 < r.size()) {
-    const auto v = o.ValueAt(r[*paused_level]);
-    if (v && !std::isnan(*v)) now.paused = {{bracket, *paused_level}, {*v, o.number, index}};
+    const RungKey key{bracket, *paused_level};
+    if (several) {
+      if (ParetoCandidate(o, r[*paused_level])) now.paused = {key, {0.0, o.number, index}};
+    } else if (const auto v = o.ValueAt(r[*paused_level]);
+               v && !std::isnan(*v) && !o.MustEndInfeasible()) {
+      now.paused = {key, {*v, o.number, index}};
+    }
   }
   std::optional<Kept>& kept = sp.trials[index];
   if (kept && *kept == now) return;
   if (kept) {
     for (const auto& [key, result] : kept->reached) Erase(RungAt(sp, key), result);
+    for (const auto& [key, at] : kept->reached_points) {
+      Rung& rung = RungAt(sp, key);
+      if (at.second) {
+        rung.pareto.points.erase(at.first);
+      } else {
+        --rung.pareto.behind;
+      }
+      rung.pareto_best.reset();
+    }
     if (kept->paused) {
       RungAt(sp, kept->paused->first).paused.erase(kept->paused->second);
     }
   }
   for (const auto& [key, result] : now.reached) Insert(RungAt(sp, key), result);
+  for (const auto& [key, at] : now.reached_points) {
+    Rung& rung = RungAt(sp, key);
+    if (at.second) {
+      rung.pareto.points.emplace(at.first, *at.second);
+    } else {
+      ++rung.pareto.behind;
+    }
+    rung.pareto_best.reset();
+  }
   if (now.paused) {
     RungAt(sp, now.paused->first).paused.insert(now.paused->second);
   }
   kept = std::move(now);
 }
 
-std::vector<Promotion> RungResults::Promotable(size_t space, size_t per_rung) const {
+std::vector<Promotion> RungResults::Promotable(size_t space, size_t per_rung) {
   std::vector<Promotion> out;
   if (space >= spaces_.size()) return out;
-  for (const auto& [key, rung] : spaces_[space].rungs) {
+  for (auto& [key, rung] : spaces_[space].rungs) {
     if (rung.paused.empty()) continue;
-    const auto limit = Limit(rung);
-    if (!limit) continue;
     size_t listed = 0;
-    for (const auto& [value, number, index] : rung.paused) {
-      if (Result{value, number} > *limit) break;
+    // Lists the rung's promotable paused trials, best first.
+    const auto list = [&](double value, size_t index) {
       if (listed == per_rung) {
         ++out.back().more;
-        continue;
+        return;
       }
       ++listed;
       Promotion p;
@@ -324,6 +459,23 @@ std::vector<Promotion> RungResults::Promotable(size_t space, size_t per_rung) co
       p.to_end = static_cast<size_t>(rung.level) + 2 == rung.steps.size();
       p.value = value;
       out.push_back(p);
+    };
+    if (rung.pareto.size() > 0) {
+      if (!rung.pareto_best) rung.pareto_best = rung.pareto.Best(ParetoCount(rung));
+      std::vector<std::tuple<size_t, int64_t, size_t>> going;  // (place, number, index)
+      for (const auto& [value, number, index] : rung.paused) {
+        if (const auto it = rung.pareto_best->find(number); it != rung.pareto_best->end())
+          going.emplace_back(it->second, number, index);
+      }
+      std::sort(going.begin(), going.end());
+      for (const auto& [place, number, index] : going) list(static_cast<double>(place), index);
+      continue;
+    }
+    const auto limit = Limit(rung);
+    if (!limit) continue;
+    for (const auto& [value, number, index] : rung.paused) {
+      if (Result{value, number} > *limit) break;
+      list(value, index);
     }
   }
   std::sort(out.begin(), out.end(), [](const Promotion& a, const Promotion& b) {

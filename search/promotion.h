@@ -33,6 +33,21 @@
 // Trials promoted from R_j count in n and in V; a failed trial counts
 // nowhere.
 //
+// Several objectives (trials with curve_values): a rung ranks the points
+// its trials had at R_j (curve_values' last at or before it) by ParetoOrder
+// (pareto.h: non-domination rank, then the lonelier by crowding distance,
+// then the lower trial number), so that what goes on keeps the front and
+// its spread, as the stopping type's rule does (MO-ASHA). A paused trial may
+// be promoted when it is among the best k of the n: k = floor(n / eta) for
+// the top fraction; for the quantile, with n >= 2, k = floor((n - 1) p) + 1,
+// the order statistics at or below Q_p. Promotion::value is then its place
+// in that order (0: the best).
+//
+// Constraints known at a rung (Observation::MustEndInfeasible): such a
+// trial is never promoted, and ranks behind every other at the rungs it
+// reached (it counts in n), as constrained domination ranks an infeasible
+// point behind every feasible one; one objective or several.
+//
 // Pure and deterministic; values are minimized (history.h).
 #pragma once
 
@@ -48,6 +63,7 @@
 
 #include "common/status.h"
 #include "search/history.h"
+#include "search/pareto.h"
 #include "search/pruner.h"
 
 namespace hpo::search {
@@ -64,7 +80,9 @@ struct Promotion {
   int64_t from_step = 0;  // R_from_level: it resumes at from_step + 1
   int64_t to_step = 0;    // R_{from_level + 1}: where the promoted segment ends
   bool to_end = false;    // to_step is the trial's budget: it completes there
-  double value = 0;       // at from_step (minimized); the best first
+  // At from_step (minimized); with several objectives its place at the
+  // rung (0: the best). The best first.
+  double value = 0;
   // RungResults::Promotable with a limit per rung: on the last one it lists
   // of a rung, how many more of that rung may go on (worse, so later).
   int64_t more = 0;
@@ -113,6 +131,18 @@ class PromotionRule {
   HyperbandOptions hyperband_options_;
 };
 
+// A rung's results with several objectives: the point of each trial that
+// reached it and may still end feasible, by trial number, and how many more
+// reached it that must end infeasible (they rank behind every other).
+struct ParetoRungResults {
+  std::map<int64_t, ObjectivePoint> points;
+  int64_t behind = 0;
+  size_t size() const { return points.size() + static_cast<size_t>(behind); }
+  // The numbers of the best `count` by ParetoOrder (ties to the lower
+  // number), each with its place in that order.
+  std::map<int64_t, size_t> Best(size_t count) const;
+};
+
 // PromotionRule::Promotable kept as trials change, for callers that ask it
 // on every lease of a large experiment: per space and rung, the results
 // that reached the rung, split where the rule's threshold falls (the best
@@ -132,9 +162,11 @@ class RungResults {
   void Set(size_t space, size_t index, const Observation& o, std::optional<int> paused_level);
   // rule.Promotable(history, paused) over what was Set for `space`; with
   // `per_rung`, only the best that many of each rung, the last of them
-  // saying how many more there are (Promotion::more).
+  // saying how many more there are (Promotion::more). With several
+  // objectives a rung's ranking is computed here, O(n^2) for its n results,
+  // and kept until a Set changes that rung.
   std::vector<Promotion> Promotable(size_t space,
-                                    size_t per_rung = std::numeric_limits<size_t>::max()) const;
+                                    size_t per_rung = std::numeric_limits<size_t>::max());
   void Clear();
 
  private:
@@ -145,12 +177,22 @@ class RungResults {
     double p = 0;                                          // the quantile criterion's R_j / R_j+1
     std::set<Result> best, rest;                           // the best k results and the others
     std::set<std::tuple<double, int64_t, size_t>> paused;  // (value, number, index)
+    // Several objectives, instead of best and rest (paused then holds 0 as
+    // each value); its best, ParetoRungResults::Best, until it changes.
+    ParetoRungResults pareto;
+    std::optional<std::map<int64_t, size_t>> pareto_best;
   };
   using RungKey = std::pair<int, int>;  // (bracket, level)
+  // A trial's point at a rung of several objectives; none when it must end
+  // infeasible.
+  using PointAt = std::pair<RungKey, std::pair<int64_t, std::optional<ObjectivePoint>>>;
   struct Kept {
     std::vector<std::pair<RungKey, Result>> reached;
+    std::vector<PointAt> reached_points;
     std::optional<std::pair<RungKey, std::tuple<double, int64_t, size_t>>> paused;
-    bool operator==(const Kept& o) const { return reached == o.reached && paused == o.paused; }
+    bool operator==(const Kept& o) const {
+      return reached == o.reached && reached_points == o.reached_points && paused == o.paused;
+    }
   };
   struct Space {
     std::map<RungKey, Rung> rungs;
@@ -163,6 +205,8 @@ class RungResults {
   void Rebalance(Rung& rung) const;
   void Insert(Rung& rung, const Result& r) const;
   void Erase(Rung& rung, const Result& r) const;
+  // How many of a rung of several objectives go on (see above).
+  size_t ParetoCount(const Rung& rung) const;
   // The (value, number) a paused trial's must not exceed, if any.
   std::optional<Result> Limit(const Rung& rung) const;
 

@@ -176,22 +176,17 @@ double RungValue(const Observation& o, int64_t rung) {
   return v ? *v : o.curve.front().second;
 }
 
-// Already outside a constraint that only gets worse (Observation::
-// known_violation): it stops at its next rung, and ranks behind every peer
-// that may still end feasible at the rungs it reached, as constrained
-// domination (Deb's) ranks an infeasible point behind every feasible one.
-bool MustEndInfeasible(const Observation& o) { return o.known_violation && *o.known_violation > 0; }
+// A trial that must end infeasible (Observation::MustEndInfeasible) stops
+// at its next rung, and ranks behind every peer that may still end feasible
+// at the rungs it reached, as constrained domination (Deb's) ranks an
+// infeasible point behind every feasible one.
 
 // With several objectives: the point `o` had at rung step `rung`, chosen as
 // RungValue chooses; empty when `o` has no multi-objective curve.
 ObjectivePoint RungPoint(const Observation& o, int64_t rung) {
   if (o.curve_values.empty()) return {};
-  const auto after =
-      std::upper_bound(o.curve_values.begin(), o.curve_values.end(), rung,
-                       [](int64_t step, const std::pair<int64_t, std::vector<double>>& p) {
-                         return step < p.first;
-                       });
-  return after == o.curve_values.begin() ? o.curve_values.front().second : std::prev(after)->second;
+  const std::vector<double>* at = o.ValuesAt(rung);
+  return at ? *at : o.curve_values.front().second;
 }
 
 // Whether `trial` is among the top m of the points at a rung, `points[0]`
@@ -225,7 +220,7 @@ bool ContinuesAtRung(const Rungs& rungs, const History& history, const Observati
       if (!last || *last < rung) continue;
       ObjectivePoint p = RungPoint(o, rung);
       if (p.size() != points[0].size() || !finite(p)) continue;
-      if (MustEndInfeasible(o)) {
+      if (o.MustEndInfeasible()) {
         ++behind;
       } else {
         points.push_back(std::move(p));
@@ -246,7 +241,7 @@ bool ContinuesAtRung(const Rungs& rungs, const History& history, const Observati
     if (!last || *last < rung) continue;
     const double v = RungValue(o, rung);
     if (std::isnan(v)) continue;
-    values.push_back(MustEndInfeasible(o) ? std::numeric_limits<double>::infinity() : v);
+    values.push_back(o.MustEndInfeasible() ? std::numeric_limits<double>::infinity() : v);
   }
   const int64_t n = static_cast<int64_t>(values.size());
   if (n < rungs.bootstrap_count) return true;
@@ -281,7 +276,7 @@ bool AshaShouldPrune(const Rungs& rungs, const History& history, const Observati
     judged = *rung;
     // Already outside a constraint that only gets worse: it cannot end
     // feasible, whatever its objective.
-    if (MustEndInfeasible(trial)) return true;
+    if (trial.MustEndInfeasible()) return true;
     if (!ContinuesAtRung(rungs, history, trial, *rung, in_group)) return true;
   }
   return false;

@@ -1147,6 +1147,49 @@ TEST_F(EngineTest, APromotionExperimentEndsWhenNoPausedTrialMayGoOn) {
   }
 }
 
+// Promotion-type ASHA on two objectives (loss and the model's size): of
+// three trials paused at a rung, one goes on, chosen from the rung's front
+// (the lonelier first, then the lower number), not by loss alone.
+TEST_F(EngineTest, PromotionOnSeveralObjectivesResumesATrialOfTheRungsFront) {
+  const TestWorker w = AddWorker("w");
+  std::string spec = OneSpace(SpecStopping(
+      kBuiltin, 3, 3,
+      R"({"rule": "asha", "type": "promotion", "min_resource": 1, "reduction_factor": 3})"));
+  spec.replace(spec.find(R"("steps_per_trial": 4)"), 20, R"("steps_per_trial": 3)");
+  const std::string one = R"("objective": {"metric": "loss", "direction": "minimize"})";
+  spec.replace(spec.find(one), one.size(),
+               R"("objectives": [{"metric": "loss"}, {"metric": "params"}])");
+  auto e = engine_->CreateExperiment(spec);
+  ASSERT_TRUE(e.ok()) << e.status();
+  // Trial 0 is dominated; 1 and 2 make the front (2 has the best loss).
+  const std::vector<std::pair<double, double>> at_rung = {{0.6, 950}, {0.5, 100}, {0.3, 900}};
+  std::vector<store::Id> ids;
+  for (const auto& [loss, params] : at_rung) {
+    auto a = LeaseFor(w);
+    ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
+    ids.push_back((*a)->trial.id);
+    auto r = engine_->Report({(*a)->trial.id,
+                              w.owner,
+                              1,
+                              {{"loss", loss}, {"params", params}},
+                              0,
+                              json::object(),
+                              std::nullopt});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(store_->PauseTrial((*a)->trial.id, w.owner, 1).ok());
+    engine_->ForgetHistory(e->id);
+  }
+  auto promoted = LeaseFor(w);
+  ASSERT_TRUE(promoted.ok() && promoted->has_value()) << promoted.status();
+  EXPECT_EQ((*promoted)->trial.id, ids[1])
+      << "the front's two extremes tie; the lower number goes on (by loss alone it was " << ids[2]
+      << ")";
+  EXPECT_EQ((*promoted)->trial.stop_step, std::nullopt) << "its last segment runs to the end";
+  auto none = LeaseFor(w);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value()) << "one of three goes on";
+}
+
 // Cost-aware placement: with prices per device class and a deadline both
 // meet, a device three times dearer per sample gets nothing while a cheap
 // one is there to do the work.

@@ -450,7 +450,8 @@ TEST_F(HpctlTest, TrialsInEveryFormat) {
   EXPECT_EQ(csv.text.find('{'), std::string::npos) << "a JSON object in a cell: " << csv.text;
   EXPECT_EQ(csv.text.substr(0, csv.text.find('\n')),
             "number,id,space,state,attempt,level,started_ms,finished_ms,stop_step,reason,"
-            "device_seconds,latest_step,best_step,params.x,metrics.loss,latest.loss,best.loss")
+            "device_seconds,device_class,latest_step,best_step,params.x,metrics.loss,latest.loss,"
+            "best.loss")
       << csv.text;
   Out exported = Hpctl(addr_ + " export 1 -o csv");
   EXPECT_EQ(csv.text, exported.text) << "the export's columns, from the export's code";
@@ -839,16 +840,27 @@ TEST_F(HpctlTest, ExportWritesEveryTrialForPandas) {
   ASSERT_EQ(parsed.code, 0) << parsed.text;
   const json rows = json::parse(parsed.text);
   ASSERT_EQ(rows.size(), 6u) << parsed.text;
-  const std::vector<std::string> header = {"number",         "id",
-                                           "space",          "state",
-                                           "attempt",        "level",
-                                           "started_ms",     "finished_ms",
-                                           "stop_step",      "reason",
-                                           "device_seconds", "latest_step",
-                                           "best_step",      "params.momentum",
-                                           "params.opt",     "params.x",
-                                           "system.threads", "metrics.accuracy",
-                                           "metrics.loss",   "latest.loss",
+  const std::vector<std::string> header = {"number",
+                                           "id",
+                                           "space",
+                                           "state",
+                                           "attempt",
+                                           "level",
+                                           "started_ms",
+                                           "finished_ms",
+                                           "stop_step",
+                                           "reason",
+                                           "device_seconds",
+                                           "device_class",
+                                           "latest_step",
+                                           "best_step",
+                                           "params.momentum",
+                                           "params.opt",
+                                           "params.x",
+                                           "system.threads",
+                                           "metrics.accuracy",
+                                           "metrics.loss",
+                                           "latest.loss",
                                            "best.loss"};
   EXPECT_EQ(rows[0], json(header))
       << "one column per param, system parameter and metric, sorted in each group";

@@ -242,6 +242,7 @@ TEST_F(RestApiTest, TrialsShowTheirLatestReportBeforeTheyFinish) {
   EXPECT_TRUE(by_id[ids[2]]["best"].is_null()) << by_id[ids[2]];
   EXPECT_EQ(by_id[ids[0]]["device_seconds"], 0)
       << "an ask/tell client's steps run on no device of ours";
+  EXPECT_TRUE(by_id[ids[0]]["device_class"].is_null()) << by_id[ids[0]];
   // A page that starts past the first trial still finds its own.
   json second = CallJson(
       "GET", "/api/v1/experiments/" + std::to_string(id) + "/trials?offset=1&limit=1", 200);

@@ -28,6 +28,9 @@ Observation Trial(int64_t number, double value, int64_t last,
   return o;
 }
 
+void ExpectSamePromotions(const std::vector<Promotion>& got, const std::vector<Promotion>& want,
+                          const std::string& where);
+
 AshaOptions Asha(int64_t min_resource, double eta) {
   AshaOptions o;
   o.min_resource = min_resource;
@@ -124,6 +127,88 @@ TEST(PromotionRuleTest, TheQuantileRulePromotesTheBetterOfTwoAtOnce) {
   EXPECT_EQ(ParsePromotionCriterion("top_fraction"), PromotionCriterion::kTopFraction);
   EXPECT_FALSE(ParsePromotionCriterion("median").has_value());
   EXPECT_STREQ(PromotionCriterionName(PromotionCriterion::kQuantile), "quantile");
+}
+
+// A trial of two objectives whose point is `point` at every step 1..last.
+Observation TwoObjectives(int64_t number, std::vector<double> point, int64_t last) {
+  Observation o = Trial(number, point.at(0), last);
+  for (int64_t s = 1; s <= last; ++s) o.curve_values.emplace_back(s, point);
+  return o;
+}
+
+// Several objectives: a rung keeps its front (and its spread), not the
+// best of the first objective; both the rule and the kept results say so.
+TEST(PromotionRuleTest, SeveralObjectivesPromoteTheFrontOfARung) {
+  const auto rule = *PromotionRule::Asha(Asha(1, 3), 27);
+  History h;
+  h.trials = {TwoObjectives(0, {0.10, 0.90}, 1),   // front
+              TwoObjectives(1, {0.15, 0.95}, 1),   // dominated by 0; second in the first objective
+              TwoObjectives(2, {0.50, 0.20}, 1),   // front
+              TwoObjectives(3, {0.80, 0.80}, 1),   // dominated
+              TwoObjectives(4, {0.90, 0.90}, 1),   // dominated
+              TwoObjectives(5, {0.95, 0.95}, 1)};  // dominated
+  std::vector<PausedTrial> paused;
+  for (size_t i = 0; i < h.trials.size(); ++i) paused.push_back({i, 0});
+  auto p = rule.Promotable(h, paused);
+  // Six at rung 1: two go on, the front's two (one objective's rule would
+  // promote trials 0 and 1).
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].index, 0u);
+  EXPECT_EQ(p[1].index, 2u);
+  EXPECT_EQ(p[0].value, 0) << "its place at the rung";
+  EXPECT_EQ(p[1].value, 1);
+  EXPECT_EQ(p[0].to_step, 3);
+  RungResults kept(rule);
+  for (size_t i = 0; i < h.trials.size(); ++i) kept.Set(0, i, h.trials[i], 0);
+  ExpectSamePromotions(kept.Promotable(0), p, "kept");
+  // Trial 2 resumed past the rung keeps its place there: trial 0 alone.
+  h.trials[2] = TwoObjectives(2, {0.50, 0.20}, 2);
+  kept.Set(0, 2, h.trials[2], std::nullopt);
+  paused.erase(paused.begin() + 2);
+  p = rule.Promotable(h, paused);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].index, 0u);
+  ExpectSamePromotions(kept.Promotable(0), p, "kept, one resumed");
+  // The quantile criterion: the better of two goes on at once.
+  const auto quantile = *PromotionRule::Asha(Asha(1, 3), 27, PromotionCriterion::kQuantile);
+  History two;
+  two.trials = {TwoObjectives(0, {0.5, 0.5}, 1), TwoObjectives(1, {0.4, 0.4}, 1)};
+  p = quantile.Promotable(two, {{0, 0}, {1, 0}});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].index, 1u) << "it dominates the other";
+}
+
+// A trial that must end infeasible (a constraint that only gets worse is
+// already broken) is never promoted, however good its objectives, and
+// counts at the rung behind every other: one objective or several.
+TEST(PromotionRuleTest, ATrialThatMustEndInfeasibleIsNeverPromoted) {
+  for (const auto criterion : {PromotionCriterion::kTopFraction, PromotionCriterion::kQuantile}) {
+    const auto rule = *PromotionRule::Asha(Asha(1, 3), 27, criterion);
+    for (const bool several : {false, true}) {
+      History h;
+      h.trials = {several ? TwoObjectives(0, {0.0, 0.0}, 1) : Trial(0, 0.0, 1),
+                  several ? TwoObjectives(1, {0.5, 0.5}, 1) : Trial(1, 0.5, 1),
+                  several ? TwoObjectives(2, {0.6, 0.6}, 1) : Trial(2, 0.6, 1)};
+      h.trials[0].known_violation = 2.5;
+      const std::vector<PausedTrial> paused = {{0, 0}, {1, 0}, {2, 0}};
+      const std::string where = std::string(PromotionCriterionName(criterion)) +
+                                (several ? ", two objectives" : ", one objective");
+      auto p = rule.Promotable(h, paused);
+      ASSERT_FALSE(p.empty()) << where;
+      EXPECT_EQ(p[0].index, 1u) << where << ": the best that may end feasible";
+      for (const Promotion& q : p) EXPECT_NE(q.index, 0u) << where;
+      RungResults kept(rule);
+      for (size_t i = 0; i < h.trials.size(); ++i) kept.Set(0, i, h.trials[i], 0);
+      ExpectSamePromotions(kept.Promotable(0), p, where + ", kept");
+      // Within its constraints again (known_violation 0): it is the best.
+      h.trials[0].known_violation = 0;
+      kept.Set(0, 0, h.trials[0], 0);
+      p = rule.Promotable(h, paused);
+      ASSERT_FALSE(p.empty()) << where;
+      EXPECT_EQ(p[0].index, 0u) << where;
+      ExpectSamePromotions(kept.Promotable(0), p, where + ", kept, feasible");
+    }
+  }
 }
 
 TEST(PromotionRuleTest, HigherRungsFirstAndFailedTrialsCountNowhere) {
@@ -283,7 +368,8 @@ TEST(PromotionRuleTest, PromotableIsTheRuleAsDefinedOnRandomHistories) {
 // RungResults, kept through random changes (curves growing and cut back,
 // statuses, pauses and resumes, in two spaces), gives what the rule's
 // Promotable gives over the same trials after every change, under both
-// criteria, for ASHA and Hyperband.
+// criteria, for ASHA and Hyperband, with one objective and with two, and
+// with trials that must end infeasible.
 TEST(RungResultsTest, KeptResultsPromoteAsTheRuleOverTheSameTrials) {
   std::mt19937_64 rng(11);
   HyperbandOptions hb;
@@ -292,7 +378,8 @@ TEST(RungResultsTest, KeptResultsPromoteAsTheRuleOverTheSameTrials) {
   hb.reduction_factor = 3;
   int promoted = 0, checks = 0;
   for (const auto criterion : {PromotionCriterion::kTopFraction, PromotionCriterion::kQuantile}) {
-    for (const bool is_hb : {false, true}) {
+    for (const auto [is_hb, several] : {std::pair{false, false}, std::pair{true, false},
+                                        std::pair{false, true}, std::pair{true, true}}) {
       const auto rule = is_hb ? *PromotionRule::Hyperband(hb, 27, criterion)
                               : *PromotionRule::Asha(Asha(1, 3), 27, criterion);
       RungResults kept(rule);
@@ -319,8 +406,16 @@ TEST(RungResultsTest, KeptResultsPromoteAsTheRuleOverTheSameTrials) {
                 double v = static_cast<double>(rng() % 8) / 8;  // ties
                 if (rng() % 30 == 0) v = std::nan("");
                 o.curve.emplace_back(from + k, v);
+                // Several objectives: a second one, with ties and
+                // trade-offs against the first.
+                if (several)
+                  o.curve_values.push_back({from + k, {v, static_cast<double>(rng() % 8) / 8}});
               }
               std::sort(o.curve.begin(), o.curve.end());
+              std::sort(o.curve_values.begin(), o.curve_values.end());
+              // Now and then a constraint that only gets worse breaks (or,
+              // as the test allows, mends).
+              if (rng() % 8 == 0) o.known_violation = rng() % 2 == 0 ? 1.0 : 0.0;
               break;
             }
             case 2:  // pauses at a level (sometimes one with nothing above it)
@@ -331,6 +426,7 @@ TEST(RungResultsTest, KeptResultsPromoteAsTheRuleOverTheSameTrials) {
               break;
             case 4:  // an expired lease cuts its curve back
               if (!o.curve.empty()) o.curve.resize(rng() % o.curve.size());
+              if (several) o.curve_values.resize(o.curve.size());
               break;
             default:
               o.status = rng() % 4 == 0 ? TrialStatus::kFailed : TrialStatus::kPruned;

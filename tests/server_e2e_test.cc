@@ -190,6 +190,9 @@ TEST_F(ServerE2eTest, AnExperimentSurvivesARestartWithNoLostOrRepeatedTrial) {
   EXPECT_EQ(got["devices"][0]["device_class"], got["measurements"][0]["device_class"])
       << trial->body;
   EXPECT_EQ(got["measurements"][2]["device_id"], got["devices"][0]["device_id"]) << trial->body;
+  EXPECT_EQ(got["device_class"], got["devices"][0]["device_class"])
+      << "the class that trained it longest: " << trial->body;
+  EXPECT_FALSE(got["device_class"].get<std::string>().empty()) << trial->body;
   EXPECT_TRUE(got["events"].is_array()) << trial->body;
 
   auto m = HttpRequestOnce(Http(), "GET", "/metrics");

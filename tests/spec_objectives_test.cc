@@ -153,9 +153,10 @@ TEST(SpecObjectives, AMetricNoTrialCouldReportIsRefused) {
 TEST(SpecObjectives, EarlyStoppingMustRankEveryObjective) {
   EXPECT_NE(Refusal(Builtin(kTwo, R"({"rule": "median"})"), "early_stopping.rule").find("median"),
             std::string::npos);
-  Refusal(Builtin(kTwo, R"({"rule": "asha", "type": "promotion"})"), "early_stopping.type");
   for (const std::string early :
-       {R"({"rule": "asha"})", R"({"rule": "hyperband"})", R"({"rule": "none"})"}) {
+       {R"({"rule": "asha"})", R"({"rule": "hyperband"})", R"({"rule": "none"})",
+        R"({"rule": "asha", "type": "promotion"})",
+        R"({"rule": "hyperband", "type": "promotion", "promotion": "quantile"})"}) {
     auto r = ParseExperimentSpec(Builtin(kTwo, early));
     EXPECT_TRUE(r.ok()) << early << ": " << r.status();
   }

@@ -394,7 +394,8 @@ TYPED_TEST(StoreTest, ATrialsEventsAreKeptInOrderAndTheNewestListed) {
 }
 
 // A page of trials' progress in one read: the highest step's metrics
-// (reported out of order here), the device time summed, trials outside
+// (reported out of order here), the device time summed, the device class
+// that trained it longest, trials outside
 // the numbers asked for and trials with no step left out.
 TYPED_TEST(StoreTest, APageOfTrialsProgressIsItsLastStepAndItsDeviceTime) {
   auto e = this->MakeExperiment();
@@ -407,7 +408,9 @@ TYPED_TEST(StoreTest, APageOfTrialsProgressIsItsLastStepAndItsDeviceTime) {
   ASSERT_EQ(t[4].experiment_id, other.id);
   for (const int step : {2, 0, 1}) {  // trial number 0
     Measurement m = this->Step(step, 1.0 / (step + 1));
-    m.device_ms = 100 * (step + 1);
+    // 600 ms on cpu:x1, then its last step, 300 ms, on gpu:T4.
+    m.device_ms = step == 0 ? 400 : 100 * (step + 1);
+    m.device_class = step == 2 ? "gpu:T4" : "cpu:x1";
     m.cost = 0.5;
     ASSERT_TRUE(this->store_->ReportMeasurement(t[0].id, "w", m, std::nullopt).ok());
   }
@@ -431,8 +434,10 @@ TYPED_TEST(StoreTest, APageOfTrialsProgressIsItsLastStepAndItsDeviceTime) {
             nlohmann::json::parse(this->Step(2, 1.0 / 3).metrics_json));
   EXPECT_EQ(first.best_step, 2) << "the smallest loss";
   EXPECT_EQ(first.best_metrics_json, first.last_metrics_json);
-  EXPECT_EQ(first.device_ms, 600);
+  EXPECT_EQ(first.device_ms, 900);
   EXPECT_DOUBLE_EQ(first.cost, 1.5);
+  EXPECT_EQ(first.device_class, "cpu:x1") << "the class with the most device time, not the last";
+  EXPECT_EQ(page->at(t[2].id).device_class, "") << "no step named a device class";
   EXPECT_EQ(page->at(t[2].id).last_step, 1);
   EXPECT_EQ(page->at(t[2].id).best_step, 0) << "a step without the metric is never best";
   EXPECT_EQ(page->at(t[2].id).device_ms, 0);

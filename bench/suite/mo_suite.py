@@ -46,19 +46,20 @@ class Problem:
         return {"values": values, "constraints": c,
                 "violation": sum(max(0.0, v) for v in c)}
 
-    def at_step(self, params, step, max_step):
+    def at_step(self, params, step, max_step, offset=0.25):
         """The objectives after `step` of `max_step` steps of a synthetic
-        learning curve: each starts above its final value by up to a
-        quarter of the reference's magnitude, by an amount and a rate of its
-        own (a hash of the parameters), and reaches it at max_step; so early
-        steps rank trials roughly, not exactly. Constraints as at the end."""
+        learning curve: each starts above its final value by up to `offset`
+        (a quarter) of the reference's magnitude, by an amount and a rate of
+        its own (a hash of the parameters), and reaches it at max_step; so
+        early steps rank trials roughly, not exactly (with offset 0, every
+        step is the final value). Constraints as at the end."""
         key = json.dumps(params, sort_keys=True)
         if key not in self._final:  # one model fit per trial, not per step
             self._final[key] = self.evaluate(params)
         r = dict(self._final[key])
         h = hashlib.sha256(key.encode()).digest()
         late = (max_step - step) / (max_step - 1) if max_step > 1 else 0.0
-        r["values"] = [v + 0.25 * abs(ref) * (h[2 * i] / 255) * late ** (1 + 2 * h[2 * i + 1] / 255)
+        r["values"] = [v + offset * abs(ref) * (h[2 * i] / 255) * late ** (1 + 2 * h[2 * i + 1] / 255)
                        for i, (v, ref) in enumerate(zip(r["values"], self.reference))]
         return r
 
@@ -185,12 +186,13 @@ def trace_hv(problem, trace, trials):
 def serve():
     """One JSON request per line: {"cmd": "list"},
     {"cmd": "eval", "problem": P, "params": {...}} or
-    {"cmd": "eval_step", "problem": P, "params": {...}, "step": S, "max_step": M}."""
+    {"cmd": "eval_step", "problem": P, "params": {...}, "step": S, "max_step": M[, "offset": 0.25]}."""
     def answer(req):
         if req["cmd"] == "list":
             return [p.describe() for p in PROBLEMS.values()]
         if req["cmd"] == "eval_step":
-            return PROBLEMS[req["problem"]].at_step(req["params"], req["step"], req["max_step"])
+            return PROBLEMS[req["problem"]].at_step(req["params"], req["step"], req["max_step"],
+                                                    req.get("offset", 0.25))
         return PROBLEMS[req["problem"]].evaluate(req["params"])
     from suite import serve_lines
     serve_lines(answer)

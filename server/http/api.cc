@@ -69,15 +69,16 @@ json TrialJson(const store::TrialRecord& t, const SpaceMap& space_names,
             // trial reached, and its training time without pauses.
             {"latest", nullptr},
             {"best", nullptr},
-            {"device_seconds", 0}};
+            {"device_seconds", 0},
+            {"device_class", nullptr}};
   if (t.space_id) {
     if (const std::string& name = space_names.NameOf(*t.space_id); !name.empty()) j["space"] = name;
   }
   return j;
 }
 
-// A trial's last and best stored steps and its training time, in
-// TrialJson's fields.
+// A trial's last and best stored steps, its training time and the device
+// class that trained it longest, in TrialJson's fields.
 void SetProgress(json& trial, const store::TrialProgress& p) {
   if (p.steps == 0) return;
   trial["latest"] = {{"step", p.last_step},
@@ -85,6 +86,7 @@ void SetProgress(json& trial, const store::TrialProgress& p) {
   trial["best"] = {{"step", p.best_step},
                    {"metrics", ParseOr(p.best_metrics_json, json::object())}};
   trial["device_seconds"] = static_cast<double>(p.device_ms) / 1000.0;
+  if (!p.device_class.empty()) trial["device_class"] = p.device_class;
 }
 
 // The experiment's spec, or null when it cannot be read (TrialJson then

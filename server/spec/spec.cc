@@ -403,12 +403,6 @@ Status CheckObjectivesFit(const ExperimentSpec& spec) {
         " objectives (no single median orders them); use asha or hyperband, whose rungs rank "
         "several objectives by non-dominated sorting");
   }
-  if (spec.early_stopping != "none" &&
-      spec.early_stopping_type == ExperimentSpec::StoppingType::kPromotion) {
-    return Status::InvalidArgument(
-        "early_stopping.type: promotion ranks each rung by one objective, and there are " + n +
-        "; use type: stop (asha or hyperband rank a rung by non-dominated sorting there)");
-  }
   return Status::OK();
 }
 

@@ -1232,7 +1232,8 @@ Result<std::map<Id, TrialProgress>> SqlStore::ListTrialProgress(Id experiment_id
     // A page of trials by the (experiment, number) index, each one's steps
     // by the (trial, step) key: the last step newest first, the best by its
     // objective value ($5 = 1 minimizes, -1 maximizes; a step without the
-    // metric sorts last on both backends as NULL does not).
+    // metric sorts last on both backends as NULL does not), and the device
+    // class with the most device time.
     constexpr const char* kBest =
         "FROM measurements b WHERE b.trial_id = t.id "
         "ORDER BY CASE WHEN {METRIC_4} IS NULL THEN 1 ELSE 0 END, {METRIC_4} * $5, b.step LIMIT 1";
@@ -1243,13 +1244,17 @@ Result<std::map<Id, TrialProgress>> SqlStore::ListTrialProgress(Id experiment_id
             "(SELECT l.metrics FROM measurements l WHERE l.trial_id = t.id ORDER BY l.step DESC "
             "LIMIT 1), "
             "(SELECT b.step ") +
-        kBest + "), (SELECT b.metrics " + kBest + ") " +
+        kBest + "), (SELECT b.metrics " + kBest + "), " +
+        "(SELECT d.device_class FROM measurements d WHERE d.trial_id = t.id AND "
+        "d.device_class <> '' GROUP BY d.device_class ORDER BY SUM(d.device_ms) DESC, "
+        "d.device_class LIMIT 1) "
         "FROM trials t JOIN measurements m ON m.trial_id = t.id "
         "WHERE t.experiment_id = $1 AND t.number BETWEEN $2 AND $3 GROUP BY t.id";
     for (const auto& r : c.Query(kSql, {experiment_id, first_number, last_number, objective.metric,
                                         int64_t{objective.maximize ? -1 : 1}})) {
       out[r.Int(0)] =
-          TrialProgress{r.Int(1), r.Int(2), r.Text(5), r.Int(6), r.Text(7), r.Int(3), r.Real(4)};
+          TrialProgress{r.Int(1),  r.Int(2), r.Text(5), r.Int(6),
+                        r.Text(7), r.Int(3), r.Real(4), r.IsNull(8) ? std::string() : r.Text(8)};
     }
     return out;
   });

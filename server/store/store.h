@@ -246,6 +246,9 @@ struct TrialProgress {
   std::string best_metrics_json = "{}";
   int64_t device_ms = 0;  // Measurement::device_ms, summed
   double cost = 0;
+  // The device class that trained it longest (by device_ms; ties to the
+  // smaller name), "" when no step named one (an ask/tell client's).
+  std::string device_class;
 };
 
 // What "best" means for a trial's steps: the objective metric and its direction.

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import test from 'node:test';
 
 import {
-  bestSoFar, bestTrial, CurveSet, dataRange, fleetUtilization, hypervolume2d, importance, importanceView,
+  bestSoFar, bestTrial, CurveSet, dataRange, deviceClassColors, fleetUtilization, hypervolume2d, importance, importanceView,
   infeasibleReasons, MIN_IMPORTANCE_TRIALS, objectivesOf, paramAxis, paretoView, shownObjective, spaceHistory, specParams, tableRows, timeRange, trainMs, trialChanges, trialSeries,
   TrialSet,
 } from '../../web/js/analysis.js';
@@ -310,4 +310,14 @@ test('the front: feasible trials no other beats in every objective, with the hyp
   assert.ok(hv[1] > hv[0] && hv[2] === hv[1] && hv[3] > hv[2], String(hv));
   // One objective: nothing to draw.
   assert.deepEqual(paretoView(trials, [objectives[0]]).front, []);
+});
+
+test('each device class gets a colour of its own, the same whatever order the trials come in', () => {
+  const trials = [{ device_class: 'gpu:T4' }, { device_class: null }, { device_class: 'cpu:x2' },
+                  { device_class: 'gpu:T4' }, {}, { device_class: 'cpu:x1' }];
+  const colors = deviceClassColors(trials, ['red', 'green']);
+  assert.deepEqual([...colors], [['cpu:x1', 'red'], ['cpu:x2', 'green'], ['gpu:T4', 'red']],
+                   'by name, cycling through the palette; no colour for a trial without a class');
+  assert.deepEqual([...deviceClassColors([...trials].reverse(), ['red', 'green'])], [...colors]);
+  assert.equal(deviceClassColors([{ device_class: null }], ['red']).size, 0);
 });

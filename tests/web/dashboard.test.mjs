@@ -107,7 +107,8 @@ assert.ok(pruned > 0, 'the median rule pruned some trials');
 
 // A command experiment run by a real worker: its program reports
 // samples/s that grow with the co-tuned `threads`, so the server measures
-// each setting per device class.
+// each setting per device class. Its second objective, the device time the
+// server measures, gives it a front coloured by device class.
 const script = path.join(dir, 'train.sh');
 fs.writeFileSync(script, `#!/bin/sh
 for step in 1 2 3 4 5 6; do
@@ -117,7 +118,7 @@ for step in 1 2 3 4 5 6; do
 done
 `, { mode: 0o755 });
 const tuned = await api('POST', '/api/v1/experiments', {
-  name: 'co-tuned-command', objective: { metric: 'loss' },
+  name: 'co-tuned-command', objectives: [{ metric: 'loss' }, { metric: 'device_seconds' }],
   spaces: [{ name: 'quad', params: { x: { type: 'float', low: 0, high: 1 } } }],
   system: { threads: { type: 'int', low: 1, high: 4 } },
   algorithm: { sampler: 'random', seed: 5 },
@@ -640,6 +641,18 @@ try {
   assert.equal(await page.$eval(`#trials tbody tr[data-number="${ran.number}"] td:nth-child(8)`, (td) => td.textContent),
                `${ran.device_seconds.toFixed(1)} s`);
   for (const name of [...EXPERIMENT_CHARTS, 'experiment.tuning']) await assertTextsFit(name);
+  // Its front: every point in the colour of the device class that trained
+  // it (one worker, so one class and one colour), named under the chart.
+  assert.equal(ran.device_class, (await api('GET', `/api/v1/trials/${ran.id}`)).devices[0].device_class);
+  const frontColors = await page.evaluate(() => window.hpoCharts.get('experiment.front').getOption().series
+    .flatMap((s) => s.data.map((d) => d.itemStyle?.color ?? null)));
+  const tunedTrials = (await api('GET', `/api/v1/experiments/${tuned.id}/trials`)).trials;
+  const tunedCompleted = tunedTrials.filter((t) => t.state === 'completed').length;
+  assert.ok(tunedCompleted > 0 && frontColors.length === tunedCompleted, `every completed trial drawn: ${frontColors} of ${
+    JSON.stringify(tunedTrials.map((t) => [t.state, t.final_metrics, t.device_class]))}`);
+  assert.ok(frontColors[0] && frontColors.every((c) => c === frontColors[0]), `one class, one colour: ${frontColors}`);
+  assert.ok((await page.textContent('#front-classes')).includes(ran.device_class),
+            `the class is named under the front: ${await page.textContent('#front-classes')}`);
   await page.locator('#tuning').scrollIntoViewIfNeeded();
   await screenshot('experiment-system-tuning');
   // Its trial page names the device it ran on, as the server recorded it.

@@ -494,6 +494,16 @@ export function hypervolume2d(points, ref) {
   return area;
 }
 
+// A colour for each device class that trained one of `trials` (the class
+// with the most device time, trial.device_class), in name order so that a
+// set of classes always gets the same colours; trials without a class (an
+// ask/tell client's) get none. A Map from class to colour, cycling through
+// `palette` past its length.
+export function deviceClassColors(trials, palette) {
+  const classes = [...new Set(trials.map((t) => t.device_class).filter((c) => typeof c === 'string' && c))].sort();
+  return new Map(classes.map((c, k) => [c, palette[k % palette.length]]));
+}
+
 // The experiment's completed trials against its objectives, drawn as the
 // pair `pair` (indices into `objectives`): `front` (feasible, no feasible
 // trial dominates it in every objective), `dominated` (feasible, behind the

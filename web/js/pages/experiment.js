@@ -22,8 +22,8 @@
 // table row or on a learning curve opens the trial's page (pages/trial.js).
 import { allTrials, allTrialsAtOnce, ApiError, getJson, getJsonOrNull } from '../api.js';
 import {
-  bestSoFar, bestTrial, CurveSet, dataRange, FINISHED, importanceView, MIN_IMPORTANCE_TRIALS, objective,
-  objectivesOf, paramAxis, paretoView, spaceHistory, specParams, tableRows, timeRange, trainMs, trialChanges, TrialSet,
+  bestSoFar, bestTrial, CurveSet, dataRange, deviceClassColors, FINISHED, importanceView, MIN_IMPORTANCE_TRIALS,
+  objective, objectivesOf, paramAxis, paretoView, spaceHistory, specParams, tableRows, timeRange, trainMs, trialChanges, TrialSet,
 } from '../analysis.js';
 import {
   baseOption, chart, chartMessage, compact, formatDuration, formatNumber, formatTime, GRID, PALETTE, seriesData,
@@ -199,7 +199,8 @@ export class ExperimentPage {
           <div class="panel"><h2>Pareto front
             <select id="front-x" aria-label="objective across"></select>
             <select id="front-y" aria-label="objective up"></select></h2>
-            <div class="chart tall" id="front"></div><p class="note" id="front-note"></p></div>
+            <div class="chart tall" id="front"></div><p class="note" id="front-note"></p>
+            <p class="note" id="front-classes"></p></div>
           <div class="panel"><h2>Hypervolume over time</h2><div class="chart tall" id="hypervolume"></div>
             <p class="note">The area the feasible completed trials dominate in the two objectives shown, against
             the worst feasible value of each: it grows each time a trial moves the front.</p></div>
@@ -333,21 +334,37 @@ export class ExperimentPage {
   // Several objectives: the completed trials in the two chosen objectives,
   // the feasible front set apart from the dominated and the infeasible
   // ones, and the front's hypervolume as trials completed. A click opens a
-  // trial.
+  // trial. Where the trials ran on devices of ours, each point has the
+  // colour of the device class that trained it longest (a class per colour,
+  // listed under the chart) and the three kinds differ by shape and size:
+  // which devices the front's models came from, at a glance.
   drawFront() {
     const { trials, objectives, constraints } = this.data;
     const el = this.el?.querySelector('#front');
     if (!el || objectives.length < 2) return;
     const [i, j] = this.frontPair;
     const view = paretoView(trials, objectives, constraints, [i, j]);
-    const point = (e) => ({ value: [e.x, e.y], number: e.trial.number, space: e.trial.space, reasons: e.reasons });
+    const colors = deviceClassColors([...view.front, ...view.dominated, ...view.infeasible].map((e) => e.trial), PALETTE);
+    const point = (e) => {
+      const deviceClass = e.trial.device_class ?? null;
+      const color = colors.get(deviceClass);
+      return { value: [e.x, e.y], number: e.trial.number, space: e.trial.space, reasons: e.reasons, deviceClass,
+               ...(color ? { itemStyle: { color } } : {}) };
+    };
+    // With classes the kinds' own colour is a neutral one (the legend's).
+    const kindColor = (own) => (colors.size ? '#6b7280' : own);
     const series = [
-      { id: 'front', name: 'on the front', color: PALETTE[0], symbolSize: 10,
+      { id: 'front', name: 'on the front', color: kindColor(PALETTE[0]), symbolSize: 11,
+        border: colors.size ? '#111827' : undefined,
         data: view.front.map(point).sort((a, b) => a.value[0] - b.value[0]) },
-      { id: 'dominated', name: 'dominated', color: '#9ca3af', symbolSize: 6, data: view.dominated.map(point) },
-      { id: 'infeasible', name: 'infeasible', color: PALETTE[4], symbol: 'triangle', symbolSize: 7,
+      { id: 'dominated', name: 'dominated', color: kindColor('#9ca3af'), symbolSize: 6, opacity: colors.size ? 0.55 : 1,
+        data: view.dominated.map(point) },
+      { id: 'infeasible', name: 'infeasible', color: kindColor(PALETTE[4]), symbol: 'triangle', symbolSize: 8,
         data: view.infeasible.map(point) },
-    ].map(({ color, ...rest }) => ({ type: 'scatter', itemStyle: { color }, ...rest }));
+    ].map(({ color, border, opacity, ...rest }) => ({
+      type: 'scatter', itemStyle: { color, opacity, ...(border ? { borderColor: border, borderWidth: 1.5 } : {}) },
+      ...rest }));
+    this.drawDeviceClassKey(colors);
     const axis = (k) => ({ type: 'value', name: `${objectives[k].metric} (${objectives[k].direction === 'maximize'
       ? 'max' : 'min'})`, scale: true, nameLocation: 'middle', nameGap: 28 });
     const c = chart(el, 'experiment.front');
@@ -376,6 +393,18 @@ export class ExperimentPage {
                  data: seriesData(view.hypervolume) }],
     }, true);
     chartMessage(hvEl, view.hypervolume.length ? null : 'no feasible completed trial yet');
+  }
+
+  // The front's device classes and their colours, under its chart.
+  drawDeviceClassKey(colors) {
+    const key = this.el.querySelector('#front-classes');
+    if (!key) return;
+    const items = [...colors].map(([name, color]) => {
+      const swatch = element('span', 'swatch');
+      swatch.style.background = color;
+      return element('span', 'device-class', swatch, name);
+    });
+    key.replaceChildren(...(items.length ? ['device class that trained it: ', ...items] : []));
   }
 
   drawParallel() {
@@ -803,6 +832,7 @@ function frontTooltip(data, ox, oy) {
     element('div', null, element('b', null, `trial #${data.number}`), ` ${data.space ?? ''}`),
     element('div', null, `${ox.metric} ${formatNumber(data.value[0])}`),
     element('div', null, `${oy.metric} ${formatNumber(data.value[1])}`),
+    ...(data.deviceClass ? [element('div', null, `trained on ${data.deviceClass}`)] : []),
     ...(data.reasons.length ? [element('div', null, `infeasible: ${data.reasons.join('; ')}`)] : []));
 }
 
