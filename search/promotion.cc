@@ -87,7 +87,15 @@ std::map<int64_t, size_t> ParetoRungResults::Best(size_t count) const {
     ranked.push_back(point);
   }
   const std::vector<size_t> order = ParetoOrder(ranked);
-  for (size_t k = 0; k < count && k < order.size(); ++k) out.emplace(numbers[order[k]], k);
+  // The front: ParetoOrder puts it first, so it is the points before the
+  // first one that another point dominates.
+  const auto dominated = [&](size_t i) {
+    return std::any_of(ranked.begin(), ranked.end(),
+                       [&](const ObjectivePoint& p) { return Dominates(p, ranked[i]); });
+  };
+  for (size_t k = 0; k < order.size() && (k < count || !dominated(order[k])); ++k) {
+    out.emplace(numbers[order[k]], k);
+  }
   return out;
 }
 
@@ -441,7 +449,8 @@ void RungResults::Set(size_t space, size_t index, const Observation& o,
 std::vector<Promotion> RungResults::Promotable(size_t space, size_t per_rung) {
   std::vector<Promotion> out;
   if (space >= spaces_.size()) return out;
-  for (auto& [key, rung] : spaces_[space].rungs) {
+  for (auto& entry : spaces_[space].rungs) {
+    Rung& rung = entry.second;  // named, not a structured binding: the lambda below takes it
     if (rung.paused.empty()) continue;
     size_t listed = 0;
     // Lists the rung's promotable paused trials, best first.

@@ -40,7 +40,9 @@
 // its spread, as the stopping type's rule does (MO-ASHA). A paused trial may
 // be promoted when it is among the best k of the n: k = floor(n / eta) for
 // the top fraction; for the quantile, with n >= 2, k = floor((n - 1) p) + 1,
-// the order statistics at or below Q_p. Promotion::value is then its place
+// the order statistics at or below Q_p; and, once k >= 1, when no other
+// point at the rung dominates it (the rung's whole front goes on, as with
+// the stopping type: pruner.h says why). Promotion::value is then its place
 // in that order (0: the best).
 //
 // Constraints known at a rung (Observation::MustEndInfeasible): such a
@@ -139,7 +141,8 @@ struct ParetoRungResults {
   int64_t behind = 0;
   size_t size() const { return points.size() + static_cast<size_t>(behind); }
   // The numbers of the best `count` by ParetoOrder (ties to the lower
-  // number), each with its place in that order.
+  // number), and with count >= 1 every non-dominated one (the first of that
+  // order), each with its place in that order.
   std::map<int64_t, size_t> Best(size_t count) const;
 };
 

@@ -189,12 +189,17 @@ ObjectivePoint RungPoint(const Observation& o, int64_t rung) {
   return at ? *at : o.curve_values.front().second;
 }
 
-// Whether `trial` is among the top m of the points at a rung, `points[0]`
-// being its own: ranked by Pareto order (non-domination rank, then the
-// lonelier by crowding distance first; ties to the trial), so that what goes
-// on keeps the front and its spread (MO-ASHA's rule, Schmucker et al. 2021,
-// with NSGA-II's order).
+// Whether `trial` goes on at a rung of several objectives, `points[0]` being
+// its own: when no other point there dominates it, or when it is among the
+// top m by Pareto order (non-domination rank, then the lonelier by crowding
+// distance first; ties to the trial), so that what goes on keeps the front
+// and its spread (MO-ASHA's rule, Schmucker et al. 2021, with NSGA-II's
+// order; pruner.h says why the front always goes on).
 bool AmongParetoTop(const std::vector<ObjectivePoint>& points, int64_t m) {
+  if (std::none_of(points.begin() + 1, points.end(),
+                   [&](const ObjectivePoint& p) { return Dominates(p, points[0]); })) {
+    return true;
+  }
   const std::vector<size_t> order = ParetoOrder(points);
   for (int64_t k = 0; k < m && k < static_cast<int64_t>(order.size()); ++k) {
     if (order[static_cast<size_t>(k)] == 0) return true;

@@ -138,7 +138,13 @@ int RungsPassed(const std::vector<int64_t>& rung_steps, int64_t step);
 // the rung, chosen the same way, are put in Pareto order (pareto.h:
 // non-domination rank, then the lonelier by crowding distance), and the
 // trial continues iff it is among the first m, ties to the trial (MO-ASHA,
-// Schmucker et al. 2021); Hyperband's brackets judge the same way. A trial
+// Schmucker et al. 2021), or no other point there dominates it: what the
+// one-objective rule's "the best so far always continues" (m >= 1) means
+// for a front. Without it a rung cut its own front to a third by crowding
+// once the trials that reached it were mostly non-dominated (as at the
+// upper rungs), so fewer front points ended than random search finds: on
+// bench/mo_compare's BNH even exact early values did worse than stopping
+// nothing. Hyperband's brackets judge the same way. A trial
 // whose Observation::known_violation is above 0 (outside a constraint that
 // only gets worse) stops at any rung it reaches, whatever its value.
 // Errors: min_resource < 1, reduction_factor < kMinReductionFactor (or not

@@ -1092,16 +1092,22 @@ TEST_F(EngineTest, AStopTypeTrialThatPassesARungMovesToTheFastDevicePreemptingNe
   EXPECT_EQ(store_->GetExperiment(e->id)->state, store::ExperimentState::kRunning);
 }
 
-// The experiment ends once its budget is spent, nothing runs, and no paused
-// trial may go on; the paused ones are pruned then, as never promoted.
-TEST_F(EngineTest, APromotionExperimentEndsWhenNoPausedTrialMayGoOn) {
-  const TestWorker w = AddWorker("w");
-  // One space: its three trials meet at one rung (with two, new trials take
-  // turns between the spaces and no rung would hold three).
+// Promotion-type ASHA over three trials of 3 steps, rungs at steps 1 and 3,
+// in one space: its three trials meet at one rung (with two, new trials
+// take turns between the spaces and no rung would hold three).
+std::string ThreeTrialsAtOneRung() {
   std::string spec = OneSpace(SpecStopping(
       kBuiltin, 3, 3,
       R"({"rule": "asha", "type": "promotion", "min_resource": 1, "reduction_factor": 3})"));
   spec.replace(spec.find(R"("steps_per_trial": 4)"), 20, R"("steps_per_trial": 3)");
+  return spec;
+}
+
+// The experiment ends once its budget is spent, nothing runs, and no paused
+// trial may go on; the paused ones are pruned then, as never promoted.
+TEST_F(EngineTest, APromotionExperimentEndsWhenNoPausedTrialMayGoOn) {
+  const TestWorker w = AddWorker("w");
+  const std::string spec = ThreeTrialsAtOneRung();
   auto e = engine_->CreateExperiment(spec);
   ASSERT_TRUE(e.ok()) << e.status();
   for (int i = 0; i < 3; ++i) {
@@ -1148,14 +1154,12 @@ TEST_F(EngineTest, APromotionExperimentEndsWhenNoPausedTrialMayGoOn) {
 }
 
 // Promotion-type ASHA on two objectives (loss and the model's size): of
-// three trials paused at a rung, one goes on, chosen from the rung's front
-// (the lonelier first, then the lower number), not by loss alone.
+// three trials paused at a rung, the two on its front go on (by loss alone
+// one would, the best), the lonelier first (here a tie: the lower number);
+// the dominated one does not.
 TEST_F(EngineTest, PromotionOnSeveralObjectivesResumesATrialOfTheRungsFront) {
   const TestWorker w = AddWorker("w");
-  std::string spec = OneSpace(SpecStopping(
-      kBuiltin, 3, 3,
-      R"({"rule": "asha", "type": "promotion", "min_resource": 1, "reduction_factor": 3})"));
-  spec.replace(spec.find(R"("steps_per_trial": 4)"), 20, R"("steps_per_trial": 3)");
+  std::string spec = ThreeTrialsAtOneRung();
   const std::string one = R"("objective": {"metric": "loss", "direction": "minimize"})";
   spec.replace(spec.find(one), one.size(),
                R"("objectives": [{"metric": "loss"}, {"metric": "params"}])");
@@ -1179,15 +1183,32 @@ TEST_F(EngineTest, PromotionOnSeveralObjectivesResumesATrialOfTheRungsFront) {
     ASSERT_TRUE(store_->PauseTrial((*a)->trial.id, w.owner, 1).ok());
     engine_->ForgetHistory(e->id);
   }
-  auto promoted = LeaseFor(w);
-  ASSERT_TRUE(promoted.ok() && promoted->has_value()) << promoted.status();
-  EXPECT_EQ((*promoted)->trial.id, ids[1])
-      << "the front's two extremes tie; the lower number goes on (by loss alone it was " << ids[2]
-      << ")";
-  EXPECT_EQ((*promoted)->trial.stop_step, std::nullopt) << "its last segment runs to the end";
+  // The worker's one device runs one segment at a time: each promoted
+  // trial runs to its end before the next lease. (No checkpoint was
+  // stored, so it starts over at step 1, where it reports as before.)
+  for (const size_t k : {size_t{1}, size_t{2}}) {
+    auto promoted = LeaseFor(w);
+    ASSERT_TRUE(promoted.ok() && promoted->has_value()) << promoted.status();
+    EXPECT_EQ((*promoted)->trial.id, ids[k]);
+    EXPECT_EQ((*promoted)->trial.stop_step, std::nullopt) << "its last segment runs to the end";
+    for (int64_t step = 1; step <= 3; ++step) {
+      const auto [loss, params] = step == 1 ? at_rung[k] : std::make_pair(0.2, 100.0);
+      ASSERT_TRUE(engine_
+                      ->Report({ids[k],
+                                w.owner,
+                                step,
+                                {{"loss", loss}, {"params", params}},
+                                0,
+                                json::object(),
+                                std::nullopt})
+                      .ok());
+    }
+    ASSERT_TRUE(engine_->Complete(ids[k], w.owner, false, json::object(), "").ok());
+  }
   auto none = LeaseFor(w);
   ASSERT_TRUE(none.ok());
-  EXPECT_FALSE(none->has_value()) << "one of three goes on";
+  EXPECT_FALSE(none->has_value()) << "the dominated trial does not go on";
+  EXPECT_EQ(store_->CountTrials(e->id)->completed, 2);
 }
 
 // Cost-aware placement: with prices per device class and a deadline both

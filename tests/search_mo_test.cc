@@ -208,12 +208,24 @@ TEST(MultiObjectiveAsha, APeerThatMustEndInfeasibleRanksBehindTheOthers) {
   EXPECT_FALSE((*pruner)->ShouldPrune(one, one.trials.back()));
 }
 
-TEST(MultiObjectiveAsha, OnTheFrontTheLonelierPointsGoOnFirst) {
-  // Six at the rung keep two. The front: (0,10) and (10,0), its extremes,
-  // and (5,5) and (5.1,4.9) between them, crowded together; (8,8) and (9,9)
-  // are dominated. The extremes go on; the crowded middle stops.
-  EXPECT_TRUE(Prunes({{0, 10}, {10, 0}, {5, 5}, {8, 8}, {9, 9}, {5.1, 4.9}}));
-  EXPECT_FALSE(Prunes({{5, 5}, {10, 0}, {5.1, 4.9}, {8, 8}, {9, 9}, {0, 10}}));
+TEST(MultiObjectiveAsha, TheFrontGoesOnAndTheLonelierOfTheNextFillTheRest) {
+  // Six at the rung keep two, but the front has four: (0,10) and (10,0),
+  // and (5,5) and (5.1,4.9) crowded between them. Every one goes on, the
+  // crowded middle too (by Pareto order alone it would stop): a front cut
+  // to a third by crowding at each rung ends with fewer of its points than
+  // random search finds (pruner.h).
+  EXPECT_FALSE(Prunes({{0, 10}, {10, 0}, {5, 5}, {8, 8}, {9, 9}, {5.1, 4.9}}));
+  EXPECT_TRUE(Prunes({{0, 10}, {10, 0}, {5, 5}, {8, 8}, {9, 9}, {8.5, 8.5}}))
+      << "dominated, and not among the first two";
+  // Nine keep three: (0,0) alone on the front, then of the next front
+  // (1,9), (9,1), (5,5) and (5.1,4.9) the lonelier, its two extremes; the
+  // crowded middle stops.
+  const std::vector<std::vector<double>> nine = {{0, 0}, {1, 9},   {9, 1},   {5, 5},    {8, 8},
+                                                 {9, 9}, {7, 7.5}, {7.5, 7}, {5.1, 4.9}};
+  EXPECT_TRUE(Prunes(nine));
+  std::vector<std::vector<double>> extreme_last = nine;
+  std::swap(extreme_last[1], extreme_last.back());
+  EXPECT_FALSE(Prunes(extreme_last)) << "(1,9), an extreme of the second front";
 }
 
 TEST(ParEgo, ScalarizesFeasibleTrialsIntoTheUnitRangeAndRanksInfeasibleOnesAfter) {
