@@ -8,7 +8,7 @@ scored by hypervolume.
         [--seeds 20] [--trials 100] [--out build/mo-compare] [--force]
     # the lines: median hypervolume and its interquartile range per problem,
     # sampler and checkpoint (50, 100 trials), and the goal's count
-    /usr/bin/python3 bench/mo_compare.py table [--out build/mo-compare]
+    /usr/bin/python3 bench/mo_compare.py table [--out build/mo-compare] [--checkpoints 50,100]
     # early stopping on several objectives against full budgets
     /usr/bin/python3 bench/mo_compare.py run --fidelity [--ours random] [--problems ...]
         [--curve-offset 0.25]
@@ -131,7 +131,7 @@ def table(args):
             runs = load(result_path(args.out, sampler, p.name))
             if not runs:
                 continue
-            for n in mo_suite.CHECKPOINTS:
+            for n in args.checkpoints:
                 hv = [mo_suite.trace_hv(p, r["trace"], n) for r in runs if len(r["trace"]) >= n]
                 if not hv:
                     continue
@@ -139,7 +139,7 @@ def table(args):
                 medians[(sampler, n)] = med
                 print(f"bench=mo_suite task={p.name} sampler={sampler} trials={n} hv_median={med:.6g} "
                       f"hv_iqr={q25:.6g},{q75:.6g} seeds={len(hv)}", flush=True)
-        for n in mo_suite.CHECKPOINTS:
+        for n in args.checkpoints:
             peers = [medians[(s, n)] for s in PEERS if (s, n) in medians]
             if not peers:
                 continue
@@ -202,6 +202,9 @@ def main():
     r.add_argument("--build", default=os.path.join(ROOT, "build"))
     r.add_argument("--lock", default="/tmp/hpo-bench.lock")
     t = sub.add_parser("table")
+    t.add_argument("--checkpoints", type=lambda v: [int(x) for x in v.split(",")],
+                   default=list(mo_suite.CHECKPOINTS),
+                   help="trial counts to score (50,100; runs of --trials 500 can add 500)")
     f = sub.add_parser("fidelity")
     for p in (r, t, f):
         p.add_argument("--out", default=os.path.join(ROOT, "build", "mo-compare"))
