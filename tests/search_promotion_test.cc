@@ -379,7 +379,7 @@ TEST(RungResultsTest, KeptResultsPromoteAsTheRuleOverTheSameTrials) {
   int promoted = 0, checks = 0;
   for (const auto criterion : {PromotionCriterion::kTopFraction, PromotionCriterion::kQuantile}) {
     for (const auto& [is_hb, several] : {std::pair{false, false}, std::pair{true, false},
-                                        std::pair{false, true}, std::pair{true, true}}) {
+                                         std::pair{false, true}, std::pair{true, true}}) {
       const auto rule = is_hb ? *PromotionRule::Hyperband(hb, 27, criterion)
                               : *PromotionRule::Asha(Asha(1, 3), 27, criterion);
       RungResults kept(rule);
