@@ -44,6 +44,27 @@ did); asha_completed_at_third, how many trials S under ASHA ran to their
 end in that third (the full-budget arms complete one per 27 steps). With
 S = random both arms differ by the rule alone.
 
+Then, per sampler S, what no stopping rule could beat on S's own trials
+(its run without early stopping, values known exactly from the first
+step, so a stopped trial costs one step and a completed one 27):
+
+    bench=mo_fidelity_bound task=T sampler=S online=F clairvoyant=G non_dominated_on_arrival=N seeds=K
+
+online: the budget fraction at which random_full is first reached when
+exactly the trials that no earlier trial dominates are completed (the
+front-keeping rule with exact early values, the best a rule that cannot
+see later trials does); clairvoyant: the fewest trials of the run whose front
+reaches random_full, each costing one step and that front's members 26
+more (inf where none does): what a rule that knew every trial's final
+place would spend;
+non_dominated_on_arrival: the median count of S's trials that no earlier
+one dominated. For random search, whose trials do not depend on what it
+saw, these bound every rule: above a third, the goal's third is out of
+reach for random search whatever the rule. A sampler that learns suggests
+other trials under early stopping (it sees fewer completed ones), so for
+it they say what a rule could make of the trials it suggests without
+stopping, not what it reaches with stopping.
+
 Every sub-run holds /tmp/hpo-bench.lock and runs at nice 19.
 """
 import argparse
@@ -183,6 +204,49 @@ def fidelity(args):
                   f"random_full={np.median(target):.6g} budget_to_match={np.median(fraction):.3g} "
                   f"asha_completed_at_third={np.median(done):g} "
                   f"seeds={len(seeds)}", flush=True)
+            print(bound_line(p, sampler, [full[s] for s in seeds], target), flush=True)
+
+
+def dominates(q, v):
+    return all(a <= b for a, b in zip(q, v)) and any(a < b for a, b in zip(q, v))
+
+
+def bound_line(problem, sampler, runs, targets):
+    """The bench=mo_fidelity_bound line: see the module's docstring."""
+    online, clairvoyant, arrivals = [], [], []
+    for run, goal in zip(runs, targets):
+        step_count = run["completions"][0]["spent"]  # a full trial's steps: the first completion's
+        goal *= 1 - 1e-12  # the same front summed in another order
+        points = [c["values"] for c in run["completions"] if c["violation"] <= 0]
+        feasible = [c["violation"] <= 0 for c in run["completions"]]
+        spent, kept, seen, reached, new = 0, [], [], float("inf"), 0
+        for c, ok in zip(run["completions"], feasible):
+            v = c["values"]
+            keep = ok and not any(dominates(q, v) or q == v for q in seen)
+            new += keep
+            spent += step_count if keep else 1
+            if ok:
+                seen.append(v)
+            if keep:
+                kept.append(v)
+                if reached == float("inf") and mo_suite.hypervolume(kept, problem.reference) >= goal:
+                    reached = spent / run["budget"]
+        online.append(reached)
+        arrivals.append(new)
+        # The first m trials whose front reaches the goal: each costs a
+        # step, and that front's members the rest of their steps.
+        least = float("inf")
+        for m in range(1, len(points) + 1):
+            front = [v for v in points[:m] if not any(dominates(q, v) for q in points[:m])]
+            if mo_suite.hypervolume(front, problem.reference) >= goal:
+                trials = next(i for i, c in enumerate(run["completions"], 1)
+                              if sum(feasible[:i]) == m)
+                least = (trials + (step_count - 1) * len(front)) / run["budget"]
+                break
+        clairvoyant.append(least)
+    return (f"bench=mo_fidelity_bound task={problem.name} sampler={sampler} online={np.median(online):.3g} "
+            f"clairvoyant={np.median(clairvoyant):.3g} non_dominated_on_arrival={np.median(arrivals):g} "
+            f"seeds={len(runs)}")
 
 
 def main():
