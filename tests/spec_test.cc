@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -621,6 +622,23 @@ TEST(YamlToJson, KeepsQuotedScalarsAsStrings) {
   EXPECT_EQ((*j)["e"], "true");
   EXPECT_TRUE((*j)["f"].is_null());
   EXPECT_EQ((*j)["g"][0], "x");
+}
+
+// The specs a user runs first (the README's main job among them) parse as
+// they are shipped; a change to the parser or to an example that breaks one
+// fails here rather than on a newcomer's first command.
+TEST(ExperimentSpec, EveryShippedExampleParses) {
+  int specs = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(HPO_SOURCE_DIR) + "/examples")) {
+    if (entry.path().extension() != ".yaml") continue;
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto spec = ParseExperimentSpec(text);
+    EXPECT_TRUE(spec.ok()) << entry.path() << ": " << spec.status();
+    ++specs;
+  }
+  EXPECT_GE(specs, 5) << "examples/*.yaml";
 }
 
 // docs/spec.md documents every field the parser accepts. The parser says
