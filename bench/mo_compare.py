@@ -53,10 +53,10 @@ step, so a stopped trial costs one step and a completed one 27):
 online: the budget fraction at which random_full is first reached when
 exactly the trials that no earlier trial dominates are completed (the
 front-keeping rule with exact early values, the best a rule that cannot
-see later trials does); clairvoyant: the fewest trials of the run whose front
-reaches random_full, each costing one step and that front's members 26
-more (inf where none does): what a rule that knew every trial's final
-place would spend;
+see later trials does); clairvoyant: the least, over the run's first trials
+whose front reaches random_full, of one step per trial and 26 more per
+member of that front (inf where none does): what a rule that knew every
+trial's final place would spend;
 non_dominated_on_arrival: the median count of S's trials that no earlier
 one dominated. For random search, whose trials do not depend on what it
 saw, these bound every rule: above a third, the goal's third is out of
@@ -233,16 +233,17 @@ def bound_line(problem, sampler, runs, targets):
                     reached = spent / run["budget"]
         online.append(reached)
         arrivals.append(new)
-        # The first m trials whose front reaches the goal: each costs a
-        # step, and that front's members the rest of their steps.
+        # Any first i trials whose front reaches the goal: each costs a
+        # step, and that front's members the rest of their steps (a later
+        # trial can dominate several, so a longer prefix may cost less).
         least = float("inf")
-        for m in range(1, len(points) + 1):
-            front = [v for v in points[:m] if not any(dominates(q, v) for q in points[:m])]
+        for i in range(1, len(run["completions"]) + 1):
+            if not feasible[i - 1]:
+                continue
+            prefix = points[:sum(feasible[:i])]
+            front = [v for v in prefix if not any(dominates(q, v) for q in prefix)]
             if mo_suite.hypervolume(front, problem.reference) >= goal:
-                trials = next(i for i, c in enumerate(run["completions"], 1)
-                              if sum(feasible[:i]) == m)
-                least = (trials + (step_count - 1) * len(front)) / run["budget"]
-                break
+                least = min(least, (i + (step_count - 1) * len(front)) / run["budget"])
         clairvoyant.append(least)
     return (f"bench=mo_fidelity_bound task={problem.name} sampler={sampler} online={np.median(online):.3g} "
             f"clairvoyant={np.median(clairvoyant):.3g} non_dominated_on_arrival={np.median(arrivals):g} "
