@@ -170,10 +170,15 @@ def hypervolume(points, reference):
     """Optuna's WFG over the points strictly inside the reference box."""
     from optuna._hypervolume import WFG
     ref = np.asarray(reference, dtype=float)
-    inside = [p for p in points if all(a < b for a, b in zip(p, ref))]
-    if not inside:
+    inside = np.asarray([p for p in points if all(a < b for a, b in zip(p, ref))], dtype=float)
+    if len(inside) == 0:
         return 0.0
-    return float(WFG().compute(np.asarray(inside, dtype=float), ref))
+    # Dominated points add nothing: WFG gets the front alone (at 1,000
+    # trials it is a tenth of them, and WFG's cost grows much faster).
+    le = np.all(inside[:, None, :] <= inside[None, :, :], axis=2)
+    lt = np.any(inside[:, None, :] < inside[None, :, :], axis=2)
+    dominated = np.any(le & lt, axis=0)  # [j]: some i is <= everywhere and < somewhere
+    return float(WFG().compute(inside[~dominated], ref))
 
 
 def trace_hv(problem, trace, trials):
