@@ -207,10 +207,6 @@ def fidelity(args):
             print(bound_line(p, sampler, [full[s] for s in seeds], target), flush=True)
 
 
-def dominates(q, v):
-    return all(a <= b for a, b in zip(q, v)) and any(a < b for a, b in zip(q, v))
-
-
 def bound_line(problem, sampler, runs, targets):
     """The bench=mo_fidelity_bound line: see the module's docstring."""
     online, clairvoyant, arrivals = [], [], []
@@ -222,7 +218,8 @@ def bound_line(problem, sampler, runs, targets):
         spent, kept, seen, reached, new = 0, [], [], float("inf"), 0
         for c, ok in zip(run["completions"], feasible):
             v = c["values"]
-            keep = ok and not any(dominates(q, v) or q == v for q in seen)
+            # Complete it unless an earlier trial is as good everywhere.
+            keep = ok and not any(all(a <= b for a, b in zip(q, v)) for q in seen)
             new += keep
             spent += step_count if keep else 1
             if ok:
@@ -240,8 +237,7 @@ def bound_line(problem, sampler, runs, targets):
         for i in range(1, len(run["completions"]) + 1):
             if not feasible[i - 1]:
                 continue
-            prefix = points[:sum(feasible[:i])]
-            front = [v for v in prefix if not any(dominates(q, v) for q in prefix)]
+            front = mo_suite.front(points[:sum(feasible[:i])])
             if mo_suite.hypervolume(front, problem.reference) >= goal:
                 least = min(least, (i + (step_count - 1) * len(front)) / run["budget"])
         clairvoyant.append(least)

@@ -170,15 +170,21 @@ def hypervolume(points, reference):
     """Optuna's WFG over the points strictly inside the reference box."""
     from optuna._hypervolume import WFG
     ref = np.asarray(reference, dtype=float)
-    inside = np.asarray([p for p in points if all(a < b for a, b in zip(p, ref))], dtype=float)
-    if len(inside) == 0:
+    inside = [p for p in points if all(a < b for a, b in zip(p, ref))]
+    if not inside:
         return 0.0
     # Dominated points add nothing: WFG gets the front alone (at 1,000
     # trials it is a tenth of them, and WFG's cost grows much faster).
-    le = np.all(inside[:, None, :] <= inside[None, :, :], axis=2)
-    lt = np.any(inside[:, None, :] < inside[None, :, :], axis=2)
-    dominated = np.any(le & lt, axis=0)  # [j]: some i is <= everywhere and < somewhere
-    return float(WFG().compute(inside[~dominated], ref))
+    return float(WFG().compute(front(inside), ref))
+
+
+def front(points):
+    """The points no other dominates (<= in every objective, < in one), as
+    an array in their order; equal points all stay."""
+    pts = np.asarray(points, dtype=float).reshape(len(points), -1)
+    le = np.all(pts[:, None, :] <= pts[None, :, :], axis=2)
+    lt = np.any(pts[:, None, :] < pts[None, :, :], axis=2)
+    return pts[~np.any(le & lt, axis=0)]  # [j]: some i is <= everywhere and < somewhere
 
 
 def trace_hv(problem, trace, trials):
