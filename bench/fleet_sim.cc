@@ -37,11 +37,14 @@
 // --predict writes TRACE.json and runs this): the experiment's spaces,
 // fleet and settings, and every HeteroTune trial it ran, with its curve and
 // cost per step (scheduler/simulator.h, SimTrace). Each policy's runs are
-// simulated seed by seed in a world made from the other seeds' trials only
-// (a seed never sees its own), --reps times each, with the server's long
-// poll; per policy one line,
-//   bench=fleet_predict fleet=F workload=W policy=P seeds=N reps=R predicted_s=X measured_s=Y
-//         measured_lo=L measured_hi=H ratio=X/Y reached=K/M
+// simulated seed by seed, --reps times each, with the server's long poll,
+// in two worlds: `others`, made from the other seeds' trials only (a seed
+// never sees its own; the sampler draws), and `replay`, every seed's trials
+// with the run's own configurations created in the run's order
+// (SimTrace::replay: only placement and timing are simulated). Per policy
+// and world one line,
+//   bench=fleet_predict fleet=F workload=W policy=P world=others|replay seeds=N reps=R
+//         predicted_s=X measured_s=Y measured_lo=L measured_hi=H ratio=X/Y reached=K/M
 // the median simulated time to the target beside bench/hetero's measured
 // median and that median's 90% bootstrap interval over its seeds (how far
 // one run of as many seeds could have put it).
@@ -303,50 +306,63 @@ int Predict(const std::string& path, int reps, bool verbose) {
       policies.push_back(r.policy);
     seeds.insert(r.seed);
   }
+  // Two worlds per run. others: every other seed's trials, whichever policy
+  // ran them, and the sampler draws (a prediction of a run not yet made).
+  // replay: every seed's trials, and the run's own configurations replayed
+  // in the order the run created them (SimTrace::replay), so that only the
+  // placement and timing are simulated.
   for (const auto& policy : policies) {
     const auto kind = SimPolicy(policy);
     if (!kind) continue;  // optuna: not ours to simulate
-    std::vector<double> predicted, measured;
-    for (const auto& run : trace.runs) {
-      if (run.policy != policy) continue;
-      measured.push_back(run.measured_s);
-      // The world: every other seed's trials, whichever policy ran them.
-      auto world = std::make_shared<hpo::scheduler::SimTrace>(trace.world);
-      for (const auto& other : trace.runs) {
-        if (other.seed == run.seed) continue;
-        world->trials.insert(world->trials.end(), other.trials.begin(), other.trials.end());
-      }
-      for (int rep = 0; rep < reps; ++rep) {
-        SimulatorOptions o = trace.options;
-        o.trace = world;
-        o.workers = static_cast<int>(world->device_speeds.size());
-        o.policy.kind = *kind;
-        o.migrate = !o.promotion && *kind == PolicyKind::kSpeed &&
-                    (o.early_stopping == "asha" || o.early_stopping == "hyperband");
-        o.seed = static_cast<uint64_t>(run.seed) * 1000 + static_cast<uint64_t>(rep);
-        o.max_sim_s = trace.cap_s;
-        auto sim = Simulator::Create(o);
-        if (!sim.ok()) {
-          std::fprintf(stderr, "fleet_sim: %s\n", sim.status().message().c_str());
-          return 2;
+    for (const bool replay : {false, true}) {
+      const char* world_name = replay ? "replay" : "others";
+      std::vector<double> predicted, measured;
+      for (const auto& run : trace.runs) {
+        if (run.policy != policy) continue;
+        measured.push_back(run.measured_s);
+        auto world = std::make_shared<hpo::scheduler::SimTrace>(trace.world);
+        for (const auto& other : trace.runs) {
+          if (other.seed == run.seed && !replay) continue;
+          world->trials.insert(world->trials.end(), other.trials.begin(), other.trials.end());
         }
-        const SimResult r = (*sim)->Run();
-        predicted.push_back(r.time_to_target_s);
-        std::fprintf(stderr, "diag policy=%s seed=%d rep=%d predicted_s=%.1f measured_s=%.1f\n",
-                     policy.c_str(), run.seed, rep, r.time_to_target_s, run.measured_s);
-        if (verbose) Diagnose(o, r, verbose);
+        if (replay) {
+          world->replay.resize(world->spaces.size());
+          for (const auto& t : run.trials) world->replay[t.space].push_back(t.params);
+        }
+        for (int rep = 0; rep < reps; ++rep) {
+          SimulatorOptions o = trace.options;
+          o.trace = world;
+          o.workers = static_cast<int>(world->device_speeds.size());
+          o.policy.kind = *kind;
+          o.migrate = !o.promotion && *kind == PolicyKind::kSpeed &&
+                      (o.early_stopping == "asha" || o.early_stopping == "hyperband");
+          o.seed = static_cast<uint64_t>(run.seed) * 1000 + static_cast<uint64_t>(rep);
+          o.max_sim_s = trace.cap_s;
+          auto sim = Simulator::Create(o);
+          if (!sim.ok()) {
+            std::fprintf(stderr, "fleet_sim: %s\n", sim.status().message().c_str());
+            return 2;
+          }
+          const SimResult r = (*sim)->Run();
+          predicted.push_back(r.time_to_target_s);
+          std::fprintf(
+              stderr, "diag policy=%s world=%s seed=%d rep=%d predicted_s=%.1f measured_s=%.1f\n",
+              policy.c_str(), world_name, run.seed, rep, r.time_to_target_s, run.measured_s);
+          if (verbose) Diagnose(o, r, verbose);
+        }
       }
+      const auto reached = std::count_if(predicted.begin(), predicted.end(),
+                                         [](double x) { return !std::isnan(x); });
+      const double p = Median(predicted), m = Median(measured);
+      const auto [lo, hi] = MedianInterval(measured);
+      std::printf(
+          "bench=fleet_predict fleet=%s workload=%s policy=%s world=%s seeds=%zu reps=%d "
+          "predicted_s=%.1f measured_s=%.1f measured_lo=%.1f measured_hi=%.1f ratio=%.2f "
+          "reached=%lld/%zu\n",
+          trace.fleet.c_str(), trace.workload.c_str(), policy.c_str(), world_name, measured.size(),
+          reps, p, m, lo, hi, p / m, static_cast<long long>(reached), predicted.size());
+      std::fflush(stdout);
     }
-    const auto reached =
-        std::count_if(predicted.begin(), predicted.end(), [](double x) { return !std::isnan(x); });
-    const double p = Median(predicted), m = Median(measured);
-    const auto [lo, hi] = MedianInterval(measured);
-    std::printf(
-        "bench=fleet_predict fleet=%s workload=%s policy=%s seeds=%zu reps=%d predicted_s=%.1f "
-        "measured_s=%.1f measured_lo=%.1f measured_hi=%.1f ratio=%.2f reached=%lld/%zu\n",
-        trace.fleet.c_str(), trace.workload.c_str(), policy.c_str(), measured.size(), reps, p, m,
-        lo, hi, p / m, static_cast<long long>(reached), predicted.size());
-    std::fflush(stdout);
   }
   return 0;
 }

@@ -32,7 +32,7 @@ Policies (--policies; all five by default):
 
     sudo nice -n 19 flock /tmp/hpo-bench.lock bench/hetero.py [--fleet 3,7] [--workload default|long]
         [--seeds 10] [--policies default,speed,fifo,shadho,optuna] [--cap-s S] [--dir DIR] [--predict]
-    bench/hetero.py --predict-from DIR [--reps 5]
+    bench/hetero.py --predict-from DIR [--reps 5] [--target A]
 
 Needs root (it makes cgroups), the built binaries (build/server/hpo-server,
 build/worker/hpo-worker: configure with -DHPO_BUILD_WORKER=ON), and for
@@ -51,11 +51,17 @@ diagnostics go to stderr, the figures to stdout:
 
 With --predict (or later, --predict-from DIR on an earlier --dir DIR),
 bench/fleet_sim predicts each HeteroTune policy's median from these runs'
-own traces, a seed never from its own runs (bench/fleet_sim.cc says how),
-and prints it beside the measured one:
+own traces and prints it beside the measured one, in two worlds
+(bench/fleet_sim.cc says how): `others`, a seed simulated from the other
+seeds' trials only; `replay`, the seed's own configurations created in its
+own order, so that only placement and timing are simulated:
 
-  bench=fleet_predict fleet=F workload=W policy=P seeds=N reps=R predicted_s=X measured_s=Y
-      measured_lo=L measured_hi=H ratio=X/Y reached=K/M
+  bench=fleet_predict fleet=F workload=W policy=P world=others|replay seeds=N reps=R
+      predicted_s=X measured_s=Y measured_lo=L measured_hi=H ratio=X/Y reached=K/M
+
+--predict-from with --target predicts and measures the time to another
+validation accuracy (each kept run's own from its events), for a fleet on
+which the runs' own target falls at the cap's cliff.
 
 (measured_lo-measured_hi: the measured median's 90% bootstrap interval
 over its seeds, where another run of as many seeds could have put it.)
@@ -1051,9 +1057,30 @@ def traced_trials(run_dir, result):
     return trials
 
 
-def write_trace(run_dirs, path, cap_s):
+def time_to(run_dir, result, target, cap_s):
+    """A run's time to another target, measured from its events as follow()
+    measures it: the first validation accuracy reported at or above it,
+    from the experiment's creation, within the cap (None if none)."""
+    if not result.get("segments"):
+        return None
+    created_ms = result["segments"][0]["clock_ms"]
+    first = None
+    with open(os.path.join(run_dir, "events.jsonl")) as f:
+        for line in f:
+            ev = json.loads(line)
+            if ev["type"] != "trial.reported" or ev["data"].get("metrics", {}).get("accuracy", -1) < target:
+                continue
+            t = (ev["t_ms"] - created_ms) / 1000
+            if t <= cap_s and (first is None or t < first):
+                first = t
+    return first
+
+
+def write_trace(run_dirs, path, cap_s, target=None):
     """bench/fleet_sim's --trace file from bench/hetero's HeteroTune runs of
-    one fleet and workload (their spec.json, result.json and events.jsonl)."""
+    one fleet and workload (their spec.json, result.json and events.jsonl).
+    With `target`, each run's measured time is to that target instead of
+    its own (from the run's events)."""
     runs, first, save_ms = [], None, []
     for run_dir in run_dirs:
         with open(os.path.join(run_dir, "result.json")) as f:
@@ -1066,9 +1093,10 @@ def write_trace(run_dirs, path, cap_s):
         trials = traced_trials(run_dir, r)
         for t in trials:  # system parameters (batch size) are not the spaces'
             t["params"] = {k: v for k, v in t["params"].items() if k not in spec.get("system", {})}
-        runs.append({"seed": r["seed"], "policy": r["policy"],
-                     "time_to_target_s": r["time_to_target_s"] if r["reached"] else None,
-                     "trials": trials})
+        measured = r["time_to_target_s"] if r["reached"] else None
+        if target is not None:
+            measured = time_to(run_dir, r, target, cap_s)
+        runs.append({"seed": r["seed"], "policy": r["policy"], "time_to_target_s": measured, "trials": trials})
     r, spec = first
     es = dict(DEFAULT_EARLY_STOPPING, **spec.get("early_stopping", {}))
     args = spec["executor"]["builtin"]["args"]
@@ -1081,7 +1109,7 @@ def write_trace(run_dirs, path, cap_s):
         "segment_start_s": 0.0,
         "pause_s": median(save_ms) / 1000 if save_ms else 0.0,
         "direction": spec["objective"]["direction"],
-        "target": r.get("target", WORKLOADS.get(r["workload"], {}).get("target")),
+        "target": target if target is not None else r.get("target", WORKLOADS.get(r["workload"], {}).get("target")),
         "samples_per_step": args["samples_per_step"] or args["max_train_samples"] * (1 - args["validation_fraction"]),
         "steps_per_trial": spec["budget"]["steps_per_trial"],
         "sampler": spec.get("algorithm", {}).get("sampler", "auto"),
@@ -1098,9 +1126,10 @@ def write_trace(run_dirs, path, cap_s):
     return sum(len(x["trials"]) for x in runs)
 
 
-def predict(base, fleet_sim, reps, cap_s):
+def predict(base, fleet_sim, reps, cap_s, target=None):
     """Writes a trace per (fleet, workload) of the HeteroTune runs under
-    `base` and has bench/fleet_sim predict their medians from it."""
+    `base` and has bench/fleet_sim predict their medians from it (to
+    `target` if given, else to each run's own)."""
     groups = {}
     for name in sorted(os.listdir(base)):
         res = os.path.join(base, name, "result.json")
@@ -1117,7 +1146,7 @@ def predict(base, fleet_sim, reps, cap_s):
     for (fleet, workload), dirs in sorted(groups.items()):
         path = os.path.join(base, f"trace-fleet{fleet}-{workload}.json")
         cap = cap_s if cap_s is not None else WORKLOADS.get(workload, {}).get("cap_s", 40)
-        n = write_trace(dirs, path, cap)
+        n = write_trace(dirs, path, cap, target)
         log(f"predict: fleet {fleet}, workload {workload}: {len(dirs)} runs, {n} traced trials in {path}")
         out = subprocess.run([fleet_sim, "--trace", path, "--reps", str(reps)], stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True)
@@ -1167,7 +1196,9 @@ def main():
     if (args.predict or args.predict_from) and not os.access(fleet_sim, os.X_OK):
         sys.exit(f"{fleet_sim} is missing: build it (--target fleet_sim)")
     if args.predict_from:
-        predict(args.predict_from, fleet_sim, args.reps, args.cap_s)
+        if args.target is not None and not 0 < args.target < 1:
+            sys.exit("--target: a validation accuracy between 0 and 1")
+        predict(args.predict_from, fleet_sim, args.reps, args.cap_s, args.target)
         return
 
     workload = WORKLOADS[args.workload]

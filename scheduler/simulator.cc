@@ -655,7 +655,10 @@ void Simulator::State::Apply(int64_t d, const WorkItem& item, const PolicyDecisi
       // generator goes on into the sampler.
       search::Rng rng = Rank().rng;
       const size_t s = static_cast<size_t>(item.space_index);
-      auto params = sampler->Suggest(spaces[s], histories[s], 1, rng);
+      const size_t k = histories[s].trials.size();
+      const bool replayed = o.trace && s < o.trace->replay.size() && k < o.trace->replay[s].size();
+      auto params = replayed ? std::vector<Assignment>{o.trace->replay[s][k]}
+                             : sampler->Suggest(spaces[s], histories[s], 1, rng);
       Trial t;
       t.number = static_cast<int64_t>(trials.size());
       t.id = t.number + 1;
@@ -1029,6 +1032,16 @@ Status CheckTrace(const SimTrace& trace) {
   for (size_t s = 0; s < per_space.size(); ++s) {
     if (per_space[s] == 0) {
       return Status::InvalidArgument("trace: no traced trial in space " + trace.spaces[s].name);
+    }
+  }
+  if (trace.replay.size() > trace.spaces.size())
+    return Status::InvalidArgument("trace.replay: more lists than spaces");
+  for (size_t s = 0; s < trace.replay.size(); ++s) {
+    for (size_t k = 0; k < trace.replay[s].size(); ++k) {
+      const std::string at = "trace.replay[" + std::to_string(s) + "][" + std::to_string(k) + "]";
+      if (trace.replay[s][k].size() != trace.spaces[s].params.size())
+        return Status::InvalidArgument(at + ": not one value per parameter of its space");
+      HPO_RETURN_IF_ERROR(trace.spaces[s].Validate(trace.replay[s][k]).WithContext(at));
     }
   }
   return Status::OK();

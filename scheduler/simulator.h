@@ -156,6 +156,13 @@ struct SimTrace {
   // to first step, checkpoint restore) and a checkpoint at a pause.
   double segment_start_s = 0;
   double pause_s = 0;
+  // Optional, to replay one traced run: per space, the parameters its new
+  // trials take in creation order (the k-th new trial of space s takes
+  // replay[s][k]; past the list, the sampler's suggestion). Which space a
+  // new trial is in stays the ranking's choice. With the run's own trials
+  // in `trials` too, a replayed trial reports its own traced curve, so what
+  // the simulation decides is only where and when each trial runs.
+  std::vector<std::vector<search::Assignment>> replay;
 };
 
 struct SimulatorOptions {

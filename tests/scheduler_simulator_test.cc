@@ -346,6 +346,44 @@ TEST(SimulatorTraced, PastItsTracedEndATrialChangesAsTheFiveClosestInValueDid) {
   EXPECT_GT(seen[1], 0);
 }
 
+// Replaying a traced run: its configurations are created in its order, each
+// reports its own traced curve at its own cost, and past the list the
+// sampler draws.
+TEST(SimulatorTraced, AReplayedRunCreatesItsConfigurationsInItsOrder) {
+  const std::vector<TracedTrial> traced = {{0, {0.1, 0}, {0.7, 0.6, 0.5}, 1},
+                                           {0, {0.9, 1}, {0.4, 0.3, 0.2}, 2},
+                                           {0, {0.3, 1}, {0.8, 0.8, 0.8}, 3}};
+  SimulatorOptions o = Traced(traced, {1.0});
+  auto trace = std::make_shared<SimTrace>(*o.trace);
+  trace->replay = {{traced[1].params, traced[2].params, traced[0].params}};
+  o.trace = trace;
+  o.max_trials = 5;
+  std::vector<search::Assignment> created;
+  std::map<int64_t, std::vector<double>> values, times;
+  o.on_event = [&](const SimEvent& e) {
+    if (e.kind == SimEvent::Kind::kAsk && e.ran && e.item == WorkItem::Kind::kNew)
+      created.push_back(e.params);
+    if (e.kind == SimEvent::Kind::kReport) {
+      values[e.trial].push_back(e.value);
+      times[e.trial].push_back(e.t);
+    }
+  };
+  const SimResult r = RunOrDie(o);
+  EXPECT_EQ(r.completed, 5);
+  ASSERT_EQ(created.size(), 5u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(created[i], trace->replay[0][i]) << "trial " << i;
+  const std::vector<size_t> own = {1, 2, 0};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(values[static_cast<int64_t>(i)], traced[own[i]].values) << "trial " << i;
+    EXPECT_NEAR(times[static_cast<int64_t>(i)][1] - times[static_cast<int64_t>(i)][0],
+                traced[own[i]].step_s, 1e-9);
+  }
+  // The sampler's (random) fourth and fifth are none of the replayed ones.
+  for (size_t i = 3; i < 5; ++i) {
+    for (const auto& x : trace->replay[0]) EXPECT_NE(created[i], x) << "trial " << i;
+  }
+}
+
 // Three devices, two trials of two 0.7 s steps: the third device finds
 // nothing from the start. Polling, it waits for the offer to change, which
 // it never does. In a long poll of 0.5 s it asks again 0.1 s after each
@@ -392,6 +430,15 @@ TEST(SimulatorTraced, ABadTraceIsAnErrorNamingTheField) {
   EXPECT_NE(message(o).find("trace.trials[0].step_s"), std::string::npos) << message(o);
   o = Traced({}, {1});
   EXPECT_NE(message(o).find("no traced trial in space only"), std::string::npos) << message(o);
+  o = Traced({Curve(0, {0.5}, 1)}, {1});
+  auto replayed = std::make_shared<SimTrace>(*o.trace);
+  replayed->replay = {{{0.5, 1}, {0.5}}};
+  o.trace = replayed;
+  EXPECT_NE(message(o).find("trace.replay[0][1]"), std::string::npos) << message(o);
+  replayed->replay = {{{0.5, 2}}};  // kind 2: no such choice
+  EXPECT_NE(message(o).find("trace.replay[0][0]"), std::string::npos) << message(o);
+  replayed->replay = {{}, {}};
+  EXPECT_NE(message(o).find("trace.replay"), std::string::npos) << message(o);
   o = Traced({Curve(0, {0.5}, 1)}, {1});
   o.lease_wait_s = -1;
   EXPECT_NE(message(o).find("lease_wait_s"), std::string::npos) << message(o);
