@@ -1001,6 +1001,13 @@ Simulator::~Simulator() = default;
 
 namespace {
 
+// A configuration of `space`, named `at` in the error.
+Status CheckParams(const SearchSpace& space, const Assignment& params, const std::string& at) {
+  if (params.size() != space.params.size())
+    return Status::InvalidArgument(at + ": not one value per parameter of its space");
+  return space.Validate(params).WithContext(at);
+}
+
 Status CheckTrace(const SimTrace& trace) {
   if (trace.spaces.empty()) return Status::InvalidArgument("trace.spaces: none");
   if (trace.device_speeds.empty()) return Status::InvalidArgument("trace.device_speeds: none");
@@ -1018,9 +1025,7 @@ Status CheckTrace(const SimTrace& trace) {
     const std::string at = "trace.trials[" + std::to_string(i) + "]";
     if (t.space >= trace.spaces.size())
       return Status::InvalidArgument(at + ".space: no such space");
-    if (t.params.size() != trace.spaces[t.space].params.size())
-      return Status::InvalidArgument(at + ".params: not one value per parameter of its space");
-    HPO_RETURN_IF_ERROR(trace.spaces[t.space].Validate(t.params).WithContext(at + ".params"));
+    HPO_RETURN_IF_ERROR(CheckParams(trace.spaces[t.space], t.params, at + ".params"));
     if (t.values.empty()) return Status::InvalidArgument(at + ".values: none");
     for (const double v : t.values) {
       if (!std::isfinite(v)) return Status::InvalidArgument(at + ".values: not all finite");
@@ -1038,10 +1043,9 @@ Status CheckTrace(const SimTrace& trace) {
     return Status::InvalidArgument("trace.replay: more lists than spaces");
   for (size_t s = 0; s < trace.replay.size(); ++s) {
     for (size_t k = 0; k < trace.replay[s].size(); ++k) {
-      const std::string at = "trace.replay[" + std::to_string(s) + "][" + std::to_string(k) + "]";
-      if (trace.replay[s][k].size() != trace.spaces[s].params.size())
-        return Status::InvalidArgument(at + ": not one value per parameter of its space");
-      HPO_RETURN_IF_ERROR(trace.spaces[s].Validate(trace.replay[s][k]).WithContext(at));
+      HPO_RETURN_IF_ERROR(
+          CheckParams(trace.spaces[s], trace.replay[s][k],
+                      "trace.replay[" + std::to_string(s) + "][" + std::to_string(k) + "]"));
     }
   }
   return Status::OK();
